@@ -1,0 +1,188 @@
+/* frugal.h — the public C API of libfrugal.
+ *
+ * frugal trains neural networks on the CPU and accounts for every byte it
+ * takes. A caller makes a context (which owns the accounting allocator and the
+ * last error message), builds or loads a model, compiles a training step for a
+ * batch size and optimizer, runs steps, and reads memory statistics.
+ *
+ * Every function that can fail returns an fr_status (FR_OK is 0) and leaves a
+ * message naming the file, the position and the fault in fr_last_error(ctx).
+ * Nothing in the library calls exit() or abort().
+ */
+#ifndef FRUGAL_H
+#define FRUGAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FR_VERSION "0.1.0"
+
+typedef enum fr_status {
+    FR_OK = 0,
+    FR_ERR_NOMEM,   /* an allocation failed (or the budget refused it) */
+    FR_ERR_IO,      /* a file could not be opened, read or written */
+    FR_ERR_FORMAT,  /* a file's content is malformed */
+    FR_ERR_SHAPE,   /* shapes do not chain */
+    FR_ERR_ARG,     /* a bad argument or option */
+    FR_ERR_NUMERIC, /* a non-finite loss or gradient */
+    FR_ERR_BUDGET,  /* no plan fits the memory budget */
+} fr_status;
+
+typedef enum fr_dtype { FR_F32 = 0, FR_F16, FR_BF16, FR_I32, FR_U8, FR_I64, FR_DTYPE_COUNT } fr_dtype;
+
+/* Memory categories: every byte the engine takes carries one. */
+typedef enum fr_mem_cat {
+    FR_MEM_PARAMS = 0,  /* weights, biases and buffers (BatchNorm running stats) */
+    FR_MEM_GRADS,       /* parameter gradients */
+    FR_MEM_OPTIM,       /* optimizer state (momentum, Adam moments) */
+    FR_MEM_ACTIVATIONS, /* forward values saved for backward */
+    FR_MEM_WORKSPACE,   /* temporaries: unsaved forward values, activation grads, im2col */
+    FR_MEM_DATA,        /* data batches, prefetch queue, dataset buffers */
+    FR_MEM_OTHER,       /* graph, plan and model metadata */
+    FR_MEM_CAT_COUNT
+} fr_mem_cat;
+
+const char *fr_mem_cat_name(fr_mem_cat cat);
+const char *fr_dtype_name(fr_dtype dt);
+size_t fr_dtype_size(fr_dtype dt);
+
+/* Allocator statistics; the vocabulary is PyTorch's (torch.cuda.memory_stats):
+ * "allocated" bytes are in use by live tensors, "reserved" bytes are held from
+ * the system (allocated + cached free blocks + unused planned arena). */
+typedef struct fr_mem_stats {
+    size_t allocated[FR_MEM_CAT_COUNT];      /* current, per category */
+    size_t allocated_peak[FR_MEM_CAT_COUNT]; /* peak, per category */
+    size_t allocated_total;                  /* current, all categories */
+    size_t allocated_total_peak;             /* peak of the sum (not the sum of peaks) */
+    size_t reserved;                         /* current bytes held from the system */
+    size_t reserved_peak;
+    size_t cached;       /* free blocks kept for reuse (part of reserved) */
+    size_t limit;        /* 0: none; otherwise reserved may never exceed it */
+    uint64_t num_allocs; /* calls that returned memory */
+    uint64_t num_frees;
+    uint64_t num_cache_hits; /* allocations served from the cache */
+    uint64_t num_ooms;       /* allocations refused (system or limit) */
+} fr_mem_stats;
+
+typedef struct fr_ctx fr_ctx;
+
+fr_ctx *fr_ctx_new(void); /* NULL only if the context itself cannot be allocated */
+void fr_ctx_free(fr_ctx *ctx);
+const char *fr_last_error(const fr_ctx *ctx);
+void fr_set_threads(fr_ctx *ctx, int threads); /* 0: OpenMP default */
+int fr_get_threads(const fr_ctx *ctx);
+
+void fr_mem_get_stats(const fr_ctx *ctx, fr_mem_stats *out);
+void fr_mem_reset_peak(fr_ctx *ctx);
+void fr_mem_empty_cache(fr_ctx *ctx); /* return cached free blocks to the system */
+void fr_mem_set_limit(fr_ctx *ctx, size_t bytes);
+/* Testing: make the n-th allocation from now fail (1 = the next); 0 disables. */
+void fr_mem_fail_at(fr_ctx *ctx, uint64_t n);
+/* Human summary in the spirit of torch.cuda.memory_summary(), and JSON. */
+void fr_mem_summary(const fr_ctx *ctx, FILE *out);
+void fr_mem_json(const fr_ctx *ctx, FILE *out);
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct fr_model fr_model;
+
+typedef enum fr_loss { FR_LOSS_CROSS_ENTROPY = 0, FR_LOSS_MSE } fr_loss;
+
+/* A sequential model whose per-sample input is (c, h, w); an MLP uses (1, 1, n)
+ * or (n) via h = w = 1 (features = c*h*w after flatten). */
+fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w);
+void fr_model_free(fr_model *m);
+fr_status fr_model_linear(fr_model *m, int out_features, int bias);
+fr_status fr_model_conv2d(fr_model *m, int out_ch, int kernel, int stride, int padding, int bias);
+fr_status fr_model_maxpool2d(fr_model *m, int kernel, int stride);
+fr_status fr_model_avgpool2d(fr_model *m, int kernel, int stride);
+fr_status fr_model_global_avgpool(fr_model *m);
+fr_status fr_model_relu(fr_model *m);
+fr_status fr_model_gelu(fr_model *m);
+fr_status fr_model_sigmoid(fr_model *m);
+fr_status fr_model_tanh(fr_model *m);
+fr_status fr_model_batchnorm(fr_model *m); /* BatchNorm1d/2d, eps 1e-5, momentum 0.1 */
+fr_status fr_model_layernorm(fr_model *m); /* over all non-batch dims, eps 1e-5 */
+fr_status fr_model_dropout(fr_model *m, float p);
+fr_status fr_model_flatten(fr_model *m);
+/* Residual block: y = body(x) + shortcut(x). Layers added after begin go to
+ * the body; after fr_model_shortcut they go to the shortcut (identity if none). */
+fr_status fr_model_residual_begin(fr_model *m);
+fr_status fr_model_residual_shortcut(fr_model *m);
+fr_status fr_model_residual_end(fr_model *m);
+fr_status fr_model_set_loss(fr_model *m, fr_loss loss);
+/* Name the layer added last (its state_dict prefix); default: its index. */
+fr_status fr_model_name_last(fr_model *m, const char *name);
+
+/* Load a model file (see README) or a built-in name ("mlp", "cnn", "resnet"). */
+fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
+/* PyTorch's default initialisation (kaiming_uniform_(a=sqrt(5)), bias
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), BatchNorm weight 1 bias 0), seeded. */
+fr_status fr_model_init(fr_model *m, uint64_t seed);
+size_t fr_model_num_params(const fr_model *m);
+int fr_model_num_classes(const fr_model *m);
+void fr_model_describe(const fr_model *m, FILE *out);
+
+/* ---- optimizers -------------------------------------------------------- */
+
+typedef enum fr_optim_kind { FR_OPTIM_SGD = 0, FR_OPTIM_ADAM, FR_OPTIM_ADAMW } fr_optim_kind;
+
+/* Defaults match PyTorch: fr_optim_defaults() fills them. */
+typedef struct fr_optim_opts {
+    fr_optim_kind kind;
+    float lr;
+    float momentum, dampening; /* SGD */
+    int nesterov;              /* SGD */
+    float weight_decay;        /* SGD/Adam: L2 added to grad; AdamW: decoupled */
+    float beta1, beta2, eps;   /* Adam/AdamW */
+    int zero_grad_to_none;     /* zero_grad(set_to_none=True): release grad buffers */
+} fr_optim_opts;
+
+fr_optim_opts fr_optim_defaults(fr_optim_kind kind);
+fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t errlen);
+
+/* ---- training steps ---------------------------------------------------- */
+
+typedef struct fr_step fr_step;
+
+typedef struct fr_step_opts {
+    int batch;       /* samples per step */
+    int training;    /* 1: forward+backward+update; 0: eval (no backward state at all) */
+    fr_optim_opts optim;
+    uint64_t seed;   /* dropout stream */
+} fr_step_opts;
+
+/* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
+ * cross-entropy or f32 targets (n, classes) for MSE. */
+typedef struct fr_batch {
+    int n;
+    const float *x;
+    const int32_t *y;
+    const float *target;
+} fr_batch;
+
+fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts);
+void fr_step_free(fr_step *s);
+/* One step: forward, and when training backward and the optimizer update.
+ * loss receives the mean loss; correct (may be NULL) the number of argmax hits. */
+fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct);
+/* Predicted peak bytes of one step by category (the plan the step runs). */
+void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total);
+/* Per-layer table of bytes (the `frugal estimate` table). */
+void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
+
+/* ---- checkpoints (safetensors, PyTorch state_dict names) --------------- */
+
+fr_status fr_save(fr_step *s, const char *path);        /* weights + optimizer state */
+fr_status fr_load(fr_step *s, const char *path);        /* restores what save wrote */
+fr_status fr_model_load_weights(fr_model *m, const char *path); /* weights only */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

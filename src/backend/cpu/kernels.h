@@ -1,0 +1,124 @@
+/* kernels.h — the CPU kernels, one op family per file (linear.c, conv.c,
+ * pool.c, activation.c, norm.c, dropout.c, loss.c, optim.c). Layout is
+ * row-major NCHW, f32 storage with f32 accumulation; GEMM goes through
+ * OpenBLAS (cblas_sgemm) and loops are parallel with OpenMP. A kernel knows
+ * pointers and shapes, nothing of policy: it never allocates (workspace comes
+ * in as an output planned by the arena) and never decides what to keep.
+ *
+ * Every kernel takes one fr_kernel_call. in[i]/out[i] follow the op's row in
+ * ops.h; a tensor whose data is NULL is absent (an optional bias, or an
+ * input gradient nobody needs). Bit i of `accumulate` set means out[i] must
+ * be added into (a parameter gradient that already holds a value), clear
+ * means overwritten. Results must not depend on scheduling: for a given
+ * thread count, the same inputs give the same bits.
+ */
+#ifndef FR_KERNELS_H
+#define FR_KERNELS_H
+
+#include "graph/graph.h"
+
+typedef struct fr_kernel_call {
+    fr_ctx *ctx;
+    const fr_node *node; /* attributes: node->attr */
+    fr_tensor in[FR_MAX_IN];
+    fr_tensor out[FR_MAX_OUT];
+    uint32_t accumulate;
+    uint64_t seed; /* run seed (dropout) */
+    uint64_t step; /* step counter (dropout stream) */
+} fr_kernel_call;
+
+/* linear.c
+ * LINEAR      in: x (N,K), W (O,K), b (O)|absent        out: y (N,O) = x W^T + b
+ * LINEAR_BWD  in: dy (N,O), x (N,K), W (O,K)            out: dx (N,K) = dy W, dW (O,K) = dy^T x, db (O) = sum_n dy */
+int fr_k_linear(fr_kernel_call *c);
+int fr_k_linear_bwd(fr_kernel_call *c);
+
+/* conv.c — im2col + GEMM; attr.kernel (square), attr.stride, attr.pad (zeros).
+ * CONV2D      in: x (N,C,H,W), W (OC,C,K,K), b (OC)|absent   out: y (N,OC,OH,OW), ws (f32 workspace)
+ * CONV2D_BWD  in: dy (N,OC,OH,OW), x, W                     out: dx|absent, dW|absent, db|absent, ws
+ * OH = (H + 2 pad - K) / stride + 1. The workspace length in floats is
+ * fr_conv2d_ws_elems(); the planner sizes it, the kernel only uses it. */
+int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
+                           int backward);
+int fr_k_conv2d(fr_kernel_call *c);
+int fr_k_conv2d_bwd(fr_kernel_call *c);
+
+/* pool.c — attr.kernel (square), attr.stride, no padding, floor mode.
+ * MAXPOOL2D          in: x (N,C,H,W)             out: y (N,C,OH,OW)
+ * MAXPOOL2D_BWD      in: dy, x, y                out: dx (gradient to the first max of each window, as PyTorch)
+ * AVGPOOL2D          in: x                       out: y
+ * AVGPOOL2D_BWD      in: dy                      out: dx (shape from the forward input)
+ * GLOBAL_AVGPOOL     in: x (N,C,H,W)             out: y (N,C)
+ * GLOBAL_AVGPOOL_BWD in: dy (N,C)                out: dx (N,C,H,W) */
+int fr_k_maxpool2d(fr_kernel_call *c);
+int fr_k_maxpool2d_bwd(fr_kernel_call *c);
+int fr_k_avgpool2d(fr_kernel_call *c);
+int fr_k_avgpool2d_bwd(fr_kernel_call *c);
+int fr_k_global_avgpool(fr_kernel_call *c);
+int fr_k_global_avgpool_bwd(fr_kernel_call *c);
+
+/* activation.c — elementwise; out may alias in (the planner runs them in place).
+ * RELU in: x out: y          RELU_BWD in: dy, y out: dx (dx may alias dy)
+ * GELU (exact, erf)          GELU_BWD in: dy, x
+ * SIGMOID                    SIGMOID_BWD in: dy, y
+ * TANH                       TANH_BWD in: dy, y
+ * ADD in: a, b out: y (same shapes; y may alias a) */
+int fr_k_relu(fr_kernel_call *c);
+int fr_k_relu_bwd(fr_kernel_call *c);
+int fr_k_gelu(fr_kernel_call *c);
+int fr_k_gelu_bwd(fr_kernel_call *c);
+int fr_k_sigmoid(fr_kernel_call *c);
+int fr_k_sigmoid_bwd(fr_kernel_call *c);
+int fr_k_tanh(fr_kernel_call *c);
+int fr_k_tanh_bwd(fr_kernel_call *c);
+int fr_k_add(fr_kernel_call *c);
+
+/* norm.c
+ * BATCHNORM  in: x (N,C) or (N,C,H,W), gamma (C), beta (C), running_mean (C), running_var (C)
+ *            out: y, mean (C), invstd (C)
+ *   training (attr.training): batch statistics (biased variance for y); saves
+ *   mean and invstd = 1/sqrt(var + eps); updates running stats in place as
+ *   PyTorch: r = (1 - momentum) r + momentum * stat, with the unbiased
+ *   variance (count/(count-1)) for running_var. eval: uses the running stats,
+ *   mean/invstd outputs absent.
+ * BATCHNORM_BWD in: dy, x, gamma, mean, invstd   out: dx|absent, dgamma|absent, dbeta|absent
+ * LAYERNORM  in: x (N, D...), gamma (D...), beta (D...) normalised over all but dim 0
+ *            out: y, mean (N), rstd (N)
+ * LAYERNORM_BWD in: dy, x, gamma, mean, rstd     out: dx|absent, dgamma|absent, dbeta|absent */
+int fr_k_batchnorm(fr_kernel_call *c);
+int fr_k_batchnorm_bwd(fr_kernel_call *c);
+int fr_k_layernorm(fr_kernel_call *c);
+int fr_k_layernorm_bwd(fr_kernel_call *c);
+
+/* dropout.c — attr.p; training: keep element i when
+ * fr_rng_uniform(seed, ((uint64_t)step << 32) | attr.salt, i) >= p, scale kept
+ * by 1/(1-p); eval (attr.training == 0): y = x, mask absent.
+ * DROPOUT     in: x       out: y, mask (u8, same numel, 1 = kept)
+ * DROPOUT_BWD in: dy, mask out: dx (may alias dy) */
+int fr_k_dropout(fr_kernel_call *c);
+int fr_k_dropout_bwd(fr_kernel_call *c);
+
+/* loss.c — mean reduction, as PyTorch's defaults.
+ * CROSS_ENTROPY     in: logits (N,C), labels (i32 N)   out: loss (1) = mean_n (logsumexp(z_n) - z_n[y_n])
+ * CROSS_ENTROPY_BWD in: logits, labels                 out: dlogits = attr.scale * (softmax(z) - onehot(y)) / N
+ * MSE               in: pred (N,D), target (N,D)        out: loss (1) = mean (pred - target)^2
+ * MSE_BWD           in: pred, target                    out: dpred = attr.scale * 2 (pred - target) / (N D)
+ * A label outside [0, C) is an FR_ERR_ARG naming the sample. */
+int fr_k_cross_entropy(fr_kernel_call *c);
+int fr_k_cross_entropy_bwd(fr_kernel_call *c);
+int fr_k_mse(fr_kernel_call *c);
+int fr_k_mse_bwd(fr_kernel_call *c);
+
+/* optim.c — parameter updates on flat arrays, PyTorch's formulas exactly.
+ * SGD: d = g + wd p; with momentum: buf = d on the first step, else
+ *      buf = momentum buf + (1 - dampening) d; d = nesterov ? d + momentum buf : buf;
+ *      p -= lr d.
+ * Adam (decoupled = 0): g += wd p. AdamW (decoupled = 1): p *= 1 - lr wd.
+ *      m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *      p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps), t = step (1-based). */
+void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opts *o,
+              int first_step);
+void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,
+               int64_t step, int decoupled);
+
+#endif

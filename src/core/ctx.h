@@ -1,0 +1,22 @@
+/* ctx.h — the context every call carries: allocator state, thread count and
+ * the last error message. No global mutable state lives anywhere else. */
+#ifndef FR_CTX_H
+#define FR_CTX_H
+
+#include "frugal.h"
+#include "mem/mem.h"
+
+#define FR_ERR_LEN 512
+
+struct fr_ctx {
+    char err[FR_ERR_LEN];
+    int threads; /* 0: OpenMP default */
+    fr_mem mem;
+};
+
+/* Record a message (printf-style) and return st, so callers can write
+ * `return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte %ld: bad magic", ...)`. */
+fr_status fr_fail(fr_ctx *ctx, fr_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,30 @@
+/* loader.h — batches from a dataset: seeded shuffling (the permutation of
+ * epoch e depends only on (seed, e)), drop_last, and a background prefetch
+ * thread filling a bounded queue of batch buffers, so memory is bounded by
+ * the queue depth, not the dataset. Batch buffers are category DATA. */
+#ifndef FR_LOADER_H
+#define FR_LOADER_H
+
+#include "data/dataset.h"
+
+typedef struct fr_loader fr_loader;
+
+typedef struct fr_loader_opts {
+    int batch;
+    int shuffle;
+    int drop_last;
+    uint64_t seed;
+    int queue;     /* batches prefetched ahead (>= 1); 0: no thread, read in next() */
+    int64_t limit; /* use only the first `limit` samples (0: all) */
+} fr_loader_opts;
+
+fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o);
+void fr_loader_free(fr_loader *l);
+int64_t fr_loader_num_batches(const fr_loader *l);
+/* Start epoch `epoch` (0-based), skipping its first `skip` batches (resume). */
+fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip);
+/* Next batch of the epoch; *done = 1 and no batch at its end. The batch stays
+ * valid until the next call to next/start/free. */
+fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done);
+
+#endif

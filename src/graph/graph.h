@@ -1,0 +1,77 @@
+/* graph.h — the forward/backward IR: values (shape, dtype, kind) and nodes
+ * (an op, its inputs and outputs, its attributes). The graph knows shapes and
+ * dtypes, nothing of memory: sizes and lifetimes are the planner's business. */
+#ifndef FR_GRAPH_H
+#define FR_GRAPH_H
+
+#include "core/ctx.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+#define FR_MAX_IN 6
+#define FR_MAX_OUT 4
+
+typedef enum fr_value_kind {
+    FR_VAL_INPUT = 0, /* the batch's samples (bound at run time) */
+    FR_VAL_LABEL,     /* the batch's labels or targets (bound at run time) */
+    FR_VAL_PARAM,     /* a trainable weight (persistent, model-owned) */
+    FR_VAL_BUFFER,    /* a non-trainable state tensor (BatchNorm running stats) */
+    FR_VAL_GRAD,      /* a parameter's gradient (persistent, accumulates) */
+    FR_VAL_STEP,      /* lives within one step: planned in the arena */
+} fr_value_kind;
+
+typedef struct fr_value {
+    fr_shape shape;
+    fr_dtype dtype;
+    fr_value_kind kind;
+    int producer; /* node index, -1 for inputs, params, buffers */
+    int alias_of; /* -1, or a value whose storage this one shares (views) */
+    int param;    /* PARAM/BUFFER/GRAD: index into the model's tensors */
+    int saved;    /* 1: a forward value read by some backward node */
+} fr_value;
+
+/* Attributes of every op in one small struct; each op reads what it needs. */
+typedef struct fr_attr {
+    int kernel, stride, pad; /* conv and pool */
+    int training;            /* batchnorm, dropout: 1 in training mode */
+    float eps, momentum;     /* norms */
+    float p;                 /* dropout probability */
+    float scale;             /* losses: multiply the gradient (1/K under accumulation) */
+    uint32_t salt;           /* dropout: per-node random stream */
+} fr_attr;
+
+typedef struct fr_node {
+    fr_op op;
+    int n_in, n_out;
+    int in[FR_MAX_IN];   /* value ids, -1 for an absent optional input */
+    int out[FR_MAX_OUT]; /* value ids, -1 for an output nobody wants */
+    fr_attr attr;
+    int fwd;       /* backward nodes: the forward node they differentiate; else -1 */
+    int layer;     /* model layer index that emitted it (for per-layer tables) */
+    uint32_t accumulate; /* bit i: out[i] is a parameter gradient to add into */
+} fr_node;
+
+typedef struct fr_graph {
+    fr_ctx *ctx;
+    fr_value *vals;
+    size_t n_vals, cap_vals;
+    fr_node *nodes;
+    size_t n_nodes, cap_nodes;
+    int n_forward; /* nodes [0, n_forward) are the forward pass */
+    int input, label, loss, logits;
+} fr_graph;
+
+void fr_graph_init(fr_graph *g, fr_ctx *ctx);
+void fr_graph_release(fr_graph *g);
+
+/* Add a value; returns its id or -1 (error set). */
+int fr_graph_value(fr_graph *g, fr_value_kind kind, fr_dtype dt, fr_shape shape);
+/* Add a node: runs the op's shape rule, creates its step-scoped outputs and
+ * stores their ids in out_ids (may be NULL). Returns the node id or -1. */
+int fr_graph_node(fr_graph *g, fr_op op, const int *in, int n_in, const fr_attr *attr,
+                  int fwd, int *out_ids);
+
+/* Write a readable listing of the graph (for debugging and tests). */
+void fr_graph_dump(const fr_graph *g, FILE *out);
+
+#endif

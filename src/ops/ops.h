@@ -1,0 +1,82 @@
+/* ops.h — the one table of ops. Each op is registered exactly once, in the
+ * FR_OPS X-macro below and in the table in ops.c: its name, arity, shape
+ * rule, kernel, backward rule, whether its output may take an input's storage,
+ * and its cost. A static assert keeps the table and the enum in step. */
+#ifndef FR_OPS_H
+#define FR_OPS_H
+
+#include <stdint.h>
+#include "core/tensor.h"
+
+/*  name           n_in n_out */
+#define FR_OPS(X)                      \
+    X(LINEAR, 3, 1)                    \
+    X(LINEAR_BWD, 3, 3)                \
+    X(CONV2D, 3, 2)                    \
+    X(CONV2D_BWD, 3, 4)                \
+    X(MAXPOOL2D, 1, 1)                 \
+    X(MAXPOOL2D_BWD, 3, 1)             \
+    X(AVGPOOL2D, 1, 1)                 \
+    X(AVGPOOL2D_BWD, 1, 1)             \
+    X(GLOBAL_AVGPOOL, 1, 1)            \
+    X(GLOBAL_AVGPOOL_BWD, 1, 1)        \
+    X(RELU, 1, 1)                      \
+    X(RELU_BWD, 2, 1)                  \
+    X(GELU, 1, 1)                      \
+    X(GELU_BWD, 2, 1)                  \
+    X(SIGMOID, 1, 1)                   \
+    X(SIGMOID_BWD, 2, 1)               \
+    X(TANH, 1, 1)                      \
+    X(TANH_BWD, 2, 1)                  \
+    X(BATCHNORM, 5, 3)                 \
+    X(BATCHNORM_BWD, 5, 3)             \
+    X(LAYERNORM, 3, 3)                 \
+    X(LAYERNORM_BWD, 5, 3)             \
+    X(DROPOUT, 1, 2)                   \
+    X(DROPOUT_BWD, 2, 1)               \
+    X(ADD, 2, 1)                       \
+    X(VIEW, 1, 1)                      \
+    X(CROSS_ENTROPY, 2, 1)             \
+    X(CROSS_ENTROPY_BWD, 2, 1)         \
+    X(MSE, 2, 1)                       \
+    X(MSE_BWD, 2, 1)
+
+typedef enum fr_op {
+#define FR_OP_ENUM(name, nin, nout) FR_OP_##name,
+    FR_OPS(FR_OP_ENUM)
+#undef FR_OP_ENUM
+        FR_OP_COUNT
+} fr_op;
+
+struct fr_graph;
+struct fr_node;
+struct fr_kernel_call;
+
+/* Shape rule: fill the output shapes and dtypes of node n (whose inputs are
+ * in g); return 0 or an fr_status with the error set on g->ctx. */
+typedef int (*fr_shape_fn)(struct fr_graph *g, struct fr_node *n, fr_shape *out, fr_dtype *dt);
+typedef int (*fr_kernel_fn)(struct fr_kernel_call *c);
+/* Backward rule: given the gradient value of each output (-1: none) and
+ * which inputs need a gradient, add backward nodes to g and store the
+ * gradient value of each input (-1: none) in din. Returns 0 or a status. */
+typedef int (*fr_backward_fn)(struct fr_graph *g, int node, const int *dout,
+                              const uint8_t *need, int *din);
+/* Cost: forward multiply-adds counted as 2 FLOPs. */
+typedef double (*fr_flops_fn)(const struct fr_graph *g, const struct fr_node *n);
+
+typedef struct fr_op_info {
+    const char *name;
+    int n_in, n_out;
+    fr_shape_fn shape;
+    fr_kernel_fn kernel;
+    fr_backward_fn backward; /* NULL: not differentiable (backward ops, losses' labels) */
+    int inplace_in;          /* input whose storage out[0] may take when it dies here; -1 */
+    int view;                /* out[0] always shares in[0]'s storage (no copy at all) */
+    fr_flops_fn flops;
+} fr_op_info;
+
+extern const fr_op_info fr_op_table[FR_OP_COUNT];
+
+static inline const fr_op_info *fr_op_get(fr_op op) { return &fr_op_table[op]; }
+
+#endif
