@@ -93,8 +93,8 @@ typedef struct fr_model fr_model;
 
 typedef enum fr_loss { FR_LOSS_CROSS_ENTROPY = 0, FR_LOSS_MSE } fr_loss;
 
-/* A sequential model whose per-sample input is (c, h, w); an MLP uses (1, 1, n)
- * or (n) via h = w = 1 (features = c*h*w after flatten). */
+/* A sequential model whose per-sample input is (c, h, w); with h = w = 1 the
+ * input is a flat vector of c features (an MLP). */
 fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w);
 void fr_model_free(fr_model *m);
 fr_status fr_model_linear(fr_model *m, int out_features, int bias);

@@ -28,6 +28,7 @@ typedef struct fr_value {
     int alias_of; /* -1, or a value whose storage this one shares (views) */
     int param;    /* PARAM/BUFFER/GRAD: index into the model's tensors */
     int saved;    /* 1: a forward value read by some backward node */
+    int batched;  /* 1: dim 0 is the batch (rebound when a batch is smaller) */
 } fr_value;
 
 /* Attributes of every op in one small struct; each op reads what it needs. */
@@ -38,6 +39,7 @@ typedef struct fr_attr {
     float p;                 /* dropout probability */
     float scale;             /* losses: multiply the gradient (1/K under accumulation) */
     uint32_t salt;           /* dropout: per-node random stream */
+    fr_shape shape;          /* view: the target shape (batch dim included) */
 } fr_attr;
 
 typedef struct fr_node {
@@ -59,6 +61,7 @@ typedef struct fr_graph {
     size_t n_nodes, cap_nodes;
     int n_forward; /* nodes [0, n_forward) are the forward pass */
     int input, label, loss, logits;
+    fr_status status; /* why the last fr_graph_node/fr_graph_value failed */
 } fr_graph;
 
 void fr_graph_init(fr_graph *g, fr_ctx *ctx);
@@ -66,10 +69,11 @@ void fr_graph_release(fr_graph *g);
 
 /* Add a value; returns its id or -1 (error set). */
 int fr_graph_value(fr_graph *g, fr_value_kind kind, fr_dtype dt, fr_shape shape);
-/* Add a node: runs the op's shape rule, creates its step-scoped outputs and
- * stores their ids in out_ids (may be NULL). Returns the node id or -1. */
-int fr_graph_node(fr_graph *g, fr_op op, const int *in, int n_in, const fr_attr *attr,
-                  int fwd, int *out_ids);
+/* Add a node: runs the op's shape rule, creates its step-scoped outputs
+ * (except those whose bit is set in `skip`, left -1) and stores their ids in
+ * out_ids (may be NULL). Returns the node id or -1 with the error set. */
+int fr_graph_node(fr_graph *g, fr_op op, const int *in, int n_in, const fr_attr *attr, int fwd,
+                  uint32_t skip, int *out_ids);
 
 /* Write a readable listing of the graph (for debugging and tests). */
 void fr_graph_dump(const fr_graph *g, FILE *out);

@@ -35,6 +35,7 @@
     X(DROPOUT, 1, 2)                   \
     X(DROPOUT_BWD, 2, 1)               \
     X(ADD, 2, 1)                       \
+    X(COPY, 1, 1)                      \
     X(VIEW, 1, 1)                      \
     X(CROSS_ENTROPY, 2, 1)             \
     X(CROSS_ENTROPY_BWD, 2, 1)         \
@@ -52,9 +53,10 @@ struct fr_graph;
 struct fr_node;
 struct fr_kernel_call;
 
-/* Shape rule: fill the output shapes and dtypes of node n (whose inputs are
- * in g); return 0 or an fr_status with the error set on g->ctx. */
-typedef int (*fr_shape_fn)(struct fr_graph *g, struct fr_node *n, fr_shape *out, fr_dtype *dt);
+/* Shape rule: fill the output shapes, dtypes and batched flags of node n
+ * (whose inputs are in g); return 0 or an fr_status with the error set. */
+typedef int (*fr_shape_fn)(struct fr_graph *g, struct fr_node *n, fr_shape *out, fr_dtype *dt,
+                           uint8_t *batched);
 typedef int (*fr_kernel_fn)(struct fr_kernel_call *c);
 /* Backward rule: given the gradient value of each output (-1: none) and
  * which inputs need a gradient, add backward nodes to g and store the

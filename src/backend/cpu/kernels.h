@@ -98,6 +98,11 @@ int fr_k_layernorm_bwd(fr_kernel_call *c);
 int fr_k_dropout(fr_kernel_call *c);
 int fr_k_dropout_bwd(fr_kernel_call *c);
 
+/* copy.c
+ * COPY in: x out: y = x, or y += x when the accumulate bit is set (a
+ * gradient that passes through an add or a view into a parameter gradient) */
+int fr_k_copy(fr_kernel_call *c);
+
 /* loss.c — mean reduction, as PyTorch's defaults.
  * CROSS_ENTROPY     in: logits (N,C), labels (i32 N)   out: loss (1) = mean_n (logsumexp(z_n) - z_n[y_n])
  * CROSS_ENTROPY_BWD in: logits, labels                 out: dlogits = attr.scale * (softmax(z) - onehot(y)) / N

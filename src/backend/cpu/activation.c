@@ -1,0 +1,94 @@
+/* activation.c — elementwise activations (ReLU, exact GELU, sigmoid, tanh),
+ * their backward, and the residual ADD. Every loop reads element i before it
+ * writes element i and touches nothing else, so an output may alias its
+ * input (y = x, dx = dy, y = a): the planner runs these in place. */
+#include <math.h>
+#include "backend/cpu/kernels.h"
+
+#define ACT_PAR_MIN 32768
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
+    *n = fr_shape_numel(&c->in[0].shape);
+    if (fr_shape_numel(&c->out[0].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output has %lld elements, input %lld", op,
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)*n);
+    return FR_OK;
+}
+
+/* Elementwise forward: y[i] = F(x[i]). */
+#define UNARY(name, op, F)                                                  \
+    int name(fr_kernel_call *c) {                                           \
+        int64_t n;                                                          \
+        int st = same_numel(c, op, &n);                                     \
+        if (st) return st;                                                  \
+        const float *x = fr_f32(&c->in[0]);                                 \
+        float *y = fr_f32(&c->out[0]);                                      \
+        _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)") \
+        for (int64_t i = 0; i < n; i++) {                                   \
+            float v = x[i];                                                 \
+            y[i] = (F);                                                     \
+        }                                                                   \
+        return FR_OK;                                                       \
+    }
+
+/* Elementwise backward: dx[i] (+)= G(d = dy[i], v = s[i]), s the saved y or x. */
+#define BINARY_BWD(name, op, G)                                                    \
+    int name(fr_kernel_call *c) {                                                  \
+        int64_t n;                                                                 \
+        int st = same_numel(c, op, &n);                                            \
+        if (st) return st;                                                         \
+        if (fr_shape_numel(&c->in[1].shape) != n)                                  \
+            return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: saved input has %lld elements, dy %lld", \
+                           op, (long long)fr_shape_numel(&c->in[1].shape), (long long)n);  \
+        const float *dy = fr_f32(&c->in[0]), *s = fr_f32(&c->in[1]);               \
+        float *dx = fr_f32(&c->out[0]);                                            \
+        if (!dx) return FR_OK;                                                     \
+        int acc = acc_bit(c, 0);                                                   \
+        _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)")        \
+        for (int64_t i = 0; i < n; i++) {                                          \
+            float v = s[i], d = dy[i], g = (G);                                   \
+            dx[i] = acc ? dx[i] + g : g;                                           \
+        }                                                                          \
+        return FR_OK;                                                              \
+    }
+
+// y = max(x, 0)
+UNARY(fr_k_relu, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
+// dx = dy where y > 0, else 0
+BINARY_BWD(fr_k_relu_bwd, "relu_bwd", v > 0.0f ? d : 0.0f)
+
+// y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (exact GELU, PyTorch approximate='none')
+UNARY(fr_k_gelu, "gelu", 0.5f * v * (1.0f + erff(v * INV_SQRT2)))
+// dx = dy * (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
+BINARY_BWD(fr_k_gelu_bwd, "gelu_bwd",
+           d * (0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
+
+// y = 1 / (1 + exp(-x))
+UNARY(fr_k_sigmoid, "sigmoid", 1.0f / (1.0f + expf(-v)))
+// dx = dy * y (1 - y)
+BINARY_BWD(fr_k_sigmoid_bwd, "sigmoid_bwd", d * v * (1.0f - v))
+
+// y = tanh(x)
+UNARY(fr_k_tanh, "tanh", tanhf(v))
+// dx = dy * (1 - y^2)
+BINARY_BWD(fr_k_tanh_bwd, "tanh_bwd", d * (1.0f - v * v))
+
+// a, b, y all the same shape; y = a + b (y may alias a or b)
+int fr_k_add(fr_kernel_call *c) {
+    int64_t n;
+    int st = same_numel(c, "add", &n);
+    if (st) return st;
+    if (fr_shape_numel(&c->in[1].shape) != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "add: operands have %lld and %lld elements",
+                       (long long)n, (long long)fr_shape_numel(&c->in[1].shape));
+    const float *a = fr_f32(&c->in[0]), *b = fr_f32(&c->in[1]);
+    float *y = fr_f32(&c->out[0]);
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    return FR_OK;
+}

@@ -1,0 +1,277 @@
+/* conv.c — 2-D convolution, forward and backward, by im2col + GEMM. It owns
+ * CONV2D, CONV2D_BWD and the size of their workspace (fr_conv2d_ws_elems);
+ * the planner allocates that workspace, this file only uses it.
+ *
+ * Strategy: the batch is cut into S contiguous chunks of images, S at most
+ * the thread count, and each chunk has its own slot in the workspace. One
+ * thread takes a chunk and, image by image, unrolls the image into its slot
+ * (col, (C*K*K, OH*OW): small enough to stay in the core's L2) and runs a
+ * single-threaded GEMM straight into the NCHW output (OpenBLAS runs serially
+ * inside an OpenMP region). No scatter or transpose is needed. Weight
+ * gradients are summed per chunk (chunk 0 into dW itself, chunk s > 0 into a
+ * partial in the workspace), then the partials are added into dW in chunk
+ * order, so the bits depend on S only, never on which thread ran what. With
+ * one slot the loop runs outside any parallel region and OpenBLAS threads
+ * each GEMM itself. */
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+
+/* Workspace budget: at most this many floats (8 MiB), but always one image. */
+#define CONV_WS_BUDGET ((int64_t)2 << 20)
+#define CONV_PAR_MIN 16384
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+/* Sum of n floats in double, eight chains in a fixed order (not latency bound). */
+static double sum_f64(const float *p, int64_t n) {
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    for (; i < n; i++) a[0] += p[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+typedef struct conv_geom {
+    int64_t N, C, H, W, OC, K, S, P, OH, OW;
+    int64_t ckk, ohw; /* GEMM inner dimension and output positions per image */
+    int direct;       /* 1x1, stride 1, no padding: col is the image itself */
+} conv_geom;
+
+static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
+    if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
+    g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];
+    g->OC = oc, g->K = k, g->S = s, g->P = p;
+    if (g->H + 2 * p < k || g->W + 2 * p < k) return -1;
+    g->OH = (g->H + 2 * p - k) / s + 1;
+    g->OW = (g->W + 2 * p - k) / s + 1;
+    g->ckk = g->C * k * k;
+    g->ohw = g->OH * g->OW;
+    g->direct = k == 1 && s == 1 && p == 0;
+    return 0;
+}
+
+/* Floats per slot: the col buffer, and for backward a dW partial (chunks >= 1). */
+static int64_t col_elems(const conv_geom *g) { return g->direct ? 0 : g->ckk * g->ohw; }
+
+/* Largest slot count s <= cap with s*col + (s-1)*part <= have (0 if none fits). */
+static int64_t slots_fitting(int64_t have, int64_t col, int64_t part, int64_t cap) {
+    if (col + part == 0) return cap;
+    int64_t s = (have + part) / (col + part);
+    return s < cap ? s : cap;
+}
+
+int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
+                           int backward) {
+    conv_geom g;
+    if (geom_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
+    int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
+    int64_t cap = omp_get_max_threads();
+    if (cap > g.N) cap = g.N;
+    int64_t s = slots_fitting(CONV_WS_BUDGET, col, part, cap);
+    if (s < 1) s = 1;
+    return s * col + (s - 1) * part;
+}
+
+// col (C*K*K, OH*OW) from one image x (C,H,W):
+// col[(c*K + kh)*K + kw][oh*OW + ow] = x[c][oh*S - P + kh][ow*S - P + kw], 0 outside the image
+static void im2col(const conv_geom *g, const float *x, float *col) {
+    const int64_t K = g->K, S = g->S, P = g->P, H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+    for (int64_t c = 0; c < g->C; c++)
+        for (int64_t kh = 0; kh < K; kh++)
+            for (int64_t kw = 0; kw < K; kw++) {
+                float *row = col + ((c * K + kh) * K + kw) * g->ohw;
+                /* ow in [lo, hi) reads inside the image: 0 <= ow*S - P + kw < W */
+                int64_t lo = P - kw > 0 ? (P - kw + S - 1) / S : 0;
+                int64_t hi = W - 1 + P - kw >= 0 ? (W - 1 + P - kw) / S + 1 : 0;
+                if (hi > OW) hi = OW;
+                if (lo > hi) lo = hi;
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    float *dst = row + oh * OW;
+                    int64_t ih = oh * S - P + kh;
+                    if (ih < 0 || ih >= H) {
+                        memset(dst, 0, (size_t)OW * sizeof(float));
+                        continue;
+                    }
+                    const float *src = x + (c * H + ih) * W - P + kw;
+                    for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                    if (S == 1)
+                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * S];
+                    for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
+                }
+            }
+}
+
+// dx (C,H,W) += col (C*K*K, OH*OW) folded back: the adjoint of im2col
+static void col2im(const conv_geom *g, const float *col, float *dx) {
+    const int64_t K = g->K, S = g->S, P = g->P, H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+    for (int64_t c = 0; c < g->C; c++)
+        for (int64_t kh = 0; kh < K; kh++)
+            for (int64_t kw = 0; kw < K; kw++) {
+                const float *row = col + ((c * K + kh) * K + kw) * g->ohw;
+                int64_t lo = P - kw > 0 ? (P - kw + S - 1) / S : 0;
+                int64_t hi = W - 1 + P - kw >= 0 ? (W - 1 + P - kw) / S + 1 : 0;
+                if (hi > OW) hi = OW;
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    int64_t ih = oh * S - P + kh;
+                    if (ih < 0 || ih >= H) continue;
+                    const float *src = row + oh * OW;
+                    float *dst = dx + (c * H + ih) * W - P + kw;
+                    if (S == 1)
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] += src[ow];
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow * S] += src[ow];
+                }
+            }
+}
+
+static int check_shapes(fr_kernel_call *c, const char *op, conv_geom *g, const fr_tensor *x,
+                        const fr_tensor *w, const fr_shape *y) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], bw[64];
+    if (w->shape.ndim != 4 || geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
+        w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: x %s and W %s do not fit kernel %d stride %d pad %d",
+                       op, fr_shape_str(&x->shape, bx, sizeof bx), fr_shape_str(&w->shape, bw, sizeof bw),
+                       a->kernel, a->stride, a->pad);
+    if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
+                       fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
+                       (long long)g->OH, (long long)g->OW);
+    return FR_OK;
+}
+
+// x is (N,C,H,W), W is (OC,C,K,K), b is (OC) or absent, y is (N,OC,OH,OW)
+// y[n,oc,oh,ow] = b[oc] + sum_{c,kh,kw} W[oc,c,kh,kw] x[n,c,oh*S-P+kh,ow*S-P+kw]
+// per image: y_n (OC, OH*OW) = W (OC, C*K*K) @ col_n (C*K*K, OH*OW)
+int fr_k_conv2d(fr_kernel_call *c) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *ws = &c->out[1];
+    conv_geom g;
+    int st = check_shapes(c, "conv2d", &g, x, w, &c->out[0].shape);
+    if (st) return st;
+    if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
+    const int64_t col = col_elems(&g);
+    int64_t cap = omp_get_max_threads();
+    if (cap > g.N) cap = g.N;
+    int64_t have = ws->data ? fr_shape_numel(&ws->shape) : 0;
+    int64_t S = slots_fitting(have, col, 0, cap);
+    if (S < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: workspace of %lld floats, need at least %lld",
+                       (long long)have, (long long)col);
+    const float *xp = fr_f32(x), *wp = fr_f32(w), *bp = fr_f32(&c->in[2]);
+    float *yp = fr_f32(&c->out[0]), *wsp = fr_f32(ws);
+
+#pragma omp parallel for schedule(static) num_threads((int)S) if (S > 1)
+    for (int64_t s = 0; s < S; s++) {
+        float *colp = col ? wsp + s * col : NULL;
+        for (int64_t n = g.N * s / S; n < g.N * (s + 1) / S; n++) {
+            const float *xn = xp + n * g.C * g.H * g.W;
+            float *yn = yp + n * g.OC * g.ohw;
+            const float *b_mat = xn;
+            if (!g.direct) {
+                im2col(&g, xn, colp);
+                b_mat = colp;
+            }
+            if (bp)
+                for (int64_t oc = 0; oc < g.OC; oc++)
+                    for (int64_t i = 0; i < g.ohw; i++) yn[oc * g.ohw + i] = bp[oc];
+            if (g.ckk == 0) {
+                if (!bp) memset(yn, 0, (size_t)(g.OC * g.ohw) * sizeof(float));
+                continue;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.OC, (int)g.ohw, (int)g.ckk,
+                        1.0f, wp, (int)g.ckk, b_mat, (int)g.ohw, bp ? 1.0f : 0.0f, yn, (int)g.ohw);
+        }
+    }
+    return FR_OK;
+}
+
+// dy is (N,OC,OH,OW), x is (N,C,H,W), W is (OC,C,K,K); each output absent when data is NULL
+// dW (OC, C*K*K) = sum_n dy_n (OC, OH*OW) @ col_n^T       (accumulate bit 1)
+// db (OC)        = sum_{n,oh,ow} dy[n,oc,oh,ow]            (accumulate bit 2)
+// dx_n           = col2im(W^T (C*K*K, OC) @ dy_n)          (accumulate bit 0)
+int fr_k_conv2d_bwd(fr_kernel_call *c) {
+    const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2], *ws = &c->out[3];
+    conv_geom g;
+    int st = check_shapes(c, "conv2d_bwd", &g, x, w, &dy->shape);
+    if (st) return st;
+    float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
+    const float *dyp = fr_f32(dy), *xp = fr_f32(x), *wp = fr_f32(w);
+    const int64_t wn = g.OC * g.ckk, xn_el = g.C * g.H * g.W, yn_el = g.OC * g.ohw;
+
+    if (db) {
+        int acc = acc_bit(c, 2);
+#pragma omp parallel for schedule(static) if (g.N * yn_el >= CONV_PAR_MIN)
+        for (int64_t oc = 0; oc < g.OC; oc++) {
+            double s = acc ? db[oc] : 0.0;
+            for (int64_t n = 0; n < g.N; n++) s += sum_f64(dyp + n * yn_el + oc * g.ohw, g.ohw);
+            db[oc] = (float)s;
+        }
+    }
+    if (!dx && !dw) return FR_OK;
+    if (g.N == 0 || g.ckk == 0) { /* nothing flows: clear what is not accumulated */
+        if (dw && !acc_bit(c, 1)) memset(dw, 0, (size_t)wn * sizeof(float));
+        if (dx && !acc_bit(c, 0)) memset(dx, 0, (size_t)(g.N * xn_el) * sizeof(float));
+        return FR_OK;
+    }
+
+    const int64_t col = col_elems(&g), part = dw ? wn : 0;
+    int64_t cap = omp_get_max_threads();
+    if (cap > g.N) cap = g.N;
+    int64_t have = ws->data ? fr_shape_numel(&ws->shape) : 0;
+    int64_t S = slots_fitting(have, col, part, cap);
+    if (S < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: workspace of %lld floats, need at least %lld",
+                       (long long)have, (long long)col);
+    float *wsp = fr_f32(ws);
+    const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
+
+#pragma omp parallel for schedule(static) num_threads((int)S) if (S > 1)
+    for (int64_t s = 0; s < S; s++) {
+        float *colp = col ? wsp + s * col : NULL;
+        float *dws = s == 0 || !dw ? dw : wsp + S * col + (s - 1) * part; /* this chunk's dW */
+        int first = 1;
+        for (int64_t n = g.N * s / S; n < g.N * (s + 1) / S; n++) {
+            const float *xn = xp + n * xn_el, *dyn = dyp + n * yn_el;
+            float *dxn = dx ? dx + n * xn_el : NULL;
+            if (dw) {
+                const float *cm = xn;
+                if (!g.direct) {
+                    im2col(&g, xn, colp);
+                    cm = colp;
+                }
+                float beta = first ? (s == 0 && acc_w ? 1.0f : 0.0f) : 1.0f;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.OC, (int)g.ckk,
+                            (int)g.ohw, 1.0f, dyn, (int)g.ohw, cm, (int)g.ohw, beta, dws, (int)g.ckk);
+                first = 0;
+            }
+            if (dxn) {
+                if (g.direct) { /* col2im is the identity: GEMM straight into dx */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)g.ohw,
+                                (int)g.OC, 1.0f, wp, (int)g.ckk, dyn, (int)g.ohw,
+                                acc_x ? 1.0f : 0.0f, dxn, (int)g.ohw);
+                } else {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)g.ohw,
+                                (int)g.OC, 1.0f, wp, (int)g.ckk, dyn, (int)g.ohw, 0.0f, colp,
+                                (int)g.ohw);
+                    if (!acc_x) memset(dxn, 0, (size_t)xn_el * sizeof(float));
+                    col2im(&g, colp, dxn);
+                }
+            }
+        }
+    }
+    if (dw && S > 1) { /* add the chunk partials into dW in chunk order */
+        const float *parts = wsp + S * col;
+#pragma omp parallel for schedule(static) if (wn * (S - 1) >= CONV_PAR_MIN)
+        for (int64_t i = 0; i < wn; i++) {
+            float v = dw[i];
+            for (int64_t s = 1; s < S; s++) v += parts[(s - 1) * wn + i];
+            dw[i] = v;
+        }
+    }
+    return FR_OK;
+}

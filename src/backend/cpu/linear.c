@@ -1,0 +1,86 @@
+/* linear.c — the fully connected layer, forward and backward, on OpenBLAS
+ * GEMMs. It owns LINEAR and LINEAR_BWD and nothing else: no allocation, no
+ * policy (whether dx is wanted is decided by the caller through data NULL). */
+#include <cblas.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+
+#define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+// x is (N,K) (any trailing dims flattened), W is (O,K), b is (O) or absent, y is (N,O)
+// y[n,o] = sum_k x[n,k] W[o,k] + b[o]
+int fr_k_linear(fr_kernel_call *c) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
+    int64_t N = x->shape.d[0], O = w->shape.d[0];
+    int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
+    if (w->shape.ndim != 2 || w->shape.d[1] != K || fr_shape_numel(&y->shape) != N * O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "linear: x has %lld features per sample, W is (%lld, %lld)",
+                       (long long)K, (long long)O, (long long)w->shape.d[1]);
+    if (N == 0 || O == 0) return FR_OK;
+    float *yp = fr_f32(y);
+    const float *bp = fr_f32(b);
+    float beta = 0.0f;
+    if (bp) { /* seed y with the bias, then let the GEMM add x W^T on top */
+#pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
+        for (int64_t n = 0; n < N; n++) memcpy(yp + n * O, bp, (size_t)O * sizeof(float));
+        beta = 1.0f;
+    }
+    if (K == 0) {
+        if (!bp) memset(yp, 0, (size_t)(N * O) * sizeof(float));
+        return FR_OK;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)K, 1.0f, fr_f32(x),
+                (int)K, fr_f32(w), (int)K, beta, yp, (int)O);
+    return FR_OK;
+}
+
+// dy is (N,O), x is (N,K), W is (O,K)
+// dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
+// each added into its output when its accumulate bit (0, 1, 2) is set
+int fr_k_linear_bwd(fr_kernel_call *c) {
+    const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
+    float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
+    int64_t N = x->shape.d[0], O = w->shape.d[0];
+    int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
+    if (w->shape.d[1] != K || fr_shape_numel(&dy->shape) != N * O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "linear_bwd: dy has %lld elements, expected %lld x %lld",
+                       (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);
+    const float *dyp = fr_f32(dy);
+    if (dx && N * K > 0) {
+        if (O == 0) {
+            if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
+                        dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
+        }
+    }
+    if (dw && O * K > 0) {
+        if (N == 0) {
+            if (!acc_bit(c, 1)) memset(dw, 0, (size_t)(O * K) * sizeof(float));
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)K, (int)N, 1.0f, dyp,
+                        (int)O, fr_f32(x), (int)K, acc_bit(c, 1) ? 1.0f : 0.0f, dw, (int)K);
+        }
+    }
+    if (db && O > 0) {
+        /* Columns in blocks of 64: one thread owns a block and sums its rows in
+         * order (double accumulators), so the bits do not depend on scheduling. */
+        enum { BLK = 64 };
+        int acc = acc_bit(c, 2);
+        int64_t nblk = (O + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
+        for (int64_t bi = 0; bi < nblk; bi++) {
+            double s[BLK] = {0};
+            int64_t o0 = bi * BLK, m = O - o0 < BLK ? O - o0 : BLK;
+            for (int64_t n = 0; n < N; n++) {
+                const float *row = dyp + n * O + o0;
+                for (int64_t j = 0; j < m; j++) s[j] += row[j];
+            }
+            for (int64_t j = 0; j < m; j++)
+                db[o0 + j] = (float)(acc ? db[o0 + j] + s[j] : s[j]);
+        }
+    }
+    return FR_OK;
+}

@@ -1,0 +1,146 @@
+/* loss.c — the losses with mean reduction (PyTorch's defaults): softmax
+ * cross-entropy on integer labels and mean squared error, forward and
+ * backward. Labels are checked before anything is written; a bad one is an
+ * FR_ERR_ARG naming the sample. Sums are in double over fixed blocks added in
+ * block order, so the loss is the same bits at any thread count. */
+#include <math.h>
+#include "backend/cpu/kernels.h"
+
+#define LOSS_BLOCKS 64 /* fixed partition of a reduction, independent of threads */
+#define LOSS_PAR_MIN 16384
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
+    const fr_tensor *z = &c->in[0], *lab = &c->in[1];
+    char b[64];
+    if (z->shape.ndim != 2 || fr_shape_numel(&lab->shape) != z->shape.d[0] || lab->dtype != FR_I32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per sample", op,
+                       fr_shape_str(&z->shape, b, sizeof b));
+    *N = z->shape.d[0], *C = z->shape.d[1];
+    const int32_t *y = (const int32_t *)lab->data;
+    for (int64_t n = 0; n < *N; n++)
+        if (y[n] < 0 || y[n] >= *C)
+            return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)",
+                           op, (int)y[n], (long long)n, (long long)*C);
+    return FR_OK;
+}
+
+/* logsumexp of one row, max-shifted so that logits of 1000 do not overflow */
+static double row_lse(const float *z, int64_t C, double *zmax) {
+    double m = z[0];
+    for (int64_t j = 1; j < C; j++)
+        if (z[j] > m) m = z[j];
+    double s = 0.0;
+    for (int64_t j = 0; j < C; j++) s += exp((double)z[j] - m);
+    *zmax = m;
+    return m + log(s);
+}
+
+// logits z is (N,C), labels y is (N) i32, loss is (1)
+// loss = (1/N) sum_n (logsumexp(z[n,:]) - z[n, y[n]])
+int fr_k_cross_entropy(fr_kernel_call *c) {
+    int64_t N, C;
+    int st = ce_check(c, "cross_entropy", &N, &C);
+    if (st) return st;
+    const float *z = fr_f32(&c->in[0]);
+    const int32_t *y = (const int32_t *)c->in[1].data;
+    float *loss = fr_f32(&c->out[0]);
+    if (N == 0 || C == 0) {
+        loss[0] = 0.0f;
+        return FR_OK;
+    }
+    double part[LOSS_BLOCKS];
+#pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
+    for (int b = 0; b < LOSS_BLOCKS; b++) {
+        double s = 0.0, m;
+        for (int64_t n = N * b / LOSS_BLOCKS; n < N * (b + 1) / LOSS_BLOCKS; n++)
+            s += row_lse(z + n * C, C, &m) - (double)z[n * C + y[n]];
+        part[b] = s;
+    }
+    double s = 0.0;
+    for (int b = 0; b < LOSS_BLOCKS; b++) s += part[b];
+    loss[0] = (float)(s / (double)N);
+    return FR_OK;
+}
+
+// logits z is (N,C), labels y is (N), dz is (N,C)
+// dz[n,j] = scale (softmax(z[n,:])_j - [j == y[n]]) / N
+int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
+    int64_t N, C;
+    int st = ce_check(c, "cross_entropy_bwd", &N, &C);
+    if (st) return st;
+    if (fr_shape_numel(&c->out[0].shape) != N * C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "cross_entropy_bwd: dlogits has %lld elements, need %lld",
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
+    const float *z = fr_f32(&c->in[0]);
+    const int32_t *y = (const int32_t *)c->in[1].data;
+    float *dz = fr_f32(&c->out[0]);
+    if (!dz || N == 0 || C == 0) return FR_OK;
+    const double k = (double)c->node->attr.scale / (double)N;
+    const int acc = acc_bit(c, 0);
+#pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const float *zr = z + n * C;
+        float *dr = dz + n * C;
+        double m, lse = row_lse(zr, C, &m);
+        for (int64_t j = 0; j < C; j++) {
+            double g = k * (exp((double)zr[j] - lse) - (j == y[n] ? 1.0 : 0.0));
+            dr[j] = (float)(acc ? dr[j] + g : g);
+        }
+    }
+    return FR_OK;
+}
+
+static int mse_check(fr_kernel_call *c, const char *op, int64_t *n) {
+    *n = fr_shape_numel(&c->in[0].shape);
+    if (fr_shape_numel(&c->in[1].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: pred has %lld elements, target %lld", op,
+                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
+    return FR_OK;
+}
+
+// pred, target are (N,D); loss is (1) = (1/(N D)) sum (pred - target)^2
+int fr_k_mse(fr_kernel_call *c) {
+    int64_t n;
+    int st = mse_check(c, "mse", &n);
+    if (st) return st;
+    const float *p = fr_f32(&c->in[0]), *t = fr_f32(&c->in[1]);
+    float *loss = fr_f32(&c->out[0]);
+    if (n == 0) {
+        loss[0] = 0.0f;
+        return FR_OK;
+    }
+    double part[LOSS_BLOCKS];
+#pragma omp parallel for schedule(static) if (n >= LOSS_PAR_MIN)
+    for (int b = 0; b < LOSS_BLOCKS; b++) {
+        double s = 0.0;
+        for (int64_t i = n * b / LOSS_BLOCKS; i < n * (b + 1) / LOSS_BLOCKS; i++) {
+            double d = (double)p[i] - t[i];
+            s += d * d;
+        }
+        part[b] = s;
+    }
+    double s = 0.0;
+    for (int b = 0; b < LOSS_BLOCKS; b++) s += part[b];
+    loss[0] = (float)(s / (double)n);
+    return FR_OK;
+}
+
+// pred, target, dpred are (N,D); dpred = scale 2 (pred - target) / (N D)
+int fr_k_mse_bwd(fr_kernel_call *c) {
+    int64_t n;
+    int st = mse_check(c, "mse_bwd", &n);
+    if (st) return st;
+    const float *p = fr_f32(&c->in[0]), *t = fr_f32(&c->in[1]);
+    float *dp = fr_f32(&c->out[0]);
+    if (!dp || n == 0) return FR_OK;
+    const float k = (float)(2.0 * (double)c->node->attr.scale / (double)n);
+    const int acc = acc_bit(c, 0);
+#pragma omp parallel for schedule(static) if (n >= LOSS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float g = k * (p[i] - t[i]);
+        dp[i] = acc ? dp[i] + g : g;
+    }
+    return FR_OK;
+}

@@ -1,0 +1,246 @@
+/* norm.c — batch normalisation (1d and 2d) and layer normalisation, forward
+ * and backward. Statistics are summed in double, one channel (BatchNorm) or
+ * one sample (LayerNorm) per thread in a fixed order, so results do not
+ * depend on scheduling. A missing gamma/beta means the identity affine. */
+#include <math.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+
+#define NORM_PAR_MIN 16384
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+/* Sum of n floats in double, eight chains in a fixed order (not latency bound). */
+static double sum_f64(const float *p, int64_t n) {
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    for (; i < n; i++) a[0] += p[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Sum of (p[i] - m)^2 in double, same order rules. */
+static double sumsq_dev_f64(const float *p, int64_t n, double m) {
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double d = p[i + j] - m;
+            a[j] += d * d;
+        }
+    for (; i < n; i++) {
+        double d = p[i] - m;
+        a[0] += d * d;
+    }
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* BatchNorm views x as (N, C, HW): HW = 1 for (N,C). */
+static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t *N, int64_t *C,
+                   int64_t *HW) {
+    char b[64];
+    if (x->ndim != 2 && x->ndim != 4)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,H,W)", op,
+                       fr_shape_str(x, b, sizeof b));
+    *N = x->d[0], *C = x->d[1], *HW = x->ndim == 4 ? x->d[2] * x->d[3] : 1;
+    return FR_OK;
+}
+
+// x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C); y is x's shape
+// training: mean[c] = E[x], var[c] = E[(x - mean)^2] over (N,H,W); invstd = 1/sqrt(var + eps)
+//   y = (x - mean) invstd gamma + beta; saves mean, invstd (C);
+//   running_mean = (1-m) running_mean + m mean; running_var = (1-m) running_var + m var n/(n-1)
+// eval: y = (x - running_mean) / sqrt(running_var + eps) gamma + beta
+int fr_k_batchnorm(fr_kernel_call *c) {
+    const fr_attr *a = &c->node->attr;
+    int64_t N, C, HW;
+    int st = bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
+    if (st) return st;
+    const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
+    float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
+    float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
+    const int64_t cnt = N * HW;
+    const int training = a->training;
+    if (training && cnt < 2)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm: training needs more than 1 value per channel, got %lld",
+                       (long long)cnt);
+    if (!training && (!rmean || !rvar))
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    const double eps = a->eps, mom = a->momentum;
+
+#pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean, invstd;
+        if (training) {
+            double s = 0.0, q = 0.0;
+            for (int64_t n = 0; n < N; n++) s += sum_f64(x + (n * C + ch) * HW, HW);
+            mean = s / (double)cnt;
+            for (int64_t n = 0; n < N; n++) q += sumsq_dev_f64(x + (n * C + ch) * HW, HW, mean);
+            double var = q / (double)cnt;
+            invstd = 1.0 / sqrt(var + eps);
+            if (smean) smean[ch] = (float)mean;
+            if (sinv) sinv[ch] = (float)invstd;
+            if (rmean) rmean[ch] = (float)((1.0 - mom) * rmean[ch] + mom * mean);
+            if (rvar)
+                rvar[ch] = (float)((1.0 - mom) * rvar[ch] + mom * var * (double)cnt / (double)(cnt - 1));
+        } else {
+            mean = rmean[ch];
+            invstd = 1.0 / sqrt((double)rvar[ch] + eps);
+        }
+        /* y = x scale + shift, scale = gamma invstd, shift = beta - mean scale */
+        double g = gamma ? gamma[ch] : 1.0, b = beta ? beta[ch] : 0.0;
+        float scale = (float)(g * invstd), shift = (float)(b - mean * g * invstd);
+        for (int64_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + ch) * HW;
+            float *yp = y + (n * C + ch) * HW;
+            for (int64_t i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+        }
+    }
+    return FR_OK;
+}
+
+// dy, x are (N,C) or (N,C,H,W); gamma, mean, invstd are (C) (batch statistics of the forward)
+// xhat = (x - mean) invstd; dbeta[c] = sum dy; dgamma[c] = sum dy xhat   (sums over N,H,W; n terms)
+// dx = gamma invstd (dy - dbeta/n - xhat dgamma/n)
+int fr_k_batchnorm_bwd(fr_kernel_call *c) {
+    int64_t N, C, HW;
+    int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
+    if (st) return st;
+    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
+    const float *smean = fr_f32(&c->in[3]), *sinv = fr_f32(&c->in[4]);
+    float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
+    if (!smean || !sinv)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
+    const int64_t cnt = N * HW;
+    const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
+
+#pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double mean = smean[ch], inv = sinv[ch];
+        double sdy = 0.0, sdyx = 0.0; /* sum dy, sum dy (x - mean) */
+        for (int64_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + ch) * HW, *dyp = dy + (n * C + ch) * HW;
+            double a[4] = {0}, b[4] = {0};
+            int64_t i = 0;
+            for (; i + 4 <= HW; i += 4)
+                for (int j = 0; j < 4; j++) {
+                    a[j] += dyp[i + j];
+                    b[j] += dyp[i + j] * (xp[i + j] - mean);
+                }
+            for (; i < HW; i++) a[0] += dyp[i], b[0] += dyp[i] * (xp[i] - mean);
+            sdy += (a[0] + a[1]) + (a[2] + a[3]);
+            sdyx += (b[0] + b[1]) + (b[2] + b[3]);
+        }
+        const double dg = sdyx * inv; /* sum dy xhat */
+        if (dgamma) dgamma[ch] = (float)(acc_g ? dgamma[ch] + dg : dg);
+        if (dbeta) dbeta[ch] = (float)(acc_b ? dbeta[ch] + sdy : sdy);
+        if (!dx || cnt == 0) continue;
+        /* dx = k (dy - mdy - (x - mean) inv^2 mdyx), k = gamma inv */
+        const double g = gamma ? gamma[ch] : 1.0;
+        const float k = (float)(g * inv), mdy = (float)(sdy / (double)cnt),
+                    q = (float)(sdyx / (double)cnt * inv * inv), m = (float)mean;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + ch) * HW, *dyp = dy + (n * C + ch) * HW;
+            float *dxp = dx + (n * C + ch) * HW;
+            for (int64_t i = 0; i < HW; i++) {
+                float v = k * (dyp[i] - mdy - (xp[i] - m) * q);
+                dxp[i] = acc_x ? dxp[i] + v : v;
+            }
+        }
+    }
+    return FR_OK;
+}
+
+// x is (N, D...), gamma, beta are (D...) (D = numel / N), y is x's shape, mean, rstd are (N)
+// mean[n] = E_d x[n,d], var[n] = E_d (x - mean)^2, rstd = 1/sqrt(var + eps)
+// y[n,d] = (x[n,d] - mean[n]) rstd[n] gamma[d] + beta[d]
+int fr_k_layernorm(fr_kernel_call *c) {
+    const fr_shape *xs = &c->in[0].shape;
+    const int64_t N = xs->ndim ? xs->d[0] : 0, D = N ? fr_shape_numel(xs) / N : 0;
+    const fr_tensor *gt = &c->in[1];
+    if (gt->data && fr_shape_numel(&gt->shape) != D)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "layernorm: gamma has %lld elements, samples have %lld",
+                       (long long)fr_shape_numel(&gt->shape), (long long)D);
+    if (D == 0) return FR_OK;
+    const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(gt), *beta = fr_f32(&c->in[2]);
+    float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *srstd = fr_f32(&c->out[2]);
+    const double eps = c->node->attr.eps;
+#pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const float *xp = x + n * D;
+        float *yp = y + n * D;
+        double mean = sum_f64(xp, D) / (double)D;
+        double rstd = 1.0 / sqrt(sumsq_dev_f64(xp, D, mean) / (double)D + eps);
+        if (smean) smean[n] = (float)mean;
+        if (srstd) srstd[n] = (float)rstd;
+        const float m = (float)mean, r = (float)rstd;
+        for (int64_t d = 0; d < D; d++) {
+            float v = (xp[d] - m) * r;
+            if (gamma) v *= gamma[d];
+            if (beta) v += beta[d];
+            yp[d] = v;
+        }
+    }
+    return FR_OK;
+}
+
+// dy, x are (N, D...), gamma is (D...), mean, rstd are (N)
+// xhat = (x - mean) rstd, g = dy gamma
+// dx[n,d] = rstd (g - E_d g - xhat E_d(g xhat));  dgamma[d] = sum_n dy xhat;  dbeta[d] = sum_n dy
+int fr_k_layernorm_bwd(fr_kernel_call *c) {
+    const fr_shape *xs = &c->in[1].shape;
+    const int64_t N = xs->ndim ? xs->d[0] : 0, D = N ? fr_shape_numel(xs) / N : 0;
+    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
+    const float *smean = fr_f32(&c->in[3]), *srstd = fr_f32(&c->in[4]);
+    float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
+    if (D == 0) return FR_OK;
+    if (!smean || !srstd)
+        return fr_fail(c->ctx, FR_ERR_ARG, "layernorm_bwd: the saved mean and rstd are missing");
+    const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
+
+    if (dx) {
+#pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
+        for (int64_t n = 0; n < N; n++) {
+            const float *xp = x + n * D, *dyp = dy + n * D;
+            float *dxp = dx + n * D;
+            const float m = smean[n], r = srstd[n];
+            double sg = 0.0, sgx = 0.0; /* sum g, sum g xhat */
+            for (int64_t d = 0; d < D; d++) {
+                double g = gamma ? (double)dyp[d] * gamma[d] : dyp[d];
+                sg += g;
+                sgx += g * ((xp[d] - m) * r);
+            }
+            const float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
+            for (int64_t d = 0; d < D; d++) {
+                float g = gamma ? dyp[d] * gamma[d] : dyp[d];
+                float v = r * (g - mg - (xp[d] - m) * r * mgx);
+                dxp[d] = acc_x ? dxp[d] + v : v;
+            }
+        }
+    }
+    if (dgamma || dbeta) {
+        /* columns in blocks: one thread owns a block and sums the rows in order */
+        enum { BLK = 64 };
+        const int64_t nblk = (D + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
+        for (int64_t bi = 0; bi < nblk; bi++) {
+            double sg[BLK] = {0}, sb[BLK] = {0};
+            const int64_t d0 = bi * BLK, w = D - d0 < BLK ? D - d0 : BLK;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xp = x + n * D + d0, *dyp = dy + n * D + d0;
+                const float m = smean[n], r = srstd[n];
+                for (int64_t j = 0; j < w; j++) {
+                    sb[j] += dyp[j];
+                    sg[j] += (double)dyp[j] * ((xp[j] - m) * r);
+                }
+            }
+            for (int64_t j = 0; j < w; j++) {
+                if (dgamma) dgamma[d0 + j] = (float)(acc_g ? dgamma[d0 + j] + sg[j] : sg[j]);
+                if (dbeta) dbeta[d0 + j] = (float)(acc_b ? dbeta[d0 + j] + sb[j] : sb[j]);
+            }
+        }
+    }
+    return FR_OK;
+}

@@ -1,0 +1,180 @@
+/* pool.c — max, average and global average pooling, forward and backward.
+ * Square windows (attr.kernel, attr.stride), no padding, floor mode. Every
+ * loop runs over (n, c) planes, one plane per thread at a time, so gradients
+ * of overlapping windows add up in a fixed order. */
+#include <math.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+
+#define POOL_PAR_MIN 16384
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+typedef struct pool_geom {
+    int64_t planes, H, W, K, S, OH, OW;
+} pool_geom;
+
+/* x is (N,C,H,W) (or any shape whose last two dims are H, W); y must be (..., OH, OW). */
+static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, const fr_shape *y,
+                          pool_geom *g) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], by[64];
+    if (x->ndim < 2 || a->kernel < 1 || a->stride < 1 || x->d[x->ndim - 2] < a->kernel ||
+        x->d[x->ndim - 1] < a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s does not fit kernel %d stride %d", op,
+                       fr_shape_str(x, bx, sizeof bx), a->kernel, a->stride);
+    g->H = x->d[x->ndim - 2], g->W = x->d[x->ndim - 1], g->K = a->kernel, g->S = a->stride;
+    g->OH = (g->H - g->K) / g->S + 1, g->OW = (g->W - g->K) / g->S + 1;
+    g->planes = fr_shape_numel(x) / (g->H * g->W);
+    if (fr_shape_numel(y) != g->planes * g->OH * g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
+                       fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
+    return FR_OK;
+}
+
+/* Offset (kh*W + kw) in the plane of the window's maximum: the first one in
+ * row-major window order, as PyTorch's CPU kernel (a NaN wins, the last one). */
+static int64_t window_argmax(const float *x, int64_t W, int64_t K) {
+    int64_t best = 0;
+    float m = x[0];
+    for (int64_t kh = 0; kh < K; kh++)
+        for (int64_t kw = 0; kw < K; kw++) {
+            float v = x[kh * W + kw];
+            if (v > m || isnan(v)) m = v, best = kh * W + kw;
+        }
+    return best;
+}
+
+// x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
+int fr_k_maxpool2d(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    if (st) return st;
+    const float *x = fr_f32(&c->in[0]);
+    float *y = fr_f32(&c->out[0]);
+#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < g.planes; p++) {
+        const float *xp = x + p * g.H * g.W;
+        float *yp = y + p * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                const float *win = xp + oh * g.S * g.W + ow * g.S;
+                yp[oh * g.OW + ow] = win[window_argmax(win, g.W, g.K)];
+            }
+    }
+    return FR_OK;
+}
+
+// dy is (N,C,OH,OW), x is (N,C,H,W), y unused (the max is found again in x), dx is (N,C,H,W)
+// dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w)
+int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
+    if (st) return st;
+    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
+    float *dx = fr_f32(&c->out[0]);
+    if (!dx) return FR_OK;
+    int acc = acc_bit(c, 0);
+#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < g.planes; p++) {
+        const float *xp = x + p * g.H * g.W, *dyp = dy + p * g.OH * g.OW;
+        float *dxp = dx + p * g.H * g.W;
+        if (!acc) memset(dxp, 0, (size_t)(g.H * g.W) * sizeof(float));
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t base = oh * g.S * g.W + ow * g.S;
+                dxp[base + window_argmax(xp + base, g.W, g.K)] += dyp[oh * g.OW + ow];
+            }
+    }
+    return FR_OK;
+}
+
+// x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = mean_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
+int fr_k_avgpool2d(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    if (st) return st;
+    const float *x = fr_f32(&c->in[0]);
+    float *y = fr_f32(&c->out[0]);
+    const float inv = 1.0f / (float)(g.K * g.K);
+#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < g.planes; p++) {
+        const float *xp = x + p * g.H * g.W;
+        float *yp = y + p * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                const float *win = xp + oh * g.S * g.W + ow * g.S;
+                float s = 0.0f;
+                for (int64_t kh = 0; kh < g.K; kh++)
+                    for (int64_t kw = 0; kw < g.K; kw++) s += win[kh * g.W + kw];
+                yp[oh * g.OW + ow] = s * inv;
+            }
+    }
+    return FR_OK;
+}
+
+// dy is (N,C,OH,OW), dx is (N,C,H,W) (its shape is the forward input's)
+// dx[n,c,h,w] = sum over the windows holding (h,w) of dy / (K*K)
+int fr_k_avgpool2d_bwd(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
+    if (st) return st;
+    const float *dy = fr_f32(&c->in[0]);
+    float *dx = fr_f32(&c->out[0]);
+    if (!dx) return FR_OK;
+    const float inv = 1.0f / (float)(g.K * g.K);
+    int acc = acc_bit(c, 0);
+#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < g.planes; p++) {
+        const float *dyp = dy + p * g.OH * g.OW;
+        float *dxp = dx + p * g.H * g.W;
+        if (!acc) memset(dxp, 0, (size_t)(g.H * g.W) * sizeof(float));
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                float v = dyp[oh * g.OW + ow] * inv;
+                float *win = dxp + oh * g.S * g.W + ow * g.S;
+                for (int64_t kh = 0; kh < g.K; kh++)
+                    for (int64_t kw = 0; kw < g.K; kw++) win[kh * g.W + kw] += v;
+            }
+    }
+    return FR_OK;
+}
+
+// x is (N,C,H,W), y is (N,C); y[n,c] = mean_{h,w} x[n,c,h,w]
+int fr_k_global_avgpool(fr_kernel_call *c) {
+    const fr_shape *xs = &c->in[0].shape;
+    if (xs->ndim != 4 || fr_shape_numel(&c->out[0].shape) != xs->d[0] * xs->d[1])
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool: input must be (N,C,H,W), output (N,C)");
+    const int64_t planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
+    const float *x = fr_f32(&c->in[0]);
+    float *y = fr_f32(&c->out[0]);
+#pragma omp parallel for schedule(static) if (planes * hw >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = x + p * hw;
+        double s = 0.0;
+        for (int64_t i = 0; i < hw; i++) s += xp[i];
+        y[p] = hw ? (float)(s / (double)hw) : 0.0f;
+    }
+    return FR_OK;
+}
+
+// dy is (N,C), dx is (N,C,H,W); dx[n,c,h,w] = dy[n,c] / (H*W)
+int fr_k_global_avgpool_bwd(fr_kernel_call *c) {
+    const fr_shape *xs = &c->out[0].shape;
+    if (xs->ndim != 4 || fr_shape_numel(&c->in[0].shape) != xs->d[0] * xs->d[1])
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool_bwd: dy must be (N,C), dx (N,C,H,W)");
+    const int64_t planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
+    const float *dy = fr_f32(&c->in[0]);
+    float *dx = fr_f32(&c->out[0]);
+    if (!dx || hw == 0) return FR_OK;
+    int acc = acc_bit(c, 0);
+#pragma omp parallel for schedule(static) if (planes * hw >= POOL_PAR_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        float v = dy[p] / (float)hw, *dxp = dx + p * hw;
+        if (acc)
+            for (int64_t i = 0; i < hw; i++) dxp[i] += v;
+        else
+            for (int64_t i = 0; i < hw; i++) dxp[i] = v;
+    }
+    return FR_OK;
+}

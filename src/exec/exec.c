@@ -1,0 +1,90 @@
+/* exec.c — the executor (see exec.h). */
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "exec/exec.h"
+
+fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
+    fr_ctx *ctx = g->ctx;
+    memset(e, 0, sizeof *e);
+    e->ctx = ctx;
+    e->g = g;
+    e->plan = plan;
+    e->ptr = fr_calloc(ctx, g->n_vals * sizeof *e->ptr, FR_MEM_OTHER);
+    e->written = fr_calloc(ctx, g->n_vals, FR_MEM_OTHER);
+    if (!e->ptr || !e->written) goto fail;
+    if (plan->arena_bytes) {
+        fr_mem_set_tag(ctx, "arena");
+        e->arena = fr_arena_alloc(ctx, plan->arena_bytes);
+        if (!e->arena) goto fail;
+    }
+    for (size_t v = 0; v < g->n_vals; v++)
+        if (plan->offset[v] >= 0) e->ptr[v] = e->arena + plan->offset[v];
+    return FR_OK;
+fail:
+    fr_exec_release(e);
+    return FR_ERR_NOMEM;
+}
+
+void fr_exec_release(fr_exec *e) {
+    if (!e->ctx) return;
+    fr_arena_free(e->ctx, e->arena);
+    fr_free(e->ctx, e->ptr);
+    fr_free(e->ctx, e->written);
+    memset(e, 0, sizeof *e);
+}
+
+static void apply_events(fr_exec *e, int i) {
+    const fr_plan *p = e->plan;
+    for (int k = p->ev_start[i]; k < p->ev_start[i + 1]; k++) {
+        int ev = p->ev[k], v = (ev > 0 ? ev : -ev) - 1;
+        int64_t b = (int64_t)fr_value_bytes(&e->g->vals[v]);
+        fr_mem_track(e->ctx, p->cat[v], ev > 0 ? b : -b);
+    }
+}
+
+static fr_tensor bind(const fr_exec *e, int v, int n) {
+    fr_tensor t = {0};
+    if (v < 0) return t;
+    const fr_value *val = &e->g->vals[v];
+    t.dtype = val->dtype;
+    t.shape = val->shape;
+    if (val->batched) t.shape.d[0] = n;
+    t.data = e->ptr[v];
+    return t;
+}
+
+fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step) {
+    fr_graph *g = e->g;
+    for (int i = from; i < to; i++) {
+        const fr_node *node = &g->nodes[i];
+        const fr_op_info *info = fr_op_get(node->op);
+        fr_mem_set_tag(e->ctx, info->name);
+        apply_events(e, i);
+        if (info->view) { /* shares its input's storage, wherever that lives */
+            e->ptr[node->out[0]] = e->ptr[node->in[0]];
+            continue;
+        }
+        fr_kernel_call c = {0};
+        c.ctx = e->ctx;
+        c.node = node;
+        c.seed = seed;
+        c.step = step;
+        for (int j = 0; j < node->n_in; j++) c.in[j] = bind(e, node->in[j], n);
+        for (int j = 0; j < node->n_out; j++) {
+            int v = node->out[j];
+            c.out[j] = bind(e, v, n);
+            if (v >= 0 && (node->accumulate & (1u << j))) {
+                if (e->written[v]) c.accumulate |= 1u << j;
+                e->written[v] = 1;
+            }
+        }
+        int st = info->kernel(&c);
+        if (st) return (fr_status)st;
+    }
+    return FR_OK;
+}
+
+void fr_exec_finish(fr_exec *e) {
+    apply_events(e, e->plan->n_nodes);
+    fr_mem_set_tag(e->ctx, NULL);
+}

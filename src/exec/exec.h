@@ -1,0 +1,26 @@
+/* exec.h — runs a planned graph on the CPU backend. It knows kernels and
+ * pointers, nothing of policy: the plan says where each value lives and when
+ * it is born and dies; the executor binds pointers, calls each node's kernel
+ * from the op table and reports the plan's events to the allocator. */
+#ifndef FR_EXEC_H
+#define FR_EXEC_H
+
+#include "plan/plan.h"
+
+typedef struct fr_exec {
+    fr_ctx *ctx;
+    fr_graph *g;
+    fr_plan *plan;
+    char *arena;       /* fr_arena_alloc'd, plan->arena_bytes */
+    void **ptr;        /* per value: bound storage (params, grads, batch, arena) */
+    uint8_t *written;  /* per FR_VAL_GRAD value: already holds a gradient this step */
+} fr_exec;
+
+fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);
+void fr_exec_release(fr_exec *e);
+/* Run nodes [from, to) with batch size n (<= the compiled batch). */
+fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step);
+/* Apply the end-of-step events (kept values die). */
+void fr_exec_finish(fr_exec *e);
+
+#endif

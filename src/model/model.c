@@ -1,0 +1,460 @@
+/* model.c — the model builder (the public fr_model_* calls), parameter
+ * naming after PyTorch's nn.Sequential (index or given name, ".weight",
+ * ".bias", BatchNorm's running stats), PyTorch's default initialisation, and
+ * the forward graph a model emits. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "core/rng.h"
+#include "model/model.h"
+
+static const char *layer_names[FR_L_COUNT] = {
+    "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "relu", "gelu", "sigmoid",
+    "tanh", "batchnorm", "layernorm", "dropout", "flatten", "residual", "shortcut", "end"};
+
+const char *fr_layer_kind_name(fr_layer_kind k) {
+    return (unsigned)k < FR_L_COUNT ? layer_names[k] : "?";
+}
+
+fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w) {
+    if (c <= 0 || h <= 0 || w <= 0) {
+        fr_fail(ctx, FR_ERR_ARG, "model input must have positive dimensions, got (%d, %d, %d)", c,
+                h, w);
+        return NULL;
+    }
+    fr_model *m = fr_calloc(ctx, sizeof *m, FR_MEM_OTHER);
+    if (!m) return NULL;
+    m->ctx = ctx;
+    m->in = (h == 1 && w == 1) ? fr_shape1(c) : fr_shape3(c, h, w);
+    m->cur = m->in;
+    m->loss = FR_LOSS_CROSS_ENTROPY;
+    return m;
+}
+
+void fr_model_free(fr_model *m) {
+    if (!m) return;
+    fr_ctx *ctx = m->ctx;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_free(ctx, m->params[i].data);
+        fr_free(ctx, m->params[i].grad);
+        fr_free(ctx, m->params[i].state[0]);
+        fr_free(ctx, m->params[i].state[1]);
+    }
+    fr_free(ctx, m->params);
+    fr_free(ctx, m->layers);
+    fr_free(ctx, m);
+}
+
+/* The state_dict prefix of the next layer at the current nesting. */
+static void next_name(fr_model *m, char *out) {
+    if (m->depth == 0) {
+        snprintf(out, FR_ST_NAME_MAX, "%d", m->top_index++);
+        return;
+    }
+    int d = m->depth - 1, sc = m->res_in_shortcut[d];
+    snprintf(out, FR_ST_NAME_MAX, "%.100s.%s.%d", m->layers[m->res_layer[d]].name,
+             sc ? "shortcut" : "body", m->res_index[d][sc]++);
+}
+
+static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
+    if (fr_grow(m->ctx, (void **)&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(fr_layer),
+                FR_MEM_OTHER))
+        return NULL;
+    fr_layer *l = &m->layers[m->n_layers++];
+    memset(l, 0, sizeof *l);
+    l->kind = kind;
+    l->in = m->cur;
+    l->out_shape = out;
+    l->first_param = (int)m->n_params;
+    if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) next_name(m, l->name);
+    m->cur = out;
+    return l;
+}
+
+static fr_status add_param(fr_model *m, fr_layer *l, const char *suffix, fr_shape shape,
+                           fr_param_role role, int fan_in) {
+    if (fr_grow(m->ctx, (void **)&m->params, &m->cap_params, m->n_params + 1, sizeof(fr_param),
+                FR_MEM_OTHER))
+        return FR_ERR_NOMEM;
+    fr_param *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%.120s.%s", l->name, suffix);
+    p->shape = shape;
+    p->dtype = role == FR_P_NUM_BATCHES ? FR_I64 : FR_F32;
+    p->role = role;
+    p->trainable = role == FR_P_WEIGHT || role == FR_P_BIAS;
+    p->layer = (int)(l - m->layers);
+    p->fan_in = fan_in;
+    l->n_params++;
+    return FR_OK;
+}
+
+static char *shape_str(const fr_shape *s, char *buf) { return (char *)fr_shape_str(s, buf, 64); }
+
+static fr_status need_image(fr_model *m, const char *what) {
+    char b[64];
+    if (m->cur.ndim == 3) return FR_OK;
+    return fr_fail(m->ctx, FR_ERR_SHAPE, "%s needs an image input (C, H, W), got %s", what,
+                   shape_str(&m->cur, b));
+}
+
+fr_status fr_model_linear(fr_model *m, int out, int bias) {
+    char b[64];
+    if (out <= 0) return fr_fail(m->ctx, FR_ERR_ARG, "linear: out_features must be positive");
+    if (m->cur.ndim != 1)
+        return fr_fail(m->ctx, FR_ERR_SHAPE,
+                       "linear needs a flat input: add flatten before it (input is %s)",
+                       shape_str(&m->cur, b));
+    int64_t in = m->cur.d[0];
+    fr_layer *l = add_layer(m, FR_L_LINEAR, fr_shape1(out));
+    if (!l) return FR_ERR_NOMEM;
+    l->out = out;
+    l->bias = bias;
+    if (add_param(m, l, "weight", fr_shape2(out, in), FR_P_WEIGHT, (int)in)) return FR_ERR_NOMEM;
+    if (bias && add_param(m, l, "bias", fr_shape1(out), FR_P_BIAS, (int)in)) return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+fr_status fr_model_conv2d(fr_model *m, int oc, int k, int stride, int pad, int bias) {
+    char b[64];
+    if (oc <= 0 || k <= 0 || stride <= 0 || pad < 0)
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "conv2d: channels, kernel and stride must be positive, padding >= 0");
+    if (need_image(m, "conv2d")) return FR_ERR_SHAPE;
+    int64_t c = m->cur.d[0], h = m->cur.d[1], w = m->cur.d[2];
+    if (h + 2 * pad < k || w + 2 * pad < k)
+        return fr_fail(m->ctx, FR_ERR_SHAPE, "conv2d: kernel %d is larger than the input %s", k,
+                       shape_str(&m->cur, b));
+    fr_layer *l = add_layer(m, FR_L_CONV2D,
+                            fr_shape3(oc, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1));
+    if (!l) return FR_ERR_NOMEM;
+    l->out = oc;
+    l->kernel = k;
+    l->stride = stride;
+    l->pad = pad;
+    l->bias = bias;
+    int fan_in = (int)(c * k * k);
+    if (add_param(m, l, "weight", fr_shape4(oc, c, k, k), FR_P_WEIGHT, fan_in)) return FR_ERR_NOMEM;
+    if (bias && add_param(m, l, "bias", fr_shape1(oc), FR_P_BIAS, fan_in)) return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+static fr_status pool(fr_model *m, fr_layer_kind kind, int k, int stride) {
+    char b[64];
+    if (stride <= 0) stride = k;
+    if (k <= 0) return fr_fail(m->ctx, FR_ERR_ARG, "%s: kernel must be positive", layer_names[kind]);
+    if (need_image(m, layer_names[kind])) return FR_ERR_SHAPE;
+    int64_t c = m->cur.d[0], h = m->cur.d[1], w = m->cur.d[2];
+    if (h < k || w < k)
+        return fr_fail(m->ctx, FR_ERR_SHAPE, "%s: window %d is larger than the input %s",
+                       layer_names[kind], k, shape_str(&m->cur, b));
+    fr_layer *l = add_layer(m, kind, fr_shape3(c, (h - k) / stride + 1, (w - k) / stride + 1));
+    if (!l) return FR_ERR_NOMEM;
+    l->kernel = k;
+    l->stride = stride;
+    return FR_OK;
+}
+
+fr_status fr_model_maxpool2d(fr_model *m, int k, int stride) { return pool(m, FR_L_MAXPOOL2D, k, stride); }
+fr_status fr_model_avgpool2d(fr_model *m, int k, int stride) { return pool(m, FR_L_AVGPOOL2D, k, stride); }
+
+fr_status fr_model_global_avgpool(fr_model *m) {
+    if (need_image(m, "global_avgpool")) return FR_ERR_SHAPE;
+    return add_layer(m, FR_L_GLOBAL_AVGPOOL, fr_shape1(m->cur.d[0])) ? FR_OK : FR_ERR_NOMEM;
+}
+
+static fr_status same(fr_model *m, fr_layer_kind kind) {
+    return add_layer(m, kind, m->cur) ? FR_OK : FR_ERR_NOMEM;
+}
+fr_status fr_model_relu(fr_model *m) { return same(m, FR_L_RELU); }
+fr_status fr_model_gelu(fr_model *m) { return same(m, FR_L_GELU); }
+fr_status fr_model_sigmoid(fr_model *m) { return same(m, FR_L_SIGMOID); }
+fr_status fr_model_tanh(fr_model *m) { return same(m, FR_L_TANH); }
+
+fr_status fr_model_flatten(fr_model *m) {
+    return add_layer(m, FR_L_FLATTEN, fr_shape1(fr_shape_numel(&m->cur))) ? FR_OK : FR_ERR_NOMEM;
+}
+
+fr_status fr_model_dropout(fr_model *m, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        return fr_fail(m->ctx, FR_ERR_ARG, "dropout: p must be in [0, 1), got %g", (double)p);
+    fr_layer *l = add_layer(m, FR_L_DROPOUT, m->cur);
+    if (!l) return FR_ERR_NOMEM;
+    l->p = p;
+    return FR_OK;
+}
+
+fr_status fr_model_batchnorm(fr_model *m) {
+    int64_t c = m->cur.d[0];
+    fr_layer *l = add_layer(m, FR_L_BATCHNORM, m->cur);
+    if (!l) return FR_ERR_NOMEM;
+    if (add_param(m, l, "weight", fr_shape1(c), FR_P_WEIGHT, 0) ||
+        add_param(m, l, "bias", fr_shape1(c), FR_P_BIAS, 0) ||
+        add_param(m, l, "running_mean", fr_shape1(c), FR_P_RUNNING_MEAN, 0) ||
+        add_param(m, l, "running_var", fr_shape1(c), FR_P_RUNNING_VAR, 0) ||
+        add_param(m, l, "num_batches_tracked", (fr_shape){0, {0}}, FR_P_NUM_BATCHES, 0))
+        return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+fr_status fr_model_layernorm(fr_model *m) {
+    fr_shape s = m->cur;
+    fr_layer *l = add_layer(m, FR_L_LAYERNORM, s);
+    if (!l) return FR_ERR_NOMEM;
+    if (add_param(m, l, "weight", s, FR_P_WEIGHT, 0) || add_param(m, l, "bias", s, FR_P_BIAS, 0))
+        return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+fr_status fr_model_residual_begin(fr_model *m) {
+    if (m->depth == FR_RES_MAX_DEPTH)
+        return fr_fail(m->ctx, FR_ERR_ARG, "residual blocks nest at most %d deep", FR_RES_MAX_DEPTH);
+    fr_shape in = m->cur;
+    fr_layer *l = add_layer(m, FR_L_RES_BEGIN, in);
+    if (!l) return FR_ERR_NOMEM;
+    int d = m->depth++;
+    m->res_layer[d] = (int)(l - m->layers);
+    m->res_index[d][0] = m->res_index[d][1] = 0;
+    m->res_in_shortcut[d] = 0;
+    m->res_in[d] = in;
+    return FR_OK;
+}
+
+fr_status fr_model_residual_shortcut(fr_model *m) {
+    if (m->depth == 0) return fr_fail(m->ctx, FR_ERR_ARG, "shortcut outside a residual block");
+    int d = m->depth - 1;
+    if (m->res_in_shortcut[d]) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block has one shortcut");
+    m->res_body_out[d] = m->cur;
+    m->res_in_shortcut[d] = 1;
+    m->cur = m->res_in[d];
+    return add_layer(m, FR_L_RES_SHORTCUT, m->cur) ? FR_OK : FR_ERR_NOMEM;
+}
+
+fr_status fr_model_residual_end(fr_model *m) {
+    char a[64], b[64];
+    if (m->depth == 0) return fr_fail(m->ctx, FR_ERR_ARG, "end without a residual block");
+    int d = m->depth - 1;
+    fr_shape body = m->res_in_shortcut[d] ? m->res_body_out[d] : m->cur;
+    fr_shape sc = m->res_in_shortcut[d] ? m->cur : m->res_in[d];
+    if (!fr_shape_eq(&body, &sc))
+        return fr_fail(m->ctx, FR_ERR_SHAPE,
+                       "residual block: the body gives %s but the shortcut gives %s; add a "
+                       "shortcut that matches (e.g. a 1x1 conv2d with the body's stride)",
+                       shape_str(&body, a), shape_str(&sc, b));
+    m->cur = body;
+    m->depth--;
+    return add_layer(m, FR_L_RES_END, body) ? FR_OK : FR_ERR_NOMEM;
+}
+
+fr_status fr_model_set_loss(fr_model *m, fr_loss loss) {
+    if (loss != FR_LOSS_CROSS_ENTROPY && loss != FR_LOSS_MSE)
+        return fr_fail(m->ctx, FR_ERR_ARG, "unknown loss %d", (int)loss);
+    m->loss = loss;
+    return FR_OK;
+}
+
+fr_status fr_model_name_last(fr_model *m, const char *name) {
+    if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "name= before any layer");
+    if (!name[0] || strlen(name) > 100 || strpbrk(name, "\"\\ \t"))
+        return fr_fail(m->ctx, FR_ERR_ARG, "layer name '%s' must be 1-100 characters without quotes or spaces", name);
+    fr_layer *l = &m->layers[m->n_layers - 1];
+    if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END)
+        return fr_fail(m->ctx, FR_ERR_ARG, "name= applies to layers, not to shortcut or end");
+    for (size_t i = 0; i + 1 < m->n_layers; i++)
+        if (strcmp(m->layers[i].name, name) == 0)
+            return fr_fail(m->ctx, FR_ERR_ARG, "layer name '%s' is already used", name);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    for (int i = 0; i < l->n_params; i++) {
+        fr_param *p = &m->params[l->first_param + i];
+        const char *suffix = strrchr(p->name, '.');
+        char tmp[FR_ST_NAME_MAX];
+        snprintf(tmp, sizeof tmp, "%.100s%s", name, suffix);
+        memcpy(p->name, tmp, sizeof tmp);
+    }
+    return FR_OK;
+}
+
+size_t fr_model_num_params(const fr_model *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->params[i].trainable) n += (size_t)fr_shape_numel(&m->params[i].shape);
+    return n;
+}
+
+int fr_model_num_classes(const fr_model *m) {
+    return m->cur.ndim == 1 ? (int)m->cur.d[0] : (int)fr_shape_numel(&m->cur);
+}
+
+fr_status fr_model_alloc_params(fr_model *m) {
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (p->data) continue;
+        size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        p->data = fr_calloc(m->ctx, bytes, FR_MEM_PARAMS);
+        if (!p->data) return FR_ERR_NOMEM;
+    }
+    return FR_OK;
+}
+
+/* PyTorch: Linear/Conv weight kaiming_uniform_(a=sqrt(5)) gives
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bias uses the same bound.
+ * BatchNorm/LayerNorm: weight 1, bias 0, running_var 1. */
+fr_status fr_model_init(fr_model *m, uint64_t seed) {
+    if (m->depth) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
+    if (fr_model_alloc_params(m)) return FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        int64_t n = fr_shape_numel(&p->shape);
+        float *d = p->data;
+        const fr_layer *l = &m->layers[p->layer];
+        int affine_norm = l->kind == FR_L_BATCHNORM || l->kind == FR_L_LAYERNORM;
+        if (p->role == FR_P_NUM_BATCHES) {
+            *(int64_t *)p->data = 0;
+        } else if (affine_norm || p->role == FR_P_RUNNING_MEAN || p->role == FR_P_RUNNING_VAR) {
+            float v = (p->role == FR_P_WEIGHT || p->role == FR_P_RUNNING_VAR) ? 1.0f : 0.0f;
+            for (int64_t j = 0; j < n; j++) d[j] = v;
+        } else {
+            fr_rng r = fr_rng_make(seed, i);
+            float bound = 1.0f / sqrtf((float)p->fan_in);
+            for (int64_t j = 0; j < n; j++) d[j] = (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
+        }
+        p->grad_valid = 0;
+    }
+    m->initialised = 1;
+    return FR_OK;
+}
+
+void fr_model_describe(const fr_model *m, FILE *out) {
+    char a[64], b[64];
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const fr_layer *l = &m->layers[i];
+        fprintf(out, "  %-14s %-12s %-18s -> %s\n", l->name, layer_names[l->kind],
+                shape_str(&l->in, a), shape_str(&l->out_shape, b));
+    }
+}
+
+/* ---- the forward graph ---- */
+
+static fr_shape batched(int n, fr_shape s) {
+    fr_shape b = {s.ndim + 1, {n, 0, 0, 0}};
+    for (int i = 0; i < s.ndim; i++) b.d[i + 1] = s.d[i];
+    return b;
+}
+
+fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv) {
+    fr_ctx *ctx = m->ctx;
+    if (m->depth) return fr_fail(ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        pv[i] = fr_graph_value(g, p->trainable ? FR_VAL_PARAM : FR_VAL_BUFFER, p->dtype, p->shape);
+        if (pv[i] < 0) return FR_ERR_NOMEM;
+        g->vals[pv[i]].param = (int)i;
+    }
+    int x = fr_graph_value(g, FR_VAL_INPUT, FR_F32, batched(n, m->in));
+    if (x < 0) return FR_ERR_NOMEM;
+    g->vals[x].batched = 1;
+    g->input = x;
+    int stack_in[FR_RES_MAX_DEPTH], stack_body[FR_RES_MAX_DEPTH], depth = 0;
+    uint32_t salt = 1;
+    for (size_t li = 0; li < m->n_layers; li++) {
+        const fr_layer *l = &m->layers[li];
+        const int *P = &pv[l->first_param];
+        fr_attr a = {0};
+        a.kernel = l->kernel;
+        a.stride = l->stride;
+        a.pad = l->pad;
+        a.training = training;
+        int in[5], out[FR_MAX_OUT], node = -2;
+        switch (l->kind) {
+        case FR_L_LINEAR:
+        case FR_L_CONV2D:
+            in[0] = x, in[1] = P[0], in[2] = l->bias ? P[1] : -1;
+            node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3,
+                                 &a, -1, 0, out);
+            break;
+        case FR_L_MAXPOOL2D:
+        case FR_L_AVGPOOL2D:
+        case FR_L_GLOBAL_AVGPOOL:
+        case FR_L_RELU:
+        case FR_L_GELU:
+        case FR_L_SIGMOID:
+        case FR_L_TANH: {
+            static const fr_op ops[FR_L_COUNT] = {
+                [FR_L_MAXPOOL2D] = FR_OP_MAXPOOL2D, [FR_L_AVGPOOL2D] = FR_OP_AVGPOOL2D,
+                [FR_L_GLOBAL_AVGPOOL] = FR_OP_GLOBAL_AVGPOOL, [FR_L_RELU] = FR_OP_RELU,
+                [FR_L_GELU] = FR_OP_GELU, [FR_L_SIGMOID] = FR_OP_SIGMOID, [FR_L_TANH] = FR_OP_TANH};
+            node = fr_graph_node(g, ops[l->kind], &x, 1, &a, -1, 0, out);
+            break;
+        }
+        case FR_L_BATCHNORM:
+            a.eps = 1e-5f;
+            a.momentum = 0.1f;
+            in[0] = x, in[1] = P[0], in[2] = P[1], in[3] = P[2], in[4] = P[3];
+            node = fr_graph_node(g, FR_OP_BATCHNORM, in, 5, &a, -1, training ? 0 : 6u, out);
+            break;
+        case FR_L_LAYERNORM:
+            a.eps = 1e-5f;
+            in[0] = x, in[1] = P[0], in[2] = P[1];
+            node = fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &a, -1, 0, out);
+            break;
+        case FR_L_DROPOUT:
+            a.p = l->p;
+            a.salt = salt++;
+            node = fr_graph_node(g, FR_OP_DROPOUT, &x, 1, &a, -1, training ? 0 : 2u, out);
+            break;
+        case FR_L_FLATTEN:
+            a.shape = batched(n, l->out_shape);
+            node = fr_graph_node(g, FR_OP_VIEW, &x, 1, &a, -1, 0, out);
+            break;
+        case FR_L_RES_BEGIN:
+            stack_in[depth++] = x;
+            break;
+        case FR_L_RES_SHORTCUT:
+            stack_body[depth - 1] = x;
+            x = stack_in[depth - 1];
+            break;
+        case FR_L_RES_END: {
+            depth--;
+            /* Did this block have a shortcut? Look back for its marker. */
+            int has_sc = 0, level = 0;
+            for (size_t k = li; k-- > 0;) {
+                if (m->layers[k].kind == FR_L_RES_END) level++;
+                if (m->layers[k].kind == FR_L_RES_BEGIN) {
+                    if (level == 0) break;
+                    level--;
+                }
+                if (m->layers[k].kind == FR_L_RES_SHORTCUT && level == 0) has_sc = 1;
+            }
+            in[0] = has_sc ? stack_body[depth] : x;
+            in[1] = has_sc ? x : stack_in[depth];
+            node = fr_graph_node(g, FR_OP_ADD, in, 2, &a, -1, 0, out);
+            break;
+        }
+        case FR_L_COUNT:
+            break;
+        }
+        if (node == -1) return g->status;
+        if (node >= 0) {
+            g->nodes[node].layer = (int)li;
+            x = out[0];
+        }
+    }
+    g->logits = x;
+    if (g->vals[x].shape.ndim != 2)
+        return fr_fail(ctx, FR_ERR_SHAPE, "the model must end in flat outputs (batch, classes)");
+    int64_t classes = g->vals[x].shape.d[1];
+    int y = m->loss == FR_LOSS_CROSS_ENTROPY ? fr_graph_value(g, FR_VAL_LABEL, FR_I32, fr_shape1(n))
+                                              : fr_graph_value(g, FR_VAL_LABEL, FR_F32, fr_shape2(n, classes));
+    if (y < 0) return FR_ERR_NOMEM;
+    g->vals[y].batched = 1;
+    g->label = y;
+    fr_attr a = {0};
+    a.scale = 1.0f;
+    int in[2] = {x, y}, out[FR_MAX_OUT];
+    int node = fr_graph_node(g, m->loss == FR_LOSS_CROSS_ENTROPY ? FR_OP_CROSS_ENTROPY : FR_OP_MSE,
+                             in, 2, &a, -1, 0, out);
+    if (node < 0) return g->status;
+    g->nodes[node].layer = -1;
+    g->loss = out[0];
+    return FR_OK;
+}

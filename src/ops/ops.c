@@ -1,0 +1,234 @@
+/* ops.c — the op table: for every op its name, arity, shape rule, kernel,
+ * backward rule, in-place/view permission and FLOP estimate. Adding an op is
+ * one row here, one X() line in ops.h and one kernel file; the generic
+ * gradient test picks it up from this table. */
+#include "autodiff/autodiff.h"
+#include "backend/cpu/kernels.h"
+#include "ops/ops.h"
+
+#define V(i) (&g->vals[n->in[i]])
+#define NUMEL(i) ((double)fr_shape_numel(&V(i)->shape))
+
+static int fail_shape(fr_graph *g, const fr_node *n, const char *what) {
+    char a[64] = "", b[64] = "";
+    if (n->in[0] >= 0) fr_shape_str(&V(0)->shape, a, sizeof a);
+    if (n->n_in > 1 && n->in[1] >= 0) fr_shape_str(&V(1)->shape, b, sizeof b);
+    return fr_fail(g->ctx, FR_ERR_SHAPE, "%s: %s (input %s%s%s)", fr_op_get(n->op)->name, what, a,
+                   b[0] ? ", " : "", b);
+}
+
+/* ---- shape rules ---- */
+
+static int sh_linear(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape;
+    if (x->ndim != 2) return fail_shape(g, n, "input must be (batch, features): add flatten");
+    if (x->d[1] != w->d[1]) return fail_shape(g, n, "input features do not match the weight");
+    o[0] = fr_shape2(x->d[0], w->d[0]);
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int64_t conv_out(int64_t h, int k, int s, int p) { return (h + 2 * p - k) / s + 1; }
+
+static int sh_conv2d(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape;
+    const fr_attr *a = &n->attr;
+    if (x->ndim != 4) return fail_shape(g, n, "input must be (batch, channels, height, width)");
+    if (x->d[1] != w->d[1]) return fail_shape(g, n, "input channels do not match the weight");
+    if (x->d[2] + 2 * a->pad < a->kernel || x->d[3] + 2 * a->pad < a->kernel)
+        return fail_shape(g, n, "kernel larger than the padded input");
+    o[0] = fr_shape4(x->d[0], w->d[0], conv_out(x->d[2], a->kernel, a->stride, a->pad),
+                     conv_out(x->d[3], a->kernel, a->stride, a->pad));
+    o[1] = fr_shape1(fr_conv2d_ws_elems(x, w->d[0], a->kernel, a->stride, a->pad, 0));
+    dt[0] = dt[1] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int sh_pool(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    const fr_attr *a = &n->attr;
+    if (x->ndim != 4) return fail_shape(g, n, "input must be (batch, channels, height, width)");
+    if (x->d[2] < a->kernel || x->d[3] < a->kernel)
+        return fail_shape(g, n, "window larger than the input");
+    o[0] = fr_shape4(x->d[0], x->d[1], conv_out(x->d[2], a->kernel, a->stride, 0),
+                     conv_out(x->d[3], a->kernel, a->stride, 0));
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int sh_gap(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    if (x->ndim != 4) return fail_shape(g, n, "input must be (batch, channels, height, width)");
+    o[0] = fr_shape2(x->d[0], x->d[1]);
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+/* Same shape as input 0 (elementwise ops, their backward on input 0). */
+static int sh_same(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    o[0] = V(0)->shape;
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int sh_add(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    if (!fr_shape_eq(&V(0)->shape, &V(1)->shape))
+        return fail_shape(g, n, "the two branches of a residual add differ in shape");
+    return sh_same(g, n, o, dt, b);
+}
+
+static int sh_batchnorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    if (x->ndim != 2 && x->ndim != 4) return fail_shape(g, n, "input must be (N,C) or (N,C,H,W)");
+    if (V(1)->shape.d[0] != x->d[1]) return fail_shape(g, n, "channels do not match the weight");
+    o[0] = *x;
+    o[1] = o[2] = fr_shape1(x->d[1]);
+    dt[0] = dt[1] = dt[2] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int sh_layernorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    if (fr_shape_numel(x) / x->d[0] != fr_shape_numel(&V(1)->shape))
+        return fail_shape(g, n, "normalised shape does not match the weight");
+    o[0] = *x;
+    o[1] = o[2] = fr_shape1(x->d[0]);
+    dt[0] = dt[1] = dt[2] = FR_F32;
+    b[0] = b[1] = b[2] = V(0)->batched;
+    return 0;
+}
+
+static int sh_dropout(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    o[0] = o[1] = V(0)->shape;
+    dt[0] = FR_F32;
+    dt[1] = FR_U8;
+    b[0] = b[1] = V(0)->batched;
+    return 0;
+}
+
+static int sh_view(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    if (fr_shape_numel(&n->attr.shape) != fr_shape_numel(&V(0)->shape))
+        return fail_shape(g, n, "a view must keep the number of elements");
+    o[0] = n->attr.shape;
+    dt[0] = V(0)->dtype;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+static int sh_loss(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *z = &V(0)->shape, *y = &V(1)->shape;
+    if (z->ndim != 2) return fail_shape(g, n, "the loss needs (batch, classes) outputs");
+    if (n->op == FR_OP_CROSS_ENTROPY ? (y->ndim != 1 || y->d[0] != z->d[0])
+                                     : !fr_shape_eq(z, y))
+        return fail_shape(g, n, "targets do not match the outputs");
+    o[0] = fr_shape1(1);
+    dt[0] = FR_F32;
+    b[0] = 0;
+    return 0;
+}
+
+/* Backward ops: out[i] is the gradient of the forward node's input i. */
+static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_node *f = &g->nodes[n->fwd];
+    for (int i = 0; i < n->n_out && i < f->n_in; i++) {
+        if (f->in[i] < 0) continue;
+        o[i] = g->vals[f->in[i]].shape;
+        dt[i] = FR_F32;
+        b[i] = g->vals[f->in[i]].batched;
+    }
+    return 0;
+}
+
+static int sh_conv2d_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    sh_grads(g, n, o, dt, b);
+    const fr_node *f = &g->nodes[n->fwd];
+    const fr_attr *a = &f->attr;
+    o[3] = fr_shape1(fr_conv2d_ws_elems(&g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0],
+                                        a->kernel, a->stride, a->pad, 1));
+    dt[3] = FR_F32;
+    b[3] = 0;
+    return 0;
+}
+
+/* ---- FLOP estimates (a multiply-add is 2) ---- */
+
+static double fl_linear(const fr_graph *g, const fr_node *n) {
+    return 2.0 * NUMEL(0) * (double)V(1)->shape.d[0];
+}
+static double fl_linear_bwd(const fr_graph *g, const fr_node *n) {
+    return 4.0 * NUMEL(1) * (double)V(2)->shape.d[0];
+}
+static double fl_conv2d(const fr_graph *g, const fr_node *n) {
+    const fr_shape *w = &V(1)->shape;
+    double out = (double)fr_shape_numel(&g->vals[n->out[0]].shape);
+    return 2.0 * out * (double)(w->d[1] * w->d[2] * w->d[3]);
+}
+static double fl_conv2d_bwd(const fr_graph *g, const fr_node *n) {
+    const fr_shape *w = &V(2)->shape;
+    return 4.0 * NUMEL(0) * (double)(w->d[1] * w->d[2] * w->d[3]);
+}
+static double fl_pool(const fr_graph *g, const fr_node *n) {
+    return NUMEL(0) * n->attr.kernel * n->attr.kernel / (double)(n->attr.stride * n->attr.stride);
+}
+static double fl_elem(const fr_graph *g, const fr_node *n) { return NUMEL(0); }
+static double fl_norm(const fr_graph *g, const fr_node *n) { return 6.0 * NUMEL(0); }
+static double fl_gelu(const fr_graph *g, const fr_node *n) { return 20.0 * NUMEL(0); }
+static double fl_none(const fr_graph *g, const fr_node *n) {
+    (void)g;
+    (void)n;
+    return 0.0;
+}
+static double fl_loss(const fr_graph *g, const fr_node *n) { return 8.0 * NUMEL(0); }
+
+/* ---- the table ---- */
+
+/* Arity comes from the X-macro in ops.h so the two cannot drift apart. */
+#define FR_OP_ARITY(name, nin, nout) FR_NIN_##name = nin, FR_NOUT_##name = nout,
+enum { FR_OPS(FR_OP_ARITY) };
+#undef FR_OP_ARITY
+
+#define ROW(op, nm, sh, k, bw, inpl, view, fl) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl}
+
+const fr_op_info fr_op_table[FR_OP_COUNT] = {
+    ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
+    ROW(LINEAR_BWD, "linear_bwd", sh_grads, fr_k_linear_bwd, NULL, -1, 0, fl_linear_bwd),
+    ROW(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d),
+    ROW(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd),
+    ROW(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool),
+    ROW(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool),
+    ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_k_avgpool2d, fr_bw_avgpool2d, -1, 0, fl_pool),
+    ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, fr_k_avgpool2d_bwd, NULL, -1, 0, fl_elem),
+    ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_k_global_avgpool, fr_bw_global_avgpool,
+        -1, 0, fl_elem),
+    ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1,
+        0, fl_elem),
+    ROW(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem),
+    ROW(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem),
+    ROW(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu),
+    ROW(GELU_BWD, "gelu_bwd", sh_grads, fr_k_gelu_bwd, NULL, 0, 0, fl_gelu),
+    ROW(SIGMOID, "sigmoid", sh_same, fr_k_sigmoid, fr_bw_by_output, 0, 0, fl_gelu),
+    ROW(SIGMOID_BWD, "sigmoid_bwd", sh_grads, fr_k_sigmoid_bwd, NULL, 0, 0, fl_elem),
+    ROW(TANH, "tanh", sh_same, fr_k_tanh, fr_bw_by_output, 0, 0, fl_gelu),
+    ROW(TANH_BWD, "tanh_bwd", sh_grads, fr_k_tanh_bwd, NULL, 0, 0, fl_elem),
+    ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_k_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
+    ROW(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, fr_k_batchnorm_bwd, NULL, -1, 0, fl_norm),
+    ROW(LAYERNORM, "layernorm", sh_layernorm, fr_k_layernorm, fr_bw_layernorm, -1, 0, fl_norm),
+    ROW(LAYERNORM_BWD, "layernorm_bwd", sh_grads, fr_k_layernorm_bwd, NULL, -1, 0, fl_norm),
+    ROW(DROPOUT, "dropout", sh_dropout, fr_k_dropout, fr_bw_dropout, -1, 0, fl_elem),
+    ROW(DROPOUT_BWD, "dropout_bwd", sh_grads, fr_k_dropout_bwd, NULL, 0, 0, fl_elem),
+    ROW(ADD, "add", sh_add, fr_k_add, fr_bw_add, 0, 0, fl_elem),
+    ROW(COPY, "copy", sh_same, fr_k_copy, NULL, -1, 0, fl_elem),
+    ROW(VIEW, "view", sh_view, NULL, fr_bw_view, -1, 1, fl_none),
+    ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_k_cross_entropy, fr_bw_loss, -1, 0, fl_loss),
+    ROW(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, fr_k_cross_entropy_bwd, NULL, -1, 0,
+        fl_loss),
+    ROW(MSE, "mse", sh_loss, fr_k_mse, fr_bw_loss, -1, 0, fl_elem),
+    ROW(MSE_BWD, "mse_bwd", sh_grads, fr_k_mse_bwd, NULL, -1, 0, fl_elem),
+};

@@ -1,0 +1,226 @@
+/* plan.c — liveness, in-place reuse and best-fit offsets in one arena (the
+ * approach of ggml's graph allocator and TFLite's arena planner). Values are
+ * freed by liveness, never by name: x0..x6 or one reused x make one plan.
+ *
+ * Complexity: O(V + E) for liveness, O(V * F) for placement where F is the
+ * number of free blocks at a time (small: a step has few holes). */
+#include <string.h>
+#include "plan/plan.h"
+
+#define ALIGN 64
+
+size_t fr_value_bytes(const fr_value *v) {
+    return (size_t)fr_shape_numel(&v->shape) * fr_dtype_size(v->dtype);
+}
+
+static size_t aligned(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+
+typedef struct block {
+    size_t off, size;
+} block;
+
+typedef struct arena_sim {
+    block *free;
+    size_t n_free, cap_free;
+    size_t top;
+} arena_sim;
+
+static int take(fr_ctx *ctx, arena_sim *a, size_t size, size_t *off) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < a->n_free; i++)
+        if (a->free[i].size >= size && (best == SIZE_MAX || a->free[i].size < a->free[best].size))
+            best = i;
+    if (best != SIZE_MAX) {
+        *off = a->free[best].off;
+        a->free[best].off += size;
+        a->free[best].size -= size;
+        if (a->free[best].size == 0) {
+            memmove(&a->free[best], &a->free[best + 1], (a->n_free - best - 1) * sizeof(block));
+            a->n_free--;
+        }
+        return 0;
+    }
+    /* Grow the top; a free block touching the top is absorbed. */
+    if (a->n_free && a->free[a->n_free - 1].off + a->free[a->n_free - 1].size == a->top) {
+        *off = a->free[a->n_free - 1].off;
+        a->n_free--;
+    } else {
+        *off = a->top;
+    }
+    a->top = *off + size;
+    (void)ctx;
+    return 0;
+}
+
+static int give(fr_ctx *ctx, arena_sim *a, size_t off, size_t size) {
+    if (fr_grow(ctx, (void **)&a->free, &a->cap_free, a->n_free + 1, sizeof(block), FR_MEM_OTHER))
+        return FR_ERR_NOMEM;
+    size_t i = 0;
+    while (i < a->n_free && a->free[i].off < off) i++;
+    memmove(&a->free[i + 1], &a->free[i], (a->n_free - i) * sizeof(block));
+    a->free[i] = (block){off, size};
+    a->n_free++;
+    if (i + 1 < a->n_free && a->free[i].off + a->free[i].size == a->free[i + 1].off) {
+        a->free[i].size += a->free[i + 1].size;
+        memmove(&a->free[i + 1], &a->free[i + 2], (a->n_free - i - 2) * sizeof(block));
+        a->n_free--;
+    }
+    if (i > 0 && a->free[i - 1].off + a->free[i - 1].size == a->free[i].off) {
+        a->free[i - 1].size += a->free[i].size;
+        memmove(&a->free[i], &a->free[i + 1], (a->n_free - i - 1) * sizeof(block));
+        a->n_free--;
+    }
+    return 0;
+}
+
+static int root_of(const fr_graph *g, int v) {
+    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
+    return v;
+}
+
+static int is_step(const fr_graph *g, int v) {
+    return v >= 0 && g->vals[v].kind == FR_VAL_STEP && g->vals[v].producer >= 0;
+}
+
+void fr_plan_release(fr_plan *p) {
+    fr_ctx *ctx = p->ctx;
+    if (!ctx) return;
+    fr_free(ctx, p->offset);
+    fr_free(ctx, p->cat);
+    fr_free(ctx, p->ev_start);
+    fr_free(ctx, p->ev);
+    memset(p, 0, sizeof *p);
+}
+
+fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, fr_plan *p) {
+    fr_ctx *ctx = g->ctx;
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    int nv = (int)g->n_vals, nn = (int)g->n_nodes;
+    p->n_vals = nv;
+    p->n_nodes = nn;
+    int *last = fr_alloc(ctx, (size_t)nv * sizeof *last, FR_MEM_OTHER);
+    int *slot = fr_alloc(ctx, (size_t)nv * sizeof *slot, FR_MEM_OTHER); /* storage owner */
+    uint8_t *dead = fr_calloc(ctx, (size_t)nv, FR_MEM_OTHER);
+    p->offset = fr_alloc(ctx, (size_t)nv * sizeof *p->offset, FR_MEM_OTHER);
+    p->cat = fr_calloc(ctx, (size_t)nv * sizeof *p->cat, FR_MEM_OTHER);
+    p->ev_start = fr_calloc(ctx, (size_t)(nn + 2) * sizeof *p->ev_start, FR_MEM_OTHER);
+    size_t cap_ev = 0, n_ev = 0;
+    arena_sim a = {0};
+    fr_status st = FR_OK;
+    if (!last || !slot || !dead || !p->offset || !p->cat || !p->ev_start) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    /* Liveness per storage root: the last node that reads it or any view of it. */
+    for (int v = 0; v < nv; v++) {
+        last[v] = is_step(g, v) ? g->vals[v].producer : -1;
+        p->offset[v] = -1;
+        slot[v] = -1;
+    }
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i].n_in; j++) {
+            int x = g->nodes[i].in[j];
+            if (x >= 0 && is_step(g, x)) {
+                int r = root_of(g, x);
+                if (last[r] < i) last[r] = i;
+            }
+        }
+    for (int v = 0; v < nv; v++) {
+        if (!is_step(g, v)) continue;
+        int r = root_of(g, v);
+        if (keep && keep[v] && is_step(g, r)) last[r] = nn;
+        p->cat[v] = g->vals[r].saved || g->vals[v].saved ? FR_MEM_ACTIVATIONS : FR_MEM_WORKSPACE;
+    }
+    size_t cur[FR_MEM_CAT_COUNT] = {0}, cur_total = 0;
+#define EVENT(e)                                                                              \
+    do {                                                                                      \
+        if (fr_grow(ctx, (void **)&p->ev, &cap_ev, n_ev + 1, sizeof *p->ev, FR_MEM_OTHER)) { \
+            st = FR_ERR_NOMEM;                                                                \
+            goto done;                                                                        \
+        }                                                                                     \
+        int e_ = (e), v_ = (e_ > 0 ? e_ : -e_) - 1;                                           \
+        size_t b_ = fr_value_bytes(&g->vals[v_]);                                             \
+        p->ev[n_ev++] = e_;                                                                   \
+        if (e_ > 0) {                                                                         \
+            cur[p->cat[v_]] += b_;                                                            \
+            cur_total += b_;                                                                  \
+            if (cur[p->cat[v_]] > p->peak[p->cat[v_]]) p->peak[p->cat[v_]] = cur[p->cat[v_]]; \
+            if (cur_total > p->peak_total) {                                                  \
+                p->peak_total = cur_total;                                                    \
+                p->peak_node = i;                                                             \
+            }                                                                                 \
+        } else {                                                                              \
+            cur[p->cat[v_]] -= b_;                                                            \
+            cur_total -= b_;                                                                  \
+        }                                                                                     \
+    } while (0)
+
+    for (int i = 0; i <= nn; i++) {
+        p->ev_start[i] = (int)n_ev;
+        if (i == nn) { /* end of step: what was kept dies */
+            for (int v = 0; v < nv; v++)
+                if (slot[v] == v && !dead[v] && last[v] == nn) {
+                    dead[v] = 1;
+                    EVENT(-(v + 1));
+                }
+            break;
+        }
+        const fr_node *n = &g->nodes[i];
+        const fr_op_info *info = fr_op_get(n->op);
+        for (int k = 0; k < n->n_out; k++) {
+            int o = n->out[k];
+            if (!is_step(g, o) || g->vals[o].producer != i) continue;
+            if (info->view) { /* shares the storage of its input */
+                p->offset[o] = p->offset[n->in[0]];
+                continue;
+            }
+            int j = info->inplace_in;
+            if (k == 0 && j >= 0 && is_step(g, n->in[j])) {
+                int r = root_of(g, n->in[j]);
+                int owner = slot[r];
+                if (owner >= 0 && !dead[owner] && last[r] == i && owner == r &&
+                    fr_value_bytes(&g->vals[r]) == fr_value_bytes(&g->vals[o])) {
+                    /* Run in place: o takes r's storage; r dies here. */
+                    p->offset[o] = p->offset[r];
+                    slot[o] = o;
+                    dead[r] = 1;
+                    EVENT(-(r + 1));
+                    EVENT(o + 1);
+                    continue;
+                }
+            }
+            size_t off;
+            take(ctx, &a, aligned(fr_value_bytes(&g->vals[o])), &off);
+            p->offset[o] = (int64_t)off;
+            slot[o] = o;
+            EVENT(o + 1);
+        }
+        /* Free what dies here: inputs at their last use and outputs nobody reads. */
+        int cand[FR_MAX_IN + FR_MAX_OUT], nc = 0;
+        for (int j = 0; j < n->n_in; j++)
+            if (is_step(g, n->in[j])) cand[nc++] = root_of(g, n->in[j]);
+        for (int k = 0; k < n->n_out; k++)
+            if (is_step(g, n->out[k]) && !info->view) cand[nc++] = n->out[k];
+        for (int c = 0; c < nc; c++) {
+            int r = cand[c];
+            if (slot[r] != r || dead[r] || last[r] != i) continue;
+            dead[r] = 1;
+            EVENT(-(r + 1));
+            if (give(ctx, &a, (size_t)p->offset[r], aligned(fr_value_bytes(&g->vals[r])))) {
+                st = FR_ERR_NOMEM;
+                goto done;
+            }
+        }
+    }
+    p->ev_start[nn + 1] = (int)n_ev;
+    p->arena_bytes = a.top;
+#undef EVENT
+done:
+    fr_free(ctx, a.free);
+    fr_free(ctx, last);
+    fr_free(ctx, slot);
+    fr_free(ctx, dead);
+    if (st) fr_plan_release(p);
+    return st;
+}

@@ -1,0 +1,111 @@
+/* estimate.c — the per-layer byte table of `frugal estimate`: what each
+ * layer holds (weights, biases and buffers, gradients, optimizer state), what
+ * it produces per step, what of that is saved for backward, its workspace,
+ * and the predicted peak of one step by category. Reads the compiled step's
+ * graph and plan; changes nothing. */
+#include <string.h>
+#include "report/report.h"
+#include "model/model.h"
+#include "train/step.h"
+
+typedef struct layer_row {
+    size_t weight, other, grads, optim, output, saved, workspace;
+} layer_row;
+
+static void fill_rows(const fr_step *s, layer_row *rows) {
+    const fr_model *m = s->m;
+    const fr_graph *g = &s->g;
+    size_t opt_per = s->o.optim.kind == FR_OPTIM_SGD ? (s->o.optim.momentum != 0.0f) : 2;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        size_t b = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        layer_row *r = &rows[p->layer];
+        if (p->role == FR_P_WEIGHT) r->weight += b;
+        else r->other += b;
+        if (s->gv[i] >= 0) {
+            r->grads += b;
+            r->optim += opt_per * b;
+        }
+    }
+    for (size_t i = 0; i < (size_t)g->n_forward; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->layer < 0 || fr_op_get(n->op)->view) continue;
+        layer_row *r = &rows[n->layer];
+        r->output += fr_value_bytes(&g->vals[n->out[0]]);
+        for (int k = 0; k < n->n_out; k++) {
+            int v = n->out[k];
+            if (v < 0) continue;
+            if (g->vals[v].saved) r->saved += fr_value_bytes(&g->vals[v]);
+            if (k > 0 && n->op == FR_OP_CONV2D) r->workspace += fr_value_bytes(&g->vals[v]);
+        }
+    }
+}
+
+void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
+    const fr_model *m = s->m;
+    fr_ctx *ctx = s->ctx;
+    layer_row *rows = fr_calloc(ctx, (m->n_layers + 1) * sizeof *rows, FR_MEM_OTHER);
+    if (!rows) {
+        fprintf(out, json ? "{\"error\": \"out of memory\"}\n" : "out of memory\n");
+        return;
+    }
+    fill_rows(s, rows);
+    size_t pred[FR_MEM_CAT_COUNT], total;
+    fr_step_predicted(s, pred, &total);
+    size_t input = fr_value_bytes(&s->g.vals[s->g.input]);
+    size_t labels = fr_value_bytes(&s->g.vals[s->g.label]);
+    char b[7][32], sh[64];
+    if (json) {
+        fprintf(out, "{\"batch\": %d, \"input_bytes\": %zu, \"label_bytes\": %zu, \"layers\": [",
+                s->o.batch, input, labels);
+        int first = 1;
+        for (size_t i = 0; i < m->n_layers; i++) {
+            const fr_layer *l = &m->layers[i];
+            if (l->kind == FR_L_RES_SHORTCUT) continue;
+            const layer_row *r = &rows[i];
+            fr_shape os = l->out_shape;
+            fprintf(out,
+                    "%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"output_shape\": \"%s\", "
+                    "\"weight_bytes\": %zu, \"bias_buffer_bytes\": %zu, \"grad_bytes\": %zu, "
+                    "\"optimizer_bytes\": %zu, \"output_bytes\": %zu, \"saved_bytes\": %zu, "
+                    "\"workspace_bytes\": %zu}",
+                    first ? "" : ",", l->name[0] ? l->name : "end", fr_layer_kind_name(l->kind),
+                    fr_shape_str(&os, sh, sizeof sh), r->weight, r->other, r->grads, r->optim,
+                    r->output, r->saved, r->workspace);
+            first = 0;
+        }
+        fprintf(out, "\n], \"predicted_peak\": {");
+        for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+            fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
+        fprintf(out, "}, \"predicted_peak_total\": %zu, \"arena_bytes\": %zu}\n", total,
+                s->plan.arena_bytes);
+        fr_free(ctx, rows);
+        return;
+    }
+    fprintf(out, "%-16s %-14s %-16s %12s %12s %12s %12s %12s %12s %12s\n", "layer", "type",
+            "output", "weight", "bias/buffer", "grad", "optimizer", "output B", "saved",
+            "workspace");
+    fprintf(out, "%-16s %-14s %-16s %12s %12s %12s %12s %12zu %12s %12s\n", "input", "data",
+            fr_shape_str(&s->g.vals[s->g.input].shape, sh, sizeof sh), "", "", "", "", input, "",
+            "");
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const fr_layer *l = &m->layers[i];
+        if (l->kind == FR_L_RES_SHORTCUT) continue;
+        const layer_row *r = &rows[i];
+        fr_shape os = l->out_shape;
+        fprintf(out, "%-16s %-14s %-16s %12zu %12zu %12zu %12zu %12zu %12zu %12zu\n",
+                l->name[0] ? l->name : "(end)", fr_layer_kind_name(l->kind),
+                fr_shape_str(&os, sh, sizeof sh), r->weight, r->other, r->grads, r->optim,
+                r->output, r->saved, r->workspace);
+    }
+    fprintf(out, "\npredicted peak of one %s step (batch %d):\n",
+            s->o.training ? "training" : "eval", s->o.batch);
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+        if (pred[c])
+            fprintf(out, "  %-12s %14zu B  %10s\n", fr_mem_cat_name(c), pred[c],
+                    fr_human_bytes(pred[c], b[0], sizeof b[0]));
+    fprintf(out, "  %-12s %14zu B  %10s   (arena %s)\n", "total", total,
+            fr_human_bytes(total, b[1], sizeof b[1]),
+            fr_human_bytes(s->plan.arena_bytes, b[2], sizeof b[2]));
+    fr_free(ctx, rows);
+}

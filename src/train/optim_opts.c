@@ -1,0 +1,52 @@
+/* optim_opts.c — the optimizer options: PyTorch's defaults for each kind and
+ * the parser of an optimizer's name. The update arithmetic lives in
+ * src/backend/cpu/optim.c; the optimizer state in the step. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include "frugal.h"
+
+/* torch.optim defaults (PyTorch 2.x). SGD has no default lr in PyTorch (it is
+ * required); 0.01 is ours. Fields a kind does not use stay 0. */
+fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
+    fr_optim_opts o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.zero_grad_to_none = 1; /* zero_grad(set_to_none=True), the 2.x default */
+    switch (kind) {
+    case FR_OPTIM_SGD:
+        o.lr = 0.01f;
+        break;
+    case FR_OPTIM_ADAM:
+    case FR_OPTIM_ADAMW:
+        o.lr = 1e-3f;
+        o.beta1 = 0.9f;
+        o.beta2 = 0.999f;
+        o.eps = 1e-8f;
+        o.weight_decay = kind == FR_OPTIM_ADAMW ? 1e-2f : 0.0f;
+        break;
+    }
+    return o;
+}
+
+/* "sgd", "adam" or "adamw", in any letter case. */
+fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t errlen) {
+    static const struct {
+        const char *name;
+        fr_optim_kind kind;
+    } known[] = {{"sgd", FR_OPTIM_SGD}, {"adam", FR_OPTIM_ADAM}, {"adamw", FR_OPTIM_ADAMW}};
+    if (name) {
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+            const char *a = name, *b = known[k].name;
+            while (*a && *b && tolower((unsigned char)*a) == *b) a++, b++;
+            if (!*a && !*b) {
+                if (out) *out = known[k].kind;
+                return FR_OK;
+            }
+        }
+    }
+    if (err && errlen)
+        snprintf(err, errlen, "unknown optimizer '%s' (choose sgd, adam or adamw)",
+                 name ? name : "");
+    return FR_ERR_ARG;
+}

@@ -1,0 +1,206 @@
+/* trainer.c — the training loop (see trainer.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+#include "data/loader.h"
+#include "train/trainer.h"
+
+size_t fr_peak_rss_kib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_time(double s, char *buf, size_t len) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* One line of progress: a bar on a terminal (redrawn in place), plain log
+ * lines every tenth of an epoch otherwise. */
+static void progress(const fr_train_cfg *cfg, int epoch, int64_t i, int64_t nb, double loss,
+                     double t0) {
+    if (cfg->progress < 0 || cfg->json) return;
+    double el = now_s() - t0, rate = i / (el > 0 ? el : 1e-9);
+    char eta[32], elapsed[32];
+    fmt_time((nb - i) / (rate > 0 ? rate : 1e-9), eta, sizeof eta);
+    fmt_time(el, elapsed, sizeof elapsed);
+    if (cfg->progress > 0) {
+        int w = 30, fill = (int)(w * i / (nb ? nb : 1));
+        char bar[64];
+        for (int k = 0; k < w; k++) bar[k] = k < fill ? '#' : '.';
+        bar[w] = 0;
+        fprintf(stderr, "\repoch %d/%d [%s] %lld/%lld %.1f it/s %s<%s loss %.4f  ", epoch + 1,
+                cfg->epochs, bar, (long long)i, (long long)nb, rate, elapsed, eta, loss);
+        if (i == nb) fputc('\n', stderr);
+        fflush(stderr);
+    } else {
+        int64_t every = nb / 10 > 0 ? nb / 10 : 1;
+        if (i % every == 0 || i == nb)
+            fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.1f ms/step elapsed %s eta %s\n",
+                    epoch + 1, cfg->epochs, (long long)i, (long long)nb, loss, 1e3 / rate, elapsed, eta);
+    }
+}
+
+fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64_t limit,
+                      double *acc, double *loss) {
+    fr_step_opts so = {0};
+    so.batch = batch;
+    so.training = 0;
+    fr_step *s = fr_step_compile(m, &so);
+    if (!s) return FR_ERR_NOMEM;
+    fr_loader_opts lo = {batch, 0, 0, 0, 2, limit};
+    fr_loader *l = fr_loader_new(ctx, ds, &lo);
+    fr_status st = l ? fr_loader_start(l, 0, 0) : FR_ERR_NOMEM;
+    double sum = 0;
+    int64_t hits = 0, seen = 0;
+    while (!st) {
+        fr_batch b;
+        int done = 0;
+        if ((st = fr_loader_next(l, &b, &done)) || done) break;
+        float L;
+        int c;
+        if ((st = fr_step_run(s, &b, &L, &c))) break;
+        sum += (double)L * b.n;
+        hits += c;
+        seen += b.n;
+    }
+    fr_loader_free(l);
+    fr_step_free(s);
+    if (st) return st;
+    *acc = seen ? (double)hits / seen : 0;
+    *loss = seen ? sum / seen : 0;
+    return FR_OK;
+}
+
+static fr_status check_data(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds, const char *dir) {
+    int c, h, w;
+    fr_dataset_sample_shape(ds, &c, &h, &w);
+    int64_t n = (int64_t)c * h * w;
+    char a[64];
+    if (fr_shape_numel(&m->in) != n)
+        return fr_fail(ctx, FR_ERR_SHAPE, "%s: samples are (%d, %d, %d) but the model takes %s", dir,
+                       c, h, w, fr_shape_str(&m->in, a, sizeof a));
+    if (m->loss == FR_LOSS_CROSS_ENTROPY && fr_dataset_classes(ds) > fr_model_num_classes(m))
+        return fr_fail(ctx, FR_ERR_SHAPE, "%s: labels go up to %d but the model has %d outputs", dir,
+                       fr_dataset_classes(ds) - 1, fr_model_num_classes(m));
+    return FR_OK;
+}
+
+fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
+    memset(res, 0, sizeof *res);
+    fr_status st = FR_OK;
+    fr_model *m = NULL;
+    fr_dataset *train = NULL, *test = NULL;
+    fr_step *s = NULL;
+    fr_loader *l = NULL;
+    double t_start = now_s();
+    if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
+    if (!(train = fr_dataset_open_dir(ctx, cfg->data, "train"))) {
+        st = FR_ERR_IO;
+        goto done;
+    }
+    if (!(test = fr_dataset_open_dir(ctx, cfg->data, "t10k"))) {
+        st = FR_ERR_IO;
+        goto done;
+    }
+    if ((st = check_data(ctx, m, train, cfg->data))) goto done;
+    if ((st = fr_model_init(m, cfg->seed))) goto done;
+    fr_step_opts so = {cfg->batch, 1, cfg->optim, cfg->seed};
+    if (!(s = fr_step_compile(m, &so))) {
+        st = FR_ERR_ARG;
+        goto done;
+    }
+    int start_epoch = 0;
+    int64_t skip = 0;
+    if (cfg->resume) {
+        fr_st_meta meta[FR_ST_META_MAX];
+        int nm = FR_ST_META_MAX;
+        if ((st = fr_step_load_meta(s, cfg->resume, meta, &nm))) goto done;
+        for (int i = 0; i < nm; i++) {
+            if (!strcmp(meta[i].key, "epoch")) start_epoch = atoi(meta[i].value);
+            if (!strcmp(meta[i].key, "batch")) skip = atoll(meta[i].value);
+        }
+        if (!cfg->json && cfg->progress >= 0)
+            fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, start_epoch + 1);
+    }
+    fr_loader_opts lo = {cfg->batch, 1, 0, cfg->seed, cfg->queue, cfg->limit_train};
+    if (!(l = fr_loader_new(ctx, train, &lo))) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    int64_t nb = fr_loader_num_batches(l);
+    for (int epoch = start_epoch; epoch < cfg->epochs; epoch++) {
+        double t0 = now_s(), sum = 0;
+        int64_t seen = 0, hits = 0, i = skip;
+        if ((st = fr_loader_start(l, epoch, skip))) goto done;
+        skip = 0;
+        for (;;) {
+            fr_batch b;
+            int done_ = 0, c = 0;
+            float L;
+            if ((st = fr_loader_next(l, &b, &done_))) goto done;
+            if (done_) break;
+            if ((st = fr_step_run(s, &b, &L, &c))) goto done;
+            sum += (double)L * b.n;
+            seen += b.n;
+            hits += c;
+            progress(cfg, epoch, ++i, nb, sum / seen, t0);
+        }
+        double train_loss = seen ? sum / seen : 0, train_acc = seen ? (double)hits / seen : 0;
+        double secs = now_s() - t0;
+        if (cfg->save) {
+            fr_st_meta meta[2];
+            snprintf(meta[0].key, sizeof meta[0].key, "epoch");
+            snprintf(meta[0].value, sizeof meta[0].value, "%d", epoch + 1);
+            snprintf(meta[1].key, sizeof meta[1].key, "batch");
+            snprintf(meta[1].value, sizeof meta[1].value, "0");
+            if ((st = fr_step_save_meta(s, cfg->save, meta, 2))) goto done;
+        }
+        double acc = 0, tl = 0;
+        if ((st = fr_evaluate(ctx, m, test, cfg->eval_batch, cfg->limit_test, &acc, &tl))) goto done;
+        res->final_loss = train_loss;
+        res->test_acc = acc;
+        res->test_loss = tl;
+        res->epochs_done = epoch + 1;
+        if (cfg->json)
+            printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, \"train_acc\": %.6f, "
+                   "\"test_loss\": %.17g, \"test_acc\": %.6f, \"seconds\": %.3f, \"samples\": %lld}\n",
+                   epoch + 1, train_loss, train_acc, tl, acc, secs, (long long)seen);
+        else if (cfg->progress >= 0)
+            printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s\n",
+                   epoch + 1, cfg->epochs, train_loss, 100 * train_acc, tl, 100 * acc, secs);
+        fflush(stdout);
+    }
+done:
+    res->seconds = now_s() - t_start;
+    res->peak_rss_kib = fr_peak_rss_kib();
+    if (!st && !cfg->json && cfg->progress >= 0) {
+        size_t pred[FR_MEM_CAT_COUNT], total;
+        fr_step_predicted(s, pred, &total);
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        printf("\nmemory (engine accounting; predicted peak of one training step %.1f MiB, "
+               "measured peak allocated %.1f MiB, process peak RSS %.1f MiB)\n",
+               total / 1048576.0, ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0);
+        fr_mem_summary(ctx, stdout);
+    }
+    fr_loader_free(l);
+    fr_step_free(s);
+    fr_dataset_close(train);
+    fr_dataset_close(test);
+    fr_model_free(m);
+    return st;
+}

@@ -1,0 +1,38 @@
+/* trainer.h — the training loop: data loader -> step -> optimizer ->
+ * metrics -> atomic checkpoint, with progress on a terminal, log lines
+ * otherwise, JSON lines for scripts, test accuracy after each epoch and the
+ * memory summary at the end. Metrics are plain numbers: nothing from a
+ * finished step stays allocated (the seeds' `.item()` lesson). */
+#ifndef FR_TRAINER_H
+#define FR_TRAINER_H
+
+#include "train/step.h"
+
+typedef struct fr_train_cfg {
+    const char *model;   /* file or built-in name */
+    const char *data;    /* directory with {train,t10k}-{images,labels}-idx?-ubyte[.gz] */
+    int epochs, batch;
+    fr_optim_opts optim;
+    uint64_t seed;
+    const char *save;    /* checkpoint written after every epoch (atomically) */
+    const char *resume;  /* checkpoint to continue from */
+    int json;            /* JSON lines on stdout instead of text */
+    int progress;        /* 1 bar (terminal), 0 log lines, -1 nothing */
+    int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
+    int eval_batch;
+    int queue;           /* prefetch depth */
+} fr_train_cfg;
+
+typedef struct fr_train_result {
+    double final_loss, test_acc, test_loss, seconds;
+    int epochs_done;
+    size_t peak_rss_kib;
+} fr_train_result;
+
+fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
+/* Accuracy and mean loss over a dataset with an eval step (no backward state). */
+fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64_t limit,
+                      double *acc, double *loss);
+size_t fr_peak_rss_kib(void);
+
+#endif

@@ -1,0 +1,1186 @@
+/* test_kernels.c — checks every CPU kernel of src/backend/cpu (all but the
+ * optimizers) against numbers computed here, independently of the code under
+ * test: forward kernels against naive float64 loops, backward kernels against
+ * central finite differences of those float64 loops. It also covers the edge
+ * cases the kernel spec names: conv stride/padding/non-square/no bias,
+ * maxpool ties, BatchNorm running statistics, dropout's determinism rule,
+ * cross-entropy with huge logits and bad labels, accumulate bits, absent
+ * outputs, and outputs aliasing inputs. Prints "N passed, M failed". */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "core/rng.h"
+
+/* Tolerances, as |got - ref| <= tol (|ref| + max|ref|) per element.
+ * f32 has a relative precision of 6e-8. An elementwise op or a short sum is
+ * off by a few ulps (plus libm's float erff/expf/tanhf, 1-2 ulps), so 1e-5
+ * leaves two orders of margin. A reduction of up to a few hundred terms
+ * (GEMMs, norms) loses at most ~K ulps relative to the largest term, hence
+ * the floor at max|ref| and 1e-4 for reductions and all backward checks.
+ * Finite differences are taken in float64 on the float64 reference with
+ * h = 1e-6: truncation ~h^2 f''' and rounding ~1e-16 |f| / h are both below
+ * 1e-8, far under these tolerances. A real bug gives errors of order 1. */
+#define TOL_EW 1e-5
+#define TOL_SUM 1e-4
+#define FD_H 1e-6
+
+static fr_ctx *g_ctx;
+static int g_pass, g_fail;
+static int g_verbose; /* FR_TEST_VERBOSE=1: print the worst error of every comparison */
+
+static void result(int ok, const char *name, const char *fmt, ...) {
+    if (ok) {
+        g_pass++;
+        return;
+    }
+    g_fail++;
+    printf("FAIL %s: ", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+#define CHECK(cond, name) result((cond), (name), "%s", #cond)
+
+/* ---- allocations of the current test (exact sizes, so ASan sees overruns) ---- */
+
+#define MAX_ALLOCS 512
+static void *g_allocs[MAX_ALLOCS];
+static int g_nallocs;
+
+static void *talloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p || g_nallocs == MAX_ALLOCS) {
+        fprintf(stderr, "test_kernels: out of memory\n");
+        exit(2);
+    }
+    g_allocs[g_nallocs++] = p;
+    return p;
+}
+static void tfree_all(void) {
+    while (g_nallocs) free(g_allocs[--g_nallocs]);
+}
+
+/* ---- random data (xorshift64*, independent of core/rng) ---- */
+
+static uint64_t g_rs = 0x2545f4914f6cdd1dULL;
+static double urand(void) {
+    g_rs ^= g_rs >> 12, g_rs ^= g_rs << 25, g_rs ^= g_rs >> 27;
+    return (double)((g_rs * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
+}
+static double unif(double lo, double hi) { return lo + (hi - lo) * urand(); }
+static float *frand(int64_t n, double lo, double hi) {
+    float *p = talloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = (float)unif(lo, hi);
+    return p;
+}
+static float *fzeros(int64_t n) { return talloc((size_t)n * sizeof(float)); }
+static float *fcopy(const float *s, int64_t n) {
+    float *p = fzeros(n);
+    memcpy(p, s, (size_t)n * sizeof(float));
+    return p;
+}
+static double *dzeros(int64_t n) { return talloc((size_t)n * sizeof(double)); }
+static double *dof(const float *s, int64_t n) {
+    double *p = dzeros(n);
+    for (int64_t i = 0; i < n; i++) p[i] = s[i];
+    return p;
+}
+
+/* ---- comparisons ---- */
+
+static void expect_close(const char *name, const float *got, const double *ref, int64_t n,
+                         double tol) {
+    double scale = 0.0, worst = 0.0;
+    int64_t wi = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]) / (fabs(ref[i]) + scale + 1e-300);
+        if (!(e <= worst)) worst = e, wi = i; /* a NaN sticks */
+    }
+    if (g_verbose) printf("  %-60s worst %.2e (tol %.0e)\n", name, worst, tol);
+    result(worst <= tol, name, "worst error %.3g at %lld (got %.9g, want %.9g), tol %.0e", worst,
+           (long long)wi, n ? got[wi] : 0.0, n ? ref[wi] : 0.0, tol);
+}
+
+/* ref = base + add, for accumulate checks */
+static double *dsum(const float *base, const double *add, int64_t n) {
+    double *p = dzeros(n);
+    for (int64_t i = 0; i < n; i++) p[i] = (double)base[i] + add[i];
+    return p;
+}
+
+static double dot(const double *a, const double *b, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- finite differences ---- */
+
+typedef double (*objective)(void *st);
+
+/* g[i] = (f(p + h e_i) - f(p - h e_i)) / 2h, all in float64 */
+static void fd_grad(objective f, void *st, double *p, int64_t n, double *g) {
+    for (int64_t i = 0; i < n; i++) {
+        double save = p[i];
+        p[i] = save + FD_H;
+        double fp = f(st);
+        p[i] = save - FD_H;
+        double fm = f(st);
+        p[i] = save;
+        g[i] = (fp - fm) / (2.0 * FD_H);
+    }
+}
+
+/* ---- kernel calls ---- */
+
+typedef struct call {
+    fr_node node;
+    fr_kernel_call c;
+} call;
+
+static void call_init(call *k, fr_op op, const fr_attr *a) {
+    memset(k, 0, sizeof *k);
+    k->node.op = op;
+    k->node.fwd = -1;
+    if (a) k->node.attr = *a;
+    k->c.ctx = g_ctx;
+    k->c.node = &k->node;
+}
+static fr_tensor tf(void *data, fr_shape s) { return (fr_tensor){FR_F32, s, data}; }
+static fr_tensor ti32(void *data, fr_shape s) { return (fr_tensor){FR_I32, s, data}; }
+static fr_tensor tu8(void *data, fr_shape s) { return (fr_tensor){FR_U8, s, data}; }
+
+static void expect_ok(const char *name, int st) {
+    result(st == FR_OK, name, "status %d: %s", st, fr_last_error(g_ctx));
+}
+
+/* ======================================================================= */
+/* linear                                                                  */
+
+typedef struct lin_st {
+    int64_t N, K, O;
+    double *x, *w, *b, *dy, *y;
+} lin_st;
+
+static void ref_linear(const lin_st *s) {
+    for (int64_t n = 0; n < s->N; n++)
+        for (int64_t o = 0; o < s->O; o++) {
+            double v = s->b ? s->b[o] : 0.0;
+            for (int64_t k = 0; k < s->K; k++) v += s->x[n * s->K + k] * s->w[o * s->K + k];
+            s->y[n * s->O + o] = v;
+        }
+}
+static double obj_linear(void *p) {
+    lin_st *s = p;
+    ref_linear(s);
+    return dot(s->dy, s->y, s->N * s->O);
+}
+
+static void test_linear(void) {
+    const int64_t N = 5, K = 7, O = 4;
+    float *x = frand(N * K, -1, 1), *w = frand(O * K, -1, 1), *b = frand(O, -1, 1);
+    float *dy = frand(N * O, -1, 1), *y = fzeros(N * O);
+    lin_st s = {N, K, O, dof(x, N * K), dof(w, O * K), dof(b, O), dof(dy, N * O), dzeros(N * O)};
+    call k;
+
+    for (int bias = 0; bias < 2; bias++) {
+        call_init(&k, FR_OP_LINEAR, NULL);
+        k.c.in[0] = tf(x, fr_shape2(N, K));
+        k.c.in[1] = tf(w, fr_shape2(O, K));
+        k.c.in[2] = tf(bias ? b : NULL, fr_shape1(O));
+        k.c.out[0] = tf(y, fr_shape2(N, O));
+        expect_ok("linear fwd status", fr_k_linear(&k.c));
+        lin_st r = s;
+        if (!bias) r.b = NULL;
+        ref_linear(&r);
+        expect_close(bias ? "linear fwd (bias)" : "linear fwd (no bias)", y, r.y, N * O, TOL_EW);
+    }
+
+    double *gx = dzeros(N * K), *gw = dzeros(O * K), *gb = dzeros(O);
+    fd_grad(obj_linear, &s, s.x, N * K, gx);
+    fd_grad(obj_linear, &s, s.w, O * K, gw);
+    fd_grad(obj_linear, &s, s.b, O, gb);
+
+    float *dx = fzeros(N * K), *dw = fzeros(O * K), *db = fzeros(O);
+    call_init(&k, FR_OP_LINEAR_BWD, NULL);
+    k.c.in[0] = tf(dy, fr_shape2(N, O));
+    k.c.in[1] = tf(x, fr_shape2(N, K));
+    k.c.in[2] = tf(w, fr_shape2(O, K));
+    k.c.out[0] = tf(dx, fr_shape2(N, K));
+    k.c.out[1] = tf(dw, fr_shape2(O, K));
+    k.c.out[2] = tf(db, fr_shape1(O));
+    expect_ok("linear bwd status", fr_k_linear_bwd(&k.c));
+    expect_close("linear bwd dx vs FD", dx, gx, N * K, TOL_SUM);
+    expect_close("linear bwd dW vs FD", dw, gw, O * K, TOL_SUM);
+    expect_close("linear bwd db vs FD", db, gb, O, TOL_SUM);
+
+    /* accumulate dW and db into what they hold; dx absent (skipped) */
+    float *dw0 = frand(O * K, -1, 1), *db0 = frand(O, -1, 1);
+    float *dw1 = fcopy(dw0, O * K), *db1 = fcopy(db0, O);
+    k.c.out[0] = tf(NULL, fr_shape2(N, K));
+    k.c.out[1] = tf(dw1, fr_shape2(O, K));
+    k.c.out[2] = tf(db1, fr_shape1(O));
+    k.c.accumulate = (1u << 1) | (1u << 2);
+    expect_ok("linear bwd (accumulate, dx absent) status", fr_k_linear_bwd(&k.c));
+    expect_close("linear bwd dW accumulated", dw1, dsum(dw0, gw, O * K), O * K, TOL_SUM);
+    expect_close("linear bwd db accumulated", db1, dsum(db0, gb, O), O, TOL_SUM);
+
+    /* only dx wanted: bit 0 clear overwrites whatever dx held */
+    float *dx2 = frand(N * K, 5, 6);
+    k.c.accumulate = 0;
+    k.c.out[0] = tf(dx2, fr_shape2(N, K));
+    k.c.out[1] = tf(NULL, fr_shape2(O, K));
+    k.c.out[2] = tf(NULL, fr_shape1(O));
+    expect_ok("linear bwd (dx only) status", fr_k_linear_bwd(&k.c));
+    expect_close("linear bwd dx only, overwritten", dx2, gx, N * K, TOL_SUM);
+    tfree_all();
+}
+
+/* ======================================================================= */
+/* conv2d                                                                  */
+
+typedef struct conv_st {
+    int64_t N, C, H, W, OC, K, S, P, OH, OW;
+    double *x, *w, *b, *dy, *y;
+} conv_st;
+
+static void ref_conv(const conv_st *s) {
+    for (int64_t n = 0; n < s->N; n++)
+        for (int64_t oc = 0; oc < s->OC; oc++)
+            for (int64_t oh = 0; oh < s->OH; oh++)
+                for (int64_t ow = 0; ow < s->OW; ow++) {
+                    double v = s->b ? s->b[oc] : 0.0;
+                    for (int64_t c = 0; c < s->C; c++)
+                        for (int64_t kh = 0; kh < s->K; kh++)
+                            for (int64_t kw = 0; kw < s->K; kw++) {
+                                int64_t ih = oh * s->S - s->P + kh, iw = ow * s->S - s->P + kw;
+                                if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
+                                v += s->x[((n * s->C + c) * s->H + ih) * s->W + iw] *
+                                     s->w[((oc * s->C + c) * s->K + kh) * s->K + kw];
+                            }
+                    s->y[((n * s->OC + oc) * s->OH + oh) * s->OW + ow] = v;
+                }
+}
+static double obj_conv(void *p) {
+    conv_st *s = p;
+    ref_conv(s);
+    return dot(s->dy, s->y, s->N * s->OC * s->OH * s->OW);
+}
+
+static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
+                      int K, int S, int P, int bias, int threads) {
+    char name[160];
+    omp_set_num_threads(threads);
+    const int64_t OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+    const int64_t nx = N * C * H * W, nw = OC * C * K * K, ny = N * OC * OH * OW;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = bias ? frand(OC, -1, 1) : NULL;
+    float *dy = frand(ny, -1, 1), *y = fzeros(ny);
+    conv_st s = {N, C, H, W, OC, K, S, P, OH, OW, dof(x, nx), dof(w, nw),
+                 bias ? dof(b, OC) : NULL, dof(dy, ny), dzeros(ny)};
+    fr_shape xs = fr_shape4(N, C, H, W), ws_ = fr_shape4(OC, C, K, K), ys = fr_shape4(N, OC, OH, OW);
+    fr_attr a = {.kernel = K, .stride = S, .pad = P};
+
+    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, S, P, 0);
+    float *wsf = nws ? fzeros(nws) : NULL;
+    call k;
+    call_init(&k, FR_OP_CONV2D, &a);
+    k.c.in[0] = tf(x, xs);
+    k.c.in[1] = tf(w, ws_);
+    k.c.in[2] = tf(b, fr_shape1(OC));
+    k.c.out[0] = tf(y, ys);
+    k.c.out[1] = tf(wsf, fr_shape1(nws));
+    snprintf(name, sizeof name, "conv fwd %s status", tag);
+    expect_ok(name, fr_k_conv2d(&k.c));
+    ref_conv(&s);
+    snprintf(name, sizeof name, "conv fwd %s", tag);
+    expect_close(name, y, s.y, ny, TOL_SUM);
+
+    double *gx = dzeros(nx), *gw = dzeros(nw), *gb = bias ? dzeros(OC) : NULL;
+    fd_grad(obj_conv, &s, s.x, nx, gx);
+    fd_grad(obj_conv, &s, s.w, nw, gw);
+    if (bias) fd_grad(obj_conv, &s, s.b, OC, gb);
+
+    int64_t nwsb = fr_conv2d_ws_elems(&xs, OC, K, S, P, 1);
+    float *wsb = nwsb ? fzeros(nwsb) : NULL;
+    float *dx = frand(nx, 7, 8), *dw = frand(nw, 7, 8), *db = bias ? frand(OC, 7, 8) : NULL;
+    call_init(&k, FR_OP_CONV2D_BWD, &a);
+    k.c.in[0] = tf(dy, ys);
+    k.c.in[1] = tf(x, xs);
+    k.c.in[2] = tf(w, ws_);
+    k.c.out[0] = tf(dx, xs);
+    k.c.out[1] = tf(dw, ws_);
+    k.c.out[2] = tf(db, fr_shape1(OC));
+    k.c.out[3] = tf(wsb, fr_shape1(nwsb));
+    snprintf(name, sizeof name, "conv bwd %s status", tag);
+    expect_ok(name, fr_k_conv2d_bwd(&k.c));
+    snprintf(name, sizeof name, "conv bwd %s dx vs FD", tag);
+    expect_close(name, dx, gx, nx, TOL_SUM);
+    snprintf(name, sizeof name, "conv bwd %s dW vs FD", tag);
+    expect_close(name, dw, gw, nw, TOL_SUM);
+    if (bias) {
+        snprintf(name, sizeof name, "conv bwd %s db vs FD", tag);
+        expect_close(name, db, gb, OC, TOL_SUM);
+    }
+
+    /* same call again: the same bits */
+    float *dw_again = fcopy(dw, nw), *dx_again = fcopy(dx, nx);
+    k.c.out[0] = tf(dx_again, xs);
+    k.c.out[1] = tf(dw_again, ws_);
+    fr_k_conv2d_bwd(&k.c);
+    snprintf(name, sizeof name, "conv bwd %s deterministic", tag);
+    CHECK(!memcmp(dw, dw_again, (size_t)nw * 4) && !memcmp(dx, dx_again, (size_t)nx * 4), name);
+
+    /* accumulate all three into what they hold */
+    float *dx0 = frand(nx, -1, 1), *dw0 = frand(nw, -1, 1), *db0 = bias ? frand(OC, -1, 1) : NULL;
+    float *dx1 = fcopy(dx0, nx), *dw1 = fcopy(dw0, nw), *db1 = bias ? fcopy(db0, OC) : NULL;
+    k.c.out[0] = tf(dx1, xs);
+    k.c.out[1] = tf(dw1, ws_);
+    k.c.out[2] = tf(db1, fr_shape1(OC));
+    k.c.accumulate = 7;
+    snprintf(name, sizeof name, "conv bwd %s accumulate status", tag);
+    expect_ok(name, fr_k_conv2d_bwd(&k.c));
+    snprintf(name, sizeof name, "conv bwd %s dx accumulated", tag);
+    expect_close(name, dx1, dsum(dx0, gx, nx), nx, TOL_SUM);
+    snprintf(name, sizeof name, "conv bwd %s dW accumulated", tag);
+    expect_close(name, dw1, dsum(dw0, gw, nw), nw, TOL_SUM);
+    if (bias) {
+        snprintf(name, sizeof name, "conv bwd %s db accumulated", tag);
+        expect_close(name, db1, dsum(db0, gb, OC), OC, TOL_SUM);
+    }
+
+    /* dx absent (first layer): skipped, dW still right */
+    float *dw2 = fzeros(nw);
+    k.c.accumulate = 0;
+    k.c.out[0] = tf(NULL, xs);
+    k.c.out[1] = tf(dw2, ws_);
+    k.c.out[2] = tf(NULL, fr_shape1(OC));
+    snprintf(name, sizeof name, "conv bwd %s dx absent status", tag);
+    expect_ok(name, fr_k_conv2d_bwd(&k.c));
+    snprintf(name, sizeof name, "conv bwd %s dW with dx absent", tag);
+    expect_close(name, dw2, gw, nw, TOL_SUM);
+
+    /* dW absent: dx alone */
+    float *dx3 = fzeros(nx);
+    k.c.out[0] = tf(dx3, xs);
+    k.c.out[1] = tf(NULL, ws_);
+    snprintf(name, sizeof name, "conv bwd %s dx alone", tag);
+    expect_ok(name, fr_k_conv2d_bwd(&k.c));
+    expect_close(name, dx3, gx, nx, TOL_SUM);
+    tfree_all();
+    omp_set_num_threads(2);
+}
+
+static void test_conv(void) {
+    conv_case("stride2 pad1 7x5 no-bias", 3, 2, 7, 5, 4, 3, 2, 1, 0, 2);
+    conv_case("stride1 pad1 6x8 bias", 4, 3, 6, 8, 5, 3, 1, 1, 1, 2);
+    conv_case("1x1 direct", 2, 4, 5, 5, 3, 1, 1, 0, 1, 2);
+    conv_case("1x1 stride2", 3, 3, 5, 6, 2, 1, 2, 0, 1, 2);
+    conv_case("k2 s2 pad0 1 thread", 3, 2, 6, 7, 2, 2, 2, 0, 1, 1);
+    conv_case("stride2 pad1 3 threads", 5, 2, 5, 6, 3, 3, 2, 1, 0, 3);
+    conv_case("k5 pad2 stride3 batch1", 1, 2, 9, 7, 3, 5, 3, 2, 1, 2);
+
+    /* a workspace too small is an error, not an overrun */
+    fr_attr a = {.kernel = 3, .stride = 1, .pad = 1};
+    float *x = frand(2 * 3 * 4 * 4, -1, 1), *w = frand(2 * 3 * 9, -1, 1), *y = fzeros(2 * 2 * 16);
+    float *wsf = fzeros(4);
+    call k;
+    call_init(&k, FR_OP_CONV2D, &a);
+    k.c.in[0] = tf(x, fr_shape4(2, 3, 4, 4));
+    k.c.in[1] = tf(w, fr_shape4(2, 3, 3, 3));
+    k.c.out[0] = tf(y, fr_shape4(2, 2, 4, 4));
+    k.c.out[1] = tf(wsf, fr_shape1(4));
+    int st = fr_k_conv2d(&k.c);
+    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "workspace"), "conv small workspace",
+           "status %d, message '%s'", st, fr_last_error(g_ctx));
+    /* a weight that does not match the input channels is a shape error */
+    k.c.in[1] = tf(w, fr_shape4(3, 2, 3, 3));
+    st = fr_k_conv2d(&k.c);
+    CHECK(st == FR_ERR_SHAPE, "conv wrong weight shape");
+    tfree_all();
+}
+
+/* ======================================================================= */
+/* pooling                                                                 */
+
+typedef struct pool_st {
+    int64_t P, H, W, K, S, OH, OW; /* P planes */
+    int max;
+    double *x, *dy, *y;
+} pool_st;
+
+static void ref_pool(const pool_st *s) {
+    for (int64_t p = 0; p < s->P; p++)
+        for (int64_t oh = 0; oh < s->OH; oh++)
+            for (int64_t ow = 0; ow < s->OW; ow++) {
+                double v = s->max ? -INFINITY : 0.0;
+                for (int64_t kh = 0; kh < s->K; kh++)
+                    for (int64_t kw = 0; kw < s->K; kw++) {
+                        double e = s->x[(p * s->H + oh * s->S + kh) * s->W + ow * s->S + kw];
+                        v = s->max ? fmax(v, e) : v + e;
+                    }
+                s->y[(p * s->OH + oh) * s->OW + ow] = s->max ? v : v / (double)(s->K * s->K);
+            }
+}
+static double obj_pool(void *p) {
+    pool_st *s = p;
+    ref_pool(s);
+    return dot(s->dy, s->y, s->P * s->OH * s->OW);
+}
+
+static void pool_case(const char *tag, int max, int64_t N, int64_t C, int64_t H, int64_t W, int K,
+                      int S) {
+    char name[160];
+    const int64_t OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x = frand(nx, -1, 1), *dy = frand(ny, -1, 1), *y = fzeros(ny), *dx = frand(nx, 3, 4);
+    pool_st s = {N * C, H, W, K, S, OH, OW, max, dof(x, nx), dof(dy, ny), dzeros(ny)};
+    fr_attr a = {.kernel = K, .stride = S};
+    call k;
+    call_init(&k, max ? FR_OP_MAXPOOL2D : FR_OP_AVGPOOL2D, &a);
+    k.c.in[0] = tf(x, fr_shape4(N, C, H, W));
+    k.c.out[0] = tf(y, fr_shape4(N, C, OH, OW));
+    snprintf(name, sizeof name, "%s fwd %s", max ? "maxpool" : "avgpool", tag);
+    expect_ok(name, max ? fr_k_maxpool2d(&k.c) : fr_k_avgpool2d(&k.c));
+    ref_pool(&s);
+    expect_close(name, y, s.y, ny, TOL_EW);
+
+    double *gx = dzeros(nx);
+    fd_grad(obj_pool, &s, s.x, nx, gx);
+    call_init(&k, max ? FR_OP_MAXPOOL2D_BWD : FR_OP_AVGPOOL2D_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW));
+    if (max) {
+        k.c.in[1] = tf(x, fr_shape4(N, C, H, W));
+        k.c.in[2] = tf(y, fr_shape4(N, C, OH, OW));
+    }
+    k.c.out[0] = tf(dx, fr_shape4(N, C, H, W));
+    snprintf(name, sizeof name, "%s bwd %s vs FD", max ? "maxpool" : "avgpool", tag);
+    expect_ok(name, max ? fr_k_maxpool2d_bwd(&k.c) : fr_k_avgpool2d_bwd(&k.c));
+    expect_close(name, dx, gx, nx, TOL_EW);
+    tfree_all();
+}
+
+/* maxpool with many ties: the gradient goes to the first maximum of each
+ * window in row-major order, and overlapping windows add. */
+static void test_maxpool_ties(void) {
+    /* hand-derived: a 3x3 plane of equal values, 2x2 windows at stride 1;
+     * every window's first maximum is its top-left corner. */
+    {
+        float x[9] = {5, 5, 5, 5, 5, 5, 5, 5, 5}, dy[4] = {1, 2, 3, 4}, y[4], dx[9];
+        double want[9] = {1, 2, 0, 3, 4, 0, 0, 0, 0};
+        fr_attr a = {.kernel = 2, .stride = 1};
+        call k;
+        call_init(&k, FR_OP_MAXPOOL2D, &a);
+        k.c.in[0] = tf(x, fr_shape4(1, 1, 3, 3));
+        k.c.out[0] = tf(y, fr_shape4(1, 1, 2, 2));
+        fr_k_maxpool2d(&k.c);
+        call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+        k.c.in[0] = tf(dy, fr_shape4(1, 1, 2, 2));
+        k.c.in[1] = tf(x, fr_shape4(1, 1, 3, 3));
+        k.c.in[2] = tf(y, fr_shape4(1, 1, 2, 2));
+        k.c.out[0] = tf(dx, fr_shape4(1, 1, 3, 3));
+        expect_ok("maxpool ties hand status", fr_k_maxpool2d_bwd(&k.c));
+        expect_close("maxpool ties hand example", dx, want, 9, 0.0);
+    }
+    /* hand-derived: window [[1, 3], [3, 2]]: the first 3 (top right) gets it */
+    {
+        float x[4] = {1, 3, 3, 2}, dy[1] = {7}, y[1], dx[4];
+        double want[4] = {0, 7, 0, 0};
+        fr_attr a = {.kernel = 2, .stride = 2};
+        call k;
+        call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+        k.c.in[0] = tf(dy, fr_shape4(1, 1, 1, 1));
+        k.c.in[1] = tf(x, fr_shape4(1, 1, 2, 2));
+        k.c.in[2] = tf(y, fr_shape4(1, 1, 1, 1));
+        y[0] = 3;
+        k.c.out[0] = tf(dx, fr_shape4(1, 1, 2, 2));
+        fr_k_maxpool2d_bwd(&k.c);
+        expect_close("maxpool ties first in row-major order", dx, want, 4, 0.0);
+    }
+    /* random planes of values in {0, 1, 2}, overlapping 3x3 windows, stride 2 */
+    const int64_t N = 2, C = 3, H = 9, W = 8, K = 3, S = 2, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x = fzeros(nx), *dy = frand(ny, -1, 1), *y = fzeros(ny), *dx = fzeros(nx);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)(int)(urand() * 3.0);
+    double *want = dzeros(nx), *wanty = dzeros(ny);
+    for (int64_t p = 0; p < N * C; p++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t best = -1;
+                for (int64_t kh = 0; kh < K; kh++)
+                    for (int64_t kw = 0; kw < K; kw++) {
+                        int64_t i = (p * H + oh * S + kh) * W + ow * S + kw;
+                        if (best < 0 || x[i] > x[best]) best = i;
+                    }
+                want[best] += dy[(p * OH + oh) * OW + ow];
+                wanty[(p * OH + oh) * OW + ow] = x[best];
+            }
+    fr_attr a = {.kernel = K, .stride = S};
+    call k;
+    call_init(&k, FR_OP_MAXPOOL2D, &a);
+    k.c.in[0] = tf(x, fr_shape4(N, C, H, W));
+    k.c.out[0] = tf(y, fr_shape4(N, C, OH, OW));
+    fr_k_maxpool2d(&k.c);
+    expect_close("maxpool ties fwd", y, wanty, ny, 0.0);
+    call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW));
+    k.c.in[1] = tf(x, fr_shape4(N, C, H, W));
+    k.c.in[2] = tf(y, fr_shape4(N, C, OH, OW));
+    k.c.out[0] = tf(dx, fr_shape4(N, C, H, W));
+    expect_ok("maxpool ties random status", fr_k_maxpool2d_bwd(&k.c));
+    expect_close("maxpool ties random overlapping", dx, want, nx, TOL_EW);
+    tfree_all();
+}
+
+typedef struct gap_st {
+    int64_t P, HW;
+    double *x, *dy, *y;
+} gap_st;
+static double obj_gap(void *p) {
+    gap_st *s = p;
+    double t = 0.0;
+    for (int64_t q = 0; q < s->P; q++) {
+        double m = 0.0;
+        for (int64_t i = 0; i < s->HW; i++) m += s->x[q * s->HW + i];
+        s->y[q] = m / (double)s->HW;
+        t += s->dy[q] * s->y[q];
+    }
+    return t;
+}
+
+static void test_pool(void) {
+    pool_case("k2 s2 7x5 (floor)", 1, 2, 3, 7, 5, 2, 2);
+    pool_case("k3 s2 overlapping", 1, 2, 2, 9, 8, 3, 2);
+    pool_case("k3 s3", 1, 1, 2, 10, 11, 3, 3);
+    pool_case("k2 s2 7x5 (floor)", 0, 2, 3, 7, 5, 2, 2);
+    pool_case("k3 s1 overlapping", 0, 2, 2, 6, 7, 3, 1);
+    test_maxpool_ties();
+
+    const int64_t N = 3, C = 4, H = 5, W = 6, nx = N * C * H * W;
+    float *x = frand(nx, -1, 1), *y = fzeros(N * C), *dy = frand(N * C, -1, 1), *dx = fzeros(nx);
+    gap_st s = {N * C, H * W, dof(x, nx), dof(dy, N * C), dzeros(N * C)};
+    call k;
+    call_init(&k, FR_OP_GLOBAL_AVGPOOL, NULL);
+    k.c.in[0] = tf(x, fr_shape4(N, C, H, W));
+    k.c.out[0] = tf(y, fr_shape2(N, C));
+    expect_ok("global avgpool fwd status", fr_k_global_avgpool(&k.c));
+    obj_gap(&s);
+    expect_close("global avgpool fwd", y, s.y, N * C, TOL_EW);
+    double *gx = dzeros(nx);
+    fd_grad(obj_gap, &s, s.x, nx, gx);
+    call_init(&k, FR_OP_GLOBAL_AVGPOOL_BWD, NULL);
+    k.c.in[0] = tf(dy, fr_shape2(N, C));
+    k.c.out[0] = tf(dx, fr_shape4(N, C, H, W));
+    expect_ok("global avgpool bwd status", fr_k_global_avgpool_bwd(&k.c));
+    expect_close("global avgpool bwd vs FD", dx, gx, nx, TOL_EW);
+    tfree_all();
+}
+
+/* ======================================================================= */
+/* activations                                                             */
+
+typedef double (*dfun)(double);
+static double d_relu(double v) { return v > 0 ? v : 0; }
+static double d_gelu(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+static double d_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+static double d_tanh(double v) { return tanh(v); }
+
+typedef struct act_case {
+    const char *name;
+    fr_op op, bwd_op;
+    int (*fwd)(fr_kernel_call *);
+    int (*bwd)(fr_kernel_call *);
+    dfun f;
+    int bwd_takes_y; /* 1: the backward reads y, 0: x */
+} act_case;
+
+static void test_activations(void) {
+    const act_case cases[] = {
+        {"relu", FR_OP_RELU, FR_OP_RELU_BWD, fr_k_relu, fr_k_relu_bwd, d_relu, 1},
+        {"gelu", FR_OP_GELU, FR_OP_GELU_BWD, fr_k_gelu, fr_k_gelu_bwd, d_gelu, 0},
+        {"sigmoid", FR_OP_SIGMOID, FR_OP_SIGMOID_BWD, fr_k_sigmoid, fr_k_sigmoid_bwd, d_sigmoid, 1},
+        {"tanh", FR_OP_TANH, FR_OP_TANH_BWD, fr_k_tanh, fr_k_tanh_bwd, d_tanh, 1},
+    };
+    const int64_t n = 40000; /* above the parallel threshold */
+    const fr_shape sh = fr_shape2(200, 200);
+    char name[128];
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const act_case *ac = &cases[ci];
+        float *x = frand(n, -5, 5), *y = fzeros(n), *dy = frand(n, -1, 1), *dx = fzeros(n);
+        double *want = dzeros(n), *gx = dzeros(n);
+        for (int64_t i = 0; i < n; i++) {
+            want[i] = ac->f(x[i]);
+            gx[i] = dy[i] * (ac->f(x[i] + FD_H) - ac->f(x[i] - FD_H)) / (2.0 * FD_H);
+        }
+        call k;
+        call_init(&k, ac->op, NULL);
+        k.c.in[0] = tf(x, sh);
+        k.c.out[0] = tf(y, sh);
+        snprintf(name, sizeof name, "%s fwd", ac->name);
+        expect_ok(name, ac->fwd(&k.c));
+        expect_close(name, y, want, n, TOL_EW);
+
+        /* in place: out aliases in, same bits */
+        float *buf = fcopy(x, n);
+        k.c.in[0] = tf(buf, sh);
+        k.c.out[0] = tf(buf, sh);
+        ac->fwd(&k.c);
+        snprintf(name, sizeof name, "%s fwd in place", ac->name);
+        CHECK(!memcmp(buf, y, (size_t)n * 4), name);
+
+        call_init(&k, ac->bwd_op, NULL);
+        k.c.in[0] = tf(dy, sh);
+        k.c.in[1] = tf(ac->bwd_takes_y ? y : x, sh);
+        k.c.out[0] = tf(dx, sh);
+        snprintf(name, sizeof name, "%s bwd vs FD", ac->name);
+        expect_ok(name, ac->bwd(&k.c));
+        expect_close(name, dx, gx, n, TOL_EW);
+
+        /* dx aliases dy */
+        float *g = fcopy(dy, n);
+        k.c.in[0] = tf(g, sh);
+        k.c.out[0] = tf(g, sh);
+        ac->bwd(&k.c);
+        snprintf(name, sizeof name, "%s bwd dx aliases dy", ac->name);
+        CHECK(!memcmp(g, dx, (size_t)n * 4), name);
+        tfree_all();
+    }
+
+    /* ADD, and ADD in place into a */
+    const int64_t m = 1000;
+    float *a = frand(m, -1, 1), *b = frand(m, -1, 1), *y = fzeros(m);
+    double *want = dzeros(m);
+    for (int64_t i = 0; i < m; i++) want[i] = (double)a[i] + b[i];
+    call k;
+    call_init(&k, FR_OP_ADD, NULL);
+    k.c.in[0] = tf(a, fr_shape1(m));
+    k.c.in[1] = tf(b, fr_shape1(m));
+    k.c.out[0] = tf(y, fr_shape1(m));
+    expect_ok("add status", fr_k_add(&k.c));
+    expect_close("add", y, want, m, TOL_EW);
+    k.c.out[0] = tf(a, fr_shape1(m));
+    fr_k_add(&k.c);
+    CHECK(!memcmp(a, y, (size_t)m * 4), "add in place (y aliases a)");
+    tfree_all();
+}
+
+/* ======================================================================= */
+/* batchnorm                                                               */
+
+typedef struct bn_st {
+    int64_t N, C, HW;
+    double eps;
+    double *x, *gamma, *beta, *dy, *y, *mean, *var;
+} bn_st;
+
+/* training-mode forward with batch statistics (biased variance) */
+static void ref_bn(const bn_st *s) {
+    const int64_t n = s->N * s->HW;
+    for (int64_t c = 0; c < s->C; c++) {
+        double m = 0.0, v = 0.0;
+        for (int64_t i = 0; i < s->N; i++)
+            for (int64_t j = 0; j < s->HW; j++) m += s->x[(i * s->C + c) * s->HW + j];
+        m /= (double)n;
+        for (int64_t i = 0; i < s->N; i++)
+            for (int64_t j = 0; j < s->HW; j++) {
+                double d = s->x[(i * s->C + c) * s->HW + j] - m;
+                v += d * d;
+            }
+        v /= (double)n;
+        s->mean[c] = m, s->var[c] = v;
+        for (int64_t i = 0; i < s->N; i++)
+            for (int64_t j = 0; j < s->HW; j++) {
+                int64_t k = (i * s->C + c) * s->HW + j;
+                s->y[k] = (s->x[k] - m) / sqrt(v + s->eps) * s->gamma[c] + s->beta[c];
+            }
+    }
+}
+static double obj_bn(void *p) {
+    bn_st *s = p;
+    ref_bn(s);
+    return dot(s->dy, s->y, s->N * s->C * s->HW);
+}
+
+static void bn_case(const char *tag, fr_shape xs) {
+    char name[160];
+    const int64_t N = xs.d[0], C = xs.d[1], HW = xs.ndim == 4 ? xs.d[2] * xs.d[3] : 1;
+    const int64_t nx = N * C * HW, cnt = N * HW;
+    float *x = frand(nx, -2, 4), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -1, 1);
+    float *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5, 2);
+    float *rm = fcopy(rm0, C), *rv = fcopy(rv0, C);
+    float *y = fzeros(nx), *mean = fzeros(C), *invstd = fzeros(C), *dy = frand(nx, -1, 1);
+    bn_st s = {N, C, HW, 1e-5, dof(x, nx), dof(gamma, C), dof(beta, C), dof(dy, nx), dzeros(nx),
+               dzeros(C), dzeros(C)};
+    fr_attr a = {.training = 1, .eps = 1e-5f, .momentum = 0.1f};
+    call k;
+    call_init(&k, FR_OP_BATCHNORM, &a);
+    k.c.in[0] = tf(x, xs);
+    k.c.in[1] = tf(gamma, fr_shape1(C));
+    k.c.in[2] = tf(beta, fr_shape1(C));
+    k.c.in[3] = tf(rm, fr_shape1(C));
+    k.c.in[4] = tf(rv, fr_shape1(C));
+    k.c.out[0] = tf(y, xs);
+    k.c.out[1] = tf(mean, fr_shape1(C));
+    k.c.out[2] = tf(invstd, fr_shape1(C));
+    snprintf(name, sizeof name, "batchnorm train %s status", tag);
+    expect_ok(name, fr_k_batchnorm(&k.c));
+    ref_bn(&s);
+    double *winv = dzeros(C), *wrm = dzeros(C), *wrv = dzeros(C);
+    for (int64_t c = 0; c < C; c++) {
+        winv[c] = 1.0 / sqrt(s.var[c] + 1e-5);
+        wrm[c] = 0.9 * rm0[c] + 0.1 * s.mean[c];
+        wrv[c] = 0.9 * rv0[c] + 0.1 * s.var[c] * (double)cnt / (double)(cnt - 1);
+    }
+    snprintf(name, sizeof name, "batchnorm train %s y", tag);
+    expect_close(name, y, s.y, nx, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm train %s saved mean", tag);
+    expect_close(name, mean, s.mean, C, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm train %s saved invstd", tag);
+    expect_close(name, invstd, winv, C, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm train %s running_mean", tag);
+    expect_close(name, rm, wrm, C, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm train %s running_var (unbiased)", tag);
+    expect_close(name, rv, wrv, C, TOL_SUM);
+
+    /* eval: running statistics, no saved outputs */
+    float *ye = fzeros(nx);
+    double *want = dzeros(nx);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t j = 0; j < HW; j++) {
+                int64_t q = (i * C + c) * HW + j;
+                want[q] = ((double)x[q] - rm0[c]) / sqrt((double)rv0[c] + 1e-5) * gamma[c] + beta[c];
+            }
+    fr_attr ae = {.training = 0, .eps = 1e-5f, .momentum = 0.1f};
+    float *rm_e = fcopy(rm0, C), *rv_e = fcopy(rv0, C);
+    call_init(&k, FR_OP_BATCHNORM, &ae);
+    k.c.in[0] = tf(x, xs);
+    k.c.in[1] = tf(gamma, fr_shape1(C));
+    k.c.in[2] = tf(beta, fr_shape1(C));
+    k.c.in[3] = tf(rm_e, fr_shape1(C));
+    k.c.in[4] = tf(rv_e, fr_shape1(C));
+    k.c.out[0] = tf(ye, xs);
+    k.c.out[1] = tf(NULL, fr_shape1(C));
+    k.c.out[2] = tf(NULL, fr_shape1(C));
+    snprintf(name, sizeof name, "batchnorm eval %s", tag);
+    expect_ok(name, fr_k_batchnorm(&k.c));
+    expect_close(name, ye, want, nx, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm eval %s leaves running stats", tag);
+    CHECK(!memcmp(rm_e, rm0, (size_t)C * 4) && !memcmp(rv_e, rv0, (size_t)C * 4), name);
+
+    /* backward vs FD of the training forward */
+    /* on large inputs dx is checked at a sample of ~200 elements (each
+     * difference costs a full forward) */
+    const int64_t step = nx > 4096 ? nx / 200 + 1 : 1, ns = (nx + step - 1) / step;
+    double *gx = dzeros(ns), *gg = dzeros(C), *gb = dzeros(C);
+    for (int64_t j = 0; j < ns; j++) fd_grad(obj_bn, &s, s.x + j * step, 1, gx + j);
+    fd_grad(obj_bn, &s, s.gamma, C, gg);
+    fd_grad(obj_bn, &s, s.beta, C, gb);
+    float *dx = fzeros(nx), *dg = fzeros(C), *dbt = fzeros(C), *dxs = fzeros(ns);
+    call_init(&k, FR_OP_BATCHNORM_BWD, &a);
+    k.c.in[0] = tf(dy, xs);
+    k.c.in[1] = tf(x, xs);
+    k.c.in[2] = tf(gamma, fr_shape1(C));
+    k.c.in[3] = tf(mean, fr_shape1(C));
+    k.c.in[4] = tf(invstd, fr_shape1(C));
+    k.c.out[0] = tf(dx, xs);
+    k.c.out[1] = tf(dg, fr_shape1(C));
+    k.c.out[2] = tf(dbt, fr_shape1(C));
+    snprintf(name, sizeof name, "batchnorm bwd %s status", tag);
+    expect_ok(name, fr_k_batchnorm_bwd(&k.c));
+    for (int64_t j = 0; j < ns; j++) dxs[j] = dx[j * step];
+    snprintf(name, sizeof name, "batchnorm bwd %s dx vs FD", tag);
+    expect_close(name, dxs, gx, ns, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm bwd %s dgamma vs FD", tag);
+    expect_close(name, dg, gg, C, TOL_SUM);
+    snprintf(name, sizeof name, "batchnorm bwd %s dbeta vs FD", tag);
+    expect_close(name, dbt, gb, C, TOL_SUM);
+
+    /* accumulate dgamma/dbeta, dx absent */
+    float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1), *dg1 = fcopy(dg0, C), *db1 = fcopy(db0, C);
+    k.c.out[0] = tf(NULL, xs);
+    k.c.out[1] = tf(dg1, fr_shape1(C));
+    k.c.out[2] = tf(db1, fr_shape1(C));
+    k.c.accumulate = 6;
+    snprintf(name, sizeof name, "batchnorm bwd %s accumulate, dx absent", tag);
+    expect_ok(name, fr_k_batchnorm_bwd(&k.c));
+    expect_close(name, dg1, dsum(dg0, gg, C), C, TOL_SUM);
+    expect_close(name, db1, dsum(db0, gb, C), C, TOL_SUM);
+    tfree_all();
+}
+
+static void test_batchnorm(void) {
+    bn_case("(N,C)", fr_shape2(6, 3));
+    bn_case("(N,C,H,W)", fr_shape4(4, 3, 3, 5));
+    bn_case("(N,C,H,W) large", fr_shape4(8, 4, 32, 32)); /* above the parallel threshold */
+    /* one value per channel cannot be normalised in training */
+    float x[3] = {1, 2, 3}, y[3];
+    fr_attr a = {.training = 1, .eps = 1e-5f, .momentum = 0.1f};
+    call k;
+    call_init(&k, FR_OP_BATCHNORM, &a);
+    k.c.in[0] = tf(x, fr_shape2(1, 3));
+    k.c.out[0] = tf(y, fr_shape2(1, 3));
+    CHECK(fr_k_batchnorm(&k.c) == FR_ERR_ARG, "batchnorm one value per channel");
+}
+
+/* ======================================================================= */
+/* layernorm                                                               */
+
+typedef struct ln_st {
+    int64_t N, D;
+    double eps;
+    double *x, *gamma, *beta, *dy, *y, *mean, *rstd;
+} ln_st;
+
+static void ref_ln(const ln_st *s) {
+    for (int64_t n = 0; n < s->N; n++) {
+        const double *xr = s->x + n * s->D;
+        double m = 0.0, v = 0.0;
+        for (int64_t d = 0; d < s->D; d++) m += xr[d];
+        m /= (double)s->D;
+        for (int64_t d = 0; d < s->D; d++) v += (xr[d] - m) * (xr[d] - m);
+        v /= (double)s->D;
+        s->mean[n] = m, s->rstd[n] = 1.0 / sqrt(v + s->eps);
+        for (int64_t d = 0; d < s->D; d++)
+            s->y[n * s->D + d] = (xr[d] - m) * s->rstd[n] * s->gamma[d] + s->beta[d];
+    }
+}
+static double obj_ln(void *p) {
+    ln_st *s = p;
+    ref_ln(s);
+    return dot(s->dy, s->y, s->N * s->D);
+}
+
+static void ln_case(const char *tag, fr_shape xs) {
+    char name[160];
+    const int64_t N = xs.d[0], nx = fr_shape_numel(&xs), D = nx / N;
+    fr_shape gs = xs;
+    gs.ndim--;
+    for (int i = 0; i < gs.ndim; i++) gs.d[i] = xs.d[i + 1];
+    float *x = frand(nx, -1, 3), *gamma = frand(D, 0.5, 1.5), *beta = frand(D, -1, 1);
+    float *y = fzeros(nx), *mean = fzeros(N), *rstd = fzeros(N), *dy = frand(nx, -1, 1);
+    ln_st s = {N, D, 1e-5, dof(x, nx), dof(gamma, D), dof(beta, D), dof(dy, nx), dzeros(nx),
+               dzeros(N), dzeros(N)};
+    fr_attr a = {.eps = 1e-5f};
+    call k;
+    call_init(&k, FR_OP_LAYERNORM, &a);
+    k.c.in[0] = tf(x, xs);
+    k.c.in[1] = tf(gamma, gs);
+    k.c.in[2] = tf(beta, gs);
+    k.c.out[0] = tf(y, xs);
+    k.c.out[1] = tf(mean, fr_shape1(N));
+    k.c.out[2] = tf(rstd, fr_shape1(N));
+    snprintf(name, sizeof name, "layernorm fwd %s", tag);
+    expect_ok(name, fr_k_layernorm(&k.c));
+    ref_ln(&s);
+    expect_close(name, y, s.y, nx, TOL_SUM);
+    snprintf(name, sizeof name, "layernorm fwd %s mean", tag);
+    expect_close(name, mean, s.mean, N, TOL_SUM);
+    snprintf(name, sizeof name, "layernorm fwd %s rstd", tag);
+    expect_close(name, rstd, s.rstd, N, TOL_SUM);
+
+    double *gx = dzeros(nx), *gg = dzeros(D), *gb = dzeros(D);
+    fd_grad(obj_ln, &s, s.x, nx, gx);
+    fd_grad(obj_ln, &s, s.gamma, D, gg);
+    fd_grad(obj_ln, &s, s.beta, D, gb);
+    float *dx = fzeros(nx), *dg = fzeros(D), *dbt = fzeros(D);
+    call_init(&k, FR_OP_LAYERNORM_BWD, &a);
+    k.c.in[0] = tf(dy, xs);
+    k.c.in[1] = tf(x, xs);
+    k.c.in[2] = tf(gamma, gs);
+    k.c.in[3] = tf(mean, fr_shape1(N));
+    k.c.in[4] = tf(rstd, fr_shape1(N));
+    k.c.out[0] = tf(dx, xs);
+    k.c.out[1] = tf(dg, gs);
+    k.c.out[2] = tf(dbt, gs);
+    snprintf(name, sizeof name, "layernorm bwd %s status", tag);
+    expect_ok(name, fr_k_layernorm_bwd(&k.c));
+    snprintf(name, sizeof name, "layernorm bwd %s dx vs FD", tag);
+    expect_close(name, dx, gx, nx, TOL_SUM);
+    snprintf(name, sizeof name, "layernorm bwd %s dgamma vs FD", tag);
+    expect_close(name, dg, gg, D, TOL_SUM);
+    snprintf(name, sizeof name, "layernorm bwd %s dbeta vs FD", tag);
+    expect_close(name, dbt, gb, D, TOL_SUM);
+
+    float *dg0 = frand(D, -1, 1), *db0 = frand(D, -1, 1), *dg1 = fcopy(dg0, D), *db1 = fcopy(db0, D);
+    k.c.out[0] = tf(NULL, xs);
+    k.c.out[1] = tf(dg1, gs);
+    k.c.out[2] = tf(db1, gs);
+    k.c.accumulate = 6;
+    snprintf(name, sizeof name, "layernorm bwd %s accumulate, dx absent", tag);
+    expect_ok(name, fr_k_layernorm_bwd(&k.c));
+    expect_close(name, dg1, dsum(dg0, gg, D), D, TOL_SUM);
+    expect_close(name, db1, dsum(db0, gb, D), D, TOL_SUM);
+    tfree_all();
+}
+
+static void test_layernorm(void) {
+    ln_case("(N,D)", fr_shape2(5, 8));
+    ln_case("(N,C,H,W)", fr_shape4(3, 2, 3, 5));
+}
+
+/* ======================================================================= */
+/* dropout                                                                 */
+
+static void dropout_run(float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                        uint64_t step, uint32_t salt, int training) {
+    fr_attr a = {.p = p, .salt = salt, .training = training};
+    call k;
+    call_init(&k, FR_OP_DROPOUT, &a);
+    k.c.seed = seed;
+    k.c.step = step;
+    k.c.in[0] = tf(x, fr_shape1(n));
+    k.c.out[0] = tf(y, fr_shape1(n));
+    k.c.out[1] = tu8(mask, fr_shape1(n));
+    expect_ok("dropout status", fr_k_dropout(&k.c));
+}
+
+static void test_dropout(void) {
+    const int64_t n = 200000;
+    const float p = 0.3f;
+    const uint64_t seed = 1234, step = 7;
+    const uint32_t salt = 5;
+    float *x = frand(n, -1, 1), *y = fzeros(n);
+    uint8_t *mask = talloc((size_t)n);
+    dropout_run(x, y, mask, n, p, seed, step, salt, 1);
+
+    /* the rule of kernels.h, element by element */
+    int64_t kept = 0, rule_bad = 0;
+    double *want = dzeros(n);
+    for (int64_t i = 0; i < n; i++) {
+        int keep = fr_rng_uniform(seed, ((uint64_t)step << 32) | salt, (uint64_t)i) >= p;
+        if (mask[i] != keep) rule_bad++;
+        kept += mask[i];
+        want[i] = keep ? x[i] / (1.0 - p) : 0.0;
+    }
+    result(rule_bad == 0, "dropout mask follows the rule", "%lld elements differ", (long long)rule_bad);
+    expect_close("dropout y = x / (1-p) where kept", y, want, n, TOL_EW);
+    /* kept ~ Binomial(n, 1-p): sd = sqrt(n p (1-p)) ~ 205; 6 sd */
+    double sd = sqrt((double)n * p * (1 - p));
+    result(fabs((double)kept - n * (1.0 - p)) < 6 * sd, "dropout keep rate",
+           "kept %lld of %lld, expected %.0f +- %.0f", (long long)kept, (long long)n, n * (1.0 - p), 6 * sd);
+    /* both halves of the stream look alike (no drift with the index) */
+    int64_t k1 = 0;
+    for (int64_t i = 0; i < n / 2; i++) k1 += mask[i];
+    double sd2 = sqrt((double)n / 2 * p * (1 - p));
+    CHECK(fabs((double)k1 - n / 2 * (1.0 - p)) < 6 * sd2, "dropout keep rate, first half");
+
+    /* the same at 1 and 3 threads; another step or salt gives another mask */
+    float *y1 = fzeros(n);
+    uint8_t *m1 = talloc((size_t)n), *m2 = talloc((size_t)n), *m3 = talloc((size_t)n);
+    omp_set_num_threads(1);
+    dropout_run(x, y1, m1, n, p, seed, step, salt, 1);
+    omp_set_num_threads(3);
+    dropout_run(x, y1, m2, n, p, seed, step, salt, 1);
+    omp_set_num_threads(2);
+    CHECK(!memcmp(m1, mask, (size_t)n) && !memcmp(m2, mask, (size_t)n) && !memcmp(y1, y, (size_t)n * 4),
+          "dropout same bits at 1, 2, 3 threads");
+    dropout_run(x, y1, m1, n, p, seed, step + 1, salt, 1);
+    dropout_run(x, y1, m3, n, p, seed, step, salt + 1, 1);
+    dropout_run(x, y1, m2, n, p, seed + 1, step, salt, 1);
+    CHECK(memcmp(m1, mask, (size_t)n) && memcmp(m3, mask, (size_t)n) && memcmp(m2, mask, (size_t)n),
+          "dropout step, salt and seed change the mask");
+
+    /* p = 0 keeps all, y = x */
+    dropout_run(x, y1, m1, n, 0.0f, seed, step, salt, 1);
+    CHECK(!memcmp(x, y1, (size_t)n * 4), "dropout p = 0 is the identity");
+
+    /* eval: identity, mask absent, in place allowed */
+    float *ye = fzeros(n), *xe = fcopy(x, n);
+    dropout_run(x, ye, NULL, n, p, seed, step, salt, 0);
+    CHECK(!memcmp(x, ye, (size_t)n * 4), "dropout eval is the identity");
+    dropout_run(xe, xe, NULL, n, p, seed, step, salt, 0);
+    CHECK(!memcmp(x, xe, (size_t)n * 4), "dropout eval in place");
+
+    /* backward: FD of the forward with the mask fixed by the rule */
+    float *dy = frand(n, -1, 1), *dx = fzeros(n);
+    double *gx = dzeros(n);
+    for (int64_t i = 0; i < n; i++) {
+        int keep = mask[i];
+        double fp = keep ? ((double)x[i] + FD_H) / (1.0 - p) : 0.0;
+        double fm = keep ? ((double)x[i] - FD_H) / (1.0 - p) : 0.0;
+        gx[i] = dy[i] * (fp - fm) / (2 * FD_H);
+    }
+    fr_attr a = {.p = p, .salt = salt, .training = 1};
+    call k;
+    call_init(&k, FR_OP_DROPOUT_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape1(n));
+    k.c.in[1] = tu8(mask, fr_shape1(n));
+    k.c.out[0] = tf(dx, fr_shape1(n));
+    expect_ok("dropout bwd status", fr_k_dropout_bwd(&k.c));
+    expect_close("dropout bwd vs FD", dx, gx, n, TOL_EW);
+    float *g = fcopy(dy, n);
+    k.c.in[0] = tf(g, fr_shape1(n));
+    k.c.out[0] = tf(g, fr_shape1(n));
+    fr_k_dropout_bwd(&k.c);
+    CHECK(!memcmp(g, dx, (size_t)n * 4), "dropout bwd dx aliases dy");
+    tfree_all();
+}
+
+/* ======================================================================= */
+/* losses                                                                  */
+
+typedef struct ce_st {
+    int64_t N, C;
+    double scale;
+    double *z;
+    const int32_t *y;
+} ce_st;
+
+/* scale * mean_n (log sum_j exp z[n,j] - z[n,y[n]]), directly (small logits only) */
+static double obj_ce(void *p) {
+    ce_st *s = p;
+    double t = 0.0;
+    for (int64_t n = 0; n < s->N; n++) {
+        double e = 0.0;
+        for (int64_t j = 0; j < s->C; j++) e += exp(s->z[n * s->C + j]);
+        t += log(e) - s->z[n * s->C + s->y[n]];
+    }
+    return s->scale * t / (double)s->N;
+}
+
+static int ce_run(fr_op op, float *z, int32_t *lab, float *out, int64_t N, int64_t C, float scale) {
+    fr_attr a = {.scale = scale};
+    call k;
+    call_init(&k, op, &a);
+    k.c.in[0] = tf(z, fr_shape2(N, C));
+    k.c.in[1] = ti32(lab, fr_shape1(N));
+    k.c.out[0] = op == FR_OP_CROSS_ENTROPY ? tf(out, fr_shape1(1)) : tf(out, fr_shape2(N, C));
+    return op == FR_OP_CROSS_ENTROPY ? fr_k_cross_entropy(&k.c) : fr_k_cross_entropy_bwd(&k.c);
+}
+
+static void test_cross_entropy(void) {
+    const int64_t N = 6, C = 5;
+    float *z = frand(N * C, -3, 3), loss = 0;
+    int32_t lab[6];
+    for (int i = 0; i < N; i++) lab[i] = (int32_t)(urand() * C);
+    ce_st s = {N, C, 1.0, dof(z, N * C), lab};
+    expect_ok("cross-entropy fwd status", ce_run(FR_OP_CROSS_ENTROPY, z, lab, &loss, N, C, 1.0f));
+    double want = obj_ce(&s);
+    expect_close("cross-entropy fwd", &loss, &want, 1, TOL_EW);
+
+    s.scale = 0.5;
+    double *gz = dzeros(N * C);
+    fd_grad(obj_ce, &s, s.z, N * C, gz);
+    float *dz = fzeros(N * C);
+    expect_ok("cross-entropy bwd status", ce_run(FR_OP_CROSS_ENTROPY_BWD, z, lab, dz, N, C, 0.5f));
+    expect_close("cross-entropy bwd (scale 0.5) vs FD", dz, gz, N * C, TOL_EW);
+
+    /* logits around 1000: the reference shifts by 1000 by hand (exact in
+     * double), log sum exp(1000 + r) = 1000 + log sum exp(r) */
+    const int64_t L = 4, LC = 10;
+    float *zl = fzeros(L * LC), *dzl = fzeros(L * LC), lossl = 0;
+    int32_t labl[4] = {0, 3, 9, 5};
+    double tot = 0.0, *wantg = dzeros(L * LC);
+    for (int64_t n = 0; n < L; n++) {
+        for (int64_t j = 0; j < LC; j++) zl[n * LC + j] = (float)(1000.0 + unif(-2, 2));
+        if (n == 3) zl[n * LC + 5] = -1000.0f, zl[n * LC + 2] = 1000.0f; /* loss ~ 2000 */
+        double e = 0.0;
+        for (int64_t j = 0; j < LC; j++) e += exp((double)zl[n * LC + j] - 1000.0);
+        double lse = 1000.0 + log(e);
+        tot += lse - zl[n * LC + labl[n]];
+        for (int64_t j = 0; j < LC; j++)
+            wantg[n * LC + j] = (exp((double)zl[n * LC + j] - lse) - (j == labl[n])) / (double)L;
+    }
+    double wantl = tot / (double)L;
+    expect_ok("cross-entropy logits 1000 status", ce_run(FR_OP_CROSS_ENTROPY, zl, labl, &lossl, L, LC, 1.0f));
+    result(isfinite(lossl), "cross-entropy logits 1000 finite", "loss %g", lossl);
+    expect_close("cross-entropy logits 1000", &lossl, &wantl, 1, TOL_EW);
+    expect_ok("cross-entropy bwd logits 1000 status",
+              ce_run(FR_OP_CROSS_ENTROPY_BWD, zl, labl, dzl, L, LC, 1.0f));
+    expect_close("cross-entropy bwd logits 1000", dzl, wantg, L * LC, TOL_EW);
+
+    /* accumulate bit on dlogits */
+    float *d0 = frand(N * C, -1, 1), *d1 = fcopy(d0, N * C);
+    fr_attr a = {.scale = 0.5f};
+    call k;
+    call_init(&k, FR_OP_CROSS_ENTROPY_BWD, &a);
+    k.c.in[0] = tf(z, fr_shape2(N, C));
+    k.c.in[1] = ti32(lab, fr_shape1(N));
+    k.c.out[0] = tf(d1, fr_shape2(N, C));
+    k.c.accumulate = 1;
+    fr_k_cross_entropy_bwd(&k.c);
+    expect_close("cross-entropy bwd accumulated", d1, dsum(d0, gz, N * C), N * C, TOL_EW);
+
+    /* a label out of range: an error naming the sample, nothing written */
+    int32_t bad[10] = {1, 2, 3, 12, 0, 0, 0, 0, 0, 0};
+    float *zb = frand(10 * 10, -1, 1), sentinel = -42.0f, *dzb = fzeros(100);
+    int st = ce_run(FR_OP_CROSS_ENTROPY, zb, bad, &sentinel, 10, 10, 1.0f);
+    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
+           "cross-entropy label 12 out of range", "status %d, message '%s'", st, fr_last_error(g_ctx));
+    CHECK(sentinel == -42.0f, "cross-entropy bad label writes nothing");
+    bad[3] = 3, bad[7] = -1;
+    st = ce_run(FR_OP_CROSS_ENTROPY_BWD, zb, bad, dzb, 10, 10, 1.0f);
+    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "sample 7"),
+           "cross-entropy bwd label -1 out of range", "status %d, message '%s'", st,
+           fr_last_error(g_ctx));
+    tfree_all();
+}
+
+typedef struct mse_st {
+    int64_t n;
+    double scale;
+    double *p, *t;
+} mse_st;
+static double obj_mse(void *q) {
+    mse_st *s = q;
+    double a = 0.0;
+    for (int64_t i = 0; i < s->n; i++) a += (s->p[i] - s->t[i]) * (s->p[i] - s->t[i]);
+    return s->scale * a / (double)s->n;
+}
+
+static void test_mse(void) {
+    const int64_t N = 4, D = 6, n = N * D;
+    float *p = frand(n, -2, 2), *t = frand(n, -2, 2), loss = 0, *dp = fzeros(n);
+    mse_st s = {n, 1.0, dof(p, n), dof(t, n)};
+    fr_attr a = {.scale = 0.25f};
+    call k;
+    call_init(&k, FR_OP_MSE, &a);
+    k.c.in[0] = tf(p, fr_shape2(N, D));
+    k.c.in[1] = tf(t, fr_shape2(N, D));
+    k.c.out[0] = tf(&loss, fr_shape1(1));
+    expect_ok("mse fwd status", fr_k_mse(&k.c));
+    double want = obj_mse(&s);
+    expect_close("mse fwd", &loss, &want, 1, TOL_EW);
+
+    s.scale = 0.25;
+    double *gp = dzeros(n);
+    fd_grad(obj_mse, &s, s.p, n, gp);
+    call_init(&k, FR_OP_MSE_BWD, &a);
+    k.c.in[0] = tf(p, fr_shape2(N, D));
+    k.c.in[1] = tf(t, fr_shape2(N, D));
+    k.c.out[0] = tf(dp, fr_shape2(N, D));
+    expect_ok("mse bwd status", fr_k_mse_bwd(&k.c));
+    expect_close("mse bwd (scale 0.25) vs FD", dp, gp, n, TOL_EW);
+    float *d0 = frand(n, -1, 1), *d1 = fcopy(d0, n);
+    k.c.out[0] = tf(d1, fr_shape2(N, D));
+    k.c.accumulate = 1;
+    fr_k_mse_bwd(&k.c);
+    expect_close("mse bwd accumulated", d1, dsum(d0, gp, n), n, TOL_EW);
+    tfree_all();
+}
+
+int main(void) {
+    g_ctx = fr_ctx_new();
+    if (!g_ctx) return 2;
+    g_verbose = getenv("FR_TEST_VERBOSE") != NULL;
+    omp_set_num_threads(2);
+    test_linear();
+    test_conv();
+    test_pool();
+    test_activations();
+    test_batchnorm();
+    test_layernorm();
+    test_dropout();
+    test_cross_entropy();
+    test_mse();
+    fr_ctx_free(g_ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

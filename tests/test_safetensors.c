@@ -1,0 +1,480 @@
+/* test_safetensors.c — the safetensors reader and writer and atomic writes:
+ * byte-exact output against the reference layout (compact JSON,
+ * "__metadata__" first, spaces to a multiple of 8, worked out by hand with
+ * Python's json.dumps), round trips of every dtype, each corruption the
+ * reader must reject (with its message), atomic-write failures that must
+ * leave the old file and no temporary, and every allocation failing in turn. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "io/safetensors.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) {                                                        \
+            passed++;                                                      \
+        } else {                                                           \
+            failed++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+static char tmpdir[256];
+
+static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
+
+static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return (size_t)-1;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+static void spit(const char *path, const void *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(buf, 1, n, f);
+    fclose(f);
+}
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static size_t live_bytes(fr_ctx *ctx) {
+    fr_mem_stats s;
+    fr_mem_get_stats(ctx, &s);
+    return s.allocated_total;
+}
+
+/* The writer's output for two tensors and one metadata entry, byte for byte. */
+static void test_exact_bytes(fr_ctx *ctx) {
+    const char hdr[] = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
+                       "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":"
+                       "[8,16]}}      ";
+    _Static_assert(sizeof hdr - 1 == 144, "138 bytes of JSON and 6 of padding");
+    unsigned char want[8 + 144 + 16];
+    memcpy(want, "\x90\0\0\0\0\0\0\0", 8);
+    memcpy(want + 8, hdr, 144);
+    float w[2] = {1.0f, 2.0f};
+    int64_t b = 7;
+    memcpy(want + 152, w, 8);
+    memcpy(want + 160, &b, 8);
+
+    fr_st_entry e[2];
+    memset(e, 0, sizeof e);
+    strcpy(e[0].name, "w");
+    e[0].dtype = FR_F32;
+    e[0].shape = fr_shape1(2);
+    e[0].data = w;
+    e[0].nbytes = 8;
+    strcpy(e[1].name, "b");
+    e[1].dtype = FR_I64;
+    e[1].shape.ndim = 0;
+    e[1].data = &b;
+    e[1].nbytes = 8;
+    fr_st_meta m = {"format", "pt"};
+    char p[512];
+    path_in(p, sizeof p, "exact.safetensors");
+    fr_status st = fr_st_write(ctx, p, e, 2, &m, 1);
+    CHECK(st == FR_OK, "%s", fr_last_error(ctx));
+    unsigned char got[512];
+    size_t n = slurp(p, got, sizeof got);
+    CHECK(n == sizeof want && !memcmp(got, want, sizeof want), "file differs from the reference layout (%zu bytes)", n);
+
+    fr_st_file f;
+    st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
+    CHECK(st == FR_OK, "%s", fr_last_error(ctx));
+    if (!st) {
+        CHECK(f.n == 2 && !strcmp(f.entries[0].name, "w") && !strcmp(f.entries[1].name, "b"), "order");
+        const fr_st_entry *fb = fr_st_find(&f, "b");
+        int64_t bv = 0;
+        if (fb) memcpy(&bv, fb->data, 8);
+        CHECK(fb && fb->dtype == FR_I64 && fb->shape.ndim == 0 && bv == 7, "scalar b");
+        CHECK(fr_st_find(&f, "nope") == NULL, "find of a missing name");
+        const char *fmt = fr_st_meta_get(&f, "format");
+        CHECK(fmt && !strcmp(fmt, "pt"), "metadata");
+        fr_mem_stats s;
+        fr_mem_get_stats(ctx, &s);
+        CHECK(s.allocated[FR_MEM_PARAMS] == sizeof want, "blob counted as params: %zu", s.allocated[FR_MEM_PARAMS]);
+        fr_st_close(ctx, &f);
+    }
+    CHECK(live_bytes(ctx) == 0, "leak");
+}
+
+/* Every dtype, odd shapes (scalar, zero-size), names that need escaping. */
+static void test_round_trip(fr_ctx *ctx) {
+    float f32[6] = {1, -2, 3.5f, 0, 1e-3f, 7};
+    uint16_t f16[4] = {0x3C00, 0xC000, 0x7BFF, 0x0001};
+    uint16_t bf16[3] = {0x3F80, 0x4000, 0xBF80};
+    int32_t i32[2] = {-5, 2147483647};
+    uint8_t u8[5] = {0, 1, 2, 254, 255};
+    int64_t i64[1] = {-1234567890123LL};
+    fr_st_entry e[7];
+    memset(e, 0, sizeof e);
+    strcpy(e[0].name, "fc1.weight");
+    e[0].dtype = FR_F32, e[0].shape = fr_shape2(2, 3), e[0].data = f32, e[0].nbytes = 24;
+    strcpy(e[1].name, "half \"quoted\"\\");
+    e[1].dtype = FR_F16, e[1].shape = fr_shape4(1, 2, 1, 2), e[1].data = f16, e[1].nbytes = 8;
+    strcpy(e[2].name, "bf\tö");
+    e[2].dtype = FR_BF16, e[2].shape = fr_shape1(3), e[2].data = bf16, e[2].nbytes = 6;
+    strcpy(e[3].name, "i32");
+    e[3].dtype = FR_I32, e[3].shape = fr_shape1(2), e[3].data = i32, e[3].nbytes = 8;
+    strcpy(e[4].name, "u8");
+    e[4].dtype = FR_U8, e[4].shape = fr_shape1(5), e[4].data = u8, e[4].nbytes = 5;
+    strcpy(e[5].name, "step");
+    e[5].dtype = FR_I64, e[5].shape.ndim = 0, e[5].data = i64, e[5].nbytes = 8;
+    strcpy(e[6].name, "empty");
+    e[6].dtype = FR_F32, e[6].shape = fr_shape2(0, 3), e[6].data = NULL, e[6].nbytes = 0;
+    fr_st_meta m[2] = {{"format", "pt"}, {"note", "a \"value\" with\nnewline"}};
+    char p[512];
+    path_in(p, sizeof p, "rt.safetensors");
+    fr_status st = fr_st_write(ctx, p, e, 7, m, 2);
+    CHECK(st == FR_OK, "%s", fr_last_error(ctx));
+    fr_st_file f;
+    st = fr_st_read(ctx, p, &f, FR_MEM_OTHER);
+    CHECK(st == FR_OK, "%s", fr_last_error(ctx));
+    if (st) return;
+    CHECK(f.n == 7 && f.n_meta == 2, "counts %d %d", f.n, f.n_meta);
+    for (int k = 0; k < 7 && k < f.n; k++) {
+        const fr_st_entry *g = &f.entries[k];
+        CHECK(!strcmp(g->name, e[k].name), "name %d: '%s'", k, g->name);
+        CHECK(g->dtype == e[k].dtype && fr_shape_eq(&g->shape, &e[k].shape) && g->nbytes == e[k].nbytes,
+              "meta of %s", e[k].name);
+        CHECK(g->nbytes == 0 || !memcmp(g->data, e[k].data, g->nbytes), "data of %s", e[k].name);
+    }
+    const char *note = fr_st_meta_get(&f, "note");
+    CHECK(note && !strcmp(note, m[1].value), "escaped metadata value");
+    fr_st_close(ctx, &f);
+
+    /* Writer arguments it must refuse. */
+    strcpy(e[1].name, "fc1.weight");
+    CHECK(fr_st_write(ctx, p, e, 2, NULL, 0) == FR_ERR_ARG, "duplicate name accepted");
+    strcpy(e[1].name, "__metadata__");
+    CHECK(fr_st_write(ctx, p, e, 2, NULL, 0) == FR_ERR_ARG, "reserved name accepted");
+    strcpy(e[1].name, "ok");
+    e[1].nbytes = 7;
+    CHECK(fr_st_write(ctx, p, e, 2, NULL, 0) == FR_ERR_ARG, "size mismatch accepted");
+    CHECK(live_bytes(ctx) == 0, "leak");
+}
+
+typedef struct bad {
+    const char *what;
+    const char *json; /* header; NULL: use raw */
+    size_t data_len;  /* zero bytes appended after the header */
+    const char *msg;  /* expected substring of the message */
+} bad;
+
+static size_t make_file(unsigned char *buf, const char *json, size_t data_len) {
+    size_t h = strlen(json);
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)h >> (8 * k));
+    memcpy(buf + 8, json, h);
+    memset(buf + 8 + h, 0, data_len);
+    return 8 + h + data_len;
+}
+
+static void test_corruptions(fr_ctx *ctx) {
+    static const bad cases[] = {
+        {"not an object", "[1]", 0, "byte 8: expected '{'"},
+        {"empty header", "", 0, "header ends where '{' was expected"},
+        {"unterminated string", "{\"a", 0, "unterminated string"},
+        {"missing colon", "{\"a\" {}}", 0, "expected ':'"},
+        {"trailing comma", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1, "expected a string"},
+        {"trailing garbage", "{} x", 0, "byte 11: unexpected characters after the header object"},
+        {"unknown dtype", "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+         "tensor 'a': unsupported dtype \"F64\""},
+        {"negative dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0, "negative number"},
+        {"fractional dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", 1, "expected an integer"},
+        {"leading zero", "{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1, "leading zero"},
+        {"huge number", "{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}", 1,
+         "number too large"},
+        {"five dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+         "more than 4 values"},
+        {"shape overflow",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,1]}}", 1,
+         "tensor 'a': shape's element count overflows"},
+        {"bytes overflow", "{\"a\":{\"dtype\":\"I64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,1]}}", 1,
+         "tensor 'a': shape's byte count overflows"},
+        {"end past data", "{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[10,10],\"data_offsets\":[0,400]}}", 320,
+         "tensor 'fc1.weight': data_offsets [0, 400] end past the data (320 bytes)"},
+        {"end before begin", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}", 4, "end before begin"},
+        {"size mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", 16,
+         "tensor 'a': data_offsets [0, 16] hold 16 bytes but F32 (2, 3) needs 24"},
+        {"three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 2, "more than 2 values"},
+        {"one offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1, "needs 2 values, has 1"},
+        {"overlap",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
+         6, "tensor 'b': data_offsets [2, 6] overlap tensor 'a'"},
+        {"gap",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}",
+         6, "tensor 'b': data_offsets [4, 6] leave a gap of 2 bytes"},
+        {"gap at start", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}", 3, "leave a gap of 1 bytes"},
+        {"uncovered tail", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 5,
+         "the tensors cover 2 bytes of data but the file has 5"},
+        {"data without tensors", "{}", 3, "no tensors but 3 bytes of data"},
+        {"duplicate tensor",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+         2, "tensor 'a' appears twice"},
+        {"duplicate key", "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+         "duplicate \"dtype\""},
+        {"missing key", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1, "tensor 'a': missing \"shape\""},
+        {"unknown key", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 1,
+         "tensor 'a': unknown key \"x\""},
+        {"tensor not an object", "{\"a\":[1]}", 0, "expected '{' to open a tensor"},
+        {"metadata not a string", "{\"__metadata__\":{\"k\":1}}", 0, "metadata 'k': value is not a string"},
+        {"duplicate metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "duplicate \"__metadata__\""},
+        {"control char", "{\"a\tb\":{}}", 0, "control character 0x09"},
+        {"bad escape", "{\"a\\qb\":{}}", 0, "unknown escape '\\q'"},
+        {"nul escape", "{\"a\\u0000\":{}}", 0, "\\u0000 in a string"},
+        {"lone surrogate", "{\"\\udc00\":{}}", 0, "lone low surrogate"},
+        {"bad utf-8", "{\"\xff\":{}}", 0, "invalid UTF-8"},
+        {"overlong utf-8", "{\"\xc0\xaf\":{}}", 0, "invalid UTF-8"},
+        {"name too long",
+         "{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":{}}",
+         0, "a tensor name longer than 159 bytes"},
+        {"cut inside object", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1,
+         "header ends inside the top-level object"},
+    };
+    unsigned char buf[1024];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = make_file(buf, cases[c].json, cases[c].data_len);
+        fr_st_file f;
+        fr_status st = fr_st_parse(ctx, "t.safetensors", buf, n, &f);
+        CHECK(st == FR_ERR_FORMAT, "%s: accepted (status %d)", cases[c].what, st);
+        CHECK(strstr(fr_last_error(ctx), cases[c].msg) && !strncmp(fr_last_error(ctx), "t.safetensors: ", 15),
+              "%s: message \"%s\" lacks \"%s\"", cases[c].what, fr_last_error(ctx), cases[c].msg);
+        CHECK(f.n == 0 && f.entries == NULL, "%s: out not cleared", cases[c].what);
+    }
+    /* The exact message for the brief's example. */
+    size_t n = make_file(buf, cases[14].json, 320);
+    fr_st_file f;
+    fr_st_parse(ctx, "ckpt.safetensors", buf, n, &f);
+    CHECK(!strcmp(fr_last_error(ctx),
+                  "ckpt.safetensors: tensor 'fc1.weight': data_offsets [0, 400] end past the data (320 bytes)"),
+          "got \"%s\"", fr_last_error(ctx));
+
+    /* Header length faults. */
+    CHECK(fr_st_parse(ctx, "s", "\1\0\0", 3, &f) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"),
+          "%s", fr_last_error(ctx));
+    memcpy(buf, "\x40\0\0\0\0\0\0\0{}", 10);
+    CHECK(fr_st_parse(ctx, "s", buf, 10, &f) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "header length 64 runs past the end of the file (2 bytes follow it)"),
+          "%s", fr_last_error(ctx));
+    memcpy(buf, "\0\0\0\0\0\0\0\x80{}", 10);
+    CHECK(fr_st_parse(ctx, "s", buf, 10, &f) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "exceeds the limit"),
+          "%s", fr_last_error(ctx));
+    /* Valid oddities: padding, whitespace, any order of keys and tensors, unicode escapes. */
+    n = make_file(buf,
+                  " { \"b\" : {\"data_offsets\":[2,3], \"shape\":[], \"dtype\":\"U8\"},\n"
+                  "\"\\u00e9\\ud83d\\ude00\":{\"shape\":[2],\"dtype\":\"U8\",\"data_offsets\":[0,2]} }   ",
+                  3);
+    fr_status st = fr_st_parse(ctx, "s", buf, n, &f);
+    CHECK(st == FR_OK, "%s", fr_last_error(ctx));
+    if (!st) {
+        CHECK(f.n == 2 && fr_st_find(&f, "\xc3\xa9\xf0\x9f\x98\x80") && fr_st_find(&f, "b")->shape.ndim == 0,
+              "escaped names");
+        fr_st_close(ctx, &f);
+    }
+    n = make_file(buf, "{}", 0);
+    CHECK(fr_st_parse(ctx, "s", buf, n, &f) == FR_OK && f.n == 0, "empty file: %s", fr_last_error(ctx));
+    fr_st_close(ctx, &f);
+
+    /* Through the file reader too: a corrupt file on disk and a missing one. */
+    char p[512];
+    path_in(p, sizeof p, "corrupt.safetensors");
+    n = make_file(buf, cases[14].json, 320);
+    spit(p, buf, n);
+    st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
+    CHECK(st == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "corrupt.safetensors: tensor 'fc1.weight'"), "%s",
+          fr_last_error(ctx));
+    path_in(p, sizeof p, "missing.safetensors");
+    st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "missing.safetensors: cannot open"), "%s", fr_last_error(ctx));
+    CHECK(live_bytes(ctx) == 0, "leak");
+}
+
+static int count_tmp_files(void) {
+    DIR *d = opendir(tmpdir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (strstr(de->d_name, ".tmp.")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_atomic(fr_ctx *ctx) {
+    char p[512], q[512], dirp[512];
+    unsigned char got[64];
+    path_in(p, sizeof p, "atomic.bin");
+    CHECK(fr_write_atomic(ctx, p, "old contents", 12) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_write_atomic(ctx, p, "new contents!", 13) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13), "replace");
+    CHECK(count_tmp_files() == 0, "a temporary remains after success");
+
+    /* A directory that does not exist: nothing is created. */
+    path_in(q, sizeof q, "no/such/dir/x.bin");
+    fr_status st = fr_write_atomic(ctx, q, "x", 1);
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "cannot create"), "%s", fr_last_error(ctx));
+    CHECK(!exists(q), "file created");
+
+    /* The target is a directory: the rename fails after the temporary was
+     * written; the temporary must be gone and the directory untouched. */
+    path_in(dirp, sizeof dirp, "isdir");
+    mkdir(dirp, 0755);
+    st = fr_write_atomic(ctx, dirp, "x", 1);
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "rename"), "%s", fr_last_error(ctx));
+    CHECK(count_tmp_files() == 0, "temporary left after a failed rename");
+    struct stat sb;
+    CHECK(stat(dirp, &sb) == 0 && S_ISDIR(sb.st_mode), "directory replaced");
+
+    /* A write that fails part way (the file-size limit makes write() return
+     * EFBIG): the old file keeps its contents and no temporary remains. */
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {4096, old.rlim_max};
+    static char big[10000];
+    memset(big, 'z', sizeof big);
+    if (setrlimit(RLIMIT_FSIZE, &lim) == 0) {
+        st = fr_write_atomic(ctx, p, big, sizeof big);
+        setrlimit(RLIMIT_FSIZE, &old);
+        CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "write of") &&
+                  strstr(fr_last_error(ctx), "the old file is unchanged"),
+              "%s", fr_last_error(ctx));
+        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13), "old file damaged");
+        CHECK(count_tmp_files() == 0, "temporary left after a failed write");
+        /* fr_st_write goes through the same path. */
+        fr_st_entry e;
+        memset(&e, 0, sizeof e);
+        strcpy(e.name, "big");
+        e.dtype = FR_U8, e.shape = fr_shape1(sizeof big), e.data = big, e.nbytes = sizeof big;
+        setrlimit(RLIMIT_FSIZE, &lim);
+        st = fr_st_write(ctx, p, &e, 1, NULL, 0);
+        setrlimit(RLIMIT_FSIZE, &old);
+        CHECK(st == FR_ERR_IO, "fr_st_write past the size limit: %d", st);
+        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13), "old file damaged");
+        CHECK(count_tmp_files() == 0, "temporary left after a failed fr_st_write");
+    }
+    signal(SIGXFSZ, SIG_DFL);
+
+    /* A directory without write permission (root ignores it: skipped then). */
+    path_in(dirp, sizeof dirp, "readonly");
+    mkdir(dirp, 0755);
+    path_in(q, sizeof q, "readonly/f.bin");
+    CHECK(fr_write_atomic(ctx, q, "keep", 4) == FR_OK, "%s", fr_last_error(ctx));
+    chmod(dirp, 0555);
+    if (geteuid() != 0) {
+        st = fr_write_atomic(ctx, q, "lost", 4);
+        CHECK(st == FR_ERR_IO, "wrote into a read-only directory");
+        CHECK(slurp(q, got, sizeof got) == 4 && !memcmp(got, "keep", 4), "old file damaged");
+    }
+    chmod(dirp, 0755);
+    unlink(q);
+    rmdir(dirp);
+    CHECK(live_bytes(ctx) == 0, "leak");
+}
+
+/* Each allocation fails in turn: a clean FR_ERR_NOMEM or success, no leak. */
+static void test_alloc_failures(fr_ctx *ctx) {
+    char p[512];
+    path_in(p, sizeof p, "rt.safetensors");
+    int fails = 0, n;
+    for (n = 1; n < 1000; n++) {
+        fr_mem_stats before, after;
+        fr_mem_get_stats(ctx, &before);
+        fr_mem_fail_at(ctx, (uint64_t)n);
+        fr_st_file f;
+        fr_status st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
+        fr_mem_fail_at(ctx, 0);
+        fr_mem_get_stats(ctx, &after);
+        int injected = after.num_ooms > before.num_ooms;
+        if (st == FR_OK) fr_st_close(ctx, &f);
+        if (st != FR_OK) {
+            fails++;
+            CHECK(st == FR_ERR_NOMEM && injected && strstr(fr_last_error(ctx), "out of memory"),
+                  "read, fail at %d: status %d: %s", n, st, fr_last_error(ctx));
+            CHECK(f.entries == NULL && f.blob == NULL, "out not cleared");
+        }
+        CHECK(live_bytes(ctx) == 0, "read, fail at %d: %zu bytes leaked", n, live_bytes(ctx));
+        if (!injected) break;
+    }
+    CHECK(fails >= 2, "only %d read allocations failed", fails);
+
+    float w[3] = {1, 2, 3};
+    fr_st_entry e;
+    memset(&e, 0, sizeof e);
+    strcpy(e.name, "w");
+    e.dtype = FR_F32, e.shape = fr_shape1(3), e.data = w, e.nbytes = 12;
+    path_in(p, sizeof p, "nomem.safetensors");
+    fails = 0;
+    for (n = 1; n < 100; n++) {
+        fr_mem_stats before, after;
+        fr_mem_get_stats(ctx, &before);
+        fr_mem_fail_at(ctx, (uint64_t)n);
+        fr_status st = fr_st_write(ctx, p, &e, 1, NULL, 0);
+        fr_mem_fail_at(ctx, 0);
+        fr_mem_get_stats(ctx, &after);
+        int injected = after.num_ooms > before.num_ooms;
+        if (st) {
+            fails++;
+            CHECK(st == FR_ERR_NOMEM && !exists(p), "write, fail at %d: status %d", n, st);
+        }
+        CHECK(live_bytes(ctx) == 0, "write, fail at %d: leak", n);
+        if (!injected) {
+            CHECK(st == FR_OK && exists(p), "write without a fault failed: %s", fr_last_error(ctx));
+            break;
+        }
+    }
+    CHECK(fails >= 2, "only %d write allocations failed", fails);
+    CHECK(count_tmp_files() == 0, "temporary left");
+}
+
+static void remove_tree(void) {
+    DIR *d = opendir(tmpdir);
+    struct dirent *de;
+    char p[600];
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
+        if (unlink(p) != 0) rmdir(p);
+    }
+    if (d) closedir(d);
+    rmdir(tmpdir);
+}
+
+int main(void) {
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/frugal-st-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    fr_ctx *ctx = fr_ctx_new();
+    test_exact_bytes(ctx);
+    test_round_trip(ctx);
+    test_corruptions(ctx);
+    test_atomic(ctx);
+    test_alloc_failures(ctx);
+    fr_ctx_free(ctx);
+    remove_tree();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,291 @@
+/* frugal.c — the command-line tool: train, eval, estimate. It parses
+ * options, calls the library and prints; every failure is one message on
+ * stderr naming what went wrong and a non-zero exit. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "data/dataset.h"
+#include "train/trainer.h"
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+static const char *usage_main =
+    "frugal " FR_VERSION " - train neural networks in C within a memory budget you can see\n"
+    "\n"
+    "usage: frugal <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train     train a model on an IDX dataset (Fashion-MNIST by default)\n"
+    "  eval      accuracy and loss of saved weights (no backward state is allocated)\n"
+    "  estimate  bytes per layer and category, and the predicted peak of one step\n"
+    "  help      this text; `frugal <command> --help` for a command's options\n"
+    "\n"
+    "examples:\n"
+    "  frugal train --model cnn --epochs 3 --batch 128 --optimizer adam --save cnn.safetensors\n"
+    "  frugal estimate --model models/mlp.model --batch 32 --optimizer sgd\n"
+    "  frugal eval --model cnn --weights cnn.safetensors\n";
+
+static const char *usage_train =
+    "usage: frugal train [options]\n"
+    "\n"
+    "  --model FILE|NAME   model file (see models/README.md) or built-in: mlp, cnn, resnet [cnn]\n"
+    "  --data DIR          directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+    "                      [" DEFAULT_DATA "]\n"
+    "  --epochs N          passes over the training set [3]\n"
+    "  --batch B           samples per step [128]\n"
+    "  --optimizer NAME    sgd | adam | adamw [adam]\n"
+    "  --lr X              learning rate [sgd 0.01, adam/adamw 0.001]\n"
+    "  --momentum X        SGD momentum [0]\n"
+    "  --nesterov          SGD Nesterov momentum\n"
+    "  --dampening X       SGD dampening [0]\n"
+    "  --weight-decay X    L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]\n"
+    "  --zero-grad MODE    none (release gradient buffers after each step, PyTorch's\n"
+    "                      set_to_none=True) or zero (keep them) [none]\n"
+    "  --seed N            seed for initialisation, shuffling and dropout [0]\n"
+    "  --threads N         threads for OpenMP and OpenBLAS [all cores]\n"
+    "  --save PATH         write weights + optimizer state (safetensors) after each epoch\n"
+    "  --resume PATH       continue from a checkpoint; losses equal an uninterrupted run\n"
+    "  --limit N           use only the first N training samples\n"
+    "  --test-limit N      use only the first N test samples\n"
+    "  --json              JSON lines on stdout (one per epoch, then a summary)\n"
+    "  --no-progress       no progress bar or log lines\n";
+
+static const char *usage_eval =
+    "usage: frugal eval --model FILE|NAME --weights CKPT [--data DIR] [--batch B] [--json]\n"
+    "\n"
+    "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
+    "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
+    "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n";
+
+static const char *usage_estimate =
+    "usage: frugal estimate --model FILE|NAME [--batch B] [--optimizer NAME] [--momentum X]\n"
+    "                       [--eval] [--json]\n"
+    "\n"
+    "Builds and plans one step without running it and prints, per layer, the bytes of\n"
+    "weights, biases and buffers, gradients, optimizer state, the layer's output, what is\n"
+    "saved for backward and workspace; then the predicted peak by category. fp32 throughout.\n"
+    "SGD keeps no state (momentum one copy of the weights), Adam and AdamW two.\n";
+
+enum {
+    O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
+    O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
+    O_ZERO
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
+    {"epochs", required_argument, 0, O_EPOCHS}, {"batch", required_argument, 0, O_BATCH},
+    {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
+    {"momentum", required_argument, 0, O_MOM}, {"nesterov", no_argument, 0, O_NESTEROV},
+    {"dampening", required_argument, 0, O_DAMP}, {"weight-decay", required_argument, 0, O_WD},
+    {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
+    {"save", required_argument, 0, O_SAVE}, {"resume", required_argument, 0, O_RESUME},
+    {"limit", required_argument, 0, O_LIMIT}, {"test-limit", required_argument, 0, O_TLIMIT},
+    {"json", no_argument, 0, O_JSON}, {"no-progress", no_argument, 0, O_NOPROG},
+    {"weights", required_argument, 0, O_WEIGHTS}, {"eval", no_argument, 0, O_EVAL},
+    {"zero-grad", required_argument, 0, O_ZERO}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+
+typedef struct cli {
+    fr_train_cfg t;
+    const char *weights;
+    int threads, eval_only, lr_set, wd_set;
+    float lr, wd, momentum, dampening;
+    int nesterov, zero_keep;
+} cli;
+
+static int bad(const char *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "frugal %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `frugal %s --help`)\n", cmd);
+    return 2;
+}
+
+static int parse_num(const char *cmd, const char *name, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "frugal %s: --%s '%s': expected a number in [%g, %g]\n", cmd, name, s, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, const char *cmd, const char *usage, cli *c) {
+    memset(c, 0, sizeof *c);
+    c->t.model = "cnn";
+    c->t.data = DEFAULT_DATA;
+    c->t.epochs = 3;
+    c->t.batch = 128;
+    c->t.optim = fr_optim_defaults(FR_OPTIM_ADAM);
+    c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
+    c->t.queue = 2;
+    c->t.eval_batch = 500;
+    const char *opt_name = "adam";
+    optind = 1;
+    int o;
+    double v;
+    while ((o = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+        switch (o) {
+        case O_MODEL: c->t.model = optarg; break;
+        case O_DATA: c->t.data = optarg; break;
+        case O_EPOCHS: if (parse_num(cmd, "epochs", optarg, 1, 1e6, &v)) return 2; c->t.epochs = (int)v; break;
+        case O_BATCH: if (parse_num(cmd, "batch", optarg, 1, 1 << 20, &v)) return 2; c->t.batch = (int)v; break;
+        case O_OPT: opt_name = optarg; break;
+        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = (float)v; c->lr_set = 1; break;
+        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = (float)v; break;
+        case O_NESTEROV: c->nesterov = 1; break;
+        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = (float)v; break;
+        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = (float)v; c->wd_set = 1; break;
+        case O_SEED: if (parse_num(cmd, "seed", optarg, 0, 1e18, &v)) return 2; c->t.seed = (uint64_t)v; break;
+        case O_THREADS: if (parse_num(cmd, "threads", optarg, 0, 1024, &v)) return 2; c->threads = (int)v; break;
+        case O_SAVE: c->t.save = optarg; break;
+        case O_RESUME: c->t.resume = optarg; break;
+        case O_LIMIT: if (parse_num(cmd, "limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_train = (int64_t)v; break;
+        case O_TLIMIT: if (parse_num(cmd, "test-limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_test = (int64_t)v; break;
+        case O_JSON: c->t.json = 1; break;
+        case O_NOPROG: c->t.progress = -1; break;
+        case O_WEIGHTS: c->weights = optarg; break;
+        case O_EVAL: c->eval_only = 1; break;
+        case O_ZERO:
+            if (strcmp(optarg, "none") && strcmp(optarg, "zero"))
+                return bad(cmd, "--zero-grad '%s': expected none or zero", optarg);
+            c->zero_keep = !strcmp(optarg, "zero");
+            break;
+        case 'h':
+        case O_HELP: fputs(usage, stdout); exit(0);
+        default: fprintf(stderr, "(see `frugal %s --help`)\n", cmd); return 2;
+        }
+    }
+    if (optind < argc) return bad(cmd, "unexpected argument '%s'", argv[optind]);
+    char err[128];
+    fr_optim_kind kind;
+    if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cmd, "%s", err);
+    c->t.optim = fr_optim_defaults(kind);
+    if (c->lr_set) c->t.optim.lr = c->lr;
+    if (c->wd_set) c->t.optim.weight_decay = c->wd;
+    c->t.optim.momentum = c->momentum;
+    c->t.optim.dampening = c->dampening;
+    c->t.optim.nesterov = c->nesterov;
+    c->t.optim.zero_grad_to_none = !c->zero_keep;
+    if (kind != FR_OPTIM_SGD && (c->momentum || c->nesterov || c->dampening))
+        return bad(cmd, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        return bad(cmd, "%s", "Nesterov momentum requires a momentum and zero dampening (as in PyTorch)");
+    return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+    cli c;
+    int r = parse(argc, argv, "train", usage_train, &c);
+    if (r) return r;
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
+    if (!c.t.json && c.t.progress >= 0)
+        fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
+                c.t.data, c.t.epochs, c.t.batch,
+                c.t.optim.kind == FR_OPTIM_SGD ? "sgd" : c.t.optim.kind == FR_OPTIM_ADAM ? "adam" : "adamw",
+                (double)c.t.optim.lr, fr_get_threads(ctx));
+    fr_train_result res;
+    fr_status st = fr_train(ctx, &c.t, &res);
+    if (st) {
+        fprintf(stderr, "frugal train: %s\n", fr_last_error(ctx));
+        fr_ctx_free(ctx);
+        return 1;
+    }
+    if (c.t.json) {
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        printf("{\"event\": \"summary\", \"epochs\": %d, \"test_acc\": %.6f, \"test_loss\": %.17g, "
+               "\"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"memory\": ",
+               res.epochs_done, res.test_acc, res.test_loss, res.seconds, res.peak_rss_kib * 1024);
+        fr_mem_json(ctx, stdout);
+        printf("}\n");
+    } else if (c.t.progress >= 0) {
+        printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
+    }
+    fr_ctx_free(ctx);
+    return 0;
+}
+
+static int cmd_eval(int argc, char **argv) {
+    cli c;
+    int r = parse(argc, argv, "eval", usage_eval, &c);
+    if (r) return r;
+    if (!c.weights) return bad("eval", "%s", "--weights CKPT is required");
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
+    fr_model *m = fr_model_load(ctx, c.t.model);
+    fr_dataset *ds = NULL;
+    double acc = 0, loss = 0;
+    fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
+    if (!st && !(ds = fr_dataset_open_dir(ctx, c.t.data, "t10k"))) st = FR_ERR_IO;
+    if (!st) st = fr_evaluate(ctx, m, ds, c.t.batch, c.t.limit_test, &acc, &loss);
+    if (st) {
+        fprintf(stderr, "frugal eval: %s\n", fr_last_error(ctx));
+    } else {
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        if (c.t.json) {
+            printf("{\"accuracy\": %.6f, \"loss\": %.9g, \"gradients_bytes_peak\": %zu, "
+                   "\"optimizer_bytes_peak\": %zu, \"memory\": ",
+                   acc, loss, ms.allocated_peak[FR_MEM_GRADS], ms.allocated_peak[FR_MEM_OPTIM]);
+            fr_mem_json(ctx, stdout);
+            printf("}\n");
+        } else {
+            printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss,
+                   (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(ds)));
+            fr_mem_summary(ctx, stdout);
+        }
+    }
+    fr_dataset_close(ds);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return st ? 1 : 0;
+}
+
+static int cmd_estimate(int argc, char **argv) {
+    cli c;
+    int r = parse(argc, argv, "estimate", usage_estimate, &c);
+    if (r) return r;
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_model *m = fr_model_load(ctx, c.t.model);
+    fr_step *s = NULL;
+    if (m) {
+        fr_step_opts so = {c.t.batch, !c.eval_only, c.t.optim, c.t.seed};
+        s = fr_step_compile(m, &so);
+    }
+    if (!s) {
+        fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
+        fr_model_free(m);
+        fr_ctx_free(ctx);
+        return 1;
+    }
+    if (!c.t.json) {
+        printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
+    }
+    fr_step_estimate_table(s, stdout, c.t.json);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_main, stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) return puts("frugal " FR_VERSION), 0;
+    if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "estimate")) return cmd_estimate(argc - 1, argv + 1);
+    fprintf(stderr, "frugal: unknown command '%s' (commands: train, eval, estimate, help)\n", argv[1]);
+    return 2;
+}
