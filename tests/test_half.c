@@ -91,9 +91,7 @@ static uint16_t ref_round(const fmt16 *F, double a) {
     return (uint16_t)((lo & 1u) ? hi : lo);
 }
 
-static int is_nan16(const fmt16 *F, uint16_t h) {
-    return (h & 0x7fffu) > F->inf_bits;
-}
+static int is_nan16(const fmt16 *F, uint16_t h) { return (h & 0x7fffu) > F->inf_bits; }
 
 static uint16_t conv(const fmt16 *F, float x) {
     return F == &F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
@@ -138,8 +136,8 @@ static void check_all_patterns(const fmt16 *F) {
         double want = F->val[h & 0x7fffu]; /* inf_bits maps to 2^16/2^128: */
         if ((h & 0x7fffu) == F->inf_bits) want = INFINITY;
         if (neg) want = -want;
-        CHECK((double)f == want && !signbit(f) == !signbit(want),
-              "%s 0x%04x -> %.9g, want %.9g", F->name, h, (double)f, want);
+        CHECK((double)f == want && !signbit(f) == !signbit(want), "%s 0x%04x -> %.9g, want %.9g",
+              F->name, h, (double)f, want);
         uint16_t r = conv(F, f);
         CHECK(r == h, "%s round trip 0x%04x -> %.9g -> 0x%04x", F->name, h, (double)f, r);
     }

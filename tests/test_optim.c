@@ -39,8 +39,8 @@ static int close_to(double got, double want, double rtol, double floor_) {
     return fabs(got - want) <= rtol * fmax(fabs(want), floor_);
 }
 
-static void check_vec(const char *what, const float *got, const double *want, int n,
-                      double rtol, double floor_) {
+static void check_vec(const char *what, const float *got, const double *want, int n, double rtol,
+                      double floor_) {
     int bad = -1;
     for (int i = 0; i < n && bad < 0; i++)
         if (!close_to(got[i], want[i], rtol, floor_)) bad = i;
@@ -121,7 +121,8 @@ static void test_sgd_closed_forms(void) {
     memcpy(p, P0, sizeof p);
     for (int t = 0; t < T; t++) fr_k_sgd(p, G, NULL, NV, &o, t == 0);
     double a = 1 - lr * wd;
-    for (int i = 0; i < NV; i++) want[i] = pow(a, T) * P0[i] - lr * G[i] * (1 - pow(a, T)) / (1 - a);
+    for (int i = 0; i < NV; i++)
+        want[i] = pow(a, T) * P0[i] - lr * G[i] * (1 - pow(a, T)) / (1 - a);
     check_vec("sgd weight decay", p, want, NV, 1e-6, 1.0);
 
     /* Nesterov with a first step only: d = g + m g = (1 + m) g */
@@ -193,8 +194,7 @@ static void test_adam_closed_forms(void) {
         memset(m, 0, sizeof m), memset(v, 0, sizeof v);
         memcpy(p, P0, sizeof p);
         fr_k_adam(p, zero, m, v, NV, &o, 1, 0);
-        for (int i = 0; i < NV; i++)
-            want[i] = P0[i] - 0.01 * wd * P0[i] / (wd * fabs(P0[i]) + eps);
+        for (int i = 0; i < NV; i++) want[i] = P0[i] - 0.01 * wd * P0[i] / (wd * fabs(P0[i]) + eps);
         check_vec("adam L2 first step moves by lr", p, want, NV, 1e-6, 1e-6);
     }
 }
@@ -255,7 +255,8 @@ static void test_double_reference(void) {
             }
         }
         char what[64];
-        snprintf(what, sizeof what, "%s 20 steps vs double", kind == 0 ? "sgd" : kind == 1 ? "adam" : "adamw");
+        static const char *names[3] = {"sgd", "adam", "adamw"};
+        snprintf(what, sizeof what, "%s 20 steps vs double", names[kind]);
         check_vec(what, p, pd, N, 1e-5, 1.0);
     }
 }
@@ -281,9 +282,10 @@ static void test_pytorch_reference(void) {
             double want[OPTIM_REF_N];
             for (int i = 0; i < OPTIM_REF_N; i++) {
                 want[i] = rc->p[t][i];
-                double ulp = fabs(p[i] - want[i]) /
-                             fmax(nextafterf(fabsf((float)want[i]), INFINITY) - fabsf((float)want[i]),
-                                  1e-45);
+                double ulp =
+                    fabs(p[i] - want[i]) /
+                    fmax(nextafterf(fabsf((float)want[i]), INFINITY) - fabsf((float)want[i]),
+                         1e-45);
                 maxulp = fmax(maxulp, ulp);
             }
             char what[96];
@@ -361,8 +363,11 @@ static void test_opts(void) {
     const struct {
         const char *name;
         fr_optim_kind kind;
-    } ok[] = {{"sgd", FR_OPTIM_SGD}, {"adam", FR_OPTIM_ADAM}, {"adamw", FR_OPTIM_ADAMW},
-              {"AdamW", FR_OPTIM_ADAMW}, {"SGD", FR_OPTIM_SGD}};
+    } ok[] = {{"sgd", FR_OPTIM_SGD},
+              {"adam", FR_OPTIM_ADAM},
+              {"adamw", FR_OPTIM_ADAMW},
+              {"AdamW", FR_OPTIM_ADAMW},
+              {"SGD", FR_OPTIM_SGD}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fr_optim_kind k = (fr_optim_kind)-1;
         char err[128] = "";

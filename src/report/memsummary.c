@@ -44,7 +44,8 @@ static void row(FILE *out, const char *label, const char *cur, const char *peak)
 
 static void row_bytes(FILE *out, const char *label, size_t cur, size_t peak, int has_peak) {
     char c[32], p[32];
-    row(out, label, fr_human_bytes(cur, c, sizeof c), has_peak ? fr_human_bytes(peak, p, sizeof p) : "");
+    row(out, label, fr_human_bytes(cur, c, sizeof c),
+        has_peak ? fr_human_bytes(peak, p, sizeof p) : "");
 }
 
 static void row_count(FILE *out, const char *label, uint64_t n) {

@@ -6,6 +6,7 @@
 #ifndef FR_TRAINER_H
 #define FR_TRAINER_H
 
+#include "data/dataset.h"
 #include "train/step.h"
 
 typedef struct fr_train_cfg {

@@ -89,13 +89,15 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             mean = rmean[ch];
             invstd = 1.0 / sqrt((double)rvar[ch] + eps);
         }
-        /* y = x scale + shift, scale = gamma invstd, shift = beta - mean scale */
-        double g = gamma ? gamma[ch] : 1.0, b = beta ? beta[ch] : 0.0;
-        float scale = (float)(g * invstd), shift = (float)(b - mean * g * invstd);
+        /* y = ((x - m_hi) - m_lo) scale + beta, scale = gamma invstd; the mean
+         * split in two floats keeps x - mean accurate when var << mean^2 */
+        const double g = gamma ? gamma[ch] : 1.0;
+        const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
+        const float scale = (float)(g * invstd), b = beta ? beta[ch] : 0.0f;
         for (int64_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + ch) * HW;
             float *yp = y + (n * C + ch) * HW;
-            for (int64_t i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+            for (int64_t i = 0; i < HW; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
         }
     }
     return FR_OK;
@@ -175,9 +177,10 @@ int fr_k_layernorm(fr_kernel_call *c) {
         double rstd = 1.0 / sqrt(sumsq_dev_f64(xp, D, mean) / (double)D + eps);
         if (smean) smean[n] = (float)mean;
         if (srstd) srstd[n] = (float)rstd;
-        const float m = (float)mean, r = (float)rstd;
+        /* the mean split in two floats keeps x - mean accurate when var << mean^2 */
+        const float m_hi = (float)mean, m_lo = (float)(mean - m_hi), r = (float)rstd;
         for (int64_t d = 0; d < D; d++) {
-            float v = (xp[d] - m) * r;
+            float v = ((xp[d] - m_hi) - m_lo) * r;
             if (gamma) v *= gamma[d];
             if (beta) v += beta[d];
             yp[d] = v;

@@ -1,0 +1,544 @@
+/* test_dataset.c — IDX and .npy datasets: values read back against the
+ * bytes the test wrote (pixels as x / 255 computed in double), .npy headers
+ * exactly as numpy 1.24's np.save writes them (copied from its output),
+ * every fault the opener must reject with a message naming the file,
+ * truncated and corrupt gzip, every allocation failing in turn, and the real
+ * Fashion-MNIST files when present (first labels, class counts and pixel sums
+ * worked out with Python's gzip module). */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "data/dataset.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) {                                                        \
+            passed++;                                                      \
+        } else {                                                           \
+            failed++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+/* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
+ * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
+#define F4IMG "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1, 2, 3), }                                                    \x0a"
+#define U1IMG "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4, 5), }                                                       \x0a"
+#define F4VEC "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }                                                          \x0a"
+#define I8LAB "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }                                                            \x0a"
+#define I4LAB_V2 "\x93" "NUMPY\x02" "\x00" "t\x00" "\x00" "\x00" "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
+#define U1LAB_V3 "\x93" "NUMPY\x03" "\x00" "t\x00" "\x00" "\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
+#define NPY_HDR 128
+
+static char tmpdir[256];
+
+static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
+
+static void spit(const char *path, const void *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(buf, 1, n, f);
+    fclose(f);
+}
+
+static void spit_gz(const char *path, const void *buf, size_t n) {
+    gzFile g = gzopen(path, "wb");
+    if (!g) return;
+    gzwrite(g, buf, (unsigned)n);
+    gzclose(g);
+}
+
+static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+static fr_mem_stats stats(fr_ctx *ctx) {
+    fr_mem_stats s;
+    fr_mem_get_stats(ctx, &s);
+    return s;
+}
+
+static void be32(unsigned char *b, uint32_t v) {
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
+    b[3] = (unsigned char)v;
+}
+
+/* The synthetic IDX set: 5 images of 3x4, pixel j of image i is
+ * (37 i + 11 j) mod 256; labels 3 0 7 1 2. */
+enum { N = 5, H = 3, W = 4 };
+static const unsigned char labels5[N] = {3, 0, 7, 1, 2};
+static unsigned pixel(int i, int j) { return (unsigned)(37 * i + 11 * j) % 256; }
+
+static size_t idx_images(unsigned char *b, int n, int h, int w) {
+    be32(b, 0x803), be32(b + 4, (uint32_t)n), be32(b + 8, (uint32_t)h), be32(b + 12, (uint32_t)w);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < h * w; j++) b[16 + i * h * w + j] = (unsigned char)pixel(i, j);
+    return 16 + (size_t)n * h * w;
+}
+
+static size_t idx_labels(unsigned char *b, const unsigned char *lab, int n) {
+    be32(b, 0x801), be32(b + 4, (uint32_t)n);
+    memcpy(b + 8, lab, (size_t)n);
+    return 8 + (size_t)n;
+}
+
+static void expect_fail(fr_ctx *ctx, fr_dataset *ds, const char *what, const char *file, const char *msg) {
+    CHECK(ds == NULL, "%s: opened", what);
+    if (ds) fr_dataset_close(ds);
+    const char *e = fr_last_error(ctx);
+    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e, file, msg);
+}
+
+static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
+    CHECK(ds != NULL, "%s: %s", what, fr_last_error(ctx));
+    if (!ds) return;
+    int c, h, w;
+    fr_dataset_sample_shape(ds, &c, &h, &w);
+    CHECK(fr_dataset_len(ds) == N && c == 1 && h == H && w == W, "%s: shape", what);
+    CHECK(fr_dataset_classes(ds) == 8, "%s: classes %d", what, fr_dataset_classes(ds));
+    CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "%s: data bytes held after open", what);
+    int64_t idx[3] = {4, 0, 2};
+    float x[3 * H * W];
+    int32_t y[3];
+    fr_status st = fr_dataset_read(ds, idx, 3, x, y);
+    CHECK(st == FR_OK, "%s: %s", what, fr_last_error(ctx));
+    int bad = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int j = 0; j < H * W; j++)
+            if (fabs(x[s * H * W + j] - pixel((int)idx[s], j) / 255.0) > 1e-7) bad++;
+        if (y[s] != labels5[idx[s]]) bad++;
+    }
+    CHECK(bad == 0, "%s: %d wrong values", what, bad);
+    int64_t out_of_range = N;
+    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
+          "%s: index past the end", what);
+    fr_dataset_close(ds);
+}
+
+static void test_idx(fr_ctx *ctx) {
+    unsigned char img[16 + N * H * W], lab[8 + N];
+    size_t ni = idx_images(img, N, H, W), nl = idx_labels(lab, labels5, N);
+    char pi[512], pl[512], pig[512], plg[512];
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    path_in(pig, sizeof pig, "img.idx.gz");
+    path_in(plg, sizeof plg, "lab.idx.gz");
+    spit(pi, img, ni);
+    spit(pl, lab, nl);
+    spit_gz(pig, img, ni);
+    spit_gz(plg, lab, nl);
+    check_synthetic(ctx, fr_dataset_open(ctx, pi, pl), "raw");
+    check_synthetic(ctx, fr_dataset_open(ctx, pig, plg), "gz");
+    check_synthetic(ctx, fr_dataset_open(ctx, pi, plg), "raw images, gz labels");
+    CHECK(fr_idx_check(ctx, "img", img, ni) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_idx_check(ctx, "lab", lab, nl) == FR_OK, "%s", fr_last_error(ctx));
+
+    /* Two gzip members back to back, as `cat a.gz b.gz` makes, inflate to one file. */
+    char pm[512];
+    path_in(pm, sizeof pm, "multi.idx.gz");
+    {
+        gzFile g = gzopen(pm, "wb");
+        gzwrite(g, img, 30);
+        gzclose(g);
+        unsigned char first[4096], second[4096];
+        size_t n1 = slurp(pm, first, sizeof first);
+        spit_gz(pm, img + 30, ni - 30);
+        size_t n2 = slurp(pm, second, sizeof second);
+        memcpy(first + n1, second, n2);
+        spit(pm, first, n1 + n2);
+    }
+    check_synthetic(ctx, fr_dataset_open(ctx, pm, pl), "two gzip members");
+
+    unsigned char bad[256];
+    char pb[512];
+    path_in(pb, sizeof pb, "bad.idx");
+    /* Wrong magic. */
+    memcpy(bad, img, ni);
+    be32(bad, 0x802);
+    spit(pb, bad, ni);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "wrong magic", "bad.idx", "byte 0: IDX magic 0x00000802 is not");
+    CHECK(fr_idx_check(ctx, "m", bad, ni) == FR_ERR_FORMAT, "check: wrong magic");
+    be32(bad, 0x0D03);
+    CHECK(fr_idx_check(ctx, "m", bad, ni) == FR_ERR_FORMAT, "check: non-u8 IDX type");
+    /* Truncated and overlong. */
+    spit(pb, img, 50);
+    fr_dataset *ds = fr_dataset_open(ctx, pb, pl);
+    CHECK(!ds, "truncated opened");
+    fr_dataset_close(ds);
+    char want[700];
+    snprintf(want, sizeof want, "%s: expected 76 bytes for 5x3x4 images, found 50", pb);
+    CHECK(!strcmp(fr_last_error(ctx), want), "got \"%s\"", fr_last_error(ctx));
+    CHECK(fr_idx_check(ctx, "t", img, 50) == FR_ERR_FORMAT &&
+              !strcmp(fr_last_error(ctx), "t: expected 76 bytes for 5x3x4 images, found 50"),
+          "%s", fr_last_error(ctx));
+    memcpy(bad, img, ni);
+    bad[ni] = 0;
+    spit(pb, bad, ni + 1);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "one byte too many", "bad.idx", "expected 76 bytes for 5x3x4 images, found 77");
+    CHECK(fr_idx_check(ctx, "l", lab, nl - 1) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "expected 13 bytes for 5 labels, found 12"),
+          "%s", fr_last_error(ctx));
+    CHECK(fr_idx_check(ctx, "s", img, 2) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"), "2 bytes");
+    CHECK(fr_idx_check(ctx, "s", img, 10) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"), "10 bytes");
+    CHECK(fr_idx_check(ctx, "s", img, 0) == FR_ERR_FORMAT, "0 bytes");
+    /* Sizes that overflow 64 bits. */
+    memcpy(bad, img, 16);
+    be32(bad + 4, 0xFFFFFFFF), be32(bad + 8, 0xFFFFFFFF), be32(bad + 12, 0xFFFFFFFF);
+    CHECK(fr_idx_check(ctx, "o", bad, 16) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "overflow"), "%s",
+          fr_last_error(ctx));
+    /* Labels and images swapped, counts that differ, no samples. */
+    expect_fail(ctx, fr_dataset_open(ctx, pl, pi), "swapped", "lab.idx", "holds labels, not images");
+    unsigned char lab4[8 + 4];
+    idx_labels(lab4, labels5, 4);
+    char p4[512];
+    path_in(p4, sizeof p4, "lab4.idx");
+    spit(p4, lab4, sizeof lab4);
+    expect_fail(ctx, fr_dataset_open(ctx, pi, p4), "count mismatch", "lab4.idx", "4 labels for 5 images");
+    unsigned char empty[16];
+    idx_images(empty, 0, H, W);
+    spit(pb, empty, 16);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "no samples", "bad.idx", "no samples");
+    char pnone[512];
+    path_in(pnone, sizeof pnone, "none.idx");
+    expect_fail(ctx, fr_dataset_open(ctx, pnone, pl), "missing file", "none.idx", "cannot open");
+
+    /* Gzip faults: truncated, a corrupt CRC, corrupt deflate data, trailing garbage. */
+    unsigned char gz[4096];
+    size_t ng = slurp(pig, gz, sizeof gz);
+    char pg[512];
+    path_in(pg, sizeof pg, "bad.idx.gz");
+    spit(pg, gz, ng / 2);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "truncated gz", "bad.idx.gz", "truncated gzip stream");
+    spit(pg, gz, ng - 1);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz missing its last byte", "bad.idx.gz", "truncated gzip stream");
+    memcpy(bad, gz, ng);
+    bad[ng - 8] ^= 0xFF; /* CRC-32 of the trailer */
+    spit(pg, bad, ng);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad crc", "bad.idx.gz", "incorrect data check");
+    memcpy(bad, gz, ng);
+    bad[ng - 4] ^= 0x01; /* ISIZE of the trailer */
+    spit(pg, bad, ng);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad length", "bad.idx.gz", "incorrect length check");
+    memcpy(bad, gz, ng);
+    bad[10] = 0xFF; /* first deflate block header: an invalid block type */
+    spit(pg, bad, ng);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz corrupt data", "bad.idx.gz", "corrupt gzip stream");
+    memcpy(bad, gz, ng);
+    memcpy(bad + ng, "junk", 4);
+    spit(pg, bad, ng + 4);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz trailing garbage", "bad.idx.gz", "trailing bytes after the gzip stream");
+    spit(pg, "\x1f\x8b", 2);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz header only", "bad.idx.gz", "truncated gzip stream");
+    /* A gzip file whose content is a truncated IDX. */
+    spit_gz(pg, img, 40);
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz of a short file", "bad.idx.gz", "expected 76 bytes for 5x3x4 images, found 40");
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* Writes header + data to name. */
+static void npy_file(char *path, size_t cap, const char *name, const char *hdr, const void *data, size_t n) {
+    unsigned char buf[1024];
+    memcpy(buf, hdr, NPY_HDR);
+    memcpy(buf + NPY_HDR, data, n);
+    path_in(path, cap, name);
+    spit(path, buf, NPY_HDR + n);
+}
+
+static fr_status npy_check_str(fr_ctx *ctx, const char *hdr, const void *data, size_t n) {
+    unsigned char buf[1024];
+    memcpy(buf, hdr, NPY_HDR);
+    memcpy(buf + NPY_HDR, data, n);
+    return fr_npy_check(ctx, "a.npy", buf, NPY_HDR + n);
+}
+
+/* A copy of a header with `from` replaced by `to` (same length), in one of
+ * 32 buffers used in turn so a table of patched headers can be built. */
+static const char *patch(const char *hdr, const char *from, const char *to) {
+    static char pool[32][NPY_HDR + 1];
+    static int next;
+    char *out = pool[next++ % 32];
+    memcpy(out, hdr, NPY_HDR);
+    out[NPY_HDR] = 0;
+    char *p = memmem(out, NPY_HDR, from, strlen(from));
+    if (p) memcpy(p, to, strlen(to));
+    return out;
+}
+
+static void test_npy(fr_ctx *ctx) {
+    float f4[3 * 6], vec[3 * 2];
+    unsigned char u1[3 * 20];
+    for (int k = 0; k < 18; k++) f4[k] = (float)k / 8 - 1;
+    for (int k = 0; k < 6; k++) vec[k] = (float)k * 0.25f;
+    for (int k = 0; k < 60; k++) u1[k] = (unsigned char)(k * 4);
+    int64_t l8[3] = {1, 0, 2};
+    int32_t l4[3] = {4, 0, 2};
+    unsigned char l1[3] = {0, 9, 1};
+    char pf4[512], pu1[512], pvec[512], p8[512], p4[512], p1[512];
+    npy_file(pf4, sizeof pf4, "f4.npy", F4IMG, f4, sizeof f4);
+    npy_file(pu1, sizeof pu1, "u1.npy", U1IMG, u1, sizeof u1);
+    npy_file(pvec, sizeof pvec, "vec.npy", F4VEC, vec, sizeof vec);
+    npy_file(p8, sizeof p8, "l8.npy", I8LAB, l8, sizeof l8);
+    npy_file(p4, sizeof p4, "l4.npy", I4LAB_V2, l4, sizeof l4);
+    npy_file(p1, sizeof p1, "l1.npy", U1LAB_V3, l1, sizeof l1);
+
+    struct {
+        const char *img, *lab;
+        int c, h, w, classes;
+        const int32_t want_y[3];
+    } sets[] = {{pf4, p8, 1, 2, 3, 3, {1, 0, 2}}, {pu1, p4, 1, 4, 5, 5, {4, 0, 2}}, {pvec, p1, 1, 1, 2, 10, {0, 9, 1}}};
+    for (int s = 0; s < 3; s++) {
+        fr_dataset *ds = fr_dataset_open(ctx, sets[s].img, sets[s].lab);
+        CHECK(ds != NULL, "npy set %d: %s", s, fr_last_error(ctx));
+        if (!ds) continue;
+        int c, h, w;
+        fr_dataset_sample_shape(ds, &c, &h, &w);
+        CHECK(fr_dataset_len(ds) == 3 && c == sets[s].c && h == sets[s].h && w == sets[s].w, "set %d shape %d %d %d", s, c,
+              h, w);
+        CHECK(fr_dataset_classes(ds) == sets[s].classes, "set %d classes %d", s, fr_dataset_classes(ds));
+        int64_t idx[3] = {2, 0, 1};
+        float x[60];
+        int32_t y[3];
+        CHECK(fr_dataset_read(ds, idx, 3, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        int d = c * h * w, bad = 0;
+        for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < d; j++) {
+                double want = s == 0 ? f4[idx[i] * d + j] : s == 1 ? u1[idx[i] * d + j] / 255.0 : vec[idx[i] * d + j];
+                if (fabs(x[i * d + j] - want) > 1e-7) bad++;
+            }
+            if (y[i] != sets[s].want_y[idx[i]]) bad++;
+        }
+        CHECK(bad == 0, "set %d: %d wrong values", s, bad);
+        fr_dataset_close(ds);
+    }
+    /* Mixed: IDX images with .npy labels of another count. */
+    char pi[512];
+    path_in(pi, sizeof pi, "img.idx");
+    expect_fail(ctx, fr_dataset_open(ctx, pi, p8), "idx + npy count", "l8.npy", "3 labels for 5 images");
+
+    /* Faults, in memory and through the opener. */
+    CHECK(npy_check_str(ctx, F4IMG, f4, sizeof f4) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(npy_check_str(ctx, I4LAB_V2, l4, sizeof l4) == FR_OK, "%s", fr_last_error(ctx));
+    struct {
+        const char *what, *hdr;
+        const void *data;
+        size_t n;
+        const char *msg;
+    } faults[] = {
+        {"fortran order", patch(F4IMG, "False", "True "), f4, sizeof f4, "a.npy: byte 44: fortran_order True is not supported"},
+        {"big-endian", patch(F4IMG, "<f4", ">f4"), f4, sizeof f4, "big-endian dtype '>f4' is not supported"},
+        {"unknown descr", patch(F4IMG, "<f4", "<f8"), f4, sizeof f4, "a.npy: byte 20: unsupported dtype '<f8'"},
+        {"too little data", F4IMG, f4, sizeof f4 - 4, "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 196"},
+        {"too much data", I8LAB, l8, sizeof l8 + 0, NULL},
+        {"not a tuple", patch(I8LAB, "(3,)", "(3) "), l8, sizeof l8, "'shape' (n) is not a tuple"},
+        {"negative dim", patch(I8LAB, "(3,)", "(-3)"), l8, sizeof l8, "negative dimension"},
+        {"missing key", patch(I8LAB, "'descr': '<i8', ", "                "), l8, sizeof l8, "header dict lacks 'descr'"},
+        {"unknown key", patch(I8LAB, "'descr'", "'dtype'"), l8, sizeof l8, "unknown key 'dtype'"},
+        {"bad magic", patch(I8LAB, "NUMPY", "NUMPX"), l8, sizeof l8, "not a .npy file"},
+        {"version 4", patch(I8LAB, "NUMPY\x01", "NUMPY\x04"), l8, sizeof l8, "unsupported .npy version 4.0"},
+        {"header past end", patch(I8LAB, "v\x00{", "\xff\x7f{"), l8, sizeof l8, "runs past the end"},
+        {"garbage after dict", patch(I8LAB, "}    ", "} x  "), l8, sizeof l8, "unexpected characters after the header dict"},
+        {"label 300", I4LAB_V2, (int32_t[]){1, 300, 2}, 12, "label 300 at index 1 is out of range [0, 256)"},
+        {"label -1", I8LAB, (int64_t[]){1, 2, -1}, 24, "label -1 at index 2 is out of range [0, 256)"},
+        {"2-d integers", patch(F4VEC, "<f4", "<i4"), vec, sizeof vec, "integer arrays are labels and need 1 dimension"},
+        {"1-d floats", patch(I8LAB, "<i8", "<f4"), l8, 12, "neither images"},
+        {"structured", patch(I8LAB, "'<i8'", "[1,2]"), l8, sizeof l8, "'descr' is not a simple dtype string"},
+    };
+    for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
+        unsigned char buf[1024];
+        memcpy(buf, faults[k].hdr, NPY_HDR);
+        memcpy(buf + NPY_HDR, faults[k].data, faults[k].n);
+        size_t n = NPY_HDR + faults[k].n;
+        if (!faults[k].msg) { /* one byte too many */
+            buf[n++] = 0;
+            faults[k].msg = "expected 152 bytes for i64 of shape (3), found 153";
+        }
+        fr_status st = fr_npy_check(ctx, "a.npy", buf, n);
+        CHECK(st == FR_ERR_FORMAT, "%s: accepted", faults[k].what);
+        CHECK(strstr(fr_last_error(ctx), faults[k].msg) && !strncmp(fr_last_error(ctx), "a.npy: ", 7),
+              "%s: message \"%s\" lacks \"%s\"", faults[k].what, fr_last_error(ctx), faults[k].msg);
+    }
+    /* Through the opener: labels out of range, float labels, fortran images. */
+    char pb[512];
+    npy_file(pb, sizeof pb, "bad.npy", I4LAB_V2, (int32_t[]){1, 300, 2}, 12);
+    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "label 300", "bad.npy", "label 300 at index 1 is out of range [0, 256)");
+    npy_file(pb, sizeof pb, "bad.npy", F4VEC, vec, sizeof vec);
+    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "float labels", "bad.npy", "labels must be integers with 1 dimension");
+    npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "False", "True "), f4, sizeof f4);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "fortran images", "bad.npy", "fortran_order True");
+    npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "<f4", "<i4"), f4, sizeof f4);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "integer images", "bad.npy", "images must be u8 or f32");
+    npy_file(pb, sizeof pb, "bad.npy", F4IMG, f4, 40);
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "short npy", "bad.npy", "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 168");
+    /* A gzip'd .npy works like a gzip'd IDX. */
+    unsigned char raw[1024];
+    size_t nr = slurp(pu1, raw, sizeof raw);
+    char pz[512];
+    path_in(pz, sizeof pz, "u1.npy.gz");
+    spit_gz(pz, raw, nr);
+    fr_dataset *ds = fr_dataset_open(ctx, pz, p4);
+    CHECK(ds && fr_dataset_len(ds) == 3, "gz npy: %s", fr_last_error(ctx));
+    fr_dataset_close(ds);
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* The dataset directory layout, and a missing split. */
+static void test_open_dir(fr_ctx *ctx) {
+    unsigned char img[16 + N * H * W], lab[8 + N];
+    size_t ni = idx_images(img, N, H, W), nl = idx_labels(lab, labels5, N);
+    char p[512];
+    path_in(p, sizeof p, "train-images-idx3-ubyte.gz");
+    spit_gz(p, img, ni);
+    path_in(p, sizeof p, "train-labels-idx1-ubyte");
+    spit(p, lab, nl);
+    check_synthetic(ctx, fr_dataset_open_dir(ctx, tmpdir, "train"), "open_dir");
+    fr_dataset *ds = fr_dataset_open_dir(ctx, tmpdir, "t10k");
+    expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte", "neither");
+}
+
+static void test_fashion(fr_ctx *ctx) {
+    const char *dir = getenv("FR_DATA_DIR");
+    if (!dir || !*dir) dir = "/usr/share/datasets/fashion-mnist";
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        printf("fashion-mnist: %s not found, skipped\n", dir);
+        return;
+    }
+    /* Reference values from Python: gzip.open(...).read(), then the first
+     * labels, the per-class counts, and sums of the raw pixels. */
+    struct {
+        const char *split;
+        int64_t n, per_class;
+        int32_t first[3], last_label;
+        long first_sum, last_sum;
+        int center0; /* pixel (14, 14) of image 0 */
+    } want[2] = {{"train", 60000, 6000, {9, 0, 0}, 5, 76247, 16684, 217},
+                 {"t10k", 10000, 1000, {9, 2, 1}, 5, 33456, 24390, 110}};
+    for (int s = 0; s < 2; s++) {
+        fr_dataset *ds = fr_dataset_open_dir(ctx, dir, want[s].split);
+        CHECK(ds != NULL, "%s: %s", want[s].split, fr_last_error(ctx));
+        if (!ds) continue;
+        int c, h, w;
+        fr_dataset_sample_shape(ds, &c, &h, &w);
+        CHECK(fr_dataset_len(ds) == want[s].n && c == 1 && h == 28 && w == 28, "%s: shape", want[s].split);
+        CHECK(fr_dataset_classes(ds) == 10, "%s: classes %d", want[s].split, fr_dataset_classes(ds));
+        int64_t idx[4] = {0, 1, 2, want[s].n - 1};
+        float x[4 * 784];
+        int32_t y[4];
+        CHECK(fr_dataset_read(ds, idx, 4, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(y[0] == want[s].first[0] && y[1] == want[s].first[1] && y[2] == want[s].first[2] &&
+                  y[3] == want[s].last_label,
+              "%s: labels %d %d %d .. %d", want[s].split, y[0], y[1], y[2], y[3]);
+        double s0 = 0, s3 = 0;
+        for (int j = 0; j < 784; j++) s0 += x[j] * 255.0, s3 += x[3 * 784 + j] * 255.0;
+        CHECK(fabs(s0 - want[s].first_sum) < 0.01 && fabs(s3 - want[s].last_sum) < 0.01, "%s: pixel sums %.2f %.2f",
+              want[s].split, s0, s3);
+        CHECK(fabs(x[14 * 28 + 14] - want[s].center0 / 255.0) < 1e-7, "%s: center pixel", want[s].split);
+        /* Every label, read one at a time without images. */
+        int64_t count[10] = {0};
+        int bad = 0;
+        for (int64_t i = 0; i < want[s].n; i++) {
+            int32_t l;
+            if (fr_dataset_read(ds, &i, 1, NULL, &l) || l < 0 || l > 9) bad++;
+            else count[l]++;
+        }
+        for (int k = 0; k < 10; k++)
+            if (count[k] != want[s].per_class) bad++;
+        CHECK(bad == 0, "%s: class counts", want[s].split);
+        CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "%s: the dataset holds data memory", want[s].split);
+        fr_dataset_close(ds);
+    }
+    CHECK(stats(ctx).allocated_total == 0, "leak");
+}
+
+/* Every allocation of open + read fails in turn. */
+static void test_alloc_failures(fr_ctx *ctx) {
+    char pig[512], plg[512], pu1[512], p4[512];
+    path_in(pig, sizeof pig, "img.idx.gz");
+    path_in(plg, sizeof plg, "lab.idx.gz");
+    path_in(pu1, sizeof pu1, "u1.npy");
+    path_in(p4, sizeof p4, "l4.npy");
+    const char *sets[2][2] = {{pig, plg}, {pu1, p4}};
+    for (int s = 0; s < 2; s++) {
+        int fails = 0;
+        for (int n = 1; n < 1000; n++) {
+            fr_mem_stats before = stats(ctx);
+            fr_mem_fail_at(ctx, (uint64_t)n);
+            fr_dataset *ds = fr_dataset_open(ctx, sets[s][0], sets[s][1]);
+            fr_status st = FR_OK;
+            if (ds) {
+                int64_t idx[2] = {1, 0};
+                float x[2 * 60];
+                int32_t y[2];
+                st = fr_dataset_read(ds, idx, 2, x, y);
+                fr_dataset_close(ds);
+            }
+            fr_mem_fail_at(ctx, 0);
+            int injected = stats(ctx).num_ooms > before.num_ooms;
+            if (!ds) {
+                fails++;
+                CHECK(injected && strstr(fr_last_error(ctx), "out of memory"), "set %d fail at %d: %s", s, n,
+                      fr_last_error(ctx));
+            }
+            CHECK(st == FR_OK, "read failed: %s", fr_last_error(ctx));
+            CHECK(stats(ctx).allocated_total == 0, "set %d fail at %d: %zu bytes leaked", s, n, stats(ctx).allocated_total);
+            if (!injected) break;
+        }
+        CHECK(fails >= 3, "set %d: only %d allocations failed", s, fails);
+    }
+}
+
+static void remove_tree(void) {
+    DIR *d = opendir(tmpdir);
+    struct dirent *de;
+    char p[600];
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(tmpdir);
+}
+
+/* Open file descriptors, to see that no error path leaks one. */
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    while (d && readdir(d)) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+int main(void) {
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/frugal-ds-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int fds = open_fds();
+    fr_ctx *ctx = fr_ctx_new();
+    test_idx(ctx);
+    test_npy(ctx);
+    test_open_dir(ctx);
+    test_alloc_failures(ctx);
+    test_fashion(ctx);
+    fr_ctx_free(ctx);
+    CHECK(open_fds() == fds, "%d file descriptors leaked", open_fds() - fds);
+    remove_tree();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,262 @@
+/* test_engine.c — the engine as a whole through the C API: the seed's byte
+ * arithmetic, predicted versus measured step memory, eval with no backward
+ * state, determinism, allocation failure at every point of a training step,
+ * and a non-finite loss refused before the weights change. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "core/rng.h"
+#include "train/step.h"
+
+static fr_model *seed_mlp(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1000, 1, 1);
+    if (!m) return NULL;
+    if (fr_model_linear(m, 2000, 1) || fr_model_relu(m) || fr_model_linear(m, 10, 1)) {
+        fr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static fr_model *small_cnn(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1, 12, 12);
+    if (!m) return NULL;
+    if (fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_batchnorm(m) || fr_model_relu(m) ||
+        fr_model_residual_begin(m) || fr_model_conv2d(m, 4, 3, 1, 1, 0) || fr_model_batchnorm(m) ||
+        fr_model_residual_end(m) || fr_model_relu(m) || fr_model_maxpool2d(m, 2, 2) ||
+        fr_model_flatten(m) || fr_model_dropout(m, 0.2f) || fr_model_linear(m, 10, 1)) {
+        fr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+typedef struct data {
+    float *x;
+    int32_t *y;
+} data;
+
+static data make_data(int n, int d, uint64_t seed) {
+    data b = {malloc((size_t)n * d * sizeof(float)), malloc((size_t)n * sizeof(int32_t))};
+    fr_rng r = fr_rng_make(seed, 3);
+    for (int i = 0; i < n * d; i++) b.x[i] = fr_rng_next_uniform(&r);
+    for (int i = 0; i < n; i++) b.y[i] = (int32_t)fr_rng_below(&r, 10);
+    return b;
+}
+
+/* The seed document's arithmetic for Linear(1000,2000)-ReLU-Linear(2000,10), batch 32, fp32. */
+static void test_seed_arithmetic(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = seed_mlp(ctx);
+    fr_step_opts o = {32, 1, fr_optim_defaults(FR_OPTIM_SGD), 1};
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    if (!s) return;
+    CHECK(fr_value_bytes(&s->g.vals[s->g.input]) == 32 * 1000 * 4, "input 128,000 B");
+    CHECK(strcmp(m->params[0].name, "0.weight") == 0, "state_dict name %s", m->params[0].name);
+    CHECK(fr_shape_numel(&m->params[0].shape) * 4 == 8000000, "first weight 8,000,000 B");
+    CHECK(fr_value_bytes(&s->g.vals[s->g.nodes[0].out[0]]) == 32 * 2000 * 4, "first output 256,000 B");
+    CHECK(fr_shape_numel(&m->params[2].shape) * 4 == 80000, "second weight 80,000 B");
+    size_t pred[FR_MEM_CAT_COUNT], total;
+    fr_step_predicted(s, pred, &total);
+    /* By hand: params = grads = (2000*1000 + 2000 + 10*2000 + 10) * 4 = 8,088,040 B; SGD without
+     * momentum keeps no state. Saved for backward: the ReLU output (256,000 B, which fc1's
+     * output becomes in place) and its view into fc2 + logits (1,280 B kept to the end). */
+    CHECK(pred[FR_MEM_PARAMS] == 8088040, "params %zu", pred[FR_MEM_PARAMS]);
+    CHECK(pred[FR_MEM_GRADS] == 8088040, "grads %zu", pred[FR_MEM_GRADS]);
+    CHECK(pred[FR_MEM_OPTIM] == 0, "SGD keeps no state: %zu", pred[FR_MEM_OPTIM]);
+    CHECK(pred[FR_MEM_ACTIVATIONS] == 256000 + 1280, "activations %zu", pred[FR_MEM_ACTIVATIONS]);
+    fr_step_free(s);
+    o.optim = fr_optim_defaults(FR_OPTIM_ADAM);
+    s = fr_step_compile(m, &o);
+    fr_step_predicted(s, pred, &total);
+    CHECK(pred[FR_MEM_OPTIM] == 2 * 8088040, "Adam keeps two copies: %zu", pred[FR_MEM_OPTIM]);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* The executor's accounting of step values must reach exactly the planned
+ * peak, and everything must be released at the end. */
+static void test_predicted_equals_measured(void) {
+    for (int which = 0; which < 2; which++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_model *m = which ? small_cnn(ctx) : seed_mlp(ctx);
+        int d = which ? 144 : 1000, n = 16;
+        fr_step_opts o = {n, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+        fr_step *s = fr_step_compile(m, &o);
+        CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+        if (!s) continue;
+        data b = make_data(n, d, 5);
+        fr_mem_stats before, after;
+        fr_mem_get_stats(ctx, &before);
+        fr_mem_reset_peak(ctx);
+        fr_batch batch = {n, b.x, b.y, NULL};
+        float loss;
+        CHECK(fr_step_run(s, &batch, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+        fr_mem_get_stats(ctx, &after);
+        size_t step_peak = after.allocated_peak[FR_MEM_ACTIVATIONS] + after.allocated_peak[FR_MEM_WORKSPACE];
+        CHECK(after.allocated[FR_MEM_ACTIVATIONS] == 0 && after.allocated[FR_MEM_WORKSPACE] == 0,
+              "step values released at the end of the step");
+        CHECK(after.allocated_peak[FR_MEM_ACTIVATIONS] == s->plan.peak[FR_MEM_ACTIVATIONS],
+              "activations: measured %zu, predicted %zu", after.allocated_peak[FR_MEM_ACTIVATIONS],
+              s->plan.peak[FR_MEM_ACTIVATIONS]);
+        CHECK(step_peak >= s->plan.peak_total && s->plan.arena_bytes >= s->plan.peak_total,
+              "arena %zu holds the step peak %zu", s->plan.arena_bytes, s->plan.peak_total);
+        /* The arena never needs more than all step values side by side. */
+        size_t all = 0;
+        for (size_t v = 0; v < s->g.n_vals; v++)
+            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0) all += fr_value_bytes(&s->g.vals[v]);
+        CHECK(s->plan.arena_bytes < all, "liveness reuses memory: arena %zu < %zu", s->plan.arena_bytes, all);
+        free(b.x);
+        free(b.y);
+        fr_step_free(s);
+        fr_model_free(m);
+        fr_mem_stats end;
+        fr_mem_get_stats(ctx, &end);
+        CHECK(end.allocated_total == 0, "leak: %zu bytes", end.allocated_total);
+        fr_ctx_free(ctx);
+    }
+}
+
+/* Eval: no backward nodes, no gradients, no optimizer state, nothing saved. */
+static void test_eval_has_no_backward_state(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = small_cnn(ctx);
+    fr_model_init(m, 3);
+    fr_mem_reset_peak(ctx);
+    fr_step_opts o = {8, 0, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+    fr_step *s = fr_step_compile(m, &o);
+    data b = make_data(8, 144, 9);
+    fr_batch batch = {8, b.x, b.y, NULL};
+    float loss;
+    CHECK(s && fr_step_run(s, &batch, &loss, NULL) == FR_OK, "eval run: %s", fr_last_error(ctx));
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    CHECK(st.allocated_peak[FR_MEM_GRADS] == 0, "eval allocated %zu gradient bytes", st.allocated_peak[FR_MEM_GRADS]);
+    CHECK(st.allocated_peak[FR_MEM_OPTIM] == 0, "eval allocated optimizer state");
+    CHECK(st.allocated_peak[FR_MEM_ACTIVATIONS] == 0, "eval saved %zu bytes for backward", st.allocated_peak[FR_MEM_ACTIVATIONS]);
+    int bwd = 0;
+    for (size_t i = 0; s && i < s->g.n_nodes; i++) bwd += s->g.nodes[i].fwd >= 0;
+    CHECK(bwd == 0, "eval graph has %d backward nodes", bwd);
+    free(b.x);
+    free(b.y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* Same seed, same threads: the same losses bit for bit (dropout included). */
+static void run_losses(float *out, int steps) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_set_threads(ctx, 2);
+    fr_model *m = small_cnn(ctx);
+    fr_model_init(m, 11);
+    fr_step_opts o = {16, 1, fr_optim_defaults(FR_OPTIM_ADAM), 11};
+    fr_step *s = fr_step_compile(m, &o);
+    data b = make_data(16, 144, 13);
+    fr_batch batch = {16, b.x, b.y, NULL};
+    for (int i = 0; i < steps; i++) fr_step_run(s, &batch, &out[i], NULL);
+    free(b.x);
+    free(b.y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+static void test_determinism(void) {
+    float a[6], b[6];
+    run_losses(a, 6);
+    run_losses(b, 6);
+    CHECK(memcmp(a, b, sizeof a) == 0, "losses differ between identical runs");
+    CHECK(a[5] < a[0], "training on one batch lowers its loss: %g -> %g", a[0], a[5]);
+}
+
+/* Make the n-th allocation fail for every n across building, compiling and
+ * running a training step: each failure is reported and leaks nothing. */
+static void test_allocation_failures(void) {
+    int n, failures = 0, bad = 0;
+    for (n = 1; n < 100000; n++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_mem_fail_at(ctx, (uint64_t)n);
+        fr_model *m = small_cnn(ctx);
+        fr_step *s = NULL;
+        fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
+        fr_step_opts o = {4, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+        o.optim.zero_grad_to_none = 1;
+        if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
+        data b = make_data(4, 144, 1);
+        fr_batch batch = {4, b.x, b.y, NULL};
+        float loss;
+        for (int k = 0; k < 2 && !st; k++) st = fr_step_run(s, &batch, &loss, NULL);
+        free(b.x);
+        free(b.y);
+        int injected = ctx->mem.fail_at == 0;
+        if (st) {
+            failures++;
+            if (st != FR_ERR_NOMEM || !strstr(fr_last_error(ctx), "out of memory")) {
+                if (bad++ < 3) fprintf(stderr, "allocation %d: status %d, message '%s'\n", n, st, fr_last_error(ctx));
+            }
+        }
+        fr_step_free(s);
+        fr_model_free(m);
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        if (ms.allocated_total != 0 && bad++ < 3)
+            fprintf(stderr, "allocation %d: %zu bytes leaked\n", n, ms.allocated_total);
+        fr_ctx_free(ctx);
+        if (!injected) break; /* the whole scenario ran without reaching allocation n */
+    }
+    CHECK(bad == 0, "%d failure points misbehaved", bad);
+    CHECK(failures == n - 1 && n > 20, "every one of the %d allocations was made to fail (%d failures seen)", n - 1, failures);
+    printf("allocation failure: %d points tested\n", n - 1);
+}
+
+/* A non-finite loss stops the step before the optimizer touches the weights. */
+static void test_nonfinite_loss(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = seed_mlp(ctx);
+    fr_step_opts o = {4, 1, fr_optim_defaults(FR_OPTIM_SGD), 1};
+    fr_step *s = fr_step_compile(m, &o);
+    data b = make_data(4, 1000, 2);
+    b.x[5] = NAN;
+    float before = ((float *)m->params[0].data)[0], loss;
+    fr_batch batch = {4, b.x, b.y, NULL};
+    fr_status st = fr_step_run(s, &batch, &loss, NULL);
+    CHECK(st == FR_ERR_NUMERIC && strstr(fr_last_error(ctx), "non-finite loss"), "status %d: %s", st, fr_last_error(ctx));
+    CHECK(((float *)m->params[0].data)[0] == before, "weights unchanged");
+    b.y[0] = 12;
+    b.x[5] = 0;
+    st = fr_step_run(s, &batch, &loss, NULL);
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "12"), "label out of range: %s", fr_last_error(ctx));
+    free(b.x);
+    free(b.y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* Shapes that do not chain are refused with a message. */
+static void test_shape_errors(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = fr_model_new(ctx, 1, 28, 28);
+    CHECK(fr_model_linear(m, 10, 1) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "flatten"), "%s", fr_last_error(ctx));
+    fr_model_conv2d(m, 8, 3, 2, 0, 1);
+    fr_model_residual_begin(m);
+    fr_model_conv2d(m, 16, 3, 1, 1, 1);
+    CHECK(fr_model_residual_end(m) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "shortcut"), "%s", fr_last_error(ctx));
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+int main(void) {
+    test_seed_arithmetic();
+    test_predicted_equals_measured();
+    test_eval_has_no_backward_state();
+    test_determinism();
+    test_nonfinite_loss();
+    test_shape_errors();
+    test_allocation_failures();
+    return check_done();
+}

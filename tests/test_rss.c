@@ -1,0 +1,71 @@
+/* test_rss.c — the engine's own accounting agrees with what the operating
+ * system sees. A training step of a large MLP (about 400 MiB of parameters,
+ * gradients, Adam state and activations) runs; the growth of the process's
+ * peak RSS over that run must match the engine's peak reserved bytes within
+ * 5% + 16 MiB. The margin covers what is not the engine's: OpenBLAS's
+ * per-thread packing buffers (warmed up before the baseline, but they can
+ * grow with larger GEMMs), OpenMP thread stacks, libc's heap slack and page
+ * rounding. Under AddressSanitizer RSS includes shadow memory, so the
+ * comparison is skipped there (FR_SANITIZED=1). */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "core/rng.h"
+#include "train/trainer.h"
+
+int main(void) {
+    if (getenv("FR_SANITIZED")) {
+        printf("skipped under sanitizers (RSS includes shadow memory)\n");
+        return check_done();
+    }
+    fr_ctx *ctx = fr_ctx_new();
+    fr_set_threads(ctx, 2);
+    /* Warm OpenBLAS up with GEMMs of the sizes the step will use. */
+    {
+        int n = 1024;
+        float *a = calloc((size_t)n * n, 4), *b = calloc((size_t)n * n, 4), *c = calloc((size_t)n * n, 4);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        free(a);
+        free(b);
+        free(c);
+    }
+    int n = 256, d = 2048;
+    float *x = malloc((size_t)n * d * sizeof(float));
+    int32_t *y = malloc((size_t)n * sizeof(int32_t));
+    fr_rng r = fr_rng_make(1, 1);
+    for (int i = 0; i < n * d; i++) x[i] = fr_rng_next_uniform(&r);
+    for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(&r, 10);
+    size_t base = fr_peak_rss_kib() * 1024;
+    fr_model *m = fr_model_new(ctx, d, 1, 1);
+    fr_model_linear(m, 4096, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 4096, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 10, 1);
+    fr_step_opts o = {n, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+    o.optim.zero_grad_to_none = 0;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    fr_batch b = {n, x, y, NULL};
+    float loss;
+    for (int i = 0; i < 2 && s; i++) CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+    size_t grown = fr_peak_rss_kib() * 1024 - base;
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    double diff = (double)grown - (double)st.reserved_peak;
+    double margin = 0.05 * (double)st.reserved_peak + 16.0 * 1048576;
+    printf("engine reserved peak %.1f MiB, allocated peak %.1f MiB, process RSS growth %.1f MiB, "
+           "difference %.1f MiB (margin %.1f MiB)\n",
+           st.reserved_peak / 1048576.0, st.allocated_total_peak / 1048576.0, grown / 1048576.0,
+           diff / 1048576.0, margin / 1048576.0);
+    CHECK(st.reserved_peak > 380u << 20, "the scenario is large enough to measure: %zu", st.reserved_peak);
+    CHECK(diff <= margin && -diff <= margin, "RSS growth and engine accounting differ by %.1f MiB", diff / 1048576.0);
+    fr_step_free(s);
+    fr_model_free(m);
+    free(x);
+    free(y);
+    fr_ctx_free(ctx);
+    return check_done();
+}
