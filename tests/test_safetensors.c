@@ -460,6 +460,15 @@ static void remove_tree(void) {
     rmdir(tmpdir);
 }
 
+/* Open file descriptors, to see that no error path leaks one. */
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    while (d && readdir(d)) n++;
+    if (d) closedir(d);
+    return n;
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/frugal-st-XXXXXX", t && *t ? t : "/tmp");
@@ -467,6 +476,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    int fds = open_fds();
     fr_ctx *ctx = fr_ctx_new();
     test_exact_bytes(ctx);
     test_round_trip(ctx);
@@ -474,6 +484,7 @@ int main(void) {
     test_atomic(ctx);
     test_alloc_failures(ctx);
     fr_ctx_free(ctx);
+    CHECK(open_fds() == fds, "%d file descriptors leaked", open_fds() - fds);
     remove_tree();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -178,6 +178,22 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     return 0;
 }
 
+/* The memory stats as JSON on the current line (fr_mem_json ends with a newline). */
+static void mem_json_inline(fr_ctx *ctx) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        printf("null");
+        return;
+    }
+    fr_mem_json(ctx, f);
+    fclose(f);
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = 0;
+    fputs(buf, stdout);
+    free(buf);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, "train", usage_train, &c);
@@ -203,7 +219,7 @@ static int cmd_train(int argc, char **argv) {
         printf("{\"event\": \"summary\", \"epochs\": %d, \"test_acc\": %.6f, \"test_loss\": %.17g, "
                "\"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"memory\": ",
                res.epochs_done, res.test_acc, res.test_loss, res.seconds, res.peak_rss_kib * 1024);
-        fr_mem_json(ctx, stdout);
+        mem_json_inline(ctx);
         printf("}\n");
     } else if (c.t.progress >= 0) {
         printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
@@ -235,7 +251,7 @@ static int cmd_eval(int argc, char **argv) {
             printf("{\"accuracy\": %.6f, \"loss\": %.9g, \"gradients_bytes_peak\": %zu, "
                    "\"optimizer_bytes_peak\": %zu, \"memory\": ",
                    acc, loss, ms.allocated_peak[FR_MEM_GRADS], ms.allocated_peak[FR_MEM_OPTIM]);
-            fr_mem_json(ctx, stdout);
+            mem_json_inline(ctx);
             printf("}\n");
         } else {
             printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss,

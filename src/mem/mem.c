@@ -144,6 +144,9 @@ static fr_mem_block *take_block(fr_ctx *ctx, size_t bytes, size_t reserved, fr_m
 static void *alloc_impl(fr_ctx *ctx, size_t bytes, fr_mem_cat cat, int arena) {
     if ((unsigned)cat >= FR_MEM_CAT_COUNT) cat = FR_MEM_OTHER;
     if (bytes > ((size_t)1 << 46)) {
+        pthread_mutex_lock(&ctx->mem.lock);
+        ctx->mem.st.num_ooms++;
+        pthread_mutex_unlock(&ctx->mem.lock);
         fr_fail(ctx, FR_ERR_NOMEM, "out of memory: %zu bytes for %s is beyond any machine",
                 bytes, fr_mem_cat_name(cat));
         return NULL;
@@ -223,7 +226,9 @@ void fr_arena_free(fr_ctx *ctx, void *p) { fr_free(ctx, p); }
 
 void fr_mem_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta) {
     fr_mem *m = &ctx->mem;
+    if ((unsigned)cat >= FR_MEM_CAT_COUNT) cat = FR_MEM_OTHER;
     pthread_mutex_lock(&m->lock);
+    if (delta < 0 && (size_t)-delta > m->st.allocated[cat]) delta = -(int64_t)m->st.allocated[cat];
     if (delta >= 0)
         count_alloc(m, cat, (size_t)delta);
     else
@@ -231,7 +236,11 @@ void fr_mem_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void fr_mem_set_tag(fr_ctx *ctx, const char *tag) { ctx->mem.tag = tag; }
+void fr_mem_set_tag(fr_ctx *ctx, const char *tag) {
+    pthread_mutex_lock(&ctx->mem.lock);
+    ctx->mem.tag = tag;
+    pthread_mutex_unlock(&ctx->mem.lock);
+}
 
 void fr_mem_trace(fr_ctx *ctx, int on) {
     fr_mem *m = &ctx->mem;
@@ -265,5 +274,14 @@ void fr_mem_empty_cache(fr_ctx *ctx) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void fr_mem_set_limit(fr_ctx *ctx, size_t bytes) { ctx->mem.st.limit = bytes; }
-void fr_mem_fail_at(fr_ctx *ctx, uint64_t n) { ctx->mem.fail_at = n; }
+void fr_mem_set_limit(fr_ctx *ctx, size_t bytes) {
+    pthread_mutex_lock(&ctx->mem.lock);
+    ctx->mem.st.limit = bytes;
+    pthread_mutex_unlock(&ctx->mem.lock);
+}
+
+void fr_mem_fail_at(fr_ctx *ctx, uint64_t n) {
+    pthread_mutex_lock(&ctx->mem.lock);
+    ctx->mem.fail_at = n;
+    pthread_mutex_unlock(&ctx->mem.lock);
+}

@@ -1,0 +1,35 @@
+/* fuzz_safetensors.c — libFuzzer target for the safetensors header parser:
+ * any input must parse or fail with FR_ERR_FORMAT, never crash, and leave
+ * no allocation behind once the result is closed. abort() is the fuzzer's
+ * way to report a fault; the library never calls it. */
+#include <stdlib.h>
+#include <string.h>
+#include "io/safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return 0;
+    fr_st_file f;
+    fr_status st = fr_st_parse(ctx, "fuzz.safetensors", data, size, &f);
+    if (st != FR_OK && st != FR_ERR_FORMAT && st != FR_ERR_NOMEM) abort();
+    if (st == FR_OK) {
+        /* Every entry must lie inside the input and match its shape. */
+        for (int k = 0; k < f.n; k++) {
+            const fr_st_entry *e = &f.entries[k];
+            const uint8_t *p = e->data;
+            if (p < data || p + e->nbytes > data + size) abort();
+            if ((size_t)fr_shape_numel(&e->shape) * fr_dtype_size(e->dtype) != e->nbytes) abort();
+            if (fr_st_find(&f, e->name) == NULL) abort();
+        }
+    } else if (f.entries || f.n || !strchr(fr_last_error(ctx), ':')) {
+        abort();
+    }
+    fr_st_close(ctx, &f);
+    fr_mem_stats s;
+    fr_mem_get_stats(ctx, &s);
+    if (s.allocated_total != 0) abort();
+    fr_ctx_free(ctx);
+    return 0;
+}
