@@ -70,7 +70,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"threads", required_argument, 0, 't'}, {"warmup", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    *o = (bench_opts){"mlp", "sgd", 32, 50, 3, 0, 0, 0};
+    *o = (bench_opts){.model = "mlp", .optimizer = "sgd", .batch = 32, .steps = 50, .warmup = 3};
     int c, seed = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {

@@ -24,6 +24,9 @@ void fr_dataset_sample_shape(const fr_dataset *ds, int *c, int *h, int *w);
 int fr_dataset_classes(const fr_dataset *ds); /* max label + 1 seen while validating */
 /* Read samples idx[0..n) into x (n*c*h*w floats) and y (n labels). */
 fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y);
+/* The same, for a background thread: the message goes to err, not ctx. */
+fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
+                            char *err, size_t errlen);
 
 /* Parsers on memory, for the fuzzers and the corruption tests: validate a
  * whole IDX or .npy image (already inflated) and report the first fault. */

@@ -23,10 +23,6 @@
 #include "core/rng.h"
 #include "data/loader.h"
 
-/* Defined in dataset.c: fr_dataset_read writing its message to err. */
-fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, char *err,
-                            size_t errlen);
-
 struct fr_loader {
     fr_ctx *ctx;
     fr_dataset *ds;

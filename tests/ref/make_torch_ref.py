@@ -71,9 +71,20 @@ def write_safetensors(path, tensors, metadata):
 
 
 def cnn():
-    # frugal: conv2d(4, k3, s1, p1) batchnorm relu maxpool2d(2) flatten linear(10)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, 1, 1), nn.BatchNorm2d(4), nn.ReLU(),
+    # frugal: conv2d(4, k3, s1, p1, no bias) batchnorm relu maxpool2d(2) flatten linear(10)
+    # No conv bias: a bias straight before a training-mode BatchNorm has a
+    # gradient of exactly zero (BN subtracts the channel mean), so both sides
+    # would compute rounding noise (~1e-8) and Adam, which divides by |g|,
+    # would turn that noise into lr-sized steps that no tolerance can compare.
+    return nn.Sequential(nn.Conv2d(1, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
                          nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+
+
+def cnn_bias():
+    # frugal: conv2d(4, k3, s1, p1, bias) relu avgpool2d(2) flatten linear(10):
+    # the conv bias where its gradient is not zero
+    return nn.Sequential(nn.Conv2d(1, 4, 3, 1, 1), nn.ReLU(), nn.AvgPool2d(2, 2), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 10))
 
 
 def mlp():
@@ -85,6 +96,7 @@ def mlp():
 # name, builder, seed, input shape (per sample), classes, batch, loss
 MODELS = [
     ("cnn", cnn, 1, (1, 12, 12), 10, 8, "ce"),
+    ("cnn_bias", cnn_bias, 4, (1, 12, 12), 10, 8, "ce"),
     ("mlp", mlp, 2, (20,), 5, 6, "ce"),
     ("mlp_mse", mlp, 3, (20,), 5, 6, "mse"),
 ]
@@ -118,7 +130,7 @@ def main():
     for name, build, seed, shape, classes, n, lk in MODELS:
         torch.manual_seed(seed)
         model0 = build()  # PyTorch's own init under this seed
-        x = torch.randn(n, *shape)
+        x = torch.randn(n, *shape) * 1.5 + 0.5  # off-centre: running_mean moves visibly
         if lk == "ce":
             t = torch.randint(0, classes, (n,))
         else:
