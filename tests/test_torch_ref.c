@@ -20,8 +20,10 @@
  *     under "optimizer.<param>.<state>" equal to torch.optim's, and the step.
  * Tolerances: a value passes when |got - want| <= RTOL |want| + ATOL max|want|
  * (the max over the whole tensor), RTOL = ATOL = 1e-5 for everything (the
- * loss: relative 1e-5); num_batches_tracked exactly. The largest error seen
- * in each kind of quantity is printed at the end.
+ * loss: relative 1e-5); num_batches_tracked exactly. The updates a step made
+ * (weight after minus initial weight) are also compared on their own scale:
+ * within UTOL = 1e-4 of the largest update plus 2 ulp of the new weight.
+ * The largest error seen in each kind of quantity is printed at the end.
  * Needs tests/ref/ (found through FR_SOURCE_DIR, default "."); no torch.
  * FR_TEST_VERBOSE=1 prints the worst element of every compared tensor.
  * Prints "N passed, M failed"; exits non-zero on any failure. */
@@ -37,6 +39,7 @@
 
 #define RTOL 1e-5
 #define ATOL 1e-5
+#define UTOL 1e-4
 
 static const char *src_dir;
 static int verbose; /* FR_TEST_VERBOSE: a line per compared tensor */
@@ -44,9 +47,9 @@ static char tmp_path[512];
 
 /* Per kind of quantity: the largest error seen, and the largest fraction of
  * its tolerance used (with the tensor that used it). */
-enum { Q_LOGITS, Q_LOSS, Q_GRAD, Q_WEIGHT, Q_STATE, Q_BN, Q_COUNT };
-static const char *q_name[Q_COUNT] = {"logits", "loss", "grads", "weights", "optim state",
-                                      "bn stats"};
+enum { Q_LOGITS, Q_LOSS, Q_GRAD, Q_WEIGHT, Q_UPDATE, Q_STATE, Q_BN, Q_COUNT };
+static const char *q_name[Q_COUNT] = {"logits", "loss", "grads", "weights", "updates",
+                                      "optim state", "bn stats"};
 static double q_worst_abs[Q_COUNT], q_worst_frac[Q_COUNT];
 static char q_worst_at[Q_COUNT][FR_ST_NAME_MAX + 48];
 
@@ -158,6 +161,34 @@ static void compare(const ref *r, int q, const char *what, const char *name, con
  * cancel in exp_avg_sq / bias_correction2. Set this to 1.0 if the optimizer
  * options become doubles. */
 static double adam_v_factor(void) { return (1.0 - (double)0.999f) / (double)(float)(1.0 - 0.999); }
+
+/* The update a step made, got - w0, against PyTorch's, want - w0 (w0: the
+ * initial weight): |got - want| <= UTOL max|want - w0| + 2 ulp(want). The
+ * weights themselves are compared relative to the weights, which an update
+ * of lr = 1e-3 hardly moves; this compares the updates relative to their own
+ * size, up to the float rounding of the new weight (the ulp term). */
+static void compare_update(const ref *r, const char *what, const char *name, const char *w0_name,
+                           const float *got, int64_t n) {
+    const float *want = want_f32(r, name, n);
+    const fr_st_entry *e = fr_st_find(&r->init, w0_name);
+    CHECK(e && e->dtype == FR_F32 && fr_shape_numel(&e->shape) == n,
+          "%s: initial '%s' missing or malformed", r->name, w0_name);
+    if (!want || !got || !e || e->dtype != FR_F32 || fr_shape_numel(&e->shape) != n) return;
+    const float *w0 = e->data;
+    double scale = 0.0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)want[i] - w0[i]));
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        double ulp = (double)nextafterf(fabsf(want[i]), INFINITY) - fabsf(want[i]);
+        double tol = UTOL * scale + 2.0 * ulp;
+        if (!(d <= tol) && bad < 0) bad = i;
+        note(Q_UPDATE, r->name, name, d, tol);
+    }
+    CHECK(bad < 0, "%s: %s '%s'[%lld]: update %.9g, PyTorch's %.9g (largest update %.3g)",
+          r->name, what, name, (long long)bad, bad < 0 ? 0.0 : (double)got[bad] - w0[bad],
+          bad < 0 ? 0.0 : (double)want[bad] - w0[bad], scale);
+}
 
 static void compare_loss(const ref *r, const char *what, float got, float want) {
     double d = fabs((double)got - want);
@@ -365,6 +396,7 @@ static void test_one_step(fr_ctx *ctx, const ref *r, fr_optim_kind kind) {
         compare(r, Q_GRAD, "gradient", nm, p->grad, numel(p));
         snprintf(nm, sizeof nm, "%s%s", prefix[kind], p->name);
         compare(r, Q_WEIGHT, what, nm, p->data, numel(p));
+        compare_update(r, what, nm, p->name, p->data, numel(p));
         if (kind == FR_OPTIM_SGD) {
             snprintf(nm, sizeof nm, "sgd.momentum_buffer.%s", p->name);
             compare(r, Q_STATE, "SGD momentum buffer", nm, p->state[0], numel(p));
@@ -417,6 +449,7 @@ static void test_adam_three_steps(fr_ctx *ctx, const ref *r) {
         if (!p->trainable) continue;
         snprintf(nm, sizeof nm, "adam3.%s", p->name);
         compare(r, Q_WEIGHT, "weight after three Adam steps", nm, p->data, numel(p));
+        compare_update(r, "weight after three Adam steps", nm, p->name, p->data, numel(p));
         snprintf(nm, sizeof nm, "adam3.exp_avg.%s", p->name);
         compare(r, Q_STATE, "Adam exp_avg after three steps", nm, p->state[0], numel(p));
         snprintf(nm, sizeof nm, "adam3.exp_avg_sq.%s", p->name);

@@ -8,6 +8,12 @@
 #include "model/model.h"
 #include "train/step.h"
 
+static fr_shape with_batch(int n, fr_shape s) {
+    fr_shape b = {s.ndim + 1, {n, 0, 0, 0}};
+    for (int i = 0; i < s.ndim && i < 3; i++) b.d[i + 1] = s.d[i];
+    return b;
+}
+
 typedef struct layer_row {
     size_t weight, other, grads, optim, output, saved, workspace;
 } layer_row;
@@ -63,7 +69,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
             const fr_layer *l = &m->layers[i];
             if (l->kind == FR_L_RES_SHORTCUT) continue;
             const layer_row *r = &rows[i];
-            fr_shape os = l->out_shape;
+            fr_shape os = with_batch(s->o.batch, l->out_shape);
             fprintf(out,
                     "%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"output_shape\": \"%s\", "
                     "\"weight_bytes\": %zu, \"bias_buffer_bytes\": %zu, \"grad_bytes\": %zu, "
@@ -92,7 +98,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         const fr_layer *l = &m->layers[i];
         if (l->kind == FR_L_RES_SHORTCUT) continue;
         const layer_row *r = &rows[i];
-        fr_shape os = l->out_shape;
+        fr_shape os = with_batch(s->o.batch, l->out_shape);
         fprintf(out, "%-16s %-14s %-16s %12zu %12zu %12zu %12zu %12zu %12zu %12zu\n",
                 l->name[0] ? l->name : "(end)", fr_layer_kind_name(l->kind),
                 fr_shape_str(&os, sh, sizeof sh), r->weight, r->other, r->grads, r->optim,
