@@ -135,7 +135,7 @@ differentiate:;
     CHECK(fr_autodiff(&h.g, gof) == FR_OK, "%s: autodiff: %s", c->what, fr_last_error(h.ctx));
     uint8_t keep[256] = {0};
     keep[h.loss] = keep[h.main_out] = 1;
-    CHECK(fr_plan_build(&h.g, keep, &h.plan) == FR_OK, "%s: plan", c->what);
+    CHECK(fr_plan_build(&h.g, keep, NULL, 0, &h.plan) == FR_OK, "%s: plan", c->what);
     CHECK(fr_exec_init(&h.ex, &h.g, &h.plan) == FR_OK, "%s: exec", c->what);
     /* BatchNorm in training mode updates its running stats: keep a copy so
      * every perturbed forward starts from the same buffers. */

@@ -1120,6 +1120,10 @@ static void test_cross_entropy(void) {
     result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
            "cross-entropy label 12 out of range", "status %d, message '%s'", st, fr_last_error(g_ctx));
     CHECK(sentinel == -42.0f, "cross-entropy bad label writes nothing");
+    bad[3] = 10; /* the first label past the end */
+    st = ce_run(FR_OP_CROSS_ENTROPY, zb, bad, &sentinel, 10, 10, 1.0f);
+    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 10 of sample 3"),
+           "cross-entropy label C out of range", "status %d, message '%s'", st, fr_last_error(g_ctx));
     bad[3] = 3, bad[7] = -1;
     st = ce_run(FR_OP_CROSS_ENTROPY_BWD, zb, bad, dzb, 10, 10, 1.0f);
     result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "sample 7"),

@@ -56,7 +56,7 @@ static fr_tensor bind(const fr_exec *e, int v, int n) {
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step) {
     fr_graph *g = e->g;
     for (int i = from; i < to; i++) {
-        const fr_node *node = &g->nodes[i];
+        const fr_node *node = &g->nodes[e->plan->order[i]];
         const fr_op_info *info = fr_op_get(node->op);
         fr_mem_set_tag(e->ctx, info->name);
         apply_events(e, i);

@@ -18,7 +18,7 @@ typedef struct fr_exec {
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);
 void fr_exec_release(fr_exec *e);
-/* Run nodes [from, to) with batch size n (<= the compiled batch). */
+/* Run the nodes at plan positions [from, to) with batch size n (<= the compiled batch). */
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step);
 /* Apply the end-of-step events (kept values die). */
 void fr_exec_finish(fr_exec *e);

@@ -89,16 +89,21 @@ void fr_plan_release(fr_plan *p) {
     fr_free(ctx, p->cat);
     fr_free(ctx, p->ev_start);
     fr_free(ctx, p->ev);
+    fr_free(ctx, p->order);
     memset(p, 0, sizeof *p);
 }
 
-fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, fr_plan *p) {
+fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int n_order,
+                        fr_plan *p) {
     fr_ctx *ctx = g->ctx;
     memset(p, 0, sizeof *p);
     p->ctx = ctx;
-    int nv = (int)g->n_vals, nn = (int)g->n_nodes;
+    int nv = (int)g->n_vals, nn = order ? n_order : (int)g->n_nodes;
     p->n_vals = nv;
     p->n_nodes = nn;
+    p->order = fr_alloc(ctx, (size_t)(nn + 1) * sizeof *p->order, FR_MEM_OTHER);
+    if (!p->order) return FR_ERR_NOMEM;
+    for (int i = 0; i < nn; i++) p->order[i] = order ? order[i] : i;
     int *last = fr_alloc(ctx, (size_t)nv * sizeof *last, FR_MEM_OTHER);
     int *slot = fr_alloc(ctx, (size_t)nv * sizeof *slot, FR_MEM_OTHER); /* storage owner */
     uint8_t *dead = fr_calloc(ctx, (size_t)nv, FR_MEM_OTHER);
@@ -114,13 +119,18 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, fr_plan *p) {
     }
     /* Liveness per storage root: the last node that reads it or any view of it. */
     for (int v = 0; v < nv; v++) {
-        last[v] = is_step(g, v) ? g->vals[v].producer : -1;
+        last[v] = -1;
         p->offset[v] = -1;
         slot[v] = -1;
     }
+    for (int i = 0; i < nn; i++) /* a value nobody reads dies where it is made */
+        for (int k = 0; k < g->nodes[p->order[i]].n_out; k++) {
+            int o = g->nodes[p->order[i]].out[k];
+            if (o >= 0 && is_step(g, o)) last[o] = i;
+        }
     for (int i = 0; i < nn; i++)
-        for (int j = 0; j < g->nodes[i].n_in; j++) {
-            int x = g->nodes[i].in[j];
+        for (int j = 0; j < g->nodes[p->order[i]].n_in; j++) {
+            int x = g->nodes[p->order[i]].in[j];
             if (x >= 0 && is_step(g, x)) {
                 int r = root_of(g, x);
                 if (last[r] < i) last[r] = i;
@@ -166,11 +176,11 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, fr_plan *p) {
                 }
             break;
         }
-        const fr_node *n = &g->nodes[i];
+        const fr_node *n = &g->nodes[p->order[i]];
         const fr_op_info *info = fr_op_get(n->op);
         for (int k = 0; k < n->n_out; k++) {
             int o = n->out[k];
-            if (!is_step(g, o) || g->vals[o].producer != i) continue;
+            if (!is_step(g, o) || g->vals[o].producer != p->order[i]) continue;
             if (info->view) { /* shares the storage of its input */
                 p->offset[o] = p->offset[n->in[0]];
                 continue;

@@ -12,10 +12,11 @@
 
 typedef struct fr_plan {
     fr_ctx *ctx;
-    int n_vals, n_nodes;
+    int n_vals, n_nodes; /* n_nodes: positions in the execution order */
+    int *order;          /* node executed at each position */
     int64_t *offset;  /* per value: byte offset in the arena, -1 if not in it */
     fr_mem_cat *cat;  /* per value: category of a step value while it lives */
-    int *ev_start;    /* events of node i: ev[ev_start[i] .. ev_start[i+1]); node n_nodes = end */
+    int *ev_start;    /* events at position i: ev[ev_start[i] .. ev_start[i+1]); n_nodes = end */
     int *ev;          /* +(v+1): v becomes live; -(v+1): v dies */
     size_t arena_bytes;
     size_t peak[FR_MEM_CAT_COUNT]; /* predicted per-category peak of step values */
@@ -24,8 +25,10 @@ typedef struct fr_plan {
 } fr_plan;
 
 /* keep[] (may be NULL): values that must stay readable after the last node
- * (the loss, the logits). */
-fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, fr_plan *p);
+ * (the loss, the logits). order (may be NULL: node index order) lists the
+ * nodes in execution order; positions index the events. */
+fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int n_order,
+                        fr_plan *p);
 void fr_plan_release(fr_plan *p);
 size_t fr_value_bytes(const fr_value *v);
 

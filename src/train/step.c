@@ -97,7 +97,7 @@ fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
     uint8_t *keep = fr_calloc(ctx, s->g.n_vals, FR_MEM_OTHER);
     if (!keep) goto fail;
     keep[s->g.loss] = keep[s->g.logits] = 1;
-    st = fr_plan_build(&s->g, keep, &s->plan);
+    st = fr_plan_build(&s->g, keep, NULL, 0, &s->plan);
     fr_free(ctx, keep);
     if (st) goto fail;
     if (opts->training && ((st = alloc_grads(s)) || (st = alloc_state(s)))) goto fail;

@@ -29,8 +29,11 @@ fixed batch in float32 on the CPU. It writes two safetensors files:
     eval.logits, eval.loss        model.eval() forward after the SGD step
                                   (running stats of that step, SGD weights)
 
-Optimizers run with foreach=False (the single-tensor loop, the formulas
-frugal implements). The test needs no torch at run time. Rerun with
+The models (see cnn, cnn_bias, mlp below; mlp_mse is mlp with MSELoss
+against float targets) are seeded one by one, so the files are the same
+bytes on every run. Optimizers run with foreach=False (the single-tensor
+loop, the formulas frugal implements). The test needs no torch at run time.
+Rerun with
 
     /usr/bin/python3 tests/ref/make_torch_ref.py
 
