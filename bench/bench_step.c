@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     }
     size_t sample = (size_t)fr_shape_numel(&m->in);
     int classes = fr_model_num_classes(m);
-    fr_step_opts so = {o.batch, 1, fr_optim_defaults(kind), o.seed};
+    fr_step_opts so = {.batch = o.batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o.seed};
     if (!(s = fr_step_compile(m, &so))) goto fail;
 
     x = malloc((size_t)o.batch * sample * sizeof *x);

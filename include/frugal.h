@@ -118,6 +118,14 @@ fr_status fr_model_residual_end(fr_model *m);
 fr_status fr_model_set_loss(fr_model *m, fr_loss loss);
 /* Name the layer added last (its state_dict prefix); default: its index. */
 fr_status fr_model_name_last(fr_model *m, const char *name);
+/* Mark the layer (or residual block, when called right after
+ * fr_model_residual_end) added last for recomputation, like PyTorch's
+ * checkpoint(self.layer1, x): its activations are not kept for backward. */
+fr_status fr_model_checkpoint_last(fr_model *m);
+/* Freeze layers by state_dict prefix or top-level index, comma separated,
+ * with ranges ("0-3,fc1"): no gradients, no optimizer state, nothing saved
+ * for them, and no backward below the lowest trainable layer. */
+fr_status fr_model_freeze(fr_model *m, const char *layers);
 
 /* Load a model file (see README) or a built-in name ("mlp", "cnn", "resnet"). */
 fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
@@ -150,11 +158,28 @@ fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t
 
 typedef struct fr_step fr_step;
 
+/* Activation checkpointing (rematerialization). */
+typedef enum fr_ckpt_mode {
+    FR_CKPT_MARKS = 0, /* only what the model marks (fr_model_checkpoint_last); the default */
+    FR_CKPT_NONE,      /* keep everything, ignore marks */
+    FR_CKPT_ALL,       /* recompute every top-level layer before its backward */
+    FR_CKPT_SQRT,      /* segments of about sqrt(n) layers */
+    FR_CKPT_EVERY,     /* segments of ckpt_arg layers */
+    FR_CKPT_SEGMENTS,  /* PyTorch's checkpoint_sequential(ckpt_arg segments): size floor(n/N),
+                          the last segment not checkpointed */
+    FR_CKPT_REVOLVE,   /* binomial checkpointing with ckpt_arg stored states */
+    FR_CKPT_AUTO,      /* the least recompute that fits the budget */
+} fr_ckpt_mode;
+
 typedef struct fr_step_opts {
     int batch;       /* samples per step */
     int training;    /* 1: forward+backward+update; 0: eval (no backward state at all) */
     fr_optim_opts optim;
     uint64_t seed;   /* dropout stream */
+    fr_ckpt_mode checkpoint;
+    int ckpt_arg;    /* N for every:N, segments N, revolve slots */
+    int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
+    size_t budget;   /* bytes for auto planning (0: none) */
 } fr_step_opts;
 
 /* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
@@ -173,6 +198,21 @@ void fr_step_free(fr_step *s);
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct);
 /* Predicted peak bytes of one step by category (the plan the step runs). */
 void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total);
+/* What the plan chose: micro-batch, recomputed layers, extra FLOPs as a
+ * fraction of one step's, and the bytes it reserves (persistent + arena). */
+typedef struct fr_plan_info {
+    int micro_batch, accumulate;
+    int units, recomputed_units;
+    double flops, extra_flops;
+    size_t reserved; /* parameters + gradients + optimizer state + arena + one batch */
+    size_t arena;
+    fr_ckpt_mode mode;
+    int ckpt_arg;
+} fr_plan_info;
+void fr_step_plan_info(const fr_step *s, fr_plan_info *out);
+/* Write the step's plan (text or JSON): kept and recomputed layers, in-place
+ * ops, micro-batching, predicted peak by category and extra compute. */
+void fr_step_describe_plan(const fr_step *s, FILE *out, int json);
 /* Per-layer table of bytes (the `frugal estimate` table). */
 void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
 

@@ -49,7 +49,7 @@ static data make_data(int n, int d, uint64_t seed) {
 static void test_seed_arithmetic(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = seed_mlp(ctx);
-    fr_step_opts o = {32, 1, fr_optim_defaults(FR_OPTIM_SGD), 1};
+    fr_step_opts o = {.batch = 32, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
     if (!s) return;
@@ -84,7 +84,7 @@ static void test_predicted_equals_measured(void) {
         fr_ctx *ctx = fr_ctx_new();
         fr_model *m = which ? small_cnn(ctx) : seed_mlp(ctx);
         int d = which ? 144 : 1000, n = 16;
-        fr_step_opts o = {n, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+        fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
         fr_step *s = fr_step_compile(m, &o);
         CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
         if (!s) continue;
@@ -126,7 +126,7 @@ static void test_eval_has_no_backward_state(void) {
     fr_model *m = small_cnn(ctx);
     fr_model_init(m, 3);
     fr_mem_reset_peak(ctx);
-    fr_step_opts o = {8, 0, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+    fr_step_opts o = {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(8, 144, 9);
     fr_batch batch = {8, b.x, b.y, NULL};
@@ -153,7 +153,7 @@ static void run_losses(float *out, int steps) {
     fr_set_threads(ctx, 2);
     fr_model *m = small_cnn(ctx);
     fr_model_init(m, 11);
-    fr_step_opts o = {16, 1, fr_optim_defaults(FR_OPTIM_ADAM), 11};
+    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 11};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(16, 144, 13);
     fr_batch batch = {16, b.x, b.y, NULL};
@@ -183,7 +183,7 @@ static void test_allocation_failures(void) {
         fr_model *m = small_cnn(ctx);
         fr_step *s = NULL;
         fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
-        fr_step_opts o = {4, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+        fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
         o.optim.zero_grad_to_none = 1;
         if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
         data b = make_data(4, 144, 1);
@@ -217,7 +217,7 @@ static void test_allocation_failures(void) {
 static void test_nonfinite_loss(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = seed_mlp(ctx);
-    fr_step_opts o = {4, 1, fr_optim_defaults(FR_OPTIM_SGD), 1};
+    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(4, 1000, 2);
     b.x[5] = NAN;

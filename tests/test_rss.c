@@ -44,7 +44,7 @@ int main(void) {
     fr_model_linear(m, 4096, 1);
     fr_model_relu(m);
     fr_model_linear(m, 10, 1);
-    fr_step_opts o = {n, 1, fr_optim_defaults(FR_OPTIM_ADAM), 1};
+    fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));

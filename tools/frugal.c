@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "data/dataset.h"
+#include "report/timeline.h"
 #include "train/trainer.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
@@ -20,12 +21,16 @@ static const char *usage_main =
     "  train     train a model on an IDX dataset (Fashion-MNIST by default)\n"
     "  eval      accuracy and loss of saved weights (no backward state is allocated)\n"
     "  estimate  bytes per layer and category, and the predicted peak of one step\n"
+    "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
+    "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
     "  frugal train --model cnn --epochs 3 --batch 128 --optimizer adam --save cnn.safetensors\n"
     "  frugal estimate --model models/mlp.model --batch 32 --optimizer sgd\n"
-    "  frugal eval --model cnn --weights cnn.safetensors\n";
+    "  frugal eval --model cnn --weights cnn.safetensors\n"
+    "  frugal plan --model resnet --batch 128 --budget 64MiB\n"
+    "  frugal train --model resnet --budget 128MiB --batch auto\n";
 
 static const char *usage_train =
     "usage: frugal train [options]\n"
@@ -50,7 +55,20 @@ static const char *usage_train =
     "  --limit N           use only the first N training samples\n"
     "  --test-limit N      use only the first N test samples\n"
     "  --json              JSON lines on stdout (one per epoch, then a summary)\n"
-    "  --no-progress       no progress bar or log lines\n";
+    "  --no-progress       no progress bar or log lines\n"
+    "\n"
+    "memory (the planner; see `frugal plan --help`):\n"
+    "  --budget SIZE       a hard limit on the bytes the engine reserves (48MiB, 1.5GiB);\n"
+    "                      the planner picks the least recompute that fits\n"
+    "  --checkpoint MODE   none | marks (the model file's `checkpoint` marks, default) | all |\n"
+    "                      sqrt | every:N | revolve:SLOTS | auto (least recompute within --budget)\n"
+    "  --segments N        PyTorch's checkpoint_sequential(N): segments of floor(n/N) layers,\n"
+    "                      the last segment not checkpointed\n"
+    "  --accumulate K      split each batch into K micro-batches; gradients accumulate\n"
+    "  --micro-batch M     the same, by micro-batch size (must divide --batch)\n"
+    "  --freeze LAYERS     no gradients, no optimizer state, nothing saved for these layers:\n"
+    "                      indices, ranges or names, e.g. 0-3,fc1\n"
+    "  --batch auto        the largest batch whose plan fits --budget\n";
 
 static const char *usage_eval =
     "usage: frugal eval --model FILE|NAME --weights CKPT [--data DIR] [--batch B] [--json]\n"
@@ -58,6 +76,34 @@ static const char *usage_eval =
     "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
     "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
     "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n";
+
+static const char *usage_plan =
+    "usage: frugal plan --model FILE|NAME --batch B|auto [--optimizer O] --budget SIZE\n"
+    "                   [--checkpoint MODE] [--segments N] [--accumulate K | --micro-batch M]\n"
+    "                   [--freeze LAYERS] [--json]\n"
+    "\n"
+    "Prints the plan of one training step that fits the budget: which layers keep their\n"
+    "activations for backward and which are recomputed before their backward, the\n"
+    "micro-batch and accumulation steps, how many ops run in place, the predicted peak\n"
+    "by category and the extra compute as a fraction of one step's FLOPs. If nothing fits\n"
+    "it says the smallest budget that does and with which options.\n"
+    "\n"
+    "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
+    "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
+    "s stored states; each at the full batch or split into micro-batches) is planned\n"
+    "exactly, as it would run; of those that fit, the one with the least extra compute\n"
+    "wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
+    "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
+    "only when nothing else fits).\n";
+
+static const char *usage_profile =
+    "usage: frugal profile --model FILE|NAME [--batch B] [--optimizer O] [--steps N]\n"
+    "                      [--trace trace.json] [--svg memory.svg] [planner options]\n"
+    "\n"
+    "Runs N training steps (default 3) on random data and writes every allocation and\n"
+    "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
+    "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
+    "with the peak marked (and the budget, if given).\n";
 
 static const char *usage_estimate =
     "usage: frugal estimate --model FILE|NAME [--batch B] [--optimizer NAME] [--momentum X]\n"
@@ -71,7 +117,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO
+    O_ZERO, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
 };
 
 static const struct option long_opts[] = {
@@ -85,10 +131,17 @@ static const struct option long_opts[] = {
     {"limit", required_argument, 0, O_LIMIT}, {"test-limit", required_argument, 0, O_TLIMIT},
     {"json", no_argument, 0, O_JSON}, {"no-progress", no_argument, 0, O_NOPROG},
     {"weights", required_argument, 0, O_WEIGHTS}, {"eval", no_argument, 0, O_EVAL},
-    {"zero-grad", required_argument, 0, O_ZERO}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+    {"zero-grad", required_argument, 0, O_ZERO}, {"budget", required_argument, 0, O_BUDGET},
+    {"checkpoint", required_argument, 0, O_CKPT}, {"segments", required_argument, 0, O_SEGMENTS},
+    {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
+    {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
+    {"svg", required_argument, 0, O_SVG}, {"steps", required_argument, 0, O_STEPS},
+    {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 typedef struct cli {
     fr_train_cfg t;
+    const char *trace, *svg;
+    int steps, accumulate;
     const char *weights;
     int threads, eval_only, lr_set, wd_set;
     float lr, wd, momentum, dampening;
@@ -133,7 +186,11 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_MODEL: c->t.model = optarg; break;
         case O_DATA: c->t.data = optarg; break;
         case O_EPOCHS: if (parse_num(cmd, "epochs", optarg, 1, 1e6, &v)) return 2; c->t.epochs = (int)v; break;
-        case O_BATCH: if (parse_num(cmd, "batch", optarg, 1, 1 << 20, &v)) return 2; c->t.batch = (int)v; break;
+        case O_BATCH:
+            if (!strcmp(optarg, "auto")) { c->t.batch_auto = 1; break; }
+            if (parse_num(cmd, "batch", optarg, 1, 1 << 20, &v)) return 2;
+            c->t.batch = (int)v;
+            break;
         case O_OPT: opt_name = optarg; break;
         case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = (float)v; c->lr_set = 1; break;
         case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = (float)v; break;
@@ -150,6 +207,25 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = optarg; break;
         case O_EVAL: c->eval_only = 1; break;
+        case O_BUDGET: {
+            char err[160];
+            if (fr_parse_bytes(optarg, &c->t.budget, err, sizeof err)) return bad(cmd, "--budget: %s", err);
+            break;
+        }
+        case O_CKPT: {
+            char err[160];
+            if (fr_parse_checkpoint(optarg, &c->t.checkpoint, &c->t.ckpt_arg, err, sizeof err))
+                return bad(cmd, "--checkpoint: %s", err);
+            break;
+        }
+        case O_SEGMENTS: if (parse_num(cmd, "segments", optarg, 1, 1e6, &v)) return 2;
+            c->t.checkpoint = FR_CKPT_SEGMENTS; c->t.ckpt_arg = (int)v; break;
+        case O_ACCUM: if (parse_num(cmd, "accumulate", optarg, 1, 1 << 20, &v)) return 2; c->accumulate = (int)v; break;
+        case O_MICRO: if (parse_num(cmd, "micro-batch", optarg, 1, 1 << 20, &v)) return 2; c->t.micro_batch = (int)v; break;
+        case O_FREEZE: c->t.freeze = optarg; break;
+        case O_TRACE: c->trace = optarg; break;
+        case O_SVG: c->svg = optarg; break;
+        case O_STEPS: if (parse_num(cmd, "steps", optarg, 1, 1e6, &v)) return 2; c->steps = (int)v; break;
         case O_ZERO:
             if (strcmp(optarg, "none") && strcmp(optarg, "zero"))
                 return bad(cmd, "--zero-grad '%s': expected none or zero", optarg);
@@ -161,6 +237,14 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         }
     }
     if (optind < argc) return bad(cmd, "unexpected argument '%s'", argv[optind]);
+    if (c->accumulate) {
+        if (c->t.micro_batch) return bad(cmd, "%s", "give --accumulate or --micro-batch, not both");
+        if (c->t.batch % c->accumulate)
+            return bad(cmd, "--accumulate %s does not divide the batch", argv[0]);
+        c->t.micro_batch = c->t.batch / c->accumulate;
+    }
+    if (c->t.batch_auto && !c->t.budget)
+        return bad(cmd, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     char err[128];
     fr_optim_kind kind;
     if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cmd, "%s", err);
@@ -265,17 +349,120 @@ static int cmd_eval(int argc, char **argv) {
     return st ? 1 : 0;
 }
 
+static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
+    fr_model *m = fr_model_load(ctx, c->t.model);
+    if (m && c->t.freeze && fr_model_freeze(m, c->t.freeze)) {
+        fr_model_free(m);
+        m = NULL;
+    }
+    if (!m) fprintf(stderr, "frugal %s: %s\n", cmd, fr_last_error(ctx));
+    return m;
+}
+
+static fr_step_opts step_opts(const cli *c, fr_model *m) {
+    fr_step_opts so = {.batch = c->t.batch, .training = 1, .optim = c->t.optim, .seed = c->t.seed,
+                       .checkpoint = c->t.checkpoint, .ckpt_arg = c->t.ckpt_arg,
+                       .micro_batch = c->t.micro_batch, .budget = c->t.budget};
+    if (c->t.batch_auto) {
+        so.batch = fr_batch_auto(m, &so, 1 << 16);
+        if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
+    }
+    return so;
+}
+
+static int cmd_plan(int argc, char **argv) {
+    cli c;
+    int r = parse(argc, argv, "plan", usage_plan, &c);
+    if (r) return r;
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_model *m = load_for("plan", ctx, &c);
+    fr_step *s = NULL;
+    if (m) {
+        fr_model_init(m, c.t.seed);
+        fr_step_opts so = step_opts(&c, m);
+        if (so.batch == 0)
+            fprintf(stderr, "frugal plan: not even a batch of 1 fits %zu bytes\n", c.t.budget);
+        else if (!(s = fr_step_compile(m, &so)))
+            fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
+        else
+            fr_step_describe_plan(s, stdout, c.t.json);
+    }
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return s ? 0 : 1;
+}
+
+static int cmd_profile(int argc, char **argv) {
+    cli c;
+    int r = parse(argc, argv, "profile", usage_profile, &c);
+    if (r) return r;
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
+    fr_model *m = load_for("profile", ctx, &c);
+    fr_step *s = NULL;
+    float *x = NULL;
+    int32_t *y = NULL;
+    int rc = 1;
+    if (!m) goto out;
+    fr_model_init(m, c.t.seed);
+    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget);
+    fr_mem_trace(ctx, 1);
+    fr_step_opts so = step_opts(&c, m);
+    if (!(s = fr_step_compile(m, &so))) {
+        fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
+        goto out;
+    }
+    fr_step_describe_plan(s, stderr, 0);
+    size_t per = (size_t)fr_shape_numel(&s->g.vals[s->g.input].shape) / (size_t)s->micro;
+    x = malloc(per * (size_t)so.batch * sizeof *x);
+    y = malloc((size_t)so.batch * sizeof *y);
+    if (!x || !y) goto out;
+    for (size_t i = 0; i < per * (size_t)so.batch; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+    for (int i = 0; i < so.batch; i++) y[i] = i % fr_model_num_classes(m);
+    fr_batch b = {.n = so.batch, .x = x, .y = y};
+    int steps = c.steps ? c.steps : 3;
+    for (int i = 0; i < steps; i++) {
+        float loss;
+        if (fr_step_run(s, &b, &loss, NULL)) {
+            fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
+            goto out;
+        }
+    }
+    const char *trace = c.trace ? c.trace : "memory-trace.json";
+    const char *svg = c.svg ? c.svg : "memory.svg";
+    if (fr_timeline_chrome(ctx, trace) || fr_timeline_svg(ctx, svg, c.t.model, c.t.budget)) {
+        fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
+        goto out;
+    }
+    fr_mem_stats ms;
+    fr_mem_get_stats(ctx, &ms);
+    printf("%d steps: peak allocated %.1f MiB, peak reserved %.1f MiB\nwrote %s (open in Perfetto) and %s\n",
+           steps, ms.allocated_total_peak / 1048576.0, ms.reserved_peak / 1048576.0, trace, svg);
+    rc = 0;
+out:
+    free(x);
+    free(y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return rc;
+}
+
 static int cmd_estimate(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, "estimate", usage_estimate, &c);
     if (r) return r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
-    fr_model *m = fr_model_load(ctx, c.t.model);
+    fr_model *m = load_for("estimate", ctx, &c);
     fr_step *s = NULL;
     if (m) {
-        fr_step_opts so = {c.t.batch, !c.eval_only, c.t.optim, c.t.seed};
-        s = fr_step_compile(m, &so);
+        fr_step_opts so = step_opts(&c, m);
+        so.training = !c.eval_only;
+        s = so.batch ? fr_step_compile(m, &so) : NULL;
     }
     if (!s) {
         fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
@@ -302,6 +489,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "estimate")) return cmd_estimate(argc - 1, argv + 1);
-    fprintf(stderr, "frugal: unknown command '%s' (commands: train, eval, estimate, help)\n", argv[1]);
+    if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
+    fprintf(stderr, "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, help)\n", argv[1]);
     return 2;
 }

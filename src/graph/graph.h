@@ -40,6 +40,7 @@ typedef struct fr_attr {
     float scale;             /* losses: multiply the gradient (1/K under accumulation) */
     uint32_t salt;           /* dropout: per-node random stream */
     fr_shape shape;          /* view: the target shape (batch dim included) */
+    int recompute;           /* a rematerialized clone: BatchNorm leaves running stats alone */
 } fr_attr;
 
 typedef struct fr_node {

@@ -2,7 +2,9 @@
  * naming after PyTorch's nn.Sequential (index or given name, ".weight",
  * ".bias", BatchNorm's running stats), PyTorch's default initialisation, and
  * the forward graph a model emits. */
+#include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include "core/rng.h"
@@ -67,6 +69,27 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     l->out_shape = out;
     l->first_param = (int)m->n_params;
     if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) next_name(m, l->name);
+    /* Units, what checkpointing keeps or recomputes as a whole: a layer with
+     * weights (linear, conv2d) or a residual block starts one, and the
+     * parameter-free or per-channel layers after it (BatchNorm, activations,
+     * pooling, dropout, flatten) join it, the way one writes blocks in
+     * PyTorch (nn.Sequential(conv, bn, relu)). A residual block's inner
+     * layers and markers belong to the block's unit. index is the top-level
+     * nn.Sequential position (what --freeze numbers name). */
+    if (kind == FR_L_RES_SHORTCUT) {
+        l->unit = m->layers[m->res_layer[m->depth - 1]].unit;
+        l->index = m->layers[m->res_layer[m->depth - 1]].index;
+    } else if (kind == FR_L_RES_END) {
+        l->unit = m->layers[m->res_layer[m->depth]].unit;
+        l->index = m->layers[m->res_layer[m->depth]].index;
+    } else if (m->depth > 0) {
+        l->unit = m->layers[m->res_layer[0]].unit;
+        l->index = m->layers[m->res_layer[0]].index;
+    } else {
+        int starts = kind == FR_L_LINEAR || kind == FR_L_CONV2D || kind == FR_L_RES_BEGIN;
+        l->unit = (starts || m->n_units == 0) ? m->n_units++ : m->n_units - 1;
+        l->index = m->top_index - 1;
+    }
     m->cur = out;
     return l;
 }
@@ -270,6 +293,54 @@ fr_status fr_model_name_last(fr_model *m, const char *name) {
         char tmp[FR_ST_NAME_MAX];
         snprintf(tmp, sizeof tmp, "%.100s%s", name, suffix);
         memcpy(p->name, tmp, sizeof tmp);
+    }
+    return FR_OK;
+}
+
+fr_status fr_model_checkpoint_last(fr_model *m) {
+    if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "checkpoint before any layer");
+    fr_layer *l = &m->layers[m->n_layers - 1];
+    if (l->kind == FR_L_RES_SHORTCUT)
+        return fr_fail(m->ctx, FR_ERR_ARG, "checkpoint applies to a layer or a whole residual block");
+    if (m->depth > 0 && l->kind != FR_L_RES_END)
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "checkpoint inside a residual block: mark the block (after its end)");
+    l->checkpoint = 1;
+    return FR_OK;
+}
+
+/* Does layer l match one item of a freeze list? Numbers and ranges ("3",
+ * "0-2") name top-level nn.Sequential positions (a residual block is one);
+ * anything else is a state_dict prefix ("fc1", "3.body.0"). */
+static int freeze_match(const fr_layer *l, const char *item, size_t len) {
+    char buf[FR_ST_NAME_MAX];
+    if (len == 0 || len >= sizeof buf) return 0;
+    memcpy(buf, item, len);
+    buf[len] = 0;
+    int a, b, k = 0;
+    if (sscanf(buf, "%d-%d%n", &a, &b, &k) == 2 && (size_t)k == len) return l->index >= a && l->index <= b;
+    if (sscanf(buf, "%d%n", &a, &k) == 1 && (size_t)k == len) return l->index == a;
+    size_t n = strlen(buf);
+    return strncmp(l->name, buf, n) == 0 && (l->name[n] == 0 || l->name[n] == '.');
+}
+
+fr_status fr_model_freeze(fr_model *m, const char *layers) {
+    const char *p = layers;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int hit = 0;
+        for (size_t i = 0; i < m->n_layers; i++)
+            if (freeze_match(&m->layers[i], p, len)) {
+                m->layers[i].frozen = 1;
+                hit += m->layers[i].n_params > 0;
+            }
+        if (!hit)
+            return fr_fail(m->ctx, FR_ERR_ARG,
+                           "--freeze: no layer with parameters matches '%.*s' (layers are named "
+                           "by index or name=, e.g. 0, 3-5, fc1)",
+                           (int)len, p);
+        p = e ? e + 1 : p + len;
     }
     return FR_OK;
 }

@@ -36,6 +36,9 @@ typedef struct fr_layer {
     fr_shape in, out_shape;     /* per sample (no batch dim) */
     int first_param, n_params;
     int frozen;
+    int unit;       /* checkpointing unit: a weighted layer or residual block and what follows it */
+    int index;      /* top-level nn.Sequential position */
+    int checkpoint; /* marked for recomputation (the unit it starts) */
 } fr_layer;
 
 typedef enum fr_param_role { FR_P_WEIGHT = 0, FR_P_BIAS, FR_P_RUNNING_MEAN, FR_P_RUNNING_VAR,
@@ -73,6 +76,7 @@ struct fr_model {
     int res_in_shortcut[FR_RES_MAX_DEPTH];
     fr_shape res_in[FR_RES_MAX_DEPTH], res_body_out[FR_RES_MAX_DEPTH];
     int initialised;
+    int n_units;
 };
 
 /* Forward graph for a batch of n: returns the logits value; sets g->input,

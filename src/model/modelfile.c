@@ -31,9 +31,26 @@ static const char mf_mlp_text[] =
     "linear 10 name=fc2\n";
 
 static const char mf_cnn_text[] =
+    "# cnn.model: the default Fashion-MNIST CNN (why this one: models/README.md).\n"
+    "# Two conv-batchnorm-relu-maxpool stages, then a 128-unit hidden layer.\n"
+    "# The convs have no bias: the batchnorm after each cancels it.\n"
     "input 1 28 28\n"
-    "flatten\n"
-    "linear 10\n";
+    "\n"
+    "conv2d 32 kernel=3 padding=1 bias=false name=conv1      # 32x28x28\n"
+    "batchnorm name=bn1\n"
+    "relu\n"
+    "maxpool2d 2                                             # 32x14x14\n"
+    "\n"
+    "conv2d 64 kernel=3 padding=1 bias=false name=conv2      # 64x14x14\n"
+    "batchnorm name=bn2\n"
+    "relu\n"
+    "maxpool2d 2                                             # 64x7x7\n"
+    "\n"
+    "flatten                                                 # 3136\n"
+    "linear 128 name=fc1\n"
+    "relu\n"
+    "linear 10 name=fc2\n"
+    "loss cross_entropy\n";
 
 static const char mf_resnet_text[] =
     "# resnet.model: a small ResNet for 1x28x28 images (Fashion-MNIST), after\n"

@@ -1,18 +1,21 @@
 /* step.c — compiling and running one step: model -> graph -> autodiff ->
- * plan -> exec, then the optimizer update with PyTorch's formulas. Also the
- * per-layer byte table of `frugal estimate`. */
+ * rematerialization schedule -> plan -> exec, then the optimizer update with
+ * PyTorch's formulas. A step may split its batch into micro-batches whose
+ * gradients accumulate (the loss of each scaled by its share of the batch),
+ * and may recompute activations instead of keeping them; with a budget the
+ * planner (planner.c) picks both. */
 #include <math.h>
 #include <string.h>
-#include "backend/cpu/kernels.h"
 #include "autodiff/autodiff.h"
+#include "backend/cpu/kernels.h"
+#include "plan/remat.h"
 #include "train/step.h"
 
 static size_t param_bytes(const fr_param *p) {
     return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
 }
 
-static int n_states(const fr_step *s) {
-    const fr_optim_opts *o = &s->o.optim;
+int fr_step_optim_states(const fr_optim_opts *o) {
     if (o->kind == FR_OPTIM_SGD) return o->momentum != 0.0f ? 1 : 0;
     return 2;
 }
@@ -31,7 +34,7 @@ static fr_status alloc_grads(fr_step *s) {
 
 static fr_status alloc_state(fr_step *s) {
     fr_model *m = s->m;
-    int ns = n_states(s);
+    int ns = fr_step_optim_states(&s->o.optim);
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
@@ -50,62 +53,195 @@ void fr_step_free(fr_step *s) {
     fr_graph_release(&s->g);
     fr_free(ctx, s->pv);
     fr_free(ctx, s->gv);
+    fr_free(ctx, s->unit);
     fr_free(ctx, s);
 }
 
-fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
+/* Unit of every node: its layer's top-level position; the loss belongs to
+ * the last unit; gradient sums and copies (no forward node) to the unit of
+ * the backward node before them. */
+static fr_status assign_units(fr_step *s) {
+    fr_graph *g = &s->g;
+    s->unit = fr_alloc(s->ctx, (g->n_nodes + 1) * sizeof *s->unit, FR_MEM_OTHER);
+    if (!s->unit) return FR_ERR_NOMEM;
+    int last = s->m->n_units - 1;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        int layer = n->fwd >= 0 ? g->nodes[n->fwd].layer : n->layer;
+        if (n->fwd < 0 && (int)i >= g->n_forward && i > 0)
+            s->unit[i] = s->unit[i - 1];
+        else
+            s->unit[i] = layer >= 0 ? s->m->layers[layer].unit : last;
+    }
+    /* The chain starts at the first unit that has backward work. */
+    s->first_unit = s->m->n_units;
+    for (size_t i = (size_t)g->n_forward; i < g->n_nodes; i++)
+        if (s->unit[i] < s->first_unit) s->first_unit = s->unit[i];
+    if (s->first_unit >= s->m->n_units) s->first_unit = s->m->n_units - 1;
+    return FR_OK;
+}
+
+/* Segment starts for the segment modes; NULL-equivalent (all -1) keeps all. */
+static void segments_for(const fr_step *s, fr_ckpt_mode mode, int arg, int *seg) {
+    int n = s->m->n_units, f = s->first_unit, L = n - f;
+    for (int u = 0; u < n; u++) seg[u] = -1;
+    int size = 0;
+    switch (mode) {
+    case FR_CKPT_MARKS:
+        for (size_t i = 0; i < s->m->n_layers; i++)
+            if (s->m->layers[i].checkpoint) seg[s->m->layers[i].unit] = s->m->layers[i].unit;
+        return;
+    case FR_CKPT_ALL: size = 1; break;
+    case FR_CKPT_SQRT: size = (int)ceil(sqrt((double)L)); break;
+    case FR_CKPT_EVERY: size = arg; break;
+    case FR_CKPT_SEGMENTS: size = arg > 0 ? L / arg : L; break;
+    default: return;
+    }
+    if (size < 1) size = 1;
+    /* Every segment but the last is recomputed: the last one's backward runs
+     * right after the forward, so recomputing it would save nothing. */
+    int segs = mode == FR_CKPT_SEGMENTS ? arg : (L + size - 1) / size;
+    for (int k = 0; k + 1 < segs; k++)
+        for (int u = f + k * size; u < f + (k + 1) * size && u < n; u++) seg[u] = f + k * size;
+}
+
+/* Build graph, backward, schedule and plan for the given options; no arena,
+ * gradients or optimizer state yet (the planner compares candidates). */
+fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     fr_ctx *ctx = m->ctx;
     if (opts->batch <= 0) {
         fr_fail(ctx, FR_ERR_ARG, "batch size must be positive, got %d", opts->batch);
         return NULL;
     }
+    int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch;
+    if (micro > opts->batch || opts->batch % micro != 0) {
+        fr_fail(ctx, FR_ERR_ARG,
+                "micro-batch %d does not divide the batch %d: choose a divisor (e.g. %d) or "
+                "change --batch",
+                micro, opts->batch, opts->batch % 2 == 0 ? opts->batch / 2 : 1);
+        return NULL;
+    }
+    if (m->n_units == 0) {
+        fr_fail(ctx, FR_ERR_ARG, "the model has no layers");
+        return NULL;
+    }
     if (!m->initialised && fr_model_init(m, opts->seed)) return NULL;
+    fr_mem_stats before;
+    fr_mem_get_stats(ctx, &before);
     fr_step *s = fr_calloc(ctx, sizeof *s, FR_MEM_OTHER);
     if (!s) return NULL;
     s->ctx = ctx;
     s->m = m;
     s->o = *opts;
+    s->micro = micro;
+    s->accumulate = opts->batch / micro;
     fr_graph_init(&s->g, ctx);
     fr_status st = FR_ERR_NOMEM;
+    int *grad_of = NULL, *seg = NULL, *order = NULL, n_order = 0;
+    uint8_t *keep = NULL;
+    fr_schedule sched = {0};
     s->pv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->pv, FR_MEM_OTHER);
     s->gv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->gv, FR_MEM_OTHER);
     if (!s->pv || !s->gv) goto fail;
-    if ((st = fr_model_build_graph(m, &s->g, opts->batch, opts->training, s->pv))) goto fail;
+    if ((st = fr_model_build_graph(m, &s->g, micro, opts->training, s->pv))) goto fail;
     for (size_t i = 0; i < m->n_params; i++) s->gv[i] = -1;
+    int any_trainable = 0;
     if (opts->training) {
-        int *grad_of = fr_alloc(ctx, s->g.n_vals * sizeof *grad_of, FR_MEM_OTHER);
-        if (!grad_of) goto fail;
+        st = FR_ERR_NOMEM;
+        if (!(grad_of = fr_alloc(ctx, s->g.n_vals * sizeof *grad_of, FR_MEM_OTHER))) goto fail;
         for (size_t v = 0; v < s->g.n_vals; v++) grad_of[v] = -1;
         for (size_t i = 0; i < m->n_params; i++) {
             const fr_param *p = &m->params[i];
             if (!p->trainable || m->layers[p->layer].frozen) continue;
             int gvv = fr_graph_value(&s->g, FR_VAL_GRAD, FR_F32, p->shape);
-            if (gvv < 0) {
-                fr_free(ctx, grad_of);
-                goto fail;
-            }
+            if (gvv < 0) goto fail;
             s->g.vals[gvv].param = (int)i;
             s->gv[i] = gvv;
             grad_of[s->pv[i]] = gvv;
+            any_trainable = 1;
         }
-        st = fr_autodiff(&s->g, grad_of);
-        fr_free(ctx, grad_of);
-        if (st) goto fail;
+        if (!any_trainable) {
+            st = fr_fail(ctx, FR_ERR_ARG, "every layer is frozen: nothing to train");
+            goto fail;
+        }
+        if ((st = fr_autodiff(&s->g, grad_of))) goto fail;
     } else {
         s->g.n_forward = (int)s->g.n_nodes;
     }
-    uint8_t *keep = fr_calloc(ctx, s->g.n_vals, FR_MEM_OTHER);
-    if (!keep) goto fail;
-    keep[s->g.loss] = keep[s->g.logits] = 1;
-    st = fr_plan_build(&s->g, keep, NULL, 0, &s->plan);
-    fr_free(ctx, keep);
+    if ((st = assign_units(s))) goto fail;
+    st = FR_ERR_NOMEM;
+    if (!(seg = fr_alloc(ctx, ((size_t)m->n_units + 1) * sizeof *seg, FR_MEM_OTHER))) goto fail;
+    if (!opts->training) {
+        st = fr_schedule_segments(ctx, m->n_units, NULL, &sched);
+    } else if (opts->checkpoint == FR_CKPT_REVOLVE) {
+        st = fr_schedule_revolve(ctx, s->first_unit, m->n_units, opts->ckpt_arg, &sched);
+    } else {
+        if ((opts->checkpoint == FR_CKPT_EVERY || opts->checkpoint == FR_CKPT_SEGMENTS) &&
+            opts->ckpt_arg < 1) {
+            st = fr_fail(ctx, FR_ERR_ARG, "checkpoint every:N and --segments N need N >= 1");
+            goto fail;
+        }
+        segments_for(s, opts->checkpoint, opts->ckpt_arg, seg);
+        st = fr_schedule_segments(ctx, m->n_units, seg, &sched);
+    }
     if (st) goto fail;
-    if (opts->training && ((st = alloc_grads(s)) || (st = alloc_state(s)))) goto fail;
-    if ((st = fr_exec_init(&s->ex, &s->g, &s->plan))) goto fail;
+    s->recomputed_units = fr_schedule_recomputed(&sched);
+    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &s->extra_flops)))
+        goto fail;
+    st = FR_ERR_NOMEM;
+    if (!(keep = fr_calloc(ctx, s->g.n_vals, FR_MEM_OTHER))) goto fail;
+    keep[s->g.loss] = keep[s->g.logits] = 1;
+    if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
+    for (int i = 0; i < n_order; i++) {
+        const fr_node *n = &s->g.nodes[order[i]];
+        s->flops += fr_op_get(n->op)->flops(&s->g, n);
+    }
+    s->flops *= s->accumulate;
+    s->extra_flops *= s->accumulate;
+    fr_free(ctx, grad_of);
+    fr_free(ctx, seg);
+    fr_free(ctx, order);
+    fr_free(ctx, keep);
+    fr_schedule_release(ctx, &sched);
+    fr_mem_stats after;
+    fr_mem_get_stats(ctx, &after);
+    s->meta_bytes = after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
     return s;
 fail:
+    fr_free(ctx, grad_of);
+    fr_free(ctx, seg);
+    fr_free(ctx, order);
+    fr_free(ctx, keep);
+    fr_schedule_release(ctx, &sched);
     fr_step_free(s);
     return NULL;
+}
+
+fr_status fr_step_materialize(fr_step *s) {
+    fr_status st;
+    if (s->o.training && (st = alloc_grads(s))) return st;
+    if (s->o.training && (st = alloc_state(s))) return st;
+    return fr_exec_init(&s->ex, &s->g, &s->plan);
+}
+
+fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
+    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) return fr_step_plan_budget(m, opts);
+    fr_step *s = fr_step_build(m, opts);
+    if (s && fr_step_materialize(s)) {
+        fr_step_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+fr_status fr_step_arena_release(fr_step *s) {
+    fr_exec_release(&s->ex);
+    return FR_OK;
+}
+
+fr_status fr_step_arena_acquire(fr_step *s) {
+    if (s->ex.ctx) return FR_OK;
+    return fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
 static void optimizer_update(fr_step *s) {
@@ -124,17 +260,43 @@ static void optimizer_update(fr_step *s) {
     }
 }
 
+static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
+    const fr_graph *g = &s->g;
+    const float *z = s->ex.ptr[g->logits];
+    int64_t c = g->vals[g->logits].shape.d[1];
+    int hits = 0;
+    if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (z[i * c + k] > z[i * c + best]) best = (int)k;
+        hits += best == b->y[off + i];
+    }
+    return hits;
+}
+
+/* Set the loss gradient's scale (the share of this micro-batch in the batch). */
+static void set_loss_scale(fr_step *s, float scale) {
+    fr_graph *g = &s->g;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        fr_op op = g->nodes[i].op;
+        if (op == FR_OP_CROSS_ENTROPY_BWD || op == FR_OP_MSE_BWD) g->nodes[i].attr.scale = scale;
+    }
+}
+
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
     fr_graph *g = &s->g;
     fr_exec *e = &s->ex;
+    if (!e->ctx) return fr_fail(s->ctx, FR_ERR_ARG, "the step's arena is released");
     if (b->n <= 0 || b->n > s->o.batch)
         return fr_fail(s->ctx, FR_ERR_ARG, "batch of %d samples for a step compiled for %d", b->n,
                        s->o.batch);
-    const void *labels = m->loss == FR_LOSS_CROSS_ENTROPY ? (const void *)b->y : (const void *)b->target;
+    int ce = m->loss == FR_LOSS_CROSS_ENTROPY;
+    const void *labels = ce ? (const void *)b->y : (const void *)b->target;
     if (!b->x || !labels)
         return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s", b->x ? "labels" : "inputs");
-    fr_status st;
+    fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         e->ptr[s->pv[i]] = m->params[i].data;
@@ -143,25 +305,26 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             e->written[s->gv[i]] = (uint8_t)m->params[i].grad_valid;
         }
     }
-    e->ptr[g->input] = (void *)b->x;
-    e->ptr[g->label] = (void *)labels;
-    st = fr_exec_run(e, 0, (int)g->n_nodes, b->n, s->o.seed, s->runs);
-    s->runs++;
-    float l = st ? NAN : *(const float *)e->ptr[g->loss];
-    if (!st && correct) {
-        const float *z = e->ptr[g->logits];
-        int64_t c = g->vals[g->logits].shape.d[1];
-        int hits = 0;
-        for (int i = 0; i < b->n; i++) {
-            int best = 0;
-            for (int64_t k = 1; k < c; k++)
-                if (z[i * c + k] > z[i * c + best]) best = (int)k;
-            if (m->loss == FR_LOSS_CROSS_ENTROPY ? best == b->y[i] : 0) hits++;
+    int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
+    int64_t y_per = ce ? 1 : fr_shape_numel(&g->vals[g->label].shape) / s->micro;
+    double total = 0;
+    int hits = 0;
+    for (int off = 0; off < b->n && !st; off += s->micro) {
+        int n = b->n - off < s->micro ? b->n - off : s->micro;
+        e->ptr[g->input] = (void *)(b->x + off * x_per);
+        e->ptr[g->label] = ce ? (void *)(b->y + off) : (void *)(b->target + off * y_per);
+        set_loss_scale(s, (float)n / (float)b->n);
+        st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
+        s->runs++;
+        if (!st) {
+            total += (double)*(const float *)e->ptr[g->loss] * n;
+            hits += count_hits(s, b, off, n);
         }
-        *correct = hits;
+        fr_exec_finish(e);
     }
-    fr_exec_finish(e);
     if (st) return st;
+    float l = (float)(total / b->n);
+    if (correct) *correct = hits;
     if (loss) *loss = l;
     if (!isfinite(l))
         return fr_fail(s->ctx, FR_ERR_NUMERIC,
@@ -171,7 +334,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     if (!s->o.training) return FR_OK;
     for (size_t i = 0; i < m->n_params; i++) {
         if (s->gv[i] >= 0) m->params[i].grad_valid = e->written[s->gv[i]];
-        if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data)++;
+        if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
     optimizer_update(s);
     /* zero_grad: set_to_none releases the buffers, otherwise the next backward
@@ -196,10 +359,13 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         out[FR_MEM_PARAMS] += b;
         if (s->gv[i] >= 0) {
             out[FR_MEM_GRADS] += b;
-            out[FR_MEM_OPTIM] += (size_t)n_states(s) * b;
+            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * b;
         }
     }
-    out[FR_MEM_DATA] = fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label]);
+    size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
+                 (size_t)s->micro;
+    out[FR_MEM_DATA] = per * (size_t)s->o.batch;
+    out[FR_MEM_OTHER] = s->meta_bytes;
 }
 
 void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total) {
@@ -208,4 +374,21 @@ void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *p
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++) persistent += out[c];
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++) out[c] += s->plan.peak[c];
     if (peak_total) *peak_total = persistent + s->plan.peak_total;
+}
+
+void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
+    memset(o, 0, sizeof *o);
+    o->micro_batch = s->micro;
+    o->accumulate = s->accumulate;
+    o->units = s->m->n_units;
+    o->recomputed_units = s->recomputed_units;
+    o->flops = s->flops;
+    o->extra_flops = s->extra_flops;
+    o->arena = s->plan.arena_bytes;
+    o->mode = s->o.checkpoint;
+    o->ckpt_arg = s->o.ckpt_arg;
+    size_t per[FR_MEM_CAT_COUNT];
+    fr_step_persistent(s, per);
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) o->reserved += per[c];
+    o->reserved += s->plan.arena_bytes;
 }

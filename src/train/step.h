@@ -17,8 +17,24 @@ struct fr_step {
     int *pv;       /* per model param: its graph value */
     int *gv;       /* per model param: its gradient value, -1 if none */
     int64_t t;     /* optimizer steps taken (Adam's t) */
-    uint64_t runs; /* steps run (dropout stream) */
+    uint64_t runs; /* micro-batches run (dropout stream) */
+    int micro, accumulate;  /* micro-batch size and how many make a batch */
+    int *unit;              /* per node: its unit (top-level layer) */
+    int first_unit;         /* the first unit with backward work */
+    int recomputed_units;   /* unit forwards run again by the schedule */
+    double flops, extra_flops;
+    size_t meta_bytes;      /* graph and plan metadata (category other) */
 };
+
+/* Build without allocating gradients, optimizer state or the arena. */
+fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts);
+fr_status fr_step_materialize(fr_step *s);
+/* The planner: the least extra compute whose reserved bytes fit opts->budget. */
+fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts);
+/* Give the arena back (e.g. while an eval step runs) and take it again. */
+fr_status fr_step_arena_release(fr_step *s);
+fr_status fr_step_arena_acquire(fr_step *s);
+int fr_step_optim_states(const fr_optim_opts *o);
 
 /* Predicted persistent bytes by category (params, grads, optimizer state,
  * one data batch); step values come from the plan. */

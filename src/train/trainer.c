@@ -61,7 +61,7 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
     so.training = 0;
     fr_step *s = fr_step_compile(m, &so);
     if (!s) return FR_ERR_NOMEM;
-    fr_loader_opts lo = {batch, 0, 0, 0, 2, limit};
+    fr_loader_opts lo = {batch, 0, 0, 0, 1, limit};
     fr_loader *l = fr_loader_new(ctx, ds, &lo);
     fr_status st = l ? fr_loader_start(l, 0, 0) : FR_ERR_NOMEM;
     double sum = 0;
@@ -118,10 +118,51 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     if ((st = check_data(ctx, m, train, cfg->data))) goto done;
     if ((st = fr_model_init(m, cfg->seed))) goto done;
-    fr_step_opts so = {cfg->batch, 1, cfg->optim, cfg->seed};
+    if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
+    fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,
+                       .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
+                       .micro_batch = cfg->micro_batch};
+    if (cfg->budget) {
+        /* The budget covers everything the engine reserves: what is held
+         * already (model, datasets), the loader's queue, and the step. */
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        int c, h, w;
+        fr_dataset_sample_shape(train, &c, &h, &w);
+        size_t per_sample = ((size_t)c * h * w + 1) * 4;
+        size_t perm = (size_t)fr_dataset_len(train) * 8 + (size_t)fr_dataset_len(test) * 8;
+        size_t held = ms.reserved + perm + 64 * 1024; /* + loader bookkeeping */
+        if (cfg->batch_auto) {
+            so.budget = cfg->budget > held ? cfg->budget - held : 0;
+            int b = fr_batch_auto(m, &so, 1 << 16);
+            if (b == 0) {
+                st = fr_fail(ctx, FR_ERR_BUDGET, "--batch auto: not even a batch of 1 fits %zu bytes", cfg->budget);
+                goto done;
+            }
+            /* leave room for the loader's queue of (queue + 1) batches */
+            while (b > 1 && held + (size_t)(cfg->queue + 1) * b * per_sample > cfg->budget) b--;
+            so.batch = b;
+            if (!so.micro_batch) so.checkpoint = cfg->checkpoint == FR_CKPT_AUTO ? FR_CKPT_AUTO : cfg->checkpoint;
+            if (!cfg->json && cfg->progress >= 0) fprintf(stderr, "--batch auto: %d fits the budget\n", b);
+        }
+        size_t queue = (size_t)(cfg->queue + 1) * so.batch * per_sample;
+        if (held + queue >= cfg->budget) {
+            st = fr_fail(ctx, FR_ERR_BUDGET, "a budget of %zu bytes leaves nothing for the step: the "
+                         "model and data loading already take %zu", cfg->budget, held + queue);
+            goto done;
+        }
+        so.budget = cfg->budget - held - queue;
+    }
     if (!(s = fr_step_compile(m, &so))) {
         st = FR_ERR_ARG;
         goto done;
+    }
+    /* From here the budget is a hard limit: the allocator refuses past it.
+     * (Comparing candidate plans above only allocated their metadata.) */
+    if (cfg->budget) fr_mem_set_limit(ctx, cfg->budget);
+    if (!cfg->json && cfg->progress >= 0 && (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
+        fr_step_describe_plan(s, stderr, 0);
+        fputc('\n', stderr);
     }
     int start_epoch = 0;
     int64_t skip = 0;
@@ -136,7 +177,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         if (!cfg->json && cfg->progress >= 0)
             fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, start_epoch + 1);
     }
-    fr_loader_opts lo = {cfg->batch, 1, 0, cfg->seed, cfg->queue, cfg->limit_train};
+    fr_loader_opts lo = {so.batch, 1, 0, cfg->seed, cfg->queue, cfg->limit_train};
     if (!(l = fr_loader_new(ctx, train, &lo))) {
         st = FR_ERR_NOMEM;
         goto done;
@@ -170,7 +211,13 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             if ((st = fr_step_save_meta(s, cfg->save, meta, 2))) goto done;
         }
         double acc = 0, tl = 0;
-        if ((st = fr_evaluate(ctx, m, test, cfg->eval_batch, cfg->limit_test, &acc, &tl))) goto done;
+        /* The eval step takes the training arena's place while it runs. */
+        fr_step_arena_release(s);
+        fr_mem_empty_cache(ctx);
+        int eb = cfg->budget ? s->micro : cfg->eval_batch;
+        if ((st = fr_evaluate(ctx, m, test, eb, cfg->limit_test, &acc, &tl))) goto done;
+        fr_mem_empty_cache(ctx);
+        if ((st = fr_step_arena_acquire(s))) goto done;
         res->final_loss = train_loss;
         res->test_acc = acc;
         res->test_loss = tl;
@@ -187,14 +234,26 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
 done:
     res->seconds = now_s() - t_start;
     res->peak_rss_kib = fr_peak_rss_kib();
+    if (s) {
+        fr_plan_info info;
+        fr_step_plan_info(s, &info);
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        res->predicted_reserved = info.reserved;
+        res->measured_reserved_peak = ms.reserved_peak;
+        res->batch = s->o.batch;
+    }
     if (!st && !cfg->json && cfg->progress >= 0) {
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
-        printf("\nmemory (engine accounting; predicted peak of one training step %.1f MiB, "
-               "measured peak allocated %.1f MiB, process peak RSS %.1f MiB)\n",
-               total / 1048576.0, ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0);
+        printf("\nmemory: predicted for the training step %.1f MiB reserved (%.1f MiB live at its "
+               "peak); measured peak reserved %.1f MiB, peak allocated %.1f MiB; process peak RSS "
+               "%.1f MiB%s\n",
+               res->predicted_reserved / 1048576.0, total / 1048576.0, ms.reserved_peak / 1048576.0,
+               ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0,
+               cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)" : " (OVER the budget)") : "");
         fr_mem_summary(ctx, stdout);
     }
     fr_loader_free(l);

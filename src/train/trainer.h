@@ -22,12 +22,26 @@ typedef struct fr_train_cfg {
     int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
     int eval_batch;
     int queue;           /* prefetch depth */
+    size_t budget;       /* bytes the engine may reserve (0: no limit) */
+    fr_ckpt_mode checkpoint;
+    int ckpt_arg, micro_batch;
+    const char *freeze;  /* layers to freeze (fr_model_freeze) */
+    int batch_auto;      /* the largest batch that fits the budget */
 } fr_train_cfg;
+
+/* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
+fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen);
+/* none|marks|all|sqrt|auto|every:N|revolve:S */
+fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen);
+/* The largest batch (<= max_batch) whose plan fits opts->budget; 0 if none. */
+int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
 
 typedef struct fr_train_result {
     double final_loss, test_acc, test_loss, seconds;
-    int epochs_done;
+    int epochs_done, batch;
     size_t peak_rss_kib;
+    size_t predicted_reserved;     /* the step's plan: persistent + arena + batch */
+    size_t measured_reserved_peak; /* the allocator's peak reserved over the run */
 } fr_train_result;
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);

@@ -82,8 +82,9 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             invstd = 1.0 / sqrt(var + eps);
             if (smean) smean[ch] = (float)mean;
             if (sinv) sinv[ch] = (float)invstd;
-            if (rmean) rmean[ch] = (float)((1.0 - mom) * rmean[ch] + mom * mean);
-            if (rvar)
+            /* a recomputed clone (rematerialization) leaves the running stats alone */
+            if (rmean && !a->recompute) rmean[ch] = (float)((1.0 - mom) * rmean[ch] + mom * mean);
+            if (rvar && !a->recompute)
                 rvar[ch] = (float)((1.0 - mom) * rvar[ch] + mom * var * (double)cnt / (double)(cnt - 1));
         } else {
             mean = rmean[ch];

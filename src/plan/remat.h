@@ -1,0 +1,52 @@
+/* remat.h — rematerialization: trading recomputation for memory. A step's
+ * forward graph is cut into units (the model's top-level layers; a residual
+ * block is one unit). A schedule is a list of actions over units: FWD(u)
+ * runs unit u's forward (the first time it is the original forward pass;
+ * later times, clones of its nodes that recompute its values from the
+ * current version of its input), BACK(u) runs unit u's backward nodes,
+ * reading the latest version of the values they need. Liveness in the plan
+ * then frees what no later node reads, so a unit recomputed before its
+ * backward holds nothing between the forward and the backward pass.
+ *
+ * Schedules: keep everything; segments (PyTorch's checkpoint and
+ * checkpoint_sequential: keep each segment's input, recompute the segment
+ * just before its backward); and binomial checkpointing (Griewank's revolve)
+ * with s slots, which reaches the least number of recomputed unit forwards,
+ * T(l, s) = min over 0<j<l of j + T(l-j, s-1) + T(j, s), T(1, s) = 0,
+ * T(l, 1) = l(l-1)/2. The table costs O(l^2 s) time and O(l s) memory. */
+#ifndef FR_REMAT_H
+#define FR_REMAT_H
+
+#include "graph/graph.h"
+
+typedef struct fr_action {
+    int back; /* 0: FWD(unit), 1: BACK(unit) */
+    int unit;
+} fr_action;
+
+typedef struct fr_schedule {
+    fr_action *a;
+    int n, cap;
+} fr_schedule;
+
+void fr_schedule_release(fr_ctx *ctx, fr_schedule *s);
+
+/* Actions for units [first, n): a prefix [0, first) without backward only
+ * runs forward. seg_end[u] >= 0 marks u as recomputed: it belongs to the
+ * segment [u', seg_end[u]] and the whole segment re-runs before BACK of its
+ * last unit (NULL: keep everything). */
+fr_status fr_schedule_segments(fr_ctx *ctx, int n, const int *seg_start, fr_schedule *out);
+/* Binomial checkpointing of units [first, n) with `slots` stored states. */
+fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_schedule *out);
+/* T(l, s): the least number of recomputed unit forwards (slots >= 1). */
+int64_t fr_revolve_cost(int l, int s);
+/* The number of FWD actions beyond each unit's first: recomputed units. */
+int fr_schedule_recomputed(const fr_schedule *s);
+
+/* Apply a schedule to a differentiated graph: unit[i] gives the unit of
+ * node i (forward and backward). Appends clone nodes to g and returns the
+ * execution order (allocated, category other) and the FLOPs of the clones. */
+fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_schedule *s,
+                         int **order, int *n_order, double *extra_flops);
+
+#endif

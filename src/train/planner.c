@@ -1,0 +1,201 @@
+/* planner.c — give it a budget and it chooses: among plans that keep
+ * everything, recompute segments (checkpoint_sequential), or use binomial
+ * checkpointing with s slots, each at the full batch or split into
+ * micro-batches, it builds each candidate's exact plan (the same plan the
+ * executor runs), keeps those whose reserved bytes fit, and picks the least
+ * costly. Cost is the extra FLOPs as a fraction of the step's, plus 3% per
+ * halving of the micro-batch (smaller GEMMs run less efficiently: measured
+ * 2-5% per halving on the seed MLP here) and a whole step more when the model
+ * has BatchNorm (micro-batches change its batch statistics, so it is the last
+ * resort). Nothing fits: the error names the smallest budget that does and
+ * the plan that gets there. Also the plan description of `frugal plan`. */
+#include <math.h>
+#include <string.h>
+#include "report/report.h"
+#include "train/step.h"
+
+typedef struct candidate {
+    fr_ckpt_mode mode;
+    int arg, micro;
+    double cost;
+    size_t reserved;
+} candidate;
+
+static int has_batchnorm(const fr_model *m) {
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == FR_L_BATCHNORM) return 1;
+    return 0;
+}
+
+static const char *mode_name(fr_ckpt_mode m) {
+    static const char *names[] = {"marks", "none", "all", "sqrt", "every", "segments", "revolve", "auto"};
+    return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
+}
+
+/* Build a candidate and read its reserved bytes and cost; 0 if it failed. */
+static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, int bn) {
+    fr_step_opts o = *base;
+    o.checkpoint = c->mode;
+    o.ckpt_arg = c->arg;
+    o.micro_batch = c->micro;
+    o.budget = 0;
+    fr_step *s = fr_step_build(m, &o);
+    if (!s) return 0;
+    fr_plan_info info;
+    fr_step_plan_info(s, &info);
+    c->reserved = info.reserved;
+    int k = info.accumulate;
+    c->cost = info.extra_flops / (info.flops > 0 ? info.flops : 1) +
+              (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0);
+    fr_step_free(s);
+    return 1;
+}
+
+fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
+    fr_ctx *ctx = m->ctx;
+    int bn = has_batchnorm(m);
+    size_t budget = opts->budget;
+    candidate best = {0}, smallest = {0};
+    best.cost = INFINITY;
+    smallest.reserved = SIZE_MAX;
+    int found = 0;
+    fr_mem_stats ms0;
+    fr_mem_get_stats(ctx, &ms0);
+    int fixed_micro = opts->micro_batch > 0;
+    for (int micro = fixed_micro ? opts->micro_batch : opts->batch; micro >= 1; micro--) {
+        if (opts->batch % micro) continue;
+        int units = m->n_units;
+        candidate list[3 * 512 + 4];
+        int n = 0;
+        if (opts->checkpoint != FR_CKPT_AUTO) {
+            list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, 0, 0};
+        } else {
+            list[n++] = (candidate){FR_CKPT_NONE, 0, micro, 0, 0};
+            for (int k = 2; k <= units && n < 512; k++) list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, 0, 0};
+            for (int sl = units; sl >= 1 && n < 1024; sl--) list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, 0, 0};
+            list[n++] = (candidate){FR_CKPT_ALL, 0, micro, 0, 0};
+        }
+        for (int i = 0; i < n; i++) {
+            if (!try_candidate(m, opts, &list[i], bn)) {
+                if (ctx->mem.st.num_ooms > ms0.num_ooms) return NULL; /* a real allocation failure */
+                continue;
+            }
+            if (list[i].reserved < smallest.reserved) smallest = list[i];
+            if (budget && list[i].reserved > budget) continue;
+            if (list[i].cost < best.cost) {
+                best = list[i];
+                found = 1;
+            }
+            if (i == 0 && found && best.cost == 0) break; /* keeping everything fits: done */
+        }
+        if (found && best.micro == opts->batch) break; /* no need to split the batch */
+        if (fixed_micro) break;
+        if (found && micro < best.micro / 2) break; /* smaller micro-batches only cost more */
+    }
+    if (!found) {
+        char a[32], b[32];
+        if (smallest.reserved == SIZE_MAX) return NULL;
+        fr_fail(ctx, FR_ERR_BUDGET,
+                "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with checkpoint "
+                "%s%s%.0d and micro-batch %d; raise --budget to at least that, or shrink --batch "
+                "or the model",
+                fr_human_bytes(budget, a, sizeof a), fr_human_bytes(smallest.reserved, b, sizeof b),
+                smallest.reserved, mode_name(smallest.mode), smallest.arg ? " " : "", smallest.arg,
+                smallest.micro);
+        return NULL;
+    }
+    fr_step_opts o = *opts;
+    o.checkpoint = best.mode;
+    o.ckpt_arg = best.arg;
+    o.micro_batch = best.micro;
+    o.budget = budget;
+    fr_step *s = fr_step_build(m, &o);
+    if (s && fr_step_materialize(s)) {
+        fr_step_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
+    const fr_model *m = s->m;
+    fr_plan_info info;
+    fr_step_plan_info(s, &info);
+    size_t pred[FR_MEM_CAT_COUNT], total;
+    fr_step_predicted(s, pred, &total);
+    /* Which units keep their activations and which are recomputed; what runs in place. */
+    int n = m->n_units;
+    int recomputed[4096] = {0};
+    int inplace = 0;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        int id = s->plan.order[i];
+        if (id >= (int)s->g.n_nodes) continue;
+        if (s->g.nodes[id].attr.recompute && s->unit && id < (int)s->g.n_nodes && s->g.nodes[id].layer >= 0) {
+            int u = m->layers[s->g.nodes[id].layer].unit;
+            if (u < 4096) recomputed[u] = 1;
+        }
+    }
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        int j = fr_op_get(nd->op)->inplace_in;
+        if (j >= 0 && nd->out[0] >= 0 && nd->in[j] >= 0 && s->plan.offset[nd->out[0]] >= 0 &&
+            s->plan.offset[nd->out[0]] == s->plan.offset[nd->in[j]])
+            inplace++;
+    }
+    double frac = info.extra_flops / (info.flops > 0 ? info.flops : 1);
+    char h[8][32];
+    if (json) {
+        fprintf(out, "{\"batch\": %d, \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "
+                "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
+                "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
+                "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, \"layers\": [",
+                s->o.batch, info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
+                info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget);
+        int first = 1;
+        for (size_t i = 0; i < m->n_layers; i++) {
+            const fr_layer *l = &m->layers[i];
+            if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
+            int u = l->unit;
+            fprintf(out, "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
+                    first ? "" : ", ", l->name, u,
+                    u < s->first_unit ? "none" : (u < 4096 && recomputed[u]) ? "recomputed" : "kept",
+                    l->frozen ? "true" : "false");
+            first = 0;
+        }
+        fprintf(out, "], \"predicted_peak\": {");
+        for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+            fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
+        fprintf(out, "}}\n");
+        return;
+    }
+    fprintf(out, "plan for batch %d: ", s->o.batch);
+    if (info.accumulate > 1)
+        fprintf(out, "%d micro-batches of %d (gradients accumulate, loss scaled by each one's share)\n",
+                info.accumulate, info.micro_batch);
+    else
+        fprintf(out, "the whole batch at once\n");
+    fprintf(out, "checkpointing: %s", mode_name(info.mode));
+    if (info.ckpt_arg) fprintf(out, " %d", info.ckpt_arg);
+    fprintf(out, " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
+            info.recomputed_units, 100 * frac);
+    fprintf(out, "in place: %d ops write over an input that dies there\n\n", inplace);
+    fprintf(out, "%-6s %-16s %-14s %s\n", "unit", "layer", "type", "activations");
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const fr_layer *l = &m->layers[i];
+        if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
+        int u = l->unit;
+        fprintf(out, "%-6d %-16s %-14s %s%s\n", u, l->name, fr_layer_kind_name(l->kind),
+                u < s->first_unit ? "no backward (below the lowest trainable layer)"
+                : (u < 4096 && recomputed[u]) ? "recomputed before its backward" : "kept",
+                l->frozen ? ", frozen" : "");
+    }
+    fprintf(out, "\npredicted peak by category:\n");
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+        if (pred[c]) fprintf(out, "  %-12s %12s\n", fr_mem_cat_name(c), fr_human_bytes(pred[c], h[0], sizeof h[0]));
+    fprintf(out, "  %-12s %12s  (live bytes at the peak)\n", "total", fr_human_bytes(total, h[1], sizeof h[1]));
+    fprintf(out, "  %-12s %12s  (persistent + arena %s)\n", "reserved", fr_human_bytes(info.reserved, h[2], sizeof h[2]),
+            fr_human_bytes(info.arena, h[3], sizeof h[3]));
+    if (s->o.budget)
+        fprintf(out, "  %-12s %12s  (%s)\n", "budget", fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
+                info.reserved <= s->o.budget ? "fits" : "does NOT fit");
+}

@@ -1,0 +1,98 @@
+/* spec.c — the user's words for sizes and checkpoint modes: "48MiB",
+ * "every:4", and the batch-size finder that computes (not crashes its way
+ * to) the largest batch that fits a budget. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "train/trainer.h"
+
+fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) {
+        snprintf(err, errlen, "'%s' is not a size (try 48MiB, 1.5GiB, 500MB)", s);
+        return FR_ERR_ARG;
+    }
+    static const struct { const char *unit; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0},
+        {"MiB", 1048576.0}, {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].unit) && (units[i].unit[0] || !*end)) {
+            double b = v * units[i].mult;
+            if (b > 1e15) break;
+            *out = (size_t)b;
+            return FR_OK;
+        }
+    snprintf(err, errlen, "'%s': unknown unit '%s' (B, KiB, MiB, GiB, KB, MB, GB)", s, end);
+    return FR_ERR_ARG;
+}
+
+fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen) {
+    static const struct { const char *name; fr_ckpt_mode mode; } plain[] = {
+        {"none", FR_CKPT_NONE}, {"marks", FR_CKPT_MARKS}, {"all", FR_CKPT_ALL},
+        {"sqrt", FR_CKPT_SQRT}, {"auto", FR_CKPT_AUTO}};
+    *arg = 0;
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (!strcmp(s, plain[i].name)) {
+            *mode = plain[i].mode;
+            return FR_OK;
+        }
+    const char *colon = strchr(s, ':');
+    if (colon) {
+        char *end;
+        long n = strtol(colon + 1, &end, 10);
+        if (*end || end == colon + 1 || n < 1 || n > 100000) {
+            snprintf(err, errlen, "'%s': the number after ':' must be a positive integer", s);
+            return FR_ERR_ARG;
+        }
+        size_t k = (size_t)(colon - s);
+        if (k == 5 && !strncmp(s, "every", 5)) *mode = FR_CKPT_EVERY;
+        else if (k == 7 && !strncmp(s, "revolve", 7)) *mode = FR_CKPT_REVOLVE;
+        else goto unknown;
+        *arg = (int)n;
+        return FR_OK;
+    }
+unknown:
+    snprintf(err, errlen, "'%s': choose none, marks, all, sqrt, every:N, revolve:SLOTS or auto", s);
+    return FR_ERR_ARG;
+}
+
+/* Whether a batch's plan fits; a plan that cannot be built does not. */
+static int fits(fr_model *m, const fr_step_opts *opts, int batch) {
+    fr_step_opts o = *opts;
+    o.batch = batch;
+    if (o.micro_batch > batch || (o.micro_batch && batch % o.micro_batch)) return 0;
+    fr_ctx *ctx = m->ctx;
+    char saved[FR_ERR_LEN];
+    memcpy(saved, ctx->err, sizeof saved);
+    int ok = 0;
+    if (o.checkpoint == FR_CKPT_AUTO) {
+        /* Cheapest check first: the most frugal schedule at this batch. */
+        o.checkpoint = FR_CKPT_REVOLVE;
+        o.ckpt_arg = 1;
+    }
+    fr_step *s = fr_step_build(m, &o);
+    if (s) {
+        fr_plan_info info;
+        fr_step_plan_info(s, &info);
+        ok = info.reserved <= opts->budget;
+        fr_step_free(s);
+    }
+    memcpy(ctx->err, saved, sizeof saved);
+    return ok;
+}
+
+int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch) {
+    if (!fits(m, opts, 1)) return 0;
+    int lo = 1, hi = 2;
+    while (hi <= max_batch && fits(m, opts, hi)) lo = hi, hi *= 2;
+    if (hi > max_batch) hi = max_batch + 1;
+    while (hi - lo > 1) { /* lo fits, hi does not */
+        int mid = lo + (hi - lo) / 2;
+        if (fits(m, opts, mid)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}

@@ -1,0 +1,381 @@
+/* test_planner.c — the planner's promises. Binomial checkpointing reaches
+ * the optimum of an exhaustive search; every checkpointing plan gives
+ * gradients bit-identical to keeping everything (BatchNorm and dropout
+ * included); recomputation lowers the planned peak; K micro-batches equal the
+ * full batch within float tolerance; frozen layers never change and cost no
+ * gradient or optimizer bytes; naming intermediates or reusing one variable
+ * makes the same plan; budgets are met or refused with the smallest budget
+ * that works; predicted and measured agree across a sweep of budgets. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "core/rng.h"
+#include "plan/remat.h"
+#include "train/step.h"
+
+/* ---- revolve against an exhaustive search -------------------------------
+ * State: which positions are stored (a bit set, position 0 always), where
+ * the state in hand is (-1: none), and how many steps remain to reverse.
+ * Moves: advance the state in hand one step (cost 1; not into the remaining
+ * last step's output), reverse the last remaining step when the state in
+ * hand is at its input (cost 0), store the state in hand (at most s stored),
+ * drop a stored position, take a stored position into hand (cost 0).
+ * Dijkstra over these states gives the least number of advances. */
+#define EX_L 7
+static int exhaustive(int l, int s) {
+    /* states: stored mask (l bits), hand (-1..l-1), remaining r (0..l) */
+    int nstate = (1 << l) * (l + 1) * (l + 1);
+    int *dist = malloc(nstate * sizeof *dist);
+    char *done = calloc(nstate, 1);
+    for (int i = 0; i < nstate; i++) dist[i] = 1 << 28;
+#define ID(mask, hand, r) (((mask) * (l + 1) + ((hand) + 1)) * (l + 1) + (r))
+    dist[ID(1, 0, l)] = 0;
+    int best = -1;
+    for (;;) {
+        int u = -1;
+        for (int i = 0; i < nstate; i++)
+            if (!done[i] && dist[i] < (1 << 28) && (u < 0 || dist[i] < dist[u])) u = i;
+        if (u < 0) break;
+        done[u] = 1;
+        int r = u % (l + 1), hand = (u / (l + 1)) % (l + 1) - 1, mask = u / ((l + 1) * (l + 1));
+        int d = dist[u];
+        if (r == 0) {
+            best = d;
+            break;
+        }
+        int cnt = __builtin_popcount(mask);
+#define RELAX(m2, h2, r2, c)                                   \
+    do {                                                       \
+        int v_ = ID((m2), (h2), (r2));                         \
+        if (d + (c) < dist[v_]) dist[v_] = d + (c);            \
+    } while (0)
+        if (hand >= 0 && hand < r - 1) RELAX(mask, hand + 1, r, 1);
+        if (hand == r - 1) RELAX(mask & ((1 << (r - 1)) - 1) ? mask & ((1 << r) - 1) : mask, -1, r - 1, 0);
+        if (hand >= 0 && !(mask >> hand & 1) && cnt < s) RELAX(mask | 1 << hand, hand, r, 0);
+        for (int p = 1; p < l; p++)
+            if (mask >> p & 1) RELAX(mask & ~(1 << p), hand, r, 0);
+        for (int p = 0; p < r; p++)
+            if (mask >> p & 1) RELAX(mask, p, r, 0);
+    }
+    free(dist);
+    free(done);
+    return best;
+}
+
+static void test_revolve(void) {
+    for (int l = 1; l <= EX_L; l++)
+        for (int s = 1; s <= 4; s++) {
+            int64_t t = fr_revolve_cost(l, s);
+            int ex = exhaustive(l, s);
+            CHECK(t == ex, "T(%d,%d) = %lld, exhaustive search %d", l, s, (long long)t, ex);
+        }
+    /* Hand-derived: one slot recomputes from the start each time. */
+    CHECK(fr_revolve_cost(32, 1) == 32 * 31 / 2, "T(32,1)");
+    fr_ctx *ctx = fr_ctx_new();
+    for (int l = 1; l <= 40; l += 3)
+        for (int s = 1; s <= 6; s++) {
+            fr_schedule sc;
+            CHECK(fr_schedule_revolve(ctx, 0, l, s, &sc) == FR_OK, "schedule");
+            /* the schedule's recomputed forwards equal T(l, s); every unit goes back once */
+            int backs = 0, ok = 1, next = l - 1;
+            for (int i = 0; i < sc.n; i++)
+                if (sc.a[i].back) {
+                    backs++;
+                    ok &= sc.a[i].unit == next--;
+                }
+            CHECK(backs == l && ok, "l=%d s=%d: every unit reversed once, in order", l, s);
+            CHECK(fr_schedule_recomputed(&sc) == fr_revolve_cost(l, s), "l=%d s=%d: %d recomputed, T=%lld", l, s,
+                  fr_schedule_recomputed(&sc), (long long)fr_revolve_cost(l, s));
+            fr_schedule_release(ctx, &sc);
+        }
+    fr_ctx_free(ctx);
+}
+
+/* ---- models ---- */
+
+static fr_model *chain(fr_ctx *ctx, int blocks, int width) {
+    fr_model *m = fr_model_new(ctx, width, 1, 1);
+    for (int i = 0; i < blocks; i++) {
+        fr_model_linear(m, width, 1);
+        fr_model_relu(m);
+    }
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+static fr_model *convnet(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1, 10, 10);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_batchnorm(m);
+    fr_model_relu(m);
+    fr_model_residual_begin(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_batchnorm(m);
+    fr_model_relu(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_residual_end(m);
+    fr_model_relu(m);
+    fr_model_residual_begin(m);
+    fr_model_conv2d(m, 8, 3, 2, 1, 0);
+    fr_model_residual_shortcut(m);
+    fr_model_conv2d(m, 8, 1, 2, 0, 0);
+    fr_model_residual_end(m);
+    fr_model_maxpool2d(m, 2, 2);
+    fr_model_flatten(m);
+    fr_model_dropout(m, 0.3f);
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+typedef struct batch_data {
+    float *x;
+    int32_t *y;
+    int n;
+} batch_data;
+
+static batch_data make_batch(int n, int d) {
+    batch_data b = {malloc(sizeof(float) * n * d), malloc(sizeof(int32_t) * n), n};
+    fr_rng r = fr_rng_make(77, 1);
+    for (int i = 0; i < n * d; i++) b.x[i] = 2 * fr_rng_next_uniform(&r) - 1;
+    for (int i = 0; i < n; i++) b.y[i] = (int32_t)fr_rng_below(&r, 10);
+    return b;
+}
+
+/* Run `steps` steps and return a copy of every parameter and buffer plus the
+ * last gradients (zero_grad keeps them). */
+static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg, int micro, int steps,
+                         size_t *len, size_t *arena) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_set_threads(ctx, 2);
+    fr_model *m = make(ctx);
+    fr_model_init(m, 5);
+    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 3,
+                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro};
+    o.optim.zero_grad_to_none = 0;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile mode %d arg %d: %s", mode, arg, fr_last_error(ctx));
+    if (!s) return NULL;
+    if (arena) *arena = s->plan.peak_total;
+    int d = (int)(fr_shape_numel(&m->in));
+    batch_data b = make_batch(16, d);
+    fr_batch fb = {16, b.x, b.y, NULL};
+    float loss;
+    for (int i = 0; i < steps; i++) CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_params; i++) n += 2 * fr_shape_numel(&m->params[i].shape);
+    float *out = calloc(n, sizeof(float)), *p = out;
+    for (size_t i = 0; i < m->n_params; i++) {
+        size_t k = fr_shape_numel(&m->params[i].shape);
+        if (m->params[i].dtype == FR_F32) memcpy(p, m->params[i].data, k * 4);
+        p += k;
+        if (m->params[i].grad) memcpy(p, m->params[i].grad, k * 4);
+        p += k;
+    }
+    *len = n;
+    free(b.x);
+    free(b.y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_mem_stats ms;
+    fr_ctx_free(ctx);
+    (void)ms;
+    return out;
+}
+
+static fr_model *chain8(fr_ctx *ctx) { return chain(ctx, 8, 24); }
+
+static void test_bit_identical(void) {
+    struct { fr_ckpt_mode mode; int arg; const char *name; } modes[] = {
+        {FR_CKPT_ALL, 0, "all"}, {FR_CKPT_SQRT, 0, "sqrt"}, {FR_CKPT_EVERY, 2, "every:2"},
+        {FR_CKPT_SEGMENTS, 3, "segments 3"}, {FR_CKPT_REVOLVE, 1, "revolve:1"},
+        {FR_CKPT_REVOLVE, 2, "revolve:2"}, {FR_CKPT_REVOLVE, 3, "revolve:3"}};
+    fr_model *(*models[2])(fr_ctx *) = {chain8, convnet};
+    for (int k = 0; k < 2; k++) {
+        size_t n0, n1, peak0, peak1;
+        float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, &n0, &peak0);
+        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+            float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, &n1, &peak1);
+            CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
+                  "%s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
+                  k ? "convnet" : "chain", modes[i].name);
+            /* (checkpointing every Linear+ReLU block keeps each block's input, which is
+             * what backward keeps anyway: no gain there, and no loss) */
+            CHECK(peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
+                  "%s %s: planned peak %zu < %zu",
+                  k ? "convnet" : "chain", modes[i].name, peak1, peak0);
+            free(got);
+        }
+        free(ref);
+    }
+}
+
+/* K micro-batches give the full batch's step (no BatchNorm) within float error. */
+static void test_accumulation(void) {
+    size_t n0, n1;
+    float *ref = train_copy(chain8, FR_CKPT_NONE, 0, 0, 1, &n0, NULL);
+    for (int micro = 8; micro >= 2; micro /= 2) {
+        float *got = train_copy(chain8, FR_CKPT_NONE, 0, micro, 1, &n1, NULL);
+        double worst = 0;
+        for (size_t i = 0; got && i < n0; i++)
+            worst = fmax(worst, fabs((double)ref[i] - got[i]) / (1e-3 + fabs((double)ref[i])));
+        CHECK(got && worst < 1e-4, "micro-batch %d: worst relative difference %g", micro, worst);
+        free(got);
+    }
+    free(ref);
+}
+
+static void test_freeze(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 4, 16);
+    fr_model_init(m, 1);
+    CHECK(fr_model_freeze(m, "0-3") == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_model_freeze(m, "fc9") == FR_ERR_ARG && strstr(fr_last_error(ctx), "fc9"), "unknown layer refused");
+    float w0 = ((float *)m->params[0].data)[0], w2 = ((float *)m->params[2].data)[3];
+    fr_step_opts o = {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+    fr_step *s = fr_step_compile(m, &o);
+    batch_data b = make_batch(8, 16);
+    fr_batch fb = {8, b.x, b.y, NULL};
+    float loss;
+    for (int i = 0; i < 3; i++) fr_step_run(s, &fb, &loss, NULL);
+    CHECK(((float *)m->params[0].data)[0] == w0 && ((float *)m->params[2].data)[3] == w2, "frozen weights changed");
+    size_t pred[FR_MEM_CAT_COUNT], tot;
+    fr_step_predicted(s, pred, &tot);
+    /* layers L0 R1 L2 R3 | L4 R5 L6 R7 L8: trainable Linear(16,16) x2 + Linear(16,10) = 714 floats */
+    CHECK(pred[FR_MEM_GRADS] == 714 * 4, "gradients only for trainable layers: %zu", pred[FR_MEM_GRADS]);
+    CHECK(pred[FR_MEM_OPTIM] == 2 * 714 * 4, "optimizer state only for trainable layers");
+    int below = 0, u4 = m->layers[4].unit;
+    for (size_t i = (size_t)s->g.n_forward; i < s->g.n_nodes; i++) below |= s->unit[i] < u4;
+    CHECK(!below, "no backward below the lowest trainable layer");
+    CHECK(s->first_unit == u4, "first unit with backward: %d", s->first_unit);
+    free(b.x);
+    free(b.y);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* The seed's residual conv net, written with x0..x6 and with one reused x:
+ * the graph has no names, so the plans match offset for offset, and in eval
+ * the arena holds a few activations, not all seven. */
+static fr_model *seed_resnet(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 3, 16, 16);
+    fr_model_conv2d(m, 8, 3, 1, 1, 1); /* x0 = conv0(x) */
+    for (int i = 0; i < 5; i++) {       /* x_{i+1} = relu_(conv_i(x_i) + x_i) */
+        fr_model_residual_begin(m);
+        fr_model_conv2d(m, 8, 3, 1, 1, 1);
+        fr_model_residual_end(m);
+        fr_model_relu(m);
+    }
+    fr_model_conv2d(m, 2, 3, 1, 1, 1); /* x6 = conv(x5) */
+    fr_model_global_avgpool(m);
+    return m;
+}
+
+static void test_names_do_not_matter(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    size_t arena[2];
+    int64_t offs[2][512];
+    memset(offs, 0xff, sizeof offs);
+    for (int k = 0; k < 2; k++) {
+        fr_model *m = seed_resnet(ctx);
+        fr_model_init(m, 1);
+        fr_step_opts o = {.batch = 4, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_SGD)};
+        fr_step *s = fr_step_compile(m, &o);
+        arena[k] = s->plan.arena_bytes;
+        for (size_t v = 0; v < s->g.n_vals && v < 512; v++) offs[k][v] = s->plan.offset[v];
+        size_t all = 0;
+        for (size_t v = 0; v < s->g.n_vals; v++)
+            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0) all += fr_value_bytes(&s->g.vals[v]);
+        CHECK(s->plan.arena_bytes * 3 <= all, "eval frees by liveness: arena %zu of %zu", s->plan.arena_bytes, all);
+        fr_step_free(s);
+        fr_model_free(m);
+    }
+    CHECK(arena[0] == arena[1] && memcmp(offs[0], offs[1], sizeof offs[0]) == 0, "same plan");
+    fr_ctx_free(ctx);
+}
+
+/* Budgets: measured reserved never exceeds the budget; predicted and
+ * measured agree; below the minimum the refusal names the smallest budget. */
+static void test_budget_sweep(void) {
+    fr_model *(*models[2])(fr_ctx *) = {chain8, convnet};
+    for (int k = 0; k < 2; k++) {
+        size_t full = 0, smallest = 0;
+        for (int i = 0; i < 6; i++) {
+            fr_ctx *ctx = fr_ctx_new();
+            fr_model *m = models[k](ctx);
+            fr_model_init(m, 2);
+            fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+                              .checkpoint = FR_CKPT_AUTO};
+            if (i == 0) { /* find the plan with no budget: everything kept */
+                fr_step_opts n = o;
+                n.checkpoint = FR_CKPT_NONE;
+                fr_step *s = fr_step_build(m, &n);
+                fr_plan_info info;
+                fr_step_plan_info(s, &info);
+                full = info.reserved;
+                fr_step_free(s);
+                fr_model_free(m);
+                fr_ctx_free(ctx);
+                continue;
+            }
+            size_t budget = full - (full / 8) * (size_t)(i - 1) / 2;
+            if (i == 5) budget = 1000; /* far below anything */
+            fr_mem_stats before;
+            fr_mem_get_stats(ctx, &before);
+            o.budget = budget;
+            fr_step *s = fr_step_compile(m, &o); /* planning itself is not under the limit */
+            fr_mem_set_limit(ctx, before.reserved + budget);
+            if (i == 5) {
+                CHECK(!s && strstr(fr_last_error(ctx), "smallest needs"), "refusal: %s", fr_last_error(ctx));
+                const char *p = strstr(fr_last_error(ctx), "(");
+                smallest = p ? strtoull(p + 1, NULL, 10) : 0;
+                CHECK(smallest > 0 && smallest < full, "smallest budget %zu < keep-all %zu", smallest, full);
+            } else if (s) {
+                batch_data b = make_batch(16, (int)fr_shape_numel(&m->in));
+                fr_batch fb = {16, b.x, b.y, NULL};
+                float loss;
+                fr_mem_reset_peak(ctx);
+                CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "run under budget: %s", fr_last_error(ctx));
+                fr_mem_stats ms;
+                fr_mem_get_stats(ctx, &ms);
+                fr_plan_info info;
+                fr_step_plan_info(s, &info);
+                size_t measured = ms.reserved_peak - before.reserved;
+                CHECK(measured <= budget, "measured %zu > budget %zu", measured, budget);
+                /* predicted reserved counts one batch of data the caller owns here, and metadata;
+                 * measured counts what the allocator holds: they agree within 1% + 64 KiB */
+                double diff = fabs((double)measured - (double)(info.reserved - 16 * (fr_shape_numel(&m->in) + 1) * 4));
+                CHECK(diff <= 0.01 * measured + 65536, "%s budget %zu: measured %zu, predicted %zu",
+                      k ? "convnet" : "chain", budget, measured, info.reserved);
+                free(b.x);
+                free(b.y);
+            } else {
+                CHECK(strstr(fr_last_error(ctx), "smallest"), "refused with a reason: %s", fr_last_error(ctx));
+            }
+            fr_step_free(s);
+            fr_model_free(m);
+            fr_ctx_free(ctx);
+        }
+    }
+}
+
+static void test_refusals(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 2, 8);
+    fr_step_opts o = {.batch = 10, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 3};
+    CHECK(!fr_step_compile(m, &o) && strstr(fr_last_error(ctx), "does not divide"), "%s", fr_last_error(ctx));
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+int main(void) {
+    test_revolve();
+    test_bit_identical();
+    test_accumulation();
+    test_freeze();
+    test_names_do_not_matter();
+    test_budget_sweep();
+    test_refusals();
+    return check_done();
+}
