@@ -26,11 +26,11 @@ OPENBLAS_OMP=/usr/lib/x86_64-linux-gnu/openblas-openmp
 
 # name model batch optimizer steps (timed steps per run, after 3 warm-up steps)
 CONFIGS=(
-    "mlp-b32-sgd     mlp    32   sgd  40"
-    "mlp-b32-adam    mlp    32   adam 40"
-    "mlp-b1024-sgd   mlp    1024 sgd  10"
-    "cnn-b128-adam   cnn    128  adam 10"
-    "resnet-b128-adam resnet 128 adam 5"
+    "mlp-b32-sgd     mlp    32   sgd  100"
+    "mlp-b32-adam    mlp    32   adam 100"
+    "mlp-b1024-sgd   mlp    1024 sgd  20"
+    "cnn-b128-adam   cnn    128  adam 20"
+    "resnet-b128-adam resnet 128 adam 6"
 )
 
 missing=()

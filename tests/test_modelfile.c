@@ -13,16 +13,16 @@
 
 static int n_pass, n_fail;
 
-#define CHECK(cond, ...)                                          \
-    do {                                                          \
-        if (cond) {                                               \
-            n_pass++;                                             \
-        } else {                                                  \
-            n_fail++;                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);           \
-            printf(__VA_ARGS__);                                  \
-            printf("\n");                                         \
-        }                                                         \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            n_pass++;                                                                              \
+        } else {                                                                                   \
+            n_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
     } while (0)
 
 static size_t allocated(const fr_ctx *ctx) {
@@ -43,11 +43,13 @@ static void expect_error_at(int line, const char *text, size_t len, const char *
         fr_model_free(m);
     } else if (!strstr(err, want)) {
         n_fail++;
-        printf("FAIL %s:%d: error\n    %s\n  does not contain\n    %s\n", __FILE__, line, err, want);
+        printf("FAIL %s:%d: error\n    %s\n  does not contain\n    %s\n", __FILE__, line, err,
+               want);
     } else {
         n_pass++;
     }
-    CHECK(allocated(ctx) == 0, "line %d: %zu bytes left after a failed parse", line, allocated(ctx));
+    CHECK(allocated(ctx) == 0, "line %d: %zu bytes left after a failed parse", line,
+          allocated(ctx));
     fr_ctx_free(ctx);
 }
 #define expect_error(text, want) expect_error_at(__LINE__, (text), strlen(text), (want))
@@ -84,8 +86,8 @@ static const size_t MLP_PARAMS = 1000 * 2000 + 2000 + 2000 * 10 + 10; /* 2,022,0
  *   fc1 3136->128        3136*128+128 = 401,536
  *   fc2 128->10          128*10+10  =   1,290
  *   total                              421,738 */
-static const size_t CNN_PARAMS = 32 * 1 * 9 + 2 * 32 + 64 * 32 * 9 + 2 * 64 + (64 * 7 * 7) * 128 +
-                                 128 + 128 * 10 + 10;
+static const size_t CNN_PARAMS =
+    32 * 1 * 9 + 2 * 32 + 64 * 32 * 9 + 2 * 64 + (64 * 7 * 7) * 128 + 128 + 128 * 10 + 10;
 
 /* resnet on 1x28x28, convs without bias, batchnorm = 2*C params:
  *   stem: conv 1->16 3x3 (144) + bn (32)                                    =     176
@@ -100,13 +102,13 @@ static const size_t CNN_PARAMS = 32 * 1 * 9 + 2 * 32 + 64 * 32 * 9 + 2 * 64 + (6
 #define CONV(ci, co, k) ((size_t)(ci) * (co) * (k) * (k))
 #define BN(c) ((size_t)2 * (c))
 static const size_t RESNET_PARAMS =
-    CONV(1, 16, 3) + BN(16) +                                                   /* stem */
-    2 * (CONV(16, 16, 3) + BN(16) + CONV(16, 16, 3) + BN(16)) +                 /* stage 1 */
+    CONV(1, 16, 3) + BN(16) +                                   /* stem */
+    2 * (CONV(16, 16, 3) + BN(16) + CONV(16, 16, 3) + BN(16)) + /* stage 1 */
     CONV(16, 32, 3) + BN(32) + CONV(32, 32, 3) + BN(32) + CONV(16, 32, 1) + BN(32) +
-    CONV(32, 32, 3) + BN(32) + CONV(32, 32, 3) + BN(32) +                       /* stage 2 */
+    CONV(32, 32, 3) + BN(32) + CONV(32, 32, 3) + BN(32) + /* stage 2 */
     CONV(32, 64, 3) + BN(64) + CONV(64, 64, 3) + BN(64) + CONV(32, 64, 1) + BN(64) +
-    CONV(64, 64, 3) + BN(64) + CONV(64, 64, 3) + BN(64) +                       /* stage 3 */
-    64 * 10 + 10;                                                               /* fc */
+    CONV(64, 64, 3) + BN(64) + CONV(64, 64, 3) + BN(64) + /* stage 3 */
+    64 * 10 + 10;                                         /* fc */
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -269,8 +271,8 @@ static void test_syntax_ok(void) {
     /* CRLF lines, tabs, no final newline, comments everywhere, blank lines. */
     expect_params("\r\n# c\r\n\tinput 8 # x\r\n\r\n\tlinear 4\t# y\r\n   relu", 36, 4);
     /* Loss may come first; dropout numbers. */
-    expect_params("loss cross_entropy\ninput 8\ndropout 0\ndropout .5\ndropout 0.999\nlinear 2\n", 18,
-                  2);
+    expect_params("loss cross_entropy\ninput 8\ndropout 0\ndropout .5\ndropout 0.999\nlinear 2\n",
+                  18, 2);
     /* Non-ASCII bytes are fine inside comments. */
     expect_params("input 8 # Größe\nlinear 2 # \xff\x01\n", 18, 2);
     /* A line of exactly 1024 bytes is allowed. */
@@ -290,34 +292,45 @@ static void test_errors(void) {
     expect_error("input 8\n  Linear 4\n", "did you mean 'linear'?");
     expect_error("input 8\nfoo\n", "bad.model:2:1: unknown layer 'foo' (known: ");
     /* bad numbers */
-    expect_error("input 1 28 28\nconv2d 8 kernel=0\n", "bad.model:2:10: kernel=0: must be a positive integer");
+    expect_error("input 1 28 28\nconv2d 8 kernel=0\n",
+                 "bad.model:2:10: kernel=0: must be a positive integer");
     expect_error("input 1 28 28\nconv2d 8 kernel=3 stride=-1\n",
                  "bad.model:2:19: stride=-1: must be a positive integer");
     expect_error("input 1 28 28\nconv2d 8 kernel=3 padding=x\n",
                  "bad.model:2:19: padding=x: must be a non-negative integer");
-    expect_error("input 8\nlinear 10x\n", "bad.model:2:8: linear OUT_FEATURES '10x': must be a positive integer");
-    expect_error("input 8\nlinear 0\n", "bad.model:2:8: linear OUT_FEATURES '0': must be a positive integer");
-    expect_error("input 8\nlinear 2.5\n", "bad.model:2:8: linear OUT_FEATURES '2.5': must be a positive integer");
+    expect_error("input 8\nlinear 10x\n",
+                 "bad.model:2:8: linear OUT_FEATURES '10x': must be a positive integer");
+    expect_error("input 8\nlinear 0\n",
+                 "bad.model:2:8: linear OUT_FEATURES '0': must be a positive integer");
+    expect_error("input 8\nlinear 2.5\n",
+                 "bad.model:2:8: linear OUT_FEATURES '2.5': must be a positive integer");
     expect_error("input 99999999999999999999999\n",
                  "bad.model:1:7: input C '99999999999999999999999': must be at most 16777216");
     expect_error("input 1 28 28\nconv2d 8 kernel=16777217\n",
                  "bad.model:2:10: kernel=16777217: must be at most 16777216");
-    expect_error("input 4096 4096 4096\n", "bad.model:1:1: input of 68719476736 values per sample is too large");
-    expect_error("input 8\ndropout 1.5\n", "bad.model:2:9: dropout P '1.5': must be a number in [0, 1)");
-    expect_error("input 8\ndropout 1\n", "bad.model:2:9: dropout P '1': must be a number in [0, 1)");
+    expect_error("input 4096 4096 4096\n",
+                 "bad.model:1:1: input of 68719476736 values per sample is too large");
+    expect_error("input 8\ndropout 1.5\n",
+                 "bad.model:2:9: dropout P '1.5': must be a number in [0, 1)");
+    expect_error("input 8\ndropout 1\n",
+                 "bad.model:2:9: dropout P '1': must be a number in [0, 1)");
     expect_error("input 8\ndropout -0.1\n", "bad.model:2:9: dropout P '-0.1'");
     expect_error("input 8\ndropout 0.5.5\n", "bad.model:2:9: dropout P '0.5.5'");
     expect_error("input 8\ndropout .\n", "bad.model:2:9: dropout P '.'");
     expect_error("input 8\ndropout 1e-1\n", "bad.model:2:9: dropout P '1e-1'");
     expect_error("input 8\ndropout 0.9999999999\n", "bad.model:2:9: dropout P '0.9999999999'");
-    expect_error("input 8\nlinear 10 bias=yes\n", "bad.model:2:11: bias=yes: must be true or false");
+    expect_error("input 8\nlinear 10 bias=yes\n",
+                 "bad.model:2:11: bias=yes: must be true or false");
     /* keys */
     expect_error("input 1 28 28\nconv2d 8 kernal=3\n",
                  "bad.model:2:10: unknown key 'kernal' for conv2d (known: kernel, stride, padding, "
                  "bias, name); did you mean 'kernel'?");
-    expect_error("input 8\nlinear 8 kernel=3\n", "bad.model:2:10: unknown key 'kernel' for linear (known: bias, name)");
-    expect_error("input 8 name=x\n", "bad.model:1:9: unknown key 'name': input takes no key=value options");
-    expect_error("input 8\nresidual\nlinear 8\nend name=x\n", "bad.model:4:5: unknown key 'name': end takes no");
+    expect_error("input 8\nlinear 8 kernel=3\n",
+                 "bad.model:2:10: unknown key 'kernel' for linear (known: bias, name)");
+    expect_error("input 8 name=x\n",
+                 "bad.model:1:9: unknown key 'name': input takes no key=value options");
+    expect_error("input 8\nresidual\nlinear 8\nend name=x\n",
+                 "bad.model:4:5: unknown key 'name': end takes no");
     expect_error("input 1 8 8\nconv2d 8 kernel=3 kernel=3\n",
                  "bad.model:2:19: duplicate key 'kernel' (first given at column 10)");
     expect_error("input 1 8 8\nconv2d 8 kernel=\n", "bad.model:2:10: kernel=: missing value");
@@ -328,40 +341,53 @@ static void test_errors(void) {
     expect_error("input 8\nlinear 2 name=größe\n", "bad.model:2:17: unexpected byte 0xc3");
     /* missing arguments */
     expect_error("input 1 28 28\nconv2d kernel=3\n",
-                 "bad.model:2:1: conv2d: missing argument OUT_CHANNELS (usage: conv2d OUT_CHANNELS kernel=K");
-    expect_error("input 1 28 28\nconv2d 8 padding=1\n", "bad.model:2:1: conv2d: missing argument kernel=K");
+                 "bad.model:2:1: conv2d: missing argument OUT_CHANNELS (usage: conv2d OUT_CHANNELS "
+                 "kernel=K");
+    expect_error("input 1 28 28\nconv2d 8 padding=1\n",
+                 "bad.model:2:1: conv2d: missing argument kernel=K");
     expect_error("input 8\ndropout\n", "bad.model:2:1: dropout: missing argument P");
     expect_error("input 8\nlinear\n", "bad.model:2:1: linear: missing argument OUT_FEATURES");
-    expect_error("input 1 8 8\nmaxpool2d stride=2\n", "bad.model:2:1: maxpool2d: missing argument K");
+    expect_error("input 1 8 8\nmaxpool2d stride=2\n",
+                 "bad.model:2:1: maxpool2d: missing argument K");
     expect_error("input\n", "bad.model:1:1: input: missing argument C");
     expect_error("input 8\nlinear 2\nloss\n", "bad.model:3:1: loss: missing argument LOSS");
     /* trailing garbage */
-    expect_error("input 8\nlinear 10 20\n", "bad.model:2:11: unexpected '20' (usage: linear OUT_FEATURES");
-    expect_error("input 8\nrelu now\n", "bad.model:2:6: unexpected 'now' (usage: relu [name=NAME])");
+    expect_error("input 8\nlinear 10 20\n",
+                 "bad.model:2:11: unexpected '20' (usage: linear OUT_FEATURES");
+    expect_error("input 8\nrelu now\n",
+                 "bad.model:2:6: unexpected 'now' (usage: relu [name=NAME])");
     expect_error("input 1 28 28 28\n", "bad.model:1:15: unexpected '28'");
     expect_error("input 8\nlinear 2\nloss mse mse\n", "bad.model:3:10: unexpected 'mse'");
-    expect_error("input 8\nresidual\nlinear 8\nend now\n", "bad.model:4:5: unexpected 'now' (usage: end)");
-    expect_error("input 28 28\n", "bad.model:1:10: input takes 1 number (FEATURES) or 3 (C H W), not 2");
+    expect_error("input 8\nresidual\nlinear 8\nend now\n",
+                 "bad.model:4:5: unexpected 'now' (usage: end)");
+    expect_error("input 28 28\n",
+                 "bad.model:1:10: input takes 1 number (FEATURES) or 3 (C H W), not 2");
     /* structure */
-    expect_error("input 784\nlinear 10\ninput 784\n", "bad.model:3:1: second 'input' line (the first is line 1)");
+    expect_error("input 784\nlinear 10\ninput 784\n",
+                 "bad.model:3:1: second 'input' line (the first is line 1)");
     expect_error("# comment\n\nlinear 10\ninput 784\n", "bad.model:3:1: 'linear' before 'input'");
     expect_error("residual\n", "bad.model:1:1: 'residual' before 'input'");
     expect_error("input 8\nlinear 8\n  end\n", "bad.model:3:3: 'end' without 'residual'");
     expect_error("input 8\nlinear 8\n  residual\n    linear 8\n",
                  "bad.model:3:3: 'residual' is never closed: the file ends before its 'end'");
-    expect_error("input 8\nresidual\nresidual\nlinear 8\nend\n", "bad.model:2:1: 'residual' is never closed");
+    expect_error("input 8\nresidual\nresidual\nlinear 8\nend\n",
+                 "bad.model:2:1: 'residual' is never closed");
     expect_error("input 8\nshortcut\n", "bad.model:2:1: 'shortcut' without 'residual'");
     expect_error("input 8\nresidual\nlinear 8\nshortcut\nshortcut\nend\n",
-                 "bad.model:5:1: second 'shortcut' in the residual block opened on line 2 (the first is line 4)");
+                 "bad.model:5:1: second 'shortcut' in the residual block opened on line 2 (the "
+                 "first is line 4)");
     expect_error("", "bad.model:1:1: no 'input' line");
     expect_error("# only a comment\n\n", "bad.model:1:1: no 'input' line");
     expect_error("loss mse\n", "bad.model:1:1: no 'input' line");
     expect_error("\ninput 8\n# nothing else\n", "bad.model:2:1: no layers after 'input'");
-    expect_error("input 8\nlinear 2\nloss l1\n", "bad.model:3:6: unknown loss 'l1' (known: cross_entropy, mse)");
+    expect_error("input 8\nlinear 2\nloss l1\n",
+                 "bad.model:3:6: unknown loss 'l1' (known: cross_entropy, mse)");
     expect_error("input 8\nlinear 2\nloss MSE\n", "did you mean 'mse'?");
-    expect_error("input 8\nloss mse\nlinear 2\nloss mse\n", "bad.model:4:1: second 'loss' line (the first is line 2)");
-    expect_error("input 8\nresidual\nloss mse\nend\n",
-                 "bad.model:3:1: 'loss' inside the residual block opened on line 2: put it after 'end'");
+    expect_error("input 8\nloss mse\nlinear 2\nloss mse\n",
+                 "bad.model:4:1: second 'loss' line (the first is line 2)");
+    expect_error(
+        "input 8\nresidual\nloss mse\nend\n",
+        "bad.model:3:1: 'loss' inside the residual block opened on line 2: put it after 'end'");
     /* bytes and lines */
     expect_error("input 8\x01\n", "bad.model:1:8: unexpected byte 0x01");
     expect_error_at(__LINE__, "input 8\nline\0ar 2\n", 18, "bad.model:2:5: unexpected byte 0x00");
@@ -375,11 +401,62 @@ static void test_errors(void) {
     /* The builder's own checks come back with file:line. */
     expect_error("input 1 28 28\nlinear 10\n", "bad.model:2: linear needs a flat input");
     expect_error("input 1 4 4\nconv2d 8 kernel=7\n", "bad.model:2: conv2d: kernel 7 is larger");
-    expect_error("input 4 8 8\nresidual\n  conv2d 8 kernel=1\nend\n", "bad.model:4: residual block: the body gives");
-    expect_error("input 8\nlinear 8 name=a\nlinear 8 name=a\n", "bad.model:3: layer name 'a' is already used");
-    expect_error("input 8\nshortcut name=x\n", "bad.model:2:10: unknown key 'name': shortcut takes no");
+    expect_error("input 4 8 8\nresidual\n  conv2d 8 kernel=1\nend\n",
+                 "bad.model:4: residual block: the body gives");
+    expect_error("input 8\nlinear 8 name=a\nlinear 8 name=a\n",
+                 "bad.model:3: layer name 'a' is already used");
+    expect_error("input 8\nshortcut name=x\n",
+                 "bad.model:2:10: unknown key 'name': shortcut takes no");
     expect_error("input 8\nresidual\nresidual\nresidual\nresidual\nresidual\n",
                  "bad.model:6: residual blocks nest at most");
+}
+
+/* Limits: names of 100 characters, texts and files of 1 MiB. */
+static void test_limits(void) {
+    char text[512], name[128];
+    memset(name, 'n', 100);
+    name[100] = '\0';
+    snprintf(text, sizeof text, "input 8\nlinear 2 name=%s\n", name);
+    expect_params(text, 18, 2);
+    snprintf(text, sizeof text, "input 8\nlinear 2 name=%sn\n", name);
+    expect_error(text,
+                 "bad.model:2:10: name=nnnnnnnnnnnnnnnnnnnn...: a name is at most 100 characters");
+
+    size_t big = (1u << 20) + 1;
+    char *blank = malloc(big);
+    fr_ctx *ctx = fr_ctx_new();
+    if (blank) {
+        memset(blank, '\n', big);
+        memcpy(blank, "input 8\nlinear 2\n", 17);
+        CHECK(!fr_model_parse(ctx, "big.model", blank, big) &&
+                  strstr(fr_last_error(ctx),
+                         "big.model: 1048577 bytes is too large for a model file"),
+              "a text over 1 MiB: %s", fr_last_error(ctx));
+        fr_model *m = fr_model_parse(ctx, "big.model", blank, big - 1);
+        CHECK(m != NULL, "a text of 1 MiB: %s", fr_last_error(ctx));
+        fr_model_free(m);
+        char path[] = "/tmp/test_modelfile_big_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            int ok = write(fd, blank, big) == (ssize_t)big;
+            close(fd);
+            CHECK(ok, "write %s", path);
+            char want[128];
+            snprintf(want, sizeof want, "'%s' is too large for a model file", path);
+            CHECK(!fr_model_load(ctx, path) && strstr(fr_last_error(ctx), want),
+                  "a file over 1 MiB: %s", fr_last_error(ctx));
+            remove(path);
+        }
+        free(blank);
+    }
+    CHECK(!fr_model_parse(ctx, "null.model", NULL, 5) &&
+              strstr(fr_last_error(ctx), "null.model: no text"),
+          "NULL text: %s", fr_last_error(ctx));
+    CHECK(!fr_model_parse(ctx, "null.model", NULL, 0) &&
+              strstr(fr_last_error(ctx), "null.model:1:1: no 'input' line"),
+          "NULL empty text: %s", fr_last_error(ctx));
+    CHECK(allocated(ctx) == 0, "%zu bytes left", allocated(ctx));
+    fr_ctx_free(ctx);
 }
 
 static void test_nested_residual(void) {
@@ -400,13 +477,15 @@ static void test_nested_residual(void) {
 static void test_files(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_load(ctx, "/nonexistent/x.model");
-    CHECK(!m && strstr(fr_last_error(ctx), "cannot open '/nonexistent/x.model': No such file or directory"),
+    CHECK(!m && strstr(fr_last_error(ctx),
+                       "cannot open '/nonexistent/x.model': No such file or directory"),
           "missing file: %s", fr_last_error(ctx));
     m = fr_model_load(ctx, "/");
     CHECK(!m && strstr(fr_last_error(ctx), "cannot read '/': Is a directory"), "directory: %s",
           fr_last_error(ctx));
     m = fr_model_load(ctx, NULL);
-    CHECK(!m && strstr(fr_last_error(ctx), "no file or built-in name"), "NULL: %s", fr_last_error(ctx));
+    CHECK(!m && strstr(fr_last_error(ctx), "no file or built-in name"), "NULL: %s",
+          fr_last_error(ctx));
     m = fr_model_load(ctx, "");
     CHECK(!m, "empty name");
     CHECK(allocated(ctx) == 0, "%zu bytes left", allocated(ctx));
@@ -426,7 +505,8 @@ static void test_files(void) {
 
         /* Allocation failures while reading and building: each is reported and
          * leaks nothing; the load succeeds once no allocation fails. */
-        CHECK(write_file(path, "input 1 8 8\nconv2d 4 kernel=3\nflatten\nlinear 2 name=x\n") == 0, "write");
+        CHECK(write_file(path, "input 1 8 8\nconv2d 4 kernel=3\nflatten\nlinear 2 name=x\n") == 0,
+              "write");
         int ok = 0;
         for (uint64_t n = 1; n < 100 && !ok; n++) {
             fr_ctx *c2 = fr_ctx_new();
@@ -470,7 +550,8 @@ static void test_files(void) {
         }
         CHECK(ok && failures > 0, "%s loads after %d injected failures", names[i], failures);
         CHECK(leaks == 0, "%s: %d injected failures leaked", names[i], leaks);
-        CHECK(silent == 0, "%s: %d injected failures without a located 'out of memory'", names[i], silent);
+        CHECK(silent == 0, "%s: %d injected failures without a located 'out of memory'", names[i],
+              silent);
     }
 }
 
@@ -480,6 +561,7 @@ int main(void) {
     test_syntax_ok();
     test_errors();
     test_nested_residual();
+    test_limits();
     test_files();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

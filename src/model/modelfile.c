@@ -17,10 +17,596 @@
 #define MF_MAX_TEXT (1u << 20) /* bytes in one model file */
 #define MF_MAX_INT (1 << 24)   /* the largest number any argument takes */
 #define MF_MAX_NAME 100        /* the builder's limit on a layer name */
-#define MF_MAX_DEPTH 16        /* open residual blocks the parser tracks (the builder allows fewer) */
-#define MF_QUOTE_MAX 40        /* longest token quoted whole in a message */
+#define MF_MAX_DEPTH 16 /* open residual blocks the parser tracks (the builder allows fewer) */
+#define MF_QUOTE_MAX 40 /* longest token quoted whole in a message */
 
-/* ---- the built-in models (identical to the files in models/) ---------------- */
+/* ---- statements: one table row each ------------------------------------ */
+
+typedef enum mf_key { K_KERNEL = 0, K_STRIDE, K_PADDING, K_BIAS, K_NAME, K_COUNT } mf_key;
+#define KB(k) (1u << (k))
+static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding", "bias", "name"};
+
+typedef enum mf_kind { S_INPUT = 0, S_LAYER, S_RESIDUAL, S_SHORTCUT, S_END, S_LOSS } mf_kind;
+/* What the positional arguments are. */
+typedef enum mf_pos { P_NONE = 0, P_INT, P_PROB, P_LOSS } mf_pos;
+
+/* One parsed statement's arguments. */
+typedef struct mf_args {
+    int n;                /* positional arguments given */
+    int v[3];             /* P_INT values */
+    float p;              /* P_PROB */
+    fr_loss loss;         /* P_LOSS */
+    int key[K_COUNT];     /* K_KERNEL..K_BIAS values */
+    int key_col[K_COUNT]; /* column of each key given, 0 when absent */
+    char name[MF_MAX_NAME + 1];
+} mf_args;
+
+static int has(const mf_args *a, mf_key k) { return a->key_col[k] != 0; }
+static int key_or(const mf_args *a, mf_key k, int dflt) { return has(a, k) ? a->key[k] : dflt; }
+
+static fr_status b_linear(fr_model *m, const mf_args *a) {
+    return fr_model_linear(m, a->v[0], key_or(a, K_BIAS, 1));
+}
+static fr_status b_conv2d(fr_model *m, const mf_args *a) {
+    return fr_model_conv2d(m, a->v[0], a->key[K_KERNEL], key_or(a, K_STRIDE, 1),
+                           key_or(a, K_PADDING, 0), key_or(a, K_BIAS, 1));
+}
+static fr_status b_maxpool2d(fr_model *m, const mf_args *a) {
+    return fr_model_maxpool2d(m, a->v[0], key_or(a, K_STRIDE, a->v[0]));
+}
+static fr_status b_avgpool2d(fr_model *m, const mf_args *a) {
+    return fr_model_avgpool2d(m, a->v[0], key_or(a, K_STRIDE, a->v[0]));
+}
+/* The layers and block markers that take no arguments. */
+#define MF_NOARG(fn, call)                                                                         \
+    static fr_status fn(fr_model *m, const mf_args *a) {                                           \
+        (void)a;                                                                                   \
+        return call(m);                                                                            \
+    }
+MF_NOARG(b_global_avgpool, fr_model_global_avgpool)
+MF_NOARG(b_batchnorm, fr_model_batchnorm)
+MF_NOARG(b_layernorm, fr_model_layernorm)
+MF_NOARG(b_relu, fr_model_relu)
+MF_NOARG(b_gelu, fr_model_gelu)
+MF_NOARG(b_sigmoid, fr_model_sigmoid)
+MF_NOARG(b_tanh, fr_model_tanh)
+MF_NOARG(b_flatten, fr_model_flatten)
+MF_NOARG(b_residual, fr_model_residual_begin)
+MF_NOARG(b_shortcut, fr_model_residual_shortcut)
+MF_NOARG(b_end, fr_model_residual_end)
+static fr_status b_dropout(fr_model *m, const mf_args *a) { return fr_model_dropout(m, a->p); }
+
+typedef struct mf_stmt {
+    const char *word;
+    mf_kind kind;
+    mf_pos pos;
+    int pos_min, pos_max;
+    const char *pos_name[3]; /* for messages, as in the usage line */
+    unsigned keys;           /* keys it takes */
+    unsigned required;       /* keys it needs */
+    fr_status (*build)(fr_model *m, const mf_args *a);
+    const char *usage;
+} mf_stmt;
+
+#define NAMED KB(K_NAME)
+#define CONV_KEYS (KB(K_KERNEL) | KB(K_STRIDE) | KB(K_PADDING) | KB(K_BIAS) | NAMED)
+/* clang-format off */
+static const mf_stmt mf_stmts[] = {
+    /* word, kind, positionals (what, min, max, names), keys taken, keys needed, builder, usage */
+    {"input", S_INPUT, P_INT, 1, 3, {"C", "H", "W"}, 0, 0, NULL,
+     "input C H W  (an image)  or  input FEATURES  (a vector)"},
+    {"conv2d", S_LAYER, P_INT, 1, 1, {"OUT_CHANNELS"}, CONV_KEYS, KB(K_KERNEL), b_conv2d,
+     "conv2d OUT_CHANNELS kernel=K [stride=1] [padding=0] [bias=true] [name=NAME]"},
+    {"linear", S_LAYER, P_INT, 1, 1, {"OUT_FEATURES"}, KB(K_BIAS) | NAMED, 0, b_linear,
+     "linear OUT_FEATURES [bias=true] [name=NAME]"},
+    {"maxpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_maxpool2d,
+     "maxpool2d K [stride=K] [name=NAME]"},
+    {"avgpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_avgpool2d,
+     "avgpool2d K [stride=K] [name=NAME]"},
+    {"global_avgpool", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_global_avgpool,
+     "global_avgpool [name=NAME]"},
+    {"batchnorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_batchnorm, "batchnorm [name=NAME]"},
+    {"layernorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_layernorm, "layernorm [name=NAME]"},
+    {"relu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_relu, "relu [name=NAME]"},
+    {"gelu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_gelu, "gelu [name=NAME]"},
+    {"sigmoid", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_sigmoid, "sigmoid [name=NAME]"},
+    {"tanh", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_tanh, "tanh [name=NAME]"},
+    {"dropout", S_LAYER, P_PROB, 1, 1, {"P"}, NAMED, 0, b_dropout, "dropout P [name=NAME]"},
+    {"flatten", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_flatten, "flatten [name=NAME]"},
+    {"residual", S_RESIDUAL, P_NONE, 0, 0, {0}, NAMED, 0, b_residual, "residual [name=NAME]"},
+    {"shortcut", S_SHORTCUT, P_NONE, 0, 0, {0}, 0, 0, b_shortcut, "shortcut"},
+    {"end", S_END, P_NONE, 0, 0, {0}, 0, 0, b_end, "end"},
+    {"loss", S_LOSS, P_LOSS, 1, 1, {"LOSS"}, 0, 0, NULL, "loss cross_entropy|mse"},
+};
+/* clang-format on */
+#define MF_N_STMTS (sizeof mf_stmts / sizeof mf_stmts[0])
+
+static const char *const mf_loss_names[] = {
+    [FR_LOSS_CROSS_ENTROPY] = "cross_entropy", [FR_LOSS_MSE] = "mse"};
+#define MF_N_LOSSES (sizeof mf_loss_names / sizeof mf_loss_names[0])
+
+/* ---- the parser -------------------------------------------------------- */
+
+typedef struct mf_tok {
+    const char *s;
+    int len, col; /* col: 1-based */
+} mf_tok;
+
+typedef struct mf_open {
+    int line, col;     /* where the `residual` is */
+    int shortcut_line; /* 0: no `shortcut` yet */
+} mf_open;
+
+typedef struct mf_parser {
+    fr_ctx *ctx;
+    const char *file;
+    int line;
+    fr_model *m;
+    int input_line, loss_line, n_layers;
+    fr_loss loss;
+    int depth;
+    mf_open open[MF_MAX_DEPTH];
+} mf_parser;
+
+/* A token quoted for a message, cut to MF_QUOTE_MAX bytes: use as
+ * "'%.*s%s'" with MF_Q(t). Tokens hold printable ASCII only. */
+#define MF_Q(t)                                                                                    \
+    ((t).len > MF_QUOTE_MAX ? MF_QUOTE_MAX : (t).len), (t).s, ((t).len > MF_QUOTE_MAX ? "..." : "")
+
+__attribute__((format(printf, 4, 5))) static fr_status mf_fail_at(mf_parser *p, int line, int col,
+                                                                  const char *fmt, ...) {
+    char msg[FR_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fr_fail(p->ctx, FR_ERR_FORMAT, "%s:%d:%d: %s", p->file, line, col, msg);
+}
+#define mf_fail(p, col, ...) mf_fail_at((p), (p)->line, (col), __VA_ARGS__)
+
+/* A builder call failed: keep its message and status, prefixed with file:line. */
+static fr_status mf_builder_failed(mf_parser *p, fr_status st) {
+    char msg[FR_ERR_LEN];
+    snprintf(msg, sizeof msg, "%s", fr_last_error(p->ctx));
+    fr_fail(p->ctx, st, "%s:%d: %s", p->file, p->line, msg);
+    return st != FR_OK ? st : FR_ERR_ARG;
+}
+
+/* Levenshtein distance, case-insensitive, for "did you mean"; words of up
+ * to 31 bytes (longer ones are never close to a keyword). */
+static int mf_distance(const char *a, int la, const char *b) {
+    int lb = (int)strlen(b), row[32];
+    if (la > 31 || lb > 31) return 99;
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            char ca = a[i - 1], cb = b[j - 1];
+            if (ca >= 'A' && ca <= 'Z') ca = (char)(ca - 'A' + 'a');
+            int best = diag + (ca != cb);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* "; did you mean 'x'?" for the closest of words[] within distance 2, or "". */
+static void mf_suggest(const mf_tok *t, const char *const *words, size_t n, char *out, size_t cap) {
+    int best = 3;
+    const char *pick = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!words[i]) continue;
+        int d = mf_distance(t->s, t->len, words[i]);
+        if (d < best) best = d, pick = words[i];
+    }
+    if (pick)
+        snprintf(out, cap, "; did you mean '%s'?", pick);
+    else if (cap)
+        out[0] = '\0';
+}
+
+static int mf_eq(const mf_tok *t, const char *word) {
+    return (size_t)t->len == strlen(word) && memcmp(t->s, word, (size_t)t->len) == 0;
+}
+
+/* A decimal integer of digits only: 0 ok, -1 not one, -2 above MF_MAX_INT. */
+static int mf_int(const char *s, int len, int *out) {
+    if (len <= 0) return -1;
+    long v = 0;
+    int big = 0;
+    for (int i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        if (!big) v = v * 10 + (s[i] - '0');
+        if (v > MF_MAX_INT) big = 1;
+    }
+    if (big) return -2;
+    *out = (int)v;
+    return 0;
+}
+
+/* A probability written DIGITS[.DIGITS] or .DIGITS in [0, 1): 0 ok, -1 not. */
+static int mf_prob(const char *s, int len, float *out) {
+    double mant = 0, scale = 1;
+    int digits = 0, dot = 0;
+    for (int i = 0; i < len; i++) {
+        if (s[i] == '.' && !dot) {
+            dot = 1;
+        } else if (s[i] >= '0' && s[i] <= '9') {
+            if (++digits > 15) return -1; /* beyond what a double holds exactly */
+            mant = mant * 10 + (s[i] - '0');
+            if (dot) scale *= 10;
+        } else {
+            return -1;
+        }
+    }
+    if (digits == 0) return -1;
+    double v = mant / scale; /* both exact, so v is correctly rounded */
+    if (!(v < 1.0)) return -1;
+    *out = (float)v;
+    return *out < 1.0f ? 0 : -1; /* 0.999999999 is 1 as a float */
+}
+
+/* The comma-separated names of the keys in mask, into out. */
+static void mf_key_list(unsigned mask, char *out, size_t cap) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!(mask & KB(k))) continue;
+        int w = snprintf(out + at, cap - at, "%s%s", at ? ", " : "", mf_key_names[k]);
+        if (w < 0 || (size_t)w >= cap - at) return;
+        at += (size_t)w;
+    }
+}
+
+static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, mf_args *a) {
+    const char *eq = memchr(t->s, '=', (size_t)t->len);
+    mf_tok key = {t->s, (int)(eq - t->s), t->col};
+    mf_tok val = {eq + 1, t->len - key.len - 1, t->col + key.len + 1};
+    int k = 0;
+    while (k < K_COUNT && !mf_eq(&key, mf_key_names[k])) k++;
+    if (k == K_COUNT || !(st->keys & KB(k))) {
+        if (!st->keys)
+            return mf_fail(p, t->col,
+                           "unknown key '%.*s%s': %s takes no key=value options (usage: %s)",
+                           MF_Q(key), st->word, st->usage);
+        char known[128], hint[64];
+        const char *names[K_COUNT] = {0};
+        for (int i = 0; i < K_COUNT; i++)
+            if (st->keys & KB(i)) names[i] = mf_key_names[i];
+        mf_suggest(&key, names, K_COUNT, hint, sizeof hint);
+        mf_key_list(st->keys, known, sizeof known);
+        return mf_fail(p, t->col, "unknown key '%.*s%s' for %s (known: %s)%s", MF_Q(key), st->word,
+                       known, hint);
+    }
+    if (a->key_col[k])
+        return mf_fail(p, t->col, "duplicate key '%s' (first given at column %d)", mf_key_names[k],
+                       a->key_col[k]);
+    if (val.len == 0)
+        return mf_fail(p, t->col, "%s=: missing value (write %s=VALUE, no spaces around '=')",
+                       mf_key_names[k], mf_key_names[k]);
+    switch ((mf_key)k) {
+    case K_KERNEL:
+    case K_STRIDE:
+    case K_PADDING: {
+        int v = 0, r = mf_int(val.s, val.len, &v);
+        int positive = k != K_PADDING;
+        if (r == -2) return mf_fail(p, t->col, "%.*s%s: must be at most %d", MF_Q(*t), MF_MAX_INT);
+        if (r != 0 || (positive && v == 0))
+            return mf_fail(p, t->col, "%.*s%s: must be a %s integer", MF_Q(*t),
+                           positive ? "positive" : "non-negative");
+        a->key[k] = v;
+        break;
+    }
+    case K_BIAS:
+        if (mf_eq(&val, "true"))
+            a->key[k] = 1;
+        else if (mf_eq(&val, "false"))
+            a->key[k] = 0;
+        else
+            return mf_fail(p, t->col, "%.*s%s: must be true or false", MF_Q(*t));
+        break;
+    case K_NAME:
+        if (val.len > MF_MAX_NAME)
+            return mf_fail(p, t->col, "name=%.*s...: a name is at most %d characters", 20, val.s,
+                           MF_MAX_NAME);
+        for (int i = 0; i < val.len; i++) {
+            char c = val.s[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-'))
+                return mf_fail(p, val.col + i,
+                               "%.*s%s: a name is letters, digits, '_', '-' and '.' "
+                               "(like layer1.0.conv1); '%c' is not allowed",
+                               MF_Q(*t), c);
+        }
+        memcpy(a->name, val.s, (size_t)val.len);
+        a->name[val.len] = '\0';
+        break;
+    case K_COUNT:
+        break;
+    }
+    a->key_col[k] = t->col;
+    return FR_OK;
+}
+
+static fr_status mf_positional(mf_parser *p, const mf_stmt *st, const mf_tok *t, mf_args *a) {
+    if (a->n >= st->pos_max)
+        return mf_fail(p, t->col, "unexpected '%.*s%s' (usage: %s)", MF_Q(*t), st->usage);
+    const char *what = st->pos_name[a->n];
+    switch (st->pos) {
+    case P_INT: {
+        int v = 0, r = mf_int(t->s, t->len, &v);
+        if (r == -2)
+            return mf_fail(p, t->col, "%s %s '%.*s%s': must be at most %d", st->word, what,
+                           MF_Q(*t), MF_MAX_INT);
+        if (r != 0 || v == 0)
+            return mf_fail(p, t->col, "%s %s '%.*s%s': must be a positive integer", st->word, what,
+                           MF_Q(*t));
+        a->v[a->n] = v;
+        break;
+    }
+    case P_PROB:
+        if (mf_prob(t->s, t->len, &a->p) != 0)
+            return mf_fail(p, t->col, "%s %s '%.*s%s': must be a number in [0, 1), like 0.25",
+                           st->word, what, MF_Q(*t));
+        break;
+    case P_LOSS: {
+        size_t i = 0;
+        while (i < MF_N_LOSSES && !mf_eq(t, mf_loss_names[i])) i++;
+        if (i == MF_N_LOSSES) {
+            char hint[64];
+            mf_suggest(t, mf_loss_names, MF_N_LOSSES, hint, sizeof hint);
+            return mf_fail(p, t->col, "unknown loss '%.*s%s' (known: cross_entropy, mse)%s",
+                           MF_Q(*t), hint);
+        }
+        a->loss = (fr_loss)i;
+        break;
+    }
+    case P_NONE:
+        break;
+    }
+    a->n++;
+    return FR_OK;
+}
+
+/* The statement at the current line, already split into tokens. */
+static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
+    const mf_tok *w = &tok[0];
+    const mf_stmt *st = NULL;
+    for (size_t i = 0; i < MF_N_STMTS && !st; i++)
+        if (mf_eq(w, mf_stmts[i].word)) st = &mf_stmts[i];
+    if (!st) {
+        const char *words[MF_N_STMTS];
+        char known[512], hint[64];
+        size_t at = 0;
+        for (size_t i = 0; i < MF_N_STMTS; i++) {
+            words[i] = mf_stmts[i].word;
+            int n = snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", words[i]);
+            if (n > 0 && (size_t)n < sizeof known - at) at += (size_t)n;
+        }
+        mf_suggest(w, words, MF_N_STMTS, hint, sizeof hint);
+        return mf_fail(p, w->col, "unknown layer '%.*s%s' (known: %s)%s", MF_Q(*w), known, hint);
+    }
+
+    /* "kernel = 3" would read as three words: say what is wrong first. */
+    for (int i = 1; i < n_tok; i++)
+        if (tok[i].s[0] == '=')
+            return mf_fail(p, tok[i].col,
+                           "'%.*s%s': a key is missing before '=' (write key=value, no spaces "
+                           "around '=')",
+                           MF_Q(tok[i]));
+    mf_args a;
+    memset(&a, 0, sizeof a);
+    for (int i = 1; i < n_tok; i++) {
+        fr_status s = memchr(tok[i].s, '=', (size_t)tok[i].len) ? mf_key_value(p, st, &tok[i], &a)
+                                                                : mf_positional(p, st, &tok[i], &a);
+        if (s) return s;
+    }
+    if (a.n < st->pos_min)
+        return mf_fail(p, w->col, "%s: missing argument %s (usage: %s)", st->word,
+                       st->pos_name[a.n], st->usage);
+    for (int k = 0; k < K_COUNT; k++)
+        if ((st->required & KB(k)) && !a.key_col[k])
+            return mf_fail(p, w->col, "%s: missing argument %s=%s (usage: %s)", st->word,
+                           mf_key_names[k], k == K_KERNEL ? "K" : "VALUE", st->usage);
+
+    if (st->kind == S_LOSS) {
+        if (p->loss_line)
+            return mf_fail(p, w->col, "second 'loss' line (the first is line %d)", p->loss_line);
+        if (p->depth)
+            return mf_fail(p, w->col,
+                           "'loss' inside the residual block opened on line %d: put it after 'end'",
+                           p->open[p->depth - 1].line);
+        p->loss_line = p->line;
+        p->loss = a.loss;
+        return FR_OK;
+    }
+    if (st->kind == S_INPUT) {
+        if (p->input_line)
+            return mf_fail(p, w->col, "second 'input' line (the first is line %d)", p->input_line);
+        if (a.n == 2)
+            return mf_fail(p, tok[2].col,
+                           "input takes 1 number (FEATURES) or 3 (C H W), not 2: for an image "
+                           "with one channel write 'input 1 %d %d'",
+                           a.v[0], a.v[1]);
+        int c = a.v[0], h = a.n == 3 ? a.v[1] : 1, ww = a.n == 3 ? a.v[2] : 1;
+        if ((long long)c * h * ww > (long long)MF_MAX_INT * 16)
+            return mf_fail(p, w->col, "input of %lld values per sample is too large (at most %lld)",
+                           (long long)c * h * ww, (long long)MF_MAX_INT * 16);
+        p->m = fr_model_new(p->ctx, c, h, ww);
+        if (!p->m) return mf_builder_failed(p, FR_ERR_ARG);
+        p->input_line = p->line;
+        return FR_OK;
+    }
+    if (!p->m)
+        return mf_fail(p, w->col,
+                       "'%s' before 'input': a model file starts with 'input C H W' (an image) or "
+                       "'input FEATURES' (a vector)",
+                       st->word);
+
+    /* Block structure is checked here, before the builder, to point at columns. */
+    if (st->kind == S_RESIDUAL && p->depth == MF_MAX_DEPTH)
+        return mf_fail(p, w->col, "residual blocks nest at most %d deep", MF_MAX_DEPTH);
+    if (st->kind == S_SHORTCUT) {
+        if (!p->depth)
+            return mf_fail(p, w->col,
+                           "'shortcut' without 'residual': it starts the second branch "
+                           "of a residual block");
+        mf_open *o = &p->open[p->depth - 1];
+        if (o->shortcut_line)
+            return mf_fail(p, w->col,
+                           "second 'shortcut' in the residual block opened on line %d (the first "
+                           "is line %d)",
+                           o->line, o->shortcut_line);
+    }
+    if (st->kind == S_END && !p->depth)
+        return mf_fail(p, w->col, "'end' without 'residual': nothing to close");
+
+    fr_status s = st->build(p->m, &a);
+    if (s) return mf_builder_failed(p, s);
+    if (has(&a, K_NAME) && (s = fr_model_name_last(p->m, a.name)) != FR_OK)
+        return mf_builder_failed(p, s);
+
+    p->n_layers++;
+    switch (st->kind) {
+    case S_RESIDUAL:
+        p->open[p->depth++] = (mf_open){p->line, w->col, 0};
+        break;
+    case S_SHORTCUT:
+        p->open[p->depth - 1].shortcut_line = p->line;
+        break;
+    case S_END:
+        p->depth--;
+        break;
+    case S_LAYER:
+    case S_INPUT:
+    case S_LOSS:
+        break;
+    }
+    return FR_OK;
+}
+
+/* One line (without its '\n'): check bytes, drop the comment, split, run. */
+static fr_status mf_line(mf_parser *p, const char *s, size_t len) {
+    if (len > MF_MAX_LINE)
+        return mf_fail(p, MF_MAX_LINE + 1, "line is longer than %d characters", MF_MAX_LINE);
+    mf_tok tok[MF_MAX_LINE / 2 + 1];
+    int n_tok = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '#') break;
+        if (c == ' ' || c == '\t' || c == '\r') {
+            i++;
+            continue;
+        }
+        if (c < 0x21 || c > 0x7e)
+            return mf_fail(p, (int)i + 1,
+                           "unexpected byte 0x%02x: outside comments a model file is plain ASCII",
+                           c);
+        size_t j = i;
+        while (j < len && (unsigned char)s[j] > 0x20 && (unsigned char)s[j] < 0x7f && s[j] != '#')
+            j++;
+        tok[n_tok++] = (mf_tok){s + i, (int)(j - i), (int)i + 1};
+        i = j;
+    }
+    return n_tok ? mf_statement(p, tok, n_tok) : FR_OK;
+}
+
+fr_model *fr_model_parse(fr_ctx *ctx, const char *name, const char *text, size_t len) {
+    if (!ctx) return NULL;
+    if (!name) name = "<model>";
+    if (!text && len) {
+        fr_fail(ctx, FR_ERR_ARG, "%s: no text given", name);
+        return NULL;
+    }
+    if (!text) text = ""; /* NULL + 0 is undefined */
+    if (len > MF_MAX_TEXT) {
+        fr_fail(ctx, FR_ERR_FORMAT, "%s: %zu bytes is too large for a model file (at most %u)",
+                name, len, MF_MAX_TEXT);
+        return NULL;
+    }
+    mf_parser p;
+    memset(&p, 0, sizeof p);
+    p.ctx = ctx;
+    p.file = name;
+    const char *s = text, *end = text + len;
+    fr_status st = FR_OK;
+    while (st == FR_OK && s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl ? nl : end;
+        p.line++;
+        st = mf_line(&p, s, (size_t)(le - s));
+        s = nl ? nl + 1 : end;
+    }
+    if (st == FR_OK && p.depth) {
+        const mf_open *o = &p.open[p.depth - 1];
+        st = mf_fail_at(&p, o->line, o->col,
+                        "'residual' is never closed: the file ends before its 'end'");
+    }
+    if (st == FR_OK && !p.m)
+        st = mf_fail_at(&p, 1, 1,
+                        "no 'input' line: a model file starts with 'input C H W' (an image) or "
+                        "'input FEATURES' (a vector)");
+    if (st == FR_OK && p.n_layers == 0)
+        st = mf_fail_at(&p, p.input_line, 1, "no layers after 'input'");
+    if (st == FR_OK && p.loss_line) {
+        p.line = p.loss_line;
+        st = fr_model_set_loss(p.m, p.loss);
+        if (st) mf_builder_failed(&p, st);
+    }
+    if (st != FR_OK) {
+        fr_model_free(p.m);
+        return NULL;
+    }
+    return p.m;
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Read a whole file into an fr_alloc'd buffer of *len bytes. */
+static char *mf_read(fr_ctx *ctx, const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fr_fail(ctx, FR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n == cap && fr_grow(ctx, (void **)&buf, &cap, cap ? 2 * cap : 4096, 1, FR_MEM_OTHER)) {
+            char msg[FR_ERR_LEN];
+            snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
+            fr_fail(ctx, FR_ERR_NOMEM, "cannot read '%s': %s", path, msg);
+            break;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n > MF_MAX_TEXT) {
+            fr_fail(ctx, FR_ERR_FORMAT, "'%s' is too large for a model file (more than %u bytes)",
+                    path, MF_MAX_TEXT);
+            break;
+        }
+        if (got == 0 || n < cap) {
+            if (ferror(f)) {
+                fr_fail(ctx, FR_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+                break;
+            }
+            if (feof(f)) {
+                fclose(f);
+                *len = n;
+                return buf;
+            }
+        }
+    }
+    fclose(f);
+    fr_free(ctx, buf);
+    return NULL;
+}
+
+/* ---- the built-in models (identical to the files in models/) ---------- */
 
 static const char mf_mlp_text[] =
     "# mlp.model: the seed MLP, nn.Linear(1000, 2000) -> ReLU -> nn.Linear(2000, 10).\n"
@@ -147,589 +733,11 @@ const char *fr_modelfile_builtin(const char *name) {
     return NULL;
 }
 
-/* ---- statements: one table row each ------------------------------------ */
-
-typedef enum mf_key { K_KERNEL = 0, K_STRIDE, K_PADDING, K_BIAS, K_NAME, K_COUNT } mf_key;
-#define KB(k) (1u << (k))
-static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding", "bias", "name"};
-
-typedef enum mf_kind { S_INPUT = 0, S_LAYER, S_RESIDUAL, S_SHORTCUT, S_END, S_LOSS } mf_kind;
-/* What the positional arguments are. */
-typedef enum mf_pos { P_NONE = 0, P_INT, P_PROB, P_LOSS } mf_pos;
-
-/* One parsed statement's arguments. */
-typedef struct mf_args {
-    int n;              /* positional arguments given */
-    int v[3];           /* P_INT values */
-    float p;            /* P_PROB */
-    fr_loss loss;       /* P_LOSS */
-    int key[K_COUNT];   /* K_KERNEL..K_BIAS values */
-    int key_col[K_COUNT]; /* column of each key given, 0 when absent */
-    char name[MF_MAX_NAME + 1];
-} mf_args;
-
-static int has(const mf_args *a, mf_key k) { return a->key_col[k] != 0; }
-static int key_or(const mf_args *a, mf_key k, int dflt) { return has(a, k) ? a->key[k] : dflt; }
-
-static fr_status b_linear(fr_model *m, const mf_args *a) {
-    return fr_model_linear(m, a->v[0], key_or(a, K_BIAS, 1));
-}
-static fr_status b_conv2d(fr_model *m, const mf_args *a) {
-    return fr_model_conv2d(m, a->v[0], a->key[K_KERNEL], key_or(a, K_STRIDE, 1),
-                           key_or(a, K_PADDING, 0), key_or(a, K_BIAS, 1));
-}
-static fr_status b_maxpool2d(fr_model *m, const mf_args *a) {
-    return fr_model_maxpool2d(m, a->v[0], key_or(a, K_STRIDE, a->v[0]));
-}
-static fr_status b_avgpool2d(fr_model *m, const mf_args *a) {
-    return fr_model_avgpool2d(m, a->v[0], key_or(a, K_STRIDE, a->v[0]));
-}
-/* The layers and block markers that take no arguments. */
-#define MF_NOARG(fn, call)                                   \
-    static fr_status fn(fr_model *m, const mf_args *a) {     \
-        (void)a;                                             \
-        return call(m);                                      \
-    }
-MF_NOARG(b_global_avgpool, fr_model_global_avgpool)
-MF_NOARG(b_batchnorm, fr_model_batchnorm)
-MF_NOARG(b_layernorm, fr_model_layernorm)
-MF_NOARG(b_relu, fr_model_relu)
-MF_NOARG(b_gelu, fr_model_gelu)
-MF_NOARG(b_sigmoid, fr_model_sigmoid)
-MF_NOARG(b_tanh, fr_model_tanh)
-MF_NOARG(b_flatten, fr_model_flatten)
-MF_NOARG(b_residual, fr_model_residual_begin)
-MF_NOARG(b_shortcut, fr_model_residual_shortcut)
-MF_NOARG(b_end, fr_model_residual_end)
-static fr_status b_dropout(fr_model *m, const mf_args *a) { return fr_model_dropout(m, a->p); }
-
-typedef struct mf_stmt {
-    const char *word;
-    mf_kind kind;
-    mf_pos pos;
-    int pos_min, pos_max;
-    const char *pos_name[3]; /* for messages, as in the usage line */
-    unsigned keys;           /* keys it takes */
-    unsigned required;       /* keys it needs */
-    fr_status (*build)(fr_model *m, const mf_args *a);
-    const char *usage;
-} mf_stmt;
-
-#define NAMED KB(K_NAME)
-static const mf_stmt mf_stmts[] = {
-    {"input", S_INPUT, P_INT, 1, 3, {"C", "H", "W"}, 0, 0, NULL,
-     "input C H W  (an image)  or  input FEATURES  (a vector)"},
-    {"conv2d", S_LAYER, P_INT, 1, 1, {"OUT_CHANNELS"},
-     KB(K_KERNEL) | KB(K_STRIDE) | KB(K_PADDING) | KB(K_BIAS) | NAMED, KB(K_KERNEL), b_conv2d,
-     "conv2d OUT_CHANNELS kernel=K [stride=1] [padding=0] [bias=true] [name=NAME]"},
-    {"linear", S_LAYER, P_INT, 1, 1, {"OUT_FEATURES"}, KB(K_BIAS) | NAMED, 0, b_linear,
-     "linear OUT_FEATURES [bias=true] [name=NAME]"},
-    {"maxpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_maxpool2d,
-     "maxpool2d K [stride=K] [name=NAME]"},
-    {"avgpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_avgpool2d,
-     "avgpool2d K [stride=K] [name=NAME]"},
-    {"global_avgpool", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_global_avgpool,
-     "global_avgpool [name=NAME]"},
-    {"batchnorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_batchnorm, "batchnorm [name=NAME]"},
-    {"layernorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_layernorm, "layernorm [name=NAME]"},
-    {"relu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_relu, "relu [name=NAME]"},
-    {"gelu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_gelu, "gelu [name=NAME]"},
-    {"sigmoid", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_sigmoid, "sigmoid [name=NAME]"},
-    {"tanh", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_tanh, "tanh [name=NAME]"},
-    {"dropout", S_LAYER, P_PROB, 1, 1, {"P"}, NAMED, 0, b_dropout, "dropout P [name=NAME]"},
-    {"flatten", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_flatten, "flatten [name=NAME]"},
-    {"residual", S_RESIDUAL, P_NONE, 0, 0, {0}, NAMED, 0, b_residual, "residual [name=NAME]"},
-    {"shortcut", S_SHORTCUT, P_NONE, 0, 0, {0}, 0, 0, b_shortcut, "shortcut"},
-    {"end", S_END, P_NONE, 0, 0, {0}, 0, 0, b_end, "end"},
-    {"loss", S_LOSS, P_LOSS, 1, 1, {"LOSS"}, 0, 0, NULL, "loss cross_entropy|mse"},
-};
-#define MF_N_STMTS (sizeof mf_stmts / sizeof mf_stmts[0])
-
-static const char *const mf_loss_names[] = {[FR_LOSS_CROSS_ENTROPY] = "cross_entropy",
-                                            [FR_LOSS_MSE] = "mse"};
-#define MF_N_LOSSES (sizeof mf_loss_names / sizeof mf_loss_names[0])
-
-/* ---- the parser ---------------------------------------------------------- */
-
-typedef struct mf_tok {
-    const char *s;
-    int len, col; /* col: 1-based */
-} mf_tok;
-
-typedef struct mf_open {
-    int line, col;     /* where the `residual` is */
-    int shortcut_line; /* 0: no `shortcut` yet */
-} mf_open;
-
-typedef struct mf_parser {
-    fr_ctx *ctx;
-    const char *file;
-    int line;
-    fr_model *m;
-    int input_line, loss_line, n_layers;
-    fr_loss loss;
-    int depth;
-    mf_open open[MF_MAX_DEPTH];
-} mf_parser;
-
-/* A token quoted for a message, cut to MF_QUOTE_MAX bytes: use as
- * "'%.*s%s'" with MF_Q(t). Tokens hold printable ASCII only. */
-#define MF_Q(t) ((t).len > MF_QUOTE_MAX ? MF_QUOTE_MAX : (t).len), (t).s, \
-                ((t).len > MF_QUOTE_MAX ? "..." : "")
-
-__attribute__((format(printf, 4, 5))) static fr_status
-mf_fail_at(mf_parser *p, int line, int col, const char *fmt, ...) {
-    char msg[FR_ERR_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return fr_fail(p->ctx, FR_ERR_FORMAT, "%s:%d:%d: %s", p->file, line, col, msg);
-}
-#define mf_fail(p, col, ...) mf_fail_at((p), (p)->line, (col), __VA_ARGS__)
-
-/* A builder call failed: keep its message and status, prefixed with file:line. */
-static fr_status mf_builder_failed(mf_parser *p, fr_status st) {
-    char msg[FR_ERR_LEN];
-    snprintf(msg, sizeof msg, "%s", fr_last_error(p->ctx));
-    fr_fail(p->ctx, st, "%s:%d: %s", p->file, p->line, msg);
-    return st != FR_OK ? st : FR_ERR_ARG;
-}
-
-/* Levenshtein distance, case-insensitive, for "did you mean"; words of up
- * to 31 bytes (longer ones are never close to a keyword). */
-static int mf_distance(const char *a, int la, const char *b) {
-    int lb = (int)strlen(b), row[32];
-    if (la > 31 || lb > 31) return 99;
-    for (int j = 0; j <= lb; j++) row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            char ca = a[i - 1], cb = b[j - 1];
-            if (ca >= 'A' && ca <= 'Z') ca = (char)(ca - 'A' + 'a');
-            int best = diag + (ca != cb);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = row[j];
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
-/* "; did you mean 'x'?" for the closest of words[] within distance 2, or "". */
-static void mf_suggest(const mf_tok *t, const char *const *words, size_t n, char *out, size_t cap) {
-    int best = 3;
-    const char *pick = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (!words[i]) continue;
-        int d = mf_distance(t->s, t->len, words[i]);
-        if (d < best) best = d, pick = words[i];
-    }
-    if (pick)
-        snprintf(out, cap, "; did you mean '%s'?", pick);
-    else if (cap)
-        out[0] = '\0';
-}
-
-static int mf_eq(const mf_tok *t, const char *word) {
-    return (size_t)t->len == strlen(word) && memcmp(t->s, word, (size_t)t->len) == 0;
-}
-
-/* A decimal integer of digits only: 0 ok, -1 not one, -2 above MF_MAX_INT. */
-static int mf_int(const char *s, int len, int *out) {
-    if (len <= 0) return -1;
-    long v = 0;
-    int big = 0;
-    for (int i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        if (!big) v = v * 10 + (s[i] - '0');
-        if (v > MF_MAX_INT) big = 1;
-    }
-    if (big) return -2;
-    *out = (int)v;
-    return 0;
-}
-
-/* A probability written DIGITS[.DIGITS] or .DIGITS in [0, 1): 0 ok, -1 not. */
-static int mf_prob(const char *s, int len, float *out) {
-    double mant = 0, scale = 1;
-    int digits = 0, dot = 0;
-    for (int i = 0; i < len; i++) {
-        if (s[i] == '.' && !dot) {
-            dot = 1;
-        } else if (s[i] >= '0' && s[i] <= '9') {
-            if (++digits > 15) return -1; /* beyond what a double holds exactly */
-            mant = mant * 10 + (s[i] - '0');
-            if (dot) scale *= 10;
-        } else {
-            return -1;
-        }
-    }
-    if (digits == 0) return -1;
-    double v = mant / scale; /* both exact, so v is correctly rounded */
-    if (!(v < 1.0)) return -1;
-    *out = (float)v;
-    return *out < 1.0f ? 0 : -1; /* 0.999999999 is 1 as a float */
-}
-
-/* The comma-separated names of the keys in mask, into out. */
-static void mf_key_list(unsigned mask, char *out, size_t cap) {
-    size_t at = 0;
-    out[0] = '\0';
-    for (int k = 0; k < K_COUNT; k++) {
-        if (!(mask & KB(k))) continue;
-        int w = snprintf(out + at, cap - at, "%s%s", at ? ", " : "", mf_key_names[k]);
-        if (w < 0 || (size_t)w >= cap - at) return;
-        at += (size_t)w;
-    }
-}
-
-static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, mf_args *a) {
-    const char *eq = memchr(t->s, '=', (size_t)t->len);
-    mf_tok key = {t->s, (int)(eq - t->s), t->col};
-    mf_tok val = {eq + 1, t->len - key.len - 1, t->col + key.len + 1};
-    int k = 0;
-    while (k < K_COUNT && !mf_eq(&key, mf_key_names[k])) k++;
-    if (k == K_COUNT || !(st->keys & KB(k))) {
-        char known[128], hint[64];
-        const char *names[K_COUNT] = {0};
-        for (int i = 0; i < K_COUNT; i++)
-            if (st->keys & KB(i)) names[i] = mf_key_names[i];
-        mf_suggest(&key, names, K_COUNT, hint, sizeof hint);
-        if (!st->keys)
-            return mf_fail(p, t->col, "unknown key '%.*s%s': %s takes no key=value options (usage: %s)",
-                           MF_Q(key), st->word, st->usage);
-        mf_key_list(st->keys, known, sizeof known);
-        return mf_fail(p, t->col, "unknown key '%.*s%s' for %s (known: %s)%s", MF_Q(key), st->word,
-                       known, hint);
-    }
-    if (a->key_col[k])
-        return mf_fail(p, t->col, "duplicate key '%s' (first given at column %d)", mf_key_names[k],
-                       a->key_col[k]);
-    if (val.len == 0)
-        return mf_fail(p, t->col, "%s=: missing value (write %s=VALUE, no spaces around '=')",
-                       mf_key_names[k], mf_key_names[k]);
-    switch ((mf_key)k) {
-    case K_KERNEL:
-    case K_STRIDE:
-    case K_PADDING: {
-        int v = 0, r = mf_int(val.s, val.len, &v);
-        int positive = k != K_PADDING;
-        if (r == -2)
-            return mf_fail(p, t->col, "%.*s%s: must be at most %d", MF_Q(*t), MF_MAX_INT);
-        if (r != 0 || (positive && v == 0))
-            return mf_fail(p, t->col, "%.*s%s: must be a %s integer", MF_Q(*t),
-                           positive ? "positive" : "non-negative");
-        a->key[k] = v;
-        break;
-    }
-    case K_BIAS:
-        if (mf_eq(&val, "true"))
-            a->key[k] = 1;
-        else if (mf_eq(&val, "false"))
-            a->key[k] = 0;
-        else
-            return mf_fail(p, t->col, "%.*s%s: must be true or false", MF_Q(*t));
-        break;
-    case K_NAME:
-        if (val.len > MF_MAX_NAME)
-            return mf_fail(p, t->col, "name=%.*s...: a name is at most %d characters", 20, val.s,
-                           MF_MAX_NAME);
-        for (int i = 0; i < val.len; i++) {
-            char c = val.s[i];
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '.' || c == '-'))
-                return mf_fail(p, val.col + i,
-                               "%.*s%s: a name is letters, digits, '_', '-' and '.' "
-                               "(like layer1.0.conv1); '%c' is not allowed",
-                               MF_Q(*t), c);
-        }
-        memcpy(a->name, val.s, (size_t)val.len);
-        a->name[val.len] = '\0';
-        break;
-    case K_COUNT:
-        break;
-    }
-    a->key_col[k] = t->col;
-    return FR_OK;
-}
-
-static fr_status mf_positional(mf_parser *p, const mf_stmt *st, const mf_tok *t, mf_args *a) {
-    if (a->n >= st->pos_max)
-        return mf_fail(p, t->col, "unexpected '%.*s%s' (usage: %s)", MF_Q(*t), st->usage);
-    const char *what = st->pos_name[a->n];
-    switch (st->pos) {
-    case P_INT: {
-        int v = 0, r = mf_int(t->s, t->len, &v);
-        if (r == -2)
-            return mf_fail(p, t->col, "%s %s '%.*s%s': must be at most %d", st->word, what, MF_Q(*t),
-                           MF_MAX_INT);
-        if (r != 0 || v == 0)
-            return mf_fail(p, t->col, "%s %s '%.*s%s': must be a positive integer", st->word, what,
-                           MF_Q(*t));
-        a->v[a->n] = v;
-        break;
-    }
-    case P_PROB:
-        if (mf_prob(t->s, t->len, &a->p) != 0)
-            return mf_fail(p, t->col, "%s %s '%.*s%s': must be a number in [0, 1), like 0.25",
-                           st->word, what, MF_Q(*t));
-        break;
-    case P_LOSS: {
-        size_t i = 0;
-        while (i < MF_N_LOSSES && !mf_eq(t, mf_loss_names[i])) i++;
-        if (i == MF_N_LOSSES) {
-            char hint[64];
-            mf_suggest(t, mf_loss_names, MF_N_LOSSES, hint, sizeof hint);
-            return mf_fail(p, t->col, "unknown loss '%.*s%s' (known: cross_entropy, mse)%s",
-                           MF_Q(*t), hint);
-        }
-        a->loss = (fr_loss)i;
-        break;
-    }
-    case P_NONE:
-        break;
-    }
-    a->n++;
-    return FR_OK;
-}
-
-/* The statement at the current line, already split into tokens. */
-static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
-    const mf_tok *w = &tok[0];
-    const mf_stmt *st = NULL;
-    for (size_t i = 0; i < MF_N_STMTS && !st; i++)
-        if (mf_eq(w, mf_stmts[i].word)) st = &mf_stmts[i];
-    if (!st) {
-        const char *words[MF_N_STMTS];
-        char known[512], hint[64];
-        size_t at = 0;
-        for (size_t i = 0; i < MF_N_STMTS; i++) {
-            words[i] = mf_stmts[i].word;
-            int n = snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", words[i]);
-            if (n > 0 && (size_t)n < sizeof known - at) at += (size_t)n;
-        }
-        mf_suggest(w, words, MF_N_STMTS, hint, sizeof hint);
-        return mf_fail(p, w->col, "unknown layer '%.*s%s' (known: %s)%s", MF_Q(*w), known, hint);
-    }
-
-    /* "kernel = 3" would read as three words: say what is wrong first. */
-    for (int i = 1; i < n_tok; i++)
-        if (tok[i].s[0] == '=')
-            return mf_fail(p, tok[i].col,
-                           "'%.*s%s': a key is missing before '=' (write key=value, no spaces "
-                           "around '=')",
-                           MF_Q(tok[i]));
-    mf_args a;
-    memset(&a, 0, sizeof a);
-    for (int i = 1; i < n_tok; i++) {
-        fr_status s = memchr(tok[i].s, '=', (size_t)tok[i].len) ? mf_key_value(p, st, &tok[i], &a)
-                                                                : mf_positional(p, st, &tok[i], &a);
-        if (s) return s;
-    }
-    if (a.n < st->pos_min)
-        return mf_fail(p, w->col, "%s: missing argument %s (usage: %s)", st->word,
-                       st->pos_name[a.n], st->usage);
-    for (int k = 0; k < K_COUNT; k++)
-        if ((st->required & KB(k)) && !a.key_col[k])
-            return mf_fail(p, w->col, "%s: missing argument %s=%s (usage: %s)", st->word,
-                           mf_key_names[k], k == K_KERNEL ? "K" : "VALUE", st->usage);
-
-    if (st->kind == S_LOSS) {
-        if (p->loss_line)
-            return mf_fail(p, w->col, "second 'loss' line (the first is line %d)", p->loss_line);
-        if (p->depth)
-            return mf_fail(p, w->col,
-                           "'loss' inside the residual block opened on line %d: put it after 'end'",
-                           p->open[p->depth - 1].line);
-        p->loss_line = p->line;
-        p->loss = a.loss;
-        return FR_OK;
-    }
-    if (st->kind == S_INPUT) {
-        if (p->input_line)
-            return mf_fail(p, w->col, "second 'input' line (the first is line %d)", p->input_line);
-        if (a.n == 2)
-            return mf_fail(p, tok[2].col,
-                           "input takes 1 number (FEATURES) or 3 (C H W), not 2: for an image "
-                           "with one channel write 'input 1 %d %d'",
-                           a.v[0], a.v[1]);
-        int c = a.v[0], h = a.n == 3 ? a.v[1] : 1, ww = a.n == 3 ? a.v[2] : 1;
-        if ((long long)c * h * ww > (long long)MF_MAX_INT * 16)
-            return mf_fail(p, w->col, "input of %lld values per sample is too large (at most %lld)",
-                           (long long)c * h * ww, (long long)MF_MAX_INT * 16);
-        p->m = fr_model_new(p->ctx, c, h, ww);
-        if (!p->m) return mf_builder_failed(p, FR_ERR_ARG);
-        p->input_line = p->line;
-        return FR_OK;
-    }
-    if (!p->m)
-        return mf_fail(p, w->col,
-                       "'%s' before 'input': a model file starts with 'input C H W' (an image) or "
-                       "'input FEATURES' (a vector)",
-                       st->word);
-
-    /* Block structure is checked here, before the builder, to point at columns. */
-    if (st->kind == S_RESIDUAL && p->depth == MF_MAX_DEPTH)
-        return mf_fail(p, w->col, "residual blocks nest at most %d deep", MF_MAX_DEPTH);
-    if (st->kind == S_SHORTCUT) {
-        if (!p->depth)
-            return mf_fail(p, w->col, "'shortcut' without 'residual': it starts the second branch "
-                                      "of a residual block");
-        mf_open *o = &p->open[p->depth - 1];
-        if (o->shortcut_line)
-            return mf_fail(p, w->col,
-                           "second 'shortcut' in the residual block opened on line %d (the first "
-                           "is line %d)",
-                           o->line, o->shortcut_line);
-    }
-    if (st->kind == S_END && !p->depth)
-        return mf_fail(p, w->col, "'end' without 'residual': nothing to close");
-
-    fr_status s = st->build(p->m, &a);
-    if (s) return mf_builder_failed(p, s);
-    if (has(&a, K_NAME) && (s = fr_model_name_last(p->m, a.name)) != FR_OK)
-        return mf_builder_failed(p, s);
-
-    p->n_layers++;
-    switch (st->kind) {
-    case S_RESIDUAL:
-        p->open[p->depth++] = (mf_open){p->line, w->col, 0};
-        break;
-    case S_SHORTCUT:
-        p->open[p->depth - 1].shortcut_line = p->line;
-        break;
-    case S_END:
-        p->depth--;
-        break;
-    case S_LAYER:
-    case S_INPUT:
-    case S_LOSS:
-        break;
-    }
-    return FR_OK;
-}
-
-/* One line (without its '\n'): check bytes, drop the comment, split, run. */
-static fr_status mf_line(mf_parser *p, const char *s, size_t len) {
-    if (len > MF_MAX_LINE)
-        return mf_fail(p, MF_MAX_LINE + 1, "line is longer than %d characters", MF_MAX_LINE);
-    mf_tok tok[MF_MAX_LINE / 2 + 1];
-    int n_tok = 0;
-    for (size_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '#') break;
-        if (c == ' ' || c == '\t' || c == '\r') {
-            i++;
-            continue;
-        }
-        if (c < 0x21 || c > 0x7e)
-            return mf_fail(p, (int)i + 1,
-                           "unexpected byte 0x%02x: outside comments a model file is plain ASCII", c);
-        size_t j = i;
-        while (j < len && (unsigned char)s[j] > 0x20 && (unsigned char)s[j] < 0x7f && s[j] != '#') j++;
-        tok[n_tok++] = (mf_tok){s + i, (int)(j - i), (int)i + 1};
-        i = j;
-    }
-    return n_tok ? mf_statement(p, tok, n_tok) : FR_OK;
-}
-
-fr_model *fr_model_parse(fr_ctx *ctx, const char *name, const char *text, size_t len) {
-    if (!ctx) return NULL;
-    if (!name) name = "<model>";
-    if (!text && len) {
-        fr_fail(ctx, FR_ERR_ARG, "%s: no text given", name);
-        return NULL;
-    }
-    if (len > MF_MAX_TEXT) {
-        fr_fail(ctx, FR_ERR_FORMAT, "%s: %zu bytes is too large for a model file (at most %u)", name,
-                len, MF_MAX_TEXT);
-        return NULL;
-    }
-    mf_parser p;
-    memset(&p, 0, sizeof p);
-    p.ctx = ctx;
-    p.file = name;
-    const char *s = text, *end = text + len;
-    fr_status st = FR_OK;
-    while (st == FR_OK && s < end) {
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        const char *le = nl ? nl : end;
-        p.line++;
-        st = mf_line(&p, s, (size_t)(le - s));
-        s = nl ? nl + 1 : end;
-    }
-    if (st == FR_OK && p.depth) {
-        const mf_open *o = &p.open[p.depth - 1];
-        st = mf_fail_at(&p, o->line, o->col,
-                        "'residual' is never closed: the file ends before its 'end'");
-    }
-    if (st == FR_OK && !p.m)
-        st = mf_fail_at(&p, 1, 1,
-                        "no 'input' line: a model file starts with 'input C H W' (an image) or "
-                        "'input FEATURES' (a vector)");
-    if (st == FR_OK && p.n_layers == 0)
-        st = mf_fail_at(&p, p.input_line, 1, "no layers after 'input'");
-    if (st == FR_OK && p.loss_line) {
-        p.line = p.loss_line;
-        st = fr_model_set_loss(p.m, p.loss);
-        if (st) mf_builder_failed(&p, st);
-    }
-    if (st != FR_OK) {
-        fr_model_free(p.m);
-        return NULL;
-    }
-    return p.m;
-}
-
-/* ---- files --------------------------------------------------------------- */
-
-/* Read a whole file into an fr_alloc'd buffer of *len bytes. */
-static char *mf_read(fr_ctx *ctx, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fr_fail(ctx, FR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n == cap && fr_grow(ctx, (void **)&buf, &cap, cap ? 2 * cap : 4096, 1, FR_MEM_OTHER)) {
-            char msg[FR_ERR_LEN];
-            snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
-            fr_fail(ctx, FR_ERR_NOMEM, "cannot read '%s': %s", path, msg);
-            break;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n > MF_MAX_TEXT) {
-            fr_fail(ctx, FR_ERR_FORMAT, "'%s' is too large for a model file (more than %u bytes)",
-                    path, MF_MAX_TEXT);
-            break;
-        }
-        if (got == 0 || n < cap) {
-            if (ferror(f)) {
-                fr_fail(ctx, FR_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-                break;
-            }
-            if (feof(f)) {
-                fclose(f);
-                *len = n;
-                return buf;
-            }
-        }
-    }
-    fclose(f);
-    fr_free(ctx, buf);
-    return NULL;
-}
-
 fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name) {
     if (!ctx) return NULL;
     if (!file_or_name || !file_or_name[0]) {
-        fr_fail(ctx, FR_ERR_ARG, "fr_model_load: no file or built-in name given (built-ins: mlp, cnn, resnet)");
+        fr_fail(ctx, FR_ERR_ARG,
+                "fr_model_load: no file or built-in name given (built-ins: mlp, cnn, resnet)");
         return NULL;
     }
     for (size_t i = 0; i < MF_N_BUILTINS; i++)
