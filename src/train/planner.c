@@ -45,7 +45,8 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     fr_step_plan_info(s, &info);
     c->reserved = info.reserved;
     int k = info.accumulate;
-    c->cost = info.extra_flops / (info.flops > 0 ? info.flops : 1) +
+    double base = info.flops - info.extra_flops;
+    c->cost = info.extra_flops / (base > 0 ? base : 1) +
               (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0);
     fr_step_free(s);
     return 1;
@@ -67,7 +68,8 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
         int units = m->n_units;
         candidate list[3 * 512 + 4];
         int n = 0;
-        if (opts->checkpoint != FR_CKPT_AUTO) {
+        /* A budget without an explicit mode lets the planner choose. */
+        if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
             list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, 0, 0};
         } else {
             list[n++] = (candidate){FR_CKPT_NONE, 0, micro, 0, 0};
@@ -142,7 +144,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             s->plan.offset[nd->out[0]] == s->plan.offset[nd->in[j]])
             inplace++;
     }
-    double frac = info.extra_flops / (info.flops > 0 ? info.flops : 1);
+    double base = info.flops - info.extra_flops;
+    double frac = info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
     char h[8][32];
     if (json) {
         fprintf(out, "{\"batch\": %d, \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "

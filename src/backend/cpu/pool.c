@@ -45,6 +45,16 @@ static int64_t window_argmax(const float *x, int64_t W, int64_t K) {
     return best;
 }
 
+/* 2x2 windows, the common case: the same rule, unrolled. */
+static inline int64_t argmax2(const float *r0, const float *r1, int64_t W) {
+    int64_t best = 0;
+    float m = r0[0];
+    if (r0[1] > m || isnan(r0[1])) m = r0[1], best = 1;
+    if (r1[0] > m || isnan(r1[0])) m = r1[0], best = W;
+    if (r1[1] > m || isnan(r1[1])) best = W + 1;
+    return best;
+}
+
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
 int fr_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
@@ -52,15 +62,25 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
     if (st) return st;
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
-#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
+#pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
-        const float *xp = x + p * g.H * g.W;
-        float *yp = y + p * g.OH * g.OW;
-        for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                const float *win = xp + oh * g.S * g.W + ow * g.S;
-                yp[oh * g.OW + ow] = win[window_argmax(win, g.W, g.K)];
-            }
+        const float *xp = x + p * H * W;
+        float *yp = y + p * OH * OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const float *row = xp + oh * S * W;
+            float *yr = yp + oh * OW;
+            if (K == 2)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const float *r0 = row + ow * S;
+                    yr[ow] = r0[argmax2(r0, r0 + W, W)];
+                }
+            else
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const float *win = row + ow * S;
+                    yr[ow] = win[window_argmax(win, W, K)];
+                }
+        }
     }
     return FR_OK;
 }
@@ -74,17 +94,27 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
     float *dx = fr_f32(&c->out[0]);
     if (!dx) return FR_OK;
-    int acc = acc_bit(c, 0);
-#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= POOL_PAR_MIN)
+    const int acc = acc_bit(c, 0);
+    const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
+#pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
-        const float *xp = x + p * g.H * g.W, *dyp = dy + p * g.OH * g.OW;
-        float *dxp = dx + p * g.H * g.W;
-        if (!acc) memset(dxp, 0, (size_t)(g.H * g.W) * sizeof(float));
-        for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t base = oh * g.S * g.W + ow * g.S;
-                dxp[base + window_argmax(xp + base, g.W, g.K)] += dyp[oh * g.OW + ow];
-            }
+        const float *xp = x + p * H * W, *dyp = dy + p * OH * OW;
+        float *dxp = dx + p * H * W;
+        if (!acc) memset(dxp, 0, (size_t)(H * W) * sizeof(float));
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const int64_t base = oh * S * W;
+            const float *dyr = dyp + oh * OW;
+            if (K == 2)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t b = base + ow * S;
+                    dxp[b + argmax2(xp + b, xp + b + W, W)] += dyr[ow];
+                }
+            else
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t b = base + ow * S;
+                    dxp[b + window_argmax(xp + b, W, K)] += dyr[ow];
+                }
+        }
     }
     return FR_OK;
 }
