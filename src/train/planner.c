@@ -45,8 +45,8 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     fr_step_plan_info(s, &info);
     c->reserved = info.reserved;
     int k = info.accumulate;
-    double base = info.flops - info.extra_flops;
-    c->cost = info.extra_flops / (base > 0 ? base : 1) +
+    double plain = info.flops - info.extra_flops;
+    c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
               (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0);
     fr_step_free(s);
     return 1;
