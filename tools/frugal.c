@@ -300,9 +300,11 @@ static int cmd_train(int argc, char **argv) {
     if (c.t.json) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
-        printf("{\"event\": \"summary\", \"epochs\": %d, \"test_acc\": %.6f, \"test_loss\": %.17g, "
-               "\"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"memory\": ",
-               res.epochs_done, res.test_acc, res.test_loss, res.seconds, res.peak_rss_kib * 1024);
+        printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %.6f, "
+               "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
+               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"memory\": ",
+               res.epochs_done, res.batch, res.test_acc, res.test_loss, res.seconds,
+               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved, res.measured_reserved_peak);
         mem_json_inline(ctx);
         printf("}\n");
     } else if (c.t.progress >= 0) {

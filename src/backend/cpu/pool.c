@@ -3,6 +3,7 @@
  * loop runs over (n, c) planes, one plane per thread at a time, so gradients
  * of overlapping windows add up in a fixed order. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
 
@@ -45,14 +46,35 @@ static int64_t window_argmax(const float *x, int64_t W, int64_t K) {
     return best;
 }
 
-/* 2x2 windows, the common case: the same rule, unrolled. */
-static inline int64_t argmax2(const float *r0, const float *r1, int64_t W) {
-    int64_t best = 0;
-    float m = r0[0];
-    if (r0[1] > m || isnan(r0[1])) m = r0[1], best = 1;
-    if (r1[0] > m || isnan(r1[0])) m = r1[0], best = W;
-    if (r1[1] > m || isnan(r1[1])) best = W + 1;
-    return best;
+/* 2x2 windows, the common case, without data-dependent branches (random
+ * data would mispredict them every other window). Returns the position 0..3
+ * in row-major order of the first maximum (the same rule: the first element
+ * equal to the maximum is the one the strict > scan keeps). */
+static inline int argmax2(float a, float b, float c, float d) {
+    if (isnan(a) | isnan(b) | isnan(c) | isnan(d)) /* rare: the last NaN */
+        return isnan(d) ? 3 : isnan(c) ? 2 : isnan(b) ? 1 : 0;
+    float m = b > a ? b : a;
+    m = c > m ? c : m;
+    m = d > m ? d : m;
+    const int n0 = a != m, n1 = b != m, n2 = c != m;
+    return n0 * (1 + n1 * (1 + n2)); /* arithmetic, not branches */
+}
+
+/* g where cond holds, else +0, by masking the bits (no branch) */
+static inline float keep_if(float g, int cond) {
+    uint32_t u;
+    memcpy(&u, &g, sizeof u);
+    u &= -(uint32_t)(cond != 0);
+    memcpy(&g, &u, sizeof g);
+    return g;
+}
+
+/* max of a 2x2 window; NaN if any element is NaN (the rule's value) */
+static inline float max2(float a, float b, float c, float d) {
+    float m = b > a ? b : a;
+    m = c > m ? c : m;
+    m = d > m ? d : m;
+    return isnan(a) | isnan(b) | isnan(c) | isnan(d) ? a + b + c + d : m;
 }
 
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
@@ -72,8 +94,8 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
             float *yr = yp + oh * OW;
             if (K == 2)
                 for (int64_t ow = 0; ow < OW; ow++) {
-                    const float *r0 = row + ow * S;
-                    yr[ow] = r0[argmax2(r0, r0 + W, W)];
+                    const float *r0 = row + ow * S, *r1 = r0 + W;
+                    yr[ow] = max2(r0[0], r0[1], r1[0], r1[1]);
                 }
             else
                 for (int64_t ow = 0; ow < OW; ow++) {
@@ -100,20 +122,36 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     for (int64_t p = 0; p < g.planes; p++) {
         const float *xp = x + p * H * W, *dyp = dy + p * OH * OW;
         float *dxp = dx + p * H * W;
+        if (K == 2 && S == 2) { /* disjoint windows: write each one whole, no clearing pass */
+            for (int64_t oh = 0; oh < OH; oh++) {
+                const float *r0 = xp + 2 * oh * W, *r1 = r0 + W, *dyr = dyp + oh * OW;
+                float *d0 = dxp + 2 * oh * W, *d1 = d0 + W;
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t i = 2 * ow;
+                    const int j = argmax2(r0[i], r0[i + 1], r1[i], r1[i + 1]);
+                    const float gr = dyr[ow];
+                    const float v0 = keep_if(gr, j == 0), v1 = keep_if(gr, j == 1);
+                    const float v2 = keep_if(gr, j == 2), v3 = keep_if(gr, j == 3);
+                    if (acc)
+                        d0[i] += v0, d0[i + 1] += v1, d1[i] += v2, d1[i + 1] += v3;
+                    else
+                        d0[i] = v0, d0[i + 1] = v1, d1[i] = v2, d1[i + 1] = v3;
+                }
+                if (!acc && W > 2 * OW) /* floor mode: the last column is in no window */
+                    for (int64_t w = 2 * OW; w < W; w++) d0[w] = d1[w] = 0.0f;
+            }
+            if (!acc && H > 2 * OH)
+                memset(dxp + 2 * OH * W, 0, (size_t)((H - 2 * OH) * W) * sizeof(float));
+            continue;
+        }
         if (!acc) memset(dxp, 0, (size_t)(H * W) * sizeof(float));
         for (int64_t oh = 0; oh < OH; oh++) {
             const int64_t base = oh * S * W;
             const float *dyr = dyp + oh * OW;
-            if (K == 2)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    const int64_t b = base + ow * S;
-                    dxp[b + argmax2(xp + b, xp + b + W, W)] += dyr[ow];
-                }
-            else
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    const int64_t b = base + ow * S;
-                    dxp[b + window_argmax(xp + b, W, K)] += dyr[ow];
-                }
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t b = base + ow * S;
+                dxp[b + window_argmax(xp + b, W, K)] += dyr[ow];
+            }
         }
     }
     return FR_OK;
