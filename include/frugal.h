@@ -171,6 +171,20 @@ typedef enum fr_ckpt_mode {
     FR_CKPT_AUTO,      /* the least recompute that fits the budget */
 } fr_ckpt_mode;
 
+/* Precision. *-mixed keeps fp32 master weights and optimizer state and stores
+ * the activations saved for backward in 16 bits; pure fp16/bf16 also stores
+ * the weights in 16 bits (model.half()). */
+typedef enum fr_precision {
+    FR_PREC_FP32 = 0,
+    FR_PREC_BF16,
+    FR_PREC_FP16,
+    FR_PREC_BF16_MIXED,
+    FR_PREC_FP16_MIXED,
+    FR_PREC_AUTO, /* the planner may choose bf16-mixed to fit a budget */
+} fr_precision;
+const char *fr_precision_name(fr_precision p);
+fr_status fr_precision_parse(const char *s, fr_precision *out);
+
 typedef struct fr_step_opts {
     int batch;       /* samples per step */
     int training;    /* 1: forward+backward+update; 0: eval (no backward state at all) */
@@ -180,7 +194,14 @@ typedef struct fr_step_opts {
     int ckpt_arg;    /* N for every:N, segments N, revolve slots */
     int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
     size_t budget;   /* bytes for auto planning (0: none) */
+    fr_precision precision;
+    int optim_state;      /* Adam/AdamW moments: 0 fp32, 1 bf16, 2 int8 (block-wise dynamic) */
+    float clip_grad_norm; /* > 0: clip the global L2 norm (after unscaling) */
+    int loss_scaling;     /* 0: dynamic for fp16 and fp16-mixed only; 1: dynamic; -1: off */
 } fr_step_opts;
+
+/* The loss scaler's state: current scale and steps skipped for inf/NaN. */
+void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);
 
 /* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
  * cross-entropy or f32 targets (n, classes) for MSE. */

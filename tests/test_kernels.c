@@ -386,6 +386,10 @@ static void test_conv(void) {
     conv_case("k2 s2 pad0 1 thread", 3, 2, 6, 7, 2, 2, 2, 0, 1, 1);
     conv_case("stride2 pad1 3 threads", 5, 2, 5, 6, 3, 3, 2, 1, 0, 3);
     conv_case("k5 pad2 stride3 batch1", 1, 2, 9, 7, 3, 5, 3, 2, 1, 2);
+    /* "same" convolutions (stride 1, OH = H, OW = W) take a shifted-copy path */
+    conv_case("same k5 pad2 6x9", 3, 2, 6, 9, 3, 5, 1, 2, 1, 2);
+    conv_case("same k5 pad2 on 2x3 (kernel wider than image)", 2, 2, 2, 3, 2, 5, 1, 2, 0, 2);
+    conv_case("same k3 pad1 on 1x4", 2, 3, 1, 4, 2, 3, 1, 1, 1, 2);
 
     /* a workspace too small is an error, not an overrun */
     fr_attr a = {.kernel = 3, .stride = 1, .pad = 1};

@@ -68,7 +68,17 @@ static const char *usage_train =
     "  --micro-batch M     the same, by micro-batch size (must divide --batch)\n"
     "  --freeze LAYERS     no gradients, no optimizer state, nothing saved for these layers:\n"
     "                      indices, ranges or names, e.g. 0-3,fc1\n"
-    "  --batch auto        the largest batch whose plan fits --budget\n";
+    "  --batch auto        the largest batch whose plan fits --budget\n"
+    "\n"
+    "precision:\n"
+    "  --precision P       fp32 | bf16-mixed | fp16-mixed (fp32 master weights and optimizer\n"
+    "                      state, activations saved for backward in 16 bits) | bf16 | fp16\n"
+    "                      (weights in 16 bits too) | auto (mixed only if the budget needs it)\n"
+    "  --optimizer-state S fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
+    "                      quantization, tensors under 4096 elements keep fp32) [fp32]\n"
+    "  --loss-scale MODE   dynamic (PyTorch's GradScaler: 65536, x2 every 2000 clean steps,\n"
+    "                      x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]\n"
+    "  --clip-grad-norm X  clip the global L2 norm of the gradients (after unscaling)\n";
 
 static const char *usage_eval =
     "usage: frugal eval --model FILE|NAME --weights CKPT [--data DIR] [--batch B] [--json]\n"
@@ -117,7 +127,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
+    O_ZERO, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
 };
 
 static const struct option long_opts[] = {
@@ -132,6 +142,8 @@ static const struct option long_opts[] = {
     {"json", no_argument, 0, O_JSON}, {"no-progress", no_argument, 0, O_NOPROG},
     {"weights", required_argument, 0, O_WEIGHTS}, {"eval", no_argument, 0, O_EVAL},
     {"zero-grad", required_argument, 0, O_ZERO}, {"budget", required_argument, 0, O_BUDGET},
+    {"precision", required_argument, 0, O_PREC}, {"optimizer-state", required_argument, 0, O_OSTATE},
+    {"clip-grad-norm", required_argument, 0, O_CLIP}, {"loss-scale", required_argument, 0, O_LSCALE},
     {"checkpoint", required_argument, 0, O_CKPT}, {"segments", required_argument, 0, O_SEGMENTS},
     {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
     {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
@@ -207,6 +219,22 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = optarg; break;
         case O_EVAL: c->eval_only = 1; break;
+        case O_PREC:
+            if (fr_precision_parse(optarg, &c->t.precision))
+                return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);
+            break;
+        case O_OSTATE:
+            if (!strcmp(optarg, "fp32")) c->t.optim_state = 0;
+            else if (!strcmp(optarg, "bf16")) c->t.optim_state = 1;
+            else if (!strcmp(optarg, "int8")) c->t.optim_state = 2;
+            else return bad(cmd, "--optimizer-state '%s': choose fp32, bf16 or int8", optarg);
+            break;
+        case O_CLIP: if (parse_num(cmd, "clip-grad-norm", optarg, 0, 1e30, &v)) return 2; c->t.clip_grad_norm = (float)v; break;
+        case O_LSCALE:
+            if (!strcmp(optarg, "dynamic")) c->t.loss_scaling = 1;
+            else if (!strcmp(optarg, "none")) c->t.loss_scaling = -1;
+            else return bad(cmd, "--loss-scale '%s': choose dynamic or none", optarg);
+            break;
         case O_BUDGET: {
             char err[160];
             if (fr_parse_bytes(optarg, &c->t.budget, err, sizeof err)) return bad(cmd, "--budget: %s", err);
@@ -364,7 +392,9 @@ static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
 static fr_step_opts step_opts(const cli *c, fr_model *m) {
     fr_step_opts so = {.batch = c->t.batch, .training = 1, .optim = c->t.optim, .seed = c->t.seed,
                        .checkpoint = c->t.checkpoint, .ckpt_arg = c->t.ckpt_arg,
-                       .micro_batch = c->t.micro_batch, .budget = c->t.budget};
+                       .micro_batch = c->t.micro_batch, .budget = c->t.budget,
+                       .precision = c->t.precision, .optim_state = c->t.optim_state,
+                       .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling};
     if (c->t.batch_auto) {
         so.batch = fr_batch_auto(m, &so, 1 << 16);
         if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);

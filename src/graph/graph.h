@@ -41,6 +41,7 @@ typedef struct fr_attr {
     uint32_t salt;           /* dropout: per-node random stream */
     fr_shape shape;          /* view: the target shape (batch dim included) */
     int recompute;           /* a rematerialized clone: BatchNorm leaves running stats alone */
+    fr_dtype dtype;          /* cast: the target dtype */
 } fr_attr;
 
 typedef struct fr_node {

@@ -76,6 +76,13 @@ static int sh_same(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *
     return 0;
 }
 
+static int sh_cast(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    o[0] = V(0)->shape;
+    dt[0] = n->attr.dtype;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
 static int sh_add(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     if (!fr_shape_eq(&V(0)->shape, &V(1)->shape))
         return fail_shape(g, n, "the two branches of a residual add differ in shape");
@@ -225,6 +232,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(DROPOUT_BWD, "dropout_bwd", sh_grads, fr_k_dropout_bwd, NULL, 0, 0, fl_elem),
     ROW(ADD, "add", sh_add, fr_k_add, fr_bw_add, 0, 0, fl_elem),
     ROW(COPY, "copy", sh_same, fr_k_copy, NULL, -1, 0, fl_elem),
+    ROW(CAST, "cast", sh_cast, fr_k_cast, NULL, -1, 0, fl_none),
     ROW(VIEW, "view", sh_view, NULL, fr_bw_view, -1, 1, fl_none),
     ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_k_cross_entropy, fr_bw_loss, -1, 0, fl_loss),
     ROW(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, fr_k_cross_entropy_bwd, NULL, -1, 0,

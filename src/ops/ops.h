@@ -36,6 +36,7 @@
     X(DROPOUT_BWD, 2, 1)               \
     X(ADD, 2, 1)                       \
     X(COPY, 1, 1)                      \
+    X(CAST, 1, 1)                      \
     X(VIEW, 1, 1)                      \
     X(CROSS_ENTROPY, 2, 1)             \
     X(CROSS_ENTROPY_BWD, 2, 1)         \

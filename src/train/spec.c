@@ -96,3 +96,18 @@ int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch) {
     }
     return lo;
 }
+
+static const char *precision_names[] = {"fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed", "auto"};
+
+const char *fr_precision_name(fr_precision p) {
+    return (unsigned)p <= FR_PREC_AUTO ? precision_names[p] : "?";
+}
+
+fr_status fr_precision_parse(const char *s, fr_precision *out) {
+    for (int i = 0; i <= FR_PREC_AUTO; i++)
+        if (!strcmp(s, precision_names[i])) {
+            *out = (fr_precision)i;
+            return FR_OK;
+        }
+    return FR_ERR_ARG;
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "autodiff/autodiff.h"
 #include "backend/cpu/kernels.h"
+#include "plan/precision.h"
 #include "plan/remat.h"
 #include "train/step.h"
 
@@ -186,10 +187,19 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     }
     if (st) goto fail;
     s->recomputed_units = fr_schedule_recomputed(&sched);
+    int n_nodes0 = (int)s->g.n_nodes;
     if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &s->extra_flops)))
         goto fail;
+    fr_precision prec = opts->precision;
+    if (opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) {
+        fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
+        if ((st = fr_precision_apply(&s->g, half, n_nodes0, &order, &n_order))) goto fail;
+    }
+    s->scaler = fr_scaler_default();
+    s->scaler.enabled = opts->loss_scaling > 0 ||
+                        (opts->loss_scaling == 0 && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
     st = FR_ERR_NOMEM;
-    if (!(keep = fr_calloc(ctx, s->g.n_vals, FR_MEM_OTHER))) goto fail;
+    if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
     keep[s->g.loss] = keep[s->g.logits] = 1;
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
     for (int i = 0; i < n_order; i++) {
@@ -260,6 +270,57 @@ static void optimizer_update(fr_step *s) {
     }
 }
 
+/* Whether every gradient is finite (a scaled overflow shows as inf or NaN). */
+static int grads_finite(const fr_step *s) {
+    const fr_model *m = s->m;
+    int ok = 1;
+    for (size_t i = 0; i < m->n_params && ok; i++) {
+        const fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        int64_t n = fr_shape_numel(&p->shape);
+        int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+        for (int64_t k = 0; k < n; k++) bad |= !isfinite(p->grad[k]);
+        ok = !bad;
+    }
+    return ok;
+}
+
+static void scale_grads(fr_step *s, float f) {
+    fr_model *m = s->m;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        int64_t n = fr_shape_numel(&p->shape);
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; k++) p->grad[k] *= f;
+    }
+}
+
+/* torch.nn.utils.clip_grad_norm_(max_norm, 2): total = ||(||g_i||)||; the
+ * gradients are multiplied by min(1, max_norm / (total + 1e-6)). The norms
+ * are summed in double, per tensor in index order, for determinism. */
+static void clip_grads(fr_step *s, float max_norm) {
+    fr_model *m = s->m;
+    double total = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        double sq = 0;
+        int64_t n = fr_shape_numel(&p->shape);
+        for (int64_t k = 0; k < n; k++) sq += (double)p->grad[k] * p->grad[k];
+        total += sq;
+    }
+    float norm = (float)sqrt(total);
+    float coef = max_norm / (norm + 1e-6f);
+    if (coef < 1.0f) scale_grads(s, coef);
+}
+
+void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
+    if (scale) *scale = s->scaler.enabled ? s->scaler.scale : 1.0f;
+    if (skipped) *skipped = s->scaler.skipped;
+}
+
 static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
     const fr_graph *g = &s->g;
     const float *z = s->ex.ptr[g->logits];
@@ -313,7 +374,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         int n = b->n - off < s->micro ? b->n - off : s->micro;
         e->ptr[g->input] = (void *)(b->x + off * x_per);
         e->ptr[g->label] = ce ? (void *)(b->y + off) : (void *)(b->target + off * y_per);
-        set_loss_scale(s, (float)n / (float)b->n);
+        float share = (float)n / (float)b->n;
+        set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;
         if (!st) {
@@ -326,7 +388,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     float l = (float)(total / b->n);
     if (correct) *correct = hits;
     if (loss) *loss = l;
-    if (!isfinite(l))
+    if (!isfinite(l) && !(s->o.training && s->scaler.enabled))
         return fr_fail(s->ctx, FR_ERR_NUMERIC,
                        "non-finite loss (%g) at step %llu: lower the learning rate or check the "
                        "data; the weights were not updated",
@@ -336,7 +398,28 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         if (s->gv[i] >= 0) m->params[i].grad_valid = e->written[s->gv[i]];
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
-    optimizer_update(s);
+    if (s->inject_inf) { /* testing: an overflow in backward */
+        for (size_t i = 0; i < m->n_params; i++)
+            if (m->params[i].grad && m->params[i].grad_valid) {
+                m->params[i].grad[0] = INFINITY;
+                break;
+            }
+        s->inject_inf = 0;
+    }
+    int found_inf = !isfinite(l) || !grads_finite(s);
+    if (found_inf && !s->scaler.enabled)
+        return fr_fail(s->ctx, FR_ERR_NUMERIC,
+                       "non-finite gradient at step %llu: lower the learning rate, clip with "
+                       "--clip-grad-norm, or use a loss scaler; the weights were not updated",
+                       (unsigned long long)s->runs);
+    if (found_inf) {
+        fr_scaler_update(&s->scaler, 1); /* skip the step: the weights stay as they were */
+    } else {
+        if (s->scaler.enabled) scale_grads(s, fr_scaler_inv_scale(&s->scaler));
+        if (s->o.clip_grad_norm > 0) clip_grads(s, s->o.clip_grad_norm);
+        optimizer_update(s);
+        if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
+    }
     /* zero_grad: set_to_none releases the buffers, otherwise the next backward
      * overwrites them (the same as zeroing, without the memset). */
     for (size_t i = 0; i < m->n_params; i++) {

@@ -6,6 +6,7 @@
 
 #include "exec/exec.h"
 #include "model/model.h"
+#include "train/scaler.h"
 
 struct fr_step {
     fr_ctx *ctx;
@@ -24,6 +25,8 @@ struct fr_step {
     int recomputed_units;   /* unit forwards run again by the schedule */
     double flops, extra_flops;
     size_t meta_bytes;      /* graph and plan metadata (category other) */
+    fr_scaler scaler;       /* dynamic loss scaling (enabled or not) */
+    int inject_inf;         /* testing: poison a gradient in the next step */
 };
 
 /* Build without allocating gradients, optimizer state or the arena. */

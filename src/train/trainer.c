@@ -121,7 +121,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
     fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,
                        .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
-                       .micro_batch = cfg->micro_batch};
+                       .micro_batch = cfg->micro_batch, .precision = cfg->precision,
+                       .optim_state = cfg->optim_state, .clip_grad_norm = cfg->clip_grad_norm,
+                       .loss_scaling = cfg->loss_scaling};
     if (cfg->budget) {
         /* The budget covers everything the engine reserves: what is held
          * already (model, datasets), the loader's queue, and the step. */

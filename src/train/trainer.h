@@ -27,6 +27,9 @@ typedef struct fr_train_cfg {
     int ckpt_arg, micro_batch;
     const char *freeze;  /* layers to freeze (fr_model_freeze) */
     int batch_auto;      /* the largest batch that fits the budget */
+    fr_precision precision;
+    int optim_state, loss_scaling;
+    float clip_grad_norm;
 } fr_train_cfg;
 
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */

@@ -1,7 +1,8 @@
 /* activation.c — elementwise activations (ReLU, exact GELU, sigmoid, tanh),
  * their backward, and the residual ADD. Every loop reads element i before it
  * writes element i and touches nothing else, so an output may alias its
- * input (y = x, dx = dy, y = a): the planner runs these in place. */
+ * input exactly (y = x, dx = dy, y = a; vector lanes keep that true): the
+ * planner runs these in place. */
 #include <math.h>
 #include "backend/cpu/kernels.h"
 
@@ -28,7 +29,7 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
         if (st) return st;                                                  \
         const float *x = fr_f32(&c->in[0]);                                 \
         float *y = fr_f32(&c->out[0]);                                      \
-        _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)") \
+        _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
         for (int64_t i = 0; i < n; i++) {                                   \
             float v = x[i];                                                 \
             y[i] = (F);                                                     \
@@ -48,11 +49,18 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
         const float *dy = fr_f32(&c->in[0]), *s = fr_f32(&c->in[1]);               \
         float *dx = fr_f32(&c->out[0]);                                            \
         if (!dx) return FR_OK;                                                     \
-        int acc = acc_bit(c, 0);                                                   \
-        _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)")        \
-        for (int64_t i = 0; i < n; i++) {                                          \
-            float v = s[i], d = dy[i], g = (G);                                   \
-            dx[i] = acc ? dx[i] + g : g;                                           \
+        if (acc_bit(c, 0)) {                                                       \
+            _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
+            for (int64_t i = 0; i < n; i++) {                                      \
+                float v = s[i], d = dy[i];                                         \
+                dx[i] += (G);                                                      \
+            }                                                                      \
+        } else {                                                                   \
+            _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
+            for (int64_t i = 0; i < n; i++) {                                      \
+                float v = s[i], d = dy[i];                                         \
+                dx[i] = (G);                                                       \
+            }                                                                      \
         }                                                                          \
         return FR_OK;                                                              \
     }
@@ -88,7 +96,7 @@ int fr_k_add(fr_kernel_call *c) {
                        (long long)n, (long long)fr_shape_numel(&c->in[1].shape));
     const float *a = fr_f32(&c->in[0]), *b = fr_f32(&c->in[1]);
     float *y = fr_f32(&c->out[0]);
-#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
     return FR_OK;
 }

@@ -38,6 +38,7 @@ typedef struct conv_geom {
     int64_t N, C, H, W, OC, K, S, P, OH, OW;
     int64_t ckk, ohw; /* GEMM inner dimension and output positions per image */
     int direct;       /* 1x1, stride 1, no padding: col is the image itself */
+    int same;         /* stride 1, OH = H and OW = W: rows of col are shifted planes */
 } conv_geom;
 
 static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
@@ -50,6 +51,7 @@ static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, 
     g->ckk = g->C * k * k;
     g->ohw = g->OH * g->OW;
     g->direct = k == 1 && s == 1 && p == 0;
+    g->same = s == 1 && 2 * p == k - 1;
     return 0;
 }
 
@@ -77,8 +79,14 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int st
 
 // col (C*K*K, OH*OW) from one image x (C,H,W):
 // col[(c*K + kh)*K + kw][oh*OW + ow] = x[c][oh*S - P + kh][ow*S - P + kw], 0 outside the image
+static void im2col_same(const conv_geom *g, const float *x, float *col);
+
 static void im2col(const conv_geom *g, const float *x, float *col) {
     const int64_t K = g->K, S = g->S, P = g->P, H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+    if (g->same) {
+        im2col_same(g, x, col);
+        return;
+    }
     for (int64_t c = 0; c < g->C; c++)
         for (int64_t kh = 0; kh < K; kh++)
             for (int64_t kw = 0; kw < K; kw++) {
@@ -106,9 +114,77 @@ static void im2col(const conv_geom *g, const float *x, float *col) {
             }
 }
 
+/* "Same" convolutions (stride 1, 2P = K - 1, so OH = H and OW = W), the
+ * common case: row (c,kh,kw) of col is the image plane shifted by
+ * off = (kh - P) W + (kw - P), so it is one contiguous copy, clipped to the
+ * plane, after which the entries that wrapped around a row edge (they stand
+ * for padding) are zeroed. */
+typedef struct same_row {
+    int64_t off, oh0, oh1, i0, i1;   /* valid rows [oh0, oh1), copied range [i0, i1) */
+    int64_t zlo, zhi;                /* columns [zlo, zhi) of each valid row are padding */
+} same_row;
+
+static same_row same_row_make(const conv_geom *g, int64_t kh, int64_t kw) {
+    const int64_t P = g->P, H = g->H, W = g->W;
+    same_row r;
+    r.off = (kh - P) * W + (kw - P);
+    r.oh0 = P - kh > 0 ? P - kh : 0;
+    r.oh1 = H + P - kh < H ? H + P - kh : H;
+    if (r.oh1 < r.oh0) r.oh1 = r.oh0;
+    r.i0 = r.oh0 * W > -r.off ? r.oh0 * W : -r.off;
+    r.i1 = r.oh1 * W < H * W - r.off ? r.oh1 * W : H * W - r.off;
+    if (r.i0 > H * W) r.i0 = H * W; /* a kernel taller than the image */
+    if (r.i1 < r.i0) r.i1 = r.i0;
+    if (kw < P) r.zlo = 0, r.zhi = P - kw < W ? P - kw : W;
+    else if (kw > P) r.zlo = W - (kw - P) > 0 ? W - (kw - P) : 0, r.zhi = W;
+    else r.zlo = r.zhi = 0;
+    return r;
+}
+
+static void zero_wrapped(const same_row *r, int64_t W, float *row) {
+    if (r->zlo == r->zhi) return;
+    for (int64_t oh = r->oh0; oh < r->oh1; oh++)
+        for (int64_t ow = r->zlo; ow < r->zhi; ow++) row[oh * W + ow] = 0.0f;
+}
+
+static void im2col_same(const conv_geom *g, const float *x, float *col) {
+    const int64_t K = g->K, HW = g->H * g->W;
+    for (int64_t c = 0; c < g->C; c++)
+        for (int64_t kh = 0; kh < K; kh++)
+            for (int64_t kw = 0; kw < K; kw++) {
+                float *row = col + ((c * K + kh) * K + kw) * HW;
+                const float *plane = x + c * HW;
+                same_row r = same_row_make(g, kh, kw);
+                memset(row, 0, (size_t)r.i0 * sizeof(float));
+                memcpy(row + r.i0, plane + r.i0 + r.off, (size_t)(r.i1 - r.i0) * sizeof(float));
+                memset(row + r.i1, 0, (size_t)(HW - r.i1) * sizeof(float));
+                zero_wrapped(&r, g->W, row);
+            }
+}
+
+/* the adjoint: zero the wrapped entries of col (workspace), then one add */
+static void col2im_same(const conv_geom *g, float *col, float *dx) {
+    const int64_t K = g->K, HW = g->H * g->W;
+    for (int64_t c = 0; c < g->C; c++)
+        for (int64_t kh = 0; kh < K; kh++)
+            for (int64_t kw = 0; kw < K; kw++) {
+                float *restrict row = col + ((c * K + kh) * K + kw) * HW;
+                float *restrict plane = dx + c * HW;
+                same_row r = same_row_make(g, kh, kw);
+                zero_wrapped(&r, g->W, row);
+                const int64_t off = r.off;
+#pragma omp simd
+                for (int64_t i = r.i0; i < r.i1; i++) plane[i + off] += row[i];
+            }
+}
+
 // dx (C,H,W) += col (C*K*K, OH*OW) folded back: the adjoint of im2col
-static void col2im(const conv_geom *g, const float *col, float *dx) {
+static void col2im(const conv_geom *g, float *col, float *dx) {
     const int64_t K = g->K, S = g->S, P = g->P, H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+    if (g->same) {
+        col2im_same(g, col, dx);
+        return;
+    }
     for (int64_t c = 0; c < g->C; c++)
         for (int64_t kh = 0; kh < K; kh++)
             for (int64_t kw = 0; kw < K; kw++) {
@@ -121,10 +197,12 @@ static void col2im(const conv_geom *g, const float *col, float *dx) {
                     if (ih < 0 || ih >= H) continue;
                     const float *src = row + oh * OW;
                     float *dst = dx + (c * H + ih) * W - P + kw;
-                    if (S == 1)
+                    if (S == 1) {
+#pragma omp simd
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow] += src[ow];
-                    else
+                    } else {
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow * S] += src[ow];
+                    }
                 }
             }
 }

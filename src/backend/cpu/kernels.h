@@ -103,6 +103,11 @@ int fr_k_dropout_bwd(fr_kernel_call *c);
  * gradient that passes through an add or a view into a parameter gradient) */
 int fr_k_copy(fr_kernel_call *c);
 
+/* cast.c
+ * CAST in: x out: y = x converted to attr.dtype (f32, f16, bf16; round to
+ * nearest even, exact where representable) */
+int fr_k_cast(fr_kernel_call *c);
+
 /* loss.c — mean reduction, as PyTorch's defaults.
  * CROSS_ENTROPY     in: logits (N,C), labels (i32 N)   out: loss (1) = mean_n (logsumexp(z_n) - z_n[y_n])
  * CROSS_ENTROPY_BWD in: logits, labels                 out: dlogits = attr.scale * (softmax(z) - onehot(y)) / N

@@ -1,0 +1,797 @@
+/* bench_remat.c — activation checkpointing, measured: memory against step
+ * time on a deep chain, and the largest batch that fits a budget with and
+ * without the planner.
+ *
+ *   bench_remat [--steps N] [--warmup W] [--threads T] [--auto K] [--seed S]
+ *               [--out DIR] [--torch FILE] [--torch-cmd CMD] [--rounds R]
+ *               [--no-chain] [--no-batch] [--plan-only] [--quick]
+ *
+ * Part 1, the chain: 32 blocks of Linear(1024,1024)+ReLU, then Linear(1024,10)
+ * and cross-entropy, batch 256, SGD (lr 0.01, gradients kept between steps:
+ * zero_grad(set_to_none=False), like torch 1.13's default). One step is
+ * compiled per configuration — keep everything; checkpoint_sequential with 2,
+ * 4, 6, 8 segments; sqrt; revolve with 2, 3, 4, 6, 8 slots; and the planner
+ * (checkpoint auto) at K budgets evenly spaced from the reserved bytes of the
+ * keep-everything plan down to the least any whole-batch plan reserves. All
+ * share the model's weights. W warm-up steps each, then N rounds of one timed
+ * step each, configurations alternating (reversed every other round) so that
+ * drift on a shared machine hits them all alike; a cell is the median. With
+ * --torch-cmd the rounds are split in R groups and CMD (the PyTorch twin,
+ * bench/torch_remat.py) runs between groups, so the two engines alternate.
+ *
+ * Per configuration: the median ms/step and its ratio to keep-everything;
+ * "held", the activations live when the backward starts (what is held for
+ * backward, read off the plan's events); the planned and measured peak of
+ * saved activations; the in-step peak of all step values (activations and
+ * workspace: the allocator's allocated_total_peak during the step minus what
+ * was allocated before it, and the plan's peak_total); the extra compute
+ * (recomputed FLOPs over the plain step's) and the reserved bytes
+ * (parameters + gradients + optimizer state + arena + one batch).
+ * A markdown table on stdout; DIR/remat.json; DIR/remat.svg, time ratio
+ * against held memory and against the in-step peak, with PyTorch's points
+ * from FILE (DIR/torch_remat.json) when it exists.
+ *
+ * Part 2: for the built-in "resnet" and "cnn" (Adam, as in the engine issue),
+ * the largest batch whose plan reserves at most 64, 128 and 256 MiB: without
+ * the planner (keep everything, whole batch); with it at the whole batch
+ * (checkpoint auto: recompute only, fr_batch_auto) and the plan it picks
+ * there; and with micro-batches allowed (the planner's full search, over
+ * multiples of the no-planner batch up to 65536), which is bounded only by
+ * the input batch itself.
+ *
+ * It uses the public API plus the step's plan (train/step.h) to read where
+ * the backward starts. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "core/rng.h"
+#include "frugal.h"
+#include "model/model.h"
+#include "train/step.h"
+#include "train/trainer.h"
+
+#define MIB (1024.0 * 1024.0)
+#define MAX_CFG 48
+#define MAX_TORCH 16
+
+typedef struct bench_opts {
+    int steps, warmup, threads, n_auto, rounds, chain, batch_table, plan_only;
+    uint64_t seed;
+    const char *out, *torch, *torch_cmd;
+} bench_opts;
+
+/* One configuration of the chain and what was measured for it. */
+typedef struct config {
+    char label[32];
+    fr_ckpt_mode mode; /* as asked */
+    int arg;
+    size_t budget;     /* auto only */
+    fr_step *s;
+    int same_as;       /* an earlier configuration with the identical plan, or -1 */
+    fr_plan_info info; /* what the plan chose */
+    size_t held;       /* activations live when the backward starts */
+    size_t plan_act, plan_step;
+    size_t meas_act, meas_step;
+    double *ms;
+    int n_ms;
+    double median;
+} config;
+
+/* PyTorch's points, read back from torch_remat.json. */
+typedef struct torch_point {
+    char label[32];
+    double ms, ratio, held, peak, peak_rss;
+} torch_point;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static const char *mode_name(fr_ckpt_mode m) {
+    static const char *names[] = {"marks", "none", "all", "sqrt", "every", "segments", "revolve", "auto"};
+    return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
+}
+
+/* "segments 4", "revolve 3", "none": the plan a step runs. */
+static void plan_name(const fr_plan_info *in, char *buf, size_t len) {
+    if (in->ckpt_arg && (in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE || in->mode == FR_CKPT_EVERY))
+        snprintf(buf, len, "%s %d", mode_name(in->mode), in->ckpt_arg);
+    else
+        snprintf(buf, len, "%s", mode_name(in->mode));
+    if (in->accumulate > 1) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, len - k, ", %dx%d", in->accumulate, in->micro_batch);
+    }
+}
+
+static double extra_frac(const fr_plan_info *in) {
+    double plain = in->flops - in->extra_flops;
+    return in->extra_flops / (plain > 0 ? plain : 1);
+}
+
+/* Activations live when the first backward node runs: replay the plan's
+ * events (the same the executor reports to the allocator) up to there.
+ * Recompute clones come after the graph's forward nodes but are not backward. */
+static size_t held_at_backward(const fr_step *s) {
+    const fr_plan *p = &s->plan;
+    const fr_graph *g = &s->g;
+    size_t cur = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        int id = p->order[i];
+        if (id >= g->n_forward && !g->nodes[id].attr.recompute) break;
+        for (int k = p->ev_start[i]; k < p->ev_start[i + 1]; k++) {
+            int ev = p->ev[k], v = (ev > 0 ? ev : -ev) - 1;
+            if (p->cat[v] != FR_MEM_ACTIVATIONS) continue;
+            size_t b = fr_value_bytes(&g->vals[v]);
+            cur = ev > 0 ? cur + b : cur - b;
+        }
+    }
+    return cur;
+}
+
+/* The chain of the issue: 32 x (Linear(1024,1024) + ReLU), Linear(1024,10). */
+static fr_model *build_chain(fr_ctx *ctx, uint64_t seed) {
+    fr_model *m = fr_model_new(ctx, 1024, 1, 1);
+    if (!m) return NULL;
+    for (int i = 0; i < 32; i++)
+        if (fr_model_linear(m, 1024, 1) || fr_model_relu(m)) goto fail;
+    if (fr_model_linear(m, 10, 1) || fr_model_init(m, seed)) goto fail;
+    return m;
+fail:
+    fr_model_free(m);
+    return NULL;
+}
+
+static void fill_batch(fr_rng *r, float *x, int32_t *y, int n, size_t sample, int classes) {
+    for (size_t i = 0; i < (size_t)n * sample; i++) x[i] = fr_rng_next_uniform(r);
+    for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(r, (uint64_t)classes);
+}
+
+static fr_step_opts chain_opts(int batch, uint64_t seed) {
+    fr_step_opts so = {.batch = batch, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = seed};
+    so.optim.zero_grad_to_none = 0; /* gradients stay allocated: a step's peak is its own values */
+    return so;
+}
+
+/* Reserved bytes of the most frugal whole-batch plan among the planner's
+ * candidates (keep everything, segments 2..n, revolve 1..n, all). */
+static size_t min_reserved(fr_model *m, const fr_step_opts *base, char *which, size_t len) {
+    size_t best = SIZE_MAX;
+    int n = m->n_units;
+    for (int c = 0; c < 2 * n + 1; c++) {
+        fr_step_opts o = *base;
+        if (c == 0) o.checkpoint = FR_CKPT_ALL;
+        else if (c <= n) o.checkpoint = FR_CKPT_REVOLVE, o.ckpt_arg = c;
+        else o.checkpoint = FR_CKPT_SEGMENTS, o.ckpt_arg = c - n + 1;
+        if (o.checkpoint == FR_CKPT_SEGMENTS && o.ckpt_arg > n) continue;
+        fr_step *s = fr_step_build(m, &o);
+        if (!s) continue;
+        fr_plan_info in;
+        fr_step_plan_info(s, &in);
+        if (in.reserved < best) {
+            best = in.reserved;
+            plan_name(&in, which, len);
+        }
+        fr_step_free(s);
+    }
+    return best;
+}
+
+/* Every whole-batch plan of the chain by family (what --plan-only lists):
+ * reserved bytes, held, in-step peak and extra compute, and whether the
+ * planner's candidate list (none, segments k, revolve s, all) includes it. */
+static void frontier(fr_model *m, const fr_step_opts *base) {
+    int n = m->n_units;
+    printf("\nEvery whole-batch plan (every:N and sqrt are not among the planner's candidates):\n\n");
+    printf("| plan | extra compute | held MiB | in-step peak MiB | reserved MiB | planner candidate |\n"
+           "|---|---:|---:|---:|---:|---|\n");
+    for (int c = 0; c < 3 * n + 2; c++) {
+        fr_step_opts o = *base;
+        if (c == 0) o.checkpoint = FR_CKPT_NONE;
+        else if (c == 1) o.checkpoint = FR_CKPT_SQRT;
+        else if (c < n + 1) o.checkpoint = FR_CKPT_SEGMENTS, o.ckpt_arg = c;
+        else if (c < 2 * n + 1) o.checkpoint = FR_CKPT_EVERY, o.ckpt_arg = c - n;
+        else o.checkpoint = FR_CKPT_REVOLVE, o.ckpt_arg = c - 2 * n;
+        if (o.ckpt_arg > 16 && o.checkpoint != FR_CKPT_SEGMENTS) continue;
+        fr_step *s = fr_step_build(m, &o);
+        if (!s) continue;
+        fr_plan_info in;
+        fr_step_plan_info(s, &in);
+        char pn[64];
+        plan_name(&in, pn, sizeof pn);
+        printf("| %s | +%.1f%% | %.1f | %.1f | %.1f | %s |\n", pn, 100 * extra_frac(&in),
+               held_at_backward(s) / MIB, s->plan.peak_total / MIB, in.reserved / MIB,
+               o.checkpoint == FR_CKPT_EVERY || o.checkpoint == FR_CKPT_SQRT ? "no" : "yes");
+        fr_step_free(s);
+    }
+}
+
+static int same_plan(const fr_plan_info *a, const fr_plan_info *b) {
+    int arg_a = a->mode == FR_CKPT_SEGMENTS || a->mode == FR_CKPT_REVOLVE ? a->ckpt_arg : 0;
+    int arg_b = b->mode == FR_CKPT_SEGMENTS || b->mode == FR_CKPT_REVOLVE ? b->ckpt_arg : 0;
+    return a->mode == b->mode && arg_a == arg_b && a->micro_batch == b->micro_batch &&
+           a->arena == b->arena && a->recomputed_units == b->recomputed_units;
+}
+
+/* ---- PyTorch's points ---------------------------------------------------- */
+
+/* The number after "key": inside [from, to), or NAN. */
+static double json_num(const char *from, const char *to, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(from, pat);
+    if (!p || p >= to) return NAN;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    if (!strncmp(p, "null", 4)) return NAN;
+    return strtod(p, NULL);
+}
+
+/* Reads the "points" array torch_remat.py writes: one object per
+ * configuration with label, median_ms, ratio, held_bytes, peak_bytes and
+ * peak_rss_bytes. Returns how many (0 when the file is absent). */
+static int read_torch(const char *path, torch_point *pt, int max, char *blas, size_t blas_len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!buf) return 0;
+    buf[n] = 0;
+    blas[0] = 0;
+    double g = json_num(buf, buf + n, "matmul_1024_gflops");
+    if (!isnan(g)) snprintf(blas, blas_len, "%.0f GFLOP/s matmul", g);
+    const char *p = strstr(buf, "\"points\"");
+    int k = 0;
+    while (p && k < max && (p = strstr(p, "{\"label\": \""))) {
+        p += strlen("{\"label\": \"");
+        const char *q = strchr(p, '"'), *end = strchr(p, '}');
+        if (!q || !end) break;
+        snprintf(pt[k].label, sizeof pt[k].label, "%.*s", (int)(q - p), p);
+        pt[k].ms = json_num(p, end, "median_ms");
+        pt[k].ratio = json_num(p, end, "ratio");
+        pt[k].held = json_num(p, end, "held_bytes");
+        pt[k].peak = json_num(p, end, "peak_bytes");
+        pt[k].peak_rss = json_num(p, end, "peak_rss_bytes");
+        k++;
+        p = end;
+    }
+    free(buf);
+    return k;
+}
+
+/* ---- the chart ----------------------------------------------------------- */
+
+typedef struct chart_pt {
+    double x, y;
+    const char *label;
+    int torch;
+} chart_pt;
+
+typedef struct box {
+    double x0, y0, x1, y1;
+} box;
+
+static int overlaps(const box *a, const box *b) {
+    return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
+}
+
+/* One panel: time ratio (y) against MiB (x); points above y_max sit on the
+ * top edge as triangles with their ratio in the label. Labels go where they
+ * overlap nothing placed before them (greedy over eight positions). */
+static void panel(FILE *f, double ox, double oy, double w, double h, const char *xlabel,
+                  const chart_pt *pt, int n, double x_max, double y_min, double y_max) {
+    fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n",
+            ox, oy, w, h);
+#define PX(v) (ox + (v) / x_max * w)
+#define PY(v) (oy + h - ((v) - y_min) / (y_max - y_min) * h)
+    double xstep = x_max > 60 ? 10 : 5;
+    for (double v = 0; v <= x_max + 1e-9; v += xstep) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), oy,
+                PX(v), oy + h);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n", PX(v),
+                oy + h + 14, v);
+    }
+    for (double v = 1.0; v <= y_max + 1e-9; v += 0.1) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", ox, PY(v),
+                ox + w, PY(v));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%.1f</text>\n", ox - 4,
+                PY(v) + 4, v);
+    }
+    /* the goal: at most 1.35x keep-everything */
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" stroke-dasharray=\"5,4\"/>\n",
+            ox, PY(1.35), ox + w, PY(1.35));
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c33\">goal 1.35x</text>\n", ox + w - 4,
+            PY(1.35) - 4);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%s</text>\n", ox + w / 2,
+            oy + h + 32, xlabel);
+    fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">"
+               "step time / keep-everything step</text>\n", ox - 36, oy + h / 2);
+    box placed[2 * MAX_CFG + 2 * MAX_TORCH];
+    int np = 0;
+    for (int i = 0; i < n; i++) { /* the markers themselves are obstacles */
+        double y = pt[i].y > y_max ? y_max : pt[i].y;
+        placed[np++] = (box){PX(pt[i].x) - 4, PY(y) - 4, PX(pt[i].x) + 4, PY(y) + 4};
+    }
+    for (int i = 0; i < n; i++) {
+        const char *col = pt[i].torch ? "#d2691e" : "#1f5fa8";
+        int clipped = pt[i].y > y_max;
+        double x = PX(pt[i].x), y = PY(clipped ? y_max : pt[i].y);
+        if (clipped)
+            fprintf(f, "<path d=\"M%.1f %.1f l-5 8 h10 z\" fill=\"%s\"/>\n", x, y, col);
+        else if (pt[i].torch)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"%s\"/>\n", x - 4, y - 4, col);
+        else
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", x, y, col);
+        char text[64];
+        if (clipped)
+            snprintf(text, sizeof text, "%s (%.2fx)", pt[i].label, pt[i].y);
+        else
+            snprintf(text, sizeof text, "%s", pt[i].label);
+        double tw = 6.2 * (double)strlen(text), th = 11;
+        static const double off[8][2] = {{7, -5}, {7, 12}, {-7, -5}, {-7, 12}, {-0.5, -9}, {-0.5, 20},
+                                         {7, 26}, {-7, 26}};
+        int best = -1;
+        box b = {0};
+        for (int k = 0; k < 8 && best < 0; k++) {
+            double lx = off[k][0] >= 0 ? x + off[k][0] : x + off[k][0] - tw;
+            if (off[k][0] == -0.5) lx = x - tw / 2;
+            double ly = y + off[k][1];
+            b = (box){lx, ly - th + 2, lx + tw, ly + 2};
+            if (b.x0 < ox - 2 || b.x1 > ox + w + 60 || b.y0 < oy - 14 || b.y1 > oy + h) continue;
+            int ok = 1;
+            for (int j = 0; j < np && ok; j++) ok = !overlaps(&b, &placed[j]);
+            if (ok) best = k;
+        }
+        if (best < 0) b = (box){x + 7, y - 14, x + 7 + tw, y - 3}; /* crowded: default place */
+        if (np < (int)(sizeof placed / sizeof placed[0])) placed[np++] = b;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", b.x0, b.y1 - 2, col, text);
+    }
+#undef PX
+#undef PY
+    fprintf(f, "</g>\n");
+}
+
+static int write_svg(const char *path, const config *c, int nc, const torch_point *tp, int nt) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    chart_pt a[MAX_CFG + MAX_TORCH], b[MAX_CFG + MAX_TORCH];
+    int n = 0;
+    double base = c[0].median, xa = 0, xb = 0, ymax = 1.0;
+    for (int i = 0; i < nc; i++) {
+        if (c[i].same_as >= 0) continue;
+        double r = c[i].median / base;
+        a[n] = (chart_pt){c[i].held / MIB, r, c[i].label, 0};
+        b[n] = (chart_pt){c[i].meas_step / MIB, r, c[i].label, 0};
+        n++;
+    }
+    for (int i = 0; i < nt; i++) {
+        a[n] = (chart_pt){tp[i].held / MIB, tp[i].ratio, tp[i].label, 1};
+        b[n] = (chart_pt){tp[i].peak / MIB, tp[i].ratio, tp[i].label, 1};
+        n++;
+    }
+    for (int i = 0; i < n; i++) {
+        if (a[i].x > xa) xa = a[i].x;
+        if (b[i].x > xb) xb = b[i].x;
+        if (a[i].y > ymax) ymax = a[i].y;
+    }
+    double ytop = ymax > 1.8 ? 1.8 : ymax + 0.05;
+    if (ytop < 1.45) ytop = 1.45;
+    xa = ceil(xa * 1.08 / 10) * 10;
+    xb = ceil(xb * 1.08 / 10) * 10;
+    double W = 1180, H = 520;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+            W, H, W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"15\">"
+               "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU), batch 256, SGD</text>\n", W / 2);
+    fprintf(f, "<text x=\"%.0f\" y=\"40\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"11\" "
+               "fill=\"#444\">circles: frugal (each vs frugal keep-everything)%s; points above %.1fx sit on the "
+               "top edge</text>\n", W / 2, nt ? ", squares: PyTorch checkpoint_sequential (vs PyTorch "
+               "keep-everything)" : "", ytop);
+    panel(f, 70, 70, 460, 380, "held for backward (MiB): activations live when the backward starts", a, n, xa,
+          0.95, ytop);
+    panel(f, 660, 70, 460, 380, "in-step peak of step values (MiB): activations + workspace", b, n, xb, 0.95,
+          ytop);
+    fprintf(f, "</svg>\n");
+    return fclose(f);
+}
+
+/* ---- part 1: the chain --------------------------------------------------- */
+
+static int run_torch(const bench_opts *o, int group) {
+    if (!o->torch_cmd) return 0;
+    fprintf(stderr, "bench_remat: PyTorch, group %d: %s\n", group + 1, o->torch_cmd);
+    fflush(NULL);
+    int rc = system(o->torch_cmd);
+    if (rc) fprintf(stderr, "bench_remat: the PyTorch command exited with %d (its points are left out)\n", rc);
+    return rc;
+}
+
+static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
+    const int batch = 256;
+    int rc = 1, nc = 0;
+    config c[MAX_CFG];
+    memset(c, 0, sizeof c);
+    float *x = NULL;
+    int32_t *y = NULL;
+    fr_model *m = build_chain(ctx, o->seed);
+    if (!m) goto fail;
+    fr_step_opts base = chain_opts(batch, o->seed);
+
+    /* the fixed configurations */
+    struct { const char *label; fr_ckpt_mode mode; int arg; } fixed[] = {
+        {"none", FR_CKPT_NONE, 0},      {"seg2", FR_CKPT_SEGMENTS, 2}, {"seg4", FR_CKPT_SEGMENTS, 4},
+        {"seg6", FR_CKPT_SEGMENTS, 6},  {"seg8", FR_CKPT_SEGMENTS, 8}, {"sqrt", FR_CKPT_SQRT, 0},
+        {"rev2", FR_CKPT_REVOLVE, 2},   {"rev3", FR_CKPT_REVOLVE, 3},  {"rev4", FR_CKPT_REVOLVE, 4},
+        {"rev6", FR_CKPT_REVOLVE, 6},   {"rev8", FR_CKPT_REVOLVE, 8}};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        snprintf(c[nc].label, sizeof c[nc].label, "%s", fixed[i].label);
+        c[nc].mode = fixed[i].mode;
+        c[nc].arg = fixed[i].arg;
+        nc++;
+    }
+    /* the planner at budgets from keep-everything down to the minimum */
+    char min_plan[64];
+    size_t r_min = min_reserved(m, &base, min_plan, sizeof min_plan);
+    fr_step_opts on = base;
+    on.checkpoint = FR_CKPT_NONE;
+    fr_step *probe = fr_step_build(m, &on);
+    if (!probe || r_min == SIZE_MAX) goto fail;
+    fr_plan_info pin;
+    fr_step_plan_info(probe, &pin);
+    fr_step_free(probe);
+    size_t r_max = pin.reserved;
+    for (int k = o->n_auto - 1; k >= 0 && nc < MAX_CFG; k--) {
+        double f = o->n_auto > 1 ? (double)k / o->n_auto : 0;
+        c[nc].budget = r_min + (size_t)((double)(r_max - r_min) * f);
+        snprintf(c[nc].label, sizeof c[nc].label, "auto%d", o->n_auto - k);
+        c[nc].mode = FR_CKPT_AUTO;
+        nc++;
+    }
+    printf("## Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD, "
+           "%d threads\n\n", fr_get_threads(ctx));
+    printf("Reserved bytes: keep everything %.1f MiB; the least of any whole-batch plan %.1f MiB (%s). "
+           "Planner budgets (auto1..auto%d) are evenly spaced from %.1f down to %.1f MiB.\n\n",
+           r_max / MIB, r_min / MIB, min_plan, o->n_auto, (r_min + (r_max - r_min) * (o->n_auto - 1.0) /
+           o->n_auto) / MIB, r_min / MIB);
+
+    for (int i = 0; i < nc; i++) {
+        fr_step_opts so = base;
+        so.checkpoint = c[i].mode;
+        so.ckpt_arg = c[i].arg;
+        so.budget = c[i].budget;
+        c[i].same_as = -1;
+        if (!(c[i].s = fr_step_compile(m, &so))) {
+            fprintf(stderr, "bench_remat: %s: %s\n", c[i].label, fr_last_error(ctx));
+            goto fail;
+        }
+        fr_step_plan_info(c[i].s, &c[i].info);
+        for (int j = 0; j < i && c[i].same_as < 0; j++)
+            if (c[j].same_as < 0 && same_plan(&c[i].info, &c[j].info)) c[i].same_as = j;
+        c[i].held = held_at_backward(c[i].s);
+        c[i].plan_act = c[i].s->plan.peak[FR_MEM_ACTIVATIONS];
+        c[i].plan_step = c[i].s->plan.peak_total;
+        c[i].ms = calloc((size_t)o->steps, sizeof *c[i].ms);
+        if (!c[i].ms) goto fail;
+    }
+    size_t sample = 1024;
+    x = malloc((size_t)batch * sample * sizeof *x);
+    y = malloc((size_t)batch * sizeof *y);
+    if (!x || !y) goto fail;
+    fr_rng r = fr_rng_make(o->seed, 0x7e3a);
+    float loss = NAN, first_loss = NAN;
+    int groups = o->torch_cmd ? (o->rounds > 0 ? o->rounds : 1) : 1;
+    if (!o->plan_only) {
+        /* warm-up: every configuration, W steps */
+        for (int i = 0; i < nc; i++) {
+            if (c[i].same_as >= 0) continue;
+            for (int w = 0; w < o->warmup; w++) {
+                fill_batch(&r, x, y, batch, sample, 10);
+                fr_batch b = {batch, x, y, NULL};
+                if (fr_step_run(c[i].s, &b, &loss, NULL)) goto fail;
+                if (isnan(first_loss)) first_loss = loss;
+            }
+        }
+        /* timed rounds: one step per configuration, order reversed every other round */
+        for (int g = 0; g < groups; g++) {
+            run_torch(o, g);
+            int from = o->steps * g / groups, to = o->steps * (g + 1) / groups;
+            for (int rd = from; rd < to; rd++) {
+                fprintf(stderr, "bench_remat: round %d/%d\n", rd + 1, o->steps);
+                for (int k = 0; k < nc; k++) {
+                    int i = rd % 2 ? nc - 1 - k : k;
+                    if (c[i].same_as >= 0) continue;
+                    fill_batch(&r, x, y, batch, sample, 10);
+                    fr_batch b = {batch, x, y, NULL};
+                    fr_mem_stats before, after;
+                    fr_mem_get_stats(ctx, &before);
+                    fr_mem_reset_peak(ctx);
+                    double t0 = now_ms();
+                    if (fr_step_run(c[i].s, &b, &loss, NULL)) goto fail;
+                    double t1 = now_ms();
+                    fr_mem_get_stats(ctx, &after);
+                    c[i].ms[c[i].n_ms++] = t1 - t0;
+                    size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
+                    size_t step = after.allocated_total_peak - before.allocated_total;
+                    if (act > c[i].meas_act) c[i].meas_act = act;
+                    if (step > c[i].meas_step) c[i].meas_step = step;
+                }
+            }
+        }
+        for (int i = 0; i < nc; i++) {
+            int j = c[i].same_as >= 0 ? c[i].same_as : i;
+            c[i].median = median_of(c[j].ms, c[j].n_ms);
+            if (c[i].same_as >= 0) c[i].meas_act = c[j].meas_act, c[i].meas_step = c[j].meas_step;
+        }
+    } else {
+        for (int i = 0; i < nc; i++) c[i].median = NAN;
+        frontier(m, &base);
+    }
+
+    /* the table */
+    torch_point tp[MAX_TORCH];
+    char blas[64] = "";
+    char tpath[512];
+    snprintf(tpath, sizeof tpath, "%s", o->torch ? o->torch : "");
+    if (!o->torch) snprintf(tpath, sizeof tpath, "%s/torch_remat.json", o->out);
+    int nt = read_torch(tpath, tp, MAX_TORCH, blas, sizeof blas);
+    double base_ms = c[0].median, base_held = (double)c[0].held, base_step = (double)c[0].meas_step;
+    if (o->plan_only) base_step = (double)c[0].plan_step;
+    printf("| config | plan | budget MiB | ms/step | time ratio | extra compute | held MiB | held ratio | "
+           "act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | reserved MiB |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nc; i++) {
+        char pn[64], bud[32] = "", ms[32], note[48] = "";
+        plan_name(&c[i].info, pn, sizeof pn);
+        if (c[i].budget) snprintf(bud, sizeof bud, "%.1f", c[i].budget / MIB);
+        if (c[i].same_as >= 0) snprintf(note, sizeof note, " (= %s)", c[c[i].same_as].label);
+        snprintf(ms, sizeof ms, "%.1f", c[i].median);
+        size_t meas_step = o->plan_only ? c[i].plan_step : c[i].meas_step;
+        printf("| %s | %s%s | %s | %s | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %.2f | %.1f |\n",
+               c[i].label, pn, note, bud, ms, c[i].median / base_ms, 100 * extra_frac(&c[i].info),
+               c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB, c[i].meas_act / MIB,
+               c[i].plan_step / MIB, meas_step / MIB, meas_step / base_step, c[i].info.reserved / MIB);
+    }
+    printf("\nloss %.4f -> %.4f over all configurations' steps (shared weights)\n", first_loss, loss);
+    if (nt) {
+        printf("\nPyTorch (%s, %s): checkpoint_sequential, each vs its own keep-everything step\n\n", tpath,
+               blas[0] ? blas : "BLAS unknown");
+        printf("| config | ms/step | time ratio | held MiB | held ratio | in-step peak MiB (allocated) | "
+               "in-step ratio | in-step peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < nt; i++)
+            printf("| torch %s | %.1f | %.2fx | %.1f | %.2f | %.1f | %.2f | %.1f |\n", tp[i].label, tp[i].ms,
+                   tp[i].ratio, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].peak / MIB,
+                   tp[i].peak / tp[0].peak, tp[i].peak_rss / MIB);
+        /* the goal: at every memory level, less extra time than PyTorch */
+        printf("\nAt each PyTorch point, frugal's fastest configuration holding no more (held ratio) and "
+               "peaking no higher (in-step ratio), both relative to each engine's keep-everything:\n\n");
+        printf("| torch config | torch time ratio | frugal config | frugal time ratio | frugal held ratio | "
+               "frugal in-step ratio | less extra time |\n|---|---:|---|---:|---:|---:|---|\n");
+        for (int t = 1; t < nt; t++) {
+            double hr = tp[t].held / tp[0].held, pr = tp[t].peak / tp[0].peak;
+            int best = -1;
+            for (int i = 0; i < nc; i++) {
+                if (c[i].held / base_held > hr + 1e-9 || c[i].meas_step / base_step > pr + 1e-9) continue;
+                if (best < 0 || c[i].median < c[best].median) best = i;
+            }
+            if (best < 0) {
+                printf("| %s | %.2fx | (none that small) | | | | no |\n", tp[t].label, tp[t].ratio);
+                continue;
+            }
+            double fr = c[best].median / base_ms;
+            printf("| %s | %.2fx | %s | %.2fx | %.2f | %.2f | %s |\n", tp[t].label, tp[t].ratio, c[best].label,
+                   fr, c[best].held / base_held, c[best].meas_step / base_step,
+                   fr - 1 < tp[t].ratio - 1 ? "yes" : "no");
+        }
+    }
+
+    /* JSON and chart */
+    char path[512];
+    mkdir(o->out, 0777);
+    snprintf(path, sizeof path, "%s/remat.json", o->out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "bench_remat: cannot write %s\n", path);
+        goto fail;
+    }
+    fprintf(f, "{\"model\": \"32x(Linear(1024,1024)+ReLU)+Linear(1024,10)\", \"batch\": %d, \"threads\": %d, "
+               "\"steps\": %d, \"warmup\": %d, \"reserved_max\": %zu, \"reserved_min\": %zu, \"configs\": [\n",
+            batch, fr_get_threads(ctx), o->steps, o->warmup, r_max, r_min);
+    for (int i = 0; i < nc; i++) {
+        char pn[64];
+        plan_name(&c[i].info, pn, sizeof pn);
+        int j = c[i].same_as >= 0 ? c[i].same_as : i;
+        fprintf(f, "  {\"label\": \"%s\", \"plan\": \"%s\", \"same_as\": %s%s%s, \"budget\": %zu, "
+                   "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, "
+                   "\"median_ms\": %.4f, \"ratio\": %.4f, \"held_bytes\": %zu, \"plan_act_peak\": %zu, "
+                   "\"meas_act_peak\": %zu, \"plan_step_peak\": %zu, \"meas_step_peak\": %zu, "
+                   "\"arena\": %zu, \"reserved\": %zu, \"ms\": [",
+                c[i].label, pn, c[i].same_as >= 0 ? "\"" : "", c[i].same_as >= 0 ? c[c[i].same_as].label : "null",
+                c[i].same_as >= 0 ? "\"" : "", c[i].budget, c[i].info.micro_batch, c[i].info.recomputed_units,
+                extra_frac(&c[i].info), isnan(c[i].median) ? 0 : c[i].median,
+                isnan(c[i].median) ? 0 : c[i].median / base_ms, c[i].held, c[i].plan_act, c[i].meas_act,
+                c[i].plan_step, c[i].meas_step, c[i].info.arena, c[i].info.reserved);
+        for (int k = 0; k < c[j].n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", c[j].ms[k]);
+        fprintf(f, "]}%s\n", i + 1 < nc ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    if (!o->plan_only) {
+        snprintf(path, sizeof path, "%s/remat.svg", o->out);
+        if (write_svg(path, c, nc, tp, nt)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
+        else printf("\nwrote %s/remat.json and %s\n", o->out, path);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "bench_remat: %s\n", fr_last_error(ctx));
+out:
+    for (int i = 0; i < nc; i++) {
+        fr_step_free(c[i].s);
+        free(c[i].ms);
+    }
+    free(x);
+    free(y);
+    fr_model_free(m);
+    return rc;
+}
+
+/* ---- part 2: the largest batch that fits ---------------------------------- */
+
+/* Whether the planner finds a plan for `batch` within the budget; fills info. */
+static int planner_fits(fr_model *m, const fr_step_opts *base, int batch, fr_plan_info *info) {
+    fr_step_opts o = *base;
+    o.batch = batch;
+    o.checkpoint = FR_CKPT_AUTO;
+    char saved[FR_ERR_LEN];
+    memcpy(saved, m->ctx->err, sizeof saved);
+    fr_step *s = fr_step_plan_budget(m, &o);
+    memcpy(m->ctx->err, saved, sizeof saved);
+    if (!s) return 0;
+    fr_step_plan_info(s, info);
+    fr_step_free(s);
+    return info->reserved <= o.budget;
+}
+
+static int batch_table(fr_ctx *ctx) {
+    const char *models[] = {"resnet", "cnn"};
+    const size_t budgets[] = {64u << 20, 128u << 20, 256u << 20};
+    printf("\n## Largest batch whose plan fits the budget (Adam; reserved = params + grads + Adam state + arena "
+           "+ one input batch)\n\n");
+    printf("| model | budget | no planner (keep everything) | planner, whole batch | plan there | "
+           "planner, micro-batches allowed | plan there |\n|---|---:|---:|---:|---|---:|---|\n");
+    for (size_t mi = 0; mi < 2; mi++) {
+        fr_model *m = fr_model_load(ctx, models[mi]);
+        if (!m || fr_model_init(m, 1)) {
+            fprintf(stderr, "bench_remat: %s: %s\n", models[mi], fr_last_error(ctx));
+            fr_model_free(m);
+            return 1;
+        }
+        for (size_t bi = 0; bi < 3; bi++) {
+            fr_step_opts so = {.batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+            so.budget = budgets[bi];
+            so.checkpoint = FR_CKPT_NONE;
+            int b_none = fr_batch_auto(m, &so, 1 << 16);
+            so.checkpoint = FR_CKPT_AUTO;
+            int b_auto = fr_batch_auto(m, &so, 1 << 16);
+            fr_plan_info ia = {0}, im = {0};
+            char pa[64] = "-", pm[64] = "-";
+            if (b_auto && planner_fits(m, &so, b_auto, &ia)) {
+                plan_name(&ia, pa, sizeof pa);
+                size_t k = strlen(pa);
+                snprintf(pa + k, sizeof pa - k, ", +%.0f%% compute", 100 * extra_frac(&ia));
+            }
+            /* micro-batches: multiples of the whole-batch size that fits (its
+             * plan then still works per micro-batch), doubling then bisecting */
+            int unit = b_auto > 0 ? b_auto : 1, lo = 0, hi = 1;
+            fr_plan_info tmp;
+            while (hi * unit <= (1 << 16) && planner_fits(m, &so, hi * unit, &tmp)) lo = hi, hi *= 2;
+            if (hi * unit > (1 << 16)) hi = (1 << 16) / unit + 1;
+            while (hi - lo > 1) {
+                int mid = lo + (hi - lo) / 2;
+                if (planner_fits(m, &so, mid * unit, &tmp)) lo = mid;
+                else hi = mid;
+            }
+            int b_micro = lo * unit;
+            if (b_micro && planner_fits(m, &so, b_micro, &im)) {
+                plan_name(&im, pm, sizeof pm);
+                size_t k = strlen(pm);
+                snprintf(pm + k, sizeof pm - k, ", +%.0f%% compute", 100 * extra_frac(&im));
+            }
+            printf("| %s | %zu MiB | %d | %d | %s | %d%s | %s |\n", models[mi], budgets[bi] >> 20, b_none,
+                   b_auto, pa, b_micro, b_micro >= (1 << 16) - unit ? "+" : "", pm);
+            fflush(stdout);
+        }
+        fr_model_free(m);
+    }
+    printf("\n(\"+\": the search stopped at 65536. With micro-batches only the input batch grows with the "
+           "batch; BatchNorm then sees micro-batch statistics, which the planner treats as a last resort.)\n");
+    return 0;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "bench_remat: --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static const char *usage =
+    "usage: bench_remat [--steps N] [--warmup W] [--threads T] [--auto K] [--seed S] [--out DIR]\n"
+    "                   [--torch FILE] [--torch-cmd CMD] [--rounds R] [--no-chain] [--no-batch]\n"
+    "                   [--plan-only] [--quick]\n";
+
+int main(int argc, char **argv) {
+    static const struct option longs[] = {
+        {"steps", required_argument, 0, 'n'},  {"warmup", required_argument, 0, 'w'},
+        {"threads", required_argument, 0, 't'}, {"auto", required_argument, 0, 'a'},
+        {"seed", required_argument, 0, 's'},   {"out", required_argument, 0, 'o'},
+        {"torch", required_argument, 0, 'T'},  {"torch-cmd", required_argument, 0, 'C'},
+        {"rounds", required_argument, 0, 'r'}, {"no-chain", no_argument, 0, 'c'},
+        {"no-batch", no_argument, 0, 'b'},     {"plan-only", no_argument, 0, 'p'},
+        {"quick", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    bench_opts o = {.steps = 5, .warmup = 2, .threads = 2, .n_auto = 8, .rounds = 1, .chain = 1,
+                    .batch_table = 1, .out = "bench/out"};
+    int c, seed = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n': if (parse_int("steps", optarg, 1, 10000, &o.steps)) return 2; break;
+        case 'w': if (parse_int("warmup", optarg, 0, 10000, &o.warmup)) return 2; break;
+        case 't': if (parse_int("threads", optarg, 0, 4096, &o.threads)) return 2; break;
+        case 'a': if (parse_int("auto", optarg, 0, MAX_CFG - 12, &o.n_auto)) return 2; break;
+        case 's': if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return 2; break;
+        case 'r': if (parse_int("rounds", optarg, 1, 100, &o.rounds)) return 2; break;
+        case 'o': o.out = optarg; break;
+        case 'T': o.torch = optarg; break;
+        case 'C': o.torch_cmd = optarg; break;
+        case 'c': o.chain = 0; break;
+        case 'b': o.batch_table = 0; break;
+        case 'p': o.plan_only = 1; break;
+        case 'q': o.steps = 1, o.warmup = 1, o.n_auto = 3; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_remat: unexpected argument '%s'\n%s", argv[optind], usage);
+        return 2;
+    }
+    if (o.torch_cmd && o.rounds > o.steps) o.rounds = o.steps;
+    o.seed = (uint64_t)seed;
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "bench_remat: out of memory\n"), 1;
+    fr_set_threads(ctx, o.threads);
+    int rc = 0;
+    if (o.chain) rc = chain_bench(ctx, &o);
+    if (!rc && o.batch_table) rc = batch_table(ctx);
+    fr_ctx_free(ctx);
+    return rc;
+}

@@ -1,0 +1,336 @@
+/* optim_state.c — Adam/AdamW over compressed moments (fp32, bf16, int8
+ * block-wise dynamic quantization), the moment buffers' byte sizes and
+ * whole-buffer conversions, and the two 256-entry dynamic quantization maps
+ * (built once, at first use). The f32 update arithmetic is fr_k_adam's
+ * (src/backend/cpu/optim.c) restated operation for operation; the buffers
+ * are the caller's. */
+#include "backend/cpu/optim_state.h"
+
+#include <ctype.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "core/half.h"
+
+#define STATE_PAR_MIN 16384 /* as optim.c: below this a thread team costs more than it saves */
+
+/* ---- the dynamic quantization maps ------------------------------------- */
+
+/* bitsandbytes' create_dynamic_map(signed, max_exponent_bits = 7,
+ * total_bits = 8). With non_sign_bits = total_bits - 1 = 7, decade
+ * i = 0..6 contributes the midpoints of linspace(0.1, 1, F_i) scaled by
+ * 10^(i - 6), where F_i = 2^i + 1 when signed (each midpoint also negated)
+ * and 2^(i+1) + 1 when not: 2 (2^7 - 1) = 254 values either way. Then 0 and
+ * 1 are appended (additional_items = 2^(7 - 7) - 1 = 0 adds nothing), which
+ * makes exactly 256, and the list is sorted ascending. So the signed map
+ * spans [-0.99297, 1] with 0 at index 127, the unsigned map [0, 1] with 0 at
+ * index 0, and the nonzero magnitudes run from 5.5e-7 (signed) or 3.25e-7
+ * (unsigned) up, about 2^(i+1) (unsigned) or 2^i (signed) codes per decade.
+ *
+ * Float arithmetic as torch does it: linspace is torch's scalar formula
+ * (step = (1 - 0.1f) / (F - 1); start + step j for j < F/2, end - step
+ * (F - 1 - j) after), the midpoint (b_j + b_j+1) / 2, the decade factor a
+ * double rounded to float times the midpoint. torch's vectorised CPU
+ * linspace can differ from the scalar formula in the last bit, and so
+ * bitsandbytes' own map by up to 2 ulp in some entries, depending on the
+ * CPU; tests/ref/dynamic_map.py dumps both for the test. */
+#define MAP_TOTAL_BITS 8
+#define MAP_MAX_EXP_BITS 7
+#define MAP_NON_SIGN_BITS (MAP_TOTAL_BITS - 1)
+_Static_assert(MAP_NON_SIGN_BITS == MAP_MAX_EXP_BITS, "the map has no additional items");
+
+typedef struct dyn_map {
+    float val[256];  /* ascending */
+    double mid[256]; /* mid[k] = (val[k] + val[k+1]) / 2, exact in double; mid[255] = +inf */
+    uint8_t zero;    /* the index of the value 0 */
+} dyn_map;
+
+static dyn_map map_tables[2]; /* [0] unsigned (second moment), [1] signed (first moment) */
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+
+static void linspace_01(int steps, float *b) {
+    const float start = 0.1f, end = 1.0f;
+    const float step = (end - start) / (float)(steps - 1);
+    const int half = steps / 2;
+    for (int j = 0; j < steps; j++)
+        b[j] = j < half ? start + step * (float)j : end - step * (float)(steps - j - 1);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void build_map(int is_signed, dyn_map *d) {
+    static const double decade[MAP_MAX_EXP_BITS] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+    float vals[256], b[(1 << MAP_NON_SIGN_BITS) + 1];
+    int cnt = 0;
+    for (int i = 0; i < MAP_MAX_EXP_BITS; i++) {
+        const int shift = i + MAP_NON_SIGN_BITS - MAP_MAX_EXP_BITS + (is_signed ? 0 : 1);
+        const int items = (1 << shift) + 1;
+        const float scale = (float)decade[i];
+        linspace_01(items, b);
+        for (int j = 0; j + 1 < items; j++) {
+            const float x = scale * ((b[j] + b[j + 1]) / 2.0f);
+            vals[cnt++] = x;
+            if (is_signed) vals[cnt++] = -x;
+        }
+    }
+    vals[cnt++] = 0.0f;
+    vals[cnt++] = 1.0f;
+    while (cnt < 256) vals[cnt++] = 0.0f; /* never taken with these parameters */
+    qsort(vals, 256, sizeof vals[0], cmp_float);
+
+    memcpy(d->val, vals, sizeof vals);
+    for (int k = 0; k < 255; k++) d->mid[k] = ((double)vals[k] + (double)vals[k + 1]) / 2.0;
+    d->mid[255] = INFINITY;
+    d->zero = 0;
+    for (int k = 0; k < 256; k++)
+        if (vals[k] == 0.0f) {
+            d->zero = (uint8_t)k;
+            break;
+        }
+}
+
+static void build_maps(void) {
+    build_map(0, &map_tables[0]);
+    build_map(1, &map_tables[1]);
+}
+
+static const dyn_map *dynamic_map(int is_signed) {
+    pthread_once(&map_once, build_maps);
+    return &map_tables[is_signed ? 1 : 0];
+}
+
+/* The code of the entry nearest y: the number of midpoints below y, found by
+ * an 8-step binary search; y on a midpoint goes to the lower entry. Adjacent
+ * entries are within a factor of about 1.1 of each other or one is 0, so
+ * their midpoint is exact in double and the comparison is exact. */
+static inline uint8_t nearest_code(const dyn_map *d, float y) {
+    const double yd = y;
+    unsigned k = 0;
+    for (unsigned s = 128; s; s >>= 1)
+        if (d->mid[k + s - 1] < yd) k += s;
+    return (uint8_t)k;
+}
+
+/* ---- int8 blocks -------------------------------------------------------- */
+
+/* One block of cnt <= FR_STATE_INT8_BLOCK elements.
+ * encode: absmax = max_i |x_i|; code_i = nearest(x_i / absmax). A block of
+ *         zeros gets absmax 0 (and the zero code); a block holding a NaN or
+ *         an infinity gets absmax NaN, so the fault stays visible.
+ * decode: x_i = map[code_i] * absmax; absmax 0 gives +0 whatever the codes. */
+static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes,
+                         float *absmax) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (size_t i = 0; i < cnt; i++) {
+        const float a = fabsf(x[i]);
+        if (!(a <= FLT_MAX)) finite = 0;
+        else if (a > amax) amax = a;
+    }
+    if (!finite || amax == 0.0f) {
+        *absmax = finite ? 0.0f : NAN;
+        memset(codes, d->zero, cnt);
+        return;
+    }
+    *absmax = amax;
+    for (size_t i = 0; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
+}
+
+static void decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d,
+                         float *x) {
+    if (absmax == 0.0f) {
+        for (size_t i = 0; i < cnt; i++) x[i] = 0.0f;
+        return;
+    }
+    for (size_t i = 0; i < cnt; i++) x[i] = d->val[codes[i]] * absmax;
+}
+
+static size_t int8_blocks(size_t n) { return (n + FR_STATE_INT8_BLOCK - 1) / FR_STATE_INT8_BLOCK; }
+static size_t int8_codes_bytes(size_t n) { return (n + 3) & ~(size_t)3; }
+
+/* ---- kinds, sizes, names ------------------------------------------------ */
+
+static const char *const kind_names[] = {"fp32", "bf16", "int8"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == FR_STATE_KIND_COUNT,
+               "one name per state kind");
+
+fr_state_kind fr_state_kind_for(fr_state_kind requested, size_t n) {
+    return requested == FR_STATE_INT8 && n < FR_STATE_INT8_MIN ? FR_STATE_F32 : requested;
+}
+
+size_t fr_state_bytes(fr_state_kind k, size_t n) {
+    switch (k) {
+    case FR_STATE_F32: return n * sizeof(float);
+    case FR_STATE_BF16: return n * sizeof(uint16_t);
+    case FR_STATE_INT8: return int8_codes_bytes(n) + int8_blocks(n) * sizeof(float);
+    }
+    return 0;
+}
+
+const char *fr_state_kind_name(fr_state_kind k) {
+    return (unsigned)k < FR_STATE_KIND_COUNT ? kind_names[k] : NULL;
+}
+
+fr_status fr_state_kind_parse(const char *s, fr_state_kind *out) {
+    if (!s) return FR_ERR_ARG;
+    for (int k = 0; k < FR_STATE_KIND_COUNT; k++) {
+        const char *a = s, *b = kind_names[k];
+        while (*a && *b && tolower((unsigned char)*a) == *b) a++, b++;
+        if (!*a && !*b) {
+            if (out) *out = (fr_state_kind)k;
+            return FR_OK;
+        }
+    }
+    return FR_ERR_ARG;
+}
+
+/* ---- whole buffers ------------------------------------------------------ */
+
+void fr_state_decode(const void *buf, fr_state_kind k, size_t n, int is_signed, float *out) {
+    if (n == 0) return;
+    if (k == FR_STATE_F32) {
+        memcpy(out, buf, n * sizeof(float));
+        return;
+    }
+    if (k == FR_STATE_BF16) {
+        fr_bf16_to_f32_n(buf, out, n);
+        return;
+    }
+    if (k != FR_STATE_INT8) return;
+    const dyn_map *d = dynamic_map(is_signed);
+    const uint8_t *codes = buf;
+    const float *absmax = (const float *)(codes + int8_codes_bytes(n));
+    const int64_t nb = (int64_t)int8_blocks(n);
+#pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t lo = (size_t)b * FR_STATE_INT8_BLOCK;
+        const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
+        decode_block(codes + lo, absmax[b], cnt, d, out + lo);
+    }
+}
+
+void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, void *buf) {
+    if (n == 0) return;
+    if (k == FR_STATE_F32) {
+        memcpy(buf, in, n * sizeof(float));
+        return;
+    }
+    if (k == FR_STATE_BF16) {
+        fr_f32_to_bf16_n(in, buf, n);
+        return;
+    }
+    if (k != FR_STATE_INT8) return;
+    const dyn_map *d = dynamic_map(is_signed);
+    uint8_t *codes = buf;
+    float *absmax = (float *)(codes + int8_codes_bytes(n));
+    memset(codes + n, 0, int8_codes_bytes(n) - n); /* the padding, so equal states are equal bytes */
+    const int64_t nb = (int64_t)int8_blocks(n);
+#pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t lo = (size_t)b * FR_STATE_INT8_BLOCK;
+        const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
+        encode_block(in + lo, cnt, d, codes + lo, absmax + b);
+    }
+}
+
+/* ---- the update --------------------------------------------------------- */
+
+/* fr_k_adam's scalars, derived from the options exactly as it derives them
+ * (double, rounded to float once). */
+typedef struct adam_consts {
+    float neg_step_size, bc2_sqrt, b1, b2, eps, one_minus_b1, one_minus_b2, wd, shrink;
+    int l2, dec;
+} adam_consts;
+
+static adam_consts adam_setup(const fr_optim_opts *o, int64_t step, int decoupled) {
+    adam_consts c;
+    const double t = (double)step;
+    const double bc1 = 1.0 - pow((double)o->beta1, t);
+    const double bc2 = 1.0 - pow((double)o->beta2, t);
+    c.neg_step_size = (float)-((double)o->lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.b1 = o->beta1;
+    c.b2 = o->beta2;
+    c.eps = o->eps;
+    c.one_minus_b1 = (float)(1.0 - (double)o->beta1);
+    c.one_minus_b2 = (float)(1.0 - (double)o->beta2);
+    c.wd = o->weight_decay;
+    c.shrink = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
+    c.l2 = !decoupled && c.wd != 0.0f;
+    c.dec = decoupled && c.wd != 0.0f;
+    return c;
+}
+
+/* One element, fr_k_adam's loop body with its operations in its order:
+ *   g += wd p (Adam) | p *= 1 - lr wd (AdamW)
+ *   m = m b1 + (1 - b1) g;  v = v b2 + (1 - b2) g g
+ *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ * m and v come in decoded and leave in f32, to be encoded by the caller. */
+static inline void adam_elem(const adam_consts *c, float *p, float g, float *m, float *v) {
+    float gi = g;
+    float pi = *p;
+    if (c->l2) gi = gi + c->wd * pi;
+    if (c->dec) pi = pi * c->shrink;
+    float mi = *m * c->b1 + c->one_minus_b1 * gi;
+    float vi = *v * c->b2 + c->one_minus_b2 * gi * gi;
+    float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+    *m = mi;
+    *v = vi;
+    *p = pi + c->neg_step_size * mi / denom;
+}
+
+/* p, g: f32 (n); m, v: uint16_t (n) bf16. Elementwise: decode, update, round
+ * to nearest even. */
+static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                      const adam_consts *c) {
+    const int64_t len = (int64_t)n;
+#pragma omp parallel for schedule(static) if (len >= STATE_PAR_MIN)
+    for (int64_t i = 0; i < len; i++) {
+        float mi = fr_bf16_to_f32(m[i]), vi = fr_bf16_to_f32(v[i]);
+        adam_elem(c, &p[i], g[i], &mi, &vi);
+        m[i] = fr_f32_to_bf16(mi);
+        v[i] = fr_f32_to_bf16(vi);
+    }
+}
+
+/* p, g: f32 (n); m, v: int8 layout (codes (n), pad, absmax (ceil(n/2048))).
+ * Block by block, each block wholly one thread's: decode m (signed map) and
+ * v (unsigned map) into f32 scratch, update every element, then take the
+ * block's new absmax and re-encode. The result does not depend on the
+ * thread count. */
+static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
+                      const adam_consts *c) {
+    const dyn_map *ms = dynamic_map(1), *vs = dynamic_map(0);
+    float *m_absmax = (float *)(m + int8_codes_bytes(n));
+    float *v_absmax = (float *)(v + int8_codes_bytes(n));
+    const int64_t nb = (int64_t)int8_blocks(n);
+#pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float mb[FR_STATE_INT8_BLOCK], vb[FR_STATE_INT8_BLOCK];
+        const size_t lo = (size_t)b * FR_STATE_INT8_BLOCK;
+        const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
+        decode_block(m + lo, m_absmax[b], cnt, ms, mb);
+        decode_block(v + lo, v_absmax[b], cnt, vs, vb);
+        for (size_t j = 0; j < cnt; j++) adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
+        encode_block(mb, cnt, ms, m + lo, &m_absmax[b]);
+        encode_block(vb, cnt, vs, v + lo, &v_absmax[b]);
+    }
+}
+
+void fr_k_adam_state(float *p, const float *g, void *m, void *v, size_t n, const fr_optim_opts *o,
+                     int64_t step, int decoupled, fr_state_kind k) {
+    if (n == 0) return;
+    if (k == FR_STATE_F32) {
+        fr_k_adam(p, g, m, v, n, o, step, decoupled);
+        return;
+    }
+    const adam_consts c = adam_setup(o, step, decoupled);
+    if (k == FR_STATE_BF16) adam_bf16(p, g, m, v, n, &c);
+    else if (k == FR_STATE_INT8) adam_int8(p, g, m, v, n, &c);
+}

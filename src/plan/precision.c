@@ -1,0 +1,123 @@
+/* precision.c — the mixed-precision pass (see precision.h). */
+#include <string.h>
+#include "plan/precision.h"
+
+/* Forward work: the original forward nodes and recomputed clones. */
+static int is_forward(const fr_graph *g, int i, int n_nodes0) {
+    return i < g->n_forward || (i >= n_nodes0 && g->nodes[i].attr.recompute);
+}
+
+static int is_loss_bwd(fr_op op) { return op == FR_OP_CROSS_ENTROPY_BWD || op == FR_OP_MSE_BWD; }
+
+/* Does node i read value x late, after the forward pass: a backward op, or a
+ * recomputing clone reading a value the original forward pass made (a
+ * checkpoint)? Clones reading each other's outputs consume them at once. */
+static int late_read(const fr_graph *g, int i, int x, int n_nodes0) {
+    if (!is_forward(g, i, n_nodes0)) return 1;
+    return i >= g->n_forward && g->vals[x].producer >= 0 && g->vals[x].producer < g->n_forward;
+}
+
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order_io, int *n_io) {
+    fr_ctx *ctx = g->ctx;
+    int n = *n_io, *order = *order_io;
+    size_t nv0 = g->n_vals, nn0 = g->n_nodes;
+    uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* 1: store in half */
+    int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
+    size_t cap = (size_t)n * 3 + 16, k = 0;
+    int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
+    fr_status st = FR_OK;
+    if (!cast || !hv || !out) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    /* Castable: an f32 step value made as out[0] of forward work, read by
+     * backward, not by a loss's backward, and never through a view. */
+    for (size_t v = 0; v < nv0; v++) {
+        const fr_value *val = &g->vals[v];
+        hv[v] = -1;
+        int p = val->producer;
+        cast[v] = val->kind == FR_VAL_STEP && val->dtype == FR_F32 && val->alias_of < 0 && p >= 0 &&
+                  is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == (int)v &&
+                  g->nodes[p].op != FR_OP_VIEW;
+    }
+    uint8_t *read_back = fr_calloc(ctx, nv0, FR_MEM_OTHER);
+    if (!read_back) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    for (size_t i = 0; i < nn0; i++) {
+        const fr_node *nd = &g->nodes[i];
+        for (int j = 0; j < nd->n_in; j++) {
+            int x = nd->in[j];
+            if (x < 0 || !late_read(g, (int)i, x, n_nodes0)) continue;
+            if (is_loss_bwd(nd->op)) cast[x] = 0;
+            read_back[x] = 1;
+            if (g->vals[x].alias_of >= 0) { /* read through a view: keep the root f32 */
+                int r = x;
+                while (g->vals[r].alias_of >= 0) r = g->vals[r].alias_of;
+                cast[r] = 0;
+            }
+        }
+    }
+    for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v];
+    fr_free(ctx, read_back);
+#define EMIT(id)                                                                     \
+    do {                                                                             \
+        if (fr_grow(ctx, (void **)&out, &cap, k + 1, sizeof *out, FR_MEM_OTHER)) {   \
+            st = FR_ERR_NOMEM;                                                       \
+            goto done;                                                               \
+        }                                                                            \
+        out[k++] = (id);                                                             \
+    } while (0)
+    for (int pos = 0; pos < n; pos++) {
+        int i = order[pos];
+        { /* bring saved halves back to f32 for late readers */
+            for (int j = 0; j < g->nodes[i].n_in; j++) {
+                int x = g->nodes[i].in[j];
+                if (x < 0 || (size_t)x >= nv0 || !cast[x] || hv[x] < 0) continue;
+                if (!late_read(g, i, x, n_nodes0)) continue;
+                fr_attr a = {0};
+                a.dtype = FR_F32;
+                int up, c = fr_graph_node(g, FR_OP_CAST, &hv[x], 1, &a, -1, 0, &up);
+                if (c < 0) {
+                    st = g->status;
+                    goto done;
+                }
+                g->nodes[c].layer = g->nodes[i].layer;
+                g->nodes[i].in[j] = up;
+                EMIT(c);
+            }
+        }
+        EMIT(i);
+        if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
+            int v = g->nodes[i].out[0];
+            if (v >= 0 && (size_t)v < nv0 && cast[v]) {
+                fr_attr a = {0};
+                a.dtype = half;
+                int h, c = fr_graph_node(g, FR_OP_CAST, &v, 1, &a, -1, 0, &h);
+                if (c < 0) {
+                    st = g->status;
+                    goto done;
+                }
+                g->nodes[c].layer = g->nodes[i].layer;
+                hv[v] = h;
+                g->vals[h].saved = 1;
+                g->vals[v].saved = 0;
+                EMIT(c);
+            }
+        }
+    }
+#undef EMIT
+done:
+    fr_free(ctx, cast);
+    fr_free(ctx, hv);
+    (void)nn0;
+    if (st) {
+        fr_free(ctx, out);
+        return st;
+    }
+    fr_free(ctx, order);
+    *order_io = out;
+    *n_io = (int)k;
+    return FR_OK;
+}

@@ -1,0 +1,17 @@
+/* precision.h — mixed precision as a graph pass: each activation saved for
+ * backward is stored in a 16-bit format (a CAST right after it is made) and
+ * brought back to f32 right before each backward op that reads it (a CAST
+ * there), so the bytes held between the forward and the backward pass
+ * halve. Values that need range stay f32, following PyTorch autocast's
+ * lists: the logits read by the loss, BatchNorm/LayerNorm statistics, masks. */
+#ifndef FR_PRECISION_H
+#define FR_PRECISION_H
+
+#include "graph/graph.h"
+
+/* Rewrites g and the execution order (reallocated); n_forward0 is the
+ * number of forward nodes before any clone was added, n_nodes0 the node
+ * count before rematerialization. */
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order, int *n_order);
+
+#endif
