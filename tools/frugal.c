@@ -46,6 +46,7 @@ static const char *usage_train =
     "  --nesterov          SGD Nesterov momentum\n"
     "  --dampening X       SGD dampening [0]\n"
     "  --weight-decay X    L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]\n"
+    "  --eps X             Adam/AdamW epsilon [1e-8]\n"
     "  --zero-grad MODE    none (release gradient buffers after each step, PyTorch's\n"
     "                      set_to_none=True) or zero (keep them) [none]\n"
     "  --seed N            seed for initialisation, shuffling and dropout [0]\n"
@@ -127,7 +128,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
+    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
 };
 
 static const struct option long_opts[] = {
@@ -142,7 +143,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, 0, O_JSON}, {"no-progress", no_argument, 0, O_NOPROG},
     {"weights", required_argument, 0, O_WEIGHTS}, {"eval", no_argument, 0, O_EVAL},
     {"zero-grad", required_argument, 0, O_ZERO}, {"budget", required_argument, 0, O_BUDGET},
-    {"precision", required_argument, 0, O_PREC}, {"optimizer-state", required_argument, 0, O_OSTATE},
+    {"eps", required_argument, 0, O_EPS}, {"precision", required_argument, 0, O_PREC}, {"optimizer-state", required_argument, 0, O_OSTATE},
     {"clip-grad-norm", required_argument, 0, O_CLIP}, {"loss-scale", required_argument, 0, O_LSCALE},
     {"checkpoint", required_argument, 0, O_CKPT}, {"segments", required_argument, 0, O_SEGMENTS},
     {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
@@ -156,7 +157,8 @@ typedef struct cli {
     int steps, accumulate;
     const char *weights;
     int threads, eval_only, lr_set, wd_set;
-    float lr, wd, momentum, dampening;
+    float lr, wd, momentum, dampening, eps;
+    int eps_set;
     int nesterov, zero_keep;
 } cli;
 
@@ -219,6 +221,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = optarg; break;
         case O_EVAL: c->eval_only = 1; break;
+        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = (float)v; c->eps_set = 1; break;
         case O_PREC:
             if (fr_precision_parse(optarg, &c->t.precision))
                 return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);
@@ -279,6 +282,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     c->t.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.optim.lr = c->lr;
     if (c->wd_set) c->t.optim.weight_decay = c->wd;
+    if (c->eps_set) c->t.optim.eps = c->eps;
     c->t.optim.momentum = c->momentum;
     c->t.optim.dampening = c->dampening;
     c->t.optim.nesterov = c->nesterov;

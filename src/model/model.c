@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include "core/half.h"
 #include "core/rng.h"
 #include "model/model.h"
 
@@ -354,6 +355,31 @@ size_t fr_model_num_params(const fr_model *m) {
 
 int fr_model_num_classes(const fr_model *m) {
     return m->cur.ndim == 1 ? (int)m->cur.d[0] : (int)fr_shape_numel(&m->cur);
+}
+
+fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (!p->trainable || p->dtype == dt || !p->data) continue;
+        size_t n = (size_t)fr_shape_numel(&p->shape);
+        uint16_t *h = fr_alloc(m->ctx, n * 2, FR_MEM_PARAMS);
+        if (!h) return FR_ERR_NOMEM;
+        if (p->dtype != FR_F32) {
+            fr_free(m->ctx, h);
+            return fr_fail(m->ctx, FR_ERR_ARG, "%s is %s: convert 16-bit weights back to fp32 first",
+                           p->name, fr_dtype_name(p->dtype));
+        }
+        if (dt == FR_F16) fr_f32_to_f16_n(p->data, h, n);
+        else fr_f32_to_bf16_n(p->data, h, n);
+        fr_free(m->ctx, p->data);
+        p->data = h;
+        p->dtype = dt;
+        for (int k = 0; k < 2; k++) { /* optimizer state follows the weights */
+            fr_free(m->ctx, p->state[k]);
+            p->state[k] = NULL;
+        }
+    }
+    return FR_OK;
 }
 
 fr_status fr_model_alloc_params(fr_model *m) {

@@ -18,6 +18,7 @@ static int late_read(const fr_graph *g, int i, int x, int n_nodes0) {
 }
 
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order_io, int *n_io) {
+    int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
     fr_ctx *ctx = g->ctx;
     int n = *n_io, *order = *order_io;
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
@@ -59,7 +60,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
             }
         }
     }
-    for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v];
+    for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v] & store_half;
     fr_free(ctx, read_back);
 #define EMIT(id)                                                                     \
     do {                                                                             \
@@ -87,6 +88,20 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                 g->nodes[i].in[j] = up;
                 EMIT(c);
             }
+        }
+        for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
+            int x = g->nodes[i].in[j];
+            if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32) continue;
+            fr_attr a = {0};
+            a.dtype = FR_F32;
+            int up, c = fr_graph_node(g, FR_OP_CAST, &x, 1, &a, -1, 0, &up);
+            if (c < 0) {
+                st = g->status;
+                goto done;
+            }
+            g->nodes[c].layer = g->nodes[i].layer;
+            g->nodes[i].in[j] = up;
+            EMIT(c);
         }
         EMIT(i);
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */

@@ -9,9 +9,10 @@
 
 #include "graph/graph.h"
 
-/* Rewrites g and the execution order (reallocated); n_forward0 is the
- * number of forward nodes before any clone was added, n_nodes0 the node
- * count before rematerialization. */
+/* Rewrites g and the execution order (reallocated); n_nodes0 is the node
+ * count before rematerialization. half = FR_F16 or FR_BF16 stores saved
+ * activations in that format; FR_F32 only inserts the casts that bring
+ * 16-bit weights (pure half precision) to f32 where ops read them. */
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order, int *n_order);
 
 #endif

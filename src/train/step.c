@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include "autodiff/autodiff.h"
+#include "core/half.h"
 #include "backend/cpu/kernels.h"
 #include "plan/precision.h"
 #include "plan/remat.h"
@@ -26,7 +27,7 @@ static fr_status alloc_grads(fr_step *s) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || p->grad) continue;
-        p->grad = fr_alloc(s->ctx, param_bytes(p), FR_MEM_GRADS);
+        p->grad = fr_alloc(s->ctx, (size_t)fr_shape_numel(&p->shape) * sizeof(float), FR_MEM_GRADS);
         if (!p->grad) return FR_ERR_NOMEM;
         p->grad_valid = 0;
     }
@@ -39,7 +40,7 @@ static fr_status alloc_state(fr_step *s) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
-        for (int k = 0; k < ns; k++)
+        for (int k = 0; k < ns; k++) /* state in the weights' format (16 bits in pure half) */
             if (!p->state[k] && !(p->state[k] = fr_calloc(s->ctx, param_bytes(p), FR_MEM_OPTIM)))
                 return FR_ERR_NOMEM;
     }
@@ -127,6 +128,12 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         return NULL;
     }
     if (!m->initialised && fr_model_init(m, opts->seed)) return NULL;
+    if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
+        /* model.half(): weights and biases stored in 16 bits from here on
+         * (BatchNorm's running statistics stay f32: they are updated in place
+         * by an f32 kernel, as cuDNN keeps them in f32 for half inputs). */
+        if (fr_model_to_dtype(m, opts->precision == FR_PREC_FP16 ? FR_F16 : FR_BF16)) return NULL;
+    }
     fr_mem_stats before;
     fr_mem_get_stats(ctx, &before);
     fr_step *s = fr_calloc(ctx, sizeof *s, FR_MEM_OTHER);
@@ -191,8 +198,11 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &s->extra_flops)))
         goto fail;
     fr_precision prec = opts->precision;
-    if (opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) {
+    int half_weights = 0;
+    for (size_t i = 0; i < m->n_params; i++) half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;
+    if ((opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) || half_weights) {
         fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
+        if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
         if ((st = fr_precision_apply(&s->g, half, n_nodes0, &order, &n_order))) goto fail;
     }
     s->scaler = fr_scaler_default();
@@ -254,7 +264,18 @@ fr_status fr_step_arena_acquire(fr_step *s) {
     return fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
-static void optimizer_update(fr_step *s) {
+/* 16-bit storage <-> f32 working copies for the optimizer (pure half mode). */
+static void widen(const void *src, fr_dtype dt, float *dst, size_t n) {
+    if (dt == FR_F16) fr_f16_to_f32_n(src, dst, n);
+    else fr_bf16_to_f32_n(src, dst, n);
+}
+
+static void narrow(const float *src, fr_dtype dt, void *dst, size_t n) {
+    if (dt == FR_F16) fr_f32_to_f16_n(src, dst, n);
+    else fr_f32_to_bf16_n(src, dst, n);
+}
+
+static fr_status optimizer_update(fr_step *s) {
     fr_model *m = s->m;
     const fr_optim_opts *o = &s->o.optim;
     s->t++;
@@ -262,12 +283,28 @@ static void optimizer_update(fr_step *s) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || !p->grad_valid) continue; /* PyTorch skips params whose grad is None */
         size_t n = (size_t)fr_shape_numel(&p->shape);
+        int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
+        float *w = p->data, *st[2] = {p->state[0], p->state[1]};
+        if (half) { /* the update in f32, the result rounded back to 16 bits, state too */
+            w = fr_alloc(s->ctx, n * sizeof *w * (size_t)(1 + ns), FR_MEM_WORKSPACE);
+            if (!w) return FR_ERR_NOMEM;
+            widen(p->data, p->dtype, w, n);
+            for (int k = 0; k < ns; k++) {
+                st[k] = w + n * (size_t)(k + 1);
+                widen(p->state[k], p->dtype, st[k], n);
+            }
+        }
         if (o->kind == FR_OPTIM_SGD)
-            fr_k_sgd(p->data, p->grad, p->state[0], n, o, s->t == 1);
+            fr_k_sgd(w, p->grad, st[0], n, o, s->t == 1);
         else
-            fr_k_adam(p->data, p->grad, p->state[0], p->state[1], n, o, s->t,
-                      o->kind == FR_OPTIM_ADAMW);
+            fr_k_adam(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
+        if (half) {
+            narrow(w, p->dtype, p->data, n);
+            for (int k = 0; k < ns; k++) narrow(st[k], p->dtype, p->state[k], n);
+            fr_free(s->ctx, w);
+        }
     }
+    return FR_OK;
 }
 
 /* Whether every gradient is finite (a scaled overflow shows as inf or NaN). */
@@ -417,7 +454,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     } else {
         if (s->scaler.enabled) scale_grads(s, fr_scaler_inv_scale(&s->scaler));
         if (s->o.clip_grad_norm > 0) clip_grads(s, s->o.clip_grad_norm);
-        optimizer_update(s);
+        if ((st = optimizer_update(s))) return st;
         if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
     }
     /* zero_grad: set_to_none releases the buffers, otherwise the next backward
@@ -441,7 +478,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         size_t b = param_bytes(p);
         out[FR_MEM_PARAMS] += b;
         if (s->gv[i] >= 0) {
-            out[FR_MEM_GRADS] += b;
+            out[FR_MEM_GRADS] += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
             out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * b;
         }
     }

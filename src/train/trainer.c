@@ -155,6 +155,14 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         }
         so.budget = cfg->budget - held - queue;
     }
+    if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
+        fprintf(stderr,
+                "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
+                "below 2.4e-4 underflow to 0 (smallest subnormal 6e-8) and eps=%g is not "
+                "representable: steps blow up (the seeds' \"Adam may report an error with "
+                "half\"). Use --precision fp16-mixed (fp32 master weights and state) or bf16, or "
+                "raise --eps to 1e-4.\n",
+                (double)cfg->optim.eps);
     if (!(s = fr_step_compile(m, &so))) {
         st = FR_ERR_ARG;
         goto done;
