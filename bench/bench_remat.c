@@ -77,20 +77,28 @@ typedef struct config {
     size_t held;       /* activations live when the backward starts */
     size_t plan_act, plan_step;
     size_t meas_act, meas_step;
-    double *ms;
+    double *ms, *cpu; /* per timed step: wall and process CPU milliseconds */
     int n_ms;
-    double median;
+    double median, cpu_median;
 } config;
 
 /* PyTorch's points, read back from torch_remat.json. */
 typedef struct torch_point {
     char label[32];
-    double ms, ratio, held, peak, peak_rss;
+    double ms, ratio, cpu_ratio, held, held_rss, peak;
 } torch_point;
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* CPU time of the whole process (all threads): less sensitive than wall
+ * time to other work on a shared machine, though it counts OpenMP spinning. */
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
@@ -246,8 +254,8 @@ static double json_num(const char *from, const char *to, const char *key) {
 }
 
 /* Reads the "points" array torch_remat.py writes: one object per
- * configuration with label, median_ms, ratio, held_bytes, peak_bytes and
- * peak_rss_bytes. Returns how many (0 when the file is absent). */
+ * configuration with label, median_ms, ratio, cpu_ratio, held_bytes,
+ * held_rss_bytes and peak_bytes. Returns how many (0 when the file is absent). */
 static int read_torch(const char *path, torch_point *pt, int max, char *blas, size_t blas_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
@@ -270,7 +278,8 @@ static int read_torch(const char *path, torch_point *pt, int max, char *blas, si
         pt[k].ratio = json_num(p, end, "ratio");
         pt[k].held = json_num(p, end, "held_bytes");
         pt[k].peak = json_num(p, end, "peak_bytes");
-        pt[k].peak_rss = json_num(p, end, "peak_rss_bytes");
+        pt[k].held_rss = json_num(p, end, "held_rss_bytes");
+        pt[k].cpu_ratio = json_num(p, end, "cpu_ratio");
         k++;
         p = end;
     }
@@ -492,7 +501,8 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
         c[i].plan_act = c[i].s->plan.peak[FR_MEM_ACTIVATIONS];
         c[i].plan_step = c[i].s->plan.peak_total;
         c[i].ms = calloc((size_t)o->steps, sizeof *c[i].ms);
-        if (!c[i].ms) goto fail;
+        c[i].cpu = calloc((size_t)o->steps, sizeof *c[i].cpu);
+        if (!c[i].ms || !c[i].cpu) goto fail;
     }
     size_t sample = 1024;
     x = malloc((size_t)batch * sample * sizeof *x);
@@ -526,10 +536,11 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
                     fr_mem_stats before, after;
                     fr_mem_get_stats(ctx, &before);
                     fr_mem_reset_peak(ctx);
-                    double t0 = now_ms();
+                    double t0 = now_ms(), u0 = cpu_ms();
                     if (fr_step_run(c[i].s, &b, &loss, NULL)) goto fail;
-                    double t1 = now_ms();
+                    double t1 = now_ms(), u1 = cpu_ms();
                     fr_mem_get_stats(ctx, &after);
+                    c[i].cpu[c[i].n_ms] = u1 - u0;
                     c[i].ms[c[i].n_ms++] = t1 - t0;
                     size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
                     size_t step = after.allocated_total_peak - before.allocated_total;
@@ -540,11 +551,16 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
         }
         for (int i = 0; i < nc; i++) {
             int j = c[i].same_as >= 0 ? c[i].same_as : i;
-            c[i].median = median_of(c[j].ms, c[j].n_ms);
+            double tmp[2][64];
+            int n = c[j].n_ms < 64 ? c[j].n_ms : 64;
+            memcpy(tmp[0], c[j].ms, (size_t)n * sizeof(double));
+            memcpy(tmp[1], c[j].cpu, (size_t)n * sizeof(double));
+            c[i].median = median_of(tmp[0], n);
+            c[i].cpu_median = median_of(tmp[1], n);
             if (c[i].same_as >= 0) c[i].meas_act = c[j].meas_act, c[i].meas_step = c[j].meas_step;
         }
     } else {
-        for (int i = 0; i < nc; i++) c[i].median = NAN;
+        for (int i = 0; i < nc; i++) c[i].median = c[i].cpu_median = NAN;
         frontier(m, &base);
     }
 
@@ -555,11 +571,11 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
     snprintf(tpath, sizeof tpath, "%s", o->torch ? o->torch : "");
     if (!o->torch) snprintf(tpath, sizeof tpath, "%s/torch_remat.json", o->out);
     int nt = read_torch(tpath, tp, MAX_TORCH, blas, sizeof blas);
-    double base_ms = c[0].median, base_held = (double)c[0].held, base_step = (double)c[0].meas_step;
+    double base_ms = c[0].median, base_cpu = c[0].cpu_median, base_held = (double)c[0].held, base_step = (double)c[0].meas_step;
     if (o->plan_only) base_step = (double)c[0].plan_step;
-    printf("| config | plan | budget MiB | ms/step | time ratio | extra compute | held MiB | held ratio | "
-           "act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | reserved MiB |\n");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| config | plan | budget MiB | ms/step | time ratio | CPU-time ratio | extra compute | held MiB | "
+           "held ratio | act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | reserved MiB |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < nc; i++) {
         char pn[64], bud[32] = "", ms[32], note[48] = "";
         plan_name(&c[i].info, pn, sizeof pn);
@@ -567,8 +583,10 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
         if (c[i].same_as >= 0) snprintf(note, sizeof note, " (= %s)", c[c[i].same_as].label);
         snprintf(ms, sizeof ms, "%.1f", c[i].median);
         size_t meas_step = o->plan_only ? c[i].plan_step : c[i].meas_step;
-        printf("| %s | %s%s | %s | %s | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %.2f | %.1f |\n",
-               c[i].label, pn, note, bud, ms, c[i].median / base_ms, 100 * extra_frac(&c[i].info),
+        printf("| %s | %s%s | %s | %s | %.2fx | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %.2f | "
+               "%.1f |\n",
+               c[i].label, pn, note, bud, ms, c[i].median / base_ms, c[i].cpu_median / base_cpu,
+               100 * extra_frac(&c[i].info),
                c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB, c[i].meas_act / MIB,
                c[i].plan_step / MIB, meas_step / MIB, meas_step / base_step, c[i].info.reserved / MIB);
     }
@@ -576,12 +594,13 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
     if (nt) {
         printf("\nPyTorch (%s, %s): checkpoint_sequential, each vs its own keep-everything step\n\n", tpath,
                blas[0] ? blas : "BLAS unknown");
-        printf("| config | ms/step | time ratio | held MiB | held ratio | in-step peak MiB (allocated) | "
-               "in-step ratio | in-step peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("| config | ms/step | time ratio | CPU-time ratio | held MiB (saved tensors) | held ratio | "
+               "held MiB (RSS) | in-step peak MiB (RSS) | in-step ratio |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < nt; i++)
-            printf("| torch %s | %.1f | %.2fx | %.1f | %.2f | %.1f | %.2f | %.1f |\n", tp[i].label, tp[i].ms,
-                   tp[i].ratio, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].peak / MIB,
-                   tp[i].peak / tp[0].peak, tp[i].peak_rss / MIB);
+            printf("| torch %s | %.1f | %.2fx | %.2fx | %.1f | %.2f | %.1f | %.1f | %.2f |\n", tp[i].label, tp[i].ms,
+                   tp[i].ratio, tp[i].cpu_ratio, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].held_rss / MIB,
+                   tp[i].peak / MIB, tp[i].peak / tp[0].peak);
         /* the goal: at every memory level, less extra time than PyTorch */
         printf("\nAt each PyTorch point, frugal's fastest configuration holding no more (held ratio) and "
                "peaking no higher (in-step ratio), both relative to each engine's keep-everything:\n\n");
@@ -623,13 +642,14 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
         int j = c[i].same_as >= 0 ? c[i].same_as : i;
         fprintf(f, "  {\"label\": \"%s\", \"plan\": \"%s\", \"same_as\": %s%s%s, \"budget\": %zu, "
                    "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, "
-                   "\"median_ms\": %.4f, \"ratio\": %.4f, \"held_bytes\": %zu, \"plan_act_peak\": %zu, "
+                   "\"median_ms\": %.4f, \"ratio\": %.4f, \"cpu_median_ms\": %.4f, \"held_bytes\": %zu, \"plan_act_peak\": %zu, "
                    "\"meas_act_peak\": %zu, \"plan_step_peak\": %zu, \"meas_step_peak\": %zu, "
                    "\"arena\": %zu, \"reserved\": %zu, \"ms\": [",
                 c[i].label, pn, c[i].same_as >= 0 ? "\"" : "", c[i].same_as >= 0 ? c[c[i].same_as].label : "null",
                 c[i].same_as >= 0 ? "\"" : "", c[i].budget, c[i].info.micro_batch, c[i].info.recomputed_units,
                 extra_frac(&c[i].info), isnan(c[i].median) ? 0 : c[i].median,
-                isnan(c[i].median) ? 0 : c[i].median / base_ms, c[i].held, c[i].plan_act, c[i].meas_act,
+                isnan(c[i].median) ? 0 : c[i].median / base_ms, isnan(c[i].cpu_median) ? 0 : c[i].cpu_median,
+                c[i].held, c[i].plan_act, c[i].meas_act,
                 c[i].plan_step, c[i].meas_step, c[i].info.arena, c[i].info.reserved);
         for (int k = 0; k < c[j].n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", c[j].ms[k]);
         fprintf(f, "]}%s\n", i + 1 < nc ? "," : "");
@@ -649,6 +669,7 @@ out:
     for (int i = 0; i < nc; i++) {
         fr_step_free(c[i].s);
         free(c[i].ms);
+        free(c[i].cpu);
     }
     free(x);
     free(y);
@@ -763,7 +784,7 @@ int main(int argc, char **argv) {
     int c, seed = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
-        case 'n': if (parse_int("steps", optarg, 1, 10000, &o.steps)) return 2; break;
+        case 'n': if (parse_int("steps", optarg, 1, 64, &o.steps)) return 2; break;
         case 'w': if (parse_int("warmup", optarg, 0, 10000, &o.warmup)) return 2; break;
         case 't': if (parse_int("threads", optarg, 0, 4096, &o.threads)) return 2; break;
         case 'a': if (parse_int("auto", optarg, 0, MAX_CFG - 12, &o.n_auto)) return 2; break;

@@ -22,7 +22,8 @@ so memory readings are its own, with glibc's mmap threshold fixed at 64 KiB
 (MALLOC_MMAP_THRESHOLD_) so that every freed tensor above it goes back to the
 system at once and the RSS follows the live tensors. Per configuration:
 
-- median ms/step over --steps timed steps after --warmup untimed ones;
+- median ms/step over --steps timed steps after --warmup untimed ones, and
+  the median process CPU time per step (time.process_time, all threads);
 - held_bytes: what the forward saves for backward, summed over distinct
   storages by torch.autograd.graph.saved_tensors_hooks, parameters and the
   input batch left out (bench_remat's "held" leaves the batch out too);
@@ -145,14 +146,15 @@ def worker(o):
     step()
     peak = (status_kib("VmHWM") - rss0) * 1024
 
-    ms = []
+    ms, cpu = [], []
     first = last = None
     for i in range(o.steps):
-        t0 = time.perf_counter()
+        t0, u0 = time.perf_counter(), time.process_time()
         last = step()
         ms.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - u0) * 1e3)
         first = last if first is None else first
-    print(json.dumps({"segments": segs, "median_ms": statistics.median(ms), "ms": ms,
+    print(json.dumps({"segments": segs, "median_ms": statistics.median(ms), "ms": ms, "cpu_ms": cpu,
                       "held_bytes": held, "held_rss_bytes": held_rss, "peak_bytes": peak,
                       "first_loss": first, "last_loss": last, "threads": torch.get_num_threads()}))
 
@@ -214,14 +216,16 @@ def main():
     for i, segs in enumerate(segments):
         per = [run["configs"][i] for run in runs if i < len(run["configs"])]
         ms = [t for r in per for t in r["ms"]]
+        cpu = [t for r in per for t in r["cpu_ms"]]
         points.append({"label": label(segs), "segments": segs, "median_ms": statistics.median(ms),
+                       "cpu_median_ms": statistics.median(cpu),
                        "held_bytes": statistics.median(r["held_bytes"] for r in per),
                        "held_rss_bytes": statistics.median(r["held_rss_bytes"] for r in per),
                        "peak_bytes": statistics.median(r["peak_bytes"] for r in per),
                        "runs": len(per), "steps": len(ms)})
-    base = points[0]["median_ms"]
     for p in points:
-        p["ratio"] = p["median_ms"] / base
+        p["ratio"] = p["median_ms"] / points[0]["median_ms"]
+        p["cpu_ratio"] = p["cpu_median_ms"] / points[0]["cpu_median_ms"]
     doc = {"impl": "torch", "torch": torch.__version__, "threads": o.threads, "batch": o.batch,
            "blas_libraries": libs, "matmul_1024_gflops": round(gflops, 2), "blas_ok": gflops >= SLOW_BLAS_GFLOPS,
            "model": "32x(Linear(1024,1024)+ReLU)+Linear(1024,10)", "runs": runs}
@@ -231,10 +235,12 @@ def main():
         f.write(json.dumps(doc, indent=1)[:-2] + ',\n "points": [\n')
         f.write(",\n".join("  " + json.dumps(p) for p in points) + "\n ]\n}\n")
     os.replace(o.out + ".tmp", o.out)
-    print("| config | ms/step | time ratio | held MiB | held RSS MiB | in-step peak RSS MiB | in-step ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| config | ms/step | time ratio | CPU-time ratio | held MiB | held RSS MiB | in-step peak RSS MiB | "
+          "in-step ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for p in points:
-        print(f"| torch {p['label']} | {p['median_ms']:.1f} | {p['ratio']:.2f}x | {p['held_bytes'] / 2**20:.1f} | "
+        print(f"| torch {p['label']} | {p['median_ms']:.1f} | {p['ratio']:.2f}x | {p['cpu_ratio']:.2f}x | "
+              f"{p['held_bytes'] / 2**20:.1f} | "
               f"{p['held_rss_bytes'] / 2**20:.1f} | {p['peak_bytes'] / 2**20:.1f} | "
               f"{p['peak_bytes'] / points[0]['peak_bytes']:.2f} |")
 

@@ -53,10 +53,14 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
             if (x < 0 || !late_read(g, (int)i, x, n_nodes0)) continue;
             if (is_loss_bwd(nd->op)) cast[x] = 0;
             read_back[x] = 1;
-            if (g->vals[x].alias_of >= 0) { /* read through a view: keep the root f32 */
-                int r = x;
-                while (g->vals[r].alias_of >= 0) r = g->vals[r].alias_of;
-                cast[r] = 0;
+            if (g->vals[x].alias_of >= 0) { /* read through a view (flatten) */
+                int r = g->vals[x].alias_of;
+                if (g->vals[r].alias_of >= 0) { /* views of views: keep the root f32 */
+                    while (g->vals[r].alias_of >= 0) r = g->vals[r].alias_of;
+                    cast[r] = 0;
+                } else {
+                    read_back[r] = 1;
+                }
             }
         }
     }
@@ -72,21 +76,37 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
     } while (0)
     for (int pos = 0; pos < n; pos++) {
         int i = order[pos];
-        { /* bring saved halves back to f32 for late readers */
+        { /* bring saved halves back to f32 for late readers (and max pooling) */
             for (int j = 0; j < g->nodes[i].n_in; j++) {
                 int x = g->nodes[i].in[j];
-                if (x < 0 || (size_t)x >= nv0 || !cast[x] || hv[x] < 0) continue;
-                if (!late_read(g, i, x, n_nodes0)) continue;
+                /* Max pooling reads the rounded input in forward too, so that its
+                 * backward, comparing rounded values, finds the same maximum. */
+                int pool_fwd = g->nodes[i].op == FR_OP_MAXPOOL2D;
+                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !pool_fwd)) continue;
+                int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
+                if (!cast[r] || hv[r] < 0) continue;
                 fr_attr a = {0};
                 a.dtype = FR_F32;
-                int up, c = fr_graph_node(g, FR_OP_CAST, &hv[x], 1, &a, -1, 0, &up);
+                int up, c = fr_graph_node(g, FR_OP_CAST, &hv[r], 1, &a, -1, 0, &up);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
                 g->nodes[c].layer = g->nodes[i].layer;
-                g->nodes[i].in[j] = up;
                 EMIT(c);
+                if (r != x) { /* the same view of the f32 copy */
+                    fr_attr va = {0};
+                    va.shape = g->vals[x].shape;
+                    int w, vn = fr_graph_node(g, FR_OP_VIEW, &up, 1, &va, -1, 0, &w);
+                    if (vn < 0) {
+                        st = g->status;
+                        goto done;
+                    }
+                    g->nodes[vn].layer = g->nodes[i].layer;
+                    EMIT(vn);
+                    up = w;
+                }
+                g->nodes[i].in[j] = up;
             }
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */

@@ -229,7 +229,8 @@ void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, 
     const dyn_map *d = dynamic_map(is_signed);
     uint8_t *codes = buf;
     float *absmax = (float *)(codes + int8_codes_bytes(n));
-    memset(codes + n, 0, int8_codes_bytes(n) - n); /* the padding, so equal states are equal bytes */
+    /* zero the padding, so that equal states are equal bytes */
+    memset(codes + n, 0, int8_codes_bytes(n) - n);
     const int64_t nb = (int64_t)int8_blocks(n);
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
@@ -282,7 +283,7 @@ static inline void adam_elem(const adam_consts *c, float *p, float g, float *m, 
     float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
     *m = mi;
     *v = vi;
-    *p = pi + c->neg_step_size * mi / denom;
+    *p = pi + c->neg_step_size * (mi / denom);
 }
 
 /* p, g: f32 (n); m, v: uint16_t (n) bf16. Elementwise: decode, update, round

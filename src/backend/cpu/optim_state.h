@@ -29,7 +29,8 @@ typedef enum fr_state_kind { FR_STATE_F32 = 0, FR_STATE_BF16, FR_STATE_INT8 } fr
 #define FR_STATE_KIND_COUNT 3
 
 #define FR_STATE_INT8_BLOCK 2048
-#define FR_STATE_INT8_MIN 4096 /* tensors with fewer elements keep fp32 state (bitsandbytes' min_8bit_size) */
+/* Tensors with fewer elements keep fp32 state (bitsandbytes' min_8bit_size). */
+#define FR_STATE_INT8_MIN 4096
 
 /* The kind a tensor of n elements gets when `requested` is asked for: int8
  * falls back to f32 below FR_STATE_INT8_MIN; the others are kept. */
