@@ -209,8 +209,8 @@ static size_t min_reserved(fr_model *m, const fr_step_opts *base, char *which, s
 static void frontier(fr_model *m, const fr_step_opts *base) {
     int n = m->n_units;
     printf("\nEvery whole-batch plan (every:N and sqrt are not among the planner's candidates):\n\n");
-    printf("| plan | extra compute | held MiB | in-step peak MiB | reserved MiB | planner candidate |\n"
-           "|---|---:|---:|---:|---:|---|\n");
+    printf("| plan | extra compute | held MiB | in-step peak MiB | arena MiB | reserved MiB | planner candidate |\n"
+           "|---|---:|---:|---:|---:|---:|---|\n");
     for (int c = 0; c < 3 * n + 2; c++) {
         fr_step_opts o = *base;
         if (c == 0) o.checkpoint = FR_CKPT_NONE;
@@ -225,8 +225,8 @@ static void frontier(fr_model *m, const fr_step_opts *base) {
         fr_step_plan_info(s, &in);
         char pn[64];
         plan_name(&in, pn, sizeof pn);
-        printf("| %s | +%.1f%% | %.1f | %.1f | %.1f | %s |\n", pn, 100 * extra_frac(&in),
-               held_at_backward(s) / MIB, s->plan.peak_total / MIB, in.reserved / MIB,
+        printf("| %s | +%.1f%% | %.1f | %.1f | %.2f | %.1f | %s |\n", pn, 100 * extra_frac(&in),
+               held_at_backward(s) / MIB, s->plan.peak_total / MIB, in.arena / MIB, in.reserved / MIB,
                o.checkpoint == FR_CKPT_EVERY || o.checkpoint == FR_CKPT_SQRT ? "no" : "yes");
         fr_step_free(s);
     }

@@ -59,7 +59,26 @@ static void next_name(fr_model *m, char *out) {
              sc ? "shortcut" : "body", m->res_index[d][sc]++);
 }
 
+/* Tensors past 2^31 elements (per sample for activations) are refused: no
+ * model here needs them, and it keeps every size product far from overflow. */
+#define FR_MAX_NUMEL ((int64_t)1 << 31)
+
+static int64_t checked_numel(const fr_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        if (s->d[i] < 0 || __builtin_mul_overflow(n, s->d[i], &n) || n > FR_MAX_NUMEL) return -1;
+    return n;
+}
+
 static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
+    char b[64];
+    m->status = FR_ERR_SHAPE;
+    if (checked_numel(&out) < 0) {
+        fr_fail(m->ctx, FR_ERR_SHAPE, "%s: output %s per sample is too large (over 2^31 values)",
+                layer_names[kind], fr_shape_str(&out, b, sizeof b));
+        return NULL;
+    }
+    m->status = FR_ERR_NOMEM;
     if (fr_grow(m->ctx, (void **)&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(fr_layer),
                 FR_MEM_OTHER))
         return NULL;
@@ -69,7 +88,17 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     l->in = m->cur;
     l->out_shape = out;
     l->first_param = (int)m->n_params;
-    if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) next_name(m, l->name);
+    if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) {
+        next_name(m, l->name);
+        for (size_t i = 0; i + 1 < m->n_layers; i++)
+            if (strcmp(m->layers[i].name, l->name) == 0) {
+                m->n_layers--;
+                m->status = fr_fail(m->ctx, FR_ERR_ARG,
+                                    "layer name '%s' is already taken by an earlier name=: "
+                                    "choose names that are not positions", l->name);
+                return NULL;
+            }
+    }
     /* Units, what checkpointing keeps or recomputes as a whole: a layer with
      * weights (linear, conv2d) or a residual block starts one, and the
      * parameter-free or per-channel layers after it (BatchNorm, activations,
@@ -96,7 +125,11 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
 }
 
 static fr_status add_param(fr_model *m, fr_layer *l, const char *suffix, fr_shape shape,
-                           fr_param_role role, int fan_in) {
+                           fr_param_role role, int64_t fan_in) {
+    char b[64];
+    if (checked_numel(&shape) < 0)
+        return fr_fail(m->ctx, FR_ERR_SHAPE, "%s.%s: %s is too large (over 2^31 values)", l->name,
+                       suffix, fr_shape_str(&shape, b, sizeof b));
     if (fr_grow(m->ctx, (void **)&m->params, &m->cap_params, m->n_params + 1, sizeof(fr_param),
                 FR_MEM_OTHER))
         return FR_ERR_NOMEM;
@@ -131,11 +164,12 @@ fr_status fr_model_linear(fr_model *m, int out, int bias) {
                        shape_str(&m->cur, b));
     int64_t in = m->cur.d[0];
     fr_layer *l = add_layer(m, FR_L_LINEAR, fr_shape1(out));
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     l->out = out;
     l->bias = bias;
-    if (add_param(m, l, "weight", fr_shape2(out, in), FR_P_WEIGHT, (int)in)) return FR_ERR_NOMEM;
-    if (bias && add_param(m, l, "bias", fr_shape1(out), FR_P_BIAS, (int)in)) return FR_ERR_NOMEM;
+    fr_status st;
+    if ((st = add_param(m, l, "weight", fr_shape2(out, in), FR_P_WEIGHT, in))) return st;
+    if (bias && (st = add_param(m, l, "bias", fr_shape1(out), FR_P_BIAS, in))) return st;
     return FR_OK;
 }
 
@@ -151,15 +185,17 @@ fr_status fr_model_conv2d(fr_model *m, int oc, int k, int stride, int pad, int b
                        shape_str(&m->cur, b));
     fr_layer *l = add_layer(m, FR_L_CONV2D,
                             fr_shape3(oc, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1));
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     l->out = oc;
     l->kernel = k;
     l->stride = stride;
     l->pad = pad;
     l->bias = bias;
-    int fan_in = (int)(c * k * k);
-    if (add_param(m, l, "weight", fr_shape4(oc, c, k, k), FR_P_WEIGHT, fan_in)) return FR_ERR_NOMEM;
-    if (bias && add_param(m, l, "bias", fr_shape1(oc), FR_P_BIAS, fan_in)) return FR_ERR_NOMEM;
+    fr_shape ws = fr_shape4(oc, c, k, k);
+    int64_t fan_in = checked_numel(&ws) < 0 ? 1 : c * k * k;
+    fr_status st;
+    if ((st = add_param(m, l, "weight", ws, FR_P_WEIGHT, fan_in))) return st;
+    if (bias && (st = add_param(m, l, "bias", fr_shape1(oc), FR_P_BIAS, fan_in))) return st;
     return FR_OK;
 }
 
@@ -173,7 +209,7 @@ static fr_status pool(fr_model *m, fr_layer_kind kind, int k, int stride) {
         return fr_fail(m->ctx, FR_ERR_SHAPE, "%s: window %d is larger than the input %s",
                        layer_names[kind], k, shape_str(&m->cur, b));
     fr_layer *l = add_layer(m, kind, fr_shape3(c, (h - k) / stride + 1, (w - k) / stride + 1));
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     l->kernel = k;
     l->stride = stride;
     return FR_OK;
@@ -184,11 +220,11 @@ fr_status fr_model_avgpool2d(fr_model *m, int k, int stride) { return pool(m, FR
 
 fr_status fr_model_global_avgpool(fr_model *m) {
     if (need_image(m, "global_avgpool")) return FR_ERR_SHAPE;
-    return add_layer(m, FR_L_GLOBAL_AVGPOOL, fr_shape1(m->cur.d[0])) ? FR_OK : FR_ERR_NOMEM;
+    return add_layer(m, FR_L_GLOBAL_AVGPOOL, fr_shape1(m->cur.d[0])) ? FR_OK : m->status;
 }
 
 static fr_status same(fr_model *m, fr_layer_kind kind) {
-    return add_layer(m, kind, m->cur) ? FR_OK : FR_ERR_NOMEM;
+    return add_layer(m, kind, m->cur) ? FR_OK : m->status;
 }
 fr_status fr_model_relu(fr_model *m) { return same(m, FR_L_RELU); }
 fr_status fr_model_gelu(fr_model *m) { return same(m, FR_L_GELU); }
@@ -196,14 +232,14 @@ fr_status fr_model_sigmoid(fr_model *m) { return same(m, FR_L_SIGMOID); }
 fr_status fr_model_tanh(fr_model *m) { return same(m, FR_L_TANH); }
 
 fr_status fr_model_flatten(fr_model *m) {
-    return add_layer(m, FR_L_FLATTEN, fr_shape1(fr_shape_numel(&m->cur))) ? FR_OK : FR_ERR_NOMEM;
+    return add_layer(m, FR_L_FLATTEN, fr_shape1(fr_shape_numel(&m->cur))) ? FR_OK : m->status;
 }
 
 fr_status fr_model_dropout(fr_model *m, float p) {
     if (!(p >= 0.0f && p < 1.0f))
         return fr_fail(m->ctx, FR_ERR_ARG, "dropout: p must be in [0, 1), got %g", (double)p);
     fr_layer *l = add_layer(m, FR_L_DROPOUT, m->cur);
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     l->p = p;
     return FR_OK;
 }
@@ -211,7 +247,7 @@ fr_status fr_model_dropout(fr_model *m, float p) {
 fr_status fr_model_batchnorm(fr_model *m) {
     int64_t c = m->cur.d[0];
     fr_layer *l = add_layer(m, FR_L_BATCHNORM, m->cur);
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     if (add_param(m, l, "weight", fr_shape1(c), FR_P_WEIGHT, 0) ||
         add_param(m, l, "bias", fr_shape1(c), FR_P_BIAS, 0) ||
         add_param(m, l, "running_mean", fr_shape1(c), FR_P_RUNNING_MEAN, 0) ||
@@ -224,7 +260,7 @@ fr_status fr_model_batchnorm(fr_model *m) {
 fr_status fr_model_layernorm(fr_model *m) {
     fr_shape s = m->cur;
     fr_layer *l = add_layer(m, FR_L_LAYERNORM, s);
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     if (add_param(m, l, "weight", s, FR_P_WEIGHT, 0) || add_param(m, l, "bias", s, FR_P_BIAS, 0))
         return FR_ERR_NOMEM;
     return FR_OK;
@@ -235,7 +271,7 @@ fr_status fr_model_residual_begin(fr_model *m) {
         return fr_fail(m->ctx, FR_ERR_ARG, "residual blocks nest at most %d deep", FR_RES_MAX_DEPTH);
     fr_shape in = m->cur;
     fr_layer *l = add_layer(m, FR_L_RES_BEGIN, in);
-    if (!l) return FR_ERR_NOMEM;
+    if (!l) return m->status;
     int d = m->depth++;
     m->res_layer[d] = (int)(l - m->layers);
     m->res_index[d][0] = m->res_index[d][1] = 0;
@@ -251,7 +287,7 @@ fr_status fr_model_residual_shortcut(fr_model *m) {
     m->res_body_out[d] = m->cur;
     m->res_in_shortcut[d] = 1;
     m->cur = m->res_in[d];
-    return add_layer(m, FR_L_RES_SHORTCUT, m->cur) ? FR_OK : FR_ERR_NOMEM;
+    return add_layer(m, FR_L_RES_SHORTCUT, m->cur) ? FR_OK : m->status;
 }
 
 fr_status fr_model_residual_end(fr_model *m) {
@@ -267,7 +303,7 @@ fr_status fr_model_residual_end(fr_model *m) {
                        shape_str(&body, a), shape_str(&sc, b));
     m->cur = body;
     m->depth--;
-    return add_layer(m, FR_L_RES_END, body) ? FR_OK : FR_ERR_NOMEM;
+    return add_layer(m, FR_L_RES_END, body) ? FR_OK : m->status;
 }
 
 fr_status fr_model_set_loss(fr_model *m, fr_loss loss) {

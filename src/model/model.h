@@ -51,7 +51,7 @@ typedef struct fr_param {
     fr_param_role role;
     int trainable; /* 0 for buffers */
     int layer;
-    int fan_in;
+    int64_t fan_in;
     void *data;    /* FR_MEM_PARAMS */
     float *grad;   /* FR_MEM_GRADS, NULL until needed */
     int grad_valid;/* 0: the next backward overwrites instead of adding */
@@ -77,6 +77,7 @@ struct fr_model {
     fr_shape res_in[FR_RES_MAX_DEPTH], res_body_out[FR_RES_MAX_DEPTH];
     int initialised;
     int n_units;
+    fr_status status; /* why the last layer could not be added */
 };
 
 /* Forward graph for a batch of n: returns the logits value; sets g->input,

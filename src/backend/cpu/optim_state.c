@@ -283,7 +283,7 @@ static inline void adam_elem(const adam_consts *c, float *p, float g, float *m, 
     float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
     *m = mi;
     *v = vi;
-    *p = pi + c->neg_step_size * (mi / denom);
+    *p = pi + c->neg_step_size * mi / denom;
 }
 
 /* p, g: f32 (n); m, v: uint16_t (n) bf16. Elementwise: decode, update, round
