@@ -291,7 +291,7 @@ static int read_torch(const char *path, torch_point *pt, int max, char *blas, si
 
 typedef struct chart_pt {
     double x, y;
-    const char *label;
+    char label[64];
     int torch;
 } chart_pt;
 
@@ -303,81 +303,104 @@ static int overlaps(const box *a, const box *b) {
     return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
 }
 
-/* One panel: time ratio (y) against MiB (x); points above y_max sit on the
- * top edge as triangles with their ratio in the label. Labels go where they
- * overlap nothing placed before them (greedy over eight positions). */
+/* One panel: time ratio (y, y_lo..y_hi) against MiB (x, 0..x_max). Each
+ * label goes to the first of twelve places around its marker that overlaps
+ * no marker and no label placed before it. */
 static void panel(FILE *f, double ox, double oy, double w, double h, const char *xlabel,
-                  const chart_pt *pt, int n, double x_max, double y_min, double y_max) {
+                  const chart_pt *pt, int n, double x_max, double y_lo, double y_hi) {
     fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n",
             ox, oy, w, h);
 #define PX(v) (ox + (v) / x_max * w)
-#define PY(v) (oy + h - ((v) - y_min) / (y_max - y_min) * h)
-    double xstep = x_max > 60 ? 10 : 5;
+#define PY(v) (oy + h - ((v) - y_lo) / (y_hi - y_lo) * h)
+    double xstep = x_max > 60 ? 10 : 5, ystep = y_hi - y_lo > 1.2 ? 0.2 : 0.1;
     for (double v = 0; v <= x_max + 1e-9; v += xstep) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), oy,
                 PX(v), oy + h);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n", PX(v),
                 oy + h + 14, v);
     }
-    for (double v = 1.0; v <= y_max + 1e-9; v += 0.1) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", ox, PY(v),
-                ox + w, PY(v));
+    for (double v = ceil(y_lo / ystep - 1e-9) * ystep; v <= y_hi + 1e-9; v += ystep) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", ox, PY(v),
+                ox + w, PY(v), fabs(v - 1) < 1e-9 ? "#bbb" : "#eee");
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%.1f</text>\n", ox - 4,
                 PY(v) + 4, v);
     }
-    /* the goal: at most 1.35x keep-everything */
+    /* the goal: at most 1.35x keep-everything at about sqrt(n) memory */
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" stroke-dasharray=\"5,4\"/>\n",
             ox, PY(1.35), ox + w, PY(1.35));
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c33\">goal 1.35x</text>\n", ox + w - 4,
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c33\">1.35x</text>\n", ox + w - 4,
             PY(1.35) - 4);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%s</text>\n", ox + w / 2,
             oy + h + 32, xlabel);
     fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">"
-               "step time / keep-everything step</text>\n", ox - 36, oy + h / 2);
-    box placed[2 * MAX_CFG + 2 * MAX_TORCH];
+               "step time / keep-everything step</text>\n", ox - 38, oy + h / 2);
+    box placed[2 * (MAX_CFG + MAX_TORCH) + 2];
     int np = 0;
-    for (int i = 0; i < n; i++) { /* the markers themselves are obstacles */
-        double y = pt[i].y > y_max ? y_max : pt[i].y;
-        placed[np++] = (box){PX(pt[i].x) - 4, PY(y) - 4, PX(pt[i].x) + 4, PY(y) + 4};
-    }
+    placed[np++] = (box){ox + w - 40, PY(1.35) - 16, ox + w, PY(1.35) - 2}; /* the goal's label */
+    for (int i = 0; i < n; i++) /* the markers themselves are obstacles */
+        placed[np++] = (box){PX(pt[i].x) - 5, PY(pt[i].y) - 5, PX(pt[i].x) + 5, PY(pt[i].y) + 5};
     for (int i = 0; i < n; i++) {
         const char *col = pt[i].torch ? "#d2691e" : "#1f5fa8";
-        int clipped = pt[i].y > y_max;
-        double x = PX(pt[i].x), y = PY(clipped ? y_max : pt[i].y);
-        if (clipped)
-            fprintf(f, "<path d=\"M%.1f %.1f l-5 8 h10 z\" fill=\"%s\"/>\n", x, y, col);
-        else if (pt[i].torch)
-            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"%s\"/>\n", x - 4, y - 4, col);
+        double x = PX(pt[i].x), y = PY(pt[i].y);
+        if (pt[i].torch)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>\n", x - 4.5, y - 4.5, col);
         else
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", x, y, col);
-        char text[64];
-        if (clipped)
-            snprintf(text, sizeof text, "%s (%.2fx)", pt[i].label, pt[i].y);
-        else
-            snprintf(text, sizeof text, "%s", pt[i].label);
-        double tw = 6.2 * (double)strlen(text), th = 11;
-        static const double off[8][2] = {{7, -5}, {7, 12}, {-7, -5}, {-7, 12}, {-0.5, -9}, {-0.5, 20},
-                                         {7, 26}, {-7, 26}};
-        int best = -1;
-        box b = {0};
-        for (int k = 0; k < 8 && best < 0; k++) {
-            double lx = off[k][0] >= 0 ? x + off[k][0] : x + off[k][0] - tw;
-            if (off[k][0] == -0.5) lx = x - tw / 2;
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\"/>\n", x, y, col);
+        double tw = 6.3 * (double)strlen(pt[i].label), th = 12;
+        /* (dx, dy) of the label's left end and baseline; dx < 0: right-aligned */
+        static const double off[12][2] = {{7, 4},   {-7, 4},  {7, -7},  {-7, -7}, {7, 15},  {-7, 15},
+                                          {0, -10}, {0, 20},  {9, -18}, {-9, -18}, {9, 26}, {-9, 26}};
+        box b = {x + 7, y - 8, x + 7 + tw, y + 4};
+        for (int k = 0; k < 12; k++) {
+            double lx = off[k][0] > 0 ? x + off[k][0] : off[k][0] < 0 ? x + off[k][0] - tw : x - tw / 2;
             double ly = y + off[k][1];
-            b = (box){lx, ly - th + 2, lx + tw, ly + 2};
-            if (b.x0 < ox - 2 || b.x1 > ox + w + 60 || b.y0 < oy - 14 || b.y1 > oy + h) continue;
+            box c = {lx, ly - th + 3, lx + tw, ly + 3};
+            if (c.x0 < ox + 1 || c.x1 > ox + w - 1 || c.y0 < oy + 1 || c.y1 > oy + h - 1) continue;
             int ok = 1;
-            for (int j = 0; j < np && ok; j++) ok = !overlaps(&b, &placed[j]);
-            if (ok) best = k;
+            for (int j = 0; j < np && ok; j++) ok = !overlaps(&c, &placed[j]);
+            if (ok) {
+                b = c;
+                break;
+            }
         }
-        if (best < 0) b = (box){x + 7, y - 14, x + 7 + tw, y - 3}; /* crowded: default place */
-        if (np < (int)(sizeof placed / sizeof placed[0])) placed[np++] = b;
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", b.x0, b.y1 - 2, col, text);
+        placed[np++] = b;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", b.x0, b.y1 - 3, col, pt[i].label);
     }
 #undef PX
 #undef PY
     fprintf(f, "</g>\n");
+}
+
+/* Labels: a configuration and the planner budgets that chose the same plan
+ * ("seg2=auto1-4"); a planner point of its own says its plan ("auto5:seg3"). */
+static void point_label(const config *c, int nc, int i, char *buf, size_t len) {
+    if (c[i].mode == FR_CKPT_AUTO) {
+        const fr_plan_info *in = &c[i].info;
+        const char *fam = in->mode == FR_CKPT_SEGMENTS ? "seg" : in->mode == FR_CKPT_REVOLVE ? "rev"
+                        : mode_name(in->mode);
+        int arg = in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE ? in->ckpt_arg : 0;
+        snprintf(buf, len, "%s:%s", c[i].label, fam);
+        if (arg) snprintf(buf + strlen(buf), len - strlen(buf), "%d", arg);
+        if (in->accumulate > 1) snprintf(buf + strlen(buf), len - strlen(buf), "x%d", in->accumulate);
+    } else {
+        snprintf(buf, len, "%s", c[i].label);
+    }
+    int first = -1, last = -1;
+    for (int j = 0; j <= nc; j++) {
+        int same = j < nc && c[j].same_as == i;
+        if (same && first < 0) first = j;
+        if (same) last = j;
+        if ((!same || j == nc) && first >= 0) {
+            size_t k = strlen(buf);
+            if (first == last)
+                snprintf(buf + k, len - k, "%s%s", strchr(buf, '=') ? "," : "=", c[first].label);
+            else
+                snprintf(buf + k, len - k, "%s%s-%s", strchr(buf, '=') ? "," : "=", c[first].label,
+                         c[last].label + strspn(c[last].label, "abcdefghijklmnopqrstuvwxyz"));
+            first = -1;
+        }
+    }
 }
 
 static int write_svg(const char *path, const config *c, int nc, const torch_point *tp, int nt) {
@@ -385,42 +408,49 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     if (!f) return -1;
     chart_pt a[MAX_CFG + MAX_TORCH], b[MAX_CFG + MAX_TORCH];
     int n = 0;
-    double base = c[0].median, xa = 0, xb = 0, ymax = 1.0;
+    double base = c[0].median, xa = 0, xb = 0, ylo = 0.95, yhi = 1.45;
     for (int i = 0; i < nc; i++) {
         if (c[i].same_as >= 0) continue;
         double r = c[i].median / base;
-        a[n] = (chart_pt){c[i].held / MIB, r, c[i].label, 0};
-        b[n] = (chart_pt){c[i].meas_step / MIB, r, c[i].label, 0};
+        a[n] = (chart_pt){c[i].held / MIB, r, "", 0};
+        point_label(c, nc, i, a[n].label, sizeof a[n].label);
+        b[n] = a[n];
+        b[n].x = c[i].meas_step / MIB;
         n++;
     }
     for (int i = 0; i < nt; i++) {
-        a[n] = (chart_pt){tp[i].held / MIB, tp[i].ratio, tp[i].label, 1};
-        b[n] = (chart_pt){tp[i].peak / MIB, tp[i].ratio, tp[i].label, 1};
+        a[n] = (chart_pt){tp[i].held / MIB, tp[i].ratio, "", 1};
+        snprintf(a[n].label, sizeof a[n].label, "torch %s", tp[i].label);
+        b[n] = a[n];
+        b[n].x = tp[i].peak / MIB;
         n++;
     }
     for (int i = 0; i < n; i++) {
         if (a[i].x > xa) xa = a[i].x;
         if (b[i].x > xb) xb = b[i].x;
-        if (a[i].y > ymax) ymax = a[i].y;
+        if (a[i].y + 0.05 > yhi) yhi = a[i].y + 0.05;
+        if (a[i].y - 0.05 < ylo) ylo = a[i].y - 0.05;
     }
-    double ytop = ymax > 1.8 ? 1.8 : ymax + 0.05;
-    if (ytop < 1.45) ytop = 1.45;
-    xa = ceil(xa * 1.08 / 10) * 10;
-    xb = ceil(xb * 1.08 / 10) * 10;
-    double W = 1180, H = 520;
+    ylo = floor(ylo * 10) / 10;
+    yhi = ceil(yhi * 10) / 10;
+    xa = ceil(xa * 1.1 / 5) * 5;
+    xb = ceil(xb * 1.1 / 5) * 5;
+    double W = 1200, H = 720, ph = 560;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"15\">"
-               "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU), batch 256, SGD</text>\n", W / 2);
-    fprintf(f, "<text x=\"%.0f\" y=\"40\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"11\" "
-               "fill=\"#444\">circles: frugal (each vs frugal keep-everything)%s; points above %.1fx sit on the "
-               "top edge</text>\n", W / 2, nt ? ", squares: PyTorch checkpoint_sequential (vs PyTorch "
-               "keep-everything)" : "", ytop);
-    panel(f, 70, 70, 460, 380, "held for backward (MiB): activations live when the backward starts", a, n, xa,
-          0.95, ytop);
-    panel(f, 660, 70, 460, 380, "in-step peak of step values (MiB): activations + workspace", b, n, xb, 0.95,
-          ytop);
+    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"15\">"
+               "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD</text>\n",
+            W / 2);
+    fprintf(f, "<text x=\"%.0f\" y=\"44\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
+               "fill=\"#444\"><tspan fill=\"#1f5fa8\">circles: frugal</tspan> (vs frugal keep-everything; "
+               "segN = checkpoint_sequential(N), revS = revolve with S slots, autoK = the planner at the K-th "
+               "budget)%s</text>\n", W / 2, nt ? "; <tspan fill=\"#d2691e\">squares: PyTorch 1.13</tspan> (vs "
+               "PyTorch keep-everything)" : "");
+    panel(f, 70, 70, 480, ph, "held for backward (MiB): saved activations live when the backward starts", a, n,
+          xa, ylo, yhi);
+    panel(f, 690, 70, 480, ph, "in-step peak (MiB): frugal's step values, PyTorch's RSS rise", b, n, xb, ylo,
+          yhi);
     fprintf(f, "</svg>\n");
     return fclose(f);
 }
@@ -694,13 +724,35 @@ static int planner_fits(fr_model *m, const fr_step_opts *base, int batch, fr_pla
     return info->reserved <= o.budget;
 }
 
+/* The largest batch for which some whole-batch plan (min_reserved's
+ * candidates) fits: a check on fr_batch_auto, which tries revolve 1 only. */
+static int batch_any(fr_model *m, const fr_step_opts *base, int max_batch) {
+    char which[64];
+    fr_step_opts o = *base;
+    int lo = 0, hi = 1;
+    for (;; hi *= 2) {
+        o.batch = hi;
+        if (hi > max_batch || min_reserved(m, &o, which, sizeof which) > base->budget) break;
+        lo = hi;
+    }
+    if (hi > max_batch) hi = max_batch + 1;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        o.batch = mid;
+        if (min_reserved(m, &o, which, sizeof which) <= base->budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static int batch_table(fr_ctx *ctx) {
     const char *models[] = {"resnet", "cnn"};
     const size_t budgets[] = {64u << 20, 128u << 20, 256u << 20};
     printf("\n## Largest batch whose plan fits the budget (Adam; reserved = params + grads + Adam state + arena "
            "+ one input batch)\n\n");
     printf("| model | budget | no planner (keep everything) | planner, whole batch | plan there | "
-           "planner, micro-batches allowed | plan there |\n|---|---:|---:|---:|---|---:|---|\n");
+           "check: any whole-batch plan | planner, micro-batches allowed | plan there |\n"
+           "|---|---:|---:|---:|---|---:|---:|---|\n");
     for (size_t mi = 0; mi < 2; mi++) {
         fr_model *m = fr_model_load(ctx, models[mi]);
         if (!m || fr_model_init(m, 1)) {
@@ -715,6 +767,7 @@ static int batch_table(fr_ctx *ctx) {
             int b_none = fr_batch_auto(m, &so, 1 << 16);
             so.checkpoint = FR_CKPT_AUTO;
             int b_auto = fr_batch_auto(m, &so, 1 << 16);
+            int b_any = batch_any(m, &so, 1 << 16);
             fr_plan_info ia = {0}, im = {0};
             char pa[64] = "-", pm[64] = "-";
             if (b_auto && planner_fits(m, &so, b_auto, &ia)) {
@@ -739,8 +792,8 @@ static int batch_table(fr_ctx *ctx) {
                 size_t k = strlen(pm);
                 snprintf(pm + k, sizeof pm - k, ", +%.0f%% compute", 100 * extra_frac(&im));
             }
-            printf("| %s | %zu MiB | %d | %d | %s | %d%s | %s |\n", models[mi], budgets[bi] >> 20, b_none,
-                   b_auto, pa, b_micro, b_micro >= (1 << 16) - unit ? "+" : "", pm);
+            printf("| %s | %zu MiB | %d | %d | %s | %d | %d%s | %s |\n", models[mi], budgets[bi] >> 20, b_none,
+                   b_auto, pa, b_any, b_micro, b_micro >= (1 << 16) - unit ? "+" : "", pm);
             fflush(stdout);
         }
         fr_model_free(m);

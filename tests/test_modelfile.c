@@ -324,9 +324,14 @@ static void test_errors(void) {
     /* keys */
     expect_error("input 1 28 28\nconv2d 8 kernal=3\n",
                  "bad.model:2:10: unknown key 'kernal' for conv2d (known: kernel, stride, padding, "
-                 "bias, name); did you mean 'kernel'?");
+                 "bias, name, checkpoint); did you mean 'kernel'?");
     expect_error("input 8\nlinear 8 kernel=3\n",
-                 "bad.model:2:10: unknown key 'kernel' for linear (known: bias, name)");
+                 "bad.model:2:10: unknown key 'kernel' for linear (known: bias, name, checkpoint)");
+    /* checkpoint marks: on a layer or a whole block, not inside a block */
+    expect_error("input 1 8 8\nresidual\n  conv2d 1 kernel=3 padding=1 checkpoint=true\nend\n",
+                 "bad.model:3: checkpoint inside a residual block");
+    expect_error("input 8\nlinear 8 checkpoint=maybe\n",
+                 "bad.model:2:10: checkpoint=maybe: must be true or false");
     expect_error("input 8 name=x\n",
                  "bad.model:1:9: unknown key 'name': input takes no key=value options");
     expect_error("input 8\nresidual\nlinear 8\nend name=x\n",

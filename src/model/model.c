@@ -341,7 +341,8 @@ fr_status fr_model_checkpoint_last(fr_model *m) {
         return fr_fail(m->ctx, FR_ERR_ARG, "checkpoint applies to a layer or a whole residual block");
     if (m->depth > 0 && l->kind != FR_L_RES_END)
         return fr_fail(m->ctx, FR_ERR_ARG,
-                       "checkpoint inside a residual block: mark the block (after its end)");
+                       "checkpoint inside a residual block: mark the whole block instead "
+                       "(checkpoint=true on its residual line)");
     l->checkpoint = 1;
     return FR_OK;
 }

@@ -56,6 +56,7 @@ typedef struct fr_param {
     float *grad;   /* FR_MEM_GRADS, NULL until needed */
     int grad_valid;/* 0: the next backward overwrites instead of adding */
     float *state[2]; /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
+    int state_kind;  /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
 } fr_param;
 
 #define FR_RES_MAX_DEPTH 4

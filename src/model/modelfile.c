@@ -22,9 +22,10 @@
 
 /* ---- statements: one table row each ------------------------------------ */
 
-typedef enum mf_key { K_KERNEL = 0, K_STRIDE, K_PADDING, K_BIAS, K_NAME, K_COUNT } mf_key;
+typedef enum mf_key { K_KERNEL = 0, K_STRIDE, K_PADDING, K_BIAS, K_NAME, K_CHECKPOINT, K_COUNT } mf_key;
 #define KB(k) (1u << (k))
-static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding", "bias", "name"};
+static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding", "bias", "name",
+                                                  "checkpoint"};
 
 typedef enum mf_kind { S_INPUT = 0, S_LAYER, S_RESIDUAL, S_SHORTCUT, S_END, S_LOSS } mf_kind;
 /* What the positional arguments are. */
@@ -88,7 +89,10 @@ typedef struct mf_stmt {
     const char *usage;
 } mf_stmt;
 
-#define NAMED KB(K_NAME)
+/* Every layer and residual block takes name= and checkpoint=true (recompute
+ * its activations in backward instead of keeping them: PyTorch's
+ * checkpoint(self.layer1, x)). */
+#define NAMED (KB(K_NAME) | KB(K_CHECKPOINT))
 #define CONV_KEYS (KB(K_KERNEL) | KB(K_STRIDE) | KB(K_PADDING) | KB(K_BIAS) | NAMED)
 /* clang-format off */
 static const mf_stmt mf_stmts[] = {
@@ -135,6 +139,7 @@ typedef struct mf_tok {
 typedef struct mf_open {
     int line, col;     /* where the `residual` is */
     int shortcut_line; /* 0: no `shortcut` yet */
+    int checkpoint;    /* checkpoint=true on the `residual` line: mark the block at `end` */
 } mf_open;
 
 typedef struct mf_parser {
@@ -302,6 +307,7 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
         break;
     }
     case K_BIAS:
+    case K_CHECKPOINT:
         if (mf_eq(&val, "true"))
             a->key[k] = 1;
         else if (mf_eq(&val, "false"))
@@ -469,11 +475,17 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
     if (s) return mf_builder_failed(p, s);
     if (has(&a, K_NAME) && (s = fr_model_name_last(p->m, a.name)) != FR_OK)
         return mf_builder_failed(p, s);
+    int ckpt = has(&a, K_CHECKPOINT) && a.key[K_CHECKPOINT];
+    if (ckpt && st->kind == S_LAYER && (s = fr_model_checkpoint_last(p->m)) != FR_OK)
+        return mf_builder_failed(p, s);
+    if (st->kind == S_END && p->open[p->depth - 1].checkpoint &&
+        (s = fr_model_checkpoint_last(p->m)) != FR_OK)
+        return mf_builder_failed(p, s);
 
     p->n_layers++;
     switch (st->kind) {
     case S_RESIDUAL:
-        p->open[p->depth++] = (mf_open){p->line, w->col, 0};
+        p->open[p->depth++] = (mf_open){p->line, w->col, 0, ckpt};
         break;
     case S_SHORTCUT:
         p->open[p->depth - 1].shortcut_line = p->line;

@@ -4,6 +4,7 @@
  * and the predicted peak of one step by category. Reads the compiled step's
  * graph and plan; changes nothing. */
 #include <string.h>
+#include "backend/cpu/optim_state.h"
 #include "report/report.h"
 #include "model/model.h"
 #include "train/step.h"
@@ -47,6 +48,32 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
     }
 }
 
+/* Optimizer state for the step's trainable weights, for each choice side by
+ * side: SGD none, momentum one copy, Adam two, in fp32, bf16 or int8 blocks
+ * (tensors under 4096 elements keep fp32). */
+typedef struct state_row {
+    const char *name;
+    size_t bytes;
+} state_row;
+
+static int state_rows(const fr_step *s, state_row *r, size_t *trainable) {
+    size_t params = 0, b16 = 0, b8 = 0;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        if (s->gv[i] < 0) continue;
+        size_t n = (size_t)fr_shape_numel(&s->m->params[i].shape);
+        params += n * 4;
+        b16 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_BF16, n), n);
+        b8 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_INT8, n), n);
+    }
+    *trainable = params;
+    r[0] = (state_row){"sgd", 0};
+    r[1] = (state_row){"sgd+momentum", params};
+    r[2] = (state_row){"adam/adamw fp32", 2 * params};
+    r[3] = (state_row){"adam/adamw bf16", b16};
+    r[4] = (state_row){"adam/adamw int8", b8};
+    return 5;
+}
+
 void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
@@ -83,8 +110,14 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         fprintf(out, "\n], \"predicted_peak\": {");
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
-        fprintf(out, "}, \"predicted_peak_total\": %zu, \"arena_bytes\": %zu}\n", total,
-                s->plan.arena_bytes);
+        state_row sr[5];
+        size_t tp;
+        int ns = state_rows(s, sr, &tp);
+        fprintf(out, "}, \"predicted_peak_total\": %zu, \"arena_bytes\": %zu, \"precision\": \"%s\", "
+                "\"trainable_param_bytes\": %zu, \"optimizer_state_bytes\": {", total,
+                s->plan.arena_bytes, fr_precision_name(s->o.precision), tp);
+        for (int i = 0; i < ns; i++) fprintf(out, "%s\"%s\": %zu", i ? ", " : "", sr[i].name, sr[i].bytes);
+        fprintf(out, "}}\n");
         fr_free(ctx, rows);
         return;
     }
@@ -113,5 +146,13 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
     fprintf(out, "  %-12s %14zu B  %10s   (arena %s)\n", "total", total,
             fr_human_bytes(total, b[1], sizeof b[1]),
             fr_human_bytes(s->plan.arena_bytes, b[2], sizeof b[2]));
+    state_row sr[5];
+    size_t tp;
+    int ns = state_rows(s, sr, &tp);
+    fprintf(out, "\noptimizer state for these %s of trainable weights (precision %s):\n",
+            fr_human_bytes(tp, b[3], sizeof b[3]), fr_precision_name(s->o.precision));
+    for (int i = 0; i < ns; i++)
+        fprintf(out, "  %-16s %14zu B  %10s  %5.2fx the weights\n", sr[i].name, sr[i].bytes,
+                fr_human_bytes(sr[i].bytes, b[4], sizeof b[4]), tp ? (double)sr[i].bytes / tp : 0.0);
     fr_free(ctx, rows);
 }

@@ -7,6 +7,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/optim_state.h"
+#include "core/half.h"
 #include "train/step.h"
 
 static const char *state_name(const fr_step *s, int k) {
@@ -14,9 +16,26 @@ static const char *state_name(const fr_step *s, int k) {
     return k == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
-static int n_states(const fr_step *s) {
-    if (s->o.optim.kind == FR_OPTIM_SGD) return s->o.optim.momentum != 0.0f ? 1 : 0;
-    return 2;
+static int n_states(const fr_step *s) { return fr_step_optim_states(&s->o.optim); }
+
+/* Optimizer state is saved as f32 whatever its storage (16-bit with 16-bit
+ * weights, or Adam's moments compressed to bf16 / int8 blocks), so a
+ * checkpoint reads the same in PyTorch; loading encodes it back (exactly:
+ * every stored value is representable). k = 0 is the first moment (signed). */
+static int state_is_f32(const fr_param *p) { return p->dtype == FR_F32 && p->state_kind == FR_STATE_F32; }
+
+static void state_decode(const fr_param *p, int k, float *out) {
+    size_t n = (size_t)fr_shape_numel(&p->shape);
+    if (p->dtype == FR_F16) fr_f16_to_f32_n((const uint16_t *)p->state[k], out, n);
+    else if (p->dtype == FR_BF16) fr_bf16_to_f32_n((const uint16_t *)p->state[k], out, n);
+    else fr_state_decode(p->state[k], (fr_state_kind)p->state_kind, n, k == 0, out);
+}
+
+static void state_encode(fr_param *p, int k, const float *in) {
+    size_t n = (size_t)fr_shape_numel(&p->shape);
+    if (p->dtype == FR_F16) fr_f32_to_f16_n(in, (uint16_t *)p->state[k], n);
+    else if (p->dtype == FR_BF16) fr_f32_to_bf16_n(in, (uint16_t *)p->state[k], n);
+    else fr_state_encode(in, (fr_state_kind)p->state_kind, n, k == 0, p->state[k]);
 }
 
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta) {
@@ -25,7 +44,13 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     int ns = s->o.training ? n_states(s) : 0;
     size_t cap = m->n_params * (size_t)(1 + ns);
     fr_st_entry *e = fr_calloc(ctx, (cap + 1) * sizeof *e, FR_MEM_OTHER);
-    if (!e) return FR_ERR_NOMEM;
+    float **tmp = fr_calloc(ctx, (cap + 1) * sizeof *tmp, FR_MEM_OTHER);
+    fr_status st = FR_OK;
+    if (!e || !tmp) {
+        fr_free(ctx, e);
+        fr_free(ctx, tmp);
+        return FR_ERR_NOMEM;
+    }
     int n = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
@@ -45,6 +70,14 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
             e[n].shape = p->shape;
             e[n].data = p->state[k];
             e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * 4;
+            if (!state_is_f32(p)) {
+                if (!(tmp[n] = fr_alloc(ctx, e[n].nbytes, FR_MEM_WORKSPACE))) {
+                    st = FR_ERR_NOMEM;
+                    goto done;
+                }
+                state_decode(p, k, tmp[n]);
+                e[n].data = tmp[n];
+            }
             n++;
         }
     }
@@ -59,8 +92,14 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     snprintf(all[nm++].value, sizeof all[0].value, "%" PRId64, s->t);
     snprintf(all[nm].key, sizeof all[nm].key, "runs");
     snprintf(all[nm++].value, sizeof all[0].value, "%" PRIu64, s->runs);
+    snprintf(all[nm].key, sizeof all[nm].key, "scaler");
+    snprintf(all[nm++].value, sizeof all[0].value, "%.9g %d %llu", (double)s->scaler.scale,
+             s->scaler.growth_tracker, (unsigned long long)s->scaler.skipped);
     for (int i = 0; i < n_meta && nm < FR_ST_META_MAX; i++) all[nm++] = meta[i];
-    fr_status st = fr_st_write(ctx, path, e, n, all, nm);
+    st = fr_st_write(ctx, path, e, n, all, nm);
+done:
+    for (size_t i = 0; i <= cap; i++) fr_free(ctx, tmp[i]);
+    fr_free(ctx, tmp);
     fr_free(ctx, e);
     return st;
 }
@@ -145,13 +184,33 @@ fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int 
             for (int k = 0; k < ns && p->state[k]; k++) {
                 char nm[FR_ST_NAME_MAX];
                 snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
-                if ((st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, p->state[k]))) goto done;
+                if (state_is_f32(p)) {
+                    if ((st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, p->state[k]))) goto done;
+                    continue;
+                }
+                float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
+                if (!t) {
+                    st = FR_ERR_NOMEM;
+                    goto done;
+                }
+                if (!(st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, t))) state_encode(p, k, t);
+                fr_free(ctx, t);
+                if (st) goto done;
             }
         }
         const char *t = fr_st_meta_get(&f, "optimizer.step");
         const char *r = fr_st_meta_get(&f, "runs");
         s->t = t ? strtoll(t, NULL, 10) : 0;
         s->runs = r ? strtoull(r, NULL, 10) : 0;
+        const char *sc = fr_st_meta_get(&f, "scaler");
+        unsigned long long skipped = 0;
+        float scale;
+        int tracker;
+        if (sc && sscanf(sc, "%g %d %llu", &scale, &tracker, &skipped) == 3) {
+            s->scaler.scale = scale;
+            s->scaler.growth_tracker = tracker;
+            s->scaler.skipped = skipped;
+        }
     }
     if (meta && n_meta) {
         int n = f.n_meta < *n_meta ? f.n_meta : *n_meta;

@@ -9,6 +9,7 @@
 #include "autodiff/autodiff.h"
 #include "core/half.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/optim_state.h"
 #include "plan/precision.h"
 #include "plan/remat.h"
 #include "train/step.h"
@@ -34,14 +35,34 @@ static fr_status alloc_grads(fr_step *s) {
     return FR_OK;
 }
 
+/* The storage of one optimizer-state buffer of param p: Adam's moments may
+ * be compressed (bf16, int8 by blocks; small tensors keep fp32); with 16-bit
+ * weights (pure half) the state takes the weights' format. */
+static size_t state_bytes(const fr_step *s, const fr_param *p, int *kind) {
+    size_t n = (size_t)fr_shape_numel(&p->shape);
+    *kind = FR_STATE_F32;
+    if (p->dtype != FR_F32) return param_bytes(p);
+    if (s->o.optim.kind == FR_OPTIM_SGD) return n * sizeof(float);
+    *kind = fr_state_kind_for((fr_state_kind)s->o.optim_state, n);
+    return fr_state_bytes((fr_state_kind)*kind, n);
+}
+
 static fr_status alloc_state(fr_step *s) {
     fr_model *m = s->m;
     int ns = fr_step_optim_states(&s->o.optim);
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
-        for (int k = 0; k < ns; k++) /* state in the weights' format (16 bits in pure half) */
-            if (!p->state[k] && !(p->state[k] = fr_calloc(s->ctx, param_bytes(p), FR_MEM_OPTIM)))
+        int kind;
+        size_t bytes = state_bytes(s, p, &kind);
+        if (p->state[0] && p->state_kind != kind) { /* resumed with another format: start over */
+            fr_free(s->ctx, p->state[0]);
+            fr_free(s->ctx, p->state[1]);
+            p->state[0] = p->state[1] = NULL;
+        }
+        p->state_kind = kind;
+        for (int k = 0; k < ns; k++)
+            if (!p->state[k] && !(p->state[k] = fr_calloc(s->ctx, bytes, FR_MEM_OPTIM)))
                 return FR_ERR_NOMEM;
     }
     return FR_OK;
@@ -296,6 +317,9 @@ static fr_status optimizer_update(fr_step *s) {
         }
         if (o->kind == FR_OPTIM_SGD)
             fr_k_sgd(w, p->grad, st[0], n, o, s->t == 1);
+        else if (p->state_kind != FR_STATE_F32 && !half)
+            fr_k_adam_state(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW,
+                            (fr_state_kind)p->state_kind);
         else
             fr_k_adam(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
         if (half) {
@@ -478,8 +502,9 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         size_t b = param_bytes(p);
         out[FR_MEM_PARAMS] += b;
         if (s->gv[i] >= 0) {
+            int kind;
             out[FR_MEM_GRADS] += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
-            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * b;
+            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * state_bytes(s, p, &kind);
         }
     }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# remat.sh — activation checkpointing, frugal against PyTorch's
+# checkpoint_sequential on the deep chain of the issue (32 x (Linear(1024,
+# 1024) + ReLU), batch 256), then the largest batch of resnet and cnn that
+# fits 64/128/256 MiB with and without the planner. Builds bench_remat, runs
+# it; bench_remat runs bench/torch_remat.py between its groups of timed
+# rounds (PyTorch, frugal, PyTorch, frugal, ...) so that drift on a shared
+# machine hits both engines, and prints the combined tables. PyTorch is
+# optional: without Debian's python3-torch and OpenMP OpenBLAS the PyTorch
+# part is skipped. Not part of the test suite.
+#
+#   bench/remat.sh                    # 2 groups, 4 frugal rounds, 2 threads
+#   ROUNDS=3 STEPS=6 bench/remat.sh
+#
+# Environment: ROUNDS [2] (PyTorch runs, alternating with groups of frugal
+# rounds), STEPS [4] (timed steps per frugal configuration, one per round),
+# WARMUP [1], TORCH_STEPS [2] (timed steps per PyTorch configuration and
+# run), THREADS [2], AUTO [8] (planner budgets), BUILD [/tmp/build-remat],
+# OUT [bench/out]: remat.json, remat.svg, torch_remat.json, remat.md (the
+# tables). About 3 minutes on 2 idle cores; several times that on a busy
+# machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-2}
+STEPS=${STEPS:-4}
+WARMUP=${WARMUP:-1}
+TORCH_STEPS=${TORCH_STEPS:-2}
+THREADS=${THREADS:-2}
+AUTO=${AUTO:-8}
+BUILD=${BUILD:-/tmp/build-remat}
+OUT=${OUT:-bench/out}
+PY=/usr/bin/python3
+OPENBLAS_OMP=/usr/lib/x86_64-linux-gnu/openblas-openmp
+
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target bench_remat >/dev/null
+mkdir -p "$OUT"
+rm -f "$OUT/torch_remat.json"
+
+torch_args=()
+if [ -x "$PY" ] && "$PY" -c 'import torch' 2>/dev/null && [ -e "$OPENBLAS_OMP/libblas.so.3" ]; then
+    torch_args=(--rounds "$ROUNDS" --torch-cmd "OMP_NUM_THREADS=$THREADS \
+LD_LIBRARY_PATH=$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $PY bench/torch_remat.py --append \
+--steps $TORCH_STEPS --warmup 1 --threads $THREADS --out $OUT/torch_remat.json 1>&2")
+else
+    echo "remat.sh: no python3-torch or no $OPENBLAS_OMP/libblas.so.3: frugal only" >&2
+fi
+
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain -- src include 2>/dev/null)" ] && commit="$commit+dirty"
+t0=$SECONDS
+OMP_NUM_THREADS=$THREADS "$BUILD/bench_remat" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+    --auto "$AUTO" --out "$OUT" "${torch_args[@]}" | tee "$OUT/remat.md"
+{
+    echo
+    echo "$started, commit $commit, $THREADS threads, $(nproc) cores; load average $load_start at the" \
+        "start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; $((SECONDS - t0)) s"
+} | tee -a "$OUT/remat.md"
