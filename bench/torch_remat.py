@@ -89,38 +89,49 @@ def storage_key(t):
     return s.data_ptr(), s.nbytes()
 
 
-# ---- one configuration, in its own process ---------------------------------
+# ---- the model and its step --------------------------------------------------
 
-def worker(o):
-    torch.set_num_threads(o.threads)
-    torch.manual_seed(o.seed)
+def make_model():
     layers = []
     for _ in range(32):
         layers += [nn.Linear(1024, 1024), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(1024, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    segs = o.worker
-    x = torch.rand(o.batch, 1024)
-    y = torch.randint(0, 10, (o.batch,))
-    if segs > 0:
-        x.requires_grad_()  # reentrant checkpointing needs it (see the docstring)
+    return nn.Sequential(*layers, nn.Linear(1024, 10))
 
-    def forward():
-        out = model(x) if segs == 0 else checkpoint_sequential(model, segs, x)
-        return nn.functional.cross_entropy(out, y)
 
-    def step():
-        opt.zero_grad(set_to_none=False)
-        loss = forward()
+class Config:
+    """One way to run the step: keep everything (segs 0) or checkpoint_sequential."""
+
+    def __init__(self, model, opt, segs, batch):
+        self.model, self.opt, self.segs = model, opt, segs
+        self.x = torch.rand(batch, 1024)
+        self.y = torch.randint(0, 10, (batch,))
+        if segs > 0:
+            self.x.requires_grad_()  # reentrant checkpointing needs it (see the docstring)
+
+    def forward(self):
+        out = self.model(self.x) if self.segs == 0 else checkpoint_sequential(self.model, self.segs, self.x)
+        return nn.functional.cross_entropy(out, self.y)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=False)
+        loss = self.forward()
         loss.backward()
-        opt.step()
+        self.opt.step()
         return loss.item()
 
-    for _ in range(o.warmup):
-        step()
+
+def memory_worker(o):
+    """One configuration's memory, in a fresh process; prints one JSON line."""
+    torch.set_num_threads(o.threads)
+    torch.manual_seed(o.seed)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    c = Config(model, opt, o.worker, o.batch)
+    for _ in range(max(o.warmup, 1)):
+        c.step()
 
     # held for backward: distinct storages the forward saves
-    skip = {storage_key(p) for p in model.parameters()} | {storage_key(x)}
+    skip = {storage_key(p) for p in model.parameters()} | {storage_key(c.x)}
     saved = {}
 
     def pack(t):
@@ -132,9 +143,8 @@ def worker(o):
     opt.zero_grad(set_to_none=False)
     rss0 = status_kib("VmRSS")
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = forward()
+        loss = c.forward()
     held_rss = (status_kib("VmRSS") - rss0) * 1024
-    held = sum(saved.values())
     loss.backward()
     opt.step()
     del loss
@@ -143,20 +153,36 @@ def worker(o):
     rss0 = status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    step()
+    c.step()
     peak = (status_kib("VmHWM") - rss0) * 1024
+    print(json.dumps({"segments": o.worker, "held_bytes": sum(saved.values()), "held_rss_bytes": held_rss,
+                      "peak_bytes": peak}))
 
-    ms, cpu = [], []
-    first = last = None
-    for i in range(o.steps):
-        t0, u0 = time.perf_counter(), time.process_time()
-        last = step()
-        ms.append((time.perf_counter() - t0) * 1e3)
-        cpu.append((time.process_time() - u0) * 1e3)
-        first = last if first is None else first
-    print(json.dumps({"segments": segs, "median_ms": statistics.median(ms), "ms": ms, "cpu_ms": cpu,
-                      "held_bytes": held, "held_rss_bytes": held_rss, "peak_bytes": peak,
-                      "first_loss": first, "last_loss": last, "threads": torch.get_num_threads()}))
+
+def time_configs(o, segments, reverse):
+    """Every configuration in this process, on one model (as bench_remat
+    shares its weights): --warmup steps each, then --steps rounds of one timed
+    step each, the order reversed every other round."""
+    torch.set_num_threads(o.threads)
+    torch.manual_seed(o.seed)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    cfgs = [Config(model, opt, s, o.batch) for s in segments]
+    for c in cfgs:
+        for _ in range(o.warmup):
+            c.step()
+    ms = [[] for _ in cfgs]
+    cpu = [[] for _ in cfgs]
+    for r in range(o.steps):
+        idx = list(range(len(cfgs)))
+        if (r % 2 == 1) != reverse:
+            idx.reverse()
+        for i in idx:
+            t0, u0 = time.perf_counter(), time.process_time()
+            cfgs[i].step()
+            ms[i].append((time.perf_counter() - t0) * 1e3)
+            cpu[i].append((time.process_time() - u0) * 1e3)
+    return ms, cpu
 
 
 # ---- the driver ---------------------------------------------------------------
@@ -179,7 +205,7 @@ def main():
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     o = ap.parse_args()
     if o.worker is not None:
-        worker(o)
+        memory_worker(o)
         return
 
     torch.set_num_threads(o.threads)
@@ -190,59 +216,66 @@ def main():
         print("torch_remat.py: warning: that looks like the reference BLAS; set "
               "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp", file=sys.stderr)
 
-    runs = []
+    segments = [int(s) for s in o.segments.split(",")]
+    runs, memory = [], {}
     if o.append and os.path.exists(o.out):
         with open(o.out) as f:
-            runs = json.load(f).get("runs", [])
-    segments = [int(s) for s in o.segments.split(",")]
-    order = segments if len(runs) % 2 == 0 else segments[::-1]
+            prev = json.load(f)
+        runs = [r for r in prev.get("runs", []) if r.get("segments") == segments]
+        memory = {int(k): v for k, v in prev.get("memory", {}).items()}
+
+    # memory: once per configuration, each in a fresh process
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS=str(o.threads))
-    results = {}
-    for segs in order:
+    for segs in segments:
+        if segs in memory:
+            continue
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(segs), "--batch", str(o.batch),
-               "--steps", str(o.steps), "--warmup", str(o.warmup), "--threads", str(o.threads),
-               "--seed", str(o.seed)]
+               "--warmup", str(o.warmup), "--threads", str(o.threads), "--seed", str(o.seed)]
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
         if p.returncode:
-            sys.exit(f"torch_remat.py: the worker for {label(segs)} exited with {p.returncode}")
-        results[segs] = json.loads(p.stdout.strip().splitlines()[-1])
-        r = results[segs]
-        print(f"torch_remat.py: {label(segs)}: {r['median_ms']:.1f} ms/step, held {r['held_bytes'] / 2**20:.1f} "
-              f"MiB (RSS {r['held_rss_bytes'] / 2**20:.1f}), in-step peak RSS {r['peak_bytes'] / 2**20:.1f} MiB",
+            sys.exit(f"torch_remat.py: the memory worker for {label(segs)} exited with {p.returncode}")
+        memory[segs] = json.loads(p.stdout.strip().splitlines()[-1])
+        r = memory[segs]
+        print(f"torch_remat.py: {label(segs)}: held {r['held_bytes'] / 2**20:.1f} MiB (RSS "
+              f"{r['held_rss_bytes'] / 2**20:.1f}), in-step peak RSS {r['peak_bytes'] / 2**20:.1f} MiB",
               file=sys.stderr)
-    runs.append({"gflops": round(gflops, 2), "configs": [results[s] for s in segments]})
+
+    # time: all configurations in this process, alternating
+    ms, cpu = time_configs(o, segments, reverse=len(runs) % 2 == 1)
+    runs.append({"segments": segments, "gflops": round(gflops, 2), "ms": ms, "cpu_ms": cpu})
+    for i, segs in enumerate(segments):
+        print(f"torch_remat.py: {label(segs)}: " + " ".join(f"{t:.0f}" for t in ms[i]) + " ms", file=sys.stderr)
 
     points = []
     for i, segs in enumerate(segments):
-        per = [run["configs"][i] for run in runs if i < len(run["configs"])]
-        ms = [t for r in per for t in r["ms"]]
-        cpu = [t for r in per for t in r["cpu_ms"]]
-        points.append({"label": label(segs), "segments": segs, "median_ms": statistics.median(ms),
-                       "cpu_median_ms": statistics.median(cpu),
-                       "held_bytes": statistics.median(r["held_bytes"] for r in per),
-                       "held_rss_bytes": statistics.median(r["held_rss_bytes"] for r in per),
-                       "peak_bytes": statistics.median(r["peak_bytes"] for r in per),
-                       "runs": len(per), "steps": len(ms)})
+        all_ms = [t for r in runs for t in r["ms"][i]]
+        all_cpu = [t for r in runs for t in r["cpu_ms"][i]]
+        m = memory[segs]
+        points.append({"label": label(segs), "segments": segs, "median_ms": statistics.median(all_ms),
+                       "min_ms": min(all_ms), "cpu_median_ms": statistics.median(all_cpu),
+                       "held_bytes": m["held_bytes"], "held_rss_bytes": m["held_rss_bytes"],
+                       "peak_bytes": m["peak_bytes"], "runs": len(runs), "steps": len(all_ms)})
     for p in points:
         p["ratio"] = p["median_ms"] / points[0]["median_ms"]
+        p["min_ratio"] = p["min_ms"] / points[0]["min_ms"]
         p["cpu_ratio"] = p["cpu_median_ms"] / points[0]["cpu_median_ms"]
     doc = {"impl": "torch", "torch": torch.__version__, "threads": o.threads, "batch": o.batch,
            "blas_libraries": libs, "matmul_1024_gflops": round(gflops, 2), "blas_ok": gflops >= SLOW_BLAS_GFLOPS,
-           "model": "32x(Linear(1024,1024)+ReLU)+Linear(1024,10)", "runs": runs}
+           "model": "32x(Linear(1024,1024)+ReLU)+Linear(1024,10)", "memory": {str(k): v for k, v in memory.items()},
+           "runs": runs}
     # "points" last: bench_remat reads the objects after it
     os.makedirs(os.path.dirname(os.path.abspath(o.out)), exist_ok=True)
     with open(o.out + ".tmp", "w") as f:
-        f.write(json.dumps(doc, indent=1)[:-2] + ',\n "points": [\n')
+        f.write(json.dumps(doc)[:-1] + ',\n "points": [\n')
         f.write(",\n".join("  " + json.dumps(p) for p in points) + "\n ]\n}\n")
     os.replace(o.out + ".tmp", o.out)
-    print("| config | ms/step | time ratio | CPU-time ratio | held MiB | held RSS MiB | in-step peak RSS MiB | "
-          "in-step ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| config | ms/step (median) | time ratio | ratio of min times | CPU-time ratio | held MiB | "
+          "held RSS MiB | in-step peak RSS MiB | in-step ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p in points:
-        print(f"| torch {p['label']} | {p['median_ms']:.1f} | {p['ratio']:.2f}x | {p['cpu_ratio']:.2f}x | "
-              f"{p['held_bytes'] / 2**20:.1f} | "
-              f"{p['held_rss_bytes'] / 2**20:.1f} | {p['peak_bytes'] / 2**20:.1f} | "
-              f"{p['peak_bytes'] / points[0]['peak_bytes']:.2f} |")
+        print(f"| torch {p['label']} | {p['median_ms']:.1f} | {p['ratio']:.2f}x | {p['min_ratio']:.2f}x | "
+              f"{p['cpu_ratio']:.2f}x | {p['held_bytes'] / 2**20:.1f} | {p['held_rss_bytes'] / 2**20:.1f} | "
+              f"{p['peak_bytes'] / 2**20:.1f} | {p['peak_bytes'] / points[0]['peak_bytes']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,15 @@ grep '"epoch": 2' "$tmp/out" | sed 's/"seconds": [0-9.]*, //' >"$tmp/resumed"
 grep '"epoch": 2' "$tmp/full" >"$tmp/full_e2"
 [ -s "$tmp/resumed" ] && cmp -s "$tmp/full_e2" "$tmp/resumed" && ok || no "resumed epoch 2 differs: $(cat "$tmp/full_e2") vs $(cat "$tmp/resumed")"
 
+# The same with fp16-mixed (loss scaler state) and int8 Adam state (saved as f32, encoded back).
+mixed=(--precision fp16-mixed --optimizer-state int8)
+expect "mixed 2 epochs" "$bin" train "${common[@]}" "${mixed[@]}" --epochs 2
+grep '"epoch": 2' "$tmp/out" | sed 's/"seconds": [0-9.]*, //' >"$tmp/mfull"
+expect "mixed 1 epoch and save" "$bin" train "${common[@]}" "${mixed[@]}" --epochs 1 --save "$tmp/mck.safetensors"
+expect "mixed resume" "$bin" train "${common[@]}" "${mixed[@]}" --epochs 2 --resume "$tmp/mck.safetensors"
+grep '"epoch": 2' "$tmp/out" | sed 's/"seconds": [0-9.]*, //' >"$tmp/mresumed"
+[ -s "$tmp/mresumed" ] && cmp -s "$tmp/mfull" "$tmp/mresumed" && ok || no "fp16-mixed + int8 resume differs: $(cat "$tmp/mfull") vs $(cat "$tmp/mresumed")"
+
 # eval of the saved weights reproduces training's own test accuracy for epoch 1.
 expect "eval" "$bin" eval --model "$model" --data "$data" --weights "$tmp/ck.safetensors" --test-limit 512 --json
 python3 - "$tmp/out" "$tmp/full" <<'PY' && ok || no "eval accuracy equals training's test accuracy, no backward state"

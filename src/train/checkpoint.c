@@ -18,10 +18,12 @@ static const char *state_name(const fr_step *s, int k) {
 
 static int n_states(const fr_step *s) { return fr_step_optim_states(&s->o.optim); }
 
-/* Optimizer state is saved as f32 whatever its storage (16-bit with 16-bit
- * weights, or Adam's moments compressed to bf16 / int8 blocks), so a
- * checkpoint reads the same in PyTorch; loading encodes it back (exactly:
- * every stored value is representable). k = 0 is the first moment (signed). */
+/* Optimizer state is saved as f32 when its storage is 16-bit (with 16-bit
+ * weights, or Adam's moments in bf16): a checkpoint then reads the same in
+ * PyTorch, and loading encodes it back exactly. int8 blocks are saved as
+ * their raw bytes (U8, "<name>.int8_blockwise": codes then per-block absmax)
+ * because decoding and re-encoding would re-derive each block's scale. k = 0
+ * is the first moment (signed). */
 static int state_is_f32(const fr_param *p) { return p->dtype == FR_F32 && p->state_kind == FR_STATE_F32; }
 
 static void state_decode(const fr_param *p, int k, float *out) {
@@ -70,7 +72,14 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
             e[n].shape = p->shape;
             e[n].data = p->state[k];
             e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * 4;
-            if (!state_is_f32(p)) {
+            if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
+                size_t nb = fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape));
+                snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s.int8_blockwise", p->name,
+                         state_name(s, k));
+                e[n].dtype = FR_U8;
+                e[n].shape = fr_shape1((int64_t)nb);
+                e[n].nbytes = nb;
+            } else if (!state_is_f32(p)) {
                 if (!(tmp[n] = fr_alloc(ctx, e[n].nbytes, FR_MEM_WORKSPACE))) {
                     st = FR_ERR_NOMEM;
                     goto done;
@@ -186,6 +195,13 @@ fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int 
                 snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
                 if (state_is_f32(p)) {
                     if ((st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, p->state[k]))) goto done;
+                    continue;
+                }
+                if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
+                    fr_shape raw = fr_shape1((int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
+                    size_t len = strlen(nm);
+                    snprintf(nm + len, sizeof nm - len, ".int8_blockwise");
+                    if ((st = copy_in(ctx, path, &f, nm, FR_U8, &raw, p->state[k]))) goto done;
                     continue;
                 }
                 float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
