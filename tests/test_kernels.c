@@ -484,6 +484,48 @@ static void pool_case(const char *tag, int max, int64_t N, int64_t C, int64_t H,
     tfree_all();
 }
 
+/* planes of values in {0, 1, 2} (ties everywhere): every window's gradient
+ * goes to its first maximum in row-major order, computed here by a naive scan */
+static void maxpool_ties_random(const char *tag, int64_t K, int64_t S, int64_t H, int64_t W, int acc) {
+    char name[160];
+    const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x = fzeros(nx), *dy = frand(ny, -1, 1), *y = fzeros(ny), *dx = frand(nx, -1, 1);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)(int)(urand() * 3.0);
+    double *want = dzeros(nx), *wanty = dzeros(ny);
+    for (int64_t i = 0; i < nx; i++) want[i] = acc ? dx[i] : 0.0;
+    for (int64_t p = 0; p < N * C; p++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t best = -1;
+                for (int64_t kh = 0; kh < K; kh++)
+                    for (int64_t kw = 0; kw < K; kw++) {
+                        int64_t i = (p * H + oh * S + kh) * W + ow * S + kw;
+                        if (best < 0 || x[i] > x[best]) best = i;
+                    }
+                want[best] += dy[(p * OH + oh) * OW + ow];
+                wanty[(p * OH + oh) * OW + ow] = x[best];
+            }
+    fr_attr a = {.kernel = (int)K, .stride = (int)S};
+    call k;
+    call_init(&k, FR_OP_MAXPOOL2D, &a);
+    k.c.in[0] = tf(x, fr_shape4(N, C, H, W));
+    k.c.out[0] = tf(y, fr_shape4(N, C, OH, OW));
+    fr_k_maxpool2d(&k.c);
+    snprintf(name, sizeof name, "maxpool ties fwd %s", tag);
+    expect_close(name, y, wanty, ny, 0.0);
+    call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW));
+    k.c.in[1] = tf(x, fr_shape4(N, C, H, W));
+    k.c.in[2] = tf(y, fr_shape4(N, C, OH, OW));
+    k.c.out[0] = tf(dx, fr_shape4(N, C, H, W));
+    k.c.accumulate = acc ? 1u : 0u;
+    snprintf(name, sizeof name, "maxpool ties bwd %s", tag);
+    expect_ok(name, fr_k_maxpool2d_bwd(&k.c));
+    expect_close(name, dx, want, nx, TOL_EW);
+    tfree_all();
+}
+
 /* maxpool with many ties: the gradient goes to the first maximum of each
  * window in row-major order, and overlapping windows add. */
 static void test_maxpool_ties(void) {
@@ -521,39 +563,34 @@ static void test_maxpool_ties(void) {
         fr_k_maxpool2d_bwd(&k.c);
         expect_close("maxpool ties first in row-major order", dx, want, 4, 0.0);
     }
-    /* random planes of values in {0, 1, 2}, overlapping 3x3 windows, stride 2 */
-    const int64_t N = 2, C = 3, H = 9, W = 8, K = 3, S = 2, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
-    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
-    float *x = fzeros(nx), *dy = frand(ny, -1, 1), *y = fzeros(ny), *dx = fzeros(nx);
-    for (int64_t i = 0; i < nx; i++) x[i] = (float)(int)(urand() * 3.0);
-    double *want = dzeros(nx), *wanty = dzeros(ny);
-    for (int64_t p = 0; p < N * C; p++)
-        for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t best = -1;
-                for (int64_t kh = 0; kh < K; kh++)
-                    for (int64_t kw = 0; kw < K; kw++) {
-                        int64_t i = (p * H + oh * S + kh) * W + ow * S + kw;
-                        if (best < 0 || x[i] > x[best]) best = i;
-                    }
-                want[best] += dy[(p * OH + oh) * OW + ow];
-                wanty[(p * OH + oh) * OW + ow] = x[best];
-            }
-    fr_attr a = {.kernel = K, .stride = S};
-    call k;
-    call_init(&k, FR_OP_MAXPOOL2D, &a);
-    k.c.in[0] = tf(x, fr_shape4(N, C, H, W));
-    k.c.out[0] = tf(y, fr_shape4(N, C, OH, OW));
-    fr_k_maxpool2d(&k.c);
-    expect_close("maxpool ties fwd", y, wanty, ny, 0.0);
-    call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
-    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW));
-    k.c.in[1] = tf(x, fr_shape4(N, C, H, W));
-    k.c.in[2] = tf(y, fr_shape4(N, C, OH, OW));
-    k.c.out[0] = tf(dx, fr_shape4(N, C, H, W));
-    expect_ok("maxpool ties random status", fr_k_maxpool2d_bwd(&k.c));
-    expect_close("maxpool ties random overlapping", dx, want, nx, TOL_EW);
-    tfree_all();
+    maxpool_ties_random("k3 s2 overlapping", 3, 2, 9, 8, 0);
+    maxpool_ties_random("k2 s2 odd 9x7", 2, 2, 9, 7, 0);
+    maxpool_ties_random("k2 s2 odd 9x7 accumulate", 2, 2, 9, 7, 1);
+    maxpool_ties_random("k2 s1 overlapping", 2, 1, 6, 5, 0);
+
+    /* NaN: the value is NaN and the gradient goes to the last NaN (PyTorch's
+     * `val > max || isnan(val)` scan), on the 2x2 path and the general one */
+    for (int K = 2; K <= 3; K++) {
+        float x[9] = {1, NAN, 3, NAN, 0, 0, 0, 0, 0}, dy[1] = {5}, y[1] = {0}, dx[9];
+        double want[9] = {0};
+        want[3] = 5; /* x[3] is the last NaN in both windows (row-major) */
+        fr_attr a = {.kernel = K, .stride = K};
+        call k;
+        call_init(&k, FR_OP_MAXPOOL2D, &a); /* x read as a KxK plane */
+        k.c.in[0] = tf(x, fr_shape4(1, 1, K, K));
+        k.c.out[0] = tf(y, fr_shape4(1, 1, 1, 1));
+        fr_k_maxpool2d(&k.c);
+        CHECK(isnan(y[0]), K == 2 ? "maxpool 2x2 NaN propagates" : "maxpool 3x3 NaN propagates");
+        call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+        k.c.in[0] = tf(dy, fr_shape4(1, 1, 1, 1));
+        k.c.in[1] = tf(x, fr_shape4(1, 1, K, K));
+        k.c.in[2] = tf(y, fr_shape4(1, 1, 1, 1));
+        k.c.out[0] = tf(dx, fr_shape4(1, 1, K, K));
+        fr_k_maxpool2d_bwd(&k.c);
+        /* in a KxK plane x[3] sits at row 3/K, column 3%K: offset 3 either way */
+        expect_close(K == 2 ? "maxpool 2x2 NaN gets the gradient" : "maxpool 3x3 NaN gets the gradient",
+                     dx, want, K * K, 0.0);
+    }
 }
 
 typedef struct gap_st {
