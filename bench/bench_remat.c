@@ -304,7 +304,8 @@ static int overlaps(const box *a, const box *b) {
     return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
 }
 
-/* One panel: time ratio (y, y_lo..y_hi) against MiB (x, 0..x_max). Each
+/* One panel: time ratio (y, y_lo..y_hi, log scale: the region around 1.35x
+ * stays readable next to revolve's 2-5x) against MiB (x, 0..x_max). Each
  * label goes to the first of twelve places around its marker that overlaps
  * no marker and no label placed before it. */
 static void panel(FILE *f, double ox, double oy, double w, double h, const char *xlabel,
@@ -313,18 +314,22 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n",
             ox, oy, w, h);
 #define PX(v) (ox + (v) / x_max * w)
-#define PY(v) (oy + h - ((v) - y_lo) / (y_hi - y_lo) * h)
-    double xstep = x_max > 60 ? 10 : 5, ystep = y_hi - y_lo > 1.2 ? 0.2 : 0.1;
+#define PY(v) (oy + h - log((v) / y_lo) / log(y_hi / y_lo) * h)
+    double xstep = x_max > 60 ? 10 : 5;
+    static const double yticks[] = {0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.75,
+                                    2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
     for (double v = 0; v <= x_max + 1e-9; v += xstep) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), oy,
                 PX(v), oy + h);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n", PX(v),
                 oy + h + 14, v);
     }
-    for (double v = ceil(y_lo / ystep - 1e-9) * ystep; v <= y_hi + 1e-9; v += ystep) {
+    for (size_t t = 0; t < sizeof yticks / sizeof yticks[0]; t++) {
+        double v = yticks[t];
+        if (v < y_lo || v > y_hi) continue;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", ox, PY(v),
                 ox + w, PY(v), fabs(v - 1) < 1e-9 ? "#bbb" : "#eee");
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%.1f</text>\n", ox - 4,
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%g</text>\n", ox - 4,
                 PY(v) + 4, v);
     }
     /* the goal: at most 1.35x keep-everything at about sqrt(n) memory */
@@ -335,7 +340,7 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%s</text>\n", ox + w / 2,
             oy + h + 32, xlabel);
     fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">"
-               "step time / keep-everything step</text>\n", ox - 38, oy + h / 2);
+               "step time / keep-everything step (log scale)</text>\n", ox - 38, oy + h / 2);
     box placed[2 * (MAX_CFG + MAX_TORCH) + 2];
     int np = 0;
     placed[np++] = (box){ox + w - 40, PY(1.35) - 16, ox + w, PY(1.35) - 2}; /* the goal's label */
@@ -376,32 +381,33 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
 /* Labels: a configuration and the planner budgets that chose the same plan
  * ("seg2=auto1-4"); a planner point of its own says its plan ("auto5:seg3"). */
 static void point_label(const config *c, int nc, int i, char *buf, size_t len) {
+    char s[64];
+    int k = snprintf(s, sizeof s, "%.20s", c[i].label);
     if (c[i].mode == FR_CKPT_AUTO) {
         const fr_plan_info *in = &c[i].info;
         const char *fam = in->mode == FR_CKPT_SEGMENTS ? "seg" : in->mode == FR_CKPT_REVOLVE ? "rev"
                         : mode_name(in->mode);
         int arg = in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE ? in->ckpt_arg : 0;
-        snprintf(buf, len, "%s:%s", c[i].label, fam);
-        if (arg) snprintf(buf + strlen(buf), len - strlen(buf), "%d", arg);
-        if (in->accumulate > 1) snprintf(buf + strlen(buf), len - strlen(buf), "x%d", in->accumulate);
-    } else {
-        snprintf(buf, len, "%s", c[i].label);
+        k += snprintf(s + k, sizeof s - (size_t)k, ":%.8s", fam);
+        if (arg) k += snprintf(s + k, sizeof s - (size_t)k, "%d", arg % 1000);
+        if (in->accumulate > 1) k += snprintf(s + k, sizeof s - (size_t)k, "x%d", in->accumulate % 100000);
     }
-    int first = -1, last = -1;
-    for (int j = 0; j <= nc; j++) {
+    int first = -1, last = -1, any = 0;
+    for (int j = 0; j <= nc && k < 40; j++) {
         int same = j < nc && c[j].same_as == i;
         if (same && first < 0) first = j;
         if (same) last = j;
         if ((!same || j == nc) && first >= 0) {
-            size_t k = strlen(buf);
             if (first == last)
-                snprintf(buf + k, len - k, "%s%s", strchr(buf, '=') ? "," : "=", c[first].label);
+                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s", any ? ',' : '=', c[first].label);
             else
-                snprintf(buf + k, len - k, "%s%s-%s", strchr(buf, '=') ? "," : "=", c[first].label,
-                         c[last].label + strspn(c[last].label, "abcdefghijklmnopqrstuvwxyz"));
+                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s-%.4s", any ? ',' : '=', c[first].label,
+                              c[last].label + strspn(c[last].label, "abcdefghijklmnopqrstuvwxyz"));
+            any = 1;
             first = -1;
         }
     }
+    snprintf(buf, len, "%s", s);
 }
 
 static int write_svg(const char *path, const config *c, int nc, const torch_point *tp, int nt) {
@@ -409,7 +415,7 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     if (!f) return -1;
     chart_pt a[MAX_CFG + MAX_TORCH], b[MAX_CFG + MAX_TORCH];
     int n = 0;
-    double base = c[0].median, xa = 0, xb = 0, ylo = 0.95, yhi = 1.45;
+    double base = c[0].median, xa = 0, xb = 0, ylo = 0.9, yhi = 1.5;
     for (int i = 0; i < nc; i++) {
         if (c[i].same_as >= 0) continue;
         double r = c[i].median / base;
@@ -421,7 +427,7 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     }
     for (int i = 0; i < nt; i++) {
         a[n] = (chart_pt){tp[i].held / MIB, tp[i].ratio, "", 1};
-        snprintf(a[n].label, sizeof a[n].label, "torch %s", tp[i].label);
+        snprintf(a[n].label, sizeof a[n].label, "torch %.24s", tp[i].label);
         b[n] = a[n];
         b[n].x = tp[i].peak / MIB;
         n++;
@@ -429,14 +435,12 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     for (int i = 0; i < n; i++) {
         if (a[i].x > xa) xa = a[i].x;
         if (b[i].x > xb) xb = b[i].x;
-        if (a[i].y + 0.05 > yhi) yhi = a[i].y + 0.05;
-        if (a[i].y - 0.05 < ylo) ylo = a[i].y - 0.05;
+        if (a[i].y * 1.08 > yhi) yhi = a[i].y * 1.08;
+        if (a[i].y / 1.08 < ylo) ylo = a[i].y / 1.08;
     }
-    ylo = floor(ylo * 10) / 10;
-    yhi = ceil(yhi * 10) / 10;
     xa = ceil(xa * 1.1 / 5) * 5;
     xb = ceil(xb * 1.1 / 5) * 5;
-    double W = 1200, H = 720, ph = 560;
+    double W = 1200, H = 740, ph = 560;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
@@ -444,13 +448,15 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
                "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD</text>\n",
             W / 2);
     fprintf(f, "<text x=\"%.0f\" y=\"44\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
-               "fill=\"#444\"><tspan fill=\"#1f5fa8\">circles: frugal</tspan> (vs frugal keep-everything; "
-               "segN = checkpoint_sequential(N), revS = revolve with S slots, autoK = the planner at the K-th "
-               "budget)%s</text>\n", W / 2, nt ? "; <tspan fill=\"#d2691e\">squares: PyTorch 1.13</tspan> (vs "
-               "PyTorch keep-everything)" : "");
-    panel(f, 70, 70, 480, ph, "held for backward (MiB): saved activations live when the backward starts", a, n,
+               "fill=\"#444\"><tspan fill=\"#1f5fa8\">circles: frugal</tspan>, each against frugal's "
+               "keep-everything step%s</text>\n", W / 2, nt ? "; <tspan fill=\"#d2691e\">squares: PyTorch 1.13 "
+               "checkpoint_sequential</tspan>, against PyTorch's" : "");
+    fprintf(f, "<text x=\"%.0f\" y=\"62\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
+               "fill=\"#444\">segN: N segments (checkpoint_sequential), revS: revolve with S slots, autoK: the "
+               "planner at the K-th budget (=: the same plan)</text>\n", W / 2);
+    panel(f, 70, 86, 480, ph, "held for backward (MiB): saved activations live when the backward starts", a, n,
           xa, ylo, yhi);
-    panel(f, 690, 70, 480, ph, "in-step peak (MiB): frugal's step values, PyTorch's RSS rise", b, n, xb, ylo,
+    panel(f, 690, 86, 480, ph, "in-step peak (MiB): frugal's step values, PyTorch's RSS rise", b, n, xb, ylo,
           yhi);
     fprintf(f, "</svg>\n");
     return fclose(f);

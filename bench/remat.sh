@@ -9,22 +9,23 @@
 # optional: without Debian's python3-torch and OpenMP OpenBLAS the PyTorch
 # part is skipped. Not part of the test suite.
 #
-#   bench/remat.sh                    # 2 groups, 4 frugal rounds, 2 threads
-#   ROUNDS=3 STEPS=6 bench/remat.sh
+#   bench/remat.sh                    # 4 PyTorch runs between 8 frugal rounds
+#   ROUNDS=2 STEPS=4 bench/remat.sh   # quicker, noisier
 #
-# Environment: ROUNDS [2] (PyTorch runs, alternating with groups of frugal
-# rounds), STEPS [4] (timed steps per frugal configuration, one per round),
-# WARMUP [1], TORCH_STEPS [2] (timed steps per PyTorch configuration and
+# Environment: ROUNDS [4] (PyTorch runs, alternating with groups of frugal
+# rounds), STEPS [8] (timed steps per frugal configuration, one per round),
+# WARMUP [1], TORCH_STEPS [3] (timed steps per PyTorch configuration and
 # run), THREADS [2], AUTO [8] (planner budgets), BUILD [/tmp/build-remat],
 # OUT [bench/out]: remat.json, remat.svg, torch_remat.json, remat.md (the
-# tables). About 3 minutes on 2 idle cores; several times that on a busy
-# machine.
+# tables). About 4 minutes on 2 idle cores; more on a busy machine, where
+# single steps scatter by 2-5x: read the ratios of medians and of minimum
+# times together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-2}
-STEPS=${STEPS:-4}
+ROUNDS=${ROUNDS:-4}
+STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-1}
-TORCH_STEPS=${TORCH_STEPS:-2}
+TORCH_STEPS=${TORCH_STEPS:-3}
 THREADS=${THREADS:-2}
 AUTO=${AUTO:-8}
 BUILD=${BUILD:-/tmp/build-remat}

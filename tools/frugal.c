@@ -334,9 +334,12 @@ static int cmd_train(int argc, char **argv) {
         fr_mem_get_stats(ctx, &ms);
         printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %.6f, "
                "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
-               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"memory\": ",
+               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": \"%s\", "
+               "\"loss_scale\": %g, \"skipped_steps\": %llu, \"memory\": ",
                res.epochs_done, res.batch, res.test_acc, res.test_loss, res.seconds,
-               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved, res.measured_reserved_peak);
+               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved, res.measured_reserved_peak,
+               fr_precision_name(c.t.precision), (double)res.loss_scale,
+               (unsigned long long)res.skipped_steps);
         mem_json_inline(ctx);
         printf("}\n");
     } else if (c.t.progress >= 0) {

@@ -17,6 +17,7 @@
 typedef struct candidate {
     fr_ckpt_mode mode;
     int arg, micro;
+    fr_precision prec;
     double cost;
     size_t reserved;
 } candidate;
@@ -38,6 +39,7 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     o.checkpoint = c->mode;
     o.ckpt_arg = c->arg;
     o.micro_batch = c->micro;
+    o.precision = c->prec;
     o.budget = 0;
     fr_step *s = fr_step_build(m, &o);
     if (!s) return 0;
@@ -47,7 +49,8 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     int k = info.accumulate;
     double plain = info.flops - info.extra_flops;
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
-              (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0);
+              (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0) +
+              (c->prec == FR_PREC_BF16_MIXED && base->precision == FR_PREC_AUTO ? 0.10 : 0.0);
     fr_step_free(s);
     return 1;
 }
@@ -66,20 +69,34 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
     for (int micro = fixed_micro ? opts->micro_batch : opts->batch; micro >= 1; micro--) {
         if (opts->batch % micro) continue;
         int units = m->n_units;
-        candidate list[3 * 512 + 4];
+        candidate *list = fr_alloc(ctx, 2 * (2 * 512 + 4) * sizeof *list, FR_MEM_OTHER);
+        if (!list) return NULL;
         int n = 0;
-        /* A budget without an explicit mode lets the planner choose. */
-        if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
-            list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, 0, 0};
-        } else {
-            list[n++] = (candidate){FR_CKPT_NONE, 0, micro, 0, 0};
-            for (int k = 2; k <= units && n < 512; k++) list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, 0, 0};
-            for (int sl = units; sl >= 1 && n < 1024; sl--) list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, 0, 0};
-            list[n++] = (candidate){FR_CKPT_ALL, 0, micro, 0, 0};
+        /* --precision auto may store activations in bf16 (costed at 10%: the
+         * casts, measured 4-9% here, and the rounding) when that fits. */
+        fr_precision precs[2] = {opts->precision, opts->precision};
+        int np = 1;
+        if (opts->precision == FR_PREC_AUTO) precs[0] = FR_PREC_FP32, precs[1] = FR_PREC_BF16_MIXED, np = 2;
+        for (int q = 0; q < np; q++) {
+            fr_precision pr = precs[q];
+            /* A budget without an explicit mode lets the planner choose. */
+            if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
+                list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, pr, 0, 0};
+            } else {
+                list[n++] = (candidate){FR_CKPT_NONE, 0, micro, pr, 0, 0};
+                for (int k = 2; k <= units && k < 512; k++)
+                    list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, pr, 0, 0};
+                for (int sl = units < 512 ? units : 512; sl >= 1; sl--)
+                    list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, pr, 0, 0};
+                list[n++] = (candidate){FR_CKPT_ALL, 0, micro, pr, 0, 0};
+            }
         }
         for (int i = 0; i < n; i++) {
             if (!try_candidate(m, opts, &list[i], bn)) {
-                if (ctx->mem.st.num_ooms > ms0.num_ooms) return NULL; /* a real allocation failure */
+                if (ctx->mem.st.num_ooms > ms0.num_ooms) { /* a real allocation failure */
+                    fr_free(ctx, list);
+                    return NULL;
+                }
                 continue;
             }
             if (list[i].reserved < smallest.reserved) smallest = list[i];
@@ -88,8 +105,9 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
                 best = list[i];
                 found = 1;
             }
-            if (i == 0 && found && best.cost == 0) break; /* keeping everything fits: done */
+            if (i == 0 && found && best.cost == 0) break; /* keeping everything in fp32 fits: done */
         }
+        fr_free(ctx, list);
         if (found && best.micro == opts->batch) break; /* no need to split the batch */
         if (fixed_micro) break;
         if (found && micro < best.micro / 2) break; /* smaller micro-batches only cost more */
@@ -99,17 +117,19 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
         if (smallest.reserved == SIZE_MAX) return NULL;
         fr_fail(ctx, FR_ERR_BUDGET,
                 "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with checkpoint "
-                "%s%s%.0d and micro-batch %d; raise --budget to at least that, or shrink --batch "
-                "or the model",
+                "%s%s%.0d, micro-batch %d and precision %s; raise --budget to at least that, or "
+                "shrink --batch or the model%s",
                 fr_human_bytes(budget, a, sizeof a), fr_human_bytes(smallest.reserved, b, sizeof b),
                 smallest.reserved, mode_name(smallest.mode), smallest.arg ? " " : "", smallest.arg,
-                smallest.micro);
+                smallest.micro, fr_precision_name(smallest.prec),
+                opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
         return NULL;
     }
     fr_step_opts o = *opts;
     o.checkpoint = best.mode;
     o.ckpt_arg = best.arg;
     o.micro_batch = best.micro;
+    o.precision = best.prec;
     o.budget = budget;
     fr_step *s = fr_step_build(m, &o);
     if (s && fr_step_materialize(s)) {
@@ -148,11 +168,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     double frac = info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
     char h[8][32];
     if (json) {
-        fprintf(out, "{\"batch\": %d, \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "
+        fprintf(out, "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "
                 "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, \"layers\": [",
-                s->o.batch, info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
+                s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
                 info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget);
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
@@ -181,6 +201,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     if (info.ckpt_arg) fprintf(out, " %d", info.ckpt_arg);
     fprintf(out, " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
+    fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
     fprintf(out, "in place: %d ops write over an input that dies there\n\n", inplace);
     fprintf(out, "%-6s %-16s %-14s %s\n", "unit", "layer", "type", "activations");
     for (size_t i = 0; i < m->n_layers; i++) {

@@ -264,7 +264,14 @@ done:
                res->predicted_reserved / 1048576.0, total / 1048576.0, ms.reserved_peak / 1048576.0,
                ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0,
                cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)" : " (OVER the budget)") : "");
+        if (s->scaler.enabled)
+            printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
+                   (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);
         fr_mem_summary(ctx, stdout);
+    }
+    if (s) {
+        res->loss_scale = s->scaler.enabled ? s->scaler.scale : 1.0f;
+        res->skipped_steps = s->scaler.skipped;
     }
     fr_loader_free(l);
     fr_step_free(s);

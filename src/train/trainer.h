@@ -45,6 +45,8 @@ typedef struct fr_train_result {
     size_t peak_rss_kib;
     size_t predicted_reserved;     /* the step's plan: persistent + arena + batch */
     size_t measured_reserved_peak; /* the allocator's peak reserved over the run */
+    float loss_scale;              /* the dynamic loss scale at the end (1: none) */
+    uint64_t skipped_steps;        /* steps skipped for inf/NaN gradients */
 } fr_train_result;
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
