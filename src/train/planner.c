@@ -125,6 +125,7 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
                 opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
         return NULL;
     }
+    fr_mem_empty_cache(ctx); /* what comparing candidates freed is not the step's to hold */
     fr_step_opts o = *opts;
     o.checkpoint = best.mode;
     o.ckpt_arg = best.arg;
