@@ -1,46 +1,52 @@
 /* bench_remat.c — activation checkpointing, measured: memory against step
  * time on a deep chain, and the largest batch that fits a budget with and
- * without the planner.
+ * without the planner. bench/remat.sh runs it with its PyTorch twin
+ * (bench/torch_remat.py).
  *
  *   bench_remat [--steps N] [--warmup W] [--threads T] [--auto K] [--seed S]
  *               [--out DIR] [--torch FILE] [--torch-cmd CMD] [--rounds R]
  *               [--no-chain] [--no-batch] [--plan-only] [--quick]
  *
  * Part 1, the chain: 32 blocks of Linear(1024,1024)+ReLU, then Linear(1024,10)
- * and cross-entropy, batch 256, SGD (lr 0.01, gradients kept between steps:
- * zero_grad(set_to_none=False), like torch 1.13's default). One step is
- * compiled per configuration — keep everything; checkpoint_sequential with 2,
- * 4, 6, 8 segments; sqrt; revolve with 2, 3, 4, 6, 8 slots; and the planner
- * (checkpoint auto) at K budgets evenly spaced from the reserved bytes of the
- * keep-everything plan down to the least any whole-batch plan reserves. All
- * share the model's weights. W warm-up steps each, then N rounds of one timed
- * step each, configurations alternating (reversed every other round) so that
- * drift on a shared machine hits them all alike; a cell is the median. With
- * --torch-cmd the rounds are split in R groups and CMD (the PyTorch twin,
- * bench/torch_remat.py) runs between groups, so the two engines alternate.
+ * and cross-entropy, batch 256, SGD (lr 0.01; gradients stay allocated
+ * between steps, zero_grad(set_to_none=False) as in torch 1.13). One step is
+ * compiled per configuration: keep everything; checkpoint_sequential with 2,
+ * 4, 6, 8 segments; sqrt; revolve with 2, 3, 4, 6, 8 slots; the planner
+ * (checkpoint auto) at K budgets evenly spaced from keep-everything's
+ * reserved bytes down to the least any whole-batch plan reserves. They share
+ * the model's weights; budgets whose plan another configuration already runs
+ * are not timed twice. W warm-up steps each, then N rounds of one timed step
+ * per plan, the order reversed every other round. With --torch-cmd the rounds
+ * are split in R groups and CMD runs before each group, so that the engines
+ * alternate.
  *
- * Per configuration: the median ms/step and its ratio to keep-everything;
- * "held", the activations live when the backward starts (what is held for
- * backward, read off the plan's events); the planned and measured peak of
- * saved activations; the in-step peak of all step values (activations and
- * workspace: the allocator's allocated_total_peak during the step minus what
- * was allocated before it, and the plan's peak_total); the extra compute
+ * Per configuration: the median ms/step; the time ratio, the median over
+ * rounds of its step's time over keep-everything's in the same round (drift
+ * on a shared machine cancels), and the ratio of medians; "held", the saved
+ * activations live when the backward starts, read off the plan's events (the
+ * ones the executor reports to the allocator); the planned and measured peak
+ * of saved activations; the in-step peak of all step values (activations +
+ * workspace: the plan's peak_total, and the allocator's allocated_total_peak
+ * during the step minus what was allocated before it); the extra compute
  * (recomputed FLOPs over the plain step's) and the reserved bytes
- * (parameters + gradients + optimizer state + arena + one batch).
- * A markdown table on stdout; DIR/remat.json; DIR/remat.svg, time ratio
- * against held memory and against the in-step peak, with PyTorch's points
- * from FILE (DIR/torch_remat.json) when it exists.
+ * (parameters + gradients + optimizer state + arena + one batch + plan
+ * metadata). A markdown table on stdout, DIR/remat.json, and DIR/remat.svg:
+ * time ratio against held memory and against the in-step peak, with
+ * PyTorch's points from FILE (default DIR/torch_remat.json) when it exists,
+ * and a table comparing the two at each PyTorch point. --plan-only times
+ * nothing and lists every whole-batch plan of the chain instead.
  *
- * Part 2: for the built-in "resnet" and "cnn" (Adam, as in the engine issue),
- * the largest batch whose plan reserves at most 64, 128 and 256 MiB: without
- * the planner (keep everything, whole batch); with it at the whole batch
- * (checkpoint auto: recompute only, fr_batch_auto) and the plan it picks
- * there; and with micro-batches allowed (the planner's full search, over
- * multiples of the no-planner batch up to 65536), which is bounded only by
- * the input batch itself.
+ * Part 2: for the built-in "resnet" and "cnn" (Adam), the largest batch
+ * whose plan reserves at most 64, 128 and 256 MiB: without the planner (keep
+ * everything, whole batch: fr_batch_auto with checkpoint none); with it at
+ * the whole batch (fr_batch_auto with checkpoint auto, which may recompute),
+ * the plan the planner picks there, and a check by an exhaustive search over
+ * whole-batch plans; with micro-batches allowed as well (the planner's full
+ * search, over multiples of the whole-batch answer up to 65536), which only
+ * the input batch itself bounds.
  *
- * It uses the public API plus the step's plan (train/step.h) to read where
- * the backward starts. */
+ * Besides the public API it reads the step's plan (train/step.h): where the
+ * backward starts, and the plan's peaks. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -80,12 +86,13 @@ typedef struct config {
     double *ms, *cpu; /* per timed step: wall and process CPU milliseconds */
     int n_ms;
     double median, cpu_median, min;
+    double ratio; /* median over rounds of ms / keep-everything's ms in that round */
 } config;
 
 /* PyTorch's points, read back from torch_remat.json. */
 typedef struct torch_point {
     char label[32];
-    double ms, ratio, min_ratio, cpu_ratio, held, held_rss, peak;
+    double ms, ratio, ratio_of_medians, held, held_rss, peak;
 } torch_point;
 
 static double now_ms(void) {
@@ -254,7 +261,7 @@ static double json_num(const char *from, const char *to, const char *key) {
 }
 
 /* Reads the "points" array torch_remat.py writes: one object per
- * configuration with label, median_ms, ratio, cpu_ratio, held_bytes,
+ * configuration with label, median_ms, ratio, ratio_of_medians, held_bytes,
  * held_rss_bytes and peak_bytes. Returns how many (0 when the file is absent). */
 static int read_torch(const char *path, torch_point *pt, int max, char *blas, size_t blas_len) {
     FILE *f = fopen(path, "rb");
@@ -279,8 +286,7 @@ static int read_torch(const char *path, torch_point *pt, int max, char *blas, si
         pt[k].held = json_num(p, end, "held_bytes");
         pt[k].peak = json_num(p, end, "peak_bytes");
         pt[k].held_rss = json_num(p, end, "held_rss_bytes");
-        pt[k].cpu_ratio = json_num(p, end, "cpu_ratio");
-        pt[k].min_ratio = json_num(p, end, "min_ratio");
+        pt[k].ratio_of_medians = json_num(p, end, "ratio_of_medians");
         k++;
         p = end;
     }
@@ -300,6 +306,10 @@ typedef struct box {
     double x0, y0, x1, y1;
 } box;
 
+static const double yticks[] = {0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.75,
+                                2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+#define N_YTICKS (sizeof yticks / sizeof yticks[0])
+
 static int overlaps(const box *a, const box *b) {
     return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
 }
@@ -316,15 +326,13 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
 #define PX(v) (ox + (v) / x_max * w)
 #define PY(v) (oy + h - log((v) / y_lo) / log(y_hi / y_lo) * h)
     double xstep = x_max > 60 ? 10 : 5;
-    static const double yticks[] = {0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.75,
-                                    2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
     for (double v = 0; v <= x_max + 1e-9; v += xstep) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), oy,
                 PX(v), oy + h);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n", PX(v),
                 oy + h + 14, v);
     }
-    for (size_t t = 0; t < sizeof yticks / sizeof yticks[0]; t++) {
+    for (size_t t = 0; t < N_YTICKS; t++) {
         double v = yticks[t];
         if (v < y_lo || v > y_hi) continue;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", ox, PY(v),
@@ -415,11 +423,10 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     if (!f) return -1;
     chart_pt a[MAX_CFG + MAX_TORCH], b[MAX_CFG + MAX_TORCH];
     int n = 0;
-    double base = c[0].median, xa = 0, xb = 0, ylo = 0.9, yhi = 1.5;
+    double xa = 0, xb = 0, ylo = 0.9, yhi = 1.5;
     for (int i = 0; i < nc; i++) {
         if (c[i].same_as >= 0) continue;
-        double r = c[i].median / base;
-        a[n] = (chart_pt){c[i].held / MIB, r, "", 0};
+        a[n] = (chart_pt){c[i].held / MIB, c[i].ratio, "", 0};
         point_label(c, nc, i, a[n].label, sizeof a[n].label);
         b[n] = a[n];
         b[n].x = c[i].meas_step / MIB;
@@ -435,9 +442,19 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     for (int i = 0; i < n; i++) {
         if (a[i].x > xa) xa = a[i].x;
         if (b[i].x > xb) xb = b[i].x;
-        if (a[i].y * 1.08 > yhi) yhi = a[i].y * 1.08;
-        if (a[i].y / 1.08 < ylo) ylo = a[i].y / 1.08;
+        if (a[i].y * 1.05 > yhi) yhi = a[i].y * 1.05;
+        if (a[i].y / 1.05 < ylo) ylo = a[i].y / 1.05;
     }
+    for (size_t t = 0; t < N_YTICKS; t++) /* the axis ends on ticks */
+        if (yticks[t] >= yhi) {
+            yhi = yticks[t];
+            break;
+        }
+    for (size_t t = N_YTICKS; t-- > 0;)
+        if (yticks[t] <= ylo) {
+            ylo = yticks[t];
+            break;
+        }
     xa = ceil(xa * 1.1 / 5) * 5;
     xb = ceil(xb * 1.1 / 5) * 5;
     double W = 1200, H = 740, ph = 560;
@@ -464,72 +481,55 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
 
 /* ---- part 1: the chain --------------------------------------------------- */
 
-static int run_torch(const bench_opts *o, int group) {
-    if (!o->torch_cmd) return 0;
-    fprintf(stderr, "bench_remat: PyTorch, group %d: %s\n", group + 1, o->torch_cmd);
-    fflush(NULL);
-    int rc = system(o->torch_cmd);
-    if (rc) fprintf(stderr, "bench_remat: the PyTorch command exited with %d (its points are left out)\n", rc);
-    return rc;
-}
-
-static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
-    const int batch = 256;
-    int rc = 1, nc = 0;
+typedef struct chain {
+    fr_model *m;
+    fr_step_opts base;
     config c[MAX_CFG];
-    memset(c, 0, sizeof c);
-    float *x = NULL;
-    int32_t *y = NULL;
-    fr_model *m = build_chain(ctx, o->seed);
-    if (!m) goto fail;
-    fr_step_opts base = chain_opts(batch, o->seed);
+    int nc;
+    size_t r_max, r_min; /* reserved: keep everything; the least of any whole-batch plan */
+    char min_plan[64];
+    float first_loss, last_loss;
+} chain;
 
-    /* the fixed configurations */
-    struct { const char *label; fr_ckpt_mode mode; int arg; } fixed[] = {
+/* The configurations, compiled; the planner's budgets evenly spaced from
+ * keep-everything's reserved bytes down to the minimum (the top one left out:
+ * it is keep-everything). */
+static fr_status chain_compile(fr_ctx *ctx, chain *ch, const bench_opts *o) {
+    static const struct { const char *label; fr_ckpt_mode mode; int arg; } fixed[] = {
         {"none", FR_CKPT_NONE, 0},      {"seg2", FR_CKPT_SEGMENTS, 2}, {"seg4", FR_CKPT_SEGMENTS, 4},
         {"seg6", FR_CKPT_SEGMENTS, 6},  {"seg8", FR_CKPT_SEGMENTS, 8}, {"sqrt", FR_CKPT_SQRT, 0},
         {"rev2", FR_CKPT_REVOLVE, 2},   {"rev3", FR_CKPT_REVOLVE, 3},  {"rev4", FR_CKPT_REVOLVE, 4},
         {"rev6", FR_CKPT_REVOLVE, 6},   {"rev8", FR_CKPT_REVOLVE, 8}};
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        snprintf(c[nc].label, sizeof c[nc].label, "%s", fixed[i].label);
-        c[nc].mode = fixed[i].mode;
-        c[nc].arg = fixed[i].arg;
-        nc++;
+    config *c = ch->c;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++, ch->nc++) {
+        snprintf(c[ch->nc].label, sizeof c[ch->nc].label, "%s", fixed[i].label);
+        c[ch->nc].mode = fixed[i].mode;
+        c[ch->nc].arg = fixed[i].arg;
     }
-    /* the planner at budgets from keep-everything down to the minimum */
-    char min_plan[64];
-    size_t r_min = min_reserved(m, &base, min_plan, sizeof min_plan);
-    fr_step_opts on = base;
+    ch->r_min = min_reserved(ch->m, &ch->base, ch->min_plan, sizeof ch->min_plan);
+    fr_step_opts on = ch->base;
     on.checkpoint = FR_CKPT_NONE;
-    fr_step *probe = fr_step_build(m, &on);
-    if (!probe || r_min == SIZE_MAX) goto fail;
+    fr_step *probe = fr_step_build(ch->m, &on);
+    if (!probe || ch->r_min == SIZE_MAX) return FR_ERR_ARG;
     fr_plan_info pin;
     fr_step_plan_info(probe, &pin);
     fr_step_free(probe);
-    size_t r_max = pin.reserved;
-    for (int k = o->n_auto - 1; k >= 0 && nc < MAX_CFG; k--) {
+    ch->r_max = pin.reserved;
+    for (int k = o->n_auto - 1; k >= 0 && ch->nc < MAX_CFG; k--, ch->nc++) {
         double f = o->n_auto > 1 ? (double)k / o->n_auto : 0;
-        c[nc].budget = r_min + (size_t)((double)(r_max - r_min) * f);
-        snprintf(c[nc].label, sizeof c[nc].label, "auto%d", o->n_auto - k);
-        c[nc].mode = FR_CKPT_AUTO;
-        nc++;
+        c[ch->nc].budget = ch->r_min + (size_t)((double)(ch->r_max - ch->r_min) * f);
+        snprintf(c[ch->nc].label, sizeof c[ch->nc].label, "auto%d", o->n_auto - k);
+        c[ch->nc].mode = FR_CKPT_AUTO;
     }
-    printf("## Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD, "
-           "%d threads\n\n", fr_get_threads(ctx));
-    printf("Reserved bytes: keep everything %.1f MiB; the least of any whole-batch plan %.1f MiB (%s). "
-           "Planner budgets (auto1..auto%d) are evenly spaced from %.1f down to %.1f MiB.\n\n",
-           r_max / MIB, r_min / MIB, min_plan, o->n_auto, (r_min + (r_max - r_min) * (o->n_auto - 1.0) /
-           o->n_auto) / MIB, r_min / MIB);
-
-    for (int i = 0; i < nc; i++) {
-        fr_step_opts so = base;
+    for (int i = 0; i < ch->nc; i++) {
+        fr_step_opts so = ch->base;
         so.checkpoint = c[i].mode;
         so.ckpt_arg = c[i].arg;
         so.budget = c[i].budget;
         c[i].same_as = -1;
-        if (!(c[i].s = fr_step_compile(m, &so))) {
+        if (!(c[i].s = fr_step_compile(ch->m, &so))) {
             fprintf(stderr, "bench_remat: %s: %s\n", c[i].label, fr_last_error(ctx));
-            goto fail;
+            return FR_ERR_ARG;
         }
         fr_step_plan_info(c[i].s, &c[i].info);
         for (int j = 0; j < i && c[i].same_as < 0; j++)
@@ -539,176 +539,217 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
         c[i].plan_step = c[i].s->plan.peak_total;
         c[i].ms = calloc((size_t)o->steps, sizeof *c[i].ms);
         c[i].cpu = calloc((size_t)o->steps, sizeof *c[i].cpu);
-        if (!c[i].ms || !c[i].cpu) goto fail;
+        if (!c[i].ms || !c[i].cpu) return FR_ERR_NOMEM;
     }
-    size_t sample = 1024;
-    x = malloc((size_t)batch * sample * sizeof *x);
-    y = malloc((size_t)batch * sizeof *y);
-    if (!x || !y) goto fail;
-    fr_rng r = fr_rng_make(o->seed, 0x7e3a);
-    float loss = NAN, first_loss = NAN;
-    int groups = o->torch_cmd ? (o->rounds > 0 ? o->rounds : 1) : 1;
-    if (!o->plan_only) {
-        /* warm-up: every configuration, W steps */
-        for (int i = 0; i < nc; i++) {
-            if (c[i].same_as >= 0) continue;
-            for (int w = 0; w < o->warmup; w++) {
-                fill_batch(&r, x, y, batch, sample, 10);
-                fr_batch b = {batch, x, y, NULL};
-                if (fr_step_run(c[i].s, &b, &loss, NULL)) goto fail;
-                if (isnan(first_loss)) first_loss = loss;
-            }
-        }
-        /* timed rounds: one step per configuration, order reversed every other round */
-        for (int g = 0; g < groups; g++) {
-            run_torch(o, g);
-            int from = o->steps * g / groups, to = o->steps * (g + 1) / groups;
-            for (int rd = from; rd < to; rd++) {
-                fprintf(stderr, "bench_remat: round %d/%d\n", rd + 1, o->steps);
-                for (int k = 0; k < nc; k++) {
-                    int i = rd % 2 ? nc - 1 - k : k;
-                    if (c[i].same_as >= 0) continue;
-                    fill_batch(&r, x, y, batch, sample, 10);
-                    fr_batch b = {batch, x, y, NULL};
-                    fr_mem_stats before, after;
-                    fr_mem_get_stats(ctx, &before);
-                    fr_mem_reset_peak(ctx);
-                    double t0 = now_ms(), u0 = cpu_ms();
-                    if (fr_step_run(c[i].s, &b, &loss, NULL)) goto fail;
-                    double t1 = now_ms(), u1 = cpu_ms();
-                    fr_mem_get_stats(ctx, &after);
-                    c[i].cpu[c[i].n_ms] = u1 - u0;
-                    c[i].ms[c[i].n_ms++] = t1 - t0;
-                    size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
-                    size_t step = after.allocated_total_peak - before.allocated_total;
-                    if (act > c[i].meas_act) c[i].meas_act = act;
-                    if (step > c[i].meas_step) c[i].meas_step = step;
-                }
-            }
-        }
-        for (int i = 0; i < nc; i++) {
-            int j = c[i].same_as >= 0 ? c[i].same_as : i;
-            double tmp[2][64];
-            int n = c[j].n_ms < 64 ? c[j].n_ms : 64;
-            memcpy(tmp[0], c[j].ms, (size_t)n * sizeof(double));
-            memcpy(tmp[1], c[j].cpu, (size_t)n * sizeof(double));
-            c[i].median = median_of(tmp[0], n);
-            c[i].min = tmp[0][0]; /* sorted by median_of */
-            c[i].cpu_median = median_of(tmp[1], n);
-            if (c[i].same_as >= 0) c[i].meas_act = c[j].meas_act, c[i].meas_step = c[j].meas_step;
-        }
-    } else {
-        for (int i = 0; i < nc; i++) c[i].median = c[i].cpu_median = c[i].min = NAN;
-        frontier(m, &base);
-    }
+    return FR_OK;
+}
 
-    /* the table */
-    torch_point tp[MAX_TORCH];
-    char blas[64] = "";
-    char tpath[512];
-    snprintf(tpath, sizeof tpath, "%s", o->torch ? o->torch : "");
-    if (!o->torch) snprintf(tpath, sizeof tpath, "%s/torch_remat.json", o->out);
-    int nt = read_torch(tpath, tp, MAX_TORCH, blas, sizeof blas);
-    double base_ms = c[0].median, base_cpu = c[0].cpu_median, base_min = c[0].min, base_held = (double)c[0].held, base_step = (double)c[0].meas_step;
-    if (o->plan_only) base_step = (double)c[0].plan_step;
-    printf("| config | plan | budget MiB | ms/step | time ratio | ratio of min times | CPU-time ratio | extra compute | "
-           "held MiB | held ratio | act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | "
-           "reserved MiB |\n");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i < nc; i++) {
-        char pn[64], bud[32] = "", ms[32], note[48] = "";
+static int run_torch(const bench_opts *o, int group) {
+    if (!o->torch_cmd) return 0;
+    fprintf(stderr, "bench_remat: PyTorch, run %d: %s\n", group + 1, o->torch_cmd);
+    fflush(NULL);
+    int rc = system(o->torch_cmd);
+    if (rc) fprintf(stderr, "bench_remat: the PyTorch command exited with %d (its points are left out)\n", rc);
+    return rc;
+}
+
+/* Warm-up, then the timed rounds (split in groups with PyTorch between them):
+ * one step per distinct plan per round, the order reversed every other round.
+ * Each timed step also reads the allocator's peaks. */
+static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
+    const int batch = ch->base.batch, sample = 1024;
+    config *c = ch->c;
+    float *x = malloc((size_t)batch * sample * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    fr_status st = FR_ERR_NOMEM;
+    if (!x || !y) goto done;
+    fr_rng r = fr_rng_make(o->seed, 0x7e3a);
+    fr_batch b = {batch, x, y, NULL};
+    float loss = NAN;
+    for (int i = 0; i < ch->nc; i++)
+        for (int w = 0; w < o->warmup && c[i].same_as < 0; w++) {
+            fill_batch(&r, x, y, batch, sample, 10);
+            if ((st = fr_step_run(c[i].s, &b, &loss, NULL))) goto done;
+            if (isnan(ch->first_loss)) ch->first_loss = loss;
+        }
+    int groups = o->torch_cmd ? o->rounds : 1;
+    for (int g = 0; g < groups; g++) {
+        run_torch(o, g);
+        for (int rd = o->steps * g / groups; rd < o->steps * (g + 1) / groups; rd++) {
+            fprintf(stderr, "bench_remat: round %d/%d\n", rd + 1, o->steps);
+            for (int k = 0; k < ch->nc; k++) {
+                config *ci = &c[rd % 2 ? ch->nc - 1 - k : k];
+                if (ci->same_as >= 0) continue;
+                fill_batch(&r, x, y, batch, sample, 10);
+                fr_mem_stats before, after;
+                fr_mem_get_stats(ctx, &before);
+                fr_mem_reset_peak(ctx);
+                double t0 = now_ms(), u0 = cpu_ms();
+                if ((st = fr_step_run(ci->s, &b, &loss, NULL))) goto done;
+                double t1 = now_ms(), u1 = cpu_ms();
+                fr_mem_get_stats(ctx, &after);
+                ci->cpu[ci->n_ms] = u1 - u0;
+                ci->ms[ci->n_ms++] = t1 - t0;
+                size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
+                size_t step = after.allocated_total_peak - before.allocated_total;
+                if (act > ci->meas_act) ci->meas_act = act;
+                if (step > ci->meas_step) ci->meas_step = step;
+            }
+        }
+    }
+    ch->last_loss = loss;
+    /* summaries; a configuration with another's plan takes its numbers */
+    for (int i = 0; i < ch->nc; i++) {
+        const config *cj = &c[c[i].same_as >= 0 ? c[i].same_as : i];
+        double t[3][64];
+        int n = cj->n_ms;
+        for (int k = 0; k < n; k++) {
+            t[0][k] = cj->ms[k];
+            t[1][k] = cj->cpu[k];
+            t[2][k] = cj->ms[k] / c[0].ms[k]; /* against keep-everything in the same round */
+        }
+        c[i].median = median_of(t[0], n);
+        c[i].min = t[0][0]; /* sorted by median_of */
+        c[i].cpu_median = median_of(t[1], n);
+        c[i].ratio = median_of(t[2], n);
+        c[i].meas_act = cj->meas_act;
+        c[i].meas_step = cj->meas_step;
+    }
+    st = FR_OK;
+done:
+    free(x);
+    free(y);
+    return st;
+}
+
+static void chain_tables(const chain *ch, const bench_opts *o, const torch_point *tp, int nt, const char *tpath,
+                         const char *blas) {
+    const config *c = ch->c;
+    int timed = !o->plan_only;
+    double base_ms = c[0].median, base_held = (double)c[0].held;
+    double base_step = (double)(timed ? c[0].meas_step : c[0].plan_step);
+    printf("| config | plan | budget MiB | ms/step | time ratio | ratio of medians | extra compute | held MiB | "
+           "held ratio | act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | reserved MiB "
+           "|\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < ch->nc; i++) {
+        char pn[64], bud[32] = "", note[48] = "";
         plan_name(&c[i].info, pn, sizeof pn);
         if (c[i].budget) snprintf(bud, sizeof bud, "%.1f", c[i].budget / MIB);
         if (c[i].same_as >= 0) snprintf(note, sizeof note, " (= %s)", c[c[i].same_as].label);
-        snprintf(ms, sizeof ms, "%.1f", c[i].median);
-        size_t meas_step = o->plan_only ? c[i].plan_step : c[i].meas_step;
-        printf("| %s | %s%s | %s | %s | %.2fx | %.2fx | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | "
-               "%.2f | %.1f |\n",
-               c[i].label, pn, note, bud, ms, c[i].median / base_ms, c[i].min / base_min, c[i].cpu_median / base_cpu,
-               100 * extra_frac(&c[i].info),
-               c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB, c[i].meas_act / MIB,
-               c[i].plan_step / MIB, meas_step / MIB, meas_step / base_step, c[i].info.reserved / MIB);
+        size_t step = timed ? c[i].meas_step : c[i].plan_step;
+        printf("| %s | %s%s | %s | %.1f | %.2fx | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %.2f "
+               "| %.1f |\n", c[i].label, pn, note, bud, c[i].median, c[i].ratio, c[i].median / base_ms,
+               100 * extra_frac(&c[i].info), c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB,
+               c[i].meas_act / MIB, c[i].plan_step / MIB, step / MIB, step / base_step, c[i].info.reserved / MIB);
     }
-    printf("\nloss %.4f -> %.4f over all configurations' steps (shared weights)\n", first_loss, loss);
-    if (nt) {
-        printf("\nPyTorch (%s, %s): checkpoint_sequential, each vs its own keep-everything step\n\n", tpath,
-               blas[0] ? blas : "BLAS unknown");
-        printf("| config | ms/step | time ratio | ratio of min times | CPU-time ratio | held MiB (saved tensors) | "
-               "held ratio | held MiB (RSS) | in-step peak MiB (RSS) | in-step ratio |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for (int i = 0; i < nt; i++)
-            printf("| torch %s | %.1f | %.2fx | %.2fx | %.2fx | %.1f | %.2f | %.1f | %.1f | %.2f |\n", tp[i].label,
-                   tp[i].ms, tp[i].ratio, tp[i].min_ratio, tp[i].cpu_ratio, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].held_rss / MIB,
-                   tp[i].peak / MIB, tp[i].peak / tp[0].peak);
-        /* the goal: at every memory level, less extra time than PyTorch */
-        printf("\nAt each PyTorch point: frugal with the same schedule, and frugal's fastest configuration that "
-               "holds no more and peaks no higher (ratios to each engine's own keep-everything step; time "
-               "ratios of medians, and of minimum times in brackets):\n\n");
-        printf("| torch config | torch time ratio | frugal, same schedule | frugal, fastest no larger | its held / "
-               "in-step ratio | less extra time |\n|---|---:|---:|---:|---:|---|\n");
-        for (int t = 1; t < nt; t++) {
-            double hr = tp[t].held / tp[0].held, pr = tp[t].peak / tp[0].peak;
-            int best = -1, same = -1;
-            for (int i = 0; i < nc; i++) {
-                if (c[i].same_as >= 0) continue;
-                if (!strcmp(c[i].label, tp[t].label)) same = i;
-                if (c[i].held / base_held > hr + 1e-9 || c[i].meas_step / base_step > pr + 1e-9) continue;
-                if (best < 0 || c[i].median < c[best].median) best = i;
-            }
-            char sm[64] = "-", bm[64] = "(none that small)", hp[32] = "";
-            int ok = 0;
-            if (same >= 0) {
-                snprintf(sm, sizeof sm, "%s %.2fx (%.2fx)", c[same].label, c[same].median / base_ms,
-                         c[same].min / base_min);
-                ok = c[same].median / base_ms < tp[t].ratio;
-            }
-            if (best >= 0) {
-                snprintf(bm, sizeof bm, "%s %.2fx (%.2fx)", c[best].label, c[best].median / base_ms,
-                         c[best].min / base_min);
-                snprintf(hp, sizeof hp, "%.2f / %.2f", c[best].held / base_held, c[best].meas_step / base_step);
-                ok |= c[best].median / base_ms < tp[t].ratio;
-            }
-            printf("| %s | %.2fx (%.2fx) | %s | %s | %s | %s |\n", tp[t].label, tp[t].ratio, tp[t].min_ratio, sm,
-                   bm, hp, ok ? "yes" : "no");
+    printf("\ntime ratio: the median over rounds of the step's time over keep-everything's in the same round "
+           "(%d rounds); ratio of medians: median ms/step over keep-everything's. held: saved activations live "
+           "when the backward starts; in-step peak: all step values (activations + workspace) at their peak; "
+           "meas: the allocator's counters during the timed steps.\n", o->steps);
+    if (timed) printf("loss %.4f -> %.4f over all steps (the configurations share the weights)\n", ch->first_loss,
+                      ch->last_loss);
+    if (!nt) return;
+    printf("\n### PyTorch (%s, %s): checkpoint_sequential, each against its own keep-everything step\n\n", tpath,
+           blas[0] ? blas : "BLAS unknown");
+    printf("| config | ms/step | time ratio | ratio of medians | held MiB (saved tensors) | held ratio | held MiB "
+           "(RSS) | in-step peak MiB (RSS) | in-step ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nt; i++)
+        printf("| torch %s | %.1f | %.2fx | %.2fx | %.1f | %.2f | %.1f | %.1f | %.2f |\n", tp[i].label, tp[i].ms,
+               tp[i].ratio, tp[i].ratio_of_medians, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].held_rss / MIB,
+               tp[i].peak / MIB, tp[i].peak / tp[0].peak);
+    if (!timed) return;
+    /* the goal: at every memory level, less extra time than PyTorch */
+    printf("\n### At each PyTorch point\n\nfrugal with the same schedule, and frugal's fastest configuration that "
+           "holds no more and peaks no higher, each engine against its own keep-everything step (time ratio, "
+           "ratio of medians in brackets):\n\n");
+    printf("| torch config | torch | frugal, same schedule | frugal, fastest no larger | its held / in-step ratio | "
+           "less extra time |\n|---|---:|---:|---:|---:|---|\n");
+    for (int t = 1; t < nt; t++) {
+        double hr = tp[t].held / tp[0].held, pr = tp[t].peak / tp[0].peak;
+        int best = -1, same = -1;
+        for (int i = 0; i < ch->nc; i++) {
+            if (c[i].same_as >= 0) continue;
+            if (!strcmp(c[i].label, tp[t].label)) same = i;
+            if (c[i].held / base_held > hr + 1e-9 || c[i].meas_step / base_step > pr + 1e-9) continue;
+            if (best < 0 || c[i].ratio < c[best].ratio) best = i;
         }
+        char sm[64] = "-", bm[64] = "(none that small)", hp[32] = "";
+        int ok = 0;
+        if (same >= 0) {
+            snprintf(sm, sizeof sm, "%s %.2fx (%.2fx)", c[same].label, c[same].ratio, c[same].median / base_ms);
+            ok = c[same].ratio < tp[t].ratio;
+        }
+        if (best >= 0) {
+            snprintf(bm, sizeof bm, "%s %.2fx (%.2fx)", c[best].label, c[best].ratio, c[best].median / base_ms);
+            snprintf(hp, sizeof hp, "%.2f / %.2f", c[best].held / base_held, c[best].meas_step / base_step);
+            ok |= c[best].ratio < tp[t].ratio;
+        }
+        printf("| %s | %.2fx (%.2fx) | %s | %s | %s | %s |\n", tp[t].label, tp[t].ratio, tp[t].ratio_of_medians, sm,
+               bm, hp, ok ? "yes" : "no");
     }
+}
 
-    /* JSON and chart */
-    char path[512];
-    mkdir(o->out, 0777);
-    snprintf(path, sizeof path, "%s/remat.json", o->out);
+static int chain_json(const chain *ch, const bench_opts *o, const char *path) {
     FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "bench_remat: cannot write %s\n", path);
-        goto fail;
-    }
+    if (!f) return -1;
+    const config *c = ch->c;
     fprintf(f, "{\"model\": \"32x(Linear(1024,1024)+ReLU)+Linear(1024,10)\", \"batch\": %d, \"threads\": %d, "
                "\"steps\": %d, \"warmup\": %d, \"reserved_max\": %zu, \"reserved_min\": %zu, \"configs\": [\n",
-            batch, fr_get_threads(ctx), o->steps, o->warmup, r_max, r_min);
-    for (int i = 0; i < nc; i++) {
+            ch->base.batch, fr_get_threads(ch->m->ctx), o->steps, o->warmup, ch->r_max, ch->r_min);
+    for (int i = 0; i < ch->nc; i++) {
         char pn[64];
         plan_name(&c[i].info, pn, sizeof pn);
-        int j = c[i].same_as >= 0 ? c[i].same_as : i;
+        const config *cj = &c[c[i].same_as >= 0 ? c[i].same_as : i];
         fprintf(f, "  {\"label\": \"%s\", \"plan\": \"%s\", \"same_as\": %s%s%s, \"budget\": %zu, "
-                   "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, "
-                   "\"median_ms\": %.4f, \"ratio\": %.4f, \"min_ms\": %.4f, \"cpu_median_ms\": %.4f, \"held_bytes\": %zu, \"plan_act_peak\": %zu, "
-                   "\"meas_act_peak\": %zu, \"plan_step_peak\": %zu, \"meas_step_peak\": %zu, "
-                   "\"arena\": %zu, \"reserved\": %zu, \"ms\": [",
-                c[i].label, pn, c[i].same_as >= 0 ? "\"" : "", c[i].same_as >= 0 ? c[c[i].same_as].label : "null",
+                   "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, \"median_ms\": %.4f, "
+                   "\"ratio\": %.4f, \"ratio_of_medians\": %.4f, \"min_ms\": %.4f, \"cpu_median_ms\": %.4f, "
+                   "\"held_bytes\": %zu, \"plan_act_peak\": %zu, \"meas_act_peak\": %zu, \"plan_step_peak\": %zu, "
+                   "\"meas_step_peak\": %zu, \"arena\": %zu, \"reserved\": %zu, \"ms\": [",
+                c[i].label, pn, c[i].same_as >= 0 ? "\"" : "", c[i].same_as >= 0 ? cj->label : "null",
                 c[i].same_as >= 0 ? "\"" : "", c[i].budget, c[i].info.micro_batch, c[i].info.recomputed_units,
-                extra_frac(&c[i].info), isnan(c[i].median) ? 0 : c[i].median,
-                isnan(c[i].median) ? 0 : c[i].median / base_ms, isnan(c[i].min) ? 0 : c[i].min,
-                isnan(c[i].cpu_median) ? 0 : c[i].cpu_median,
-                c[i].held, c[i].plan_act, c[i].meas_act,
-                c[i].plan_step, c[i].meas_step, c[i].info.arena, c[i].info.reserved);
-        for (int k = 0; k < c[j].n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", c[j].ms[k]);
-        fprintf(f, "]}%s\n", i + 1 < nc ? "," : "");
+                extra_frac(&c[i].info), c[i].n_ms || cj->n_ms ? c[i].median : 0, cj->n_ms ? c[i].ratio : 0,
+                cj->n_ms ? c[i].median / c[0].median : 0, cj->n_ms ? c[i].min : 0, cj->n_ms ? c[i].cpu_median : 0,
+                c[i].held, c[i].plan_act, c[i].meas_act, c[i].plan_step, c[i].meas_step, c[i].info.arena,
+                c[i].info.reserved);
+        for (int k = 0; k < cj->n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", cj->ms[k]);
+        fprintf(f, "]}%s\n", i + 1 < ch->nc ? "," : "");
     }
     fprintf(f, "]}\n");
-    fclose(f);
+    return fclose(f);
+}
+
+static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
+    chain ch;
+    memset(&ch, 0, sizeof ch);
+    ch.first_loss = ch.last_loss = NAN;
+    ch.base = chain_opts(256, o->seed);
+    int rc = 1;
+    if (!(ch.m = build_chain(ctx, o->seed)) || chain_compile(ctx, &ch, o)) goto fail;
+    printf("## Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD, "
+           "%d threads\n\n", fr_get_threads(ctx));
+    printf("Reserved bytes: keep everything %.1f MiB; the least of any whole-batch plan %.1f MiB (%s). "
+           "Planner budgets (auto1..auto%d) evenly spaced from %.1f down to %.1f MiB.\n\n", ch.r_max / MIB,
+           ch.r_min / MIB, ch.min_plan, o->n_auto,
+           (ch.r_min + (ch.r_max - ch.r_min) * (o->n_auto - 1.0) / o->n_auto) / MIB, ch.r_min / MIB);
+    if (o->plan_only) {
+        for (int i = 0; i < ch.nc; i++) ch.c[i].median = ch.c[i].ratio = NAN;
+        frontier(ch.m, &ch.base);
+        printf("\n");
+    } else if (chain_time(ctx, &ch, o)) {
+        goto fail;
+    }
+    torch_point tp[MAX_TORCH];
+    char blas[64] = "", path[512];
+    if (o->torch) snprintf(path, sizeof path, "%s", o->torch);
+    else snprintf(path, sizeof path, "%s/torch_remat.json", o->out);
+    int nt = read_torch(path, tp, MAX_TORCH, blas, sizeof blas);
+    chain_tables(&ch, o, tp, nt, path, blas);
+    mkdir(o->out, 0777);
+    snprintf(path, sizeof path, "%s/remat.json", o->out);
+    if (chain_json(&ch, o, path)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
     if (!o->plan_only) {
         snprintf(path, sizeof path, "%s/remat.svg", o->out);
-        if (write_svg(path, c, nc, tp, nt)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
+        if (write_svg(path, ch.c, ch.nc, tp, nt)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
         else printf("\nwrote %s/remat.json and %s\n", o->out, path);
     }
     rc = 0;
@@ -716,14 +757,12 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
 fail:
     fprintf(stderr, "bench_remat: %s\n", fr_last_error(ctx));
 out:
-    for (int i = 0; i < nc; i++) {
-        fr_step_free(c[i].s);
-        free(c[i].ms);
-        free(c[i].cpu);
+    for (int i = 0; i < ch.nc; i++) {
+        fr_step_free(ch.c[i].s);
+        free(ch.c[i].ms);
+        free(ch.c[i].cpu);
     }
-    free(x);
-    free(y);
-    fr_model_free(m);
+    fr_model_free(ch.m);
     return rc;
 }
 

@@ -25,7 +25,7 @@
 #include "model/model.h"
 
 typedef struct bench_opts {
-    const char *model, *optimizer;
+    const char *model, *optimizer, *precision, *state;
     int batch, steps, warmup, threads, json;
     uint64_t seed;
 } bench_opts;
@@ -61,7 +61,8 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
 
 static const char *usage =
     "usage: bench_step --model NAME|FILE --batch B --optimizer sgd|adam|adamw --steps N\n"
-    "                  --threads T [--warmup W] [--seed S] [--json]\n";
+    "                  --threads T [--warmup W] [--seed S] [--precision P]\n"
+    "                  [--optimizer-state fp32|bf16|int8] [--json]\n";
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     static const struct option longs[] = {
@@ -69,8 +70,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"optimizer", required_argument, 0, 'o'}, {"steps", required_argument, 0, 'n'},
         {"threads", required_argument, 0, 't'}, {"warmup", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
+        {"precision", required_argument, 0, 'p'}, {"optimizer-state", required_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    *o = (bench_opts){.model = "mlp", .optimizer = "sgd", .batch = 32, .steps = 50, .warmup = 3};
+    *o = (bench_opts){.model = "mlp", .optimizer = "sgd", .precision = "fp32", .state = "fp32",
+                      .batch = 32, .steps = 50, .warmup = 3};
     int c, seed = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -82,6 +85,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         case 't': if (parse_int("threads", optarg, 0, 4096, &o->threads)) return -1; break;
         case 's': if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return -1; break;
         case 'j': o->json = 1; break;
+        case 'p': o->precision = optarg; break;
+        case 'q': o->state = optarg; break;
         case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); return -1;
         }
@@ -127,6 +132,11 @@ int main(int argc, char **argv) {
     size_t sample = (size_t)fr_shape_numel(&m->in);
     int classes = fr_model_num_classes(m);
     fr_step_opts so = {.batch = o.batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o.seed};
+    if (fr_precision_parse(o.precision, &so.precision)) {
+        fprintf(stderr, "bench_step: unknown precision '%s'\n", o.precision);
+        goto out;
+    }
+    so.optim_state = !strcmp(o.state, "int8") ? 2 : !strcmp(o.state, "bf16") ? 1 : 0;
     if (!(s = fr_step_compile(m, &so))) goto fail;
 
     x = malloc((size_t)o.batch * sample * sizeof *x);
@@ -161,10 +171,14 @@ int main(int argc, char **argv) {
                "\"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %zu, "
                "\"median_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, "
                "\"first_loss\": %.6g, \"last_loss\": %.6g, \"peak_allocated_bytes\": %zu, "
-               "\"peak_reserved_bytes\": %zu, \"peak_rss_bytes\": %zu}\n",
+               "\"peak_reserved_bytes\": %zu, \"peak_rss_bytes\": %zu, \"precision\": \"%s\", "
+               "\"optimizer_state\": \"%s\", \"peak_by_category\": {",
                o.model, o.batch, o.optimizer, fr_get_threads(ctx), o.steps, o.warmup,
                fr_model_num_params(m), median, mean, ms[0], ms[o.steps - 1], first_loss, loss,
-               st.allocated_total_peak, st.reserved_peak, rss);
+               st.allocated_total_peak, st.reserved_peak, rss, o.precision, o.state);
+        for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+            printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c), st.allocated_peak[c]);
+        printf("}}\n");
     } else {
         printf("frugal %s, batch %d, %s, %d threads: %zu parameters\n", o.model, o.batch,
                o.optimizer, fr_get_threads(ctx), fr_model_num_params(m));

@@ -190,7 +190,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     c->t.optim = fr_optim_defaults(FR_OPTIM_ADAM);
     c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
     c->t.queue = 2;
-    c->t.eval_batch = 500;
+    c->t.eval_batch = 0; /* the training micro-batch */
     const char *opt_name = "adam";
     optind = 1;
     int o;

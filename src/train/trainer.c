@@ -224,7 +224,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         /* The eval step takes the training arena's place while it runs. */
         fr_step_arena_release(s);
         fr_mem_empty_cache(ctx);
-        int eb = cfg->budget ? s->micro : cfg->eval_batch;
+        /* Evaluate at the training micro-batch: the eval arena then fits in
+         * the training arena's place (a larger eval batch would raise the peak). */
+        int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
         if ((st = fr_evaluate(ctx, m, test, eb, cfg->limit_test, &acc, &tl))) goto done;
         fr_mem_empty_cache(ctx);
         if ((st = fr_step_arena_acquire(s))) goto done;

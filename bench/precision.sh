@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# precision.sh — peak bytes per category and step time for each precision and
+# optimizer-state choice, on the CNN, the residual network and the deep chain
+# (32 x Linear(1024,1024)+ReLU). Runs are interleaved in rounds (A B C ...,
+# then again) because these shared machines drift; each cell is the median
+# of the per-run medians. Prints a markdown table with ratios against fp32.
+# Usage: bench/precision.sh [rounds]   (environment: THREADS, STEPS, BUILD)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-2}
+threads=${THREADS:-2}
+steps=${STEPS:-10}
+build=${BUILD:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_step >/dev/null
+chain=$(mktemp --suffix=.model)
+trap 'rm -f "$chain" "$out"' EXIT
+{ echo "input 1024"; for i in $(seq 32); do echo "linear 1024"; echo "relu"; done; echo "linear 10"; } >"$chain"
+out=$(mktemp)
+configs=("fp32 fp32" "bf16-mixed fp32" "fp16-mixed fp32" "bf16 fp32" "fp32 bf16" "fp32 int8")
+for r in $(seq "$rounds"); do
+    for model in cnn resnet chain; do
+        file=$model; batch=128
+        [ "$model" = chain ] && file=$chain && batch=256
+        for cfg in "${configs[@]}"; do
+            set -- $cfg
+            "$build/bench_step" --model "$file" --batch $batch --optimizer adam --steps "$steps" \
+                --threads "$threads" --precision "$1" --optimizer-state "$2" --json |
+                sed "s|\"model\": \"[^\"]*\"|\"model\": \"$model\"|" >>"$out"
+        done
+    done
+done
+python3 - "$out" <<'PY'
+import json, sys, statistics, collections
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    runs[(r["model"], r["precision"], r["optimizer_state"])].append(r)
+print("| model | precision | Adam state | ms/step | time vs fp32 | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+mib = lambda b: f"{b / 1048576:.1f} MiB"
+for model in ["cnn", "resnet", "chain"]:
+    base = runs[(model, "fp32", "fp32")]
+    bt = statistics.median(r["median_ms"] for r in base)
+    ba = base[0]["peak_by_category"]["activations"]
+    bo = base[0]["peak_by_category"]["optimizer"]
+    for (m, p, st), rs in runs.items():
+        if m != model:
+            continue
+        t = statistics.median(r["median_ms"] for r in rs)
+        c = rs[0]["peak_by_category"]
+        print(f"| {m} | {p} | {st} | {t:.1f} | {t / bt:.2f}x | {mib(c['activations'])} | "
+              f"{c['activations'] / ba:.2f}x | {mib(c['optimizer'])} | {c['optimizer'] / bo:.2f}x | "
+              f"{mib(rs[0]['peak_allocated_bytes'])} |")
+PY
