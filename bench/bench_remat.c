@@ -85,8 +85,10 @@ typedef struct config {
     size_t meas_act, meas_step;
     double *ms, *cpu; /* per timed step: wall and process CPU milliseconds */
     int n_ms;
+    double *rs; /* per timed step: its time over the keep-everything steps around it */
+    int n_rs;
     double median, cpu_median, min;
-    double ratio; /* median over rounds of ms / keep-everything's ms in that round */
+    double ratio; /* median of rs */
 } config;
 
 /* PyTorch's points, read back from torch_remat.json. */
@@ -553,22 +555,62 @@ static int run_torch(const bench_opts *o, int group) {
     return rc;
 }
 
+/* One timed step of a configuration: its wall and CPU time go to its lists
+ * (wall ms returned), the allocator's peaks during it to its maxima. */
+static fr_status timed_step(fr_ctx *ctx, config *ci, fr_rng *r, float *x, int32_t *y, int batch, float *loss,
+                            float *first_loss, double *ms) {
+    fill_batch(r, x, y, batch, 1024, 10);
+    fr_batch b = {batch, x, y, NULL};
+    fr_mem_stats before, after;
+    fr_mem_get_stats(ctx, &before);
+    fr_mem_reset_peak(ctx);
+    double t0 = now_ms(), u0 = cpu_ms();
+    fr_status st = fr_step_run(ci->s, &b, loss, NULL);
+    double t1 = now_ms(), u1 = cpu_ms();
+    if (st) return st;
+    if (isnan(*first_loss)) *first_loss = *loss;
+    fr_mem_get_stats(ctx, &after);
+    ci->cpu[ci->n_ms] = u1 - u0;
+    ci->ms[ci->n_ms++] = *ms = t1 - t0;
+    size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
+    size_t step = after.allocated_total_peak - before.allocated_total;
+    if (act > ci->meas_act) ci->meas_act = act;
+    if (step > ci->meas_step) ci->meas_step = step;
+    return FR_OK;
+}
+
 /* Warm-up, then the timed rounds (split in groups with PyTorch between them):
- * one step per distinct plan per round, the order reversed every other round.
- * Each timed step also reads the allocator's peaks. */
+ * one step per distinct plan per round, the order reversed every other round,
+ * and a keep-everything step before every REF_EVERY-th of them and at the
+ * end. A step's ratio is its time over the mean of the two keep-everything
+ * steps around it, so drift on a shared machine cancels unless it changes
+ * within a few steps; a configuration's time ratio is the median of those. */
+#define REF_EVERY 3
+
 static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
-    const int batch = ch->base.batch, sample = 1024;
+    const int batch = ch->base.batch;
     config *c = ch->c;
-    float *x = malloc((size_t)batch * sample * sizeof *x);
+    float *x = malloc((size_t)batch * 1024 * sizeof *x);
     int32_t *y = malloc((size_t)batch * sizeof *y);
+    double *tmp = malloc((size_t)o->steps * (ch->nc / REF_EVERY + 2) * sizeof *tmp);
+    int *pend = malloc((size_t)ch->nc * sizeof *pend);
+    double *pend_ms = malloc((size_t)ch->nc * sizeof *pend_ms);
     fr_status st = FR_ERR_NOMEM;
-    if (!x || !y) goto done;
+    if (!x || !y || !tmp || !pend || !pend_ms) goto done;
+    /* keep-everything runs up to nc / REF_EVERY + 2 times a round */
+    free(c[0].ms);
+    free(c[0].cpu);
+    c[0].ms = calloc((size_t)o->steps * (ch->nc / REF_EVERY + 2), sizeof *c[0].ms);
+    c[0].cpu = calloc((size_t)o->steps * (ch->nc / REF_EVERY + 2), sizeof *c[0].cpu);
+    for (int i = 0; i < ch->nc; i++) c[i].rs = calloc((size_t)o->steps, sizeof *c[i].rs);
+    for (int i = 0; i < ch->nc; i++)
+        if (!c[i].rs || !c[0].ms || !c[0].cpu) goto done;
     fr_rng r = fr_rng_make(o->seed, 0x7e3a);
     fr_batch b = {batch, x, y, NULL};
     float loss = NAN;
     for (int i = 0; i < ch->nc; i++)
         for (int w = 0; w < o->warmup && c[i].same_as < 0; w++) {
-            fill_batch(&r, x, y, batch, sample, 10);
+            fill_batch(&r, x, y, batch, 1024, 10);
             if ((st = fr_step_run(c[i].s, &b, &loss, NULL))) goto done;
             if (isnan(ch->first_loss)) ch->first_loss = loss;
         }
@@ -577,23 +619,25 @@ static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
         run_torch(o, g);
         for (int rd = o->steps * g / groups; rd < o->steps * (g + 1) / groups; rd++) {
             fprintf(stderr, "bench_remat: round %d/%d\n", rd + 1, o->steps);
-            for (int k = 0; k < ch->nc; k++) {
-                config *ci = &c[rd % 2 ? ch->nc - 1 - k : k];
+            double ref0, ref1, t;
+            int np = 0, left = 0;
+            for (int i = 1; i < ch->nc; i++) left += c[i].same_as < 0;
+            if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref0))) goto done;
+            for (int k = 1; k < ch->nc; k++) {
+                config *ci = &c[rd % 2 ? ch->nc - k : k];
                 if (ci->same_as >= 0) continue;
-                fill_batch(&r, x, y, batch, sample, 10);
-                fr_mem_stats before, after;
-                fr_mem_get_stats(ctx, &before);
-                fr_mem_reset_peak(ctx);
-                double t0 = now_ms(), u0 = cpu_ms();
-                if ((st = fr_step_run(ci->s, &b, &loss, NULL))) goto done;
-                double t1 = now_ms(), u1 = cpu_ms();
-                fr_mem_get_stats(ctx, &after);
-                ci->cpu[ci->n_ms] = u1 - u0;
-                ci->ms[ci->n_ms++] = t1 - t0;
-                size_t act = after.allocated_peak[FR_MEM_ACTIVATIONS] - before.allocated[FR_MEM_ACTIVATIONS];
-                size_t step = after.allocated_total_peak - before.allocated_total;
-                if (act > ci->meas_act) ci->meas_act = act;
-                if (step > ci->meas_step) ci->meas_step = step;
+                if ((st = timed_step(ctx, ci, &r, x, y, batch, &loss, &ch->first_loss, &t))) goto done;
+                pend[np] = (int)(ci - c);
+                pend_ms[np++] = t;
+                if (np < REF_EVERY && --left > 0) continue;
+                if (np == REF_EVERY) left--;
+                if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref1))) goto done;
+                for (int j = 0; j < np; j++) {
+                    config *cj = &c[pend[j]];
+                    cj->rs[cj->n_rs++] = pend_ms[j] / (0.5 * (ref0 + ref1));
+                }
+                ref0 = ref1;
+                np = 0;
             }
         }
     }
@@ -601,17 +645,14 @@ static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
     /* summaries; a configuration with another's plan takes its numbers */
     for (int i = 0; i < ch->nc; i++) {
         const config *cj = &c[c[i].same_as >= 0 ? c[i].same_as : i];
-        double t[3][64];
         int n = cj->n_ms;
-        for (int k = 0; k < n; k++) {
-            t[0][k] = cj->ms[k];
-            t[1][k] = cj->cpu[k];
-            t[2][k] = cj->ms[k] / c[0].ms[k]; /* against keep-everything in the same round */
-        }
-        c[i].median = median_of(t[0], n);
-        c[i].min = t[0][0]; /* sorted by median_of */
-        c[i].cpu_median = median_of(t[1], n);
-        c[i].ratio = median_of(t[2], n);
+        memcpy(tmp, cj->ms, (size_t)n * sizeof *tmp);
+        c[i].median = median_of(tmp, n);
+        c[i].min = tmp[0]; /* sorted by median_of */
+        memcpy(tmp, cj->cpu, (size_t)n * sizeof *tmp);
+        c[i].cpu_median = median_of(tmp, n);
+        memcpy(tmp, cj->rs, (size_t)cj->n_rs * sizeof *tmp);
+        c[i].ratio = i == 0 ? 1.0 : median_of(tmp, cj->n_rs);
         c[i].meas_act = cj->meas_act;
         c[i].meas_step = cj->meas_step;
     }
@@ -619,6 +660,9 @@ static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
 done:
     free(x);
     free(y);
+    free(tmp);
+    free(pend);
+    free(pend_ms);
     return st;
 }
 
@@ -642,10 +686,11 @@ static void chain_tables(const chain *ch, const bench_opts *o, const torch_point
                100 * extra_frac(&c[i].info), c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB,
                c[i].meas_act / MIB, c[i].plan_step / MIB, step / MIB, step / base_step, c[i].info.reserved / MIB);
     }
-    printf("\ntime ratio: the median over rounds of the step's time over keep-everything's in the same round "
-           "(%d rounds); ratio of medians: median ms/step over keep-everything's. held: saved activations live "
-           "when the backward starts; in-step peak: all step values (activations + workspace) at their peak; "
-           "meas: the allocator's counters during the timed steps.\n", o->steps);
+    printf("\ntime ratio: the median over %d rounds of the step's time over the mean of the keep-everything "
+           "steps run just before and after it (one every %d steps); ratio of medians: median ms/step over "
+           "keep-everything's. held: saved activations live when the backward starts; in-step peak: all step "
+           "values (activations + workspace) at their peak; meas: the allocator's counters during the timed "
+           "steps.\n", o->steps, REF_EVERY);
     if (timed) printf("loss %.4f -> %.4f over all steps (the configurations share the weights)\n", ch->first_loss,
                       ch->last_loss);
     if (!nt) return;
@@ -712,6 +757,10 @@ static int chain_json(const chain *ch, const bench_opts *o, const char *path) {
                 c[i].held, c[i].plan_act, c[i].meas_act, c[i].plan_step, c[i].meas_step, c[i].info.arena,
                 c[i].info.reserved);
         for (int k = 0; k < cj->n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", cj->ms[k]);
+        fprintf(f, "], \"cpu_ms\": [");
+        for (int k = 0; k < cj->n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", cj->cpu[k]);
+        fprintf(f, "], \"step_ratios\": [");
+        for (int k = 0; k < cj->n_rs; k++) fprintf(f, "%s%.4f", k ? ", " : "", cj->rs[k]);
         fprintf(f, "]}%s\n", i + 1 < ch->nc ? "," : "");
     }
     fprintf(f, "]}\n");
@@ -761,6 +810,7 @@ out:
         fr_step_free(ch.c[i].s);
         free(ch.c[i].ms);
         free(ch.c[i].cpu);
+        free(ch.c[i].rs);
     }
     fr_model_free(ch.m);
     return rc;

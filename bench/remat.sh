@@ -17,7 +17,8 @@
 # WARMUP [1], TORCH_STEPS [3] (timed steps per PyTorch configuration and
 # run), THREADS [2], AUTO [8] (planner budgets), BUILD [/tmp/build-remat],
 # OUT [bench/out]: remat.json, remat.svg, torch_remat.json, remat.md (the
-# tables). About 4 minutes on 2 idle cores; more on a busy machine, where
+# tables), WAIT_IDLE [0]: wait up to that many seconds for the 1-minute load
+# average to fall below the number of cores before starting. About 4 minutes on 2 idle cores; more on a busy machine, where
 # single steps scatter by 2-5x: read the ratios of medians and of minimum
 # times together.
 set -euo pipefail
@@ -47,6 +48,17 @@ else
     echo "remat.sh: no python3-torch or no $OPENBLAS_OMP/libblas.so.3: frugal only" >&2
 fi
 
+cores=$(nproc)
+busy() { awk -v c="$cores" '{ exit !($1 >= c) }' /proc/loadavg; }
+waited=0
+while busy && [ "$waited" -lt "${WAIT_IDLE:-0}" ]; do
+    sleep 10
+    waited=$((waited + 10))
+done
+if busy; then
+    echo "remat.sh: load average $(cut -d' ' -f1 /proc/loadavg) on $cores cores: steps will scatter;" \
+        "trust the per-round time ratios over the ms/step (or set WAIT_IDLE=600)" >&2
+fi
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

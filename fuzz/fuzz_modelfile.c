@@ -1,12 +1,8 @@
 /* fuzz_modelfile.c — libFuzzer target for the model-file parser: any bytes
  * must give a model or a message, never a crash, and leave nothing allocated
  * once the model is freed. Seeds: fuzz/corpus/modelfile/ (the built-ins). */
-#include <stdint.h>
-#include <stdlib.h>
-#include "core/ctx.h"
+#include "fuzz_common.h"
 #include "model/modelfile.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fr_ctx *ctx = fr_ctx_new();
@@ -19,9 +15,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (!fr_last_error(ctx)[0]) {
         abort(); /* a failure must say why */
     }
-    fr_mem_stats st;
-    fr_mem_get_stats(ctx, &st);
-    if (st.allocated_total != 0) abort(); /* a leak */
-    fr_ctx_free(ctx);
+    fuzz_end(ctx); /* aborts on a leak */
     return 0;
 }

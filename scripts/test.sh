@@ -31,10 +31,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 echo "== fuzzing the parsers (bounded)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFR_SANITIZE=ON -DFR_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$jobs"
+fuzzers=$(cd fuzz && ls fuzz_*.c | sed 's/\.c$//')
+for f in $fuzzers; do cmake --build build-fuzz -j"$jobs" --target "$f"; done
 secs=${FR_FUZZ_SECONDS:-30}
-for f in build-fuzz/fuzz_*; do
-    name=$(basename "$f")
+for name in $fuzzers; do
+    f=build-fuzz/$name
     corpus=fuzz/corpus/${name#fuzz_}
     work=$(mktemp -d)
     [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/

@@ -3,16 +3,7 @@
 # estimate's seed arithmetic, training that learns, --resume that continues
 # bit for bit, eval that matches training's own test accuracy, and a corrupt
 # checkpoint refused with a message. Needs Fashion-MNIST (FR_DATA_DIR).
-set -u
-bin=${FR_BIN:?}
-src=${FR_SOURCE_DIR:?}
-data=${FR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-no() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+source "$(dirname "$0")/lib.sh"
 expect() { # description, command...; expects success
     local d=$1; shift
     if "$@" >"$tmp/out" 2>"$tmp/err"; then ok; else no "$d (exit $?): $(head -3 "$tmp/err")"; fi
@@ -106,5 +97,4 @@ print("tiny CNN test accuracy", s["test_acc"])
 assert s["test_acc"] >= 0.75, s
 PY
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -13,21 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "check.h"
 #include "data/dataset.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            passed++;                                                      \
-        } else {                                                           \
-            failed++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
@@ -539,6 +526,5 @@ int main(void) {
     fr_ctx_free(ctx);
     CHECK(open_fds() == fds, "%d file descriptors leaked", open_fds() - fds);
     remove_tree();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_done();
 }

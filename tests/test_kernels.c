@@ -8,11 +8,11 @@
  * outputs, and outputs aliasing inputs. Prints "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "check.h"
 #include "core/rng.h"
 
 /* Tolerances, as |got - ref| <= tol (|ref| + max|ref|) per element.
@@ -30,23 +30,7 @@
 #define FD_H 1e-6
 
 static fr_ctx *g_ctx;
-static int g_pass, g_fail;
 static int g_verbose; /* FR_TEST_VERBOSE=1: print the worst error of every comparison */
-
-static void result(int ok, const char *name, const char *fmt, ...) {
-    if (ok) {
-        g_pass++;
-        return;
-    }
-    g_fail++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
-#define CHECK(cond, name) result((cond), (name), "%s", #cond)
 
 /* ---- allocations of the current test (exact sizes, so ASan sees overruns) ---- */
 
@@ -105,8 +89,8 @@ static void expect_close(const char *name, const float *got, const double *ref, 
         if (!(e <= worst)) worst = e, wi = i; /* a NaN sticks */
     }
     if (g_verbose) printf("  %-60s worst %.2e (tol %.0e)\n", name, worst, tol);
-    result(worst <= tol, name, "worst error %.3g at %lld (got %.9g, want %.9g), tol %.0e", worst,
-           (long long)wi, n ? got[wi] : 0.0, n ? ref[wi] : 0.0, tol);
+    CHECK(worst <= tol, "%s: worst error %.3g at %lld (got %.9g, want %.9g), tol %.0e", name, worst,
+          (long long)wi, n ? got[wi] : 0.0, n ? ref[wi] : 0.0, tol);
 }
 
 /* ref = base + add, for accumulate checks */
@@ -172,7 +156,7 @@ static fr_tensor ti32(void *data, fr_shape s) { return (fr_tensor){FR_I32, s, da
 static fr_tensor tu8(void *data, fr_shape s) { return (fr_tensor){FR_U8, s, data}; }
 
 static void expect_ok(const char *name, int st) {
-    result(st == FR_OK, name, "status %d: %s", st, fr_last_error(g_ctx));
+    CHECK(st == FR_OK, "%s: status %d: %s", name, st, fr_last_error(g_ctx));
 }
 
 /* ======================================================================= */
@@ -349,7 +333,8 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     k.c.out[1] = tf(dw_again, ws_);
     fr_k_conv2d_bwd(&k.c);
     snprintf(name, sizeof name, "conv bwd %s deterministic", tag);
-    CHECK(!memcmp(dw, dw_again, (size_t)nw * 4) && !memcmp(dx, dx_again, (size_t)nx * 4), name);
+    CHECK(!memcmp(dw, dw_again, (size_t)nw * 4) && !memcmp(dx, dx_again, (size_t)nx * 4), "%s",
+          name);
 
     /* accumulate all three into what they hold */
     float *dx0 = frand(nx, -1, 1), *dw0 = frand(nw, -1, 1), *db0 = bias ? frand(OC, -1, 1) : NULL;
@@ -415,8 +400,8 @@ static void test_conv(void) {
     k.c.out[0] = tf(y, fr_shape4(2, 2, 4, 4));
     k.c.out[1] = tf(wsf, fr_shape1(4));
     int st = fr_k_conv2d(&k.c);
-    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "workspace"), "conv small workspace",
-           "status %d, message '%s'", st, fr_last_error(g_ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "workspace"),
+          "conv small workspace: status %d, message '%s'", st, fr_last_error(g_ctx));
     /* a weight that does not match the input channels is a shape error */
     k.c.in[1] = tf(w, fr_shape4(3, 2, 3, 3));
     st = fr_k_conv2d(&k.c);
@@ -580,7 +565,8 @@ static void test_maxpool_ties(void) {
         k.c.in[0] = tf(x, fr_shape4(1, 1, K, K));
         k.c.out[0] = tf(y, fr_shape4(1, 1, 1, 1));
         fr_k_maxpool2d(&k.c);
-        CHECK(isnan(y[0]), K == 2 ? "maxpool 2x2 NaN propagates" : "maxpool 3x3 NaN propagates");
+        CHECK(isnan(y[0]), "%s",
+              K == 2 ? "maxpool 2x2 NaN propagates" : "maxpool 3x3 NaN propagates");
         call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
         k.c.in[0] = tf(dy, fr_shape4(1, 1, 1, 1));
         k.c.in[1] = tf(x, fr_shape4(1, 1, K, K));
@@ -687,7 +673,7 @@ static void test_activations(void) {
         k.c.out[0] = tf(buf, sh);
         ac->fwd(&k.c);
         snprintf(name, sizeof name, "%s fwd in place", ac->name);
-        CHECK(!memcmp(buf, y, (size_t)n * 4), name);
+        CHECK(!memcmp(buf, y, (size_t)n * 4), "%s", name);
 
         call_init(&k, ac->bwd_op, NULL);
         k.c.in[0] = tf(dy, sh);
@@ -703,7 +689,7 @@ static void test_activations(void) {
         k.c.out[0] = tf(g, sh);
         ac->bwd(&k.c);
         snprintf(name, sizeof name, "%s bwd dx aliases dy", ac->name);
-        CHECK(!memcmp(g, dx, (size_t)n * 4), name);
+        CHECK(!memcmp(g, dx, (size_t)n * 4), "%s", name);
         tfree_all();
     }
 
@@ -827,7 +813,7 @@ static void bn_case(const char *tag, fr_shape xs, double lo, double hi) {
     expect_ok(name, fr_k_batchnorm(&k.c));
     expect_close(name, ye, want, nx, TOL_SUM);
     snprintf(name, sizeof name, "batchnorm eval %s leaves running stats", tag);
-    CHECK(!memcmp(rm_e, rm0, (size_t)C * 4) && !memcmp(rv_e, rv0, (size_t)C * 4), name);
+    CHECK(!memcmp(rm_e, rm0, (size_t)C * 4) && !memcmp(rv_e, rv0, (size_t)C * 4), "%s", name);
 
     /* backward vs FD of the training forward */
     const int64_t step = fd_step(nx), ns = fd_count(nx, step);
@@ -1016,12 +1002,14 @@ static void test_dropout(void) {
         kept += mask[i];
         want[i] = keep ? x[i] / (1.0 - p) : 0.0;
     }
-    result(rule_bad == 0, "dropout mask follows the rule", "%lld elements differ", (long long)rule_bad);
+    CHECK(rule_bad == 0, "dropout mask follows the rule: %lld elements differ",
+          (long long)rule_bad);
     expect_close("dropout y = x / (1-p) where kept", y, want, n, TOL_EW);
     /* kept ~ Binomial(n, 1-p): sd = sqrt(n p (1-p)) ~ 205; 6 sd */
     double sd = sqrt((double)n * p * (1 - p));
-    result(fabs((double)kept - n * (1.0 - p)) < 6 * sd, "dropout keep rate",
-           "kept %lld of %lld, expected %.0f +- %.0f", (long long)kept, (long long)n, n * (1.0 - p), 6 * sd);
+    CHECK(fabs((double)kept - n * (1.0 - p)) < 6 * sd,
+          "dropout keep rate: kept %lld of %lld, expected %.0f +- %.0f", (long long)kept,
+          (long long)n, n * (1.0 - p), 6 * sd);
     /* both halves of the stream look alike (no drift with the index) */
     int64_t k1 = 0;
     for (int64_t i = 0; i < n / 2; i++) k1 += mask[i];
@@ -1147,7 +1135,7 @@ static void test_cross_entropy(void) {
     }
     double wantl = tot / (double)L;
     expect_ok("cross-entropy logits 1000 status", ce_run(FR_OP_CROSS_ENTROPY, zl, labl, &lossl, L, LC, 1.0f));
-    result(isfinite(lossl), "cross-entropy logits 1000 finite", "loss %g", lossl);
+    CHECK(isfinite(lossl), "cross-entropy logits 1000 finite: loss %g", lossl);
     expect_close("cross-entropy logits 1000", &lossl, &wantl, 1, TOL_EW);
     expect_ok("cross-entropy bwd logits 1000 status",
               ce_run(FR_OP_CROSS_ENTROPY_BWD, zl, labl, dzl, L, LC, 1.0f));
@@ -1169,18 +1157,18 @@ static void test_cross_entropy(void) {
     int32_t bad[10] = {1, 2, 3, 12, 0, 0, 0, 0, 0, 0};
     float *zb = frand(10 * 10, -1, 1), sentinel = -42.0f, *dzb = fzeros(100);
     int st = ce_run(FR_OP_CROSS_ENTROPY, zb, bad, &sentinel, 10, 10, 1.0f);
-    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
-           "cross-entropy label 12 out of range", "status %d, message '%s'", st, fr_last_error(g_ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
+          "cross-entropy label 12 out of range: status %d, message '%s'", st, fr_last_error(g_ctx));
     CHECK(sentinel == -42.0f, "cross-entropy bad label writes nothing");
     bad[3] = 10; /* the first label past the end */
     st = ce_run(FR_OP_CROSS_ENTROPY, zb, bad, &sentinel, 10, 10, 1.0f);
-    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 10 of sample 3"),
-           "cross-entropy label C out of range", "status %d, message '%s'", st, fr_last_error(g_ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 10 of sample 3"),
+          "cross-entropy label C out of range: status %d, message '%s'", st, fr_last_error(g_ctx));
     bad[3] = 3, bad[7] = -1;
     st = ce_run(FR_OP_CROSS_ENTROPY_BWD, zb, bad, dzb, 10, 10, 1.0f);
-    result(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "sample 7"),
-           "cross-entropy bwd label -1 out of range", "status %d, message '%s'", st,
-           fr_last_error(g_ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "sample 7"),
+          "cross-entropy bwd label -1 out of range: status %d, message '%s'", st,
+          fr_last_error(g_ctx));
     tfree_all();
 }
 
@@ -1242,6 +1230,5 @@ int main(void) {
     test_cross_entropy();
     test_mse();
     fr_ctx_free(g_ctx);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_done();
 }

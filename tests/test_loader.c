@@ -11,22 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "check.h"
 #include "core/rng.h"
 #include "data/loader.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            passed++;                                                      \
-        } else {                                                           \
-            failed++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 /* 10000 images of 8x8; pixel 0 and 1 hold the index's low and high byte,
  * pixel 2 its low byte again (a check), the rest 7; label = index % 10. */
@@ -427,6 +414,5 @@ int main(void) {
         if (de->d_name[0] != '.') snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name), unlink(p);
     if (d) closedir(d);
     rmdir(tmpdir);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_done();
 }

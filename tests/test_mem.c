@@ -13,22 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "core/ctx.h"
 #include "report/report.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -607,6 +594,5 @@ int main(void) {
     test_reader_itself();
     test_reports();
     test_human_bytes();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

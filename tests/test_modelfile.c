@@ -7,23 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "check.h"
 #include "core/ctx.h"
 #include "model/model.h"
 #include "model/modelfile.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static size_t allocated(const fr_ctx *ctx) {
     fr_mem_stats st;
@@ -38,15 +25,11 @@ static void expect_error_at(int line, const char *text, size_t len, const char *
     fr_model *m = fr_model_parse(ctx, "bad.model", text, len);
     const char *err = fr_last_error(ctx);
     if (m) {
-        n_fail++;
-        printf("FAIL %s:%d: parsed, expected an error with \"%s\"\n", __FILE__, line, want);
+        CHECK_AT(line, m == NULL, "parsed, expected an error with \"%s\"", want);
         fr_model_free(m);
-    } else if (!strstr(err, want)) {
-        n_fail++;
-        printf("FAIL %s:%d: error\n    %s\n  does not contain\n    %s\n", __FILE__, line, err,
-               want);
     } else {
-        n_pass++;
+        CHECK_AT(line, strstr(err, want) != NULL, "error\n    %s\n  does not contain\n    %s", err,
+                 want);
     }
     CHECK(allocated(ctx) == 0, "line %d: %zu bytes left after a failed parse", line,
           allocated(ctx));
@@ -59,8 +42,7 @@ static void expect_params_at(int line, const char *text, size_t num_params, int 
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_parse(ctx, "ok.model", text, strlen(text));
     if (!m) {
-        n_fail++;
-        printf("FAIL %s:%d: %s\n", __FILE__, line, fr_last_error(ctx));
+        CHECK_AT(line, m != NULL, "%s", fr_last_error(ctx));
     } else {
         size_t n = fr_model_num_params(m);
         CHECK(n == num_params, "line %d: %zu params, expected %zu", line, n, num_params);
@@ -568,6 +550,5 @@ int main(void) {
     test_nested_residual();
     test_limits();
     test_files();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_done();
 }

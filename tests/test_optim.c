@@ -18,21 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "check.h"
 #include "optim_ref.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 /* |got - want| <= rtol * max(|want|, floor). */
 static int close_to(double got, double want, double rtol, double floor_) {
@@ -399,6 +386,5 @@ int main(void) {
     test_pytorch_reference();
     test_parallel_bits();
     test_opts();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

@@ -3,16 +3,7 @@
 # budget and its refusals, `frugal train --budget` never exceeding it (the
 # allocator's measured peak), batch splitting and freezing from the command
 # line, `--batch auto`, and `frugal profile` writing a trace and a chart.
-set -u
-bin=${FR_BIN:?}
-src=${FR_SOURCE_DIR:?}
-data=${FR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-no() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+source "$(dirname "$0")/lib.sh"
 run() { "$@" >"$tmp/out" 2>"$tmp/err"; }
 model="$src/tests/data/tiny.model"
 
@@ -69,5 +60,4 @@ run "$bin" profile --model "$model" --batch 32 --steps 2 --trace "$tmp/t.json" -
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); assert any(e.get('ph')=='C' for e in t['traceEvents'])" "$tmp/t.json" && ok || no "trace is Chrome Trace Event JSON with counters"
 grep -q "peak" "$tmp/m.svg" && grep -q "activations" "$tmp/m.svg" && ok || no "the chart marks the peak and names the categories"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

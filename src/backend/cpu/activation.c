@@ -5,13 +5,12 @@
  * planner runs these in place. */
 #include <math.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 
 #define ACT_PAR_MIN 32768
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
 static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
     *n = fr_shape_numel(&c->in[0].shape);

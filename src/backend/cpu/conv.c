@@ -17,22 +17,11 @@
 #include <omp.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 
 /* Workspace budget: at most this many floats (8 MiB), but always one image. */
 #define CONV_WS_BUDGET ((int64_t)2 << 20)
 #define CONV_PAR_MIN 16384
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
-
-/* Sum of n floats in double, eight chains in a fixed order (not latency bound). */
-static double sum_f64(const float *p, int64_t n) {
-    double a[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += p[i + j];
-    for (; i < n; i++) a[0] += p[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 typedef struct conv_geom {
     int64_t N, C, H, W, OC, K, S, P, OH, OW;

@@ -4,11 +4,10 @@
  * thread count and can be recomputed rather than stored if a planner wants. */
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 #include "core/rng.h"
 
 #define DROP_PAR_MIN 32768
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
 /* The scale applied to kept elements: 1/(1-p); with p >= 1 nothing is kept. */
 static float keep_scale(float p) { return p >= 1.0f ? 0.0f : 1.0f / (1.0f - p); }

@@ -4,10 +4,9 @@
 #include <cblas.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 
 #define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
 // x is (N,K) (any trailing dims flattened), W is (O,K), b is (O) or absent, y is (N,O)
 // y[n,o] = sum_k x[n,k] W[o,k] + b[o]

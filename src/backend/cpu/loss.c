@@ -5,11 +5,10 @@
  * block order, so the loss is the same bits at any thread count. */
 #include <math.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 
 #define LOSS_BLOCKS 64 /* fixed partition of a reduction, independent of threads */
 #define LOSS_PAR_MIN 16384
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
 static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
     const fr_tensor *z = &c->in[0], *lab = &c->in[1];

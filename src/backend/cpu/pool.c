@@ -6,10 +6,9 @@
 #include <stdint.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 
 #define POOL_PAR_MIN 16384
-
-static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
 typedef struct pool_geom {
     int64_t planes, H, W, K, S, OH, OW;

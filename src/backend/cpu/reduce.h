@@ -1,0 +1,26 @@
+/* reduce.h — small helpers shared by the CPU kernels: the accumulate bit of a
+ * call and deterministic reductions (a fixed summation order, whatever the
+ * thread count). Reductions tied to one op (a loss's block sums, a norm's
+ * squared deviations) stay in that op's file. */
+#ifndef FR_REDUCE_H
+#define FR_REDUCE_H
+
+#include <stdint.h>
+#include "backend/cpu/kernels.h"
+
+/* 1 if out[i] of the call is added into, 0 if it is overwritten. */
+static inline int acc_bit(const fr_kernel_call *c, int i) {
+    return (int)((c->accumulate >> i) & 1u);
+}
+
+/* Sum of n floats in double, eight chains in a fixed order (not latency bound). */
+static inline double sum_f64(const float *p, int64_t n) {
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    for (; i < n; i++) a[0] += p[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+#endif
