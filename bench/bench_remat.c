@@ -860,7 +860,7 @@ static int batch_table(fr_ctx *ctx) {
     printf("\n## Largest batch whose plan fits the budget (Adam; reserved = params + grads + Adam state + arena "
            "+ one input batch)\n\n");
     printf("| model | budget | no planner (keep everything) | planner, whole batch | plan there | "
-           "check: any whole-batch plan | planner, micro-batches allowed | plan there |\n"
+           "check: any candidate, whole batch | planner, micro-batches allowed | plan there |\n"
            "|---|---:|---:|---:|---|---:|---:|---|\n");
     for (size_t mi = 0; mi < 2; mi++) {
         fr_model *m = fr_model_load(ctx, models[mi]);

@@ -15,6 +15,9 @@
 # RESULTS [/tmp/frugal-bench.jsonl] (every run's JSON line), STEPS_SCALE [1]
 # (multiplies the steps of every configuration).
 set -euo pipefail
+# Both engines use OpenMP; passive waiting keeps idle threads from spinning on
+# this shared 2-core machine (spinning made step times vary 10x here).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}

@@ -18,9 +18,15 @@
 # run), THREADS [2], AUTO [8] (planner budgets), BUILD [/tmp/build-remat],
 # OUT [bench/out]: remat.json, remat.svg, torch_remat.json, remat.md (the
 # tables), WAIT_IDLE [0]: wait up to that many seconds for the 1-minute load
-# average to fall below the number of cores before starting. About 4 minutes on 2 idle cores; more on a busy machine, where
-# single steps scatter by 2-5x: read the ratios of medians and of minimum
-# times together.
+# average to fall below the number of cores before starting,
+# OMP_WAIT_POLICY [passive] for both engines: OpenMP threads sleep instead of
+# spinning while they wait. On a shared machine spinning threads make single
+# steps scatter by 2-5x (load 5 on 2 cores: keep-everything steps of 1.1 to
+# 4.5 s with the default policy, 625 to 712 ms with passive); on an idle one
+# passive costs both engines a little wake-up latency per parallel region.
+# About 3.5 minutes on 2 cores at load 4 (passive); the time ratios pair each
+# step with the keep-everything steps around it, so they hold up better than
+# the ms/step on a busy machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-4}
@@ -28,6 +34,7 @@ STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-1}
 TORCH_STEPS=${TORCH_STEPS:-3}
 THREADS=${THREADS:-2}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AUTO=${AUTO:-8}
 BUILD=${BUILD:-/tmp/build-remat}
 OUT=${OUT:-bench/out}
@@ -69,5 +76,5 @@ OMP_NUM_THREADS=$THREADS "$BUILD/bench_remat" --steps "$STEPS" --warmup "$WARMUP
 {
     echo
     echo "$started, commit $commit, $THREADS threads, $(nproc) cores; load average $load_start at the" \
-        "start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; $((SECONDS - t0)) s"
+        "start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; OMP_WAIT_POLICY=$OMP_WAIT_POLICY; $((SECONDS - t0)) s"
 } | tee -a "$OUT/remat.md"

@@ -30,6 +30,7 @@ static int has_batchnorm(const fr_model *m) {
 
 static const char *mode_name(fr_ckpt_mode m) {
     static const char *names[] = {"marks", "none", "all", "sqrt", "every", "segments", "revolve", "auto"};
+    /* (every:1 is printed as "every 1": the same plan as "all") */
     return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
 }
 
@@ -55,22 +56,27 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     return 1;
 }
 
-fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
+/* Search the candidates: best (least cost within opts->budget; 0 = no
+ * limit) and smallest (least reserved). whole = 1 keeps the batch whole.
+ * Returns 1 if one fits, 0 if none, -1 on an allocation failure. */
+static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candidate *best,
+                       candidate *smallest) {
     fr_ctx *ctx = m->ctx;
     int bn = has_batchnorm(m);
     size_t budget = opts->budget;
-    candidate best = {0}, smallest = {0};
-    best.cost = INFINITY;
-    smallest.reserved = SIZE_MAX;
+    memset(best, 0, sizeof *best);
+    memset(smallest, 0, sizeof *smallest);
+    best->cost = INFINITY;
+    smallest->reserved = SIZE_MAX;
     int found = 0;
     fr_mem_stats ms0;
     fr_mem_get_stats(ctx, &ms0);
-    int fixed_micro = opts->micro_batch > 0;
-    for (int micro = fixed_micro ? opts->micro_batch : opts->batch; micro >= 1; micro--) {
+    int fixed_micro = opts->micro_batch > 0 || whole;
+    int units = m->n_units < 512 ? m->n_units : 512;
+    candidate *list = fr_alloc(ctx, 2 * (3 * 512 + 4) * sizeof *list, FR_MEM_OTHER);
+    if (!list) return -1;
+    for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1; micro--) {
         if (opts->batch % micro) continue;
-        int units = m->n_units;
-        candidate *list = fr_alloc(ctx, 2 * (2 * 512 + 4) * sizeof *list, FR_MEM_OTHER);
-        if (!list) return NULL;
         int n = 0;
         /* --precision auto may store activations in bf16 (costed at 10%: the
          * casts, measured 4-9% here, and the rounding) when that fits. */
@@ -82,36 +88,52 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
                 list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, pr, 0, 0};
-            } else {
-                list[n++] = (candidate){FR_CKPT_NONE, 0, micro, pr, 0, 0};
-                for (int k = 2; k <= units && k < 512; k++)
-                    list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, pr, 0, 0};
-                for (int sl = units < 512 ? units : 512; sl >= 1; sl--)
-                    list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, pr, 0, 0};
-                list[n++] = (candidate){FR_CKPT_ALL, 0, micro, pr, 0, 0};
+                continue;
             }
+            list[n++] = (candidate){FR_CKPT_NONE, 0, micro, pr, 0, 0};
+            for (int k = 2; k <= units; k++) /* checkpoint_sequential(k) */
+                list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, pr, 0, 0};
+            for (int k = 1; k < units; k++) /* every:k (every:1 = all, and sqrt among them) */
+                list[n++] = (candidate){FR_CKPT_EVERY, k, micro, pr, 0, 0};
+            for (int sl = units; sl >= 1; sl--) /* binomial checkpointing with sl slots */
+                list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, pr, 0, 0};
         }
         for (int i = 0; i < n; i++) {
             if (!try_candidate(m, opts, &list[i], bn)) {
                 if (ctx->mem.st.num_ooms > ms0.num_ooms) { /* a real allocation failure */
                     fr_free(ctx, list);
-                    return NULL;
+                    return -1;
                 }
                 continue;
             }
-            if (list[i].reserved < smallest.reserved) smallest = list[i];
+            if (list[i].reserved < smallest->reserved) *smallest = list[i];
             if (budget && list[i].reserved > budget) continue;
-            if (list[i].cost < best.cost) {
-                best = list[i];
+            if (list[i].cost < best->cost) {
+                *best = list[i];
                 found = 1;
             }
-            if (i == 0 && found && best.cost == 0) break; /* keeping everything in fp32 fits: done */
+            if (i == 0 && found && best->cost == 0) break; /* keeping everything in fp32 fits: done */
         }
-        fr_free(ctx, list);
-        if (found && best.micro == opts->batch) break; /* no need to split the batch */
+        if (found && best->micro == opts->batch) break; /* no need to split the batch */
         if (fixed_micro) break;
-        if (found && micro < best.micro / 2) break; /* smaller micro-batches only cost more */
+        if (found && micro < best->micro / 2) break; /* smaller micro-batches only cost more */
     }
+    fr_free(ctx, list);
+    fr_mem_empty_cache(ctx); /* what comparing candidates freed is not the step's to hold */
+    return found;
+}
+
+int fr_plan_fits(fr_model *m, const fr_step_opts *opts) {
+    candidate best, smallest;
+    return plan_search(m, opts, 1, &best, &smallest) == 1;
+}
+
+fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
+    fr_ctx *ctx = m->ctx;
+    size_t budget = opts->budget;
+    candidate best, smallest;
+    int found = plan_search(m, opts, 0, &best, &smallest);
+    if (found < 0) return NULL;
     if (!found) {
         char a[32], b[32];
         if (smallest.reserved == SIZE_MAX) return NULL;
@@ -125,7 +147,6 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
                 opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
         return NULL;
     }
-    fr_mem_empty_cache(ctx); /* what comparing candidates freed is not the step's to hold */
     fr_step_opts o = *opts;
     o.checkpoint = best.mode;
     o.ckpt_arg = best.arg;

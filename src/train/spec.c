@@ -68,10 +68,10 @@ static int fits(fr_model *m, const fr_step_opts *opts, int batch) {
     char saved[FR_ERR_LEN];
     memcpy(saved, ctx->err, sizeof saved);
     int ok = 0;
-    if (o.checkpoint == FR_CKPT_AUTO) {
-        /* Cheapest check first: the most frugal schedule at this batch. */
-        o.checkpoint = FR_CKPT_REVOLVE;
-        o.ckpt_arg = 1;
+    if (o.checkpoint == FR_CKPT_AUTO || o.precision == FR_PREC_AUTO) {
+        ok = fr_plan_fits(m, &o); /* any whole-batch plan (no single one is always smallest) */
+        memcpy(ctx->err, saved, sizeof saved);
+        return ok;
     }
     fr_step *s = fr_step_build(m, &o);
     if (s) {

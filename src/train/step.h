@@ -34,6 +34,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts);
 fr_status fr_step_materialize(fr_step *s);
 /* The planner: the least extra compute whose reserved bytes fit opts->budget. */
 fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts);
+/* Whether some plan with the whole batch fits opts->budget. */
+int fr_plan_fits(fr_model *m, const fr_step_opts *opts);
 /* Give the arena back (e.g. while an eval step runs) and take it again. */
 fr_status fr_step_arena_release(fr_step *s);
 fr_status fr_step_arena_acquire(fr_step *s);
