@@ -112,10 +112,23 @@ float fr_bf16_to_f32(uint16_t h) {
  * scalar code so NaN payloads come out bit for bit the same. The rest of an
  * array (n % 8) is scalar too. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define FR_HALF_SIMD 1
 
-static int simd_ok(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+/* AVX2 and F16C, and an OS that saves the YMM registers (CPUID + XGETBV;
+ * clang 14 has no __builtin_cpu_supports("f16c")). */
+static int simd_ok(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int f16c = (c >> 29) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
+    if (!f16c || !avx || !osxsave) return 0;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6u) != 6u) return 0; /* XMM and YMM state enabled */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 5) & 1; /* AVX2 */
+}
 
 __attribute__((target("avx2,f16c"))) static void f32_to_f16_8(const float *s, uint16_t *d) {
     __m256 x = _mm256_loadu_ps(s);
