@@ -146,7 +146,6 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
 done:
     fr_free(ctx, cast);
     fr_free(ctx, hv);
-    (void)nn0;
     if (st) {
         fr_free(ctx, out);
         return st;

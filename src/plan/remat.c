@@ -134,16 +134,14 @@ fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_sched
 }
 
 int fr_schedule_recomputed(const fr_schedule *s) {
-    int n = 0, max_unit = -1;
-    for (int i = 0; i < s->n; i++)
-        if (s->a[i].unit > max_unit) max_unit = s->a[i].unit;
-    uint8_t seen[4096] = {0};
+    /* Units arrive in order the first time (the forward pass), so a FWD of
+     * a unit at or below the highest one seen so far is a recomputation. */
+    int n = 0, highest = -1;
     for (int i = 0; i < s->n; i++) {
-        if (s->a[i].back || s->a[i].unit >= 4096) continue;
-        if (seen[s->a[i].unit]) n++;
-        seen[s->a[i].unit] = 1;
+        if (s->a[i].back) continue;
+        if (s->a[i].unit <= highest) n++;
+        else highest = s->a[i].unit;
     }
-    (void)max_unit;
     return n;
 }
 

@@ -22,7 +22,7 @@ typedef struct layer_row {
 static void fill_rows(const fr_step *s, layer_row *rows) {
     const fr_model *m = s->m;
     const fr_graph *g = &s->g;
-    size_t opt_per = s->o.optim.kind == FR_OPTIM_SGD ? (s->o.optim.momentum != 0.0f) : 2;
+    size_t buffers = (size_t)fr_step_optim_states(&s->o.optim);
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         size_t b = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
@@ -30,8 +30,9 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
         if (p->role == FR_P_WEIGHT) r->weight += b;
         else r->other += b;
         if (s->gv[i] >= 0) {
-            r->grads += b;
-            r->optim += opt_per * b;
+            int kind;
+            r->grads += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
+            r->optim += buffers * fr_step_state_bytes(s, p, &kind);
         }
     }
     for (size_t i = 0; i < (size_t)g->n_forward; i++) {

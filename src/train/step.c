@@ -38,7 +38,7 @@ static fr_status alloc_grads(fr_step *s) {
 /* The storage of one optimizer-state buffer of param p: Adam's moments may
  * be compressed (bf16, int8 by blocks; small tensors keep fp32); with 16-bit
  * weights (pure half) the state takes the weights' format. */
-static size_t state_bytes(const fr_step *s, const fr_param *p, int *kind) {
+size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind) {
     size_t n = (size_t)fr_shape_numel(&p->shape);
     *kind = FR_STATE_F32;
     if (p->dtype != FR_F32) return param_bytes(p);
@@ -54,7 +54,7 @@ static fr_status alloc_state(fr_step *s) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
         int kind;
-        size_t bytes = state_bytes(s, p, &kind);
+        size_t bytes = fr_step_state_bytes(s, p, &kind);
         if (p->state[0] && p->state_kind != kind) { /* resumed with another format: start over */
             fr_free(s->ctx, p->state[0]);
             fr_free(s->ctx, p->state[1]);
@@ -504,7 +504,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         if (s->gv[i] >= 0) {
             int kind;
             out[FR_MEM_GRADS] += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
-            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * state_bytes(s, p, &kind);
+            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * fr_step_state_bytes(s, p, &kind);
         }
     }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /

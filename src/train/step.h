@@ -40,6 +40,8 @@ int fr_plan_fits(fr_model *m, const fr_step_opts *opts);
 fr_status fr_step_arena_release(fr_step *s);
 fr_status fr_step_arena_acquire(fr_step *s);
 int fr_step_optim_states(const fr_optim_opts *o);
+/* Bytes of one optimizer-state buffer of p (its format in *kind). */
+size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
 
 /* Predicted persistent bytes by category (params, grads, optimizer state,
  * one data batch); step values come from the plan. */

@@ -144,7 +144,6 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             /* leave room for the loader's queue of (queue + 1) batches */
             while (b > 1 && held + (size_t)(cfg->queue + 1) * b * per_sample > cfg->budget) b--;
             so.batch = b;
-            if (!so.micro_batch) so.checkpoint = cfg->checkpoint == FR_CKPT_AUTO ? FR_CKPT_AUTO : cfg->checkpoint;
             if (!cfg->json && cfg->progress >= 0) fprintf(stderr, "--batch auto: %d fits the budget\n", b);
         }
         size_t queue = (size_t)(cfg->queue + 1) * so.batch * per_sample;
