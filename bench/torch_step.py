@@ -36,9 +36,11 @@ import time
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # torch_blas, run from any cwd
+from torch_blas import SLOW_BLAS_GFLOPS, blas_check
+
 RSS_AFTER_IMPORT = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLOW_BLAS_GFLOPS = 15.0  # below this, nn.Linear is on a reference-grade BLAS
 
 
 # ---- the model file, as PyTorch modules ------------------------------------
@@ -161,27 +163,6 @@ def parse_model(path):
     if in_shape is None or len(stack) != 1:
         fail(0, "no `input`, or a `residual` without `end`")
     return nn.Sequential(*stack[0][0]), in_shape, loss, cur
-
-
-# ---- BLAS check -------------------------------------------------------------
-
-def blas_check():
-    """The libblas/openblas files mapped into this process and the GFLOP/s of a
-    1024x1024 float32 matmul (best of 5)."""
-    libs = set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if "blas" in os.path.basename(path):
-                libs.add(path)
-    a, b = torch.rand(1024, 1024), torch.rand(1024, 1024)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
-    return sorted(libs), 2 * 1024 ** 3 / best / 1e9
 
 
 # ---- the benchmark ----------------------------------------------------------

@@ -5,7 +5,6 @@
  * truncated and corrupt gzip, every allocation failing in turn, and the real
  * Fashion-MNIST files when present (first labels, class counts and pixel sums
  * worked out with Python's gzip module). */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <zlib.h>
 #include "check.h"
 #include "data/dataset.h"
+#include "scratch.h"
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
@@ -25,8 +25,6 @@
 #define I4LAB_V2 "\x93" "NUMPY\x02" "\x00" "t\x00" "\x00" "\x00" "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
 #define U1LAB_V3 "\x93" "NUMPY\x03" "\x00" "t\x00" "\x00" "\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
 #define NPY_HDR 128
-
-static char tmpdir[256];
 
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
 
@@ -487,32 +485,8 @@ static void test_alloc_failures(fr_ctx *ctx) {
     }
 }
 
-static void remove_tree(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *de;
-    char p[600];
-    while (d && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
-
-/* Open file descriptors, to see that no error path leaks one. */
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    while (d && readdir(d)) n++;
-    if (d) closedir(d);
-    return n;
-}
-
 int main(void) {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/frugal-ds-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
+    if (scratch_make("frugal-ds")) {
         perror("mkdtemp");
         return 1;
     }

@@ -5,7 +5,6 @@
  * restarting and freeing with the prefetch thread running, a read error in
  * the thread reported on the caller's side, the DATA memory bound, and every
  * allocation failing in turn. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +13,13 @@
 #include "check.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "scratch.h"
 
 /* 10000 images of 8x8; pixel 0 and 1 hold the index's low and high byte,
  * pixel 2 its low byte again (a check), the rest 7; label = index % 10. */
 enum { NS = 10000, SH = 8, SW = 8, SD = SH * SW };
 
-static char tmpdir[256], img_path[512], lab_path[512];
+static char img_path[512], lab_path[512];
 
 static void be32(unsigned char *b, uint32_t v) {
     b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
@@ -372,19 +372,8 @@ static void test_alloc_failures(fr_ctx *ctx) {
     CHECK(fails >= 6, "only %d allocations failed", fails);
 }
 
-/* Open file descriptors, to see that no error path leaks one. */
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    while (d && readdir(d)) n++;
-    if (d) closedir(d);
-    return n;
-}
-
 int main(void) {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/frugal-ld-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir) || make_files()) {
+    if (scratch_make("frugal-ld") || make_files()) {
         perror("setup");
         return 1;
     }
@@ -407,12 +396,6 @@ int main(void) {
     CHECK(s.allocated_total == 0, "leak: %zu bytes", s.allocated_total);
     fr_ctx_free(ctx);
     CHECK(open_fds() == fds, "%d file descriptors leaked", open_fds() - fds);
-    DIR *d = opendir(tmpdir);
-    struct dirent *de;
-    char p[600];
-    while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.') snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name), unlink(p);
-    if (d) closedir(d);
-    rmdir(tmpdir);
+    remove_tree();
     return check_done();
 }

@@ -16,8 +16,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "io/safetensors.h"
-
-static char tmpdir[256];
+#include "scratch.h"
 
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
 
@@ -434,32 +433,8 @@ static void test_alloc_failures(fr_ctx *ctx) {
     CHECK(count_tmp_files() == 0, "temporary left");
 }
 
-static void remove_tree(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *de;
-    char p[600];
-    while (d && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-        if (unlink(p) != 0) rmdir(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
-
-/* Open file descriptors, to see that no error path leaks one. */
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    while (d && readdir(d)) n++;
-    if (d) closedir(d);
-    return n;
-}
-
 int main(void) {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/frugal-st-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
+    if (scratch_make("frugal-st")) {
         perror("mkdtemp");
         return 1;
     }
