@@ -304,9 +304,9 @@ static void test_sizes(void) {
     CHECK(fr_state_bytes(FR_STATE_INT8, 1) == 4 + 4, "int8 1");
     CHECK(fr_state_bytes(FR_STATE_INT8, 0) == 0 && fr_state_bytes(FR_STATE_F32, 0) == 0, "empty");
 
-    CHECK(fr_state_kind_for(FR_STATE_INT8, 4095) == FR_STATE_F32, "int8 below 4096 keeps fp32");
+    CHECK(fr_state_kind_for(FR_STATE_INT8, 2047) == FR_STATE_F32, "int8 below one block keeps fp32");
     CHECK(fr_state_kind_for(FR_STATE_INT8, 10) == FR_STATE_F32, "int8 tiny keeps fp32");
-    CHECK(fr_state_kind_for(FR_STATE_INT8, 4096) == FR_STATE_INT8, "int8 at 4096");
+    CHECK(fr_state_kind_for(FR_STATE_INT8, 2048) == FR_STATE_INT8, "int8 from one block (2048)");
     CHECK(fr_state_kind_for(FR_STATE_BF16, 10) == FR_STATE_BF16, "bf16 any size");
     CHECK(fr_state_kind_for(FR_STATE_F32, 1u << 20) == FR_STATE_F32, "fp32 stays");
 

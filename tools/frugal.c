@@ -76,7 +76,7 @@ static const char *usage_train =
     "                      state, activations saved for backward in 16 bits) | bf16 | fp16\n"
     "                      (weights in 16 bits too) | auto (mixed only if the budget needs it)\n"
     "  --optimizer-state S fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
-    "                      quantization, tensors under 4096 elements keep fp32) [fp32]\n"
+    "                      quantization, tensors under 2048 values keep fp32) [fp32]\n"
     "  --loss-scale MODE   dynamic (PyTorch's GradScaler: 65536, x2 every 2000 clean steps,\n"
     "                      x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]\n"
     "  --clip-grad-norm X  clip the global L2 norm of the gradients (after unscaling)\n";

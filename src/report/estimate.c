@@ -51,7 +51,7 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
 
 /* Optimizer state for the step's trainable weights, for each choice side by
  * side: SGD none, momentum one copy, Adam two, in fp32, bf16 or int8 blocks
- * (tensors under 4096 elements keep fp32). */
+ * (tensors under one 2048-value block keep fp32). */
 typedef struct state_row {
     const char *name;
     size_t bytes;

@@ -42,10 +42,18 @@
 #define MAP_NON_SIGN_BITS (MAP_TOTAL_BITS - 1)
 _Static_assert(MAP_NON_SIGN_BITS == MAP_MAX_EXP_BITS, "the map has no additional items");
 
+/* The nearest-code search starts from a table indexed by the top 14 bits of
+ * the float (sign, exponent, 5 mantissa bits): the code of the bucket's
+ * smallest value. Buckets are narrower than the gaps between codes almost
+ * everywhere, so a step or two up finds the answer the binary search would. */
+#define LUT_SHIFT 18
+#define LUT_SIZE (1u << (32 - LUT_SHIFT))
+
 typedef struct dyn_map {
     float val[256];  /* ascending */
     double mid[256]; /* mid[k] = (val[k] + val[k+1]) / 2, exact in double; mid[255] = +inf */
     uint8_t zero;    /* the index of the value 0 */
+    uint8_t lut[LUT_SIZE];
 } dyn_map;
 
 static dyn_map map_tables[2]; /* [0] unsigned (second moment), [1] signed (first moment) */
@@ -95,9 +103,26 @@ static void build_map(int is_signed, dyn_map *d) {
         }
 }
 
+static uint8_t nearest_code_search(const dyn_map *d, float y);
+
+/* lut[b] = the code of the smallest value whose float bits share the top
+ * bits b (for negative floats larger bits are smaller values). */
+static void build_lut(dyn_map *d) {
+    for (uint32_t b = 0; b < LUT_SIZE; b++) {
+        uint32_t bits = b << LUT_SHIFT;
+        if (bits >> 31) bits |= (1u << LUT_SHIFT) - 1;
+        float y;
+        memcpy(&y, &bits, sizeof y);
+        if (!(fabsf(y) <= FLT_MAX)) y = copysignf(FLT_MAX, y); /* inf/NaN buckets: never used */
+        d->lut[b] = nearest_code_search(d, y);
+    }
+}
+
 static void build_maps(void) {
     build_map(0, &map_tables[0]);
     build_map(1, &map_tables[1]);
+    build_lut(&map_tables[0]);
+    build_lut(&map_tables[1]);
 }
 
 static const dyn_map *dynamic_map(int is_signed) {
@@ -109,11 +134,21 @@ static const dyn_map *dynamic_map(int is_signed) {
  * an 8-step binary search; y on a midpoint goes to the lower entry. Adjacent
  * entries are within a factor of about 1.1 of each other or one is 0, so
  * their midpoint is exact in double and the comparison is exact. */
-static inline uint8_t nearest_code(const dyn_map *d, float y) {
+static uint8_t nearest_code_search(const dyn_map *d, float y) {
     const double yd = y;
     unsigned k = 0;
     for (unsigned s = 128; s; s >>= 1)
         if (d->mid[k + s - 1] < yd) k += s;
+    return (uint8_t)k;
+}
+
+/* The same answer from the table and a short walk up (codes are monotonic in y). */
+static inline uint8_t nearest_code(const dyn_map *d, float y) {
+    uint32_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    const double yd = y;
+    unsigned k = d->lut[bits >> LUT_SHIFT];
+    while (d->mid[k] < yd) k++; /* mid[255] is +inf: stops there */
     return (uint8_t)k;
 }
 

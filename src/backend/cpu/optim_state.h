@@ -29,8 +29,9 @@ typedef enum fr_state_kind { FR_STATE_F32 = 0, FR_STATE_BF16, FR_STATE_INT8 } fr
 #define FR_STATE_KIND_COUNT 3
 
 #define FR_STATE_INT8_BLOCK 2048
-/* Tensors with fewer elements keep fp32 state (bitsandbytes' min_8bit_size). */
-#define FR_STATE_INT8_MIN 4096
+/* Tensors smaller than one quantization block keep fp32 state (bitsandbytes'
+ * min_8bit_size, which defaults to 4096 there; one block here). */
+#define FR_STATE_INT8_MIN FR_STATE_INT8_BLOCK
 
 /* The kind a tensor of n elements gets when `requested` is asked for: int8
  * falls back to f32 below FR_STATE_INT8_MIN; the others are kept. */
