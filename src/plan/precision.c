@@ -24,10 +24,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* 1: store in half */
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
+    int *hw = fr_alloc(ctx, nv0 * sizeof *hw, FR_MEM_OTHER); /* 16-bit copies of weights */
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
     fr_status st = FR_OK;
-    if (!cast || !hv || !out) {
+    if (!cast || !hv || !hw || !out) {
         st = FR_ERR_NOMEM;
         goto done;
     }
@@ -35,7 +36,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
      * backward, not by a loss's backward, and never through a view. */
     for (size_t v = 0; v < nv0; v++) {
         const fr_value *val = &g->vals[v];
-        hv[v] = -1;
+        hv[v] = hw[v] = -1;
         int p = val->producer;
         cast[v] = val->kind == FR_VAL_STEP && val->dtype == FR_F32 && val->alias_of < 0 && p >= 0 &&
                   is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == (int)v &&
@@ -79,10 +80,13 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         { /* bring saved halves back to f32 for late readers (and max pooling) */
             for (int j = 0; j < g->nodes[i].n_in; j++) {
                 int x = g->nodes[i].in[j];
-                /* Max pooling reads the rounded input in forward too, so that its
-                 * backward, comparing rounded values, finds the same maximum. */
-                int pool_fwd = g->nodes[i].op == FR_OP_MAXPOOL2D;
-                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !pool_fwd)) continue;
+                /* Matmuls and convolutions read their input rounded, as a 16-bit
+                 * GEMM with f32 accumulation would (products of 16-bit values are
+                 * exact in f32); max pooling too, so that its backward, comparing
+                 * rounded values, finds the same maximum. */
+                fr_op op = g->nodes[i].op;
+                int rounded_fwd = j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D);
+                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd)) continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[r] || hv[r] < 0) continue;
                 fr_attr a = {0};
@@ -107,6 +111,34 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                     up = w;
                 }
                 g->nodes[i].in[j] = up;
+            }
+        }
+        if (store_half) { /* mixed: weights of matmuls and convolutions rounded to 16 bits */
+            fr_op op = g->nodes[i].op;
+            int j = (op == FR_OP_LINEAR || op == FR_OP_CONV2D) ? 1
+                    : (op == FR_OP_LINEAR_BWD || op == FR_OP_CONV2D_BWD) ? 2 : -1;
+            int w = j >= 0 ? g->nodes[i].in[j] : -1;
+            if (w >= 0 && (size_t)w < nv0 && g->vals[w].kind == FR_VAL_PARAM && g->vals[w].dtype == FR_F32) {
+                fr_attr a = {0};
+                if (hw[w] < 0) { /* one 16-bit copy per step, made at the first use */
+                    a.dtype = half;
+                    int c = fr_graph_node(g, FR_OP_CAST, &w, 1, &a, -1, 0, &hw[w]);
+                    if (c < 0) {
+                        st = g->status;
+                        goto done;
+                    }
+                    g->nodes[c].layer = g->nodes[i].layer;
+                    EMIT(c);
+                }
+                a.dtype = FR_F32;
+                int up, c = fr_graph_node(g, FR_OP_CAST, &hw[w], 1, &a, -1, 0, &up);
+                if (c < 0) {
+                    st = g->status;
+                    goto done;
+                }
+                g->nodes[c].layer = g->nodes[i].layer;
+                g->nodes[i].in[j] = up;
+                EMIT(c);
             }
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
@@ -146,6 +178,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
 done:
     fr_free(ctx, cast);
     fr_free(ctx, hv);
+    fr_free(ctx, hw);
     if (st) {
         fr_free(ctx, out);
         return st;
