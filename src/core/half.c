@@ -113,12 +113,14 @@ float fr_bf16_to_f32(uint16_t h) {
  * array (n % 8) is scalar too. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#include <pthread.h>
 #include <immintrin.h>
 #define FR_HALF_SIMD 1
 
 /* AVX2 and F16C, and an OS that saves the YMM registers (CPUID + XGETBV;
- * clang 14 has no __builtin_cpu_supports("f16c")). */
-static int simd_ok(void) {
+ * clang 14 has no __builtin_cpu_supports("f16c")). Asked once: CPUID traps
+ * to the hypervisor in a virtual machine. */
+static int simd_probe(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     int f16c = (c >> 29) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
@@ -128,6 +130,14 @@ static int simd_ok(void) {
     if ((lo & 6u) != 6u) return 0; /* XMM and YMM state enabled */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return (b >> 5) & 1; /* AVX2 */
+}
+
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static int simd_have; /* written once, under simd_once */
+static void simd_init(void) { simd_have = simd_probe(); }
+static int simd_ok(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_have;
 }
 
 __attribute__((target("avx2,f16c"))) static void f32_to_f16_8(const float *s, uint16_t *d) {
@@ -171,11 +181,22 @@ __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, flo
 #define FR_HALF_SIMD 0
 #endif
 
-/* Convert n values: 8 at a time where the CPU allows, the rest one by one. */
+/* Convert n values: 8 at a time where the CPU allows, the rest one by one;
+ * name runs on the thread team for large arrays, name##_seq on the calling
+ * thread only (for kernels that are already inside a parallel loop). */
 #define FR_HALF_ARRAY(name, T_IN, T_OUT, scalar, group)                                     \
-    void name(const T_IN *src, T_OUT *dst, size_t n) {                                      \
+    void name##_seq(const T_IN *src, T_OUT *dst, size_t n) {                                \
         size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
-        _Pragma("omp parallel for schedule(static) if (n >= FR_HALF_PAR_MIN)")              \
+        for (size_t g = 0; g < groups; g++) group(src + 8 * g, dst + 8 * g);                \
+        for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
+    }                                                                                       \
+    void name(const T_IN *src, T_OUT *dst, size_t n) {                                      \
+        if (n < FR_HALF_PAR_MIN) {                                                          \
+            name##_seq(src, dst, n);                                                        \
+            return;                                                                         \
+        }                                                                                   \
+        size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
+        _Pragma("omp parallel for schedule(static)")                                        \
         for (size_t g = 0; g < groups; g++) group(src + 8 * g, dst + 8 * g);                \
         for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
     }

@@ -16,5 +16,10 @@ void fr_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 void fr_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void fr_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n);
 void fr_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);
+/* The same on the calling thread only (inside a parallel loop). */
+void fr_f32_to_f16_n_seq(const float *src, uint16_t *dst, size_t n);
+void fr_f16_to_f32_n_seq(const uint16_t *src, float *dst, size_t n);
+void fr_f32_to_bf16_n_seq(const float *src, uint16_t *dst, size_t n);
+void fr_bf16_to_f32_n_seq(const uint16_t *src, float *dst, size_t n);
 
 #endif
