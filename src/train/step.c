@@ -467,12 +467,10 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             }
         s->inject_inf = 0;
     }
-    int found_inf = !isfinite(l) || !grads_finite(s);
-    if (found_inf && !s->scaler.enabled)
-        return fr_fail(s->ctx, FR_ERR_NUMERIC,
-                       "non-finite gradient at step %llu: lower the learning rate, clip with "
-                       "--clip-grad-norm, or use a loss scaler; the weights were not updated",
-                       (unsigned long long)s->runs);
+    /* Scanning every gradient is the scaler's job (an overflow in a scaled
+     * backward shows as inf/NaN); without one, as in PyTorch, a non-finite
+     * gradient reaches the weights and the next loss reports it. */
+    int found_inf = !isfinite(l) || (s->scaler.enabled && !grads_finite(s));
     if (found_inf) {
         fr_scaler_update(&s->scaler, 1); /* skip the step: the weights stay as they were */
     } else {
