@@ -203,6 +203,17 @@ typedef struct fr_step_opts {
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
 void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);
 
+/* The largest batch (<= max_batch) whose plan with opts (opts->budget, and
+ * its checkpoint mode; FR_CKPT_AUTO: any schedule) fits; 0 if not even 1. */
+int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
+
+/* The memory timeline (what `frugal profile` writes): start recording every
+ * allocation and free with its op and category, then write the record as
+ * Chrome Trace Event JSON and as an SVG chart (budget 0: no budget line). */
+void fr_mem_trace(fr_ctx *ctx, int on);
+fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
+fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size_t budget);
+
 /* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
  * cross-entropy or f32 targets (n, classes) for MSE. */
 typedef struct fr_batch {
