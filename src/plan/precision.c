@@ -17,6 +17,16 @@ static int late_read(const fr_graph *g, int i, int x, int n_nodes0) {
     return i >= g->n_forward && g->vals[x].producer >= 0 && g->vals[x].producer < g->n_forward;
 }
 
+/* Add CAST(src -> dt) for the reader at `layer`; its output in *out.
+ * Returns the node id, or -1 with g->status set. */
+static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
+    fr_attr a = {0};
+    a.dtype = dt;
+    int c = fr_graph_node(g, FR_OP_CAST, &src, 1, &a, -1, 0, out);
+    if (c >= 0) g->nodes[c].layer = layer;
+    return c;
+}
+
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
     fr_ctx *ctx = g->ctx;
@@ -89,14 +99,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                 if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd)) continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[r] || hv[r] < 0) continue;
-                fr_attr a = {0};
-                a.dtype = FR_F32;
-                int up, c = fr_graph_node(g, FR_OP_CAST, &hv[r], 1, &a, -1, 0, &up);
+                int up, c = cast_node(g, hv[r], FR_F32, g->nodes[i].layer, &up);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->nodes[c].layer = g->nodes[i].layer;
                 EMIT(c);
                 if (r != x) { /* the same view of the f32 copy */
                     fr_attr va = {0};
@@ -119,24 +126,19 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                     : (op == FR_OP_LINEAR_BWD || op == FR_OP_CONV2D_BWD) ? 2 : -1;
             int w = j >= 0 ? g->nodes[i].in[j] : -1;
             if (w >= 0 && (size_t)w < nv0 && g->vals[w].kind == FR_VAL_PARAM && g->vals[w].dtype == FR_F32) {
-                fr_attr a = {0};
                 if (hw[w] < 0) { /* one 16-bit copy per step, made at the first use */
-                    a.dtype = half;
-                    int c = fr_graph_node(g, FR_OP_CAST, &w, 1, &a, -1, 0, &hw[w]);
+                    int c = cast_node(g, w, half, g->nodes[i].layer, &hw[w]);
                     if (c < 0) {
                         st = g->status;
                         goto done;
                     }
-                    g->nodes[c].layer = g->nodes[i].layer;
                     EMIT(c);
                 }
-                a.dtype = FR_F32;
-                int up, c = fr_graph_node(g, FR_OP_CAST, &hw[w], 1, &a, -1, 0, &up);
+                int up, c = cast_node(g, hw[w], FR_F32, g->nodes[i].layer, &up);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->nodes[c].layer = g->nodes[i].layer;
                 g->nodes[i].in[j] = up;
                 EMIT(c);
             }
@@ -144,14 +146,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
             int x = g->nodes[i].in[j];
             if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32) continue;
-            fr_attr a = {0};
-            a.dtype = FR_F32;
-            int up, c = fr_graph_node(g, FR_OP_CAST, &x, 1, &a, -1, 0, &up);
+            int up, c = cast_node(g, x, FR_F32, g->nodes[i].layer, &up);
             if (c < 0) {
                 st = g->status;
                 goto done;
             }
-            g->nodes[c].layer = g->nodes[i].layer;
             g->nodes[i].in[j] = up;
             EMIT(c);
         }
@@ -159,14 +158,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
             int v = g->nodes[i].out[0];
             if (v >= 0 && (size_t)v < nv0 && cast[v]) {
-                fr_attr a = {0};
-                a.dtype = half;
-                int h, c = fr_graph_node(g, FR_OP_CAST, &v, 1, &a, -1, 0, &h);
+                int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->nodes[c].layer = g->nodes[i].layer;
                 hv[v] = h;
                 g->vals[h].saved = 1;
                 g->vals[v].saved = 0;
