@@ -25,6 +25,8 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "check.h"
+#include "core/half.h"
+#include "core/rng.h"
 #include "dynamic_map_ref.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -538,7 +540,48 @@ static void test_tracking(void) {
         }
 }
 
+/* fr_k_adam_half (pure half precision) equals widening p, m, v to f32,
+ * fr_k_adam, and rounding back, bit for bit, for f16 and bf16, Adam and
+ * AdamW, over several steps and a length that is not a multiple of 8. */
+static void test_half_weights(void) {
+    const size_t n = 70001;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int dec = 0; dec < 2; dec++) {
+            uint16_t *p = calloc(n, 2), *m = calloc(n, 2), *v = calloc(n, 2);
+            uint16_t *rp = calloc(n, 2), *rm = calloc(n, 2), *rv = calloc(n, 2);
+            float *g = malloc(n * 4), *wp = malloc(n * 4), *wm = malloc(n * 4), *wv = malloc(n * 4);
+            fr_rng r = fr_rng_make(21, (uint64_t)(2 * f16 + dec));
+            for (size_t i = 0; i < n; i++) {
+                float x = 2 * fr_rng_next_uniform(&r) - 1;
+                p[i] = rp[i] = f16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
+            }
+            fr_optim_opts o = fr_optim_defaults(dec ? FR_OPTIM_ADAMW : FR_OPTIM_ADAM);
+            o.weight_decay = 0.01f;
+            int same = 1;
+            for (int64_t t = 1; t <= 4; t++) {
+                for (size_t i = 0; i < n; i++) g[i] = (2 * fr_rng_next_uniform(&r) - 1) * 1e-2f;
+                fr_k_adam_half(p, g, m, v, n, &o, t, dec, f16);
+                if (f16) {
+                    fr_f16_to_f32_n(rp, wp, n), fr_f16_to_f32_n(rm, wm, n), fr_f16_to_f32_n(rv, wv, n);
+                } else {
+                    fr_bf16_to_f32_n(rp, wp, n), fr_bf16_to_f32_n(rm, wm, n), fr_bf16_to_f32_n(rv, wv, n);
+                }
+                fr_k_adam(wp, g, wm, wv, n, &o, t, dec);
+                if (f16) {
+                    fr_f32_to_f16_n(wp, rp, n), fr_f32_to_f16_n(wm, rm, n), fr_f32_to_f16_n(wv, rv, n);
+                } else {
+                    fr_f32_to_bf16_n(wp, rp, n), fr_f32_to_bf16_n(wm, rm, n), fr_f32_to_bf16_n(wv, rv, n);
+                }
+                same &= !memcmp(p, rp, n * 2) && !memcmp(m, rm, n * 2) && !memcmp(v, rv, n * 2);
+            }
+            CHECK(same, "%s %s: fused half update differs from widen + fr_k_adam + round",
+                  f16 ? "f16" : "bf16", dec ? "AdamW" : "Adam");
+            free(p), free(m), free(v), free(rp), free(rm), free(rv), free(g), free(wp), free(wm), free(wv);
+        }
+}
+
 int main(void) {
+    test_half_weights();
     test_maps();
     test_round_trip();
     test_random_blocks();

@@ -305,6 +305,11 @@ static fr_status optimizer_update(fr_step *s) {
         if (s->gv[i] < 0 || !p->grad_valid) continue; /* PyTorch skips params whose grad is None */
         size_t n = (size_t)fr_shape_numel(&p->shape);
         int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
+        if (half && o->kind != FR_OPTIM_SGD) { /* one fused pass over the 16-bit tensors */
+            fr_k_adam_half(p->data, p->grad, (uint16_t *)p->state[0], (uint16_t *)p->state[1], n, o,
+                           s->t, o->kind == FR_OPTIM_ADAMW, p->dtype == FR_F16);
+            continue;
+        }
         float *w = p->data, *st[2] = {p->state[0], p->state[1]};
         if (half) { /* the update in f32, the result rounded back to 16 bits, state too */
             w = fr_alloc(s->ctx, n * sizeof *w * (size_t)(1 + ns), FR_MEM_WORKSPACE);
