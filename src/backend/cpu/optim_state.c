@@ -148,7 +148,9 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
     memcpy(&bits, &y, sizeof bits);
     const double yd = y;
     unsigned k = d->lut[bits >> LUT_SHIFT];
-    while (d->mid[k] < yd) k++; /* mid[255] is +inf: stops there */
+    k += d->mid[k] < yd; /* the usual 0-2 steps without a branch to mispredict */
+    k += d->mid[k] < yd;
+    while (d->mid[k] < yd) k++; /* rare; mid[255] is +inf: stops there */
     return (uint8_t)k;
 }
 
@@ -161,13 +163,25 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
  * decode: x_i = map[code_i] * absmax; absmax 0 gives +0 whatever the codes. */
 static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes,
                          float *absmax) {
-    float amax = 0.0f;
-    int finite = 1;
-    for (size_t i = 0; i < cnt; i++) {
-        const float a = fabsf(x[i]);
-        if (!(a <= FLT_MAX)) finite = 0;
-        else if (a > amax) amax = a;
+    /* absmax in 8 independent lanes (no branches; the max of finite values
+     * does not depend on the order), and whether any value is inf or NaN */
+    float lane[8] = {0};
+    int bad = 0;
+    size_t i8 = 0;
+    for (; i8 + 8 <= cnt; i8 += 8)
+        for (int j = 0; j < 8; j++) {
+            const float a = fabsf(x[i8 + j]);
+            bad |= !(a <= FLT_MAX);
+            lane[j] = a > lane[j] ? a : lane[j];
+        }
+    for (; i8 < cnt; i8++) {
+        const float a = fabsf(x[i8]);
+        bad |= !(a <= FLT_MAX);
+        lane[0] = a > lane[0] ? a : lane[0];
     }
+    float amax = 0.0f;
+    for (int j = 0; j < 8; j++) amax = lane[j] > amax ? lane[j] : amax;
+    const int finite = !bad;
     if (!finite || amax == 0.0f) {
         *absmax = finite ? 0.0f : NAN;
         memset(codes, d->zero, cnt);
