@@ -171,13 +171,10 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     int n = m->n_units;
     int recomputed[4096] = {0};
     int inplace = 0;
-    for (int i = 0; i < s->plan.n_nodes; i++) {
-        int id = s->plan.order[i];
-        if (id >= (int)s->g.n_nodes) continue;
-        if (s->g.nodes[id].attr.recompute && s->unit && id < (int)s->g.n_nodes && s->g.nodes[id].layer >= 0) {
-            int u = m->layers[s->g.nodes[id].layer].unit;
-            if (u < 4096) recomputed[u] = 1;
-        }
+    for (int i = 0; i < s->plan.n_nodes; i++) { /* clones carry attr.recompute */
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->attr.recompute && nd->layer >= 0 && m->layers[nd->layer].unit < 4096)
+            recomputed[m->layers[nd->layer].unit] = 1;
     }
     for (int i = 0; i < s->plan.n_nodes; i++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
