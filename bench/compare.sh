@@ -13,7 +13,8 @@
 #
 # Environment: ROUNDS [3], THREADS [2], BUILD [/tmp/build-bench],
 # RESULTS [/tmp/frugal-bench.jsonl] (every run's JSON line), STEPS_SCALE [1]
-# (multiplies the steps of every configuration).
+# (multiplies the steps of every configuration), ONLY [all] (an extended
+# regular expression: only the configurations whose name matches).
 set -euo pipefail
 # Both engines use OpenMP; passive waiting keeps idle threads from spinning on
 # this shared 2-core machine (spinning made step times vary 10x here).
@@ -75,6 +76,7 @@ t_start=$SECONDS
 for ((r = 0; r < ROUNDS; r++)); do
     for cfg in "${CONFIGS[@]}"; do
         read -r name model batch opt steps <<<"$cfg"
+        [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && continue
         steps=$((steps * STEPS_SCALE))
         order="frugal torch"
         [ $((r % 2)) -eq 1 ] && order="torch frugal"

@@ -49,7 +49,10 @@ static data make_data(int n, int d, uint64_t seed) {
 static void test_seed_arithmetic(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = seed_mlp(ctx);
-    fr_step_opts o = {.batch = 32, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
+    /* keep_grads: the tutorial's loop, which stores every gradient (by default
+     * plain SGD updates Linear layers inside backward: test_fused_sgd) */
+    fr_step_opts o = {.batch = 32, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+                      .keep_grads = 1};
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
     if (!s) return;

@@ -69,10 +69,16 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         c.node = node;
         c.seed = seed;
         c.step = step;
+        c.upd_lr = e->upd_lr;
+        c.upd_wd = e->upd_wd;
         for (int j = 0; j < node->n_in; j++) c.in[j] = bind(e, node->in[j], n);
         for (int j = 0; j < node->n_out; j++) {
             int v = node->out[j];
             c.out[j] = bind(e, v, n);
+            if (v >= 0 && (node->update & (1u << j))) {
+                c.update |= 1u << j;
+                continue;
+            }
             if (v >= 0 && (node->accumulate & (1u << j))) {
                 if (e->written[v]) c.accumulate |= 1u << j;
                 e->written[v] = 1;

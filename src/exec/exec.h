@@ -14,6 +14,7 @@ typedef struct fr_exec {
     char *arena;       /* fr_arena_alloc'd, plan->arena_bytes */
     void **ptr;        /* per value: bound storage (params, grads, batch, arena) */
     uint8_t *written;  /* per FR_VAL_GRAD value: already holds a gradient this step */
+    float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
 } fr_exec;
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);

@@ -53,6 +53,9 @@ typedef struct fr_node {
     int fwd;       /* backward nodes: the forward node they differentiate; else -1 */
     int layer;     /* model layer index that emitted it (for per-layer tables) */
     uint32_t accumulate; /* bit i: out[i] is a parameter gradient to add into */
+    uint32_t update;     /* bit i: out[i] is bound to the parameter itself, which the kernel
+                            updates in place by plain SGD with the gradient it computes (the
+                            optimizer step in backward; lr and weight decay from the executor) */
 } fr_node;
 
 typedef struct fr_graph {

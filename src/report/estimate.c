@@ -31,7 +31,7 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
         else r->other += b;
         if (s->gv[i] >= 0) {
             int kind;
-            r->grads += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
+            r->grads += fr_step_grad_bytes(s, i);
             r->optim += buffers * fr_step_state_bytes(s, p, &kind);
         }
     }

@@ -23,11 +23,16 @@ int fr_step_optim_states(const fr_optim_opts *o) {
     return 2;
 }
 
+size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
+    if (s->gv[i] < 0 || (s->fused && s->fused[i])) return 0;
+    return (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
+}
+
 static fr_status alloc_grads(fr_step *s) {
     fr_model *m = s->m;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || p->grad) continue;
+        if (!fr_step_grad_bytes(s, i) || p->grad) continue;
         p->grad = fr_alloc(s->ctx, (size_t)fr_shape_numel(&p->shape) * sizeof(float), FR_MEM_GRADS);
         if (!p->grad) return FR_ERR_NOMEM;
         p->grad_valid = 0;
@@ -77,6 +82,7 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->pv);
     fr_free(ctx, s->gv);
     fr_free(ctx, s->unit);
+    fr_free(ctx, s->fused);
     fr_free(ctx, s);
 }
 
@@ -126,6 +132,54 @@ static void segments_for(const fr_step *s, fr_ckpt_mode mode, int arg, int *seg)
     int segs = mode == FR_CKPT_SEGMENTS ? arg : (L + size - 1) / size;
     for (int k = 0; k + 1 < segs; k++)
         for (int u = f + k * size; u < f + (k + 1) * size && u < n; u++) seg[u] = f + k * size;
+}
+
+/* The optimizer step in backward (PyTorch's tutorial "fuse the optimizer step
+ * into the backward pass"): with plain SGD the update of a Linear weight or
+ * bias needs nothing but its gradient, so LINEAR_BWD can apply it right after
+ * computing that gradient (for the weight, in the GEMM's epilogue) and the
+ * gradient is never stored: the gradient bytes of those tensors vanish, and
+ * so do a pass writing them and one reading them back. Only where nothing can
+ * tell the difference: SGD without momentum, no loss scaler (it must see every
+ * gradient before any update), no clipping (it needs the global norm), one
+ * micro-batch (accumulation needs the buffer), f32 weights, the gradient
+ * written by exactly one LINEAR_BWD output, after the loss in the plan order,
+ * and no node after it reading the parameter. */
+static fr_status plan_fused_updates(fr_step *s) {
+    const fr_model *m = s->m;
+    fr_graph *g = &s->g;
+    const fr_plan *pl = &s->plan;
+    s->loss_pos = -1;
+    for (int k = 0; k < pl->n_nodes; k++)
+        for (int j = 0; j < g->nodes[pl->order[k]].n_out; j++)
+            if (g->nodes[pl->order[k]].out[j] == g->loss) s->loss_pos = k;
+    const fr_optim_opts *o = &s->o.optim;
+    if (!s->o.training || s->o.keep_grads || o->kind != FR_OPTIM_SGD || o->momentum != 0.0f ||
+        s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 || s->loss_pos < 0)
+        return FR_OK;
+    s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER);
+    if (!s->fused) return FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params; i++) {
+        if (s->gv[i] < 0 || m->params[i].dtype != FR_F32) continue;
+        int writers = 0, pos = -1, slot = -1, late_reader = 0;
+        for (int k = 0; k < pl->n_nodes; k++) {
+            const fr_node *n = &g->nodes[pl->order[k]];
+            for (int j = 0; j < n->n_out; j++)
+                if (n->out[j] == s->gv[i]) writers++, pos = k, slot = j;
+        }
+        if (writers != 1 || pos <= s->loss_pos) continue;
+        fr_node *w = &g->nodes[pl->order[pos]];
+        if (w->op != FR_OP_LINEAR_BWD || (slot != 1 && slot != 2)) continue;
+        for (int k = pos + 1; k < pl->n_nodes && !late_reader; k++) {
+            const fr_node *n = &g->nodes[pl->order[k]];
+            for (int j = 0; j < n->n_in; j++) late_reader |= n->in[j] == s->pv[i];
+        }
+        if (late_reader) continue;
+        w->update |= 1u << slot;
+        s->fused[i] = 1;
+        s->n_fused++;
+    }
+    return FR_OK;
 }
 
 /* Build graph, backward, schedule and plan for the given options; no arena,
@@ -233,6 +287,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
     keep[s->g.loss] = keep[s->g.logits] = 1;
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
+    if ((st = plan_fused_updates(s))) goto fail;
     for (int i = 0; i < n_order; i++) {
         const fr_node *n = &s->g.nodes[order[i]];
         s->flops += fr_op_get(n->op)->flops(&s->g, n);
@@ -303,6 +358,7 @@ static fr_status optimizer_update(fr_step *s) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || !p->grad_valid) continue; /* PyTorch skips params whose grad is None */
+        if (s->fused && s->fused[i]) continue;        /* updated inside backward */
         size_t n = (size_t)fr_shape_numel(&p->shape);
         int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
         if (half && o->kind != FR_OPTIM_SGD) { /* one fused pass over the 16-bit tensors */
@@ -428,10 +484,13 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     for (size_t i = 0; i < m->n_params; i++) {
         e->ptr[s->pv[i]] = m->params[i].data;
         if (s->gv[i] >= 0) {
-            e->ptr[s->gv[i]] = m->params[i].grad;
-            e->written[s->gv[i]] = (uint8_t)m->params[i].grad_valid;
+            int f = s->fused && s->fused[i];
+            e->ptr[s->gv[i]] = f ? m->params[i].data : m->params[i].grad;
+            e->written[s->gv[i]] = (uint8_t)(!f && m->params[i].grad_valid);
         }
     }
+    e->upd_lr = s->o.optim.lr;
+    e->upd_wd = s->o.optim.weight_decay;
     int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
     int64_t y_per = ce ? 1 : fr_shape_numel(&g->vals[g->label].shape) / s->micro;
     double total = 0;
@@ -442,7 +501,18 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         e->ptr[g->label] = ce ? (void *)(b->y + off) : (void *)(b->target + off * y_per);
         float share = (float)n / (float)b->n;
         set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
-        st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
+        int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
+        st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);     /* check the loss first */
+        float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];
+        if (!st && split < s->plan.n_nodes && !isfinite(lm)) {
+            fr_exec_finish(e);
+            s->runs++;
+            return fr_fail(s->ctx, FR_ERR_NUMERIC,
+                           "non-finite loss (%g) at step %llu: lower the learning rate or check "
+                           "the data; the weights were not updated",
+                           (double)lm, (unsigned long long)s->runs);
+        }
+        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;
         if (!st) {
             total += (double)*(const float *)e->ptr[g->loss] * n;
@@ -461,7 +531,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
                        (double)l, (unsigned long long)s->runs);
     if (!s->o.training) return FR_OK;
     for (size_t i = 0; i < m->n_params; i++) {
-        if (s->gv[i] >= 0) m->params[i].grad_valid = e->written[s->gv[i]];
+        if (s->gv[i] >= 0 && !(s->fused && s->fused[i])) m->params[i].grad_valid = e->written[s->gv[i]];
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
     if (s->inject_inf) { /* testing: an overflow in backward */
@@ -506,7 +576,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         out[FR_MEM_PARAMS] += b;
         if (s->gv[i] >= 0) {
             int kind;
-            out[FR_MEM_GRADS] += (size_t)fr_shape_numel(&p->shape) * sizeof(float);
+            out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
             out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * fr_step_state_bytes(s, p, &kind);
         }
     }

@@ -27,6 +27,9 @@ struct fr_step {
     size_t meta_bytes;      /* graph and plan metadata (category other) */
     fr_scaler scaler;       /* dynamic loss scaling (enabled or not) */
     int inject_inf;         /* testing: poison a gradient in the next step */
+    uint8_t *fused;         /* per model param: updated inside backward, no gradient kept */
+    int n_fused;            /* how many params are */
+    int loss_pos;           /* plan position of the loss node (forward ends there) */
 };
 
 /* Build without allocating gradients, optimizer state or the arena. */
@@ -40,6 +43,8 @@ int fr_plan_fits(fr_model *m, const fr_step_opts *opts);
 fr_status fr_step_arena_release(fr_step *s);
 fr_status fr_step_arena_acquire(fr_step *s);
 int fr_step_optim_states(const fr_optim_opts *o);
+/* Bytes of param i's gradient buffer: 0 if frozen or updated inside backward. */
+size_t fr_step_grad_bytes(const fr_step *s, size_t i);
 /* Bytes of one optimizer-state buffer of p (its format in *kind). */
 size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
 

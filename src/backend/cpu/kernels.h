@@ -23,6 +23,8 @@ typedef struct fr_kernel_call {
     fr_tensor in[FR_MAX_IN];
     fr_tensor out[FR_MAX_OUT];
     uint32_t accumulate;
+    uint32_t update;     /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
+    float upd_lr, upd_wd;
     uint64_t seed; /* run seed (dropout) */
     uint64_t step; /* step counter (dropout stream) */
 } fr_kernel_call;

@@ -37,7 +37,11 @@ int fr_k_linear(fr_kernel_call *c) {
 
 // dy is (N,O), x is (N,K), W is (O,K)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
-// each added into its output when its accumulate bit (0, 1, 2) is set
+// each added into its output when its accumulate bit (0, 1, 2) is set.
+// With update bit 1 (2) the output is the weight (bias) itself and takes the
+// plain SGD step with its gradient instead: W = (1 - lr wd) W + (-lr) dy^T x
+// in the GEMM's epilogue (beta, alpha), and b = b + (-lr)(db + wd b) in the
+// order of fr_k_sgd. dx is computed first, from the weights before the step.
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
@@ -55,7 +59,13 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
                         dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
         }
     }
-    if (dw && O * K > 0) {
+    if (dw && O * K > 0 && (c->update & 2u)) {
+        if (N > 0) {
+            float beta = (float)(1.0 - (double)c->upd_lr * (double)c->upd_wd);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)K, (int)N, -c->upd_lr,
+                        dyp, (int)O, fr_f32(x), (int)K, beta, dw, (int)K);
+        }
+    } else if (dw && O * K > 0) {
         if (N == 0) {
             if (!acc_bit(c, 1)) memset(dw, 0, (size_t)(O * K) * sizeof(float));
         } else {
@@ -67,7 +77,8 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         /* Columns in blocks of 64: one thread owns a block and sums its rows in
          * order (double accumulators), so the bits do not depend on scheduling. */
         enum { BLK = 64 };
-        int acc = acc_bit(c, 2);
+        int acc = acc_bit(c, 2), upd = (c->update & 4u) != 0;
+        const float lr = c->upd_lr, wd = c->upd_wd;
         int64_t nblk = (O + BLK - 1) / BLK;
 #pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {
@@ -77,8 +88,16 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
                 const float *row = dyp + n * O + o0;
                 for (int64_t j = 0; j < m; j++) s[j] += row[j];
             }
-            for (int64_t j = 0; j < m; j++)
-                db[o0 + j] = (float)(acc ? db[o0 + j] + s[j] : s[j]);
+            if (upd) {
+                for (int64_t j = 0; j < m; j++) {
+                    float g = (float)s[j], bj = db[o0 + j];
+                    if (wd != 0.0f) g = g + wd * bj;
+                    db[o0 + j] = bj + (-lr) * g;
+                }
+            } else {
+                for (int64_t j = 0; j < m; j++)
+                    db[o0 + j] = (float)(acc ? db[o0 + j] + s[j] : s[j]);
+            }
         }
     }
     return FR_OK;

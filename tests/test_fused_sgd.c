@@ -1,0 +1,238 @@
+/* test_fused_sgd.c — the optimizer step inside backward (plain SGD updates a
+ * Linear layer's weight and bias in LINEAR_BWD and keeps no gradient):
+ *   - one step against the update computed by hand in float64 (softmax
+ *     cross-entropy gradient, L2 weight decay, PyTorch's SGD formula);
+ *   - several steps against the same model trained with every gradient kept
+ *     (keep_grads), weights and losses within float rounding;
+ *   - no gradient bytes, predicted and measured;
+ *   - only where it is safe: momentum, clipping, micro-batches, a loss
+ *     scaler or keep_grads turn it off; convolutions keep their gradients;
+ *   - a non-finite loss stops the step before any weight moves. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "core/rng.h"
+#include "train/step.h"
+
+static void fill(float *v, int n, uint64_t seed) {
+    fr_rng r = fr_rng_make(seed, 7);
+    for (int i = 0; i < n; i++) v[i] = 2.0f * fr_rng_next_uniform(&r) - 1.0f;
+}
+
+static void labels(int32_t *y, int n, int classes, uint64_t seed) {
+    fr_rng r = fr_rng_make(seed, 9);
+    for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(&r, (uint64_t)classes);
+}
+
+/* One step of Linear(D,O) + cross-entropy, checked against float64. */
+static void test_one_step_by_hand(void) {
+    enum { N = 4, D = 5, O = 3 };
+    const double lr = 0.1, wd = 0.01;
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = fr_model_new(ctx, D, 1, 1);
+    CHECK(m && fr_model_linear(m, O, 1) == FR_OK, "model: %s", fr_last_error(ctx));
+    fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 3};
+    o.optim.lr = (float)lr;
+    o.optim.weight_decay = (float)wd;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    if (!s) return;
+    CHECK(s->n_fused == 2, "weight and bias updated in backward: %d", s->n_fused);
+    float x[N * D];
+    int32_t y[N] = {0, 2, 1, 2};
+    fill(x, N * D, 1);
+    double W[O][D], b[O];
+    const float *wp = m->params[0].data, *bp = m->params[1].data;
+    for (int i = 0; i < O; i++) {
+        b[i] = bp[i];
+        for (int k = 0; k < D; k++) W[i][k] = wp[i * D + k];
+    }
+    /* dz = (softmax(z) - onehot(y)) / N; gW = dz^T x; gb = sum_n dz */
+    double gW[O][D] = {{0}}, gb[O] = {0}, loss = 0;
+    for (int n = 0; n < N; n++) {
+        double z[O], mx = -INFINITY, sum = 0;
+        for (int i = 0; i < O; i++) {
+            z[i] = b[i];
+            for (int k = 0; k < D; k++) z[i] += W[i][k] * x[n * D + k];
+            mx = z[i] > mx ? z[i] : mx;
+        }
+        for (int i = 0; i < O; i++) sum += exp(z[i] - mx);
+        loss += (log(sum) + mx - z[y[n]]) / N;
+        for (int i = 0; i < O; i++) {
+            double dz = (exp(z[i] - mx) / sum - (i == y[n])) / N;
+            gb[i] += dz;
+            for (int k = 0; k < D; k++) gW[i][k] += dz * x[n * D + k];
+        }
+    }
+    fr_batch batch = {N, x, y, NULL};
+    float l;
+    CHECK(fr_step_run(s, &batch, &l, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+    CHECK(fabs(l - loss) < 1e-6, "loss %.9g, by hand %.9g", l, loss);
+    double worst = 0;
+    for (int i = 0; i < O; i++) {
+        double want_b = b[i] - lr * (gb[i] + wd * b[i]);
+        worst = fmax(worst, fabs(bp[i] - want_b));
+        for (int k = 0; k < D; k++) {
+            double want = W[i][k] - lr * (gW[i][k] + wd * W[i][k]);
+            worst = fmax(worst, fabs(wp[i * D + k] - want));
+        }
+    }
+    CHECK(worst < 1e-6, "updated weights vs float64: worst difference %.3g", worst);
+    CHECK(m->params[0].grad == NULL && m->params[1].grad == NULL, "no gradient buffers");
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    CHECK(st.allocated_peak[FR_MEM_GRADS] == 0, "gradient bytes ever allocated: %zu",
+          st.allocated_peak[FR_MEM_GRADS]);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+static fr_model *mlp(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 50, 1, 1);
+    if (!m || fr_model_linear(m, 64, 1) || fr_model_relu(m) || fr_model_linear(m, 10, 1)) {
+        fr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static fr_model *cnn(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1, 8, 8);
+    if (!m || fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_relu(m) || fr_model_maxpool2d(m, 2, 2) ||
+        fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
+        fr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The same training with and without the update in backward. */
+static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, const char *what) {
+    enum { N = 16, STEPS = 6 };
+    float *x = malloc(sizeof(float) * N * d);
+    int32_t y[N];
+    fill(x, N * d, 11);
+    labels(y, N, 10, 12);
+    float loss[2][STEPS];
+    fr_ctx *ctx[2];
+    fr_model *m[2];
+    for (int keep = 0; keep < 2; keep++) {
+        ctx[keep] = fr_ctx_new();
+        m[keep] = make(ctx[keep]);
+        fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                          .seed = 5, .keep_grads = keep};
+        o.optim.lr = 0.05f;
+        o.optim.weight_decay = 1e-3f;
+        fr_step *s = fr_step_compile(m[keep], &o);
+        CHECK(s != NULL, "%s compile: %s", what, fr_last_error(ctx[keep]));
+        if (!s) return;
+        CHECK(s->n_fused == (keep ? 0 : want_fused), "%s keep_grads %d: %d tensors fused", what, keep,
+              s->n_fused);
+        size_t pred[FR_MEM_CAT_COUNT], total;
+        fr_step_predicted(s, pred, &total);
+        size_t grads = 0;
+        for (size_t i = 0; i < m[keep]->n_params; i++)
+            if (!s->fused || !s->fused[i])
+                grads += (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
+        CHECK(pred[FR_MEM_GRADS] == grads, "%s: predicted gradients %zu, by hand %zu", what,
+              pred[FR_MEM_GRADS], grads);
+        for (int t = 0; t < STEPS; t++) {
+            fr_batch b = {N, x, y, NULL}; /* one batch again and again: the loss must fall */
+            CHECK(fr_step_run(s, &b, &loss[keep][t], NULL) == FR_OK, "%s run: %s", what,
+                  fr_last_error(ctx[keep]));
+        }
+        fr_mem_stats st;
+        fr_mem_get_stats(ctx[keep], &st);
+        CHECK(st.allocated_peak[FR_MEM_GRADS] == pred[FR_MEM_GRADS],
+              "%s: gradients measured %zu, predicted %zu", what, st.allocated_peak[FR_MEM_GRADS],
+              pred[FR_MEM_GRADS]);
+        fr_step_free(s);
+    }
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < m[0]->n_params; i++) {
+        if (m[0]->params[i].dtype != FR_F32) continue;
+        const float *a = m[0]->params[i].data, *b = m[1]->params[i].data;
+        for (int64_t k = 0; k < fr_shape_numel(&m[0]->params[i].shape); k++) {
+            worst = fmax(worst, fabs((double)a[k] - b[k]));
+            scale = fmax(scale, fabs((double)b[k]));
+        }
+    }
+    /* Only the rounding differs: the GEMM adds -lr dW into W in its epilogue
+     * instead of storing dW first (a few ulps per step). */
+    CHECK(worst <= 1e-5 * scale, "%s: weights differ by %.3g (largest %.3g)", what, worst, scale);
+    for (int t = 0; t < STEPS; t++)
+        CHECK(fabsf(loss[0][t] - loss[1][t]) <= 1e-5f * fabsf(loss[1][t]), "%s step %d: loss %.9g vs %.9g",
+              what, t, loss[0][t], loss[1][t]);
+    CHECK(loss[0][STEPS - 1] < loss[0][0], "%s learns: %g -> %g", what, loss[0][0], loss[0][STEPS - 1]);
+    for (int k = 0; k < 2; k++) {
+        fr_model_free(m[k]);
+        fr_ctx_free(ctx[k]);
+    }
+    free(x);
+}
+
+/* Anything that needs the whole gradient before the update turns it off. */
+static void test_only_where_safe(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = mlp(ctx);
+    struct {
+        const char *what;
+        fr_step_opts o;
+    } cases[] = {
+        {"momentum 0.9", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
+        {"clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .clip_grad_norm = 1}},
+        {"micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 4}},
+        {"loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .loss_scaling = 1}},
+        {"keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .keep_grads = 1}},
+        {"adam", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM)}},
+        {"eval", {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
+    };
+    cases[0].o.optim.momentum = 0.9f;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fr_step *s = fr_step_compile(m, &cases[c].o);
+        CHECK(s != NULL, "%s: %s", cases[c].what, fr_last_error(ctx));
+        if (!s) continue;
+        CHECK(s->n_fused == 0, "%s: %d tensors fused", cases[c].what, s->n_fused);
+        fr_step_free(s);
+    }
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* The loss is checked between forward and backward: nothing moves. */
+static void test_nonfinite_loss(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = mlp(ctx);
+    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s && s->n_fused == 4, "all four Linear tensors fused: %d", s ? s->n_fused : -1);
+    if (!s) return;
+    float x[4 * 50];
+    int32_t y[4] = {1, 2, 3, 4};
+    fill(x, 4 * 50, 3);
+    x[7] = INFINITY;
+    size_t n0 = (size_t)fr_shape_numel(&m->params[0].shape);
+    float *copy = malloc(n0 * sizeof(float));
+    memcpy(copy, m->params[0].data, n0 * sizeof(float));
+    fr_batch b = {4, x, y, NULL};
+    float loss;
+    fr_status st = fr_step_run(s, &b, &loss, NULL);
+    CHECK(st == FR_ERR_NUMERIC && strstr(fr_last_error(ctx), "not updated"), "status %d: %s", st,
+          fr_last_error(ctx));
+    CHECK(memcmp(copy, m->params[0].data, n0 * sizeof(float)) == 0, "first weight untouched");
+    free(copy);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+int main(void) {
+    test_one_step_by_hand();
+    compare_with_kept(mlp, 50, 4, "mlp");
+    compare_with_kept(cnn, 64, 2, "cnn (conv keeps its gradient)");
+    test_only_where_safe();
+    test_nonfinite_loss();
+    return check_done();
+}
