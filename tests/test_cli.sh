@@ -35,6 +35,16 @@ assert e["input_bytes"] == 128000, e["input_bytes"]
 assert L[0]["weight_bytes"] == 8000000 and L[0]["output_bytes"] == 256000, L[0]
 fc2 = [l for l in L if l["type"] == "linear"][1]
 assert fc2["weight_bytes"] == 80000, fc2
+# plain SGD updates the Linear layers inside backward: no gradient bytes
+assert L[0]["grad_bytes"] == 0 and fc2["grad_bytes"] == 0, (L[0], fc2)
+PY
+# --keep-grads: the tutorial's loop, one gradient per weight and bias
+expect "estimate mlp --keep-grads" "$bin" estimate --model "$src/models/mlp.model" --batch 32 --optimizer sgd --keep-grads --json
+python3 - "$tmp/out" <<'PY' && ok || no "estimate --keep-grads: gradients = weights + biases"
+import json, sys
+L = json.load(open(sys.argv[1]))["layers"]
+assert L[0]["grad_bytes"] == 8000000 + 8000, L[0]
+assert [l for l in L if l["type"] == "linear"][1]["grad_bytes"] == 80000 + 40
 PY
 
 if [ ! -d "$data" ]; then

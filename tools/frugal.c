@@ -49,6 +49,9 @@ static const char *usage_train =
     "  --eps X             Adam/AdamW epsilon [1e-8]\n"
     "  --zero-grad MODE    none (release gradient buffers after each step, PyTorch's\n"
     "                      set_to_none=True) or zero (keep them) [none]\n"
+    "  --keep-grads        store every gradient; by default plain SGD (no momentum, no\n"
+    "                      clipping, no loss scaler, no accumulation) updates Linear layers\n"
+    "                      inside backward and keeps no gradient for them\n"
     "  --seed N            seed for initialisation, shuffling and dropout [0]\n"
     "  --threads N         threads for OpenMP and OpenBLAS [all cores]\n"
     "  --save PATH         write weights + optimizer state (safetensors) after each epoch\n"
@@ -118,7 +121,7 @@ static const char *usage_profile =
 
 static const char *usage_estimate =
     "usage: frugal estimate --model FILE|NAME [--batch B] [--optimizer NAME] [--momentum X]\n"
-    "                       [--eval] [--json]\n"
+    "                       [--keep-grads] [--eval] [--json]\n"
     "\n"
     "Builds and plans one step without running it and prints, per layer, the bytes of\n"
     "weights, biases and buffers, gradients, optimizer state, the layer's output, what is\n"
@@ -128,7 +131,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS
+    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG
 };
 
 static const struct option long_opts[] = {
@@ -149,6 +152,7 @@ static const struct option long_opts[] = {
     {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
     {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
     {"svg", required_argument, 0, O_SVG}, {"steps", required_argument, 0, O_STEPS},
+    {"keep-grads", no_argument, 0, O_KEEPG},
     {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 typedef struct cli {
@@ -232,6 +236,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
             else if (!strcmp(optarg, "int8")) c->t.optim_state = 2;
             else return bad(cmd, "--optimizer-state '%s': choose fp32, bf16 or int8", optarg);
             break;
+        case O_KEEPG: c->t.keep_grads = 1; break;
         case O_CLIP: if (parse_num(cmd, "clip-grad-norm", optarg, 0, 1e30, &v)) return 2; c->t.clip_grad_norm = (float)v; break;
         case O_LSCALE:
             if (!strcmp(optarg, "dynamic")) c->t.loss_scaling = 1;
@@ -401,7 +406,8 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
                        .checkpoint = c->t.checkpoint, .ckpt_arg = c->t.ckpt_arg,
                        .micro_batch = c->t.micro_batch, .budget = c->t.budget,
                        .precision = c->t.precision, .optim_state = c->t.optim_state,
-                       .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling};
+                       .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling,
+                       .keep_grads = c->t.keep_grads};
     if (c->t.batch_auto) {
         so.batch = fr_batch_auto(m, &so, 1 << 16);
         if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);

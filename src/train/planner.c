@@ -161,6 +161,14 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
     return s;
 }
 
+/* Gradient bytes the SGD step inside backward saves (step.c). */
+static size_t fused_bytes(const fr_step *s) {
+    size_t b = 0;
+    for (size_t i = 0; i < s->m->n_params && s->fused; i++)
+        if (s->fused[i]) b += (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
+    return b;
+}
+
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_plan_info info;
@@ -190,9 +198,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         fprintf(out, "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "
                 "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
-                "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, \"layers\": [",
+                "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
+                "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, \"layers\": [",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
-                info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget);
+                info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget,
+                s->n_fused, fused_bytes(s));
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
             const fr_layer *l = &m->layers[i];
@@ -221,7 +231,12 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fprintf(out, " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
     fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
-    fprintf(out, "in place: %d ops write over an input that dies there\n\n", inplace);
+    fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
+    if (s->n_fused)
+        fprintf(out, "SGD step inside backward: %d Linear tensors updated as their gradient is "
+                "computed, %s of gradients never stored (--keep-grads to store them)\n",
+                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
+    fprintf(out, "\n");
     fprintf(out, "%-6s %-16s %-14s %s\n", "unit", "layer", "type", "activations");
     for (size_t i = 0; i < m->n_layers; i++) {
         const fr_layer *l = &m->layers[i];

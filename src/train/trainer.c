@@ -123,7 +123,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
                        .micro_batch = cfg->micro_batch, .precision = cfg->precision,
                        .optim_state = cfg->optim_state, .clip_grad_norm = cfg->clip_grad_norm,
-                       .loss_scaling = cfg->loss_scaling};
+                       .loss_scaling = cfg->loss_scaling, .keep_grads = cfg->keep_grads};
     if (cfg->budget) {
         /* The budget covers everything the engine reserves: what is held
          * already (model, datasets), the loader's queue, and the step. */

@@ -30,6 +30,7 @@ typedef struct fr_train_cfg {
     fr_precision precision;
     int optim_state, loss_scaling;
     float clip_grad_norm;
+    int keep_grads;      /* store every gradient (no SGD step inside backward) */
 } fr_train_cfg;
 
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
