@@ -272,6 +272,12 @@ static double obj_conv(void *p) {
     return dot(s->dy, s->y, s->N * s->OC * s->OH * s->OW);
 }
 
+static float *fnan(int64_t n) {
+    float *p = fzeros(n);
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
 static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
                       int K, int S, int P, int bias, int threads) {
     char name[160];
@@ -286,7 +292,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     fr_attr a = {.kernel = K, .stride = S, .pad = P};
 
     int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, S, P, 0);
-    float *wsf = nws ? fzeros(nws) : NULL;
+    float *wsf = nws ? fnan(nws) : NULL; /* the kernel must not count on a clean workspace */
     call k;
     call_init(&k, FR_OP_CONV2D, &a);
     k.c.in[0] = tf(x, xs);
@@ -306,7 +312,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     if (bias) fd_grad(obj_conv, &s, s.b, OC, gb);
 
     int64_t nwsb = fr_conv2d_ws_elems(&xs, OC, K, S, P, 1);
-    float *wsb = nwsb ? fzeros(nwsb) : NULL;
+    float *wsb = nwsb ? fnan(nwsb) : NULL;
     float *dx = frand(nx, 7, 8), *dw = frand(nw, 7, 8), *db = bias ? frand(OC, 7, 8) : NULL;
     call_init(&k, FR_OP_CONV2D_BWD, &a);
     k.c.in[0] = tf(dy, ys);
@@ -388,6 +394,11 @@ static void test_conv(void) {
     conv_case("same k5 pad2 6x9", 3, 2, 6, 9, 3, 5, 1, 2, 1, 2);
     conv_case("same k5 pad2 on 2x3 (kernel wider than image)", 2, 2, 2, 3, 2, 5, 1, 2, 0, 2);
     conv_case("same k3 pad1 on 1x4", 2, 3, 1, 4, 2, 3, 1, 1, 1, 2);
+    /* with 8 or more input channels they take one GEMM per kernel tap */
+    conv_case("shifted k3 pad1 8ch 6x7 bias", 3, 8, 6, 7, 5, 3, 1, 1, 1, 2);
+    conv_case("shifted k3 pad1 9ch 5x5 no-bias 3 threads", 5, 9, 5, 5, 8, 3, 1, 1, 0, 3);
+    conv_case("shifted k5 pad2 8ch 4x6 1 thread", 2, 8, 4, 6, 3, 5, 1, 2, 1, 1);
+    conv_case("shifted k5 pad2 8ch on 2x3 (kernel wider than image)", 2, 8, 2, 3, 2, 5, 1, 2, 0, 2);
 
     /* a workspace too small is an error, not an overrun */
     fr_attr a = {.kernel = 3, .stride = 1, .pad = 1};

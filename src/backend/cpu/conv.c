@@ -28,7 +28,13 @@ typedef struct conv_geom {
     int64_t ckk, ohw; /* GEMM inner dimension and output positions per image */
     int direct;       /* 1x1, stride 1, no padding: col is the image itself */
     int same;         /* stride 1, OH = H and OW = W: rows of col are shifted planes */
+    int shift;        /* same, K > 1, enough channels: one GEMM per tap, no im2col */
+    int64_t Hp, Wp, plane, wide; /* shift: padded plane Hp x Wp, wide rows H x Wp */
 } conv_geom;
+
+/* The shifted-GEMM path pays K*K GEMM calls of depth C per image; below this
+ * many input channels the im2col GEMM (depth C*K*K) is faster. */
+#define CONV_SHIFT_MIN_C 8
 
 static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
     if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
@@ -41,7 +47,91 @@ static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, 
     g->ohw = g->OH * g->OW;
     g->direct = k == 1 && s == 1 && p == 0;
     g->same = s == 1 && 2 * p == k - 1;
+    g->shift = g->same && k > 1 && g->C >= CONV_SHIFT_MIN_C;
+    g->Hp = g->H + 2 * p, g->Wp = g->W + 2 * p;
+    g->plane = g->Hp * g->Wp;
+    g->wide = g->H * g->Wp;
     return 0;
+}
+
+/* ---- "same" convolutions by shifted GEMMs ---------------------------------
+ * With stride 1 and 2P = K - 1 the output has the input's size. Pad the image
+ * with zeros into planes of Hp x Wp (Hp = H + 2P, Wp = W + 2P) and compute
+ * the output in "wide" rows of Wp values (the last 2P of each row are wrapped
+ * garbage, dropped when copying into y). Then each kernel tap k = (kh, kw) is
+ * one GEMM over the channels, its B matrix the padded planes shifted by
+ * kh Wp + kw (rows are planes, ld = Hp Wp):
+ *   yw (OC, H Wp) += Wk (OC, C) @ xp[:, kh Wp + kw ...]          Wk = W[:, :, kh, kw]
+ * K*K GEMMs of depth C replace the im2col unroll (K*K copies of the image)
+ * and its one GEMM of depth C K K: no unroll, no col buffer. Backward:
+ *   dxw (C, H Wp) += Wk'^T (C, OC) @ dyp[:, kh Wp + kw ...]      k' = (K-1-kh, K-1-kw)
+ *       (dx is the same convolution of dy, padded, with the kernel flipped)
+ *   dWk (OC, C)   += dyp[:, P Wp + P ...] (OC, H Wp) @ xp[:, kh Wp + kw ...]^T
+ *       (read from P Wp + P, the padded dy is dy in wide rows whose wrapped
+ *       columns are padding zeros, so the garbage positions add nothing)
+ * Shifted reads run up to K - 1 floats past the last plane; the padded
+ * buffers carry K zero floats of tail. All sums are in a fixed order per
+ * chunk of images; chunk partials of dW are added in chunk order. */
+
+/* Floats of the shift path's workspace: the taps' weights [K*K][OC][C]
+ * shared, then per slot xp, yw (forward) or xp, dyp, dxw, dW partial. */
+static int64_t shift_shared(const conv_geom *g) { return g->K * g->K * g->OC * g->C; }
+static int64_t shift_slot(const conv_geom *g, int backward) {
+    int64_t xp = g->C * g->plane + g->K;
+    if (!backward) return xp + g->OC * g->wide;
+    return xp + (g->OC * g->plane + g->K) + g->C * g->wide + g->K * g->K * g->OC * g->C;
+}
+
+static int64_t shift_slots(const conv_geom *g, int backward, int64_t have, int64_t cap) {
+    int64_t s = (have - shift_shared(g)) / shift_slot(g, backward);
+    return s < cap ? s : cap;
+}
+
+/* wk[k][oc][c] = W[oc][c][kh][kw] */
+static void shift_weights(const conv_geom *g, const float *w, float *wk) {
+    const int64_t KK = g->K * g->K;
+    for (int64_t oc = 0; oc < g->OC; oc++)
+        for (int64_t c = 0; c < g->C; c++)
+            for (int64_t k = 0; k < KK; k++) wk[(k * g->OC + oc) * g->C + c] = w[(oc * g->C + c) * KK + k];
+}
+
+/* planes (ch, H, W) into the interior of the zeroed padded planes */
+static void pad_planes(const conv_geom *g, int64_t ch, const float *src, float *dst) {
+    for (int64_t c = 0; c < ch; c++)
+        for (int64_t h = 0; h < g->H; h++)
+            memcpy(dst + c * g->plane + (h + g->P) * g->Wp + g->P, src + (c * g->H + h) * g->W,
+                   (size_t)g->W * sizeof(float));
+}
+
+/* dst (ch, H, W) = (or +=) the valid columns of the wide rows src (ch, H, Wp) */
+static void crop_wide(const conv_geom *g, int64_t ch, const float *src, float *dst, int add) {
+    for (int64_t c = 0; c < ch; c++)
+        for (int64_t h = 0; h < g->H; h++) {
+            const float *s = src + (c * g->H + h) * g->Wp;
+            float *d = dst + (c * g->H + h) * g->W;
+            if (add) {
+#pragma omp simd
+                for (int64_t w = 0; w < g->W; w++) d[w] += s[w];
+            } else {
+                memcpy(d, s, (size_t)g->W * sizeof(float));
+            }
+        }
+}
+
+static void shift_forward(const conv_geom *g, const float *wk, const float *x, const float *b,
+                          float *y, float *xp, float *yw) {
+    const int64_t KK = g->K * g->K;
+    pad_planes(g, g->C, x, xp);
+    if (b)
+        for (int64_t oc = 0; oc < g->OC; oc++)
+            for (int64_t i = 0; i < g->wide; i++) yw[oc * g->wide + i] = b[oc];
+    for (int64_t k = 0; k < KK; k++) {
+        int64_t kh = k / g->K, kw = k % g->K;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->OC, (int)g->wide, (int)g->C,
+                    1.0f, wk + k * g->OC * g->C, (int)g->C, xp + kh * g->Wp + kw, (int)g->plane,
+                    k || b ? 1.0f : 0.0f, yw, (int)g->wide);
+    }
+    crop_wide(g, g->OC, yw, y, 0);
 }
 
 /* Floats per slot: the col buffer, and for backward a dW partial (chunks >= 1). */
@@ -61,9 +151,102 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int st
     int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
+    if (g.shift) {
+        int64_t s = shift_slots(&g, backward, CONV_WS_BUDGET, cap);
+        if (s < 1) s = 1;
+        return shift_shared(&g) + s * shift_slot(&g, backward);
+    }
     int64_t s = slots_fitting(CONV_WS_BUDGET, col, part, cap);
     if (s < 1) s = 1;
     return s * col + (s - 1) * part;
+}
+
+/* Slots for the shift path in a workspace of `have` floats (error if none). */
+static int shift_plan(fr_kernel_call *c, const conv_geom *g, int backward, const fr_tensor *ws,
+                      int64_t *S) {
+    int64_t cap = omp_get_max_threads();
+    if (cap > g->N) cap = g->N;
+    int64_t have = ws->data ? fr_shape_numel(&ws->shape) : 0;
+    *S = shift_slots(g, backward, have, cap);
+    if (*S < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: workspace of %lld floats, need at least %lld",
+                       backward ? "conv2d_bwd" : "conv2d", (long long)have,
+                       (long long)(shift_shared(g) + shift_slot(g, backward)));
+    return FR_OK;
+}
+
+static int shift_fwd(fr_kernel_call *c, const conv_geom *g) {
+    const fr_tensor *ws = &c->out[1];
+    int64_t S;
+    int st = shift_plan(c, g, 0, ws, &S);
+    if (st) return st;
+    const float *xp = fr_f32(&c->in[0]), *bp = fr_f32(&c->in[2]);
+    float *yp = fr_f32(&c->out[0]), *wk = fr_f32(ws);
+    shift_weights(g, fr_f32(&c->in[1]), wk);
+    const int64_t slot = shift_slot(g, 0), pad = g->C * g->plane + g->K;
+#pragma omp parallel for schedule(static) num_threads((int)S) if (S > 1)
+    for (int64_t s = 0; s < S; s++) {
+        float *xpad = wk + shift_shared(g) + s * slot, *yw = xpad + pad;
+        memset(xpad, 0, (size_t)pad * sizeof(float));
+        for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++)
+            shift_forward(g, wk, xp + n * g->C * g->H * g->W, bp, yp + n * g->OC * g->ohw, xpad, yw);
+    }
+    return FR_OK;
+}
+
+static int shift_bwd(fr_kernel_call *c, const conv_geom *g, float *dx, float *dw) {
+    const fr_tensor *ws = &c->out[3];
+    int64_t S;
+    int st = shift_plan(c, g, 1, ws, &S);
+    if (st) return st;
+    const float *dyp = fr_f32(&c->in[0]), *xp = fr_f32(&c->in[1]);
+    const int64_t K = g->K, KK = K * K, P = g->P, Wp = g->Wp, OCC = g->OC * g->C;
+    const int64_t xpad_n = g->C * g->plane + K, dypad_n = g->OC * g->plane + K;
+    const int64_t slot = shift_slot(g, 1);
+    const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
+    float *wk = fr_f32(ws), *slots = wk + shift_shared(g);
+    if (dx) shift_weights(g, fr_f32(&c->in[2]), wk);
+#pragma omp parallel for schedule(static) num_threads((int)S) if (S > 1)
+    for (int64_t s = 0; s < S; s++) {
+        float *xpad = slots + s * slot, *dypad = xpad + xpad_n, *dxw = dypad + dypad_n;
+        float *part = dxw + g->C * g->wide;
+        if (dw) memset(xpad, 0, (size_t)xpad_n * sizeof(float));
+        memset(dypad, 0, (size_t)dypad_n * sizeof(float));
+        int first = 1;
+        for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++) {
+            pad_planes(g, g->OC, dyp + n * g->OC * g->ohw, dypad);
+            if (dw) {
+                pad_planes(g, g->C, xp + n * g->C * g->H * g->W, xpad);
+                for (int64_t k = 0; k < KK; k++)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->OC, (int)g->C,
+                                (int)g->wide, 1.0f, dypad + P * Wp + P, (int)g->plane,
+                                xpad + (k / K) * Wp + k % K, (int)g->plane, first ? 0.0f : 1.0f,
+                                part + k * OCC, (int)g->C);
+            }
+            if (dx) {
+                for (int64_t k = 0; k < KK; k++) {
+                    int64_t flip = (K - 1 - k / K) * K + (K - 1 - k % K);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->C, (int)g->wide,
+                                (int)g->OC, 1.0f, wk + flip * OCC, (int)g->C,
+                                dypad + (k / K) * Wp + k % K, (int)g->plane, k ? 1.0f : 0.0f, dxw,
+                                (int)g->wide);
+                }
+                crop_wide(g, g->C, dxw, dx + n * g->C * g->H * g->W, acc_x);
+            }
+            first = 0;
+        }
+    }
+    if (dw) { /* dW[oc][c][k] (+)= the chunk partials [k][oc][c], in chunk order */
+#pragma omp parallel for schedule(static) if (OCC * KK * S >= CONV_PAR_MIN)
+        for (int64_t i = 0; i < OCC; i++) {
+            for (int64_t k = 0; k < KK; k++) {
+                float v = acc_w ? dw[i * KK + k] : 0.0f;
+                for (int64_t s = 0; s < S; s++) v += slots[s * slot + xpad_n + dypad_n + g->C * g->wide + k * OCC + i];
+                dw[i * KK + k] = v;
+            }
+        }
+    }
+    return FR_OK;
 }
 
 // col (C*K*K, OH*OW) from one image x (C,H,W):
@@ -221,6 +404,7 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = check_shapes(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
+    if (g.shift) return shift_fwd(c, &g);
     const int64_t col = col_elems(&g);
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
@@ -286,6 +470,7 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
+    if (g.shift) return shift_bwd(c, &g, dx, dw);
     const int64_t col = col_elems(&g), part = dw ? wn : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
