@@ -38,7 +38,9 @@ int fr_bw_conv2d(fr_graph *g, int node, const int *dout, const uint8_t *need, in
 
 int fr_bw_maxpool2d(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
     const fr_node *f = &g->nodes[node];
-    int in[3] = {dout[0], f->in[0], f->out[0]};
+    /* no y: the kernel finds each window's maximum again in x, and passing y
+     * would keep it alive (and, in mixed precision, widen it) for nothing */
+    int in[3] = {dout[0], f->in[0], -1};
     return emit(g, node, FR_OP_MAXPOOL2D_BWD, in, 3, need, din);
 }
 

@@ -47,7 +47,7 @@ int fr_k_conv2d_bwd(fr_kernel_call *c);
 
 /* pool.c — attr.kernel (square), attr.stride, no padding, floor mode.
  * MAXPOOL2D          in: x (N,C,H,W)             out: y (N,C,OH,OW)
- * MAXPOOL2D_BWD      in: dy, x, y                out: dx (gradient to the first max of each window, as PyTorch)
+ * MAXPOOL2D_BWD      in: dy, x, absent           out: dx (gradient to the first max of each window, as PyTorch)
  * AVGPOOL2D          in: x                       out: y
  * AVGPOOL2D_BWD      in: dy                      out: dx (shape from the forward input)
  * GLOBAL_AVGPOOL     in: x (N,C,H,W)             out: y (N,C)
