@@ -6,6 +6,7 @@
  * 16-bit storage is used is the planner's and the kernels' business. */
 #include "core/half.h"
 
+#include <omp.h>
 #include <string.h>
 
 static uint32_t f32_bits(float f) {
@@ -177,6 +178,15 @@ __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, flo
     x = _mm256_or_si256(x, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000))); /* quiet it */
     _mm256_storeu_si256((__m256i *)d, x);
 }
+/* the loops over groups of 8 carry the target too, so the groups inline */
+#define FR_HALF_LOOP(loop, group, T_IN, T_OUT, tgt)                                           \
+    __attribute__((target(tgt))) static void loop(const T_IN *s, T_OUT *d, size_t groups) { \
+        for (size_t g = 0; g < groups; g++) group(s + 8 * g, d + 8 * g);                    \
+    }
+FR_HALF_LOOP(f32_to_f16_loop, f32_to_f16_8, float, uint16_t, "avx2,f16c")
+FR_HALF_LOOP(f16_to_f32_loop, f16_to_f32_8, uint16_t, float, "avx2,f16c")
+FR_HALF_LOOP(f32_to_bf16_loop, f32_to_bf16_8, float, uint16_t, "avx2")
+FR_HALF_LOOP(bf16_to_f32_loop, bf16_to_f32_8, uint16_t, float, "avx2")
 #else
 #define FR_HALF_SIMD 0
 #endif
@@ -184,10 +194,10 @@ __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, flo
 /* Convert n values: 8 at a time where the CPU allows, the rest one by one;
  * name runs on the thread team for large arrays, name##_seq on the calling
  * thread only (for kernels that are already inside a parallel loop). */
-#define FR_HALF_ARRAY(name, T_IN, T_OUT, scalar, group)                                     \
+#define FR_HALF_ARRAY(name, T_IN, T_OUT, scalar, loop)                                      \
     void name##_seq(const T_IN *src, T_OUT *dst, size_t n) {                                \
         size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
-        for (size_t g = 0; g < groups; g++) group(src + 8 * g, dst + 8 * g);                \
+        if (groups) loop(src, dst, groups);                                                 \
         for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
     }                                                                                       \
     void name(const T_IN *src, T_OUT *dst, size_t n) {                                      \
@@ -196,20 +206,24 @@ __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, flo
             return;                                                                         \
         }                                                                                   \
         size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
-        _Pragma("omp parallel for schedule(static)")                                        \
-        for (size_t g = 0; g < groups; g++) group(src + 8 * g, dst + 8 * g);                \
+        _Pragma("omp parallel")                                                             \
+        {                                                                                   \
+            size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();    \
+            size_t a = groups * t / nt, b = groups * (t + 1) / nt;                          \
+            if (b > a) loop(src + 8 * a, dst + 8 * a, b - a);                               \
+        }                                                                                   \
         for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
     }
 
 #if !FR_HALF_SIMD
 static int simd_ok(void) { return 0; }
-static void f32_to_f16_8(const float *s, uint16_t *d) { (void)s, (void)d; }
-static void f16_to_f32_8(const uint16_t *s, float *d) { (void)s, (void)d; }
-static void f32_to_bf16_8(const float *s, uint16_t *d) { (void)s, (void)d; }
-static void bf16_to_f32_8(const uint16_t *s, float *d) { (void)s, (void)d; }
+static void f32_to_f16_loop(const float *s, uint16_t *d, size_t g) { (void)s, (void)d, (void)g; }
+static void f16_to_f32_loop(const uint16_t *s, float *d, size_t g) { (void)s, (void)d, (void)g; }
+static void f32_to_bf16_loop(const float *s, uint16_t *d, size_t g) { (void)s, (void)d, (void)g; }
+static void bf16_to_f32_loop(const uint16_t *s, float *d, size_t g) { (void)s, (void)d, (void)g; }
 #endif
 
-FR_HALF_ARRAY(fr_f32_to_f16_n, float, uint16_t, fr_f32_to_f16, f32_to_f16_8)
-FR_HALF_ARRAY(fr_f16_to_f32_n, uint16_t, float, fr_f16_to_f32, f16_to_f32_8)
-FR_HALF_ARRAY(fr_f32_to_bf16_n, float, uint16_t, fr_f32_to_bf16, f32_to_bf16_8)
-FR_HALF_ARRAY(fr_bf16_to_f32_n, uint16_t, float, fr_bf16_to_f32, bf16_to_f32_8)
+FR_HALF_ARRAY(fr_f32_to_f16_n, float, uint16_t, fr_f32_to_f16, f32_to_f16_loop)
+FR_HALF_ARRAY(fr_f16_to_f32_n, uint16_t, float, fr_f16_to_f32, f16_to_f32_loop)
+FR_HALF_ARRAY(fr_f32_to_bf16_n, float, uint16_t, fr_f32_to_bf16, f32_to_bf16_loop)
+FR_HALF_ARRAY(fr_bf16_to_f32_n, uint16_t, float, fr_bf16_to_f32, bf16_to_f32_loop)

@@ -193,6 +193,33 @@ static double fl_none(const fr_graph *g, const fr_node *n) {
 }
 static double fl_loss(const fr_graph *g, const fr_node *n) { return 8.0 * NUMEL(0); }
 
+/* ---- 16-bit inputs read directly (the mixed-precision pass, precision.c) ---- */
+
+static int64_t plane_of(const fr_shape *s) { return s->ndim == 4 ? s->d[2] * s->d[3] : 1; }
+
+/* the saved y (or x) of ReLU/GELU/sigmoid/tanh backward */
+static int hi_act_bwd(const fr_graph *g, const fr_node *n, int j) {
+    (void)g, (void)n;
+    return j == 1;
+}
+
+/* max pooling's x, a plane at a time (the kernel widens one plane on its stack) */
+static int hi_maxpool(const fr_graph *g, const fr_node *n, int j) {
+    int x = n->op == FR_OP_MAXPOOL2D ? 0 : 1;
+    return j == x && plane_of(&V(x)->shape) <= FR_HALF_PLANE_MAX;
+}
+
+static int hi_bn_bwd(const fr_graph *g, const fr_node *n, int j) {
+    return j == 1 && plane_of(&V(1)->shape) <= FR_HALF_PLANE_MAX;
+}
+
+/* the image of a convolution on the shifted-GEMM path (its padded copy widens) */
+static int hi_conv(const fr_graph *g, const fr_node *n, int j) {
+    int x = n->op == FR_OP_CONV2D ? 0 : 1, w = x + 1;
+    return j == x && fr_conv2d_reads_half(&V(x)->shape, V(w)->shape.d[0], n->attr.kernel,
+                                          n->attr.stride, n->attr.pad);
+}
+
 /* ---- the table ---- */
 
 /* Arity comes from the X-macro in ops.h so the two cannot drift apart. */
@@ -201,15 +228,20 @@ enum { FR_OPS(FR_OP_ARITY) };
 #undef FR_OP_ARITY
 
 #define ROW(op, nm, sh, k, bw, inpl, view, fl) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, NULL}
+/* the same, for an op whose kernel reads some inputs in 16 bits itself */
+#define ROWH(op, nm, sh, k, bw, inpl, view, fl, half) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half}
 
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, fr_k_linear_bwd, NULL, -1, 0, fl_linear_bwd),
-    ROW(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d),
-    ROW(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd),
-    ROW(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool),
-    ROW(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool),
+    ROWH(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
+    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd,
+         hi_conv),
+    ROWH(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool),
+    ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool,
+         hi_maxpool),
     ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_k_avgpool2d, fr_bw_avgpool2d, -1, 0, fl_pool),
     ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, fr_k_avgpool2d_bwd, NULL, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_k_global_avgpool, fr_bw_global_avgpool,
@@ -217,15 +249,16 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1,
         0, fl_elem),
     ROW(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem),
-    ROW(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem),
+    ROWH(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROW(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu),
-    ROW(GELU_BWD, "gelu_bwd", sh_grads, fr_k_gelu_bwd, NULL, 0, 0, fl_gelu),
+    ROWH(GELU_BWD, "gelu_bwd", sh_grads, fr_k_gelu_bwd, NULL, 0, 0, fl_gelu, hi_act_bwd),
     ROW(SIGMOID, "sigmoid", sh_same, fr_k_sigmoid, fr_bw_by_output, 0, 0, fl_gelu),
-    ROW(SIGMOID_BWD, "sigmoid_bwd", sh_grads, fr_k_sigmoid_bwd, NULL, 0, 0, fl_elem),
+    ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, fr_k_sigmoid_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROW(TANH, "tanh", sh_same, fr_k_tanh, fr_bw_by_output, 0, 0, fl_gelu),
-    ROW(TANH_BWD, "tanh_bwd", sh_grads, fr_k_tanh_bwd, NULL, 0, 0, fl_elem),
+    ROWH(TANH_BWD, "tanh_bwd", sh_grads, fr_k_tanh_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_k_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
-    ROW(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, fr_k_batchnorm_bwd, NULL, -1, 0, fl_norm),
+    ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, fr_k_batchnorm_bwd, NULL, -1, 0, fl_norm,
+         hi_bn_bwd),
     ROW(LAYERNORM, "layernorm", sh_layernorm, fr_k_layernorm, fr_bw_layernorm, -1, 0, fl_norm),
     ROW(LAYERNORM_BWD, "layernorm_bwd", sh_grads, fr_k_layernorm_bwd, NULL, -1, 0, fl_norm),
     ROW(DROPOUT, "dropout", sh_dropout, fr_k_dropout, fr_bw_dropout, -1, 0, fl_elem),

@@ -66,6 +66,9 @@ typedef int (*fr_backward_fn)(struct fr_graph *g, int node, const int *dout,
                               const uint8_t *need, int *din);
 /* Cost: forward multiply-adds counted as 2 FLOPs. */
 typedef double (*fr_flops_fn)(const struct fr_graph *g, const struct fr_node *n);
+/* Whether node n's kernel reads input j as f16/bf16 itself (widening exactly
+ * as it goes), so the mixed-precision pass may hand it the 16-bit value. */
+typedef int (*fr_half_in_fn)(const struct fr_graph *g, const struct fr_node *n, int j);
 
 typedef struct fr_op_info {
     const char *name;
@@ -76,6 +79,7 @@ typedef struct fr_op_info {
     int inplace_in;          /* input whose storage out[0] may take when it dies here; -1 */
     int view;                /* out[0] always shares in[0]'s storage (no copy at all) */
     fr_flops_fn flops;
+    fr_half_in_fn half_in;   /* NULL: every input must be f32 (or its own dtype) */
 } fr_op_info;
 
 extern const fr_op_info fr_op_table[FR_OP_COUNT];

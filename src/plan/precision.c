@@ -99,6 +99,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                 if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd)) continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[r] || hv[r] < 0) continue;
+                const fr_op_info *info = fr_op_get(op);
+                if (r == x && info->half_in && info->half_in(g, &g->nodes[i], j)) {
+                    g->nodes[i].in[j] = hv[r]; /* the kernel widens as it reads */
+                    continue;
+                }
                 int up, c = cast_node(g, hv[r], FR_F32, g->nodes[i].layer, &up);
                 if (c < 0) {
                     st = g->status;

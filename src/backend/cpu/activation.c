@@ -4,10 +4,12 @@
  * input exactly (y = x, dx = dy, y = a; vector lanes keep that true): the
  * planner runs these in place. */
 #include <math.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 
 #define ACT_PAR_MIN 32768
+#define ACT_CHUNK 2048 /* a 16-bit saved value is widened this many at a time */
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
@@ -36,7 +38,8 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
         return FR_OK;                                                       \
     }
 
-/* Elementwise backward: dx[i] (+)= G(d = dy[i], v = s[i]), s the saved y or x. */
+/* Elementwise backward: dx[i] (+)= G(d = dy[i], v = s[i]), s the saved y or x
+ * (f32, or f16/bf16 widened a chunk at a time on the stack). */
 #define BINARY_BWD(name, op, G)                                                    \
     int name(fr_kernel_call *c) {                                                  \
         int64_t n;                                                                 \
@@ -48,6 +51,33 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
         const float *dy = fr_f32(&c->in[0]), *s = fr_f32(&c->in[1]);               \
         float *dx = fr_f32(&c->out[0]);                                            \
         if (!dx) return FR_OK;                                                     \
+        if (c->in[1].dtype != FR_F32) {                                            \
+            const int acc = acc_bit(c, 0);                                         \
+            const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;                   \
+            _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)")     \
+            for (int64_t b = 0; b < nch; b++) {                                    \
+                float buf[ACT_CHUNK];                                              \
+                const int64_t o = b * ACT_CHUNK;                                   \
+                const int64_t m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;           \
+                const float *sv = in_f32(&c->in[1], o, m, buf);                    \
+                const float *dyo = dy + o;                                         \
+                float *dxo = dx + o;                                               \
+                if (acc) {                                                         \
+                    _Pragma("omp simd")                                            \
+                    for (int64_t i = 0; i < m; i++) {                              \
+                        float v = sv[i], d = dyo[i];                               \
+                        dxo[i] += (G);                                             \
+                    }                                                              \
+                } else {                                                           \
+                    _Pragma("omp simd")                                            \
+                    for (int64_t i = 0; i < m; i++) {                              \
+                        float v = sv[i], d = dyo[i];                               \
+                        dxo[i] = (G);                                              \
+                    }                                                              \
+                }                                                                  \
+            }                                                                      \
+            return FR_OK;                                                          \
+        }                                                                          \
         if (acc_bit(c, 0)) {                                                       \
             _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
             for (int64_t i = 0; i < n; i++) {                                      \

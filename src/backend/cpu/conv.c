@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 
@@ -100,12 +101,12 @@ static void shift_weights(const conv_geom *g, const float *w, float *wk) {
             for (int64_t k = 0; k < KK; k++) wk[(k * g->OC + oc) * g->C + c] = w[(oc * g->C + c) * KK + k];
 }
 
-/* planes (ch, H, W) into the interior of the zeroed padded planes */
-static void pad_planes(const conv_geom *g, int64_t ch, const float *src, float *dst) {
+/* planes (ch, H, W) of t from value off into the interior of the zeroed
+ * padded planes; t may be f16/bf16 (widened here, exactly) */
+static void pad_planes(const conv_geom *g, int64_t ch, const fr_tensor *t, int64_t off, float *dst) {
     for (int64_t c = 0; c < ch; c++)
         for (int64_t h = 0; h < g->H; h++)
-            memcpy(dst + c * g->plane + (h + g->P) * g->Wp + g->P, src + (c * g->H + h) * g->W,
-                   (size_t)g->W * sizeof(float));
+            in_f32_to(t, off + (c * g->H + h) * g->W, g->W, dst + c * g->plane + (h + g->P) * g->Wp + g->P);
 }
 
 /* dst (ch, H, W) = (or +=) the valid columns of the wide rows src (ch, H, Wp) */
@@ -123,10 +124,10 @@ static void crop_wide(const conv_geom *g, int64_t ch, const float *src, float *d
         }
 }
 
-static void shift_forward(const conv_geom *g, const float *wk, const float *x, const float *b,
-                          float *y, float *xp, float *yw) {
+static void shift_forward(const conv_geom *g, const float *wk, const fr_tensor *x, int64_t xoff,
+                          const float *b, float *y, float *xp, float *yw) {
     const int64_t KK = g->K * g->K;
-    pad_planes(g, g->C, x, xp);
+    pad_planes(g, g->C, x, xoff, xp);
     if (b)
         for (int64_t oc = 0; oc < g->OC; oc++)
             for (int64_t i = 0; i < g->wide; i++) yw[oc * g->wide + i] = b[oc];
@@ -166,6 +167,11 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int st
     return s * col + (s - 1) * part;
 }
 
+int fr_conv2d_reads_half(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad) {
+    conv_geom g;
+    return geom_make(&g, x, out_ch, kernel, stride, pad) == 0 && g.shift;
+}
+
 /* Slots for the shift path in a workspace of `have` floats (error if none). */
 static int shift_plan(fr_kernel_call *c, const conv_geom *g, int backward, const fr_tensor *ws,
                       int64_t *S) {
@@ -185,7 +191,7 @@ static int shift_fwd(fr_kernel_call *c, const conv_geom *g) {
     int64_t S;
     int st = shift_plan(c, g, 0, ws, &S);
     if (st) return st;
-    const float *xp = fr_f32(&c->in[0]), *bp = fr_f32(&c->in[2]);
+    const float *bp = fr_f32(&c->in[2]);
     float *yp = fr_f32(&c->out[0]), *wk = fr_f32(ws);
     shift_weights(g, fr_f32(&c->in[1]), wk);
     const int64_t slot = shift_slot(g, 0), pad = g->C * g->plane + g->K;
@@ -194,7 +200,7 @@ static int shift_fwd(fr_kernel_call *c, const conv_geom *g) {
         float *xpad = wk + shift_shared(g) + s * slot, *yw = xpad + pad;
         memset(xpad, 0, (size_t)pad * sizeof(float));
         for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++)
-            shift_forward(g, wk, xp + n * g->C * g->H * g->W, bp, yp + n * g->OC * g->ohw, xpad, yw);
+            shift_forward(g, wk, &c->in[0], n * g->C * g->H * g->W, bp, yp + n * g->OC * g->ohw, xpad, yw);
     }
     return FR_OK;
 }
@@ -204,7 +210,6 @@ static int shift_bwd(fr_kernel_call *c, const conv_geom *g, float *dx, float *dw
     int64_t S;
     int st = shift_plan(c, g, 1, ws, &S);
     if (st) return st;
-    const float *dyp = fr_f32(&c->in[0]), *xp = fr_f32(&c->in[1]);
     const int64_t K = g->K, KK = K * K, P = g->P, Wp = g->Wp, OCC = g->OC * g->C;
     const int64_t xpad_n = g->C * g->plane + K, dypad_n = g->OC * g->plane + K;
     const int64_t slot = shift_slot(g, 1);
@@ -219,9 +224,9 @@ static int shift_bwd(fr_kernel_call *c, const conv_geom *g, float *dx, float *dw
         memset(dypad, 0, (size_t)dypad_n * sizeof(float));
         int first = 1;
         for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++) {
-            pad_planes(g, g->OC, dyp + n * g->OC * g->ohw, dypad);
+            pad_planes(g, g->OC, &c->in[0], n * g->OC * g->ohw, dypad);
             if (dw) {
-                pad_planes(g, g->C, xp + n * g->C * g->H * g->W, xpad);
+                pad_planes(g, g->C, &c->in[1], n * g->C * g->H * g->W, xpad);
                 for (int64_t k = 0; k < KK; k++)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->OC, (int)g->C,
                                 (int)g->wide, 1.0f, dypad + P * Wp + P, (int)g->plane,
@@ -410,6 +415,8 @@ int fr_k_conv2d(fr_kernel_call *c) {
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
     if (g.shift) return shift_fwd(c, &g);
+    if (x->dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: a 16-bit input only on the shifted-GEMM path");
     const int64_t col = col_elems(&g);
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
@@ -476,6 +483,8 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
     }
 
     if (g.shift) return shift_bwd(c, &g, dx, dw);
+    if (x->dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: a 16-bit input only on the shifted-GEMM path");
     const int64_t col = col_elems(&g), part = dw ? wn : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;

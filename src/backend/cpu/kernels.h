@@ -11,11 +11,22 @@
  * be added into (a parameter gradient that already holds a value), clear
  * means overwritten. Results must not depend on scheduling: for a given
  * thread count, the same inputs give the same bits.
+ *
+ * Some kernels read an input stored in f16/bf16 themselves (the op table's
+ * half_in says which and when; half_in.h widens): the activation backwards'
+ * saved value, max pooling's x (planes up to FR_HALF_PLANE_MAX values),
+ * BatchNorm backward's x (the same limit) and the shifted-GEMM convolution's
+ * image. Widening is exact, so the result is the bits of the f32 call on the
+ * widened input.
  */
 #ifndef FR_KERNELS_H
 #define FR_KERNELS_H
 
 #include "graph/graph.h"
+
+/* A 16-bit plane read by pooling or BatchNorm is widened on the thread's
+ * stack: at most this many values (64 KiB). */
+#define FR_HALF_PLANE_MAX 16384
 
 typedef struct fr_kernel_call {
     fr_ctx *ctx;
@@ -42,6 +53,8 @@ int fr_k_linear_bwd(fr_kernel_call *c);
  * fr_conv2d_ws_elems(); the planner sizes it, the kernel only uses it. */
 int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
                            int backward);
+/* Whether the kernel takes x in 16 bits (the shifted-GEMM path, see conv.c). */
+int fr_conv2d_reads_half(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad);
 int fr_k_conv2d(fr_kernel_call *c);
 int fr_k_conv2d_bwd(fr_kernel_call *c);
 

@@ -4,6 +4,7 @@
  * depend on scheduling. A missing gamma/beta means the identity affine. */
 #include <math.h>
 #include <string.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 
@@ -137,7 +138,11 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     int64_t N, C, HW;
     int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
     if (st) return st;
-    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
+    const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
+    const fr_tensor *x = &c->in[1]; /* f32, or f16/bf16 widened a plane at a time */
+    if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: a 16-bit input with planes over %d values",
+                       FR_HALF_PLANE_MAX);
     const float *smean = fr_f32(&c->in[3]), *sinv = fr_f32(&c->in[4]);
     float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
     if (!smean || !sinv)
@@ -147,12 +152,14 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
 
 #pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
     for (int64_t ch = 0; ch < C; ch++) {
+        float buf[FR_HALF_PLANE_MAX];
         const double inv = sinv[ch];
         const float m = smean[ch];
         double sdy = 0.0, sdyx = 0.0; /* sum dy, sum dy (x - mean) */
         for (int64_t n = 0; n < N; n++) {
             float a, b;
-            plane_sum_dy_dyx(dy + (n * C + ch) * HW, x + (n * C + ch) * HW, HW, m, 0.0f, &a, &b);
+            plane_sum_dy_dyx(dy + (n * C + ch) * HW, in_f32(x, (n * C + ch) * HW, HW, buf), HW, m,
+                             0.0f, &a, &b);
             sdy += a, sdyx += b;
         }
         const double dg = sdyx * inv; /* sum dy xhat */
@@ -164,7 +171,7 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         const float k = (float)(g * inv), mdy = (float)(sdy / (double)cnt),
                     q = (float)(sdyx / (double)cnt * inv * inv);
         for (int64_t n = 0; n < N; n++) {
-            const float *xp = x + (n * C + ch) * HW, *dyp = dy + (n * C + ch) * HW;
+            const float *xp = in_f32(x, (n * C + ch) * HW, HW, buf), *dyp = dy + (n * C + ch) * HW;
             float *dxp = dx + (n * C + ch) * HW;
             if (acc_x) {
 #pragma omp simd

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 
@@ -30,6 +31,13 @@ static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, 
         return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
                        fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
     return FR_OK;
+}
+
+/* A 16-bit x is widened a plane at a time on the stack (FR_HALF_PLANE_MAX). */
+static int half_plane_ok(fr_kernel_call *c, const char *op, const fr_tensor *x, const pool_geom *g) {
+    if (x->dtype == FR_F32 || g->H * g->W <= FR_HALF_PLANE_MAX) return FR_OK;
+    return fr_fail(c->ctx, FR_ERR_ARG, "%s: a 16-bit input with planes over %d values", op,
+                   FR_HALF_PLANE_MAX);
 }
 
 /* Offset (kh*W + kw) in the plane of the window's maximum: the first one in
@@ -80,13 +88,13 @@ static inline float max2(float a, float b, float c, float d) {
 int fr_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
-    if (st) return st;
-    const float *x = fr_f32(&c->in[0]);
+    if (st || (st = half_plane_ok(c, "maxpool2d", &c->in[0], &g))) return st;
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
-        const float *xp = x + p * H * W;
+        float buf[FR_HALF_PLANE_MAX];
+        const float *xp = in_f32(&c->in[0], p * H * W, H * W, buf);
         float *yp = y + p * OH * OW;
         for (int64_t oh = 0; oh < OH; oh++) {
             const float *row = xp + oh * S * W;
@@ -106,20 +114,21 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
     return FR_OK;
 }
 
-// dy is (N,C,OH,OW), x is (N,C,H,W), y unused (the max is found again in x), dx is (N,C,H,W)
+// dy is (N,C,OH,OW), x is (N,C,H,W) (the max is found again in x), dx is (N,C,H,W)
 // dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w)
 int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
-    if (st) return st;
-    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
+    if (st || (st = half_plane_ok(c, "maxpool2d_bwd", &c->in[1], &g))) return st;
+    const float *dy = fr_f32(&c->in[0]);
     float *dx = fr_f32(&c->out[0]);
     if (!dx) return FR_OK;
     const int acc = acc_bit(c, 0);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
-        const float *xp = x + p * H * W, *dyp = dy + p * OH * OW;
+        float buf[FR_HALF_PLANE_MAX];
+        const float *xp = in_f32(&c->in[1], p * H * W, H * W, buf), *dyp = dy + p * OH * OW;
         float *dxp = dx + p * H * W;
         if (K == 2 && S == 2) { /* disjoint windows: write each one whole, no clearing pass */
             for (int64_t oh = 0; oh < OH; oh++) {
