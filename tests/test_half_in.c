@@ -1,0 +1,294 @@
+/* test_half_in.c — kernels that read a 16-bit input themselves (kernels.h,
+ * the op table's half_in): given the f16 or bf16 value, each must produce the
+ * bits it produces given the same values widened to f32 (widening is exact,
+ * so anything else is a bug in the widening path): the activation backwards,
+ * max pooling forward and backward, BatchNorm backward, and the shifted-GEMM
+ * convolution forward and backward; both accumulate modes, serial and
+ * parallel sizes. Inputs they cannot read in 16 bits are refused. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "check.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+static fr_ctx *g_ctx;
+static uint64_t g_seed = 1;
+
+typedef struct call {
+    fr_node node;
+    fr_kernel_call c;
+} call;
+
+static void call_init(call *k, fr_op op, const fr_attr *a) {
+    memset(k, 0, sizeof *k);
+    k->node.op = op;
+    k->node.fwd = -1;
+    if (a) k->node.attr = *a;
+    k->c.ctx = g_ctx;
+    k->c.node = &k->node;
+}
+
+static fr_tensor tf(void *data, fr_shape s) { return (fr_tensor){FR_F32, s, data}; }
+
+static float *frand(int64_t n, float lo, float hi) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    fr_rng r = fr_rng_make(g_seed++, 5);
+    for (int64_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * fr_rng_next_uniform(&r);
+    return p;
+}
+
+static float *fcopy(const float *s, int64_t n) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    memcpy(p, s, (size_t)n * sizeof(float));
+    return p;
+}
+
+/* A 16-bit input: its bits (h) and the same values widened (w). */
+typedef struct half_in {
+    fr_dtype dt;
+    uint16_t *h;
+    float *w;
+} half_in;
+
+static half_in make_half(fr_dtype dt, const float *src, int64_t n) {
+    half_in x = {dt, malloc((size_t)(n ? n : 1) * 2), malloc((size_t)(n ? n : 1) * 4)};
+    for (int64_t i = 0; i < n; i++) {
+        x.h[i] = dt == FR_F16 ? fr_f32_to_f16(src[i]) : fr_f32_to_bf16(src[i]);
+        x.w[i] = dt == FR_F16 ? fr_f16_to_f32(x.h[i]) : fr_bf16_to_f32(x.h[i]);
+    }
+    return x;
+}
+
+static void free_half(half_in *x) {
+    free(x->h);
+    free(x->w);
+}
+
+static fr_tensor th(const half_in *x, fr_shape s) { return (fr_tensor){x->dt, s, x->h}; }
+
+static void same_bits(const char *what, const char *dt, const float *a, const float *b, int64_t n) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) bad++, first = first < 0 ? i : first;
+    CHECK(bad == 0, "%s (%s): %lld of %lld values differ, first at %lld (%.9g vs %.9g)", what, dt,
+          (long long)bad, (long long)n, (long long)first, first >= 0 ? a[first] : 0.0,
+          first >= 0 ? b[first] : 0.0);
+}
+
+static const char *dt_name(fr_dtype dt) { return dt == FR_F16 ? "f16" : "bf16"; }
+
+/* dx (+)= G(dy, s) with s in 16 bits vs s widened */
+static void test_act_bwd(fr_dtype dt, fr_op op, const char *name, int64_t n) {
+    float *dy = frand(n, -1, 1), *s0 = frand(n, -3, 3);
+    half_in s = make_half(dt, s0, n);
+    fr_shape sh = fr_shape1(n);
+    for (int acc = 0; acc < 2; acc++) {
+        float *a = frand(n, -1, 1), *b = fcopy(a, n);
+        call k;
+        call_init(&k, op, NULL);
+        k.c.accumulate = (uint32_t)acc;
+        k.c.in[0] = tf(dy, sh);
+        k.c.in[1] = tf(s.w, sh);
+        k.c.out[0] = tf(a, sh);
+        CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s f32", name);
+        k.c.in[1] = th(&s, sh);
+        k.c.out[0] = tf(b, sh);
+        CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s 16-bit: %s", name, fr_last_error(g_ctx));
+        char what[96];
+        snprintf(what, sizeof what, "%s n=%lld accumulate=%d", name, (long long)n, acc);
+        same_bits(what, dt_name(dt), a, b, n);
+        free(a);
+        free(b);
+    }
+    free(dy);
+    free(s0);
+    free_half(&s);
+}
+
+static void test_maxpool(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
+    const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x0 = frand(nx, -2, 2), *dy = frand(ny, -1, 1);
+    /* ties matter for the argmax: a few repeated values */
+    for (int64_t i = 0; i + 1 < nx; i += 7) x0[i + 1] = x0[i];
+    half_in x = make_half(dt, x0, nx);
+    fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, C, OH, OW);
+    fr_attr a = {.kernel = K, .stride = S};
+    char what[96];
+    float *y1 = frand(ny, 0, 1), *y2 = frand(ny, 0, 1);
+    call k;
+    call_init(&k, FR_OP_MAXPOOL2D, &a);
+    k.c.in[0] = tf(x.w, xs);
+    k.c.out[0] = tf(y1, ys);
+    CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool f32");
+    k.c.in[0] = th(&x, xs);
+    k.c.out[0] = tf(y2, ys);
+    CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool 16-bit: %s", fr_last_error(g_ctx));
+    snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d", (long long)H, (long long)W, K, S);
+    same_bits(what, dt_name(dt), y1, y2, ny);
+    for (int acc = 0; acc < 2; acc++) {
+        float *d1 = frand(nx, -1, 1), *d2 = fcopy(d1, nx);
+        call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+        k.c.accumulate = (uint32_t)acc;
+        k.c.in[0] = tf(dy, ys);
+        k.c.in[1] = tf(x.w, xs);
+        k.c.out[0] = tf(d1, xs);
+        CHECK(fr_k_maxpool2d_bwd(&k.c) == FR_OK, "maxpool_bwd f32");
+        k.c.in[1] = th(&x, xs);
+        k.c.out[0] = tf(d2, xs);
+        CHECK(fr_k_maxpool2d_bwd(&k.c) == FR_OK, "maxpool_bwd 16-bit: %s", fr_last_error(g_ctx));
+        snprintf(what, sizeof what, "maxpool_bwd %lldx%lld k%d s%d accumulate=%d", (long long)H,
+                 (long long)W, K, S, acc);
+        same_bits(what, dt_name(dt), d1, d2, nx);
+        free(d1);
+        free(d2);
+    }
+    free(x0);
+    free(dy);
+    free(y1);
+    free(y2);
+    free_half(&x);
+}
+
+static void test_batchnorm_bwd(fr_dtype dt, fr_shape xs) {
+    const int64_t n = fr_shape_numel(&xs), C = xs.d[1];
+    float *x0 = frand(n, -2, 3), *dy = frand(n, -1, 1), *gamma = frand(C, 0.5f, 1.5f);
+    float *mean = frand(C, -0.5f, 0.5f), *inv = frand(C, 0.5f, 2);
+    half_in x = make_half(dt, x0, n);
+    for (int acc = 0; acc < 2; acc++) {
+        float *dx[2], *dg[2], *db[2];
+        for (int r = 0; r < 2; r++) {
+            dx[r] = r ? fcopy(dx[0], n) : frand(n, -1, 1);
+            dg[r] = r ? fcopy(dg[0], C) : frand(C, -1, 1);
+            db[r] = r ? fcopy(db[0], C) : frand(C, -1, 1);
+        }
+        for (int r = 0; r < 2; r++) {
+            call k;
+            call_init(&k, FR_OP_BATCHNORM_BWD, NULL);
+            k.c.accumulate = acc ? 7u : 0u;
+            k.c.in[0] = tf(dy, xs);
+            k.c.in[1] = r ? th(&x, xs) : tf(x.w, xs);
+            k.c.in[2] = tf(gamma, fr_shape1(C));
+            k.c.in[3] = tf(mean, fr_shape1(C));
+            k.c.in[4] = tf(inv, fr_shape1(C));
+            k.c.out[0] = tf(dx[r], xs);
+            k.c.out[1] = tf(dg[r], fr_shape1(C));
+            k.c.out[2] = tf(db[r], fr_shape1(C));
+            CHECK(fr_k_batchnorm_bwd(&k.c) == FR_OK, "batchnorm_bwd %s: %s", r ? "16-bit" : "f32",
+                  fr_last_error(g_ctx));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "batchnorm_bwd %dd accumulate=%d dx", xs.ndim, acc);
+        same_bits(what, dt_name(dt), dx[0], dx[1], n);
+        snprintf(what, sizeof what, "batchnorm_bwd %dd accumulate=%d dgamma, dbeta", xs.ndim, acc);
+        same_bits(what, dt_name(dt), dg[0], dg[1], C);
+        same_bits(what, dt_name(dt), db[0], db[1], C);
+        for (int r = 0; r < 2; r++) free(dx[r]), free(dg[r]), free(db[r]);
+    }
+    free(x0), free(dy), free(gamma), free(mean), free(inv);
+    free_half(&x);
+}
+
+/* The shifted-GEMM convolution (8+ channels, stride 1, "same" padding). */
+static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int K,
+                      int threads) {
+    omp_set_num_threads(threads);
+    const int P = (K - 1) / 2;
+    const int64_t nx = N * C * H * W, nw = OC * C * K * K, ny = N * OC * H * W;
+    fr_shape xs = fr_shape4(N, C, H, W), wsh = fr_shape4(OC, C, K, K), ys = fr_shape4(N, OC, H, W);
+    CHECK(fr_conv2d_reads_half(&xs, OC, K, 1, P), "conv C=%lld K=%d takes the shifted path",
+          (long long)C, K);
+    float *x0 = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1), *dy = frand(ny, -1, 1);
+    half_in x = make_half(dt, x0, nx);
+    fr_attr a = {.kernel = K, .stride = 1, .pad = P};
+    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 0), nwsb = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 1);
+    float *ws = frand(nws, 0, 1), *wsb = frand(nwsb, 0, 1);
+    float *y[2], *dx[2], *dw[2], *db[2];
+    for (int r = 0; r < 2; r++) {
+        y[r] = frand(ny, 0, 1);
+        call k;
+        call_init(&k, FR_OP_CONV2D, &a);
+        k.c.in[0] = r ? th(&x, xs) : tf(x.w, xs);
+        k.c.in[1] = tf(w, wsh);
+        k.c.in[2] = tf(b, fr_shape1(OC));
+        k.c.out[0] = tf(y[r], ys);
+        k.c.out[1] = tf(ws, fr_shape1(nws));
+        CHECK(fr_k_conv2d(&k.c) == FR_OK, "conv2d %d: %s", r, fr_last_error(g_ctx));
+        dx[r] = frand(nx, 0, 1), dw[r] = frand(nw, 0, 1), db[r] = frand(OC, 0, 1);
+        call_init(&k, FR_OP_CONV2D_BWD, &a);
+        k.c.in[0] = tf(dy, ys);
+        k.c.in[1] = r ? th(&x, xs) : tf(x.w, xs);
+        k.c.in[2] = tf(w, wsh);
+        k.c.out[0] = tf(dx[r], xs);
+        k.c.out[1] = tf(dw[r], wsh);
+        k.c.out[2] = tf(db[r], fr_shape1(OC));
+        k.c.out[3] = tf(wsb, fr_shape1(nwsb));
+        CHECK(fr_k_conv2d_bwd(&k.c) == FR_OK, "conv2d_bwd %d: %s", r, fr_last_error(g_ctx));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "conv2d C=%lld %lldx%lld K=%d %d threads: y", (long long)C,
+             (long long)H, (long long)W, K, threads);
+    same_bits(what, dt_name(dt), y[0], y[1], ny);
+    snprintf(what, sizeof what, "conv2d_bwd C=%lld K=%d: dx, dW, db", (long long)C, K);
+    same_bits(what, dt_name(dt), dx[0], dx[1], nx);
+    same_bits(what, dt_name(dt), dw[0], dw[1], nw);
+    same_bits(what, dt_name(dt), db[0], db[1], OC);
+    for (int r = 0; r < 2; r++) free(y[r]), free(dx[r]), free(dw[r]), free(db[r]);
+    free(x0), free(w), free(b), free(dy), free(ws), free(wsb);
+    free_half(&x);
+    omp_set_num_threads(2);
+}
+
+/* What a kernel cannot read in 16 bits it refuses (the pass never asks). */
+static void test_refusals(void) {
+    float v[8] = {0};
+    half_in x = make_half(FR_BF16, v, 8);
+    /* a stride-2 convolution takes im2col, which reads f32 only */
+    fr_shape xs = fr_shape4(1, 8, 4, 4);
+    CHECK(!fr_conv2d_reads_half(&xs, 4, 3, 2, 1), "stride 2 is not on the shifted path");
+    fr_shape x1 = fr_shape4(1, 1, 4, 4);
+    CHECK(!fr_conv2d_reads_half(&x1, 4, 3, 1, 1), "one input channel is not on the shifted path");
+    float *big = frand(2 * 130 * 130, -1, 1), *out = frand(65 * 65 * 2, 0, 1);
+    half_in hb = make_half(FR_BF16, big, 2 * 130 * 130);
+    fr_attr a = {.kernel = 2, .stride = 2};
+    call k;
+    call_init(&k, FR_OP_MAXPOOL2D, &a);
+    k.c.in[0] = th(&hb, fr_shape4(1, 2, 130, 130)); /* planes of 16900 > FR_HALF_PLANE_MAX */
+    k.c.out[0] = tf(out, fr_shape4(1, 2, 65, 65));
+    CHECK(fr_k_maxpool2d(&k.c) == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "16-bit"),
+          "maxpool refuses a 16-bit plane too large: %s", fr_last_error(g_ctx));
+    free(big), free(out);
+    free_half(&hb);
+    free_half(&x);
+}
+
+int main(void) {
+    g_ctx = fr_ctx_new();
+    omp_set_num_threads(2);
+    const fr_dtype dts[2] = {FR_BF16, FR_F16};
+    for (int d = 0; d < 2; d++) {
+        fr_dtype dt = dts[d];
+        for (int64_t n = 5003; n <= 70001; n += 65000) { /* serial, then the thread team */
+            test_act_bwd(dt, FR_OP_RELU_BWD, "relu_bwd", n);
+            test_act_bwd(dt, FR_OP_GELU_BWD, "gelu_bwd", n);
+            test_act_bwd(dt, FR_OP_SIGMOID_BWD, "sigmoid_bwd", n);
+            test_act_bwd(dt, FR_OP_TANH_BWD, "tanh_bwd", n);
+        }
+        test_maxpool(dt, 7, 9, 2, 2);
+        test_maxpool(dt, 8, 8, 2, 2);
+        test_maxpool(dt, 9, 7, 3, 2);
+        test_maxpool(dt, 64, 80, 2, 2); /* the thread team */
+        test_batchnorm_bwd(dt, fr_shape4(4, 5, 6, 6));
+        test_batchnorm_bwd(dt, fr_shape4(16, 8, 30, 30)); /* the thread team */
+        test_batchnorm_bwd(dt, fr_shape2(7, 5));
+        test_conv(dt, 3, 8, 6, 7, 5, 3, 2);
+        test_conv(dt, 5, 9, 5, 5, 4, 5, 3);
+        test_conv(dt, 2, 16, 9, 9, 8, 3, 1);
+    }
+    test_refusals();
+    fr_ctx_free(g_ctx);
+    return check_done();
+}
