@@ -74,6 +74,58 @@ static void stop(run *r) {
     fr_ctx_free(r->ctx);
 }
 
+/* How many inputs of op's nodes in the step are 16-bit values. */
+static int half_reads(const fr_step *s, fr_op op) {
+    int reads = 0;
+    for (int k = 0; k < s->plan.n_nodes; k++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[k]];
+        if (nd->op != op) continue;
+        for (int j = 0; j < nd->n_in; j++) reads += nd->in[j] >= 0 && s->g.vals[nd->in[j]].dtype != FR_F32;
+    }
+    return reads;
+}
+
+/* A convolution with 8+ input channels (the shifted-GEMM path) reads its
+ * saved 16-bit input itself, forward and backward, and the step agrees with
+ * fp32 (the loss within 16 u; gradients are checked on convnet above: max
+ * pooling's ties under rounding make this net's a poor yardstick). */
+static void test_direct_conv(fr_precision p, double unit) {
+    float loss[2];
+    for (int r = 0; r < 2; r++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_model *m = fr_model_new(ctx, 2, 10, 10);
+        fr_model_conv2d(m, 8, 3, 1, 1, 1);
+        fr_model_relu(m);
+        fr_model_conv2d(m, 8, 3, 1, 1, 1);
+        fr_model_relu(m);
+        fr_model_flatten(m);
+        fr_model_linear(m, 10, 1);
+        fr_model_init(m, 3);
+        fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                          .seed = 2, .precision = r ? p : FR_PREC_FP32, .loss_scaling = -1};
+        fr_step *s = fr_step_compile(m, &o);
+        CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+        if (!s) return;
+        if (r) {
+            CHECK(half_reads(s, FR_OP_CONV2D) == 1 && half_reads(s, FR_OP_CONV2D_BWD) == 1,
+                  "%s: the second convolution reads its 16-bit input (%d forward, %d backward)",
+                  fr_precision_name(p), half_reads(s, FR_OP_CONV2D), half_reads(s, FR_OP_CONV2D_BWD));
+        }
+        float x[4 * 200];
+        int32_t y[4] = {1, 3, 5, 7};
+        fr_rng g = fr_rng_make(6, 1);
+        for (int i = 0; i < 4 * 200; i++) x[i] = 2 * fr_rng_next_uniform(&g) - 1;
+        fr_batch b = {4, x, y, NULL};
+        for (int t = 0; t < 3; t++)
+            CHECK(fr_step_run(s, &b, &loss[r], NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+        fr_step_free(s);
+        fr_model_free(m);
+        fr_ctx_free(ctx);
+    }
+    CHECK(fabs(loss[0] - loss[1]) <= 16 * unit * fabs(loss[0]), "%s: loss after 3 steps %g vs fp32 %g",
+          fr_precision_name(p), loss[1], loss[0]);
+}
+
 static void test_mixed_grads(fr_precision p, double unit) {
     run a = start(FR_PREC_FP32, FR_OPTIM_SGD, -1, 0), b = start(p, FR_OPTIM_SGD, -1, 0);
     float la, lb;
@@ -113,6 +165,12 @@ static void test_mixed_grads(fr_precision p, double unit) {
     for (size_t v = 0; v < b.s->g.n_vals; v++)
         halves += b.s->g.vals[v].saved && b.s->g.vals[v].dtype == (p == FR_PREC_FP16_MIXED ? FR_F16 : FR_BF16);
     CHECK(halves >= 6, "saved activations in 16 bits: %d", halves);
+    /* Kernels that read 16 bits themselves get the saved half, not a widened copy. */
+    const fr_op direct[] = {FR_OP_RELU_BWD, FR_OP_GELU_BWD, FR_OP_MAXPOOL2D, FR_OP_MAXPOOL2D_BWD,
+                            FR_OP_BATCHNORM_BWD};
+    for (size_t d = 0; d < sizeof direct / sizeof direct[0]; d++)
+        CHECK(half_reads(b.s, direct[d]) >= 1, "%s: %s reads a 16-bit input directly",
+              fr_precision_name(p), fr_op_get(direct[d])->name);
     stop(&a);
     stop(&b);
 }
@@ -216,6 +274,8 @@ static void test_pure_bf16(void) {
 int main(void) {
     test_mixed_grads(FR_PREC_BF16_MIXED, ldexp(1, -9));
     test_mixed_grads(FR_PREC_FP16_MIXED, ldexp(1, -12));
+    test_direct_conv(FR_PREC_BF16_MIXED, ldexp(1, -9));
+    test_direct_conv(FR_PREC_FP16_MIXED, ldexp(1, -12));
     test_scaler_exact();
     test_overflow_skip();
     test_clip();
