@@ -80,11 +80,12 @@ static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, 
  * chunk of images; chunk partials of dW are added in chunk order. */
 
 /* Floats of the shift path's workspace: the taps' weights [K*K][OC][C]
- * shared, then per slot xp, yw (forward) or xp, dyp, dxw, dW partial. */
+ * shared, then per slot xp, yw, a widened image (forward) or xp, dyp, dxw,
+ * dW partial (backward; dxw, free until the dx GEMMs, widens the image). */
 static int64_t shift_shared(const conv_geom *g) { return g->K * g->K * g->OC * g->C; }
 static int64_t shift_slot(const conv_geom *g, int backward) {
     int64_t xp = g->C * g->plane + g->K;
-    if (!backward) return xp + g->OC * g->wide;
+    if (!backward) return xp + g->OC * g->wide + g->C * g->H * g->W;
     return xp + (g->OC * g->plane + g->K) + g->C * g->wide + g->K * g->K * g->OC * g->C;
 }
 
@@ -102,11 +103,15 @@ static void shift_weights(const conv_geom *g, const float *w, float *wk) {
 }
 
 /* planes (ch, H, W) of t from value off into the interior of the zeroed
- * padded planes; t may be f16/bf16 (widened here, exactly) */
-static void pad_planes(const conv_geom *g, int64_t ch, const fr_tensor *t, int64_t off, float *dst) {
+ * padded planes; a 16-bit t is first widened whole into tmp (ch H W floats:
+ * one long conversion, not a short one per row) */
+static void pad_planes(const conv_geom *g, int64_t ch, const fr_tensor *t, int64_t off, float *tmp,
+                       float *dst) {
+    const float *src = in_f32(t, off, ch * g->H * g->W, tmp);
     for (int64_t c = 0; c < ch; c++)
         for (int64_t h = 0; h < g->H; h++)
-            in_f32_to(t, off + (c * g->H + h) * g->W, g->W, dst + c * g->plane + (h + g->P) * g->Wp + g->P);
+            memcpy(dst + c * g->plane + (h + g->P) * g->Wp + g->P, src + (c * g->H + h) * g->W,
+                   (size_t)g->W * sizeof(float));
 }
 
 /* dst (ch, H, W) = (or +=) the valid columns of the wide rows src (ch, H, Wp) */
@@ -127,7 +132,7 @@ static void crop_wide(const conv_geom *g, int64_t ch, const float *src, float *d
 static void shift_forward(const conv_geom *g, const float *wk, const fr_tensor *x, int64_t xoff,
                           const float *b, float *y, float *xp, float *yw) {
     const int64_t KK = g->K * g->K;
-    pad_planes(g, g->C, x, xoff, xp);
+    pad_planes(g, g->C, x, xoff, yw + g->OC * g->wide, xp);
     if (b)
         for (int64_t oc = 0; oc < g->OC; oc++)
             for (int64_t i = 0; i < g->wide; i++) yw[oc * g->wide + i] = b[oc];
@@ -224,9 +229,9 @@ static int shift_bwd(fr_kernel_call *c, const conv_geom *g, float *dx, float *dw
         memset(dypad, 0, (size_t)dypad_n * sizeof(float));
         int first = 1;
         for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++) {
-            pad_planes(g, g->OC, &c->in[0], n * g->OC * g->ohw, dypad);
+            pad_planes(g, g->OC, &c->in[0], n * g->OC * g->ohw, NULL, dypad);
             if (dw) {
-                pad_planes(g, g->C, &c->in[1], n * g->C * g->H * g->W, xpad);
+                pad_planes(g, g->C, &c->in[1], n * g->C * g->H * g->W, dxw, xpad);
                 for (int64_t k = 0; k < KK; k++)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->OC, (int)g->C,
                                 (int)g->wide, 1.0f, dypad + P * Wp + P, (int)g->plane,

@@ -5,7 +5,6 @@
 #ifndef FR_HALF_IN_H
 #define FR_HALF_IN_H
 
-#include <string.h>
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
 
@@ -16,17 +15,6 @@ static inline const float *in_f32(const fr_tensor *t, int64_t off, int64_t n, fl
     if (t->dtype == FR_F16) fr_f16_to_f32_n_seq(h, buf, (size_t)n);
     else fr_bf16_to_f32_n_seq(h, buf, (size_t)n);
     return buf;
-}
-
-/* widen n values of t from off straight into dst (f32: a copy) */
-static inline void in_f32_to(const fr_tensor *t, int64_t off, int64_t n, float *dst) {
-    if (t->dtype == FR_F32) {
-        memcpy(dst, (const float *)t->data + off, (size_t)n * sizeof(float));
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)t->data + off;
-    if (t->dtype == FR_F16) fr_f16_to_f32_n_seq(h, dst, (size_t)n);
-    else fr_bf16_to_f32_n_seq(h, dst, (size_t)n);
 }
 
 #endif
