@@ -61,7 +61,8 @@ void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_
     const float shrink = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
     const int l2 = !decoupled && wd != 0.0f, dec = decoupled && wd != 0.0f;
     const int64_t len = (int64_t)n;
-#pragma omp parallel for schedule(static) if (len >= OPTIM_PAR_MIN)
+    /* simd: the same IEEE operations lane by lane (no contraction), the same bits */
+#pragma omp parallel for simd schedule(static) if (len >= OPTIM_PAR_MIN)
     for (int64_t i = 0; i < len; i++) {
         float gi = g[i];
         float pi = p[i];

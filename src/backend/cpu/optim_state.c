@@ -351,6 +351,7 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
         const size_t lo = (size_t)k * BF16_CHUNK, cnt = n - lo < BF16_CHUNK ? n - lo : BF16_CHUNK;
         fr_bf16_to_f32_n_seq(m + lo, mb, cnt);
         fr_bf16_to_f32_n_seq(v + lo, vb, cnt);
+#pragma omp simd
         for (size_t j = 0; j < cnt; j++) adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
         fr_f32_to_bf16_n_seq(mb, m + lo, cnt);
         fr_f32_to_bf16_n_seq(vb, v + lo, cnt);
@@ -375,6 +376,7 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
         const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
         decode_block(m + lo, m_absmax[b], cnt, ms, mb);
         decode_block(v + lo, v_absmax[b], cnt, vs, vb);
+#pragma omp simd
         for (size_t j = 0; j < cnt; j++) adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
         encode_block(mb, cnt, ms, m + lo, &m_absmax[b]);
         encode_block(vb, cnt, vs, v + lo, &v_absmax[b]);
@@ -398,6 +400,7 @@ void fr_k_adam_half(uint16_t *p, const float *g, uint16_t *m, uint16_t *v, size_
         widen(p + lo, pb, cnt);
         widen(m + lo, mb, cnt);
         widen(v + lo, vb, cnt);
+#pragma omp simd
         for (size_t j = 0; j < cnt; j++) adam_elem(&c, &pb[j], g[lo + j], &mb[j], &vb[j]);
         narrow(pb, p + lo, cnt);
         narrow(mb, m + lo, cnt);
