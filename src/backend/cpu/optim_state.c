@@ -411,8 +411,9 @@ void fr_k_adam_half(uint16_t *p, const float *g, uint16_t *m, uint16_t *v, size_
         widen(p + lo, pb, cnt);
         widen(m + lo, mb, cnt);
         widen(v + lo, vb, cnt);
+        const adam_consts cl = c; /* a private copy: its branches then vectorize */
 #pragma omp simd
-        for (size_t j = 0; j < cnt; j++) adam_elem(&c, &pb[j], g[lo + j], &mb[j], &vb[j]);
+        for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &pb[j], g[lo + j], &mb[j], &vb[j]);
         narrow(pb, p + lo, cnt);
         narrow(mb, m + lo, cnt);
         narrow(vb, v + lo, cnt);
