@@ -252,6 +252,38 @@ static void test_ties(void) {
     }
 }
 
+/* The same around the midpoints when absmax is not a power of two, so that
+ * x / absmax rounds: values x whose quotient lands within a few ulp of each
+ * midpoint must get the reference's nearest entry of the float quotient
+ * (the encoder multiplies by 1/absmax and must fall back to the division
+ * exactly where that could change the code). */
+static void test_ties_scaled(void) {
+    const float scales[3] = {0.7737f, 3.1415927f, 1.2e-5f};
+    for (int s = 0; s < 2; s++) {
+        const float *map = ref_map(s);
+        size_t bad = 0, cases = 0;
+        for (int a = 0; a < 3; a++) {
+            const float amax = scales[a];
+            float x[1 + 255 * 7]; /* one block: every value shares x[0]'s absmax */
+            size_t n = 1;
+            x[0] = amax;
+            for (int k = 0; k < 255; k++) {
+                const float fm = (float)(((double)map[k] + map[k + 1]) / 2.0 * amax);
+                float lo = fm;
+                for (int j = 0; j < 3; j++) lo = nextafterf(lo, -INFINITY);
+                for (int j = 0; j < 7; j++, lo = nextafterf(lo, INFINITY))
+                    if (fabsf(lo) <= amax) x[n++] = lo;
+            }
+            uint8_t *buf = xcalloc(fr_state_bytes(FR_STATE_INT8, n));
+            fr_state_encode(x, FR_STATE_INT8, n, s, buf);
+            for (size_t i = 0; i < n; i++, cases++) bad += buf[i] != ref_nearest(map, x[i] / amax);
+            free(buf);
+        }
+        CHECK(bad == 0 && cases > 4000, "%s map: %zu of %zu codes wrong next to midpoints, absmax not 2^k",
+              s ? "signed" : "unsigned", bad, cases);
+    }
+}
+
 /* Zeros stay zeros (calloc), non-finite values poison their block only. */
 static void test_zero_and_nan(void) {
     const size_t n = 3 * FR_STATE_INT8_BLOCK + 10;
@@ -586,6 +618,7 @@ int main(void) {
     test_round_trip();
     test_random_blocks();
     test_ties();
+    test_ties_scaled();
     test_zero_and_nan();
     test_sizes();
     test_f32_identical();
