@@ -199,19 +199,7 @@ static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *
         return;
     }
     *absmax = amax;
-    /* y = x / amax is defined by the division, but a division per value costs
-     * more than the rest of the search: multiply by the reciprocal instead,
-     * which is within 1.5 ulp of the quotient (|y'| 2^-22.4), and take the
-     * code it gives when every value within |y'| 2^-21 of y' gets that code;
-     * only a y' that close to a threshold (about one value in 10^5) pays for
-     * the division. */
-    const float inv = 1.0f / amax;
-    for (size_t i = 0; i < cnt; i++) {
-        const float y = x[i] * inv, r = fabsf(y) * 0x1p-21f;
-        const unsigned k = nearest_code(d, y);
-        const int clear = y + r < d->thr[k] && (k == 0 || y - r >= d->thr[k - 1]);
-        codes[i] = clear ? (uint8_t)k : nearest_code(d, x[i] / amax);
-    }
+    for (size_t i = 0; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
 static void decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d,
