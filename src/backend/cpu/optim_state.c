@@ -374,6 +374,15 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
  * v (unsigned map) into f32 scratch, update every element, then take the
  * block's new absmax and re-encode. The result does not depend on the
  * thread count. */
+/* The update of one decoded block, in 8-wide lanes where the CPU has AVX2
+ * (the same IEEE operations either way: the same bits). */
+__attribute__((target_clones("avx2", "default"))) static void
+update_block(const adam_consts *c, float *p, const float *g, float *mb, float *vb, size_t cnt) {
+    const adam_consts cl = *c;
+#pragma omp simd
+    for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
+}
+
 static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
                       const adam_consts *c) {
     const dyn_map *ms = dynamic_map(1), *vs = dynamic_map(0);
@@ -387,8 +396,7 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
         const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
         decode_block(m + lo, m_absmax[b], cnt, ms, mb);
         decode_block(v + lo, v_absmax[b], cnt, vs, vb);
-#pragma omp simd
-        for (size_t j = 0; j < cnt; j++) adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
+        update_block(c, p + lo, g + lo, mb, vb, cnt);
         encode_block(mb, cnt, ms, m + lo, &m_absmax[b]);
         encode_block(vb, cnt, vs, v + lo, &v_absmax[b]);
     }
