@@ -172,8 +172,8 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
  *         zeros gets absmax 0 (and the zero code); a block holding a NaN or
  *         an infinity gets absmax NaN, so the fault stays visible.
  * decode: x_i = map[code_i] * absmax; absmax 0 gives +0 whatever the codes. */
-static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes,
-                         float *absmax) {
+__attribute__((target_clones("avx2", "default"))) static void
+encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float *absmax) {
     /* absmax in 8 independent lanes (no branches; the max of finite values
      * does not depend on the order), and whether any value is inf or NaN */
     float lane[8] = {0};
@@ -202,8 +202,8 @@ static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *
     for (size_t i = 0; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
-static void decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d,
-                         float *x) {
+__attribute__((target_clones("avx2", "default"))) static void
+decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d, float *x) {
     if (absmax == 0.0f) {
         for (size_t i = 0; i < cnt; i++) x[i] = 0.0f;
         return;
