@@ -3,7 +3,9 @@
 # optimizer-state choice, on the CNN, the residual network and the deep chain
 # (32 x Linear(1024,1024)+ReLU). Runs are interleaved in rounds (A B C ...,
 # then again) because these shared machines drift; each cell is the median
-# of the per-run medians. Prints a markdown table with ratios against fp32.
+# of the per-run medians. Prints a markdown table with ratios against fp32:
+# per round (each run over the same round's fp32 run, so drift cancels), the
+# median over rounds and their range.
 # Usage: bench/precision.sh [rounds]   (environment: THREADS, STEPS, BUILD)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ for r in $(seq "$rounds"); do
             set -- $cfg
             "$build/bench_step" --model "$file" --batch $batch --optimizer adam --steps "$steps" \
                 --threads "$threads" --precision "$1" --optimizer-state "$2" --json |
-                sed "s|\"model\": \"[^\"]*\"|\"model\": \"$model\"|" >>"$out"
+                sed "s|\"model\": \"[^\"]*\"|\"round\": $r, \"model\": \"$model\"|" >>"$out"
         done
     done
 done
@@ -36,8 +38,10 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
     runs[(r["model"], r["precision"], r["optimizer_state"])].append(r)
-print("| model | precision | Adam state | ms/step | time vs fp32 | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+# time vs fp32: the median over rounds of (this run / the same round's fp32
+# run), so that drift between rounds cancels; the range is over the rounds
+print("| model | precision | Adam state | ms/step | time vs fp32 | range | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 mib = lambda b: f"{b / 1048576:.1f} MiB"
 for model in ["cnn", "resnet", "chain"]:
     base = runs[(model, "fp32", "fp32")]
@@ -48,8 +52,12 @@ for model in ["cnn", "resnet", "chain"]:
         if m != model:
             continue
         t = statistics.median(r["median_ms"] for r in rs)
+        per_round = {r["round"]: r["median_ms"] for r in base}
+        ratios = [r["median_ms"] / per_round[r["round"]] for r in rs if r["round"] in per_round]
+        rt = statistics.median(ratios) if ratios else t / bt
+        rng = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
         c = rs[0]["peak_by_category"]
-        print(f"| {m} | {p} | {st} | {t:.1f} | {t / bt:.2f}x | {mib(c['activations'])} | "
+        print(f"| {m} | {p} | {st} | {t:.1f} | {rt:.2f}x | {rng} | {mib(c['activations'])} | "
               f"{c['activations'] / ba:.2f}x | {mib(c['optimizer'])} | {c['optimizer'] / bo:.2f}x | "
               f"{mib(rs[0]['peak_allocated_bytes'])} |")
 PY

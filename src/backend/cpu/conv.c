@@ -252,11 +252,12 @@ static int shift_bwd(fr_kernel_call *c, const conv_geom *g, float *dx, float *dw
         }
     }
     if (dw) { /* dW[oc][c][k] (+)= the chunk partials [k][oc][c], in chunk order */
+        const float *parts = slots + xpad_n + dypad_n + g->C * g->wide; /* slot 0's partial */
 #pragma omp parallel for schedule(static) if (OCC * KK * S >= CONV_PAR_MIN)
         for (int64_t i = 0; i < OCC; i++) {
             for (int64_t k = 0; k < KK; k++) {
                 float v = acc_w ? dw[i * KK + k] : 0.0f;
-                for (int64_t s = 0; s < S; s++) v += slots[s * slot + xpad_n + dypad_n + g->C * g->wide + k * OCC + i];
+                for (int64_t s = 0; s < S; s++) v += parts[s * slot + k * OCC + i];
                 dw[i * KK + k] = v;
             }
         }
