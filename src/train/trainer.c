@@ -172,6 +172,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (!cfg->json && cfg->progress >= 0 && (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
         fr_step_describe_plan(s, stderr, 0);
         fputc('\n', stderr);
+    } else if (!cfg->json && cfg->progress >= 0 && s->n_fused) {
+        fprintf(stderr, "SGD step inside backward for %d Linear tensors: their gradients are never "
+                        "stored (--keep-grads to store them)\n", s->n_fused);
     }
     int start_epoch = 0;
     int64_t skip = 0;
