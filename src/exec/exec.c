@@ -71,6 +71,8 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         c.step = step;
         c.upd_lr = e->upd_lr;
         c.upd_wd = e->upd_wd;
+        c.upd_ws = e->upd_ws;
+        c.upd_ws_len = e->upd_ws_len;
         for (int j = 0; j < node->n_in; j++) c.in[j] = bind(e, node->in[j], n);
         for (int j = 0; j < node->n_out; j++) {
             int v = node->out[j];

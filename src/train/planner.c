@@ -199,10 +199,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
-                "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, \"layers\": [",
+                "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
+                "\"update_scratch_bytes\": %zu, \"layers\": [",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
                 info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget,
-                s->n_fused, fused_bytes(s));
+                s->n_fused, fused_bytes(s), s->upd_ws_len * sizeof(float));
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
             const fr_layer *l = &m->layers[i];
@@ -234,8 +235,10 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->n_fused)
         fprintf(out, "SGD step inside backward: %d Linear tensors updated as their gradient is "
-                "computed, %s of gradients never stored (--keep-grads to store them)\n",
-                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
+                "computed, %s of gradients never stored, a %s tile of scratch instead "
+                "(--keep-grads to store them)\n",
+                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
+                fr_human_bytes(s->upd_ws_len * sizeof(float), h[6], sizeof h[6]));
     fprintf(out, "\n");
     fprintf(out, "%-6s %-16s %-14s %s\n", "unit", "layer", "type", "activations");
     for (size_t i = 0; i < m->n_layers; i++) {

@@ -30,6 +30,10 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
 
 static fr_status alloc_grads(fr_step *s) {
     fr_model *m = s->m;
+    if (s->upd_ws_len && !s->upd_ws) {
+        s->upd_ws = fr_alloc(s->ctx, s->upd_ws_len * sizeof(float), FR_MEM_GRADS);
+        if (!s->upd_ws) return FR_ERR_NOMEM;
+    }
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (!fr_step_grad_bytes(s, i) || p->grad) continue;
@@ -83,6 +87,7 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->gv);
     fr_free(ctx, s->unit);
     fr_free(ctx, s->fused);
+    fr_free(ctx, s->upd_ws);
     fr_free(ctx, s);
 }
 
@@ -176,6 +181,11 @@ static fr_status plan_fused_updates(fr_step *s) {
         }
         if (late_reader) continue;
         w->update |= 1u << slot;
+        if (slot == 1) { /* the weight's gradient passes through a tile of scratch */
+            const fr_shape *ws = &m->params[i].shape;
+            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0]) : 0;
+            if (len > s->upd_ws_len) s->upd_ws_len = len;
+        }
         s->fused[i] = 1;
         s->n_fused++;
     }
@@ -491,6 +501,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     }
     e->upd_lr = s->o.optim.lr;
     e->upd_wd = s->o.optim.weight_decay;
+    e->upd_ws = s->upd_ws;
+    e->upd_ws_len = s->upd_ws_len;
     int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
     int64_t y_per = ce ? 1 : fr_shape_numel(&g->vals[g->label].shape) / s->micro;
     double total = 0;
@@ -507,6 +519,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) {
             fr_exec_finish(e);
             s->runs++;
+            if (loss) *loss = lm;
+            if (correct) *correct = hits + count_hits(s, b, off, n);
             return fr_fail(s->ctx, FR_ERR_NUMERIC,
                            "non-finite loss (%g) at step %llu: lower the learning rate or check "
                            "the data; the weights were not updated",
@@ -582,6 +596,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
+    out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     out[FR_MEM_OTHER] = s->meta_bytes;
 }

@@ -29,6 +29,8 @@ struct fr_step {
     int inject_inf;         /* testing: poison a gradient in the next step */
     uint8_t *fused;         /* per model param: updated inside backward, no gradient kept */
     int n_fused;            /* how many params are */
+    size_t upd_ws_len;      /* floats of scratch for their gradient tiles (category grads) */
+    float *upd_ws;
     int loss_pos;           /* plan position of the loss node (forward ends there) */
 };
 

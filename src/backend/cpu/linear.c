@@ -35,13 +35,23 @@ int fr_k_linear(fr_kernel_call *c) {
     return FR_OK;
 }
 
+static int64_t upd_tile_rows(int64_t O, int64_t K) {
+    int64_t t = K > 0 ? FR_UPD_TILE / K : O;
+    if (t < 1) t = 1;
+    return t < O ? t : O;
+}
+
+size_t fr_k_linear_upd_ws(int64_t O, int64_t K) { return (size_t)(upd_tile_rows(O, K) * K); }
+
 // dy is (N,O), x is (N,K), W is (O,K)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
 // each added into its output when its accumulate bit (0, 1, 2) is set.
 // With update bit 1 (2) the output is the weight (bias) itself and takes the
-// plain SGD step with its gradient instead: W = (1 - lr wd) W + (-lr) dy^T x
-// in the GEMM's epilogue (beta, alpha), and b = b + (-lr)(db + wd b) in the
-// order of fr_k_sgd. dx is computed first, from the weights before the step.
+// plain SGD step with its gradient instead, element by element in the order
+// of fr_k_sgd: p = p + (-lr)(g + wd p). The weight's gradient is formed a
+// tile of rows at a time in upd_ws (a GEMM's epilogue would add it to W in
+// pieces, one per block of the batch, and lose what each piece rounds away).
+// dx is computed first, from the weights before the step.
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
@@ -60,10 +70,23 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         }
     }
     if (dw && O * K > 0 && (c->update & 2u)) {
-        if (N > 0) {
-            float beta = (float)(1.0 - (double)c->upd_lr * (double)c->upd_wd);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)K, (int)N, -c->upd_lr,
-                        dyp, (int)O, fr_f32(x), (int)K, beta, dw, (int)K);
+        int64_t rows = upd_tile_rows(O, K);
+        if (!c->upd_ws || c->upd_ws_len < (size_t)(rows * K))
+            return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
+                           "scratch, %zu given", (long long)(rows * K), c->upd_ws_len);
+        const float lr = c->upd_lr, wd = c->upd_wd;
+        float *g = c->upd_ws;
+        for (int64_t o0 = 0; o0 < O && N > 0; o0 += rows) {
+            int64_t r = O - o0 < rows ? O - o0 : rows, len = r * K;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
+                        dyp + o0, (int)O, fr_f32(x), (int)K, 0.0f, g, (int)K);
+            float *p = dw + o0 * K;
+#pragma omp parallel for schedule(static) if (len >= LIN_PAR_MIN)
+            for (int64_t i = 0; i < len; i++) {
+                float d = g[i];
+                if (wd != 0.0f) d = d + wd * p[i];
+                p[i] = p[i] + (-lr) * d;
+            }
         }
     } else if (dw && O * K > 0) {
         if (N == 0) {
