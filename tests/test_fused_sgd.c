@@ -84,9 +84,11 @@ static void test_one_step_by_hand(void) {
     CHECK(m->params[0].grad == NULL && m->params[1].grad == NULL, "no gradient buffers");
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
-    /* the weight's gradient passes through a tile of min(O, 65536 / D) rows */
-    CHECK(st.allocated_peak[FR_MEM_GRADS] == O * D * sizeof(float),
-          "gradient bytes ever allocated: %zu, a tile of %d x %d floats", st.allocated_peak[FR_MEM_GRADS], O, D);
+    /* the weight's gradient passes through a tile of min(O, 65536 / D) rows per thread */
+    size_t nt = (size_t)fr_get_threads(ctx);
+    CHECK(st.allocated_peak[FR_MEM_GRADS] == O * D * sizeof(float) * nt,
+          "gradient bytes ever allocated: %zu, a tile of %d x %d floats for each of %zu threads",
+          st.allocated_peak[FR_MEM_GRADS], O, D, nt);
     fr_step_free(s);
     fr_model_free(m);
     fr_ctx_free(ctx);
@@ -123,7 +125,7 @@ static fr_model *wide(fr_ctx *ctx) { /* 512 x 300 weights: three tiles of 218, 2
 /* The same training with and without the update in backward: the same
  * gradients and fr_k_sgd's formula, so the same bits. */
 static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N, float lr,
-                              float wd, size_t tile, const char *what) {
+                              float wd, size_t tile, int threads, const char *what) {
     enum { STEPS = 6 };
     float *x = malloc(sizeof(float) * (size_t)N * d);
     int32_t *y = malloc(sizeof(int32_t) * (size_t)N);
@@ -134,6 +136,8 @@ static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused
     fr_model *m[2];
     for (int keep = 0; keep < 2; keep++) {
         ctx[keep] = fr_ctx_new();
+        if (!keep && threads) fr_set_threads(ctx[keep], threads);
+        if (keep) fr_set_threads(ctx[keep], 2);
         m[keep] = make(ctx[keep]);
         fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
                           .seed = 5, .keep_grads = keep};
@@ -146,7 +150,7 @@ static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused
               s->n_fused);
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
-        size_t grads = keep ? 0 : tile * sizeof(float);
+        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]);
         for (size_t i = 0; i < m[keep]->n_params; i++)
             if (!s->fused || !s->fused[i])
                 grads += (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
@@ -245,13 +249,16 @@ static void test_nonfinite_loss(void) {
 
 int main(void) {
     test_one_step_by_hand();
-    compare_with_kept(mlp, 50, 4, 16, 0.05f, 1e-3f, 64 * 50, "mlp");
-    compare_with_kept(cnn, 64, 2, 16, 0.05f, 1e-3f, 10 * 64, "cnn (conv keeps its gradient)");
+    compare_with_kept(mlp, 50, 4, 16, 0.05f, 1e-3f, 64 * 50, 0, "mlp");
+    compare_with_kept(cnn, 64, 2, 16, 0.05f, 1e-3f, 10 * 64, 0, "cnn (conv keeps its gradient)");
     /* A batch longer than a GEMM's block of the inner dimension, updates of a
      * few ulps and lr * wd = 1e-8 (1 - lr wd rounds to 1 in float): a GEMM
      * epilogue that adds -lr dW into W block by block, or scales W by
      * (1 - lr wd), gives other bits. */
-    compare_with_kept(wide, 300, 4, 2048, 1e-5f, 1e-3f, 218 * 300, "wide, batch 2048, lr 1e-5");
+    compare_with_kept(wide, 300, 4, 2048, 1e-5f, 1e-3f, 218 * 300, 2, "wide, batch 2048, lr 1e-5");
+    /* the kept run has 2 threads; each tile's bits do not depend on the thread count */
+    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 218 * 300, 1, "wide, 1 thread");
+    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 218 * 300, 3, "wide, 3 threads");
     test_only_where_safe();
     test_nonfinite_loss();
     return check_done();

@@ -2,6 +2,7 @@
  * GEMMs. It owns LINEAR and LINEAR_BWD and nothing else: no allocation, no
  * policy (whether dx is wanted is decided by the caller through data NULL). */
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
@@ -41,7 +42,50 @@ static int64_t upd_tile_rows(int64_t O, int64_t K) {
     return t < O ? t : O;
 }
 
-size_t fr_k_linear_upd_ws(int64_t O, int64_t K) { return (size_t)(upd_tile_rows(O, K) * K); }
+size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int threads) {
+    return (size_t)(upd_tile_rows(O, K) * K) * (size_t)(threads > 0 ? threads : 1);
+}
+
+/* fr_k_sgd without momentum on one tile: p = p + (-lr)(g + wd p), a loop
+ * for each case so that both vectorize. */
+static void sgd_tile(float *restrict p, const float *restrict g, int64_t len, float lr, float wd) {
+    if (wd != 0.0f) {
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) p[i] = p[i] + (-lr) * (g[i] + wd * p[i]);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) p[i] = p[i] + (-lr) * g[i];
+    }
+}
+
+/* W = W - lr (dy^T x + wd W), a tile of rows per task: each thread forms the
+ * tile's gradient in its own slot of upd_ws by a one-thread GEMM (OpenBLAS
+ * runs single-threaded inside a parallel region) and steps those rows. A
+ * tile's bits do not depend on which thread computes it. */
+static int update_weight(fr_kernel_call *c, const float *dyp, const float *xp, float *w, int64_t N,
+                         int64_t O, int64_t K) {
+    int64_t rows = upd_tile_rows(O, K), tile = rows * K, ntiles = (O + rows - 1) / rows;
+    int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
+    if (!c->upd_ws || slots < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
+                       "scratch per thread, %zu given", (long long)tile, c->upd_ws_len);
+    int nt = omp_get_max_threads();
+    if (nt > slots) nt = (int)slots;
+    if (nt > ntiles) nt = (int)ntiles;
+    const float lr = c->upd_lr, wd = c->upd_wd;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *g = c->upd_ws + (size_t)omp_get_thread_num() * (size_t)tile;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < ntiles; t++) {
+            int64_t o0 = t * rows, r = O - o0 < rows ? O - o0 : rows;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
+                        dyp + o0, (int)O, xp, (int)K, 0.0f, g, (int)K);
+            sgd_tile(w + o0 * K, g, r * K, lr, wd);
+        }
+    }
+    return FR_OK;
+}
 
 // dy is (N,O), x is (N,K), W is (O,K)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
@@ -70,23 +114,9 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         }
     }
     if (dw && O * K > 0 && (c->update & 2u)) {
-        int64_t rows = upd_tile_rows(O, K);
-        if (!c->upd_ws || c->upd_ws_len < (size_t)(rows * K))
-            return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
-                           "scratch, %zu given", (long long)(rows * K), c->upd_ws_len);
-        const float lr = c->upd_lr, wd = c->upd_wd;
-        float *g = c->upd_ws;
-        for (int64_t o0 = 0; o0 < O && N > 0; o0 += rows) {
-            int64_t r = O - o0 < rows ? O - o0 : rows, len = r * K;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
-                        dyp + o0, (int)O, fr_f32(x), (int)K, 0.0f, g, (int)K);
-            float *p = dw + o0 * K;
-#pragma omp parallel for schedule(static) if (len >= LIN_PAR_MIN)
-            for (int64_t i = 0; i < len; i++) {
-                float d = g[i];
-                if (wd != 0.0f) d = d + wd * p[i];
-                p[i] = p[i] + (-lr) * d;
-            }
+        if (N > 0) {
+            int st = update_weight(c, dyp, fr_f32(x), dw, N, O, K);
+            if (st) return st;
         }
     } else if (dw && O * K > 0) {
         if (N == 0) {
