@@ -48,7 +48,7 @@ typedef struct fr_kernel_call {
  * A weight updated inside LINEAR_BWD (update bit 1) takes its gradient in
  * tiles of whole rows, FR_UPD_TILE floats or one row, one tile per thread
  * in upd_ws: fr_k_linear_upd_ws(O, K, threads) floats. */
-#define FR_UPD_TILE 65536
+#define FR_UPD_TILE 16384
 int fr_k_linear(fr_kernel_call *c);
 int fr_k_linear_bwd(fr_kernel_call *c);
 size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int threads);
