@@ -183,7 +183,8 @@ static fr_status plan_fused_updates(fr_step *s) {
         w->update |= 1u << slot;
         if (slot == 1) { /* the weight's gradient passes through a tile of scratch */
             const fr_shape *ws = &m->params[i].shape;
-            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0], fr_get_threads(s->ctx)) : 0;
+            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0], s->micro,
+                                                       fr_get_threads(s->ctx)) : 0;
             if (len > s->upd_ws_len) s->upd_ws_len = len;
         }
         s->fused[i] = 1;

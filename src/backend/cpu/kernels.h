@@ -46,12 +46,12 @@ typedef struct fr_kernel_call {
  * LINEAR      in: x (N,K), W (O,K), b (O)|absent        out: y (N,O) = x W^T + b
  * LINEAR_BWD  in: dy (N,O), x (N,K), W (O,K)            out: dx (N,K) = dy W, dW (O,K) = dy^T x, db (O) = sum_n dy
  * A weight updated inside LINEAR_BWD (update bit 1) takes its gradient in
- * tiles of whole rows, FR_UPD_TILE floats or one row, one tile per thread
- * in upd_ws: fr_k_linear_upd_ws(O, K, threads) floats. */
+ * tiles of whole rows, one tile per thread in upd_ws:
+ * fr_k_linear_upd_ws(O, K, N, threads) floats (N: the largest batch). */
 #define FR_UPD_TILE 16384
 int fr_k_linear(fr_kernel_call *c);
 int fr_k_linear_bwd(fr_kernel_call *c);
-size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int threads);
+size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int64_t N, int threads);
 
 /* conv.c — im2col + GEMM; attr.kernel (square), attr.stride, attr.pad (zeros).
  * CONV2D      in: x (N,C,H,W), W (OC,C,K,K), b (OC)|absent   out: y (N,OC,OH,OW), ws (f32 workspace)
