@@ -7,6 +7,7 @@
 #include "backend/cpu/optim_state.h"
 
 #include <ctype.h>
+#include <immintrin.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -49,7 +50,7 @@ _Static_assert(MAP_NON_SIGN_BITS == MAP_MAX_EXP_BITS, "the map has no additional
  * the answer the binary search would. (Measured on the 32-layer chain's
  * int8 Adam: 14 bits and two steps 1.31x fp32, 16 bits and one step 1.22x;
  * an AVX2 version gathering the table and thresholds was slower than this
- * scalar walk on this AMD CPU.) */
+ * scalar walk on this AMD Zen 4; the AVX-512 version below is faster.) */
 #define LUT_SHIFT 16
 #define LUT_SIZE (1u << (32 - LUT_SHIFT))
 
@@ -59,6 +60,7 @@ typedef struct dyn_map {
     float thr[256];  /* the smallest float above mid[k]: y > mid[k] exactly when y >= thr[k] */
     uint8_t zero;    /* the index of the value 0 */
     uint8_t lut[LUT_SIZE];
+    uint8_t lut_pad[3]; /* a 32-bit gather of lut[b] reads three bytes past it */
 } dyn_map;
 
 
@@ -167,6 +169,45 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
 
 /* ---- int8 blocks -------------------------------------------------------- */
 
+/* nearest_code for 16 values at a time where the CPU has AVX-512: the same
+ * division, the table's first guess and the walk up, a gather per step.
+ * Returns how many leading values it coded (a multiple of 16). (One thread,
+ * 4M parameters, int8 Adam: 4.1 ns a parameter with the scalar walk, 3.4
+ * with this; gathering the pair thr[k], thr[k+1] as 64 bits, 4.2; a 16-bit
+ * table that flags the buckets holding two thresholds, 3.55.) */
+__attribute__((target("avx512f,avx512bw"))) static size_t
+nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, uint8_t *codes) {
+    const __m512 vam = _mm512_set1_ps(amax);
+    const __m512i ff = _mm512_set1_epi32(0xFF), one = _mm512_set1_epi32(1);
+    size_t i = 0;
+    for (; i + 16 <= cnt; i += 16) {
+        const __m512 y = _mm512_div_ps(_mm512_loadu_ps(x + i), vam);
+        const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(y), LUT_SHIFT);
+        __m512i k = _mm512_and_si512(_mm512_i32gather_epi32(top, d->lut, 1), ff);
+        __m512 t = _mm512_i32gather_ps(k, d->thr, 4);
+        __mmask16 up = _mm512_cmp_ps_mask(y, t, _CMP_GE_OQ);
+        while (up) { /* thr[255] is +inf: every lane stops there */
+            k = _mm512_mask_add_epi32(k, up, k, one);
+            t = _mm512_mask_i32gather_ps(t, up, k, d->thr, 4);
+            up = _mm512_mask_cmp_ps_mask(up, y, t, _CMP_GE_OQ);
+        }
+        _mm_storeu_si128((__m128i *)(codes + i), _mm512_cvtepi32_epi8(k));
+    }
+    return i;
+}
+
+/* Whether this CPU runs the AVX-512 paths (asked once). */
+static int have_avx512(void) {
+    static int known = -1;
+    int h = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        __atomic_store_n(&known, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
 /* One block of cnt <= FR_STATE_INT8_BLOCK elements.
  * encode: absmax = max_i |x_i|; code_i = nearest(x_i / absmax). A block of
  *         zeros gets absmax 0 (and the zero code); a block holding a NaN or
@@ -199,7 +240,8 @@ encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float
         return;
     }
     *absmax = amax;
-    for (size_t i = 0; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
+    size_t i = have_avx512() ? nearest_codes_avx512(x, cnt, amax, d, codes) : 0;
+    for (; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
 __attribute__((target_clones("avx2", "default"))) static void
