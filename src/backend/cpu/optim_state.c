@@ -196,7 +196,9 @@ nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, u
     return i;
 }
 
-/* Whether this CPU runs the AVX-512 paths (asked once). */
+/* Whether this CPU runs the AVX-512 paths (asked once); tests may turn
+ * them off to check the scalar walk. */
+static int avx512_off;
 static int have_avx512(void) {
     static int known = -1;
     int h = __atomic_load_n(&known, __ATOMIC_RELAXED);
@@ -205,7 +207,12 @@ static int have_avx512(void) {
         h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         __atomic_store_n(&known, h, __ATOMIC_RELAXED);
     }
-    return h;
+    return h && !__atomic_load_n(&avx512_off, __ATOMIC_RELAXED);
+}
+
+int fr_state_simd(int on) {
+    __atomic_store_n(&avx512_off, !on, __ATOMIC_RELAXED);
+    return have_avx512();
 }
 
 /* One block of cnt <= FR_STATE_INT8_BLOCK elements.

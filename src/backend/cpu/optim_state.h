@@ -69,4 +69,8 @@ void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, 
 void fr_k_adam_half(uint16_t *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
                     const fr_optim_opts *o, int64_t step, int decoupled, int is_f16);
 
+/* Testing: on = 0 keeps the int8 code search on its scalar path; returns
+ * whether the AVX-512 path now runs. */
+int fr_state_simd(int on);
+
 #endif
