@@ -6,7 +6,8 @@
 # of the per-run medians. Prints a markdown table with ratios against fp32:
 # per round (each run over the same round's fp32 run, so drift cancels), the
 # median over rounds and their range.
-# Usage: bench/precision.sh [rounds]   (environment: THREADS, STEPS, BUILD)
+# Usage: bench/precision.sh [rounds]   (environment: THREADS, STEPS, BUILD,
+# MODELS ["cnn resnet chain"], CONFIGS [all six, e.g. "fp32 fp32,fp32 int8"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
@@ -19,9 +20,9 @@ chain=$(mktemp --suffix=.model)
 trap 'rm -f "$chain" "$out"' EXIT
 { echo "input 1024"; for i in $(seq 32); do echo "linear 1024"; echo "relu"; done; echo "linear 10"; } >"$chain"
 out=$(mktemp)
-configs=("fp32 fp32" "bf16-mixed fp32" "fp16-mixed fp32" "bf16 fp32" "fp32 bf16" "fp32 int8")
+IFS=, read -r -a configs <<<"${CONFIGS:-fp32 fp32,bf16-mixed fp32,fp16-mixed fp32,bf16 fp32,fp32 bf16,fp32 int8}"
 for r in $(seq "$rounds"); do
-    for model in cnn resnet chain; do
+    for model in ${MODELS:-cnn resnet chain}; do
         file=$model; batch=128
         [ "$model" = chain ] && file=$chain && batch=256
         for cfg in "${configs[@]}"; do
@@ -43,7 +44,7 @@ for line in open(sys.argv[1]):
 print("| model | precision | Adam state | ms/step | time vs fp32 | range | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
 print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 mib = lambda b: f"{b / 1048576:.1f} MiB"
-for model in ["cnn", "resnet", "chain"]:
+for model in [m for m in ["cnn", "resnet", "chain"] if (m, "fp32", "fp32") in runs]:
     base = runs[(model, "fp32", "fp32")]
     bt = statistics.median(r["median_ms"] for r in base)
     ba = base[0]["peak_by_category"]["activations"]
