@@ -592,7 +592,7 @@ static void test_half_weights(void) {
             int same = 1;
             for (int64_t t = 1; t <= 4; t++) {
                 for (size_t i = 0; i < n; i++) g[i] = (2 * fr_rng_next_uniform(&r) - 1) * 1e-2f;
-                fr_k_adam_half(p, g, m, v, n, &o, t, dec, f16);
+                fr_k_adam_half(p, g, 0, m, v, n, &o, t, dec, f16);
                 if (f16) {
                     fr_f16_to_f32_n(rp, wp, n), fr_f16_to_f32_n(rm, wm, n), fr_f16_to_f32_n(rv, wv, n);
                 } else {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "train/step.h"
 
@@ -41,6 +42,8 @@ typedef struct run {
     int32_t *y;
 } run;
 
+static int start_micro; /* micro-batch size for the next start(); 0: the whole batch */
+
 static run start(fr_precision p, fr_optim_kind k, int scaling, float clip) {
     run r;
     r.ctx = fr_ctx_new();
@@ -48,7 +51,8 @@ static run start(fr_precision p, fr_optim_kind k, int scaling, float clip) {
     r.m = convnet(r.ctx);
     fr_model_init(r.m, 9);
     fr_step_opts o = {.batch = 8, .training = 1, .optim = fr_optim_defaults(k), .seed = 2,
-                      .precision = p, .loss_scaling = scaling, .clip_grad_norm = clip};
+                      .precision = p, .loss_scaling = scaling, .clip_grad_norm = clip,
+                      .micro_batch = start_micro};
     o.optim.zero_grad_to_none = 0;
     o.optim.lr = k == FR_OPTIM_SGD ? 0.1f : 1e-3f;
     r.s = fr_step_compile(r.m, &o);
@@ -271,6 +275,75 @@ static void test_pure_bf16(void) {
     stop(&r);
 }
 
+/* Pure half precision keeps the weights' gradients in their 16-bit format
+ * (model.half()): the bytes halve, predicted and measured; the gradients
+ * agree with fp32's at the same (widened) weights within the mixed modes'
+ * bound, also when two micro-batches add into the 16-bit gradient; a forced
+ * inf in a 16-bit gradient skips the step. */
+static void test_pure_grads(fr_precision p, double unit) {
+    fr_dtype dt = p == FR_PREC_FP16 ? FR_F16 : FR_BF16;
+    for (int micro = 0; micro <= 4; micro += 4) {
+        start_micro = micro;
+        run r = start(p, FR_OPTIM_ADAM, 1, 0);
+        run a = start(FR_PREC_FP32, FR_OPTIM_ADAM, 1, 0); /* the same micro-batches (BatchNorm) */
+        start_micro = 0;
+        for (size_t i = 0; i < a.m->n_params; i++) { /* fp32 at the 16-bit weights */
+            const fr_param *pr = &r.m->params[i];
+            if (pr->dtype != dt) continue;
+            float *w = a.m->params[i].data;
+            const uint16_t *h = pr->data;
+            for (int64_t k = 0; k < fr_shape_numel(&pr->shape); k++)
+                w[k] = dt == FR_F16 ? fr_f16_to_f32(h[k]) : fr_bf16_to_f32(h[k]);
+        }
+        size_t pa[FR_MEM_CAT_COUNT], pr[FR_MEM_CAT_COUNT];
+        fr_step_predicted(a.s, pa, NULL);
+        fr_step_predicted(r.s, pr, NULL);
+        CHECK(pr[FR_MEM_GRADS] * 2 == pa[FR_MEM_GRADS], "%s: gradients %zu bytes, fp32 %zu",
+              fr_precision_name(p), pr[FR_MEM_GRADS], pa[FR_MEM_GRADS]);
+        float la, lr;
+        CHECK(step(&a, &la) == FR_OK && step(&r, &lr) == FR_OK, "steps: %s", fr_last_error(r.ctx));
+        fr_mem_stats st;
+        fr_mem_get_stats(r.ctx, &st);
+        CHECK(st.allocated_peak[FR_MEM_GRADS] == pr[FR_MEM_GRADS], "%s: gradient bytes measured %zu, predicted %zu",
+              fr_precision_name(p), st.allocated_peak[FR_MEM_GRADS], pr[FR_MEM_GRADS]);
+        double worst = 0;
+        int n16 = 0;
+        for (size_t i = 0; i < a.m->n_params; i++) {
+            const fr_param *qa = &a.m->params[i], *qr = &r.m->params[i];
+            if (!qa->grad || qr->dtype != dt) continue;
+            n16 += qr->grad16 != NULL && qr->grad == NULL;
+            if (!qr->grad16) continue;
+            double num = 0, den = 0;
+            for (int64_t k = 0; k < fr_shape_numel(&qa->shape); k++) {
+                double g = dt == FR_F16 ? fr_f16_to_f32(qr->grad16[k]) : fr_bf16_to_f32(qr->grad16[k]);
+                num += (g - qa->grad[k]) * (g - qa->grad[k]);
+                den += (double)qa->grad[k] * qa->grad[k];
+            }
+            double rel = sqrt(num / (den > 0 ? den : 1));
+            if (strcmp(qa->name, "0.weight") == 0) rel /= 4; /* 64 u below BatchNorm, as above */
+            worst = rel > worst ? rel : worst;
+        }
+        CHECK(n16 >= 6, "%s: %d weight gradients held in 16 bits", fr_precision_name(p), n16);
+        CHECK(worst <= 16 * unit, "%s micro-batch %d: gradients vs fp32 relative L2 %g > %g",
+              fr_precision_name(p), micro, worst, 16 * unit);
+        /* an inf in a 16-bit gradient: the step is skipped, nothing moves */
+        size_t nb = (size_t)fr_shape_numel(&r.m->params[0].shape) * 2;
+        uint16_t *before = malloc(nb);
+        memcpy(before, r.m->params[0].data, nb);
+        r.s->inject_inf = 1;
+        uint64_t skipped0, skipped1;
+        fr_step_scaler(r.s, NULL, &skipped0);
+        CHECK(step(&r, &lr) == FR_OK, "step with inf: %s", fr_last_error(r.ctx));
+        fr_step_scaler(r.s, NULL, &skipped1);
+        CHECK(skipped1 == skipped0 + 1 && memcmp(before, r.m->params[0].data, nb) == 0,
+              "%s: an inf gradient skips the step (skipped %llu -> %llu)", fr_precision_name(p),
+              (unsigned long long)skipped0, (unsigned long long)skipped1);
+        free(before);
+        stop(&a);
+        stop(&r);
+    }
+}
+
 int main(void) {
     test_mixed_grads(FR_PREC_BF16_MIXED, ldexp(1, -9));
     test_mixed_grads(FR_PREC_FP16_MIXED, ldexp(1, -12));
@@ -280,5 +353,7 @@ int main(void) {
     test_overflow_skip();
     test_clip();
     test_pure_bf16();
+    test_pure_grads(FR_PREC_BF16, ldexp(1, -9));
+    test_pure_grads(FR_PREC_FP16, ldexp(1, -12));
     return check_done();
 }

@@ -40,6 +40,7 @@ void fr_model_free(fr_model *m) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_free(ctx, m->params[i].data);
         fr_free(ctx, m->params[i].grad);
+        fr_free(ctx, m->params[i].grad16);
         fr_free(ctx, m->params[i].state[0]);
         fr_free(ctx, m->params[i].state[1]);
     }

@@ -54,6 +54,8 @@ typedef struct fr_param {
     int64_t fan_in;
     void *data;    /* FR_MEM_PARAMS */
     float *grad;   /* FR_MEM_GRADS, NULL until needed */
+    uint16_t *grad16; /* FR_MEM_GRADS: instead of grad, the gradient in the weights' own 16-bit
+                         format (pure half precision, as model.half() keeps it) */
     int grad_valid;/* 0: the next backward overwrites instead of adding */
     float *state[2]; /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
     int state_kind;  /* fr_state_kind of Adam's moments (fp32, bf16, int8) */

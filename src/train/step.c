@@ -25,7 +25,7 @@ int fr_step_optim_states(const fr_optim_opts *o) {
 
 size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
     if (s->gv[i] < 0 || (s->fused && s->fused[i])) return 0;
-    return (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
+    return (size_t)fr_shape_numel(&s->m->params[i].shape) * fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
 
 static fr_status alloc_grads(fr_step *s) {
@@ -36,9 +36,11 @@ static fr_status alloc_grads(fr_step *s) {
     }
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (!fr_step_grad_bytes(s, i) || p->grad) continue;
-        p->grad = fr_alloc(s->ctx, (size_t)fr_shape_numel(&p->shape) * sizeof(float), FR_MEM_GRADS);
-        if (!p->grad) return FR_ERR_NOMEM;
+        size_t bytes = fr_step_grad_bytes(s, i);
+        if (!bytes || p->grad || p->grad16) continue;
+        if (s->g.vals[s->gv[i]].dtype == FR_F32) p->grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
+        else p->grad16 = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
+        if (!p->grad && !p->grad16) return FR_ERR_NOMEM;
         p->grad_valid = 0;
     }
     return FR_OK;
@@ -193,6 +195,56 @@ static fr_status plan_fused_updates(fr_step *s) {
     return FR_OK;
 }
 
+/* Pure half precision (16-bit weights): each weight's gradient is kept in
+ * the weights' format, as model.half() keeps it. Its single writer makes
+ * the f32 gradient as a step value (arena, dying at once) and a CAST right
+ * after it narrows it into the persistent 16-bit gradient, adding to what is
+ * there when micro-batches accumulate (f32 sum, one rounding). A gradient
+ * with several writers keeps f32 storage. */
+static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
+    const fr_model *m = s->m;
+    fr_graph *g = &s->g;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        int gv = s->gv[i];
+        if (gv < 0 || (p->dtype != FR_F16 && p->dtype != FR_BF16)) continue;
+        int writers = 0, pos = -1, slot = -1;
+        for (int k = 0; k < *n_io; k++) {
+            const fr_node *n = &g->nodes[(*order_io)[k]];
+            for (int j = 0; j < n->n_out; j++)
+                if (n->out[j] == gv) writers++, pos = k, slot = j;
+            for (int j = 0; j < n->n_in; j++) writers += 2 * (n->in[j] == gv); /* read: leave it */
+        }
+        if (writers != 1) continue;
+        int *grown = fr_alloc(s->ctx, (size_t)(*n_io + 1) * sizeof **order_io, FR_MEM_OTHER);
+        if (!grown) return FR_ERR_NOMEM;
+        memcpy(grown, *order_io, (size_t)*n_io * sizeof *grown);
+        fr_free(s->ctx, *order_io);
+        *order_io = grown;
+        int w = grown[pos], g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
+        if (g16 < 0) return g->status;
+        fr_attr a = {0};
+        a.dtype = p->dtype;
+        int c = fr_graph_node(g, FR_OP_CAST, &gv, 1, &a, -1, 0, NULL);
+        if (c < 0) return g->status;
+        fr_node *cn = &g->nodes[c];
+        g->vals[cn->out[0]].producer = -1; /* replaced by the 16-bit gradient */
+        cn->out[0] = g16;
+        cn->accumulate = 1u;
+        cn->layer = g->nodes[w].layer;
+        g->vals[g16].param = (int)i;
+        g->vals[gv].kind = FR_VAL_STEP;
+        g->vals[gv].param = -1;
+        g->vals[gv].producer = w;
+        g->nodes[w].accumulate &= ~(1u << slot);
+        memmove(grown + pos + 2, grown + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *grown);
+        grown[pos + 1] = c;
+        (*n_io)++;
+        s->gv[i] = g16;
+    }
+    return FR_OK;
+}
+
 /* Build graph, backward, schedule and plan for the given options; no arena,
  * gradients or optimizer state yet (the planner compares candidates). */
 fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
@@ -291,6 +343,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
         if ((st = fr_precision_apply(&s->g, half, n_nodes0, &order, &n_order))) goto fail;
     }
+    if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
     s->scaler = fr_scaler_default();
     s->scaler.enabled = opts->loss_scaling > 0 ||
                         (opts->loss_scaling == 0 && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
@@ -373,27 +426,32 @@ static fr_status optimizer_update(fr_step *s) {
         size_t n = (size_t)fr_shape_numel(&p->shape);
         int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
         if (half && o->kind != FR_OPTIM_SGD) { /* one fused pass over the 16-bit tensors */
-            fr_k_adam_half(p->data, p->grad, (uint16_t *)p->state[0], (uint16_t *)p->state[1], n, o,
+            fr_k_adam_half(p->data, p->grad16 ? (const void *)p->grad16 : (const void *)p->grad,
+                           p->grad16 != NULL, (uint16_t *)p->state[0], (uint16_t *)p->state[1], n, o,
                            s->t, o->kind == FR_OPTIM_ADAMW, p->dtype == FR_F16);
             continue;
         }
-        float *w = p->data, *st[2] = {p->state[0], p->state[1]};
+        float *w = p->data, *st[2] = {p->state[0], p->state[1]}, *grad = p->grad;
         if (half) { /* the update in f32, the result rounded back to 16 bits, state too */
-            w = fr_alloc(s->ctx, n * sizeof *w * (size_t)(1 + ns), FR_MEM_WORKSPACE);
+            w = fr_alloc(s->ctx, n * sizeof *w * (size_t)(2 + ns), FR_MEM_WORKSPACE);
             if (!w) return FR_ERR_NOMEM;
             widen(p->data, p->dtype, w, n);
+            if (p->grad16) {
+                grad = w + n * (size_t)(1 + ns);
+                widen(p->grad16, p->dtype, grad, n);
+            }
             for (int k = 0; k < ns; k++) {
                 st[k] = w + n * (size_t)(k + 1);
                 widen(p->state[k], p->dtype, st[k], n);
             }
         }
         if (o->kind == FR_OPTIM_SGD)
-            fr_k_sgd(w, p->grad, st[0], n, o, s->t == 1);
+            fr_k_sgd(w, grad, st[0], n, o, s->t == 1);
         else if (p->state_kind != FR_STATE_F32 && !half)
             fr_k_adam_state(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW,
                             (fr_state_kind)p->state_kind);
         else
-            fr_k_adam(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
+            fr_k_adam(w, grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
         if (half) {
             narrow(w, p->dtype, p->data, n);
             for (int k = 0; k < ns; k++) narrow(st[k], p->dtype, p->state[k], n);
@@ -403,17 +461,29 @@ static fr_status optimizer_update(fr_step *s) {
     return FR_OK;
 }
 
+/* One element of a gradient, f32 or in the weights' 16-bit format (an
+ * in-place multiply of a 16-bit gradient rounds back, as PyTorch's does). */
+static inline float grad_get(const fr_param *p, int64_t k) {
+    if (!p->grad16) return p->grad[k];
+    return p->dtype == FR_F16 ? fr_f16_to_f32(p->grad16[k]) : fr_bf16_to_f32(p->grad16[k]);
+}
+
+static inline void grad_set(fr_param *p, int64_t k, float x) {
+    if (!p->grad16) p->grad[k] = x;
+    else p->grad16[k] = p->dtype == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
+}
+
 /* Whether every gradient is finite (a scaled overflow shows as inf or NaN). */
 static int grads_finite(const fr_step *s) {
     const fr_model *m = s->m;
     int ok = 1;
     for (size_t i = 0; i < m->n_params && ok; i++) {
         const fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
         int64_t n = fr_shape_numel(&p->shape);
         int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static)
-        for (int64_t k = 0; k < n; k++) bad |= !isfinite(p->grad[k]);
+        for (int64_t k = 0; k < n; k++) bad |= !isfinite(grad_get(p, k));
         ok = !bad;
     }
     return ok;
@@ -423,10 +493,10 @@ static void scale_grads(fr_step *s, float f) {
     fr_model *m = s->m;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
         int64_t n = fr_shape_numel(&p->shape);
 #pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; k++) p->grad[k] *= f;
+        for (int64_t k = 0; k < n; k++) grad_set(p, k, grad_get(p, k) * f);
     }
 }
 
@@ -438,10 +508,10 @@ static void clip_grads(fr_step *s, float max_norm) {
     double total = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !p->grad || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
         double sq = 0;
         int64_t n = fr_shape_numel(&p->shape);
-        for (int64_t k = 0; k < n; k++) sq += (double)p->grad[k] * p->grad[k];
+        for (int64_t k = 0; k < n; k++) sq += (double)grad_get(p, k) * grad_get(p, k);
         total += sq;
     }
     float norm = (float)sqrt(total);
@@ -496,7 +566,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         e->ptr[s->pv[i]] = m->params[i].data;
         if (s->gv[i] >= 0) {
             int f = s->fused && s->fused[i];
-            e->ptr[s->gv[i]] = f ? m->params[i].data : m->params[i].grad;
+            e->ptr[s->gv[i]] = f                        ? m->params[i].data
+                               : m->params[i].grad16 ? (void *)m->params[i].grad16
+                                                     : (void *)m->params[i].grad;
             e->written[s->gv[i]] = (uint8_t)(!f && m->params[i].grad_valid);
         }
     }
@@ -551,8 +623,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     }
     if (s->inject_inf) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
-            if (m->params[i].grad && m->params[i].grad_valid) {
-                m->params[i].grad[0] = INFINITY;
+            if ((m->params[i].grad || m->params[i].grad16) && m->params[i].grad_valid) {
+                grad_set(&m->params[i], 0, INFINITY);
                 break;
             }
         s->inject_inf = 0;
@@ -574,9 +646,11 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         p->grad_valid = 0;
-        if (s->o.optim.zero_grad_to_none && p->grad) {
+        if (s->o.optim.zero_grad_to_none) {
             fr_free(s->ctx, p->grad);
+            fr_free(s->ctx, p->grad16);
             p->grad = NULL;
+            p->grad16 = NULL;
         }
     }
     return FR_OK;

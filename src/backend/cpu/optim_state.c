@@ -454,23 +454,28 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
 /* Pure half precision: weights and both moments stored in 16 bits (f16 or
  * bf16), the update in f32 with fr_k_adam's operations, the results rounded
  * back: one pass over chunks, widening and narrowing 8 at a time. */
-void fr_k_adam_half(uint16_t *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_t *v, size_t n,
                     const fr_optim_opts *o, int64_t step, int decoupled, int is_f16) {
     if (n == 0) return;
     const adam_consts c = adam_setup(o, step, decoupled);
     const int64_t chunks = (int64_t)((n + BF16_CHUNK - 1) / BF16_CHUNK);
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t k = 0; k < chunks; k++) {
-        float pb[BF16_CHUNK], mb[BF16_CHUNK], vb[BF16_CHUNK];
+        float pb[BF16_CHUNK], mb[BF16_CHUNK], vb[BF16_CHUNK], gb[BF16_CHUNK];
         const size_t lo = (size_t)k * BF16_CHUNK, cnt = n - lo < BF16_CHUNK ? n - lo : BF16_CHUNK;
         void (*widen)(const uint16_t *, float *, size_t) = is_f16 ? fr_f16_to_f32_n_seq : fr_bf16_to_f32_n_seq;
         void (*narrow)(const float *, uint16_t *, size_t) = is_f16 ? fr_f32_to_f16_n_seq : fr_f32_to_bf16_n_seq;
         widen(p + lo, pb, cnt);
         widen(m + lo, mb, cnt);
         widen(v + lo, vb, cnt);
+        const float *gp = (const float *)g + lo;
+        if (g_half) {
+            widen((const uint16_t *)g + lo, gb, cnt);
+            gp = gb;
+        }
         const adam_consts cl = c; /* a private copy: its branches then vectorize */
 #pragma omp simd
-        for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &pb[j], g[lo + j], &mb[j], &vb[j]);
+        for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &pb[j], gp[j], &mb[j], &vb[j]);
         narrow(pb, p + lo, cnt);
         narrow(mb, m + lo, cnt);
         narrow(vb, v + lo, cnt);

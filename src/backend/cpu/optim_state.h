@@ -64,9 +64,10 @@ void fr_state_decode(const void *buf, fr_state_kind k, size_t n, int is_signed, 
 void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, void *buf);
 
 /* Adam/AdamW for pure half precision: p, m and v all stored in 16 bits
- * (is_f16: IEEE f16, else bf16); each element is widened, updated with
- * fr_k_adam's f32 operations and rounded back (round to nearest even). */
-void fr_k_adam_half(uint16_t *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+ * (is_f16: IEEE f16, else bf16), g f32 or (g_half) in the same 16-bit
+ * format; each element is widened, updated with fr_k_adam's f32 operations
+ * and rounded back (round to nearest even). */
+void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_t *v, size_t n,
                     const fr_optim_opts *o, int64_t step, int decoupled, int is_f16);
 
 /* Testing: on = 0 keeps the int8 code search on its scalar path; returns
