@@ -28,6 +28,11 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
     return (size_t)fr_shape_numel(&s->m->params[i].shape) * fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
 
+/* A parameter's gradient storage, f32 or 16-bit (NULL while it has none). */
+static void *grad_data(const fr_param *p) {
+    return p->grad16 ? (void *)p->grad16 : (void *)p->grad;
+}
+
 static fr_status alloc_grads(fr_step *s) {
     fr_model *m = s->m;
     if (s->upd_ws_len && !s->upd_ws) {
@@ -37,10 +42,10 @@ static fr_status alloc_grads(fr_step *s) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         size_t bytes = fr_step_grad_bytes(s, i);
-        if (!bytes || p->grad || p->grad16) continue;
+        if (!bytes || grad_data(p)) continue;
         if (s->g.vals[s->gv[i]].dtype == FR_F32) p->grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
         else p->grad16 = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
-        if (!p->grad && !p->grad16) return FR_ERR_NOMEM;
+        if (!grad_data(p)) return FR_ERR_NOMEM;
         p->grad_valid = 0;
     }
     return FR_OK;
@@ -204,24 +209,24 @@ static fr_status plan_fused_updates(fr_step *s) {
 static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
     const fr_model *m = s->m;
     fr_graph *g = &s->g;
+    int *order = fr_alloc(s->ctx, ((size_t)*n_io + m->n_params) * sizeof *order, FR_MEM_OTHER);
+    if (!order) return FR_ERR_NOMEM; /* room for one CAST per parameter */
+    memcpy(order, *order_io, (size_t)*n_io * sizeof *order);
+    fr_free(s->ctx, *order_io);
+    *order_io = order;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         int gv = s->gv[i];
         if (gv < 0 || (p->dtype != FR_F16 && p->dtype != FR_BF16)) continue;
         int writers = 0, pos = -1, slot = -1;
         for (int k = 0; k < *n_io; k++) {
-            const fr_node *n = &g->nodes[(*order_io)[k]];
+            const fr_node *n = &g->nodes[order[k]];
             for (int j = 0; j < n->n_out; j++)
                 if (n->out[j] == gv) writers++, pos = k, slot = j;
             for (int j = 0; j < n->n_in; j++) writers += 2 * (n->in[j] == gv); /* read: leave it */
         }
         if (writers != 1) continue;
-        int *grown = fr_alloc(s->ctx, (size_t)(*n_io + 1) * sizeof **order_io, FR_MEM_OTHER);
-        if (!grown) return FR_ERR_NOMEM;
-        memcpy(grown, *order_io, (size_t)*n_io * sizeof *grown);
-        fr_free(s->ctx, *order_io);
-        *order_io = grown;
-        int w = grown[pos], g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
+        int w = order[pos], g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
         if (g16 < 0) return g->status;
         fr_attr a = {0};
         a.dtype = p->dtype;
@@ -237,8 +242,8 @@ static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
         g->vals[gv].param = -1;
         g->vals[gv].producer = w;
         g->nodes[w].accumulate &= ~(1u << slot);
-        memmove(grown + pos + 2, grown + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *grown);
-        grown[pos + 1] = c;
+        memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
+        order[pos + 1] = c;
         (*n_io)++;
         s->gv[i] = g16;
     }
@@ -426,8 +431,8 @@ static fr_status optimizer_update(fr_step *s) {
         size_t n = (size_t)fr_shape_numel(&p->shape);
         int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
         if (half && o->kind != FR_OPTIM_SGD) { /* one fused pass over the 16-bit tensors */
-            fr_k_adam_half(p->data, p->grad16 ? (const void *)p->grad16 : (const void *)p->grad,
-                           p->grad16 != NULL, (uint16_t *)p->state[0], (uint16_t *)p->state[1], n, o,
+            fr_k_adam_half(p->data, grad_data(p), p->grad16 != NULL, (uint16_t *)p->state[0],
+                           (uint16_t *)p->state[1], n, o,
                            s->t, o->kind == FR_OPTIM_ADAMW, p->dtype == FR_F16);
             continue;
         }
@@ -479,7 +484,7 @@ static int grads_finite(const fr_step *s) {
     int ok = 1;
     for (size_t i = 0; i < m->n_params && ok; i++) {
         const fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
         int64_t n = fr_shape_numel(&p->shape);
         int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static)
@@ -493,7 +498,7 @@ static void scale_grads(fr_step *s, float f) {
     fr_model *m = s->m;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
         int64_t n = fr_shape_numel(&p->shape);
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < n; k++) grad_set(p, k, grad_get(p, k) * f);
@@ -508,7 +513,7 @@ static void clip_grads(fr_step *s, float max_norm) {
     double total = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !(p->grad || p->grad16) || !p->grad_valid) continue;
+        if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
         double sq = 0;
         int64_t n = fr_shape_numel(&p->shape);
         for (int64_t k = 0; k < n; k++) sq += (double)grad_get(p, k) * grad_get(p, k);
@@ -566,9 +571,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         e->ptr[s->pv[i]] = m->params[i].data;
         if (s->gv[i] >= 0) {
             int f = s->fused && s->fused[i];
-            e->ptr[s->gv[i]] = f                        ? m->params[i].data
-                               : m->params[i].grad16 ? (void *)m->params[i].grad16
-                                                     : (void *)m->params[i].grad;
+            e->ptr[s->gv[i]] = f ? m->params[i].data : grad_data(&m->params[i]);
             e->written[s->gv[i]] = (uint8_t)(!f && m->params[i].grad_valid);
         }
     }
@@ -623,7 +626,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     }
     if (s->inject_inf) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
-            if ((m->params[i].grad || m->params[i].grad16) && m->params[i].grad_valid) {
+            if (grad_data(&m->params[i]) && m->params[i].grad_valid) {
                 grad_set(&m->params[i], 0, INFINITY);
                 break;
             }
