@@ -466,62 +466,48 @@ static fr_status optimizer_update(fr_step *s) {
     return FR_OK;
 }
 
-/* One element of a gradient, f32 or in the weights' 16-bit format (an
- * in-place multiply of a 16-bit gradient rounds back, as PyTorch's does). */
-static inline float grad_get(const fr_param *p, int64_t k) {
-    if (!p->grad16) return p->grad[k];
-    return p->dtype == FR_F16 ? fr_f16_to_f32(p->grad16[k]) : fr_bf16_to_f32(p->grad16[k]);
-}
-
-static inline void grad_set(fr_param *p, int64_t k, float x) {
+/* Set one element of a gradient, f32 or in the weights' 16-bit format
+ * (testing: the overflow injection). */
+static void grad_set(fr_param *p, int64_t k, float x) {
     if (!p->grad16) p->grad[k] = x;
     else p->grad16[k] = p->dtype == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
 }
 
-/* Whether every gradient is finite (a scaled overflow shows as inf or NaN). */
-static int grads_finite(const fr_step *s) {
-    const fr_model *m = s->m;
-    int ok = 1;
-    for (size_t i = 0; i < m->n_params && ok; i++) {
-        const fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
-        int64_t n = fr_shape_numel(&p->shape);
-        int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static)
-        for (int64_t k = 0; k < n; k++) bad |= !isfinite(grad_get(p, k));
-        ok = !bad;
-    }
-    return ok;
-}
+static fr_dtype grad_dtype(const fr_param *p) { return p->grad16 ? p->dtype : FR_F32; }
 
-static void scale_grads(fr_step *s, float f) {
+/* The scaler's unscale: every gradient times 1/scale, in one pass that also
+ * looks for inf or NaN (a scaled overflow); 1 if it found one. After a find
+ * the rest is left: the step is skipped and the gradients dropped. */
+static int unscale_grads(fr_step *s, float inv_scale) {
     fr_model *m = s->m;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
-        int64_t n = fr_shape_numel(&p->shape);
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; k++) grad_set(p, k, grad_get(p, k) * f);
+        if (fr_k_grad_unscale(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape), inv_scale))
+            return 1;
     }
+    return 0;
 }
 
 /* torch.nn.utils.clip_grad_norm_(max_norm, 2): total = ||(||g_i||)||; the
- * gradients are multiplied by min(1, max_norm / (total + 1e-6)). The norms
- * are summed in double, per tensor in index order, for determinism. */
+ * gradients are multiplied by min(1, max_norm / (total + 1e-6)). The squares
+ * are summed in double (fr_k_grad_sumsq's fixed blocks), tensors in order. */
 static void clip_grads(fr_step *s, float max_norm) {
     fr_model *m = s->m;
     double total = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
-        double sq = 0;
-        int64_t n = fr_shape_numel(&p->shape);
-        for (int64_t k = 0; k < n; k++) sq += (double)grad_get(p, k) * grad_get(p, k);
-        total += sq;
+        total += fr_k_grad_sumsq(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape));
     }
     float norm = (float)sqrt(total);
     float coef = max_norm / (norm + 1e-6f);
-    if (coef < 1.0f) scale_grads(s, coef);
+    if (coef >= 1.0f) return;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
+        fr_k_grad_scale(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape), coef);
+    }
 }
 
 void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
@@ -635,11 +621,11 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     /* Scanning every gradient is the scaler's job (an overflow in a scaled
      * backward shows as inf/NaN); without one, as in PyTorch, a non-finite
      * gradient reaches the weights and the next loss reports it. */
-    int found_inf = !isfinite(l) || (s->scaler.enabled && !grads_finite(s));
+    int found_inf = !isfinite(l) ||
+                    (s->scaler.enabled && unscale_grads(s, fr_scaler_inv_scale(&s->scaler)));
     if (found_inf) {
         fr_scaler_update(&s->scaler, 1); /* skip the step: the weights stay as they were */
     } else {
-        if (s->scaler.enabled) scale_grads(s, fr_scaler_inv_scale(&s->scaler));
         if (s->o.clip_grad_norm > 0) clip_grads(s, s->o.clip_grad_norm);
         if ((st = optimizer_update(s))) return st;
         if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);

@@ -148,6 +148,15 @@ int fr_k_mse_bwd(fr_kernel_call *c);
  * Adam (decoupled = 0): g += wd p. AdamW (decoupled = 1): p *= 1 - lr wd.
  *      m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  *      p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps), t = step (1-based). */
+/* grad.c — whole-gradient passes; g is dt (f32, f16 or bf16) with n values.
+ * unscale: g = g * f (PyTorch's _amp_foreach_non_finite_check_and_unscale_),
+ *          returning 1 if any value it read was inf or NaN, else 0.
+ * sumsq:   the sum of g^2 in double, in fixed blocks (thread-count free).
+ * scale:   g = g * f. 16-bit values are rounded back after the multiply. */
+int fr_k_grad_unscale(void *g, fr_dtype dt, size_t n, float f);
+double fr_k_grad_sumsq(const void *g, fr_dtype dt, size_t n);
+void fr_k_grad_scale(void *g, fr_dtype dt, size_t n, float f);
+
 void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opts *o,
               int first_step);
 void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,

@@ -43,25 +43,37 @@
 #define MAP_NON_SIGN_BITS (MAP_TOTAL_BITS - 1)
 _Static_assert(MAP_NON_SIGN_BITS == MAP_MAX_EXP_BITS, "the map has no additional items");
 
-/* The nearest-code search starts from a table indexed by the top 16 bits of
- * the float (sign, exponent, 7 mantissa bits; 64 KiB a map): the code of the
- * bucket's smallest value. Buckets (under 0.8% wide) are narrower than the
- * gaps between codes almost everywhere, so one step up, rarely two, finds
- * the answer the binary search would. (Measured on the 32-layer chain's
- * int8 Adam: 14 bits and two steps 1.31x fp32, 16 bits and one step 1.22x;
- * an AVX2 version gathering the table and thresholds was slower than this
- * scalar walk on this AMD Zen 4; the AVX-512 version below is faster.) */
-#define LUT_SHIFT 16
-#define LUT_SIZE (1u << (32 - LUT_SHIFT))
+/* The nearest code from one table entry. A float's magnitude bits select a
+ * bucket (exponent and the top 8 mantissa bits: under 0.4% wide, narrower
+ * than the gap between adjacent codes, 0.7% or more), so at most one
+ * midpoint lies inside a bucket. The bucket's 32-bit entry holds the code of
+ * its smallest magnitude (bits 24-31) and the low 15 bits of the smallest
+ * magnitude that crosses the midpoint (bits 0-15; 0x8000, never reached,
+ * when none does): code = base + 1 for a positive y at or past it, base - 1
+ * for a negative one. Magnitudes below 2^-23 (under every map's first
+ * midpoint, 1.6e-7) share entry 0, the zero's code; |y| <= 1 ends at the
+ * bucket of 1.0. One gather and a compare per 16 values, no walk; the scalar
+ * encoder reads the same entry. (Measured on the 32-layer chain's int8 Adam,
+ * one thread, 4M parameters: a byte table of first guesses and a walk up
+ * the thresholds, 3.5 ns a parameter; this table, see fr_state_simd's test.)
+ * Both signs have their own half, positive first. */
+#define BKT_SHIFT 15                   /* magnitude bits >> 15: exponent, 8 mantissa bits */
+#define BKT_FIRST (0x34000000u >> BKT_SHIFT) /* 2^-23 */
+#define BKT_LAST (0x3F800000u >> BKT_SHIFT)  /* 1.0 */
+#define BKT_HALF (BKT_LAST - BKT_FIRST + 2)  /* entry 0 below 2^-23, then one per bucket */
+#define BKT_NONE 0x8000u
 
 typedef struct dyn_map {
     float val[256];  /* ascending */
     double mid[256]; /* mid[k] = (val[k] + val[k+1]) / 2, exact in double; mid[255] = +inf */
     float thr[256];  /* the smallest float above mid[k]: y > mid[k] exactly when y >= thr[k] */
     uint8_t zero;    /* the index of the value 0 */
-    uint8_t lut[LUT_SIZE];
-    uint8_t lut_pad[3]; /* a 32-bit gather of lut[b] reads three bytes past it */
+    uint32_t bucket[2 * BKT_HALF];
 } dyn_map;
+
+/* Whether every bucket holds at most one midpoint (checked as the tables are
+ * built; true for these maps): otherwise encoders use the binary search. */
+static int bucket_ok;
 
 
 static dyn_map map_tables[2]; /* [0] unsigned (second moment), [1] signed (first moment) */
@@ -118,24 +130,51 @@ static void build_map(int is_signed, dyn_map *d) {
 
 static uint8_t nearest_code_search(const dyn_map *d, float y);
 
-/* lut[b] = the code of the smallest value whose float bits share the top
- * bits b (for negative floats larger bits are smaller values). */
-static void build_lut(dyn_map *d) {
-    for (uint32_t b = 0; b < LUT_SIZE; b++) {
-        uint32_t bits = b << LUT_SHIFT;
-        if (bits >> 31) bits |= (1u << LUT_SHIFT) - 1;
-        float y;
-        memcpy(&y, &bits, sizeof y);
-        if (!(fabsf(y) <= FLT_MAX)) y = copysignf(FLT_MAX, y); /* inf/NaN buckets: never used */
-        d->lut[b] = nearest_code_search(d, y);
+static float from_bits(uint32_t u) {
+    float y;
+    memcpy(&y, &u, sizeof y);
+    return y;
+}
+
+/* One bucket's entry (see BKT_SHIFT): the code at its smallest magnitude and
+ * where, if anywhere, the code moves by one; 0 if it moves by more. */
+static int bucket_entry(const dyn_map *d, uint32_t lo, uint32_t hi, uint32_t sign, uint32_t *entry) {
+    const unsigned c0 = nearest_code_search(d, from_bits(lo | sign));
+    const unsigned c1 = nearest_code_search(d, from_bits(hi | sign));
+    uint32_t t = BKT_NONE;
+    if (c1 != c0) {
+        if ((sign ? c0 - c1 : c1 - c0) != 1) return 0;
+        uint32_t a = lo, b = hi; /* the first magnitude whose code is c1: in (a, b] */
+        while (b - a > 1) {
+            const uint32_t mid = a + (b - a) / 2;
+            if (nearest_code_search(d, from_bits(mid | sign)) == c1) b = mid;
+            else a = mid;
+        }
+        t = b & 0x7FFFu;
     }
+    *entry = (uint32_t)c0 << 24 | t;
+    return 1;
+}
+
+static int build_buckets(dyn_map *d) {
+    for (uint32_t s = 0; s < 2; s++) {
+        uint32_t *half = d->bucket + s * BKT_HALF, sign = s << 31;
+        /* below 2^-23: the code of zero, which no value there leaves */
+        if (!bucket_entry(d, 0, (BKT_FIRST << BKT_SHIFT) - 1, sign, &half[0]) ||
+            (half[0] & 0xFFFFu) != BKT_NONE)
+            return 0;
+        for (uint32_t h = BKT_FIRST; h <= BKT_LAST; h++) {
+            const uint32_t lo = h << BKT_SHIFT, hi = lo | ((1u << BKT_SHIFT) - 1);
+            if (!bucket_entry(d, lo, hi, sign, &half[h - BKT_FIRST + 1])) return 0;
+        }
+    }
+    return 1;
 }
 
 static void build_maps(void) {
     build_map(0, &map_tables[0]);
     build_map(1, &map_tables[1]);
-    build_lut(&map_tables[0]);
-    build_lut(&map_tables[1]);
+    bucket_ok = build_buckets(&map_tables[0]) && build_buckets(&map_tables[1]);
 }
 
 static const dyn_map *dynamic_map(int is_signed) {
@@ -155,42 +194,44 @@ static uint8_t nearest_code_search(const dyn_map *d, float y) {
     return (uint8_t)k;
 }
 
-/* The same answer from the table and a short walk up (codes are monotonic in
- * y; y > mid[k] is y >= thr[k], a float compare). */
+/* The same answer from the bucket table (see BKT_SHIFT). */
 static inline uint8_t nearest_code(const dyn_map *d, float y) {
     uint32_t bits;
     memcpy(&bits, &y, sizeof bits);
-    unsigned k = (unsigned)d->lut[bits >> LUT_SHIFT];
-    k += y >= d->thr[k]; /* the usual 0-1 step without a branch to mispredict */
-    while (y >= d->thr[k]) k++; /* rare; thr[255] is +inf: stops there */
-    return (uint8_t)k;
+    const uint32_t mag = bits & 0x7FFFFFFFu, sign = bits >> 31, h = mag >> BKT_SHIFT;
+    const uint32_t i = h < BKT_FIRST ? 0 : (h > BKT_LAST ? BKT_LAST : h) - BKT_FIRST + 1;
+    const uint32_t e = d->bucket[sign * BKT_HALF + i];
+    const unsigned cross = (mag & 0x7FFFu) >= (e & 0xFFFFu); /* never in entry 0 */
+    return (uint8_t)((e >> 24) + (sign ? -cross : cross));
 }
 
 
 /* ---- int8 blocks -------------------------------------------------------- */
 
 /* nearest_code for 16 values at a time where the CPU has AVX-512: the same
- * division, the table's first guess and the walk up, a gather per step.
- * Returns how many leading values it coded (a multiple of 16). (One thread,
- * 4M parameters, int8 Adam: 4.1 ns a parameter with the scalar walk, 3.4
- * with this; gathering the pair thr[k], thr[k+1] as 64 bits, 4.2; a 16-bit
- * table that flags the buckets holding two thresholds, 3.55.) */
+ * division and bucket entry, one gather. Returns how many leading values it
+ * coded (a multiple of 16). */
 __attribute__((target("avx512f,avx512bw"))) static size_t
 nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, uint8_t *codes) {
     const __m512 vam = _mm512_set1_ps(amax);
-    const __m512i ff = _mm512_set1_epi32(0xFF), one = _mm512_set1_epi32(1);
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), low = _mm512_set1_epi32(0x7FFF),
+                  tmask = _mm512_set1_epi32(0xFFFF), one = _mm512_set1_epi32(1),
+                  first = _mm512_set1_epi32(BKT_FIRST - 1), last = _mm512_set1_epi32(BKT_LAST - BKT_FIRST + 1),
+                  half = _mm512_set1_epi32(BKT_HALF), zero = _mm512_setzero_si512();
     size_t i = 0;
     for (; i + 16 <= cnt; i += 16) {
-        const __m512 y = _mm512_div_ps(_mm512_loadu_ps(x + i), vam);
-        const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(y), LUT_SHIFT);
-        __m512i k = _mm512_and_si512(_mm512_i32gather_epi32(top, d->lut, 1), ff);
-        __m512 t = _mm512_i32gather_ps(k, d->thr, 4);
-        __mmask16 up = _mm512_cmp_ps_mask(y, t, _CMP_GE_OQ);
-        while (up) { /* thr[255] is +inf: every lane stops there */
-            k = _mm512_mask_add_epi32(k, up, k, one);
-            t = _mm512_mask_i32gather_ps(t, up, k, d->thr, 4);
-            up = _mm512_mask_cmp_ps_mask(up, y, t, _CMP_GE_OQ);
-        }
+        const __m512i bits = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i), vam));
+        const __m512i mag = _mm512_and_si512(bits, absm);
+        const __mmask16 neg = _mm512_cmplt_epi32_mask(bits, zero);
+        __m512i idx = _mm512_sub_epi32(_mm512_srli_epi32(mag, BKT_SHIFT), first);
+        idx = _mm512_min_epi32(_mm512_max_epi32(idx, zero), last);
+        idx = _mm512_mask_add_epi32(idx, neg, idx, half);
+        const __m512i e = _mm512_i32gather_epi32(idx, d->bucket, 4);
+        const __mmask16 cross =
+            _mm512_cmpge_epi32_mask(_mm512_and_si512(mag, low), _mm512_and_si512(e, tmask));
+        __m512i k = _mm512_srli_epi32(e, 24);
+        k = _mm512_mask_add_epi32(k, cross & (__mmask16)~neg, k, one);
+        k = _mm512_mask_sub_epi32(k, cross & neg, k, one);
         _mm_storeu_si128((__m128i *)(codes + i), _mm512_cvtepi32_epi8(k));
     }
     return i;
@@ -247,7 +288,12 @@ encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float
         return;
     }
     *absmax = amax;
-    size_t i = have_avx512() ? nearest_codes_avx512(x, cnt, amax, d, codes) : 0;
+    size_t i = 0;
+    if (!bucket_ok) {
+        for (; i < cnt; i++) codes[i] = nearest_code_search(d, x[i] / amax);
+        return;
+    }
+    if (have_avx512()) i = nearest_codes_avx512(x, cnt, amax, d, codes);
     for (; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
