@@ -618,6 +618,8 @@ int main(void) {
     /* the code search's scalar walk, then its AVX-512 version where the CPU has it */
     for (int simd = 0; simd < 2; simd++) {
         if (fr_state_simd(simd) != simd) continue;
+        CHECK(fr_state_bucket_table(), "the int8 encoders fell back to the binary search: a "
+                                       "bucket holds two midpoints");
         test_round_trip();
         test_random_blocks();
         test_ties();

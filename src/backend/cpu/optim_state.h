@@ -73,5 +73,8 @@ void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_
 /* Testing: on = 0 keeps the int8 code search on its scalar path; returns
  * whether the AVX-512 path now runs. */
 int fr_state_simd(int on);
+/* Testing: whether the int8 encoders use the one-entry bucket table (every
+ * bucket holds at most one midpoint) rather than the binary search. */
+int fr_state_bucket_table(void);
 
 #endif
