@@ -9,6 +9,8 @@
  *    the weights after a step equal those without a scaler, bit for bit;
  *  - a forced inf gradient skips exactly that step: weights and optimizer
  *    state untouched, the scale halves, the next step trains;
+ *  - a mixed linear net's loss and gradients equal a float64 reference with
+ *    16-bit-rounded weights and hidden values (and differ from unrounded);
  *  - clipping brings the global norm to max_norm (computed here in float64);
  *  - pure bf16 stores weights in 16 bits and still trains. */
 #include <math.h>
@@ -177,6 +179,115 @@ static void test_mixed_grads(fr_precision p, double unit) {
               fr_precision_name(p), fr_op_get(direct[d])->name);
     stop(&a);
     stop(&b);
+}
+
+/* Mixed precision's matmuls compute with 16-bit-rounded operands: a 48-32-10
+ * linear net's loss and gradients against a float64 reference of the same
+ * net whose weights and saved hidden values are rounded to 16 bits (forward
+ * and backward read the rounded weights; the data input stays f32), within
+ * f32 accumulation error, and measurably away from the unrounded reference
+ * (so a pass that forgot the rounding fails). */
+static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
+    enum { N = 8, K = 48, H = 32, O = 10 };
+    fr_ctx *ctx = fr_ctx_new();
+    fr_set_threads(ctx, 2);
+    fr_model *m = fr_model_new(ctx, K, 1, 1);
+    fr_model_linear(m, H, 1);
+    fr_model_linear(m, O, 1);
+    fr_model_init(m, 5);
+    fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 2,
+                      .precision = p, .loss_scaling = -1};
+    o.optim.lr = 0;
+    o.optim.zero_grad_to_none = 0;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    if (!s) return;
+    float x[N * K];
+    int32_t y[N];
+    fr_rng g = fr_rng_make(8, 2);
+    for (int i = 0; i < N * K; i++) x[i] = 2 * fr_rng_next_uniform(&g) - 1;
+    for (int i = 0; i < N; i++) y[i] = (i * 3) % O;
+    fr_batch b = {N, x, y, NULL};
+    float loss;
+    CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+    const float *W1 = m->params[0].data, *b1 = m->params[1].data, *W2 = m->params[2].data,
+                *b2 = m->params[3].data;
+    CHECK(fr_shape_numel(&m->params[0].shape) == H * K && fr_shape_numel(&m->params[2].shape) == O * H,
+          "parameter order: 0.weight, 0.bias, 1.weight, 1.bias");
+    double l_ref[2], gw1[2][H * K], gw2[2][O * H];
+    for (int r = 0; r < 2; r++) { /* r = 1: operands rounded as the mixed mode must */
+#define RND(v) (r ? (double)(dt == FR_F16 ? fr_f16_to_f32(fr_f32_to_f16((float)(v))) \
+                                          : fr_bf16_to_f32(fr_f32_to_bf16((float)(v)))) : (double)(v))
+        double h[N * H], z[N * O], dz[N * O], dh[N * H], l = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < H; j++) {
+                double a = b1[j];
+                for (int k = 0; k < K; k++) a += (double)x[n * K + k] * RND(W1[j * K + k]);
+                h[n * H + j] = RND((float)a);
+            }
+        for (int n = 0; n < N; n++) {
+            double mx = -INFINITY, se = 0;
+            for (int c = 0; c < O; c++) {
+                double a = b2[c];
+                for (int j = 0; j < H; j++) a += h[n * H + j] * RND(W2[c * H + j]);
+                z[n * O + c] = a;
+                mx = a > mx ? a : mx;
+            }
+            for (int c = 0; c < O; c++) se += exp(z[n * O + c] - mx);
+            l += (log(se) + mx - z[n * O + y[n]]) / N;
+            for (int c = 0; c < O; c++) dz[n * O + c] = (exp(z[n * O + c] - mx) / se - (c == y[n])) / N;
+        }
+        l_ref[r] = l;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < H; j++) {
+                double a = 0;
+                for (int c = 0; c < O; c++) a += dz[n * O + c] * RND(W2[c * H + j]);
+                dh[n * H + j] = a;
+            }
+        for (int j = 0; j < H; j++)
+            for (int k = 0; k < K; k++) {
+                double a = 0;
+                for (int n = 0; n < N; n++) a += dh[n * H + j] * x[n * K + k];
+                gw1[r][j * K + k] = a;
+            }
+        for (int c = 0; c < O; c++)
+            for (int j = 0; j < H; j++) {
+                double a = 0;
+                for (int n = 0; n < N; n++) a += dz[n * O + c] * h[n * H + j];
+                gw2[r][c * H + j] = a;
+            }
+#undef RND
+    }
+    /* relative L2 distance of a gradient from reference r */
+    double d1[2], d2[2];
+    for (int r = 0; r < 2; r++) {
+        double num = 0, den = 0;
+        for (int i = 0; i < H * K; i++) {
+            num += (m->params[0].grad[i] - gw1[r][i]) * (m->params[0].grad[i] - gw1[r][i]);
+            den += gw1[r][i] * gw1[r][i];
+        }
+        d1[r] = sqrt(num / den);
+        num = den = 0;
+        for (int i = 0; i < O * H; i++) {
+            num += (m->params[2].grad[i] - gw2[r][i]) * (m->params[2].grad[i] - gw2[r][i]);
+            den += gw2[r][i] * gw2[r][i];
+        }
+        d2[r] = sqrt(num / den);
+    }
+    const double tol = 1e-5; /* f32 sums of <= 48 terms: a few 2^-24 relative */
+    if (getenv("FR_TEST_VERBOSE"))
+        printf("  %s: loss %.9g, rounded ref %.9g, plain %.9g; 0.weight %.2e / %.2e, 1.weight %.2e / %.2e\n",
+               fr_precision_name(p), loss, l_ref[1], l_ref[0], d1[1], d1[0], d2[1], d2[0]);
+    CHECK(fabs(loss - l_ref[1]) <= tol * fabs(l_ref[1]), "%s: loss %.9g, rounded reference %.9g",
+          fr_precision_name(p), loss, l_ref[1]);
+    CHECK(d1[1] <= tol && d2[1] <= tol, "%s: gradients vs the rounded reference: %.2e, %.2e",
+          fr_precision_name(p), d1[1], d2[1]);
+    CHECK(d1[0] >= 10 * tol && d2[0] >= 10 * tol,
+          "%s: the rounding must show: gradients vs the unrounded reference %.2e, %.2e",
+          fr_precision_name(p), d1[0], d2[0]);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
 }
 
 static void test_scaler_exact(void) {
@@ -349,6 +460,8 @@ int main(void) {
     test_mixed_grads(FR_PREC_FP16_MIXED, ldexp(1, -12));
     test_direct_conv(FR_PREC_BF16_MIXED, ldexp(1, -9));
     test_direct_conv(FR_PREC_FP16_MIXED, ldexp(1, -12));
+    test_mixed_rounding(FR_PREC_BF16_MIXED, FR_BF16);
+    test_mixed_rounding(FR_PREC_FP16_MIXED, FR_F16);
     test_scaler_exact();
     test_overflow_skip();
     test_clip();

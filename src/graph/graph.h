@@ -42,6 +42,7 @@ typedef struct fr_attr {
     fr_shape shape;          /* view: the target shape (batch dim included) */
     int recompute;           /* a rematerialized clone: BatchNorm leaves running stats alone */
     fr_dtype dtype;          /* cast: the target dtype */
+    fr_dtype round;          /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
 } fr_attr;
 
 typedef struct fr_node {

@@ -34,11 +34,10 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* 1: store in half */
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
-    int *hw = fr_alloc(ctx, nv0 * sizeof *hw, FR_MEM_OTHER); /* 16-bit copies of weights */
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
     fr_status st = FR_OK;
-    if (!cast || !hv || !hw || !out) {
+    if (!cast || !hv || !out) {
         st = FR_ERR_NOMEM;
         goto done;
     }
@@ -46,7 +45,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
      * backward, not by a loss's backward, and never through a view. */
     for (size_t v = 0; v < nv0; v++) {
         const fr_value *val = &g->vals[v];
-        hv[v] = hw[v] = -1;
+        hv[v] = -1;
         int p = val->producer;
         cast[v] = val->kind == FR_VAL_STEP && val->dtype == FR_F32 && val->alias_of < 0 && p >= 0 &&
                   is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == (int)v &&
@@ -131,19 +130,16 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                     : (op == FR_OP_LINEAR_BWD || op == FR_OP_CONV2D_BWD) ? 2 : -1;
             int w = j >= 0 ? g->nodes[i].in[j] : -1;
             if (w >= 0 && (size_t)w < nv0 && g->vals[w].kind == FR_VAL_PARAM && g->vals[w].dtype == FR_F32) {
-                if (hw[w] < 0) { /* one 16-bit copy per step, made at the first use */
-                    int c = cast_node(g, w, half, g->nodes[i].layer, &hw[w]);
-                    if (c < 0) {
-                        st = g->status;
-                        goto done;
-                    }
-                    EMIT(c);
-                }
-                int up, c = cast_node(g, hw[w], FR_F32, g->nodes[i].layer, &up);
+                /* a rounded f32 copy for each reader, made from the master
+                 * weight right before it and dropped right after: nothing
+                 * 16-bit is held through the step (the weight does not
+                 * change between its forward and its backward reader) */
+                int up, c = cast_node(g, w, FR_F32, g->nodes[i].layer, &up);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
+                g->nodes[c].attr.round = half;
                 g->nodes[i].in[j] = up;
                 EMIT(c);
             }
@@ -179,7 +175,6 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
 done:
     fr_free(ctx, cast);
     fr_free(ctx, hv);
-    fr_free(ctx, hw);
     if (st) {
         fr_free(ctx, out);
         return st;

@@ -2,8 +2,9 @@
  * backward is stored in a 16-bit format (a CAST right after it is made) and
  * brought back to f32 right before each backward op that reads it (a CAST
  * there), so the bytes held between the forward and the backward pass
- * halve. Matmuls and convolutions read 16-bit-rounded inputs and weights (a
- * 16-bit copy of each weight per step), which with f32 accumulation is
+ * halve. Matmuls and convolutions read 16-bit-rounded inputs and weights (an
+ * f32 copy of the weight rounded through 16 bits, made for each reader
+ * and dropped after it), which with f32 accumulation is
  * exactly a 16-bit GEMM with f32 accumulate: products of 16-bit values are
  * exact in f32. Values that need range stay f32, following PyTorch autocast's
  * lists: the logits read by the loss, BatchNorm/LayerNorm statistics, masks. */

@@ -22,6 +22,25 @@ static void narrow_add(const float *x, uint16_t *y, size_t n, int is_f16) {
     }
 }
 
+// y = widen(narrow(x)), f32 to f32 rounded through f16 or bf16, a chunk at
+// a time on the stack (the mixed modes' weights as a 16-bit GEMM reads them).
+static void round_half(const float *x, float *y, size_t n, int is_f16) {
+    enum { CHUNK = 2048 };
+    const int64_t chunks = (int64_t)((n + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (int64_t k = 0; k < chunks; k++) {
+        uint16_t t[CHUNK];
+        const size_t lo = (size_t)k * CHUNK, cnt = n - lo < CHUNK ? n - lo : CHUNK;
+        if (is_f16) {
+            fr_f32_to_f16_n_seq(x + lo, t, cnt);
+            fr_f16_to_f32_n_seq(t, y + lo, cnt);
+        } else {
+            fr_f32_to_bf16_n_seq(x + lo, t, cnt);
+            fr_bf16_to_f32_n_seq(t, y + lo, cnt);
+        }
+    }
+}
+
 // x and y have the same shape; dtypes f32, f16 or bf16. With the accumulate
 // bit, f32 -> f16/bf16 adds into y (round(y + x)).
 int fr_k_cast(fr_kernel_call *c) {
@@ -36,7 +55,10 @@ int fr_k_cast(fr_kernel_call *c) {
         narrow_add(x, y, n, to == FR_F16);
         return 0;
     }
-    if (from == to) {
+    fr_dtype round = c->node ? c->node->attr.round : FR_F32;
+    if (from == FR_F32 && to == FR_F32 && (round == FR_F16 || round == FR_BF16)) {
+        round_half(x, y, n, round == FR_F16);
+    } else if (from == to) {
         memcpy(y, x, n * fr_dtype_size(from));
     } else if (from == FR_F32 && to == FR_F16) {
         fr_f32_to_f16_n(x, y, n);

@@ -1,0 +1,125 @@
+/* test_cast.c — the CAST kernel (src/backend/cpu/cast.c) against half.c's
+ * scalar conversions (checked exhaustively by test_half), element by
+ * element, bit for bit, for f16 and bf16, at a serial and a threaded size:
+ *   - f32 -> 16 bits and 16 bits -> f32;
+ *   - f32 -> f32 rounded through 16 bits (attr.round: the mixed modes'
+ *     weights): y = widen(narrow(x));
+ *   - f32 added into 16 bits (the accumulate bit: a 16-bit gradient over
+ *     micro-batches): y = narrow(widen(y) + x);
+ *   - adding into f32, or from 16 bits, is refused.
+ * Inputs span ordinary values, values that round to 16-bit subnormals, past
+ * f16's range (to inf), exact ties, signed zeros, inf and NaN.
+ * Prints "N passed, M failed"; exits non-zero on any failure. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "check.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+static fr_ctx *g_ctx;
+
+static uint16_t narrow1(fr_dtype dt, float x) { return dt == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x); }
+static float widen1(fr_dtype dt, uint16_t h) { return dt == FR_F16 ? fr_f16_to_f32(h) : fr_bf16_to_f32(h); }
+static const char *dt_name(fr_dtype dt) { return dt == FR_F16 ? "f16" : "bf16"; }
+
+/* Values of every kind a cast meets: mostly random over many binades,
+ * every 97th a named edge case. */
+static float *inputs(int64_t n, uint64_t seed) {
+    static const float edge[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 1e6f, -3.4e38f,
+                                 5.96e-8f, 2.98e-8f, 1e-10f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f,
+                                 INFINITY, -INFINITY, NAN};
+    const int n_edge = (int)(sizeof edge / sizeof edge[0]);
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    fr_rng r = fr_rng_make(seed, 9);
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 97 == 0) {
+            x[i] = edge[(i / 97) % n_edge];
+            continue;
+        }
+        const float m = 2.0f * fr_rng_next_uniform(&r) - 1.0f;
+        const int e = (int)(fr_rng_next_uniform(&r) * 60.0f) - 40; /* 2^-40 .. 2^19 */
+        x[i] = ldexpf(m, e);
+    }
+    return x;
+}
+
+static int same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b)); }
+
+static int run(fr_dtype from, fr_dtype to, fr_dtype round, int acc, void *x, void *y, int64_t n) {
+    fr_node node;
+    memset(&node, 0, sizeof node);
+    node.op = FR_OP_CAST;
+    node.fwd = -1;
+    node.attr.dtype = to;
+    node.attr.round = round;
+    fr_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = g_ctx;
+    c.node = &node;
+    c.in[0] = (fr_tensor){from, fr_shape1(n), x};
+    c.out[0] = (fr_tensor){to, fr_shape1(n), y};
+    c.accumulate = acc ? 1u : 0u;
+    return fr_k_cast(&c);
+}
+
+static void test_dtype(fr_dtype dt, int64_t n) {
+    float *x = inputs(n, (uint64_t)n * 3 + (uint64_t)dt), *y = malloc((size_t)n * sizeof *y);
+    uint16_t *h = malloc((size_t)n * 2), *acc = malloc((size_t)n * 2);
+    int64_t bad = 0;
+
+    CHECK(run(FR_F32, dt, FR_F32, 0, x, h, n) == 0, "narrow to %s", dt_name(dt));
+    for (int64_t i = 0; i < n; i++) bad += h[i] != narrow1(dt, x[i]);
+    CHECK(bad == 0, "f32 -> %s, n %lld: %lld values differ", dt_name(dt), (long long)n, (long long)bad);
+
+    bad = 0;
+    CHECK(run(dt, FR_F32, FR_F32, 0, h, y, n) == 0, "widen from %s", dt_name(dt));
+    for (int64_t i = 0; i < n; i++) bad += !same(y[i], widen1(dt, h[i]));
+    CHECK(bad == 0, "%s -> f32, n %lld: %lld values differ", dt_name(dt), (long long)n, (long long)bad);
+
+    bad = 0;
+    CHECK(run(FR_F32, FR_F32, dt, 0, x, y, n) == 0, "round through %s", dt_name(dt));
+    for (int64_t i = 0; i < n; i++) bad += !same(y[i], widen1(dt, narrow1(dt, x[i])));
+    CHECK(bad == 0, "f32 rounded through %s, n %lld: %lld values differ", dt_name(dt), (long long)n,
+          (long long)bad);
+    int64_t moved = 0; /* the rounding did something: not a copy */
+    for (int64_t i = 0; i < n; i++) moved += !same(y[i], x[i]);
+    CHECK(moved > n / 2, "rounding through %s changed only %lld of %lld values", dt_name(dt),
+          (long long)moved, (long long)n);
+
+    float *x2 = inputs(n, (uint64_t)n * 7 + 1);
+    for (int64_t i = 0; i < n; i++) acc[i] = narrow1(dt, x2[i]);
+    memcpy(h, acc, (size_t)n * 2);
+    CHECK(run(FR_F32, dt, FR_F32, 1, x, h, n) == 0, "add into %s", dt_name(dt));
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t want = narrow1(dt, widen1(dt, acc[i]) + x[i]);
+        bad += !(h[i] == want || (isnan(widen1(dt, h[i])) && isnan(widen1(dt, want))));
+    }
+    CHECK(bad == 0, "f32 added into %s, n %lld: %lld values differ", dt_name(dt), (long long)n,
+          (long long)bad);
+
+    /* refused: adding into f32, adding from 16 bits */
+    fr_status st = run(FR_F32, FR_F32, FR_F32, 1, x, y, n);
+    CHECK(st == FR_ERR_ARG, "adding into f32 must be refused (%d)", (int)st);
+    st = run(dt, dt, FR_F32, 1, h, acc, n);
+    CHECK(st == FR_ERR_ARG, "adding %s into %s must be refused (%d)", dt_name(dt), dt_name(dt), (int)st);
+    free(x);
+    free(x2);
+    free(y);
+    free(h);
+    free(acc);
+}
+
+int main(void) {
+    g_ctx = fr_ctx_new();
+    omp_set_num_threads(2);
+    const fr_dtype dts[2] = {FR_F16, FR_BF16};
+    for (int d = 0; d < 2; d++)
+        for (int64_t n = 4099; n <= 200003; n += 195904) /* serial, then the thread team */
+            test_dtype(dts[d], n);
+    fr_ctx_free(g_ctx);
+    return check_done();
+}
