@@ -105,6 +105,11 @@ static void fill_batch(fr_rng *r, float *x, int32_t *y, int n, size_t sample, in
     for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(r, (uint64_t)classes);
 }
 
+static void json_num(char *buf, size_t n, float v) {
+    if (isfinite(v)) snprintf(buf, n, "%.6g", (double)v);
+    else snprintf(buf, n, "null");
+}
+
 int main(int argc, char **argv) {
     bench_opts o;
     if (parse_args(argc, argv, &o)) return 2;
@@ -166,16 +171,21 @@ int main(int argc, char **argv) {
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
     size_t rss = peak_rss_bytes();
+    uint64_t skipped = 0;
+    fr_step_scaler(s, NULL, &skipped);
     if (o.json) {
+        char fl[32], ll[32]; /* JSON has no inf or NaN: a diverged loss is null */
+        json_num(fl, sizeof fl, first_loss);
+        json_num(ll, sizeof ll, loss);
         printf("{\"impl\": \"frugal\", \"model\": \"%s\", \"batch\": %d, \"optimizer\": \"%s\", "
                "\"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %zu, "
                "\"median_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, "
-               "\"first_loss\": %.6g, \"last_loss\": %.6g, \"peak_allocated_bytes\": %zu, "
+               "\"first_loss\": %s, \"last_loss\": %s, \"skipped_steps\": %llu, \"peak_allocated_bytes\": %zu, "
                "\"peak_reserved_bytes\": %zu, \"peak_rss_bytes\": %zu, \"precision\": \"%s\", "
                "\"optimizer_state\": \"%s\", \"peak_by_category\": {",
                o.model, o.batch, o.optimizer, fr_get_threads(ctx), o.steps, o.warmup,
-               fr_model_num_params(m), median, mean, ms[0], ms[o.steps - 1], first_loss, loss,
-               st.allocated_total_peak, st.reserved_peak, rss, o.precision, o.state);
+               fr_model_num_params(m), median, mean, ms[0], ms[o.steps - 1], fl, ll,
+               (unsigned long long)skipped, st.allocated_total_peak, st.reserved_peak, rss, o.precision, o.state);
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c), st.allocated_peak[c]);
         printf("}}\n");
@@ -184,7 +194,9 @@ int main(int argc, char **argv) {
                o.optimizer, fr_get_threads(ctx), fr_model_num_params(m));
         printf("  %d steps after %d warm-up: median %.3f ms/step, mean %.3f (min %.3f, max %.3f)\n",
                o.steps, o.warmup, median, mean, ms[0], ms[o.steps - 1]);
-        printf("  loss %.4f -> %.4f\n", first_loss, loss);
+        printf("  loss %.4f -> %.4f", first_loss, loss);
+        if (skipped) printf(" (%llu steps skipped by the loss scaler)", (unsigned long long)skipped);
+        printf("\n");
         printf("  engine peak allocated %.2f MiB, peak reserved %.2f MiB; process peak RSS %.2f MiB\n",
                st.allocated_total_peak / 1048576.0, st.reserved_peak / 1048576.0,
                rss / 1048576.0);
