@@ -4,7 +4,9 @@
  * so anything else is a bug in the widening path): the activation backwards,
  * max pooling forward and backward, BatchNorm backward, and the shifted-GEMM
  * convolution forward and backward; both accumulate modes, serial and
- * parallel sizes. Inputs they cannot read in 16 bits are refused. */
+ * parallel sizes. Inputs they cannot read in 16 bits are refused. Kernels
+ * that write a 16-bit output (the activations, max pooling) give the f32
+ * call's result rounded, bit for bit. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -243,6 +245,68 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
 }
 
 /* What a kernel cannot read in 16 bits it refuses (the pass never asks). */
+/* A 16-bit output (the op table's half_out): the kernel's value must be the
+ * f32 call's result rounded (half.c's scalar conversion, checked by
+ * test_half), bit for bit. Activations from f32 input; max pooling from f32
+ * and from 16-bit input (where every output is an input: exact). */
+static void same_rounded(const char *what, fr_dtype dt, const float *y32, const uint16_t *yh, int64_t n) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t want = dt == FR_F16 ? fr_f32_to_f16(y32[i]) : fr_f32_to_bf16(y32[i]);
+        if (want != yh[i]) bad++, first = first < 0 ? i : first;
+    }
+    CHECK(bad == 0, "%s (%s out): %lld of %lld values are not the f32 result rounded, first at %lld",
+          what, dt_name(dt), (long long)bad, (long long)n, (long long)first);
+}
+
+static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n) {
+    float *x = frand(n, -4, 4), *y = frand(n, 0, 1);
+    uint16_t *yh = malloc((size_t)n * 2);
+    x[n / 2] = NAN; /* passes through, rounded to a NaN */
+    fr_shape sh = fr_shape1(n);
+    call k;
+    call_init(&k, op, NULL);
+    k.c.in[0] = tf(x, sh);
+    k.c.out[0] = tf(y, sh);
+    CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s f32", name);
+    k.c.out[0] = (fr_tensor){dt, sh, yh};
+    CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s 16-bit out: %s", name, fr_last_error(g_ctx));
+    CHECK(fr_op_get(op)->half_out && fr_op_get(op)->half_out(NULL, NULL), "%s offers a 16-bit output", name);
+    char what[64];
+    snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);
+    same_rounded(what, dt, y, yh, n);
+    free(x);
+    free(y);
+    free(yh);
+}
+
+static void test_maxpool_out(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
+    const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x0 = frand(nx, -2, 2), *y = frand(ny, 0, 1);
+    uint16_t *yh = malloc((size_t)ny * 2);
+    half_in x = make_half(dt, x0, nx);
+    fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, C, OH, OW);
+    fr_attr a = {.kernel = K, .stride = S};
+    char what[96];
+    for (int in16 = 0; in16 < 2; in16++) {
+        call k;
+        call_init(&k, FR_OP_MAXPOOL2D, &a);
+        k.c.in[0] = in16 ? th(&x, xs) : tf(x0, xs);
+        k.c.out[0] = tf(y, ys);
+        CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool f32 out");
+        k.c.out[0] = (fr_tensor){dt, ys, yh};
+        CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool 16-bit out: %s", fr_last_error(g_ctx));
+        snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d, %s in", (long long)H, (long long)W, K, S,
+                 in16 ? "16-bit" : "f32");
+        same_rounded(what, dt, y, yh, ny);
+    }
+    free(x0);
+    free(y);
+    free(yh);
+    free_half(&x);
+}
+
 static void test_refusals(void) {
     float v[8] = {0};
     half_in x = make_half(FR_BF16, v, 8);
@@ -276,11 +340,18 @@ int main(void) {
             test_act_bwd(dt, FR_OP_GELU_BWD, "gelu_bwd", n);
             test_act_bwd(dt, FR_OP_SIGMOID_BWD, "sigmoid_bwd", n);
             test_act_bwd(dt, FR_OP_TANH_BWD, "tanh_bwd", n);
+            test_act_out(dt, FR_OP_RELU, "relu", n);
+            test_act_out(dt, FR_OP_GELU, "gelu", n);
+            test_act_out(dt, FR_OP_SIGMOID, "sigmoid", n);
+            test_act_out(dt, FR_OP_TANH, "tanh", n);
         }
         test_maxpool(dt, 7, 9, 2, 2);
         test_maxpool(dt, 8, 8, 2, 2);
         test_maxpool(dt, 9, 7, 3, 2);
         test_maxpool(dt, 64, 80, 2, 2); /* the thread team */
+        test_maxpool_out(dt, 7, 9, 2, 2);
+        test_maxpool_out(dt, 9, 7, 3, 2);
+        test_maxpool_out(dt, 64, 80, 2, 2);
         test_batchnorm_bwd(dt, fr_shape4(4, 5, 6, 6));
         test_batchnorm_bwd(dt, fr_shape4(16, 8, 30, 30)); /* the thread team */
         test_batchnorm_bwd(dt, fr_shape2(7, 5));

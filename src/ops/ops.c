@@ -209,6 +209,18 @@ static int hi_maxpool(const fr_graph *g, const fr_node *n, int j) {
     return j == x && plane_of(&V(x)->shape) <= FR_HALF_PLANE_MAX;
 }
 
+/* 16-bit outputs: any size for the activations; max pooling rounds a row
+ * at a time on the stack */
+static int ho_any(const fr_graph *g, const fr_node *n) {
+    (void)g, (void)n;
+    return 1;
+}
+
+static int ho_maxpool(const fr_graph *g, const fr_node *n) {
+    const fr_shape *y = &g->vals[n->out[0]].shape;
+    return y->ndim == 4 && y->d[3] <= FR_HALF_ROW_MAX;
+}
+
 static int hi_bn_bwd(const fr_graph *g, const fr_node *n, int j) {
     return j == 1 && plane_of(&V(1)->shape) <= FR_HALF_PLANE_MAX;
 }
@@ -228,10 +240,13 @@ enum { FR_OPS(FR_OP_ARITY) };
 #undef FR_OP_ARITY
 
 #define ROW(op, nm, sh, k, bw, inpl, view, fl) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, NULL}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, NULL, NULL}
 /* the same, for an op whose kernel reads some inputs in 16 bits itself */
 #define ROWH(op, nm, sh, k, bw, inpl, view, fl, half) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half, NULL}
+/* the same, for an op whose kernel may also write out[0] in 16 bits */
+#define ROWHO(op, nm, sh, k, bw, inpl, view, fl, half, ho) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half, ho}
 
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
@@ -239,7 +254,8 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWH(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
     ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd,
          hi_conv),
-    ROWH(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool),
+    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool,
+          ho_maxpool),
     ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool,
          hi_maxpool),
     ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_k_avgpool2d, fr_bw_avgpool2d, -1, 0, fl_pool),
@@ -248,13 +264,13 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
         -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1,
         0, fl_elem),
-    ROW(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem),
+    ROWHO(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
     ROWH(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROW(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu),
+    ROWHO(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu, NULL, ho_any),
     ROWH(GELU_BWD, "gelu_bwd", sh_grads, fr_k_gelu_bwd, NULL, 0, 0, fl_gelu, hi_act_bwd),
-    ROW(SIGMOID, "sigmoid", sh_same, fr_k_sigmoid, fr_bw_by_output, 0, 0, fl_gelu),
+    ROWHO(SIGMOID, "sigmoid", sh_same, fr_k_sigmoid, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, fr_k_sigmoid_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROW(TANH, "tanh", sh_same, fr_k_tanh, fr_bw_by_output, 0, 0, fl_gelu),
+    ROWHO(TANH, "tanh", sh_same, fr_k_tanh, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(TANH_BWD, "tanh_bwd", sh_grads, fr_k_tanh_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_k_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
     ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, fr_k_batchnorm_bwd, NULL, -1, 0, fl_norm,

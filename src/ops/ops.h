@@ -69,6 +69,9 @@ typedef double (*fr_flops_fn)(const struct fr_graph *g, const struct fr_node *n)
 /* Whether node n's kernel reads input j as f16/bf16 itself (widening exactly
  * as it goes), so the mixed-precision pass may hand it the 16-bit value. */
 typedef int (*fr_half_in_fn)(const struct fr_graph *g, const struct fr_node *n, int j);
+/* Whether node n's kernel can write out[0] as f16/bf16 (rounding its f32
+ * result), so the pass may bind the saved 16-bit value there directly. */
+typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n);
 
 typedef struct fr_op_info {
     const char *name;
@@ -80,6 +83,7 @@ typedef struct fr_op_info {
     int view;                /* out[0] always shares in[0]'s storage (no copy at all) */
     fr_flops_fn flops;
     fr_half_in_fn half_in;   /* NULL: every input must be f32 (or its own dtype) */
+    fr_half_out_fn half_out; /* NULL: out[0] is f32 */
 } fr_op_info;
 
 extern const fr_op_info fr_op_table[FR_OP_COUNT];

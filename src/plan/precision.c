@@ -17,6 +17,31 @@ static int late_read(const fr_graph *g, int i, int x, int n_nodes0) {
     return i >= g->n_forward && g->vals[x].producer >= 0 && g->vals[x].producer < g->n_forward;
 }
 
+/* Whether forward reader `op` reads its input j rounded to 16 bits: matmuls
+ * and convolutions (as a 16-bit GEMM would), max pooling (so that its
+ * backward, comparing rounded values, finds the same maximum). */
+static int rounded_fwd(fr_op op, int j) {
+    return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D);
+}
+
+/* Whether every reader of castable value v reads it rounded: backward ops
+ * and clones reading it late, or forward readers that round it (after this
+ * pass they read the saved half or a widened copy of it), and no view
+ * shares its storage. Then its f32 value is never read, and its producer
+ * may write the 16-bit value itself. */
+static int only_rounded_readers(const fr_graph *g, int v, int producer, int n_nodes0, size_t nn0,
+                                size_t nv0) {
+    for (size_t u = 0; u < nv0; u++)
+        if (g->vals[u].alias_of == v) return 0;
+    for (size_t i = 0; i < nn0; i++) {
+        const fr_node *nd = &g->nodes[i];
+        if ((int)i == producer) continue;
+        for (int j = 0; j < nd->n_in; j++)
+            if (nd->in[j] == v && !late_read(g, (int)i, v, n_nodes0) && !rounded_fwd(nd->op, j)) return 0;
+    }
+    return 1;
+}
+
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.
  * Returns the node id, or -1 with g->status set. */
 static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
@@ -94,8 +119,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                  * exact in f32); max pooling too, so that its backward, comparing
                  * rounded values, finds the same maximum. */
                 fr_op op = g->nodes[i].op;
-                int rounded_fwd = j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D);
-                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd)) continue;
+                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd(op, j)))
+                    continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[r] || hv[r] < 0) continue;
                 const fr_op_info *info = fr_op_get(op);
@@ -158,7 +183,23 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         EMIT(i);
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
             int v = g->nodes[i].out[0];
-            if (v >= 0 && (size_t)v < nv0 && cast[v]) {
+            const fr_op_info *pi = fr_op_get(g->nodes[i].op);
+            if (v >= 0 && (size_t)v < nv0 && cast[v] && pi->half_out && pi->half_out(g, &g->nodes[i]) &&
+                only_rounded_readers(g, v, i, n_nodes0, nn0, nv0)) {
+                /* nobody reads the f32 value: the producer writes the half */
+                int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
+                if (h < 0) {
+                    st = g->status;
+                    goto done;
+                }
+                g->vals[h].batched = g->vals[v].batched;
+                g->vals[h].producer = i;
+                g->vals[h].saved = 1;
+                g->vals[v].saved = 0;
+                g->vals[v].producer = -1;
+                g->nodes[i].out[0] = h;
+                hv[v] = h;
+            } else if (v >= 0 && (size_t)v < nv0 && cast[v]) {
                 int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
                 if (c < 0) {
                     st = g->status;

@@ -22,13 +22,31 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
     return FR_OK;
 }
 
-/* Elementwise forward: y[i] = F(x[i]). */
+/* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result
+ * rounded, a chunk at a time: mixed precision's saved output, made here
+ * instead of by a CAST after). */
 #define UNARY(name, op, F)                                                  \
     int name(fr_kernel_call *c) {                                           \
         int64_t n;                                                          \
         int st = same_numel(c, op, &n);                                     \
         if (st) return st;                                                  \
         const float *x = fr_f32(&c->in[0]);                                 \
+        if (c->out[0].dtype != FR_F32) {                                    \
+            const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;            \
+            _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)") \
+            for (int64_t b = 0; b < nch; b++) {                             \
+                float buf[ACT_CHUNK];                                       \
+                const int64_t o = b * ACT_CHUNK;                            \
+                const int64_t m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;    \
+                _Pragma("omp simd")                                         \
+                for (int64_t i = 0; i < m; i++) {                           \
+                    float v = x[o + i];                                     \
+                    buf[i] = (F);                                           \
+                }                                                           \
+                out_store(&c->out[0], o, buf, m);                           \
+            }                                                               \
+            return FR_OK;                                                   \
+        }                                                                   \
         float *y = fr_f32(&c->out[0]);                                      \
         _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
         for (int64_t i = 0; i < n; i++) {                                   \

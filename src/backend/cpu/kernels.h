@@ -17,7 +17,9 @@
  * saved value, max pooling's x (planes up to FR_HALF_PLANE_MAX values),
  * BatchNorm backward's x (the same limit) and the shifted-GEMM convolution's
  * image. Widening is exact, so the result is the bits of the f32 call on the
- * widened input.
+ * widened input. Some write out[0] in f16/bf16 when it is bound so (the op
+ * table's half_out): the elementwise activations and max pooling; the value
+ * is the f32 result rounded, the bits a CAST after the f32 call would make.
  */
 #ifndef FR_KERNELS_H
 #define FR_KERNELS_H
@@ -27,6 +29,7 @@
 /* A 16-bit plane read by pooling or BatchNorm is widened on the thread's
  * stack: at most this many values (64 KiB). */
 #define FR_HALF_PLANE_MAX 16384
+#define FR_HALF_ROW_MAX 2048 /* max pooling writing 16 bits: output rows up to this */
 
 typedef struct fr_kernel_call {
     fr_ctx *ctx;
