@@ -209,7 +209,7 @@ static int hi_maxpool(const fr_graph *g, const fr_node *n, int j) {
     return j == x && plane_of(&V(x)->shape) <= FR_HALF_PLANE_MAX;
 }
 
-/* 16-bit outputs: any size for the activations; max pooling rounds a row
+/* 16-bit outputs: any size for the activations; max pooling rounds a plane
  * at a time on the stack */
 static int ho_any(const fr_graph *g, const fr_node *n) {
     (void)g, (void)n;
@@ -218,7 +218,7 @@ static int ho_any(const fr_graph *g, const fr_node *n) {
 
 static int ho_maxpool(const fr_graph *g, const fr_node *n) {
     const fr_shape *y = &g->vals[n->out[0]].shape;
-    return y->ndim == 4 && y->d[3] <= FR_HALF_ROW_MAX;
+    return y->ndim == 4 && y->d[2] * y->d[3] <= FR_HALF_OUT_PLANE_MAX;
 }
 
 static int hi_bn_bwd(const fr_graph *g, const fr_node *n, int j) {

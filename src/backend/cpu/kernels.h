@@ -29,7 +29,7 @@
 /* A 16-bit plane read by pooling or BatchNorm is widened on the thread's
  * stack: at most this many values (64 KiB). */
 #define FR_HALF_PLANE_MAX 16384
-#define FR_HALF_ROW_MAX 2048 /* max pooling writing 16 bits: output rows up to this */
+#define FR_HALF_OUT_PLANE_MAX 4096 /* max pooling writing 16 bits: output planes up to this */
 
 typedef struct fr_kernel_call {
     fr_ctx *ctx;

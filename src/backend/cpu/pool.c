@@ -90,20 +90,21 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
     int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
     if (st || (st = half_plane_ok(c, "maxpool2d", &c->in[0], &g))) return st;
     const int half_out = c->out[0].dtype != FR_F32;
-    if (half_out && g.OW > FR_HALF_ROW_MAX)
-        return fr_fail(c->ctx, FR_ERR_ARG, "maxpool2d: a 16-bit output needs rows of at most %d "
-                       "values, got %lld", FR_HALF_ROW_MAX, (long long)g.OW);
+    if (half_out && g.OH * g.OW > FR_HALF_OUT_PLANE_MAX)
+        return fr_fail(c->ctx, FR_ERR_ARG, "maxpool2d: a 16-bit output needs planes of at most %d "
+                       "values, got %lld", FR_HALF_OUT_PLANE_MAX, (long long)(g.OH * g.OW));
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
-        float buf[FR_HALF_PLANE_MAX], rbuf[FR_HALF_ROW_MAX];
+        float buf[FR_HALF_PLANE_MAX], obuf[FR_HALF_OUT_PLANE_MAX];
         const float *xp = in_f32(&c->in[0], p * H * W, H * W, buf);
+        /* a 16-bit output plane is made in f32 and rounded: each value is
+         * one of the inputs, so exact when they are 16-bit too */
+        float *yp = half_out ? obuf : y + p * OH * OW;
         for (int64_t oh = 0; oh < OH; oh++) {
             const float *row = xp + oh * S * W;
-            /* a 16-bit output row is made in f32 and rounded: each value is
-             * one of the inputs, so exact when they are 16-bit too */
-            float *yr = half_out ? rbuf : y + (p * OH + oh) * OW;
+            float *yr = yp + oh * OW;
             if (K == 2)
                 for (int64_t ow = 0; ow < OW; ow++) {
                     const float *r0 = row + ow * S, *r1 = r0 + W;
@@ -114,8 +115,8 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
                     const float *win = row + ow * S;
                     yr[ow] = win[window_argmax(win, W, K)];
                 }
-            if (half_out) out_store(&c->out[0], (p * OH + oh) * OW, rbuf, OW);
         }
+        if (half_out) out_store(&c->out[0], p * OH * OW, obuf, OH * OW);
     }
     return FR_OK;
 }
