@@ -1,39 +1,42 @@
 #!/usr/bin/env bash
 # precision.sh — peak bytes per category and step time for each precision and
 # optimizer-state choice, on the CNN, the residual network and the deep chain
-# (32 x Linear(1024,1024)+ReLU). Runs are interleaved in rounds (A B C ...,
-# then again) because these shared machines drift; each cell is the median
-# of the per-run medians. Prints a markdown table with ratios against fp32:
-# per round (each run over the same round's fp32 run, so drift cancels), the
-# median over rounds and their range; and the fastest step of all rounds over
-# fp32's fastest (a busy host only ever adds time, so the minima are the
-# steadiest estimate of what a step costs).
+# (32 x Linear(1024,1024)+ReLU), Adam, against fp32 with fp32 state.
+#
+# Time: these shared machines drift by tens of percent over seconds, more
+# than the differences measured here, so each configuration runs in one
+# process with an fp32 twin (bench/bench_pair.c), their steps alternating;
+# a cell's ratio is the median over rounds of the median per-pair ratio, the
+# range is over rounds, and the quartiles are those of the pairs (the
+# median over rounds of each). ms/step is the configuration's own median.
+# Memory: the configuration's peak allocated bytes per category (its own
+# context), against the fp32 twin's.
 # Usage: bench/precision.sh [rounds]   (environment: THREADS, STEPS, BUILD,
-# MODELS ["cnn resnet chain"], CONFIGS [all six, e.g. "fp32 fp32,fp32 int8"]).
+# MODELS ["cnn resnet chain"], CONFIGS [all five, e.g. "fp32 int8,bf16-mixed fp32"]).
 # Pure fp16 is not among them: with Adam it diverges here (frugal warns why:
 # exp_avg_sq underflows in fp16) and the scaler then skips the steps, which
 # makes them cheap; a cell whose runs skipped steps says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-2}
+rounds=${1:-3}
 threads=${THREADS:-2}
-steps=${STEPS:-10}
+steps=${STEPS:-12}
 build=${BUILD:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$(nproc)" --target bench_step >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_pair >/dev/null
 chain=$(mktemp --suffix=.model)
+out=$(mktemp)
 trap 'rm -f "$chain" "$out"' EXIT
 { echo "input 1024"; for i in $(seq 32); do echo "linear 1024"; echo "relu"; done; echo "linear 10"; } >"$chain"
-out=$(mktemp)
-IFS=, read -r -a configs <<<"${CONFIGS:-fp32 fp32,bf16-mixed fp32,fp16-mixed fp32,bf16 fp32,fp32 bf16,fp32 int8}"
+IFS=, read -r -a configs <<<"${CONFIGS:-bf16-mixed fp32,fp16-mixed fp32,bf16 fp32,fp32 bf16,fp32 int8}"
 for r in $(seq "$rounds"); do
     for model in ${MODELS:-cnn resnet chain}; do
         file=$model; batch=128
         [ "$model" = chain ] && file=$chain && batch=256
         for cfg in "${configs[@]}"; do
             set -- $cfg
-            "$build/bench_step" --model "$file" --batch $batch --optimizer adam --steps "$steps" \
-                --threads "$threads" --precision "$1" --optimizer-state "$2" --json |
+            "$build/bench_pair" --model "$file" --batch $batch --optimizer adam --steps "$steps" \
+                --threads "$threads" --a fp32,fp32 --b "$1,$2" --json |
                 sed "s|\"model\": \"[^\"]*\"|\"round\": $r, \"model\": \"$model\"|" >>"$out"
         done
     done
@@ -43,31 +46,28 @@ import json, sys, statistics, collections
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    runs[(r["model"], r["precision"], r["optimizer_state"])].append(r)
-# time vs fp32: the median over rounds of (this run / the same round's fp32
-# run), so that drift between rounds cancels; the range is over the rounds
-print("| model | precision | Adam state | ms/step | time vs fp32 | range | fastest vs fp32 | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    runs[(r["model"], r["b"]["precision"], r["b"]["optimizer_state"])].append(r)
+med = statistics.median
 mib = lambda b: f"{b / 1048576:.1f} MiB"
-for model in [m for m in ["cnn", "resnet", "chain"] if (m, "fp32", "fp32") in runs]:
-    base = runs[(model, "fp32", "fp32")]
-    bt = statistics.median(r["median_ms"] for r in base)
-    bmin = min(r["min_ms"] for r in base)
-    ba = base[0]["peak_by_category"]["activations"]
-    bo = base[0]["peak_by_category"]["optimizer"]
-    for (m, p, st), rs in runs.items():
-        if m != model:
-            continue
-        t = statistics.median(r["median_ms"] for r in rs)
-        per_round = {r["round"]: r["median_ms"] for r in base}
-        ratios = [r["median_ms"] / per_round[r["round"]] for r in rs if r["round"] in per_round]
-        rt = statistics.median(ratios) if ratios else t / bt
-        rng = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
-        fastest = min(r["min_ms"] for r in rs) / bmin
-        skipped = sum(r.get("skipped_steps", 0) for r in rs)
+print("| model | precision | Adam state | ms/step | time vs fp32 | range over rounds | pair quartiles | activations | vs fp32 | optimizer state | vs fp32 | peak allocated |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for model in ["cnn", "resnet", "chain"]:
+    cells = [(k, rs) for k, rs in runs.items() if k[0] == model]
+    if not cells:
+        continue
+    base = cells[0][1][0]["a"]
+    ba, bo = base["peak_by_category"]["activations"], base["peak_by_category"]["optimizer"]
+    fp32_ms = med(r["a"]["median_ms"] for _, rs in cells for r in rs)
+    print(f"| {model} | fp32 | fp32 | {fp32_ms:.1f} | 1.00x | | | {mib(ba)} | 1.00x | {mib(bo)} | 1.00x | "
+          f"{mib(base['peak_allocated_bytes'])} |")
+    for (m, p, st), rs in cells:
+        b = rs[0]["b"]
+        c = b["peak_by_category"]
+        ratios = [r["ratio_median"] for r in rs]
+        skipped = sum(r["b"]["skipped_steps"] for r in rs)
         note = f" ({skipped} skipped)" if skipped else ""
-        c = rs[0]["peak_by_category"]
-        print(f"| {m} | {p} | {st} | {t:.1f}{note} | {rt:.2f}x | {rng} | {fastest:.2f}x | {mib(c['activations'])} | "
-              f"{c['activations'] / ba:.2f}x | {mib(c['optimizer'])} | {c['optimizer'] / bo:.2f}x | "
-              f"{mib(rs[0]['peak_allocated_bytes'])} |")
+        print(f"| {m} | {p} | {st} | {med(r['b']['median_ms'] for r in rs):.1f}{note} | {med(ratios):.2f}x | "
+              f"{min(ratios):.2f}-{max(ratios):.2f} | {med(r['ratio_q1'] for r in rs):.2f}-"
+              f"{med(r['ratio_q3'] for r in rs):.2f} | {mib(c['activations'])} | {c['activations'] / ba:.2f}x | "
+              f"{mib(c['optimizer'])} | {c['optimizer'] / bo:.2f}x | {mib(b['peak_allocated_bytes'])} |")
 PY
