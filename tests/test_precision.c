@@ -155,6 +155,17 @@ static void test_direct_conv(fr_precision p, double unit) {
           fr_precision_name(p), loss[1], loss[0]);
 }
 
+/* ||g_b - g_a|| / ||g_a|| of one parameter's gradient in two runs. */
+static double grad_rel_l2(const fr_param *pa, const fr_param *pb) {
+    size_t n = fr_shape_numel(&pa->shape);
+    double num = 0, den = 0;
+    for (size_t k = 0; k < n; k++) {
+        num += ((double)pa->grad[k] - pb->grad[k]) * ((double)pa->grad[k] - pb->grad[k]);
+        den += (double)pa->grad[k] * pa->grad[k];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
 /* Which ops of the step write a 16-bit out[0] themselves (not a CAST). */
 static int half_writes(const fr_step *s, fr_op op) {
     int w = 0;
@@ -183,13 +194,7 @@ static void test_mixed_resnet(fr_precision p, double unit, int arch) {
     for (size_t i = 0; i < a.m->n_params; i++) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
         if (!pa->grad) continue;
-        size_t n = fr_shape_numel(&pa->shape);
-        double num = 0, den = 0;
-        for (size_t k = 0; k < n; k++) {
-            num += ((double)pa->grad[k] - pb->grad[k]) * ((double)pa->grad[k] - pb->grad[k]);
-            den += (double)pa->grad[k] * pa->grad[k];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
+        double rel = grad_rel_l2(pa, pb);
         if (getenv("FR_TEST_VERBOSE")) printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         worst = rel > worst ? rel : worst;
     }
@@ -223,13 +228,7 @@ static void test_mixed_grads(fr_precision p, double unit) {
     for (size_t i = 0; i < a.m->n_params; i++) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
         if (!pa->grad) continue;
-        size_t n = fr_shape_numel(&pa->shape);
-        double num = 0, den = 0;
-        for (size_t k = 0; k < n; k++) {
-            num += ((double)pa->grad[k] - pb->grad[k]) * ((double)pa->grad[k] - pb->grad[k]);
-            den += (double)pa->grad[k] * pa->grad[k];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
+        double rel = grad_rel_l2(pa, pb);
         if (getenv("FR_TEST_VERBOSE")) printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         if (strcmp(pa->name, "0.weight") == 0) rel /= 4; /* its 64 u, in units of 16 u */
         if (rel > worst) worst = rel, worst_name = pa->name;
