@@ -15,6 +15,7 @@
 #include <string.h>
 #include "check.h"
 #include "core/rng.h"
+#include "backend/cpu/optim_state.h"
 #include "train/step.h"
 
 static void fill(float *v, int n, uint64_t seed) {
@@ -126,8 +127,9 @@ static fr_model *wide(fr_ctx *ctx) {
 
 /* The same training with and without the update in backward: the same
  * gradients and fr_k_sgd's formula, so the same bits. */
-static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N, float lr,
-                              float wd, size_t tile, int threads, const char *what) {
+static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N,
+                                   const fr_optim_opts *opt, int state_kind, size_t tile, int threads,
+                                   const char *what) {
     enum { STEPS = 6 };
     float *x = malloc(sizeof(float) * (size_t)N * d);
     int32_t *y = malloc(sizeof(int32_t) * (size_t)N);
@@ -141,10 +143,8 @@ static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused
         if (!keep && threads) fr_set_threads(ctx[keep], threads);
         if (keep) fr_set_threads(ctx[keep], 2);
         m[keep] = make(ctx[keep]);
-        fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
-                          .seed = 5, .keep_grads = keep};
-        o.optim.lr = lr;
-        o.optim.weight_decay = wd;
+        fr_step_opts o = {.batch = N, .training = 1, .optim = *opt, .seed = 5, .keep_grads = keep,
+                          .optim_state = state_kind};
         fr_step *s = fr_step_compile(m[keep], &o);
         CHECK(s != NULL, "%s compile: %s", what, fr_last_error(ctx[keep]));
         if (!s) return;
@@ -152,10 +152,21 @@ static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused
               s->n_fused);
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
-        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]);
-        for (size_t i = 0; i < m[keep]->n_params; i++)
-            if (!s->fused || !s->fused[i])
-                grads += (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
+        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]), arena = 0;
+        for (size_t i = 0; i < m[keep]->n_params; i++) {
+            size_t bytes = (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
+            if (!s->fused || !s->fused[i]) grads += bytes;
+            /* stepped by OPTIM_STEP: a layer's weight and bias gradients are
+             * made by one node and live together in the arena, briefly */
+            if (s->fused && s->fused[i] == 2) {
+                size_t layer = 0;
+                for (size_t j = 0; j < m[keep]->n_params; j++)
+                    if (m[keep]->params[j].layer == m[keep]->params[i].layer)
+                        layer += (size_t)fr_shape_numel(&m[keep]->params[j].shape) * 4;
+                arena = layer > arena ? layer : arena;
+            }
+        }
+        grads += arena;
         CHECK(pred[FR_MEM_GRADS] == grads, "%s: predicted gradients %zu, by hand %zu", what,
               pred[FR_MEM_GRADS], grads);
         for (int t = 0; t < STEPS; t++) {
@@ -184,12 +195,29 @@ static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused
         CHECK(memcmp(&loss[0][t], &loss[1][t], sizeof(float)) == 0, "%s step %d: loss %.9g vs %.9g",
               what, t, loss[0][t], loss[1][t]);
     CHECK(loss[0][STEPS - 1] < loss[0][0], "%s learns: %g -> %g", what, loss[0][0], loss[0][STEPS - 1]);
+    for (size_t i = 0; i < m[0]->n_params; i++) /* and the optimizer state, byte for byte */
+        for (int k = 0; k < 2; k++) {
+            const fr_param *pa = &m[0]->params[i], *pb = &m[1]->params[i];
+            if (!pa->state[k] || !pb->state[k]) continue;
+            size_t bytes = fr_state_bytes((fr_state_kind)pa->state_kind, (size_t)fr_shape_numel(&pa->shape));
+            if (opt->kind == FR_OPTIM_SGD) bytes = (size_t)fr_shape_numel(&pa->shape) * 4;
+            CHECK(pa->state_kind == pb->state_kind && memcmp(pa->state[k], pb->state[k], bytes) == 0,
+                  "%s: %s state %d differs from the kept-gradient run", what, pa->name, k);
+        }
     for (int k = 0; k < 2; k++) {
         fr_model_free(m[k]);
         fr_ctx_free(ctx[k]);
     }
     free(x);
     free(y);
+}
+
+static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N, float lr,
+                              float wd, size_t tile, int threads, const char *what) {
+    fr_optim_opts o = fr_optim_defaults(FR_OPTIM_SGD);
+    o.lr = lr;
+    o.weight_decay = wd;
+    compare_opts_with_kept(make, d, want_fused, N, &o, 0, tile, threads, what);
 }
 
 /* Anything that needs the whole gradient before the update turns it off. */
@@ -200,15 +228,16 @@ static void test_only_where_safe(void) {
         const char *what;
         fr_step_opts o;
     } cases[] = {
-        {"momentum 0.9", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
         {"clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .clip_grad_norm = 1}},
         {"micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 4}},
         {"loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .loss_scaling = 1}},
         {"keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .keep_grads = 1}},
-        {"adam", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM)}},
+        {"adam, clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .clip_grad_norm = 1}},
+        {"adam, micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .micro_batch = 4}},
+        {"adam, loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .loss_scaling = 1}},
+        {"adam, keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .keep_grads = 1}},
         {"eval", {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
     };
-    cases[0].o.optim.momentum = 0.9f;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fr_step *s = fr_step_compile(m, &cases[c].o);
         CHECK(s != NULL, "%s: %s", cases[c].what, fr_last_error(ctx));
@@ -261,6 +290,22 @@ int main(void) {
     /* the kept run has 2 threads; each tile's bits do not depend on the thread count */
     compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 54 * 300, 1, "wide, 1 thread");
     compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 54 * 300, 3, "wide, 3 threads");
+    /* momentum SGD, Adam, AdamW, compressed Adam state: an OPTIM_STEP node per
+     * parameter right after its gradient, every parameter (convolutions too) */
+    fr_optim_opts o = fr_optim_defaults(FR_OPTIM_SGD);
+    o.lr = 0.05f, o.momentum = 0.9f, o.weight_decay = 1e-3f;
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "momentum 0.9, weight decay");
+    o.nesterov = 1, o.dampening = 0.0f;
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, nesterov");
+    o = fr_optim_defaults(FR_OPTIM_ADAM);
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adam");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adam");
+    o.weight_decay = 1e-2f;
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adam, L2 weight decay");
+    o = fr_optim_defaults(FR_OPTIM_ADAMW);
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adamw");
+    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_INT8, 0, 0, "adamw, int8 state");
+    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_BF16, 0, 0, "adamw, bf16 state");
     test_only_where_safe();
     test_nonfinite_loss();
     return check_done();

@@ -77,7 +77,7 @@ static run start(fr_precision p, fr_optim_kind k, int scaling, float clip) {
     fr_model_init(r.m, 9);
     fr_step_opts o = {.batch = 8, .training = 1, .optim = fr_optim_defaults(k), .seed = 2,
                       .precision = p, .loss_scaling = scaling, .clip_grad_norm = clip,
-                      .micro_batch = start_micro};
+                      .micro_batch = start_micro, .keep_grads = 1}; /* gradients are compared */
     o.optim.zero_grad_to_none = 0;
     o.optim.lr = k == FR_OPTIM_SGD ? 0.1f : 1e-3f;
     r.s = fr_step_compile(r.m, &o);
@@ -271,7 +271,7 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     fr_model_linear(m, O, 1);
     fr_model_init(m, 5);
     fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 2,
-                      .precision = p, .loss_scaling = -1};
+                      .precision = p, .loss_scaling = -1, .keep_grads = 1};
     o.optim.lr = 0;
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);

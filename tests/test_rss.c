@@ -44,7 +44,8 @@ int main(void) {
     fr_model_linear(m, 4096, 1);
     fr_model_relu(m);
     fr_model_linear(m, 10, 1);
-    fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+    fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+                      .keep_grads = 1}; /* the tutorial's loop: every gradient stored */
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));

@@ -272,7 +272,8 @@ static fr_step *setup(fr_ctx *ctx, const ref *r, fr_optim_kind kind, int trainin
     CHECK(fr_model_num_classes(m) == r->classes, "%s: %d classes, PyTorch %d", r->name,
           fr_model_num_classes(m), r->classes);
     fr_step_opts so = {
-        .batch = r->batch, .training = training, .optim = ref_optim(kind), .seed = 1};
+        .batch = r->batch, .training = training, .optim = ref_optim(kind), .seed = 1,
+        .keep_grads = 1}; /* gradients are compared */
     fr_step *s = st ? NULL : fr_step_compile(m, &so);
     CHECK(s != NULL, "%s: fr_step_compile: %s", r->name, fr_last_error(ctx));
     if (!s) fr_model_free(m);

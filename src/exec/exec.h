@@ -17,6 +17,7 @@ typedef struct fr_exec {
     float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;
+    const struct fr_optim_ctx *optim; /* for OPTIM_STEP nodes (fr_kernel_call.optim) */
 } fr_exec;
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);

@@ -43,6 +43,7 @@ typedef struct fr_attr {
     int recompute;           /* a rematerialized clone: BatchNorm leaves running stats alone */
     fr_dtype dtype;          /* cast: the target dtype */
     fr_dtype round;          /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
+    int param;               /* optim_step: the model parameter it updates */
 } fr_attr;
 
 typedef struct fr_node {

@@ -83,6 +83,14 @@ static int sh_cast(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *
     return 0;
 }
 
+/* out[0] is the parameter itself (the graph pass binds it): its shape, f32 */
+static int sh_optim_step(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    o[0] = V(0)->shape;
+    dt[0] = FR_F32;
+    b[0] = 0;
+    return 0;
+}
+
 static int sh_add(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     if (!fr_shape_eq(&V(0)->shape, &V(1)->shape))
         return fail_shape(g, n, "the two branches of a residual add differ in shape");
@@ -288,4 +296,5 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
         fl_loss),
     ROW(MSE, "mse", sh_loss, fr_k_mse, fr_bw_loss, -1, 0, fl_elem),
     ROW(MSE_BWD, "mse_bwd", sh_grads, fr_k_mse_bwd, NULL, -1, 0, fl_elem),
+    ROW(OPTIM_STEP, "optim_step", sh_optim_step, fr_k_optim_step, NULL, -1, 0, fl_none),
 };

@@ -41,7 +41,8 @@
     X(CROSS_ENTROPY, 2, 1)             \
     X(CROSS_ENTROPY_BWD, 2, 1)         \
     X(MSE, 2, 1)                       \
-    X(MSE_BWD, 2, 1)
+    X(MSE_BWD, 2, 1)                   \
+    X(OPTIM_STEP, 1, 1)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(name, nin, nout) FR_OP_##name,

@@ -140,7 +140,10 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
         if (!is_step(g, v)) continue;
         int r = root_of(g, v);
         if (keep && keep[v] && is_step(g, r)) last[r] = nn;
-        p->cat[v] = g->vals[r].saved || g->vals[v].saved ? FR_MEM_ACTIVATIONS : FR_MEM_WORKSPACE;
+        /* a parameter's gradient living in the arena (stepped in backward) is a gradient */
+        p->cat[v] = g->vals[v].param >= 0                      ? FR_MEM_GRADS
+                    : g->vals[r].saved || g->vals[v].saved ? FR_MEM_ACTIVATIONS
+                                                             : FR_MEM_WORKSPACE;
     }
     size_t cur[FR_MEM_CAT_COUNT] = {0}, cur_total = 0;
 #define EVENT(e)                                                                              \

@@ -95,6 +95,7 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->unit);
     fr_free(ctx, s->fused);
     fr_free(ctx, s->upd_ws);
+    fr_free(ctx, s->slots);
     fr_free(ctx, s);
 }
 
@@ -197,6 +198,76 @@ static fr_status plan_fused_updates(fr_step *s) {
         s->fused[i] = 1;
         s->n_fused++;
     }
+    return FR_OK;
+}
+
+/* The optimizer step in backward for momentum SGD, Adam and AdamW (plain
+ * SGD has its own, inside LINEAR_BWD: plan_fused_updates). PyTorch's
+ * tutorial does it with a hook per parameter: once a parameter's gradient is
+ * complete, optimizer.step() for it alone, then the gradient is dropped.
+ * Here an OPTIM_STEP node right after the gradient's single writer steps the
+ * parameter with exactly the update the step after backward would make, and
+ * the gradient becomes an arena value that dies there: the persistent
+ * gradient bytes of those parameters vanish. The conditions are the SGD
+ * path's: training, no --keep-grads, no loss scaler (it must see every
+ * gradient before any update), no clipping (it needs the global norm), one
+ * micro-batch (accumulation needs the buffer), f32 weights, one writer after
+ * the loss, no node after it reading the parameter or the gradient. */
+static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
+    const fr_model *m = s->m;
+    fr_graph *g = &s->g;
+    const fr_optim_opts *o = &s->o.optim;
+    int plain_sgd = o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
+    if (!s->o.training || s->o.keep_grads || plain_sgd || s->scaler.enabled || s->o.clip_grad_norm > 0 ||
+        s->accumulate != 1)
+        return FR_OK;
+    int loss_pos = -1;
+    for (int k = 0; k < *n_io; k++)
+        for (int j = 0; j < g->nodes[(*order_io)[k]].n_out; j++)
+            if (g->nodes[(*order_io)[k]].out[j] == g->loss) loss_pos = k;
+    if (loss_pos < 0) return FR_OK;
+    int *order = fr_alloc(s->ctx, ((size_t)*n_io + m->n_params) * sizeof *order, FR_MEM_OTHER);
+    if (!order) return FR_ERR_NOMEM; /* room for one OPTIM_STEP per parameter */
+    memcpy(order, *order_io, (size_t)*n_io * sizeof *order);
+    fr_free(s->ctx, *order_io);
+    *order_io = order;
+    if (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params; i++) {
+        int gv = s->gv[i];
+        if (gv < 0 || m->params[i].dtype != FR_F32 || g->vals[gv].kind != FR_VAL_GRAD) continue;
+        int writers = 0, pos = -1, slot = -1, late = 0;
+        for (int k = 0; k < *n_io; k++) {
+            const fr_node *n = &g->nodes[order[k]];
+            for (int j = 0; j < n->n_out; j++)
+                if (n->out[j] == gv) writers++, pos = k, slot = j;
+            for (int j = 0; j < n->n_in; j++) late |= n->in[j] == gv;
+        }
+        if (writers != 1 || late || pos <= loss_pos) continue;
+        for (int k = pos + 1; k < *n_io && !late; k++) {
+            const fr_node *n = &g->nodes[order[k]];
+            for (int j = 0; j < n->n_in; j++) late |= n->in[j] == s->pv[i];
+        }
+        if (late) continue;
+        fr_attr a = {0};
+        a.param = (int)i;
+        int c = fr_graph_node(g, FR_OP_OPTIM_STEP, &gv, 1, &a, -1, 0, NULL);
+        if (c < 0) return g->status;
+        fr_node *cn = &g->nodes[c];
+        g->vals[cn->out[0]].producer = -1; /* the parameter itself, stepped in place */
+        cn->out[0] = s->pv[i];
+        cn->update = 1u;
+        cn->layer = g->nodes[order[pos]].layer;
+        g->vals[gv].kind = FR_VAL_STEP; /* keeps .param: planned as a gradient */
+        g->vals[gv].producer = order[pos];
+        g->nodes[order[pos]].accumulate &= ~(1u << slot);
+        memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
+        order[pos + 1] = c;
+        (*n_io)++;
+        s->fused[i] = 2;
+        s->n_fused++;
+    }
+    if (s->n_fused && !(s->slots = fr_calloc(s->ctx, m->n_params * sizeof *s->slots, FR_MEM_OTHER)))
+        return FR_ERR_NOMEM;
     return FR_OK;
 }
 
@@ -352,6 +423,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->scaler = fr_scaler_default();
     s->scaler.enabled = opts->loss_scaling > 0 ||
                         (opts->loss_scaling == 0 && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
+    st = FR_ERR_NOMEM;
+    if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
     keep[s->g.loss] = keep[s->g.logits] = 1;
@@ -553,8 +626,15 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s", b->x ? "labels" : "inputs");
     fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
+    if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
+        for (size_t i = 0; i < m->n_params; i++)
+            s->slots[i] = (fr_optim_slot){{m->params[i].state[0], m->params[i].state[1]}, m->params[i].state_kind};
+        s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
+        e->optim = &s->optim_ctx;
+    }
     for (size_t i = 0; i < m->n_params; i++) {
         e->ptr[s->pv[i]] = m->params[i].data;
+        if (s->gv[i] >= 0 && s->fused && s->fused[i] == 2) continue; /* an arena value */
         if (s->gv[i] >= 0) {
             int f = s->fused && s->fused[i];
             e->ptr[s->gv[i]] = f ? m->params[i].data : grad_data(&m->params[i]);

@@ -4,6 +4,7 @@
 #ifndef FR_STEP_H
 #define FR_STEP_H
 
+#include "backend/cpu/kernels.h"
 #include "exec/exec.h"
 #include "model/model.h"
 #include "train/scaler.h"
@@ -27,11 +28,14 @@ struct fr_step {
     size_t meta_bytes;      /* graph and plan metadata (category other) */
     fr_scaler scaler;       /* dynamic loss scaling (enabled or not) */
     int inject_inf;         /* testing: poison a gradient in the next step */
-    uint8_t *fused;         /* per model param: updated inside backward, no gradient kept */
+    uint8_t *fused;         /* per model param: updated inside backward, no gradient kept
+                               (1: by LINEAR_BWD, plain SGD; 2: by an OPTIM_STEP node) */
     int n_fused;            /* how many params are */
     size_t upd_ws_len;      /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
     int loss_pos;           /* plan position of the loss node (forward ends there) */
+    fr_optim_slot *slots;   /* per model param: its state, for OPTIM_STEP nodes */
+    fr_optim_ctx optim_ctx;
 };
 
 /* Build without allocating gradients, optimizer state or the arena. */

@@ -31,6 +31,20 @@
 #define FR_HALF_PLANE_MAX 16384
 #define FR_HALF_OUT_PLANE_MAX 4096 /* max pooling writing 16 bits: output planes up to this */
 
+/* The optimizer for OPTIM_STEP nodes (the step in backward): the options,
+ * the step being taken (1-based), and each parameter's state buffers and
+ * Adam state format (fr_state_kind), by parameter index. */
+typedef struct fr_optim_slot {
+    void *state[2];
+    int state_kind;
+} fr_optim_slot;
+
+typedef struct fr_optim_ctx {
+    const fr_optim_opts *o;
+    int64_t t;
+    const fr_optim_slot *slot;
+} fr_optim_ctx;
+
 typedef struct fr_kernel_call {
     fr_ctx *ctx;
     const fr_node *node; /* attributes: node->attr */
@@ -41,6 +55,7 @@ typedef struct fr_kernel_call {
     float upd_lr, upd_wd;
     float *upd_ws;       /* scratch for one tile of an updated weight's gradient */
     size_t upd_ws_len;   /* its length in floats (fr_k_linear_upd_ws) */
+    const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
     uint64_t seed; /* run seed (dropout) */
     uint64_t step; /* step counter (dropout stream) */
 } fr_kernel_call;
@@ -159,6 +174,11 @@ int fr_k_mse_bwd(fr_kernel_call *c);
 int fr_k_grad_unscale(void *g, fr_dtype dt, size_t n, float f);
 double fr_k_grad_sumsq(const void *g, fr_dtype dt, size_t n);
 void fr_k_grad_scale(void *g, fr_dtype dt, size_t n, float f);
+
+/* optim_state.c — OPTIM_STEP: in[0] is a parameter's f32 gradient, out[0]
+ * the parameter (update bit 0), stepped in place by c->optim's optimizer
+ * exactly as the step after backward would (fr_k_sgd, fr_k_adam_state). */
+int fr_k_optim_step(fr_kernel_call *c);
 
 void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opts *o,
               int first_step);

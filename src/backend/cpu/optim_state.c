@@ -544,3 +544,24 @@ void fr_k_adam_state(float *p, const float *g, void *m, void *v, size_t n, const
     if (k == FR_STATE_BF16) adam_bf16(p, g, m, v, n, &c);
     else if (k == FR_STATE_INT8) adam_int8(p, g, m, v, n, &c);
 }
+
+int fr_k_optim_step(fr_kernel_call *c) {
+    const fr_optim_ctx *oc = c->optim;
+    const int i = c->node->attr.param;
+    if (!oc || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "optim_step: needs the optimizer, an f32 gradient and "
+                       "the f32 parameter bound in place");
+    const size_t n = (size_t)fr_shape_numel(&c->in[0].shape);
+    if ((size_t)fr_shape_numel(&c->out[0].shape) != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "optim_step: gradient of %zu values for a parameter of %lld", n,
+                       (long long)fr_shape_numel(&c->out[0].shape));
+    const fr_optim_slot *sl = &oc->slot[i];
+    float *p = fr_f32(&c->out[0]);
+    const float *g = fr_f32(&c->in[0]);
+    if (oc->o->kind == FR_OPTIM_SGD)
+        fr_k_sgd(p, g, sl->state[0], n, oc->o, oc->t == 1);
+    else
+        fr_k_adam_state(p, g, sl->state[0], sl->state[1], n, oc->o, oc->t, oc->o->kind == FR_OPTIM_ADAMW,
+                        (fr_state_kind)sl->state_kind);
+    return FR_OK;
+}
