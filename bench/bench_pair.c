@@ -8,7 +8,7 @@
  * B's time over A's is steadier than the ratio of two separate runs.
  *
  *   bench_pair --model NAME|FILE --batch B --optimizer sgd|adam|adamw
- *              --steps N --threads T --a PRECISION,STATE --b PRECISION,STATE
+ *              --steps N --threads T --a PRECISION,STATE[,keep] --b PRECISION,STATE[,keep]
  *              [--warmup W] [--seed S] [--json]
  *
  * Prints each side's median ms/step, the median pair ratio B/A with its
@@ -29,6 +29,7 @@
 typedef struct side {
     const char *spec; /* "precision,state" */
     char precision[32], state[16];
+    int keep_grads; /* ",keep" after the state: every gradient stored (no step in backward) */
     fr_ctx *ctx;
     fr_model *m;
     fr_step *s;
@@ -83,12 +84,21 @@ static int parse_spec(side *sd, const char *s) {
     memcpy(sd->precision, s, lp);
     sd->precision[lp] = 0;
     snprintf(sd->state, sizeof sd->state, "%s", comma ? comma + 1 : "fp32");
+    char *keep = strchr(sd->state, ',');
+    if (keep) {
+        if (strcmp(keep, ",keep")) {
+            fprintf(stderr, "bench_pair: '%s': the third field can only be 'keep'\n", s);
+            return -1;
+        }
+        *keep = 0;
+        sd->keep_grads = 1;
+    }
     return 0;
 }
 
 static const char *usage =
     "usage: bench_pair --model NAME|FILE --batch B --optimizer sgd|adam|adamw --steps N\n"
-    "                  --threads T --a PRECISION[,STATE] --b PRECISION[,STATE]\n"
+    "                  --threads T --a PRECISION[,STATE[,keep]] --b PRECISION[,STATE[,keep]]\n"
     "                  [--warmup W] [--seed S] [--json]\n";
 
 static int parse_args(int argc, char **argv, pair_opts *o, side *a, side *b) {
@@ -129,7 +139,8 @@ static int parse_args(int argc, char **argv, pair_opts *o, side *a, side *b) {
 static int side_open(side *sd, const pair_opts *o, fr_optim_kind kind) {
     if (!(sd->ctx = fr_ctx_new())) return fprintf(stderr, "bench_pair: out of memory\n"), -1;
     fr_set_threads(sd->ctx, o->threads);
-    fr_step_opts so = {.batch = o->batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o->seed};
+    fr_step_opts so = {.batch = o->batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o->seed,
+                       .keep_grads = sd->keep_grads};
     if (fr_precision_parse(sd->precision, &so.precision)) {
         fprintf(stderr, "bench_pair: unknown precision '%s'\n", sd->precision);
         return -1;
@@ -164,9 +175,9 @@ static void side_json(const side *sd, const char *key, double median) {
     fr_mem_get_stats(sd->ctx, &st);
     uint64_t skipped = 0;
     fr_step_scaler(sd->s, NULL, &skipped);
-    printf("\"%s\": {\"precision\": \"%s\", \"optimizer_state\": \"%s\", \"median_ms\": %.4f, "
+    printf("\"%s\": {\"precision\": \"%s\", \"optimizer_state\": \"%s\", \"keep_grads\": %d, \"median_ms\": %.4f, "
            "\"skipped_steps\": %llu, \"peak_allocated_bytes\": %zu, \"peak_by_category\": {",
-           key, sd->precision, sd->state, median, (unsigned long long)skipped, st.allocated_total_peak);
+           key, sd->precision, sd->state, sd->keep_grads, median, (unsigned long long)skipped, st.allocated_total_peak);
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
         printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c), st.allocated_peak[c]);
     printf("}}");
