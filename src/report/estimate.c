@@ -151,10 +151,17 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         size_t kept = 0;
         for (size_t i = 0; i < m->n_params; i++)
             if (s->fused[i]) kept += (size_t)fr_shape_numel(&m->params[i].shape) * sizeof(float);
-        fprintf(out, "\ngradients: plain SGD updates %d Linear tensors inside backward, so their %s\n"
-                "of gradients are never stored, only a %s tile of scratch (--keep-grads stores them)\n",
-                s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
-                fr_human_bytes(s->upd_ws_len * sizeof(float), b[6], sizeof b[6]));
+        if (s->upd_ws_len)
+            fprintf(out, "\ngradients: plain SGD updates %d Linear tensors inside backward, so their %s\n"
+                    "of gradients are never stored, only a %s tile of scratch (--keep-grads stores them)\n",
+                    s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
+                    fr_human_bytes(s->upd_ws_len * sizeof(float), b[6], sizeof b[6]));
+        else
+            fprintf(out, "\ngradients: %s steps %d tensors inside backward, each as its gradient is made,\n"
+                    "so their %s of gradients are never all stored: each lives in the arena until\n"
+                    "its step (--keep-grads stores them)\n",
+                    s->o.optim.kind == FR_OPTIM_SGD ? "SGD" : s->o.optim.kind == FR_OPTIM_ADAM ? "Adam" : "AdamW",
+                    s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
     }
     state_row sr[5];
     size_t tp;

@@ -233,7 +233,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             info.recomputed_units, 100 * frac);
     fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
-    if (s->n_fused)
+    if (s->n_fused && !s->upd_ws_len)
+        fprintf(out, "optimizer step inside backward: %d tensors stepped as their gradient is made, "
+                "%s of gradients never all stored (--keep-grads to store them)\n",
+                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
+    else if (s->n_fused)
         fprintf(out, "SGD step inside backward: %d Linear tensors updated as their gradient is "
                 "computed, %s of gradients never stored, a %s tile of scratch instead "
                 "(--keep-grads to store them)\n",

@@ -173,8 +173,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fr_step_describe_plan(s, stderr, 0);
         fputc('\n', stderr);
     } else if (!cfg->json && cfg->progress >= 0 && s->n_fused) {
-        fprintf(stderr, "SGD step inside backward for %d Linear tensors: their gradients are never "
-                        "stored (--keep-grads to store them)\n", s->n_fused);
+        fprintf(stderr, "optimizer step inside backward for %d tensors: their gradients are never "
+                        "all stored (--keep-grads to store them)\n", s->n_fused);
     }
     int start_epoch = 0;
     int64_t skip = 0;
