@@ -125,6 +125,11 @@ static fr_model *wide(fr_ctx *ctx) {
     return m;
 }
 
+/* Options the next compare_opts_with_kept runs both sides with. */
+static fr_ckpt_mode cmp_checkpoint;
+static int cmp_ckpt_arg;
+static fr_precision cmp_precision;
+
 /* The same training with and without the update in backward: the same
  * gradients and fr_k_sgd's formula, so the same bits. */
 static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N,
@@ -144,7 +149,8 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
         if (keep) fr_set_threads(ctx[keep], 2);
         m[keep] = make(ctx[keep]);
         fr_step_opts o = {.batch = N, .training = 1, .optim = *opt, .seed = 5, .keep_grads = keep,
-                          .optim_state = state_kind};
+                          .optim_state = state_kind, .checkpoint = cmp_checkpoint,
+                          .ckpt_arg = cmp_ckpt_arg, .precision = cmp_precision};
         fr_step *s = fr_step_compile(m[keep], &o);
         CHECK(s != NULL, "%s compile: %s", what, fr_last_error(ctx[keep]));
         if (!s) return;
@@ -306,6 +312,17 @@ int main(void) {
     compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adamw");
     compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_INT8, 0, 0, "adamw, int8 state");
     compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_BF16, 0, 0, "adamw, bf16 state");
+    /* recomputed forwards in backward (revolve with one stored state, every
+     * layer checkpointed) and bf16-mixed (rounded weight copies read in
+     * backward before their step) */
+    cmp_checkpoint = FR_CKPT_REVOLVE, cmp_ckpt_arg = 1;
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adamw, revolve 1");
+    cmp_checkpoint = FR_CKPT_ALL, cmp_ckpt_arg = 0;
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adamw, every layer checkpointed");
+    cmp_checkpoint = FR_CKPT_MARKS;
+    cmp_precision = FR_PREC_BF16_MIXED;
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adamw, bf16-mixed");
+    cmp_precision = FR_PREC_FP32;
     test_only_where_safe();
     test_nonfinite_loss();
     return check_done();
