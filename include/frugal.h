@@ -198,11 +198,13 @@ typedef struct fr_step_opts {
     int optim_state;      /* Adam/AdamW moments: 0 fp32, 1 bf16, 2 int8 (block-wise dynamic) */
     float clip_grad_norm; /* > 0: clip the global L2 norm (after unscaling) */
     int loss_scaling;     /* 0: dynamic for fp16 and fp16-mixed only; 1: dynamic; -1: off */
-    int keep_grads;       /* 0: plain SGD (momentum 0, no scaler, no clipping, no micro-batches)
-                             updates Linear weights and biases inside backward, right after
-                             their gradient is computed, and keeps no gradient buffer for
-                             them (the optimizer step fused into backward); 1: always keep
-                             every parameter gradient and update after backward */
+    int keep_grads;       /* 0: without a loss scaler, clipping or micro-batches, each f32
+                             parameter takes its optimizer step inside backward right after
+                             its gradient is computed, and no gradient buffer is kept for it
+                             (plain SGD inside the Linear kernel; momentum SGD, Adam, AdamW
+                             by a step node, the gradient a short-lived arena value); the
+                             results are bit for bit those of 1: keep every parameter
+                             gradient and update after backward */
 } fr_step_opts;
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
