@@ -423,7 +423,6 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->scaler = fr_scaler_default();
     s->scaler.enabled = opts->loss_scaling > 0 ||
                         (opts->loss_scaling == 0 && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
-    st = FR_ERR_NOMEM;
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
