@@ -615,7 +615,7 @@ static void test_half_weights(void) {
 int main(void) {
     test_half_weights();
     test_maps();
-    /* the code search's scalar walk, then its AVX-512 version where the CPU has it */
+    /* the scalar paths, then the AVX-512 ones where the CPU has them */
     for (int simd = 0; simd < 2; simd++) {
         if (fr_state_simd(simd) != simd) continue;
         CHECK(fr_state_bucket_table(), "the int8 encoders fell back to the binary search: a "
@@ -625,12 +625,13 @@ int main(void) {
         test_ties();
         test_ties_scaled();
         test_zero_and_nan();
+        /* the update: block by block, or one AVX-512 pass per whole block */
+        test_compose();
+        test_first_step();
+        test_threads();
     }
     test_sizes();
     test_f32_identical();
-    test_compose();
-    test_first_step();
-    test_threads();
     test_tracking();
     return check_done();
 }

@@ -483,17 +483,84 @@ update_block(const adam_consts *c, float *p, const float *g, float *mb, float *v
     for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
 }
 
+/* The codes and absmax of a block whose moments are in f32 (mb), given its
+ * largest magnitude and whether it holds an inf or NaN: encode_block's
+ * second half. */
+__attribute__((target("avx512f,avx512bw"))) static void
+encode_known_avx512(const float *mb, float amax, int bad, const dyn_map *d, uint8_t *codes, float *absmax) {
+    if (bad || amax == 0.0f) {
+        *absmax = bad ? NAN : 0.0f;
+        memset(codes, d->zero, FR_STATE_INT8_BLOCK);
+        return;
+    }
+    *absmax = amax;
+    nearest_codes_avx512(mb, FR_STATE_INT8_BLOCK, amax, d, codes);
+}
+
+/* One whole int8 block with AVX-512: decode_block, update_block and
+ * encode_block's absmax in one pass, 16 values at a time, then the codes.
+ * The same IEEE operations in the same order, value for value (max of the
+ * magnitudes as encode_block takes it: a NaN never replaces the running
+ * maximum; it is flagged instead), so the same bits. */
+__attribute__((target("avx512f,avx512bw"))) static void
+adam_block_avx512(const adam_consts *c, float *p, const float *g, uint8_t *mc, float *mabs, uint8_t *vc,
+                  float *vabs, const dyn_map *ms, const dyn_map *vs) {
+    enum { B = FR_STATE_INT8_BLOCK };
+    float mb[B], vb[B];
+    const int mzero = *mabs == 0.0f, vzero = *vabs == 0.0f;
+    const __m512 am = _mm512_set1_ps(*mabs), av = _mm512_set1_ps(*vabs);
+    const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2);
+    const __m512 omb1 = _mm512_set1_ps(c->one_minus_b1), omb2 = _mm512_set1_ps(c->one_minus_b2);
+    const __m512 bc2 = _mm512_set1_ps(c->bc2_sqrt), eps = _mm512_set1_ps(c->eps);
+    const __m512 nss = _mm512_set1_ps(c->neg_step_size), wd = _mm512_set1_ps(c->wd);
+    const __m512 shrink = _mm512_set1_ps(c->shrink), fmax = _mm512_set1_ps(FLT_MAX);
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
+    __mmask16 mbad = 0, vbad = 0;
+    for (int i = 0; i < B; i += 16) {
+        __m512 m = _mm512_setzero_ps(), v = _mm512_setzero_ps();
+        if (!mzero)
+            m = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mc + i))),
+                                                  ms->val, 4), am);
+        if (!vzero)
+            v = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(vc + i))),
+                                                  vs->val, 4), av);
+        __m512 gi = _mm512_loadu_ps(g + i), pi = _mm512_loadu_ps(p + i);
+        if (c->l2) gi = _mm512_add_ps(gi, _mm512_mul_ps(wd, pi));
+        if (c->dec) pi = _mm512_mul_ps(pi, shrink);
+        const __m512 mi = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(omb1, gi));
+        const __m512 vi = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+        const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+        _mm512_storeu_ps(p + i, _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(nss, mi), denom)));
+        _mm512_storeu_ps(mb + i, mi);
+        _mm512_storeu_ps(vb + i, vi);
+        const __m512 ma = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(mi), absm));
+        const __m512 va = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(vi), absm));
+        mbad |= _mm512_cmp_ps_mask(ma, fmax, _CMP_NLE_UQ); /* !(a <= FLT_MAX): inf or NaN */
+        vbad |= _mm512_cmp_ps_mask(va, fmax, _CMP_NLE_UQ);
+        mmax = _mm512_max_ps(ma, mmax); /* a > max ? a : max */
+        vmax = _mm512_max_ps(va, vmax);
+    }
+    encode_known_avx512(mb, _mm512_reduce_max_ps(mmax), mbad != 0, ms, mc, mabs);
+    encode_known_avx512(vb, _mm512_reduce_max_ps(vmax), vbad != 0, vs, vc, vabs);
+}
+
 static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
                       const adam_consts *c) {
     const dyn_map *ms = dynamic_map(1), *vs = dynamic_map(0);
     float *m_absmax = (float *)(m + int8_codes_bytes(n));
     float *v_absmax = (float *)(v + int8_codes_bytes(n));
     const int64_t nb = (int64_t)int8_blocks(n);
+    const int fused = bucket_ok && have_avx512();
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         float mb[FR_STATE_INT8_BLOCK], vb[FR_STATE_INT8_BLOCK];
         const size_t lo = (size_t)b * FR_STATE_INT8_BLOCK;
         const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
+        if (fused && cnt == FR_STATE_INT8_BLOCK) {
+            adam_block_avx512(c, p + lo, g + lo, m + lo, &m_absmax[b], v + lo, &v_absmax[b], ms, vs);
+            continue;
+        }
         decode_block(m + lo, m_absmax[b], cnt, ms, mb);
         decode_block(v + lo, v_absmax[b], cnt, vs, vb);
         update_block(c, p + lo, g + lo, mb, vb, cnt);
