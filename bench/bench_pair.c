@@ -23,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 #include "core/rng.h"
+#define BENCH_NAME "bench_pair"
+#include "bench_util.h"
 #include "frugal.h"
 #include "model/model.h"
 
@@ -42,34 +44,11 @@ typedef struct pair_opts {
     uint64_t seed;
 } pair_opts;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The q-quantile (0..1) of sorted v[0, n), by linear interpolation. */
 static double quantile(const double *v, int n, double q) {
     double pos = q * (n - 1);
     int i = (int)pos;
     return i + 1 < n ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[n - 1];
-}
-
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_pair: --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 /* "bf16-mixed,int8" -> precision and state; the state defaults to fp32. */

@@ -56,6 +56,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "core/rng.h"
+#define BENCH_NAME "bench_remat"
+#include "bench_util.h"
 #include "frugal.h"
 #include "model/model.h"
 #include "train/step.h"
@@ -97,23 +99,12 @@ typedef struct torch_point {
     double ms, ratio, ratio_of_medians, held, held_rss, peak;
 } torch_point;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* CPU time of the whole process (all threads): less sensitive than wall
  * time to other work on a shared machine, though it counts OpenMP spinning. */
 static double cpu_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static double median_of(double *v, int n) {
@@ -913,18 +904,6 @@ static int batch_table(fr_ctx *ctx) {
 }
 
 /* ---- main ---------------------------------------------------------------- */
-
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_remat: --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
 
 static const char *usage =
     "usage: bench_remat [--steps N] [--warmup W] [--threads T] [--auto K] [--seed S] [--out DIR]\n"

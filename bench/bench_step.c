@@ -21,6 +21,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include "core/rng.h"
+#define BENCH_NAME "bench_step"
+#include "bench_util.h"
 #include "frugal.h"
 #include "model/model.h"
 
@@ -30,33 +32,10 @@ typedef struct bench_opts {
     uint64_t seed;
 } bench_opts;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static size_t peak_rss_bytes(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_step: --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 static const char *usage =

@@ -28,6 +28,7 @@
 #include "backend/cpu/kernels.h"
 #include "check.h"
 #include "core/half.h"
+#include "core/rng.h"
 
 #define BIG 300001     /* threaded path: above grad.c's 65536 */
 #define HUGE_N 600001  /* sumsq: more than 256 blocks of 2048 */
@@ -41,16 +42,11 @@ static const float factors[] = {0x1p-16f, 0.3f, 3.0f};
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static fr_rng rng = {0x2545f4914f6cdd1dull, 17, 0};
 
-static uint64_t splitmix(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t next_u64(void) { return fr_rng_next(&rng); }
 
-static double uniform(void) { return (double)(splitmix() >> 11) * 0x1.0p-53; } /* [0, 1) */
+static double uniform(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; } /* [0, 1) */
 
 static size_t esize(fr_dtype dt) { return dt == FR_F32 ? 4 : 2; }
 
@@ -159,7 +155,7 @@ static void fill_full_range(buf *b) {
     const uint32_t edges[8] = {max_bits(dt), max_bits(dt) | sign_bit(dt), 1, 1 | sign_bit(dt),
                                min_normal(dt), 0, sign_bit(dt), one};
     for (size_t i = 0; i < b->n; i++) {
-        uint32_t u = (uint32_t)splitmix();
+        uint32_t u = (uint32_t)next_u64();
         if (dt != FR_F32) u &= 0xffffu;
         /* An all-ones exponent (inf, NaN): clear its lowest bit. */
         if ((u & pos_inf(dt)) == pos_inf(dt)) u ^= min_normal(dt);
@@ -172,7 +168,7 @@ static void fill_full_range(buf *b) {
  * in f16 too), rounded to dt. */
 static void fill_moderate(buf *b) {
     for (size_t i = 0; i < b->n; i++) {
-        const int k = (int)(splitmix() % 30) - 14;
+        const int k = (int)(next_u64() % 30) - 14;
         const float x = (float)ldexp(2 * uniform() - 1, k);
         set_raw(b->g, b->dt, i, encode(x, b->dt));
     }

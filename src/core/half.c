@@ -227,3 +227,13 @@ FR_HALF_ARRAY(fr_f32_to_f16_n, float, uint16_t, fr_f32_to_f16, f32_to_f16_loop)
 FR_HALF_ARRAY(fr_f16_to_f32_n, uint16_t, float, fr_f16_to_f32, f16_to_f32_loop)
 FR_HALF_ARRAY(fr_f32_to_bf16_n, float, uint16_t, fr_f32_to_bf16, f32_to_bf16_loop)
 FR_HALF_ARRAY(fr_bf16_to_f32_n, uint16_t, float, fr_bf16_to_f32, bf16_to_f32_loop)
+
+void fr_half_to_f32_n_seq(const uint16_t *src, float *dst, size_t n, int is_f16) {
+    if (is_f16) fr_f16_to_f32_n_seq(src, dst, n);
+    else fr_bf16_to_f32_n_seq(src, dst, n);
+}
+
+void fr_f32_to_half_n_seq(const float *src, uint16_t *dst, size_t n, int is_f16) {
+    if (is_f16) fr_f32_to_f16_n_seq(src, dst, n);
+    else fr_f32_to_bf16_n_seq(src, dst, n);
+}

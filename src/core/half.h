@@ -21,5 +21,8 @@ void fr_f32_to_f16_n_seq(const float *src, uint16_t *dst, size_t n);
 void fr_f16_to_f32_n_seq(const uint16_t *src, float *dst, size_t n);
 void fr_f32_to_bf16_n_seq(const float *src, uint16_t *dst, size_t n);
 void fr_bf16_to_f32_n_seq(const uint16_t *src, float *dst, size_t n);
+/* The serial pair for either format: f16 when is_f16, else bf16. */
+void fr_half_to_f32_n_seq(const uint16_t *src, float *dst, size_t n, int is_f16);
+void fr_f32_to_half_n_seq(const float *src, uint16_t *dst, size_t n, int is_f16);
 
 #endif

@@ -201,6 +201,44 @@ static fr_status plan_fused_updates(fr_step *s) {
     return FR_OK;
 }
 
+/* Passes that put a node right after a parameter gradient's writer: the
+ * order, reallocated with room for one more node per parameter. */
+static fr_status grow_order(fr_step *s, int **order_io, int n) {
+    int *order = fr_alloc(s->ctx, ((size_t)n + s->m->n_params) * sizeof *order, FR_MEM_OTHER);
+    if (!order) return FR_ERR_NOMEM;
+    memcpy(order, *order_io, (size_t)n * sizeof *order);
+    fr_free(s->ctx, *order_io);
+    *order_io = order;
+    return FR_OK;
+}
+
+/* How many nodes of the order write value v (the last at *pos, output
+ * *slot) and how many read it. */
+static int writers_of(const fr_graph *g, const int *order, int n, int v, int *pos, int *slot, int *readers) {
+    int writers = 0;
+    *readers = 0;
+    for (int k = 0; k < n; k++) {
+        const fr_node *nd = &g->nodes[order[k]];
+        for (int j = 0; j < nd->n_out; j++)
+            if (nd->out[j] == v) writers++, *pos = k, *slot = j;
+        for (int j = 0; j < nd->n_in; j++) *readers += nd->in[j] == v;
+    }
+    return writers;
+}
+
+/* Make parameter gradient gv, written by output `slot` of the node at order
+ * position pos, a step value (arena) that node overwrites, and place node c
+ * right after it. */
+static void gradient_to_step(fr_graph *g, int *order, int *n_io, int pos, int slot, int gv, int c) {
+    g->vals[gv].kind = FR_VAL_STEP;
+    g->vals[gv].producer = order[pos];
+    g->nodes[order[pos]].accumulate &= ~(1u << slot);
+    g->nodes[c].layer = g->nodes[order[pos]].layer;
+    memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
+    order[pos + 1] = c;
+    (*n_io)++;
+}
+
 /* The optimizer step in backward for momentum SGD, Adam and AdamW (plain
  * SGD has its own, inside LINEAR_BWD: plan_fused_updates). PyTorch's
  * tutorial does it with a hook per parameter: once a parameter's gradient is
@@ -226,23 +264,15 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
         for (int j = 0; j < g->nodes[(*order_io)[k]].n_out; j++)
             if (g->nodes[(*order_io)[k]].out[j] == g->loss) loss_pos = k;
     if (loss_pos < 0) return FR_OK;
-    int *order = fr_alloc(s->ctx, ((size_t)*n_io + m->n_params) * sizeof *order, FR_MEM_OTHER);
-    if (!order) return FR_ERR_NOMEM; /* room for one OPTIM_STEP per parameter */
-    memcpy(order, *order_io, (size_t)*n_io * sizeof *order);
-    fr_free(s->ctx, *order_io);
-    *order_io = order;
+    fr_status st = grow_order(s, order_io, *n_io); /* room for one OPTIM_STEP per parameter */
+    if (st) return st;
+    int *order = *order_io;
     if (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
     for (size_t i = 0; i < m->n_params; i++) {
         int gv = s->gv[i];
         if (gv < 0 || m->params[i].dtype != FR_F32 || g->vals[gv].kind != FR_VAL_GRAD) continue;
-        int writers = 0, pos = -1, slot = -1, late = 0;
-        for (int k = 0; k < *n_io; k++) {
-            const fr_node *n = &g->nodes[order[k]];
-            for (int j = 0; j < n->n_out; j++)
-                if (n->out[j] == gv) writers++, pos = k, slot = j;
-            for (int j = 0; j < n->n_in; j++) late |= n->in[j] == gv;
-        }
-        if (writers != 1 || late || pos <= loss_pos) continue;
+        int pos = -1, slot = -1, late = 0;
+        if (writers_of(g, order, *n_io, gv, &pos, &slot, &late) != 1 || late || pos <= loss_pos) continue;
         for (int k = pos + 1; k < *n_io && !late; k++) {
             const fr_node *n = &g->nodes[order[k]];
             for (int j = 0; j < n->n_in; j++) late |= n->in[j] == s->pv[i];
@@ -256,13 +286,7 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
         g->vals[cn->out[0]].producer = -1; /* the parameter itself, stepped in place */
         cn->out[0] = s->pv[i];
         cn->update = 1u;
-        cn->layer = g->nodes[order[pos]].layer;
-        g->vals[gv].kind = FR_VAL_STEP; /* keeps .param: planned as a gradient */
-        g->vals[gv].producer = order[pos];
-        g->nodes[order[pos]].accumulate &= ~(1u << slot);
-        memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
-        order[pos + 1] = c;
-        (*n_io)++;
+        gradient_to_step(g, order, n_io, pos, slot, gv, c); /* keeps .param: planned as a gradient */
         s->fused[i] = 2;
         s->n_fused++;
     }
@@ -280,24 +304,16 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
 static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
     const fr_model *m = s->m;
     fr_graph *g = &s->g;
-    int *order = fr_alloc(s->ctx, ((size_t)*n_io + m->n_params) * sizeof *order, FR_MEM_OTHER);
-    if (!order) return FR_ERR_NOMEM; /* room for one CAST per parameter */
-    memcpy(order, *order_io, (size_t)*n_io * sizeof *order);
-    fr_free(s->ctx, *order_io);
-    *order_io = order;
+    fr_status st = grow_order(s, order_io, *n_io); /* room for one CAST per parameter */
+    if (st) return st;
+    int *order = *order_io;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         int gv = s->gv[i];
         if (gv < 0 || (p->dtype != FR_F16 && p->dtype != FR_BF16)) continue;
-        int writers = 0, pos = -1, slot = -1;
-        for (int k = 0; k < *n_io; k++) {
-            const fr_node *n = &g->nodes[order[k]];
-            for (int j = 0; j < n->n_out; j++)
-                if (n->out[j] == gv) writers++, pos = k, slot = j;
-            for (int j = 0; j < n->n_in; j++) writers += 2 * (n->in[j] == gv); /* read: leave it */
-        }
-        if (writers != 1) continue;
-        int w = order[pos], g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
+        int pos = -1, slot = -1, readers;
+        if (writers_of(g, order, *n_io, gv, &pos, &slot, &readers) != 1 || readers) continue;
+        int g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
         if (g16 < 0) return g->status;
         fr_attr a = {0};
         a.dtype = p->dtype;
@@ -307,15 +323,9 @@ static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
         g->vals[cn->out[0]].producer = -1; /* replaced by the 16-bit gradient */
         cn->out[0] = g16;
         cn->accumulate = 1u;
-        cn->layer = g->nodes[w].layer;
         g->vals[g16].param = (int)i;
-        g->vals[gv].kind = FR_VAL_STEP;
         g->vals[gv].param = -1;
-        g->vals[gv].producer = w;
-        g->nodes[w].accumulate &= ~(1u << slot);
-        memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
-        order[pos + 1] = c;
-        (*n_io)++;
+        gradient_to_step(g, order, n_io, pos, slot, gv, c);
         s->gv[i] = g16;
     }
     return FR_OK;

@@ -14,11 +14,9 @@ static void narrow_add(const float *x, uint16_t *y, size_t n, int is_f16) {
     for (int64_t k = 0; k < chunks; k++) {
         float t[CHUNK];
         const size_t lo = (size_t)k * CHUNK, cnt = n - lo < CHUNK ? n - lo : CHUNK;
-        if (is_f16) fr_f16_to_f32_n_seq(y + lo, t, cnt);
-        else fr_bf16_to_f32_n_seq(y + lo, t, cnt);
+        fr_half_to_f32_n_seq(y + lo, t, cnt, is_f16);
         for (size_t i = 0; i < cnt; i++) t[i] += x[lo + i];
-        if (is_f16) fr_f32_to_f16_n_seq(t, y + lo, cnt);
-        else fr_f32_to_bf16_n_seq(t, y + lo, cnt);
+        fr_f32_to_half_n_seq(t, y + lo, cnt, is_f16);
     }
 }
 
@@ -31,13 +29,8 @@ static void round_half(const float *x, float *y, size_t n, int is_f16) {
     for (int64_t k = 0; k < chunks; k++) {
         uint16_t t[CHUNK];
         const size_t lo = (size_t)k * CHUNK, cnt = n - lo < CHUNK ? n - lo : CHUNK;
-        if (is_f16) {
-            fr_f32_to_f16_n_seq(x + lo, t, cnt);
-            fr_f16_to_f32_n_seq(t, y + lo, cnt);
-        } else {
-            fr_f32_to_bf16_n_seq(x + lo, t, cnt);
-            fr_bf16_to_f32_n_seq(t, y + lo, cnt);
-        }
+        fr_f32_to_half_n_seq(x + lo, t, cnt, is_f16);
+        fr_half_to_f32_n_seq(t, y + lo, cnt, is_f16);
     }
 }
 

@@ -11,16 +11,6 @@
 #define GRAD_PAR_MIN 65536 /* below this a thread team costs more than it saves */
 #define GRAD_CHUNK 2048    /* 16-bit chunks widened on the stack; also the sum's blocks */
 
-static void widen(const uint16_t *x, float *y, size_t n, fr_dtype dt) {
-    if (dt == FR_F16) fr_f16_to_f32_n_seq(x, y, n);
-    else fr_bf16_to_f32_n_seq(x, y, n);
-}
-
-static void narrow(const float *x, uint16_t *y, size_t n, fr_dtype dt) {
-    if (dt == FR_F16) fr_f32_to_f16_n_seq(x, y, n);
-    else fr_f32_to_bf16_n_seq(x, y, n);
-}
-
 /* g = g * f over cnt f32 values; whether any value read was inf or NaN. */
 static int mul_check(float *restrict g, size_t cnt, float f) {
     int bad = 0;
@@ -43,9 +33,9 @@ int fr_k_grad_unscale(void *g, fr_dtype dt, size_t n, float f) {
             bad |= mul_check((float *)g + lo, cnt, f);
         } else {
             float t[GRAD_CHUNK];
-            widen((uint16_t *)g + lo, t, cnt, dt);
+            fr_half_to_f32_n_seq((uint16_t *)g + lo, t, cnt, dt == FR_F16);
             bad |= mul_check(t, cnt, f);
-            narrow(t, (uint16_t *)g + lo, cnt, dt);
+            fr_f32_to_half_n_seq(t, (uint16_t *)g + lo, cnt, dt == FR_F16);
         }
     }
     return bad;
@@ -67,7 +57,7 @@ double fr_k_grad_sumsq(const void *g, fr_dtype dt, size_t n) {
             float t[GRAD_CHUNK];
             const float *x = (const float *)g + lo;
             if (dt != FR_F32) {
-                widen((const uint16_t *)g + lo, t, cnt, dt);
+                fr_half_to_f32_n_seq((const uint16_t *)g + lo, t, cnt, dt == FR_F16);
                 x = t;
             }
             double s = 0;
@@ -90,10 +80,10 @@ void fr_k_grad_scale(void *g, fr_dtype dt, size_t n, float f) {
             for (size_t i = 0; i < cnt; i++) x[i] = x[i] * f;
         } else {
             float t[GRAD_CHUNK];
-            widen((uint16_t *)g + lo, t, cnt, dt);
+            fr_half_to_f32_n_seq((uint16_t *)g + lo, t, cnt, dt == FR_F16);
 #pragma omp simd
             for (size_t i = 0; i < cnt; i++) t[i] = t[i] * f;
-            narrow(t, (uint16_t *)g + lo, cnt, dt);
+            fr_f32_to_half_n_seq(t, (uint16_t *)g + lo, cnt, dt == FR_F16);
         }
     }
 }

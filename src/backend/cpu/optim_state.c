@@ -238,7 +238,7 @@ nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, u
 }
 
 /* Whether this CPU runs the AVX-512 paths (asked once); tests may turn
- * them off to check the scalar walk. */
+ * them off to check the scalar paths. */
 static int avx512_off;
 static int have_avx512(void) {
     static int known = -1;
@@ -259,6 +259,25 @@ int fr_state_bucket_table(void) {
 int fr_state_simd(int on) {
     __atomic_store_n(&avx512_off, !on, __ATOMIC_RELAXED);
     return have_avx512();
+}
+
+/* encode_block's second half, given the block's largest magnitude amax and
+ * whether it holds an inf or NaN (bad): its absmax and codes. */
+static void encode_known(const float *x, size_t cnt, float amax, int bad, const dyn_map *d, uint8_t *codes,
+                         float *absmax) {
+    if (bad || amax == 0.0f) {
+        *absmax = bad ? NAN : 0.0f;
+        memset(codes, d->zero, cnt);
+        return;
+    }
+    *absmax = amax;
+    size_t i = 0;
+    if (!bucket_ok) {
+        for (; i < cnt; i++) codes[i] = nearest_code_search(d, x[i] / amax);
+        return;
+    }
+    if (have_avx512()) i = nearest_codes_avx512(x, cnt, amax, d, codes);
+    for (; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
 /* One block of cnt <= FR_STATE_INT8_BLOCK elements.
@@ -286,20 +305,7 @@ encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float
     }
     float amax = 0.0f;
     for (int j = 0; j < 8; j++) amax = lane[j] > amax ? lane[j] : amax;
-    const int finite = !bad;
-    if (!finite || amax == 0.0f) {
-        *absmax = finite ? 0.0f : NAN;
-        memset(codes, d->zero, cnt);
-        return;
-    }
-    *absmax = amax;
-    size_t i = 0;
-    if (!bucket_ok) {
-        for (; i < cnt; i++) codes[i] = nearest_code_search(d, x[i] / amax);
-        return;
-    }
-    if (have_avx512()) i = nearest_codes_avx512(x, cnt, amax, d, codes);
-    for (; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
+    encode_known(x, cnt, amax, bad, d, codes, absmax);
 }
 
 __attribute__((target_clones("avx2", "default"))) static void
@@ -483,20 +489,6 @@ update_block(const adam_consts *c, float *p, const float *g, float *mb, float *v
     for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
 }
 
-/* The codes and absmax of a block whose moments are in f32 (mb), given its
- * largest magnitude and whether it holds an inf or NaN: encode_block's
- * second half. */
-__attribute__((target("avx512f,avx512bw"))) static void
-encode_known_avx512(const float *mb, float amax, int bad, const dyn_map *d, uint8_t *codes, float *absmax) {
-    if (bad || amax == 0.0f) {
-        *absmax = bad ? NAN : 0.0f;
-        memset(codes, d->zero, FR_STATE_INT8_BLOCK);
-        return;
-    }
-    *absmax = amax;
-    nearest_codes_avx512(mb, FR_STATE_INT8_BLOCK, amax, d, codes);
-}
-
 /* One whole int8 block with AVX-512: decode_block, update_block and
  * encode_block's absmax in one pass, 16 values at a time, then the codes.
  * The same IEEE operations in the same order, value for value (max of the
@@ -541,8 +533,8 @@ adam_block_avx512(const adam_consts *c, float *p, const float *g, uint8_t *mc, f
         mmax = _mm512_max_ps(ma, mmax); /* a > max ? a : max */
         vmax = _mm512_max_ps(va, vmax);
     }
-    encode_known_avx512(mb, _mm512_reduce_max_ps(mmax), mbad != 0, ms, mc, mabs);
-    encode_known_avx512(vb, _mm512_reduce_max_ps(vmax), vbad != 0, vs, vc, vabs);
+    encode_known(mb, B, _mm512_reduce_max_ps(mmax), mbad != 0, ms, mc, mabs);
+    encode_known(vb, B, _mm512_reduce_max_ps(vmax), vbad != 0, vs, vc, vabs);
 }
 
 static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
@@ -581,22 +573,20 @@ void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_
     for (int64_t k = 0; k < chunks; k++) {
         float pb[BF16_CHUNK], mb[BF16_CHUNK], vb[BF16_CHUNK], gb[BF16_CHUNK];
         const size_t lo = (size_t)k * BF16_CHUNK, cnt = n - lo < BF16_CHUNK ? n - lo : BF16_CHUNK;
-        void (*widen)(const uint16_t *, float *, size_t) = is_f16 ? fr_f16_to_f32_n_seq : fr_bf16_to_f32_n_seq;
-        void (*narrow)(const float *, uint16_t *, size_t) = is_f16 ? fr_f32_to_f16_n_seq : fr_f32_to_bf16_n_seq;
-        widen(p + lo, pb, cnt);
-        widen(m + lo, mb, cnt);
-        widen(v + lo, vb, cnt);
+        fr_half_to_f32_n_seq(p + lo, pb, cnt, is_f16);
+        fr_half_to_f32_n_seq(m + lo, mb, cnt, is_f16);
+        fr_half_to_f32_n_seq(v + lo, vb, cnt, is_f16);
         const float *gp = (const float *)g + lo;
         if (g_half) {
-            widen((const uint16_t *)g + lo, gb, cnt);
+            fr_half_to_f32_n_seq((const uint16_t *)g + lo, gb, cnt, is_f16);
             gp = gb;
         }
         const adam_consts cl = c; /* a private copy: its branches then vectorize */
 #pragma omp simd
         for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &pb[j], gp[j], &mb[j], &vb[j]);
-        narrow(pb, p + lo, cnt);
-        narrow(mb, m + lo, cnt);
-        narrow(vb, v + lo, cnt);
+        fr_f32_to_half_n_seq(pb, p + lo, cnt, is_f16);
+        fr_f32_to_half_n_seq(mb, m + lo, cnt, is_f16);
+        fr_f32_to_half_n_seq(vb, v + lo, cnt, is_f16);
     }
 }
 
