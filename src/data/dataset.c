@@ -684,6 +684,18 @@ fr_dataset *fr_dataset_open_dir(fr_ctx *ctx, const char *dir, const char *split)
     return fr_dataset_open(ctx, img, lab);
 }
 
+fr_dataset *fr_dataset_open_split(fr_ctx *ctx, const char *dir, const char *split,
+                                  const char *images, const char *labels) {
+    if (images || labels) {
+        if (!images || !labels) {
+            fr_fail(ctx, FR_ERR_ARG, "the %s split needs both an images and a labels file", split);
+            return NULL;
+        }
+        return fr_dataset_open(ctx, images, labels);
+    }
+    return fr_dataset_open_dir(ctx, dir, split);
+}
+
 int64_t fr_dataset_len(const fr_dataset *ds) { return ds->n; }
 
 void fr_dataset_sample_shape(const fr_dataset *ds, int *c, int *h, int *w) {

@@ -17,6 +17,10 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
 /* A directory with MNIST-style names: split "train" or "t10k"; finds
  * {split}-images-idx3-ubyte[.gz] and {split}-labels-idx1-ubyte[.gz]. */
 fr_dataset *fr_dataset_open_dir(fr_ctx *ctx, const char *dir, const char *split);
+/* A split's files: images and labels when given (both), else dir's
+ * MNIST-style names for split. */
+fr_dataset *fr_dataset_open_split(fr_ctx *ctx, const char *dir, const char *split,
+                                  const char *images, const char *labels);
 void fr_dataset_close(fr_dataset *ds);
 
 int64_t fr_dataset_len(const fr_dataset *ds);

@@ -85,7 +85,8 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
     return FR_OK;
 }
 
-static fr_status check_data(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds, const char *dir) {
+fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
+    const char *dir = "data";
     int c, h, w;
     fr_dataset_sample_shape(ds, &c, &h, &w);
     int64_t n = (int64_t)c * h * w;
@@ -108,15 +109,15 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_loader *l = NULL;
     double t_start = now_s();
     if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
-    if (!(train = fr_dataset_open_dir(ctx, cfg->data, "train"))) {
+    if (!(train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) {
         st = FR_ERR_IO;
         goto done;
     }
-    if (!(test = fr_dataset_open_dir(ctx, cfg->data, "t10k"))) {
+    if (!(test = fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images, cfg->test_labels))) {
         st = FR_ERR_IO;
         goto done;
     }
-    if ((st = check_data(ctx, m, train, cfg->data))) goto done;
+    if ((st = fr_data_check(ctx, m, train)) || (st = fr_data_check(ctx, m, test))) goto done;
     if ((st = fr_model_init(m, cfg->seed))) goto done;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
     fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,

@@ -31,6 +31,9 @@ typedef struct fr_train_cfg {
     int optim_state, loss_scaling;
     float clip_grad_norm;
     int keep_grads;      /* store every gradient (no SGD step inside backward) */
+    const char *init;    /* weights-only safetensors to start from, with a fresh optimizer */
+    const char *train_images, *train_labels; /* explicit files instead of data's names */
+    const char *test_images, *test_labels;
 } fr_train_cfg;
 
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
@@ -49,6 +52,11 @@ typedef struct fr_train_result {
     float loss_scale;              /* the dynamic loss scale at the end (1: none) */
     uint64_t skipped_steps;        /* steps skipped for inf/NaN gradients */
 } fr_train_result;
+
+/* Check a dataset against the model before the first step: the per-sample
+ * shape and dtype, the label range (or the targets' width for MSE); the
+ * message names the file. */
+fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds);
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
 /* Accuracy and mean loss over a dataset with an eval step (no backward state). */
