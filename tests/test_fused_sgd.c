@@ -145,8 +145,7 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
     fr_model *m[2];
     for (int keep = 0; keep < 2; keep++) {
         ctx[keep] = fr_ctx_new();
-        if (!keep && threads) fr_set_threads(ctx[keep], threads);
-        if (keep) fr_set_threads(ctx[keep], 2);
+        fr_set_threads(ctx[keep], threads ? threads : 2); /* OpenBLAS's bits depend on it */
         m[keep] = make(ctx[keep]);
         fr_step_opts o = {.batch = N, .training = 1, .optim = *opt, .seed = 5, .keep_grads = keep,
                           .optim_state = state_kind, .checkpoint = cmp_checkpoint,

@@ -63,30 +63,41 @@ static void sgd_tile(float *restrict p, const float *restrict g, int64_t len, fl
     }
 }
 
-/* W = W - lr (dy^T x + wd W), a tile of rows per task: each thread forms the
- * tile's gradient in its own slot of upd_ws by a one-thread GEMM (OpenBLAS
- * runs single-threaded inside a parallel region) and steps those rows. A
- * tile's bits do not depend on which thread computes it. */
-static int update_weight(fr_kernel_call *c, const float *dyp, const float *xp, float *w, int64_t N,
-                         int64_t O, int64_t K) {
+/* dW (O,K) = dy^T x a tile of rows per task, each tile by a one-thread GEMM
+ (OpenBLAS runs single-threaded inside a parallel region; a lone tile may use
+ * its threads), so a tile's bits do not depend on which thread computes it.
+ * OpenBLAS's blocking makes a GEMM's bits depend on how its rows are split
+ * and on its thread count (on its Haswell kernel a 54-row tile of a 512-row
+ * product differs from the whole product in about 4% of its values), so the
+ * kept gradient and the SGD step inside backward form dW in the same tiles:
+ * at the same thread count the step gives the bits of the kept gradient's
+ * update.
+ * update 0: the tile goes into dw's rows (beta 0, or 1 to accumulate);
+ * update 1: into the thread's slot of upd_ws, then W's rows take
+ * W = W - lr (g + wd W). */
+static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, float *dw, int64_t N,
+                       int64_t O, int64_t K, int update, float beta) {
     int64_t rows = upd_tile_rows(O, K, N), tile = rows * K, ntiles = (O + rows - 1) / rows;
-    int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
-    if (!c->upd_ws || slots < 1)
-        return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
-                       "scratch per thread, %zu given", (long long)tile, c->upd_ws_len);
     int nt = omp_get_max_threads();
-    if (nt > slots) nt = (int)slots;
+    if (update) {
+        int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
+        if (!c->upd_ws || slots < 1)
+            return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
+                           "scratch per thread, %zu given", (long long)tile, c->upd_ws_len);
+        if (nt > slots) nt = (int)slots;
+    }
     if (nt > ntiles) nt = (int)ntiles;
     const float lr = c->upd_lr, wd = c->upd_wd;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        float *g = c->upd_ws + (size_t)omp_get_thread_num() * (size_t)tile;
+        float *g = update ? c->upd_ws + (size_t)omp_get_thread_num() * (size_t)tile : NULL;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < ntiles; t++) {
             int64_t o0 = t * rows, r = O - o0 < rows ? O - o0 : rows;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
-                        dyp + o0, (int)O, xp, (int)K, 0.0f, g, (int)K);
-            sgd_tile(w + o0 * K, g, r * K, lr, wd);
+                        dyp + o0, (int)O, xp, (int)K, update ? 0.0f : beta, update ? g : dw + o0 * K,
+                        (int)K);
+            if (update) sgd_tile(dw + o0 * K, g, r * K, lr, wd);
         }
     }
     return FR_OK;
@@ -118,17 +129,13 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
                         dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
         }
     }
-    if (dw && O * K > 0 && (c->update & 2u)) {
+    if (dw && O * K > 0) {
+        int update = (c->update & 2u) != 0;
         if (N > 0) {
-            int st = update_weight(c, dyp, fr_f32(x), dw, N, O, K);
+            int st = weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, acc_bit(c, 1) ? 1.0f : 0.0f);
             if (st) return st;
-        }
-    } else if (dw && O * K > 0) {
-        if (N == 0) {
-            if (!acc_bit(c, 1)) memset(dw, 0, (size_t)(O * K) * sizeof(float));
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)K, (int)N, 1.0f, dyp,
-                        (int)O, fr_f32(x), (int)K, acc_bit(c, 1) ? 1.0f : 0.0f, dw, (int)K);
+        } else if (!update && !acc_bit(c, 1)) {
+            memset(dw, 0, (size_t)(O * K) * sizeof(float));
         }
     }
     if (db && O > 0) {
