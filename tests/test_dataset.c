@@ -98,7 +98,7 @@ static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
     int64_t idx[3] = {4, 0, 2};
     float x[3 * H * W];
     int32_t y[3];
-    fr_status st = fr_dataset_read(ds, idx, 3, x, y);
+    fr_status st = fr_dataset_read(ds, idx, 3, x, y, NULL);
     CHECK(st == FR_OK, "%s: %s", what, fr_last_error(ctx));
     int bad = 0;
     for (int s = 0; s < 3; s++) {
@@ -108,7 +108,7 @@ static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
     }
     CHECK(bad == 0, "%s: %d wrong values", what, bad);
     int64_t out_of_range = N;
-    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
+    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y, NULL) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
           "%s: index past the end", what);
     fr_dataset_close(ds);
 }
@@ -296,7 +296,7 @@ static void test_npy(fr_ctx *ctx) {
         int64_t idx[3] = {2, 0, 1};
         float x[60];
         int32_t y[3];
-        CHECK(fr_dataset_read(ds, idx, 3, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(fr_dataset_read(ds, idx, 3, x, y, NULL) == FR_OK, "%s", fr_last_error(ctx));
         int d = c * h * w, bad = 0;
         for (int i = 0; i < 3; i++) {
             for (int j = 0; j < d; j++) {
@@ -338,7 +338,8 @@ static void test_npy(fr_ctx *ctx) {
         {"label 300", I4LAB_V2, (int32_t[]){1, 300, 2}, 12, "label 300 at index 1 is out of range [0, 256)"},
         {"label -1", I8LAB, (int64_t[]){1, 2, -1}, 24, "label -1 at index 2 is out of range [0, 256)"},
         {"2-d integers", patch(F4VEC, "<f4", "<i4"), vec, sizeof vec, "integer arrays are labels and need 1 dimension"},
-        {"1-d floats", patch(I8LAB, "<i8", "<f4"), l8, 12, "neither images"},
+        {"NaN target", patch(I8LAB, "<i8", "<f4"), (float[]){1, NAN, 2}, 12, "target nan at index 1 (column 0) is not finite"},
+        {"3-d integers", patch(F4IMG, "<f4", "<i4"), f4, 72, "integer arrays are labels and need 1 dimension, not 4"},
         {"structured", patch(I8LAB, "'<i8'", "[1,2]"), l8, sizeof l8, "'descr' is not a simple dtype string"},
     };
     for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
@@ -359,8 +360,9 @@ static void test_npy(fr_ctx *ctx) {
     char pb[512];
     npy_file(pb, sizeof pb, "bad.npy", I4LAB_V2, (int32_t[]){1, 300, 2}, 12);
     expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "label 300", "bad.npy", "label 300 at index 1 is out of range [0, 256)");
-    npy_file(pb, sizeof pb, "bad.npy", F4VEC, vec, sizeof vec);
-    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "float labels", "bad.npy", "labels must be integers with 1 dimension");
+    npy_file(pb, sizeof pb, "bad.npy", U1IMG, u1, sizeof u1);
+    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "images as labels", "bad.npy",
+                "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), not u8 with 3");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "False", "True "), f4, sizeof f4);
     expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "fortran images", "bad.npy", "fortran_order True");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "<f4", "<i4"), f4, sizeof f4);
@@ -390,7 +392,7 @@ static void test_open_dir(fr_ctx *ctx) {
     spit(p, lab, nl);
     check_synthetic(ctx, fr_dataset_open_dir(ctx, tmpdir, "train"), "open_dir");
     fr_dataset *ds = fr_dataset_open_dir(ctx, tmpdir, "t10k");
-    expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte", "neither");
+    expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte[.gz]", "t10k-images.npy");
 }
 
 static void test_fashion(fr_ctx *ctx) {
@@ -422,7 +424,7 @@ static void test_fashion(fr_ctx *ctx) {
         int64_t idx[4] = {0, 1, 2, want[s].n - 1};
         float x[4 * 784];
         int32_t y[4];
-        CHECK(fr_dataset_read(ds, idx, 4, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(fr_dataset_read(ds, idx, 4, x, y, NULL) == FR_OK, "%s", fr_last_error(ctx));
         CHECK(y[0] == want[s].first[0] && y[1] == want[s].first[1] && y[2] == want[s].first[2] &&
                   y[3] == want[s].last_label,
               "%s: labels %d %d %d .. %d", want[s].split, y[0], y[1], y[2], y[3]);
@@ -436,7 +438,7 @@ static void test_fashion(fr_ctx *ctx) {
         int bad = 0;
         for (int64_t i = 0; i < want[s].n; i++) {
             int32_t l;
-            if (fr_dataset_read(ds, &i, 1, NULL, &l) || l < 0 || l > 9) bad++;
+            if (fr_dataset_read(ds, &i, 1, NULL, &l, NULL) || l < 0 || l > 9) bad++;
             else count[l]++;
         }
         for (int k = 0; k < 10; k++)
@@ -467,7 +469,7 @@ static void test_alloc_failures(fr_ctx *ctx) {
                 int64_t idx[2] = {1, 0};
                 float x[2 * 60];
                 int32_t y[2];
-                st = fr_dataset_read(ds, idx, 2, x, y);
+                st = fr_dataset_read(ds, idx, 2, x, y, NULL);
                 fr_dataset_close(ds);
             }
             fr_mem_fail_at(ctx, 0);
