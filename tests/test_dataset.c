@@ -4,7 +4,10 @@
  * every fault the opener must reject with a message naming the file,
  * truncated and corrupt gzip, every allocation failing in turn, and the real
  * Fashion-MNIST files when present (first labels, class counts and pixel sums
- * worked out with Python's gzip module). */
+ * worked out with Python's gzip module); datasets against a model's spec
+ * (shape, label range by index in the file, labels vs targets), regression
+ * targets read back, a gzip bomb stopped at its header's size, and a FIFO
+ * refused without waiting. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,6 +384,152 @@ static void test_npy(fr_ctx *ctx) {
     CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
 }
 
+/* A spec's refusal: status, and the message naming `file` and holding msg. */
+static void expect_unfit(fr_ctx *ctx, fr_status st, const char *what, const char *file, const char *msg) {
+    CHECK(st == FR_ERR_SHAPE, "%s: status %d (%s)", what, st, fr_last_error(ctx));
+    const char *e = fr_last_error(ctx);
+    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e, file, msg);
+}
+
+/* Datasets against what a model asks (fr_dataset_check and the in-memory
+ * checkers): shapes, the first label past the model's classes by its index
+ * in the file (labels5 = 3 0 7 1 2: with 5 classes label 7 at index 2),
+ * class labels for an MSE model and targets for a cross-entropy one, the
+ * targets' width; and a regression set's targets read back. */
+static void test_model_fit(fr_ctx *ctx) {
+    char pi[512], pl[512];
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    fr_dataset *ds = fr_dataset_open(ctx, pi, pl);
+    CHECK(ds != NULL, "%s", fr_last_error(ctx));
+    if (!ds) return;
+    CHECK(fr_dataset_outputs(ds) == 0 && fr_dataset_dtype(ds) == FR_U8, "class set");
+    CHECK(!strcmp(fr_dataset_images_path(ds), pi) && !strcmp(fr_dataset_labels_path(ds), pl), "paths");
+    fr_data_spec ok = {1, H, W, 8, 0}, flat = {H * W, 1, 1, 10, 0};
+    CHECK(fr_dataset_check(ctx, ds, &ok) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_dataset_check(ctx, ds, &flat) == FR_OK, "flat: %s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 5, 0}), "label past classes", "lab.idx",
+                 "lab.idx: label 7 at index 2 is out of range for a model with 5 classes");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, W, H, 10, 0}), "transposed", "img.idx",
+                 "img.idx: samples are 1x3x4 but the model takes 1x4x3");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 28, 28, 10, 0}), "small images", "img.idx",
+                 "samples are 1x3x4 but the model takes 1x28x28");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){H * W + 1, 1, 1, 10, 0}), "flat count", "img.idx",
+                 "samples of 1x3x4 hold 12 values but the model takes 13");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 0, 1}), "labels for mse", "lab.idx",
+                 "holds class labels but the model's loss (mse) needs float targets");
+    fr_dataset_close(ds);
+
+    /* The same checks on memory, as the fuzzers run them. */
+    unsigned char img[16 + N * H * W], lab[8 + N];
+    size_t ni = idx_images(img, N, H, W), nl = idx_labels(lab, labels5, N);
+    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_IMAGES) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_idx_check_for(ctx, "l", lab, nl, &ok, FR_ROLE_LABELS) == FR_OK, "%s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_idx_check_for(ctx, "l", lab, nl, &(fr_data_spec){1, H, W, 5, 0}, FR_ROLE_LABELS),
+                 "memory: label past classes", "l: ", "label 7 at index 2 is out of range for a model with 5 classes");
+    expect_unfit(ctx, fr_idx_check_for(ctx, "i", img, ni, &(fr_data_spec){1, 28, 28, 10, 0}, FR_ROLE_IMAGES),
+                 "memory: small images", "i: ", "samples are 1x3x4 but the model takes 1x28x28");
+    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_LABELS) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "holds images, not labels"), "memory: images as labels: %s", fr_last_error(ctx));
+
+    /* A regression set: f32 images (3, 1, 2, 3) with targets (3, 2), then (3,). */
+    float f4[3 * 6], vec[3 * 2] = {0.5f, -1.0f, 2.25f, 3.0f, -0.125f, 7.0f}, one[3] = {1.5f, -2.0f, 0.25f};
+    for (int k = 0; k < 18; k++) f4[k] = (float)k / 8 - 1;
+    char pf4[512], pt2[512], pt1[512];
+    npy_file(pf4, sizeof pf4, "rf4.npy", F4IMG, f4, sizeof f4);
+    npy_file(pt2, sizeof pt2, "t2.npy", F4VEC, vec, sizeof vec);
+    npy_file(pt1, sizeof pt1, "t1.npy", patch(I8LAB, "<i8", "<f4"), one, sizeof one);
+    ds = fr_dataset_open(ctx, pf4, pt2);
+    CHECK(ds != NULL, "regression set: %s", fr_last_error(ctx));
+    if (!ds) return;
+    CHECK(fr_dataset_outputs(ds) == 2 && fr_dataset_dtype(ds) == FR_F32, "outputs %d", fr_dataset_outputs(ds));
+    int64_t idx[2] = {2, 0};
+    float x[2 * 6], t[2 * 2];
+    int32_t y[2] = {-7, -7};
+    CHECK(fr_dataset_read(ds, idx, 2, x, y, t) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(t[0] == -0.125f && t[1] == 7.0f && t[2] == 0.5f && t[3] == -1.0f && x[0] == f4[12] && y[0] == -7,
+          "targets %g %g %g %g", t[0], t[1], t[2], t[3]);
+    CHECK(fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 2}) == FR_OK, "%s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 3}), "width", "t2.npy",
+                 "targets have 2 values a sample but the model has 3 outputs");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 10, 0}), "targets for ce", "t2.npy",
+                 "holds float targets but the model's loss (cross_entropy) needs integer class labels");
+    fr_dataset_close(ds);
+    ds = fr_dataset_open(ctx, pf4, pt1);
+    CHECK(ds && fr_dataset_outputs(ds) == 1, "(n,) targets: %s", fr_last_error(ctx));
+    if (ds) {
+        CHECK(fr_dataset_read(ds, idx, 2, NULL, NULL, t) == FR_OK && t[0] == 0.25f && t[1] == 1.5f, "(n,) values");
+        fr_dataset_close(ds);
+    }
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* A gzip whose IDX (or .npy) header implies 10x28x28 = 7856 (+ header)
+ * bytes, followed by 64 MiB of zeros: refused at the first chunk past the
+ * implied size, so the compressed bytes read stay in the hundreds, not the
+ * whole ~65 KB stream (inflating it whole would also write 64 MiB). */
+static void test_gzip_bomb(fr_ctx *ctx) {
+    static const char *hdr_npy = "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (10, 28, 28), }                                                    \x0a";
+    for (int kind = 0; kind < 2; kind++) {
+        unsigned char head[NPY_HDR];
+        size_t nh;
+        if (kind == 0) {
+            be32(head, 0x803), be32(head + 4, 10), be32(head + 8, 28), be32(head + 12, 28);
+            nh = 16;
+        } else {
+            memcpy(head, hdr_npy, NPY_HDR);
+            nh = NPY_HDR;
+        }
+        size_t zeros = (size_t)64 << 20, cap = (size_t)1 << 20, len = 0;
+        unsigned char *gz = malloc(cap), *chunk = calloc(1, 1 << 20);
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        CHECK(gz && chunk && deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK, "zlib");
+        for (size_t fed = 0; fed <= zeros; fed += 1 << 20) {
+            zs.next_in = fed == 0 ? head : chunk;
+            zs.avail_in = fed == 0 ? (uInt)nh : 1u << 20;
+            int last = fed + (1 << 20) > zeros;
+            do {
+                zs.next_out = gz + len;
+                zs.avail_out = (uInt)(cap - len);
+                deflate(&zs, last ? Z_FINISH : Z_NO_FLUSH);
+                len = cap - zs.avail_out;
+            } while (zs.avail_in || (last && zs.avail_out == 0));
+        }
+        deflateEnd(&zs);
+        CHECK(len > 60000 && len < cap, "the bomb is %zu compressed bytes", len);
+        char pb[512], pl[512];
+        path_in(pb, sizeof pb, kind ? "bomb.npy.gz" : "bomb.idx.gz");
+        path_in(pl, sizeof pl, "lab.idx");
+        spit(pb, gz, len);
+        free(gz);
+        free(chunk);
+        fr_dataset *ds = fr_dataset_open(ctx, pb, pl);
+        CHECK(!ds, "bomb %d opened", kind);
+        fr_dataset_close(ds);
+        const char *want = kind ? "inflates past the 7968 bytes its .npy header implies"
+                                : "inflates past the 7856 bytes its IDX header implies";
+        const char *e = fr_last_error(ctx), *at = strstr(e, "compressed byte ");
+        CHECK(strstr(e, pb) && strstr(e, want), "bomb %d: \"%s\"", kind, e);
+        CHECK(at && atol(at + 16) < 4096, "bomb %d read too far: \"%s\"", kind, e);
+    }
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* A FIFO or a directory as a data file is refused at once, not waited on. */
+static void test_not_regular(fr_ctx *ctx) {
+    char pf[512], pl[512];
+    path_in(pf, sizeof pf, "fifo");
+    path_in(pl, sizeof pl, "lab.idx");
+    CHECK(mkfifo(pf, 0600) == 0, "mkfifo");
+    expect_fail(ctx, fr_dataset_open(ctx, pf, pl), "fifo images", "fifo", "is a FIFO");
+    char pi[512];
+    path_in(pi, sizeof pi, "img.idx");
+    expect_fail(ctx, fr_dataset_open(ctx, pi, pf), "fifo labels", "fifo", "is a FIFO");
+    expect_fail(ctx, fr_dataset_open(ctx, tmpdir, pl), "directory images", tmpdir, "is a directory");
+    unlink(pf);
+}
+
 /* The dataset directory layout, and a missing split. */
 static void test_open_dir(fr_ctx *ctx) {
     unsigned char img[16 + N * H * W], lab[8 + N];
@@ -393,6 +542,20 @@ static void test_open_dir(fr_ctx *ctx) {
     check_synthetic(ctx, fr_dataset_open_dir(ctx, tmpdir, "train"), "open_dir");
     fr_dataset *ds = fr_dataset_open_dir(ctx, tmpdir, "t10k");
     expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte[.gz]", "t10k-images.npy");
+    /* The .npy names: images with labels, images with targets, and both. */
+    float f4[3 * 6], vec[3 * 2] = {1, 2, 3, 4, 5, 6};
+    for (int k = 0; k < 18; k++) f4[k] = (float)k;
+    char q[512];
+    npy_file(q, sizeof q, "reg-images.npy", F4IMG, f4, sizeof f4);
+    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "no labels", "reg-images.npy",
+                "looked for reg-labels-idx1-ubyte[.gz], reg-labels.npy (classes) and reg-targets.npy");
+    npy_file(q, sizeof q, "reg-targets.npy", F4VEC, vec, sizeof vec);
+    ds = fr_dataset_open_dir(ctx, tmpdir, "reg");
+    CHECK(ds && fr_dataset_outputs(ds) == 2 && strstr(fr_dataset_labels_path(ds), "reg-targets.npy"), "npy dir: %s",
+          fr_last_error(ctx));
+    fr_dataset_close(ds);
+    npy_file(q, sizeof q, "reg-labels.npy", I8LAB, (int64_t[]){0, 1, 2}, 24);
+    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "two label files", "reg-targets.npy", "keep one");
 }
 
 static void test_fashion(fr_ctx *ctx) {
@@ -497,6 +660,9 @@ int main(void) {
     test_idx(ctx);
     test_npy(ctx);
     test_open_dir(ctx);
+    test_model_fit(ctx);
+    test_gzip_bomb(ctx);
+    test_not_regular(ctx);
     test_alloc_failures(ctx);
     test_fashion(ctx);
     fr_ctx_free(ctx);
