@@ -18,6 +18,7 @@
 #include "check.h"
 #include "data/dataset.h"
 #include "scratch.h"
+#include "train/trainer.h"
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
@@ -530,6 +531,55 @@ static void test_not_regular(fr_ctx *ctx) {
     unlink(pf);
 }
 
+/* fr_data_check: the model's input and loss turned into a spec (flat input
+ * of 12, image input (1, 3, 4), MSE outputs), so a dataset that fits one
+ * model is refused by another with the file named; and the step's own label
+ * check, which reports a batch position, not a micro-batch's: with batches
+ * of 8 in micro-batches of 4, label 7 at position 6 is position 2 of the
+ * second micro-batch. */
+static void test_data_check(fr_ctx *ctx) {
+    char pi[512], pl[512];
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    fr_dataset *ds = fr_dataset_open(ctx, pi, pl);
+    CHECK(ds != NULL, "%s", fr_last_error(ctx));
+    fr_model *flat = fr_model_new(ctx, H * W, 1, 1), *img = fr_model_new(ctx, 1, H, W), *few = fr_model_new(ctx, 1, H, W),
+             *mse = fr_model_new(ctx, H * W, 1, 1);
+    CHECK(flat && img && few && mse, "models");
+    if (!ds || !flat || !img || !few || !mse) return;
+    fr_model_linear(flat, 8, 1);
+    fr_model_flatten(img), fr_model_linear(img, 8, 1);
+    fr_model_flatten(few), fr_model_linear(few, 6, 1);
+    fr_model_linear(mse, 2, 1), fr_model_set_loss(mse, FR_LOSS_MSE);
+    CHECK(fr_data_check(ctx, flat, ds) == FR_OK, "flat: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, img, ds) == FR_OK, "image: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, few, ds) == FR_ERR_SHAPE &&
+              strstr(fr_last_error(ctx), "lab.idx: label 7 at index 2 is out of range for a model with 6 classes"),
+          "6 classes: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, mse, ds) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "lab.idx: holds class labels"),
+          "mse: %s", fr_last_error(ctx));
+    fr_dataset_close(ds);
+    fr_model_free(img), fr_model_free(few), fr_model_free(mse);
+
+    fr_model_init(flat, 1);
+    fr_step *s = fr_step_compile(flat, &(fr_step_opts){.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                                                       .micro_batch = 4});
+    CHECK(s != NULL, "%s", fr_last_error(ctx));
+    if (s) {
+        float x[8 * H * W] = {0}, loss;
+        int32_t y[8] = {0, 1, 2, 3, 4, 5, 8, 0};
+        fr_batch b = {8, x, y, NULL};
+        fr_status st = fr_step_run(s, &b, &loss, NULL);
+        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "label 8 at position 6 of the batch is outside [0, 8)"),
+              "step: %d %s", st, fr_last_error(ctx));
+        y[6] = 7;
+        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+        fr_step_free(s);
+    }
+    fr_model_free(flat);
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
 /* The dataset directory layout, and a missing split. */
 static void test_open_dir(fr_ctx *ctx) {
     unsigned char img[16 + N * H * W], lab[8 + N];
@@ -661,6 +711,7 @@ int main(void) {
     test_npy(ctx);
     test_open_dir(ctx);
     test_model_fit(ctx);
+    test_data_check(ctx);
     test_gzip_bomb(ctx);
     test_not_regular(ctx);
     test_alloc_failures(ctx);
