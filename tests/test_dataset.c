@@ -430,6 +430,11 @@ static void test_model_fit(fr_ctx *ctx) {
                  "memory: label past classes", "l: ", "label 7 at index 2 is out of range for a model with 5 classes");
     expect_unfit(ctx, fr_idx_check_for(ctx, "i", img, ni, &(fr_data_spec){1, 28, 28, 10, 0}, FR_ROLE_IMAGES),
                  "memory: small images", "i: ", "samples are 1x3x4 but the model takes 1x28x28");
+    /* No samples of 4294967295x4294965244: the values a sample overflow 64
+     * bits (found by fuzz_idx; undefined behaviour before). */
+    static const unsigned char huge[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf7, 0xfc};
+    expect_unfit(ctx, fr_idx_check_for(ctx, "h", huge, 16, &(fr_data_spec){784, 1, 1, 10, 0}, FR_ROLE_IMAGES),
+                 "memory: huge empty sample", "h: ", "but the model takes 784");
     CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_LABELS) == FR_ERR_FORMAT &&
               strstr(fr_last_error(ctx), "holds images, not labels"), "memory: images as labels: %s", fr_last_error(ctx));
 

@@ -398,11 +398,13 @@ static fr_status images_fit(fr_ctx *ctx, const char *name, fr_dtype dt, int64_t 
         return ffail(ctx, name, FR_ERR_SHAPE, "images are %s; a model takes u8 or f32 pixels",
                      fr_dtype_name(dt));
     int flat = spec->h == 1 && spec->w == 1;
-    if (flat ? c * h * w != spec->c : c != spec->c || h != spec->h || w != spec->w) {
+    int64_t n; /* values a sample; -1: more than 64 bits count (an empty IDX may say so) */
+    if (__builtin_mul_overflow(c, h, &n) || __builtin_mul_overflow(n, w, &n)) n = -1;
+    if (flat ? n != spec->c : c != spec->c || h != spec->h || w != spec->w) {
         if (flat)
             return ffail(ctx, name, FR_ERR_SHAPE, "samples of %" PRId64 "x%" PRId64 "x%" PRId64
                          " hold %" PRId64 " values but the model takes %d",
-                         c, h, w, c * h * w, spec->c);
+                         c, h, w, n, spec->c);
         return ffail(ctx, name, FR_ERR_SHAPE, "samples are %" PRId64 "x%" PRId64 "x%" PRId64
                      " but the model takes %dx%dx%d", c, h, w, spec->c, spec->h, spec->w);
     }
