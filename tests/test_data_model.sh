@@ -2,8 +2,9 @@
 # test_data_model.sh — data that disagrees with the model, as the CLI meets
 # it: a regression (`loss mse`) model trains from .npy inputs and float
 # targets; test sets of 10x10 and 30x30 images against a 28x28 model, a label
-# past the model's classes and a FIFO as a data file are refused before the
-# first step with a message naming the file (and the label's index in it).
+# past the model's classes, a gzip bomb and a FIFO as a data file are refused
+# before the first step with a message naming the file (and the label's
+# index in it).
 # Small IDX and .npy files are made here with numpy.
 source "$(dirname "$0")/lib.sh"
 
@@ -97,6 +98,21 @@ expect_fail "labels for mse" "img28/train-labels-idx1-ubyte: holds class labels 
 # The first label past the model's 10 classes, by its index in the file.
 expect_fail "label 200" "$tmp/badlab/train-labels-idx1-ubyte: label 200 at index 8 is out of range for a model with 10 classes" \
     "$bin" train "${run[@]}" --data "$tmp/badlab"
+
+# A gzip bomb: a valid header for 64 28x28 images, then 64 MiB of zeros. It
+# is stopped at the first byte past the 50192 bytes the header implies.
+mkdir "$tmp/bomb"
+cp "$tmp/img28/"* "$tmp/bomb/"
+rm "$tmp/bomb/train-images-idx3-ubyte"
+"$py" - "$tmp/bomb/train-images-idx3-ubyte.gz" <<'PY' || no "making the bomb"
+import gzip, struct, sys
+with gzip.open(sys.argv[1], "wb", compresslevel=9) as f:
+    f.write(struct.pack(">IIII", 0x803, 64, 28, 28))
+    z = bytes(1 << 20)
+    for _ in range(64): f.write(z)
+PY
+expect_fail "gzip bomb" "train-images-idx3-ubyte.gz: inflates past the 50192 bytes its IDX header implies" \
+    "$bin" train "${run[@]}" --data "$tmp/bomb"
 
 # A FIFO as the images file: refused at once (a blocking open() would wait forever).
 mkdir "$tmp/fifo"
