@@ -1,9 +1,9 @@
-/* fuzz_idx.c — libFuzzer target for the IDX checker (fr_idx_check): any
- * input is accepted or refused with FR_ERR_FORMAT, never crashes, and
+/* fuzz_idx.c — libFuzzer target for the IDX checker (fr_idx_check) and the
+ * model checks on what parses (fr_idx_check_for: shape, label range, labels
+ * vs targets): any input is accepted or refused, never crashes, and
  * allocates nothing that outlives the call. abort() reports a fault. */
-#include "data/dataset.h"
-#include "fuzz_common.h"
+#include "fuzz_data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    return fuzz_check_buffer(fr_idx_check, "fuzz.idx", data, size);
+    return fuzz_data(fr_idx_check, fr_idx_check_for, "fuzz.idx", data, size);
 }

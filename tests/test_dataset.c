@@ -4,7 +4,10 @@
  * every fault the opener must reject with a message naming the file,
  * truncated and corrupt gzip, every allocation failing in turn, and the real
  * Fashion-MNIST files when present (first labels, class counts and pixel sums
- * worked out with Python's gzip module). */
+ * worked out with Python's gzip module); datasets against a model's spec
+ * (shape, label range by index in the file, labels vs targets), regression
+ * targets read back, a gzip bomb stopped at its header's size, and a FIFO
+ * refused without waiting. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include "check.h"
 #include "data/dataset.h"
 #include "scratch.h"
+#include "train/trainer.h"
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
@@ -98,7 +102,7 @@ static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
     int64_t idx[3] = {4, 0, 2};
     float x[3 * H * W];
     int32_t y[3];
-    fr_status st = fr_dataset_read(ds, idx, 3, x, y);
+    fr_status st = fr_dataset_read(ds, idx, 3, x, y, NULL);
     CHECK(st == FR_OK, "%s: %s", what, fr_last_error(ctx));
     int bad = 0;
     for (int s = 0; s < 3; s++) {
@@ -108,7 +112,7 @@ static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
     }
     CHECK(bad == 0, "%s: %d wrong values", what, bad);
     int64_t out_of_range = N;
-    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
+    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y, NULL) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
           "%s: index past the end", what);
     fr_dataset_close(ds);
 }
@@ -296,7 +300,7 @@ static void test_npy(fr_ctx *ctx) {
         int64_t idx[3] = {2, 0, 1};
         float x[60];
         int32_t y[3];
-        CHECK(fr_dataset_read(ds, idx, 3, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(fr_dataset_read(ds, idx, 3, x, y, NULL) == FR_OK, "%s", fr_last_error(ctx));
         int d = c * h * w, bad = 0;
         for (int i = 0; i < 3; i++) {
             for (int j = 0; j < d; j++) {
@@ -338,7 +342,8 @@ static void test_npy(fr_ctx *ctx) {
         {"label 300", I4LAB_V2, (int32_t[]){1, 300, 2}, 12, "label 300 at index 1 is out of range [0, 256)"},
         {"label -1", I8LAB, (int64_t[]){1, 2, -1}, 24, "label -1 at index 2 is out of range [0, 256)"},
         {"2-d integers", patch(F4VEC, "<f4", "<i4"), vec, sizeof vec, "integer arrays are labels and need 1 dimension"},
-        {"1-d floats", patch(I8LAB, "<i8", "<f4"), l8, 12, "neither images"},
+        {"NaN target", patch(I8LAB, "<i8", "<f4"), (float[]){1, NAN, 2}, 12, "target nan at index 1 (column 0) is not finite"},
+        {"3-d integers", patch(F4IMG, "<f4", "<i4"), f4, 72, "integer arrays are labels and need 1 dimension, not 4"},
         {"structured", patch(I8LAB, "'<i8'", "[1,2]"), l8, sizeof l8, "'descr' is not a simple dtype string"},
     };
     for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
@@ -359,8 +364,9 @@ static void test_npy(fr_ctx *ctx) {
     char pb[512];
     npy_file(pb, sizeof pb, "bad.npy", I4LAB_V2, (int32_t[]){1, 300, 2}, 12);
     expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "label 300", "bad.npy", "label 300 at index 1 is out of range [0, 256)");
-    npy_file(pb, sizeof pb, "bad.npy", F4VEC, vec, sizeof vec);
-    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "float labels", "bad.npy", "labels must be integers with 1 dimension");
+    npy_file(pb, sizeof pb, "bad.npy", U1IMG, u1, sizeof u1);
+    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "images as labels", "bad.npy",
+                "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), not u8 with 3");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "False", "True "), f4, sizeof f4);
     expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "fortran images", "bad.npy", "fortran_order True");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "<f4", "<i4"), f4, sizeof f4);
@@ -379,6 +385,206 @@ static void test_npy(fr_ctx *ctx) {
     CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
 }
 
+/* A spec's refusal: status, and the message naming `file` and holding msg. */
+static void expect_unfit(fr_ctx *ctx, fr_status st, const char *what, const char *file, const char *msg) {
+    CHECK(st == FR_ERR_SHAPE, "%s: status %d (%s)", what, st, fr_last_error(ctx));
+    const char *e = fr_last_error(ctx);
+    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e, file, msg);
+}
+
+/* Datasets against what a model asks (fr_dataset_check and the in-memory
+ * checkers): shapes, the first label past the model's classes by its index
+ * in the file (labels5 = 3 0 7 1 2: with 5 classes label 7 at index 2),
+ * class labels for an MSE model and targets for a cross-entropy one, the
+ * targets' width; and a regression set's targets read back. */
+static void test_model_fit(fr_ctx *ctx) {
+    char pi[512], pl[512];
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    fr_dataset *ds = fr_dataset_open(ctx, pi, pl);
+    CHECK(ds != NULL, "%s", fr_last_error(ctx));
+    if (!ds) return;
+    CHECK(fr_dataset_outputs(ds) == 0 && fr_dataset_dtype(ds) == FR_U8, "class set");
+    CHECK(!strcmp(fr_dataset_images_path(ds), pi) && !strcmp(fr_dataset_labels_path(ds), pl), "paths");
+    fr_data_spec ok = {1, H, W, 8, 0}, flat = {H * W, 1, 1, 10, 0};
+    CHECK(fr_dataset_check(ctx, ds, &ok) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_dataset_check(ctx, ds, &flat) == FR_OK, "flat: %s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 5, 0}), "label past classes", "lab.idx",
+                 "lab.idx: label 7 at index 2 is out of range for a model with 5 classes");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, W, H, 10, 0}), "transposed", "img.idx",
+                 "img.idx: samples are 1x3x4 but the model takes 1x4x3");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 28, 28, 10, 0}), "small images", "img.idx",
+                 "samples are 1x3x4 but the model takes 1x28x28");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){H * W + 1, 1, 1, 10, 0}), "flat count", "img.idx",
+                 "samples of 1x3x4 hold 12 values but the model takes 13");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 0, 1}), "labels for mse", "lab.idx",
+                 "holds class labels but the model's loss (mse) needs float targets");
+    fr_dataset_close(ds);
+
+    /* The same checks on memory, as the fuzzers run them. */
+    unsigned char img[16 + N * H * W], lab[8 + N];
+    size_t ni = idx_images(img, N, H, W), nl = idx_labels(lab, labels5, N);
+    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_IMAGES) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_idx_check_for(ctx, "l", lab, nl, &ok, FR_ROLE_LABELS) == FR_OK, "%s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_idx_check_for(ctx, "l", lab, nl, &(fr_data_spec){1, H, W, 5, 0}, FR_ROLE_LABELS),
+                 "memory: label past classes", "l: ", "label 7 at index 2 is out of range for a model with 5 classes");
+    expect_unfit(ctx, fr_idx_check_for(ctx, "i", img, ni, &(fr_data_spec){1, 28, 28, 10, 0}, FR_ROLE_IMAGES),
+                 "memory: small images", "i: ", "samples are 1x3x4 but the model takes 1x28x28");
+    /* No samples of 4294967295x4294965244: the values a sample overflow 64
+     * bits (found by fuzz_idx; undefined behaviour before). */
+    static const unsigned char huge[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf7, 0xfc};
+    expect_unfit(ctx, fr_idx_check_for(ctx, "h", huge, 16, &(fr_data_spec){784, 1, 1, 10, 0}, FR_ROLE_IMAGES),
+                 "memory: huge empty sample", "h: ", "but the model takes 784");
+    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_LABELS) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "holds images, not labels"), "memory: images as labels: %s", fr_last_error(ctx));
+
+    /* A regression set: f32 images (3, 1, 2, 3) with targets (3, 2), then (3,). */
+    float f4[3 * 6], vec[3 * 2] = {0.5f, -1.0f, 2.25f, 3.0f, -0.125f, 7.0f}, one[3] = {1.5f, -2.0f, 0.25f};
+    for (int k = 0; k < 18; k++) f4[k] = (float)k / 8 - 1;
+    char pf4[512], pt2[512], pt1[512];
+    npy_file(pf4, sizeof pf4, "rf4.npy", F4IMG, f4, sizeof f4);
+    npy_file(pt2, sizeof pt2, "t2.npy", F4VEC, vec, sizeof vec);
+    npy_file(pt1, sizeof pt1, "t1.npy", patch(I8LAB, "<i8", "<f4"), one, sizeof one);
+    ds = fr_dataset_open(ctx, pf4, pt2);
+    CHECK(ds != NULL, "regression set: %s", fr_last_error(ctx));
+    if (!ds) return;
+    CHECK(fr_dataset_outputs(ds) == 2 && fr_dataset_dtype(ds) == FR_F32, "outputs %d", fr_dataset_outputs(ds));
+    int64_t idx[2] = {2, 0};
+    float x[2 * 6], t[2 * 2];
+    int32_t y[2] = {-7, -7};
+    CHECK(fr_dataset_read(ds, idx, 2, x, y, t) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(t[0] == -0.125f && t[1] == 7.0f && t[2] == 0.5f && t[3] == -1.0f && x[0] == f4[12] && y[0] == -7,
+          "targets %g %g %g %g", t[0], t[1], t[2], t[3]);
+    CHECK(fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 2}) == FR_OK, "%s", fr_last_error(ctx));
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 3}), "width", "t2.npy",
+                 "targets have 2 values a sample but the model has 3 outputs");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 10, 0}), "targets for ce", "t2.npy",
+                 "holds float targets but the model's loss (cross_entropy) needs integer class labels");
+    fr_dataset_close(ds);
+    ds = fr_dataset_open(ctx, pf4, pt1);
+    CHECK(ds && fr_dataset_outputs(ds) == 1, "(n,) targets: %s", fr_last_error(ctx));
+    if (ds) {
+        CHECK(fr_dataset_read(ds, idx, 2, NULL, NULL, t) == FR_OK && t[0] == 0.25f && t[1] == 1.5f, "(n,) values");
+        fr_dataset_close(ds);
+    }
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* A gzip whose IDX (or .npy) header implies 10x28x28 = 7856 (+ header)
+ * bytes, followed by 64 MiB of zeros: refused at the first chunk past the
+ * implied size, so the compressed bytes read stay in the hundreds, not the
+ * whole ~65 KB stream (inflating it whole would also write 64 MiB). */
+static void test_gzip_bomb(fr_ctx *ctx) {
+    static const char *hdr_npy = "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (10, 28, 28), }                                                    \x0a";
+    for (int kind = 0; kind < 2; kind++) {
+        unsigned char head[NPY_HDR];
+        size_t nh;
+        if (kind == 0) {
+            be32(head, 0x803), be32(head + 4, 10), be32(head + 8, 28), be32(head + 12, 28);
+            nh = 16;
+        } else {
+            memcpy(head, hdr_npy, NPY_HDR);
+            nh = NPY_HDR;
+        }
+        size_t zeros = (size_t)64 << 20, cap = (size_t)1 << 20, len = 0;
+        unsigned char *gz = malloc(cap), *chunk = calloc(1, 1 << 20);
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        CHECK(gz && chunk && deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK, "zlib");
+        for (size_t fed = 0; fed <= zeros; fed += 1 << 20) {
+            zs.next_in = fed == 0 ? head : chunk;
+            zs.avail_in = fed == 0 ? (uInt)nh : 1u << 20;
+            int last = fed + (1 << 20) > zeros;
+            do {
+                zs.next_out = gz + len;
+                zs.avail_out = (uInt)(cap - len);
+                deflate(&zs, last ? Z_FINISH : Z_NO_FLUSH);
+                len = cap - zs.avail_out;
+            } while (zs.avail_in || (last && zs.avail_out == 0));
+        }
+        deflateEnd(&zs);
+        CHECK(len > 60000 && len < cap, "the bomb is %zu compressed bytes", len);
+        char pb[512], pl[512];
+        path_in(pb, sizeof pb, kind ? "bomb.npy.gz" : "bomb.idx.gz");
+        path_in(pl, sizeof pl, "lab.idx");
+        spit(pb, gz, len);
+        free(gz);
+        free(chunk);
+        fr_dataset *ds = fr_dataset_open(ctx, pb, pl);
+        CHECK(!ds, "bomb %d opened", kind);
+        fr_dataset_close(ds);
+        const char *want = kind ? "inflates past the 7968 bytes its .npy header implies"
+                                : "inflates past the 7856 bytes its IDX header implies";
+        const char *e = fr_last_error(ctx), *at = strstr(e, "compressed byte ");
+        CHECK(strstr(e, pb) && strstr(e, want), "bomb %d: \"%s\"", kind, e);
+        CHECK(at && atol(at + 16) < 4096, "bomb %d read too far: \"%s\"", kind, e);
+    }
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* A FIFO or a directory as a data file is refused at once, not waited on. */
+static void test_not_regular(fr_ctx *ctx) {
+    char pf[512], pl[512];
+    path_in(pf, sizeof pf, "fifo");
+    path_in(pl, sizeof pl, "lab.idx");
+    CHECK(mkfifo(pf, 0600) == 0, "mkfifo");
+    expect_fail(ctx, fr_dataset_open(ctx, pf, pl), "fifo images", "fifo", "is a FIFO");
+    char pi[512];
+    path_in(pi, sizeof pi, "img.idx");
+    expect_fail(ctx, fr_dataset_open(ctx, pi, pf), "fifo labels", "fifo", "is a FIFO");
+    expect_fail(ctx, fr_dataset_open(ctx, tmpdir, pl), "directory images", tmpdir, "is a directory");
+    unlink(pf);
+}
+
+/* fr_data_check: the model's input and loss turned into a spec (flat input
+ * of 12, image input (1, 3, 4), MSE outputs), so a dataset that fits one
+ * model is refused by another with the file named; and the step's own label
+ * check, which reports a batch position, not a micro-batch's: with batches
+ * of 8 in micro-batches of 4, label 7 at position 6 is position 2 of the
+ * second micro-batch. */
+static void test_data_check(fr_ctx *ctx) {
+    char pi[512], pl[512];
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    fr_dataset *ds = fr_dataset_open(ctx, pi, pl);
+    CHECK(ds != NULL, "%s", fr_last_error(ctx));
+    fr_model *flat = fr_model_new(ctx, H * W, 1, 1), *img = fr_model_new(ctx, 1, H, W), *few = fr_model_new(ctx, 1, H, W),
+             *mse = fr_model_new(ctx, H * W, 1, 1);
+    CHECK(flat && img && few && mse, "models");
+    if (!ds || !flat || !img || !few || !mse) return;
+    fr_model_linear(flat, 8, 1);
+    fr_model_flatten(img), fr_model_linear(img, 8, 1);
+    fr_model_flatten(few), fr_model_linear(few, 6, 1);
+    fr_model_linear(mse, 2, 1), fr_model_set_loss(mse, FR_LOSS_MSE);
+    CHECK(fr_data_check(ctx, flat, ds) == FR_OK, "flat: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, img, ds) == FR_OK, "image: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, few, ds) == FR_ERR_SHAPE &&
+              strstr(fr_last_error(ctx), "lab.idx: label 7 at index 2 is out of range for a model with 6 classes"),
+          "6 classes: %s", fr_last_error(ctx));
+    CHECK(fr_data_check(ctx, mse, ds) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "lab.idx: holds class labels"),
+          "mse: %s", fr_last_error(ctx));
+    fr_dataset_close(ds);
+    fr_model_free(img), fr_model_free(few), fr_model_free(mse);
+
+    fr_model_init(flat, 1);
+    fr_step *s = fr_step_compile(flat, &(fr_step_opts){.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                                                       .micro_batch = 4});
+    CHECK(s != NULL, "%s", fr_last_error(ctx));
+    if (s) {
+        float x[8 * H * W] = {0}, loss;
+        int32_t y[8] = {0, 1, 2, 3, 4, 5, 8, 0};
+        fr_batch b = {8, x, y, NULL};
+        fr_status st = fr_step_run(s, &b, &loss, NULL);
+        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "label 8 at position 6 of the batch is outside [0, 8)"),
+              "step: %d %s", st, fr_last_error(ctx));
+        y[6] = 7;
+        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+        fr_step_free(s);
+    }
+    fr_model_free(flat);
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
 /* The dataset directory layout, and a missing split. */
 static void test_open_dir(fr_ctx *ctx) {
     unsigned char img[16 + N * H * W], lab[8 + N];
@@ -390,7 +596,21 @@ static void test_open_dir(fr_ctx *ctx) {
     spit(p, lab, nl);
     check_synthetic(ctx, fr_dataset_open_dir(ctx, tmpdir, "train"), "open_dir");
     fr_dataset *ds = fr_dataset_open_dir(ctx, tmpdir, "t10k");
-    expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte", "neither");
+    expect_fail(ctx, ds, "missing split", "t10k-images-idx3-ubyte[.gz]", "t10k-images.npy");
+    /* The .npy names: images with labels, images with targets, and both. */
+    float f4[3 * 6], vec[3 * 2] = {1, 2, 3, 4, 5, 6};
+    for (int k = 0; k < 18; k++) f4[k] = (float)k;
+    char q[512];
+    npy_file(q, sizeof q, "reg-images.npy", F4IMG, f4, sizeof f4);
+    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "no labels", "reg-images.npy",
+                "looked for reg-labels-idx1-ubyte[.gz], reg-labels.npy (classes) and reg-targets.npy");
+    npy_file(q, sizeof q, "reg-targets.npy", F4VEC, vec, sizeof vec);
+    ds = fr_dataset_open_dir(ctx, tmpdir, "reg");
+    CHECK(ds && fr_dataset_outputs(ds) == 2 && strstr(fr_dataset_labels_path(ds), "reg-targets.npy"), "npy dir: %s",
+          fr_last_error(ctx));
+    fr_dataset_close(ds);
+    npy_file(q, sizeof q, "reg-labels.npy", I8LAB, (int64_t[]){0, 1, 2}, 24);
+    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "two label files", "reg-targets.npy", "keep one");
 }
 
 static void test_fashion(fr_ctx *ctx) {
@@ -422,7 +642,7 @@ static void test_fashion(fr_ctx *ctx) {
         int64_t idx[4] = {0, 1, 2, want[s].n - 1};
         float x[4 * 784];
         int32_t y[4];
-        CHECK(fr_dataset_read(ds, idx, 4, x, y) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(fr_dataset_read(ds, idx, 4, x, y, NULL) == FR_OK, "%s", fr_last_error(ctx));
         CHECK(y[0] == want[s].first[0] && y[1] == want[s].first[1] && y[2] == want[s].first[2] &&
                   y[3] == want[s].last_label,
               "%s: labels %d %d %d .. %d", want[s].split, y[0], y[1], y[2], y[3]);
@@ -436,7 +656,7 @@ static void test_fashion(fr_ctx *ctx) {
         int bad = 0;
         for (int64_t i = 0; i < want[s].n; i++) {
             int32_t l;
-            if (fr_dataset_read(ds, &i, 1, NULL, &l) || l < 0 || l > 9) bad++;
+            if (fr_dataset_read(ds, &i, 1, NULL, &l, NULL) || l < 0 || l > 9) bad++;
             else count[l]++;
         }
         for (int k = 0; k < 10; k++)
@@ -467,7 +687,7 @@ static void test_alloc_failures(fr_ctx *ctx) {
                 int64_t idx[2] = {1, 0};
                 float x[2 * 60];
                 int32_t y[2];
-                st = fr_dataset_read(ds, idx, 2, x, y);
+                st = fr_dataset_read(ds, idx, 2, x, y, NULL);
                 fr_dataset_close(ds);
             }
             fr_mem_fail_at(ctx, 0);
@@ -495,6 +715,10 @@ int main(void) {
     test_idx(ctx);
     test_npy(ctx);
     test_open_dir(ctx);
+    test_model_fit(ctx);
+    test_data_check(ctx);
+    test_gzip_bomb(ctx);
+    test_not_regular(ctx);
     test_alloc_failures(ctx);
     test_fashion(ctx);
     fr_ctx_free(ctx);

@@ -3,8 +3,8 @@
  * function of (seed, epoch) only and the same with or without prefetch,
  * Fisher-Yates as loader.h documents it, drop_last, resume with skip, limit,
  * restarting and freeing with the prefetch thread running, a read error in
- * the thread reported on the caller's side, the DATA memory bound, and every
- * allocation failing in turn. */
+ * the thread reported on the caller's side, the DATA memory bound, float
+ * regression targets in b.target, and every allocation failing in turn. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,6 +372,67 @@ static void test_alloc_failures(fr_ctx *ctx) {
     CHECK(fails >= 6, "only %d allocations failed", fails);
 }
 
+/* A regression set: 100 f32 samples of 4 values (value 0 is the index i),
+ * targets (i, 2i, -i) as a (100, 3) .npy. Shuffled batches with prefetch
+ * carry b.target rows that match their samples, no b.y, and DATA is
+ * exactly (q + 1) * batch * (4 + 3) floats. */
+static void test_targets(fr_ctx *ctx) {
+    enum { TN = 100, TD = 4, TK = 3 };
+    static const char *hx = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 4), }",
+                      *ht = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 3), }";
+    char px[512], pt[512];
+    snprintf(px, sizeof px, "%s/tx.npy", tmpdir);
+    snprintf(pt, sizeof pt, "%s/tt.npy", tmpdir);
+    const char *hdrs[2] = {hx, ht}, *paths[2] = {px, pt};
+    for (int f = 0; f < 2; f++) {
+        char hdr[128];
+        memset(hdr, ' ', sizeof hdr);
+        memcpy(hdr, hdrs[f], 10); /* preamble (with NULs), then the dict */
+        memcpy(hdr + 10, hdrs[f] + 10, strlen(hdrs[f] + 10));
+        hdr[127] = '\n';
+        float v[TN * TD];
+        int d = f ? TK : TD;
+        for (int i = 0; i < TN; i++)
+            for (int j = 0; j < d; j++) v[i * d + j] = f ? (float)(j == 0 ? i : j == 1 ? 2 * i : -i) : (float)(i + 1000 * j);
+        FILE *o = fopen(paths[f], "wb");
+        if (!o) return;
+        fwrite(hdr, 1, sizeof hdr, o);
+        fwrite(v, sizeof(float), (size_t)TN * d, o);
+        fclose(o);
+    }
+    fr_dataset *ds = fr_dataset_open(ctx, px, pt);
+    CHECK(ds && fr_dataset_outputs(ds) == TK, "targets set: %s", fr_last_error(ctx));
+    if (!ds) return;
+    const int batch = 7, queue = 2;
+    fr_loader_opts o = opts(batch, 1, 0, 3, queue, 0);
+    fr_loader *l = fr_loader_new(ctx, ds, &o);
+    CHECK(l != NULL, "%s", fr_last_error(ctx));
+    int seen[TN] = {0}, bad = 0;
+    fr_mem_stats s;
+    if (l && !fr_loader_start(l, 0, 0)) {
+        for (;;) {
+            fr_batch b;
+            int done;
+            if (fr_loader_next(l, &b, &done) || done) break;
+            if (b.y || !b.target) bad++;
+            for (int k = 0; k < b.n && b.target; k++) {
+                int i = (int)b.x[k * TD];
+                const float *t = b.target + k * TK;
+                if (i < 0 || i >= TN || b.x[k * TD + 3] != i + 3000 || t[0] != i || t[1] != 2 * i || t[2] != -i) bad++;
+                else seen[i]++;
+            }
+        }
+        fr_mem_get_stats(ctx, &s);
+        CHECK(s.allocated[FR_MEM_DATA] == (size_t)(queue + 1) * batch * (TD + TK) * sizeof(float), "DATA %zu",
+              s.allocated[FR_MEM_DATA]);
+    }
+    for (int i = 0; i < TN; i++)
+        if (seen[i] != 1) bad++;
+    CHECK(bad == 0, "%d wrong target rows or samples", bad);
+    fr_loader_free(l);
+    fr_dataset_close(ds);
+}
+
 int main(void) {
     if (scratch_make("frugal-ld") || make_files()) {
         perror("setup");
@@ -390,6 +451,7 @@ int main(void) {
         fr_dataset_close(ds);
     }
     test_thread_error(ctx);
+    test_targets(ctx);
     test_alloc_failures(ctx);
     fr_mem_stats s;
     fr_mem_get_stats(ctx, &s);

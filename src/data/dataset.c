@@ -7,12 +7,16 @@
  * Accepted files: IDX u8 images (magic 0x00000803, n x h x w) and labels
  * (0x00000801, n), raw or gzip; .npy v1/v2/v3, C order, little-endian:
  * images '|u1' or '<f4' of shape (n, d), (n, h, w) or (n, c, h, w), labels
- * '|u1', '<i4' or '<i8' of shape (n). u8 pixels come out as x / 255.0f, f32
- * pixels as they are. Labels must lie in [0, 256). */
+ * '|u1', '<i4' or '<i8' of shape (n), or regression targets '<f4' of shape
+ * (n,) or (n, outputs). u8 pixels come out as x / 255.0f, f32 pixels and
+ * targets as they are. Labels must lie in [0, 256), targets be finite. A
+ * gzip stream is stopped at the first byte past the size its header implies,
+ * so a small .gz cannot fill the temporary directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,7 @@
 #include <zlib.h>
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "io/file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "f32 .npy pixels are read as they lie");
 
@@ -51,7 +56,8 @@ struct fr_dataset {
     int64_t n;
     int c, h, w;
     size_t sample; /* c * h * w */
-    int classes;
+    int classes;   /* class labels: max label + 1 */
+    int outputs;   /* regression targets: values per sample; 0 for class labels */
 };
 
 static fr_status ffail(fr_ctx *ctx, const char *name, fr_status st, const char *fmt, ...)
@@ -324,6 +330,11 @@ static int is_labels(const layout *L) {
     return L->ndim == 1 && L->dtype != FR_F32 && L->dtype != FR_F16 && L->dtype != FR_BF16;
 }
 
+/* Regression targets: f32 .npy of shape (n,) (one output) or (n, outputs). */
+static int is_targets(const layout *L) {
+    return L->npy && L->dtype == FR_F32 && (L->ndim == 1 || L->ndim == 2);
+}
+
 /* Decodes label k of a little-endian array of integers. */
 static int64_t label_at(const unsigned char *b, fr_dtype dt) {
     if (dt == FR_U8) return b[0];
@@ -336,48 +347,138 @@ static int64_t label_at(const unsigned char *b, fr_dtype dt) {
     return (int64_t)u;
 }
 
-/* Checks labels [first, first + count) held in b; updates *max. */
+/* Checks labels [first, first + count) held in b against [0, 256), and,
+ * when classes > 0, against a model's [0, classes); updates *max. */
 static fr_status check_labels(fr_ctx *ctx, const char *name, const unsigned char *b, int64_t first,
-                              int64_t count, fr_dtype dt, int64_t *max) {
+                              int64_t count, fr_dtype dt, int classes, int64_t *max) {
     size_t es = fr_dtype_size(dt);
     for (int64_t k = 0; k < count; k++) {
         int64_t v = label_at(b + (size_t)k * es, dt);
         if (v < 0 || v >= LABEL_LIMIT)
             return ffail(ctx, name, FR_ERR_FORMAT, "label %" PRId64 " at index %" PRId64
                          " is out of range [0, %d)", v, first + k, LABEL_LIMIT);
+        if (classes > 0 && v >= classes)
+            return ffail(ctx, name, FR_ERR_SHAPE, "label %" PRId64 " at index %" PRId64
+                         " is out of range for a model with %d classes", v, first + k, classes);
         if (v > *max) *max = v;
     }
+    return FR_OK;
+}
+
+/* Checks `count` f32 targets held in b, value `first` onwards, for NaN and
+ * infinities; a fault names the sample (value / width) and the column. */
+static fr_status check_targets(fr_ctx *ctx, const char *name, const unsigned char *b, int64_t first,
+                               int64_t count, int64_t width) {
+    for (int64_t k = 0; k < count; k++) {
+        float v;
+        memcpy(&v, b + (size_t)k * 4, 4);
+        if (!isfinite(v))
+            return ffail(ctx, name, FR_ERR_FORMAT, "target %g at index %" PRId64 " (column %" PRId64
+                         ") is not finite", (double)v, (first + k) / width, (first + k) % width);
+    }
+    return FR_OK;
+}
+
+/* The per-sample shape of an images layout: (n, d) -> (1, 1, d),
+ * (n, h, w) -> (1, h, w), (n, c, h, w) -> (c, h, w). */
+static void sample_shape(const layout *L, int64_t *c, int64_t *h, int64_t *w) {
+    *c = L->ndim == 4 ? L->d[1] : 1;
+    *h = L->ndim >= 3 ? L->d[L->ndim - 2] : 1;
+    *w = L->d[L->ndim - 1];
+}
+
+static int64_t target_width(const layout *L) { return L->ndim == 2 ? L->d[1] : 1; }
+
+/* Images of per-sample shape (c, h, w) and dtype dt against what a model
+ * takes: a flat input (h = w = 1) takes any sample of as many values;
+ * otherwise (c, h, w) must match exactly. */
+static fr_status images_fit(fr_ctx *ctx, const char *name, fr_dtype dt, int64_t c, int64_t h,
+                            int64_t w, const fr_data_spec *spec) {
+    if (dt != FR_U8 && dt != FR_F32)
+        return ffail(ctx, name, FR_ERR_SHAPE, "images are %s; a model takes u8 or f32 pixels",
+                     fr_dtype_name(dt));
+    int flat = spec->h == 1 && spec->w == 1;
+    int64_t n; /* values a sample; -1: more than 64 bits count (an empty IDX may say so) */
+    if (__builtin_mul_overflow(c, h, &n) || __builtin_mul_overflow(n, w, &n)) n = -1;
+    if (flat ? n != spec->c : c != spec->c || h != spec->h || w != spec->w) {
+        if (flat)
+            return ffail(ctx, name, FR_ERR_SHAPE, "samples of %" PRId64 "x%" PRId64 "x%" PRId64
+                         " hold %" PRId64 " values but the model takes %d",
+                         c, h, w, n, spec->c);
+        return ffail(ctx, name, FR_ERR_SHAPE, "samples are %" PRId64 "x%" PRId64 "x%" PRId64
+                     " but the model takes %dx%dx%d", c, h, w, spec->c, spec->h, spec->w);
+    }
+    return FR_OK;
+}
+
+/* Class labels or targets (layout L) against what a model's loss needs. */
+static fr_status kind_fits(fr_ctx *ctx, const char *name, const layout *L, const fr_data_spec *spec) {
+    if (is_labels(L) && spec->classes <= 0)
+        return ffail(ctx, name, FR_ERR_SHAPE, "holds class labels but the model's loss (mse) needs "
+                     "float targets: a f32 .npy of shape (n, %d)", spec->outputs);
+    if (!is_labels(L) && spec->outputs <= 0)
+        return ffail(ctx, name, FR_ERR_SHAPE, "holds float targets but the model's loss "
+                     "(cross_entropy) needs integer class labels");
+    if (!is_labels(L) && target_width(L) != spec->outputs)
+        return ffail(ctx, name, FR_ERR_SHAPE, "targets have %" PRId64 " values a sample but the "
+                     "model has %d outputs", target_width(L), spec->outputs);
     return FR_OK;
 }
 
 /* ---- checks on memory (fuzzers, tests) --------------------------------- */
 
 static fr_status check_whole(fr_ctx *ctx, const char *name, const unsigned char *b, size_t len,
-                             const layout *L) {
+                             const layout *L, const fr_data_spec *spec, fr_data_role role) {
     if (L->bytes != len) return size_fault(ctx, name, L, len);
-    if (!is_images(L) && !is_labels(L)) {
+    if (!is_images(L) && !is_labels(L) && !is_targets(L)) {
         if (L->npy && L->dtype != FR_U8 && L->dtype != FR_F32)
             return ffail(ctx, name, FR_ERR_FORMAT, "integer arrays are labels and need 1 dimension, not %d",
                          L->ndim);
         return ffail(ctx, name, FR_ERR_FORMAT,
-                     "%d dimensions of %s are neither images (2 to 4 dims, u8 or f32) nor labels (1 dim, integer)",
-                     L->ndim, fr_dtype_name(L->dtype));
+                     "%d dimensions of %s are neither images (2 to 4 dims, u8 or f32), labels (1 dim, "
+                     "integer) nor targets (1 or 2 dims, f32)", L->ndim, fr_dtype_name(L->dtype));
     }
     int64_t max = -1;
-    if (is_labels(L)) return check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, &max);
+    fr_status st = FR_OK;
+    if (is_labels(L))
+        st = check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, 0, &max);
+    else if (is_targets(L) && (L->ndim == 1 || L->d[1] > 0))
+        st = check_targets(ctx, name, b + L->off, 0, L->d[0] * target_width(L), target_width(L));
+    if (st || !spec) return st;
+    if (role == FR_ROLE_IMAGES) {
+        if (!is_images(L))
+            return ffail(ctx, name, FR_ERR_FORMAT, "holds labels or targets, not images");
+        int64_t c, h, w;
+        sample_shape(L, &c, &h, &w);
+        return images_fit(ctx, name, L->dtype, c, h, w, spec);
+    }
+    if (!is_labels(L) && !is_targets(L))
+        return ffail(ctx, name, FR_ERR_FORMAT, "holds images, not labels or targets");
+    if ((st = kind_fits(ctx, name, L, spec))) return st;
+    if (is_labels(L)) return check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, spec->classes, &max);
     return FR_OK;
 }
 
 fr_status fr_idx_check(fr_ctx *ctx, const char *name, const void *buf, size_t len) {
-    layout L;
-    fr_status st = idx_header(ctx, name, buf, len, &L);
-    return st ? st : check_whole(ctx, name, buf, len, &L);
+    return fr_idx_check_for(ctx, name, buf, len, NULL, FR_ROLE_IMAGES);
 }
 
 fr_status fr_npy_check(fr_ctx *ctx, const char *name, const void *buf, size_t len) {
+    return fr_npy_check_for(ctx, name, buf, len, NULL, FR_ROLE_IMAGES);
+}
+
+fr_status fr_idx_check_for(fr_ctx *ctx, const char *name, const void *buf, size_t len,
+                           const fr_data_spec *spec, fr_data_role role) {
+    layout L;
+    fr_status st = idx_header(ctx, name, buf, len, &L);
+    return st ? st : check_whole(ctx, name, buf, len, &L, spec, role);
+}
+
+fr_status fr_npy_check_for(fr_ctx *ctx, const char *name, const void *buf, size_t len,
+                           const fr_data_spec *spec, fr_data_role role) {
     layout L;
     fr_status st = npy_header(ctx, name, buf, len, &L);
-    return st ? st : check_whole(ctx, name, buf, len, &L);
+    return st ? st : check_whole(ctx, name, buf, len, &L, spec, role);
 }
 
 /* ---- files -------------------------------------------------------------- */
@@ -405,9 +506,55 @@ static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
 
 static void z_free(voidpf opaque, voidpf p) { fr_free((fr_ctx *)opaque, p); }
 
+/* How many leading bytes the header starting with b (have bytes of it seen)
+ * needs before the file's implied size is known: 6 to tell the formats
+ * apart, then the IDX magic and dimensions, or the .npy preamble and dict
+ * (a dict longer than NPY_HEADER_MAX is refused by npy_header itself). */
+static size_t header_need(const unsigned char *b, size_t have) {
+    if (have < 12) return 12; /* every valid header is longer */
+    if (memcmp(b, "\x93NUMPY", 6)) return 4 + 4 * (size_t)b[3];
+    size_t pre = b[6] == 1 ? 10 : 12;
+    uint32_t hl = b[8] | (uint32_t)b[9] << 8;
+    if (pre == 12) hl |= (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
+    return pre + (hl < NPY_HEADER_MAX ? hl : NPY_HEADER_MAX);
+}
+
+/* The size the header of an inflating stream implies, once enough of it is
+ * there: the first `produced` bytes are in fd, the next `got` in out.
+ * *limit stays 0 while the header is incomplete; a malformed header is
+ * refused now, with the message the opener would give after inflating. */
+static fr_status stream_limit(fr_ctx *ctx, const char *name, int fd, uint64_t produced,
+                              const unsigned char *out, size_t got, uint64_t *limit, int *npy) {
+    unsigned char head[12];
+    uint64_t total = produced + got;
+    size_t hn = total < sizeof head ? (size_t)total : sizeof head;
+    size_t ff = produced < hn ? (size_t)produced : hn;
+    if (ff && pread_full(fd, head, ff, 0))
+        return ffail(ctx, name, FR_ERR_IO, "cannot read back the inflated header");
+    memcpy(head + ff, out, hn - ff);
+    size_t need = header_need(head, hn);
+    if (total < need) return FR_OK;
+    unsigned char *hb = fr_alloc(ctx, need, FR_MEM_OTHER);
+    if (!hb) return ffail(ctx, name, FR_ERR_NOMEM, "out of memory for the header");
+    ff = produced < need ? (size_t)produced : need;
+    if (ff && pread_full(fd, hb, ff, 0)) {
+        fr_free(ctx, hb);
+        return ffail(ctx, name, FR_ERR_IO, "cannot read back the inflated header");
+    }
+    memcpy(hb + ff, out, need - ff);
+    layout L;
+    *npy = !memcmp(hb, "\x93NUMPY", 6);
+    fr_status st = *npy ? npy_header(ctx, name, hb, need, &L) : idx_header(ctx, name, hb, need, &L);
+    fr_free(ctx, hb);
+    if (!st) *limit = L.bytes;
+    return st;
+}
+
 /* Inflates the gzip file in_fd into an unlinked temporary (in $TMPDIR or
  * /tmp) and returns its descriptor and length. zlib's memory comes from the
- * accounting allocator. Truncated, corrupt or trailing data is a fault. */
+ * accounting allocator. Truncated, corrupt or trailing data is a fault, and
+ * so is a byte past the size the header implies: inflation stops there, so
+ * a small bomb never fills the temporary directory. */
 static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *out_fd,
                                 uint64_t *out_size) {
     const char *dir = getenv("TMPDIR");
@@ -426,7 +573,8 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
     unsigned char *out = in ? fr_alloc(ctx, GZ_CHUNK, FR_MEM_DATA) : NULL;
     z_stream zs;
     int zinit = 0, ended = 0;
-    uint64_t consumed = 0, produced = 0;
+    uint64_t consumed = 0, produced = 0, limit = 0; /* limit 0: header not complete yet */
+    int npy = 0;
     memset(&zs, 0, sizeof zs);
     zs.zalloc = z_alloc;
     zs.zfree = z_free;
@@ -488,6 +636,14 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
                        consumed, zs.msg ? zs.msg : "inflate failed");
             goto done;
         }
+        if (got && !limit && (st = stream_limit(ctx, name, fd, produced, out, got, &limit, &npy)))
+            goto done;
+        if (limit && produced + got > limit) {
+            st = ffail(ctx, name, FR_ERR_FORMAT,
+                       "inflates past the %" PRIu64 " bytes its %s header implies (stopped at "
+                       "compressed byte %" PRIu64 ")", limit, npy ? ".npy" : "IDX", consumed);
+            goto done;
+        }
         if (got) {
             const unsigned char *p = out;
             size_t left = got;
@@ -528,18 +684,14 @@ static void src_close(fr_ctx *ctx, src *s) {
 }
 
 /* Opens path (inflating a gzip file), parses its header and checks that its
- * length is exactly what the header implies. */
-static fr_status src_open(fr_ctx *ctx, const char *path, src *s) {
+ * length is exactly what the header implies. what: "images" or "labels". */
+static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *s) {
     s->fd = -1;
     s->path = fr_strdup(ctx, path, FR_MEM_OTHER);
     if (!s->path) return ffail(ctx, path, FR_ERR_NOMEM, "out of memory opening the file");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ffail(ctx, path, FR_ERR_IO, "cannot open: %s", strerror(errno));
+    int fd = fr_open_regular(ctx, path, what, &s->size);
+    if (fd < 0) return FR_ERR_IO;
     s->fd = fd;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return ffail(ctx, path, FR_ERR_IO, "not a regular file");
-    s->size = (uint64_t)sb.st_size;
 
     unsigned char head[16];
     size_t have = s->size < sizeof head ? (size_t)s->size : sizeof head;
@@ -584,16 +736,22 @@ static fr_status src_open(fr_ctx *ctx, const char *path, src *s) {
     return FR_OK;
 }
 
-/* Reads every label once in chunks: range [0, 256) and the largest. */
-static fr_status scan_labels(fr_ctx *ctx, const src *s, int64_t *max) {
+/* Reads every label (or target) once in chunks: labels against [0, 256)
+ * and, when classes > 0, a model's [0, classes), keeping the largest in
+ * *max; targets for NaN and infinities. A fault names the index in the file. */
+static fr_status scan_labels(fr_ctx *ctx, const src *s, int classes, int64_t *max) {
     unsigned char buf[8192];
+    int targets = is_targets(&s->L);
+    int64_t width = targets ? target_width(&s->L) : 1;
     size_t es = fr_dtype_size(s->L.dtype);
-    int64_t per = (int64_t)(sizeof buf / es), n = s->L.d[0];
+    int64_t per = (int64_t)(sizeof buf / es), n = s->L.d[0] * width;
     for (int64_t k = 0; k < n; k += per) {
         int64_t m = n - k < per ? n - k : per;
         if (pread_full(s->fd, buf, (size_t)m * es, s->L.off + (uint64_t)k * es))
-            return ffail(ctx, s->path, FR_ERR_IO, "cannot read labels at index %" PRId64, k);
-        fr_status st = check_labels(ctx, s->path, buf, k, m, s->L.dtype, max);
+            return ffail(ctx, s->path, FR_ERR_IO, "cannot read %s at index %" PRId64,
+                         targets ? "targets" : "labels", k / width);
+        fr_status st = targets ? check_targets(ctx, s->path, buf, k, m, width)
+                               : check_labels(ctx, s->path, buf, k, m, s->L.dtype, classes, max);
         if (st) return st;
     }
     return FR_OK;
@@ -611,7 +769,7 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
     if (!ds) return NULL;
     ds->ctx = ctx;
     ds->img.fd = ds->lab.fd = -1;
-    if (src_open(ctx, images, &ds->img)) goto fail;
+    if (src_open(ctx, images, "images", &ds->img)) goto fail;
     const layout *I = &ds->img.L;
     if (!is_images(I)) {
         if (!I->npy)
@@ -622,9 +780,8 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
                   fr_dtype_name(I->dtype), I->ndim);
         goto fail;
     }
-    int64_t c = 1, h = 1, w = I->d[I->ndim - 1];
-    if (I->ndim >= 3) h = I->d[I->ndim - 2];
-    if (I->ndim == 4) c = I->d[1];
+    int64_t c, h, w;
+    sample_shape(I, &c, &h, &w);
     if (I->d[0] == 0 || c == 0 || h == 0 || w == 0) {
         ffail(ctx, images, FR_ERR_FORMAT, "no samples or an empty sample shape");
         goto fail;
@@ -638,50 +795,83 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
     ds->c = (int)c, ds->h = (int)h, ds->w = (int)w;
     ds->sample = (size_t)(c * h * w);
 
-    if (src_open(ctx, labels, &ds->lab)) goto fail;
+    if (src_open(ctx, labels, "labels", &ds->lab)) goto fail;
     const layout *Y = &ds->lab.L;
-    if (!is_labels(Y)) {
+    if (!is_labels(Y) && !is_targets(Y)) {
         if (!Y->npy)
             ffail(ctx, labels, FR_ERR_FORMAT, "IDX magic 0x00000803 holds images, not labels");
         else
-            ffail(ctx, labels, FR_ERR_FORMAT, "labels must be integers with 1 dimension, not %s with %d",
-                  fr_dtype_name(Y->dtype), Y->ndim);
+            ffail(ctx, labels, FR_ERR_FORMAT,
+                  "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), "
+                  "not %s with %d dimensions", fr_dtype_name(Y->dtype), Y->ndim);
         goto fail;
     }
     if (Y->d[0] != ds->n) {
-        ffail(ctx, labels, FR_ERR_FORMAT, "%" PRId64 " labels for %" PRId64 " images in %s", Y->d[0],
-              ds->n, images);
+        ffail(ctx, labels, FR_ERR_FORMAT, "%" PRId64 " %s for %" PRId64 " images in %s", Y->d[0],
+              is_labels(Y) ? "labels" : "targets", ds->n, images);
+        goto fail;
+    }
+    if (is_targets(Y) && (target_width(Y) < 1 || target_width(Y) > INT_MAX / 4)) {
+        ffail(ctx, labels, FR_ERR_FORMAT, "targets of %" PRId64 " values a sample", target_width(Y));
         goto fail;
     }
     int64_t max = -1;
-    if (scan_labels(ctx, &ds->lab, &max)) goto fail;
+    if (scan_labels(ctx, &ds->lab, 0, &max)) goto fail;
     ds->classes = (int)max + 1;
+    ds->outputs = is_targets(Y) ? (int)target_width(Y) : 0;
     return ds;
 fail:
     fr_dataset_close(ds);
     return NULL;
 }
 
+/* dir/name, or dir/name.gz when gz and only that exists; 0 when neither
+ * exists, -1 when the path is too long. */
+static int find_file(const char *dir, const char *name, int gz, char *out) {
+    int len = snprintf(out, PATH_MAX, "%s/%s", dir, name);
+    if (len < 0 || len + 3 >= PATH_MAX) return -1;
+    if (access(out, F_OK) == 0) return 1;
+    if (!gz) return 0;
+    strcat(out, ".gz");
+    return access(out, F_OK) == 0;
+}
+
 fr_dataset *fr_dataset_open_dir(fr_ctx *ctx, const char *dir, const char *split) {
-    char img[PATH_MAX], lab[PATH_MAX];
-    const char *kinds[2] = {"images-idx3", "labels-idx1"};
-    char *out[2] = {img, lab};
-    for (int k = 0; k < 2; k++) {
-        int len = snprintf(out[k], PATH_MAX, "%s/%s-%s-ubyte", dir, split, kinds[k]);
-        if (len < 0 || len + 3 >= PATH_MAX) {
+    /* Candidates in order: images, then labels or targets; gz: may end in .gz. */
+    static const struct { const char *suffix; int gz, labels; } names[] = {
+        {"images-idx3-ubyte", 1, 0}, {"images.npy", 0, 0},
+        {"labels-idx1-ubyte", 1, 1}, {"labels.npy", 0, 1}, {"targets.npy", 0, 1}};
+    char found[2][PATH_MAX], p[PATH_MAX];
+    int have[2] = {0, 0};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s-%s", split, names[k].suffix);
+        int r = find_file(dir, name, names[k].gz, p);
+        if (r < 0) {
             fr_fail(ctx, FR_ERR_ARG, "%s: path too long", dir);
             return NULL;
         }
-        if (access(out[k], F_OK) != 0) {
-            strcat(out[k], ".gz");
-            if (access(out[k], F_OK) != 0) {
-                out[k][len] = 0;
-                fr_fail(ctx, FR_ERR_IO, "%s: neither %s nor %s.gz exists", dir, out[k], out[k]);
-                return NULL;
-            }
+        if (!r) continue;
+        int role = names[k].labels;
+        if (have[role]) {
+            fr_fail(ctx, FR_ERR_ARG, "%s: both %s and %s exist for the %s split: keep one", dir,
+                    found[role], p, split);
+            return NULL;
         }
+        memcpy(found[role], p, sizeof p);
+        have[role] = 1;
     }
-    return fr_dataset_open(ctx, img, lab);
+    if (!have[0] || !have[1]) {
+        if (!have[0])
+            fr_fail(ctx, FR_ERR_IO, "%s: no %s images: looked for %s-images-idx3-ubyte[.gz] and "
+                    "%s-images.npy", dir, split, split, split);
+        else
+            fr_fail(ctx, FR_ERR_IO, "%s: no %s labels for %s: looked for %s-labels-idx1-ubyte[.gz], "
+                    "%s-labels.npy (classes) and %s-targets.npy (float targets)", dir, split,
+                    found[0], split, split, split);
+        return NULL;
+    }
+    return fr_dataset_open(ctx, found[0], found[1]);
 }
 
 fr_dataset *fr_dataset_open_split(fr_ctx *ctx, const char *dir, const char *split,
@@ -705,15 +895,34 @@ void fr_dataset_sample_shape(const fr_dataset *ds, int *c, int *h, int *w) {
 }
 
 int fr_dataset_classes(const fr_dataset *ds) { return ds->classes; }
+int fr_dataset_outputs(const fr_dataset *ds) { return ds->outputs; }
+const char *fr_dataset_images_path(const fr_dataset *ds) { return ds->img.path; }
+const char *fr_dataset_labels_path(const fr_dataset *ds) { return ds->lab.path; }
+fr_dtype fr_dataset_dtype(const fr_dataset *ds) { return ds->img.L.dtype; }
+
+fr_status fr_dataset_check(fr_ctx *ctx, const fr_dataset *ds, const fr_data_spec *spec) {
+    fr_status st = images_fit(ctx, ds->img.path, ds->img.L.dtype, ds->c, ds->h, ds->w, spec);
+    if (st || (st = kind_fits(ctx, ds->lab.path, &ds->lab.L, spec))) return st;
+    if (!ds->outputs && ds->classes > spec->classes) { /* find the first label past the model's */
+        int64_t max = -1;
+        if ((st = scan_labels(ctx, &ds->lab, spec->classes, &max))) return st;
+        return ffail(ctx, ds->lab.path, FR_ERR_IO, "label %d seen at open but not on a second read: "
+                     "the file changed", ds->classes - 1);
+    }
+    return FR_OK;
+}
 
 /* fr_dataset_read with the message written to err instead of the context,
- * so the loader's prefetch thread never touches ctx->err. Not in dataset.h:
- * loader.c declares it. */
-fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, char *err,
-                            size_t errlen);
-fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, char *err,
-                            size_t errlen) {
+ * so the loader's prefetch thread never touches ctx->err. */
+fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t,
+                            char *err, size_t errlen) {
     size_t xb = ds->sample * fr_dtype_size(ds->img.L.dtype), yb = fr_dtype_size(ds->lab.L.dtype);
+    if (ds->outputs) {
+        yb *= (size_t)ds->outputs;
+        y = NULL;
+    } else {
+        t = NULL;
+    }
     for (int i = 0; i < n; i++) {
         int64_t k = idx[i];
         if (k < 0 || k >= ds->n) {
@@ -735,6 +944,20 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
                 for (size_t j = ds->sample; j-- > 0;) xs[j] = (float)b[j] / 255.0f;
             }
         }
+        if (t) {
+            float *ts = t + (size_t)i * (size_t)ds->outputs;
+            if (pread_full(ds->lab.fd, ts, yb, ds->lab.L.off + (uint64_t)k * yb)) {
+                snprintf(err, errlen, "%s: cannot read the targets at index %" PRId64 ": %s", ds->lab.path,
+                         k, errno ? strerror(errno) : "file shrank");
+                return FR_ERR_IO;
+            }
+            for (int j = 0; j < ds->outputs; j++)
+                if (!isfinite(ts[j])) {
+                    snprintf(err, errlen, "%s: target at index %" PRId64 " (column %d) changed on disk "
+                             "to %g", ds->lab.path, k, j, (double)ts[j]);
+                    return FR_ERR_FORMAT;
+                }
+        }
         if (y) {
             unsigned char b[8];
             if (pread_full(ds->lab.fd, b, yb, ds->lab.L.off + (uint64_t)k * yb)) {
@@ -754,8 +977,8 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
     return FR_OK;
 }
 
-fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y) {
+fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t) {
     char err[FR_ERR_LEN];
-    fr_status st = fr_dataset_read_r(ds, idx, n, x, y, err, sizeof err);
+    fr_status st = fr_dataset_read_r(ds, idx, n, x, y, t, err, sizeof err);
     return st ? fr_fail(ds->ctx, st, "%s", err) : FR_OK;
 }

@@ -8,12 +8,14 @@
  *     for i = n-1 down to 1: j = fr_rng_below(&r, i + 1); swap(perm[i], perm[j])
  * so the order depends only on (seed, e, n). Batch k holds perm[k*batch ..).
  *
- * Prefetch (queue q > 0): a ring of q + 1 slots, each one batch of x and y.
+ * Prefetch (queue q > 0): a ring of q + 1 slots, each one batch of x and of
+ * y (class labels) or t (regression targets, `outputs` floats a sample).
  * The consumer holds the slot of the batch it was given last until its next
  * call; the producer may fill batch k only once batch k - (q + 1) has been
  * released, so it runs at most q batches ahead. DATA memory is exactly
- * (q + 1) * batch * (c*h*w * sizeof(float) + sizeof(int32_t)) bytes, for
- * q = 0 too (one slot, filled in next()). The producer never touches
+ * (q + 1) * batch * (c*h*w * sizeof(float) + sizeof(int32_t)) bytes (with
+ * targets: + outputs * sizeof(float) instead of the int32), for q = 0 too
+ * (one slot, filled in next()). The producer never touches
  * ctx->err: a read error is kept in the loader, with its message, and
  * fr_loader_next reports it on the caller's thread when it reaches the
  * batch that failed. */
@@ -32,7 +34,9 @@ struct fr_loader {
     size_t sample;  /* floats per sample */
     int nslots;     /* queue + 1 */
     float *x;       /* nslots * batch * sample (DATA) */
-    int32_t *y;     /* nslots * batch (DATA) */
+    int32_t *y;     /* nslots * batch class labels (DATA), or NULL */
+    float *t;       /* nslots * batch * outputs targets (DATA), or NULL */
+    int outputs;    /* targets a sample; 0: class labels */
     int64_t *perm;  /* n sample indices (OTHER) */
 
     int started;
@@ -62,7 +66,11 @@ static float *slot_x(const fr_loader *l, int64_t k) {
 }
 
 static int32_t *slot_y(const fr_loader *l, int64_t k) {
-    return l->y + (size_t)(k % l->nslots) * (size_t)l->o.batch;
+    return l->y ? l->y + (size_t)(k % l->nslots) * (size_t)l->o.batch : NULL;
+}
+
+static float *slot_t(const fr_loader *l, int64_t k) {
+    return l->t ? l->t + (size_t)(k % l->nslots) * (size_t)l->o.batch * (size_t)l->outputs : NULL;
 }
 
 static void *producer(void *arg) {
@@ -76,7 +84,7 @@ static void *producer(void *arg) {
         pthread_mutex_unlock(&l->mu);
         /* Slot k % nslots is neither held by the consumer nor ready: ours. */
         fr_status st = fr_dataset_read_r(l->ds, l->perm + k * l->o.batch, batch_count(l, k),
-                                         slot_x(l, k), slot_y(l, k), err, sizeof err);
+                                         slot_x(l, k), slot_y(l, k), slot_t(l, k), err, sizeof err);
         pthread_mutex_lock(&l->mu);
         if (st) {
             l->err_st = st;
@@ -112,11 +120,12 @@ fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o) {
     int64_t n = fr_dataset_len(ds);
     if (o->limit > 0 && o->limit < n) n = o->limit;
     size_t sample = (size_t)c * (size_t)h * (size_t)w;
-    size_t nslots = (size_t)o->queue + 1, per_slot;
+    int outputs = fr_dataset_outputs(ds);
+    size_t nslots = (size_t)o->queue + 1, per_slot, y_per = outputs ? (size_t)outputs * sizeof(float) : sizeof(int32_t);
     size_t xbytes, ybytes;
     if (__builtin_mul_overflow(sample * sizeof(float), (size_t)o->batch, &per_slot) ||
         __builtin_mul_overflow(per_slot, nslots, &xbytes) ||
-        __builtin_mul_overflow((size_t)o->batch * sizeof(int32_t), nslots, &ybytes)) {
+        __builtin_mul_overflow(y_per * (size_t)o->batch, nslots, &ybytes)) {
         fr_fail(ctx, FR_ERR_ARG, "loader: batch %d with queue %d overflows memory sizes", o->batch, o->queue);
         return NULL;
     }
@@ -128,11 +137,14 @@ fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o) {
     l->n = n;
     l->nb = o->drop_last ? n / o->batch : (n + o->batch - 1) / o->batch;
     l->sample = sample;
+    l->outputs = outputs;
     l->nslots = (int)nslots;
     l->perm = fr_alloc(ctx, (size_t)n * sizeof *l->perm, FR_MEM_OTHER);
     l->x = l->perm ? fr_alloc(ctx, xbytes, FR_MEM_DATA) : NULL;
-    l->y = l->x ? fr_alloc(ctx, ybytes, FR_MEM_DATA) : NULL;
-    if (!l->y) goto fail;
+    void *yt = l->x ? fr_alloc(ctx, ybytes, FR_MEM_DATA) : NULL;
+    if (!yt) goto fail;
+    if (outputs) l->t = yt;
+    else l->y = yt;
     if (pthread_mutex_init(&l->mu, NULL)) goto fail_sync;
     if (pthread_cond_init(&l->ready, NULL)) {
         pthread_mutex_destroy(&l->mu);
@@ -162,6 +174,7 @@ void fr_loader_free(fr_loader *l) {
     }
     fr_ctx *ctx = l->ctx;
     fr_free(ctx, l->y);
+    fr_free(ctx, l->t);
     fr_free(ctx, l->x);
     fr_free(ctx, l->perm);
     fr_free(ctx, l);
@@ -212,7 +225,7 @@ fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done) {
             return FR_OK;
         }
         fr_status st = fr_dataset_read(l->ds, l->perm + k * l->o.batch, batch_count(l, k), slot_x(l, k),
-                                       slot_y(l, k));
+                                       slot_y(l, k), slot_t(l, k));
         if (st) return st;
     } else {
         pthread_mutex_lock(&l->mu);
@@ -240,7 +253,7 @@ fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done) {
     out->n = batch_count(l, k);
     out->x = slot_x(l, k);
     out->y = slot_y(l, k);
-    out->target = NULL;
+    out->target = slot_t(l, k);
     l->take = k + 1;
     return FR_OK;
 }

@@ -633,6 +633,13 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     const void *labels = ce ? (const void *)b->y : (const void *)b->target;
     if (!b->x || !labels)
         return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s", b->x ? "labels" : "inputs");
+    /* Labels are checked once for the whole batch, by their position in it,
+     * before any micro-batch runs (a dataset's are checked against the model,
+     * by index in their file, before training: fr_data_check). */
+    for (int i = 0, classes = fr_model_num_classes(m); ce && i < b->n; i++)
+        if (b->y[i] < 0 || b->y[i] >= classes)
+            return fr_fail(s->ctx, FR_ERR_ARG, "label %d at position %d of the batch is outside [0, %d)",
+                           (int)b->y[i], i, classes);
     fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */

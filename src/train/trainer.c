@@ -80,24 +80,21 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
     fr_loader_free(l);
     fr_step_free(s);
     if (st) return st;
-    *acc = seen ? (double)hits / seen : 0;
+    /* An MSE model has no classes: its accuracy is not a number. */
+    *acc = m->loss != FR_LOSS_CROSS_ENTROPY ? NAN : seen ? (double)hits / seen : 0;
     *loss = seen ? sum / seen : 0;
     return FR_OK;
 }
 
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
-    const char *dir = "data";
-    int c, h, w;
-    fr_dataset_sample_shape(ds, &c, &h, &w);
-    int64_t n = (int64_t)c * h * w;
-    char a[64];
-    if (fr_shape_numel(&m->in) != n)
-        return fr_fail(ctx, FR_ERR_SHAPE, "%s: samples are (%d, %d, %d) but the model takes %s", dir,
-                       c, h, w, fr_shape_str(&m->in, a, sizeof a));
-    if (m->loss == FR_LOSS_CROSS_ENTROPY && fr_dataset_classes(ds) > fr_model_num_classes(m))
-        return fr_fail(ctx, FR_ERR_SHAPE, "%s: labels go up to %d but the model has %d outputs", dir,
-                       fr_dataset_classes(ds) - 1, fr_model_num_classes(m));
-    return FR_OK;
+    const fr_shape *in = &m->in; /* (c) for a flat input, else (c, h, w) */
+    fr_data_spec spec = {(int)in->d[0], in->ndim == 3 ? (int)in->d[1] : 1, in->ndim == 3 ? (int)in->d[2] : 1,
+                         0, 0};
+    if (m->loss == FR_LOSS_CROSS_ENTROPY)
+        spec.classes = fr_model_num_classes(m);
+    else
+        spec.outputs = fr_model_num_classes(m);
+    return fr_dataset_check(ctx, ds, &spec);
 }
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
@@ -132,7 +129,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fr_mem_get_stats(ctx, &ms);
         int c, h, w;
         fr_dataset_sample_shape(train, &c, &h, &w);
-        size_t per_sample = ((size_t)c * h * w + 1) * 4;
+        int outputs = fr_dataset_outputs(train); /* the loader's label or targets per sample */
+        size_t per_sample = ((size_t)c * h * w + (size_t)(outputs ? outputs : 1)) * 4;
         size_t perm = (size_t)fr_dataset_len(train) * 8 + (size_t)fr_dataset_len(test) * 8;
         size_t held = ms.reserved + perm + 64 * 1024; /* + loader bookkeeping */
         if (cfg->batch_auto) {
@@ -237,10 +235,17 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         res->test_acc = acc;
         res->test_loss = tl;
         res->epochs_done = epoch + 1;
-        if (cfg->json)
+        if (cfg->json && isnan(acc)) /* MSE: no accuracy */
+            printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, "
+                   "\"test_loss\": %.17g, \"seconds\": %.3f, \"samples\": %lld}\n",
+                   epoch + 1, train_loss, tl, secs, (long long)seen);
+        else if (cfg->json)
             printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, \"train_acc\": %.6f, "
                    "\"test_loss\": %.17g, \"test_acc\": %.6f, \"seconds\": %.3f, \"samples\": %lld}\n",
                    epoch + 1, train_loss, train_acc, tl, acc, secs, (long long)seen);
+        else if (cfg->progress >= 0 && isnan(acc))
+            printf("epoch %d/%d: train loss %.6g | test loss %.6g | %.1f s\n", epoch + 1, cfg->epochs,
+                   train_loss, tl, secs);
         else if (cfg->progress >= 0)
             printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s\n",
                    epoch + 1, cfg->epochs, train_loss, 100 * train_acc, tl, 100 * acc, secs);
