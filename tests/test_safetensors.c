@@ -88,14 +88,17 @@ static void test_exact_bytes(fr_ctx *ctx) {
         CHECK(f.n == 2 && !strcmp(f.entries[0].name, "w") && !strcmp(f.entries[1].name, "b"), "order");
         const fr_st_entry *fb = fr_st_find(&f, "b");
         int64_t bv = 0;
-        if (fb) memcpy(&bv, fb->data, 8);
+        CHECK(fb && fb->data == NULL, "fr_st_read read tensor data before it was asked for");
+        if (fb) CHECK(fr_st_load(ctx, &f, fb, &bv) == FR_OK, "%s", fr_last_error(ctx));
         CHECK(fb && fb->dtype == FR_I64 && fb->shape.ndim == 0 && bv == 7, "scalar b");
         CHECK(fr_st_find(&f, "nope") == NULL, "find of a missing name");
         const char *fmt = fr_st_meta_get(&f, "format");
         CHECK(fmt && !strcmp(fmt, "pt"), "metadata");
         fr_mem_stats s;
         fr_mem_get_stats(ctx, &s);
-        CHECK(s.allocated[FR_MEM_PARAMS] == sizeof want, "blob counted as params: %zu", s.allocated[FR_MEM_PARAMS]);
+        /* the entry table and the path are in the category given */
+        CHECK(s.allocated[FR_MEM_PARAMS] > 0 && s.allocated[FR_MEM_PARAMS] < 8192,
+              "reading counted as params: %zu", s.allocated[FR_MEM_PARAMS]);
         fr_st_close(ctx, &f);
     }
     CHECK(live_bytes(ctx) == 0, "leak");
@@ -140,7 +143,10 @@ static void test_round_trip(fr_ctx *ctx) {
         CHECK(!strcmp(g->name, e[k].name), "name %d: '%s'", k, g->name);
         CHECK(g->dtype == e[k].dtype && fr_shape_eq(&g->shape, &e[k].shape) && g->nbytes == e[k].nbytes,
               "meta of %s", e[k].name);
-        CHECK(g->nbytes == 0 || !memcmp(g->data, e[k].data, g->nbytes), "data of %s", e[k].name);
+        unsigned char got[32] = {0};
+        CHECK(g->nbytes <= sizeof got && fr_st_load(ctx, &f, g, got) == FR_OK, "load %s: %s", e[k].name,
+              fr_last_error(ctx));
+        CHECK(g->nbytes == 0 || !memcmp(got, e[k].data, g->nbytes), "data of %s", e[k].name);
     }
     const char *note = fr_st_meta_get(&f, "note");
     CHECK(note && !strcmp(note, m[1].value), "escaped metadata value");
