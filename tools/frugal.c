@@ -133,7 +133,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG
+    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG, O_INIT
 };
 
 static const struct option long_opts[] = {
@@ -154,7 +154,7 @@ static const struct option long_opts[] = {
     {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
     {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
     {"svg", required_argument, 0, O_SVG}, {"steps", required_argument, 0, O_STEPS},
-    {"keep-grads", no_argument, 0, O_KEEPG},
+    {"keep-grads", no_argument, 0, O_KEEPG}, {"init", required_argument, 0, O_INIT},
     {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 typedef struct cli {
@@ -221,6 +221,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_THREADS: if (parse_num(cmd, "threads", optarg, 0, 1024, &v)) return 2; c->threads = (int)v; break;
         case O_SAVE: c->t.save = optarg; break;
         case O_RESUME: c->t.resume = optarg; break;
+        case O_INIT: c->t.init = optarg; break;
         case O_LIMIT: if (parse_num(cmd, "limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_train = (int64_t)v; break;
         case O_TLIMIT: if (parse_num(cmd, "test-limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_test = (int64_t)v; break;
         case O_JSON: c->t.json = 1; break;
