@@ -163,7 +163,7 @@ typedef struct cli {
     int steps, accumulate;
     const char *weights;
     int threads, eval_only, lr_set, wd_set;
-    float lr, wd, momentum, dampening, eps;
+    double lr, wd, momentum, dampening, eps;
     int eps_set;
     int nesterov, zero_keep;
 } cli;
@@ -212,11 +212,11 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
             c->t.batch = (int)v;
             break;
         case O_OPT: opt_name = optarg; break;
-        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = (float)v; c->lr_set = 1; break;
-        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = (float)v; break;
+        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = v; c->lr_set = 1; break;
+        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = v; break;
         case O_NESTEROV: c->nesterov = 1; break;
-        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = (float)v; break;
-        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = (float)v; c->wd_set = 1; break;
+        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = v; break;
+        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = v; c->wd_set = 1; break;
         case O_SEED: if (parse_num(cmd, "seed", optarg, 0, 1e18, &v)) return 2; c->t.seed = (uint64_t)v; break;
         case O_THREADS: if (parse_num(cmd, "threads", optarg, 0, 1024, &v)) return 2; c->threads = (int)v; break;
         case O_SAVE: c->t.save = optarg; break;
@@ -228,7 +228,7 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = optarg; break;
         case O_EVAL: c->eval_only = 1; break;
-        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = (float)v; c->eps_set = 1; break;
+        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = v; c->eps_set = 1; break;
         case O_PREC:
             if (fr_precision_parse(optarg, &c->t.precision))
                 return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);
