@@ -279,19 +279,22 @@ static void apply_counters(fr_step *s, const counters *c) {
     }
 }
 
+/* The optimizer the file was saved with against the step's. */
+static fr_status check_kind(fr_step *s, const char *path, const fr_st_file *f) {
+    static const char *kinds[] = {"sgd", "adam", "adamw"};
+    const char *kind = fr_st_meta_get(f, "optimizer");
+    if (s->o.training && kind && strcmp(kind, kinds[s->o.optim.kind]) != 0)
+        return fr_fail(s->ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path, kind,
+                       kinds[s->o.optim.kind]);
+    return FR_OK;
+}
+
 /* Weights and (when training) optimizer state from f into s. */
 static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
     fr_ctx *ctx = s->ctx;
     fr_model *m = s->m;
     fr_status st;
-    if (s->o.training) {
-        static const char *kinds[] = {"sgd", "adam", "adamw"};
-        const char *kind = fr_st_meta_get(f, "optimizer");
-        if (kind && strcmp(kind, kinds[s->o.optim.kind]) != 0)
-            return fr_fail(ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path,
-                           kind, kinds[s->o.optim.kind]);
-    }
-    if ((st = load_weights(m, path, f))) return st;
+    if ((st = check_kind(s, path, f)) || (st = load_weights(m, path, f))) return st;
     if (!s->o.training) return FR_OK;
     int ns = n_states(s);
     for (size_t i = 0; i < m->n_params; i++) {
@@ -358,18 +361,23 @@ typedef struct run_setting {
 
 #define RUN_SETTINGS 15
 
-/* The frozen parameters as index ranges ("0-3,6"; "none"): the same set
- * whichever --freeze text named it. */
+/* The frozen parameters (trainable ones of frozen layers) as index ranges
+ * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
+static int is_frozen(const fr_model *m, size_t i) {
+    return m->params[i].trainable && m->layers[m->params[i].layer].frozen;
+}
+
 static void frozen_ranges(const fr_model *m, char *out, size_t cap) {
     size_t len = 0;
     int any = 0, fits = 1;
     uint64_t h = 1469598103934665603ULL; /* FNV-1a of the flags, when ranges do not fit */
     out[0] = 0;
     for (size_t i = 0; i < m->n_params; i++) {
-        h = (h ^ (uint64_t)(m->params[i].trainable != 0)) * 1099511628211ULL;
-        if (m->params[i].trainable) continue;
+        h = (h ^ (uint64_t)is_frozen(m, i)) * 1099511628211ULL;
+        if (!is_frozen(m, i)) continue;
         size_t j = i;
-        while (j + 1 < m->n_params && !m->params[j + 1].trainable) j++;
+        while (j + 1 < m->n_params && is_frozen(m, j + 1)) j++;
+        for (size_t q = i + 1; q <= j; q++) h = (h ^ 1u) * 1099511628211ULL;
         int k = j > i ? snprintf(out + len, cap - len, "%s%zu-%zu", any ? "," : "", i, j)
                       : snprintf(out + len, cap - len, "%s%zu", any ? "," : "", i);
         if (k < 0 || (size_t)k >= cap - len) fits = 0;
@@ -523,7 +531,7 @@ fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ck
     if ((st = read_counters(ctx, path, &f, &c))) goto done;
     if ((st = meta_uint(ctx, path, &f, "epoch", INT_MAX, &epoch))) goto done;
     if ((st = meta_uint(ctx, path, &f, "batch", META_COUNT_MAX, &batches))) goto done;
-    if ((st = check_settings(s, path, &f, freeze, pos))) goto done;
+    if ((st = check_kind(s, path, &f)) || (st = check_settings(s, path, &f, freeze, pos))) goto done;
     if ((st = load_state(s, path, &f))) goto done;
     apply_counters(s, &c);
     pos->epoch = (int)epoch;
