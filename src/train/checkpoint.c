@@ -3,7 +3,12 @@
  * [out, in, kh, kw], BatchNorm running_mean / running_var /
  * num_batches_tracked as int64). Optimizer state goes beside the weights as
  * "optimizer.<param>.momentum_buffer" (SGD) or ".exp_avg" / ".exp_avg_sq"
- * (Adam, AdamW), with the step count in the metadata. Writes are atomic. */
+ * (Adam, AdamW). The metadata holds the step's counters (optimizer.step,
+ * runs, scaler), the trainer's position (epoch, batch = batches done in the
+ * next epoch) and the run's settings (see checkpoint.h); every number in it
+ * is read whole and range-checked, a fault naming the key and the value.
+ * Only the tensors the model needs are read from the file. Writes are
+ * atomic. */
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
