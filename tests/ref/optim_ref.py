@@ -2,7 +2,7 @@
 """optim_ref.py — the PyTorch reference for tests/test_optim.c.
 
 Runs torch.optim.SGD / Adam / AdamW (single-tensor path, foreach=False, the
-CPU default of this PyTorch) for 8 steps on one fixed 8-element parameter
+CPU default of this PyTorch) for 8 steps on one fixed 37-element parameter
 with fixed gradients, under several option sets, and prints
 tests/optim_ref.h: the parameter and the optimizer state after every step.
 The options are Python floats as a user writes them (betas=(0.9, 0.999)):
@@ -15,14 +15,14 @@ corrections from them as PyTorch does, then round to float once.
 """
 import torch
 
-N, STEPS = 8, 8
+N, STEPS = 37, 8  # 37: PyTorch's vectorised loop (16 at a time) and its scalar tail
 
 
 def f32(x):
     return float(torch.tensor(x, dtype=torch.float32))
 
 
-P0 = [0.5, -1.25, 2.0, -0.125, 0.0, 3.0, 1e-3, -0.75]
+P0 = [0.5, -1.25, 2.0, -0.125, 0.0, 3.0, 1e-3, -0.75] + [round((i * 0.61) % 3 - 1.5, 3) for i in range(8, 37)]
 
 
 def grad(t, i):
