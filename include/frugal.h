@@ -140,14 +140,16 @@ void fr_model_describe(const fr_model *m, FILE *out);
 
 typedef enum fr_optim_kind { FR_OPTIM_SGD = 0, FR_OPTIM_ADAM, FR_OPTIM_ADAMW } fr_optim_kind;
 
-/* Defaults match PyTorch: fr_optim_defaults() fills them. */
+/* Defaults match PyTorch: fr_optim_defaults() fills them. The values are
+ * doubles, as PyTorch's are Python floats: the kernels form 1 - beta2,
+ * lr / (1 - beta1^t), ... in double and round to float once, as PyTorch does. */
 typedef struct fr_optim_opts {
     fr_optim_kind kind;
-    float lr;
-    float momentum, dampening; /* SGD */
-    int nesterov;              /* SGD */
-    float weight_decay;        /* SGD/Adam: L2 added to grad; AdamW: decoupled */
-    float beta1, beta2, eps;   /* Adam/AdamW */
+    double lr;
+    double momentum, dampening; /* SGD */
+    int nesterov;               /* SGD */
+    double weight_decay;        /* SGD/Adam: L2 added to grad; AdamW: decoupled */
+    double beta1, beta2, eps;   /* Adam/AdamW */
     int zero_grad_to_none;     /* zero_grad(set_to_none=True): release grad buffers */
 } fr_optim_opts;
 

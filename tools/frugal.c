@@ -133,7 +133,7 @@ static const char *usage_estimate =
 enum {
     O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
     O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG
+    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG, O_INIT
 };
 
 static const struct option long_opts[] = {
@@ -154,7 +154,7 @@ static const struct option long_opts[] = {
     {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
     {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
     {"svg", required_argument, 0, O_SVG}, {"steps", required_argument, 0, O_STEPS},
-    {"keep-grads", no_argument, 0, O_KEEPG},
+    {"keep-grads", no_argument, 0, O_KEEPG}, {"init", required_argument, 0, O_INIT},
     {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
 
 typedef struct cli {
@@ -163,7 +163,7 @@ typedef struct cli {
     int steps, accumulate;
     const char *weights;
     int threads, eval_only, lr_set, wd_set;
-    float lr, wd, momentum, dampening, eps;
+    double lr, wd, momentum, dampening, eps;
     int eps_set;
     int nesterov, zero_keep;
 } cli;
@@ -212,22 +212,23 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
             c->t.batch = (int)v;
             break;
         case O_OPT: opt_name = optarg; break;
-        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = (float)v; c->lr_set = 1; break;
-        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = (float)v; break;
+        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = v; c->lr_set = 1; break;
+        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = v; break;
         case O_NESTEROV: c->nesterov = 1; break;
-        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = (float)v; break;
-        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = (float)v; c->wd_set = 1; break;
+        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = v; break;
+        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = v; c->wd_set = 1; break;
         case O_SEED: if (parse_num(cmd, "seed", optarg, 0, 1e18, &v)) return 2; c->t.seed = (uint64_t)v; break;
         case O_THREADS: if (parse_num(cmd, "threads", optarg, 0, 1024, &v)) return 2; c->threads = (int)v; break;
         case O_SAVE: c->t.save = optarg; break;
         case O_RESUME: c->t.resume = optarg; break;
+        case O_INIT: c->t.init = optarg; break;
         case O_LIMIT: if (parse_num(cmd, "limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_train = (int64_t)v; break;
         case O_TLIMIT: if (parse_num(cmd, "test-limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_test = (int64_t)v; break;
         case O_JSON: c->t.json = 1; break;
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = optarg; break;
         case O_EVAL: c->eval_only = 1; break;
-        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = (float)v; c->eps_set = 1; break;
+        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = v; c->eps_set = 1; break;
         case O_PREC:
             if (fr_precision_parse(optarg, &c->t.precision))
                 return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);

@@ -3,19 +3,23 @@
  * the header's grammar (one object of tensor objects, string-valued
  * "__metadata__", arrays of non-negative integers) and rejects everything
  * else with the byte position in the file. Does not own what the tensors
- * mean: callers (checkpoints, model weights) look entries up by name.
- * Entries' data pointers point into the file image and need not be aligned
- * to their dtype: copy them out with memcpy. */
+ * mean: callers (checkpoints, model weights) look entries up by name and
+ * copy out only the tensors they need (fr_st_load: pread from the file, or
+ * memcpy from fr_st_parse's buffer, where data need not be aligned). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "io/file.h"
 #include "io/safetensors.h"
 
 #define ST_MAX_HEADER 100000000ULL /* the reference implementation's limit */
@@ -257,8 +261,9 @@ static fr_status parse_meta(jscan *j, fr_st_file *out) {
 }
 
 /* {"dtype": .., "shape": [..], "data_offsets": [b, e]} for entry e, whose
- * name is set; checks the offsets against the data section. */
-static fr_status parse_tensor(jscan *j, fr_st_entry *e, const unsigned char *data, size_t data_len) {
+ * name is set; checks the offsets against the data section's length (the
+ * file's size less the header when reading a file). */
+static fr_status parse_tensor(jscan *j, fr_st_entry *e, uint64_t data_len) {
     fr_status st;
     int have_dtype = 0, have_shape = 0, have_off = 0;
     uint64_t off[2] = {0, 0}, dims[FR_MAX_DIMS];
@@ -323,7 +328,7 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, const unsigned char *dat
     if (off[1] > data_len)
         return fr_fail(j->ctx, FR_ERR_FORMAT,
                        "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                       "] end past the data (%zu bytes)",
+                       "] end past the data (%" PRIu64 " bytes)",
                        j->file, e->name, off[0], off[1], data_len);
     if (off[1] - off[0] != need) {
         char sh[96];
@@ -333,7 +338,10 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, const unsigned char *dat
                        j->file, e->name, off[0], off[1], off[1] - off[0], st_dtype_names[e->dtype],
                        fr_shape_str(&e->shape, sh, sizeof sh), need);
     }
-    e->data = data + off[0];
+    if (need > SIZE_MAX)
+        return fr_fail(j->ctx, FR_ERR_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes do not fit in memory",
+                       j->file, e->name, need);
+    e->offset = off[0];
     e->nbytes = (size_t)need;
     return FR_OK;
 }
@@ -356,18 +364,19 @@ static int span_by_offset(const void *a, const void *b) {
 
 /* No two tensors share a name; sorted by offset they tile the data section
  * exactly: no overlap, no gap, nothing after the last. */
-static fr_status check_layout(fr_ctx *ctx, const char *file, const fr_st_file *f,
-                              const unsigned char *data, size_t data_len) {
+static fr_status check_layout(fr_ctx *ctx, const char *file, const fr_st_file *f, uint64_t data_len,
+                              fr_mem_cat cat) {
     if (f->n == 0) {
         if (data_len)
-            return fr_fail(ctx, FR_ERR_FORMAT, "%s: no tensors but %zu bytes of data", file, data_len);
+            return fr_fail(ctx, FR_ERR_FORMAT, "%s: no tensors but %" PRIu64 " bytes of data", file,
+                           data_len);
         return FR_OK;
     }
-    st_span *sp = fr_alloc(ctx, (size_t)f->n * sizeof *sp, FR_MEM_OTHER);
+    st_span *sp = fr_alloc(ctx, (size_t)f->n * sizeof *sp, cat);
     if (!sp) return FR_ERR_NOMEM;
     for (int k = 0; k < f->n; k++) {
         const fr_st_entry *e = &f->entries[k];
-        sp[k].begin = (uint64_t)((const unsigned char *)e->data - data);
+        sp[k].begin = e->offset;
         sp[k].end = sp[k].begin + e->nbytes;
         sp[k].name = e->name;
     }
@@ -395,31 +404,17 @@ static fr_status check_layout(fr_ctx *ctx, const char *file, const fr_st_file *f
     }
     if (!st && at != data_len)
         st = fr_fail(ctx, FR_ERR_FORMAT,
-                     "%s: the tensors cover %" PRIu64 " bytes of data but the file has %zu", file,
+                     "%s: the tensors cover %" PRIu64 " bytes of data but the file has %" PRIu64, file,
                      at, data_len);
     fr_free(ctx, sp);
     return st;
 }
 
-fr_status fr_st_parse(fr_ctx *ctx, const char *path, const void *buf, size_t len, fr_st_file *out) {
-    const unsigned char *b = buf;
-    memset(out, 0, sizeof *out);
-    if (len < 8)
-        return fr_fail(ctx, FR_ERR_FORMAT,
-                       "%s: %zu bytes: too short for a safetensors file (the header length alone is 8)",
-                       path, len);
-    uint64_t hl = 0;
-    for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
-    if (hl > ST_MAX_HEADER)
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
-                       " exceeds the limit of %llu bytes", path, hl, ST_MAX_HEADER);
-    if (hl > len - 8)
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
-                       " runs past the end of the file (%zu bytes follow it)", path, hl, len - 8);
-    const unsigned char *data = b + 8 + hl;
-    size_t data_len = len - 8 - (size_t)hl;
-
-    jscan j = {ctx, path, b + 8, (size_t)hl, 0};
+/* The JSON header h[0..hl) (file position 8) into out, offsets checked
+ * against a data section of data_len bytes. On failure out is cleared. */
+static fr_status parse_header(fr_ctx *ctx, const char *path, const unsigned char *h, size_t hl,
+                              uint64_t data_len, fr_st_file *out, fr_mem_cat cat) {
+    jscan j = {ctx, path, h, hl, 0};
     fr_status st;
     size_t cap = 0;
     int seen_meta = 0;
@@ -444,14 +439,14 @@ fr_status fr_st_parse(fr_ctx *ctx, const char *path, const void *buf, size_t len
                     goto fail;
                 }
                 if (fr_grow(ctx, (void **)&out->entries, &cap, (size_t)out->n + 1, sizeof(fr_st_entry),
-                            FR_MEM_OTHER)) {
+                            cat)) {
                     st = FR_ERR_NOMEM;
                     goto fail;
                 }
                 fr_st_entry *e = &out->entries[out->n];
                 memset(e, 0, sizeof *e);
                 memcpy(e->name, name, sizeof name);
-                if ((st = parse_tensor(&j, e, data, data_len))) goto fail;
+                if ((st = parse_tensor(&j, e, data_len))) goto fail;
                 out->n++;
             }
             jws(&j);
@@ -473,7 +468,7 @@ fr_status fr_st_parse(fr_ctx *ctx, const char *path, const void *buf, size_t len
         st = jerr(&j, "unexpected characters after the header object");
         goto fail;
     }
-    if ((st = check_layout(ctx, path, out, data, data_len))) goto fail;
+    if ((st = check_layout(ctx, path, out, data_len, cat))) goto fail;
     return FR_OK;
 fail:
     fr_free(ctx, out->entries);
@@ -481,43 +476,121 @@ fail:
     return st;
 }
 
-fr_status fr_st_read(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat cat) {
+/* The 8-byte little-endian header length, checked against the limit and
+ * against the `after` bytes that follow it. */
+static fr_status header_length(fr_ctx *ctx, const char *path, const unsigned char b[8], uint64_t after,
+                               uint64_t *hl) {
+    *hl = 0;
+    for (int k = 7; k >= 0; k--) *hl = *hl << 8 | b[k];
+    if (*hl > ST_MAX_HEADER)
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
+                       " exceeds the limit of %llu bytes", path, *hl, ST_MAX_HEADER);
+    if (*hl > after)
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
+                       " runs past the end of the file (%" PRIu64 " bytes follow it)", path, *hl, after);
+    return FR_OK;
+}
+
+fr_status fr_st_parse(fr_ctx *ctx, const char *path, const void *buf, size_t len, fr_st_file *out) {
+    const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fr_fail(ctx, FR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int e = errno;
-        close(fd);
-        return fr_fail(ctx, FR_ERR_IO, "%s: not a regular file%s%s", path, e ? ": " : "",
-                       e ? strerror(e) : "");
-    }
-    size_t len = (size_t)sb.st_size;
-    void *blob = fr_alloc(ctx, len, cat);
-    if (!blob) {
-        close(fd);
-        return FR_ERR_NOMEM;
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(fd, (char *)blob + got, len - got, (off_t)got);
+    if (len < 8)
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: %zu bytes: too short for a safetensors file (the header length alone is 8)",
+                       path, len);
+    uint64_t hl;
+    fr_status st = header_length(ctx, path, b, len - 8, &hl);
+    if (st) return st;
+    if ((st = parse_header(ctx, path, b + 8, (size_t)hl, len - 8 - hl, out, FR_MEM_OTHER))) return st;
+    for (int k = 0; k < out->n; k++) out->entries[k].data = b + 8 + hl + out->entries[k].offset;
+    return FR_OK;
+}
+
+/* n bytes at file position at into dst; 0, or -1 with errno (0: the file
+ * ends before them). */
+static int pread_all(int fd, void *dst, size_t n, uint64_t at) {
+    char *c = dst;
+    while (n) {
+        ssize_t r = pread(fd, c, n, (off_t)at);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            int e = errno;
-            close(fd);
-            fr_free(ctx, blob);
-            return fr_fail(ctx, FR_ERR_IO, "%s: read failed at byte %zu of %zu: %s", path, got, len,
-                           r < 0 ? strerror(e) : "file shrank while reading");
+            if (r == 0) errno = 0;
+            return -1;
         }
-        got += (size_t)r;
+        c += r;
+        n -= (size_t)r;
+        at += (uint64_t)r;
     }
+    return 0;
+}
+
+fr_status fr_st_read(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat cat) {
+    memset(out, 0, sizeof *out);
+    uint64_t size;
+    int fd = fr_open_regular(ctx, path, "safetensors file", &size);
+    if (fd < 0) return FR_ERR_IO;
+    unsigned char lenb[8];
+    uint64_t hl = 0;
+    unsigned char *h = NULL;
+    fr_status st = FR_OK;
+    if (size < 8) {
+        st = fr_fail(ctx, FR_ERR_FORMAT,
+                     "%s: %" PRIu64 " bytes: too short for a safetensors file (the header length alone is 8)",
+                     path, size);
+        goto fail;
+    }
+    if (pread_all(fd, lenb, 8, 0)) {
+        int e = errno;
+        st = fr_fail(ctx, FR_ERR_IO, "%s: cannot read the header length: %s", path,
+                     e ? strerror(e) : "the file shrank while reading");
+        goto fail;
+    }
+    /* Everything is checked against the size before anything is allocated. */
+    if ((st = header_length(ctx, path, lenb, size - 8, &hl))) goto fail;
+    if (!(h = fr_alloc(ctx, (size_t)hl + 1, cat))) {
+        st = FR_ERR_NOMEM;
+        goto fail;
+    }
+    if (pread_all(fd, h, (size_t)hl, 8)) {
+        int e = errno;
+        st = fr_fail(ctx, FR_ERR_IO, "%s: cannot read the %" PRIu64 "-byte header: %s", path, hl,
+                     e ? strerror(e) : "the file shrank while reading");
+        goto fail;
+    }
+    if ((st = parse_header(ctx, path, h, (size_t)hl, size - 8 - hl, out, cat))) goto fail;
+    fr_free(ctx, h);
+    h = NULL;
+    size_t pl = strlen(path) + 1;
+    if (!(out->path = fr_alloc(ctx, pl, cat))) {
+        fr_free(ctx, out->entries);
+        memset(out, 0, sizeof *out);
+        st = FR_ERR_NOMEM;
+        goto fail;
+    }
+    memcpy(out->path, path, pl);
+    out->fd = fd;
+    out->data_at = 8 + hl;
+    return FR_OK;
+fail:
+    fr_free(ctx, h);
     close(fd);
-    fr_status st = fr_st_parse(ctx, path, blob, len, out);
-    if (st) {
-        fr_free(ctx, blob);
-        return st;
+    return st;
+}
+
+fr_status fr_st_load(fr_ctx *ctx, const fr_st_file *f, const fr_st_entry *e, void *dst) {
+    if (!e->nbytes) return FR_OK;
+    if (e->data) {
+        memcpy(dst, e->data, e->nbytes);
+        return FR_OK;
     }
-    out->blob = blob;
+    if (!f->path)
+        return fr_fail(ctx, FR_ERR_ARG, "tensor '%s': no data to load (the file is closed)", e->name);
+    uint64_t at = f->data_at + e->offset;
+    if (pread_all(f->fd, dst, e->nbytes, at)) {
+        int err = errno;
+        return fr_fail(ctx, FR_ERR_IO, "%s: tensor '%s': cannot read %zu bytes at byte %" PRIu64 ": %s",
+                       f->path, e->name, e->nbytes, at, err ? strerror(err) : "the file shrank since it was opened");
+    }
     return FR_OK;
 }
 
@@ -535,6 +608,8 @@ const char *fr_st_meta_get(const fr_st_file *f, const char *key) {
 
 void fr_st_close(fr_ctx *ctx, fr_st_file *f) {
     if (!f) return;
+    if (f->path) close(f->fd);
+    fr_free(ctx, f->path);
     fr_free(ctx, f->entries);
     fr_free(ctx, f->blob);
     memset(f, 0, sizeof *f);
@@ -699,6 +774,72 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+/* dir and the base name of path. */
+static void split_path(const char *path, char *dir, const char **base) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+        *base = path;
+    } else if (slash == path) {
+        strcpy(dir, "/");
+        *base = path + 1;
+    } else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+        *base = slash + 1;
+    }
+}
+
+/* Remove "<base>.tmp.<pid>" files in dir whose process no longer exists
+ * (a writer killed between creating its temporary and the rename). Only
+ * this exact path's temporaries are touched, never a live writer's. */
+static void remove_stale_temporaries(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t bl = strlen(base);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (strncmp(nm, base, bl) != 0 || strncmp(nm + bl, ".tmp.", 5) != 0) continue;
+        const char *digits = nm + bl + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (!isdigit((unsigned char)digits[0]) || *end || errno || pid <= 0 || pid > INT_MAX ||
+            pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char full[PATH_MAX + 300];
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, nm) < sizeof full) unlink(full);
+    }
+    closedir(d);
+}
+
+fr_status fr_st_check_writable(fr_ctx *ctx, const char *path) {
+    char dir[PATH_MAX];
+    const char *base;
+    size_t plen = path ? strlen(path) : 0;
+    if (plen == 0 || plen >= PATH_MAX)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: bad path for writing", plen ? path : "(empty)");
+    split_path(path, dir, &base);
+    struct stat sb;
+    if (!*base || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: is a directory: give a file name to write to", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: exists and is not a regular file", path);
+    if (stat(dir, &sb) != 0) {
+        int e = errno;
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir, strerror(e));
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: %s is not a directory", path, dir);
+    if (access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir, strerror(e));
+    }
+    return FR_OK;
+}
+
 /* Writes "<path>.tmp.<pid>" beside path, fsyncs it, renames it over path
  * and fsyncs the directory. Any failure before the rename removes the
  * temporary and leaves path as it was. */
@@ -708,15 +849,9 @@ static fr_status write_atomic_parts(fr_ctx *ctx, const char *path, const part *p
     if (plen == 0 || plen >= PATH_MAX)
         return fr_fail(ctx, FR_ERR_ARG, "%s: bad path for writing", plen ? path : "(empty)");
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = 0;
-    }
+    const char *base;
+    split_path(path, dir, &base);
+    if (*base) remove_stale_temporaries(dir, base);
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) return fr_fail(ctx, FR_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));

@@ -3,13 +3,23 @@
  * [out, in, kh, kw], BatchNorm running_mean / running_var /
  * num_batches_tracked as int64). Optimizer state goes beside the weights as
  * "optimizer.<param>.momentum_buffer" (SGD) or ".exp_avg" / ".exp_avg_sq"
- * (Adam, AdamW), with the step count in the metadata. Writes are atomic. */
+ * (Adam, AdamW). The metadata holds the step's counters (optimizer.step,
+ * runs, scaler), the trainer's position (epoch, batch = batches done in the
+ * next epoch) and the run's settings (see checkpoint.h); every number in it
+ * is read whole and range-checked, a fault naming the key and the value.
+ * Only the tensors the model needs are read from the file. Writes are
+ * atomic. */
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/optim_state.h"
 #include "core/half.h"
-#include "train/step.h"
+#include "train/checkpoint.h"
 
 static const char *state_name(const fr_step *s, int k) {
     if (s->o.optim.kind == FR_OPTIM_SGD) return "momentum_buffer";
@@ -131,8 +141,7 @@ static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, con
     if (!same)
         return fr_fail(ctx, FR_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s", path,
                        name, fr_shape_str(&e->shape, a, sizeof a), fr_shape_str(shape, b, sizeof b));
-    if (dst) memcpy(dst, e->data, e->nbytes);
-    return FR_OK;
+    return dst ? fr_st_load(ctx, f, e, dst) : FR_OK;
 }
 
 static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f) {
@@ -172,62 +181,161 @@ fr_status fr_model_load_weights(fr_model *m, const char *path) {
     return st;
 }
 
-fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta) {
+/* ---- strict metadata ------------------------------------------------------ */
+
+#define META_COUNT_MAX ((int64_t)1 << 62) /* counters: far from overflow when incremented */
+
+/* The whole of v a non-negative decimal integer <= hi: digits only (no
+ * sign, space, fraction or exponent), checked before it can overflow. */
+static int strict_uint(const char *v, int64_t hi, int64_t *out) {
+    if (!isdigit((unsigned char)v[0])) return 0;
+    int64_t x = 0;
+    for (const char *c = v; *c; c++) {
+        if (!isdigit((unsigned char)*c)) return 0;
+        int d = *c - '0';
+        if (x > hi / 10 || (x == hi / 10 && d > hi % 10)) return 0;
+        x = x * 10 + d;
+    }
+    *out = x;
+    return 1;
+}
+
+/* The whole of v a finite decimal number (strtod's syntax, no spaces). */
+static int strict_real(const char *v, double *out) {
+    if (!v[0] || isspace((unsigned char)v[0])) return 0;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (*end || errno == ERANGE || !isfinite(x)) return 0;
+    *out = x;
+    return 1;
+}
+
+static const char *range_str(int64_t hi, char *buf, size_t len) {
+    if (hi == META_COUNT_MAX) return "2^62";
+    snprintf(buf, len, "%" PRId64, hi);
+    return buf;
+}
+
+/* Metadata integer `key` into *out (left as it is when absent). */
+static fr_status meta_uint(fr_ctx *ctx, const char *path, const fr_st_file *f, const char *key,
+                           int64_t hi, int64_t *out) {
+    const char *v = fr_st_meta_get(f, key);
+    char r[32];
+    if (v && !strict_uint(v, hi, out))
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not an integer in [0, %s]", path,
+                       key, v, range_str(hi, r, sizeof r));
+    return FR_OK;
+}
+
+/* The step's counters as a checkpoint stores them. */
+typedef struct counters {
+    int64_t t, runs;
+    int have_scaler;
+    float scale;
+    int64_t tracker, skipped;
+} counters;
+
+/* optimizer.step, runs and scaler ("<scale> <growth tracker> <skipped>"),
+ * each checked whole; nothing is applied here. */
+static fr_status read_counters(fr_ctx *ctx, const char *path, const fr_st_file *f, counters *c) {
+    fr_status st;
+    memset(c, 0, sizeof *c);
+    if ((st = meta_uint(ctx, path, f, "optimizer.step", META_COUNT_MAX, &c->t))) return st;
+    if ((st = meta_uint(ctx, path, f, "runs", META_COUNT_MAX, &c->runs))) return st;
+    const char *sc = fr_st_meta_get(f, "scaler");
+    if (!sc) return FR_OK;
+    char buf[sizeof f->meta[0].value], *field[3] = {NULL, NULL, NULL}, *save = NULL;
+    snprintf(buf, sizeof buf, "%s", sc);
+    int n = 0;
+    for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        if (n == 3) {
+            n = 4;
+            break;
+        }
+        field[n++] = tok;
+    }
+    double scale;
+    char r[32];
+    if (n != 3 || strstr(sc, "  ") || sc[0] == ' ')
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': not three fields "
+                       "'<scale> <growth tracker> <skipped steps>'", path, sc);
+    if (!strict_real(field[0], &scale) || !(scale > 0) || scale > FLT_MAX)
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': scale '%s' is not a "
+                       "positive finite float", path, sc, field[0]);
+    if (!strict_uint(field[1], INT_MAX, &c->tracker))
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': growth tracker '%s' is not "
+                       "an integer in [0, %d]", path, sc, field[1], INT_MAX);
+    if (!strict_uint(field[2], META_COUNT_MAX, &c->skipped))
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': skipped steps '%s' is not "
+                       "an integer in [0, %s]", path, sc, field[2], range_str(META_COUNT_MAX, r, sizeof r));
+    c->scale = (float)scale;
+    c->have_scaler = 1;
+    return FR_OK;
+}
+
+static void apply_counters(fr_step *s, const counters *c) {
+    s->t = c->t;
+    s->runs = (uint64_t)c->runs;
+    if (c->have_scaler) {
+        s->scaler.scale = c->scale;
+        s->scaler.growth_tracker = (int)c->tracker;
+        s->scaler.skipped = (uint64_t)c->skipped;
+    }
+}
+
+/* The optimizer the file was saved with against the step's. */
+static fr_status check_kind(fr_step *s, const char *path, const fr_st_file *f) {
+    static const char *kinds[] = {"sgd", "adam", "adamw"};
+    const char *kind = fr_st_meta_get(f, "optimizer");
+    if (s->o.training && kind && strcmp(kind, kinds[s->o.optim.kind]) != 0)
+        return fr_fail(s->ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path, kind,
+                       kinds[s->o.optim.kind]);
+    return FR_OK;
+}
+
+/* Weights and (when training) optimizer state from f into s. */
+static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
     fr_ctx *ctx = s->ctx;
     fr_model *m = s->m;
-    fr_st_file f;
-    fr_status st = fr_st_read(ctx, path, &f, FR_MEM_OTHER);
-    if (st) return st;
-    if ((st = load_weights(m, path, &f))) goto done;
-    if (s->o.training) {
-        static const char *kinds[] = {"sgd", "adam", "adamw"};
-        const char *kind = fr_st_meta_get(&f, "optimizer");
-        if (kind && strcmp(kind, kinds[s->o.optim.kind]) != 0) {
-            st = fr_fail(ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path,
-                         kind, kinds[s->o.optim.kind]);
-            goto done;
-        }
-        int ns = n_states(s);
-        for (size_t i = 0; i < m->n_params; i++) {
-            fr_param *p = &m->params[i];
-            for (int k = 0; k < ns && p->state[k]; k++) {
-                char nm[FR_ST_NAME_MAX];
-                snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
-                if (state_is_f32(p)) {
-                    if ((st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, p->state[k]))) goto done;
-                    continue;
-                }
-                if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
-                    fr_shape raw = fr_shape1((int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
-                    size_t len = strlen(nm);
-                    snprintf(nm + len, sizeof nm - len, ".int8_blockwise");
-                    if ((st = copy_in(ctx, path, &f, nm, FR_U8, &raw, p->state[k]))) goto done;
-                    continue;
-                }
-                float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
-                if (!t) {
-                    st = FR_ERR_NOMEM;
-                    goto done;
-                }
-                if (!(st = copy_in(ctx, path, &f, nm, FR_F32, &p->shape, t))) state_encode(p, k, t);
-                fr_free(ctx, t);
-                if (st) goto done;
+    fr_status st;
+    if ((st = check_kind(s, path, f)) || (st = load_weights(m, path, f))) return st;
+    if (!s->o.training) return FR_OK;
+    int ns = n_states(s);
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        for (int k = 0; k < ns && p->state[k]; k++) {
+            char nm[FR_ST_NAME_MAX];
+            snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
+            if (state_is_f32(p)) {
+                if ((st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, p->state[k]))) return st;
+                continue;
             }
-        }
-        const char *t = fr_st_meta_get(&f, "optimizer.step");
-        const char *r = fr_st_meta_get(&f, "runs");
-        s->t = t ? strtoll(t, NULL, 10) : 0;
-        s->runs = r ? strtoull(r, NULL, 10) : 0;
-        const char *sc = fr_st_meta_get(&f, "scaler");
-        unsigned long long skipped = 0;
-        float scale;
-        int tracker;
-        if (sc && sscanf(sc, "%g %d %llu", &scale, &tracker, &skipped) == 3) {
-            s->scaler.scale = scale;
-            s->scaler.growth_tracker = tracker;
-            s->scaler.skipped = skipped;
+            if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
+                fr_shape raw = fr_shape1((int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
+                size_t len = strlen(nm);
+                snprintf(nm + len, sizeof nm - len, ".int8_blockwise");
+                if ((st = copy_in(ctx, path, f, nm, FR_U8, &raw, p->state[k]))) return st;
+                continue;
+            }
+            float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
+            if (!t) return FR_ERR_NOMEM;
+            if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t))) state_encode(p, k, t);
+            fr_free(ctx, t);
+            if (st) return st;
         }
     }
+    return FR_OK;
+}
+
+fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta) {
+    fr_ctx *ctx = s->ctx;
+    fr_st_file f;
+    counters c;
+    fr_status st = fr_st_read(ctx, path, &f, FR_MEM_OTHER);
+    if (st) return st;
+    if ((st = read_counters(ctx, path, &f, &c)) || (st = load_state(s, path, &f))) goto done;
+    if (s->o.training) apply_counters(s, &c);
     if (meta && n_meta) {
         int n = f.n_meta < *n_meta ? f.n_meta : *n_meta;
         for (int i = 0; i < n; i++) meta[i] = f.meta[i];
@@ -239,3 +347,201 @@ done:
 }
 
 fr_status fr_load(fr_step *s, const char *path) { return fr_step_load_meta(s, path, NULL, NULL); }
+
+/* ---- the run's settings ---------------------------------------------------- */
+
+/* What a bit-exact resume depends on besides the state: each setting under
+ * its metadata key, with the option that sets it. lr is the exception: it
+ * may differ (PyTorch users lower it on resume by editing param_groups), and
+ * the trainer warns; every other difference is refused. */
+typedef enum { RS_INT, RS_REAL, RS_WORD } rs_kind;
+
+typedef struct run_setting {
+    const char *key, *option;
+    rs_kind kind;
+    int64_t i;
+    double r;
+    char w[128];
+} run_setting;
+
+#define RUN_SETTINGS 15
+
+/* The frozen parameters (trainable ones of frozen layers) as index ranges
+ * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
+static int is_frozen(const fr_model *m, size_t i) {
+    return m->params[i].trainable && m->layers[m->params[i].layer].frozen;
+}
+
+static void frozen_ranges(const fr_model *m, char *out, size_t cap) {
+    size_t len = 0;
+    int any = 0, fits = 1;
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a of the flags, when ranges do not fit */
+    out[0] = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        h = (h ^ (uint64_t)is_frozen(m, i)) * 1099511628211ULL;
+        if (!is_frozen(m, i)) continue;
+        size_t j = i;
+        while (j + 1 < m->n_params && is_frozen(m, j + 1)) j++;
+        for (size_t q = i + 1; q <= j; q++) h = (h ^ 1u) * 1099511628211ULL;
+        int k = j > i ? snprintf(out + len, cap - len, "%s%zu-%zu", any ? "," : "", i, j)
+                      : snprintf(out + len, cap - len, "%s%zu", any ? "," : "", i);
+        if (k < 0 || (size_t)k >= cap - len) fits = 0;
+        else len += (size_t)k;
+        any = 1;
+        i = j;
+    }
+    if (!any) snprintf(out, cap, "none");
+    else if (!fits) snprintf(out, cap, "fnv:%016" PRIx64, h);
+}
+
+static int run_settings(const fr_step *s, run_setting *r) {
+    static const char *states[] = {"fp32", "bf16", "int8"};
+    const fr_optim_opts *o = &s->o.optim;
+    int n = 0;
+#define RS(k, opt, kind_, field, val)                                                              \
+    do {                                                                                           \
+        r[n] = (run_setting){.key = k, .option = opt, .kind = kind_};                              \
+        r[n].field = val;                                                                          \
+        n++;                                                                                       \
+    } while (0)
+    RS("batch_size", "--batch", RS_INT, i, s->o.batch);
+    RS("micro_batch", "--micro-batch", RS_INT, i, s->micro);
+    RS("seed", "--seed", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%" PRIu64, s->o.seed);
+    RS("precision", "--precision", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", fr_precision_name(s->o.precision));
+    RS("optimizer_state", "--optimizer-state", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s",
+             s->o.optim_state >= 0 && s->o.optim_state < 3 ? states[s->o.optim_state] : "?");
+    RS("loss_scaling", "--loss-scale", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", s->scaler.enabled ? "dynamic" : "none");
+    RS("clip_grad_norm", "--clip-grad-norm", RS_REAL, r, (double)s->o.clip_grad_norm);
+    RS("frozen", "--freeze", RS_WORD, i, 0);
+    frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);
+    RS("lr", "--lr", RS_REAL, r, (double)o->lr);
+    RS("momentum", "--momentum", RS_REAL, r, (double)o->momentum);
+    RS("dampening", "--dampening", RS_REAL, r, (double)o->dampening);
+    RS("nesterov", "--nesterov", RS_INT, i, o->nesterov);
+    RS("betas", "betas", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%.17g,%.17g", (double)o->beta1, (double)o->beta2);
+    RS("eps", "--eps", RS_REAL, r, (double)o->eps);
+    RS("weight_decay", "--weight-decay", RS_REAL, r, (double)o->weight_decay);
+#undef RS
+    return n;
+}
+
+static void setting_str(const run_setting *r, char *out, size_t cap) {
+    if (r->kind == RS_INT) snprintf(out, cap, "%" PRId64, r->i);
+    else if (r->kind == RS_REAL) snprintf(out, cap, "%.17g", r->r);
+    else snprintf(out, cap, "%s", r->w);
+}
+
+fr_status fr_ckpt_save(fr_step *s, const char *path, const char *freeze, int epoch,
+                       int64_t batches_done) {
+    run_setting r[RUN_SETTINGS];
+    fr_st_meta meta[RUN_SETTINGS + 3];
+    int n = run_settings(s, r), nm = 0;
+    snprintf(meta[nm].key, sizeof meta[nm].key, "epoch");
+    snprintf(meta[nm++].value, sizeof meta[0].value, "%d", epoch);
+    snprintf(meta[nm].key, sizeof meta[nm].key, "batch"); /* batches done inside the epoch */
+    snprintf(meta[nm++].value, sizeof meta[0].value, "%" PRId64, batches_done);
+    snprintf(meta[nm].key, sizeof meta[nm].key, "freeze"); /* the text, for messages */
+    snprintf(meta[nm++].value, sizeof meta[0].value, "%s", freeze && *freeze ? freeze : "none");
+    for (int k = 0; k < n; k++) {
+        snprintf(meta[nm].key, sizeof meta[nm].key, "%s", r[k].key);
+        setting_str(&r[k], meta[nm++].value, sizeof meta[0].value);
+    }
+    return fr_step_save_meta(s, path, meta, nm);
+}
+
+/* A file written by fr_step_save_meta names its optimizer; a weights-only
+ * file (a PyTorch state_dict, `frugal train --save` of an eval step) has
+ * neither that nor any optimizer tensor. */
+static int has_optimizer_state(const fr_st_file *f) {
+    if (fr_st_meta_get(f, "optimizer")) return 1;
+    for (int i = 0; i < f->n; i++)
+        if (strncmp(f->entries[i].name, "optimizer.", 10) == 0) return 1;
+    return 0;
+}
+
+/* Each stored setting against the step's; a key that is absent (a file
+ * from before the settings were stored) is not checked. */
+static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *f, const char *freeze,
+                                fr_ckpt_pos *pos) {
+    fr_ctx *ctx = s->ctx;
+    run_setting r[RUN_SETTINGS];
+    int n = run_settings(s, r);
+    for (int k = 0; k < n; k++) {
+        const char *v = fr_st_meta_get(f, r[k].key);
+        if (!v) continue;
+        int64_t i = 0;
+        double x = 0;
+        int same;
+        if (r[k].kind == RS_INT) {
+            if (!strict_uint(v, INT64_MAX, &i))
+                return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not an integer in [0, %" PRId64 "]",
+                               path, r[k].key, v, INT64_MAX);
+            same = i == r[k].i;
+        } else if (r[k].kind == RS_REAL) {
+            if (!strict_real(v, &x))
+                return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not a finite number", path,
+                               r[k].key, v);
+            same = x == r[k].r;
+        } else {
+            same = strcmp(v, r[k].w) == 0;
+        }
+        if (same) continue;
+        if (!strcmp(r[k].key, "lr")) {
+            pos->lr_differs = 1;
+            pos->saved_lr = x;
+            continue;
+        }
+        char now[160];
+        setting_str(&r[k], now, sizeof now);
+        if (!strcmp(r[k].key, "frozen")) {
+            const char *was = fr_st_meta_get(f, "freeze");
+            return fr_fail(ctx, FR_ERR_ARG, "%s: --freeze %s differs from the checkpoint's %s "
+                           "(frozen parameters %s, the checkpoint's %s)", path,
+                           freeze && *freeze ? freeze : "none", was ? was : "?", now, v);
+        }
+        char was[160];
+        snprintf(was, sizeof was, "%s", v);
+        if (r[k].kind == RS_REAL) /* the shortest forms that tell the two apart */
+            for (int d = 6; d <= 17; d++) {
+                snprintf(now, sizeof now, "%.*g", d, r[k].r);
+                snprintf(was, sizeof was, "%.*g", d, x);
+                if (strcmp(now, was) != 0) break;
+            }
+        return fr_fail(ctx, FR_ERR_ARG, "%s: %s %s differs from the checkpoint's %s: resume with the "
+                       "settings it was saved with", path, r[k].option, now, was);
+    }
+    return FR_OK;
+}
+
+fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ckpt_pos *pos) {
+    fr_ctx *ctx = s->ctx;
+    fr_st_file f;
+    counters c;
+    int64_t epoch = 0, batches = 0;
+    memset(pos, 0, sizeof *pos);
+    fr_status st = fr_st_read(ctx, path, &f, FR_MEM_OTHER);
+    if (st) return st;
+    if (!has_optimizer_state(&f)) {
+        st = fr_fail(ctx, FR_ERR_ARG, "%s: no optimizer state and no training position: a "
+                     "weights-only file cannot be resumed; use --init %s to start from its weights "
+                     "with a fresh optimizer", path, path);
+        goto done;
+    }
+    /* Everything is checked before anything is loaded. */
+    if ((st = read_counters(ctx, path, &f, &c))) goto done;
+    if ((st = meta_uint(ctx, path, &f, "epoch", INT_MAX, &epoch))) goto done;
+    if ((st = meta_uint(ctx, path, &f, "batch", META_COUNT_MAX, &batches))) goto done;
+    if ((st = check_kind(s, path, &f)) || (st = check_settings(s, path, &f, freeze, pos))) goto done;
+    if ((st = load_state(s, path, &f))) goto done;
+    apply_counters(s, &c);
+    pos->epoch = (int)epoch;
+    pos->batches_done = batches;
+done:
+    fr_st_close(ctx, &f);
+    return st;
+}

@@ -15,15 +15,15 @@ fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
     o.zero_grad_to_none = 1; /* zero_grad(set_to_none=True), the 2.x default */
     switch (kind) {
     case FR_OPTIM_SGD:
-        o.lr = 0.01f;
+        o.lr = 0.01;
         break;
     case FR_OPTIM_ADAM:
     case FR_OPTIM_ADAMW:
-        o.lr = 1e-3f;
-        o.beta1 = 0.9f;
-        o.beta2 = 0.999f;
-        o.eps = 1e-8f;
-        o.weight_decay = kind == FR_OPTIM_ADAMW ? 1e-2f : 0.0f;
+        o.lr = 1e-3;
+        o.beta1 = 0.9;
+        o.beta2 = 0.999;
+        o.eps = 1e-8;
+        o.weight_decay = kind == FR_OPTIM_ADAMW ? 1e-2 : 0.0;
         break;
     }
     return o;

@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "data/loader.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 size_t fr_peak_rss_kib(void) {
@@ -97,8 +99,30 @@ fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
     return fr_dataset_check(ctx, ds, &spec);
 }
 
+/* Test accuracy and loss with an eval step that takes the training arena's
+ * place while it runs. */
+static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s, fr_dataset *test,
+                               double *acc, double *loss) {
+    fr_status st;
+    fr_step_arena_release(s);
+    fr_mem_empty_cache(ctx);
+    /* Evaluate at the training micro-batch: the eval arena then fits in
+     * the training arena's place (a larger eval batch would raise the peak). */
+    int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
+    if ((st = fr_evaluate(ctx, s->m, test, eb, cfg->limit_test, acc, loss))) return st;
+    fr_mem_empty_cache(ctx);
+    return fr_step_arena_acquire(s);
+}
+
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     memset(res, 0, sizeof *res);
+    /* Refusals that need no work come before any: a run must not train an
+     * epoch to find out that it cannot save it. */
+    if (cfg->init && cfg->resume)
+        return fr_fail(ctx, FR_ERR_ARG, "--init and --resume together: --resume %s continues a "
+                       "checkpoint (weights, optimizer state, position); --init %s starts from "
+                       "weights with a fresh optimizer. Give one.", cfg->resume, cfg->init);
+    if (cfg->save && fr_st_check_writable(ctx, cfg->save)) return FR_ERR_IO;
     fr_status st = FR_OK;
     fr_model *m = NULL;
     fr_dataset *train = NULL, *test = NULL;
@@ -116,6 +140,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     if ((st = fr_data_check(ctx, m, train)) || (st = fr_data_check(ctx, m, test))) goto done;
     if ((st = fr_model_init(m, cfg->seed))) goto done;
+    /* --init: the weights of a state_dict (strict names and shapes, optimizer
+     * tensors ignored), then freezing, then the step with a fresh optimizer. */
+    if (cfg->init && (st = fr_model_load_weights(m, cfg->init))) goto done;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
     fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,
                        .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
@@ -175,25 +202,42 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fprintf(stderr, "optimizer step inside backward for %d tensors: their gradients are never "
                         "all stored (--keep-grads to store them)\n", s->n_fused);
     }
-    int start_epoch = 0;
-    int64_t skip = 0;
+    fr_ckpt_pos pos = {0};
     if (cfg->resume) {
-        fr_st_meta meta[FR_ST_META_MAX];
-        int nm = FR_ST_META_MAX;
-        if ((st = fr_step_load_meta(s, cfg->resume, meta, &nm))) goto done;
-        for (int i = 0; i < nm; i++) {
-            if (!strcmp(meta[i].key, "epoch")) start_epoch = atoi(meta[i].value);
-            if (!strcmp(meta[i].key, "batch")) skip = atoll(meta[i].value);
-        }
-        if (!cfg->json && cfg->progress >= 0)
-            fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, start_epoch + 1);
+        if ((st = fr_ckpt_resume(s, cfg->resume, cfg->freeze, &pos))) goto done;
+        if (pos.lr_differs && cfg->progress >= 0)
+            fprintf(stderr, "warning: --lr %g differs from the checkpoint's %g: resuming with %g "
+                    "(the run is no longer the one the checkpoint continues)\n",
+                    (double)cfg->optim.lr, pos.saved_lr, (double)cfg->optim.lr);
+        if (!cfg->json && cfg->progress >= 0 && pos.epoch < cfg->epochs)
+            fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, pos.epoch + 1);
     }
+    int start_epoch = pos.epoch;
+    int64_t skip = pos.batches_done;
     fr_loader_opts lo = {so.batch, 1, 0, cfg->seed, cfg->queue, cfg->limit_train};
     if (!(l = fr_loader_new(ctx, train, &lo))) {
         st = FR_ERR_NOMEM;
         goto done;
     }
     int64_t nb = fr_loader_num_batches(l);
+    if (skip > nb) {
+        st = fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'batch' = %lld: more batches done than an "
+                     "epoch has (%lld)", cfg->resume, (long long)skip, (long long)nb);
+        goto done;
+    }
+    if (cfg->resume && start_epoch >= cfg->epochs) {
+        /* Nothing to train: say so and report the checkpoint's test accuracy. */
+        if (cfg->progress >= 0)
+            fprintf(stderr, "nothing left to train: %s is at epoch %d of %d\n", cfg->resume,
+                    start_epoch, cfg->epochs);
+        double acc = 0, tl = 0;
+        if ((st = evaluate_test(ctx, cfg, s, test, &acc, &tl))) goto done;
+        res->test_acc = acc;
+        res->test_loss = tl;
+        res->epochs_done = start_epoch;
+        if (!cfg->json && cfg->progress >= 0)
+            printf("epoch %d/%d: test loss %.4f acc %.2f%%\n", start_epoch, cfg->epochs, tl, 100 * acc);
+    }
     for (int epoch = start_epoch; epoch < cfg->epochs; epoch++) {
         double t0 = now_s(), sum = 0;
         int64_t seen = 0, hits = 0, i = skip;
@@ -213,24 +257,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         }
         double train_loss = seen ? sum / seen : 0, train_acc = seen ? (double)hits / seen : 0;
         double secs = now_s() - t0;
-        if (cfg->save) {
-            fr_st_meta meta[2];
-            snprintf(meta[0].key, sizeof meta[0].key, "epoch");
-            snprintf(meta[0].value, sizeof meta[0].value, "%d", epoch + 1);
-            snprintf(meta[1].key, sizeof meta[1].key, "batch");
-            snprintf(meta[1].value, sizeof meta[1].value, "0");
-            if ((st = fr_step_save_meta(s, cfg->save, meta, 2))) goto done;
-        }
+        if (cfg->save && (st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch + 1, 0))) goto done;
         double acc = 0, tl = 0;
-        /* The eval step takes the training arena's place while it runs. */
-        fr_step_arena_release(s);
-        fr_mem_empty_cache(ctx);
-        /* Evaluate at the training micro-batch: the eval arena then fits in
-         * the training arena's place (a larger eval batch would raise the peak). */
-        int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
-        if ((st = fr_evaluate(ctx, m, test, eb, cfg->limit_test, &acc, &tl))) goto done;
-        fr_mem_empty_cache(ctx);
-        if ((st = fr_step_arena_acquire(s))) goto done;
+        if ((st = evaluate_test(ctx, cfg, s, test, &acc, &tl))) goto done;
         res->final_loss = train_loss;
         res->test_acc = acc;
         res->test_loss = tl;

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """optim_ref.py — the PyTorch reference for tests/test_optim.c.
 
-Runs torch.optim.SGD / Adam / AdamW (single-tensor path, foreach=False) for
-5 steps on one fixed 8-element parameter with fixed gradients, under several
-option sets, and prints tests/optim_ref.h: the parameter after every step and
-the optimizer state after the last. Every option is rounded to float32 first,
-so the C side (whose options are floats) runs on the very same numbers.
+Runs torch.optim.SGD / Adam / AdamW (single-tensor path, foreach=False, the
+CPU default of this PyTorch) for 8 steps on one fixed 37-element parameter
+with fixed gradients, under several option sets, and prints
+tests/optim_ref.h: the parameter and the optimizer state after every step.
+The options are Python floats as a user writes them (betas=(0.9, 0.999)):
+the C side holds them as doubles and must form 1 - beta2 and the bias
+corrections from them as PyTorch does, then round to float once.
 
     /usr/bin/python3 tests/ref/optim_ref.py > tests/optim_ref.h
 
@@ -13,14 +15,14 @@ so the C side (whose options are floats) runs on the very same numbers.
 """
 import torch
 
-N, STEPS = 8, 5
+N, STEPS = 37, 8  # 37: PyTorch's vectorised loop (16 at a time) and its scalar tail
 
 
 def f32(x):
     return float(torch.tensor(x, dtype=torch.float32))
 
 
-P0 = [0.5, -1.25, 2.0, -0.125, 0.0, 3.0, 1e-3, -0.75]
+P0 = [0.5, -1.25, 2.0, -0.125, 0.0, 3.0, 1e-3, -0.75] + [round((i * 0.61) % 3 - 1.5, 3) for i in range(8, 37)]
 
 
 def grad(t, i):
@@ -45,7 +47,14 @@ CASES = [
     ("adam_l2", 1, dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
     ("adamw_default", 2, dict(lr=1e-3, weight_decay=1e-2)),
     ("adamw_strong", 2, dict(lr=0.05, betas=(0.85, 0.995), eps=1e-7, weight_decay=0.2)),
+    ("adam_betas_0.9_0.98", 1, dict(lr=3e-4, betas=(0.9, 0.98), eps=1e-9)),
+    ("adamw_lr_0.1_wd_0.3", 2, dict(lr=0.1, betas=(0.95, 0.9995), eps=1e-8, weight_decay=0.3)),
 ]
+
+
+def cd(x):
+    """A C double literal that reads back as exactly this Python float."""
+    return repr(float(x))
 
 
 def cf(x):
@@ -61,24 +70,24 @@ def fmt(xs):
 
 
 def run(kind, opts):
-    if kind:  # spell out the defaults so that they too are rounded to float32
+    if kind:  # spell out PyTorch's defaults
         opts = dict(dict(betas=(0.9, 0.999), eps=1e-8), **opts)
-    opts = {k: (tuple(f32(b) for b in v) if isinstance(v, tuple) else
-                (f32(v) if isinstance(v, float) else v)) for k, v in opts.items()}
     p = torch.nn.Parameter(torch.tensor(P0, dtype=torch.float32))
     cls = [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW][kind]
     opt = cls([p], foreach=False, **opts)
-    traj = []
+    traj, s1, s2 = [], [], []
     for t in range(STEPS):
         p.grad = torch.tensor(GRADS[t], dtype=torch.float32)
         opt.step()
         traj.append(p.detach().clone().tolist())
-    st = opt.state[p]
-    if kind == 0:
-        s1 = st["momentum_buffer"].tolist() if st.get("momentum_buffer") is not None else [0.0] * N
-        s2 = [0.0] * N
-    else:
-        s1, s2 = st["exp_avg"].tolist(), st["exp_avg_sq"].tolist()
+        st = opt.state[p]
+        if kind == 0:
+            buf = st.get("momentum_buffer")
+            s1.append(buf.tolist() if buf is not None else [0.0] * N)
+            s2.append([0.0] * N)
+        else:
+            s1.append(st["exp_avg"].tolist())
+            s2.append(st["exp_avg_sq"].tolist())
     return opts, traj, s1, s2
 
 
@@ -89,8 +98,9 @@ def main():
     w(" * (torch.optim.SGD/Adam/AdamW, foreach=False, float32). Do not edit: rerun")
     w(" *   /usr/bin/python3 tests/ref/optim_ref.py > tests/optim_ref.h")
     w(" * p0 and grads[t] are the parameter and the gradient of step t+1; for each")
-    w(" * case p[t] is the parameter after step t+1, s1/s2 the state after the last")
-    w(" * step (SGD: momentum_buffer, 0; Adam/AdamW: exp_avg, exp_avg_sq). */")
+    w(" * case p[t], s1[t], s2[t] are the parameter and the state after step t+1")
+    w(" * (SGD: momentum_buffer, 0; Adam/AdamW: exp_avg, exp_avg_sq). The options")
+    w(" * are the Python floats PyTorch ran with (doubles), not rounded to float. */")
     w("#ifndef OPTIM_REF_H")
     w("#define OPTIM_REF_H")
     w("")
@@ -106,11 +116,11 @@ def main():
     w("typedef struct optim_ref_case {")
     w("    const char *name;")
     w("    int kind; /* 0 SGD, 1 Adam, 2 AdamW (fr_optim_kind) */")
-    w("    float lr, momentum, dampening;")
+    w("    double lr, momentum, dampening;")
     w("    int nesterov;")
-    w("    float weight_decay, beta1, beta2, eps;")
+    w("    double weight_decay, beta1, beta2, eps;")
     w("    float p[OPTIM_REF_STEPS][OPTIM_REF_N];")
-    w("    float s1[OPTIM_REF_N], s2[OPTIM_REF_N];")
+    w("    float s1[OPTIM_REF_STEPS][OPTIM_REF_N], s2[OPTIM_REF_STEPS][OPTIM_REF_N];")
     w("} optim_ref_case;")
     w("")
     w("static const optim_ref_case optim_ref_cases[] = {")
@@ -118,16 +128,15 @@ def main():
         o, traj, s1, s2 = run(kind, opts)
         betas = o.get("betas", (0.0, 0.0))
         w("    {\"%s\", %d, %s, %s, %s, %d, %s, %s, %s, %s," % (
-            name, kind, cf(o["lr"]), cf(o.get("momentum", 0.0)), cf(o.get("dampening", 0.0)),
-            int(o.get("nesterov", False)), cf(o.get("weight_decay", 0.0)),
-            cf(betas[0]), cf(betas[1]),
-            cf(o.get("eps", 0.0))))
-        w("     {")
-        for row in traj:
-            w("         %s," % fmt(row))
-        w("     },")
-        w("     %s," % fmt(s1))
-        w("     %s}," % fmt(s2))
+            name, kind, cd(o["lr"]), cd(o.get("momentum", 0.0)), cd(o.get("dampening", 0.0)),
+            int(o.get("nesterov", False)), cd(o.get("weight_decay", 0.0)),
+            cd(betas[0]), cd(betas[1]),
+            cd(o.get("eps", 0.0))))
+        for rows, end in ((traj, ","), (s1, ","), (s2, "},")):
+            w("     {")
+            for row in rows:
+                w("         %s," % fmt(row))
+            w("     }%s" % end)
     w("};")
     w("")
     w("#endif")

@@ -24,6 +24,8 @@
 #ifndef FR_KERNELS_H
 #define FR_KERNELS_H
 
+#include <math.h>
+
 #include "graph/graph.h"
 
 /* A 16-bit plane read by pooling or BatchNorm is widened on the thread's
@@ -184,5 +186,40 @@ void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opt
               int first_step);
 void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,
                int64_t step, int decoupled);
+
+/* Adam's scalars for step `step` (1-based), formed as PyTorch forms them
+ * from its Python floats (double): 1 - b1, 1 - b2, lr / (1 - b1^t),
+ * sqrt(1 - b2^t) and 1 - lr wd in double, each rounded to float once where
+ * it meets a float tensor; b1, b2, eps and wd rounded to float as they are.
+ * Every state format (f32, bf16, int8, 16-bit weights) updates with these. */
+typedef struct fr_adam_consts {
+    float neg_step_size, bc2_sqrt, b1, b2, eps, one_minus_b1, one_minus_b2, wd, shrink;
+    int l2, dec; /* Adam's L2 term, AdamW's decoupled decay */
+} fr_adam_consts;
+fr_adam_consts fr_adam_setup(const fr_optim_opts *o, int64_t step, int decoupled);
+
+/* One element of Adam/AdamW, PyTorch's operations in PyTorch's order with
+ * its roundings. PyTorch's CPU kernels (AVX2 and AVX-512 builds) fuse
+ * `a.add_(b, alpha=s)` into fma(b, s, a) and `a.addcmul_(b, c, value=s)`
+ * into fma(s b, c, a); fmaf gives the same single rounding:
+ *   g = fma(p, wd, g)                                 (Adam: grad.add(p, alpha=wd))
+ *   p = p (1 - lr wd)                                 (AdamW: p.mul_)
+ *   m = fma(g, 1 - b1, m b1)                          (m.mul_(b1).add_(g, alpha=1-b1))
+ *   v = fma((1 - b2) g, g, v b2)                      (v.mul_(b2).addcmul_(g, g, value=1-b2))
+ *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (addcdiv_)
+ * m and v come in as f32 and leave as f32 (the caller decodes and encodes
+ * other state formats). */
+static inline void fr_adam_elem(const fr_adam_consts *c, float *p, float g, float *m, float *v) {
+    float gi = g;
+    float pi = *p;
+    if (c->l2) gi = fmaf(pi, c->wd, gi);
+    if (c->dec) pi = pi * c->shrink;
+    float mi = fmaf(gi, c->one_minus_b1, *m * c->b1);
+    float vi = fmaf(c->one_minus_b2 * gi, gi, *v * c->b2);
+    float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+    *m = mi;
+    *v = vi;
+    *p = pi + c->neg_step_size * mi / denom;
+}
 
 #endif

@@ -2,10 +2,11 @@
  * dampening, Nesterov, L2 weight decay), Adam (L2 weight decay) and AdamW
  * (decoupled weight decay). The formulas and the order of the float
  * operations are those of PyTorch's single-tensor (foreach=False) code paths
- * in torch/optim/{sgd,adam,adamw}.py: scalars derived from the options (the
- * bias corrections, 1 - dampening, 1 - lr wd) are computed in double and
- * rounded to float once, as PyTorch does when a Python number meets a float
- * tensor; the elementwise update is float. It owns no state: the momentum
+ * in torch/optim/{sgd,adam,adamw}.py: the options are doubles (Python
+ * floats); scalars derived from them (1 - b1, 1 - b2, the bias corrections,
+ * 1 - dampening, 1 - lr wd) are computed in double and rounded to float
+ * once, as PyTorch does when a Python number meets a float tensor; the
+ * elementwise update is float. It owns no state: the momentum
  * buffer and the Adam moments are the caller's (category FR_MEM_OPTIM). */
 #include <math.h>
 #include "backend/cpu/kernels.h"
@@ -21,8 +22,8 @@
  * buf may be NULL when momentum is 0. */
 void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opts *o,
               int first_step) {
-    const float lr = o->lr, wd = o->weight_decay, mom = o->momentum;
-    const float keep = (float)(1.0 - (double)o->dampening);
+    const float lr = (float)o->lr, wd = (float)o->weight_decay, mom = (float)o->momentum;
+    const float keep = (float)(1.0 - o->dampening);
     const int nesterov = o->nesterov;
     const int64_t len = (int64_t)n;
 #pragma omp parallel for schedule(static) if (len >= OPTIM_PAR_MIN)
@@ -38,41 +39,47 @@ void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opt
     }
 }
 
-/* p, g, m, v: (n); step is 1-based (the count after this update). PyTorch:
- *   Adam:  g = g.add(p, alpha=wd)                 (if wd != 0)
- *   AdamW: p.mul_(1 - lr*wd)
- *   m.mul_(b1).add_(g, alpha=1-b1)
- *   v.mul_(b2).addcmul_(g, g, value=1-b2)
- *   step_size = lr / (1 - b1^t);  bc2_sqrt = sqrt(1 - b2^t)   (double)
- *   denom = (v.sqrt() / bc2_sqrt).add_(eps)
- *   p.addcdiv_(m, denom, value=-step_size)   = p + (-step_size * m) / denom
- * (the last line in the operand order of PyTorch's addcdiv CPU kernel). */
+fr_adam_consts fr_adam_setup(const fr_optim_opts *o, int64_t step, int decoupled) {
+    fr_adam_consts c;
+    const double t = (double)step;
+    const double bc1 = 1.0 - pow(o->beta1, t);
+    const double bc2 = 1.0 - pow(o->beta2, t);
+    c.neg_step_size = (float)-(o->lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.b1 = (float)o->beta1;
+    c.b2 = (float)o->beta2;
+    c.eps = (float)o->eps;
+    c.one_minus_b1 = (float)(1.0 - o->beta1);
+    c.one_minus_b2 = (float)(1.0 - o->beta2);
+    c.wd = (float)o->weight_decay;
+    c.shrink = (float)(1.0 - o->lr * o->weight_decay);
+    c.l2 = !decoupled && c.wd != 0.0f;
+    c.dec = decoupled && c.wd != 0.0f;
+    return c;
+}
+
+/* p, g, m, v: (n) with fr_adam_elem. The clone for CPUs with FMA makes its
+ * fmaf one instruction, 8 lanes at a time; elsewhere fmaf is libm's, with
+ * the same single rounding: the same bits. */
+__attribute__((target_clones("arch=x86-64-v3", "default"))) static void
+adam_span(const fr_adam_consts *c, float *p, const float *g, float *m, float *v, size_t n) {
+    const fr_adam_consts cl = *c; /* a private copy: its branches then vectorize */
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) fr_adam_elem(&cl, &p[i], g[i], &m[i], &v[i]);
+}
+
+#define ADAM_CHUNK 4096
+
+/* p, g, m, v: (n); step is 1-based (the count after this update); the
+ * update is fr_adam_elem (PyTorch's, see kernels.h), elementwise, so the
+ * bits do not depend on the thread count. */
 void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,
                int64_t step, int decoupled) {
-    const double t = (double)step;
-    const double bc1 = 1.0 - pow((double)o->beta1, t);
-    const double bc2 = 1.0 - pow((double)o->beta2, t);
-    const float neg_step_size = (float)-((double)o->lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-    const float one_minus_b1 = (float)(1.0 - (double)o->beta1);
-    const float one_minus_b2 = (float)(1.0 - (double)o->beta2);
-    const float wd = o->weight_decay;
-    const float shrink = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
-    const int l2 = !decoupled && wd != 0.0f, dec = decoupled && wd != 0.0f;
-    const int64_t len = (int64_t)n;
-    /* simd: the same IEEE operations lane by lane (no contraction), the same bits */
-#pragma omp parallel for simd schedule(static) if (len >= OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < len; i++) {
-        float gi = g[i];
-        float pi = p[i];
-        if (l2) gi = gi + wd * pi;
-        if (dec) pi = pi * shrink;
-        float mi = m[i] * b1 + one_minus_b1 * gi;
-        float vi = v[i] * b2 + one_minus_b2 * gi * gi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi + neg_step_size * mi / denom;
+    const fr_adam_consts c = fr_adam_setup(o, step, decoupled);
+    const int64_t chunks = (int64_t)((n + ADAM_CHUNK - 1) / ADAM_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_MIN)
+    for (int64_t k = 0; k < chunks; k++) {
+        const size_t lo = (size_t)k * ADAM_CHUNK, cnt = n - lo < ADAM_CHUNK ? n - lo : ADAM_CHUNK;
+        adam_span(&c, p + lo, g + lo, m + lo, v + lo, cnt);
     }
 }

@@ -408,50 +408,6 @@ void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, 
 
 /* ---- the update --------------------------------------------------------- */
 
-/* fr_k_adam's scalars, derived from the options exactly as it derives them
- * (double, rounded to float once). */
-typedef struct adam_consts {
-    float neg_step_size, bc2_sqrt, b1, b2, eps, one_minus_b1, one_minus_b2, wd, shrink;
-    int l2, dec;
-} adam_consts;
-
-static adam_consts adam_setup(const fr_optim_opts *o, int64_t step, int decoupled) {
-    adam_consts c;
-    const double t = (double)step;
-    const double bc1 = 1.0 - pow((double)o->beta1, t);
-    const double bc2 = 1.0 - pow((double)o->beta2, t);
-    c.neg_step_size = (float)-((double)o->lr / bc1);
-    c.bc2_sqrt = (float)sqrt(bc2);
-    c.b1 = o->beta1;
-    c.b2 = o->beta2;
-    c.eps = o->eps;
-    c.one_minus_b1 = (float)(1.0 - (double)o->beta1);
-    c.one_minus_b2 = (float)(1.0 - (double)o->beta2);
-    c.wd = o->weight_decay;
-    c.shrink = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
-    c.l2 = !decoupled && c.wd != 0.0f;
-    c.dec = decoupled && c.wd != 0.0f;
-    return c;
-}
-
-/* One element, fr_k_adam's loop body with its operations in its order:
- *   g += wd p (Adam) | p *= 1 - lr wd (AdamW)
- *   m = m b1 + (1 - b1) g;  v = v b2 + (1 - b2) g g
- *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
- * m and v come in decoded and leave in f32, to be encoded by the caller. */
-static inline void adam_elem(const adam_consts *c, float *p, float g, float *m, float *v) {
-    float gi = g;
-    float pi = *p;
-    if (c->l2) gi = gi + c->wd * pi;
-    if (c->dec) pi = pi * c->shrink;
-    float mi = *m * c->b1 + c->one_minus_b1 * gi;
-    float vi = *v * c->b2 + c->one_minus_b2 * gi * gi;
-    float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
-    *m = mi;
-    *v = vi;
-    *p = pi + c->neg_step_size * mi / denom;
-}
-
 /* p, g: f32 (n); m, v: uint16_t (n) bf16. Elementwise: decode, update, round
  * to nearest even. */
 /* Chunks of BF16_CHUNK: the moments are widened with the array conversions
@@ -460,7 +416,7 @@ static inline void adam_elem(const adam_consts *c, float *p, float g, float *m, 
 #define BF16_CHUNK 1024
 
 static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
-                      const adam_consts *c) {
+                      const fr_adam_consts *c) {
     const int64_t chunks = (int64_t)((n + BF16_CHUNK - 1) / BF16_CHUNK);
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t k = 0; k < chunks; k++) {
@@ -469,7 +425,7 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
         fr_bf16_to_f32_n_seq(m + lo, mb, cnt);
         fr_bf16_to_f32_n_seq(v + lo, vb, cnt);
 #pragma omp simd
-        for (size_t j = 0; j < cnt; j++) adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
+        for (size_t j = 0; j < cnt; j++) fr_adam_elem(c, &p[lo + j], g[lo + j], &mb[j], &vb[j]);
         fr_f32_to_bf16_n_seq(mb, m + lo, cnt);
         fr_f32_to_bf16_n_seq(vb, v + lo, cnt);
     }
@@ -480,13 +436,14 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
  * v (unsigned map) into f32 scratch, update every element, then take the
  * block's new absmax and re-encode. The result does not depend on the
  * thread count. */
-/* The update of one decoded block, in 8-wide lanes where the CPU has AVX2
- * (the same IEEE operations either way: the same bits). */
-__attribute__((target_clones("avx2", "default"))) static void
-update_block(const adam_consts *c, float *p, const float *g, float *mb, float *vb, size_t cnt) {
-    const adam_consts cl = *c;
+/* The update of one decoded block, in 8-wide lanes with one-instruction
+ * fmaf where the CPU has AVX2 and FMA (the same IEEE operations either way:
+ * the same bits). */
+__attribute__((target_clones("arch=x86-64-v3", "default"))) static void
+update_block(const fr_adam_consts *c, float *p, const float *g, float *mb, float *vb, size_t cnt) {
+    const fr_adam_consts cl = *c;
 #pragma omp simd
-    for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
+    for (size_t j = 0; j < cnt; j++) fr_adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
 }
 
 /* One whole int8 block with AVX-512: decode_block, update_block and
@@ -495,7 +452,7 @@ update_block(const adam_consts *c, float *p, const float *g, float *mb, float *v
  * magnitudes as encode_block takes it: a NaN never replaces the running
  * maximum; it is flagged instead), so the same bits. */
 __attribute__((target("avx512f,avx512bw"))) static void
-adam_block_avx512(const adam_consts *c, float *p, const float *g, uint8_t *mc, float *mabs, uint8_t *vc,
+adam_block_avx512(const fr_adam_consts *c, float *p, const float *g, uint8_t *mc, float *mabs, uint8_t *vc,
                   float *vabs, const dyn_map *ms, const dyn_map *vs) {
     enum { B = FR_STATE_INT8_BLOCK };
     float mb[B], vb[B];
@@ -518,10 +475,10 @@ adam_block_avx512(const adam_consts *c, float *p, const float *g, uint8_t *mc, f
             v = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(vc + i))),
                                                   vs->val, 4), av);
         __m512 gi = _mm512_loadu_ps(g + i), pi = _mm512_loadu_ps(p + i);
-        if (c->l2) gi = _mm512_add_ps(gi, _mm512_mul_ps(wd, pi));
+        if (c->l2) gi = _mm512_fmadd_ps(pi, wd, gi);
         if (c->dec) pi = _mm512_mul_ps(pi, shrink);
-        const __m512 mi = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(omb1, gi));
-        const __m512 vi = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+        const __m512 mi = _mm512_fmadd_ps(gi, omb1, _mm512_mul_ps(m, b1));
+        const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(omb2, gi), gi, _mm512_mul_ps(v, b2));
         const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
         _mm512_storeu_ps(p + i, _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(nss, mi), denom)));
         _mm512_storeu_ps(mb + i, mi);
@@ -538,7 +495,7 @@ adam_block_avx512(const adam_consts *c, float *p, const float *g, uint8_t *mc, f
 }
 
 static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
-                      const adam_consts *c) {
+                      const fr_adam_consts *c) {
     const dyn_map *ms = dynamic_map(1), *vs = dynamic_map(0);
     float *m_absmax = (float *)(m + int8_codes_bytes(n));
     float *v_absmax = (float *)(v + int8_codes_bytes(n));
@@ -567,7 +524,7 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
 void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_t *v, size_t n,
                     const fr_optim_opts *o, int64_t step, int decoupled, int is_f16) {
     if (n == 0) return;
-    const adam_consts c = adam_setup(o, step, decoupled);
+    const fr_adam_consts c = fr_adam_setup(o, step, decoupled);
     const int64_t chunks = (int64_t)((n + BF16_CHUNK - 1) / BF16_CHUNK);
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t k = 0; k < chunks; k++) {
@@ -581,9 +538,9 @@ void fr_k_adam_half(uint16_t *p, const void *g, int g_half, uint16_t *m, uint16_
             fr_half_to_f32_n_seq((const uint16_t *)g + lo, gb, cnt, is_f16);
             gp = gb;
         }
-        const adam_consts cl = c; /* a private copy: its branches then vectorize */
+        const fr_adam_consts cl = c; /* a private copy: its branches then vectorize */
 #pragma omp simd
-        for (size_t j = 0; j < cnt; j++) adam_elem(&cl, &pb[j], gp[j], &mb[j], &vb[j]);
+        for (size_t j = 0; j < cnt; j++) fr_adam_elem(&cl, &pb[j], gp[j], &mb[j], &vb[j]);
         fr_f32_to_half_n_seq(pb, p + lo, cnt, is_f16);
         fr_f32_to_half_n_seq(mb, m + lo, cnt, is_f16);
         fr_f32_to_half_n_seq(vb, v + lo, cnt, is_f16);
@@ -597,7 +554,7 @@ void fr_k_adam_state(float *p, const float *g, void *m, void *v, size_t n, const
         fr_k_adam(p, g, m, v, n, o, step, decoupled);
         return;
     }
-    const adam_consts c = adam_setup(o, step, decoupled);
+    const fr_adam_consts c = fr_adam_setup(o, step, decoupled);
     if (k == FR_STATE_BF16) adam_bf16(p, g, m, v, n, &c);
     else if (k == FR_STATE_INT8) adam_int8(p, g, m, v, n, &c);
 }
