@@ -119,6 +119,8 @@ refuse "--freeze ''" train --freeze ''
 refuse "--freeze ''" plan --freeze=
 refuse "--model ''" estimate --model ''
 refuse "--save needs a value" train --save
+refuse "--save needs a value" train --save --json
+refuse "--batch 'auto'" eval --batch auto
 refuse "unknown option '--bud'" plan --bud 1MiB
 refuse "--json takes no value" estimate --json=1
 refuse "unexpected argument 'extra'" estimate extra

@@ -20,7 +20,7 @@ static const char *usage_main =
     "usage: frugal <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train     train a model on an IDX dataset (Fashion-MNIST by default)\n"
+    "  train     train a model on IDX or .npy data (Fashion-MNIST by default)\n"
     "  eval      accuracy and loss of saved weights (no backward state is allocated)\n"
     "  estimate  bytes per layer and category, and the predicted peak of one step\n"
     "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
@@ -338,7 +338,9 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         const char *val = NULL;
         if (r->arg) {
             if (eq) val = eq + 1;
-            else if (i + 1 < argc) val = argv[++i];
+            else if (i + 1 < argc && !(strncmp(argv[i + 1], "--", 2) == 0 &&
+                                       find_opt(argv[i + 1] + 2, strcspn(argv[i + 1] + 2, "="))))
+                val = argv[++i];
             else {
                 fprintf(stderr, "frugal %s: --%s needs a value (%s)\n(see `frugal %s --help`)\n", cn,
                         r->name, r->arg, cn);
@@ -362,7 +364,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_TEST_LABELS: c->t.test_labels = val; break;
         case O_EPOCHS: INT_OPT(1, 1000000, c->t.epochs); break;
         case O_BATCH:
-            if (!strcmp(val, "auto")) c->t.batch_auto = 1;
+            if (!strcmp(val, "auto") && (cmd->bit & C_STEP)) c->t.batch_auto = 1;
             else INT_OPT(1, 1 << 20, c->t.batch);
             break;
         case O_OPT: opt_name = val; break;
