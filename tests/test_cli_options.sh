@@ -131,6 +131,11 @@ refuse "--init or --resume" train --init a.safetensors --resume b.safetensors
 refuse "--accumulate 3 does not divide the batch 128" train --batch 128 --accumulate 3
 refuse "--accumulate 5 does not divide the batch 64" plan --batch 64 --accumulate 5
 
+# Checkpoint modes: the number after ':' is decimal digits too.
+for v in every:+3 "every: 3" every:0x3 revolve:100001; do refuse "--checkpoint '$v'" plan --checkpoint "$v"; done
+accept plan --checkpoint every:0003
+accept plan --checkpoint revolve:100000
+
 # Sizes (--budget): too large says so; the usual spellings keep working.
 refuse "'1e30GiB' is too large" plan --model mlp --budget 1e30GiB
 refuse "'1e999' is too large" plan --model mlp --budget 1e999

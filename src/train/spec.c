@@ -72,9 +72,10 @@ fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char 
     if (colon) {
         /* decimal digits only: no sign, spaces or hex */
         const char *d = colon + 1;
-        size_t nd = strspn(d, "0123456789");
-        long n = nd && nd <= 6 && !d[nd] ? strtol(d, NULL, 10) : 0;
-        if (n < 1 || n > 100000) {
+        long n = 0;
+        size_t nd = 0;
+        for (; d[nd] >= '0' && d[nd] <= '9'; nd++) n = n > 100000 ? n : 10 * n + (d[nd] - '0');
+        if (!nd || d[nd] || n < 1 || n > 100000) {
             snprintf(err, errlen, "'%s': the number after ':' must be a positive integer up to 100000", s);
             return FR_ERR_ARG;
         }
