@@ -326,13 +326,24 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
         const opt_row *r = find_opt(a + 2, len);
         if (!r) {
-            fprintf(stderr, "frugal %s: unknown option '%.*s'\n(see `frugal %s --help`)\n", cn,
-                    (int)len + 2, a, cn);
+            const opt_row *like = NULL; /* the one option this is the start of, if any */
+            int n_like = 0;
+            for (size_t k = 0; k < N_OPTS; k++)
+                if (opts[k].id > O_BATCH_AUTO && !strncmp(opts[k].name, a + 2, len) && n_like++ == 0)
+                    like = &opts[k];
+            fprintf(stderr, "frugal %s: unknown option '%.*s'", cn, (int)len + 2, a);
+            if (n_like == 1 && len) fprintf(stderr, " (options are spelled in full: --%s?)", like->name);
+            fprintf(stderr, "\n(see `frugal %s --help`)\n", cn);
             return 2;
         }
         if (!(r->cmds & cmd->bit)) {
-            fprintf(stderr, "frugal %s: --%s is not an option of %s (see `frugal %s --help`)\n", cn,
-                    r->name, cn, cn);
+            fprintf(stderr, "frugal %s: --%s is not an option of %s (see `frugal %s --help`); it belongs to ",
+                    cn, r->name, cn, cn);
+            int left = 0, k;
+            for (k = 0; k < (int)N_COMMANDS; k++) left += !!(r->cmds & commands[k].bit);
+            for (k = 0; k < (int)N_COMMANDS; k++)
+                if (r->cmds & commands[k].bit)
+                    fprintf(stderr, "%s%s", commands[k].name, --left > 1 ? ", " : left == 1 ? " and " : "\n");
             return 2;
         }
         const char *val = NULL;
