@@ -173,7 +173,8 @@ notregular() { # description, pattern, command line... (exit 1 within 10 s)
     local d=$1 pat=$2; shift 2
     timeout 10 "$bin" "$@" >/dev/null 2>"$tmp/err"
     local rc=$?
-    [ $rc -eq 1 ] && grep -qF -- "$pat" "$tmp/err" && ok || no "$d: exit $rc (124: hung), $(head -2 "$tmp/err")"
+    [ $rc -eq 1 ] && grep -qF -- "$pat" "$tmp/err" && ok ||
+        no "$d: exit $rc$([ $rc -eq 124 ] && echo ' (hung, killed after 10 s)'), $(head -2 "$tmp/err")"
 }
 notregular "FIFO as --model" "is a FIFO" estimate --model "$tmp/fifo"
 notregular "directory as --model" "is a directory" plan --model "$tmp/dir"
