@@ -19,6 +19,9 @@ expect "help" "$bin" --help
 grep -q "estimate" "$tmp/out" && ok || no "help lists the commands"
 expect "train --help" "$bin" train --help
 grep -q -- "--resume" "$tmp/out" && ok || no "train --help lists --resume"
+for cmd in train eval plan; do # the commands that read data say how a data directory is laid out
+    "$bin" $cmd --help | grep -q -- "{split}-images.npy + {split}-targets.npy" && ok || no "$cmd --help shows the data layouts"
+done
 expect_fail "unknown command" 2 "unknown command" "$bin" fly
 expect_fail "bad batch" 2 "batch" "$bin" train --batch 0
 expect_fail "bad optimizer" 2 "unknown optimizer" "$bin" train --optimizer rmsprop
@@ -89,6 +92,30 @@ assert abs(ev["accuracy"] - first["test_acc"]) < 1e-9, (ev["accuracy"], first["t
 assert ev["gradients_bytes_peak"] == 0 and ev["optimizer_bytes_peak"] == 0, ev
 assert ev["memory"]["allocated_peak"]["activations"] == 0, ev["memory"]
 PY
+
+# The same test set named file by file (Fashion-MNIST's own .gz files) gives the same accuracy.
+expect "eval with --test-images/--test-labels" "$bin" eval --model "$model" --weights "$tmp/ck.safetensors" \
+    --test-images "$data/t10k-images-idx3-ubyte.gz" --test-labels "$data/t10k-labels-idx1-ubyte.gz" \
+    --data /nonexistent --test-limit 512 --json
+python3 - "$tmp/out" "$tmp/full" <<'PY' && ok || no "eval of the explicit test files equals training's test accuracy"
+import json, sys
+ev = json.loads(open(sys.argv[1]).read())
+first = json.loads(open(sys.argv[2]).readline())
+assert abs(ev["accuracy"] - first["test_acc"]) < 1e-9, (ev["accuracy"], first["test_acc"])
+PY
+# eval checks the data against the model before evaluating: a model taking 100
+# inputs (zero weights, written here) is refused on 28x28 images.
+printf 'input 100\nlinear 10\n' >"$tmp/m100.model"
+python3 - "$tmp/m100.safetensors" <<'PY'
+import json, struct, sys
+wn, bn = 10 * 100 * 4, 10 * 4
+h = json.dumps({"0.weight": {"dtype": "F32", "shape": [10, 100], "data_offsets": [0, wn]},
+                "0.bias": {"dtype": "F32", "shape": [10], "data_offsets": [wn, wn + bn]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(wn + bn))
+PY
+expect_fail "eval checks the data's shape" 1 "the model takes (100)" "$bin" eval --model "$tmp/m100.model" \
+    --weights "$tmp/m100.safetensors" --data "$data" --test-limit 100
 
 # A truncated checkpoint is refused with the file's name; nothing crashes.
 head -c 300 "$tmp/ck.safetensors" >"$tmp/bad.safetensors"

@@ -1,8 +1,10 @@
-/* frugal.c — the command-line tool: train, eval, estimate. It parses
- * options, calls the library and prints; every failure is one message on
- * stderr naming what went wrong and a non-zero exit. */
+/* frugal.c — the command-line tool: train, eval, estimate, plan, profile.
+ * It parses options (one table says which command takes which), calls the
+ * library and prints; every failure is one message on stderr naming what
+ * went wrong and a non-zero exit (2 for a usage error). */
 #include <errno.h>
-#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,7 +20,7 @@ static const char *usage_main =
     "usage: frugal <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train     train a model on an IDX dataset (Fashion-MNIST by default)\n"
+    "  train     train a model on IDX or .npy data (Fashion-MNIST by default)\n"
     "  eval      accuracy and loss of saved weights (no backward state is allocated)\n"
     "  estimate  bytes per layer and category, and the predicted peak of one step\n"
     "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
@@ -32,130 +34,197 @@ static const char *usage_main =
     "  frugal plan --model resnet --batch 128 --budget 64MiB\n"
     "  frugal train --model resnet --budget 128MiB --batch auto\n";
 
-static const char *usage_train =
-    "usage: frugal train [options]\n"
-    "\n"
-    "  --model FILE|NAME   model file (see models/README.md) or built-in: mlp, cnn, resnet [cnn]\n"
-    "  --data DIR          directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
-    "                      [" DEFAULT_DATA "]\n"
-    "  --epochs N          passes over the training set [3]\n"
-    "  --batch B           samples per step [128]\n"
-    "  --optimizer NAME    sgd | adam | adamw [adam]\n"
-    "  --lr X              learning rate [sgd 0.01, adam/adamw 0.001]\n"
-    "  --momentum X        SGD momentum [0]\n"
-    "  --nesterov          SGD Nesterov momentum\n"
-    "  --dampening X       SGD dampening [0]\n"
-    "  --weight-decay X    L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]\n"
-    "  --eps X             Adam/AdamW epsilon [1e-8]\n"
-    "  --zero-grad MODE    none (release gradient buffers after each step, PyTorch's\n"
-    "                      set_to_none=True) or zero (keep them) [none]\n"
-    "  --keep-grads        store every gradient; by default, without clipping, a loss\n"
-    "                      scaler or accumulation, each f32 parameter is stepped inside\n"
-    "                      backward as soon as its gradient is made, which then dies\n"
-    "                      (plain SGD in the Linear kernel; momentum SGD, Adam and AdamW\n"
-    "                      by a step node), so gradients are never all stored at once\n"
-    "  --seed N            seed for initialisation, shuffling and dropout [0]\n"
-    "  --threads N         threads for OpenMP and OpenBLAS [all cores]\n"
-    "  --save PATH         write weights + optimizer state (safetensors) after each epoch\n"
-    "  --resume PATH       continue from a checkpoint; losses equal an uninterrupted run\n"
-    "  --limit N           use only the first N training samples\n"
-    "  --test-limit N      use only the first N test samples\n"
-    "  --json              JSON lines on stdout (one per epoch, then a summary)\n"
-    "  --no-progress       no progress bar or log lines\n"
-    "\n"
-    "memory (the planner; see `frugal plan --help`):\n"
-    "  --budget SIZE       a hard limit on the bytes the engine reserves (48MiB, 1.5GiB);\n"
-    "                      the planner picks the least recompute that fits\n"
-    "  --checkpoint MODE   none | marks (the model file's `checkpoint` marks, default) | all |\n"
-    "                      sqrt | every:N | revolve:SLOTS | auto (least recompute within --budget)\n"
-    "  --segments N        PyTorch's checkpoint_sequential(N): segments of floor(n/N) layers,\n"
-    "                      the last segment not checkpointed\n"
-    "  --accumulate K      split each batch into K micro-batches; gradients accumulate\n"
-    "  --micro-batch M     the same, by micro-batch size (must divide --batch)\n"
-    "  --freeze LAYERS     no gradients, no optimizer state, nothing saved for these layers:\n"
-    "                      indices, ranges or names, e.g. 0-3,fc1\n"
-    "  --batch auto        the largest batch whose plan fits --budget\n"
-    "\n"
-    "precision:\n"
-    "  --precision P       fp32 | bf16-mixed | fp16-mixed (fp32 master weights and optimizer\n"
-    "                      state, activations saved for backward in 16 bits) | bf16 | fp16\n"
-    "                      (weights in 16 bits too) | auto (mixed only if the budget needs it)\n"
-    "  --optimizer-state S fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
-    "                      quantization, tensors under 2048 values keep fp32) [fp32]\n"
-    "  --loss-scale MODE   dynamic (PyTorch's GradScaler: 65536, x2 every 2000 clean steps,\n"
-    "                      x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]\n"
-    "  --clip-grad-norm X  clip the global L2 norm of the gradients (after unscaling)\n";
+/* ---- commands and their options ----------------------------------------
+ * One table of options says which commands take each one; one parser reads
+ * them all and refuses an option its command does not use, and every
+ * command's --help is printed from the same table, so what --help lists is
+ * exactly what the command accepts. */
 
-static const char *usage_eval =
-    "usage: frugal eval --model FILE|NAME --weights CKPT [--data DIR] [--batch B] [--json]\n"
-    "\n"
-    "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
-    "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
-    "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n";
+enum { C_TRAIN = 1, C_EVAL = 2, C_ESTIMATE = 4, C_PLAN = 8, C_PROFILE = 16, C_ALL = 31 };
+#define C_STEP (C_TRAIN | C_ESTIMATE | C_PLAN | C_PROFILE) /* commands that plan a training step */
 
-static const char *usage_plan =
-    "usage: frugal plan --model FILE|NAME --batch B|auto [--optimizer O] --budget SIZE\n"
-    "                   [--checkpoint MODE] [--segments N] [--accumulate K | --micro-batch M]\n"
-    "                   [--freeze LAYERS] [--json]\n"
-    "\n"
-    "Prints the plan of one training step that fits the budget: which layers keep their\n"
-    "activations for backward and which are recomputed before their backward, the\n"
-    "micro-batch and accumulation steps, how many ops run in place, the predicted peak\n"
-    "by category and the extra compute as a fraction of one step's FLOPs. If nothing fits\n"
-    "it says the smallest budget that does and with which options.\n"
-    "\n"
-    "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
-    "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
-    "s stored states; each at the full batch or split into micro-batches) is planned\n"
-    "exactly, as it would run; of those that fit, the one with the least extra compute\n"
-    "wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
-    "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
-    "only when nothing else fits).\n";
+typedef struct command {
+    const char *name;
+    unsigned bit;
+    const char *synopsis; /* after "usage: frugal " */
+    const char *about;    /* the paragraph between the synopsis and the options */
+} command;
 
-static const char *usage_profile =
-    "usage: frugal profile --model FILE|NAME [--batch B] [--optimizer O] [--steps N]\n"
-    "                      [--trace trace.json] [--svg memory.svg] [planner options]\n"
-    "\n"
-    "Runs N training steps (default 3) on random data and writes every allocation and\n"
-    "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
-    "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
-    "with the peak marked (and the budget, if given).\n";
+static const command commands[] = {
+    {"train", C_TRAIN, "train [options]",
+     "Trains a model on a dataset (Fashion-MNIST by default), evaluates the test set after\n"
+     "each epoch and prints the memory it took.\n"},
+    {"eval", C_EVAL, "eval --model FILE|NAME --weights CKPT [options]",
+     "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
+     "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
+     "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n"},
+    {"estimate", C_ESTIMATE, "estimate --model FILE|NAME [options]",
+     "Builds and plans one step without running it and prints, per layer, the bytes of\n"
+     "weights, biases and buffers, gradients, optimizer state, the layer's output, what is\n"
+     "saved for backward and workspace; then the predicted peak by category.\n"
+     "SGD keeps no state (momentum one copy of the weights), Adam and AdamW two.\n"},
+    {"plan", C_PLAN, "plan --model FILE|NAME --batch B|auto --budget SIZE [options]",
+     "Prints the plan of one training step that fits the budget: which layers keep their\n"
+     "activations for backward and which are recomputed before their backward, the\n"
+     "micro-batch and accumulation steps, how many ops run in place, the predicted peak\n"
+     "by category and the extra compute as a fraction of one step's FLOPs. If nothing fits\n"
+     "it says the smallest budget that does and with which options.\n"
+     "\n"
+     "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
+     "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
+     "s stored states; each at the full batch or split into micro-batches) is planned\n"
+     "exactly, as it would run; of those that fit, the one with the least extra compute\n"
+     "wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
+     "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
+     "only when nothing else fits).\n"},
+    {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
+     "Runs N training steps (default 3) on random data and writes every allocation and\n"
+     "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
+     "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
+     "with the peak marked (and the budget, if given).\n"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
 
-static const char *usage_estimate =
-    "usage: frugal estimate --model FILE|NAME [--batch B] [--optimizer NAME] [--momentum X]\n"
-    "                       [--keep-grads] [--eval] [--json]\n"
+/* How --data is laid out, for the commands that read data. */
+static const char *data_layout =
     "\n"
-    "Builds and plans one step without running it and prints, per layer, the bytes of\n"
-    "weights, biases and buffers, gradients, optimizer state, the layer's output, what is\n"
-    "saved for backward and workspace; then the predicted peak by category. fp32 throughout.\n"
-    "SGD keeps no state (momentum one copy of the weights), Adam and AdamW two.\n";
+    "data layout: --data DIR holds each split (train, t10k) as one of\n"
+    "  {split}-images-idx3-ubyte[.gz] + {split}-labels-idx1-ubyte[.gz]   Fashion-MNIST's names\n"
+    "  {split}-images.npy + {split}-labels.npy    integer class labels (cross-entropy models)\n"
+    "  {split}-images.npy + {split}-targets.npy   float32 (n, outputs) targets (`loss mse` models)\n"
+    "Images are IDX u8 (n,h,w) or .npy u8/f32 (n,h,w), (n,c,h,w) or (n,d). --train-images with\n"
+    "--train-labels, and --test-images with --test-labels, name a split's two files instead\n"
+    "(both of a pair or neither; the labels may be a float32 .npy of targets for an MSE model);\n"
+    "--data then serves only the other split.\n";
 
 enum {
-    O_MODEL = 1000, O_DATA, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_SEED,
-    O_THREADS, O_SAVE, O_RESUME, O_LIMIT, O_TLIMIT, O_JSON, O_NOPROG, O_WEIGHTS, O_EVAL, O_HELP,
-    O_ZERO, O_EPS, O_PREC, O_OSTATE, O_CLIP, O_LSCALE, O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE, O_TRACE, O_SVG, O_STEPS, O_KEEPG, O_INIT
+    O_SECTION = 1, /* a heading in --help, not an option */
+    O_BATCH_AUTO,  /* a line of --help about --batch, not an option of its own */
+    O_MODEL, O_DATA, O_TRAIN_IMAGES, O_TRAIN_LABELS, O_TEST_IMAGES, O_TEST_LABELS, O_LIMIT, O_TLIMIT,
+    O_EPOCHS, O_BATCH, O_SEED, O_THREADS, O_SAVE, O_RESUME, O_INIT, O_WEIGHTS, O_EVAL,
+    O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_EPS, O_ZERO, O_KEEPG,
+    O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE,
+    O_PREC, O_OSTATE, O_LSCALE, O_CLIP, O_STEPS, O_TRACE, O_SVG, O_JSON, O_NOPROG, O_HELP
 };
 
-static const struct option long_opts[] = {
-    {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
-    {"epochs", required_argument, 0, O_EPOCHS}, {"batch", required_argument, 0, O_BATCH},
-    {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
-    {"momentum", required_argument, 0, O_MOM}, {"nesterov", no_argument, 0, O_NESTEROV},
-    {"dampening", required_argument, 0, O_DAMP}, {"weight-decay", required_argument, 0, O_WD},
-    {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
-    {"save", required_argument, 0, O_SAVE}, {"resume", required_argument, 0, O_RESUME},
-    {"limit", required_argument, 0, O_LIMIT}, {"test-limit", required_argument, 0, O_TLIMIT},
-    {"json", no_argument, 0, O_JSON}, {"no-progress", no_argument, 0, O_NOPROG},
-    {"weights", required_argument, 0, O_WEIGHTS}, {"eval", no_argument, 0, O_EVAL},
-    {"zero-grad", required_argument, 0, O_ZERO}, {"budget", required_argument, 0, O_BUDGET},
-    {"eps", required_argument, 0, O_EPS}, {"precision", required_argument, 0, O_PREC}, {"optimizer-state", required_argument, 0, O_OSTATE},
-    {"clip-grad-norm", required_argument, 0, O_CLIP}, {"loss-scale", required_argument, 0, O_LSCALE},
-    {"checkpoint", required_argument, 0, O_CKPT}, {"segments", required_argument, 0, O_SEGMENTS},
-    {"accumulate", required_argument, 0, O_ACCUM}, {"micro-batch", required_argument, 0, O_MICRO},
-    {"freeze", required_argument, 0, O_FREEZE}, {"trace", required_argument, 0, O_TRACE},
-    {"svg", required_argument, 0, O_SVG}, {"steps", required_argument, 0, O_STEPS},
-    {"keep-grads", no_argument, 0, O_KEEPG}, {"init", required_argument, 0, O_INIT},
-    {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+typedef struct opt_row {
+    const char *name; /* after "--"; a heading's text for O_SECTION */
+    const char *arg;  /* the value's name in --help; NULL: a flag */
+    int id;
+    unsigned cmds;    /* the commands that take it */
+    const char *help; /* '\n' continues on the next line */
+} opt_row;
+
+/* In --help order; a heading is printed when a command takes an option under it. */
+static const opt_row opts[] = {
+    {"model", "FILE|NAME", O_MODEL, C_ALL,
+     "model file (see models/README.md) or built-in: mlp, cnn, resnet [cnn]"},
+    {"weights", "CKPT", O_WEIGHTS, C_EVAL, "the weights to evaluate (safetensors)"},
+    {"batch", "B", O_BATCH, C_ALL, "samples per step [128]"},
+    {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
+    {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
+    {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
+     "JSON on stdout instead of text"},
+    {"no-progress", NULL, O_NOPROG, C_TRAIN, "no progress bar or log lines"},
+    {"help", NULL, O_HELP, C_ALL, "this text"},
+
+    {"data (see the layout below):", NULL, O_SECTION, 0, NULL},
+    {"data", "DIR", O_DATA, C_TRAIN | C_EVAL | C_PLAN, "the dataset's directory [" DEFAULT_DATA "]"},
+    {"train-images", "FILE", O_TRAIN_IMAGES, C_TRAIN | C_PLAN, "the training images, instead of --data's"},
+    {"train-labels", "FILE", O_TRAIN_LABELS, C_TRAIN | C_PLAN,
+     "the training labels (or float32 .npy targets)"},
+    {"test-images", "FILE", O_TEST_IMAGES, C_TRAIN | C_EVAL | C_PLAN, "the test images, instead of --data's"},
+    {"test-labels", "FILE", O_TEST_LABELS, C_TRAIN | C_EVAL | C_PLAN,
+     "the test labels (or float32 .npy targets)"},
+    {"limit", "N", O_LIMIT, C_TRAIN | C_PLAN, "use only the first N training samples"},
+    {"test-limit", "N", O_TLIMIT, C_TRAIN | C_EVAL | C_PLAN, "use only the first N test samples"},
+
+    {"training:", NULL, O_SECTION, 0, NULL},
+    {"epochs", "N", O_EPOCHS, C_TRAIN, "passes over the training set [3]"},
+    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE, "seed for initialisation, shuffling and dropout [0]"},
+    {"save", "PATH", O_SAVE, C_TRAIN, "write weights + optimizer state (safetensors) after each epoch"},
+    {"resume", "PATH", O_RESUME, C_TRAIN, "continue from a checkpoint; losses equal an uninterrupted run"},
+    {"init", "WEIGHTS", O_INIT, C_TRAIN,
+     "start from weights-only safetensors (e.g. `eval`'s or PyTorch's)\nwith a fresh optimizer"},
+    {"steps", "N", O_STEPS, C_PROFILE, "training steps to run [3]"},
+    {"trace", "FILE", O_TRACE, C_PROFILE, "the Chrome Trace Event JSON [memory-trace.json]"},
+    {"svg", "FILE", O_SVG, C_PROFILE, "the chart [memory.svg]"},
+
+    {"optimizer:", NULL, O_SECTION, 0, NULL},
+    {"optimizer", "NAME", O_OPT, C_STEP, "sgd | adam | adamw [adam]"},
+    {"lr", "X", O_LR, C_TRAIN | C_PROFILE, "learning rate [sgd 0.01, adam/adamw 0.001]"},
+    {"momentum", "X", O_MOM, C_STEP, "SGD momentum (one state tensor per weight) [0]"},
+    {"nesterov", NULL, O_NESTEROV, C_TRAIN | C_PROFILE, "SGD Nesterov momentum"},
+    {"dampening", "X", O_DAMP, C_TRAIN | C_PROFILE, "SGD dampening [0]"},
+    {"weight-decay", "X", O_WD, C_TRAIN | C_PROFILE, "L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]"},
+    {"eps", "X", O_EPS, C_TRAIN | C_PROFILE, "Adam/AdamW epsilon [1e-8]"},
+    {"zero-grad", "MODE", O_ZERO, C_TRAIN | C_PROFILE,
+     "none (release gradient buffers after each step, PyTorch's\n"
+     "set_to_none=True) or zero (keep them) [none]"},
+    {"keep-grads", NULL, O_KEEPG, C_STEP,
+     "store every gradient; by default, without clipping, a loss\n"
+     "scaler or accumulation, each f32 parameter is stepped inside\n"
+     "backward as soon as its gradient is made, which then dies\n"
+     "(plain SGD in the Linear kernel; momentum SGD, Adam and AdamW\n"
+     "by a step node), so gradients are never all stored at once"},
+
+    {"memory (the planner; see `frugal plan --help`):", NULL, O_SECTION, 0, NULL},
+    {"budget", "SIZE", O_BUDGET, C_STEP,
+     "a hard limit on the bytes the engine reserves (48MiB, 1.5GiB);\n"
+     "the planner picks the least recompute that fits"},
+    {"batch auto", NULL, O_BATCH_AUTO, C_STEP, "the largest batch whose plan fits --budget"},
+    {"checkpoint", "MODE", O_CKPT, C_STEP,
+     "none | marks (the model file's `checkpoint` marks, default) | all |\n"
+     "sqrt | every:N | revolve:SLOTS | auto (least recompute within --budget)"},
+    {"segments", "N", O_SEGMENTS, C_STEP,
+     "PyTorch's checkpoint_sequential(N): segments of floor(n/N) layers,\n"
+     "the last segment not checkpointed"},
+    {"accumulate", "K", O_ACCUM, C_STEP, "split each batch into K micro-batches; gradients accumulate"},
+    {"micro-batch", "M", O_MICRO, C_STEP, "the same, by micro-batch size (must divide --batch)"},
+    {"freeze", "LAYERS", O_FREEZE, C_STEP,
+     "no gradients, no optimizer state, nothing saved for these layers:\n"
+     "indices, ranges or names, e.g. 0-3,fc1"},
+
+    {"precision:", NULL, O_SECTION, 0, NULL},
+    {"precision", "P", O_PREC, C_STEP,
+     "fp32 | bf16-mixed | fp16-mixed (fp32 master weights and optimizer\n"
+     "state, activations saved for backward in 16 bits) | bf16 | fp16\n"
+     "(weights in 16 bits too) | auto (mixed only if the budget needs it)"},
+    {"optimizer-state", "S", O_OSTATE, C_STEP,
+     "fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
+     "quantization, tensors under 2048 values keep fp32) [fp32]"},
+    {"loss-scale", "MODE", O_LSCALE, C_STEP,
+     "dynamic (PyTorch's GradScaler: 65536, x2 every 2000 clean steps,\n"
+     "x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]"},
+    {"clip-grad-norm", "X", O_CLIP, C_STEP, "clip the global L2 norm of the gradients (after unscaling)"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+static void print_usage(const command *cmd) {
+    printf("usage: frugal %s\n\n%s", cmd->synopsis, cmd->about);
+    const char *heading = "options:";
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const opt_row *r = &opts[i];
+        if (r->id == O_SECTION) {
+            heading = r->name;
+            continue;
+        }
+        if (!(r->cmds & cmd->bit)) continue;
+        if (heading) printf("\n%s\n", heading);
+        heading = NULL;
+        char left[40];
+        snprintf(left, sizeof left, "--%s%s%s", r->name, r->arg ? " " : "", r->arg ? r->arg : "");
+        printf("  %-20s ", left);
+        if (strlen(left) > 20) printf("\n  %-20s ", "");
+        for (const char *h = r->help; *h; h++) {
+            putchar(*h);
+            if (*h == '\n') printf("  %-20s ", "");
+        }
+        putchar('\n');
+    }
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (opts[i].id == O_DATA && (opts[i].cmds & cmd->bit)) fputs(data_layout, stdout);
+}
 
 typedef struct cli {
     fr_train_cfg t;
@@ -175,19 +244,70 @@ static int bad(const char *cmd, const char *fmt, const char *arg) {
     return 2;
 }
 
-static int parse_num(const char *cmd, const char *name, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "frugal %s: --%s '%s': expected a number in [%g, %g]\n", cmd, name, s, lo, hi);
+/* A whole number in [lo, hi]: decimal digits only (no sign, no fraction, no
+ * exponent, no hex, no spaces), so "1.5", "0x20", "1e3" and "-1" are refused
+ * instead of being truncated or read in another base. */
+static int parse_int(const char *cmd, const char *name, const char *s, uint64_t lo, uint64_t hi,
+                     uint64_t *out) {
+    uint64_t v = 0;
+    int ok = *s != 0;
+    for (const char *p = s; ok && *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (d > 9 || v > (UINT64_MAX - d) / 10) ok = 0;
+        else v = 10 * v + d;
+    }
+    if (!ok || v < lo || v > hi) {
+        fprintf(stderr, "frugal %s: --%s '%s': expected a whole number from %llu to %llu\n", cmd, name, s,
+                (unsigned long long)lo, (unsigned long long)hi);
         return 2;
     }
     *out = v;
     return 0;
 }
 
-static int parse(int argc, char **argv, const char *cmd, const char *usage, cli *c) {
+/* A finite decimal number in [lo, hi], the whole string (1e-3 and .5 are
+ * numbers; "0.1x", "nan", "inf", hex floats and spaces are not). */
+static int parse_real(const char *cmd, const char *name, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = 0;
+    int ok = strspn(s, "0123456789.eE+-") == strlen(s) && *s;
+    if (ok) {
+        errno = 0;
+        v = strtod(s, &end);
+        ok = !errno && end != s && !*end && isfinite(v) && v >= lo && v <= hi;
+    }
+    if (!ok) {
+        fprintf(stderr, "frugal %s: --%s '%s': expected a number from %g to %g\n", cmd, name, s, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+#define INT_OPT(lo, hi, dst)                                                  \
+    do {                                                                      \
+        uint64_t v_;                                                          \
+        if (parse_int(cmd->name, r->name, val, (lo), (hi), &v_)) return 2;   \
+        dst = v_;                                                             \
+    } while (0)
+#define REAL_OPT(lo, hi, dst)                                                 \
+    do {                                                                      \
+        double v_;                                                            \
+        if (parse_real(cmd->name, r->name, val, (lo), (hi), &v_)) return 2;  \
+        dst = (float)v_;                                                      \
+    } while (0)
+
+static const opt_row *find_opt(const char *name, size_t len) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (opts[i].id > O_BATCH_AUTO && strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+            return &opts[i];
+    return NULL;
+}
+
+/* Reads argv (argv[0] is the command) into c. Options are spelled in full,
+ * "--name value" or "--name=value"; a value is never empty. Returns 0, 2 on
+ * a usage error (with its message printed) or -1 after printing --help. */
+static int parse(int argc, char **argv, const command *cmd, cli *c) {
     memset(c, 0, sizeof *c);
     c->t.model = "cnn";
     c->t.data = DEFAULT_DATA;
@@ -197,96 +317,149 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
     c->t.queue = 2;
     c->t.eval_batch = 0; /* the training micro-batch */
-    const char *opt_name = "adam";
-    optind = 1;
-    int o;
-    double v;
-    while ((o = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-        switch (o) {
-        case O_MODEL: c->t.model = optarg; break;
-        case O_DATA: c->t.data = optarg; break;
-        case O_EPOCHS: if (parse_num(cmd, "epochs", optarg, 1, 1e6, &v)) return 2; c->t.epochs = (int)v; break;
+    const char *opt_name = "adam", *cn = cmd->name;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h")) a = "--help";
+        if (strncmp(a, "--", 2) || !a[2]) return bad(cn, "unexpected argument '%s'", a);
+        const char *eq = strchr(a + 2, '=');
+        size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        const opt_row *r = find_opt(a + 2, len);
+        if (!r) {
+            const opt_row *like = NULL; /* the one option this is the start of, if any */
+            int n_like = 0;
+            for (size_t k = 0; k < N_OPTS; k++)
+                if (opts[k].id > O_BATCH_AUTO && !strncmp(opts[k].name, a + 2, len) && n_like++ == 0)
+                    like = &opts[k];
+            fprintf(stderr, "frugal %s: unknown option '%.*s'", cn, (int)len + 2, a);
+            if (n_like == 1 && len) fprintf(stderr, " (options are spelled in full: --%s?)", like->name);
+            fprintf(stderr, "\n(see `frugal %s --help`)\n", cn);
+            return 2;
+        }
+        if (!(r->cmds & cmd->bit)) {
+            fprintf(stderr, "frugal %s: --%s is not an option of %s (see `frugal %s --help`); it belongs to ",
+                    cn, r->name, cn, cn);
+            int left = 0, k;
+            for (k = 0; k < (int)N_COMMANDS; k++) left += !!(r->cmds & commands[k].bit);
+            for (k = 0; k < (int)N_COMMANDS; k++)
+                if (r->cmds & commands[k].bit)
+                    fprintf(stderr, "%s%s", commands[k].name, --left > 1 ? ", " : left == 1 ? " and " : "\n");
+            return 2;
+        }
+        const char *val = NULL;
+        if (r->arg) {
+            if (eq) val = eq + 1;
+            else if (i + 1 < argc && !(strncmp(argv[i + 1], "--", 2) == 0 &&
+                                       find_opt(argv[i + 1] + 2, strcspn(argv[i + 1] + 2, "="))))
+                val = argv[++i];
+            else {
+                fprintf(stderr, "frugal %s: --%s needs a value (%s)\n(see `frugal %s --help`)\n", cn,
+                        r->name, r->arg, cn);
+                return 2;
+            }
+            if (!*val) {
+                fprintf(stderr, "frugal %s: --%s '': the value is empty (expected %s)\n(see `frugal %s --help`)\n",
+                        cn, r->name, r->arg, cn);
+                return 2;
+            }
+        } else if (eq) {
+            fprintf(stderr, "frugal %s: --%s takes no value ('%s')\n", cn, r->name, a);
+            return 2;
+        }
+        switch (r->id) {
+        case O_MODEL: c->t.model = val; break;
+        case O_DATA: c->t.data = val; break;
+        case O_TRAIN_IMAGES: c->t.train_images = val; break;
+        case O_TRAIN_LABELS: c->t.train_labels = val; break;
+        case O_TEST_IMAGES: c->t.test_images = val; break;
+        case O_TEST_LABELS: c->t.test_labels = val; break;
+        case O_EPOCHS: INT_OPT(1, 1000000, c->t.epochs); break;
         case O_BATCH:
-            if (!strcmp(optarg, "auto")) { c->t.batch_auto = 1; break; }
-            if (parse_num(cmd, "batch", optarg, 1, 1 << 20, &v)) return 2;
-            c->t.batch = (int)v;
+            if (!strcmp(val, "auto") && (cmd->bit & C_STEP)) c->t.batch_auto = 1;
+            else INT_OPT(1, 1 << 20, c->t.batch);
             break;
-        case O_OPT: opt_name = optarg; break;
-        case O_LR: if (parse_num(cmd, "lr", optarg, 0, 1e6, &v)) return 2; c->lr = v; c->lr_set = 1; break;
-        case O_MOM: if (parse_num(cmd, "momentum", optarg, 0, 1, &v)) return 2; c->momentum = v; break;
+        case O_OPT: opt_name = val; break;
+        case O_LR: REAL_OPT(0, 1e6, c->lr); c->lr_set = 1; break;
+        case O_MOM: REAL_OPT(0, 1, c->momentum); break;
         case O_NESTEROV: c->nesterov = 1; break;
-        case O_DAMP: if (parse_num(cmd, "dampening", optarg, 0, 1, &v)) return 2; c->dampening = v; break;
-        case O_WD: if (parse_num(cmd, "weight-decay", optarg, 0, 1e6, &v)) return 2; c->wd = v; c->wd_set = 1; break;
-        case O_SEED: if (parse_num(cmd, "seed", optarg, 0, 1e18, &v)) return 2; c->t.seed = (uint64_t)v; break;
-        case O_THREADS: if (parse_num(cmd, "threads", optarg, 0, 1024, &v)) return 2; c->threads = (int)v; break;
-        case O_SAVE: c->t.save = optarg; break;
-        case O_RESUME: c->t.resume = optarg; break;
-        case O_INIT: c->t.init = optarg; break;
-        case O_LIMIT: if (parse_num(cmd, "limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_train = (int64_t)v; break;
-        case O_TLIMIT: if (parse_num(cmd, "test-limit", optarg, 1, 1e12, &v)) return 2; c->t.limit_test = (int64_t)v; break;
+        case O_DAMP: REAL_OPT(0, 1, c->dampening); break;
+        case O_WD: REAL_OPT(0, 1e6, c->wd); c->wd_set = 1; break;
+        case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
+        case O_THREADS: INT_OPT(0, 1024, c->threads); break;
+        case O_SAVE: c->t.save = val; break;
+        case O_RESUME: c->t.resume = val; break;
+        case O_INIT: c->t.init = val; break;
+        case O_LIMIT: INT_OPT(1, 1000000000000, c->t.limit_train); break;
+        case O_TLIMIT: INT_OPT(1, 1000000000000, c->t.limit_test); break;
         case O_JSON: c->t.json = 1; break;
         case O_NOPROG: c->t.progress = -1; break;
-        case O_WEIGHTS: c->weights = optarg; break;
+        case O_WEIGHTS: c->weights = val; break;
         case O_EVAL: c->eval_only = 1; break;
-        case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = v; c->eps_set = 1; break;
+        case O_EPS: REAL_OPT(0, 1, c->eps); c->eps_set = 1; break;
         case O_PREC:
-            if (fr_precision_parse(optarg, &c->t.precision))
-                return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);
+            if (fr_precision_parse(val, &c->t.precision))
+                return bad(cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", val);
             break;
         case O_OSTATE:
-            if (!strcmp(optarg, "fp32")) c->t.optim_state = 0;
-            else if (!strcmp(optarg, "bf16")) c->t.optim_state = 1;
-            else if (!strcmp(optarg, "int8")) c->t.optim_state = 2;
-            else return bad(cmd, "--optimizer-state '%s': choose fp32, bf16 or int8", optarg);
+            if (!strcmp(val, "fp32")) c->t.optim_state = 0;
+            else if (!strcmp(val, "bf16")) c->t.optim_state = 1;
+            else if (!strcmp(val, "int8")) c->t.optim_state = 2;
+            else return bad(cn, "--optimizer-state '%s': choose fp32, bf16 or int8", val);
             break;
         case O_KEEPG: c->t.keep_grads = 1; break;
-        case O_CLIP: if (parse_num(cmd, "clip-grad-norm", optarg, 0, 1e30, &v)) return 2; c->t.clip_grad_norm = (float)v; break;
+        case O_CLIP: REAL_OPT(0, 1e30, c->t.clip_grad_norm); break;
         case O_LSCALE:
-            if (!strcmp(optarg, "dynamic")) c->t.loss_scaling = 1;
-            else if (!strcmp(optarg, "none")) c->t.loss_scaling = -1;
-            else return bad(cmd, "--loss-scale '%s': choose dynamic or none", optarg);
+            if (!strcmp(val, "dynamic")) c->t.loss_scaling = 1;
+            else if (!strcmp(val, "none")) c->t.loss_scaling = -1;
+            else return bad(cn, "--loss-scale '%s': choose dynamic or none", val);
             break;
         case O_BUDGET: {
             char err[160];
-            if (fr_parse_bytes(optarg, &c->t.budget, err, sizeof err)) return bad(cmd, "--budget: %s", err);
+            if (fr_parse_bytes(val, &c->t.budget, err, sizeof err)) return bad(cn, "--budget %s", err);
+            if (!c->t.budget) return bad(cn, "--budget '%s': a budget must be at least one byte", val);
             break;
         }
         case O_CKPT: {
             char err[160];
-            if (fr_parse_checkpoint(optarg, &c->t.checkpoint, &c->t.ckpt_arg, err, sizeof err))
-                return bad(cmd, "--checkpoint: %s", err);
+            if (fr_parse_checkpoint(val, &c->t.checkpoint, &c->t.ckpt_arg, err, sizeof err))
+                return bad(cn, "--checkpoint %s", err);
             break;
         }
-        case O_SEGMENTS: if (parse_num(cmd, "segments", optarg, 1, 1e6, &v)) return 2;
-            c->t.checkpoint = FR_CKPT_SEGMENTS; c->t.ckpt_arg = (int)v; break;
-        case O_ACCUM: if (parse_num(cmd, "accumulate", optarg, 1, 1 << 20, &v)) return 2; c->accumulate = (int)v; break;
-        case O_MICRO: if (parse_num(cmd, "micro-batch", optarg, 1, 1 << 20, &v)) return 2; c->t.micro_batch = (int)v; break;
-        case O_FREEZE: c->t.freeze = optarg; break;
-        case O_TRACE: c->trace = optarg; break;
-        case O_SVG: c->svg = optarg; break;
-        case O_STEPS: if (parse_num(cmd, "steps", optarg, 1, 1e6, &v)) return 2; c->steps = (int)v; break;
+        case O_SEGMENTS: INT_OPT(1, 1000000, c->t.ckpt_arg); c->t.checkpoint = FR_CKPT_SEGMENTS; break;
+        case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
+        case O_MICRO: INT_OPT(1, 1 << 20, c->t.micro_batch); break;
+        case O_FREEZE: c->t.freeze = val; break;
+        case O_TRACE: c->trace = val; break;
+        case O_SVG: c->svg = val; break;
+        case O_STEPS: INT_OPT(1, 1000000, c->steps); break;
         case O_ZERO:
-            if (strcmp(optarg, "none") && strcmp(optarg, "zero"))
-                return bad(cmd, "--zero-grad '%s': expected none or zero", optarg);
-            c->zero_keep = !strcmp(optarg, "zero");
+            if (strcmp(val, "none") && strcmp(val, "zero"))
+                return bad(cn, "--zero-grad '%s': expected none or zero", val);
+            c->zero_keep = !strcmp(val, "zero");
             break;
-        case 'h':
-        case O_HELP: fputs(usage, stdout); exit(0);
-        default: fprintf(stderr, "(see `frugal %s --help`)\n", cmd); return 2;
+        case O_HELP: print_usage(cmd); return -1;
         }
     }
-    if (optind < argc) return bad(cmd, "unexpected argument '%s'", argv[optind]);
+    if (!c->t.train_images != !c->t.train_labels)
+        return bad(cn, "%s", "give --train-images and --train-labels together (or neither)");
+    if (!c->t.test_images != !c->t.test_labels)
+        return bad(cn, "%s", "give --test-images and --test-labels together (or neither)");
+    if (c->t.init && c->t.resume)
+        return bad(cn, "%s", "give --init or --resume, not both (--resume restores the weights and the optimizer)");
     if (c->accumulate) {
-        if (c->t.micro_batch) return bad(cmd, "%s", "give --accumulate or --micro-batch, not both");
-        if (c->t.batch % c->accumulate)
-            return bad(cmd, "--accumulate %s does not divide the batch", argv[0]);
+        char msg[96];
+        if (c->t.micro_batch) return bad(cn, "%s", "give --accumulate or --micro-batch, not both");
+        if (c->t.batch_auto)
+            return bad(cn, "%s", "--accumulate needs a fixed --batch; with --batch auto give --micro-batch");
+        snprintf(msg, sizeof msg, "--accumulate %d does not divide the batch %d", c->accumulate, c->t.batch);
+        if (c->t.batch % c->accumulate) return bad(cn, "%s", msg);
         c->t.micro_batch = c->t.batch / c->accumulate;
     }
     if (c->t.batch_auto && !c->t.budget)
-        return bad(cmd, "%s", "--batch auto needs --budget (the largest batch that fits it)");
+        return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     char err[128];
     fr_optim_kind kind;
-    if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cmd, "%s", err);
+    if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cn, "%s", err);
     c->t.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.optim.lr = c->lr;
     if (c->wd_set) c->t.optim.weight_decay = c->wd;
@@ -296,9 +469,9 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     c->t.optim.nesterov = c->nesterov;
     c->t.optim.zero_grad_to_none = !c->zero_keep;
     if (kind != FR_OPTIM_SGD && (c->momentum || c->nesterov || c->dampening))
-        return bad(cmd, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
+        return bad(cn, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
     if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-        return bad(cmd, "%s", "Nesterov momentum requires a momentum and zero dampening (as in PyTorch)");
+        return bad(cn, "%s", "Nesterov momentum requires a momentum and zero dampening (as in PyTorch)");
     return 0;
 }
 
@@ -320,14 +493,14 @@ static void mem_json_inline(fr_ctx *ctx) {
 
 static int cmd_train(int argc, char **argv) {
     cli c;
-    int r = parse(argc, argv, "train", usage_train, &c);
-    if (r) return r;
+    int r = parse(argc, argv, &commands[0], &c);
+    if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
     if (!c.t.json && c.t.progress >= 0)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
-                c.t.data, c.t.epochs, c.t.batch,
+                c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
                 c.t.optim.kind == FR_OPTIM_SGD ? "sgd" : c.t.optim.kind == FR_OPTIM_ADAM ? "adam" : "adamw",
                 (double)c.t.optim.lr, fr_get_threads(ctx));
     fr_train_result res;
@@ -359,8 +532,8 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_eval(int argc, char **argv) {
     cli c;
-    int r = parse(argc, argv, "eval", usage_eval, &c);
-    if (r) return r;
+    int r = parse(argc, argv, &commands[1], &c);
+    if (r) return r < 0 ? 0 : r;
     if (!c.weights) return bad("eval", "%s", "--weights CKPT is required");
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
@@ -369,7 +542,9 @@ static int cmd_eval(int argc, char **argv) {
     fr_dataset *ds = NULL;
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
-    if (!st && !(ds = fr_dataset_open_dir(ctx, c.t.data, "t10k"))) st = FR_ERR_IO;
+    if (!st && !(ds = fr_dataset_open_split(ctx, c.t.data, "t10k", c.t.test_images, c.t.test_labels)))
+        st = FR_ERR_IO;
+    if (!st) st = fr_data_check(ctx, m, ds);
     if (!st) st = fr_evaluate(ctx, m, ds, c.t.batch, c.t.limit_test, &acc, &loss);
     if (st) {
         fprintf(stderr, "frugal eval: %s\n", fr_last_error(ctx));
@@ -420,10 +595,11 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
 
 static int cmd_plan(int argc, char **argv) {
     cli c;
-    int r = parse(argc, argv, "plan", usage_plan, &c);
-    if (r) return r;
+    int r = parse(argc, argv, &commands[3], &c);
+    if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
     fr_model *m = load_for("plan", ctx, &c);
     fr_step *s = NULL;
     if (m) {
@@ -444,8 +620,8 @@ static int cmd_plan(int argc, char **argv) {
 
 static int cmd_profile(int argc, char **argv) {
     cli c;
-    int r = parse(argc, argv, "profile", usage_profile, &c);
-    if (r) return r;
+    int r = parse(argc, argv, &commands[4], &c);
+    if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
@@ -501,19 +677,22 @@ out:
 
 static int cmd_estimate(int argc, char **argv) {
     cli c;
-    int r = parse(argc, argv, "estimate", usage_estimate, &c);
-    if (r) return r;
+    int r = parse(argc, argv, &commands[2], &c);
+    if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
     fr_model *m = load_for("estimate", ctx, &c);
     fr_step *s = NULL;
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
-        s = so.batch ? fr_step_compile(m, &so) : NULL;
+        if (!so.batch)
+            fprintf(stderr, "frugal estimate: not even a batch of 1 fits %zu bytes\n", c.t.budget);
+        else if (!(s = fr_step_compile(m, &so)))
+            fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
     }
     if (!s) {
-        fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
         fr_model_free(m);
         fr_ctx_free(ctx);
         return 1;

@@ -10,7 +10,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/ctx.h"
+#include "io/file.h"
 #include "model/modelfile.h"
 
 #define MF_MAX_LINE 1024       /* bytes in one line, comment included */
@@ -578,42 +580,46 @@ fr_model *fr_model_parse(fr_ctx *ctx, const char *name, const char *text, size_t
 
 /* ---- files ------------------------------------------------------------- */
 
-/* Read a whole file into an fr_alloc'd buffer of *len bytes. */
+/* Read a whole file into an fr_alloc'd buffer of *len bytes. fr_open_regular
+ * refuses what is not a regular file (a FIFO would block open() and read()
+ * forever), the size is checked before anything is allocated, and one byte
+ * more than that size is asked for, so a file that grows meanwhile is seen. */
 static char *mf_read(fr_ctx *ctx, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fr_fail(ctx, FR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    uint64_t size = 0;
+    int fd = fr_open_regular(ctx, path, "model file", &size);
+    if (fd < 0) return NULL;
+    if (size > MF_MAX_TEXT) {
+        close(fd);
+        fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes is too large for a model file (at most %u)", path,
+                (unsigned long long)size, MF_MAX_TEXT);
         return NULL;
     }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n == cap && fr_grow(ctx, (void **)&buf, &cap, cap ? 2 * cap : 4096, 1, FR_MEM_OTHER)) {
-            char msg[FR_ERR_LEN];
-            snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
-            fr_fail(ctx, FR_ERR_NOMEM, "cannot read '%s': %s", path, msg);
-            break;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n > MF_MAX_TEXT) {
-            fr_fail(ctx, FR_ERR_FORMAT, "'%s' is too large for a model file (more than %u bytes)",
-                    path, MF_MAX_TEXT);
-            break;
-        }
-        if (got == 0 || n < cap) {
-            if (ferror(f)) {
-                fr_fail(ctx, FR_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-                break;
-            }
-            if (feof(f)) {
-                fclose(f);
-                *len = n;
-                return buf;
-            }
-        }
+    size_t cap = (size_t)size + 1, n = 0;
+    char *buf = fr_alloc(ctx, cap, FR_MEM_OTHER);
+    if (!buf) {
+        char msg[FR_ERR_LEN];
+        snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
+        close(fd);
+        fr_fail(ctx, FR_ERR_NOMEM, "%s: cannot read the model file: %s", path, msg);
+        return NULL;
     }
-    fclose(f);
+    while (n < cap) {
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            fr_fail(ctx, FR_ERR_IO, "%s: cannot read the model file: %s", path, strerror(e));
+            break;
+        }
+        if (got == 0) {
+            close(fd);
+            *len = n;
+            return buf;
+        }
+        n += (size_t)got;
+    }
+    if (n == cap) fr_fail(ctx, FR_ERR_IO, "%s: the model file grew while it was read", path);
+    close(fd);
     fr_free(ctx, buf);
     return NULL;
 }

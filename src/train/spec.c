@@ -7,25 +7,54 @@
 #include <strings.h>
 #include "train/trainer.h"
 
+/* The largest size a budget can name: 2^50 bytes (1 PiB), far above any
+ * machine, and small enough that size_t and the planner's sums never wrap. */
+#define FR_BYTES_MAX 1125899906842624.0
+
+/* A size is a decimal number (digits, an optional fraction and exponent:
+ * "1.5", "2e3") and an optional unit, binary (K, KiB, M, MiB, G, GiB) or
+ * decimal (KB, MB, GB), case-insensitive; a plain number is bytes and a
+ * fraction of a byte is dropped. Signs, hex, "nan", "inf" and spaces are not
+ * sizes. */
 fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
+    const char *p = s;
+    size_t digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++) digits++;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++) digits++;
+    if (digits && (*p == 'e' || *p == 'E')) {
+        const char *q = p + 1;
+        if (*q == '+' || *q == '-') q++;
+        if (*q >= '0' && *q <= '9') {
+            while (*q >= '0' && *q <= '9') q++;
+            p = q;
+        }
+    }
+    if (*s == '-') {
+        snprintf(err, errlen, "'%s': a size cannot be negative", s);
+        return FR_ERR_ARG;
+    }
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) {
-        snprintf(err, errlen, "'%s' is not a size (try 48MiB, 1.5GiB, 500MB)", s);
+    double v = digits ? strtod(s, &end) : 0;
+    if (!digits || end != p) {
+        snprintf(err, errlen, "'%s' is not a size (a decimal number and a unit: 48MiB, 1.5GiB, 500MB)", s);
         return FR_ERR_ARG;
     }
     static const struct { const char *unit; double mult; } units[] = {
         {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0},
         {"MiB", 1048576.0}, {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcasecmp(end, units[i].unit) && (units[i].unit[0] || !*end)) {
-            double b = v * units[i].mult;
-            if (b > 1e15) break;
+        if (!strcasecmp(p, units[i].unit)) {
+            double b = v * units[i].mult; /* strtod's overflow is inf, which fails below */
+            if (!(b <= FR_BYTES_MAX)) {
+                snprintf(err, errlen, "'%s' is too large: a size is at most 1024 TiB (2^50 bytes)", s);
+                return FR_ERR_ARG;
+            }
             *out = (size_t)b;
             return FR_OK;
         }
-    snprintf(err, errlen, "'%s': unknown unit '%s' (B, KiB, MiB, GiB, KB, MB, GB)", s, end);
+    snprintf(err, errlen, "'%s': unknown unit '%s' (B, KiB, MiB, GiB, KB, MB, GB)", s, p);
     return FR_ERR_ARG;
 }
 
@@ -41,10 +70,13 @@ fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char 
         }
     const char *colon = strchr(s, ':');
     if (colon) {
-        char *end;
-        long n = strtol(colon + 1, &end, 10);
-        if (*end || end == colon + 1 || n < 1 || n > 100000) {
-            snprintf(err, errlen, "'%s': the number after ':' must be a positive integer", s);
+        /* decimal digits only: no sign, spaces or hex */
+        const char *d = colon + 1;
+        long n = 0;
+        size_t nd = 0;
+        for (; d[nd] >= '0' && d[nd] <= '9'; nd++) n = n > 100000 ? n : 10 * n + (d[nd] - '0');
+        if (!nd || d[nd] || n < 1 || n > 100000) {
+            snprintf(err, errlen, "'%s': the number after ':' must be a positive integer up to 100000", s);
             return FR_ERR_ARG;
         }
         size_t k = (size_t)(colon - s);
