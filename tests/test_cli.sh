@@ -114,7 +114,7 @@ h = json.dumps({"0.weight": {"dtype": "F32", "shape": [10, 100], "data_offsets":
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(wn + bn))
 PY
-expect_fail "eval checks the data's shape" 1 "the model takes (100)" "$bin" eval --model "$tmp/m100.model" \
+expect_fail "eval checks the data's shape" 1 "but the model takes 100" "$bin" eval --model "$tmp/m100.model" \
     --weights "$tmp/m100.safetensors" --data "$data" --test-limit 100
 
 # A truncated checkpoint is refused with the file's name; nothing crashes.

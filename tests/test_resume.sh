@@ -106,7 +106,7 @@ st.write(sys.argv[2], h, {}, t)  # a PyTorch state_dict: no metadata, no optimiz
 PY
 expect_fail "resume from a weights-only file" 1 "use --init" \
     "$bin" train "${adam[@]}" --epochs 2 --resume "$tmp/w.safetensors"
-expect_fail "--init with --resume" 1 "--init and --resume together" \
+expect_fail "--init with --resume" 2 "give --init or --resume, not both" \
     "$bin" train "${adam[@]}" --epochs 2 --init "$tmp/w.safetensors" --resume "$ck"
 expect "--init --freeze 0" "$bin" train "${adam[@]}" --epochs 1 --init "$tmp/w.safetensors" --freeze 0 \
     --save "$tmp/ft.safetensors"
