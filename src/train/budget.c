@@ -1,0 +1,249 @@
+/* budget.c — one accounting of the user's --budget, shared by `frugal train`
+ * and `frugal plan` (and --batch auto in both). The budget is split into
+ *
+ *   data loading  the open datasets, the training loader (its permutation and
+ *                 (queue + 1) batch buffers) and, while evaluating, the eval
+ *                 loader and eval step beyond the training arena they replace;
+ *   the model     parameters and buffers, from their shapes (nothing is
+ *                 allocated to count them);
+ *   metadata      the model's description, held already;
+ *   the step      what is left: gradients, optimizer state, the arena, the
+ *                 executor's tables, the step's own metadata,
+ *
+ * every term as the allocator reserves it (headers and rounding included),
+ * and the planner fills the step's share. The step's plan counts the
+ * parameters and the batch it reads (fr_step_reserved); that batch is one of
+ * the loader's buffers and the parameters are the model's term, so the
+ * planner is given the step's share plus those two and nothing is counted
+ * twice. A refusal names the user's budget and what takes it. */
+#include <stdlib.h>
+#include <string.h>
+#include "data/loader.h"
+#include "report/report.h"
+#include "train/trainer.h"
+
+/* Parameter blocks as they will be allocated: in 16 bits for trainable
+ * tensors under pure fp16/bf16 (fr_model_to_dtype), else in their dtype. */
+static size_t param_blocks(const fr_model *m, fr_precision prec, int allocated_only) {
+    int half = prec == FR_PREC_FP16 || prec == FR_PREC_BF16;
+    size_t r = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (allocated_only && !p->data) continue;
+        size_t es = half && p->trainable && p->dtype == FR_F32 ? 2 : fr_dtype_size(p->dtype);
+        r += fr_mem_block_bytes((size_t)fr_shape_numel(&p->shape) * es);
+    }
+    return r;
+}
+
+/* The batch a step reads (its plan's data term): f32 inputs and i32 labels,
+ * or f32 targets for MSE. */
+static size_t data_bytes(const fr_model *m, int batch) {
+    size_t label = m->loss == FR_LOSS_CROSS_ENTROPY ? 4 : (size_t)fr_model_num_classes(m) * 4;
+    return ((size_t)fr_shape_numel(&m->in) * 4 + label) * (size_t)batch;
+}
+
+/* The training loader's permutation (counted with the datasets) */
+static size_t perm_bytes(const fr_budget_data *d) {
+    int64_t n = d->limit_train > 0 && d->limit_train < d->n_train ? d->limit_train : d->n_train;
+    return fr_mem_block_bytes((size_t)n * sizeof(int64_t));
+}
+
+/* and the rest of it: (queue + 1) batch buffers and its handle. */
+static size_t train_loader(const fr_budget_data *d, int batch) {
+    fr_loader_opts lo = {batch, 1, 0, 0, d->queue, d->limit_train};
+    return fr_loader_reserved(d->n_train, d->sample, &lo) - perm_bytes(d);
+}
+
+/* What the planner may give the step at this batch: the user's budget less
+ * everything outside the step, plus the parameters and the batch the step's
+ * plan counts itself. 0 if nothing is left. */
+static size_t step_budget(const fr_model *m, const fr_budget *b, const fr_budget_data *d, int batch,
+                          size_t eval_extra) {
+    size_t out = b->datasets + train_loader(d, batch) + eval_extra + b->meta + b->model;
+    if (out >= b->total) return 0;
+    return b->total - out + b->model + data_bytes(m, batch);
+}
+
+/* While evaluating, the training arena is released and the eval loader
+ * (queue 0) and an eval step at the eval batch take its place: what they
+ * need beyond it. */
+static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data *d,
+                            const fr_budget *b, size_t *extra) {
+    int eb = d->eval_batch > 0 ? d->eval_batch : s->micro;
+    fr_step_opts eo = {0};
+    eo.batch = eb;
+    eo.training = 0;
+    fr_step *e = fr_step_build(m, &eo);
+    if (!e) return FR_ERR_NOMEM; /* (the message is set) */
+    fr_loader_opts lo = {eb, 0, 0, 0, 0, d->limit_test};
+    size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) + fr_loader_reserved(d->n_test, d->sample, &lo);
+    fr_step_free(e);
+    size_t arena = s->plan.arena_bytes ? fr_mem_block_bytes(s->plan.arena_bytes) : 0;
+    *extra = need > arena ? need - arena : 0;
+    return FR_OK;
+}
+
+static void fill(fr_budget *b, const fr_model *m, const fr_budget_data *d, int batch, size_t eval) {
+    b->batch = batch;
+    b->queue = train_loader(d, batch);
+    b->eval = eval;
+    size_t out = b->datasets + b->queue + b->eval + b->meta + b->model;
+    b->step = b->total > out ? b->total - out : 0;
+    (void)m;
+}
+
+/* "data loading takes 1.9 MiB (datasets 0.9 MiB, a queue of 3 batches 1.0
+ * MiB, evaluation 0.1 MiB), the model 0.1 MiB and metadata 0.0 MiB" */
+static void words(const fr_budget *b, char *buf, size_t len) {
+    char h[6][32];
+    snprintf(buf, len,
+             "data loading takes %s (datasets %s, the loader's queue of %d batches of %d %s%s%s), "
+             "the model's parameters %s and metadata %s",
+             fr_human_bytes(b->datasets + b->queue + b->eval, h[0], 32), fr_human_bytes(b->datasets, h[1], 32),
+             b->queue_batches, b->batch, fr_human_bytes(b->queue, h[2], 32), b->eval ? ", evaluation " : "",
+             b->eval ? fr_human_bytes(b->eval, h[3], 32) : "", fr_human_bytes(b->model, h[4], 32),
+             fr_human_bytes(b->meta, h[5], 32));
+}
+
+static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *need, const char *lead) {
+    char a[32], l[32], n[32], s[32], how[128], what[512];
+    words(b, what, sizeof what);
+    fr_plan_need_str(need, how, sizeof how);
+    return fr_fail(ctx, FR_ERR_BUDGET,
+                   "%sno plan fits the budget of %s: %s, leaving %s for the step, whose smallest "
+                   "plan needs %s (%s); the smallest budget that fits is %s (%zu bytes): raise "
+                   "--budget to it, or shrink --batch or the model",
+                   lead, fr_human_bytes(b->total, a, sizeof a), what, fr_human_bytes(b->step, l, sizeof l),
+                   fr_human_bytes(b->step_need, n, sizeof n), how,
+                   fr_human_bytes(b->total - b->step + b->step_need, s, sizeof s),
+                   b->total - b->step + b->step_need);
+}
+
+/* Whether some whole-batch plan at this batch fits (for --batch auto). */
+static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget *b, const fr_budget_data *d,
+                      int batch) {
+    fr_step_opts o = *opts;
+    o.budget = step_budget(m, b, d, batch, 0);
+    return o.budget && fr_batch_fits(m, &o, batch);
+}
+
+static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget *b, const fr_budget_data *d,
+                         int max_batch) {
+    if (!batch_fits(m, opts, b, d, 1)) return 0;
+    int lo = 1, hi = 2;
+    while (hi <= max_batch && batch_fits(m, opts, b, d, hi)) lo = hi, hi *= 2;
+    if (hi > max_batch) hi = max_batch + 1;
+    while (hi - lo > 1) { /* lo fits, hi does not */
+        int mid = lo + (hi - lo) / 2;
+        if (batch_fits(m, opts, b, d, mid)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
+                        fr_budget *b) {
+    fr_ctx *ctx = m->ctx;
+    memset(b, 0, sizeof *b);
+    b->total = opts->budget;
+    b->queue_batches = d->queue + 1;
+    b->model = param_blocks(m, opts->precision, 0);
+    fr_mem_stats ms;
+    fr_mem_get_stats(ctx, &ms);
+    size_t held = ms.reserved - ms.cached;
+    size_t mine = param_blocks(m, opts->precision, 1) + (d->assumed ? 0 : d->handles);
+    b->meta = held > mine ? held - mine : 0;
+    b->datasets = d->handles + perm_bytes(d);
+    int batch = opts->batch;
+    /* Refuse before anything is planned or allocated when the parameters
+     * and the least data loading (a batch of 1) alone exceed the budget. */
+    fill(b, m, d, 1, 0);
+    if (b->datasets + b->queue + b->meta + b->model > b->total) {
+        char what[512], a[32], p[32];
+        words(b, what, sizeof what);
+        fr_fail(ctx, FR_ERR_BUDGET,
+                "the budget of %s cannot hold the model: its parameters alone take %s (%s, at a batch "
+                "of 1); nothing was allocated",
+                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p), what);
+        return NULL;
+    }
+    if (batch_auto) {
+        batch = largest_batch(m, opts, b, d, 1 << 16);
+        if (!batch) {
+            fr_step_opts o = *opts;
+            o.batch = 1;
+            o.budget = step_budget(m, b, d, 1, 0);
+            fr_plan_need need;
+            fr_step *s = fr_step_plan_choose(m, &o, &need);
+            if (s) { /* a split or recomputing plan at 1 is as small as it gets: cannot happen */
+                fr_step_free(s);
+                need.reserved = 0;
+            }
+            fill(b, m, d, 1, 0);
+            if (!need.reserved) return NULL;
+            b->step_need = need.reserved - b->model - data_bytes(m, 1);
+            refuse(ctx, b, &need, "--batch auto: not even a batch of 1 fits: ");
+            return NULL;
+        }
+    }
+    /* Plan at the batch, then check the eval phase; if it needs more than
+     * the arena it replaces, plan again with that much less (its need
+     * depends on the micro-batch chosen, so at most a few rounds). */
+    size_t extra = 0;
+    for (int round = 0; round < 4; round++) {
+        fr_step_opts o = *opts;
+        o.batch = batch;
+        fill(b, m, d, batch, extra);
+        o.budget = step_budget(m, b, d, batch, extra);
+        fr_plan_need need = {0};
+        fr_step *s = o.budget ? fr_step_plan_choose(m, &o, &need) : NULL;
+        if (!s) {
+            if (!o.budget) { /* nothing left for the step: its smallest plan, for the message */
+                o.budget = 1;
+                fr_step_free(fr_step_plan_choose(m, &o, &need));
+            }
+            if (!need.reserved) return NULL;
+            b->step_need = need.reserved - b->model - data_bytes(m, batch);
+            refuse(ctx, b, &need, "");
+            return NULL;
+        }
+        size_t e;
+        if (eval_extra(m, s, d, b, &e)) {
+            fr_step_free(s);
+            return NULL;
+        }
+        if (e <= extra) {
+            b->step_need = fr_step_reserved(s) - b->model - data_bytes(m, batch);
+            s->o.budget = b->total;
+            return s;
+        }
+        fr_step_free(s);
+        extra = e;
+    }
+    fr_fail(ctx, FR_ERR_BUDGET, "the budget of %zu bytes: no plan leaves room for evaluation", b->total);
+    return NULL;
+}
+
+void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
+    if (json) {
+        fprintf(out, "{\"budget\": %zu, \"datasets\": %zu, \"queue\": %zu, \"queue_batches\": %d, "
+                     "\"evaluation\": %zu, \"parameters\": %zu, \"metadata\": %zu, \"step\": %zu, "
+                     "\"step_needs\": %zu, \"total\": %zu}",
+                b->total, b->datasets, b->queue, b->queue_batches, b->eval, b->model, b->meta, b->step,
+                b->step_need, b->total - b->step + b->step_need);
+        return;
+    }
+    char h[9][32];
+    fprintf(out, "the budget of %s (batch %d):\n", fr_human_bytes(b->total, h[0], 32), b->batch);
+    fprintf(out, "  %-22s %12s\n", "datasets", fr_human_bytes(b->datasets, h[1], 32));
+    char q[64];
+    snprintf(q, sizeof q, "loader queue (%d)", b->queue_batches);
+    fprintf(out, "  %-22s %12s\n", q, fr_human_bytes(b->queue, h[2], 32));
+    if (b->eval) fprintf(out, "  %-22s %12s\n", "evaluation", fr_human_bytes(b->eval, h[3], 32));
+    fprintf(out, "  %-22s %12s\n", "model parameters", fr_human_bytes(b->model, h[4], 32));
+    fprintf(out, "  %-22s %12s\n", "metadata", fr_human_bytes(b->meta, h[5], 32));
+    fprintf(out, "  %-22s %12s  (of %s left for it)\n", "the step", fr_human_bytes(b->step_need, h[6], 32),
+            fr_human_bytes(b->step, h[7], 32));
+    fprintf(out, "  %-22s %12s\n", "total", fr_human_bytes(b->total - b->step + b->step_need, h[8], 32));
+}
