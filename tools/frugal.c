@@ -98,13 +98,18 @@ static const char *usage_eval =
 static const char *usage_plan =
     "usage: frugal plan --model FILE|NAME --batch B|auto [--optimizer O] --budget SIZE\n"
     "                   [--checkpoint MODE] [--segments N] [--accumulate K | --micro-batch M]\n"
-    "                   [--freeze LAYERS] [--json]\n"
+    "                   [--freeze LAYERS] [--data DIR] [--limit N] [--test-limit N] [--json]\n"
     "\n"
     "Prints the plan of one training step that fits the budget: which layers keep their\n"
     "activations for backward and which are recomputed before their backward, the\n"
     "micro-batch and accumulation steps, how many ops run in place, the predicted peak\n"
     "by category and the extra compute as a fraction of one step's FLOPs. If nothing fits\n"
     "it says the smallest budget that does and with which options.\n"
+    "\n"
+    "The budget is counted as `frugal train` counts it: the datasets (--data, --limit,\n"
+    "--test-limit, opened to count them), the loader's queue of batches, the model's\n"
+    "parameters and metadata, and what is left for the step. A budget `plan` accepts is one\n"
+    "`train` runs within, with the same options.\n"
     "\n"
     "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
     "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
@@ -529,8 +534,7 @@ static int cmd_profile(int argc, char **argv) {
     int32_t *y = NULL;
     int rc = 1;
     if (!m) goto out;
-    fr_model_init(m, c.t.seed);
-    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget);
+    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget); /* the model is allocated within it too */
     fr_mem_trace(ctx, 1);
     fr_step_opts so = step_opts(&c, m);
     if (!(s = fr_step_compile(m, &so))) {
@@ -579,12 +583,15 @@ static int cmd_estimate(int argc, char **argv) {
     if (r) return r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
     fr_model *m = load_for("estimate", ctx, &c);
     fr_step *s = NULL;
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
-        s = so.batch ? fr_step_compile(m, &so) : NULL;
+        /* planned on shapes: nothing of the model is allocated, so a model
+         * far larger than the machine can be estimated */
+        s = so.batch ? fr_step_prepare(m, &so) : NULL;
     }
     if (!s) {
         fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));

@@ -93,17 +93,22 @@ static void fill(fr_budget *b, const fr_model *m, const fr_budget_data *d, int b
     (void)m;
 }
 
-/* "data loading takes 1.9 MiB (datasets 0.9 MiB, a queue of 3 batches 1.0
- * MiB, evaluation 0.1 MiB), the model 0.1 MiB and metadata 0.0 MiB" */
-static void words(const fr_budget *b, char *buf, size_t len) {
-    char h[6][32];
-    snprintf(buf, len,
-             "data loading takes %s (datasets %s, the loader's queue of %d batches of %d %s%s%s), "
-             "the model's parameters %s and metadata %s",
+/* "data loading takes 1.9 MiB (datasets 0.9 MiB, the loader's queue of 3
+ * batches of 64 samples 1.0 MiB, evaluation 0.1 MiB)" */
+static void data_words(const fr_budget *b, char *buf, size_t len) {
+    char h[4][32];
+    snprintf(buf, len, "data loading takes %s (datasets %s, the loader's queue of %d batches of %d samples %s%s%s)",
              fr_human_bytes(b->datasets + b->queue + b->eval, h[0], 32), fr_human_bytes(b->datasets, h[1], 32),
              b->queue_batches, b->batch, fr_human_bytes(b->queue, h[2], 32), b->eval ? ", evaluation " : "",
-             b->eval ? fr_human_bytes(b->eval, h[3], 32) : "", fr_human_bytes(b->model, h[4], 32),
-             fr_human_bytes(b->meta, h[5], 32));
+             b->eval ? fr_human_bytes(b->eval, h[3], 32) : "");
+}
+
+/* ... and "the model's parameters 1.6 MiB and metadata 9.8 KiB" */
+static void words(const fr_budget *b, char *buf, size_t len) {
+    char d[256], h[2][32];
+    data_words(b, d, sizeof d);
+    snprintf(buf, len, "%s, the model's parameters %s and metadata %s", d, fr_human_bytes(b->model, h[0], 32),
+             fr_human_bytes(b->meta, h[1], 32));
 }
 
 static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *need, const char *lead) {
@@ -160,12 +165,15 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
      * and the least data loading (a batch of 1) alone exceed the budget. */
     fill(b, m, d, 1, 0);
     if (b->datasets + b->queue + b->meta + b->model > b->total) {
-        char what[512], a[32], p[32];
-        words(b, what, sizeof what);
+        char what[256], a[32], p[32], t[32], n[32];
+        data_words(b, what, sizeof what);
         fr_fail(ctx, FR_ERR_BUDGET,
-                "the budget of %s cannot hold the model: its parameters alone take %s (%s, at a batch "
-                "of 1); nothing was allocated",
-                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p), what);
+                "the budget of %s cannot hold the model: its parameters alone take %s; with the least "
+                "else (at a batch of 1 %s, metadata %s) it needs %s before any step; nothing was "
+                "allocated",
+                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p), what,
+                fr_human_bytes(b->meta, t, sizeof t),
+                fr_human_bytes(b->datasets + b->queue + b->meta + b->model, n, sizeof n));
         return NULL;
     }
     if (batch_auto) {
