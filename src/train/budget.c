@@ -36,6 +36,18 @@ static size_t param_blocks(const fr_model *m, fr_precision prec, int allocated_o
     return r;
 }
 
+/* The same without the allocator's headers and rounding: the tensors' bytes. */
+static size_t param_raw(const fr_model *m, fr_precision prec) {
+    int half = prec == FR_PREC_FP16 || prec == FR_PREC_BF16;
+    size_t r = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        size_t es = half && p->trainable && p->dtype == FR_F32 ? 2 : fr_dtype_size(p->dtype);
+        r += (size_t)fr_shape_numel(&p->shape) * es;
+    }
+    return r;
+}
+
 /* The batch a step reads (its plan's data term): f32 inputs and i32 labels,
  * or f32 targets for MSE. */
 static size_t data_bytes(const fr_model *m, int batch) {
@@ -66,7 +78,7 @@ static size_t step_budget(const fr_model *m, const fr_budget *b, const fr_budget
 }
 
 /* While evaluating, the training arena is released and the eval loader
- * (queue 0) and an eval step at the eval batch take its place: what they
+ * (FR_EVAL_QUEUE) and an eval step at the eval batch take its place: what they
  * need beyond it. */
 static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data *d,
                             const fr_budget *b, size_t *extra) {
@@ -76,7 +88,7 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     eo.training = 0;
     fr_step *e = fr_step_build(m, &eo);
     if (!e) return FR_ERR_NOMEM; /* (the message is set) */
-    fr_loader_opts lo = {eb, 0, 0, 0, 0, d->limit_test};
+    fr_loader_opts lo = {eb, 0, 0, 0, FR_EVAL_QUEUE, d->limit_test};
     size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) + fr_loader_reserved(d->n_test, d->sample, &lo);
     fr_step_free(e);
     size_t arena = s->plan.arena_bytes ? fr_mem_block_bytes(s->plan.arena_bytes) : 0;
@@ -125,95 +137,28 @@ static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *nee
                    b->total - b->step + b->step_need);
 }
 
-/* Whether some whole-batch plan at this batch fits (for --batch auto). */
-static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget *b, const fr_budget_data *d,
-                      int batch) {
-    fr_step_opts o = *opts;
-    o.budget = step_budget(m, b, d, batch, 0);
-    return o.budget && fr_batch_fits(m, &o, batch);
-}
+static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, fr_budget *b);
 
-static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget *b, const fr_budget_data *d,
-                         int max_batch) {
-    if (!batch_fits(m, opts, b, d, 1)) return 0;
-    int lo = 1, hi = 2;
-    while (hi <= max_batch && batch_fits(m, opts, b, d, hi)) lo = hi, hi *= 2;
-    if (hi > max_batch) hi = max_batch + 1;
-    while (hi - lo > 1) { /* lo fits, hi does not */
-        int mid = lo + (hi - lo) / 2;
-        if (batch_fits(m, opts, b, d, mid)) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
-                        fr_budget *b) {
-    fr_ctx *ctx = m->ctx;
-    memset(b, 0, sizeof *b);
-    b->total = opts->budget;
-    b->queue_batches = d->queue + 1;
-    b->model = param_blocks(m, opts->precision, 0);
-    fr_mem_stats ms;
-    fr_mem_get_stats(ctx, &ms);
-    size_t held = ms.reserved - ms.cached;
-    size_t mine = param_blocks(m, opts->precision, 1) + (d->assumed ? 0 : d->handles);
-    b->meta = held > mine ? held - mine : 0;
-    b->datasets = d->handles + perm_bytes(d);
-    int batch = opts->batch;
-    /* Refuse before anything is planned or allocated when the parameters
-     * and the least data loading (a batch of 1) alone exceed the budget. */
-    fill(b, m, d, 1, 0);
-    if (b->datasets + b->queue + b->meta + b->model > b->total) {
-        char what[256], a[32], p[32], t[32], n[32];
-        data_words(b, what, sizeof what);
-        fr_fail(ctx, FR_ERR_BUDGET,
-                "the budget of %s cannot hold the model: its parameters alone take %s; with the least "
-                "else (at a batch of 1 %s, metadata %s) it needs %s before any step; nothing was "
-                "allocated",
-                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p), what,
-                fr_human_bytes(b->meta, t, sizeof t),
-                fr_human_bytes(b->datasets + b->queue + b->meta + b->model, n, sizeof n));
-        return NULL;
-    }
-    if (batch_auto) {
-        batch = largest_batch(m, opts, b, d, 1 << 16);
-        if (!batch) {
-            fr_step_opts o = *opts;
-            o.batch = 1;
-            o.budget = step_budget(m, b, d, 1, 0);
-            fr_plan_need need;
-            fr_step *s = fr_step_plan_choose(m, &o, &need);
-            if (s) { /* a split or recomputing plan at 1 is as small as it gets: cannot happen */
-                fr_step_free(s);
-                need.reserved = 0;
-            }
-            fill(b, m, d, 1, 0);
-            if (!need.reserved) return NULL;
-            b->step_need = need.reserved - b->model - data_bytes(m, 1);
-            refuse(ctx, b, &need, "--batch auto: not even a batch of 1 fits: ");
-            return NULL;
-        }
-    }
-    /* Plan at the batch, then check the eval phase; if it needs more than
-     * the arena it replaces, plan again with that much less (its need
-     * depends on the micro-batch chosen, so at most a few rounds). */
+/* The plan at one batch within the split: the planner gets the step's
+ * share; then the eval phase is checked and, if it needs more than the arena
+ * it replaces, the step is planned again with that much less (its need
+ * depends on the micro-batch chosen, so a few rounds at most). Returns the
+ * step (not materialized) with *b filled, or NULL: need->reserved set when
+ * nothing fits (b->step_need then the smallest plan's), 0 on another failure
+ * (message set). No message for a plan that does not fit. */
+static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch,
+                        fr_budget *b, fr_plan_need *need) {
     size_t extra = 0;
+    memset(need, 0, sizeof *need);
     for (int round = 0; round < 4; round++) {
         fr_step_opts o = *opts;
         o.batch = batch;
         fill(b, m, d, batch, extra);
         o.budget = step_budget(m, b, d, batch, extra);
-        fr_plan_need need = {0};
-        fr_step *s = o.budget ? fr_step_plan_choose(m, &o, &need) : NULL;
+        if (!o.budget) o.budget = 1; /* nothing left (0 would mean no limit): the smallest, for the message */
+        fr_step *s = fr_step_plan_choose(m, &o, need);
         if (!s) {
-            if (!o.budget) { /* nothing left for the step: its smallest plan, for the message */
-                o.budget = 1;
-                fr_step_free(fr_step_plan_choose(m, &o, &need));
-            }
-            if (!need.reserved) return NULL;
-            b->step_need = need.reserved - b->model - data_bytes(m, batch);
-            refuse(ctx, b, &need, "");
+            if (need->reserved) b->step_need = need->reserved - b->model - data_bytes(m, batch);
             return NULL;
         }
         size_t e;
@@ -229,8 +174,88 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
         fr_step_free(s);
         extra = e;
     }
-    fr_fail(ctx, FR_ERR_BUDGET, "the budget of %zu bytes: no plan leaves room for evaluation", b->total);
+    fr_fail(m->ctx, FR_ERR_BUDGET, "the budget of %zu bytes: no plan leaves room for evaluation", b->total);
     return NULL;
+}
+
+/* --batch auto: whether some plan of the whole batch (or of the given
+ * micro-batch) fits, with everything the batch brings (queue, evaluation). */
+static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch) {
+    fr_step_opts o = *opts;
+    if (!o.micro_batch) o.micro_batch = batch;
+    if (o.micro_batch > batch || batch % o.micro_batch) return 0;
+    fr_budget b = {0};
+    b.total = opts->budget;
+    fr_plan_need need;
+    char saved[FR_ERR_LEN];
+    memcpy(saved, m->ctx->err, sizeof saved);
+    budget_split(m, opts, d, &b);
+    fr_step *s = plan_at(m, &o, d, batch, &b, &need);
+    memcpy(m->ctx->err, saved, sizeof saved);
+    fr_step_free(s);
+    return s != NULL;
+}
+
+static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int max_batch) {
+    if (!batch_fits(m, opts, d, 1)) return 0;
+    int lo = 1, hi = 2;
+    while (hi <= max_batch && batch_fits(m, opts, d, hi)) lo = hi, hi *= 2;
+    if (hi > max_batch) hi = max_batch + 1;
+    while (hi - lo > 1) { /* lo fits, hi does not */
+        int mid = lo + (hi - lo) / 2;
+        if (batch_fits(m, opts, d, mid)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The terms that do not depend on the batch: parameters (from shapes),
+ * metadata (held now, less what is counted elsewhere), datasets. */
+static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, fr_budget *b) {
+    b->total = opts->budget;
+    b->queue_batches = d->queue + 1;
+    b->model = param_blocks(m, opts->precision, 0);
+    fr_mem_stats ms;
+    fr_mem_get_stats(m->ctx, &ms);
+    size_t held = ms.reserved - ms.cached;
+    size_t mine = param_blocks(m, opts->precision, 1) + (d->assumed ? 0 : d->handles);
+    b->meta = held > mine ? held - mine : 0;
+    b->datasets = d->handles + perm_bytes(d);
+}
+
+fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
+                        fr_budget *b) {
+    fr_ctx *ctx = m->ctx;
+    memset(b, 0, sizeof *b);
+    budget_split(m, opts, d, b);
+    /* Refuse before anything is planned or allocated when the parameters
+     * and the least data loading (a batch of 1) alone exceed the budget. */
+    fill(b, m, d, 1, 0);
+    if (b->datasets + b->queue + b->meta + b->model > b->total) {
+        char what[256], a[32], p[32], t[32], n[32];
+        data_words(b, what, sizeof what);
+        fr_fail(ctx, FR_ERR_BUDGET,
+                "the budget of %s cannot hold the model: its parameters alone take %s (%zu bytes of "
+                "tensors); with the least else (at a batch of 1 %s, metadata %s) it needs %s before "
+                "any step; nothing was allocated",
+                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p),
+                param_raw(m, opts->precision), what,
+                fr_human_bytes(b->meta, t, sizeof t),
+                fr_human_bytes(b->datasets + b->queue + b->meta + b->model, n, sizeof n));
+        return NULL;
+    }
+    int batch = opts->batch;
+    const char *lead = "";
+    if (batch_auto) {
+        /* (no larger than the samples an epoch uses: a bigger buffer would stay part empty) */
+        int64_t n = d->limit_train > 0 && d->limit_train < d->n_train ? d->limit_train : d->n_train;
+        batch = largest_batch(m, opts, d, n < (1 << 16) ? (int)n : 1 << 16);
+        if (!batch) batch = 1, lead = "--batch auto: not even a batch of 1 fits: ";
+    }
+    fr_plan_need need;
+    fr_step *s = plan_at(m, opts, d, batch, b, &need);
+    if (!s && need.reserved) refuse(ctx, b, &need, lead);
+    return s;
 }
 
 void fr_budget_describe(const fr_budget *b, FILE *out, int json) {

@@ -61,7 +61,7 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
     so.training = 0;
     fr_step *s = fr_step_compile(m, &so);
     if (!s) return FR_ERR_NOMEM;
-    fr_loader_opts lo = {batch, 0, 0, 0, 1, limit};
+    fr_loader_opts lo = {batch, 0, 0, 0, FR_EVAL_QUEUE, limit};
     fr_loader *l = fr_loader_new(ctx, ds, &lo);
     fr_status st = l ? fr_loader_start(l, 0, 0) : FR_ERR_NOMEM;
     double sum = 0;
