@@ -794,6 +794,16 @@ size_t fr_step_reserved(const fr_step *s) {
         }
     }
     if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
+    /* optimizer_update's f32 working copies of one 16-bit tensor at a time
+     * (SGD on 16-bit weights; Adam there is one fused pass without them) */
+    size_t widest = 0;
+    for (size_t i = 0; s->o.training && s->o.optim.kind == FR_OPTIM_SGD && i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->fused && s->fused[i])) continue;
+        size_t w = (size_t)fr_shape_numel(&p->shape) * sizeof(float) * (size_t)(2 + ns);
+        if (w > widest) widest = w;
+    }
+    if (widest) r += fr_mem_block_bytes(widest);
     if (s->plan.arena_bytes) r += fr_mem_block_bytes(s->plan.arena_bytes);
     r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) + fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
     size_t per[FR_MEM_CAT_COUNT];
