@@ -83,6 +83,10 @@ PY
     fi
     run "$bin" plan "${same[@]}" --budget ${lo}KiB
     [ $? -eq 1 ] && grep -q "no plan fits the budget of" "$tmp/err" && ok || no "plan refuses ${lo} KiB ($*): $(cat "$tmp/err")"
+    # the smallest budget the refusal names is the one the bisection found
+    local named=$(grep -o "the smallest budget that fits is [^(]*([0-9]* bytes)" "$tmp/err" | grep -o "[0-9]* bytes" | cut -d' ' -f1)
+    [ -n "$named" ] && [ "$named" -gt $((lo << 10)) ] && [ "$named" -le $((hi << 10)) ] && ok ||
+        no "the refusal names ${named:-nothing} bytes, the bisection ($lo, $hi] KiB ($*)"
     run "$bin" train "${same[@]}" --epochs 1 --budget ${lo}KiB
     [ $? -eq 1 ] && grep -q "no plan fits the budget of" "$tmp/err" && ok || no "train refuses ${lo} KiB as plan does ($*): $(cat "$tmp/err")"
 }

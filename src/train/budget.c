@@ -96,13 +96,14 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     return FR_OK;
 }
 
-static void fill(fr_budget *b, const fr_model *m, const fr_budget_data *d, int batch, size_t eval) {
+/* Everything outside the step at this batch; the step gets the rest. */
+static size_t outside(const fr_budget *b) { return b->datasets + b->queue + b->eval + b->meta + b->model; }
+
+static void fill(fr_budget *b, const fr_budget_data *d, int batch, size_t eval) {
     b->batch = batch;
     b->queue = train_loader(d, batch);
     b->eval = eval;
-    size_t out = b->datasets + b->queue + b->eval + b->meta + b->model;
-    b->step = b->total > out ? b->total - out : 0;
-    (void)m;
+    b->step = b->total > outside(b) ? b->total - outside(b) : 0;
 }
 
 /* "data loading takes 1.9 MiB (datasets 0.9 MiB, the loader's queue of 3
@@ -133,8 +134,7 @@ static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *nee
                    "--budget to it, or shrink --batch or the model",
                    lead, fr_human_bytes(b->total, a, sizeof a), what, fr_human_bytes(b->step, l, sizeof l),
                    fr_human_bytes(b->step_need, n, sizeof n), how,
-                   fr_human_bytes(b->total - b->step + b->step_need, s, sizeof s),
-                   b->total - b->step + b->step_need);
+                   fr_human_bytes(outside(b) + b->step_need, s, sizeof s), outside(b) + b->step_need);
 }
 
 static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, fr_budget *b);
@@ -153,12 +153,20 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
     for (int round = 0; round < 4; round++) {
         fr_step_opts o = *opts;
         o.batch = batch;
-        fill(b, m, d, batch, extra);
+        fill(b, d, batch, extra);
         o.budget = step_budget(m, b, d, batch, extra);
         if (!o.budget) o.budget = 1; /* nothing left (0 would mean no limit): the smallest, for the message */
         fr_step *s = fr_step_plan_choose(m, &o, need);
         if (!s) {
-            if (need->reserved) b->step_need = need->reserved - b->model - data_bytes(m, batch);
+            if (!need->reserved) return NULL;
+            b->step_need = need->reserved - b->model - data_bytes(m, batch);
+            /* the smallest plan's own evaluation, for the smallest budget */
+            o.checkpoint = need->mode, o.ckpt_arg = need->arg, o.micro_batch = need->micro;
+            o.precision = need->prec;
+            fr_step *small = fr_step_build(m, &o);
+            size_t e;
+            if (small && !eval_extra(m, small, d, b, &e) && e > extra) fill(b, d, batch, e);
+            fr_step_free(small);
             return NULL;
         }
         size_t e;
@@ -230,7 +238,7 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
     budget_split(m, opts, d, b);
     /* Refuse before anything is planned or allocated when the parameters
      * and the least data loading (a batch of 1) alone exceed the budget. */
-    fill(b, m, d, 1, 0);
+    fill(b, d, 1, 0);
     if (b->datasets + b->queue + b->meta + b->model > b->total) {
         char what[256], a[32], p[32], t[32], n[32];
         data_words(b, what, sizeof what);
@@ -264,7 +272,7 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
                      "\"evaluation\": %zu, \"parameters\": %zu, \"metadata\": %zu, \"step\": %zu, "
                      "\"step_needs\": %zu, \"total\": %zu}",
                 b->total, b->datasets, b->queue, b->queue_batches, b->eval, b->model, b->meta, b->step,
-                b->step_need, b->total - b->step + b->step_need);
+                b->step_need, outside(b) + b->step_need);
         return;
     }
     char h[9][32];
@@ -278,5 +286,5 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
     fprintf(out, "  %-22s %12s\n", "metadata", fr_human_bytes(b->meta, h[5], 32));
     fprintf(out, "  %-22s %12s  (of %s left for it)\n", "the step", fr_human_bytes(b->step_need, h[6], 32),
             fr_human_bytes(b->step, h[7], 32));
-    fprintf(out, "  %-22s %12s\n", "total", fr_human_bytes(b->total - b->step + b->step_need, h[8], 32));
+    fprintf(out, "  %-22s %12s\n", "total", fr_human_bytes(outside(b) + b->step_need, h[8], 32));
 }
