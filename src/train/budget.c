@@ -89,7 +89,8 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     fr_step *e = fr_step_build(m, &eo);
     if (!e) return FR_ERR_NOMEM; /* (the message is set) */
     fr_loader_opts lo = {eb, 0, 0, 0, FR_EVAL_QUEUE, d->limit_test};
-    size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) + fr_loader_reserved(d->n_test, d->sample, &lo);
+    size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) +
+                  fr_loader_reserved(d->n_test, d->sample, &lo);
     fr_step_free(e);
     size_t arena = s->plan.arena_bytes ? fr_mem_block_bytes(s->plan.arena_bytes) : 0;
     *extra = need > arena ? need - arena : 0;
@@ -110,9 +111,11 @@ static void fill(fr_budget *b, const fr_budget_data *d, int batch, size_t eval) 
  * batches of 64 samples 1.0 MiB, evaluation 0.1 MiB)" */
 static void data_words(const fr_budget *b, char *buf, size_t len) {
     char h[4][32];
-    snprintf(buf, len, "data loading takes %s (datasets %s, the loader's queue of %d batches of %d samples %s%s%s)",
-             fr_human_bytes(b->datasets + b->queue + b->eval, h[0], 32), fr_human_bytes(b->datasets, h[1], 32),
-             b->queue_batches, b->batch, fr_human_bytes(b->queue, h[2], 32), b->eval ? ", evaluation " : "",
+    snprintf(buf, len,
+             "data loading takes %s (datasets %s, the loader's queue of %d batches of %d samples %s%s%s)",
+             fr_human_bytes(b->datasets + b->queue + b->eval, h[0], 32),
+             fr_human_bytes(b->datasets, h[1], 32), b->queue_batches, b->batch,
+             fr_human_bytes(b->queue, h[2], 32), b->eval ? ", evaluation " : "",
              b->eval ? fr_human_bytes(b->eval, h[3], 32) : "");
 }
 
