@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "plan/remat.h"
 #include "train/step.h"
+#include "train/trainer.h"
 
 /* ---- revolve against an exhaustive search -------------------------------
  * State: which positions are stored (a bit set, position 0 always), where
@@ -443,7 +444,41 @@ static void test_plans_allocate_nothing(void) {
     fr_ctx_free(ctx);
 }
 
+/* fr_budget_plan and materializing under allocation failure at every point
+ * (SQLite's way): each run either plans and materializes, or returns NULL
+ * with a message; nothing leaks (ASan) and nothing is half-made. */
+static void test_budget_plan_faults(void) {
+    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1};
+    int ok_runs = 0, failed_runs = 0;
+    for (uint64_t k = 1; k < 100000; k++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_model *m = fr_model_new(ctx, 784, 1, 1);
+        fr_model_linear(m, 32, 1);
+        fr_model_relu(m);
+        fr_model_linear(m, 10, 1);
+        fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+                          .budget = 4 << 20};
+        fr_budget b;
+        fr_mem_fail_at(ctx, k);
+        fr_step *s = fr_budget_plan(m, &o, &d, k % 2, &b);
+        fr_status st = s ? fr_step_materialize(s) : FR_ERR_NOMEM;
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        fr_mem_fail_at(ctx, 0);
+        int injected = ms.num_ooms > 0;
+        if (!st) ok_runs++;
+        else failed_runs++;
+        CHECK(st == FR_OK || fr_last_error(ctx)[0], "failure %llu without a message", (unsigned long long)k);
+        fr_step_free(s);
+        fr_model_free(m);
+        fr_ctx_free(ctx);
+        if (!injected) break; /* the k-th allocation never came: every point was tried */
+    }
+    CHECK(ok_runs >= 1 && failed_runs > 10, "%d runs planned, %d failed cleanly", ok_runs, failed_runs);
+}
+
 int main(void) {
+    test_budget_plan_faults();
     test_plans_allocate_nothing();
     test_revolve();
     test_bit_identical();

@@ -190,7 +190,8 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
 }
 
 /* --batch auto: whether some plan of the whole batch (or of the given
- * micro-batch) fits, with everything the batch brings (queue, evaluation). */
+ * micro-batch) fits, with everything the batch brings (queue, evaluation);
+ * -1 if an allocation failed while finding out (message set). */
 static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch) {
     fr_step_opts o = *opts;
     if (!o.micro_batch) o.micro_batch = batch;
@@ -199,22 +200,30 @@ static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget_dat
     b.total = opts->budget;
     fr_plan_need need;
     char saved[FR_ERR_LEN];
+    fr_mem_stats m0, m1;
+    fr_mem_get_stats(m->ctx, &m0);
     memcpy(saved, m->ctx->err, sizeof saved);
     budget_split(m, opts, d, &b);
     fr_step *s = plan_at(m, &o, d, batch, &b, &need);
-    memcpy(m->ctx->err, saved, sizeof saved);
     fr_step_free(s);
+    fr_mem_get_stats(m->ctx, &m1);
+    if (m1.num_ooms > m0.num_ooms) return -1; /* keep the allocator's message */
+    memcpy(m->ctx->err, saved, sizeof saved);
     return s != NULL;
 }
 
+/* The largest batch that fits, 0 if not even 1, -1 on an allocation failure. */
 static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int max_batch) {
-    if (!batch_fits(m, opts, d, 1)) return 0;
+    int f = batch_fits(m, opts, d, 1);
+    if (f <= 0) return f;
     int lo = 1, hi = 2;
-    while (hi <= max_batch && batch_fits(m, opts, d, hi)) lo = hi, hi *= 2;
+    while (hi <= max_batch && (f = batch_fits(m, opts, d, hi)) > 0) lo = hi, hi *= 2;
+    if (f < 0) return -1;
     if (hi > max_batch) hi = max_batch + 1;
     while (hi - lo > 1) { /* lo fits, hi does not */
         int mid = lo + (hi - lo) / 2;
-        if (batch_fits(m, opts, d, mid)) lo = mid;
+        if ((f = batch_fits(m, opts, d, mid)) < 0) return -1;
+        if (f) lo = mid;
         else hi = mid;
     }
     return lo;
@@ -261,6 +270,7 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
         /* (no larger than the samples an epoch uses: a bigger buffer would stay part empty) */
         int64_t n = d->limit_train > 0 && d->limit_train < d->n_train ? d->limit_train : d->n_train;
         batch = largest_batch(m, opts, d, n < (1 << 16) ? (int)n : 1 << 16);
+        if (batch < 0) return NULL;
         if (!batch) batch = 1, lead = "--batch auto: not even a batch of 1 fits: ";
     }
     fr_plan_need need;
