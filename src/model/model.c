@@ -435,13 +435,6 @@ fr_status fr_model_alloc_params(fr_model *m) {
     return FR_OK;
 }
 
-size_t fr_model_param_bytes(const fr_model *m) {
-    size_t b = 0;
-    for (size_t i = 0; i < m->n_params; i++)
-        b += (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
-    return b;
-}
-
 /* Store f32 values v[0..n) at element j0 of p's data in p's dtype (a 16-bit
  * weight, after fr_model_to_dtype on an unallocated model, is written
  * directly in 16 bits: the same rounding as converting an f32 copy). */

@@ -88,9 +88,6 @@ struct fr_model {
  * parameter value of model param i is param_value[i] (length n_params). */
 fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *param_value);
 fr_status fr_model_alloc_params(fr_model *m);
-/* Bytes of every parameter and buffer in its dtype, from the shapes alone
- * (what fr_model_alloc_params will take, before the allocator's headers). */
-size_t fr_model_param_bytes(const fr_model *m);
 /* model.half(): store weights and biases as dt (FR_F16 or FR_BF16). */
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt);
 const char *fr_layer_kind_name(fr_layer_kind k);
