@@ -60,7 +60,7 @@ unknown:
 }
 
 /* Whether a batch's plan fits; a plan that cannot be built does not. */
-int fr_batch_fits(fr_model *m, const fr_step_opts *opts, int batch) {
+static int fits(fr_model *m, const fr_step_opts *opts, int batch) {
     fr_step_opts o = *opts;
     o.batch = batch;
     if (o.micro_batch > batch || (o.micro_batch && batch % o.micro_batch)) return 0;
@@ -85,13 +85,13 @@ int fr_batch_fits(fr_model *m, const fr_step_opts *opts, int batch) {
 }
 
 int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch) {
-    if (!fr_batch_fits(m, opts, 1)) return 0;
+    if (!fits(m, opts, 1)) return 0;
     int lo = 1, hi = 2;
-    while (hi <= max_batch && fr_batch_fits(m, opts, hi)) lo = hi, hi *= 2;
+    while (hi <= max_batch && fits(m, opts, hi)) lo = hi, hi *= 2;
     if (hi > max_batch) hi = max_batch + 1;
     while (hi - lo > 1) { /* lo fits, hi does not */
         int mid = lo + (hi - lo) / 2;
-        if (fr_batch_fits(m, opts, mid)) lo = mid;
+        if (fits(m, opts, mid)) lo = mid;
         else hi = mid;
     }
     return lo;

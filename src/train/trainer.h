@@ -42,8 +42,6 @@ fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen);
 fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen);
 /* The largest batch (<= max_batch) whose plan fits opts->budget; 0 if none. */
 int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
-/* Whether some plan of this batch (whole, not split) fits opts->budget. */
-int fr_batch_fits(fr_model *m, const fr_step_opts *opts, int batch);
 
 /* The data a budget must hold besides the model (budget.c). */
 typedef struct fr_budget_data {
