@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "plan/remat.h"
 #include "train/step.h"
+#include "train/trainer.h"
 
 /* ---- revolve against an exhaustive search -------------------------------
  * State: which positions are stored (a bit set, position 0 always), where
@@ -374,7 +375,111 @@ static void test_refusals(void) {
     fr_ctx_free(ctx);
 }
 
+/* Planning works on shapes: building a step (and the planner's search)
+ * allocates no parameter, gradient or state byte; materializing allocates
+ * and initialises them, with the values fr_model_init gives. In pure bf16
+ * the weights are written in 16 bits directly: the same bits as rounding an
+ * f32 initialisation (f32 -> bf16 by hand: round to nearest even on the
+ * upper 16 bits), and no f32 copy of the weights is ever held. */
+static uint16_t bf16_by_hand(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+static void test_plans_allocate_nothing(void) {
+    fr_ctx *ctx = fr_ctx_new(), *rctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 2, 300), *ref = chain(rctx, 2, 300);
+    fr_model_init(ref, 7);
+    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 7,
+                      .keep_grads = 1, .checkpoint = FR_CKPT_AUTO, .budget = 64 << 20};
+    fr_plan_need need;
+    fr_step *s = fr_step_plan_choose(m, &o, &need);
+    CHECK(s != NULL, "plan: %s", fr_last_error(ctx));
+    if (!s) return;
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    CHECK(st.allocated_peak[FR_MEM_PARAMS] == 0 && st.allocated_peak[FR_MEM_GRADS] == 0 &&
+              st.allocated_peak[FR_MEM_OPTIM] == 0 && !m->params[0].data,
+          "planning allocated params %zu, grads %zu, state %zu", st.allocated_peak[FR_MEM_PARAMS],
+          st.allocated_peak[FR_MEM_GRADS], st.allocated_peak[FR_MEM_OPTIM]);
+    CHECK(fr_step_materialize(s) == FR_OK, "materialize: %s", fr_last_error(ctx));
+    size_t bytes = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        size_t n = (size_t)fr_shape_numel(&m->params[i].shape) * 4;
+        bytes += n;
+        CHECK(m->params[i].data && !memcmp(m->params[i].data, ref->params[i].data, n),
+              "%s: the values of fr_model_init", m->params[i].name);
+    }
+    fr_mem_get_stats(ctx, &st);
+    CHECK(st.allocated[FR_MEM_PARAMS] == bytes, "params %zu, by hand %zu", st.allocated[FR_MEM_PARAMS], bytes);
+    fr_step_free(s);
+    fr_model_free(m);
+
+    fr_ctx *hctx = fr_ctx_new();
+    fr_model *h = chain(hctx, 2, 300);
+    fr_step_opts ho = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 7,
+                       .precision = FR_PREC_BF16};
+    s = fr_step_compile(h, &ho);
+    CHECK(s != NULL, "bf16 compile: %s", fr_last_error(hctx));
+    size_t half = 0;
+    for (size_t i = 0; s && i < h->n_params; i++) {
+        size_t n = (size_t)fr_shape_numel(&h->params[i].shape);
+        half += n * 2;
+        const uint16_t *w = h->params[i].data;
+        const float *r = ref->params[i].data;
+        int64_t bad = 0;
+        for (size_t k = 0; k < n; k++) bad += w[k] != bf16_by_hand(r[k]);
+        CHECK(h->params[i].dtype == FR_BF16 && bad == 0, "%s: %lld values differ from f32 rounded by hand",
+              h->params[i].name, (long long)bad);
+    }
+    fr_mem_get_stats(hctx, &st);
+    CHECK(st.allocated_peak[FR_MEM_PARAMS] == half, "bf16 weights: peak %zu, the 16-bit bytes %zu",
+          st.allocated_peak[FR_MEM_PARAMS], half);
+    fr_step_free(s);
+    fr_model_free(h);
+    fr_model_free(ref);
+    fr_ctx_free(hctx);
+    fr_ctx_free(rctx);
+    fr_ctx_free(ctx);
+}
+
+/* fr_budget_plan and materializing under allocation failure at every point
+ * (SQLite's way): each run either plans and materializes, or returns NULL
+ * with a message; nothing leaks (ASan) and nothing is half-made. */
+static void test_budget_plan_faults(void) {
+    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1};
+    int ok_runs = 0, failed_runs = 0;
+    for (uint64_t k = 1; k < 100000; k++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_model *m = fr_model_new(ctx, 784, 1, 1);
+        fr_model_linear(m, 32, 1);
+        fr_model_relu(m);
+        fr_model_linear(m, 10, 1);
+        fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+                          .budget = 4 << 20};
+        fr_budget b;
+        fr_mem_fail_at(ctx, k);
+        fr_step *s = fr_budget_plan(m, &o, &d, k % 2, &b);
+        fr_status st = s ? fr_step_materialize(s) : FR_ERR_NOMEM;
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        fr_mem_fail_at(ctx, 0);
+        int injected = ms.num_ooms > 0;
+        if (!st) ok_runs++;
+        else failed_runs++;
+        CHECK(st == FR_OK || fr_last_error(ctx)[0], "failure %llu without a message", (unsigned long long)k);
+        fr_step_free(s);
+        fr_model_free(m);
+        fr_ctx_free(ctx);
+        if (!injected) break; /* the k-th allocation never came: every point was tried */
+    }
+    CHECK(ok_runs >= 1 && failed_runs > 10, "%d runs planned, %d failed cleanly", ok_runs, failed_runs);
+}
+
 int main(void) {
+    test_budget_plan_faults();
+    test_plans_allocate_nothing();
     test_revolve();
     test_bit_identical();
     test_accumulation();

@@ -13,6 +13,8 @@
 #include "train/trainer.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+/* What `plan` counts for two open datasets when it cannot open them. */
+#define FR_PLAN_ASSUMED_HANDLES (8u << 10)
 
 static const char *usage_main =
     "frugal " FR_VERSION " - train neural networks in C within a memory budget you can see\n"
@@ -69,6 +71,11 @@ static const command commands[] = {
      "micro-batch and accumulation steps, how many ops run in place, the predicted peak\n"
      "by category and the extra compute as a fraction of one step's FLOPs. If nothing fits\n"
      "it says the smallest budget that does and with which options.\n"
+     "\n"
+     "The budget is counted as `frugal train` counts it: the datasets (--data, --limit,\n"
+     "--test-limit, opened to count them), the loader's queue of batches, the model's\n"
+     "parameters and metadata, and what is left for the step. A budget `plan` accepts is one\n"
+     "`train` runs within, with the same options.\n"
      "\n"
      "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
      "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
@@ -586,11 +593,68 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
                        .precision = c->t.precision, .optim_state = c->t.optim_state,
                        .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling,
                        .keep_grads = c->t.keep_grads};
-    if (c->t.batch_auto) {
+    if (c->t.batch_auto && m) {
         so.batch = fr_batch_auto(m, &so, 1 << 16);
         if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
     }
     return so;
+}
+
+/* The datasets `train` would open, counted for the budget as train counts
+ * them (open, measured, kept open while planning). If they cannot be
+ * opened, Fashion-MNIST's sizes with the model's input are assumed, and
+ * said. */
+static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_data *bd,
+                      fr_dataset **train, fr_dataset **test) {
+    fr_mem_stats m0, m1;
+    fr_mem_empty_cache(ctx);
+    fr_mem_get_stats(ctx, &m0);
+    *train = fr_dataset_open_split(ctx, c->t.data, "train", c->t.train_images, c->t.train_labels);
+    *test = *train ? fr_dataset_open_split(ctx, c->t.data, "t10k", c->t.test_images, c->t.test_labels) : NULL;
+    fr_mem_empty_cache(ctx);
+    fr_mem_get_stats(ctx, &m1);
+    *bd = (fr_budget_data){0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch, 0, 0};
+    if (*test) {
+        int ch, h, w;
+        fr_dataset_sample_shape(*train, &ch, &h, &w);
+        bd->sample = (size_t)ch * h * w;
+        bd->n_train = fr_dataset_len(*train);
+        bd->n_test = fr_dataset_len(*test);
+        bd->handles = (m1.reserved - m1.cached) - (m0.reserved - m0.cached);
+        return;
+    }
+    fprintf(stderr, "frugal plan: %s\nfrugal plan: counting the data as Fashion-MNIST would take: "
+            "60000 training and 10000 test samples of %lld values, %d KiB for the open datasets\n",
+            fr_last_error(ctx), (long long)fr_shape_numel(&m->in), FR_PLAN_ASSUMED_HANDLES >> 10);
+    fr_dataset_close(*train);
+    *train = NULL;
+    bd->sample = (size_t)fr_shape_numel(&m->in);
+    bd->n_train = 60000;
+    bd->n_test = 10000;
+    bd->handles = FR_PLAN_ASSUMED_HANDLES;
+    bd->assumed = 1;
+}
+
+/* The plan's JSON object with the budget's split added as "budget_split". */
+static void plan_json(const fr_step *s, const fr_budget *b) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return;
+    fr_step_describe_plan(s, f, 1);
+    fclose(f);
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '}')) {
+        int brace = buf[len - 1] == '}';
+        buf[--len] = 0;
+        if (brace) break;
+    }
+    fputs(buf, stdout);
+    if (b) {
+        printf(", \"budget_split\": ");
+        fr_budget_describe(b, stdout, 1);
+    }
+    printf("}\n");
+    free(buf);
 }
 
 static int cmd_plan(int argc, char **argv) {
@@ -599,23 +663,38 @@ static int cmd_plan(int argc, char **argv) {
     if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
-    fr_set_threads(ctx, c.threads);
+    fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
     fr_model *m = load_for("plan", ctx, &c);
+    fr_dataset *train = NULL, *test = NULL;
     fr_step *s = NULL;
-    if (m) {
-        fr_model_init(m, c.t.seed);
-        fr_step_opts so = step_opts(&c, m);
-        if (so.batch == 0)
-            fprintf(stderr, "frugal plan: not even a batch of 1 fits %zu bytes\n", c.t.budget);
-        else if (!(s = fr_step_compile(m, &so)))
-            fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
-        else
-            fr_step_describe_plan(s, stdout, c.t.json);
+    fr_budget bud;
+    if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
+        fr_budget_data bd;
+        plan_data(ctx, &c, m, &bd, &train, &test);
+        fr_step_opts so = step_opts(&c, NULL);
+        s = fr_budget_plan(m, &so, &bd, c.t.batch_auto, &bud);
+        if (s && c.t.batch_auto) fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n", s->o.batch);
+    } else if (m) {
+        fr_step_opts so = step_opts(&c, NULL);
+        s = fr_step_prepare(m, &so); /* planned on shapes: nothing of the model allocated */
     }
+    if (m && !s) fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
+    if (s && c.t.json) {
+        plan_json(s, c.t.budget ? &bud : NULL);
+    } else if (s) {
+        fr_step_describe_plan(s, stdout, 0);
+        if (c.t.budget) {
+            fputc('\n', stdout);
+            fr_budget_describe(&bud, stdout, 0);
+        }
+    }
+    int rc = s ? 0 : 1;
     fr_step_free(s);
+    fr_dataset_close(train);
+    fr_dataset_close(test);
     fr_model_free(m);
     fr_ctx_free(ctx);
-    return s ? 0 : 1;
+    return rc;
 }
 
 static int cmd_profile(int argc, char **argv) {
@@ -631,8 +710,7 @@ static int cmd_profile(int argc, char **argv) {
     int32_t *y = NULL;
     int rc = 1;
     if (!m) goto out;
-    fr_model_init(m, c.t.seed);
-    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget);
+    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget); /* the model is allocated within it too */
     fr_mem_trace(ctx, 1);
     fr_step_opts so = step_opts(&c, m);
     if (!(s = fr_step_compile(m, &so))) {
@@ -681,15 +759,17 @@ static int cmd_estimate(int argc, char **argv) {
     if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
-    fr_set_threads(ctx, c.threads);
+    fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
     fr_model *m = load_for("estimate", ctx, &c);
     fr_step *s = NULL;
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
+        /* planned on shapes: nothing of the model is allocated, so a model
+         * far larger than the machine can be estimated */
         if (!so.batch)
             fprintf(stderr, "frugal estimate: not even a batch of 1 fits %zu bytes\n", c.t.budget);
-        else if (!(s = fr_step_compile(m, &so)))
+        else if (!(s = fr_step_prepare(m, &so)))
             fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
     }
     if (!s) {

@@ -109,6 +109,14 @@ static void stop_thread(fr_loader *l) {
     l->running = 0;
 }
 
+size_t fr_loader_reserved(int64_t n, size_t sample, const fr_loader_opts *o) {
+    if (o->limit > 0 && o->limit < n) n = o->limit;
+    size_t slots = (size_t)o->queue + 1, batch = (size_t)o->batch;
+    return fr_mem_block_bytes(sizeof(fr_loader)) + fr_mem_block_bytes((size_t)n * sizeof(int64_t)) +
+           fr_mem_block_bytes(slots * batch * sample * sizeof(float)) +
+           fr_mem_block_bytes(slots * batch * sizeof(int32_t));
+}
+
 fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o) {
     if (!ds || !o || o->batch < 1 || o->queue < 0 || o->limit < 0) {
         fr_fail(ctx, FR_ERR_ARG, "loader: bad options (batch %d, queue %d, limit %" PRId64 ")",

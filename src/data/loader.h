@@ -19,6 +19,10 @@ typedef struct fr_loader_opts {
 } fr_loader_opts;
 
 fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o);
+/* What fr_loader_new reserves for a dataset of n samples of `sample` floats
+ * (the permutation and the (queue + 1) batch buffers, as the allocator
+ * rounds them): for budgets, before any loader exists. */
+size_t fr_loader_reserved(int64_t n, size_t sample, const fr_loader_opts *o);
 void fr_loader_free(fr_loader *l);
 int64_t fr_loader_num_batches(const fr_loader *l);
 /* Start epoch `epoch` (0-based), skipping its first `skip` batches (resume). */

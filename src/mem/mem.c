@@ -141,6 +141,12 @@ static fr_mem_block *take_block(fr_ctx *ctx, size_t bytes, size_t reserved, fr_m
     return p;
 }
 
+size_t fr_mem_block_bytes(size_t bytes) {
+    size_t need = bytes + sizeof(fr_mem_block);
+    return need >= FR_MEM_CACHE_MIN ? (need + FR_MEM_ROUND - 1) / FR_MEM_ROUND * FR_MEM_ROUND
+                                    : (need + FR_MEM_ALIGN - 1) / FR_MEM_ALIGN * FR_MEM_ALIGN;
+}
+
 static void *alloc_impl(fr_ctx *ctx, size_t bytes, fr_mem_cat cat, int arena) {
     if ((unsigned)cat >= FR_MEM_CAT_COUNT) cat = FR_MEM_OTHER;
     if (bytes > ((size_t)1 << 46)) {
@@ -151,9 +157,7 @@ static void *alloc_impl(fr_ctx *ctx, size_t bytes, fr_mem_cat cat, int arena) {
                 bytes, fr_mem_cat_name(cat));
         return NULL;
     }
-    size_t need = bytes + sizeof(fr_mem_block);
-    size_t reserved = need >= FR_MEM_CACHE_MIN ? (need + FR_MEM_ROUND - 1) / FR_MEM_ROUND * FR_MEM_ROUND
-                                               : (need + FR_MEM_ALIGN - 1) / FR_MEM_ALIGN * FR_MEM_ALIGN;
+    size_t reserved = fr_mem_block_bytes(bytes);
     fr_mem *m = &ctx->mem;
     pthread_mutex_lock(&m->lock);
     fr_mem_block *blk = take_block(ctx, bytes, reserved, cat);

@@ -44,6 +44,9 @@ void fr_mem_destroy(fr_mem *m);
  * Blocks of 64 KiB and more are cached on free and reused (reserved). */
 void *fr_alloc(fr_ctx *ctx, size_t bytes, fr_mem_cat cat);
 void *fr_calloc(fr_ctx *ctx, size_t bytes, fr_mem_cat cat);
+/* What an allocation of `bytes` reserves: the block with its header,
+ * rounded (a plan's prediction of reserved bytes adds these up). */
+size_t fr_mem_block_bytes(size_t bytes);
 void fr_free(fr_ctx *ctx, void *p);
 char *fr_strdup(fr_ctx *ctx, const char *s, fr_mem_cat cat);
 /* Grow an array of n elements of size sz to at least want elements. */

@@ -398,7 +398,11 @@ int fr_model_num_classes(const fr_model *m) {
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (!p->trainable || p->dtype == dt || !p->data) continue;
+        if (!p->trainable || p->dtype == dt) continue;
+        if (!p->data) { /* not allocated yet (planning): fr_model_init will store dt directly */
+            p->dtype = dt;
+            continue;
+        }
         size_t n = (size_t)fr_shape_numel(&p->shape);
         uint16_t *h = fr_alloc(m->ctx, n * 2, FR_MEM_PARAMS);
         if (!h) return FR_ERR_NOMEM;
@@ -431,29 +435,43 @@ fr_status fr_model_alloc_params(fr_model *m) {
     return FR_OK;
 }
 
+/* Store f32 values v[0..n) at element j0 of p's data in p's dtype (a 16-bit
+ * weight, after fr_model_to_dtype on an unallocated model, is written
+ * directly in 16 bits: the same rounding as converting an f32 copy). */
+static void init_store(fr_param *p, int64_t j0, const float *v, size_t n) {
+    if (p->dtype == FR_F32) memcpy((float *)p->data + j0, v, n * sizeof *v);
+    else if (p->dtype == FR_F16) fr_f32_to_f16_n_seq(v, (uint16_t *)p->data + j0, n);
+    else fr_f32_to_bf16_n_seq(v, (uint16_t *)p->data + j0, n);
+}
+
 /* PyTorch: Linear/Conv weight kaiming_uniform_(a=sqrt(5)) gives
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bias uses the same bound.
- * BatchNorm/LayerNorm: weight 1, bias 0, running_var 1. */
+ * BatchNorm/LayerNorm: weight 1, bias 0, running_var 1. Values are made in
+ * f32 chunks of 1024 and stored in each parameter's dtype. */
 fr_status fr_model_init(fr_model *m, uint64_t seed) {
     if (m->depth) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
     if (fr_model_alloc_params(m)) return FR_ERR_NOMEM;
+    float v[1024];
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         int64_t n = fr_shape_numel(&p->shape);
-        float *d = p->data;
         const fr_layer *l = &m->layers[p->layer];
         int affine_norm = l->kind == FR_L_BATCHNORM || l->kind == FR_L_LAYERNORM;
+        p->grad_valid = 0;
         if (p->role == FR_P_NUM_BATCHES) {
             *(int64_t *)p->data = 0;
-        } else if (affine_norm || p->role == FR_P_RUNNING_MEAN || p->role == FR_P_RUNNING_VAR) {
-            float v = (p->role == FR_P_WEIGHT || p->role == FR_P_RUNNING_VAR) ? 1.0f : 0.0f;
-            for (int64_t j = 0; j < n; j++) d[j] = v;
-        } else {
-            fr_rng r = fr_rng_make(seed, i);
-            float bound = 1.0f / sqrtf((float)p->fan_in);
-            for (int64_t j = 0; j < n; j++) d[j] = (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
+            continue;
         }
-        p->grad_valid = 0;
+        int constant = affine_norm || p->role == FR_P_RUNNING_MEAN || p->role == FR_P_RUNNING_VAR;
+        float c = (p->role == FR_P_WEIGHT || p->role == FR_P_RUNNING_VAR) ? 1.0f : 0.0f;
+        fr_rng r = fr_rng_make(seed, i);
+        float bound = 1.0f / sqrtf((float)p->fan_in);
+        for (int64_t j0 = 0; j0 < n; j0 += 1024) {
+            size_t k = n - j0 < 1024 ? (size_t)(n - j0) : 1024;
+            for (size_t j = 0; j < k; j++)
+                v[j] = constant ? c : (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
+            init_store(p, j0, v, k);
+        }
     }
     m->initialised = 1;
     return FR_OK;

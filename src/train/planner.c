@@ -128,23 +128,14 @@ int fr_plan_fits(fr_model *m, const fr_step_opts *opts) {
     return plan_search(m, opts, 1, &best, &smallest) == 1;
 }
 
-fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
-    fr_ctx *ctx = m->ctx;
-    size_t budget = opts->budget;
+fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need *need) {
     candidate best, smallest;
+    memset(need, 0, sizeof *need);
     int found = plan_search(m, opts, 0, &best, &smallest);
     if (found < 0) return NULL;
     if (!found) {
-        char a[32], b[32];
-        if (smallest.reserved == SIZE_MAX) return NULL;
-        fr_fail(ctx, FR_ERR_BUDGET,
-                "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with checkpoint "
-                "%s%s%.0d, micro-batch %d and precision %s; raise --budget to at least that, or "
-                "shrink --batch or the model%s",
-                fr_human_bytes(budget, a, sizeof a), fr_human_bytes(smallest.reserved, b, sizeof b),
-                smallest.reserved, mode_name(smallest.mode), smallest.arg ? " " : "", smallest.arg,
-                smallest.micro, fr_precision_name(smallest.prec),
-                opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
+        if (smallest.reserved != SIZE_MAX)
+            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg, smallest.micro, smallest.prec};
         return NULL;
     }
     fr_step_opts o = *opts;
@@ -152,8 +143,31 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
     o.ckpt_arg = best.arg;
     o.micro_batch = best.micro;
     o.precision = best.prec;
-    o.budget = budget;
     fr_step *s = fr_step_build(m, &o);
+    fr_mem_empty_cache(m->ctx); /* what building freed is not the step's to hold */
+    return s;
+}
+
+int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
+    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s", mode_name(n->mode),
+                    n->arg ? " " : "", n->arg, n->micro, fr_precision_name(n->prec));
+}
+
+fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need) {
+    char a[32], b[32], how[128];
+    fr_plan_need_str(need, how, sizeof how);
+    return fr_fail(ctx, FR_ERR_BUDGET,
+                   "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with %s; raise "
+                   "--budget to at least that, or shrink --batch or the model%s",
+                   fr_human_bytes(opts->budget, a, sizeof a), fr_human_bytes(need->reserved, b, sizeof b),
+                   need->reserved, how,
+                   opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
+}
+
+fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
+    fr_plan_need need;
+    fr_step *s = fr_step_plan_choose(m, opts, &need);
+    if (!s && need.reserved) fr_plan_refuse(m->ctx, opts, &need);
     if (s && fr_step_materialize(s)) {
         fr_step_free(s);
         return NULL;

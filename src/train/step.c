@@ -331,8 +331,9 @@ static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
     return FR_OK;
 }
 
-/* Build graph, backward, schedule and plan for the given options; no arena,
- * gradients or optimizer state yet (the planner compares candidates). */
+/* Build graph, backward, schedule and plan for the given options; no
+ * parameters, arena, gradients or optimizer state yet (the planner compares
+ * candidates). */
 fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     fr_ctx *ctx = m->ctx;
     if (opts->batch <= 0) {
@@ -351,11 +352,14 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         fr_fail(ctx, FR_ERR_ARG, "the model has no layers");
         return NULL;
     }
-    if (!m->initialised && fr_model_init(m, opts->seed)) return NULL;
+    /* Building works on shapes and dtypes only: the parameters are allocated
+     * and initialised by fr_step_materialize, so planning and estimating
+     * never take the model's bytes. */
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
         /* model.half(): weights and biases stored in 16 bits from here on
          * (BatchNorm's running statistics stay f32: they are updated in place
-         * by an f32 kernel, as cuDNN keeps them in f32 for half inputs). */
+         * by an f32 kernel, as cuDNN keeps them in f32 for half inputs); on
+         * a model not yet allocated only the dtype changes. */
         if (fr_model_to_dtype(m, opts->precision == FR_PREC_FP16 ? FR_F16 : FR_BF16)) return NULL;
     }
     fr_mem_stats before;
@@ -453,6 +457,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     fr_mem_stats after;
     fr_mem_get_stats(ctx, &after);
     s->meta_bytes = after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
+    /* the blocks still held (freed temporaries are back in the system or cached) */
+    s->meta_reserved = (after.reserved - after.cached) - (before.reserved - before.cached);
     return s;
 fail:
     fr_free(ctx, grad_of);
@@ -466,9 +472,20 @@ fail:
 
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
+    if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->o.training && (st = alloc_state(s))) return st;
     return fr_exec_init(&s->ex, &s->g, &s->plan);
+}
+
+fr_step *fr_step_prepare(fr_model *m, const fr_step_opts *opts) {
+    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) {
+        fr_plan_need need;
+        fr_step *s = fr_step_plan_choose(m, opts, &need);
+        if (!s && need.reserved) fr_plan_refuse(m->ctx, opts, &need);
+        return s;
+    }
+    return fr_step_build(m, opts);
 }
 
 fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
@@ -769,6 +786,38 @@ void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *p
     if (peak_total) *peak_total = persistent + s->plan.peak_total;
 }
 
+size_t fr_step_reserved(const fr_step *s) {
+    const fr_model *m = s->m;
+    size_t r = 0;
+    int ns = fr_step_optim_states(&s->o.optim);
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        r += fr_mem_block_bytes(param_bytes(p));
+        size_t g = fr_step_grad_bytes(s, i);
+        if (g) r += fr_mem_block_bytes(g);
+        if (s->gv[i] >= 0 && s->o.training) {
+            int kind;
+            r += (size_t)ns * fr_mem_block_bytes(fr_step_state_bytes(s, p, &kind));
+        }
+    }
+    if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
+    /* optimizer_update's f32 working copies of one 16-bit tensor at a time
+     * (SGD on 16-bit weights; Adam there is one fused pass without them) */
+    size_t widest = 0;
+    for (size_t i = 0; s->o.training && s->o.optim.kind == FR_OPTIM_SGD && i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->fused && s->fused[i])) continue;
+        size_t w = (size_t)fr_shape_numel(&p->shape) * sizeof(float) * (size_t)(2 + ns);
+        if (w > widest) widest = w;
+    }
+    if (widest) r += fr_mem_block_bytes(widest);
+    if (s->plan.arena_bytes) r += fr_mem_block_bytes(s->plan.arena_bytes);
+    r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) + fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
+    size_t per[FR_MEM_CAT_COUNT];
+    fr_step_persistent(s, per);
+    return r + s->meta_reserved + per[FR_MEM_DATA];
+}
+
 void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
     memset(o, 0, sizeof *o);
     o->micro_batch = s->micro;
@@ -780,8 +829,5 @@ void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
     o->arena = s->plan.arena_bytes;
     o->mode = s->o.checkpoint;
     o->ckpt_arg = s->o.ckpt_arg;
-    size_t per[FR_MEM_CAT_COUNT];
-    fr_step_persistent(s, per);
-    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) o->reserved += per[c];
-    o->reserved += s->plan.arena_bytes;
+    o->reserved = fr_step_reserved(s);
 }

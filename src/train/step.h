@@ -26,6 +26,7 @@ struct fr_step {
     int recomputed_units;   /* unit forwards run again by the schedule */
     double flops, extra_flops;
     size_t meta_bytes;      /* graph and plan metadata (category other) */
+    size_t meta_reserved;   /* the same as the allocator reserves it (headers, rounding) */
     fr_scaler scaler;       /* dynamic loss scaling (enabled or not) */
     int inject_inf;         /* testing: poison a gradient in the next step */
     uint8_t *fused;         /* per model param: updated inside backward, no gradient kept
@@ -38,11 +39,32 @@ struct fr_step {
     fr_optim_ctx optim_ctx;
 };
 
-/* Build without allocating gradients, optimizer state or the arena. */
+/* Build without allocating parameters, gradients, optimizer state or the
+ * arena: shapes and dtypes only. fr_step_materialize allocates them (and
+ * initialises the model if nothing did). */
 fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts);
 fr_status fr_step_materialize(fr_step *s);
 /* The planner: the least extra compute whose reserved bytes fit opts->budget. */
 fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts);
+/* What the smallest candidate needs when nothing fits: its reserved bytes
+ * (fr_step_reserved; 0: no candidate could be built) and its options. */
+typedef struct fr_plan_need {
+    size_t reserved;
+    fr_ckpt_mode mode;
+    int arg, micro;
+    fr_precision prec;
+} fr_plan_need;
+/* The planner's choice built but not materialized (nothing of the model
+ * allocated); NULL with *need set when nothing fits (no message: the caller
+ * words it), NULL with need->reserved 0 on another failure (message set). */
+fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need *need);
+/* The step-budget refusal: "no plan fits the budget of ...: the smallest needs ..." */
+fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need);
+/* "checkpoint revolve 2, micro-batch 1, precision fp32" */
+int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len);
+/* What fr_step_compile runs, built but not materialized: planned within
+ * opts->budget (or checkpoint auto) by the planner, else built as given. */
+fr_step *fr_step_prepare(fr_model *m, const fr_step_opts *opts);
 /* Whether some plan with the whole batch fits opts->budget. */
 int fr_plan_fits(fr_model *m, const fr_step_opts *opts);
 /* Give the arena back (e.g. while an eval step runs) and take it again. */
@@ -54,6 +76,11 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i);
 /* Bytes of one optimizer-state buffer of p (its format in *kind). */
 size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
 
+/* What the materialized step reserves, as the allocator rounds each block:
+ * parameters, gradients, optimizer state, update tiles, the arena, the
+ * executor's tables and the step's metadata, plus one batch of data (held
+ * by the caller, e.g. the loader). fr_plan_info.reserved is this. */
+size_t fr_step_reserved(const fr_step *s);
 /* Predicted persistent bytes by category (params, grads, optimizer state,
  * one data batch); step values come from the plan. */
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);

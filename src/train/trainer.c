@@ -63,7 +63,7 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
     so.training = 0;
     fr_step *s = fr_step_compile(m, &so);
     if (!s) return FR_ERR_NOMEM;
-    fr_loader_opts lo = {batch, 0, 0, 0, 1, limit};
+    fr_loader_opts lo = {batch, 0, 0, 0, FR_EVAL_QUEUE, limit};
     fr_loader *l = fr_loader_new(ctx, ds, &lo);
     fr_status st = l ? fr_loader_start(l, 0, 0) : FR_ERR_NOMEM;
     double sum = 0;
@@ -130,6 +130,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_loader *l = NULL;
     double t_start = now_s();
     if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
+    /* What the open datasets hold, measured: blocks taken and still held
+     * (their inflation buffers go back to the system first). */
+    fr_mem_stats m0, m1;
+    fr_mem_empty_cache(ctx);
+    fr_mem_get_stats(ctx, &m0);
     if (!(train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) {
         st = FR_ERR_IO;
         goto done;
@@ -138,48 +143,16 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         st = FR_ERR_IO;
         goto done;
     }
+    fr_mem_empty_cache(ctx);
+    fr_mem_get_stats(ctx, &m1);
     if ((st = fr_data_check(ctx, m, train)) || (st = fr_data_check(ctx, m, test))) goto done;
-    if ((st = fr_model_init(m, cfg->seed))) goto done;
-    /* --init: the weights of a state_dict (strict names and shapes, optimizer
-     * tensors ignored), then freezing, then the step with a fresh optimizer. */
-    if (cfg->init && (st = fr_model_load_weights(m, cfg->init))) goto done;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
     fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,
                        .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
                        .micro_batch = cfg->micro_batch, .precision = cfg->precision,
                        .optim_state = cfg->optim_state, .clip_grad_norm = cfg->clip_grad_norm,
-                       .loss_scaling = cfg->loss_scaling, .keep_grads = cfg->keep_grads};
-    if (cfg->budget) {
-        /* The budget covers everything the engine reserves: what is held
-         * already (model, datasets), the loader's queue, and the step. */
-        fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
-        int c, h, w;
-        fr_dataset_sample_shape(train, &c, &h, &w);
-        int outputs = fr_dataset_outputs(train); /* the loader's label or targets per sample */
-        size_t per_sample = ((size_t)c * h * w + (size_t)(outputs ? outputs : 1)) * 4;
-        size_t perm = (size_t)fr_dataset_len(train) * 8 + (size_t)fr_dataset_len(test) * 8;
-        size_t held = ms.reserved + perm + 64 * 1024; /* + loader bookkeeping */
-        if (cfg->batch_auto) {
-            so.budget = cfg->budget > held ? cfg->budget - held : 0;
-            int b = fr_batch_auto(m, &so, 1 << 16);
-            if (b == 0) {
-                st = fr_fail(ctx, FR_ERR_BUDGET, "--batch auto: not even a batch of 1 fits %zu bytes", cfg->budget);
-                goto done;
-            }
-            /* leave room for the loader's queue of (queue + 1) batches */
-            while (b > 1 && held + (size_t)(cfg->queue + 1) * b * per_sample > cfg->budget) b--;
-            so.batch = b;
-            if (!cfg->json && cfg->progress >= 0) fprintf(stderr, "--batch auto: %d fits the budget\n", b);
-        }
-        size_t queue = (size_t)(cfg->queue + 1) * so.batch * per_sample;
-        if (held + queue >= cfg->budget) {
-            st = fr_fail(ctx, FR_ERR_BUDGET, "a budget of %zu bytes leaves nothing for the step: the "
-                         "model and data loading already take %zu", cfg->budget, held + queue);
-            goto done;
-        }
-        so.budget = cfg->budget - held - queue;
-    }
+                       .loss_scaling = cfg->loss_scaling, .keep_grads = cfg->keep_grads,
+                       .budget = cfg->budget};
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
@@ -188,20 +161,41 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 "half\"). Use --precision fp16-mixed (fp32 master weights and state) or bf16, or "
                 "raise --eps to 1e-4.\n",
                 (double)cfg->optim.eps);
-    if (!(s = fr_step_compile(m, &so))) {
+    fr_budget bud;
+    if (cfg->budget) {
+        /* One accounting of the budget (budget.c), the same `frugal plan`
+         * uses: planned on shapes, nothing of the model allocated yet. */
+        int c, h, w;
+        fr_dataset_sample_shape(train, &c, &h, &w);
+        fr_budget_data bd = {(size_t)c * h * w, fr_dataset_len(train), fr_dataset_len(test),
+                             cfg->limit_train, cfg->limit_test, cfg->queue, cfg->eval_batch,
+                             (m1.reserved - m1.cached) - (m0.reserved - m0.cached), 0};
+        if (!(s = fr_budget_plan(m, &so, &bd, cfg->batch_auto, &bud))) {
+            st = FR_ERR_BUDGET;
+            goto done;
+        }
+        so.batch = s->o.batch;
+        if (cfg->batch_auto && !cfg->json && cfg->progress >= 0)
+            fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n", so.batch);
+        /* From here the budget is a hard limit: the allocator refuses past
+         * it, and the parameters are allocated only now. */
+        fr_mem_set_limit(ctx, cfg->budget);
+        if ((st = fr_step_materialize(s))) goto done;
+    } else if (!(s = fr_step_compile(m, &so))) {
         st = FR_ERR_ARG;
         goto done;
     }
-    /* From here the budget is a hard limit: the allocator refuses past it.
-     * (Comparing candidate plans above only allocated their metadata.) */
-    if (cfg->budget) fr_mem_set_limit(ctx, cfg->budget);
     if (!cfg->json && cfg->progress >= 0 && (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
         fr_step_describe_plan(s, stderr, 0);
+        if (cfg->budget) fr_budget_describe(&bud, stderr, 0);
         fputc('\n', stderr);
     } else if (!cfg->json && cfg->progress >= 0 && s->n_fused) {
         fprintf(stderr, "optimizer step inside backward for %d tensors: their gradients are never "
                         "all stored (--keep-grads to store them)\n", s->n_fused);
     }
+    /* --init: the weights of a state_dict (strict names and shapes, optimizer
+     * tensors ignored) over the initialised ones; the optimizer starts fresh. */
+    if (cfg->init && (st = fr_model_load_weights(m, cfg->init))) goto done;
     fr_ckpt_pos pos = {0};
     if (cfg->resume) {
         if ((st = fr_ckpt_resume(s, cfg->resume, cfg->freeze, &pos))) goto done;

@@ -43,6 +43,41 @@ fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char 
 /* The largest batch (<= max_batch) whose plan fits opts->budget; 0 if none. */
 int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
 
+/* The data a budget must hold besides the model (budget.c). */
+typedef struct fr_budget_data {
+    size_t sample;                   /* floats per sample */
+    int64_t n_train, n_test;         /* samples in each split */
+    int64_t limit_train, limit_test; /* the loaders use only the first N (0: all) */
+    int queue;                       /* the training loader's prefetch depth */
+    int eval_batch;                  /* 0: evaluate at the training micro-batch */
+    size_t handles;                  /* bytes the open datasets hold (measured) */
+    int assumed;                     /* 1: the datasets are not open; the above are assumptions */
+} fr_budget_data;
+
+/* The user's budget and what takes it, as the allocator reserves it. */
+typedef struct fr_budget {
+    size_t total;       /* the user's budget */
+    size_t datasets;    /* the open datasets and the training permutation */
+    size_t queue;       /* the training loader's (queue + 1) batch buffers */
+    int queue_batches, batch;
+    size_t eval;        /* while evaluating: eval loader and step beyond the arena they replace */
+    size_t model;       /* parameters and buffers, from their shapes */
+    size_t meta;        /* the model's description and what else is held before planning */
+    size_t step;        /* what is left for the step */
+    size_t step_need;   /* what its plan needs (the smallest plan's, when nothing fits) */
+} fr_budget;
+
+/* Split opts->budget (the user's) and plan the step in what is left; with
+ * batch_auto the largest batch whose whole footprint fits. Returns the step
+ * built but not materialized (nothing of the model allocated; its
+ * o.budget is the user's), or NULL with a message naming the budget and
+ * what takes it. Refuses before planning when the parameters alone do not
+ * fit. */
+fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
+                        fr_budget *b);
+/* The split as a table, or a JSON object (no newline). */
+void fr_budget_describe(const fr_budget *b, FILE *out, int json);
+
 typedef struct fr_train_result {
     double final_loss, test_acc, test_loss, seconds;
     int epochs_done, batch;
@@ -59,6 +94,8 @@ typedef struct fr_train_result {
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds);
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
+/* The eval loader's prefetch depth (fr_evaluate; the budget counts it). */
+#define FR_EVAL_QUEUE 1
 /* Accuracy and mean loss over a dataset with an eval step (no backward
  * state). An MSE model has no classes: *acc is NaN, report only the loss. */
 fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64_t limit,
