@@ -142,7 +142,7 @@ refuse "'1e30GiB' is too large" plan --model mlp --budget 1e30GiB
 refuse "'1e999' is too large" plan --model mlp --budget 1e999
 for b in -5MiB nan inf MiB 0x10 "48 MiB" 0 1.5e; do refuse "--budget '$b'" plan --model mlp --budget "$b"; done
 printf 'input 8\nlinear 2\n' >"$tmp/small.model"
-for spec in 1.5GiB:1610612736 48MiB:50331648 500MB:500000000 64M:67108864 123456:123456 8KiB:8192 1e6:1000000; do
+for spec in 1.5GiB:1610612736 48MiB:50331648 500MB:500000000 64M:67108864 2345678:2345678 8192KiB:8388608 1e6:1000000; do
     "$bin" plan --model "$tmp/small.model" --batch 1 --budget "${spec%%:*}" --json >"$tmp/out" 2>"$tmp/err" &&
         python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['budget'] == int(sys.argv[2])" "$tmp/out" "${spec##*:}" &&
         ok || no "--budget ${spec%%:*} is ${spec##*:} bytes: $(head -2 "$tmp/err") $(head -c 200 "$tmp/out")"
