@@ -5,9 +5,25 @@
  * last error message), builds or loads a model, compiles a training step for a
  * batch size and optimizer, runs steps, and reads memory statistics.
  *
- * Every function that can fail returns an fr_status (FR_OK is 0) and leaves a
- * message naming the file, the position and the fault in fr_last_error(ctx).
- * Nothing in the library calls exit() or abort().
+ * The conventions every declaration below follows:
+ *  - A function that can fail returns an fr_status (FR_OK is 0) and leaves a
+ *    message naming the file, the position and the fault in
+ *    fr_last_error(ctx), ctx being the context passed in or the one the model
+ *    or step was made with. Nothing in the library calls exit() or abort().
+ *  - A function that returns an object returns NULL on failure, the message
+ *    on the context (except fr_ctx_new: NULL means the context itself could
+ *    not be allocated).
+ *  - A function that returns void or a plain value cannot fail. The report
+ *    writers (fr_mem_summary, fr_model_describe, fr_step_describe_plan, ...)
+ *    write to the caller's FILE and leave its errors to ferror(out).
+ *  - Results go to out-parameters; they hold a result only on FR_OK.
+ *  - The parse helpers (fr_optim_parse, fr_precision_parse) take a ctx that
+ *    may be NULL: then only the status tells.
+ *  - Objects (context, model, step) must not be NULL where one is expected;
+ *    fr_*_free accepts NULL. Whatever a function allocates is accounted to
+ *    the context, which must outlive every model and step made with it.
+ *  - Options are enums, not integers; each enum keeps its values across
+ *    versions.
  */
 #ifndef FRUGAL_H
 #define FRUGAL_H
@@ -160,7 +176,8 @@ typedef struct fr_optim_opts {
 } fr_optim_opts;
 
 FR_API fr_optim_opts fr_optim_defaults(fr_optim_kind kind);
-FR_API fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t errlen);
+/* "sgd", "adam" or "adamw", in any letter case. */
+FR_API fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out);
 
 /* ---- training steps ---------------------------------------------------- */
 
@@ -191,7 +208,24 @@ typedef enum fr_precision {
     FR_PREC_AUTO, /* the planner may choose bf16-mixed to fit a budget */
 } fr_precision;
 FR_API const char *fr_precision_name(fr_precision p);
-FR_API fr_status fr_precision_parse(const char *s, fr_precision *out);
+/* The names fr_precision_name gives: "fp32", "bf16", "fp16", "bf16-mixed",
+ * "fp16-mixed", "auto". */
+FR_API fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out);
+
+/* How Adam/AdamW store their two moments (SGD's momentum is always fp32).
+ * Tensors too small to fill one int8 block keep fp32. */
+typedef enum fr_optim_state {
+    FR_OPTIM_STATE_FP32 = 0,
+    FR_OPTIM_STATE_BF16 = 1,
+    FR_OPTIM_STATE_INT8 = 2, /* block-wise dynamic quantization (bitsandbytes' 8-bit Adam) */
+} fr_optim_state;
+
+/* The loss scaler (torch.amp.GradScaler's dynamic scaling). */
+typedef enum fr_loss_scaling {
+    FR_LOSS_SCALE_AUTO = 0,    /* dynamic for fp16 and fp16-mixed, none otherwise; the default */
+    FR_LOSS_SCALE_DYNAMIC = 1, /* dynamic whatever the precision */
+    FR_LOSS_SCALE_NONE = -1,   /* never */
+} fr_loss_scaling;
 
 typedef struct fr_step_opts {
     int batch;       /* samples per step */
@@ -203,9 +237,9 @@ typedef struct fr_step_opts {
     int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
     size_t budget;   /* bytes for auto planning (0: none) */
     fr_precision precision;
-    int optim_state;      /* Adam/AdamW moments: 0 fp32, 1 bf16, 2 int8 (block-wise dynamic) */
-    float clip_grad_norm; /* > 0: clip the global L2 norm (after unscaling) */
-    int loss_scaling;     /* 0: dynamic for fp16 and fp16-mixed only; 1: dynamic; -1: off */
+    fr_optim_state optim_state; /* Adam/AdamW moments */
+    float clip_grad_norm;       /* > 0: clip the global L2 norm (after unscaling) */
+    fr_loss_scaling loss_scaling;
     int keep_grads;       /* 0: without a loss scaler, clipping or micro-batches, each f32
                              parameter takes its optimizer step inside backward right after
                              its gradient is computed, and no gradient buffer is kept for it
@@ -219,8 +253,9 @@ typedef struct fr_step_opts {
 FR_API void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);
 
 /* The largest batch (<= max_batch) whose plan with opts (opts->budget, and
- * its checkpoint mode; FR_CKPT_AUTO: any schedule) fits; 0 if not even 1. */
-FR_API int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
+ * its checkpoint mode; FR_CKPT_AUTO: any schedule) fits, in *batch;
+ * FR_ERR_BUDGET if not even a batch of 1 does. */
+FR_API fr_status fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch, int *batch);
 
 /* The memory timeline (what `frugal profile` writes): start recording every
  * allocation and free with its op and category, then write the record as
@@ -238,6 +273,24 @@ typedef struct fr_batch {
     const float *target;
 } fr_batch;
 
+/* Compile a step: the graph, its backward, the schedule of kept and
+ * recomputed activations, and the memory plan (opts->budget or FR_CKPT_AUTO:
+ * the plan that fits the budget), then allocate what running it needs.
+ * The model stays the caller's and must outlive the step; the step keeps a
+ * pointer to it and to its context, not a copy. Compiling changes the model:
+ *  - an uninitialised model is initialised first (fr_model_init with
+ *    opts->seed);
+ *  - FR_PREC_FP16 and FR_PREC_BF16 (pure 16 bits, model.half()) convert the
+ *    weights and biases to 16 bits in place, for good (BatchNorm's running
+ *    statistics stay fp32); a later step on the same model keeps them so;
+ *  - when training, the gradient buffers and the optimizer state are
+ *    allocated on the model's parameters: they belong to the model, are
+ *    reused (optimizer state included) by the next step compiled on it, and
+ *    are freed by fr_model_free.
+ * The step owns the graph, the plan and the activation arena; fr_step_free
+ * releases them (and leaves the model as it is). On failure: NULL, the
+ * message on the model's context, and any of the changes above that were
+ * made stay made. */
 FR_API fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts);
 FR_API void fr_step_free(fr_step *s);
 /* One step: forward, and when training backward and the optimizer update.

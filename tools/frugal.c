@@ -229,20 +229,20 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
         case O_EVAL: c->eval_only = 1; break;
         case O_EPS: if (parse_num(cmd, "eps", optarg, 0, 1, &v)) return 2; c->eps = (float)v; c->eps_set = 1; break;
         case O_PREC:
-            if (fr_precision_parse(optarg, &c->t.precision))
+            if (fr_precision_parse(NULL, optarg, &c->t.precision))
                 return bad(cmd, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", optarg);
             break;
         case O_OSTATE:
-            if (!strcmp(optarg, "fp32")) c->t.optim_state = 0;
-            else if (!strcmp(optarg, "bf16")) c->t.optim_state = 1;
-            else if (!strcmp(optarg, "int8")) c->t.optim_state = 2;
+            if (!strcmp(optarg, "fp32")) c->t.optim_state = FR_OPTIM_STATE_FP32;
+            else if (!strcmp(optarg, "bf16")) c->t.optim_state = FR_OPTIM_STATE_BF16;
+            else if (!strcmp(optarg, "int8")) c->t.optim_state = FR_OPTIM_STATE_INT8;
             else return bad(cmd, "--optimizer-state '%s': choose fp32, bf16 or int8", optarg);
             break;
         case O_KEEPG: c->t.keep_grads = 1; break;
         case O_CLIP: if (parse_num(cmd, "clip-grad-norm", optarg, 0, 1e30, &v)) return 2; c->t.clip_grad_norm = (float)v; break;
         case O_LSCALE:
-            if (!strcmp(optarg, "dynamic")) c->t.loss_scaling = 1;
-            else if (!strcmp(optarg, "none")) c->t.loss_scaling = -1;
+            if (!strcmp(optarg, "dynamic")) c->t.loss_scaling = FR_LOSS_SCALE_DYNAMIC;
+            else if (!strcmp(optarg, "none")) c->t.loss_scaling = FR_LOSS_SCALE_NONE;
             else return bad(cmd, "--loss-scale '%s': choose dynamic or none", optarg);
             break;
         case O_BUDGET: {
@@ -283,9 +283,8 @@ static int parse(int argc, char **argv, const char *cmd, const char *usage, cli 
     }
     if (c->t.batch_auto && !c->t.budget)
         return bad(cmd, "%s", "--batch auto needs --budget (the largest batch that fits it)");
-    char err[128];
     fr_optim_kind kind;
-    if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cmd, "%s", err);
+    if (fr_optim_parse(NULL, opt_name, &kind)) return bad(cmd, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
     c->t.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.optim.lr = c->lr;
     if (c->wd_set) c->t.optim.weight_decay = c->wd;
@@ -411,8 +410,8 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
                        .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling,
                        .keep_grads = c->t.keep_grads};
     if (c->t.batch_auto) {
-        so.batch = fr_batch_auto(m, &so, 1 << 16);
-        if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
+        if (fr_batch_auto(m, &so, 1 << 16, &so.batch)) so.batch = 0;
+        else fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
     }
     return so;
 }

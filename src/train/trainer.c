@@ -137,8 +137,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         size_t held = ms.reserved + perm + 64 * 1024; /* + loader bookkeeping */
         if (cfg->batch_auto) {
             so.budget = cfg->budget > held ? cfg->budget - held : 0;
-            int b = fr_batch_auto(m, &so, 1 << 16);
-            if (b == 0) {
+            int b;
+            if (fr_batch_auto(m, &so, 1 << 16, &b)) {
                 st = fr_fail(ctx, FR_ERR_BUDGET, "--batch auto: not even a batch of 1 fits %zu bytes", cfg->budget);
                 goto done;
             }
