@@ -15,7 +15,8 @@ int main(void) {
         return 1;
     }
     fr_model_init(m, 42); /* PyTorch's default initialisation, seeded */
-    fr_step_opts opts = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 42};
+    fr_step_opts opts = {
+        .batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 42};
     opts.optim.lr = 0.01f;
     opts.optim.momentum = 0.9f;
     fr_step *step = fr_step_compile(m, &opts); /* graph -> autodiff -> plan -> arena */
@@ -29,7 +30,8 @@ int main(void) {
     for (int it = 0; it < STEPS; it++) {
         for (int i = 0; i < N; i++) { /* label = argmax_k sum_j x_j t_kj, t_kj in -3..3 */
             float best = -1e30f;
-            for (int j = 0; j < D; j++) x[i * D + j] = 2.0f * (float)rand() / (float)RAND_MAX - 1.0f;
+            for (int j = 0; j < D; j++)
+                x[i * D + j] = 2.0f * (float)rand() / (float)RAND_MAX - 1.0f;
             for (int k = 0; k < 10; k++) {
                 float z = 0;
                 for (int j = 0; j < D; j++) z += x[i * D + j] * (float)((j * 31 + k * 17) % 7 - 3);

@@ -57,7 +57,15 @@ typedef enum fr_status {
     FR_ERR_BUDGET,  /* no plan fits the memory budget */
 } fr_status;
 
-typedef enum fr_dtype { FR_F32 = 0, FR_F16, FR_BF16, FR_I32, FR_U8, FR_I64, FR_DTYPE_COUNT } fr_dtype;
+typedef enum fr_dtype {
+    FR_F32 = 0,
+    FR_F16,
+    FR_BF16,
+    FR_I32,
+    FR_U8,
+    FR_I64,
+    FR_DTYPE_COUNT
+} fr_dtype;
 
 /* Memory categories: every byte the engine takes carries one. */
 typedef enum fr_mem_cat {
@@ -122,7 +130,8 @@ typedef enum fr_loss { FR_LOSS_CROSS_ENTROPY = 0, FR_LOSS_MSE } fr_loss;
 FR_API fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w);
 FR_API void fr_model_free(fr_model *m);
 FR_API fr_status fr_model_linear(fr_model *m, int out_features, int bias);
-FR_API fr_status fr_model_conv2d(fr_model *m, int out_ch, int kernel, int stride, int padding, int bias);
+FR_API fr_status fr_model_conv2d(fr_model *m, int out_ch, int kernel, int stride, int padding,
+                                 int bias);
 FR_API fr_status fr_model_maxpool2d(fr_model *m, int kernel, int stride);
 FR_API fr_status fr_model_avgpool2d(fr_model *m, int kernel, int stride);
 FR_API fr_status fr_model_global_avgpool(fr_model *m);
@@ -228,10 +237,10 @@ typedef enum fr_loss_scaling {
 } fr_loss_scaling;
 
 typedef struct fr_step_opts {
-    int batch;       /* samples per step */
-    int training;    /* 1: forward+backward+update; 0: eval (no backward state at all) */
+    int batch;    /* samples per step */
+    int training; /* 1: forward+backward+update; 0: eval (no backward state at all) */
     fr_optim_opts optim;
-    uint64_t seed;   /* dropout stream */
+    uint64_t seed; /* dropout stream */
     fr_ckpt_mode checkpoint;
     int ckpt_arg;    /* N for every:N, segments N, revolve slots */
     int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
@@ -240,13 +249,13 @@ typedef struct fr_step_opts {
     fr_optim_state optim_state; /* Adam/AdamW moments */
     float clip_grad_norm;       /* > 0: clip the global L2 norm (after unscaling) */
     fr_loss_scaling loss_scaling;
-    int keep_grads;       /* 0: without a loss scaler, clipping or micro-batches, each f32
-                             parameter takes its optimizer step inside backward right after
-                             its gradient is computed, and no gradient buffer is kept for it
-                             (plain SGD inside the Linear kernel; momentum SGD, Adam, AdamW
-                             by a step node, the gradient a short-lived arena value); the
-                             results are bit for bit those of 1: keep every parameter
-                             gradient and update after backward */
+    /* 0: without a loss scaler, clipping or micro-batches, each f32 parameter
+     * takes its optimizer step inside backward right after its gradient is
+     * computed, and no gradient buffer is kept for it (plain SGD inside the
+     * Linear kernel; momentum SGD, Adam, AdamW by a step node, the gradient a
+     * short-lived arena value); the results are bit for bit those of 1: keep
+     * every parameter gradient and update after backward. */
+    int keep_grads;
 } fr_step_opts;
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
@@ -318,8 +327,8 @@ FR_API void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
 
 /* ---- checkpoints (safetensors, PyTorch state_dict names) --------------- */
 
-FR_API fr_status fr_save(fr_step *s, const char *path);        /* weights + optimizer state */
-FR_API fr_status fr_load(fr_step *s, const char *path);        /* restores what save wrote */
+FR_API fr_status fr_save(fr_step *s, const char *path); /* weights + optimizer state */
+FR_API fr_status fr_load(fr_step *s, const char *path); /* restores what save wrote */
 FR_API fr_status fr_model_load_weights(fr_model *m, const char *path); /* weights only */
 
 #ifdef __cplusplus

@@ -39,7 +39,8 @@ static void test_precision_parse(void) {
                                  FR_PREC_BF16_MIXED, FR_PREC_FP16_MIXED, FR_PREC_AUTO};
     for (int i = 0; i < 6; i++) {
         fr_precision p = (fr_precision)-1;
-        CHECK(fr_precision_parse(ctx, names[i], &p) == FR_OK && p == want[i], "parse '%s'", names[i]);
+        CHECK(fr_precision_parse(ctx, names[i], &p) == FR_OK && p == want[i], "parse '%s'",
+              names[i]);
         CHECK(!strcmp(fr_precision_name(want[i]), names[i]), "name of %d", i);
     }
     const char *bad[] = {"fp8", "", "FP32", "bf16 ", "mixed"};
@@ -47,17 +48,20 @@ static void test_precision_parse(void) {
         fr_precision p = FR_PREC_BF16;
         char want_msg[160];
         snprintf(want_msg, sizeof want_msg,
-                 "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)", bad[i]);
+                 "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)",
+                 bad[i]);
         fr_status st = fr_precision_parse(ctx, bad[i], &p);
         CHECK(st == FR_ERR_ARG && p == FR_PREC_BF16 && !strcmp(fr_last_error(ctx), want_msg),
               "parse '%s': status %d, message '%s'", bad[i], (int)st, fr_last_error(ctx));
     }
     fr_precision p;
     CHECK(fr_precision_parse(NULL, "fp8", &p) == FR_ERR_ARG, "parse with no context");
-    CHECK(fr_precision_parse(ctx, NULL, &p) == FR_ERR_ARG && strstr(fr_last_error(ctx), "unknown precision ''"),
+    CHECK(fr_precision_parse(ctx, NULL, &p) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "unknown precision ''"),
           "parse NULL: %s", fr_last_error(ctx));
     fr_optim_kind k;
-    CHECK(fr_optim_parse(ctx, "rmsprop", &k) == FR_ERR_ARG && strstr(fr_last_error(ctx), "'rmsprop'"),
+    CHECK(fr_optim_parse(ctx, "rmsprop", &k) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "'rmsprop'"),
           "fr_optim_parse leaves its message on the context: %s", fr_last_error(ctx));
     fr_ctx_free(ctx);
 }
@@ -70,10 +74,12 @@ static void test_batch_auto(void) {
         fr_ctx_free(ctx);
         return;
     }
-    fr_step_opts o = {.batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .budget = 1024};
+    fr_step_opts o = {
+        .batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .budget = 1024};
     int b = -7;
     fr_status st = fr_batch_auto(m, &o, 64, &b);
-    CHECK(st == FR_ERR_BUDGET && b == -7 && strstr(fr_last_error(ctx), "not even a batch of 1 fits"),
+    CHECK(st == FR_ERR_BUDGET && b == -7 &&
+              strstr(fr_last_error(ctx), "not even a batch of 1 fits"),
           "1 KiB: status %d, batch %d, message '%s'", (int)st, b, fr_last_error(ctx));
     /* weights, gradients and two Adam moments alone are 16 MB: 1 GiB takes the whole range */
     o.budget = (size_t)1 << 30;
@@ -121,11 +127,14 @@ static void test_enum_values(void) {
                   {FR_OPTIM_STATE_INT8, 2 * (n + 4 * 489)}};
     for (int i = 0; i < 3; i++) {
         m = linear(ctx);
-        o = (fr_step_opts){.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+        o = (fr_step_opts){.batch = 4,
+                           .training = 1,
+                           .optim = fr_optim_defaults(FR_OPTIM_ADAM),
                            .optim_state = states[i].s};
         fr_step *s = m ? fr_step_compile(m, &o) : NULL;
-        CHECK(s && cat_bytes(ctx, FR_MEM_OPTIM) == states[i].bytes, "optim_state %d: %zu optimizer bytes, want %zu: %s",
-              (int)states[i].s, cat_bytes(ctx, FR_MEM_OPTIM), states[i].bytes, s ? "" : fr_last_error(ctx));
+        CHECK(s && cat_bytes(ctx, FR_MEM_OPTIM) == states[i].bytes,
+              "optim_state %d: %zu optimizer bytes, want %zu: %s", (int)states[i].s,
+              cat_bytes(ctx, FR_MEM_OPTIM), states[i].bytes, s ? "" : fr_last_error(ctx));
         fr_step_free(s);
         fr_model_free(m);
     }
@@ -135,18 +144,25 @@ static void test_enum_values(void) {
         fr_precision p;
         fr_loss_scaling ls;
         float scale;
-    } scal[] = {{FR_PREC_FP16_MIXED, FR_LOSS_SCALE_AUTO, 65536.0f}, {FR_PREC_FP16, FR_LOSS_SCALE_AUTO, 65536.0f},
-                {FR_PREC_FP32, FR_LOSS_SCALE_AUTO, 1.0f},           {FR_PREC_BF16_MIXED, FR_LOSS_SCALE_AUTO, 1.0f},
-                {FR_PREC_FP32, FR_LOSS_SCALE_DYNAMIC, 65536.0f},    {FR_PREC_FP16_MIXED, FR_LOSS_SCALE_NONE, 1.0f}};
+    } scal[] = {{FR_PREC_FP16_MIXED, FR_LOSS_SCALE_AUTO, 65536.0f},
+                {FR_PREC_FP16, FR_LOSS_SCALE_AUTO, 65536.0f},
+                {FR_PREC_FP32, FR_LOSS_SCALE_AUTO, 1.0f},
+                {FR_PREC_BF16_MIXED, FR_LOSS_SCALE_AUTO, 1.0f},
+                {FR_PREC_FP32, FR_LOSS_SCALE_DYNAMIC, 65536.0f},
+                {FR_PREC_FP16_MIXED, FR_LOSS_SCALE_NONE, 1.0f}};
     for (int i = 0; i < 6; i++) {
         m = linear(ctx);
-        o = (fr_step_opts){.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
-                           .precision = scal[i].p, .loss_scaling = scal[i].ls};
+        o = (fr_step_opts){.batch = 4,
+                           .training = 1,
+                           .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                           .precision = scal[i].p,
+                           .loss_scaling = scal[i].ls};
         fr_step *s = m ? fr_step_compile(m, &o) : NULL;
         float scale = NAN;
         if (s) fr_step_scaler(s, &scale, NULL);
-        CHECK(s && scale == scal[i].scale, "%s, loss_scaling %d: scale %g, want %g: %s", fr_precision_name(scal[i].p),
-              (int)scal[i].ls, scale, scal[i].scale, s ? "" : fr_last_error(ctx));
+        CHECK(s && scale == scal[i].scale, "%s, loss_scaling %d: scale %g, want %g: %s",
+              fr_precision_name(scal[i].p), (int)scal[i].ls, scale, scal[i].scale,
+              s ? "" : fr_last_error(ctx));
         fr_step_free(s);
         fr_model_free(m);
     }
@@ -162,20 +178,27 @@ static void test_compile_effects(void) {
         fr_model *m = linear(ctx);
         CHECK(m && cat_bytes(ctx, FR_MEM_PARAMS) == 0, "no weights before compiling: %zu bytes",
               cat_bytes(ctx, FR_MEM_PARAMS));
-        fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .precision = precs[i]};
+        fr_step_opts o = {.batch = 4,
+                          .training = 1,
+                          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                          .precision = precs[i]};
         fr_step *s = m ? fr_step_compile(m, &o) : NULL;
-        const size_t wbytes = (i ? 2 : 4) * n; /* pure fp16/bf16: the weights themselves in 16 bits */
-        const size_t obytes = 2 * wbytes;      /* Adam's two moments, in the weights' format */
-        CHECK(s && cat_bytes(ctx, FR_MEM_PARAMS) == wbytes && cat_bytes(ctx, FR_MEM_OPTIM) == obytes,
-              "%s: weights %zu bytes (want %zu), optimizer %zu (want %zu): %s", fr_precision_name(precs[i]),
-              cat_bytes(ctx, FR_MEM_PARAMS), wbytes, cat_bytes(ctx, FR_MEM_OPTIM), obytes, s ? "" : fr_last_error(ctx));
+        const size_t wbytes =
+            (i ? 2 : 4) * n;              /* pure fp16/bf16: the weights themselves in 16 bits */
+        const size_t obytes = 2 * wbytes; /* Adam's two moments, in the weights' format */
+        CHECK(s && cat_bytes(ctx, FR_MEM_PARAMS) == wbytes &&
+                  cat_bytes(ctx, FR_MEM_OPTIM) == obytes,
+              "%s: weights %zu bytes (want %zu), optimizer %zu (want %zu): %s",
+              fr_precision_name(precs[i]), cat_bytes(ctx, FR_MEM_PARAMS), wbytes,
+              cat_bytes(ctx, FR_MEM_OPTIM), obytes, s ? "" : fr_last_error(ctx));
         fr_step_free(s);
         CHECK(cat_bytes(ctx, FR_MEM_PARAMS) == wbytes && cat_bytes(ctx, FR_MEM_OPTIM) == obytes,
               "%s: fr_step_free leaves the weights and the optimizer state to the model",
               fr_precision_name(precs[i]));
         s = m ? fr_step_compile(m, &o) : NULL;
-        CHECK(s && cat_bytes(ctx, FR_MEM_OPTIM) == obytes, "%s: the next step reuses the state: %zu bytes",
-              fr_precision_name(precs[i]), cat_bytes(ctx, FR_MEM_OPTIM));
+        CHECK(s && cat_bytes(ctx, FR_MEM_OPTIM) == obytes,
+              "%s: the next step reuses the state: %zu bytes", fr_precision_name(precs[i]),
+              cat_bytes(ctx, FR_MEM_OPTIM));
         fr_step_free(s);
         fr_model_free(m);
         CHECK(cat_bytes(ctx, FR_MEM_PARAMS) == 0 && cat_bytes(ctx, FR_MEM_OPTIM) == 0,

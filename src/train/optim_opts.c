@@ -7,7 +7,8 @@
 #include "core/ctx.h"
 
 /* fr_step_opts.optim_state reaches the kernels as an fr_state_kind. */
-_Static_assert(FR_OPTIM_STATE_FP32 == (int)FR_STATE_F32 && FR_OPTIM_STATE_BF16 == (int)FR_STATE_BF16 &&
+_Static_assert(FR_OPTIM_STATE_FP32 == (int)FR_STATE_F32 &&
+                   FR_OPTIM_STATE_BF16 == (int)FR_STATE_BF16 &&
                    FR_OPTIM_STATE_INT8 == (int)FR_STATE_INT8,
                "fr_optim_state and fr_state_kind number the formats alike");
 
@@ -19,9 +20,7 @@ fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
     o.kind = kind;
     o.zero_grad_to_none = 1; /* zero_grad(set_to_none=True), the 2.x default */
     switch (kind) {
-    case FR_OPTIM_SGD:
-        o.lr = 0.01f;
-        break;
+    case FR_OPTIM_SGD: o.lr = 0.01f; break;
     case FR_OPTIM_ADAM:
     case FR_OPTIM_ADAMW:
         o.lr = 1e-3f;
@@ -50,5 +49,6 @@ fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out) {
             }
         }
     }
-    return fr_fail(ctx, FR_ERR_ARG, "unknown optimizer '%s' (choose sgd, adam or adamw)", name ? name : "");
+    return fr_fail(ctx, FR_ERR_ARG, "unknown optimizer '%s' (choose sgd, adam or adamw)",
+                   name ? name : "");
 }
