@@ -7,9 +7,10 @@
  *
  * The conventions every declaration below follows:
  *  - A function that can fail returns an fr_status (FR_OK is 0) and leaves a
- *    message naming the file, the position and the fault in
- *    fr_last_error(ctx), ctx being the context passed in or the one the model
- *    or step was made with. Nothing in the library calls exit() or abort().
+ *    message saying what failed (for a file: its name, the position and the
+ *    fault) in fr_last_error(ctx), ctx being the context passed in or the
+ *    one the model or step was made with. Nothing in the library calls
+ *    exit() or abort().
  *  - A function that returns an object returns NULL on failure, the message
  *    on the context (except fr_ctx_new: NULL means the context itself could
  *    not be allocated).
@@ -22,8 +23,8 @@
  *  - Objects (context, model, step) must not be NULL where one is expected;
  *    fr_*_free accepts NULL. Whatever a function allocates is accounted to
  *    the context, which must outlive every model and step made with it.
- *  - Options are enums, not integers; each enum keeps its values across
- *    versions.
+ *  - A choice among several is an enum, never a bare integer (switches are
+ *    int 0/1); each enum keeps its values across versions.
  */
 #ifndef FRUGAL_H
 #define FRUGAL_H
