@@ -45,7 +45,7 @@ for ex in "$src"/examples/*.c; do
 done
 LD_LIBRARY_PATH=$prefix/$libdir ldd "$tmp/train_mlp" | grep -q "libfrugal.so.0 => $prefix/$libdir/" && ok ||
     no "train_mlp links the installed libfrugal.so.0: $(ldd "$tmp/train_mlp" | grep frugal)"
-run env LD_LIBRARY_PATH="$prefix/$libdir" "$tmp/train_mlp"
+run env LD_LIBRARY_PATH="$prefix/$libdir" "$tmp/train_mlp" 20
 [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (shared): $(tail -5 "$tmp/out")"
 
 # Static: a moved copy of the prefix without the shared library; the .pc
@@ -56,7 +56,7 @@ run "$cc" "${flags[@]}" "$src/examples/train_mlp.c" -o "$tmp/train_mlp_static" \
     $(PKG_CONFIG_PATH=$tmp/moved/$libdir/pkgconfig pkg-config --static --cflags --libs frugal) && ok ||
     no "static pkg-config build: $(head -20 "$tmp/out")"
 readelf -d "$tmp/train_mlp_static" 2>/dev/null | grep -q 'NEEDED.*libfrugal' && no "static build needs libfrugal.so" || ok
-run "$tmp/train_mlp_static"
+run "$tmp/train_mlp_static" 20
 [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (static): $(tail -5 "$tmp/out")"
 
 # CMake: find_package(frugal) and both imported targets.
@@ -76,7 +76,7 @@ run cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_P
 run cmake --build "$tmp/proj/build" && ok || no "CMake project build: $(tail -20 "$tmp/out")"
 ldd "$tmp/proj/build/x" | grep -q "libfrugal.so.0 => $prefix/$libdir/" && ok || no "frugal::frugal is the installed .so"
 for x in x xs; do
-    run "$tmp/proj/build/$x"
+    run "$tmp/proj/build/$x" 20
     [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "CMake-built $x: $(tail -5 "$tmp/out")"
 done
 
