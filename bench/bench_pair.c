@@ -120,15 +120,15 @@ static int side_open(side *sd, const pair_opts *o, fr_optim_kind kind) {
     fr_set_threads(sd->ctx, o->threads);
     fr_step_opts so = {.batch = o->batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o->seed,
                        .keep_grads = sd->keep_grads};
-    if (fr_precision_parse(sd->precision, &so.precision)) {
+    if (fr_precision_parse(NULL, sd->precision, &so.precision)) {
         fprintf(stderr, "bench_pair: unknown precision '%s'\n", sd->precision);
         return -1;
     }
     static const char *const states[] = {"fp32", "bf16", "int8"}; /* fr_step_opts.optim_state */
-    so.optim_state = -1;
+    int state = -1;
     for (int k = 0; k < 3; k++)
-        if (!strcmp(sd->state, states[k])) so.optim_state = k;
-    if (so.optim_state < 0) {
+        if (!strcmp(sd->state, states[k])) so.optim_state = (fr_optim_state)(state = k);
+    if (state < 0) {
         fprintf(stderr, "bench_pair: unknown optimizer state '%s' (fp32, bf16, int8)\n", sd->state);
         return -1;
     }
@@ -167,9 +167,8 @@ int main(int argc, char **argv) {
     side a = {0}, b = {0};
     if (parse_args(argc, argv, &o, &a, &b)) return 2;
     fr_optim_kind kind;
-    char err[128];
-    if (fr_optim_parse(o.optimizer, &kind, err, sizeof err)) {
-        fprintf(stderr, "bench_pair: %s\n", err);
+    if (fr_optim_parse(NULL, o.optimizer, &kind)) {
+        fprintf(stderr, "bench_pair: unknown optimizer '%s' (sgd, adam, adamw)\n", o.optimizer);
         return 2;
     }
     int rc = 1;

@@ -864,9 +864,10 @@ static int batch_table(fr_ctx *ctx) {
             fr_step_opts so = {.batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
             so.budget = budgets[bi];
             so.checkpoint = FR_CKPT_NONE;
-            int b_none = fr_batch_auto(m, &so, 1 << 16);
+            int b_none = 0, b_auto = 0;
+            if (fr_batch_auto(m, &so, 1 << 16, &b_none)) b_none = 0;
             so.checkpoint = FR_CKPT_AUTO;
-            int b_auto = fr_batch_auto(m, &so, 1 << 16);
+            if (fr_batch_auto(m, &so, 1 << 16, &b_auto)) b_auto = 0;
             int b_any = batch_any(m, &so, 1 << 16);
             fr_plan_info ia = {0}, im = {0};
             char pa[64] = "-", pm[64] = "-";

@@ -93,9 +93,8 @@ int main(int argc, char **argv) {
     bench_opts o;
     if (parse_args(argc, argv, &o)) return 2;
     fr_optim_kind kind;
-    char err[128];
-    if (fr_optim_parse(o.optimizer, &kind, err, sizeof err)) {
-        fprintf(stderr, "bench_step: %s\n", err);
+    if (fr_optim_parse(NULL, o.optimizer, &kind)) {
+        fprintf(stderr, "bench_step: unknown optimizer '%s' (sgd, adam, adamw)\n", o.optimizer);
         return 2;
     }
     fr_ctx *ctx = fr_ctx_new();
@@ -116,11 +115,13 @@ int main(int argc, char **argv) {
     size_t sample = (size_t)fr_shape_numel(&m->in);
     int classes = fr_model_num_classes(m);
     fr_step_opts so = {.batch = o.batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o.seed};
-    if (fr_precision_parse(o.precision, &so.precision)) {
+    if (fr_precision_parse(NULL, o.precision, &so.precision)) {
         fprintf(stderr, "bench_step: unknown precision '%s'\n", o.precision);
         goto out;
     }
-    so.optim_state = !strcmp(o.state, "int8") ? 2 : !strcmp(o.state, "bf16") ? 1 : 0;
+    so.optim_state = !strcmp(o.state, "int8")   ? FR_OPTIM_STATE_INT8
+                     : !strcmp(o.state, "bf16") ? FR_OPTIM_STATE_BF16
+                                                : FR_OPTIM_STATE_FP32;
     if (!(s = fr_step_compile(m, &so))) goto fail;
 
     x = malloc((size_t)o.batch * sample * sizeof *x);

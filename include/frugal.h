@@ -5,9 +5,26 @@
  * last error message), builds or loads a model, compiles a training step for a
  * batch size and optimizer, runs steps, and reads memory statistics.
  *
- * Every function that can fail returns an fr_status (FR_OK is 0) and leaves a
- * message naming the file, the position and the fault in fr_last_error(ctx).
- * Nothing in the library calls exit() or abort().
+ * The conventions every declaration below follows:
+ *  - A function that can fail returns an fr_status (FR_OK is 0) and leaves a
+ *    message saying what failed (for a file: its name, the position and the
+ *    fault) in fr_last_error(ctx), ctx being the context passed in or the
+ *    one the model or step was made with. Nothing in the library calls
+ *    exit() or abort().
+ *  - A function that returns an object returns NULL on failure, the message
+ *    on the context (except fr_ctx_new: NULL means the context itself could
+ *    not be allocated).
+ *  - A function that returns void or a plain value cannot fail. The report
+ *    writers (fr_mem_summary, fr_model_describe, fr_step_describe_plan, ...)
+ *    write to the caller's FILE and leave its errors to ferror(out).
+ *  - Results go to out-parameters; they hold a result only on FR_OK.
+ *  - The parse helpers (fr_optim_parse, fr_precision_parse) take a ctx that
+ *    may be NULL: then only the status tells.
+ *  - Objects (context, model, step) must not be NULL where one is expected;
+ *    fr_*_free accepts NULL. Whatever a function allocates is accounted to
+ *    the context, which must outlive every model and step made with it.
+ *  - A choice among several is an enum, never a bare integer (switches are
+ *    int 0/1); each enum keeps its values across versions.
  */
 #ifndef FRUGAL_H
 #define FRUGAL_H
@@ -22,6 +39,14 @@ extern "C" {
 
 #define FR_VERSION "0.1.0"
 
+/* What libfrugal.so exports: the functions declared here, nothing else (the
+ * library is built with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define FR_API __attribute__((visibility("default")))
+#else
+#define FR_API
+#endif
+
 typedef enum fr_status {
     FR_OK = 0,
     FR_ERR_NOMEM,   /* an allocation failed (or the budget refused it) */
@@ -33,7 +58,15 @@ typedef enum fr_status {
     FR_ERR_BUDGET,  /* no plan fits the memory budget */
 } fr_status;
 
-typedef enum fr_dtype { FR_F32 = 0, FR_F16, FR_BF16, FR_I32, FR_U8, FR_I64, FR_DTYPE_COUNT } fr_dtype;
+typedef enum fr_dtype {
+    FR_F32 = 0,
+    FR_F16,
+    FR_BF16,
+    FR_I32,
+    FR_U8,
+    FR_I64,
+    FR_DTYPE_COUNT
+} fr_dtype;
 
 /* Memory categories: every byte the engine takes carries one. */
 typedef enum fr_mem_cat {
@@ -47,9 +80,9 @@ typedef enum fr_mem_cat {
     FR_MEM_CAT_COUNT
 } fr_mem_cat;
 
-const char *fr_mem_cat_name(fr_mem_cat cat);
-const char *fr_dtype_name(fr_dtype dt);
-size_t fr_dtype_size(fr_dtype dt);
+FR_API const char *fr_mem_cat_name(fr_mem_cat cat);
+FR_API const char *fr_dtype_name(fr_dtype dt);
+FR_API size_t fr_dtype_size(fr_dtype dt);
 
 /* Allocator statistics; the vocabulary is PyTorch's (torch.cuda.memory_stats):
  * "allocated" bytes are in use by live tensors, "reserved" bytes are held from
@@ -71,21 +104,21 @@ typedef struct fr_mem_stats {
 
 typedef struct fr_ctx fr_ctx;
 
-fr_ctx *fr_ctx_new(void); /* NULL only if the context itself cannot be allocated */
-void fr_ctx_free(fr_ctx *ctx);
-const char *fr_last_error(const fr_ctx *ctx);
-void fr_set_threads(fr_ctx *ctx, int threads); /* 0: OpenMP default */
-int fr_get_threads(const fr_ctx *ctx);
+FR_API fr_ctx *fr_ctx_new(void); /* NULL only if the context itself cannot be allocated */
+FR_API void fr_ctx_free(fr_ctx *ctx);
+FR_API const char *fr_last_error(const fr_ctx *ctx);
+FR_API void fr_set_threads(fr_ctx *ctx, int threads); /* 0: OpenMP default */
+FR_API int fr_get_threads(const fr_ctx *ctx);
 
-void fr_mem_get_stats(const fr_ctx *ctx, fr_mem_stats *out);
-void fr_mem_reset_peak(fr_ctx *ctx);
-void fr_mem_empty_cache(fr_ctx *ctx); /* return cached free blocks to the system */
-void fr_mem_set_limit(fr_ctx *ctx, size_t bytes);
+FR_API void fr_mem_get_stats(const fr_ctx *ctx, fr_mem_stats *out);
+FR_API void fr_mem_reset_peak(fr_ctx *ctx);
+FR_API void fr_mem_empty_cache(fr_ctx *ctx); /* return cached free blocks to the system */
+FR_API void fr_mem_set_limit(fr_ctx *ctx, size_t bytes);
 /* Testing: make the n-th allocation from now fail (1 = the next); 0 disables. */
-void fr_mem_fail_at(fr_ctx *ctx, uint64_t n);
+FR_API void fr_mem_fail_at(fr_ctx *ctx, uint64_t n);
 /* Human summary in the spirit of torch.cuda.memory_summary(), and JSON. */
-void fr_mem_summary(const fr_ctx *ctx, FILE *out);
-void fr_mem_json(const fr_ctx *ctx, FILE *out);
+FR_API void fr_mem_summary(const fr_ctx *ctx, FILE *out);
+FR_API void fr_mem_json(const fr_ctx *ctx, FILE *out);
 
 /* ---- models ------------------------------------------------------------ */
 
@@ -95,46 +128,47 @@ typedef enum fr_loss { FR_LOSS_CROSS_ENTROPY = 0, FR_LOSS_MSE } fr_loss;
 
 /* A sequential model whose per-sample input is (c, h, w); with h = w = 1 the
  * input is a flat vector of c features (an MLP). */
-fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w);
-void fr_model_free(fr_model *m);
-fr_status fr_model_linear(fr_model *m, int out_features, int bias);
-fr_status fr_model_conv2d(fr_model *m, int out_ch, int kernel, int stride, int padding, int bias);
-fr_status fr_model_maxpool2d(fr_model *m, int kernel, int stride);
-fr_status fr_model_avgpool2d(fr_model *m, int kernel, int stride);
-fr_status fr_model_global_avgpool(fr_model *m);
-fr_status fr_model_relu(fr_model *m);
-fr_status fr_model_gelu(fr_model *m);
-fr_status fr_model_sigmoid(fr_model *m);
-fr_status fr_model_tanh(fr_model *m);
-fr_status fr_model_batchnorm(fr_model *m); /* BatchNorm1d/2d, eps 1e-5, momentum 0.1 */
-fr_status fr_model_layernorm(fr_model *m); /* over all non-batch dims, eps 1e-5 */
-fr_status fr_model_dropout(fr_model *m, float p);
-fr_status fr_model_flatten(fr_model *m);
+FR_API fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w);
+FR_API void fr_model_free(fr_model *m);
+FR_API fr_status fr_model_linear(fr_model *m, int out_features, int bias);
+FR_API fr_status fr_model_conv2d(fr_model *m, int out_ch, int kernel, int stride, int padding,
+                                 int bias);
+FR_API fr_status fr_model_maxpool2d(fr_model *m, int kernel, int stride);
+FR_API fr_status fr_model_avgpool2d(fr_model *m, int kernel, int stride);
+FR_API fr_status fr_model_global_avgpool(fr_model *m);
+FR_API fr_status fr_model_relu(fr_model *m);
+FR_API fr_status fr_model_gelu(fr_model *m);
+FR_API fr_status fr_model_sigmoid(fr_model *m);
+FR_API fr_status fr_model_tanh(fr_model *m);
+FR_API fr_status fr_model_batchnorm(fr_model *m); /* BatchNorm1d/2d, eps 1e-5, momentum 0.1 */
+FR_API fr_status fr_model_layernorm(fr_model *m); /* over all non-batch dims, eps 1e-5 */
+FR_API fr_status fr_model_dropout(fr_model *m, float p);
+FR_API fr_status fr_model_flatten(fr_model *m);
 /* Residual block: y = body(x) + shortcut(x). Layers added after begin go to
  * the body; after fr_model_shortcut they go to the shortcut (identity if none). */
-fr_status fr_model_residual_begin(fr_model *m);
-fr_status fr_model_residual_shortcut(fr_model *m);
-fr_status fr_model_residual_end(fr_model *m);
-fr_status fr_model_set_loss(fr_model *m, fr_loss loss);
+FR_API fr_status fr_model_residual_begin(fr_model *m);
+FR_API fr_status fr_model_residual_shortcut(fr_model *m);
+FR_API fr_status fr_model_residual_end(fr_model *m);
+FR_API fr_status fr_model_set_loss(fr_model *m, fr_loss loss);
 /* Name the layer added last (its state_dict prefix); default: its index. */
-fr_status fr_model_name_last(fr_model *m, const char *name);
+FR_API fr_status fr_model_name_last(fr_model *m, const char *name);
 /* Mark the layer (or residual block, when called right after
  * fr_model_residual_end) added last for recomputation, like PyTorch's
  * checkpoint(self.layer1, x): its activations are not kept for backward. */
-fr_status fr_model_checkpoint_last(fr_model *m);
+FR_API fr_status fr_model_checkpoint_last(fr_model *m);
 /* Freeze layers by state_dict prefix or top-level index, comma separated,
  * with ranges ("0-3,fc1"): no gradients, no optimizer state, nothing saved
  * for them, and no backward below the lowest trainable layer. */
-fr_status fr_model_freeze(fr_model *m, const char *layers);
+FR_API fr_status fr_model_freeze(fr_model *m, const char *layers);
 
 /* Load a model file (see README) or a built-in name ("mlp", "cnn", "resnet"). */
-fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
+FR_API fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
 /* PyTorch's default initialisation (kaiming_uniform_(a=sqrt(5)), bias
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), BatchNorm weight 1 bias 0), seeded. */
-fr_status fr_model_init(fr_model *m, uint64_t seed);
-size_t fr_model_num_params(const fr_model *m);
-int fr_model_num_classes(const fr_model *m);
-void fr_model_describe(const fr_model *m, FILE *out);
+FR_API fr_status fr_model_init(fr_model *m, uint64_t seed);
+FR_API size_t fr_model_num_params(const fr_model *m);
+FR_API int fr_model_num_classes(const fr_model *m);
+FR_API void fr_model_describe(const fr_model *m, FILE *out);
 
 /* ---- optimizers -------------------------------------------------------- */
 
@@ -153,8 +187,9 @@ typedef struct fr_optim_opts {
     int zero_grad_to_none;     /* zero_grad(set_to_none=True): release grad buffers */
 } fr_optim_opts;
 
-fr_optim_opts fr_optim_defaults(fr_optim_kind kind);
-fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t errlen);
+FR_API fr_optim_opts fr_optim_defaults(fr_optim_kind kind);
+/* "sgd", "adam" or "adamw", in any letter case. */
+FR_API fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out);
 
 /* ---- training steps ---------------------------------------------------- */
 
@@ -184,44 +219,62 @@ typedef enum fr_precision {
     FR_PREC_FP16_MIXED,
     FR_PREC_AUTO, /* the planner may choose bf16-mixed to fit a budget */
 } fr_precision;
-const char *fr_precision_name(fr_precision p);
-fr_status fr_precision_parse(const char *s, fr_precision *out);
+FR_API const char *fr_precision_name(fr_precision p);
+/* The names fr_precision_name gives: "fp32", "bf16", "fp16", "bf16-mixed",
+ * "fp16-mixed", "auto". */
+FR_API fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out);
+
+/* How Adam/AdamW store their two moments (SGD's momentum is always fp32).
+ * Tensors too small to fill one int8 block keep fp32. */
+typedef enum fr_optim_state {
+    FR_OPTIM_STATE_FP32 = 0,
+    FR_OPTIM_STATE_BF16 = 1,
+    FR_OPTIM_STATE_INT8 = 2, /* block-wise dynamic quantization (bitsandbytes' 8-bit Adam) */
+} fr_optim_state;
+
+/* The loss scaler (torch.amp.GradScaler's dynamic scaling). */
+typedef enum fr_loss_scaling {
+    FR_LOSS_SCALE_AUTO = 0,    /* dynamic for fp16 and fp16-mixed, none otherwise; the default */
+    FR_LOSS_SCALE_DYNAMIC = 1, /* dynamic whatever the precision */
+    FR_LOSS_SCALE_NONE = -1,   /* never */
+} fr_loss_scaling;
 
 typedef struct fr_step_opts {
-    int batch;       /* samples per step */
-    int training;    /* 1: forward+backward+update; 0: eval (no backward state at all) */
+    int batch;    /* samples per step */
+    int training; /* 1: forward+backward+update; 0: eval (no backward state at all) */
     fr_optim_opts optim;
-    uint64_t seed;   /* dropout stream */
+    uint64_t seed; /* dropout stream */
     fr_ckpt_mode checkpoint;
     int ckpt_arg;    /* N for every:N, segments N, revolve slots */
     int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
     size_t budget;   /* bytes for auto planning (0: none) */
     fr_precision precision;
-    int optim_state;      /* Adam/AdamW moments: 0 fp32, 1 bf16, 2 int8 (block-wise dynamic) */
-    float clip_grad_norm; /* > 0: clip the global L2 norm (after unscaling) */
-    int loss_scaling;     /* 0: dynamic for fp16 and fp16-mixed only; 1: dynamic; -1: off */
-    int keep_grads;       /* 0: without a loss scaler, clipping or micro-batches, each f32
-                             parameter takes its optimizer step inside backward right after
-                             its gradient is computed, and no gradient buffer is kept for it
-                             (plain SGD inside the Linear kernel; momentum SGD, Adam, AdamW
-                             by a step node, the gradient a short-lived arena value); the
-                             results are bit for bit those of 1: keep every parameter
-                             gradient and update after backward */
+    fr_optim_state optim_state; /* Adam/AdamW moments */
+    float clip_grad_norm;       /* > 0: clip the global L2 norm (after unscaling) */
+    fr_loss_scaling loss_scaling;
+    /* 0: without a loss scaler, clipping or micro-batches, each f32 parameter
+     * takes its optimizer step inside backward right after its gradient is
+     * computed, and no gradient buffer is kept for it (plain SGD inside the
+     * Linear kernel; momentum SGD, Adam, AdamW by a step node, the gradient a
+     * short-lived arena value); the results are bit for bit those of 1: keep
+     * every parameter gradient and update after backward. */
+    int keep_grads;
 } fr_step_opts;
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
-void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);
+FR_API void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);
 
 /* The largest batch (<= max_batch) whose plan with opts (opts->budget, and
- * its checkpoint mode; FR_CKPT_AUTO: any schedule) fits; 0 if not even 1. */
-int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
+ * its checkpoint mode; FR_CKPT_AUTO: any schedule) fits, in *batch;
+ * FR_ERR_BUDGET if not even a batch of 1 does. */
+FR_API fr_status fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch, int *batch);
 
 /* The memory timeline (what `frugal profile` writes): start recording every
  * allocation and free with its op and category, then write the record as
  * Chrome Trace Event JSON and as an SVG chart (budget 0: no budget line). */
-void fr_mem_trace(fr_ctx *ctx, int on);
-fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
-fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size_t budget);
+FR_API void fr_mem_trace(fr_ctx *ctx, int on);
+FR_API fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
+FR_API fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size_t budget);
 
 /* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
  * cross-entropy or f32 targets (n, classes) for MSE. */
@@ -232,13 +285,31 @@ typedef struct fr_batch {
     const float *target;
 } fr_batch;
 
-fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts);
-void fr_step_free(fr_step *s);
+/* Compile a step: the graph, its backward, the schedule of kept and
+ * recomputed activations, and the memory plan (opts->budget or FR_CKPT_AUTO:
+ * the plan that fits the budget), then allocate what running it needs.
+ * The model stays the caller's and must outlive the step; the step keeps a
+ * pointer to it and to its context, not a copy. Compiling changes the model:
+ *  - an uninitialised model is initialised first (fr_model_init with
+ *    opts->seed);
+ *  - FR_PREC_FP16 and FR_PREC_BF16 (pure 16 bits, model.half()) convert the
+ *    weights and biases to 16 bits in place, for good (BatchNorm's running
+ *    statistics stay fp32); a later step on the same model keeps them so;
+ *  - when training, the gradient buffers and the optimizer state are
+ *    allocated on the model's parameters: they belong to the model, are
+ *    reused (optimizer state included) by the next step compiled on it, and
+ *    are freed by fr_model_free.
+ * The step owns the graph, the plan and the activation arena; fr_step_free
+ * releases them (and leaves the model as it is). On failure: NULL, the
+ * message on the model's context, and any of the changes above that were
+ * made stay made. */
+FR_API fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts);
+FR_API void fr_step_free(fr_step *s);
 /* One step: forward, and when training backward and the optimizer update.
  * loss receives the mean loss; correct (may be NULL) the number of argmax hits. */
-fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct);
+FR_API fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct);
 /* Predicted peak bytes of one step by category (the plan the step runs). */
-void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total);
+FR_API void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total);
 /* What the plan chose: micro-batch, recomputed layers, extra FLOPs as a
  * fraction of one step's, and the bytes it reserves (persistent + arena). */
 typedef struct fr_plan_info {
@@ -250,18 +321,18 @@ typedef struct fr_plan_info {
     fr_ckpt_mode mode;
     int ckpt_arg;
 } fr_plan_info;
-void fr_step_plan_info(const fr_step *s, fr_plan_info *out);
+FR_API void fr_step_plan_info(const fr_step *s, fr_plan_info *out);
 /* Write the step's plan (text or JSON): kept and recomputed layers, in-place
  * ops, micro-batching, predicted peak by category and extra compute. */
-void fr_step_describe_plan(const fr_step *s, FILE *out, int json);
+FR_API void fr_step_describe_plan(const fr_step *s, FILE *out, int json);
 /* Per-layer table of bytes (the `frugal estimate` table). */
-void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
+FR_API void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
 
 /* ---- checkpoints (safetensors, PyTorch state_dict names) --------------- */
 
-fr_status fr_save(fr_step *s, const char *path);        /* weights + optimizer state */
-fr_status fr_load(fr_step *s, const char *path);        /* restores what save wrote */
-fr_status fr_model_load_weights(fr_model *m, const char *path); /* weights only */
+FR_API fr_status fr_save(fr_step *s, const char *path); /* weights + optimizer state */
+FR_API fr_status fr_load(fr_step *s, const char *path); /* restores what save wrote */
+FR_API fr_status fr_model_load_weights(fr_model *m, const char *path); /* weights only */
 
 #ifdef __cplusplus
 }

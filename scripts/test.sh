@@ -24,13 +24,13 @@ run_suite() { # build-dir, cmake args...
 }
 
 echo "== optimized build"
-run_suite build -DCMAKE_BUILD_TYPE=Release
+run_suite build -DCMAKE_BUILD_TYPE=Release -DFR_WERROR=ON
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    FR_SANITIZED=1 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DFR_SANITIZE=ON
+    FR_SANITIZED=1 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DFR_SANITIZE=ON -DFR_WERROR=ON
 
 echo "== fuzzing the parsers (bounded)"
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFR_SANITIZE=ON -DFR_FUZZ=ON >/dev/null
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFR_SANITIZE=ON -DFR_FUZZ=ON -DFR_WERROR=ON >/dev/null
 fuzzers=$(cd fuzz && ls fuzz_*.c | sed 's/\.c$//')
 for f in $fuzzers; do cmake --build build-fuzz -j"$jobs" --target "$f"; done
 secs=${FR_FUZZ_SECONDS:-30}

@@ -235,11 +235,11 @@ static void test_only_where_safe(void) {
     } cases[] = {
         {"clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .clip_grad_norm = 1}},
         {"micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 4}},
-        {"loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .loss_scaling = 1}},
+        {"loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
         {"keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .keep_grads = 1}},
         {"adam, clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .clip_grad_norm = 1}},
         {"adam, micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .micro_batch = 4}},
-        {"adam, loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .loss_scaling = 1}},
+        {"adam, loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
         {"adam, keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .keep_grads = 1}},
         {"eval", {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
     };

@@ -131,7 +131,7 @@ static void test_direct_conv(fr_precision p, double unit) {
         fr_model_linear(m, 10, 1);
         fr_model_init(m, 3);
         fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
-                          .seed = 2, .precision = r ? p : FR_PREC_FP32, .loss_scaling = -1};
+                          .seed = 2, .precision = r ? p : FR_PREC_FP32, .loss_scaling = FR_LOSS_SCALE_NONE};
         fr_step *s = fr_step_compile(m, &o);
         CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
         if (!s) return;
@@ -271,7 +271,7 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     fr_model_linear(m, O, 1);
     fr_model_init(m, 5);
     fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 2,
-                      .precision = p, .loss_scaling = -1, .keep_grads = 1};
+                      .precision = p, .loss_scaling = FR_LOSS_SCALE_NONE, .keep_grads = 1};
     o.optim.lr = 0;
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);

@@ -404,20 +404,20 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_EVAL: c->eval_only = 1; break;
         case O_EPS: REAL_OPT(0, 1, c->eps); c->eps_set = 1; break;
         case O_PREC:
-            if (fr_precision_parse(val, &c->t.precision))
+            if (fr_precision_parse(NULL, val, &c->t.precision))
                 return bad(cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", val);
             break;
         case O_OSTATE:
-            if (!strcmp(val, "fp32")) c->t.optim_state = 0;
-            else if (!strcmp(val, "bf16")) c->t.optim_state = 1;
-            else if (!strcmp(val, "int8")) c->t.optim_state = 2;
+            if (!strcmp(val, "fp32")) c->t.optim_state = FR_OPTIM_STATE_FP32;
+            else if (!strcmp(val, "bf16")) c->t.optim_state = FR_OPTIM_STATE_BF16;
+            else if (!strcmp(val, "int8")) c->t.optim_state = FR_OPTIM_STATE_INT8;
             else return bad(cn, "--optimizer-state '%s': choose fp32, bf16 or int8", val);
             break;
         case O_KEEPG: c->t.keep_grads = 1; break;
         case O_CLIP: REAL_OPT(0, 1e30, c->t.clip_grad_norm); break;
         case O_LSCALE:
-            if (!strcmp(val, "dynamic")) c->t.loss_scaling = 1;
-            else if (!strcmp(val, "none")) c->t.loss_scaling = -1;
+            if (!strcmp(val, "dynamic")) c->t.loss_scaling = FR_LOSS_SCALE_DYNAMIC;
+            else if (!strcmp(val, "none")) c->t.loss_scaling = FR_LOSS_SCALE_NONE;
             else return bad(cn, "--loss-scale '%s': choose dynamic or none", val);
             break;
         case O_BUDGET: {
@@ -464,9 +464,8 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     }
     if (c->t.batch_auto && !c->t.budget)
         return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
-    char err[128];
     fr_optim_kind kind;
-    if (fr_optim_parse(opt_name, &kind, err, sizeof err)) return bad(cn, "%s", err);
+    if (fr_optim_parse(NULL, opt_name, &kind)) return bad(cn, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
     c->t.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.optim.lr = c->lr;
     if (c->wd_set) c->t.optim.weight_decay = c->wd;
@@ -594,8 +593,8 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
                        .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling,
                        .keep_grads = c->t.keep_grads};
     if (c->t.batch_auto && m) {
-        so.batch = fr_batch_auto(m, &so, 1 << 16);
-        if (so.batch) fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
+        if (fr_batch_auto(m, &so, 1 << 16, &so.batch)) so.batch = 0;
+        else fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
     }
     return so;
 }

@@ -2,9 +2,15 @@
  * the parser of an optimizer's name. The update arithmetic lives in
  * src/backend/cpu/optim.c; the optimizer state in the step. */
 #include <ctype.h>
-#include <stdio.h>
 #include <string.h>
-#include "frugal.h"
+#include "backend/cpu/optim_state.h"
+#include "core/ctx.h"
+
+/* fr_step_opts.optim_state reaches the kernels as an fr_state_kind. */
+_Static_assert(FR_OPTIM_STATE_FP32 == (int)FR_STATE_F32 &&
+                   FR_OPTIM_STATE_BF16 == (int)FR_STATE_BF16 &&
+                   FR_OPTIM_STATE_INT8 == (int)FR_STATE_INT8,
+               "fr_optim_state and fr_state_kind number the formats alike");
 
 /* torch.optim defaults (PyTorch 2.x). SGD has no default lr in PyTorch (it is
  * required); 0.01 is ours. Fields a kind does not use stay 0. */
@@ -30,7 +36,7 @@ fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
 }
 
 /* "sgd", "adam" or "adamw", in any letter case. */
-fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t errlen) {
+fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out) {
     static const struct {
         const char *name;
         fr_optim_kind kind;
@@ -45,8 +51,6 @@ fr_status fr_optim_parse(const char *name, fr_optim_kind *out, char *err, size_t
             }
         }
     }
-    if (err && errlen)
-        snprintf(err, errlen, "unknown optimizer '%s' (choose sgd, adam or adamw)",
-                 name ? name : "");
-    return FR_ERR_ARG;
+    return fr_fail(ctx, FR_ERR_ARG, "unknown optimizer '%s' (choose sgd, adam or adamw)",
+                   name ? name : "");
 }

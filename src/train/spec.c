@@ -116,8 +116,10 @@ static int fits(fr_model *m, const fr_step_opts *opts, int batch) {
     return ok;
 }
 
-int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch) {
-    if (!fits(m, opts, 1)) return 0;
+fr_status fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch, int *batch) {
+    if (max_batch < 1) return fr_fail(m->ctx, FR_ERR_ARG, "fr_batch_auto: max_batch %d is not positive", max_batch);
+    if (!fits(m, opts, 1))
+        return fr_fail(m->ctx, FR_ERR_BUDGET, "not even a batch of 1 fits the budget of %zu bytes", opts->budget);
     int lo = 1, hi = 2;
     while (hi <= max_batch && fits(m, opts, hi)) lo = hi, hi *= 2;
     if (hi > max_batch) hi = max_batch + 1;
@@ -126,7 +128,8 @@ int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch) {
         if (fits(m, opts, mid)) lo = mid;
         else hi = mid;
     }
-    return lo;
+    *batch = lo;
+    return FR_OK;
 }
 
 static const char *precision_names[] = {"fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed", "auto"};
@@ -135,11 +138,12 @@ const char *fr_precision_name(fr_precision p) {
     return (unsigned)p <= FR_PREC_AUTO ? precision_names[p] : "?";
 }
 
-fr_status fr_precision_parse(const char *s, fr_precision *out) {
-    for (int i = 0; i <= FR_PREC_AUTO; i++)
-        if (!strcmp(s, precision_names[i])) {
+fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out) {
+    for (int i = 0; name && i <= FR_PREC_AUTO; i++)
+        if (!strcmp(name, precision_names[i])) {
             *out = (fr_precision)i;
             return FR_OK;
         }
-    return FR_ERR_ARG;
+    return fr_fail(ctx, FR_ERR_ARG, "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)",
+                   name ? name : "");
 }

@@ -355,6 +355,13 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     /* Building works on shapes and dtypes only: the parameters are allocated
      * and initialised by fr_step_materialize, so planning and estimating
      * never take the model's bytes. */
+    if ((unsigned)opts->optim_state > FR_OPTIM_STATE_INT8 ||
+        (opts->loss_scaling != FR_LOSS_SCALE_AUTO && opts->loss_scaling != FR_LOSS_SCALE_DYNAMIC &&
+         opts->loss_scaling != FR_LOSS_SCALE_NONE)) {
+        fr_fail(ctx, FR_ERR_ARG, "optim_state %d or loss_scaling %d is not a value of its enum (fr_optim_state, "
+                "fr_loss_scaling)", (int)opts->optim_state, (int)opts->loss_scaling);
+        return NULL;
+    }
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
         /* model.half(): weights and biases stored in 16 bits from here on
          * (BatchNorm's running statistics stay f32: they are updated in place
@@ -435,8 +442,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     }
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
     s->scaler = fr_scaler_default();
-    s->scaler.enabled = opts->loss_scaling > 0 ||
-                        (opts->loss_scaling == 0 && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
+    s->scaler.enabled = opts->loss_scaling == FR_LOSS_SCALE_DYNAMIC ||
+                        (opts->loss_scaling == FR_LOSS_SCALE_AUTO && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;

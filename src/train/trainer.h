@@ -28,7 +28,8 @@ typedef struct fr_train_cfg {
     const char *freeze;  /* layers to freeze (fr_model_freeze) */
     int batch_auto;      /* the largest batch that fits the budget */
     fr_precision precision;
-    int optim_state, loss_scaling;
+    fr_optim_state optim_state;
+    fr_loss_scaling loss_scaling;
     float clip_grad_norm;
     int keep_grads;      /* store every gradient (no SGD step inside backward) */
     const char *init;    /* weights-only safetensors to start from, with a fresh optimizer */
@@ -40,8 +41,6 @@ typedef struct fr_train_cfg {
 fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen);
 /* none|marks|all|sqrt|auto|every:N|revolve:S */
 fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen);
-/* The largest batch (<= max_batch) whose plan fits opts->budget; 0 if none. */
-int fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch);
 
 /* The data a budget must hold besides the model (budget.c). */
 typedef struct fr_budget_data {

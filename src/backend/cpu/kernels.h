@@ -68,6 +68,14 @@ typedef struct fr_kernel_call {
  * A weight updated inside LINEAR_BWD (update bit 1) takes its gradient in
  * tiles of whole rows, one tile per thread in upd_ws:
  * fr_k_linear_upd_ws(O, K, N, threads) floats (N: the largest batch). */
+/* A function cloned for AVX2 + FMA (x86-64-v3) and a baseline, picked at
+ * load time; one function elsewhere. The IEEE operations are the same in
+ * both, so are the bits. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define FR_V3_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FR_V3_CLONES
+#endif
 #define FR_UPD_TILE 16384
 int fr_k_linear(fr_kernel_call *c);
 int fr_k_linear_bwd(fr_kernel_call *c);

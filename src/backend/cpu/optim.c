@@ -61,7 +61,7 @@ fr_adam_consts fr_adam_setup(const fr_optim_opts *o, int64_t step, int decoupled
 /* p, g, m, v: (n) with fr_adam_elem. The clone for CPUs with FMA makes its
  * fmaf one instruction, 8 lanes at a time; elsewhere fmaf is libm's, with
  * the same single rounding: the same bits. */
-__attribute__((target_clones("arch=x86-64-v3", "default"))) static void
+FR_V3_CLONES static void
 adam_span(const fr_adam_consts *c, float *p, const float *g, float *m, float *v, size_t n) {
     const fr_adam_consts cl = *c; /* a private copy: its branches then vectorize */
 #pragma omp simd

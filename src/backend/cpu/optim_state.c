@@ -7,7 +7,6 @@
 #include "backend/cpu/optim_state.h"
 
 #include <ctype.h>
-#include <immintrin.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -15,6 +14,19 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
+
+/* x86 only: the AVX-512 block passes (compiled with target attributes, run
+ * when the CPU has AVX-512F and BW) and AVX2 clones of the plain loops (glibc
+ * picks one at load time). Elsewhere the scalar code alone, which gives the
+ * same bits. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define STATE_X86 1
+#define AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STATE_X86 0
+#define AVX2_CLONES
+#endif
 
 #define STATE_PAR_MIN 16384 /* as optim.c: below this a thread team costs more than it saves */
 
@@ -208,6 +220,7 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
 
 /* ---- int8 blocks -------------------------------------------------------- */
 
+#if STATE_X86
 /* nearest_code for 16 values at a time where the CPU has AVX-512: the same
  * division and bucket entry, one gather. Returns how many leading values it
  * coded (a multiple of 16). */
@@ -236,6 +249,7 @@ nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, u
     }
     return i;
 }
+#endif
 
 /* Whether this CPU runs the AVX-512 paths (asked once); tests may turn
  * them off to check the scalar paths. */
@@ -244,8 +258,12 @@ static int have_avx512(void) {
     static int known = -1;
     int h = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (h < 0) {
+#if STATE_X86
         __builtin_cpu_init();
         h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+        h = 0;
+#endif
         __atomic_store_n(&known, h, __ATOMIC_RELAXED);
     }
     return h && !__atomic_load_n(&avx512_off, __ATOMIC_RELAXED);
@@ -276,7 +294,9 @@ static void encode_known(const float *x, size_t cnt, float amax, int bad, const 
         for (; i < cnt; i++) codes[i] = nearest_code_search(d, x[i] / amax);
         return;
     }
+#if STATE_X86
     if (have_avx512()) i = nearest_codes_avx512(x, cnt, amax, d, codes);
+#endif
     for (; i < cnt; i++) codes[i] = nearest_code(d, x[i] / amax);
 }
 
@@ -285,7 +305,7 @@ static void encode_known(const float *x, size_t cnt, float amax, int bad, const 
  *         zeros gets absmax 0 (and the zero code); a block holding a NaN or
  *         an infinity gets absmax NaN, so the fault stays visible.
  * decode: x_i = map[code_i] * absmax; absmax 0 gives +0 whatever the codes. */
-__attribute__((target_clones("avx2", "default"))) static void
+AVX2_CLONES static void
 encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float *absmax) {
     /* absmax in 8 independent lanes (no branches; the max of finite values
      * does not depend on the order), and whether any value is inf or NaN */
@@ -308,7 +328,7 @@ encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float
     encode_known(x, cnt, amax, bad, d, codes, absmax);
 }
 
-__attribute__((target_clones("avx2", "default"))) static void
+AVX2_CLONES static void
 decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d, float *x) {
     if (absmax == 0.0f) {
         for (size_t i = 0; i < cnt; i++) x[i] = 0.0f;
@@ -439,13 +459,14 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
 /* The update of one decoded block, in 8-wide lanes with one-instruction
  * fmaf where the CPU has AVX2 and FMA (the same IEEE operations either way:
  * the same bits). */
-__attribute__((target_clones("arch=x86-64-v3", "default"))) static void
+FR_V3_CLONES static void
 update_block(const fr_adam_consts *c, float *p, const float *g, float *mb, float *vb, size_t cnt) {
     const fr_adam_consts cl = *c;
 #pragma omp simd
     for (size_t j = 0; j < cnt; j++) fr_adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
 }
 
+#if STATE_X86
 /* One whole int8 block with AVX-512: decode_block, update_block and
  * encode_block's absmax in one pass, 16 values at a time, then the codes.
  * The same IEEE operations in the same order, value for value (max of the
@@ -493,6 +514,7 @@ adam_block_avx512(const fr_adam_consts *c, float *p, const float *g, uint8_t *mc
     encode_known(mb, B, _mm512_reduce_max_ps(mmax), mbad != 0, ms, mc, mabs);
     encode_known(vb, B, _mm512_reduce_max_ps(vmax), vbad != 0, vs, vc, vabs);
 }
+#endif
 
 static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n,
                       const fr_adam_consts *c) {
@@ -500,16 +522,20 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
     float *m_absmax = (float *)(m + int8_codes_bytes(n));
     float *v_absmax = (float *)(v + int8_codes_bytes(n));
     const int64_t nb = (int64_t)int8_blocks(n);
+#if STATE_X86
     const int fused = bucket_ok && have_avx512();
+#endif
 #pragma omp parallel for schedule(static) if (n >= STATE_PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         float mb[FR_STATE_INT8_BLOCK], vb[FR_STATE_INT8_BLOCK];
         const size_t lo = (size_t)b * FR_STATE_INT8_BLOCK;
         const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
+#if STATE_X86
         if (fused && cnt == FR_STATE_INT8_BLOCK) {
             adam_block_avx512(c, p + lo, g + lo, m + lo, &m_absmax[b], v + lo, &v_absmax[b], ms, vs);
             continue;
         }
+#endif
         decode_block(m + lo, m_absmax[b], cnt, ms, mb);
         decode_block(v + lo, v_absmax[b], cnt, vs, vb);
         update_block(c, p + lo, g + lo, mb, vb, cnt);

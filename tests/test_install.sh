@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_install.sh — libfrugal as a C user gets it: `cmake --install` of the
+# build tree into a scratch prefix; libfrugal.so with its soname exporting
+# exactly the functions include/frugal.h declares FR_API; every example
+# compiled against the installed library with pkg-config (shared, and static
+# from a moved copy of the prefix) and one run; a CMake project using
+# find_package(frugal) with frugal::frugal and frugal::frugal_static; the
+# installed `frugal --version`; and every source compiling for aarch64.
+source "$(dirname "$0")/lib.sh"
+build=${FR_BUILD_DIR:?}
+prefix=$tmp/prefix
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+libdir=$(cache CMAKE_INSTALL_LIBDIR)
+cc=$(cache CMAKE_C_COMPILER)
+# A sanitized library needs the sanitizer runtime in whatever links it.
+flags=()
+[ "$(cache FR_SANITIZE)" = ON ] && flags=(-fsanitize=address,undefined)
+run() { "$@" >"$tmp/out" 2>&1; }
+version=$(sed -n 's/^#define FR_VERSION "\(.*\)"$/\1/p' "$src/include/frugal.h")
+
+run cmake --install "$build" --prefix "$prefix" && ok || no "cmake --install: $(tail -5 "$tmp/out")"
+for f in "$libdir/libfrugal.a" "$libdir/libfrugal.so.$version" "$libdir/libfrugal.so.0" "$libdir/libfrugal.so" \
+    include/frugal.h bin/frugal "$libdir/pkgconfig/frugal.pc" "$libdir/cmake/frugal/frugalConfig.cmake" \
+    "$libdir/cmake/frugal/frugalConfigVersion.cmake" "$libdir/cmake/frugal/frugalTargets.cmake"; do
+    [ -e "$prefix/$f" ] && ok || no "installed $f"
+done
+readelf -d "$prefix/$libdir/libfrugal.so" | grep -q 'SONAME.*\[libfrugal\.so\.0\]' && ok ||
+    no "soname libfrugal.so.0: $(readelf -d "$prefix/$libdir/libfrugal.so" | grep SONAME)"
+
+# Exported: the FR_API declarations of the installed header, no more, no less.
+grep '^FR_API' "$prefix/include/frugal.h" | grep -o '\bfr_[a-z0-9_]*(' | tr -d '(' | sort -u >"$tmp/declared"
+nm -D --defined-only "$prefix/$libdir/libfrugal.so" | awk '{print $3}' | sort -u >"$tmp/exported"
+[ "$(wc -l <"$tmp/declared")" -ge 50 ] && ok || no "FR_API declarations in frugal.h: $(wc -l <"$tmp/declared")"
+if diff "$tmp/declared" "$tmp/exported" >"$tmp/diff"; then ok; else
+    no "libfrugal.so exports what frugal.h declares (< declared only, > exported only): $(grep '^[<>]' "$tmp/diff" | head -20 | tr '\n' ' ')"
+fi
+
+# pkg-config: every example, strict, against the shared library; one run.
+export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+[ "$(pkg-config --modversion frugal)" = "$version" ] && ok || no "pkg-config --modversion: $(pkg-config --modversion frugal 2>&1)"
+for ex in "$src"/examples/*.c; do
+    name=$(basename "$ex" .c)
+    run "$cc" -std=c11 -Wall -Wextra -Werror -pedantic "${flags[@]}" "$ex" -o "$tmp/$name" \
+        $(pkg-config --cflags --libs frugal) && ok || no "pkg-config build of $name: $(head -20 "$tmp/out")"
+done
+LD_LIBRARY_PATH=$prefix/$libdir ldd "$tmp/train_mlp" | grep -q "libfrugal.so.0 => $prefix/$libdir/" && ok ||
+    no "train_mlp links the installed libfrugal.so.0: $(ldd "$tmp/train_mlp" | grep frugal)"
+run env LD_LIBRARY_PATH="$prefix/$libdir" "$tmp/train_mlp" 20
+[ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (shared): $(tail -5 "$tmp/out")"
+
+# Static: a moved copy of the prefix without the shared library; the .pc
+# finds its new place and --static brings the dependencies.
+cp -r "$prefix" "$tmp/moved"
+rm -f "$tmp/moved/$libdir"/libfrugal.so*
+run "$cc" "${flags[@]}" "$src/examples/train_mlp.c" -o "$tmp/train_mlp_static" \
+    $(PKG_CONFIG_PATH=$tmp/moved/$libdir/pkgconfig pkg-config --static --cflags --libs frugal) && ok ||
+    no "static pkg-config build: $(head -20 "$tmp/out")"
+readelf -d "$tmp/train_mlp_static" 2>/dev/null | grep -q 'NEEDED.*libfrugal' && no "static build needs libfrugal.so" || ok
+run "$tmp/train_mlp_static" 20
+[ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (static): $(tail -5 "$tmp/out")"
+
+# CMake: find_package(frugal) and both imported targets.
+mkdir -p "$tmp/proj"
+cp "$src/examples/train_mlp.c" "$tmp/proj/main.c"
+cat >"$tmp/proj/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.18)
+project(use_frugal C)
+find_package(frugal 0.1 REQUIRED)
+add_executable(x main.c)
+target_link_libraries(x frugal::frugal)
+add_executable(xs main.c)
+target_link_libraries(xs frugal::frugal_static)
+EOF
+run cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_C_FLAGS="${flags[*]}" -DCMAKE_EXE_LINKER_FLAGS="${flags[*]}" && ok || no "find_package(frugal): $(tail -20 "$tmp/out")"
+run cmake --build "$tmp/proj/build" && ok || no "CMake project build: $(tail -20 "$tmp/out")"
+ldd "$tmp/proj/build/x" | grep -q "libfrugal.so.0 => $prefix/$libdir/" && ok || no "frugal::frugal is the installed .so"
+for x in x xs; do
+    run "$tmp/proj/build/$x" 20
+    [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "CMake-built $x: $(tail -5 "$tmp/out")"
+done
+
+# Portable: every source compiles for a non-x86 target (clang's aarch64, a
+# syntax check with this machine's headers: x86's pthread.h asks for
+# regparm and stubs-32.h, which stand in here). No x86 intrinsic outside its
+# guard, no x86 target attribute where the compiler has no such target.
+if command -v clang >/dev/null; then
+    mkdir -p "$tmp/sys/gnu"
+    : >"$tmp/sys/gnu/stubs-32.h"
+    cblas=$(sed -n 's/^CBLAS_INCLUDE:[A-Z]*=//p' "$build/CMakeCache.txt")
+    for f in $(cd "$src" && find src tools -name '*.c' | sort); do
+        clang --target=aarch64-linux-gnu -std=c11 -D_GNU_SOURCE '-D__regparm__(n)=' -fopenmp -fsyntax-only \
+            -Wall -Wextra -Werror -I"$src/include" -I"$src/src" -isystem "$tmp/sys" -isystem "$cblas" \
+            -isystem /usr/include -isystem "/usr/include/$(gcc -print-multiarch)" "$src/$f" >"$tmp/out" 2>&1 &&
+            ok || no "$f does not compile for aarch64: $(grep -m3 error "$tmp/out")"
+    done
+else
+    echo "SKIP: no clang for the aarch64 compile check"
+fi
+
+[ "$("$prefix/bin/frugal" --version)" = "frugal $version" ] && ok || no "installed frugal --version: $("$prefix/bin/frugal" --version 2>&1)"
+finish
