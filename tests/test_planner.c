@@ -145,13 +145,13 @@ static batch_data make_batch(int n, int d) {
 /* Run `steps` steps and return a copy of every parameter and buffer plus the
  * last gradients (zero_grad keeps them). */
 static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg, int micro, int steps,
-                         size_t *len, size_t *arena) {
+                         fr_precision prec, float *losses, size_t *len, size_t *arena) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
     fr_model *m = make(ctx);
     fr_model_init(m, 5);
     fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 3,
-                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro,
+                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro, .precision = prec,
                       .keep_grads = 1}; /* gradients are compared */
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
@@ -162,7 +162,10 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
     batch_data b = make_batch(16, d);
     fr_batch fb = {16, b.x, b.y, NULL};
     float loss;
-    for (int i = 0; i < steps; i++) CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+    for (int i = 0; i < steps; i++) {
+        CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+        if (losses) losses[i] = loss;
+    }
     size_t n = 0;
     for (size_t i = 0; i < m->n_params; i++) n += 2 * fr_shape_numel(&m->params[i].shape);
     float *out = calloc(n, sizeof(float)), *p = out;
@@ -186,37 +189,73 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
 
 static fr_model *chain8(fr_ctx *ctx) { return chain(ctx, 8, 24); }
 
+/* Max pooling feeding BatchNorm (pooling reads its input rounded under the
+ * mixed modes, BatchNorm reads its input in f32), then a residual block
+ * whose input is read by a convolution (rounded) and by the sum (f32). */
+static fr_model *pool_bn(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1, 12, 12);
+    fr_model_conv2d(m, 4, 3, 1, 1, 1);
+    fr_model_relu(m);
+    fr_model_maxpool2d(m, 2, 2);
+    fr_model_batchnorm(m);
+    fr_model_residual_begin(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_batchnorm(m);
+    fr_model_relu(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_residual_end(m);
+    fr_model_relu(m);
+    fr_model_maxpool2d(m, 2, 2);
+    fr_model_batchnorm(m);
+    fr_model_flatten(m);
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+/* Checkpointing never changes results: every schedule gives the losses,
+ * weights, gradients and BatchNorm statistics of keeping everything, bit for
+ * bit, in fp32 and in both mixed modes (where which values a forward op reads
+ * rounded to 16 bits must not depend on what reads them later). */
 static void test_bit_identical(void) {
     struct { fr_ckpt_mode mode; int arg; const char *name; } modes[] = {
         {FR_CKPT_ALL, 0, "all"}, {FR_CKPT_SQRT, 0, "sqrt"}, {FR_CKPT_EVERY, 2, "every:2"},
         {FR_CKPT_SEGMENTS, 3, "segments 3"}, {FR_CKPT_REVOLVE, 1, "revolve:1"},
         {FR_CKPT_REVOLVE, 2, "revolve:2"}, {FR_CKPT_REVOLVE, 3, "revolve:3"}};
-    fr_model *(*models[2])(fr_ctx *) = {chain8, convnet};
-    for (int k = 0; k < 2; k++) {
-        size_t n0, n1, peak0, peak1;
-        float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, &n0, &peak0);
-        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-            float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, &n1, &peak1);
-            CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
-                  "%s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
-                  k ? "convnet" : "chain", modes[i].name);
-            /* (checkpointing every Linear+ReLU block keeps each block's input, which is
-             * what backward keeps anyway: no gain there, and no loss) */
-            CHECK(peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
-                  "%s %s: planned peak %zu < %zu",
-                  k ? "convnet" : "chain", modes[i].name, peak1, peak0);
-            free(got);
+    fr_model *(*models[3])(fr_ctx *) = {chain8, convnet, pool_bn};
+    const char *names[3] = {"chain", "convnet", "pool->batchnorm net"};
+    fr_precision precs[3] = {FR_PREC_FP32, FR_PREC_BF16_MIXED, FR_PREC_FP16_MIXED};
+    for (int q = 0; q < 3; q++)
+        for (int k = 0; k < 3; k++) {
+            size_t n0, n1, peak0, peak1;
+            float loss0[3], loss1[3];
+            float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, precs[q], loss0, &n0, &peak0);
+            for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+                float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, precs[q], loss1, &n1, &peak1);
+                CHECK(got && memcmp(loss0, loss1, sizeof loss0) == 0,
+                      "%s, %s, checkpoint %s: losses %.9g %.9g %.9g, keeping everything %.9g %.9g %.9g",
+                      names[k], fr_precision_name(precs[q]), modes[i].name, loss1[0], loss1[1], loss1[2],
+                      loss0[0], loss0[1], loss0[2]);
+                CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
+                      "%s, %s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
+                      names[k], fr_precision_name(precs[q]), modes[i].name);
+                /* Recomputation lowers the fp32 peak of the chain and the convnet
+                 * (checkpointing every Linear+ReLU block keeps each block's input, which is
+                 * what backward keeps anyway: no gain there, and no loss). */
+                CHECK(q > 0 || k == 2 || peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
+                      "%s, %s, %s: planned peak %zu < %zu", names[k], fr_precision_name(precs[q]),
+                      modes[i].name, peak1, peak0);
+                free(got);
+            }
+            free(ref);
         }
-        free(ref);
-    }
 }
 
 /* K micro-batches give the full batch's step (no BatchNorm) within float error. */
 static void test_accumulation(void) {
     size_t n0, n1;
-    float *ref = train_copy(chain8, FR_CKPT_NONE, 0, 0, 1, &n0, NULL);
+    float *ref = train_copy(chain8, FR_CKPT_NONE, 0, 0, 1, FR_PREC_FP32, NULL, &n0, NULL);
     for (int micro = 8; micro >= 2; micro /= 2) {
-        float *got = train_copy(chain8, FR_CKPT_NONE, 0, micro, 1, &n1, NULL);
+        float *got = train_copy(chain8, FR_CKPT_NONE, 0, micro, 1, FR_PREC_FP32, NULL, &n1, NULL);
         double worst = 0;
         for (size_t i = 0; got && i < n0; i++)
             worst = fmax(worst, fabs((double)ref[i] - got[i]) / (1e-3 + fabs((double)ref[i])));

@@ -146,18 +146,19 @@ int fr_schedule_recomputed(const fr_schedule *s) {
 }
 
 fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_schedule *s,
-                         int **order_out, int *n_order, double *extra_flops) {
+                         int **order_out, int *n_order, int **origin_out, double *extra_flops) {
     fr_ctx *ctx = g->ctx;
     size_t n0 = g->n_nodes;
     int nf = g->n_forward;
-    size_t cap = n0 * 2 + 16, n = 0;
-    int *order = fr_alloc(ctx, cap * sizeof *order, FR_MEM_OTHER);
+    size_t cap = n0 * 2 + 16, n = 0, ccap = 16;
+    int *order = fr_alloc(ctx, cap * sizeof *order, FR_MEM_OTHER), *origin = NULL;
+    int *clone_of = fr_alloc(ctx, ccap * sizeof *clone_of, FR_MEM_OTHER); /* node c: clone_of[c - n0] */
     size_t nv_cap = g->n_vals; /* versions are tracked for the values that existed before */
     int *cur = fr_alloc(ctx, (nv_cap + 1) * sizeof *cur, FR_MEM_OTHER); /* current version */
     uint8_t *seen = fr_calloc(ctx, (size_t)n_units + 1, FR_MEM_OTHER);
     fr_status st = FR_OK;
     *extra_flops = 0;
-    if (!order || !cur || !seen) {
+    if (!order || !cur || !seen || !clone_of) {
         st = FR_ERR_NOMEM;
         goto done;
     }
@@ -205,6 +206,11 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
                 goto done;
             }
             g->nodes[c].layer = orig.layer;
+            if (fr_grow(ctx, (void **)&clone_of, &ccap, (size_t)c - n0 + 1, sizeof *clone_of, FR_MEM_OTHER)) {
+                st = FR_ERR_NOMEM;
+                goto done;
+            }
+            clone_of[(size_t)c - n0] = i;
             for (int j = 0; j < orig.n_out; j++) {
                 int o = orig.out[j];
                 if (o < 0 || out[j] < 0) continue;
@@ -227,13 +233,22 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
         if (!placed[i]) st = fr_fail(ctx, FR_ERR_ARG, "schedule leaves node %zu (%s) out", i,
                                      fr_op_get(g->nodes[i].op)->name);
     fr_free(ctx, placed);
+    /* Each value recomputes itself, a clone's output the original's. */
+    if (!st && !(origin = fr_alloc(ctx, (g->n_vals + 1) * sizeof *origin, FR_MEM_OTHER))) st = FR_ERR_NOMEM;
+    for (size_t v = 0; !st && v < g->n_vals; v++) origin[v] = (int)v;
+    for (size_t c = n0; !st && c < g->n_nodes; c++)
+        for (int j = 0; j < g->nodes[c].n_out; j++)
+            if (g->nodes[c].out[j] >= 0) origin[g->nodes[c].out[j]] = g->nodes[clone_of[c - n0]].out[j];
 done:
     fr_free(ctx, cur);
     fr_free(ctx, seen);
+    fr_free(ctx, clone_of);
     if (st) {
         fr_free(ctx, order);
+        fr_free(ctx, origin);
         return st;
     }
+    *origin_out = origin;
     *order_out = order;
     *n_order = (int)n;
     return FR_OK;

@@ -45,8 +45,10 @@ int fr_schedule_recomputed(const fr_schedule *s);
 
 /* Apply a schedule to a differentiated graph: unit[i] gives the unit of
  * node i (forward and backward). Appends clone nodes to g and returns the
- * execution order (allocated, category other) and the FLOPs of the clones. */
+ * execution order (allocated, category other), origin (allocated, one entry
+ * per value of g: the value a clone's output recomputes, every other value
+ * itself) and the FLOPs of the clones. */
 fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_schedule *s,
-                         int **order, int *n_order, double *extra_flops);
+                         int **order, int *n_order, int **origin, double *extra_flops);
 
 #endif

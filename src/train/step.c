@@ -369,7 +369,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->accumulate = opts->batch / micro;
     fr_graph_init(&s->g, ctx);
     fr_status st = FR_ERR_NOMEM;
-    int *grad_of = NULL, *seg = NULL, *order = NULL, n_order = 0;
+    int *grad_of = NULL, *seg = NULL, *order = NULL, *origin = NULL, n_order = 0;
     uint8_t *keep = NULL;
     fr_schedule sched = {0};
     s->pv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->pv, FR_MEM_OTHER);
@@ -419,7 +419,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (st) goto fail;
     s->recomputed_units = fr_schedule_recomputed(&sched);
     int n_nodes0 = (int)s->g.n_nodes;
-    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &s->extra_flops)))
+    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
+                             &s->extra_flops)))
         goto fail;
     fr_precision prec = opts->precision;
     int half_weights = 0;
@@ -427,7 +428,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) || half_weights) {
         fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
         if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
-        if ((st = fr_precision_apply(&s->g, half, n_nodes0, &order, &n_order))) goto fail;
+        if ((st = fr_precision_apply(&s->g, half, n_nodes0, origin, &order, &n_order))) goto fail;
     }
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
     s->scaler = fr_scaler_default();
@@ -448,6 +449,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     fr_free(ctx, grad_of);
     fr_free(ctx, seg);
     fr_free(ctx, order);
+    fr_free(ctx, origin);
     fr_free(ctx, keep);
     fr_schedule_release(ctx, &sched);
     fr_mem_stats after;
@@ -458,6 +460,7 @@ fail:
     fr_free(ctx, grad_of);
     fr_free(ctx, seg);
     fr_free(ctx, order);
+    fr_free(ctx, origin);
     fr_free(ctx, keep);
     fr_schedule_release(ctx, &sched);
     fr_step_free(s);
