@@ -63,6 +63,86 @@ static int exhaustive(int l, int s) {
     return best;
 }
 
+/* T(l, s) by its recurrence (remat.h), as a table: the reference for the
+ * closed form at small l. */
+#define DP_L 300
+#define DP_S 12
+static int64_t dp_t[DP_L + 1][DP_S + 1];
+static void dp_fill(void) {
+    for (int l = 1; l <= DP_L; l++)
+        for (int s = 1; s <= DP_S; s++) {
+            if (l == 1) dp_t[l][s] = 0;
+            else if (s == 1) dp_t[l][s] = (int64_t)l * (l - 1) / 2;
+            else {
+                int64_t best = INT64_MAX;
+                for (int j = 1; j < l; j++) {
+                    int64_t c = j + dp_t[l - j][s - 1] + dp_t[j][s];
+                    if (c < best) best = c;
+                }
+                dp_t[l][s] = best;
+            }
+        }
+}
+
+/* Griewank and Walther's closed form, computed here on its own: r the least
+ * integer with l <= C(s + r, s), T = r l - C(s + r, s + 1). */
+static double binom(int n, int k) {
+    double b = 1;
+    for (int i = 1; i <= k; i++) b = b * (n - k + i) / i;
+    return floor(b + 0.5);
+}
+static int64_t closed_form(int l, int s) {
+    if (l == 1) return 0;
+    int r = 0;
+    while (binom(s + r, s) < l) r++;
+    return (int64_t)r * l - (int64_t)binom(s + r, s + 1);
+}
+
+/* Check a schedule of units [0, l): every unit goes back once, in reverse
+ * order; it recomputes `want` unit forwards; and it never holds more than
+ * `slots` states. A FWD(u) that does not continue a FWD(u-1) restarts from
+ * the stored input of u, which must have been held since it was last made
+ * (unit 0's input: since the start). Returns the most states held at once. */
+static int check_schedule(const fr_schedule *sc, int l, int slots, int64_t want, const char *what) {
+    int backs = 0, ok = 1, next = l - 1;
+    int *made = malloc(sizeof(int) * (l + 1)), *from = malloc(sizeof(int) * (l + 1));
+    int *delta = calloc((size_t)sc->n + 2, sizeof(int));
+    for (int u = 0; u <= l; u++) made[u] = -1, from[u] = -1;
+    made[0] = 0;
+    for (int i = 0; i < sc->n; i++) {
+        fr_action a = sc->a[i];
+        if (a.back) {
+            backs++;
+            ok &= a.unit == next--;
+            continue;
+        }
+        int cont = i > 0 && !sc->a[i - 1].back && sc->a[i - 1].unit == a.unit - 1;
+        if (!cont) { /* the input of a.unit held over [made, i] */
+            ok &= made[a.unit] >= 0;
+            int start = made[a.unit] > from[a.unit] ? made[a.unit] : from[a.unit] + 1;
+            if (made[a.unit] >= 0 && start <= i) {
+                delta[start]++;
+                delta[i + 1]--;
+            }
+            if (made[a.unit] >= 0) from[a.unit] = i;
+        }
+        made[a.unit + 1] = i;
+    }
+    int held = 0, most = 0;
+    for (int i = 0; i <= sc->n; i++) {
+        held += delta[i];
+        if (held > most) most = held;
+    }
+    CHECK(backs == l && ok, "%s: every unit reversed once, in order, from a state it holds", what);
+    CHECK(fr_schedule_recomputed(sc) == want, "%s: %d unit forwards recomputed, want %lld", what,
+          fr_schedule_recomputed(sc), (long long)want);
+    CHECK(most <= slots, "%s: %d states held at once, %d slots", what, most, slots);
+    free(made);
+    free(from);
+    free(delta);
+    return most;
+}
+
 static void test_revolve(void) {
     for (int l = 1; l <= EX_L; l++)
         for (int s = 1; s <= 4; s++) {
@@ -72,21 +152,36 @@ static void test_revolve(void) {
         }
     /* Hand-derived: one slot recomputes from the start each time. */
     CHECK(fr_revolve_cost(32, 1) == 32 * 31 / 2, "T(32,1)");
+    dp_fill();
+    int bad = 0;
+    for (int l = 1; l <= DP_L; l++)
+        for (int s = 1; s <= DP_S; s++)
+            if (fr_revolve_cost(l, s) != dp_t[l][s] && bad++ < 3)
+                CHECK(0, "T(%d,%d) = %lld, recurrence %lld", l, s, (long long)fr_revolve_cost(l, s),
+                      (long long)dp_t[l][s]);
+    CHECK(bad == 0, "closed form against the recurrence for l <= %d, s <= %d: %d differ", DP_L, DP_S, bad);
     fr_ctx *ctx = fr_ctx_new();
-    for (int l = 1; l <= 40; l += 3)
-        for (int s = 1; s <= 6; s++) {
+    char what[64];
+    for (int l = 1; l <= 120; l += 7)
+        for (int s = 1; s <= 8; s++) {
             fr_schedule sc;
             CHECK(fr_schedule_revolve(ctx, 0, l, s, &sc) == FR_OK, "schedule");
-            /* the schedule's recomputed forwards equal T(l, s); every unit goes back once */
-            int backs = 0, ok = 1, next = l - 1;
-            for (int i = 0; i < sc.n; i++)
-                if (sc.a[i].back) {
-                    backs++;
-                    ok &= sc.a[i].unit == next--;
-                }
-            CHECK(backs == l && ok, "l=%d s=%d: every unit reversed once, in order", l, s);
-            CHECK(fr_schedule_recomputed(&sc) == fr_revolve_cost(l, s), "l=%d s=%d: %d recomputed, T=%lld", l, s,
-                  fr_schedule_recomputed(&sc), (long long)fr_revolve_cost(l, s));
+            snprintf(what, sizeof what, "l=%d s=%d", l, s);
+            check_schedule(&sc, l, s, dp_t[l][s], what);
+            fr_schedule_release(ctx, &sc);
+        }
+    /* Thousands of units: the schedule reaches the closed form and holds
+     * every slot it is given, no more. */
+    int ls[2] = {2000, 5000}, ss[4] = {2, 3, 8, 40};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++) {
+            fr_schedule sc;
+            CHECK(fr_schedule_revolve(ctx, 0, ls[a], ss[b], &sc) == FR_OK, "schedule: %s", fr_last_error(ctx));
+            snprintf(what, sizeof what, "l=%d s=%d", ls[a], ss[b]);
+            CHECK(fr_revolve_cost(ls[a], ss[b]) == closed_form(ls[a], ss[b]), "%s: T = %lld, closed form %lld",
+                  what, (long long)fr_revolve_cost(ls[a], ss[b]), (long long)closed_form(ls[a], ss[b]));
+            int most = check_schedule(&sc, ls[a], ss[b], closed_form(ls[a], ss[b]), what);
+            CHECK(most == ss[b], "%s: holds %d states", what, most);
             fr_schedule_release(ctx, &sc);
         }
     fr_ctx_free(ctx);

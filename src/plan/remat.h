@@ -13,7 +13,9 @@
  * just before its backward); and binomial checkpointing (Griewank's revolve)
  * with s slots, which reaches the least number of recomputed unit forwards,
  * T(l, s) = min over 0<j<l of j + T(l-j, s-1) + T(j, s), T(1, s) = 0,
- * T(l, 1) = l(l-1)/2. The table costs O(l^2 s) time and O(l s) memory. */
+ * T(l, 1) = l(l-1)/2, which has Griewank and Walther's closed form (remat.c):
+ * T(l, s) and each split cost O(r) arithmetic, r the repetition number, so a
+ * schedule for thousands of units costs its own length and no table. */
 #ifndef FR_REMAT_H
 #define FR_REMAT_H
 
@@ -38,7 +40,8 @@ void fr_schedule_release(fr_ctx *ctx, fr_schedule *s);
 fr_status fr_schedule_segments(fr_ctx *ctx, int n, const int *seg_start, fr_schedule *out);
 /* Binomial checkpointing of units [first, n) with `slots` stored states. */
 fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_schedule *out);
-/* T(l, s): the least number of recomputed unit forwards (slots >= 1). */
+/* T(l, s): the least number of recomputed unit forwards (slots >= 1; -1 for
+ * l < 1 or s < 1). */
 int64_t fr_revolve_cost(int l, int s);
 /* The number of FWD actions beyond each unit's first: recomputed units. */
 int fr_schedule_recomputed(const fr_schedule *s);
