@@ -140,13 +140,22 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     size_t nv_cap = g->n_vals; /* versions are tracked for the values that existed before */
     int *cur = fr_alloc(ctx, (nv_cap + 1) * sizeof *cur, FR_MEM_OTHER); /* current version */
     uint8_t *seen = fr_calloc(ctx, (size_t)n_units + 1, FR_MEM_OTHER);
+    /* Nodes by unit, in index order (a counting sort): first[u] .. first[u+1]
+     * in by_unit; an action costs its own nodes, not a scan of the graph. */
+    int *first = fr_calloc(ctx, ((size_t)n_units + 2) * sizeof *first, FR_MEM_OTHER);
+    int *by_unit = fr_alloc(ctx, (n0 + 1) * sizeof *by_unit, FR_MEM_OTHER);
     fr_status st = FR_OK;
     *extra_flops = 0;
-    if (!order || !cur || !seen || !clone_of) {
+    if (!order || !cur || !seen || !clone_of || !first || !by_unit) {
         st = FR_ERR_NOMEM;
         goto done;
     }
     for (size_t v = 0; v < nv_cap; v++) cur[v] = (int)v;
+    for (size_t i = 0; i < n0; i++) first[unit[i] + 1]++;
+    for (int u = 0; u < n_units; u++) first[u + 1] += first[u];
+    for (size_t i = 0; i < n0; i++) by_unit[first[unit[i]]++] = (int)i;
+    for (int u = n_units; u > 0; u--) first[u] = first[u - 1];
+    first[0] = 0;
 #define APPEND(id)                                                                          \
     do {                                                                                    \
         if (fr_grow(ctx, (void **)&order, &cap, n + 1, sizeof *order, FR_MEM_OTHER)) {      \
@@ -158,23 +167,25 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     for (int k = 0; k < s->n; k++) {
         int u = s->a[k].unit;
         if (s->a[k].back) {
-            for (size_t i = (size_t)nf; i < n0; i++) {
-                if (unit[i] != u) continue;
+            for (int q = first[u]; q < first[u + 1]; q++) {
+                int i = by_unit[q];
+                if (i < nf) continue;
                 fr_node *nd = &g->nodes[i];
                 for (int j = 0; j < nd->n_in; j++)
                     if (nd->in[j] >= 0 && (size_t)nd->in[j] < nv_cap) nd->in[j] = cur[nd->in[j]];
-                APPEND((int)i);
+                APPEND(i);
             }
             continue;
         }
         if (!seen[u]) { /* the original forward pass */
             seen[u] = 1;
-            for (int i = 0; i < nf; i++)
-                if (unit[i] == u) APPEND(i);
+            for (int q = first[u]; q < first[u + 1]; q++)
+                if (by_unit[q] < nf) APPEND(by_unit[q]);
             continue;
         }
-        for (int i = 0; i < nf; i++) { /* recompute: clones reading the latest versions */
-            if (unit[i] != u) continue;
+        for (int q = first[u]; q < first[u + 1]; q++) { /* recompute: clones reading the latest versions */
+            int i = by_unit[q];
+            if (i >= nf) continue;
             fr_node orig = g->nodes[i];
             int in[FR_MAX_IN], out[FR_MAX_OUT];
             for (int j = 0; j < orig.n_in; j++)
@@ -227,6 +238,8 @@ done:
     fr_free(ctx, cur);
     fr_free(ctx, seen);
     fr_free(ctx, clone_of);
+    fr_free(ctx, first);
+    fr_free(ctx, by_unit);
     if (st) {
         fr_free(ctx, order);
         fr_free(ctx, origin);
