@@ -499,6 +499,53 @@ static void test_budget_sweep(void) {
     }
 }
 
+/* Planning scales: a 2000-block chain (2001 units, Linear(16,16)+ReLU each,
+ * the last Linear(16,10)) at batch 8192, so that a unit's input (512 KiB)
+ * outweighs its metadata, under the budget of revolve with 20 slots and
+ * the whole batch (micro_batch fixed): segment plans hold about
+ * 2 sqrt(2001) unit inputs and do not fit, binomial checkpointing does. The
+ * plan fits, and recomputes T(2001, s) unit forwards by the closed form for
+ * its s >= 20 slots, each 2 B 16 16 + B 16 FLOPs (Linear and ReLU). Exhaustive
+ * planning took minutes here; a regression shows as a timeout. */
+static void test_plan_scales(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 2000, 16);
+    fr_model_init(m, 1);
+    const int B = 8192;
+    fr_step_opts o = {.batch = B, .micro_batch = B, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1, .checkpoint = FR_CKPT_REVOLVE, .ckpt_arg = 20};
+    fr_step *r = fr_step_build(m, &o);
+    CHECK(r != NULL, "revolve 20: %s", fr_last_error(ctx));
+    if (!r) return;
+    fr_plan_info ri, info;
+    fr_step_plan_info(r, &ri);
+    int L = m->n_units - r->first_unit;
+    fr_step_free(r);
+    CHECK(L == 2001, "%d units", L);
+    o.checkpoint = FR_CKPT_AUTO;
+    o.ckpt_arg = 0;
+    o.budget = ri.reserved;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "plan: %s", fr_last_error(ctx));
+    if (s) {
+        fr_step_plan_info(s, &info);
+        CHECK(info.reserved <= o.budget, "reserved %zu, budget %zu", info.reserved, o.budget);
+        CHECK(info.mode == FR_CKPT_REVOLVE && info.ckpt_arg >= 20 && info.accumulate == 1,
+              "revolve with at least 20 slots, got mode %d arg %d", info.mode, info.ckpt_arg);
+        int64_t t = closed_form(L, info.ckpt_arg);
+        CHECK(info.recomputed_units == t && t <= closed_form(L, 20), "recomputed %d, closed form %lld",
+              info.recomputed_units, (long long)t);
+        double unit = 2.0 * B * 16 * 16 + (double)B * 16;
+        CHECK(info.extra_flops == (double)t * unit, "extra FLOPs %.17g, closed form %.17g", info.extra_flops,
+              (double)t * unit);
+        printf("2001 units, budget %zu: revolve %d, %d recomputed\n", o.budget, info.ckpt_arg,
+               info.recomputed_units);
+    }
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 static void test_refusals(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 2, 8);
@@ -516,5 +563,6 @@ int main(void) {
     test_names_do_not_matter();
     test_budget_sweep();
     test_refusals();
+    test_plan_scales();
     return check_done();
 }

@@ -138,7 +138,7 @@ static double est_cost(const level *lv, int fam, int arg) {
  * in the argument (more segments or slots keep more checkpoints; longer
  * segments hold more activations; few revolve slots make many clones whose
  * metadata counts), with bumps from the arena's packing, so the arguments
- * that fit are found on a grid of GRID points, the ends of the run that fits
+ * that fit are found on a geometric grid of GRID points, the ends of the run that fits
  * by bisection towards the grid points beside them, and the least estimated
  * extra compute inside is built to confirm (the next one if it does not fit,
  * a few times). Few arguments are all built. */
@@ -154,7 +154,9 @@ static void search_family(level *lv, int fam, int lo, int hi) {
         return;
     }
     int grid[GRID], left = -1, right = -1, gl = -1, gr = -1;
-    for (int i = 0; i < GRID; i++) grid[i] = lo + (int)((int64_t)(hi - lo) * i / (GRID - 1));
+    for (int i = 0; i < GRID; i++) /* geometric: dense where few slots or segments matter most */
+        grid[i] = lo - 1 + (int)llround(pow(hi - lo + 1.0, i / (GRID - 1.0)));
+    grid[GRID - 1] = hi;
     for (int i = 0; i < GRID && !lv->oom; i++)
         if (fits(lv, fam, grid[i])) {
             if (gl < 0) gl = i;
