@@ -1,14 +1,15 @@
 /* planner.c — give it a budget and it chooses: among plans that keep
- * everything, recompute segments (checkpoint_sequential), or use binomial
- * checkpointing with s slots, each at the full batch or split into
- * micro-batches, it builds each candidate's exact plan (the same plan the
- * executor runs), keeps those whose reserved bytes fit, and picks the least
- * costly. Cost is the extra FLOPs as a fraction of the step's, plus 3% per
- * halving of the micro-batch (smaller GEMMs run less efficiently: measured
- * 2-5% per halving on the seed MLP here) and a whole step more when the model
- * has BatchNorm (micro-batches change its batch statistics, so it is the last
- * resort). Nothing fits: the error names the smallest budget that does and
- * the plan that gets there. Also the plan description of `frugal plan`. */
+ * everything, recompute segments (checkpoint_sequential, every:N), or use
+ * binomial checkpointing with s slots, each at the full batch or split into
+ * micro-batches, the least costly whose exact plan (the same plan the
+ * executor runs) fits. Each family is searched, not enumerated, when it is
+ * long (plan_search). Cost is the extra FLOPs as a fraction of the step's,
+ * plus 3% per halving of the micro-batch (smaller GEMMs run less
+ * efficiently: measured 2-5% per halving on the seed MLP here) and a whole
+ * step more when the model has BatchNorm (micro-batches change its batch
+ * statistics, so it is the last resort). Nothing fits: the error names the
+ * smallest budget found that does and the plan that gets there. Also the
+ * plan description of `frugal plan`. */
 #include <math.h>
 #include <string.h>
 #include "plan/remat.h"
