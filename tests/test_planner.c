@@ -546,6 +546,37 @@ static void test_plan_scales(void) {
     fr_ctx_free(ctx);
 }
 
+/* `frugal plan` names each layer's fate for every unit, beyond the 4096 a
+ * fixed table once held: a 5000-unit chain with every unit checkpointed
+ * recomputes all units but the last, two layers each (Linear, ReLU). */
+static void test_describe_many_units(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 4999, 8);
+    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+                      .checkpoint = FR_CKPT_ALL};
+    fr_step *s = fr_step_build(m, &o);
+    CHECK(s != NULL && m->n_units == 5000, "build: %s", fr_last_error(ctx));
+    FILE *f = tmpfile();
+    if (s && f) {
+        fr_step_describe_plan(s, f, 1);
+        long len = ftell(f);
+        char *txt = calloc((size_t)len + 1, 1);
+        rewind(f);
+        size_t got = fread(txt, 1, (size_t)len, f);
+        int rec = 0, kept = 0;
+        for (const char *p = txt; (p = strstr(p, "\"activations\": \"")); p++) {
+            rec += strncmp(p + 16, "recomputed", 10) == 0;
+            kept += strncmp(p + 16, "kept", 4) == 0;
+        }
+        CHECK(got == (size_t)len && rec == 2 * 4999 && kept == 1, "%d layers recomputed, %d kept", rec, kept);
+        free(txt);
+    }
+    if (f) fclose(f);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 static void test_refusals(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 2, 8);
@@ -564,5 +595,6 @@ int main(void) {
     test_budget_sweep();
     test_refusals();
     test_plan_scales();
+    test_describe_many_units();
     return check_done();
 }

@@ -331,6 +331,17 @@ static size_t fused_bytes(const fr_step *s) {
     return b;
 }
 
+/* Whether unit u is recomputed (a clone of one of its nodes runs): from the
+ * per-unit table, or by a scan of the plan when it could not be allocated. */
+static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
+    if (table) return table[u];
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->attr.recompute && nd->layer >= 0 && s->m->layers[nd->layer].unit == u) return 1;
+    }
+    return 0;
+}
+
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_plan_info info;
@@ -339,12 +350,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fr_step_predicted(s, pred, &total);
     /* Which units keep their activations and which are recomputed; what runs in place. */
     int n = m->n_units;
-    int recomputed[4096] = {0};
+    uint8_t *recomputed = fr_calloc(s->ctx, (size_t)n + 1, FR_MEM_OTHER); /* per unit; NULL: scan */
     int inplace = 0;
-    for (int i = 0; i < s->plan.n_nodes; i++) { /* clones carry attr.recompute */
+    for (int i = 0; i < s->plan.n_nodes && recomputed; i++) { /* clones carry attr.recompute */
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
-        if (nd->attr.recompute && nd->layer >= 0 && m->layers[nd->layer].unit < 4096)
-            recomputed[m->layers[nd->layer].unit] = 1;
+        if (nd->attr.recompute && nd->layer >= 0) recomputed[m->layers[nd->layer].unit] = 1;
     }
     for (int i = 0; i < s->plan.n_nodes; i++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
@@ -373,7 +383,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             int u = l->unit;
             fprintf(out, "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit ? "none" : (u < 4096 && recomputed[u]) ? "recomputed" : "kept",
+                    u < s->first_unit ? "none" : unit_recomputed(s, recomputed, u) ? "recomputed" : "kept",
                     l->frozen ? "true" : "false");
             first = 0;
         }
@@ -381,6 +391,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
         fprintf(out, "}}\n");
+        fr_free(s->ctx, recomputed);
         return;
     }
     fprintf(out, "plan for batch %d: ", s->o.batch);
@@ -413,7 +424,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         int u = l->unit;
         fprintf(out, "%-6d %-16s %-14s %s%s\n", u, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
-                : (u < 4096 && recomputed[u]) ? "recomputed before its backward" : "kept",
+                : unit_recomputed(s, recomputed, u) ? "recomputed before its backward" : "kept",
                 l->frozen ? ", frozen" : "");
     }
     fprintf(out, "\npredicted peak by category:\n");
@@ -425,4 +436,5 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     if (s->o.budget)
         fprintf(out, "  %-12s %12s  (%s)\n", "budget", fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
                 info.reserved <= s->o.budget ? "fits" : "does NOT fit");
+    fr_free(s->ctx, recomputed);
 }
