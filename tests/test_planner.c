@@ -64,6 +64,86 @@ static int exhaustive(int l, int s) {
     return best;
 }
 
+/* T(l, s) by its recurrence (remat.h), as a table: the reference for the
+ * closed form at small l. */
+#define DP_L 300
+#define DP_S 12
+static int64_t dp_t[DP_L + 1][DP_S + 1];
+static void dp_fill(void) {
+    for (int l = 1; l <= DP_L; l++)
+        for (int s = 1; s <= DP_S; s++) {
+            if (l == 1) dp_t[l][s] = 0;
+            else if (s == 1) dp_t[l][s] = (int64_t)l * (l - 1) / 2;
+            else {
+                int64_t best = INT64_MAX;
+                for (int j = 1; j < l; j++) {
+                    int64_t c = j + dp_t[l - j][s - 1] + dp_t[j][s];
+                    if (c < best) best = c;
+                }
+                dp_t[l][s] = best;
+            }
+        }
+}
+
+/* Griewank and Walther's closed form, computed here on its own: r the least
+ * integer with l <= C(s + r, s), T = r l - C(s + r, s + 1). */
+static double binom(int n, int k) {
+    double b = 1;
+    for (int i = 1; i <= k; i++) b = b * (n - k + i) / i;
+    return floor(b + 0.5);
+}
+static int64_t closed_form(int l, int s) {
+    if (l == 1) return 0;
+    int r = 0;
+    while (binom(s + r, s) < l) r++;
+    return (int64_t)r * l - (int64_t)binom(s + r, s + 1);
+}
+
+/* Check a schedule of units [0, l): every unit goes back once, in reverse
+ * order; it recomputes `want` unit forwards; and it never holds more than
+ * `slots` states. A FWD(u) that does not continue a FWD(u-1) restarts from
+ * the stored input of u, which must have been held since it was last made
+ * (unit 0's input: since the start). Returns the most states held at once. */
+static int check_schedule(const fr_schedule *sc, int l, int slots, int64_t want, const char *what) {
+    int backs = 0, ok = 1, next = l - 1;
+    int *made = malloc(sizeof(int) * (l + 1)), *from = malloc(sizeof(int) * (l + 1));
+    int *delta = calloc((size_t)sc->n + 2, sizeof(int));
+    for (int u = 0; u <= l; u++) made[u] = -1, from[u] = -1;
+    made[0] = 0;
+    for (int i = 0; i < sc->n; i++) {
+        fr_action a = sc->a[i];
+        if (a.back) {
+            backs++;
+            ok &= a.unit == next--;
+            continue;
+        }
+        int cont = i > 0 && !sc->a[i - 1].back && sc->a[i - 1].unit == a.unit - 1;
+        if (!cont) { /* the input of a.unit held over [made, i] */
+            ok &= made[a.unit] >= 0;
+            int start = made[a.unit] > from[a.unit] ? made[a.unit] : from[a.unit] + 1;
+            if (made[a.unit] >= 0 && start <= i) {
+                delta[start]++;
+                delta[i + 1]--;
+            }
+            if (made[a.unit] >= 0) from[a.unit] = i;
+        }
+        made[a.unit + 1] = i;
+    }
+    int held = 0, most = 0;
+    for (int i = 0; i <= sc->n; i++) {
+        held += delta[i];
+        if (held > most) most = held;
+    }
+    CHECK(backs == l && ok, "%s: every unit reversed once, in order, from a state it holds", what);
+    CHECK(fr_schedule_recomputed(sc) == want, "%s: %d unit forwards recomputed, want %lld", what,
+          fr_schedule_recomputed(sc), (long long)want);
+    CHECK(most <= slots, "%s: %d states held at once, %d slots", what, most, slots);
+    free(made);
+    free(from);
+    free(delta);
+    return most;
+}
+
 static void test_revolve(void) {
     for (int l = 1; l <= EX_L; l++)
         for (int s = 1; s <= 4; s++) {
@@ -73,21 +153,36 @@ static void test_revolve(void) {
         }
     /* Hand-derived: one slot recomputes from the start each time. */
     CHECK(fr_revolve_cost(32, 1) == 32 * 31 / 2, "T(32,1)");
+    dp_fill();
+    int bad = 0;
+    for (int l = 1; l <= DP_L; l++)
+        for (int s = 1; s <= DP_S; s++)
+            if (fr_revolve_cost(l, s) != dp_t[l][s] && bad++ < 3)
+                CHECK(0, "T(%d,%d) = %lld, recurrence %lld", l, s, (long long)fr_revolve_cost(l, s),
+                      (long long)dp_t[l][s]);
+    CHECK(bad == 0, "closed form against the recurrence for l <= %d, s <= %d: %d differ", DP_L, DP_S, bad);
     fr_ctx *ctx = fr_ctx_new();
-    for (int l = 1; l <= 40; l += 3)
-        for (int s = 1; s <= 6; s++) {
+    char what[64];
+    for (int l = 1; l <= 120; l += 7)
+        for (int s = 1; s <= 8; s++) {
             fr_schedule sc;
             CHECK(fr_schedule_revolve(ctx, 0, l, s, &sc) == FR_OK, "schedule");
-            /* the schedule's recomputed forwards equal T(l, s); every unit goes back once */
-            int backs = 0, ok = 1, next = l - 1;
-            for (int i = 0; i < sc.n; i++)
-                if (sc.a[i].back) {
-                    backs++;
-                    ok &= sc.a[i].unit == next--;
-                }
-            CHECK(backs == l && ok, "l=%d s=%d: every unit reversed once, in order", l, s);
-            CHECK(fr_schedule_recomputed(&sc) == fr_revolve_cost(l, s), "l=%d s=%d: %d recomputed, T=%lld", l, s,
-                  fr_schedule_recomputed(&sc), (long long)fr_revolve_cost(l, s));
+            snprintf(what, sizeof what, "l=%d s=%d", l, s);
+            check_schedule(&sc, l, s, dp_t[l][s], what);
+            fr_schedule_release(ctx, &sc);
+        }
+    /* Thousands of units: the schedule reaches the closed form and holds
+     * every slot it is given, no more. */
+    int ls[2] = {2000, 5000}, ss[4] = {2, 3, 8, 40};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++) {
+            fr_schedule sc;
+            CHECK(fr_schedule_revolve(ctx, 0, ls[a], ss[b], &sc) == FR_OK, "schedule: %s", fr_last_error(ctx));
+            snprintf(what, sizeof what, "l=%d s=%d", ls[a], ss[b]);
+            CHECK(fr_revolve_cost(ls[a], ss[b]) == closed_form(ls[a], ss[b]), "%s: T = %lld, closed form %lld",
+                  what, (long long)fr_revolve_cost(ls[a], ss[b]), (long long)closed_form(ls[a], ss[b]));
+            int most = check_schedule(&sc, ls[a], ss[b], closed_form(ls[a], ss[b]), what);
+            CHECK(most == ss[b], "%s: holds %d states", what, most);
             fr_schedule_release(ctx, &sc);
         }
     fr_ctx_free(ctx);
@@ -146,13 +241,13 @@ static batch_data make_batch(int n, int d) {
 /* Run `steps` steps and return a copy of every parameter and buffer plus the
  * last gradients (zero_grad keeps them). */
 static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg, int micro, int steps,
-                         size_t *len, size_t *arena) {
+                         fr_precision prec, float *losses, size_t *len, size_t *arena) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
     fr_model *m = make(ctx);
     fr_model_init(m, 5);
     fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 3,
-                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro,
+                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro, .precision = prec,
                       .keep_grads = 1}; /* gradients are compared */
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
@@ -163,7 +258,10 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
     batch_data b = make_batch(16, d);
     fr_batch fb = {16, b.x, b.y, NULL};
     float loss;
-    for (int i = 0; i < steps; i++) CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+    for (int i = 0; i < steps; i++) {
+        CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+        if (losses) losses[i] = loss;
+    }
     size_t n = 0;
     for (size_t i = 0; i < m->n_params; i++) n += 2 * fr_shape_numel(&m->params[i].shape);
     float *out = calloc(n, sizeof(float)), *p = out;
@@ -187,37 +285,73 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
 
 static fr_model *chain8(fr_ctx *ctx) { return chain(ctx, 8, 24); }
 
+/* Max pooling feeding BatchNorm (pooling reads its input rounded under the
+ * mixed modes, BatchNorm reads its input in f32), then a residual block
+ * whose input is read by a convolution (rounded) and by the sum (f32). */
+static fr_model *pool_bn(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 1, 12, 12);
+    fr_model_conv2d(m, 4, 3, 1, 1, 1);
+    fr_model_relu(m);
+    fr_model_maxpool2d(m, 2, 2);
+    fr_model_batchnorm(m);
+    fr_model_residual_begin(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_batchnorm(m);
+    fr_model_relu(m);
+    fr_model_conv2d(m, 4, 3, 1, 1, 0);
+    fr_model_residual_end(m);
+    fr_model_relu(m);
+    fr_model_maxpool2d(m, 2, 2);
+    fr_model_batchnorm(m);
+    fr_model_flatten(m);
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+/* Checkpointing never changes results: every schedule gives the losses,
+ * weights, gradients and BatchNorm statistics of keeping everything, bit for
+ * bit, in fp32 and in both mixed modes (where which values a forward op reads
+ * rounded to 16 bits must not depend on what reads them later). */
 static void test_bit_identical(void) {
     struct { fr_ckpt_mode mode; int arg; const char *name; } modes[] = {
         {FR_CKPT_ALL, 0, "all"}, {FR_CKPT_SQRT, 0, "sqrt"}, {FR_CKPT_EVERY, 2, "every:2"},
         {FR_CKPT_SEGMENTS, 3, "segments 3"}, {FR_CKPT_REVOLVE, 1, "revolve:1"},
         {FR_CKPT_REVOLVE, 2, "revolve:2"}, {FR_CKPT_REVOLVE, 3, "revolve:3"}};
-    fr_model *(*models[2])(fr_ctx *) = {chain8, convnet};
-    for (int k = 0; k < 2; k++) {
-        size_t n0, n1, peak0, peak1;
-        float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, &n0, &peak0);
-        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-            float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, &n1, &peak1);
-            CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
-                  "%s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
-                  k ? "convnet" : "chain", modes[i].name);
-            /* (checkpointing every Linear+ReLU block keeps each block's input, which is
-             * what backward keeps anyway: no gain there, and no loss) */
-            CHECK(peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
-                  "%s %s: planned peak %zu < %zu",
-                  k ? "convnet" : "chain", modes[i].name, peak1, peak0);
-            free(got);
+    fr_model *(*models[3])(fr_ctx *) = {chain8, convnet, pool_bn};
+    const char *names[3] = {"chain", "convnet", "pool->batchnorm net"};
+    fr_precision precs[3] = {FR_PREC_FP32, FR_PREC_BF16_MIXED, FR_PREC_FP16_MIXED};
+    for (int q = 0; q < 3; q++)
+        for (int k = 0; k < 3; k++) {
+            size_t n0, n1, peak0, peak1;
+            float loss0[3], loss1[3];
+            float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, precs[q], loss0, &n0, &peak0);
+            for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+                float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, precs[q], loss1, &n1, &peak1);
+                CHECK(got && memcmp(loss0, loss1, sizeof loss0) == 0,
+                      "%s, %s, checkpoint %s: losses %.9g %.9g %.9g, keeping everything %.9g %.9g %.9g",
+                      names[k], fr_precision_name(precs[q]), modes[i].name, loss1[0], loss1[1], loss1[2],
+                      loss0[0], loss0[1], loss0[2]);
+                CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
+                      "%s, %s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
+                      names[k], fr_precision_name(precs[q]), modes[i].name);
+                /* Recomputation lowers the fp32 peak of the chain and the convnet
+                 * (checkpointing every Linear+ReLU block keeps each block's input, which is
+                 * what backward keeps anyway: no gain there, and no loss). */
+                CHECK(q > 0 || k == 2 || peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
+                      "%s, %s, %s: planned peak %zu < %zu", names[k], fr_precision_name(precs[q]),
+                      modes[i].name, peak1, peak0);
+                free(got);
+            }
+            free(ref);
         }
-        free(ref);
-    }
 }
 
 /* K micro-batches give the full batch's step (no BatchNorm) within float error. */
 static void test_accumulation(void) {
     size_t n0, n1;
-    float *ref = train_copy(chain8, FR_CKPT_NONE, 0, 0, 1, &n0, NULL);
+    float *ref = train_copy(chain8, FR_CKPT_NONE, 0, 0, 1, FR_PREC_FP32, NULL, &n0, NULL);
     for (int micro = 8; micro >= 2; micro /= 2) {
-        float *got = train_copy(chain8, FR_CKPT_NONE, 0, micro, 1, &n1, NULL);
+        float *got = train_copy(chain8, FR_CKPT_NONE, 0, micro, 1, FR_PREC_FP32, NULL, &n1, NULL);
         double worst = 0;
         for (size_t i = 0; got && i < n0; i++)
             worst = fmax(worst, fabs((double)ref[i] - got[i]) / (1e-3 + fabs((double)ref[i])));
@@ -366,6 +500,84 @@ static void test_budget_sweep(void) {
     }
 }
 
+/* Planning scales: a 2000-block chain (2001 units, Linear(16,16)+ReLU each,
+ * the last Linear(16,10)) at batch 8192, so that a unit's input (512 KiB)
+ * outweighs its metadata, under the budget of revolve with 20 slots and
+ * the whole batch (micro_batch fixed): segment plans hold about
+ * 2 sqrt(2001) unit inputs and do not fit, binomial checkpointing does. The
+ * plan fits, and recomputes T(2001, s) unit forwards by the closed form for
+ * its s >= 20 slots, each 2 B 16 16 + B 16 FLOPs (Linear and ReLU). Exhaustive
+ * planning took minutes here; a regression shows as a timeout. */
+static void test_plan_scales(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 2000, 16);
+    fr_model_init(m, 1);
+    const int B = 8192;
+    fr_step_opts o = {.batch = B, .micro_batch = B, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1, .checkpoint = FR_CKPT_REVOLVE, .ckpt_arg = 20};
+    fr_step *r = fr_step_build(m, &o);
+    CHECK(r != NULL, "revolve 20: %s", fr_last_error(ctx));
+    if (!r) return;
+    fr_plan_info ri, info;
+    fr_step_plan_info(r, &ri);
+    int L = m->n_units - r->first_unit;
+    fr_step_free(r);
+    CHECK(L == 2001, "%d units", L);
+    o.checkpoint = FR_CKPT_AUTO;
+    o.ckpt_arg = 0;
+    o.budget = ri.reserved;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "plan: %s", fr_last_error(ctx));
+    if (s) {
+        fr_step_plan_info(s, &info);
+        CHECK(info.reserved <= o.budget, "reserved %zu, budget %zu", info.reserved, o.budget);
+        CHECK(info.mode == FR_CKPT_REVOLVE && info.ckpt_arg >= 20 && info.accumulate == 1,
+              "revolve with at least 20 slots, got mode %d arg %d", info.mode, info.ckpt_arg);
+        int64_t t = closed_form(L, info.ckpt_arg);
+        CHECK(info.recomputed_units == t && t <= closed_form(L, 20), "recomputed %d, closed form %lld",
+              info.recomputed_units, (long long)t);
+        double unit = 2.0 * B * 16 * 16 + (double)B * 16;
+        CHECK(info.extra_flops == (double)t * unit, "extra FLOPs %.17g, closed form %.17g", info.extra_flops,
+              (double)t * unit);
+        printf("2001 units, budget %zu: revolve %d, %d recomputed\n", o.budget, info.ckpt_arg,
+               info.recomputed_units);
+    }
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
+/* `frugal plan` names each layer's fate for every unit, beyond the 4096 a
+ * fixed table once held: a 5000-unit chain with every unit checkpointed
+ * recomputes all units but the last, two layers each (Linear, ReLU). */
+static void test_describe_many_units(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = chain(ctx, 4999, 8);
+    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+                      .checkpoint = FR_CKPT_ALL};
+    fr_step *s = fr_step_build(m, &o);
+    CHECK(s != NULL && m->n_units == 5000, "build: %s", fr_last_error(ctx));
+    FILE *f = tmpfile();
+    if (s && f) {
+        fr_step_describe_plan(s, f, 1);
+        long len = ftell(f);
+        char *txt = calloc((size_t)len + 1, 1);
+        rewind(f);
+        size_t got = fread(txt, 1, (size_t)len, f);
+        int rec = 0, kept = 0;
+        for (const char *p = txt; (p = strstr(p, "\"activations\": \"")); p++) {
+            rec += strncmp(p + 16, "recomputed", 10) == 0;
+            kept += strncmp(p + 16, "kept", 4) == 0;
+        }
+        CHECK(got == (size_t)len && rec == 2 * 4999 && kept == 1, "%d layers recomputed, %d kept", rec, kept);
+        free(txt);
+    }
+    if (f) fclose(f);
+    fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 static void test_refusals(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 2, 8);
@@ -487,5 +699,7 @@ int main(void) {
     test_names_do_not_matter();
     test_budget_sweep();
     test_refusals();
+    test_plan_scales();
+    test_describe_many_units();
     return check_done();
 }

@@ -9,39 +9,12 @@ static int is_forward(const fr_graph *g, int i, int n_nodes0) {
 
 static int is_loss_bwd(fr_op op) { return op == FR_OP_CROSS_ENTROPY_BWD || op == FR_OP_MSE_BWD; }
 
-/* Does node i read value x late, after the forward pass: a backward op, or a
- * recomputing clone reading a value the original forward pass made (a
- * checkpoint)? Clones reading each other's outputs consume them at once. */
-static int late_read(const fr_graph *g, int i, int x, int n_nodes0) {
-    if (!is_forward(g, i, n_nodes0)) return 1;
-    return i >= g->n_forward && g->vals[x].producer >= 0 && g->vals[x].producer < g->n_forward;
-}
-
 /* Whether forward reader `op` reads its input j rounded to 16 bits: matmuls
  * and convolutions (as a 16-bit GEMM would), max pooling (so that its
  * backward, comparing rounded values, finds the same maximum). */
 static int rounded_fwd(fr_op op, int j) {
     return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D);
 }
-
-/* Whether every reader of castable value v reads it rounded: backward ops
- * and clones reading it late, or forward readers that round it (after this
- * pass they read the saved half or a widened copy of it), and no view
- * shares its storage. Then its f32 value is never read, and its producer
- * may write the 16-bit value itself. */
-static int only_rounded_readers(const fr_graph *g, int v, int producer, int n_nodes0, size_t nn0,
-                                size_t nv0) {
-    for (size_t u = 0; u < nv0; u++)
-        if (g->vals[u].alias_of == v) return 0;
-    for (size_t i = 0; i < nn0; i++) {
-        const fr_node *nd = &g->nodes[i];
-        if ((int)i == producer) continue;
-        for (int j = 0; j < nd->n_in; j++)
-            if (nd->in[j] == v && !late_read(g, (int)i, v, n_nodes0) && !rounded_fwd(nd->op, j)) return 0;
-    }
-    return 1;
-}
-
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.
  * Returns the node id, or -1 with g->status set. */
 static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
@@ -52,12 +25,13 @@ static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
     return c;
 }
 
-fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order_io, int *n_io) {
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin, int **order_io,
+                             int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
     fr_ctx *ctx = g->ctx;
     int n = *n_io, *order = *order_io;
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
-    uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* 1: store in half */
+    uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER), *f32_read = NULL; /* cast: store in half */
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
@@ -66,35 +40,52 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         st = FR_ERR_NOMEM;
         goto done;
     }
-    /* Castable: an f32 step value made as out[0] of forward work, read by
-     * backward, not by a loss's backward, and never through a view. */
+    /* Every decision is made per original value (origin[] maps a recomputed
+     * value to the one it recomputes) and on the graph as it was before
+     * rematerialization: the original forward nodes and the backward nodes.
+     * So whether a value is stored in 16 bits, and which forward readers read
+     * it rounded, is a property of the model and the precision, the same for
+     * every checkpointing schedule, and a recomputed forward reproduces the
+     * first one's bits. Castable: an f32 step value made as out[0] of forward
+     * work, read by backward, not by a loss's backward, and never through a
+     * view of a view. */
     for (size_t v = 0; v < nv0; v++) {
         const fr_value *val = &g->vals[v];
         hv[v] = -1;
         int p = val->producer;
-        cast[v] = val->kind == FR_VAL_STEP && val->dtype == FR_F32 && val->alias_of < 0 && p >= 0 &&
-                  is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == (int)v &&
+        cast[v] = origin[v] == (int)v && val->kind == FR_VAL_STEP && val->dtype == FR_F32 &&
+                  val->alias_of < 0 && p >= 0 && p < g->n_forward && g->nodes[p].out[0] == (int)v &&
                   g->nodes[p].op != FR_OP_VIEW;
     }
     uint8_t *read_back = fr_calloc(ctx, nv0, FR_MEM_OTHER);
-    if (!read_back) {
+    f32_read = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* some forward reader reads the f32 value */
+    if (!read_back || !f32_read) {
+        fr_free(ctx, read_back);
         st = FR_ERR_NOMEM;
         goto done;
     }
+    for (size_t v = 0; v < nv0; v++) /* a view shares the f32 storage */
+        if (g->vals[v].alias_of >= 0) f32_read[origin[g->vals[v].alias_of]] = 1;
     for (size_t i = 0; i < nn0; i++) {
         const fr_node *nd = &g->nodes[i];
+        if (is_forward(g, (int)i, n_nodes0)) {
+            if ((int)i >= g->n_forward) continue; /* clones read what their originals read */
+            for (int j = 0; j < nd->n_in; j++)
+                if (nd->in[j] >= 0 && !rounded_fwd(nd->op, j)) f32_read[origin[nd->in[j]]] = 1;
+            continue;
+        }
         for (int j = 0; j < nd->n_in; j++) {
             int x = nd->in[j];
-            if (x < 0 || !late_read(g, (int)i, x, n_nodes0)) continue;
-            if (is_loss_bwd(nd->op)) cast[x] = 0;
-            read_back[x] = 1;
+            if (x < 0) continue;
+            if (is_loss_bwd(nd->op)) cast[origin[x]] = 0;
+            read_back[origin[x]] = 1;
             if (g->vals[x].alias_of >= 0) { /* read through a view (flatten) */
                 int r = g->vals[x].alias_of;
                 if (g->vals[r].alias_of >= 0) { /* views of views: keep the root f32 */
                     while (g->vals[r].alias_of >= 0) r = g->vals[r].alias_of;
-                    cast[r] = 0;
+                    cast[origin[r]] = 0;
                 } else {
-                    read_back[r] = 1;
+                    read_back[origin[r]] = 1;
                 }
             }
         }
@@ -119,10 +110,10 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                  * exact in f32); max pooling too, so that its backward, comparing
                  * rounded values, finds the same maximum. */
                 fr_op op = g->nodes[i].op;
-                if (x < 0 || (size_t)x >= nv0 || (!late_read(g, i, x, n_nodes0) && !rounded_fwd(op, j)))
+                if (x < 0 || (size_t)x >= nv0 || (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
-                if (!cast[r] || hv[r] < 0) continue;
+                if (!cast[origin[r]] || hv[r] < 0) continue;
                 const fr_op_info *info = fr_op_get(op);
                 if (r == x && info->half_in && info->half_in(g, &g->nodes[i], j)) {
                     g->nodes[i].in[j] = hv[r]; /* the kernel widens as it reads */
@@ -184,8 +175,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
             int v = g->nodes[i].out[0];
             const fr_op_info *pi = fr_op_get(g->nodes[i].op);
-            if (v >= 0 && (size_t)v < nv0 && cast[v] && pi->half_out && pi->half_out(g, &g->nodes[i]) &&
-                only_rounded_readers(g, v, i, n_nodes0, nn0, nv0)) {
+            if (v >= 0 && (size_t)v < nv0 && cast[origin[v]] && pi->half_out && pi->half_out(g, &g->nodes[i]) &&
+                !f32_read[origin[v]]) {
                 /* nobody reads the f32 value: the producer writes the half */
                 int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
                 if (h < 0) {
@@ -199,7 +190,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
                 g->vals[v].producer = -1;
                 g->nodes[i].out[0] = h;
                 hv[v] = h;
-            } else if (v >= 0 && (size_t)v < nv0 && cast[v]) {
+            } else if (v >= 0 && (size_t)v < nv0 && cast[origin[v]]) {
                 int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
                 if (c < 0) {
                     st = g->status;
@@ -215,6 +206,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **ord
 #undef EMIT
 done:
     fr_free(ctx, cast);
+    fr_free(ctx, f32_read);
     fr_free(ctx, hv);
     if (st) {
         fr_free(ctx, out);

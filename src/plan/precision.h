@@ -14,9 +14,13 @@
 #include "graph/graph.h"
 
 /* Rewrites g and the execution order (reallocated); n_nodes0 is the node
- * count before rematerialization. half = FR_F16 or FR_BF16 stores saved
+ * count before rematerialization and origin[] (fr_remat_apply) maps each
+ * recomputed value to the value it recomputes: every version of a value is
+ * rounded the same way, decided on the graph without recomputation, so a
+ * checkpointing schedule never changes a bit. half = FR_F16 or FR_BF16 stores saved
  * activations in that format; FR_F32 only inserts the casts that bring
  * 16-bit weights (pure half precision) to f32 where ops read them. */
-fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, int **order, int *n_order);
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin, int **order,
+                             int *n_order);
 
 #endif

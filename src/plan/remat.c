@@ -31,85 +31,67 @@ fr_status fr_schedule_segments(fr_ctx *ctx, int n, const int *seg_start, fr_sche
     return st;
 }
 
-/* T(l, s) by dynamic programming; the table is filled on first use. */
-#define REV_MAX_L 512
-#define REV_MAX_S 64
-
-typedef struct revolve {
-    int64_t *t; /* t[l * (S + 1) + s] */
-    int *arg;
-    int L, S;
-} revolve;
-
-static int64_t rev_t(const revolve *r, int l, int s) { return r->t[(size_t)l * (r->S + 1) + s]; }
-
-static fr_status rev_fill(fr_ctx *ctx, revolve *r, int L, int S) {
-    r->L = L;
-    r->S = S;
-    size_t n = (size_t)(L + 1) * (S + 1);
-    r->t = fr_alloc(ctx, n * sizeof *r->t, FR_MEM_OTHER);
-    r->arg = fr_alloc(ctx, n * sizeof *r->arg, FR_MEM_OTHER);
-    if (!r->t || !r->arg) {
-        fr_free(ctx, r->t);
-        fr_free(ctx, r->arg);
-        return FR_ERR_NOMEM;
+/* Binomial checkpointing in closed form (Griewank and Walther, "Algorithm
+ * 799: revolve", 2000). With beta(s, r) = C(s + r, s), the number of steps
+ * that s slots reverse with each step run at most r + 1 times, and r the
+ * least repetition number with l <= beta(s, r):
+ *     T(l, s) = r l - beta(s + 1, r - 1),
+ * the least solution of the recurrence in remat.h (tests/test_planner.c
+ * checks it against the table and an exhaustive search). Integers stay
+ * below l (s + r) < 2^62: the loop stops at the first beta >= l. */
+static int64_t rev_reps(int64_t l, int64_t s, int64_t *beta) {
+    int64_t r = 0, b = 1; /* b = beta(s, r) */
+    while (b < l) {
+        r++;
+        b = b * (s + r) / r;
     }
-    for (int l = 1; l <= L; l++)
-        for (int s = 1; s <= S; s++) {
-            size_t k = (size_t)l * (S + 1) + s;
-            r->arg[k] = 0;
-            if (l == 1) {
-                r->t[k] = 0;
-            } else if (s == 1) {
-                r->t[k] = (int64_t)l * (l - 1) / 2;
-            } else {
-                int64_t best = INT64_MAX;
-                for (int j = 1; j < l; j++) {
-                    int64_t c = j + rev_t(r, l - j, s - 1) + rev_t(r, j, s);
-                    if (c < best) {
-                        best = c;
-                        r->arg[k] = j;
-                    }
-                }
-                r->t[k] = best;
-            }
-        }
-    return FR_OK;
+    *beta = b;
+    return r;
 }
 
 int64_t fr_revolve_cost(int l, int s) {
     if (l < 1 || s < 1) return -1;
+    if (l == 1) return 0;
     if (s > l) s = l;
-    fr_ctx *ctx = fr_ctx_new();
-    revolve r;
-    int64_t c = -1;
-    if (ctx && l <= REV_MAX_L && !rev_fill(ctx, &r, l, s)) {
-        c = rev_t(&r, l, s);
-        fr_free(ctx, r.t);
-        fr_free(ctx, r.arg);
-    }
-    fr_ctx_free(ctx);
-    return c;
+    int64_t b, r = rev_reps(l, s, &b);
+    return r * l - b * r / (s + 1); /* beta(s + 1, r - 1) = beta(s, r) r / (s + 1) */
 }
 
-/* Reverse units [a, a+l) holding the state at a, with s slots (a's included). */
-static fr_status rev_emit(fr_ctx *ctx, const revolve *r, fr_schedule *out, int a, int l, int s) {
+/* Where to put the next slot: advance j steps from a state held at a before
+ * reversing [a+j, a+l) with s-1 slots and then [a, a+j) with s. This is
+ * revolve's rule (its binomials bino1..bino5 are beta at neighbouring s and
+ * r); it reaches T(l, s) for every 2 <= s (checked against the table). */
+static int rev_split(int64_t l, int64_t s) {
+    int64_t range, reps = rev_reps(l, s, &range);
+    int64_t b1 = range * reps / (s + reps);                         /* beta(s-1, r)   */
+    int64_t b2 = s > 1 ? b1 * s / (s + reps - 1) : 1;               /* beta(s-1, r-1) */
+    int64_t b3 = s == 1 ? 0 : s > 2 ? b2 * (s - 1) / (s + reps - 2) : 1; /* beta(s-2, r-1) */
+    int64_t b4 = b2 * (reps - 1) / s;                               /* beta(s, r-2)   */
+    int64_t b5 = s > 2 ? b3 * (s - 2) / reps : 1;                   /* beta(s-3, r)   */
+    int64_t j = l <= b1 + b3 ? b4 : l >= range - b5 ? b1 : l - b2 - b3;
+    return (int)(j < 1 ? 1 : j > l - 1 ? l - 1 : j);
+}
+
+/* Reverse units [a, a+l) holding the state at a, with s slots (a's included).
+ * Recursion depth at most s: the part that keeps all s slots is a loop. */
+static fr_status rev_emit(fr_ctx *ctx, fr_schedule *out, int a, int l, int s) {
     fr_status st = FR_OK;
+    while (l > 1 && s > 1 && !st) {
+        int j = rev_split(l, s);
+        for (int k = 0; k < j && !st; k++) st = push(ctx, out, 0, a + k); /* advance to a+j */
+        if (!st) st = rev_emit(ctx, out, a + j, l - j, s - 1);
+        l = j;
+    }
+    if (st) return st;
     if (l == 1) {
         if (!(st = push(ctx, out, 0, a))) st = push(ctx, out, 1, a);
         return st;
     }
-    if (s == 1) { /* recompute from a each time */
-        for (int i = l - 1; i >= 0 && !st; i--) {
-            for (int k = 0; k <= i && !st; k++) st = push(ctx, out, 0, a + k);
-            if (!st) st = push(ctx, out, 1, a + i);
-        }
-        return st;
+    /* one slot: recompute from a each time */
+    for (int i = l - 1; i >= 0 && !st; i--) {
+        for (int k = 0; k <= i && !st; k++) st = push(ctx, out, 0, a + k);
+        if (!st) st = push(ctx, out, 1, a + i);
     }
-    int j = r->arg[(size_t)l * (r->S + 1) + s];
-    for (int k = 0; k < j && !st; k++) st = push(ctx, out, 0, a + k); /* advance to a+j */
-    if (!st) st = rev_emit(ctx, r, out, a + j, l - j, s - 1);
-    if (!st) st = rev_emit(ctx, r, out, a, j, s);
     return st;
 }
 
@@ -118,17 +100,19 @@ fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_sched
     int l = n - first;
     if (l < 1 || slots < 1)
         return fr_fail(ctx, FR_ERR_ARG, "revolve needs at least one unit and one slot");
-    if (l > REV_MAX_L) return fr_fail(ctx, FR_ERR_ARG, "revolve: at most %d units", REV_MAX_L);
     if (slots > l) slots = l;
-    if (slots > REV_MAX_S) slots = REV_MAX_S;
-    revolve r;
-    fr_status st = rev_fill(ctx, &r, l, slots);
-    if (st) return st;
+    /* l first forwards, T recomputed ones, l backwards: one allocation */
+    int64_t total = 2 * (int64_t)n + fr_revolve_cost(l, slots);
+    if (total > INT32_MAX)
+        return fr_fail(ctx, FR_ERR_ARG, "revolve: %d units with %d slots recompute %lld unit forwards; "
+                       "give it more slots", l, slots, (long long)fr_revolve_cost(l, slots));
+    size_t cap = 0;
+    if (fr_grow(ctx, (void **)&out->a, &cap, (size_t)total, sizeof *out->a, FR_MEM_OTHER)) return FR_ERR_NOMEM;
+    out->cap = (int)cap;
+    fr_status st = FR_OK;
     for (int u = 0; u < first && !st; u++) st = push(ctx, out, 0, u);
-    if (!st) st = rev_emit(ctx, &r, out, first, l, slots);
+    if (!st) st = rev_emit(ctx, out, first, l, slots);
     for (int u = first - 1; u >= 0 && !st; u--) st = push(ctx, out, 1, u);
-    fr_free(ctx, r.t);
-    fr_free(ctx, r.arg);
     if (st) fr_schedule_release(ctx, out);
     return st;
 }
@@ -146,22 +130,32 @@ int fr_schedule_recomputed(const fr_schedule *s) {
 }
 
 fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_schedule *s,
-                         int **order_out, int *n_order, double *extra_flops) {
+                         int **order_out, int *n_order, int **origin_out, double *extra_flops) {
     fr_ctx *ctx = g->ctx;
     size_t n0 = g->n_nodes;
     int nf = g->n_forward;
-    size_t cap = n0 * 2 + 16, n = 0;
-    int *order = fr_alloc(ctx, cap * sizeof *order, FR_MEM_OTHER);
+    size_t cap = n0 * 2 + 16, n = 0, ccap = 16;
+    int *order = fr_alloc(ctx, cap * sizeof *order, FR_MEM_OTHER), *origin = NULL;
+    int *clone_of = fr_alloc(ctx, ccap * sizeof *clone_of, FR_MEM_OTHER); /* node c: clone_of[c - n0] */
     size_t nv_cap = g->n_vals; /* versions are tracked for the values that existed before */
     int *cur = fr_alloc(ctx, (nv_cap + 1) * sizeof *cur, FR_MEM_OTHER); /* current version */
     uint8_t *seen = fr_calloc(ctx, (size_t)n_units + 1, FR_MEM_OTHER);
+    /* Nodes by unit, in index order (a counting sort): first[u] .. first[u+1]
+     * in by_unit; an action costs its own nodes, not a scan of the graph. */
+    int *first = fr_calloc(ctx, ((size_t)n_units + 2) * sizeof *first, FR_MEM_OTHER);
+    int *by_unit = fr_alloc(ctx, (n0 + 1) * sizeof *by_unit, FR_MEM_OTHER);
     fr_status st = FR_OK;
     *extra_flops = 0;
-    if (!order || !cur || !seen) {
+    if (!order || !cur || !seen || !clone_of || !first || !by_unit) {
         st = FR_ERR_NOMEM;
         goto done;
     }
     for (size_t v = 0; v < nv_cap; v++) cur[v] = (int)v;
+    for (size_t i = 0; i < n0; i++) first[unit[i] + 1]++;
+    for (int u = 0; u < n_units; u++) first[u + 1] += first[u];
+    for (size_t i = 0; i < n0; i++) by_unit[first[unit[i]]++] = (int)i;
+    for (int u = n_units; u > 0; u--) first[u] = first[u - 1];
+    first[0] = 0;
 #define APPEND(id)                                                                          \
     do {                                                                                    \
         if (fr_grow(ctx, (void **)&order, &cap, n + 1, sizeof *order, FR_MEM_OTHER)) {      \
@@ -173,23 +167,25 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     for (int k = 0; k < s->n; k++) {
         int u = s->a[k].unit;
         if (s->a[k].back) {
-            for (size_t i = (size_t)nf; i < n0; i++) {
-                if (unit[i] != u) continue;
+            for (int q = first[u]; q < first[u + 1]; q++) {
+                int i = by_unit[q];
+                if (i < nf) continue;
                 fr_node *nd = &g->nodes[i];
                 for (int j = 0; j < nd->n_in; j++)
                     if (nd->in[j] >= 0 && (size_t)nd->in[j] < nv_cap) nd->in[j] = cur[nd->in[j]];
-                APPEND((int)i);
+                APPEND(i);
             }
             continue;
         }
         if (!seen[u]) { /* the original forward pass */
             seen[u] = 1;
-            for (int i = 0; i < nf; i++)
-                if (unit[i] == u) APPEND(i);
+            for (int q = first[u]; q < first[u + 1]; q++)
+                if (by_unit[q] < nf) APPEND(by_unit[q]);
             continue;
         }
-        for (int i = 0; i < nf; i++) { /* recompute: clones reading the latest versions */
-            if (unit[i] != u) continue;
+        for (int q = first[u]; q < first[u + 1]; q++) { /* recompute: clones reading the latest versions */
+            int i = by_unit[q];
+            if (i >= nf) continue;
             fr_node orig = g->nodes[i];
             int in[FR_MAX_IN], out[FR_MAX_OUT];
             for (int j = 0; j < orig.n_in; j++)
@@ -205,6 +201,11 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
                 goto done;
             }
             g->nodes[c].layer = orig.layer;
+            if (fr_grow(ctx, (void **)&clone_of, &ccap, (size_t)c - n0 + 1, sizeof *clone_of, FR_MEM_OTHER)) {
+                st = FR_ERR_NOMEM;
+                goto done;
+            }
+            clone_of[(size_t)c - n0] = i;
             for (int j = 0; j < orig.n_out; j++) {
                 int o = orig.out[j];
                 if (o < 0 || out[j] < 0) continue;
@@ -227,13 +228,24 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
         if (!placed[i]) st = fr_fail(ctx, FR_ERR_ARG, "schedule leaves node %zu (%s) out", i,
                                      fr_op_get(g->nodes[i].op)->name);
     fr_free(ctx, placed);
+    /* Each value recomputes itself, a clone's output the original's. */
+    if (!st && !(origin = fr_alloc(ctx, (g->n_vals + 1) * sizeof *origin, FR_MEM_OTHER))) st = FR_ERR_NOMEM;
+    for (size_t v = 0; !st && v < g->n_vals; v++) origin[v] = (int)v;
+    for (size_t c = n0; !st && c < g->n_nodes; c++)
+        for (int j = 0; j < g->nodes[c].n_out; j++)
+            if (g->nodes[c].out[j] >= 0) origin[g->nodes[c].out[j]] = g->nodes[clone_of[c - n0]].out[j];
 done:
     fr_free(ctx, cur);
     fr_free(ctx, seen);
+    fr_free(ctx, clone_of);
+    fr_free(ctx, first);
+    fr_free(ctx, by_unit);
     if (st) {
         fr_free(ctx, order);
+        fr_free(ctx, origin);
         return st;
     }
+    *origin_out = origin;
     *order_out = order;
     *n_order = (int)n;
     return FR_OK;

@@ -13,7 +13,9 @@
  * just before its backward); and binomial checkpointing (Griewank's revolve)
  * with s slots, which reaches the least number of recomputed unit forwards,
  * T(l, s) = min over 0<j<l of j + T(l-j, s-1) + T(j, s), T(1, s) = 0,
- * T(l, 1) = l(l-1)/2. The table costs O(l^2 s) time and O(l s) memory. */
+ * T(l, 1) = l(l-1)/2, which has Griewank and Walther's closed form (remat.c):
+ * T(l, s) and each split cost O(r) arithmetic, r the repetition number, so a
+ * schedule for thousands of units costs its own length and no table. */
 #ifndef FR_REMAT_H
 #define FR_REMAT_H
 
@@ -38,15 +40,18 @@ void fr_schedule_release(fr_ctx *ctx, fr_schedule *s);
 fr_status fr_schedule_segments(fr_ctx *ctx, int n, const int *seg_start, fr_schedule *out);
 /* Binomial checkpointing of units [first, n) with `slots` stored states. */
 fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_schedule *out);
-/* T(l, s): the least number of recomputed unit forwards (slots >= 1). */
+/* T(l, s): the least number of recomputed unit forwards (slots >= 1; -1 for
+ * l < 1 or s < 1). */
 int64_t fr_revolve_cost(int l, int s);
 /* The number of FWD actions beyond each unit's first: recomputed units. */
 int fr_schedule_recomputed(const fr_schedule *s);
 
 /* Apply a schedule to a differentiated graph: unit[i] gives the unit of
  * node i (forward and backward). Appends clone nodes to g and returns the
- * execution order (allocated, category other) and the FLOPs of the clones. */
+ * execution order (allocated, category other), origin (allocated, one entry
+ * per value of g: the value a clone's output recomputes, every other value
+ * itself) and the FLOPs of the clones. */
 fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_schedule *s,
-                         int **order, int *n_order, double *extra_flops);
+                         int **order, int *n_order, int **origin, double *extra_flops);
 
 #endif

@@ -1,16 +1,18 @@
 /* planner.c — give it a budget and it chooses: among plans that keep
- * everything, recompute segments (checkpoint_sequential), or use binomial
- * checkpointing with s slots, each at the full batch or split into
- * micro-batches, it builds each candidate's exact plan (the same plan the
- * executor runs), keeps those whose reserved bytes fit, and picks the least
- * costly. Cost is the extra FLOPs as a fraction of the step's, plus 3% per
- * halving of the micro-batch (smaller GEMMs run less efficiently: measured
- * 2-5% per halving on the seed MLP here) and a whole step more when the model
- * has BatchNorm (micro-batches change its batch statistics, so it is the last
- * resort). Nothing fits: the error names the smallest budget that does and
- * the plan that gets there. Also the plan description of `frugal plan`. */
+ * everything, recompute segments (checkpoint_sequential, every:N), or use
+ * binomial checkpointing with s slots, each at the full batch or split into
+ * micro-batches, the least costly whose exact plan (the same plan the
+ * executor runs) fits. Each family is searched, not enumerated, when it is
+ * long (plan_search). Cost is the extra FLOPs as a fraction of the step's,
+ * plus 3% per halving of the micro-batch (smaller GEMMs run less
+ * efficiently: measured 2-5% per halving on the seed MLP here) and a whole
+ * step more when the model has BatchNorm (micro-batches change its batch
+ * statistics, so it is the last resort). Nothing fits: the error names the
+ * smallest budget found that does and the plan that gets there. Also the
+ * plan description of `frugal plan`. */
 #include <math.h>
 #include <string.h>
+#include "plan/remat.h"
 #include "report/report.h"
 #include "train/step.h"
 
@@ -20,6 +22,7 @@ typedef struct candidate {
     fr_precision prec;
     double cost;
     size_t reserved;
+    size_t fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
 } candidate;
 
 static int has_batchnorm(const fr_model *m) {
@@ -34,8 +37,12 @@ static const char *mode_name(fr_ckpt_mode m) {
     return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
 }
 
-/* Build a candidate and read its reserved bytes and cost; 0 if it failed. */
-static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, int bn) {
+/* Build a candidate and read its reserved bytes and cost; 0 if it failed.
+ * flops_to (may be NULL) receives the forward FLOPs of units [0, u) for
+ * every u, *plain the step's FLOPs without recomputation per micro-batch,
+ * and *first the first unit with backward work. */
+static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, int bn, double *flops_to,
+                         double *plain_out, int *first) {
     fr_step_opts o = *base;
     o.checkpoint = c->mode;
     o.ckpt_arg = c->arg;
@@ -47,80 +54,235 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     fr_plan_info info;
     fr_step_plan_info(s, &info);
     c->reserved = info.reserved;
+    c->fixed = info.reserved - info.arena;
     int k = info.accumulate;
     double plain = info.flops - info.extra_flops;
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
               (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0) +
               (c->prec == FR_PREC_BF16_MIXED && base->precision == FR_PREC_AUTO ? 0.10 : 0.0);
+    if (flops_to) {
+        for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
+        for (int i = 0; i < s->g.n_forward; i++)
+            flops_to[s->unit[i] + 1] += fr_op_get(s->g.nodes[i].op)->flops(&s->g, &s->g.nodes[i]);
+        for (int u = 0; u < m->n_units; u++) flops_to[u + 1] += flops_to[u];
+        *plain_out = plain / (k > 0 ? k : 1);
+        *first = s->first_unit;
+    }
     fr_step_free(s);
     return 1;
 }
 
+/* The search at one micro-batch size and precision (a level). A candidate
+ * is a family (segments, every, revolve) and its argument; builds are
+ * memoised by both, since the searches below revisit arguments. */
+enum { FAM_SEGMENTS, FAM_EVERY, FAM_REVOLVE, FAM_COUNT };
+static const fr_ckpt_mode fam_mode[FAM_COUNT] = {FR_CKPT_SEGMENTS, FR_CKPT_EVERY, FR_CKPT_REVOLVE};
+
+/* Below this many arguments a family is enumerated: the searches would
+ * build about as many. */
+#define ENUMERATE_BELOW 48
+
+typedef struct level {
+    fr_model *m;
+    const fr_step_opts *opts;
+    int micro, bn, n, first, oom;
+    fr_precision prec;
+    size_t budget;        /* SIZE_MAX: no limit */
+    uint64_t ooms0;       /* allocation failures before the search */
+    candidate *memo;      /* [family * (n + 1) + arg]; reserved 0: not built */
+    double *flops_to;     /* forward FLOPs of units [0, u) (from keeping everything) */
+    double plain;         /* the step's FLOPs without recomputation, per micro-batch */
+    candidate *best, *smallest;
+    int found;
+} level;
+
+static void consider(level *lv, const candidate *c) {
+    if (c->reserved < lv->smallest->reserved) *lv->smallest = *c;
+    if (c->reserved <= lv->budget && c->cost < lv->best->cost) {
+        *lv->best = *c;
+        lv->found = 1;
+    }
+}
+
+static const candidate *eval(level *lv, int fam, int arg) {
+    candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + arg];
+    if (c->reserved) return c;
+    *c = (candidate){fam_mode[fam], arg, lv->micro, lv->prec, INFINITY, SIZE_MAX, 0};
+    if (!try_candidate(lv->m, lv->opts, c, lv->bn, NULL, NULL, NULL)) {
+        if (lv->m->ctx->mem.st.num_ooms > lv->ooms0) lv->oom = 1; /* a real allocation failure */
+        c->reserved = SIZE_MAX;
+        c->cost = INFINITY;
+        return c;
+    }
+    consider(lv, c);
+    return c;
+}
+
+static int fits(level *lv, int fam, int arg) { return !lv->oom && eval(lv, fam, arg)->reserved <= lv->budget; }
+
+/* Extra compute of a candidate, to rank the arguments of one family without
+ * building them: for segment plans the fraction of the step's FLOPs in the
+ * units recomputed (step.c's segments_for: all segments but the last), for
+ * revolve the number of recomputed unit forwards T(l, s). */
+static double est_cost(const level *lv, int fam, int arg) {
+    int L = lv->n - lv->first;
+    if (fam == FAM_REVOLVE) return (double)fr_revolve_cost(L, arg);
+    int size = fam == FAM_EVERY ? arg : L / arg;
+    if (size < 1) size = 1;
+    int segs = fam == FAM_EVERY ? (L + size - 1) / size : arg;
+    int64_t end = lv->first + (int64_t)size * (segs - 1);
+    if (end > lv->n) end = lv->n;
+    return (lv->flops_to[end] - lv->flops_to[lv->first]) / (lv->plain > 0 ? lv->plain : 1);
+}
+
+/* The arguments [lo, hi] of one family. Reserved bytes are roughly U-shaped
+ * in the argument (more segments or slots keep more checkpoints; longer
+ * segments hold more activations; few revolve slots make many clones whose
+ * metadata counts), with bumps from the arena's packing, so the arguments
+ * that fit are found on a geometric grid of GRID points, the ends of the run that fits
+ * by bisection towards the grid points beside them, and the least estimated
+ * extra compute inside is built to confirm (the next one if it does not fit,
+ * a few times). Few arguments are all built. */
+#define GRID 32
+
+static void search_family(level *lv, int fam, int lo, int hi) {
+    if (hi < lo) return;
+    if (hi - lo < ENUMERATE_BELOW) {
+        if (fam == FAM_REVOLVE)
+            for (int k = hi; k >= lo && !lv->oom; k--) eval(lv, fam, k);
+        else
+            for (int k = lo; k <= hi && !lv->oom; k++) eval(lv, fam, k);
+        return;
+    }
+    int grid[GRID], left = -1, right = -1, gl = -1, gr = -1;
+    for (int i = 0; i < GRID; i++) /* geometric: dense where few slots or segments matter most */
+        grid[i] = lo - 1 + (int)llround(pow(hi - lo + 1.0, i / (GRID - 1.0)));
+    grid[GRID - 1] = hi;
+    for (int i = 0; i < GRID && !lv->oom; i++)
+        if (fits(lv, fam, grid[i])) {
+            if (gl < 0) gl = i;
+            gr = i;
+        }
+    if (gl < 0 || lv->oom) return;
+    left = grid[gl], right = grid[gr];
+    for (int l = gl > 0 ? grid[gl - 1] + 1 : lo, r = left; l < r && !lv->oom;) { /* the first that fits */
+        int mid = l + (r - l) / 2;
+        if (fits(lv, fam, mid)) r = left = mid;
+        else l = mid + 1;
+    }
+    for (int l = right, r = gr + 1 < GRID ? grid[gr + 1] - 1 : hi; l < r && !lv->oom;) { /* the last */
+        int mid = l + (r - l + 1) / 2;
+        if (fits(lv, fam, mid)) l = right = mid;
+        else r = mid - 1;
+    }
+    for (int tries = 0; tries < 8 && !lv->oom; tries++) {
+        int pick = -1;
+        double e = INFINITY;
+        for (int k = left; k <= right; k++) {
+            const candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + k];
+            if (c->reserved && c->reserved > lv->budget) continue; /* built, does not fit */
+            double ek = est_cost(lv, fam, k);
+            if (ek < e) e = ek, pick = k;
+        }
+        if (pick < 0 || fits(lv, fam, pick)) break;
+    }
+}
+
 /* Search the candidates: best (least cost within opts->budget; 0 = no
  * limit) and smallest (least reserved). whole = 1 keeps the batch whole.
+ * Levels are visited from the whole batch down; a level whose cheapest
+ * possible cost (its micro-batch and precision terms) cannot beat the best
+ * so far is skipped, and so is a family whose least recomputation cannot.
  * Returns 1 if one fits, 0 if none, -1 on an allocation failure. */
 static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candidate *best,
                        candidate *smallest) {
     fr_ctx *ctx = m->ctx;
-    int bn = has_batchnorm(m);
-    size_t budget = opts->budget;
     memset(best, 0, sizeof *best);
     memset(smallest, 0, sizeof *smallest);
     best->cost = INFINITY;
     smallest->reserved = SIZE_MAX;
-    int found = 0;
     fr_mem_stats ms0;
     fr_mem_get_stats(ctx, &ms0);
-    int fixed_micro = opts->micro_batch > 0 || whole;
-    int units = m->n_units < 512 ? m->n_units : 512;
-    candidate *list = fr_alloc(ctx, 2 * (3 * 512 + 4) * sizeof *list, FR_MEM_OTHER);
-    if (!list) return -1;
-    for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1; micro--) {
+    int fixed_micro = opts->micro_batch > 0 || whole, n = m->n_units, found = 0, oom = 0;
+    level lv = {.m = m, .opts = opts, .bn = has_batchnorm(m), .n = n, .budget = opts->budget ? opts->budget : SIZE_MAX,
+                .ooms0 = ms0.num_ooms, .best = best, .smallest = smallest};
+    lv.memo = fr_alloc(ctx, (size_t)FAM_COUNT * (n + 1) * sizeof *lv.memo, FR_MEM_OTHER);
+    lv.flops_to = fr_alloc(ctx, ((size_t)n + 1) * sizeof *lv.flops_to, FR_MEM_OTHER);
+    if (!lv.memo || !lv.flops_to) {
+        fr_free(ctx, lv.memo);
+        fr_free(ctx, lv.flops_to);
+        return -1;
+    }
+    for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1 && !oom; micro--) {
         if (opts->batch % micro) continue;
-        int n = 0;
         /* --precision auto may store activations in bf16 (costed at 10%: the
          * casts, measured 4-9% here, and the rounding) when that fits. */
         fr_precision precs[2] = {opts->precision, opts->precision};
         int np = 1;
         if (opts->precision == FR_PREC_AUTO) precs[0] = FR_PREC_FP32, precs[1] = FR_PREC_BF16_MIXED, np = 2;
-        for (int q = 0; q < np; q++) {
-            fr_precision pr = precs[q];
+        for (int q = 0; q < np && !oom; q++) {
+            lv.micro = micro;
+            lv.prec = precs[q];
+            lv.found = 0;
+            int k = opts->batch / micro;
+            double floor_cost = (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
+                                (lv.prec == FR_PREC_BF16_MIXED && opts->precision == FR_PREC_AUTO ? 0.10 : 0.0);
+            if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
-                list[n++] = (candidate){opts->checkpoint, opts->ckpt_arg, micro, pr, 0, 0};
+                candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0};
+                if (try_candidate(m, opts, &c, lv.bn, NULL, NULL, NULL)) consider(&lv, &c);
+                else if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
+                found |= lv.found;
                 continue;
             }
-            list[n++] = (candidate){FR_CKPT_NONE, 0, micro, pr, 0, 0};
-            for (int k = 2; k <= units; k++) /* checkpoint_sequential(k) */
-                list[n++] = (candidate){FR_CKPT_SEGMENTS, k, micro, pr, 0, 0};
-            for (int k = 1; k < units; k++) /* every:k (every:1 = all, and sqrt among them) */
-                list[n++] = (candidate){FR_CKPT_EVERY, k, micro, pr, 0, 0};
-            for (int sl = units; sl >= 1; sl--) /* binomial checkpointing with sl slots */
-                list[n++] = (candidate){FR_CKPT_REVOLVE, sl, micro, pr, 0, 0};
-        }
-        for (int i = 0; i < n; i++) {
-            if (!try_candidate(m, opts, &list[i], bn)) {
-                if (ctx->mem.st.num_ooms > ms0.num_ooms) { /* a real allocation failure */
-                    fr_free(ctx, list);
-                    return -1;
-                }
+            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0};
+            if (!try_candidate(m, opts, &none, lv.bn, lv.flops_to, &lv.plain, &lv.first)) {
+                if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 continue;
             }
-            if (list[i].reserved < smallest->reserved) *smallest = list[i];
-            if (budget && list[i].reserved > budget) continue;
-            if (list[i].cost < best->cost) {
-                *best = list[i];
-                found = 1;
+            consider(&lv, &none);
+            found |= lv.found;
+            if (none.reserved <= lv.budget) continue; /* keeping everything fits: nothing here costs less */
+            /* Nothing at this level fits when what every schedule holds does
+             * not; the whole batch (no gradient buffers when the step runs in
+             * backward) and the last level are still searched for the
+             * smallest plan. */
+            int ends = fixed_micro || micro == 1 || micro == opts->batch;
+            if (none.fixed > lv.budget && !ends) continue;
+            memset(lv.memo, 0, (size_t)FAM_COUNT * (n + 1) * sizeof *lv.memo);
+            /* A family is searched only if its least extra compute could beat
+             * the best so far (1e-9: the estimate's rounding). */
+            double seg_least = INFINITY, every_least = INFINITY, top = 0;
+            for (int a = 2; a <= n; a++) seg_least = fmin(seg_least, est_cost(&lv, FAM_SEGMENTS, a));
+            for (int a = 1; a < n; a++) every_least = fmin(every_least, est_cost(&lv, FAM_EVERY, a));
+            for (int u = lv.first; u < n; u++) top = fmax(top, lv.flops_to[u + 1] - lv.flops_to[u]);
+            /* revolve recomputes all units but one at least once */
+            double rev_least = (lv.flops_to[n] - lv.flops_to[lv.first] - top) / (lv.plain > 0 ? lv.plain : 1);
+            if (floor_cost + seg_least <= best->cost + 1e-9) search_family(&lv, FAM_SEGMENTS, 2, n);
+            if (floor_cost + every_least <= best->cost + 1e-9) search_family(&lv, FAM_EVERY, 1, n - 1);
+            /* Each recomputed unit forward is at least one node of graph
+             * metadata, which counts in reserved: with fewer slots than
+             * rev_lo a plan holds more than keeping everything, which does
+             * not fit, so it is neither the best nor the smallest. */
+            int rev_lo = 1, rev_hi = n;
+            while (rev_lo < rev_hi) {
+                int mid = rev_lo + (rev_hi - rev_lo) / 2;
+                if ((double)fr_revolve_cost(n - lv.first, mid) * sizeof(fr_node) >= (double)none.reserved) rev_lo = mid + 1;
+                else rev_hi = mid;
             }
-            if (i == 0 && found && best->cost == 0) break; /* keeping everything in fp32 fits: done */
+            if (floor_cost + rev_least <= best->cost + 1e-9) search_family(&lv, FAM_REVOLVE, rev_lo, n);
+            oom |= lv.oom;
+            found |= lv.found;
         }
         if (found && best->micro == opts->batch) break; /* no need to split the batch */
         if (fixed_micro) break;
         if (found && micro < best->micro / 2) break; /* smaller micro-batches only cost more */
     }
-    fr_free(ctx, list);
+    fr_free(ctx, lv.memo);
+    fr_free(ctx, lv.flops_to);
     fr_mem_empty_cache(ctx); /* what comparing candidates freed is not the step's to hold */
-    return found;
+    return oom ? -1 : found;
 }
 
 int fr_plan_fits(fr_model *m, const fr_step_opts *opts) {
@@ -183,6 +345,17 @@ static size_t fused_bytes(const fr_step *s) {
     return b;
 }
 
+/* Whether unit u is recomputed (a clone of one of its nodes runs): from the
+ * per-unit table, or by a scan of the plan when it could not be allocated. */
+static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
+    if (table) return table[u];
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->attr.recompute && nd->layer >= 0 && s->m->layers[nd->layer].unit == u) return 1;
+    }
+    return 0;
+}
+
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_plan_info info;
@@ -191,12 +364,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fr_step_predicted(s, pred, &total);
     /* Which units keep their activations and which are recomputed; what runs in place. */
     int n = m->n_units;
-    int recomputed[4096] = {0};
+    uint8_t *recomputed = fr_calloc(s->ctx, (size_t)n + 1, FR_MEM_OTHER); /* per unit; NULL: scan */
     int inplace = 0;
-    for (int i = 0; i < s->plan.n_nodes; i++) { /* clones carry attr.recompute */
+    for (int i = 0; i < s->plan.n_nodes && recomputed; i++) { /* clones carry attr.recompute */
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
-        if (nd->attr.recompute && nd->layer >= 0 && m->layers[nd->layer].unit < 4096)
-            recomputed[m->layers[nd->layer].unit] = 1;
+        if (nd->attr.recompute && nd->layer >= 0) recomputed[m->layers[nd->layer].unit] = 1;
     }
     for (int i = 0; i < s->plan.n_nodes; i++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
@@ -225,7 +397,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             int u = l->unit;
             fprintf(out, "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit ? "none" : (u < 4096 && recomputed[u]) ? "recomputed" : "kept",
+                    u < s->first_unit ? "none" : unit_recomputed(s, recomputed, u) ? "recomputed" : "kept",
                     l->frozen ? "true" : "false");
             first = 0;
         }
@@ -233,6 +405,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
         fprintf(out, "}}\n");
+        fr_free(s->ctx, recomputed);
         return;
     }
     fprintf(out, "plan for batch %d: ", s->o.batch);
@@ -265,7 +438,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         int u = l->unit;
         fprintf(out, "%-6d %-16s %-14s %s%s\n", u, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
-                : (u < 4096 && recomputed[u]) ? "recomputed before its backward" : "kept",
+                : unit_recomputed(s, recomputed, u) ? "recomputed before its backward" : "kept",
                 l->frozen ? ", frozen" : "");
     }
     fprintf(out, "\npredicted peak by category:\n");
@@ -277,4 +450,5 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     if (s->o.budget)
         fprintf(out, "  %-12s %12s  (%s)\n", "budget", fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
                 info.reserved <= s->o.budget ? "fits" : "does NOT fit");
+    fr_free(s->ctx, recomputed);
 }

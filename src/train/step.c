@@ -201,42 +201,67 @@ static fr_status plan_fused_updates(fr_step *s) {
     return FR_OK;
 }
 
-/* Passes that put a node right after a parameter gradient's writer: the
- * order, reallocated with room for one more node per parameter. */
-static fr_status grow_order(fr_step *s, int **order_io, int n) {
-    int *order = fr_alloc(s->ctx, ((size_t)n + s->m->n_params) * sizeof *order, FR_MEM_OTHER);
-    if (!order) return FR_ERR_NOMEM;
-    memcpy(order, *order_io, (size_t)n * sizeof *order);
-    fr_free(s->ctx, *order_io);
-    *order_io = order;
-    return FR_OK;
-}
+/* Where each value is written and read in an order, found in one pass (so
+ * the passes below cost O(nodes + parameters), not their product): how many
+ * nodes write it (the last at pos, output slot), how many read it, and the
+ * last position that reads it (-1: none). */
+typedef struct order_uses {
+    int *writers, *pos, *slot, *readers, *last_read;
+} order_uses;
 
-/* How many nodes of the order write value v (the last at *pos, output
- * *slot) and how many read it. */
-static int writers_of(const fr_graph *g, const int *order, int n, int v, int *pos, int *slot, int *readers) {
-    int writers = 0;
-    *readers = 0;
+static fr_status uses_of(fr_ctx *ctx, const fr_graph *g, const int *order, int n, order_uses *u) {
+    size_t nv = g->n_vals + 1;
+    int *a = fr_alloc(ctx, 5 * nv * sizeof *a, FR_MEM_OTHER);
+    if (!a) return FR_ERR_NOMEM;
+    *u = (order_uses){a, a + nv, a + 2 * nv, a + 3 * nv, a + 4 * nv};
+    for (size_t v = 0; v < nv; v++) u->writers[v] = u->readers[v] = 0, u->pos[v] = u->slot[v] = u->last_read[v] = -1;
     for (int k = 0; k < n; k++) {
         const fr_node *nd = &g->nodes[order[k]];
         for (int j = 0; j < nd->n_out; j++)
-            if (nd->out[j] == v) writers++, *pos = k, *slot = j;
-        for (int j = 0; j < nd->n_in; j++) *readers += nd->in[j] == v;
+            if (nd->out[j] >= 0) u->writers[nd->out[j]]++, u->pos[nd->out[j]] = k, u->slot[nd->out[j]] = j;
+        for (int j = 0; j < nd->n_in; j++)
+            if (nd->in[j] >= 0) u->readers[nd->in[j]]++, u->last_read[nd->in[j]] = k;
     }
-    return writers;
+    return FR_OK;
 }
 
-/* Make parameter gradient gv, written by output `slot` of the node at order
- * position pos, a step value (arena) that node overwrites, and place node c
- * right after it. */
-static void gradient_to_step(fr_graph *g, int *order, int *n_io, int pos, int slot, int gv, int c) {
+/* Make parameter gradient gv, written by output `slot` of node w, a step
+ * value (arena) that node overwrites; node c goes right after w. */
+static void gradient_to_step(fr_graph *g, int w, int slot, int gv, int c) {
     g->vals[gv].kind = FR_VAL_STEP;
-    g->vals[gv].producer = order[pos];
-    g->nodes[order[pos]].accumulate &= ~(1u << slot);
-    g->nodes[c].layer = g->nodes[order[pos]].layer;
-    memmove(order + pos + 2, order + pos + 1, (size_t)(*n_io - pos - 1) * sizeof *order);
-    order[pos + 1] = c;
-    (*n_io)++;
+    g->vals[gv].producer = w;
+    g->nodes[w].accumulate &= ~(1u << slot);
+    g->nodes[c].layer = g->nodes[w].layer;
+}
+
+/* The order with node node[i] put right after position pos[i]; nodes after
+ * the same position in the reverse of their listing (each one placed right
+ * after the writer, in front of those placed before it). */
+static fr_status insert_after(fr_ctx *ctx, int **order_io, int *n_io, const int *pos, const int *node, int n_ins) {
+    if (!n_ins) return FR_OK;
+    int n = *n_io, *old = *order_io;
+    int *order = fr_alloc(ctx, ((size_t)n + n_ins) * sizeof *order, FR_MEM_OTHER);
+    int *head = fr_alloc(ctx, ((size_t)n + 1) * sizeof *head, FR_MEM_OTHER);
+    int *next = fr_alloc(ctx, ((size_t)n_ins + 1) * sizeof *next, FR_MEM_OTHER);
+    if (!order || !head || !next) {
+        fr_free(ctx, order);
+        fr_free(ctx, head);
+        fr_free(ctx, next);
+        return FR_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) head[k] = -1;
+    for (int i = 0; i < n_ins; i++) next[i] = head[pos[i]], head[pos[i]] = i;
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        order[m++] = old[k];
+        for (int i = head[k]; i >= 0; i = next[i]) order[m++] = node[i];
+    }
+    fr_free(ctx, head);
+    fr_free(ctx, next);
+    fr_free(ctx, old);
+    *order_io = order;
+    *n_io = m;
+    return FR_OK;
 }
 
 /* The optimizer step in backward for momentum SGD, Adam and AdamW (plain
@@ -264,32 +289,37 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
         for (int j = 0; j < g->nodes[(*order_io)[k]].n_out; j++)
             if (g->nodes[(*order_io)[k]].out[j] == g->loss) loss_pos = k;
     if (loss_pos < 0) return FR_OK;
-    fr_status st = grow_order(s, order_io, *n_io); /* room for one OPTIM_STEP per parameter */
-    if (st) return st;
-    int *order = *order_io;
-    if (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
-    for (size_t i = 0; i < m->n_params; i++) {
+    order_uses u = {0};
+    fr_status st = uses_of(s->ctx, g, *order_io, *n_io, &u);
+    int *ins = st ? NULL : fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof *ins, FR_MEM_OTHER), n_ins = 0;
+    if (!st && (!ins || (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER)))))
+        st = FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
         int gv = s->gv[i];
         if (gv < 0 || m->params[i].dtype != FR_F32 || g->vals[gv].kind != FR_VAL_GRAD) continue;
-        int pos = -1, slot = -1, late = 0;
-        if (writers_of(g, order, *n_io, gv, &pos, &slot, &late) != 1 || late || pos <= loss_pos) continue;
-        for (int k = pos + 1; k < *n_io && !late; k++) {
-            const fr_node *n = &g->nodes[order[k]];
-            for (int j = 0; j < n->n_in; j++) late |= n->in[j] == s->pv[i];
-        }
-        if (late) continue;
+        int pos = u.pos[gv];
+        /* one writer after the loss, nothing reading the gradient, nothing after it reading the weight */
+        if (u.writers[gv] != 1 || u.readers[gv] || pos <= loss_pos || u.last_read[s->pv[i]] > pos) continue;
         fr_attr a = {0};
         a.param = (int)i;
         int c = fr_graph_node(g, FR_OP_OPTIM_STEP, &gv, 1, &a, -1, 0, NULL);
-        if (c < 0) return g->status;
+        if (c < 0) {
+            st = g->status;
+            break;
+        }
         fr_node *cn = &g->nodes[c];
         g->vals[cn->out[0]].producer = -1; /* the parameter itself, stepped in place */
         cn->out[0] = s->pv[i];
         cn->update = 1u;
-        gradient_to_step(g, order, n_io, pos, slot, gv, c); /* keeps .param: planned as a gradient */
+        gradient_to_step(g, (*order_io)[pos], u.slot[gv], gv, c); /* keeps .param: planned as a gradient */
+        ins[n_ins] = pos, ins[m->n_params + 1 + n_ins] = c, n_ins++;
         s->fused[i] = 2;
         s->n_fused++;
     }
+    if (!st) st = insert_after(s->ctx, order_io, n_io, ins, ins ? ins + m->n_params + 1 : NULL, n_ins);
+    fr_free(s->ctx, ins);
+    fr_free(s->ctx, u.writers);
+    if (st) return st;
     if (s->n_fused && !(s->slots = fr_calloc(s->ctx, m->n_params * sizeof *s->slots, FR_MEM_OTHER)))
         return FR_ERR_NOMEM;
     return FR_OK;
@@ -304,31 +334,38 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
 static fr_status narrow_half_grads(fr_step *s, int **order_io, int *n_io) {
     const fr_model *m = s->m;
     fr_graph *g = &s->g;
-    fr_status st = grow_order(s, order_io, *n_io); /* room for one CAST per parameter */
+    order_uses u;
+    fr_status st = uses_of(s->ctx, g, *order_io, *n_io, &u);
     if (st) return st;
-    int *order = *order_io;
-    for (size_t i = 0; i < m->n_params; i++) {
+    int *ins = fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof *ins, FR_MEM_OTHER), n_ins = 0;
+    if (!ins) st = FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
         const fr_param *p = &m->params[i];
         int gv = s->gv[i];
         if (gv < 0 || (p->dtype != FR_F16 && p->dtype != FR_BF16)) continue;
-        int pos = -1, slot = -1, readers;
-        if (writers_of(g, order, *n_io, gv, &pos, &slot, &readers) != 1 || readers) continue;
+        if (u.writers[gv] != 1 || u.readers[gv]) continue;
         int g16 = fr_graph_value(g, FR_VAL_GRAD, p->dtype, p->shape);
-        if (g16 < 0) return g->status;
         fr_attr a = {0};
         a.dtype = p->dtype;
-        int c = fr_graph_node(g, FR_OP_CAST, &gv, 1, &a, -1, 0, NULL);
-        if (c < 0) return g->status;
+        int c = g16 < 0 ? -1 : fr_graph_node(g, FR_OP_CAST, &gv, 1, &a, -1, 0, NULL);
+        if (c < 0) {
+            st = g->status;
+            break;
+        }
         fr_node *cn = &g->nodes[c];
         g->vals[cn->out[0]].producer = -1; /* replaced by the 16-bit gradient */
         cn->out[0] = g16;
         cn->accumulate = 1u;
         g->vals[g16].param = (int)i;
         g->vals[gv].param = -1;
-        gradient_to_step(g, order, n_io, pos, slot, gv, c);
+        gradient_to_step(g, (*order_io)[u.pos[gv]], u.slot[gv], gv, c);
+        ins[n_ins] = u.pos[gv], ins[m->n_params + 1 + n_ins] = c, n_ins++;
         s->gv[i] = g16;
     }
-    return FR_OK;
+    if (!st) st = insert_after(s->ctx, order_io, n_io, ins, ins + m->n_params + 1, n_ins);
+    fr_free(s->ctx, ins);
+    fr_free(s->ctx, u.writers);
+    return st;
 }
 
 /* Build graph, backward, schedule and plan for the given options; no
@@ -380,7 +417,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->accumulate = opts->batch / micro;
     fr_graph_init(&s->g, ctx);
     fr_status st = FR_ERR_NOMEM;
-    int *grad_of = NULL, *seg = NULL, *order = NULL, n_order = 0;
+    int *grad_of = NULL, *seg = NULL, *order = NULL, *origin = NULL, n_order = 0;
     uint8_t *keep = NULL;
     fr_schedule sched = {0};
     s->pv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->pv, FR_MEM_OTHER);
@@ -430,7 +467,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (st) goto fail;
     s->recomputed_units = fr_schedule_recomputed(&sched);
     int n_nodes0 = (int)s->g.n_nodes;
-    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &s->extra_flops)))
+    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
+                             &s->extra_flops)))
         goto fail;
     fr_precision prec = opts->precision;
     int half_weights = 0;
@@ -438,7 +476,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) || half_weights) {
         fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
         if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
-        if ((st = fr_precision_apply(&s->g, half, n_nodes0, &order, &n_order))) goto fail;
+        if ((st = fr_precision_apply(&s->g, half, n_nodes0, origin, &order, &n_order))) goto fail;
     }
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
     s->scaler = fr_scaler_default();
@@ -459,6 +497,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     fr_free(ctx, grad_of);
     fr_free(ctx, seg);
     fr_free(ctx, order);
+    fr_free(ctx, origin);
     fr_free(ctx, keep);
     fr_schedule_release(ctx, &sched);
     fr_mem_stats after;
@@ -471,6 +510,7 @@ fail:
     fr_free(ctx, grad_of);
     fr_free(ctx, seg);
     fr_free(ctx, order);
+    fr_free(ctx, origin);
     fr_free(ctx, keep);
     fr_schedule_release(ctx, &sched);
     fr_step_free(s);
