@@ -77,11 +77,12 @@ static const command commands[] = {
      "parameters and metadata, and what is left for the step. A budget `plan` accepts is one\n"
      "`train` runs within, with the same options.\n"
      "\n"
-     "How it chooses: every candidate (keep everything; checkpoint_sequential segments;\n"
-     "binomial checkpointing with s slots, Griewank's revolve, the least recomputation for\n"
-     "s stored states; each at the full batch or split into micro-batches) is planned\n"
-     "exactly, as it would run; of those that fit, the one with the least extra compute\n"
-     "wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
+     "How it chooses: the candidates are keeping everything, checkpoint_sequential\n"
+     "segments and binomial checkpointing with s slots (Griewank's revolve, the least\n"
+     "recomputation for s stored states), each at the full batch or split into\n"
+     "micro-batches. A candidate is planned exactly, as it would run; a family of more\n"
+     "than 48 arguments is sampled and bisected for the range that fits instead of\n"
+     "enumerated. Of those that fit, the one with the least extra compute wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
      "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
      "only when nothing else fits).\n"},
     {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
