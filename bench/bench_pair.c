@@ -81,13 +81,18 @@ static const char *usage =
     "                  [--warmup W] [--seed S] [--json]\n";
 
 static int parse_args(int argc, char **argv, pair_opts *o, side *a, side *b) {
-    static const struct option longs[] = {
-        {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'B'},
-        {"optimizer", required_argument, 0, 'o'}, {"steps", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"warmup", required_argument, 0, 'w'},
-        {"seed", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
-        {"a", required_argument, 0, 'a'},       {"b", required_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option longs[] = {{"model", required_argument, 0, 'm'},
+                                          {"batch", required_argument, 0, 'B'},
+                                          {"optimizer", required_argument, 0, 'o'},
+                                          {"steps", required_argument, 0, 'n'},
+                                          {"threads", required_argument, 0, 't'},
+                                          {"warmup", required_argument, 0, 'w'},
+                                          {"seed", required_argument, 0, 's'},
+                                          {"json", no_argument, 0, 'j'},
+                                          {"a", required_argument, 0, 'a'},
+                                          {"b", required_argument, 0, 'b'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     *o = (pair_opts){.model = "mlp", .optimizer = "adam", .batch = 32, .steps = 20, .warmup = 3};
     if (parse_spec(a, "fp32,fp32") || parse_spec(b, "fp32,fp32")) return -1;
     int c, seed = 0;
@@ -95,14 +100,28 @@ static int parse_args(int argc, char **argv, pair_opts *o, side *a, side *b) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'o': o->optimizer = optarg; break;
-        case 'B': if (parse_int("batch", optarg, 1, 1 << 20, &o->batch)) return -1; break;
-        case 'n': if (parse_int("steps", optarg, 1, 1 << 24, &o->steps)) return -1; break;
-        case 'w': if (parse_int("warmup", optarg, 0, 1 << 24, &o->warmup)) return -1; break;
-        case 't': if (parse_int("threads", optarg, 0, 4096, &o->threads)) return -1; break;
-        case 's': if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return -1; break;
+        case 'B':
+            if (parse_int("batch", optarg, 1, 1 << 20, &o->batch)) return -1;
+            break;
+        case 'n':
+            if (parse_int("steps", optarg, 1, 1 << 24, &o->steps)) return -1;
+            break;
+        case 'w':
+            if (parse_int("warmup", optarg, 0, 1 << 24, &o->warmup)) return -1;
+            break;
+        case 't':
+            if (parse_int("threads", optarg, 0, 4096, &o->threads)) return -1;
+            break;
+        case 's':
+            if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return -1;
+            break;
         case 'j': o->json = 1; break;
-        case 'a': if (parse_spec(a, optarg)) return -1; break;
-        case 'b': if (parse_spec(b, optarg)) return -1; break;
+        case 'a':
+            if (parse_spec(a, optarg)) return -1;
+            break;
+        case 'b':
+            if (parse_spec(b, optarg)) return -1;
+            break;
         case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); return -1;
         }
@@ -118,7 +137,10 @@ static int parse_args(int argc, char **argv, pair_opts *o, side *a, side *b) {
 static int side_open(side *sd, const pair_opts *o, fr_optim_kind kind) {
     if (!(sd->ctx = fr_ctx_new())) return fprintf(stderr, "bench_pair: out of memory\n"), -1;
     fr_set_threads(sd->ctx, o->threads);
-    fr_step_opts so = {.batch = o->batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o->seed,
+    fr_step_opts so = {.batch = o->batch,
+                       .training = 1,
+                       .optim = fr_optim_defaults(kind),
+                       .seed = o->seed,
                        .keep_grads = sd->keep_grads};
     if (fr_precision_parse(NULL, sd->precision, &so.precision)) {
         fprintf(stderr, "bench_pair: unknown precision '%s'\n", sd->precision);
@@ -154,11 +176,14 @@ static void side_json(const side *sd, const char *key, double median) {
     fr_mem_get_stats(sd->ctx, &st);
     uint64_t skipped = 0;
     fr_step_scaler(sd->s, NULL, &skipped);
-    printf("\"%s\": {\"precision\": \"%s\", \"optimizer_state\": \"%s\", \"keep_grads\": %d, \"median_ms\": %.4f, "
+    printf("\"%s\": {\"precision\": \"%s\", \"optimizer_state\": \"%s\", \"keep_grads\": %d, "
+           "\"median_ms\": %.4f, "
            "\"skipped_steps\": %llu, \"peak_allocated_bytes\": %zu, \"peak_by_category\": {",
-           key, sd->precision, sd->state, sd->keep_grads, median, (unsigned long long)skipped, st.allocated_total_peak);
+           key, sd->precision, sd->state, sd->keep_grads, median, (unsigned long long)skipped,
+           st.allocated_total_peak);
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
-        printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c), st.allocated_peak[c]);
+        printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c),
+               st.allocated_peak[c]);
     printf("}}");
 }
 
@@ -214,7 +239,8 @@ int main(int argc, char **argv) {
     const double q1 = quantile(ratio, o.steps, 0.25), q2 = quantile(ratio, o.steps, 0.5),
                  q3 = quantile(ratio, o.steps, 0.75);
     if (o.json) {
-        printf("{\"model\": \"%s\", \"batch\": %d, \"optimizer\": \"%s\", \"threads\": %d, \"steps\": %d, "
+        printf("{\"model\": \"%s\", \"batch\": %d, \"optimizer\": \"%s\", \"threads\": %d, "
+               "\"steps\": %d, "
                "\"ratio_median\": %.4f, \"ratio_q1\": %.4f, \"ratio_q3\": %.4f, ",
                o.model, o.batch, o.optimizer, fr_get_threads(a.ctx), o.steps, q2, q1, q3);
         side_json(&a, "a", ma);
@@ -222,8 +248,8 @@ int main(int argc, char **argv) {
         side_json(&b, "b", mb);
         printf("}\n");
     } else {
-        printf("%s, batch %d, %s, %d threads, %d alternating pairs after %d warm-up pairs\n", o.model, o.batch,
-               o.optimizer, fr_get_threads(a.ctx), o.steps, o.warmup);
+        printf("%s, batch %d, %s, %d threads, %d alternating pairs after %d warm-up pairs\n",
+               o.model, o.batch, o.optimizer, fr_get_threads(a.ctx), o.steps, o.warmup);
         printf("  A %-18s median %.3f ms/step\n", a.spec, ma);
         printf("  B %-18s median %.3f ms/step\n", b.spec, mb);
         printf("  B/A per pair: median %.3f (quartiles %.3f-%.3f)\n", q2, q1, q3);

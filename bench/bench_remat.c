@@ -78,7 +78,7 @@ typedef struct config {
     char label[32];
     fr_ckpt_mode mode; /* as asked */
     int arg;
-    size_t budget;     /* auto only */
+    size_t budget; /* auto only */
     fr_step *s;
     int same_as;       /* an earlier configuration with the identical plan, or -1 */
     fr_plan_info info; /* what the plan chose */
@@ -114,16 +114,17 @@ static double median_of(double *v, int n) {
 }
 
 static const char *mode_name(fr_ckpt_mode m) {
-    static const char *names[] = {"marks", "none", "all", "sqrt", "every", "segments", "revolve", "auto"};
+    static const char *names[] = {"marks", "none",     "all",     "sqrt",
+                                  "every", "segments", "revolve", "auto"};
     return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
 }
 
 /* "segments 4", "revolve 3", "none": the plan a step runs. */
 static void plan_name(const fr_plan_info *in, char *buf, size_t len) {
-    if (in->ckpt_arg && (in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE || in->mode == FR_CKPT_EVERY))
+    if (in->ckpt_arg &&
+        (in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE || in->mode == FR_CKPT_EVERY))
         snprintf(buf, len, "%s %d", mode_name(in->mode), in->ckpt_arg);
-    else
-        snprintf(buf, len, "%s", mode_name(in->mode));
+    else snprintf(buf, len, "%s", mode_name(in->mode));
     if (in->accumulate > 1) {
         size_t k = strlen(buf);
         snprintf(buf + k, len - k, ", %dx%d", in->accumulate, in->micro_batch);
@@ -174,7 +175,8 @@ static void fill_batch(fr_rng *r, float *x, int32_t *y, int n, size_t sample, in
 }
 
 static fr_step_opts chain_opts(int batch, uint64_t seed) {
-    fr_step_opts so = {.batch = batch, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = seed};
+    fr_step_opts so = {
+        .batch = batch, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = seed};
     so.optim.zero_grad_to_none = 0; /* gradients stay allocated: a step's peak is its own values */
     return so;
 }
@@ -208,8 +210,10 @@ static size_t min_reserved(fr_model *m, const fr_step_opts *base, char *which, s
  * planner's candidate list (none, segments k, revolve s, all) includes it. */
 static void frontier(fr_model *m, const fr_step_opts *base) {
     int n = m->n_units;
-    printf("\nEvery whole-batch plan (every:N and sqrt are not among the planner's candidates):\n\n");
-    printf("| plan | extra compute | held MiB | in-step peak MiB | arena MiB | reserved MiB | planner candidate |\n"
+    printf(
+        "\nEvery whole-batch plan (every:N and sqrt are not among the planner's candidates):\n\n");
+    printf("| plan | extra compute | held MiB | in-step peak MiB | arena MiB | reserved MiB | "
+           "planner candidate |\n"
            "|---|---:|---:|---:|---:|---:|---|\n");
     for (int c = 0; c < 3 * n + 2; c++) {
         fr_step_opts o = *base;
@@ -226,7 +230,8 @@ static void frontier(fr_model *m, const fr_step_opts *base) {
         char pn[64];
         plan_name(&in, pn, sizeof pn);
         printf("| %s | +%.1f%% | %.1f | %.1f | %.2f | %.1f | %s |\n", pn, 100 * extra_frac(&in),
-               held_at_backward(s) / MIB, s->plan.peak_total / MIB, in.arena / MIB, in.reserved / MIB,
+               held_at_backward(s) / MIB, s->plan.peak_total / MIB, in.arena / MIB,
+               in.reserved / MIB,
                o.checkpoint == FR_CKPT_EVERY || o.checkpoint == FR_CKPT_SQRT ? "no" : "yes");
         fr_step_free(s);
     }
@@ -299,8 +304,8 @@ typedef struct box {
     double x0, y0, x1, y1;
 } box;
 
-static const double yticks[] = {0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.75,
-                                2, 2.5, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+static const double yticks[] = {0.3,  0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5,
+                                1.75, 2,   2.5, 3,   4,   5,   6,   8,   10,  15,  20,  30,  50};
 #define N_YTICKS (sizeof yticks / sizeof yticks[0])
 
 static int overlaps(const box *a, const box *b) {
@@ -314,34 +319,41 @@ static int overlaps(const box *a, const box *b) {
 static void panel(FILE *f, double ox, double oy, double w, double h, const char *xlabel,
                   const chart_pt *pt, int n, double x_max, double y_lo, double y_hi) {
     fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n",
+    fprintf(f,
+            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+            "stroke=\"#999\"/>\n",
             ox, oy, w, h);
 #define PX(v) (ox + (v) / x_max * w)
 #define PY(v) (oy + h - log((v) / y_lo) / log(y_hi / y_lo) * h)
     double xstep = x_max > 60 ? 10 : 5;
     for (double v = 0; v <= x_max + 1e-9; v += xstep) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), oy,
-                PX(v), oy + h);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n", PX(v),
-                oy + h + 14, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n",
+                PX(v), oy, PX(v), oy + h);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%.0f</text>\n",
+                PX(v), oy + h + 14, v);
     }
     for (size_t t = 0; t < N_YTICKS; t++) {
         double v = yticks[t];
         if (v < y_lo || v > y_hi) continue;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", ox, PY(v),
-                ox + w, PY(v), fabs(v - 1) < 1e-9 ? "#bbb" : "#eee");
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%g</text>\n", ox - 4,
-                PY(v) + 4, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", ox,
+                PY(v), ox + w, PY(v), fabs(v - 1) < 1e-9 ? "#bbb" : "#eee");
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#444\">%g</text>\n",
+                ox - 4, PY(v) + 4, v);
     }
     /* the goal: at most 1.35x keep-everything at about sqrt(n) memory */
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" stroke-dasharray=\"5,4\"/>\n",
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" "
+            "stroke-dasharray=\"5,4\"/>\n",
             ox, PY(1.35), ox + w, PY(1.35));
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c33\">1.35x</text>\n", ox + w - 4,
-            PY(1.35) - 4);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%s</text>\n", ox + w / 2,
-            oy + h + 32, xlabel);
-    fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">"
-               "step time / keep-everything step (log scale)</text>\n", ox - 38, oy + h / 2);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c33\">1.35x</text>\n",
+            ox + w - 4, PY(1.35) - 4);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%s</text>\n",
+            ox + w / 2, oy + h + 32, xlabel);
+    fprintf(f,
+            "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" "
+            "font-size=\"12\">"
+            "step time / keep-everything step (log scale)</text>\n",
+            ox - 38, oy + h / 2);
     box placed[2 * (MAX_CFG + MAX_TORCH) + 2];
     int np = 0;
     placed[np++] = (box){ox + w - 40, PY(1.35) - 16, ox + w, PY(1.35) - 2}; /* the goal's label */
@@ -351,16 +363,19 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
         const char *col = pt[i].torch ? "#d2691e" : "#1f5fa8";
         double x = PX(pt[i].x), y = PY(pt[i].y);
         if (pt[i].torch)
-            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>\n", x - 4.5, y - 4.5, col);
-        else
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\"/>\n", x, y, col);
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>\n",
+                    x - 4.5, y - 4.5, col);
+        else fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\"/>\n", x, y, col);
         double tw = 6.3 * (double)strlen(pt[i].label), th = 12;
         /* (dx, dy) of the label's left end and baseline; dx < 0: right-aligned */
-        static const double off[12][2] = {{7, 4},   {-7, 4},  {7, -7},  {-7, -7}, {7, 15},  {-7, 15},
-                                          {0, -10}, {0, 20},  {9, -18}, {-9, -18}, {9, 26}, {-9, 26}};
+        static const double off[12][2] = {{7, 4},   {-7, 4},   {7, -7},  {-7, -7},
+                                          {7, 15},  {-7, 15},  {0, -10}, {0, 20},
+                                          {9, -18}, {-9, -18}, {9, 26},  {-9, 26}};
         box b = {x + 7, y - 8, x + 7 + tw, y + 4};
         for (int k = 0; k < 12; k++) {
-            double lx = off[k][0] > 0 ? x + off[k][0] : off[k][0] < 0 ? x + off[k][0] - tw : x - tw / 2;
+            double lx = off[k][0] > 0   ? x + off[k][0]
+                        : off[k][0] < 0 ? x + off[k][0] - tw
+                                        : x - tw / 2;
             double ly = y + off[k][1];
             box c = {lx, ly - th + 3, lx + tw, ly + 3};
             if (c.x0 < ox + 1 || c.x1 > ox + w - 1 || c.y0 < oy + 1 || c.y1 > oy + h - 1) continue;
@@ -372,7 +387,8 @@ static void panel(FILE *f, double ox, double oy, double w, double h, const char 
             }
         }
         placed[np++] = b;
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", b.x0, b.y1 - 3, col, pt[i].label);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", b.x0, b.y1 - 3, col,
+                pt[i].label);
     }
 #undef PX
 #undef PY
@@ -386,12 +402,14 @@ static void point_label(const config *c, int nc, int i, char *buf, size_t len) {
     int k = snprintf(s, sizeof s, "%.20s", c[i].label);
     if (c[i].mode == FR_CKPT_AUTO) {
         const fr_plan_info *in = &c[i].info;
-        const char *fam = in->mode == FR_CKPT_SEGMENTS ? "seg" : in->mode == FR_CKPT_REVOLVE ? "rev"
-                        : mode_name(in->mode);
+        const char *fam = in->mode == FR_CKPT_SEGMENTS  ? "seg"
+                          : in->mode == FR_CKPT_REVOLVE ? "rev"
+                                                        : mode_name(in->mode);
         int arg = in->mode == FR_CKPT_SEGMENTS || in->mode == FR_CKPT_REVOLVE ? in->ckpt_arg : 0;
         k += snprintf(s + k, sizeof s - (size_t)k, ":%.8s", fam);
         if (arg) k += snprintf(s + k, sizeof s - (size_t)k, "%d", arg % 1000);
-        if (in->accumulate > 1) k += snprintf(s + k, sizeof s - (size_t)k, "x%d", in->accumulate % 100000);
+        if (in->accumulate > 1)
+            k += snprintf(s + k, sizeof s - (size_t)k, "x%d", in->accumulate % 100000);
     }
     int first = -1, last = -1, any = 0;
     for (int j = 0; j <= nc && k < 40; j++) {
@@ -400,9 +418,11 @@ static void point_label(const config *c, int nc, int i, char *buf, size_t len) {
         if (same) last = j;
         if ((!same || j == nc) && first >= 0) {
             if (first == last)
-                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s", any ? ',' : '=', c[first].label);
+                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s", any ? ',' : '=',
+                              c[first].label);
             else
-                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s-%.4s", any ? ',' : '=', c[first].label,
+                k += snprintf(s + k, sizeof s - (size_t)k, "%c%.8s-%.4s", any ? ',' : '=',
+                              c[first].label,
                               c[last].label + strspn(c[last].label, "abcdefghijklmnopqrstuvwxyz"));
             any = 1;
             first = -1;
@@ -451,23 +471,38 @@ static int write_svg(const char *path, const config *c, int nc, const torch_poin
     xa = ceil(xa * 1.1 / 5) * 5;
     xb = ceil(xb * 1.1 / 5) * 5;
     double W = 1200, H = 740, ph = 560;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 "
+            "0 %.0f %.0f\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"15\">"
-               "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD</text>\n",
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-family=\"sans-serif\" "
+            "font-size=\"15\">"
+            "Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, "
+            "SGD</text>\n",
             W / 2);
-    fprintf(f, "<text x=\"%.0f\" y=\"44\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
-               "fill=\"#444\"><tspan fill=\"#1f5fa8\">circles: frugal</tspan>, each against frugal's "
-               "keep-everything step%s</text>\n", W / 2, nt ? "; <tspan fill=\"#d2691e\">squares: PyTorch 1.13 "
-               "checkpoint_sequential</tspan>, against PyTorch's" : "");
-    fprintf(f, "<text x=\"%.0f\" y=\"62\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
-               "fill=\"#444\">segN: N segments (checkpoint_sequential), revS: revolve with S slots, autoK: the "
-               "planner at the K-th budget (=: the same plan)</text>\n", W / 2);
-    panel(f, 70, 86, 480, ph, "held for backward (MiB): saved activations live when the backward starts", a, n,
-          xa, ylo, yhi);
-    panel(f, 690, 86, 480, ph, "in-step peak (MiB): frugal's step values, PyTorch's RSS rise", b, n, xb, ylo,
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"44\" text-anchor=\"middle\" font-family=\"sans-serif\" "
+            "font-size=\"12\" "
+            "fill=\"#444\"><tspan fill=\"#1f5fa8\">circles: frugal</tspan>, each against frugal's "
+            "keep-everything step%s</text>\n",
+            W / 2,
+            nt ? "; <tspan fill=\"#d2691e\">squares: PyTorch 1.13 "
+                 "checkpoint_sequential</tspan>, against PyTorch's"
+               : "");
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"62\" text-anchor=\"middle\" font-family=\"sans-serif\" "
+            "font-size=\"12\" "
+            "fill=\"#444\">segN: N segments (checkpoint_sequential), revS: revolve with S slots, "
+            "autoK: the "
+            "planner at the K-th budget (=: the same plan)</text>\n",
+            W / 2);
+    panel(f, 70, 86, 480, ph,
+          "held for backward (MiB): saved activations live when the backward starts", a, n, xa, ylo,
           yhi);
+    panel(f, 690, 86, 480, ph, "in-step peak (MiB): frugal's step values, PyTorch's RSS rise", b, n,
+          xb, ylo, yhi);
     fprintf(f, "</svg>\n");
     return fclose(f);
 }
@@ -488,11 +523,15 @@ typedef struct chain {
  * keep-everything's reserved bytes down to the minimum (the top one left out:
  * it is keep-everything). */
 static fr_status chain_compile(fr_ctx *ctx, chain *ch, const bench_opts *o) {
-    static const struct { const char *label; fr_ckpt_mode mode; int arg; } fixed[] = {
-        {"none", FR_CKPT_NONE, 0},      {"seg2", FR_CKPT_SEGMENTS, 2}, {"seg4", FR_CKPT_SEGMENTS, 4},
-        {"seg6", FR_CKPT_SEGMENTS, 6},  {"seg8", FR_CKPT_SEGMENTS, 8}, {"sqrt", FR_CKPT_SQRT, 0},
-        {"rev2", FR_CKPT_REVOLVE, 2},   {"rev3", FR_CKPT_REVOLVE, 3},  {"rev4", FR_CKPT_REVOLVE, 4},
-        {"rev6", FR_CKPT_REVOLVE, 6},   {"rev8", FR_CKPT_REVOLVE, 8}};
+    static const struct {
+        const char *label;
+        fr_ckpt_mode mode;
+        int arg;
+    } fixed[] = {
+        {"none", FR_CKPT_NONE, 0},     {"seg2", FR_CKPT_SEGMENTS, 2}, {"seg4", FR_CKPT_SEGMENTS, 4},
+        {"seg6", FR_CKPT_SEGMENTS, 6}, {"seg8", FR_CKPT_SEGMENTS, 8}, {"sqrt", FR_CKPT_SQRT, 0},
+        {"rev2", FR_CKPT_REVOLVE, 2},  {"rev3", FR_CKPT_REVOLVE, 3},  {"rev4", FR_CKPT_REVOLVE, 4},
+        {"rev6", FR_CKPT_REVOLVE, 6},  {"rev8", FR_CKPT_REVOLVE, 8}};
     config *c = ch->c;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++, ch->nc++) {
         snprintf(c[ch->nc].label, sizeof c[ch->nc].label, "%s", fixed[i].label);
@@ -542,14 +581,16 @@ static int run_torch(const bench_opts *o, int group) {
     fprintf(stderr, "bench_remat: PyTorch, run %d: %s\n", group + 1, o->torch_cmd);
     fflush(NULL);
     int rc = system(o->torch_cmd);
-    if (rc) fprintf(stderr, "bench_remat: the PyTorch command exited with %d (its points are left out)\n", rc);
+    if (rc)
+        fprintf(stderr,
+                "bench_remat: the PyTorch command exited with %d (its points are left out)\n", rc);
     return rc;
 }
 
 /* One timed step of a configuration: its wall and CPU time go to its lists
  * (wall ms returned), the allocator's peaks during it to its maxima. */
-static fr_status timed_step(fr_ctx *ctx, config *ci, fr_rng *r, float *x, int32_t *y, int batch, float *loss,
-                            float *first_loss, double *ms) {
+static fr_status timed_step(fr_ctx *ctx, config *ci, fr_rng *r, float *x, int32_t *y, int batch,
+                            float *loss, float *first_loss, double *ms) {
     fill_batch(r, x, y, batch, 1024, 10);
     fr_batch b = {batch, x, y, NULL};
     fr_mem_stats before, after;
@@ -613,16 +654,19 @@ static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
             double ref0, ref1, t;
             int np = 0, left = 0;
             for (int i = 1; i < ch->nc; i++) left += c[i].same_as < 0;
-            if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref0))) goto done;
+            if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref0)))
+                goto done;
             for (int k = 1; k < ch->nc; k++) {
                 config *ci = &c[rd % 2 ? ch->nc - k : k];
                 if (ci->same_as >= 0) continue;
-                if ((st = timed_step(ctx, ci, &r, x, y, batch, &loss, &ch->first_loss, &t))) goto done;
+                if ((st = timed_step(ctx, ci, &r, x, y, batch, &loss, &ch->first_loss, &t)))
+                    goto done;
                 pend[np] = (int)(ci - c);
                 pend_ms[np++] = t;
                 if (np < REF_EVERY && --left > 0) continue;
                 if (np == REF_EVERY) left--;
-                if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref1))) goto done;
+                if ((st = timed_step(ctx, &c[0], &r, x, y, batch, &loss, &ch->first_loss, &ref1)))
+                    goto done;
                 for (int j = 0; j < np; j++) {
                     config *cj = &c[pend[j]];
                     cj->rs[cj->n_rs++] = pend_ms[j] / (0.5 * (ref0 + ref1));
@@ -657,14 +701,16 @@ done:
     return st;
 }
 
-static void chain_tables(const chain *ch, const bench_opts *o, const torch_point *tp, int nt, const char *tpath,
-                         const char *blas) {
+static void chain_tables(const chain *ch, const bench_opts *o, const torch_point *tp, int nt,
+                         const char *tpath, const char *blas) {
     const config *c = ch->c;
     int timed = !o->plan_only;
     double base_ms = c[0].median, base_held = (double)c[0].held;
     double base_step = (double)(timed ? c[0].meas_step : c[0].plan_step);
-    printf("| config | plan | budget MiB | ms/step | time ratio | ratio of medians | extra compute | held MiB | "
-           "held ratio | act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | reserved MiB "
+    printf("| config | plan | budget MiB | ms/step | time ratio | ratio of medians | extra compute "
+           "| held MiB | "
+           "held ratio | act peak MiB (plan/meas) | in-step peak MiB (plan/meas) | in-step ratio | "
+           "reserved MiB "
            "|\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < ch->nc; i++) {
         char pn[64], bud[32] = "", note[48] = "";
@@ -672,33 +718,49 @@ static void chain_tables(const chain *ch, const bench_opts *o, const torch_point
         if (c[i].budget) snprintf(bud, sizeof bud, "%.1f", c[i].budget / MIB);
         if (c[i].same_as >= 0) snprintf(note, sizeof note, " (= %s)", c[c[i].same_as].label);
         size_t step = timed ? c[i].meas_step : c[i].plan_step;
-        printf("| %s | %s%s | %s | %.1f | %.2fx | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %.2f "
-               "| %.1f |\n", c[i].label, pn, note, bud, c[i].median, c[i].ratio, c[i].median / base_ms,
-               100 * extra_frac(&c[i].info), c[i].held / MIB, c[i].held / base_held, c[i].plan_act / MIB,
-               c[i].meas_act / MIB, c[i].plan_step / MIB, step / MIB, step / base_step, c[i].info.reserved / MIB);
+        printf("| %s | %s%s | %s | %.1f | %.2fx | %.2fx | +%.1f%% | %.1f | %.2f | %.1f / %.1f | "
+               "%.1f / %.1f | %.2f "
+               "| %.1f |\n",
+               c[i].label, pn, note, bud, c[i].median, c[i].ratio, c[i].median / base_ms,
+               100 * extra_frac(&c[i].info), c[i].held / MIB, c[i].held / base_held,
+               c[i].plan_act / MIB, c[i].meas_act / MIB, c[i].plan_step / MIB, step / MIB,
+               step / base_step, c[i].info.reserved / MIB);
     }
-    printf("\ntime ratio: the median over %d rounds of the step's time over the mean of the keep-everything "
-           "steps run just before and after it (one every %d steps); ratio of medians: median ms/step over "
-           "keep-everything's. held: saved activations live when the backward starts; in-step peak: all step "
-           "values (activations + workspace) at their peak; meas: the allocator's counters during the timed "
-           "steps.\n", o->steps, REF_EVERY);
-    if (timed) printf("loss %.4f -> %.4f over all steps (the configurations share the weights)\n", ch->first_loss,
-                      ch->last_loss);
+    printf("\ntime ratio: the median over %d rounds of the step's time over the mean of the "
+           "keep-everything "
+           "steps run just before and after it (one every %d steps); ratio of medians: median "
+           "ms/step over "
+           "keep-everything's. held: saved activations live when the backward starts; in-step "
+           "peak: all step "
+           "values (activations + workspace) at their peak; meas: the allocator's counters during "
+           "the timed "
+           "steps.\n",
+           o->steps, REF_EVERY);
+    if (timed)
+        printf("loss %.4f -> %.4f over all steps (the configurations share the weights)\n",
+               ch->first_loss, ch->last_loss);
     if (!nt) return;
-    printf("\n### PyTorch (%s, %s): checkpoint_sequential, each against its own keep-everything step\n\n", tpath,
-           blas[0] ? blas : "BLAS unknown");
-    printf("| config | ms/step | time ratio | ratio of medians | held MiB (saved tensors) | held ratio | held MiB "
-           "(RSS) | in-step peak MiB (RSS) | in-step ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("\n### PyTorch (%s, %s): checkpoint_sequential, each against its own keep-everything "
+           "step\n\n",
+           tpath, blas[0] ? blas : "BLAS unknown");
+    printf("| config | ms/step | time ratio | ratio of medians | held MiB (saved tensors) | held "
+           "ratio | held MiB "
+           "(RSS) | in-step peak MiB (RSS) | in-step ratio "
+           "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < nt; i++)
-        printf("| torch %s | %.1f | %.2fx | %.2fx | %.1f | %.2f | %.1f | %.1f | %.2f |\n", tp[i].label, tp[i].ms,
-               tp[i].ratio, tp[i].ratio_of_medians, tp[i].held / MIB, tp[i].held / tp[0].held, tp[i].held_rss / MIB,
-               tp[i].peak / MIB, tp[i].peak / tp[0].peak);
+        printf("| torch %s | %.1f | %.2fx | %.2fx | %.1f | %.2f | %.1f | %.1f | %.2f |\n",
+               tp[i].label, tp[i].ms, tp[i].ratio, tp[i].ratio_of_medians, tp[i].held / MIB,
+               tp[i].held / tp[0].held, tp[i].held_rss / MIB, tp[i].peak / MIB,
+               tp[i].peak / tp[0].peak);
     if (!timed) return;
     /* the goal: at every memory level, less extra time than PyTorch */
-    printf("\n### At each PyTorch point\n\nfrugal with the same schedule, and frugal's fastest configuration that "
-           "holds no more and peaks no higher, each engine against its own keep-everything step (time ratio, "
+    printf("\n### At each PyTorch point\n\nfrugal with the same schedule, and frugal's fastest "
+           "configuration that "
+           "holds no more and peaks no higher, each engine against its own keep-everything step "
+           "(time ratio, "
            "ratio of medians in brackets):\n\n");
-    printf("| torch config | torch | frugal, same schedule | frugal, fastest no larger | its held / in-step ratio | "
+    printf("| torch config | torch | frugal, same schedule | frugal, fastest no larger | its held "
+           "/ in-step ratio | "
            "less extra time |\n|---|---:|---:|---:|---:|---|\n");
     for (int t = 1; t < nt; t++) {
         double hr = tp[t].held / tp[0].held, pr = tp[t].peak / tp[0].peak;
@@ -706,22 +768,26 @@ static void chain_tables(const chain *ch, const bench_opts *o, const torch_point
         for (int i = 0; i < ch->nc; i++) {
             if (c[i].same_as >= 0) continue;
             if (!strcmp(c[i].label, tp[t].label)) same = i;
-            if (c[i].held / base_held > hr + 1e-9 || c[i].meas_step / base_step > pr + 1e-9) continue;
+            if (c[i].held / base_held > hr + 1e-9 || c[i].meas_step / base_step > pr + 1e-9)
+                continue;
             if (best < 0 || c[i].ratio < c[best].ratio) best = i;
         }
         char sm[64] = "-", bm[64] = "(none that small)", hp[32] = "";
         int ok = 0;
         if (same >= 0) {
-            snprintf(sm, sizeof sm, "%s %.2fx (%.2fx)", c[same].label, c[same].ratio, c[same].median / base_ms);
+            snprintf(sm, sizeof sm, "%s %.2fx (%.2fx)", c[same].label, c[same].ratio,
+                     c[same].median / base_ms);
             ok = c[same].ratio < tp[t].ratio;
         }
         if (best >= 0) {
-            snprintf(bm, sizeof bm, "%s %.2fx (%.2fx)", c[best].label, c[best].ratio, c[best].median / base_ms);
-            snprintf(hp, sizeof hp, "%.2f / %.2f", c[best].held / base_held, c[best].meas_step / base_step);
+            snprintf(bm, sizeof bm, "%s %.2fx (%.2fx)", c[best].label, c[best].ratio,
+                     c[best].median / base_ms);
+            snprintf(hp, sizeof hp, "%.2f / %.2f", c[best].held / base_held,
+                     c[best].meas_step / base_step);
             ok |= c[best].ratio < tp[t].ratio;
         }
-        printf("| %s | %.2fx (%.2fx) | %s | %s | %s | %s |\n", tp[t].label, tp[t].ratio, tp[t].ratio_of_medians, sm,
-               bm, hp, ok ? "yes" : "no");
+        printf("| %s | %.2fx (%.2fx) | %s | %s | %s | %s |\n", tp[t].label, tp[t].ratio,
+               tp[t].ratio_of_medians, sm, bm, hp, ok ? "yes" : "no");
     }
 }
 
@@ -729,24 +795,32 @@ static int chain_json(const chain *ch, const bench_opts *o, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     const config *c = ch->c;
-    fprintf(f, "{\"model\": \"32x(Linear(1024,1024)+ReLU)+Linear(1024,10)\", \"batch\": %d, \"threads\": %d, "
-               "\"steps\": %d, \"warmup\": %d, \"reserved_max\": %zu, \"reserved_min\": %zu, \"configs\": [\n",
+    fprintf(f,
+            "{\"model\": \"32x(Linear(1024,1024)+ReLU)+Linear(1024,10)\", \"batch\": %d, "
+            "\"threads\": %d, "
+            "\"steps\": %d, \"warmup\": %d, \"reserved_max\": %zu, \"reserved_min\": %zu, "
+            "\"configs\": [\n",
             ch->base.batch, fr_get_threads(ch->m->ctx), o->steps, o->warmup, ch->r_max, ch->r_min);
     for (int i = 0; i < ch->nc; i++) {
         char pn[64];
         plan_name(&c[i].info, pn, sizeof pn);
         const config *cj = &c[c[i].same_as >= 0 ? c[i].same_as : i];
-        fprintf(f, "  {\"label\": \"%s\", \"plan\": \"%s\", \"same_as\": %s%s%s, \"budget\": %zu, "
-                   "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, \"median_ms\": %.4f, "
-                   "\"ratio\": %.4f, \"ratio_of_medians\": %.4f, \"min_ms\": %.4f, \"cpu_median_ms\": %.4f, "
-                   "\"held_bytes\": %zu, \"plan_act_peak\": %zu, \"meas_act_peak\": %zu, \"plan_step_peak\": %zu, "
-                   "\"meas_step_peak\": %zu, \"arena\": %zu, \"reserved\": %zu, \"ms\": [",
-                c[i].label, pn, c[i].same_as >= 0 ? "\"" : "", c[i].same_as >= 0 ? cj->label : "null",
-                c[i].same_as >= 0 ? "\"" : "", c[i].budget, c[i].info.micro_batch, c[i].info.recomputed_units,
-                extra_frac(&c[i].info), c[i].n_ms || cj->n_ms ? c[i].median : 0, cj->n_ms ? c[i].ratio : 0,
-                cj->n_ms ? c[i].median / c[0].median : 0, cj->n_ms ? c[i].min : 0, cj->n_ms ? c[i].cpu_median : 0,
-                c[i].held, c[i].plan_act, c[i].meas_act, c[i].plan_step, c[i].meas_step, c[i].info.arena,
-                c[i].info.reserved);
+        fprintf(f,
+                "  {\"label\": \"%s\", \"plan\": \"%s\", \"same_as\": %s%s%s, \"budget\": %zu, "
+                "\"micro_batch\": %d, \"recomputed_units\": %d, \"extra_compute\": %.6f, "
+                "\"median_ms\": %.4f, "
+                "\"ratio\": %.4f, \"ratio_of_medians\": %.4f, \"min_ms\": %.4f, \"cpu_median_ms\": "
+                "%.4f, "
+                "\"held_bytes\": %zu, \"plan_act_peak\": %zu, \"meas_act_peak\": %zu, "
+                "\"plan_step_peak\": %zu, "
+                "\"meas_step_peak\": %zu, \"arena\": %zu, \"reserved\": %zu, \"ms\": [",
+                c[i].label, pn, c[i].same_as >= 0 ? "\"" : "",
+                c[i].same_as >= 0 ? cj->label : "null", c[i].same_as >= 0 ? "\"" : "", c[i].budget,
+                c[i].info.micro_batch, c[i].info.recomputed_units, extra_frac(&c[i].info),
+                c[i].n_ms || cj->n_ms ? c[i].median : 0, cj->n_ms ? c[i].ratio : 0,
+                cj->n_ms ? c[i].median / c[0].median : 0, cj->n_ms ? c[i].min : 0,
+                cj->n_ms ? c[i].cpu_median : 0, c[i].held, c[i].plan_act, c[i].meas_act,
+                c[i].plan_step, c[i].meas_step, c[i].info.arena, c[i].info.reserved);
         for (int k = 0; k < cj->n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", cj->ms[k]);
         fprintf(f, "], \"cpu_ms\": [");
         for (int k = 0; k < cj->n_ms; k++) fprintf(f, "%s%.3f", k ? ", " : "", cj->cpu[k]);
@@ -765,12 +839,16 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
     ch.base = chain_opts(256, o->seed);
     int rc = 1;
     if (!(ch.m = build_chain(ctx, o->seed)) || chain_compile(ctx, &ch, o)) goto fail;
-    printf("## Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch 256, SGD, "
-           "%d threads\n\n", fr_get_threads(ctx));
-    printf("Reserved bytes: keep everything %.1f MiB; the least of any whole-batch plan %.1f MiB (%s). "
-           "Planner budgets (auto1..auto%d) evenly spaced from %.1f down to %.1f MiB.\n\n", ch.r_max / MIB,
-           ch.r_min / MIB, ch.min_plan, o->n_auto,
-           (ch.r_min + (ch.r_max - ch.r_min) * (o->n_auto - 1.0) / o->n_auto) / MIB, ch.r_min / MIB);
+    printf("## Activation checkpointing: 32 x (Linear(1024,1024)+ReLU) + Linear(1024,10), batch "
+           "256, SGD, "
+           "%d threads\n\n",
+           fr_get_threads(ctx));
+    printf("Reserved bytes: keep everything %.1f MiB; the least of any whole-batch plan %.1f MiB "
+           "(%s). "
+           "Planner budgets (auto1..auto%d) evenly spaced from %.1f down to %.1f MiB.\n\n",
+           ch.r_max / MIB, ch.r_min / MIB, ch.min_plan, o->n_auto,
+           (ch.r_min + (ch.r_max - ch.r_min) * (o->n_auto - 1.0) / o->n_auto) / MIB,
+           ch.r_min / MIB);
     if (o->plan_only) {
         for (int i = 0; i < ch.nc; i++) ch.c[i].median = ch.c[i].ratio = NAN;
         frontier(ch.m, &ch.base);
@@ -789,7 +867,8 @@ static int chain_bench(fr_ctx *ctx, const bench_opts *o) {
     if (chain_json(&ch, o, path)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
     if (!o->plan_only) {
         snprintf(path, sizeof path, "%s/remat.svg", o->out);
-        if (write_svg(path, ch.c, ch.nc, tp, nt)) fprintf(stderr, "bench_remat: cannot write %s\n", path);
+        if (write_svg(path, ch.c, ch.nc, tp, nt))
+            fprintf(stderr, "bench_remat: cannot write %s\n", path);
         else printf("\nwrote %s/remat.json and %s\n", o->out, path);
     }
     rc = 0;
@@ -848,7 +927,8 @@ static int batch_any(fr_model *m, const fr_step_opts *base, int max_batch) {
 static int batch_table(fr_ctx *ctx) {
     const char *models[] = {"resnet", "cnn"};
     const size_t budgets[] = {64u << 20, 128u << 20, 256u << 20};
-    printf("\n## Largest batch whose plan fits the budget (Adam; reserved = params + grads + Adam state + arena "
+    printf("\n## Largest batch whose plan fits the budget (Adam; reserved = params + grads + Adam "
+           "state + arena "
            "+ one input batch)\n\n");
     printf("| model | budget | no planner (keep everything) | planner, whole batch | plan there | "
            "check: any candidate, whole batch | planner, micro-batches allowed | plan there |\n"
@@ -861,7 +941,8 @@ static int batch_table(fr_ctx *ctx) {
             return 1;
         }
         for (size_t bi = 0; bi < 3; bi++) {
-            fr_step_opts so = {.batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+            fr_step_opts so = {
+                .batch = 1, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
             so.budget = budgets[bi];
             so.checkpoint = FR_CKPT_NONE;
             int b_none = 0, b_auto = 0;
@@ -880,7 +961,8 @@ static int batch_table(fr_ctx *ctx) {
              * plan then still works per micro-batch), doubling then bisecting */
             int unit = b_auto > 0 ? b_auto : 1, lo = 0, hi = 1;
             fr_plan_info tmp;
-            while (hi * unit <= (1 << 16) && planner_fits(m, &so, hi * unit, &tmp)) lo = hi, hi *= 2;
+            while (hi * unit <= (1 << 16) && planner_fits(m, &so, hi * unit, &tmp))
+                lo = hi, hi *= 2;
             if (hi * unit > (1 << 16)) hi = (1 << 16) / unit + 1;
             while (hi - lo > 1) {
                 int mid = lo + (hi - lo) / 2;
@@ -893,14 +975,17 @@ static int batch_table(fr_ctx *ctx) {
                 size_t k = strlen(pm);
                 snprintf(pm + k, sizeof pm - k, ", +%.0f%% compute", 100 * extra_frac(&im));
             }
-            printf("| %s | %zu MiB | %d | %d | %s | %d | %d%s | %s |\n", models[mi], budgets[bi] >> 20, b_none,
-                   b_auto, pa, b_any, b_micro, b_micro >= (1 << 16) - unit ? "+" : "", pm);
+            printf("| %s | %zu MiB | %d | %d | %s | %d | %d%s | %s |\n", models[mi],
+                   budgets[bi] >> 20, b_none, b_auto, pa, b_any, b_micro,
+                   b_micro >= (1 << 16) - unit ? "+" : "", pm);
             fflush(stdout);
         }
         fr_model_free(m);
     }
-    printf("\n(\"+\": the search stopped at 65536. With micro-batches only the input batch grows with the "
-           "batch; BatchNorm then sees micro-batch statistics, which the planner treats as a last resort.)\n");
+    printf("\n(\"+\": the search stopped at 65536. With micro-batches only the input batch grows "
+           "with the "
+           "batch; BatchNorm then sees micro-batch statistics, which the planner treats as a last "
+           "resort.)\n");
     return 0;
 }
 
@@ -912,26 +997,50 @@ static const char *usage =
     "                   [--plan-only] [--quick]\n";
 
 int main(int argc, char **argv) {
-    static const struct option longs[] = {
-        {"steps", required_argument, 0, 'n'},  {"warmup", required_argument, 0, 'w'},
-        {"threads", required_argument, 0, 't'}, {"auto", required_argument, 0, 'a'},
-        {"seed", required_argument, 0, 's'},   {"out", required_argument, 0, 'o'},
-        {"torch", required_argument, 0, 'T'},  {"torch-cmd", required_argument, 0, 'C'},
-        {"rounds", required_argument, 0, 'r'}, {"no-chain", no_argument, 0, 'c'},
-        {"no-batch", no_argument, 0, 'b'},     {"plan-only", no_argument, 0, 'p'},
-        {"quick", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    bench_opts o = {.steps = 5, .warmup = 2, .threads = 2, .n_auto = 8, .rounds = 1, .chain = 1,
-                    .batch_table = 1, .out = "bench/out"};
+    static const struct option longs[] = {{"steps", required_argument, 0, 'n'},
+                                          {"warmup", required_argument, 0, 'w'},
+                                          {"threads", required_argument, 0, 't'},
+                                          {"auto", required_argument, 0, 'a'},
+                                          {"seed", required_argument, 0, 's'},
+                                          {"out", required_argument, 0, 'o'},
+                                          {"torch", required_argument, 0, 'T'},
+                                          {"torch-cmd", required_argument, 0, 'C'},
+                                          {"rounds", required_argument, 0, 'r'},
+                                          {"no-chain", no_argument, 0, 'c'},
+                                          {"no-batch", no_argument, 0, 'b'},
+                                          {"plan-only", no_argument, 0, 'p'},
+                                          {"quick", no_argument, 0, 'q'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
+    bench_opts o = {.steps = 5,
+                    .warmup = 2,
+                    .threads = 2,
+                    .n_auto = 8,
+                    .rounds = 1,
+                    .chain = 1,
+                    .batch_table = 1,
+                    .out = "bench/out"};
     int c, seed = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
-        case 'n': if (parse_int("steps", optarg, 1, 64, &o.steps)) return 2; break;
-        case 'w': if (parse_int("warmup", optarg, 0, 10000, &o.warmup)) return 2; break;
-        case 't': if (parse_int("threads", optarg, 0, 4096, &o.threads)) return 2; break;
-        case 'a': if (parse_int("auto", optarg, 0, MAX_CFG - 12, &o.n_auto)) return 2; break;
-        case 's': if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return 2; break;
-        case 'r': if (parse_int("rounds", optarg, 1, 100, &o.rounds)) return 2; break;
+        case 'n':
+            if (parse_int("steps", optarg, 1, 64, &o.steps)) return 2;
+            break;
+        case 'w':
+            if (parse_int("warmup", optarg, 0, 10000, &o.warmup)) return 2;
+            break;
+        case 't':
+            if (parse_int("threads", optarg, 0, 4096, &o.threads)) return 2;
+            break;
+        case 'a':
+            if (parse_int("auto", optarg, 0, MAX_CFG - 12, &o.n_auto)) return 2;
+            break;
+        case 's':
+            if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return 2;
+            break;
+        case 'r':
+            if (parse_int("rounds", optarg, 1, 100, &o.rounds)) return 2;
+            break;
         case 'o': o.out = optarg; break;
         case 'T': o.torch = optarg; break;
         case 'C': o.torch_cmd = optarg; break;

@@ -44,25 +44,45 @@ static const char *usage =
     "                  [--optimizer-state fp32|bf16|int8] [--json]\n";
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    static const struct option longs[] = {
-        {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'b'},
-        {"optimizer", required_argument, 0, 'o'}, {"steps", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"warmup", required_argument, 0, 'w'},
-        {"seed", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
-        {"precision", required_argument, 0, 'p'}, {"optimizer-state", required_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    *o = (bench_opts){.model = "mlp", .optimizer = "sgd", .precision = "fp32", .state = "fp32",
-                      .batch = 32, .steps = 50, .warmup = 3};
+    static const struct option longs[] = {{"model", required_argument, 0, 'm'},
+                                          {"batch", required_argument, 0, 'b'},
+                                          {"optimizer", required_argument, 0, 'o'},
+                                          {"steps", required_argument, 0, 'n'},
+                                          {"threads", required_argument, 0, 't'},
+                                          {"warmup", required_argument, 0, 'w'},
+                                          {"seed", required_argument, 0, 's'},
+                                          {"json", no_argument, 0, 'j'},
+                                          {"precision", required_argument, 0, 'p'},
+                                          {"optimizer-state", required_argument, 0, 'q'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
+    *o = (bench_opts){.model = "mlp",
+                      .optimizer = "sgd",
+                      .precision = "fp32",
+                      .state = "fp32",
+                      .batch = 32,
+                      .steps = 50,
+                      .warmup = 3};
     int c, seed = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'o': o->optimizer = optarg; break;
-        case 'b': if (parse_int("batch", optarg, 1, 1 << 20, &o->batch)) return -1; break;
-        case 'n': if (parse_int("steps", optarg, 1, 1 << 24, &o->steps)) return -1; break;
-        case 'w': if (parse_int("warmup", optarg, 0, 1 << 24, &o->warmup)) return -1; break;
-        case 't': if (parse_int("threads", optarg, 0, 4096, &o->threads)) return -1; break;
-        case 's': if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return -1; break;
+        case 'b':
+            if (parse_int("batch", optarg, 1, 1 << 20, &o->batch)) return -1;
+            break;
+        case 'n':
+            if (parse_int("steps", optarg, 1, 1 << 24, &o->steps)) return -1;
+            break;
+        case 'w':
+            if (parse_int("warmup", optarg, 0, 1 << 24, &o->warmup)) return -1;
+            break;
+        case 't':
+            if (parse_int("threads", optarg, 0, 4096, &o->threads)) return -1;
+            break;
+        case 's':
+            if (parse_int("seed", optarg, 0, 1 << 30, &seed)) return -1;
+            break;
         case 'j': o->json = 1; break;
         case 'p': o->precision = optarg; break;
         case 'q': o->state = optarg; break;
@@ -114,7 +134,8 @@ int main(int argc, char **argv) {
     }
     size_t sample = (size_t)fr_shape_numel(&m->in);
     int classes = fr_model_num_classes(m);
-    fr_step_opts so = {.batch = o.batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o.seed};
+    fr_step_opts so = {
+        .batch = o.batch, .training = 1, .optim = fr_optim_defaults(kind), .seed = o.seed};
     if (fr_precision_parse(NULL, o.precision, &so.precision)) {
         fprintf(stderr, "bench_step: unknown precision '%s'\n", o.precision);
         goto out;
@@ -160,14 +181,17 @@ int main(int argc, char **argv) {
         printf("{\"impl\": \"frugal\", \"model\": \"%s\", \"batch\": %d, \"optimizer\": \"%s\", "
                "\"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %zu, "
                "\"median_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, "
-               "\"first_loss\": %s, \"last_loss\": %s, \"skipped_steps\": %llu, \"peak_allocated_bytes\": %zu, "
+               "\"first_loss\": %s, \"last_loss\": %s, \"skipped_steps\": %llu, "
+               "\"peak_allocated_bytes\": %zu, "
                "\"peak_reserved_bytes\": %zu, \"peak_rss_bytes\": %zu, \"precision\": \"%s\", "
                "\"optimizer_state\": \"%s\", \"peak_by_category\": {",
                o.model, o.batch, o.optimizer, fr_get_threads(ctx), o.steps, o.warmup,
                fr_model_num_params(m), median, mean, ms[0], ms[o.steps - 1], fl, ll,
-               (unsigned long long)skipped, st.allocated_total_peak, st.reserved_peak, rss, o.precision, o.state);
+               (unsigned long long)skipped, st.allocated_total_peak, st.reserved_peak, rss,
+               o.precision, o.state);
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
-            printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c), st.allocated_peak[c]);
+            printf("%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name((fr_mem_cat)c),
+                   st.allocated_peak[c]);
         printf("}}\n");
     } else {
         printf("frugal %s, batch %d, %s, %d threads: %zu parameters\n", o.model, o.batch,
@@ -175,11 +199,12 @@ int main(int argc, char **argv) {
         printf("  %d steps after %d warm-up: median %.3f ms/step, mean %.3f (min %.3f, max %.3f)\n",
                o.steps, o.warmup, median, mean, ms[0], ms[o.steps - 1]);
         printf("  loss %.4f -> %.4f", first_loss, loss);
-        if (skipped) printf(" (%llu steps skipped by the loss scaler)", (unsigned long long)skipped);
+        if (skipped)
+            printf(" (%llu steps skipped by the loss scaler)", (unsigned long long)skipped);
         printf("\n");
-        printf("  engine peak allocated %.2f MiB, peak reserved %.2f MiB; process peak RSS %.2f MiB\n",
-               st.allocated_total_peak / 1048576.0, st.reserved_peak / 1048576.0,
-               rss / 1048576.0);
+        printf(
+            "  engine peak allocated %.2f MiB, peak reserved %.2f MiB; process peak RSS %.2f MiB\n",
+            st.allocated_total_peak / 1048576.0, st.reserved_peak / 1048576.0, rss / 1048576.0);
     }
     rc = 0;
     goto out;

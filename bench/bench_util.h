@@ -26,7 +26,8 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, BENCH_NAME ": --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo, hi);
+        fprintf(stderr, BENCH_NAME ": --%s '%s': expected an integer in [%d, %d]\n", opt, s, lo,
+                hi);
         return -1;
     }
     *out = (int)v;

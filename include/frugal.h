@@ -184,7 +184,7 @@ typedef struct fr_optim_opts {
     int nesterov;               /* SGD */
     double weight_decay;        /* SGD/Adam: L2 added to grad; AdamW: decoupled */
     double beta1, beta2, eps;   /* Adam/AdamW */
-    int zero_grad_to_none;     /* zero_grad(set_to_none=True): release grad buffers */
+    int zero_grad_to_none;      /* zero_grad(set_to_none=True): release grad buffers */
 } fr_optim_opts;
 
 FR_API fr_optim_opts fr_optim_defaults(fr_optim_kind kind);

@@ -5,7 +5,7 @@
 # final "N passed, M failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh clang libclang-rt-14-dev
+bash scripts/deps.sh clang libclang-rt-14-dev clang-format
 jobs=$(nproc)
 export OMP_NUM_THREADS=2
 passed=0

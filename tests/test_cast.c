@@ -21,16 +21,20 @@
 
 static fr_ctx *g_ctx;
 
-static uint16_t narrow1(fr_dtype dt, float x) { return dt == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x); }
-static float widen1(fr_dtype dt, uint16_t h) { return dt == FR_F16 ? fr_f16_to_f32(h) : fr_bf16_to_f32(h); }
+static uint16_t narrow1(fr_dtype dt, float x) {
+    return dt == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
+}
+static float widen1(fr_dtype dt, uint16_t h) {
+    return dt == FR_F16 ? fr_f16_to_f32(h) : fr_bf16_to_f32(h);
+}
 static const char *dt_name(fr_dtype dt) { return dt == FR_F16 ? "f16" : "bf16"; }
 
 /* Values of every kind a cast meets: mostly random over many binades,
  * every 97th a named edge case. */
 static float *inputs(int64_t n, uint64_t seed) {
-    static const float edge[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 1e6f, -3.4e38f,
-                                 5.96e-8f, 2.98e-8f, 1e-10f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f,
-                                 INFINITY, -INFINITY, NAN};
+    static const float edge[] = {
+        0.0f,     -0.0f,    1.0f,   -1.0f,           65504.0f,       65520.0f, 1e6f,      -3.4e38f,
+        5.96e-8f, 2.98e-8f, 1e-10f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, INFINITY, -INFINITY, NAN};
     const int n_edge = (int)(sizeof edge / sizeof edge[0]);
     float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
     fr_rng r = fr_rng_make(seed, 9);
@@ -46,7 +50,9 @@ static float *inputs(int64_t n, uint64_t seed) {
     return x;
 }
 
-static int same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b)); }
+static int same(float a, float b) {
+    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
+}
 
 static int run(fr_dtype from, fr_dtype to, fr_dtype round, int acc, void *x, void *y, int64_t n) {
     fr_node node;
@@ -72,12 +78,14 @@ static void test_dtype(fr_dtype dt, int64_t n) {
 
     CHECK(run(FR_F32, dt, FR_F32, 0, x, h, n) == 0, "narrow to %s", dt_name(dt));
     for (int64_t i = 0; i < n; i++) bad += h[i] != narrow1(dt, x[i]);
-    CHECK(bad == 0, "f32 -> %s, n %lld: %lld values differ", dt_name(dt), (long long)n, (long long)bad);
+    CHECK(bad == 0, "f32 -> %s, n %lld: %lld values differ", dt_name(dt), (long long)n,
+          (long long)bad);
 
     bad = 0;
     CHECK(run(dt, FR_F32, FR_F32, 0, h, y, n) == 0, "widen from %s", dt_name(dt));
     for (int64_t i = 0; i < n; i++) bad += !same(y[i], widen1(dt, h[i]));
-    CHECK(bad == 0, "%s -> f32, n %lld: %lld values differ", dt_name(dt), (long long)n, (long long)bad);
+    CHECK(bad == 0, "%s -> f32, n %lld: %lld values differ", dt_name(dt), (long long)n,
+          (long long)bad);
 
     bad = 0;
     CHECK(run(FR_F32, FR_F32, dt, 0, x, y, n) == 0, "round through %s", dt_name(dt));
@@ -105,7 +113,8 @@ static void test_dtype(fr_dtype dt, int64_t n) {
     fr_status st = run(FR_F32, FR_F32, FR_F32, 1, x, y, n);
     CHECK(st == FR_ERR_ARG, "adding into f32 must be refused (%d)", (int)st);
     st = run(dt, dt, FR_F32, 1, h, acc, n);
-    CHECK(st == FR_ERR_ARG, "adding %s into %s must be refused (%d)", dt_name(dt), dt_name(dt), (int)st);
+    CHECK(st == FR_ERR_ARG, "adding %s into %s must be refused (%d)", dt_name(dt), dt_name(dt),
+          (int)st);
     free(x);
     free(x2);
     free(y);

@@ -22,15 +22,57 @@
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */
-#define F4IMG "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1, 2, 3), }                                                    \x0a"
-#define U1IMG "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4, 5), }                                                       \x0a"
-#define F4VEC "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }                                                          \x0a"
-#define I8LAB "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }                                                            \x0a"
-#define I4LAB_V2 "\x93" "NUMPY\x02" "\x00" "t\x00" "\x00" "\x00" "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
-#define U1LAB_V3 "\x93" "NUMPY\x03" "\x00" "t\x00" "\x00" "\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }                                                          \x0a"
+#define F4IMG                                                                                      \
+    "\x93"                                                                                         \
+    "NUMPY\x01"                                                                                    \
+    "\x00"                                                                                         \
+    "v\x00"                                                                                        \
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1, 2, 3), }                           " \
+    "                         \x0a"
+#define U1IMG                                                                                      \
+    "\x93"                                                                                         \
+    "NUMPY\x01"                                                                                    \
+    "\x00"                                                                                         \
+    "v\x00"                                                                                        \
+    "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4, 5), }                              " \
+    "                         \x0a"
+#define F4VEC                                                                                      \
+    "\x93"                                                                                         \
+    "NUMPY\x01"                                                                                    \
+    "\x00"                                                                                         \
+    "v\x00"                                                                                        \
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }                                 " \
+    "                         \x0a"
+#define I8LAB                                                                                      \
+    "\x93"                                                                                         \
+    "NUMPY\x01"                                                                                    \
+    "\x00"                                                                                         \
+    "v\x00"                                                                                        \
+    "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }                                   " \
+    "                         \x0a"
+#define I4LAB_V2                                                                                   \
+    "\x93"                                                                                         \
+    "NUMPY\x02"                                                                                    \
+    "\x00"                                                                                         \
+    "t\x00"                                                                                        \
+    "\x00"                                                                                         \
+    "\x00"                                                                                         \
+    "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }                                   " \
+    "                       \x0a"
+#define U1LAB_V3                                                                                   \
+    "\x93"                                                                                         \
+    "NUMPY\x03"                                                                                    \
+    "\x00"                                                                                         \
+    "t\x00"                                                                                        \
+    "\x00"                                                                                         \
+    "\x00"                                                                                         \
+    "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }                                   " \
+    "                       \x0a"
 #define NPY_HDR 128
 
-static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
+static void path_in(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
 
 static void spit(const char *path, const void *buf, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -61,8 +103,8 @@ static fr_mem_stats stats(fr_ctx *ctx) {
 }
 
 static void be32(unsigned char *b, uint32_t v) {
-    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
-    b[3] = (unsigned char)v;
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16),
+    b[2] = (unsigned char)(v >> 8), b[3] = (unsigned char)v;
 }
 
 /* The synthetic IDX set: 5 images of 3x4, pixel j of image i is
@@ -84,11 +126,13 @@ static size_t idx_labels(unsigned char *b, const unsigned char *lab, int n) {
     return 8 + (size_t)n;
 }
 
-static void expect_fail(fr_ctx *ctx, fr_dataset *ds, const char *what, const char *file, const char *msg) {
+static void expect_fail(fr_ctx *ctx, fr_dataset *ds, const char *what, const char *file,
+                        const char *msg) {
     CHECK(ds == NULL, "%s: opened", what);
     if (ds) fr_dataset_close(ds);
     const char *e = fr_last_error(ctx);
-    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e, file, msg);
+    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e,
+          file, msg);
 }
 
 static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
@@ -112,7 +156,8 @@ static void check_synthetic(fr_ctx *ctx, fr_dataset *ds, const char *what) {
     }
     CHECK(bad == 0, "%s: %d wrong values", what, bad);
     int64_t out_of_range = N;
-    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y, NULL) == FR_ERR_ARG && strstr(fr_last_error(ctx), "out of range"),
+    CHECK(fr_dataset_read(ds, &out_of_range, 1, x, y, NULL) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "out of range"),
           "%s: index past the end", what);
     fr_dataset_close(ds);
 }
@@ -158,7 +203,8 @@ static void test_idx(fr_ctx *ctx) {
     memcpy(bad, img, ni);
     be32(bad, 0x802);
     spit(pb, bad, ni);
-    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "wrong magic", "bad.idx", "byte 0: IDX magic 0x00000802 is not");
+    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "wrong magic", "bad.idx",
+                "byte 0: IDX magic 0x00000802 is not");
     CHECK(fr_idx_check(ctx, "m", bad, ni) == FR_ERR_FORMAT, "check: wrong magic");
     be32(bad, 0x0D03);
     CHECK(fr_idx_check(ctx, "m", bad, ni) == FR_ERR_FORMAT, "check: non-u8 IDX type");
@@ -176,26 +222,34 @@ static void test_idx(fr_ctx *ctx) {
     memcpy(bad, img, ni);
     bad[ni] = 0;
     spit(pb, bad, ni + 1);
-    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "one byte too many", "bad.idx", "expected 76 bytes for 5x3x4 images, found 77");
+    expect_fail(ctx, fr_dataset_open(ctx, pb, pl), "one byte too many", "bad.idx",
+                "expected 76 bytes for 5x3x4 images, found 77");
     CHECK(fr_idx_check(ctx, "l", lab, nl - 1) == FR_ERR_FORMAT &&
               strstr(fr_last_error(ctx), "expected 13 bytes for 5 labels, found 12"),
           "%s", fr_last_error(ctx));
-    CHECK(fr_idx_check(ctx, "s", img, 2) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"), "2 bytes");
-    CHECK(fr_idx_check(ctx, "s", img, 10) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"), "10 bytes");
+    CHECK(fr_idx_check(ctx, "s", img, 2) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "too short"),
+          "2 bytes");
+    CHECK(fr_idx_check(ctx, "s", img, 10) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "too short"),
+          "10 bytes");
     CHECK(fr_idx_check(ctx, "s", img, 0) == FR_ERR_FORMAT, "0 bytes");
     /* Sizes that overflow 64 bits. */
     memcpy(bad, img, 16);
     be32(bad + 4, 0xFFFFFFFF), be32(bad + 8, 0xFFFFFFFF), be32(bad + 12, 0xFFFFFFFF);
-    CHECK(fr_idx_check(ctx, "o", bad, 16) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "overflow"), "%s",
-          fr_last_error(ctx));
+    CHECK(fr_idx_check(ctx, "o", bad, 16) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "overflow"),
+          "%s", fr_last_error(ctx));
     /* Labels and images swapped, counts that differ, no samples. */
-    expect_fail(ctx, fr_dataset_open(ctx, pl, pi), "swapped", "lab.idx", "holds labels, not images");
+    expect_fail(ctx, fr_dataset_open(ctx, pl, pi), "swapped", "lab.idx",
+                "holds labels, not images");
     unsigned char lab4[8 + 4];
     idx_labels(lab4, labels5, 4);
     char p4[512];
     path_in(p4, sizeof p4, "lab4.idx");
     spit(p4, lab4, sizeof lab4);
-    expect_fail(ctx, fr_dataset_open(ctx, pi, p4), "count mismatch", "lab4.idx", "4 labels for 5 images");
+    expect_fail(ctx, fr_dataset_open(ctx, pi, p4), "count mismatch", "lab4.idx",
+                "4 labels for 5 images");
     unsigned char empty[16];
     idx_images(empty, 0, H, W);
     spit(pb, empty, 16);
@@ -210,35 +264,44 @@ static void test_idx(fr_ctx *ctx) {
     char pg[512];
     path_in(pg, sizeof pg, "bad.idx.gz");
     spit(pg, gz, ng / 2);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "truncated gz", "bad.idx.gz", "truncated gzip stream");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "truncated gz", "bad.idx.gz",
+                "truncated gzip stream");
     spit(pg, gz, ng - 1);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz missing its last byte", "bad.idx.gz", "truncated gzip stream");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz missing its last byte", "bad.idx.gz",
+                "truncated gzip stream");
     memcpy(bad, gz, ng);
     bad[ng - 8] ^= 0xFF; /* CRC-32 of the trailer */
     spit(pg, bad, ng);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad crc", "bad.idx.gz", "incorrect data check");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad crc", "bad.idx.gz",
+                "incorrect data check");
     memcpy(bad, gz, ng);
     bad[ng - 4] ^= 0x01; /* ISIZE of the trailer */
     spit(pg, bad, ng);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad length", "bad.idx.gz", "incorrect length check");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz bad length", "bad.idx.gz",
+                "incorrect length check");
     memcpy(bad, gz, ng);
     bad[10] = 0xFF; /* first deflate block header: an invalid block type */
     spit(pg, bad, ng);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz corrupt data", "bad.idx.gz", "corrupt gzip stream");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz corrupt data", "bad.idx.gz",
+                "corrupt gzip stream");
     memcpy(bad, gz, ng);
     memcpy(bad + ng, "junk", 4);
     spit(pg, bad, ng + 4);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz trailing garbage", "bad.idx.gz", "trailing bytes after the gzip stream");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz trailing garbage", "bad.idx.gz",
+                "trailing bytes after the gzip stream");
     spit(pg, "\x1f\x8b", 2);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz header only", "bad.idx.gz", "truncated gzip stream");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz header only", "bad.idx.gz",
+                "truncated gzip stream");
     /* A gzip file whose content is a truncated IDX. */
     spit_gz(pg, img, 40);
-    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz of a short file", "bad.idx.gz", "expected 76 bytes for 5x3x4 images, found 40");
+    expect_fail(ctx, fr_dataset_open(ctx, pg, pl), "gz of a short file", "bad.idx.gz",
+                "expected 76 bytes for 5x3x4 images, found 40");
     CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
 }
 
 /* Writes header + data to name. */
-static void npy_file(char *path, size_t cap, const char *name, const char *hdr, const void *data, size_t n) {
+static void npy_file(char *path, size_t cap, const char *name, const char *hdr, const void *data,
+                     size_t n) {
     unsigned char buf[1024];
     memcpy(buf, hdr, NPY_HDR);
     memcpy(buf + NPY_HDR, data, n);
@@ -287,16 +350,19 @@ static void test_npy(fr_ctx *ctx) {
         const char *img, *lab;
         int c, h, w, classes;
         const int32_t want_y[3];
-    } sets[] = {{pf4, p8, 1, 2, 3, 3, {1, 0, 2}}, {pu1, p4, 1, 4, 5, 5, {4, 0, 2}}, {pvec, p1, 1, 1, 2, 10, {0, 9, 1}}};
+    } sets[] = {{pf4, p8, 1, 2, 3, 3, {1, 0, 2}},
+                {pu1, p4, 1, 4, 5, 5, {4, 0, 2}},
+                {pvec, p1, 1, 1, 2, 10, {0, 9, 1}}};
     for (int s = 0; s < 3; s++) {
         fr_dataset *ds = fr_dataset_open(ctx, sets[s].img, sets[s].lab);
         CHECK(ds != NULL, "npy set %d: %s", s, fr_last_error(ctx));
         if (!ds) continue;
         int c, h, w;
         fr_dataset_sample_shape(ds, &c, &h, &w);
-        CHECK(fr_dataset_len(ds) == 3 && c == sets[s].c && h == sets[s].h && w == sets[s].w, "set %d shape %d %d %d", s, c,
-              h, w);
-        CHECK(fr_dataset_classes(ds) == sets[s].classes, "set %d classes %d", s, fr_dataset_classes(ds));
+        CHECK(fr_dataset_len(ds) == 3 && c == sets[s].c && h == sets[s].h && w == sets[s].w,
+              "set %d shape %d %d %d", s, c, h, w);
+        CHECK(fr_dataset_classes(ds) == sets[s].classes, "set %d classes %d", s,
+              fr_dataset_classes(ds));
         int64_t idx[3] = {2, 0, 1};
         float x[60];
         int32_t y[3];
@@ -304,7 +370,9 @@ static void test_npy(fr_ctx *ctx) {
         int d = c * h * w, bad = 0;
         for (int i = 0; i < 3; i++) {
             for (int j = 0; j < d; j++) {
-                double want = s == 0 ? f4[idx[i] * d + j] : s == 1 ? u1[idx[i] * d + j] / 255.0 : vec[idx[i] * d + j];
+                double want = s == 0   ? f4[idx[i] * d + j]
+                              : s == 1 ? u1[idx[i] * d + j] / 255.0
+                                       : vec[idx[i] * d + j];
                 if (fabs(x[i * d + j] - want) > 1e-7) bad++;
             }
             if (y[i] != sets[s].want_y[idx[i]]) bad++;
@@ -315,7 +383,8 @@ static void test_npy(fr_ctx *ctx) {
     /* Mixed: IDX images with .npy labels of another count. */
     char pi[512];
     path_in(pi, sizeof pi, "img.idx");
-    expect_fail(ctx, fr_dataset_open(ctx, pi, p8), "idx + npy count", "l8.npy", "3 labels for 5 images");
+    expect_fail(ctx, fr_dataset_open(ctx, pi, p8), "idx + npy count", "l8.npy",
+                "3 labels for 5 images");
 
     /* Faults, in memory and through the opener. */
     CHECK(npy_check_str(ctx, F4IMG, f4, sizeof f4) == FR_OK, "%s", fr_last_error(ctx));
@@ -326,25 +395,39 @@ static void test_npy(fr_ctx *ctx) {
         size_t n;
         const char *msg;
     } faults[] = {
-        {"fortran order", patch(F4IMG, "False", "True "), f4, sizeof f4, "a.npy: byte 44: fortran_order True is not supported"},
-        {"big-endian", patch(F4IMG, "<f4", ">f4"), f4, sizeof f4, "big-endian dtype '>f4' is not supported"},
-        {"unknown descr", patch(F4IMG, "<f4", "<f8"), f4, sizeof f4, "a.npy: byte 20: unsupported dtype '<f8'"},
-        {"too little data", F4IMG, f4, sizeof f4 - 4, "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 196"},
+        {"fortran order", patch(F4IMG, "False", "True "), f4, sizeof f4,
+         "a.npy: byte 44: fortran_order True is not supported"},
+        {"big-endian", patch(F4IMG, "<f4", ">f4"), f4, sizeof f4,
+         "big-endian dtype '>f4' is not supported"},
+        {"unknown descr", patch(F4IMG, "<f4", "<f8"), f4, sizeof f4,
+         "a.npy: byte 20: unsupported dtype '<f8'"},
+        {"too little data", F4IMG, f4, sizeof f4 - 4,
+         "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 196"},
         {"too much data", I8LAB, l8, sizeof l8 + 0, NULL},
         {"not a tuple", patch(I8LAB, "(3,)", "(3) "), l8, sizeof l8, "'shape' (n) is not a tuple"},
         {"negative dim", patch(I8LAB, "(3,)", "(-3)"), l8, sizeof l8, "negative dimension"},
-        {"missing key", patch(I8LAB, "'descr': '<i8', ", "                "), l8, sizeof l8, "header dict lacks 'descr'"},
+        {"missing key", patch(I8LAB, "'descr': '<i8', ", "                "), l8, sizeof l8,
+         "header dict lacks 'descr'"},
         {"unknown key", patch(I8LAB, "'descr'", "'dtype'"), l8, sizeof l8, "unknown key 'dtype'"},
         {"bad magic", patch(I8LAB, "NUMPY", "NUMPX"), l8, sizeof l8, "not a .npy file"},
-        {"version 4", patch(I8LAB, "NUMPY\x01", "NUMPY\x04"), l8, sizeof l8, "unsupported .npy version 4.0"},
-        {"header past end", patch(I8LAB, "v\x00{", "\xff\x7f{"), l8, sizeof l8, "runs past the end"},
-        {"garbage after dict", patch(I8LAB, "}    ", "} x  "), l8, sizeof l8, "unexpected characters after the header dict"},
-        {"label 300", I4LAB_V2, (int32_t[]){1, 300, 2}, 12, "label 300 at index 1 is out of range [0, 256)"},
-        {"label -1", I8LAB, (int64_t[]){1, 2, -1}, 24, "label -1 at index 2 is out of range [0, 256)"},
-        {"2-d integers", patch(F4VEC, "<f4", "<i4"), vec, sizeof vec, "integer arrays are labels and need 1 dimension"},
-        {"NaN target", patch(I8LAB, "<i8", "<f4"), (float[]){1, NAN, 2}, 12, "target nan at index 1 (column 0) is not finite"},
-        {"3-d integers", patch(F4IMG, "<f4", "<i4"), f4, 72, "integer arrays are labels and need 1 dimension, not 4"},
-        {"structured", patch(I8LAB, "'<i8'", "[1,2]"), l8, sizeof l8, "'descr' is not a simple dtype string"},
+        {"version 4", patch(I8LAB, "NUMPY\x01", "NUMPY\x04"), l8, sizeof l8,
+         "unsupported .npy version 4.0"},
+        {"header past end", patch(I8LAB, "v\x00{", "\xff\x7f{"), l8, sizeof l8,
+         "runs past the end"},
+        {"garbage after dict", patch(I8LAB, "}    ", "} x  "), l8, sizeof l8,
+         "unexpected characters after the header dict"},
+        {"label 300", I4LAB_V2, (int32_t[]){1, 300, 2}, 12,
+         "label 300 at index 1 is out of range [0, 256)"},
+        {"label -1", I8LAB, (int64_t[]){1, 2, -1}, 24,
+         "label -1 at index 2 is out of range [0, 256)"},
+        {"2-d integers", patch(F4VEC, "<f4", "<i4"), vec, sizeof vec,
+         "integer arrays are labels and need 1 dimension"},
+        {"NaN target", patch(I8LAB, "<i8", "<f4"), (float[]){1, NAN, 2}, 12,
+         "target nan at index 1 (column 0) is not finite"},
+        {"3-d integers", patch(F4IMG, "<f4", "<i4"), f4, 72,
+         "integer arrays are labels and need 1 dimension, not 4"},
+        {"structured", patch(I8LAB, "'<i8'", "[1,2]"), l8, sizeof l8,
+         "'descr' is not a simple dtype string"},
     };
     for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
         unsigned char buf[1024];
@@ -357,22 +440,28 @@ static void test_npy(fr_ctx *ctx) {
         }
         fr_status st = fr_npy_check(ctx, "a.npy", buf, n);
         CHECK(st == FR_ERR_FORMAT, "%s: accepted", faults[k].what);
-        CHECK(strstr(fr_last_error(ctx), faults[k].msg) && !strncmp(fr_last_error(ctx), "a.npy: ", 7),
+        CHECK(strstr(fr_last_error(ctx), faults[k].msg) &&
+                  !strncmp(fr_last_error(ctx), "a.npy: ", 7),
               "%s: message \"%s\" lacks \"%s\"", faults[k].what, fr_last_error(ctx), faults[k].msg);
     }
     /* Through the opener: labels out of range, float labels, fortran images. */
     char pb[512];
     npy_file(pb, sizeof pb, "bad.npy", I4LAB_V2, (int32_t[]){1, 300, 2}, 12);
-    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "label 300", "bad.npy", "label 300 at index 1 is out of range [0, 256)");
+    expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "label 300", "bad.npy",
+                "label 300 at index 1 is out of range [0, 256)");
     npy_file(pb, sizeof pb, "bad.npy", U1IMG, u1, sizeof u1);
     expect_fail(ctx, fr_dataset_open(ctx, pf4, pb), "images as labels", "bad.npy",
-                "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), not u8 with 3");
+                "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), "
+                "not u8 with 3");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "False", "True "), f4, sizeof f4);
-    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "fortran images", "bad.npy", "fortran_order True");
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "fortran images", "bad.npy",
+                "fortran_order True");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "<f4", "<i4"), f4, sizeof f4);
-    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "integer images", "bad.npy", "images must be u8 or f32");
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "integer images", "bad.npy",
+                "images must be u8 or f32");
     npy_file(pb, sizeof pb, "bad.npy", F4IMG, f4, 40);
-    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "short npy", "bad.npy", "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 168");
+    expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "short npy", "bad.npy",
+                "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 168");
     /* A gzip'd .npy works like a gzip'd IDX. */
     unsigned char raw[1024];
     size_t nr = slurp(pu1, raw, sizeof raw);
@@ -386,10 +475,12 @@ static void test_npy(fr_ctx *ctx) {
 }
 
 /* A spec's refusal: status, and the message naming `file` and holding msg. */
-static void expect_unfit(fr_ctx *ctx, fr_status st, const char *what, const char *file, const char *msg) {
+static void expect_unfit(fr_ctx *ctx, fr_status st, const char *what, const char *file,
+                         const char *msg) {
     CHECK(st == FR_ERR_SHAPE, "%s: status %d (%s)", what, st, fr_last_error(ctx));
     const char *e = fr_last_error(ctx);
-    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e, file, msg);
+    CHECK(strstr(e, file) && strstr(e, msg), "%s: message \"%s\" lacks \"%s\" or \"%s\"", what, e,
+          file, msg);
 }
 
 /* Datasets against what a model asks (fr_dataset_check and the in-memory
@@ -405,41 +496,53 @@ static void test_model_fit(fr_ctx *ctx) {
     CHECK(ds != NULL, "%s", fr_last_error(ctx));
     if (!ds) return;
     CHECK(fr_dataset_outputs(ds) == 0 && fr_dataset_dtype(ds) == FR_U8, "class set");
-    CHECK(!strcmp(fr_dataset_images_path(ds), pi) && !strcmp(fr_dataset_labels_path(ds), pl), "paths");
+    CHECK(!strcmp(fr_dataset_images_path(ds), pi) && !strcmp(fr_dataset_labels_path(ds), pl),
+          "paths");
     fr_data_spec ok = {1, H, W, 8, 0}, flat = {H * W, 1, 1, 10, 0};
     CHECK(fr_dataset_check(ctx, ds, &ok) == FR_OK, "%s", fr_last_error(ctx));
     CHECK(fr_dataset_check(ctx, ds, &flat) == FR_OK, "flat: %s", fr_last_error(ctx));
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 5, 0}), "label past classes", "lab.idx",
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 5, 0}),
+                 "label past classes", "lab.idx",
                  "lab.idx: label 7 at index 2 is out of range for a model with 5 classes");
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, W, H, 10, 0}), "transposed", "img.idx",
-                 "img.idx: samples are 1x3x4 but the model takes 1x4x3");
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 28, 28, 10, 0}), "small images", "img.idx",
-                 "samples are 1x3x4 but the model takes 1x28x28");
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){H * W + 1, 1, 1, 10, 0}), "flat count", "img.idx",
-                 "samples of 1x3x4 hold 12 values but the model takes 13");
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 0, 1}), "labels for mse", "lab.idx",
-                 "holds class labels but the model's loss (mse) needs float targets");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, W, H, 10, 0}), "transposed",
+                 "img.idx", "img.idx: samples are 1x3x4 but the model takes 1x4x3");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 28, 28, 10, 0}), "small images",
+                 "img.idx", "samples are 1x3x4 but the model takes 1x28x28");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){H * W + 1, 1, 1, 10, 0}),
+                 "flat count", "img.idx", "samples of 1x3x4 hold 12 values but the model takes 13");
+    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, H, W, 0, 1}), "labels for mse",
+                 "lab.idx", "holds class labels but the model's loss (mse) needs float targets");
     fr_dataset_close(ds);
 
     /* The same checks on memory, as the fuzzers run them. */
     unsigned char img[16 + N * H * W], lab[8 + N];
     size_t ni = idx_images(img, N, H, W), nl = idx_labels(lab, labels5, N);
-    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_IMAGES) == FR_OK, "%s", fr_last_error(ctx));
-    CHECK(fr_idx_check_for(ctx, "l", lab, nl, &ok, FR_ROLE_LABELS) == FR_OK, "%s", fr_last_error(ctx));
-    expect_unfit(ctx, fr_idx_check_for(ctx, "l", lab, nl, &(fr_data_spec){1, H, W, 5, 0}, FR_ROLE_LABELS),
-                 "memory: label past classes", "l: ", "label 7 at index 2 is out of range for a model with 5 classes");
-    expect_unfit(ctx, fr_idx_check_for(ctx, "i", img, ni, &(fr_data_spec){1, 28, 28, 10, 0}, FR_ROLE_IMAGES),
-                 "memory: small images", "i: ", "samples are 1x3x4 but the model takes 1x28x28");
+    CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_IMAGES) == FR_OK, "%s",
+          fr_last_error(ctx));
+    CHECK(fr_idx_check_for(ctx, "l", lab, nl, &ok, FR_ROLE_LABELS) == FR_OK, "%s",
+          fr_last_error(ctx));
+    expect_unfit(
+        ctx, fr_idx_check_for(ctx, "l", lab, nl, &(fr_data_spec){1, H, W, 5, 0}, FR_ROLE_LABELS),
+        "memory: label past classes",
+        "l: ", "label 7 at index 2 is out of range for a model with 5 classes");
+    expect_unfit(
+        ctx, fr_idx_check_for(ctx, "i", img, ni, &(fr_data_spec){1, 28, 28, 10, 0}, FR_ROLE_IMAGES),
+        "memory: small images", "i: ", "samples are 1x3x4 but the model takes 1x28x28");
     /* No samples of 4294967295x4294965244: the values a sample overflow 64
      * bits (found by fuzz_idx; undefined behaviour before). */
-    static const unsigned char huge[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf7, 0xfc};
-    expect_unfit(ctx, fr_idx_check_for(ctx, "h", huge, 16, &(fr_data_spec){784, 1, 1, 10, 0}, FR_ROLE_IMAGES),
-                 "memory: huge empty sample", "h: ", "but the model takes 784");
+    static const unsigned char huge[16] = {0,    0,    8,    3,    0,    0,    0,    0,
+                                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf7, 0xfc};
+    expect_unfit(
+        ctx,
+        fr_idx_check_for(ctx, "h", huge, 16, &(fr_data_spec){784, 1, 1, 10, 0}, FR_ROLE_IMAGES),
+        "memory: huge empty sample", "h: ", "but the model takes 784");
     CHECK(fr_idx_check_for(ctx, "i", img, ni, &ok, FR_ROLE_LABELS) == FR_ERR_FORMAT &&
-              strstr(fr_last_error(ctx), "holds images, not labels"), "memory: images as labels: %s", fr_last_error(ctx));
+              strstr(fr_last_error(ctx), "holds images, not labels"),
+          "memory: images as labels: %s", fr_last_error(ctx));
 
     /* A regression set: f32 images (3, 1, 2, 3) with targets (3, 2), then (3,). */
-    float f4[3 * 6], vec[3 * 2] = {0.5f, -1.0f, 2.25f, 3.0f, -0.125f, 7.0f}, one[3] = {1.5f, -2.0f, 0.25f};
+    float f4[3 * 6], vec[3 * 2] = {0.5f, -1.0f, 2.25f, 3.0f, -0.125f, 7.0f},
+                             one[3] = {1.5f, -2.0f, 0.25f};
     for (int k = 0; k < 18; k++) f4[k] = (float)k / 8 - 1;
     char pf4[512], pt2[512], pt1[512];
     npy_file(pf4, sizeof pf4, "rf4.npy", F4IMG, f4, sizeof f4);
@@ -448,23 +551,28 @@ static void test_model_fit(fr_ctx *ctx) {
     ds = fr_dataset_open(ctx, pf4, pt2);
     CHECK(ds != NULL, "regression set: %s", fr_last_error(ctx));
     if (!ds) return;
-    CHECK(fr_dataset_outputs(ds) == 2 && fr_dataset_dtype(ds) == FR_F32, "outputs %d", fr_dataset_outputs(ds));
+    CHECK(fr_dataset_outputs(ds) == 2 && fr_dataset_dtype(ds) == FR_F32, "outputs %d",
+          fr_dataset_outputs(ds));
     int64_t idx[2] = {2, 0};
     float x[2 * 6], t[2 * 2];
     int32_t y[2] = {-7, -7};
     CHECK(fr_dataset_read(ds, idx, 2, x, y, t) == FR_OK, "%s", fr_last_error(ctx));
-    CHECK(t[0] == -0.125f && t[1] == 7.0f && t[2] == 0.5f && t[3] == -1.0f && x[0] == f4[12] && y[0] == -7,
+    CHECK(t[0] == -0.125f && t[1] == 7.0f && t[2] == 0.5f && t[3] == -1.0f && x[0] == f4[12] &&
+              y[0] == -7,
           "targets %g %g %g %g", t[0], t[1], t[2], t[3]);
-    CHECK(fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 2}) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 2}) == FR_OK, "%s",
+          fr_last_error(ctx));
     expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 0, 3}), "width", "t2.npy",
                  "targets have 2 values a sample but the model has 3 outputs");
-    expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 10, 0}), "targets for ce", "t2.npy",
-                 "holds float targets but the model's loss (cross_entropy) needs integer class labels");
+    expect_unfit(
+        ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 2, 3, 10, 0}), "targets for ce", "t2.npy",
+        "holds float targets but the model's loss (cross_entropy) needs integer class labels");
     fr_dataset_close(ds);
     ds = fr_dataset_open(ctx, pf4, pt1);
     CHECK(ds && fr_dataset_outputs(ds) == 1, "(n,) targets: %s", fr_last_error(ctx));
     if (ds) {
-        CHECK(fr_dataset_read(ds, idx, 2, NULL, NULL, t) == FR_OK && t[0] == 0.25f && t[1] == 1.5f, "(n,) values");
+        CHECK(fr_dataset_read(ds, idx, 2, NULL, NULL, t) == FR_OK && t[0] == 0.25f && t[1] == 1.5f,
+              "(n,) values");
         fr_dataset_close(ds);
     }
     CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
@@ -475,7 +583,12 @@ static void test_model_fit(fr_ctx *ctx) {
  * implied size, so the compressed bytes read stay in the hundreds, not the
  * whole ~65 KB stream (inflating it whole would also write 64 MiB). */
 static void test_gzip_bomb(fr_ctx *ctx) {
-    static const char *hdr_npy = "\x93" "NUMPY\x01" "\x00" "v\x00" "{'descr': '|u1', 'fortran_order': False, 'shape': (10, 28, 28), }                                                    \x0a";
+    static const char *hdr_npy = "\x93"
+                                 "NUMPY\x01"
+                                 "\x00"
+                                 "v\x00"
+                                 "{'descr': '|u1', 'fortran_order': False, 'shape': (10, 28, 28), "
+                                 "}                                                    \x0a";
     for (int kind = 0; kind < 2; kind++) {
         unsigned char head[NPY_HDR];
         size_t nh;
@@ -490,7 +603,9 @@ static void test_gzip_bomb(fr_ctx *ctx) {
         unsigned char *gz = malloc(cap), *chunk = calloc(1, 1 << 20);
         z_stream zs;
         memset(&zs, 0, sizeof zs);
-        CHECK(gz && chunk && deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK, "zlib");
+        CHECK(gz && chunk &&
+                  deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+              "zlib");
         for (size_t fed = 0; fed <= zeros; fed += 1 << 20) {
             zs.next_in = fed == 0 ? head : chunk;
             zs.avail_in = fed == 0 ? (uInt)nh : 1u << 20;
@@ -532,7 +647,8 @@ static void test_not_regular(fr_ctx *ctx) {
     char pi[512];
     path_in(pi, sizeof pi, "img.idx");
     expect_fail(ctx, fr_dataset_open(ctx, pi, pf), "fifo labels", "fifo", "is a FIFO");
-    expect_fail(ctx, fr_dataset_open(ctx, tmpdir, pl), "directory images", tmpdir, "is a directory");
+    expect_fail(ctx, fr_dataset_open(ctx, tmpdir, pl), "directory images", tmpdir,
+                "is a directory");
     unlink(pf);
 }
 
@@ -548,8 +664,8 @@ static void test_data_check(fr_ctx *ctx) {
     path_in(pl, sizeof pl, "lab.idx");
     fr_dataset *ds = fr_dataset_open(ctx, pi, pl);
     CHECK(ds != NULL, "%s", fr_last_error(ctx));
-    fr_model *flat = fr_model_new(ctx, H * W, 1, 1), *img = fr_model_new(ctx, 1, H, W), *few = fr_model_new(ctx, 1, H, W),
-             *mse = fr_model_new(ctx, H * W, 1, 1);
+    fr_model *flat = fr_model_new(ctx, H * W, 1, 1), *img = fr_model_new(ctx, 1, H, W),
+             *few = fr_model_new(ctx, 1, H, W), *mse = fr_model_new(ctx, H * W, 1, 1);
     CHECK(flat && img && few && mse, "models");
     if (!ds || !flat || !img || !few || !mse) return;
     fr_model_linear(flat, 8, 1);
@@ -559,15 +675,19 @@ static void test_data_check(fr_ctx *ctx) {
     CHECK(fr_data_check(ctx, flat, ds) == FR_OK, "flat: %s", fr_last_error(ctx));
     CHECK(fr_data_check(ctx, img, ds) == FR_OK, "image: %s", fr_last_error(ctx));
     CHECK(fr_data_check(ctx, few, ds) == FR_ERR_SHAPE &&
-              strstr(fr_last_error(ctx), "lab.idx: label 7 at index 2 is out of range for a model with 6 classes"),
+              strstr(fr_last_error(ctx),
+                     "lab.idx: label 7 at index 2 is out of range for a model with 6 classes"),
           "6 classes: %s", fr_last_error(ctx));
-    CHECK(fr_data_check(ctx, mse, ds) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "lab.idx: holds class labels"),
+    CHECK(fr_data_check(ctx, mse, ds) == FR_ERR_SHAPE &&
+              strstr(fr_last_error(ctx), "lab.idx: holds class labels"),
           "mse: %s", fr_last_error(ctx));
     fr_dataset_close(ds);
     fr_model_free(img), fr_model_free(few), fr_model_free(mse);
 
     fr_model_init(flat, 1);
-    fr_step *s = fr_step_compile(flat, &(fr_step_opts){.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD),
+    fr_step *s = fr_step_compile(flat, &(fr_step_opts){.batch = 8,
+                                                       .training = 1,
+                                                       .optim = fr_optim_defaults(FR_OPTIM_SGD),
                                                        .micro_batch = 4});
     CHECK(s != NULL, "%s", fr_last_error(ctx));
     if (s) {
@@ -575,7 +695,8 @@ static void test_data_check(fr_ctx *ctx) {
         int32_t y[8] = {0, 1, 2, 3, 4, 5, 8, 0};
         fr_batch b = {8, x, y, NULL};
         fr_status st = fr_step_run(s, &b, &loss, NULL);
-        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "label 8 at position 6 of the batch is outside [0, 8)"),
+        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx),
+                                         "label 8 at position 6 of the batch is outside [0, 8)"),
               "step: %d %s", st, fr_last_error(ctx));
         y[6] = 7;
         CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
@@ -602,15 +723,18 @@ static void test_open_dir(fr_ctx *ctx) {
     for (int k = 0; k < 18; k++) f4[k] = (float)k;
     char q[512];
     npy_file(q, sizeof q, "reg-images.npy", F4IMG, f4, sizeof f4);
-    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "no labels", "reg-images.npy",
-                "looked for reg-labels-idx1-ubyte[.gz], reg-labels.npy (classes) and reg-targets.npy");
+    expect_fail(
+        ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "no labels", "reg-images.npy",
+        "looked for reg-labels-idx1-ubyte[.gz], reg-labels.npy (classes) and reg-targets.npy");
     npy_file(q, sizeof q, "reg-targets.npy", F4VEC, vec, sizeof vec);
     ds = fr_dataset_open_dir(ctx, tmpdir, "reg");
-    CHECK(ds && fr_dataset_outputs(ds) == 2 && strstr(fr_dataset_labels_path(ds), "reg-targets.npy"), "npy dir: %s",
-          fr_last_error(ctx));
+    CHECK(ds && fr_dataset_outputs(ds) == 2 &&
+              strstr(fr_dataset_labels_path(ds), "reg-targets.npy"),
+          "npy dir: %s", fr_last_error(ctx));
     fr_dataset_close(ds);
     npy_file(q, sizeof q, "reg-labels.npy", I8LAB, (int64_t[]){0, 1, 2}, 24);
-    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "two label files", "reg-targets.npy", "keep one");
+    expect_fail(ctx, fr_dataset_open_dir(ctx, tmpdir, "reg"), "two label files", "reg-targets.npy",
+                "keep one");
 }
 
 static void test_fashion(fr_ctx *ctx) {
@@ -637,8 +761,10 @@ static void test_fashion(fr_ctx *ctx) {
         if (!ds) continue;
         int c, h, w;
         fr_dataset_sample_shape(ds, &c, &h, &w);
-        CHECK(fr_dataset_len(ds) == want[s].n && c == 1 && h == 28 && w == 28, "%s: shape", want[s].split);
-        CHECK(fr_dataset_classes(ds) == 10, "%s: classes %d", want[s].split, fr_dataset_classes(ds));
+        CHECK(fr_dataset_len(ds) == want[s].n && c == 1 && h == 28 && w == 28, "%s: shape",
+              want[s].split);
+        CHECK(fr_dataset_classes(ds) == 10, "%s: classes %d", want[s].split,
+              fr_dataset_classes(ds));
         int64_t idx[4] = {0, 1, 2, want[s].n - 1};
         float x[4 * 784];
         int32_t y[4];
@@ -648,9 +774,10 @@ static void test_fashion(fr_ctx *ctx) {
               "%s: labels %d %d %d .. %d", want[s].split, y[0], y[1], y[2], y[3]);
         double s0 = 0, s3 = 0;
         for (int j = 0; j < 784; j++) s0 += x[j] * 255.0, s3 += x[3 * 784 + j] * 255.0;
-        CHECK(fabs(s0 - want[s].first_sum) < 0.01 && fabs(s3 - want[s].last_sum) < 0.01, "%s: pixel sums %.2f %.2f",
-              want[s].split, s0, s3);
-        CHECK(fabs(x[14 * 28 + 14] - want[s].center0 / 255.0) < 1e-7, "%s: center pixel", want[s].split);
+        CHECK(fabs(s0 - want[s].first_sum) < 0.01 && fabs(s3 - want[s].last_sum) < 0.01,
+              "%s: pixel sums %.2f %.2f", want[s].split, s0, s3);
+        CHECK(fabs(x[14 * 28 + 14] - want[s].center0 / 255.0) < 1e-7, "%s: center pixel",
+              want[s].split);
         /* Every label, read one at a time without images. */
         int64_t count[10] = {0};
         int bad = 0;
@@ -662,7 +789,8 @@ static void test_fashion(fr_ctx *ctx) {
         for (int k = 0; k < 10; k++)
             if (count[k] != want[s].per_class) bad++;
         CHECK(bad == 0, "%s: class counts", want[s].split);
-        CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "%s: the dataset holds data memory", want[s].split);
+        CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "%s: the dataset holds data memory",
+              want[s].split);
         fr_dataset_close(ds);
     }
     CHECK(stats(ctx).allocated_total == 0, "leak");
@@ -694,11 +822,12 @@ static void test_alloc_failures(fr_ctx *ctx) {
             int injected = stats(ctx).num_ooms > before.num_ooms;
             if (!ds) {
                 fails++;
-                CHECK(injected && strstr(fr_last_error(ctx), "out of memory"), "set %d fail at %d: %s", s, n,
-                      fr_last_error(ctx));
+                CHECK(injected && strstr(fr_last_error(ctx), "out of memory"),
+                      "set %d fail at %d: %s", s, n, fr_last_error(ctx));
             }
             CHECK(st == FR_OK, "read failed: %s", fr_last_error(ctx));
-            CHECK(stats(ctx).allocated_total == 0, "set %d fail at %d: %zu bytes leaked", s, n, stats(ctx).allocated_total);
+            CHECK(stats(ctx).allocated_total == 0, "set %d fail at %d: %zu bytes leaked", s, n,
+                  stats(ctx).allocated_total);
             if (!injected) break;
         }
         CHECK(fails >= 3, "set %d: only %d allocations failed", s, fails);

@@ -51,7 +51,10 @@ static void test_seed_arithmetic(void) {
     fr_model *m = seed_mlp(ctx);
     /* keep_grads: the tutorial's loop, which stores every gradient (by default
      * plain SGD updates Linear layers inside backward: test_fused_sgd) */
-    fr_step_opts o = {.batch = 32, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+    fr_step_opts o = {.batch = 32,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                      .seed = 1,
                       .keep_grads = 1};
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
@@ -59,7 +62,8 @@ static void test_seed_arithmetic(void) {
     CHECK(fr_value_bytes(&s->g.vals[s->g.input]) == 32 * 1000 * 4, "input 128,000 B");
     CHECK(strcmp(m->params[0].name, "0.weight") == 0, "state_dict name %s", m->params[0].name);
     CHECK(fr_shape_numel(&m->params[0].shape) * 4 == 8000000, "first weight 8,000,000 B");
-    CHECK(fr_value_bytes(&s->g.vals[s->g.nodes[0].out[0]]) == 32 * 2000 * 4, "first output 256,000 B");
+    CHECK(fr_value_bytes(&s->g.vals[s->g.nodes[0].out[0]]) == 32 * 2000 * 4,
+          "first output 256,000 B");
     CHECK(fr_shape_numel(&m->params[2].shape) * 4 == 80000, "second weight 80,000 B");
     size_t pred[FR_MEM_CAT_COUNT], total;
     fr_step_predicted(s, pred, &total);
@@ -87,7 +91,8 @@ static void test_predicted_equals_measured(void) {
         fr_ctx *ctx = fr_ctx_new();
         fr_model *m = which ? small_cnn(ctx) : seed_mlp(ctx);
         int d = which ? 144 : 1000, n = 16;
-        fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+        fr_step_opts o = {
+            .batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
         fr_step *s = fr_step_compile(m, &o);
         CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
         if (!s) continue;
@@ -101,7 +106,8 @@ static void test_predicted_equals_measured(void) {
         fr_mem_get_stats(ctx, &after);
         /* step values: activations, workspace, and the gradients stepped in
          * backward (arena values above the persistent gradients) */
-        size_t step_peak = after.allocated_peak[FR_MEM_ACTIVATIONS] + after.allocated_peak[FR_MEM_WORKSPACE] +
+        size_t step_peak = after.allocated_peak[FR_MEM_ACTIVATIONS] +
+                           after.allocated_peak[FR_MEM_WORKSPACE] +
                            (after.allocated_peak[FR_MEM_GRADS] - before.allocated[FR_MEM_GRADS]);
         CHECK(after.allocated[FR_MEM_ACTIVATIONS] == 0 && after.allocated[FR_MEM_WORKSPACE] == 0,
               "step values released at the end of the step");
@@ -113,8 +119,10 @@ static void test_predicted_equals_measured(void) {
         /* The arena never needs more than all step values side by side. */
         size_t all = 0;
         for (size_t v = 0; v < s->g.n_vals; v++)
-            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0) all += fr_value_bytes(&s->g.vals[v]);
-        CHECK(s->plan.arena_bytes < all, "liveness reuses memory: arena %zu < %zu", s->plan.arena_bytes, all);
+            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0)
+                all += fr_value_bytes(&s->g.vals[v]);
+        CHECK(s->plan.arena_bytes < all, "liveness reuses memory: arena %zu < %zu",
+              s->plan.arena_bytes, all);
         free(b.x);
         free(b.y);
         fr_step_free(s);
@@ -132,7 +140,8 @@ static void test_eval_has_no_backward_state(void) {
     fr_model *m = small_cnn(ctx);
     fr_model_init(m, 3);
     fr_mem_reset_peak(ctx);
-    fr_step_opts o = {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+    fr_step_opts o = {
+        .batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(8, 144, 9);
     fr_batch batch = {8, b.x, b.y, NULL};
@@ -140,9 +149,11 @@ static void test_eval_has_no_backward_state(void) {
     CHECK(s && fr_step_run(s, &batch, &loss, NULL) == FR_OK, "eval run: %s", fr_last_error(ctx));
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
-    CHECK(st.allocated_peak[FR_MEM_GRADS] == 0, "eval allocated %zu gradient bytes", st.allocated_peak[FR_MEM_GRADS]);
+    CHECK(st.allocated_peak[FR_MEM_GRADS] == 0, "eval allocated %zu gradient bytes",
+          st.allocated_peak[FR_MEM_GRADS]);
     CHECK(st.allocated_peak[FR_MEM_OPTIM] == 0, "eval allocated optimizer state");
-    CHECK(st.allocated_peak[FR_MEM_ACTIVATIONS] == 0, "eval saved %zu bytes for backward", st.allocated_peak[FR_MEM_ACTIVATIONS]);
+    CHECK(st.allocated_peak[FR_MEM_ACTIVATIONS] == 0, "eval saved %zu bytes for backward",
+          st.allocated_peak[FR_MEM_ACTIVATIONS]);
     int bwd = 0;
     for (size_t i = 0; s && i < s->g.n_nodes; i++) bwd += s->g.nodes[i].fwd >= 0;
     CHECK(bwd == 0, "eval graph has %d backward nodes", bwd);
@@ -159,7 +170,8 @@ static void run_losses(float *out, int steps) {
     fr_set_threads(ctx, 2);
     fr_model *m = small_cnn(ctx);
     fr_model_init(m, 11);
-    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 11};
+    fr_step_opts o = {
+        .batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 11};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(16, 144, 13);
     fr_batch batch = {16, b.x, b.y, NULL};
@@ -189,7 +201,8 @@ static void test_allocation_failures(void) {
         fr_model *m = small_cnn(ctx);
         fr_step *s = NULL;
         fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
-        fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+        fr_step_opts o = {
+            .batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
         o.optim.zero_grad_to_none = 1;
         if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
         data b = make_data(4, 144, 1);
@@ -202,7 +215,9 @@ static void test_allocation_failures(void) {
         if (st) {
             failures++;
             if (st != FR_ERR_NOMEM || !strstr(fr_last_error(ctx), "out of memory")) {
-                if (bad++ < 3) fprintf(stderr, "allocation %d: status %d, message '%s'\n", n, st, fr_last_error(ctx));
+                if (bad++ < 3)
+                    fprintf(stderr, "allocation %d: status %d, message '%s'\n", n, st,
+                            fr_last_error(ctx));
             }
         }
         fr_step_free(s);
@@ -215,7 +230,8 @@ static void test_allocation_failures(void) {
         if (!injected) break; /* the whole scenario ran without reaching allocation n */
     }
     CHECK(bad == 0, "%d failure points misbehaved", bad);
-    CHECK(failures == n - 1 && n > 20, "every one of the %d allocations was made to fail (%d failures seen)", n - 1, failures);
+    CHECK(failures == n - 1 && n > 20,
+          "every one of the %d allocations was made to fail (%d failures seen)", n - 1, failures);
     printf("allocation failure: %d points tested\n", n - 1);
 }
 
@@ -223,19 +239,22 @@ static void test_allocation_failures(void) {
 static void test_nonfinite_loss(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = seed_mlp(ctx);
-    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
+    fr_step_opts o = {
+        .batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(4, 1000, 2);
     b.x[5] = NAN;
     float before = ((float *)m->params[0].data)[0], loss;
     fr_batch batch = {4, b.x, b.y, NULL};
     fr_status st = fr_step_run(s, &batch, &loss, NULL);
-    CHECK(st == FR_ERR_NUMERIC && strstr(fr_last_error(ctx), "non-finite loss"), "status %d: %s", st, fr_last_error(ctx));
+    CHECK(st == FR_ERR_NUMERIC && strstr(fr_last_error(ctx), "non-finite loss"), "status %d: %s",
+          st, fr_last_error(ctx));
     CHECK(((float *)m->params[0].data)[0] == before, "weights unchanged");
     b.y[0] = 12;
     b.x[5] = 0;
     st = fr_step_run(s, &batch, &loss, NULL);
-    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "12"), "label out of range: %s", fr_last_error(ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "12"), "label out of range: %s",
+          fr_last_error(ctx));
     free(b.x);
     free(b.y);
     fr_step_free(s);
@@ -247,11 +266,13 @@ static void test_nonfinite_loss(void) {
 static void test_shape_errors(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_new(ctx, 1, 28, 28);
-    CHECK(fr_model_linear(m, 10, 1) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "flatten"), "%s", fr_last_error(ctx));
+    CHECK(fr_model_linear(m, 10, 1) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "flatten"), "%s",
+          fr_last_error(ctx));
     fr_model_conv2d(m, 8, 3, 2, 0, 1);
     fr_model_residual_begin(m);
     fr_model_conv2d(m, 16, 3, 1, 1, 1);
-    CHECK(fr_model_residual_end(m) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "shortcut"), "%s", fr_last_error(ctx));
+    CHECK(fr_model_residual_end(m) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "shortcut"), "%s",
+          fr_last_error(ctx));
     fr_model_free(m);
     fr_ctx_free(ctx);
 }

@@ -35,7 +35,8 @@ static void test_one_step_by_hand(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_new(ctx, D, 1, 1);
     CHECK(m && fr_model_linear(m, O, 1) == FR_OK, "model: %s", fr_last_error(ctx));
-    fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 3};
+    fr_step_opts o = {
+        .batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 3};
     o.optim.lr = (float)lr;
     o.optim.weight_decay = (float)wd;
     fr_step *s = fr_step_compile(m, &o);
@@ -106,8 +107,8 @@ static fr_model *mlp(fr_ctx *ctx) {
 
 static fr_model *cnn(fr_ctx *ctx) {
     fr_model *m = fr_model_new(ctx, 1, 8, 8);
-    if (!m || fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_relu(m) || fr_model_maxpool2d(m, 2, 2) ||
-        fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
+    if (!m || fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_relu(m) ||
+        fr_model_maxpool2d(m, 2, 2) || fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
         fr_model_free(m);
         return NULL;
     }
@@ -133,8 +134,8 @@ static fr_precision cmp_precision;
 /* The same training with and without the update in backward: the same
  * gradients and fr_k_sgd's formula, so the same bits. */
 static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N,
-                                   const fr_optim_opts *opt, int state_kind, size_t tile, int threads,
-                                   const char *what) {
+                                   const fr_optim_opts *opt, int state_kind, size_t tile,
+                                   int threads, const char *what) {
     enum { STEPS = 6 };
     float *x = malloc(sizeof(float) * (size_t)N * d);
     int32_t *y = malloc(sizeof(int32_t) * (size_t)N);
@@ -147,17 +148,24 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
         ctx[keep] = fr_ctx_new();
         fr_set_threads(ctx[keep], threads ? threads : 2); /* OpenBLAS's bits depend on it */
         m[keep] = make(ctx[keep]);
-        fr_step_opts o = {.batch = N, .training = 1, .optim = *opt, .seed = 5, .keep_grads = keep,
-                          .optim_state = state_kind, .checkpoint = cmp_checkpoint,
-                          .ckpt_arg = cmp_ckpt_arg, .precision = cmp_precision};
+        fr_step_opts o = {.batch = N,
+                          .training = 1,
+                          .optim = *opt,
+                          .seed = 5,
+                          .keep_grads = keep,
+                          .optim_state = state_kind,
+                          .checkpoint = cmp_checkpoint,
+                          .ckpt_arg = cmp_ckpt_arg,
+                          .precision = cmp_precision};
         fr_step *s = fr_step_compile(m[keep], &o);
         CHECK(s != NULL, "%s compile: %s", what, fr_last_error(ctx[keep]));
         if (!s) return;
-        CHECK(s->n_fused == (keep ? 0 : want_fused), "%s keep_grads %d: %d tensors fused", what, keep,
-              s->n_fused);
+        CHECK(s->n_fused == (keep ? 0 : want_fused), "%s keep_grads %d: %d tensors fused", what,
+              keep, s->n_fused);
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
-        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]), arena = 0;
+        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]),
+               arena = 0;
         for (size_t i = 0; i < m[keep]->n_params; i++) {
             size_t bytes = (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
             if (!s->fused || !s->fused[i]) grads += bytes;
@@ -192,21 +200,26 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
         int64_t n = fr_shape_numel(&m[0]->params[i].shape), diff = 0, first = -1;
         for (int64_t k = 0; k < n; k++)
             if (memcmp(&a[k], &b[k], sizeof(float)) && diff++ == 0) first = k;
-        CHECK(diff == 0, "%s: %s differs from the kept-gradient run in %lld of %lld values (first [%lld] "
-              "%.9g vs %.9g)", what, m[0]->params[i].name, (long long)diff, (long long)n,
-              (long long)first, first >= 0 ? a[first] : 0.0, first >= 0 ? b[first] : 0.0);
+        CHECK(diff == 0,
+              "%s: %s differs from the kept-gradient run in %lld of %lld values (first [%lld] "
+              "%.9g vs %.9g)",
+              what, m[0]->params[i].name, (long long)diff, (long long)n, (long long)first,
+              first >= 0 ? a[first] : 0.0, first >= 0 ? b[first] : 0.0);
     }
     for (int t = 0; t < STEPS; t++)
         CHECK(memcmp(&loss[0][t], &loss[1][t], sizeof(float)) == 0, "%s step %d: loss %.9g vs %.9g",
               what, t, loss[0][t], loss[1][t]);
-    CHECK(loss[0][STEPS - 1] < loss[0][0], "%s learns: %g -> %g", what, loss[0][0], loss[0][STEPS - 1]);
+    CHECK(loss[0][STEPS - 1] < loss[0][0], "%s learns: %g -> %g", what, loss[0][0],
+          loss[0][STEPS - 1]);
     for (size_t i = 0; i < m[0]->n_params; i++) /* and the optimizer state, byte for byte */
         for (int k = 0; k < 2; k++) {
             const fr_param *pa = &m[0]->params[i], *pb = &m[1]->params[i];
             if (!pa->state[k] || !pb->state[k]) continue;
-            size_t bytes = fr_state_bytes((fr_state_kind)pa->state_kind, (size_t)fr_shape_numel(&pa->shape));
+            size_t bytes =
+                fr_state_bytes((fr_state_kind)pa->state_kind, (size_t)fr_shape_numel(&pa->shape));
             if (opt->kind == FR_OPTIM_SGD) bytes = (size_t)fr_shape_numel(&pa->shape) * 4;
-            CHECK(pa->state_kind == pb->state_kind && memcmp(pa->state[k], pb->state[k], bytes) == 0,
+            CHECK(pa->state_kind == pb->state_kind &&
+                      memcmp(pa->state[k], pb->state[k], bytes) == 0,
                   "%s: %s state %d differs from the kept-gradient run", what, pa->name, k);
         }
     for (int k = 0; k < 2; k++) {
@@ -233,14 +246,34 @@ static void test_only_where_safe(void) {
         const char *what;
         fr_step_opts o;
     } cases[] = {
-        {"clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .clip_grad_norm = 1}},
-        {"micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 4}},
-        {"loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
-        {"keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .keep_grads = 1}},
-        {"adam, clip_grad_norm", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .clip_grad_norm = 1}},
-        {"adam, micro-batches", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .micro_batch = 4}},
-        {"adam, loss scaler", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
-        {"adam, keep_grads", {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .keep_grads = 1}},
+        {"clip_grad_norm",
+         {.batch = 8,
+          .training = 1,
+          .optim = fr_optim_defaults(FR_OPTIM_SGD),
+          .clip_grad_norm = 1}},
+        {"micro-batches",
+         {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 4}},
+        {"loss scaler",
+         {.batch = 8,
+          .training = 1,
+          .optim = fr_optim_defaults(FR_OPTIM_SGD),
+          .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
+        {"keep_grads",
+         {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .keep_grads = 1}},
+        {"adam, clip_grad_norm",
+         {.batch = 8,
+          .training = 1,
+          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+          .clip_grad_norm = 1}},
+        {"adam, micro-batches",
+         {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .micro_batch = 4}},
+        {"adam, loss scaler",
+         {.batch = 8,
+          .training = 1,
+          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+          .loss_scaling = FR_LOSS_SCALE_DYNAMIC}},
+        {"adam, keep_grads",
+         {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .keep_grads = 1}},
         {"eval", {.batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_SGD)}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -258,7 +291,8 @@ static void test_only_where_safe(void) {
 static void test_nonfinite_loss(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = mlp(ctx);
-    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
+    fr_step_opts o = {
+        .batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s && s->n_fused == 4, "all four Linear tensors fused: %d", s ? s->n_fused : -1);
     if (!s) return;

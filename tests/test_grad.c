@@ -30,9 +30,9 @@
 #include "core/half.h"
 #include "core/rng.h"
 
-#define BIG 300001     /* threaded path: above grad.c's 65536 */
-#define HUGE_N 600001  /* sumsq: more than 256 blocks of 2048 */
-#define GUARD 3        /* elements either side of each array that must stay as they were */
+#define BIG 300001    /* threaded path: above grad.c's 65536 */
+#define HUGE_N 600001 /* sumsq: more than 256 blocks of 2048 */
+#define GUARD 3       /* elements either side of each array that must stay as they were */
 #define GUARD_BYTE 0xA5
 
 static const size_t sizes[] = {0, 1, 2047, 2048, 2049, BIG};
@@ -50,7 +50,9 @@ static double uniform(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; } /
 
 static size_t esize(fr_dtype dt) { return dt == FR_F32 ? 4 : 2; }
 
-static const char *dname(fr_dtype dt) { return dt == FR_F32 ? "f32" : dt == FR_F16 ? "f16" : "bf16"; }
+static const char *dname(fr_dtype dt) {
+    return dt == FR_F32 ? "f32" : dt == FR_F16 ? "f16" : "bf16";
+}
 
 /* The raw bits of element i of a dt array. */
 static uint32_t raw(const void *g, fr_dtype dt, size_t i) {
@@ -106,8 +108,12 @@ static uint32_t sign_bit(fr_dtype dt) { return dt == FR_F32 ? 0x80000000u : 0x80
 static uint32_t max_bits(fr_dtype dt) {
     return dt == FR_F32 ? 0x7f7fffffu : dt == FR_F16 ? 0x7bffu : 0x7f7fu;
 }
-static uint32_t qnan(fr_dtype dt) { return dt == FR_F32 ? 0x7fc00000u : dt == FR_F16 ? 0x7e00u : 0x7fc0u; }
-static uint32_t snan(fr_dtype dt) { return dt == FR_F32 ? 0x7f800001u : dt == FR_F16 ? 0x7d00u : 0x7f81u; }
+static uint32_t qnan(fr_dtype dt) {
+    return dt == FR_F32 ? 0x7fc00000u : dt == FR_F16 ? 0x7e00u : 0x7fc0u;
+}
+static uint32_t snan(fr_dtype dt) {
+    return dt == FR_F32 ? 0x7f800001u : dt == FR_F16 ? 0x7d00u : 0x7f81u;
+}
 static uint32_t min_normal(fr_dtype dt) {
     return dt == FR_F32 ? 0x00800000u : dt == FR_F16 ? 0x0400u : 0x0080u;
 }
@@ -152,8 +158,14 @@ static int guards_intact(const buf *b) {
 static void fill_full_range(buf *b) {
     const fr_dtype dt = b->dt;
     const uint32_t one = dt == FR_F32 ? 0x3f800000u : dt == FR_F16 ? 0x3c00u : 0x3f80u;
-    const uint32_t edges[8] = {max_bits(dt), max_bits(dt) | sign_bit(dt), 1, 1 | sign_bit(dt),
-                               min_normal(dt), 0, sign_bit(dt), one};
+    const uint32_t edges[8] = {max_bits(dt),
+                               max_bits(dt) | sign_bit(dt),
+                               1,
+                               1 | sign_bit(dt),
+                               min_normal(dt),
+                               0,
+                               sign_bit(dt),
+                               one};
     for (size_t i = 0; i < b->n; i++) {
         uint32_t u = (uint32_t)next_u64();
         if (dt != FR_F32) u &= 0xffffu;
@@ -189,10 +201,12 @@ static void expect_products(int line, const buf *in, const buf *out, float f, co
         const int ok = nan_bits(want, in->dt) ? nan_bits(got, in->dt) : got == want;
         if (!ok && bad++ == 0) first = i;
     }
-    CHECK_AT(line, bad == 0, "%s %s n=%zu f=%a: %zu values differ, first [%zu] in 0x%x got 0x%x want 0x%x",
-             what, dname(in->dt), in->n, (double)f, bad, first, raw(in->g, in->dt, first),
+    CHECK_AT(line, bad == 0,
+             "%s %s n=%zu f=%a: %zu values differ, first [%zu] in 0x%x got 0x%x want 0x%x", what,
+             dname(in->dt), in->n, (double)f, bad, first, raw(in->g, in->dt, first),
              raw(out->g, out->dt, first), product(in, first, f));
-    CHECK_AT(line, guards_intact(out), "%s %s n=%zu: wrote outside [0, n)", what, dname(in->dt), in->n);
+    CHECK_AT(line, guards_intact(out), "%s %s n=%zu: wrote outside [0, n)", what, dname(in->dt),
+             in->n);
 }
 
 static void set_threads(int t) {
@@ -217,8 +231,8 @@ static void test_products(int unscale) {
                 if (unscale) {
                     /* Every value read is finite, even where x * 3 overflows. */
                     const int r = fr_k_grad_unscale(out.g, in.dt, in.n, f);
-                    CHECK(r == 0, "unscale %s n=%zu f=%a: finite values reported as %d", dname(in.dt),
-                          in.n, (double)f, r);
+                    CHECK(r == 0, "unscale %s n=%zu f=%a: finite values reported as %d",
+                          dname(in.dt), in.n, (double)f, r);
                 } else {
                     fr_k_grad_scale(out.g, in.dt, in.n, f);
                 }
@@ -259,7 +273,8 @@ static void test_detect(void) {
                         set_raw(in.g, dt, pos[p], bad_vals[v]);
                         buf out = buf_copy(&in);
                         const int r = fr_k_grad_unscale(out.g, dt, n, f);
-                        CHECK(r == 1, "unscale %s n=%zu threads=%d: 0x%x at [%zu] not reported (%d)",
+                        CHECK(r == 1,
+                              "unscale %s n=%zu threads=%d: 0x%x at [%zu] not reported (%d)",
                               dname(dt), n, threads[t], bad_vals[v], pos[p], r);
                         expect_products(__LINE__, &in, &out, f, "unscale with a non-finite value");
                         set_raw(in.g, dt, pos[p], keep);
@@ -286,12 +301,13 @@ static void test_overflow_not_reported(void) {
             for (size_t i = 0; i < b.n; i++)
                 set_raw(b.g, dt, i, max_bits(dt) | (i % 3 == 1 ? sign_bit(dt) : 0));
             const int r = fr_k_grad_unscale(b.g, dt, b.n, 2.0f);
-            CHECK(r == 0, "unscale %s n=%zu: max * 2 reported as non-finite (%d)", dname(dt), b.n, r);
+            CHECK(r == 0, "unscale %s n=%zu: max * 2 reported as non-finite (%d)", dname(dt), b.n,
+                  r);
             size_t wrong = 0;
             for (size_t i = 0; i < b.n; i++)
                 wrong += raw(b.g, dt, i) != (pos_inf(dt) | (i % 3 == 1 ? sign_bit(dt) : 0));
-            CHECK(wrong == 0, "unscale %s n=%zu: max * 2 gave %zu values other than +-inf", dname(dt), b.n,
-                  wrong);
+            CHECK(wrong == 0, "unscale %s n=%zu: max * 2 gave %zu values other than +-inf",
+                  dname(dt), b.n, wrong);
             free(b.mem);
         }
 }
@@ -336,8 +352,8 @@ static void test_sumsq(void) {
                 const double got = fr_k_grad_sumsq(b.g, b.dt, b.n);
                 const long double want = sumsq_ref(&b);
                 CHECK(isfinite(got) && fabsl((long double)got - want) <= SUMSQ_REL * want,
-                      "sumsq %s n=%zu %s: %.17g, reference %.20Lg, relative error %Lg", dname(b.dt), b.n,
-                      full ? "full range" : "moderate", got, want,
+                      "sumsq %s n=%zu %s: %.17g, reference %.20Lg, relative error %Lg", dname(b.dt),
+                      b.n, full ? "full range" : "moderate", got, want,
                       want > 0 ? fabsl((long double)got - want) / want : fabsl((long double)got));
                 if (b.n == 0) CHECK(got == 0, "sumsq of nothing is %g", got);
                 free(b.mem);
@@ -356,8 +372,8 @@ static void test_sumsq_nonfinite(void) {
             const uint32_t keep = raw(b.g, dt, at);
             set_raw(b.g, dt, at, bad_vals[v]);
             const double got = fr_k_grad_sumsq(b.g, dt, b.n);
-            CHECK(v < 2 ? got == INFINITY : isnan(got), "sumsq %s with 0x%x: %g", dname(dt), bad_vals[v],
-                  got);
+            CHECK(v < 2 ? got == INFINITY : isnan(got), "sumsq %s with 0x%x: %g", dname(dt),
+                  bad_vals[v], got);
             set_raw(b.g, dt, at, keep);
         }
         free(b.mem);
@@ -379,8 +395,10 @@ static void test_sumsq_threads(void) {
                 omp_set_num_threads(t + 1);
                 got[t] = fr_k_grad_sumsq(b.g, b.dt, b.n);
             }
-            CHECK(!memcmp(&got[0], &got[1], sizeof(double)) && !memcmp(&got[0], &got[2], sizeof(double)),
-                  "sumsq %s n=%zu at 1, 2, 3 threads: %a %a %a", dname(b.dt), b.n, got[0], got[1], got[2]);
+            CHECK(!memcmp(&got[0], &got[1], sizeof(double)) &&
+                      !memcmp(&got[0], &got[2], sizeof(double)),
+                  "sumsq %s n=%zu at 1, 2, 3 threads: %a %a %a", dname(b.dt), b.n, got[0], got[1],
+                  got[2]);
             free(b.mem);
         }
     omp_set_num_threads(saved);

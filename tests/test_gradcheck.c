@@ -17,10 +17,10 @@ typedef struct gcase {
     fr_op op;
     int n_in;
     fr_shape in[5];
-    int is_label[5];  /* i32 labels (cross-entropy) */
-    int no_grad[5];   /* inputs not differentiated (BatchNorm running stats) */
+    int is_label[5]; /* i32 labels (cross-entropy) */
+    int no_grad[5];  /* inputs not differentiated (BatchNorm running stats) */
     fr_attr attr;
-    int positive[5];  /* keep away from kinks: |x| >= 0.1 */
+    int positive[5]; /* keep away from kinks: |x| >= 0.1 */
     const char *what;
 } gcase;
 
@@ -51,7 +51,8 @@ static double run_loss(harness *h, int with_backward) {
     }
     if (h->target_val >= 0) h->ex.ptr[h->target_val] = h->target;
     (void)with_backward; /* always the whole step, so the accounting stays balanced */
-    fr_status st = fr_exec_run(&h->ex, 0, (int)h->g.n_nodes, (int)h->g.vals[h->in_val[0]].shape.d[0], 7, 0);
+    fr_status st =
+        fr_exec_run(&h->ex, 0, (int)h->g.n_nodes, (int)h->g.vals[h->in_val[0]].shape.d[0], 7, 0);
     if (st) {
         fprintf(stderr, "exec: %s\n", fr_last_error(h->ctx));
         return NAN;
@@ -61,7 +62,8 @@ static double run_loss(harness *h, int with_backward) {
     const float *o = h->ex.ptr[h->main_out];
     size_t n = (size_t)fr_shape_numel(&h->g.vals[h->main_out].shape);
     double L = 0;
-    for (size_t i = 0; i < n; i++) L += ((double)o[i] - h->target[i]) * ((double)o[i] - h->target[i]);
+    for (size_t i = 0; i < n; i++)
+        L += ((double)o[i] - h->target[i]) * ((double)o[i] - h->target[i]);
     fr_mem_reset_peak(h->ctx);
     return L / (double)n;
 }
@@ -79,13 +81,15 @@ static void run_case(const gcase *c) {
     for (int i = 0; i < c->n_in; i++) {
         if (c->in[i].ndim == 0) continue; /* absent optional input */
         int lab = c->is_label[i];
-        h.in_val[i] = fr_graph_value(&h.g, lab ? FR_VAL_LABEL : (c->no_grad[i] ? FR_VAL_BUFFER : FR_VAL_PARAM),
-                                     lab ? FR_I32 : FR_F32, c->in[i]);
+        h.in_val[i] = fr_graph_value(
+            &h.g, lab ? FR_VAL_LABEL : (c->no_grad[i] ? FR_VAL_BUFFER : FR_VAL_PARAM),
+            lab ? FR_I32 : FR_F32, c->in[i]);
         h.g.vals[h.in_val[i]].batched = i == 0 || lab;
         h.n[i] = (size_t)fr_shape_numel(&c->in[i]);
         if (lab) {
             h.labels = malloc(h.n[i] * sizeof(int32_t));
-            for (size_t k = 0; k < h.n[i]; k++) h.labels[k] = (int32_t)fr_rng_below(&r, (uint64_t)c->in[0].d[1]);
+            for (size_t k = 0; k < h.n[i]; k++)
+                h.labels[k] = (int32_t)fr_rng_below(&r, (uint64_t)c->in[0].d[1]);
             continue;
         }
         h.data[i] = malloc(h.n[i] * sizeof(float));
@@ -102,7 +106,8 @@ static void run_case(const gcase *c) {
         }
     }
     if (c->op == FR_OP_MAXPOOL2D) /* distinct values so the max is unique and stable */
-        for (size_t k = 0; k < h.n[0]; k++) h.data[0][k] = (float)((k * 7919) % h.n[0]) / (float)h.n[0] - 0.5f;
+        for (size_t k = 0; k < h.n[0]; k++)
+            h.data[0][k] = (float)((k * 7919) % h.n[0]) / (float)h.n[0] - 0.5f;
     int out[FR_MAX_OUT];
     fr_attr attr = c->attr;
     int node = fr_graph_node(&h.g, c->op, h.in_val, c->n_in, &attr, -1, 0, out);
@@ -164,11 +169,13 @@ differentiate:;
             float x0 = h.data[i][k];
             double Lp, Lm;
             h.data[i][k] = (float)(x0 + eps);
-            for (int j = 0; j < 5; j++) if (saved[j]) memcpy(h.data[j], saved[j], h.n[j] * 4);
+            for (int j = 0; j < 5; j++)
+                if (saved[j]) memcpy(h.data[j], saved[j], h.n[j] * 4);
             Lp = run_loss(&h, 0);
             fr_exec_finish(&h.ex);
             h.data[i][k] = (float)(x0 - eps);
-            for (int j = 0; j < 5; j++) if (saved[j]) memcpy(h.data[j], saved[j], h.n[j] * 4);
+            for (int j = 0; j < 5; j++)
+                if (saved[j]) memcpy(h.data[j], saved[j], h.n[j] * 4);
             Lm = run_loss(&h, 0);
             fr_exec_finish(&h.ex);
             h.data[i][k] = x0;
@@ -215,9 +222,30 @@ int main(void) {
     fr_attr drop = {.p = 0.3f, .training = 1, .salt = 5};
     fr_attr ce = {.scale = 1.0f};
     gcase cases[] = {
-        {FR_OP_LINEAR, 3, {fr_shape2(3, 5), fr_shape2(4, 5), fr_shape1(4)}, {0}, {0}, none, {0}, "linear"},
-        {FR_OP_LINEAR, 3, {fr_shape2(3, 5), fr_shape2(4, 5), {0}}, {0}, {0}, none, {0}, "linear (no bias)"},
-        {FR_OP_CONV2D, 3, {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)}, {0}, {0}, conv, {0}, "conv2d s2 p1"},
+        {FR_OP_LINEAR,
+         3,
+         {fr_shape2(3, 5), fr_shape2(4, 5), fr_shape1(4)},
+         {0},
+         {0},
+         none,
+         {0},
+         "linear"},
+        {FR_OP_LINEAR,
+         3,
+         {fr_shape2(3, 5), fr_shape2(4, 5), {0}},
+         {0},
+         {0},
+         none,
+         {0},
+         "linear (no bias)"},
+        {FR_OP_CONV2D,
+         3,
+         {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)},
+         {0},
+         {0},
+         conv,
+         {0},
+         "conv2d s2 p1"},
         {FR_OP_MAXPOOL2D, 1, {fr_shape4(2, 2, 4, 6)}, {0}, {0}, pool, {0}, "maxpool2d"},
         {FR_OP_AVGPOOL2D, 1, {fr_shape4(2, 2, 4, 6)}, {0}, {0}, pool, {0}, "avgpool2d"},
         {FR_OP_GLOBAL_AVGPOOL, 1, {fr_shape4(2, 3, 3, 4)}, {0}, {0}, none, {0}, "global_avgpool"},
@@ -225,15 +253,41 @@ int main(void) {
         {FR_OP_GELU, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "gelu"},
         {FR_OP_SIGMOID, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "sigmoid"},
         {FR_OP_TANH, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "tanh"},
-        {FR_OP_BATCHNORM, 5, {fr_shape4(3, 2, 2, 3), fr_shape1(2), fr_shape1(2), fr_shape1(2), fr_shape1(2)},
-         {0}, {0, 0, 0, 1, 1}, bn, {0, 0, 0, 0, 1}, "batchnorm (train)"},
-        {FR_OP_BATCHNORM, 5, {fr_shape2(5, 3), fr_shape1(3), fr_shape1(3), fr_shape1(3), fr_shape1(3)},
-         {0}, {0, 0, 0, 1, 1}, bn, {0, 0, 0, 0, 1}, "batchnorm1d (train)"},
-        {FR_OP_LAYERNORM, 3, {fr_shape2(3, 6), fr_shape1(6), fr_shape1(6)}, {0}, {0}, ln, {0}, "layernorm"},
+        {FR_OP_BATCHNORM,
+         5,
+         {fr_shape4(3, 2, 2, 3), fr_shape1(2), fr_shape1(2), fr_shape1(2), fr_shape1(2)},
+         {0},
+         {0, 0, 0, 1, 1},
+         bn,
+         {0, 0, 0, 0, 1},
+         "batchnorm (train)"},
+        {FR_OP_BATCHNORM,
+         5,
+         {fr_shape2(5, 3), fr_shape1(3), fr_shape1(3), fr_shape1(3), fr_shape1(3)},
+         {0},
+         {0, 0, 0, 1, 1},
+         bn,
+         {0, 0, 0, 0, 1},
+         "batchnorm1d (train)"},
+        {FR_OP_LAYERNORM,
+         3,
+         {fr_shape2(3, 6), fr_shape1(6), fr_shape1(6)},
+         {0},
+         {0},
+         ln,
+         {0},
+         "layernorm"},
         {FR_OP_DROPOUT, 1, {fr_shape2(4, 8)}, {0}, {0}, drop, {0}, "dropout"},
         {FR_OP_ADD, 2, {fr_shape2(3, 4), fr_shape2(3, 4)}, {0}, {0}, none, {0}, "add"},
         {FR_OP_VIEW, 1, {fr_shape3(2, 3, 4)}, {0}, {0}, {.shape = {2, {2, 12}}}, {0}, "view"},
-        {FR_OP_CROSS_ENTROPY, 2, {fr_shape2(4, 5), fr_shape1(4)}, {0, 1}, {0}, ce, {0}, "cross_entropy"},
+        {FR_OP_CROSS_ENTROPY,
+         2,
+         {fr_shape2(4, 5), fr_shape1(4)},
+         {0, 1},
+         {0},
+         ce,
+         {0},
+         "cross_entropy"},
         {FR_OP_MSE, 2, {fr_shape2(3, 4), fr_shape2(3, 4)}, {0}, {0, 1}, ce, {0}, "mse"},
     };
     int ncase = (int)(sizeof cases / sizeof cases[0]);

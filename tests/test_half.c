@@ -66,10 +66,8 @@ static uint16_t ref_round(const fmt16 *F, double a) {
     uint32_t lo = 0, hi = F->inf_bits; /* val[lo] <= a < val[hi] */
     while (hi - lo > 1) {
         uint32_t mid = (lo + hi) / 2;
-        if (F->val[mid] <= a)
-            lo = mid;
-        else
-            hi = mid;
+        if (F->val[mid] <= a) lo = mid;
+        else hi = mid;
     }
     double dl = a - F->val[lo], dh = F->val[hi] - a; /* exact: few significant bits */
     if (dl < dh) return (uint16_t)lo;

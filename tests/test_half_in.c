@@ -203,10 +203,12 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
     fr_shape xs = fr_shape4(N, C, H, W), wsh = fr_shape4(OC, C, K, K), ys = fr_shape4(N, OC, H, W);
     CHECK(fr_conv2d_reads_half(&xs, OC, K, 1, P), "conv C=%lld K=%d takes the shifted path",
           (long long)C, K);
-    float *x0 = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1), *dy = frand(ny, -1, 1);
+    float *x0 = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1),
+          *dy = frand(ny, -1, 1);
     half_in x = make_half(dt, x0, nx);
     fr_attr a = {.kernel = K, .stride = 1, .pad = P};
-    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 0), nwsb = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 1);
+    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 0),
+            nwsb = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 1);
     float *ws = frand(nws, 0, 1), *wsb = frand(nwsb, 0, 1);
     float *y[2], *dx[2], *dw[2], *db[2];
     for (int r = 0; r < 2; r++) {
@@ -249,14 +251,16 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
  * f32 call's result rounded (half.c's scalar conversion, checked by
  * test_half), bit for bit. Activations from f32 input; max pooling from f32
  * and from 16-bit input (where every output is an input: exact). */
-static void same_rounded(const char *what, fr_dtype dt, const float *y32, const uint16_t *yh, int64_t n) {
+static void same_rounded(const char *what, fr_dtype dt, const float *y32, const uint16_t *yh,
+                         int64_t n) {
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; i < n; i++) {
         const uint16_t want = dt == FR_F16 ? fr_f32_to_f16(y32[i]) : fr_f32_to_bf16(y32[i]);
         if (want != yh[i]) bad++, first = first < 0 ? i : first;
     }
-    CHECK(bad == 0, "%s (%s out): %lld of %lld values are not the f32 result rounded, first at %lld",
-          what, dt_name(dt), (long long)bad, (long long)n, (long long)first);
+    CHECK(bad == 0,
+          "%s (%s out): %lld of %lld values are not the f32 result rounded, first at %lld", what,
+          dt_name(dt), (long long)bad, (long long)n, (long long)first);
 }
 
 static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n) {
@@ -271,7 +275,8 @@ static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n) {
     CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s f32", name);
     k.c.out[0] = (fr_tensor){dt, sh, yh};
     CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s 16-bit out: %s", name, fr_last_error(g_ctx));
-    CHECK(fr_op_get(op)->half_out && fr_op_get(op)->half_out(NULL, NULL), "%s offers a 16-bit output", name);
+    CHECK(fr_op_get(op)->half_out && fr_op_get(op)->half_out(NULL, NULL),
+          "%s offers a 16-bit output", name);
     char what[64];
     snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);
     same_rounded(what, dt, y, yh, n);
@@ -297,8 +302,8 @@ static void test_maxpool_out(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
         CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool f32 out");
         k.c.out[0] = (fr_tensor){dt, ys, yh};
         CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool 16-bit out: %s", fr_last_error(g_ctx));
-        snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d, %s in", (long long)H, (long long)W, K, S,
-                 in16 ? "16-bit" : "f32");
+        snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d, %s in", (long long)H, (long long)W,
+                 K, S, in16 ? "16-bit" : "f32");
         same_rounded(what, dt, y, yh, ny);
     }
     free(x0);

@@ -286,9 +286,23 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     const int64_t nx = N * C * H * W, nw = OC * C * K * K, ny = N * OC * OH * OW;
     float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = bias ? frand(OC, -1, 1) : NULL;
     float *dy = frand(ny, -1, 1), *y = fzeros(ny);
-    conv_st s = {N, C, H, W, OC, K, S, P, OH, OW, dof(x, nx), dof(w, nw),
-                 bias ? dof(b, OC) : NULL, dof(dy, ny), dzeros(ny)};
-    fr_shape xs = fr_shape4(N, C, H, W), ws_ = fr_shape4(OC, C, K, K), ys = fr_shape4(N, OC, OH, OW);
+    conv_st s = {N,
+                 C,
+                 H,
+                 W,
+                 OC,
+                 K,
+                 S,
+                 P,
+                 OH,
+                 OW,
+                 dof(x, nx),
+                 dof(w, nw),
+                 bias ? dof(b, OC) : NULL,
+                 dof(dy, ny),
+                 dzeros(ny)};
+    fr_shape xs = fr_shape4(N, C, H, W), ws_ = fr_shape4(OC, C, K, K),
+             ys = fr_shape4(N, OC, OH, OW);
     fr_attr a = {.kernel = K, .stride = S, .pad = P};
 
     int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, S, P, 0);
@@ -482,7 +496,8 @@ static void pool_case(const char *tag, int max, int64_t N, int64_t C, int64_t H,
 
 /* planes of values in {0, 1, 2} (ties everywhere): every window's gradient
  * goes to its first maximum in row-major order, computed here by a naive scan */
-static void maxpool_ties_random(const char *tag, int64_t K, int64_t S, int64_t H, int64_t W, int acc) {
+static void maxpool_ties_random(const char *tag, int64_t K, int64_t S, int64_t H, int64_t W,
+                                int acc) {
     char name[160];
     const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
@@ -585,7 +600,8 @@ static void test_maxpool_ties(void) {
         k.c.out[0] = tf(dx, fr_shape4(1, 1, K, K));
         fr_k_maxpool2d_bwd(&k.c);
         /* in a KxK plane x[3] sits at row 3/K, column 3%K: offset 3 either way */
-        expect_close(K == 2 ? "maxpool 2x2 NaN gets the gradient" : "maxpool 3x3 NaN gets the gradient",
+        expect_close(K == 2 ? "maxpool 2x2 NaN gets the gradient"
+                            : "maxpool 3x3 NaN gets the gradient",
                      dx, want, K * K, 0.0);
     }
 }
@@ -767,8 +783,9 @@ static void bn_case(const char *tag, fr_shape xs, double lo, double hi) {
     float *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5, 2);
     float *rm = fcopy(rm0, C), *rv = fcopy(rv0, C);
     float *y = fzeros(nx), *mean = fzeros(C), *invstd = fzeros(C), *dy = frand(nx, -1, 1);
-    bn_st s = {N, C, HW, 1e-5, dof(x, nx), dof(gamma, C), dof(beta, C), dof(dy, nx), dzeros(nx),
-               dzeros(C), dzeros(C)};
+    bn_st s = {
+        N,           C,          HW,        1e-5,     dof(x, nx), dof(gamma, C), dof(beta, C),
+        dof(dy, nx), dzeros(nx), dzeros(C), dzeros(C)};
     fr_attr a = {.training = 1, .eps = 1e-5f, .momentum = 0.1f};
     call k;
     call_init(&k, FR_OP_BATCHNORM, &a);
@@ -807,7 +824,8 @@ static void bn_case(const char *tag, fr_shape xs, double lo, double hi) {
         for (int64_t c = 0; c < C; c++)
             for (int64_t j = 0; j < HW; j++) {
                 int64_t q = (i * C + c) * HW + j;
-                want[q] = ((double)x[q] - rm0[c]) / sqrt((double)rv0[c] + 1e-5) * gamma[c] + beta[c];
+                want[q] =
+                    ((double)x[q] - rm0[c]) / sqrt((double)rv0[c] + 1e-5) * gamma[c] + beta[c];
             }
     fr_attr ae = {.training = 0, .eps = 1e-5f, .momentum = 0.1f};
     float *rm_e = fcopy(rm0, C), *rv_e = fcopy(rv0, C);
@@ -852,7 +870,8 @@ static void bn_case(const char *tag, fr_shape xs, double lo, double hi) {
     expect_close(name, dbt, gb, C, TOL_SUM);
 
     /* accumulate dgamma/dbeta, dx absent */
-    float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1), *dg1 = fcopy(dg0, C), *db1 = fcopy(db0, C);
+    float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1), *dg1 = fcopy(dg0, C),
+          *db1 = fcopy(db0, C);
     k.c.out[0] = tf(NULL, xs);
     k.c.out[1] = tf(dg1, fr_shape1(C));
     k.c.out[2] = tf(db1, fr_shape1(C));
@@ -916,8 +935,8 @@ static void ln_case(const char *tag, fr_shape xs, double lo, double hi) {
     for (int i = 0; i < gs.ndim; i++) gs.d[i] = xs.d[i + 1];
     float *x = frand(nx, lo, hi), *gamma = frand(D, 0.5, 1.5), *beta = frand(D, -1, 1);
     float *y = fzeros(nx), *mean = fzeros(N), *rstd = fzeros(N), *dy = frand(nx, -1, 1);
-    ln_st s = {N, D, 1e-5, dof(x, nx), dof(gamma, D), dof(beta, D), dof(dy, nx), dzeros(nx),
-               dzeros(N), dzeros(N)};
+    ln_st s = {N,           D,          1e-5,      dof(x, nx), dof(gamma, D), dof(beta, D),
+               dof(dy, nx), dzeros(nx), dzeros(N), dzeros(N)};
     fr_attr a = {.eps = 1e-5f};
     call k;
     call_init(&k, FR_OP_LAYERNORM, &a);
@@ -960,7 +979,8 @@ static void ln_case(const char *tag, fr_shape xs, double lo, double hi) {
     snprintf(name, sizeof name, "layernorm bwd %s dbeta vs FD", tag);
     expect_close(name, dbt, gb, D, TOL_SUM);
 
-    float *dg0 = frand(D, -1, 1), *db0 = frand(D, -1, 1), *dg1 = fcopy(dg0, D), *db1 = fcopy(db0, D);
+    float *dg0 = frand(D, -1, 1), *db0 = frand(D, -1, 1), *dg1 = fcopy(dg0, D),
+          *db1 = fcopy(db0, D);
     k.c.out[0] = tf(NULL, xs);
     k.c.out[1] = tf(dg1, gs);
     k.c.out[2] = tf(db1, gs);
@@ -1035,7 +1055,8 @@ static void test_dropout(void) {
     omp_set_num_threads(3);
     dropout_run(x, y1, m2, n, p, seed, step, salt, 1);
     omp_set_num_threads(2);
-    CHECK(!memcmp(m1, mask, (size_t)n) && !memcmp(m2, mask, (size_t)n) && !memcmp(y1, y, (size_t)n * 4),
+    CHECK(!memcmp(m1, mask, (size_t)n) && !memcmp(m2, mask, (size_t)n) &&
+              !memcmp(y1, y, (size_t)n * 4),
           "dropout same bits at 1, 2, 3 threads");
     dropout_run(x, y1, m1, n, p, seed, step + 1, salt, 1);
     dropout_run(x, y1, m3, n, p, seed, step, salt + 1, 1);
@@ -1145,7 +1166,8 @@ static void test_cross_entropy(void) {
             wantg[n * LC + j] = (exp((double)zl[n * LC + j] - lse) - (j == labl[n])) / (double)L;
     }
     double wantl = tot / (double)L;
-    expect_ok("cross-entropy logits 1000 status", ce_run(FR_OP_CROSS_ENTROPY, zl, labl, &lossl, L, LC, 1.0f));
+    expect_ok("cross-entropy logits 1000 status",
+              ce_run(FR_OP_CROSS_ENTROPY, zl, labl, &lossl, L, LC, 1.0f));
     CHECK(isfinite(lossl), "cross-entropy logits 1000 finite: loss %g", lossl);
     expect_close("cross-entropy logits 1000", &lossl, &wantl, 1, TOL_EW);
     expect_ok("cross-entropy bwd logits 1000 status",
@@ -1168,7 +1190,8 @@ static void test_cross_entropy(void) {
     int32_t bad[10] = {1, 2, 3, 12, 0, 0, 0, 0, 0, 0};
     float *zb = frand(10 * 10, -1, 1), sentinel = -42.0f, *dzb = fzeros(100);
     int st = ce_run(FR_OP_CROSS_ENTROPY, zb, bad, &sentinel, 10, 10, 1.0f);
-    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
+    CHECK(st == FR_ERR_ARG &&
+              strstr(fr_last_error(g_ctx), "label 12 of sample 3 is outside [0, 10)"),
           "cross-entropy label 12 out of range: status %d, message '%s'", st, fr_last_error(g_ctx));
     CHECK(sentinel == -42.0f, "cross-entropy bad label writes nothing");
     bad[3] = 10; /* the first label past the end */

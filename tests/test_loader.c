@@ -22,8 +22,8 @@ enum { NS = 10000, SH = 8, SW = 8, SD = SH * SW };
 static char img_path[512], lab_path[512];
 
 static void be32(unsigned char *b, uint32_t v) {
-    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
-    b[3] = (unsigned char)v;
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16),
+    b[2] = (unsigned char)(v >> 8), b[3] = (unsigned char)v;
 }
 
 static int make_files(void) {
@@ -57,8 +57,8 @@ static int64_t decode(const float *x, int32_t y) {
 }
 
 /* Runs one epoch and records the order of samples; returns batches seen. */
-static int64_t run_epoch(fr_ctx *ctx, fr_loader *l, int epoch, int64_t skip, int64_t *order, int64_t *count,
-                         int *sizes) {
+static int64_t run_epoch(fr_ctx *ctx, fr_loader *l, int epoch, int64_t skip, int64_t *order,
+                         int64_t *count, int *sizes) {
     *count = 0;
     if (fr_loader_start(l, epoch, skip)) return -1;
     int64_t nb = 0, targets = 0;
@@ -79,7 +79,8 @@ static int64_t run_epoch(fr_ctx *ctx, fr_loader *l, int epoch, int64_t skip, int
     return nb;
 }
 
-static fr_loader_opts opts(int batch, int shuffle, int drop_last, uint64_t seed, int queue, int64_t limit) {
+static fr_loader_opts opts(int batch, int shuffle, int drop_last, uint64_t seed, int queue,
+                           int64_t limit) {
     fr_loader_opts o = {batch, shuffle, drop_last, seed, queue, limit};
     return o;
 }
@@ -94,13 +95,15 @@ static void test_epochs(fr_ctx *ctx, fr_dataset *ds) {
         fr_loader *l = fr_loader_new(ctx, ds, &o);
         CHECK(l != NULL, "%s", fr_last_error(ctx));
         if (!l) return;
-        CHECK(fr_loader_num_batches(l) == 157, "ceil(10000 / 64) = 157, got %lld", (long long)fr_loader_num_batches(l));
+        CHECK(fr_loader_num_batches(l) == 157, "ceil(10000 / 64) = 157, got %lld",
+              (long long)fr_loader_num_batches(l));
         for (int epoch = 0; epoch < 2; epoch++) {
             int64_t n;
             int64_t nb = run_epoch(ctx, l, epoch, 0, order_a, &n, sizes);
-            CHECK(nb == 157 && n == NS, "queue %d epoch %d: %lld batches, %lld samples", queues[qi], epoch, (long long)nb,
-                  (long long)n);
-            CHECK(sizes[0] == 64 && sizes[155] == 64 && sizes[156] == 10000 - 156 * 64, "last batch holds %d", sizes[156]);
+            CHECK(nb == 157 && n == NS, "queue %d epoch %d: %lld batches, %lld samples", queues[qi],
+                  epoch, (long long)nb, (long long)n);
+            CHECK(sizes[0] == 64 && sizes[155] == 64 && sizes[156] == 10000 - 156 * 64,
+                  "last batch holds %d", sizes[156]);
             static unsigned char seen[NS];
             memset(seen, 0, sizeof seen);
             int dup = 0, broken = 0;
@@ -108,7 +111,8 @@ static void test_epochs(fr_ctx *ctx, fr_dataset *ds) {
                 if (order_a[k] < 0) broken++;
                 else if (seen[order_a[k]]++) dup++;
             }
-            CHECK(dup == 0 && broken == 0, "queue %d epoch %d: %d repeats, %d broken rows", queues[qi], epoch, dup, broken);
+            CHECK(dup == 0 && broken == 0, "queue %d epoch %d: %d repeats, %d broken rows",
+                  queues[qi], epoch, dup, broken);
         }
         fr_loader_free(l);
     }
@@ -126,8 +130,10 @@ static void reference_order(uint64_t seed, int epoch, int64_t n, int64_t *perm) 
 }
 
 static void test_order(fr_ctx *ctx, fr_dataset *ds) {
-    fr_loader_opts o0 = opts(100, 1, 0, 7, 0, 0), o3 = opts(100, 1, 0, 7, 3, 0), o9 = opts(100, 1, 0, 8, 3, 0);
-    fr_loader *a = fr_loader_new(ctx, ds, &o0), *b = fr_loader_new(ctx, ds, &o3), *c = fr_loader_new(ctx, ds, &o9);
+    fr_loader_opts o0 = opts(100, 1, 0, 7, 0, 0), o3 = opts(100, 1, 0, 7, 3, 0),
+                   o9 = opts(100, 1, 0, 8, 3, 0);
+    fr_loader *a = fr_loader_new(ctx, ds, &o0), *b = fr_loader_new(ctx, ds, &o3),
+              *c = fr_loader_new(ctx, ds, &o9);
     CHECK(a && b && c, "%s", fr_last_error(ctx));
     if (!a || !b || !c) return;
     static int64_t ref[NS];
@@ -146,7 +152,8 @@ static void test_order(fr_ctx *ctx, fr_dataset *ds) {
 
     /* Resume: epoch 2 from batch 37 is the tail of the full epoch. */
     int64_t nb = run_epoch(ctx, b, 2, 37, order_b, &n, NULL);
-    CHECK(nb == 100 - 37 && n == NS - 3700 && !memcmp(order_b, order_a + 3700, (size_t)n * sizeof *order_b),
+    CHECK(nb == 100 - 37 && n == NS - 3700 &&
+              !memcmp(order_b, order_a + 3700, (size_t)n * sizeof *order_b),
           "resume at batch 37: %lld batches", (long long)nb);
     nb = run_epoch(ctx, b, 2, 100, order_b, &n, NULL);
     CHECK(nb == 0 && n == 0, "skip of a whole epoch yields nothing");
@@ -174,8 +181,8 @@ static void test_drop_last_limit(fr_ctx *ctx, fr_dataset *ds) {
     fr_loader *l = fr_loader_new(ctx, ds, &o);
     int64_t n;
     int64_t nb = run_epoch(ctx, l, 0, 0, order_a, &n, sizes);
-    CHECK(fr_loader_num_batches(l) == 156 && nb == 156 && n == 156 * 64, "drop_last: %lld batches, %lld samples",
-          (long long)nb, (long long)n);
+    CHECK(fr_loader_num_batches(l) == 156 && nb == 156 && n == 156 * 64,
+          "drop_last: %lld batches, %lld samples", (long long)nb, (long long)n);
     int full = 1;
     for (int k = 0; k < nb; k++) full &= sizes[k] == 64;
     CHECK(full, "a short batch with drop_last");
@@ -192,9 +199,10 @@ static void test_drop_last_limit(fr_ctx *ctx, fr_dataset *ds) {
     nb = run_epoch(ctx, l, 0, 0, order_a, &n, sizes);
     memset(seen, 0, sizeof seen);
     dup = 0;
-    for (int64_t k = 0; k < n; k++) dup += order_a[k] < 0 || order_a[k] >= 100 || seen[order_a[k]]++;
-    CHECK(nb == 4 && n == 100 && sizes[3] == 4 && dup == 0, "limit 100: %lld batches, %lld samples, %d bad",
-          (long long)nb, (long long)n, dup);
+    for (int64_t k = 0; k < n; k++)
+        dup += order_a[k] < 0 || order_a[k] >= 100 || seen[order_a[k]]++;
+    CHECK(nb == 4 && n == 100 && sizes[3] == 4 && dup == 0,
+          "limit 100: %lld batches, %lld samples, %d bad", (long long)nb, (long long)n, dup);
     fr_loader_free(l);
 
     /* A batch larger than the data: one short batch, or none with drop_last. */
@@ -209,7 +217,8 @@ static void test_drop_last_limit(fr_ctx *ctx, fr_dataset *ds) {
     CHECK(nb == 0 && fr_loader_num_batches(l) == 0, "drop_last of a batch larger than the data");
     fr_loader_free(l);
     fr_loader_opts bad = opts(0, 1, 0, 3, 1, 0);
-    CHECK(fr_loader_new(ctx, ds, &bad) == NULL && strstr(fr_last_error(ctx), "bad options"), "batch 0 accepted");
+    CHECK(fr_loader_new(ctx, ds, &bad) == NULL && strstr(fr_last_error(ctx), "bad options"),
+          "batch 0 accepted");
     bad = opts(8, 1, 0, 3, -1, 0);
     CHECK(fr_loader_new(ctx, ds, &bad) == NULL, "queue -1 accepted");
 }
@@ -261,7 +270,8 @@ static void test_memory_bound(fr_ctx *ctx, fr_dataset *ds) {
     fr_mem_reset_peak(ctx);
     fr_mem_stats s0;
     fr_mem_get_stats(ctx, &s0);
-    CHECK(s0.allocated[FR_MEM_DATA] == 0, "dataset holds %zu data bytes", s0.allocated[FR_MEM_DATA]);
+    CHECK(s0.allocated[FR_MEM_DATA] == 0, "dataset holds %zu data bytes",
+          s0.allocated[FR_MEM_DATA]);
     fr_loader_opts o = opts(batch, 1, 0, 5, queue, 0);
     fr_loader *l = fr_loader_new(ctx, ds, &o);
     int over = 0;
@@ -279,8 +289,9 @@ static void test_memory_bound(fr_ctx *ctx, fr_dataset *ds) {
     fr_mem_stats s;
     fr_mem_get_stats(ctx, &s);
     CHECK(over == 0, "%d batches saw DATA bytes other than %zu", over, bound);
-    CHECK(s.allocated_peak[FR_MEM_DATA] == bound, "peak DATA %zu, bound %zu (the whole set is %d bytes)",
-          s.allocated_peak[FR_MEM_DATA], bound, NS * (SD * 4 + 4));
+    CHECK(s.allocated_peak[FR_MEM_DATA] == bound,
+          "peak DATA %zu, bound %zu (the whole set is %d bytes)", s.allocated_peak[FR_MEM_DATA],
+          bound, NS * (SD * 4 + 4));
     CHECK(s.allocated[FR_MEM_OTHER] - s0.allocated[FR_MEM_OTHER] <= NS * sizeof(int64_t) + 4096,
           "loader metadata %zu bytes", s.allocated[FR_MEM_OTHER] - s0.allocated[FR_MEM_OTHER]);
     fr_loader_free(l);
@@ -315,7 +326,8 @@ static void test_thread_error(fr_ctx *ctx) {
     fr_status st = FR_OK;
     while (!(st = fr_loader_next(l, &b, &done)) && !done) got++;
     CHECK(st == FR_ERR_IO, "status %d after %lld batches", st, (long long)got);
-    CHECK(strstr(fr_last_error(ctx), "shrink.idx: cannot read sample") != NULL, "message: %s", fr_last_error(ctx));
+    CHECK(strstr(fr_last_error(ctx), "shrink.idx: cannot read sample") != NULL, "message: %s",
+          fr_last_error(ctx));
     CHECK(got >= 1 && got <= 50, "%lld batches before the error", (long long)got);
     CHECK(fr_loader_next(l, &b, &done) == FR_ERR_IO, "error not sticky");
     /* A new epoch after the error starts cleanly, and fails the same way. */
@@ -325,7 +337,8 @@ static void test_thread_error(fr_ctx *ctx) {
     l = fr_loader_new(ctx, ds, &o);
     fr_loader_start(l, 0, 60);
     st = fr_loader_next(l, &b, &done);
-    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "shrink.idx"), "queue 0: %s", fr_last_error(ctx));
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "shrink.idx"), "queue 0: %s",
+          fr_last_error(ctx));
     fr_loader_free(l);
     fr_dataset_close(ds);
 }
@@ -361,11 +374,14 @@ static void test_alloc_failures(fr_ctx *ctx) {
             int injected = after.num_ooms > before.num_ooms;
             if (!ds || !l) {
                 fails++;
-                CHECK(injected && strstr(fr_last_error(ctx), "out of memory"), "fail at %d: %s", n, fr_last_error(ctx));
+                CHECK(injected && strstr(fr_last_error(ctx), "out of memory"), "fail at %d: %s", n,
+                      fr_last_error(ctx));
             } else {
-                CHECK(st == FR_OK && got == 2, "fail at %d: batches failed: %s", n, fr_last_error(ctx));
+                CHECK(st == FR_OK && got == 2, "fail at %d: batches failed: %s", n,
+                      fr_last_error(ctx));
             }
-            CHECK(after.allocated_total == 0, "fail at %d: %zu bytes leaked", n, after.allocated_total);
+            CHECK(after.allocated_total == 0, "fail at %d: %zu bytes leaked", n,
+                  after.allocated_total);
             if (!injected) break;
         }
     }
@@ -378,8 +394,9 @@ static void test_alloc_failures(fr_ctx *ctx) {
  * exactly (q + 1) * batch * (4 + 3) floats. */
 static void test_targets(fr_ctx *ctx) {
     enum { TN = 100, TD = 4, TK = 3 };
-    static const char *hx = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 4), }",
-                      *ht = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 3), }";
+    static const char
+        *hx = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 4), }",
+        *ht = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100, 3), }";
     char px[512], pt[512];
     snprintf(px, sizeof px, "%s/tx.npy", tmpdir);
     snprintf(pt, sizeof pt, "%s/tt.npy", tmpdir);
@@ -393,7 +410,11 @@ static void test_targets(fr_ctx *ctx) {
         float v[TN * TD];
         int d = f ? TK : TD;
         for (int i = 0; i < TN; i++)
-            for (int j = 0; j < d; j++) v[i * d + j] = f ? (float)(j == 0 ? i : j == 1 ? 2 * i : -i) : (float)(i + 1000 * j);
+            for (int j = 0; j < d; j++)
+                v[i * d + j] = f ? (float)(j == 0   ? i
+                                           : j == 1 ? 2 * i
+                                                    : -i)
+                                 : (float)(i + 1000 * j);
         FILE *o = fopen(paths[f], "wb");
         if (!o) return;
         fwrite(hdr, 1, sizeof hdr, o);
@@ -418,13 +439,15 @@ static void test_targets(fr_ctx *ctx) {
             for (int k = 0; k < b.n && b.target; k++) {
                 int i = (int)b.x[k * TD];
                 const float *t = b.target + k * TK;
-                if (i < 0 || i >= TN || b.x[k * TD + 3] != i + 3000 || t[0] != i || t[1] != 2 * i || t[2] != -i) bad++;
+                if (i < 0 || i >= TN || b.x[k * TD + 3] != i + 3000 || t[0] != i || t[1] != 2 * i ||
+                    t[2] != -i)
+                    bad++;
                 else seen[i]++;
             }
         }
         fr_mem_get_stats(ctx, &s);
-        CHECK(s.allocated[FR_MEM_DATA] == (size_t)(queue + 1) * batch * (TD + TK) * sizeof(float), "DATA %zu",
-              s.allocated[FR_MEM_DATA]);
+        CHECK(s.allocated[FR_MEM_DATA] == (size_t)(queue + 1) * batch * (TD + TK) * sizeof(float),
+              "DATA %zu", s.allocated[FR_MEM_DATA]);
     }
     for (int i = 0; i < TN; i++)
         if (seen[i] != 1) bad++;

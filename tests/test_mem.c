@@ -343,12 +343,10 @@ static int jvalue(jreader *r, const char *path, int depth);
 static int jnumber(jreader *r, const char *path) {
     size_t start = r->i;
     if (r->s[r->i] == '-') r->i++;
-    if (r->s[r->i] == '0')
-        r->i++;
+    if (r->s[r->i] == '0') r->i++;
     else if (isdigit((unsigned char)r->s[r->i]))
         while (isdigit((unsigned char)r->s[r->i])) r->i++;
-    else
-        return 0;
+    else return 0;
     int integer = r->s[start] != '-';
     if (r->s[r->i] == '.') {
         integer = 0, r->i++;

@@ -464,8 +464,9 @@ static void test_nested_residual(void) {
 static void test_files(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_load(ctx, "/nonexistent/x.model");
-    CHECK(!m && strstr(fr_last_error(ctx),
-                       "/nonexistent/x.model: cannot open the model file: No such file or directory"),
+    CHECK(!m &&
+              strstr(fr_last_error(ctx),
+                     "/nonexistent/x.model: cannot open the model file: No such file or directory"),
           "missing file: %s", fr_last_error(ctx));
     m = fr_model_load(ctx, "/");
     CHECK(!m && strstr(fr_last_error(ctx), "/: the model file is a directory"), "directory: %s",

@@ -193,10 +193,8 @@ static void ref_adam_double(double *p, const float *g, double *m, double *v, int
                             double b1, double b2, double eps, double wd, int decoupled, int t) {
     for (int i = 0; i < n; i++) {
         double gi = g[i];
-        if (decoupled)
-            p[i] *= 1 - lr * wd;
-        else
-            gi += wd * p[i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else gi += wd * p[i];
         m[i] = b1 * m[i] + (1 - b1) * gi;
         v[i] = b2 * v[i] + (1 - b2) * gi * gi;
         double mh = m[i] / (1 - pow(b1, t)), vh = v[i] / (1 - pow(b2, t));
@@ -277,8 +275,7 @@ static void test_pytorch_reference(void) {
         double maxulp[3] = {0, 0, 0};
         const int adam = rc->kind != FR_OPTIM_SGD;
         for (int t = 0; t < OPTIM_REF_STEPS; t++) {
-            if (!adam)
-                fr_k_sgd(p, optim_ref_grads[t], s1, OPTIM_REF_N, &o, t == 0);
+            if (!adam) fr_k_sgd(p, optim_ref_grads[t], s1, OPTIM_REF_N, &o, t == 0);
             else
                 fr_k_adam(p, optim_ref_grads[t], s1, s2, OPTIM_REF_N, &o, t + 1,
                           rc->kind == FR_OPTIM_ADAMW);
@@ -293,14 +290,16 @@ static void test_pytorch_reference(void) {
                 }
                 maxulp[q] = fmax(maxulp[q], wu);
                 if (adam) {
-                    CHECK(worst < 0, "torch %s: %s after step %d: [%d] %.9g, PyTorch %.9g (%.0f ulp)",
+                    CHECK(worst < 0,
+                          "torch %s: %s after step %d: [%d] %.9g, PyTorch %.9g (%.0f ulp)",
                           rc->name, what[q], t + 1, worst, worst < 0 ? 0.0 : got[q][worst],
                           worst < 0 ? 0.0 : want[q][worst], wu);
                 } else {
                     double w[OPTIM_REF_N];
                     char label[96];
                     for (int i = 0; i < OPTIM_REF_N; i++) w[i] = want[q][i];
-                    snprintf(label, sizeof label, "torch %s: %s after step %d", rc->name, what[q], t + 1);
+                    snprintf(label, sizeof label, "torch %s: %s after step %d", rc->name, what[q],
+                             t + 1);
                     check_vec(label, got[q], w, OPTIM_REF_N, 5e-6, 1.0);
                 }
             }
@@ -377,7 +376,8 @@ static void test_opts(void) {
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fr_optim_kind k = (fr_optim_kind)-1;
         fr_status st = fr_optim_parse(ctx, ok[i].name, &k);
-        CHECK(st == FR_OK && k == ok[i].kind && fr_last_error(ctx)[0] == 0, "parse '%s'", ok[i].name);
+        CHECK(st == FR_OK && k == ok[i].kind && fr_last_error(ctx)[0] == 0, "parse '%s'",
+              ok[i].name);
     }
     const char *bad[] = {"rmsprop", "", "adam ", "adamww", "ada", "sgdx"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -390,7 +390,8 @@ static void test_opts(void) {
     }
     fr_optim_kind k;
     CHECK(fr_optim_parse(NULL, "lbfgs", &k) == FR_ERR_ARG, "parse with no context");
-    CHECK(fr_optim_parse(ctx, NULL, &k) == FR_ERR_ARG && strstr(fr_last_error(ctx), "unknown optimizer ''"),
+    CHECK(fr_optim_parse(ctx, NULL, &k) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "unknown optimizer ''"),
           "parse NULL: %s", fr_last_error(ctx));
     fr_ctx_free(ctx);
 }

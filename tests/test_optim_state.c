@@ -279,7 +279,8 @@ static void test_ties_scaled(void) {
             for (size_t i = 0; i < n; i++, cases++) bad += buf[i] != ref_nearest(map, x[i] / amax);
             free(buf);
         }
-        CHECK(bad == 0 && cases > 4000, "%s map: %zu of %zu codes wrong next to midpoints, absmax not 2^k",
+        CHECK(bad == 0 && cases > 4000,
+              "%s map: %zu of %zu codes wrong next to midpoints, absmax not 2^k",
               s ? "signed" : "unsigned", bad, cases);
     }
 }
@@ -338,7 +339,8 @@ static void test_sizes(void) {
     CHECK(fr_state_bytes(FR_STATE_INT8, 1) == 4 + 4, "int8 1");
     CHECK(fr_state_bytes(FR_STATE_INT8, 0) == 0 && fr_state_bytes(FR_STATE_F32, 0) == 0, "empty");
 
-    CHECK(fr_state_kind_for(FR_STATE_INT8, 2047) == FR_STATE_F32, "int8 below one block keeps fp32");
+    CHECK(fr_state_kind_for(FR_STATE_INT8, 2047) == FR_STATE_F32,
+          "int8 below one block keeps fp32");
     CHECK(fr_state_kind_for(FR_STATE_INT8, 10) == FR_STATE_F32, "int8 tiny keeps fp32");
     CHECK(fr_state_kind_for(FR_STATE_INT8, 2048) == FR_STATE_INT8, "int8 from one block (2048)");
     CHECK(fr_state_kind_for(FR_STATE_BF16, 10) == FR_STATE_BF16, "bf16 any size");
@@ -594,21 +596,26 @@ static void test_half_weights(void) {
                 for (size_t i = 0; i < n; i++) g[i] = (2 * fr_rng_next_uniform(&r) - 1) * 1e-2f;
                 fr_k_adam_half(p, g, 0, m, v, n, &o, t, dec, f16);
                 if (f16) {
-                    fr_f16_to_f32_n(rp, wp, n), fr_f16_to_f32_n(rm, wm, n), fr_f16_to_f32_n(rv, wv, n);
+                    fr_f16_to_f32_n(rp, wp, n), fr_f16_to_f32_n(rm, wm, n),
+                        fr_f16_to_f32_n(rv, wv, n);
                 } else {
-                    fr_bf16_to_f32_n(rp, wp, n), fr_bf16_to_f32_n(rm, wm, n), fr_bf16_to_f32_n(rv, wv, n);
+                    fr_bf16_to_f32_n(rp, wp, n), fr_bf16_to_f32_n(rm, wm, n),
+                        fr_bf16_to_f32_n(rv, wv, n);
                 }
                 fr_k_adam(wp, g, wm, wv, n, &o, t, dec);
                 if (f16) {
-                    fr_f32_to_f16_n(wp, rp, n), fr_f32_to_f16_n(wm, rm, n), fr_f32_to_f16_n(wv, rv, n);
+                    fr_f32_to_f16_n(wp, rp, n), fr_f32_to_f16_n(wm, rm, n),
+                        fr_f32_to_f16_n(wv, rv, n);
                 } else {
-                    fr_f32_to_bf16_n(wp, rp, n), fr_f32_to_bf16_n(wm, rm, n), fr_f32_to_bf16_n(wv, rv, n);
+                    fr_f32_to_bf16_n(wp, rp, n), fr_f32_to_bf16_n(wm, rm, n),
+                        fr_f32_to_bf16_n(wv, rv, n);
                 }
                 same &= !memcmp(p, rp, n * 2) && !memcmp(m, rm, n * 2) && !memcmp(v, rv, n * 2);
             }
             CHECK(same, "%s %s: fused half update differs from widen + fr_k_adam + round",
                   f16 ? "f16" : "bf16", dec ? "AdamW" : "Adam");
-            free(p), free(m), free(v), free(rp), free(rm), free(rv), free(g), free(wp), free(wm), free(wv);
+            free(p), free(m), free(v), free(rp), free(rm), free(rv), free(g), free(wp), free(wm),
+                free(wv);
         }
 }
 

@@ -46,13 +46,14 @@ static int exhaustive(int l, int s) {
             break;
         }
         int cnt = __builtin_popcount(mask);
-#define RELAX(m2, h2, r2, c)                                   \
-    do {                                                       \
-        int v_ = ID((m2), (h2), (r2));                         \
-        if (d + (c) < dist[v_]) dist[v_] = d + (c);            \
+#define RELAX(m2, h2, r2, c)                        \
+    do {                                            \
+        int v_ = ID((m2), (h2), (r2));              \
+        if (d + (c) < dist[v_]) dist[v_] = d + (c); \
     } while (0)
         if (hand >= 0 && hand < r - 1) RELAX(mask, hand + 1, r, 1);
-        if (hand == r - 1) RELAX(mask & ((1 << (r - 1)) - 1) ? mask & ((1 << r) - 1) : mask, -1, r - 1, 0);
+        if (hand == r - 1)
+            RELAX(mask & ((1 << (r - 1)) - 1) ? mask & ((1 << r) - 1) : mask, -1, r - 1, 0);
         if (hand >= 0 && !(mask >> hand & 1) && cnt < s) RELAX(mask | 1 << hand, hand, r, 0);
         for (int p = 1; p < l; p++)
             if (mask >> p & 1) RELAX(mask & ~(1 << p), hand, r, 0);
@@ -160,7 +161,8 @@ static void test_revolve(void) {
             if (fr_revolve_cost(l, s) != dp_t[l][s] && bad++ < 3)
                 CHECK(0, "T(%d,%d) = %lld, recurrence %lld", l, s, (long long)fr_revolve_cost(l, s),
                       (long long)dp_t[l][s]);
-    CHECK(bad == 0, "closed form against the recurrence for l <= %d, s <= %d: %d differ", DP_L, DP_S, bad);
+    CHECK(bad == 0, "closed form against the recurrence for l <= %d, s <= %d: %d differ", DP_L,
+          DP_S, bad);
     fr_ctx *ctx = fr_ctx_new();
     char what[64];
     for (int l = 1; l <= 120; l += 7)
@@ -177,10 +179,12 @@ static void test_revolve(void) {
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 4; b++) {
             fr_schedule sc;
-            CHECK(fr_schedule_revolve(ctx, 0, ls[a], ss[b], &sc) == FR_OK, "schedule: %s", fr_last_error(ctx));
+            CHECK(fr_schedule_revolve(ctx, 0, ls[a], ss[b], &sc) == FR_OK, "schedule: %s",
+                  fr_last_error(ctx));
             snprintf(what, sizeof what, "l=%d s=%d", ls[a], ss[b]);
-            CHECK(fr_revolve_cost(ls[a], ss[b]) == closed_form(ls[a], ss[b]), "%s: T = %lld, closed form %lld",
-                  what, (long long)fr_revolve_cost(ls[a], ss[b]), (long long)closed_form(ls[a], ss[b]));
+            CHECK(fr_revolve_cost(ls[a], ss[b]) == closed_form(ls[a], ss[b]),
+                  "%s: T = %lld, closed form %lld", what, (long long)fr_revolve_cost(ls[a], ss[b]),
+                  (long long)closed_form(ls[a], ss[b]));
             int most = check_schedule(&sc, ls[a], ss[b], closed_form(ls[a], ss[b]), what);
             CHECK(most == ss[b], "%s: holds %d states", what, most);
             fr_schedule_release(ctx, &sc);
@@ -240,14 +244,20 @@ static batch_data make_batch(int n, int d) {
 
 /* Run `steps` steps and return a copy of every parameter and buffer plus the
  * last gradients (zero_grad keeps them). */
-static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg, int micro, int steps,
-                         fr_precision prec, float *losses, size_t *len, size_t *arena) {
+static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg, int micro,
+                         int steps, fr_precision prec, float *losses, size_t *len, size_t *arena) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
     fr_model *m = make(ctx);
     fr_model_init(m, 5);
-    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 3,
-                      .checkpoint = mode, .ckpt_arg = arg, .micro_batch = micro, .precision = prec,
+    fr_step_opts o = {.batch = 16,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 3,
+                      .checkpoint = mode,
+                      .ckpt_arg = arg,
+                      .micro_batch = micro,
+                      .precision = prec,
                       .keep_grads = 1}; /* gradients are compared */
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
@@ -313,10 +323,14 @@ static fr_model *pool_bn(fr_ctx *ctx) {
  * bit, in fp32 and in both mixed modes (where which values a forward op reads
  * rounded to 16 bits must not depend on what reads them later). */
 static void test_bit_identical(void) {
-    struct { fr_ckpt_mode mode; int arg; const char *name; } modes[] = {
-        {FR_CKPT_ALL, 0, "all"}, {FR_CKPT_SQRT, 0, "sqrt"}, {FR_CKPT_EVERY, 2, "every:2"},
-        {FR_CKPT_SEGMENTS, 3, "segments 3"}, {FR_CKPT_REVOLVE, 1, "revolve:1"},
-        {FR_CKPT_REVOLVE, 2, "revolve:2"}, {FR_CKPT_REVOLVE, 3, "revolve:3"}};
+    struct {
+        fr_ckpt_mode mode;
+        int arg;
+        const char *name;
+    } modes[] = {{FR_CKPT_ALL, 0, "all"},           {FR_CKPT_SQRT, 0, "sqrt"},
+                 {FR_CKPT_EVERY, 2, "every:2"},     {FR_CKPT_SEGMENTS, 3, "segments 3"},
+                 {FR_CKPT_REVOLVE, 1, "revolve:1"}, {FR_CKPT_REVOLVE, 2, "revolve:2"},
+                 {FR_CKPT_REVOLVE, 3, "revolve:3"}};
     fr_model *(*models[3])(fr_ctx *) = {chain8, convnet, pool_bn};
     const char *names[3] = {"chain", "convnet", "pool->batchnorm net"};
     fr_precision precs[3] = {FR_PREC_FP32, FR_PREC_BF16_MIXED, FR_PREC_FP16_MIXED};
@@ -326,18 +340,22 @@ static void test_bit_identical(void) {
             float loss0[3], loss1[3];
             float *ref = train_copy(models[k], FR_CKPT_NONE, 0, 0, 3, precs[q], loss0, &n0, &peak0);
             for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-                float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, precs[q], loss1, &n1, &peak1);
+                float *got = train_copy(models[k], modes[i].mode, modes[i].arg, 0, 3, precs[q],
+                                        loss1, &n1, &peak1);
                 CHECK(got && memcmp(loss0, loss1, sizeof loss0) == 0,
-                      "%s, %s, checkpoint %s: losses %.9g %.9g %.9g, keeping everything %.9g %.9g %.9g",
-                      names[k], fr_precision_name(precs[q]), modes[i].name, loss1[0], loss1[1], loss1[2],
-                      loss0[0], loss0[1], loss0[2]);
+                      "%s, %s, checkpoint %s: losses %.9g %.9g %.9g, keeping everything %.9g %.9g "
+                      "%.9g",
+                      names[k], fr_precision_name(precs[q]), modes[i].name, loss1[0], loss1[1],
+                      loss1[2], loss0[0], loss0[1], loss0[2]);
                 CHECK(got && n0 == n1 && memcmp(ref, got, n0 * 4) == 0,
-                      "%s, %s, checkpoint %s: weights, gradients and BatchNorm stats differ from keeping everything",
+                      "%s, %s, checkpoint %s: weights, gradients and BatchNorm stats differ from "
+                      "keeping everything",
                       names[k], fr_precision_name(precs[q]), modes[i].name);
                 /* Recomputation lowers the fp32 peak of the chain and the convnet
                  * (checkpointing every Linear+ReLU block keeps each block's input, which is
                  * what backward keeps anyway: no gain there, and no loss). */
-                CHECK(q > 0 || k == 2 || peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE || (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
+                CHECK(q > 0 || k == 2 || peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE ||
+                          (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
                       "%s, %s, %s: planned peak %zu < %zu", names[k], fr_precision_name(precs[q]),
                       modes[i].name, peak1, peak0);
                 free(got);
@@ -366,20 +384,26 @@ static void test_freeze(void) {
     fr_model *m = chain(ctx, 4, 16);
     fr_model_init(m, 1);
     CHECK(fr_model_freeze(m, "0-3") == FR_OK, "%s", fr_last_error(ctx));
-    CHECK(fr_model_freeze(m, "fc9") == FR_ERR_ARG && strstr(fr_last_error(ctx), "fc9"), "unknown layer refused");
+    CHECK(fr_model_freeze(m, "fc9") == FR_ERR_ARG && strstr(fr_last_error(ctx), "fc9"),
+          "unknown layer refused");
     float w0 = ((float *)m->params[0].data)[0], w2 = ((float *)m->params[2].data)[3];
-    fr_step_opts o = {.batch = 8, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+    fr_step_opts o = {.batch = 8,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1,
                       .keep_grads = 1}; /* every gradient stored: their bytes are counted */
     fr_step *s = fr_step_compile(m, &o);
     batch_data b = make_batch(8, 16);
     fr_batch fb = {8, b.x, b.y, NULL};
     float loss;
     for (int i = 0; i < 3; i++) fr_step_run(s, &fb, &loss, NULL);
-    CHECK(((float *)m->params[0].data)[0] == w0 && ((float *)m->params[2].data)[3] == w2, "frozen weights changed");
+    CHECK(((float *)m->params[0].data)[0] == w0 && ((float *)m->params[2].data)[3] == w2,
+          "frozen weights changed");
     size_t pred[FR_MEM_CAT_COUNT], tot;
     fr_step_predicted(s, pred, &tot);
     /* layers L0 R1 L2 R3 | L4 R5 L6 R7 L8: trainable Linear(16,16) x2 + Linear(16,10) = 714 floats */
-    CHECK(pred[FR_MEM_GRADS] == 714 * 4, "gradients only for trainable layers: %zu", pred[FR_MEM_GRADS]);
+    CHECK(pred[FR_MEM_GRADS] == 714 * 4, "gradients only for trainable layers: %zu",
+          pred[FR_MEM_GRADS]);
     CHECK(pred[FR_MEM_OPTIM] == 2 * 714 * 4, "optimizer state only for trainable layers");
     int below = 0, u4 = m->layers[4].unit;
     for (size_t i = (size_t)s->g.n_forward; i < s->g.n_nodes; i++) {
@@ -401,7 +425,7 @@ static void test_freeze(void) {
 static fr_model *seed_resnet(fr_ctx *ctx) {
     fr_model *m = fr_model_new(ctx, 3, 16, 16);
     fr_model_conv2d(m, 8, 3, 1, 1, 1); /* x0 = conv0(x) */
-    for (int i = 0; i < 5; i++) {       /* x_{i+1} = relu_(conv_i(x_i) + x_i) */
+    for (int i = 0; i < 5; i++) {      /* x_{i+1} = relu_(conv_i(x_i) + x_i) */
         fr_model_residual_begin(m);
         fr_model_conv2d(m, 8, 3, 1, 1, 1);
         fr_model_residual_end(m);
@@ -426,8 +450,10 @@ static void test_names_do_not_matter(void) {
         for (size_t v = 0; v < s->g.n_vals && v < 512; v++) offs[k][v] = s->plan.offset[v];
         size_t all = 0;
         for (size_t v = 0; v < s->g.n_vals; v++)
-            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0) all += fr_value_bytes(&s->g.vals[v]);
-        CHECK(s->plan.arena_bytes * 3 <= all, "eval frees by liveness: arena %zu of %zu", s->plan.arena_bytes, all);
+            if (s->plan.offset[v] >= 0 && s->g.vals[v].alias_of < 0)
+                all += fr_value_bytes(&s->g.vals[v]);
+        CHECK(s->plan.arena_bytes * 3 <= all, "eval frees by liveness: arena %zu of %zu",
+              s->plan.arena_bytes, all);
         fr_step_free(s);
         fr_model_free(m);
     }
@@ -445,7 +471,10 @@ static void test_budget_sweep(void) {
             fr_ctx *ctx = fr_ctx_new();
             fr_model *m = models[k](ctx);
             fr_model_init(m, 2);
-            fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+            fr_step_opts o = {.batch = 16,
+                              .training = 1,
+                              .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                              .seed = 1,
                               .checkpoint = FR_CKPT_AUTO};
             if (i == 0) { /* find the plan with no budget: everything kept */
                 fr_step_opts n = o;
@@ -467,16 +496,19 @@ static void test_budget_sweep(void) {
             fr_step *s = fr_step_compile(m, &o); /* planning itself is not under the limit */
             fr_mem_set_limit(ctx, before.reserved + budget);
             if (i == 5) {
-                CHECK(!s && strstr(fr_last_error(ctx), "smallest needs"), "refusal: %s", fr_last_error(ctx));
+                CHECK(!s && strstr(fr_last_error(ctx), "smallest needs"), "refusal: %s",
+                      fr_last_error(ctx));
                 const char *p = strstr(fr_last_error(ctx), "(");
                 smallest = p ? strtoull(p + 1, NULL, 10) : 0;
-                CHECK(smallest > 0 && smallest < full, "smallest budget %zu < keep-all %zu", smallest, full);
+                CHECK(smallest > 0 && smallest < full, "smallest budget %zu < keep-all %zu",
+                      smallest, full);
             } else if (s) {
                 batch_data b = make_batch(16, (int)fr_shape_numel(&m->in));
                 fr_batch fb = {16, b.x, b.y, NULL};
                 float loss;
                 fr_mem_reset_peak(ctx);
-                CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "run under budget: %s", fr_last_error(ctx));
+                CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "run under budget: %s",
+                      fr_last_error(ctx));
                 fr_mem_stats ms;
                 fr_mem_get_stats(ctx, &ms);
                 fr_plan_info info;
@@ -485,13 +517,15 @@ static void test_budget_sweep(void) {
                 CHECK(measured <= budget, "measured %zu > budget %zu", measured, budget);
                 /* predicted reserved counts one batch of data the caller owns here, and metadata;
                  * measured counts what the allocator holds: they agree within 1% + 64 KiB */
-                double diff = fabs((double)measured - (double)(info.reserved - 16 * (fr_shape_numel(&m->in) + 1) * 4));
+                double diff = fabs((double)measured -
+                                   (double)(info.reserved - 16 * (fr_shape_numel(&m->in) + 1) * 4));
                 CHECK(diff <= 0.01 * measured + 65536, "%s budget %zu: measured %zu, predicted %zu",
                       k ? "convnet" : "chain", budget, measured, info.reserved);
                 free(b.x);
                 free(b.y);
             } else {
-                CHECK(strstr(fr_last_error(ctx), "smallest"), "refused with a reason: %s", fr_last_error(ctx));
+                CHECK(strstr(fr_last_error(ctx), "smallest"), "refused with a reason: %s",
+                      fr_last_error(ctx));
             }
             fr_step_free(s);
             fr_model_free(m);
@@ -513,8 +547,13 @@ static void test_plan_scales(void) {
     fr_model *m = chain(ctx, 2000, 16);
     fr_model_init(m, 1);
     const int B = 8192;
-    fr_step_opts o = {.batch = B, .micro_batch = B, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
-                      .seed = 1, .checkpoint = FR_CKPT_REVOLVE, .ckpt_arg = 20};
+    fr_step_opts o = {.batch = B,
+                      .micro_batch = B,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1,
+                      .checkpoint = FR_CKPT_REVOLVE,
+                      .ckpt_arg = 20};
     fr_step *r = fr_step_build(m, &o);
     CHECK(r != NULL, "revolve 20: %s", fr_last_error(ctx));
     if (!r) return;
@@ -534,11 +573,11 @@ static void test_plan_scales(void) {
         CHECK(info.mode == FR_CKPT_REVOLVE && info.ckpt_arg >= 20 && info.accumulate == 1,
               "revolve with at least 20 slots, got mode %d arg %d", info.mode, info.ckpt_arg);
         int64_t t = closed_form(L, info.ckpt_arg);
-        CHECK(info.recomputed_units == t && t <= closed_form(L, 20), "recomputed %d, closed form %lld",
-              info.recomputed_units, (long long)t);
+        CHECK(info.recomputed_units == t && t <= closed_form(L, 20),
+              "recomputed %d, closed form %lld", info.recomputed_units, (long long)t);
         double unit = 2.0 * B * 16 * 16 + (double)B * 16;
-        CHECK(info.extra_flops == (double)t * unit, "extra FLOPs %.17g, closed form %.17g", info.extra_flops,
-              (double)t * unit);
+        CHECK(info.extra_flops == (double)t * unit, "extra FLOPs %.17g, closed form %.17g",
+              info.extra_flops, (double)t * unit);
         printf("2001 units, budget %zu: revolve %d, %d recomputed\n", o.budget, info.ckpt_arg,
                info.recomputed_units);
     }
@@ -553,7 +592,10 @@ static void test_plan_scales(void) {
 static void test_describe_many_units(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 4999, 8);
-    fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1,
+    fr_step_opts o = {.batch = 4,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                      .seed = 1,
                       .checkpoint = FR_CKPT_ALL};
     fr_step *s = fr_step_build(m, &o);
     CHECK(s != NULL && m->n_units == 5000, "build: %s", fr_last_error(ctx));
@@ -569,7 +611,8 @@ static void test_describe_many_units(void) {
             rec += strncmp(p + 16, "recomputed", 10) == 0;
             kept += strncmp(p + 16, "kept", 4) == 0;
         }
-        CHECK(got == (size_t)len && rec == 2 * 4999 && kept == 1, "%d layers recomputed, %d kept", rec, kept);
+        CHECK(got == (size_t)len && rec == 2 * 4999 && kept == 1, "%d layers recomputed, %d kept",
+              rec, kept);
         free(txt);
     }
     if (f) fclose(f);
@@ -581,8 +624,10 @@ static void test_describe_many_units(void) {
 static void test_refusals(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 2, 8);
-    fr_step_opts o = {.batch = 10, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 3};
-    CHECK(!fr_step_compile(m, &o) && strstr(fr_last_error(ctx), "does not divide"), "%s", fr_last_error(ctx));
+    fr_step_opts o = {
+        .batch = 10, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .micro_batch = 3};
+    CHECK(!fr_step_compile(m, &o) && strstr(fr_last_error(ctx), "does not divide"), "%s",
+          fr_last_error(ctx));
     fr_model_free(m);
     fr_ctx_free(ctx);
 }
@@ -603,8 +648,13 @@ static void test_plans_allocate_nothing(void) {
     fr_ctx *ctx = fr_ctx_new(), *rctx = fr_ctx_new();
     fr_model *m = chain(ctx, 2, 300), *ref = chain(rctx, 2, 300);
     fr_model_init(ref, 7);
-    fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 7,
-                      .keep_grads = 1, .checkpoint = FR_CKPT_AUTO, .budget = 64 << 20};
+    fr_step_opts o = {.batch = 16,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 7,
+                      .keep_grads = 1,
+                      .checkpoint = FR_CKPT_AUTO,
+                      .budget = 64 << 20};
     fr_plan_need need;
     fr_step *s = fr_step_plan_choose(m, &o, &need);
     CHECK(s != NULL, "plan: %s", fr_last_error(ctx));
@@ -624,13 +674,17 @@ static void test_plans_allocate_nothing(void) {
               "%s: the values of fr_model_init", m->params[i].name);
     }
     fr_mem_get_stats(ctx, &st);
-    CHECK(st.allocated[FR_MEM_PARAMS] == bytes, "params %zu, by hand %zu", st.allocated[FR_MEM_PARAMS], bytes);
+    CHECK(st.allocated[FR_MEM_PARAMS] == bytes, "params %zu, by hand %zu",
+          st.allocated[FR_MEM_PARAMS], bytes);
     fr_step_free(s);
     fr_model_free(m);
 
     fr_ctx *hctx = fr_ctx_new();
     fr_model *h = chain(hctx, 2, 300);
-    fr_step_opts ho = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 7,
+    fr_step_opts ho = {.batch = 16,
+                       .training = 1,
+                       .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                       .seed = 7,
                        .precision = FR_PREC_BF16};
     s = fr_step_compile(h, &ho);
     CHECK(s != NULL, "bf16 compile: %s", fr_last_error(hctx));
@@ -642,8 +696,8 @@ static void test_plans_allocate_nothing(void) {
         const float *r = ref->params[i].data;
         int64_t bad = 0;
         for (size_t k = 0; k < n; k++) bad += w[k] != bf16_by_hand(r[k]);
-        CHECK(h->params[i].dtype == FR_BF16 && bad == 0, "%s: %lld values differ from f32 rounded by hand",
-              h->params[i].name, (long long)bad);
+        CHECK(h->params[i].dtype == FR_BF16 && bad == 0,
+              "%s: %lld values differ from f32 rounded by hand", h->params[i].name, (long long)bad);
     }
     fr_mem_get_stats(hctx, &st);
     CHECK(st.allocated_peak[FR_MEM_PARAMS] == half, "bf16 weights: peak %zu, the 16-bit bytes %zu",
@@ -668,7 +722,10 @@ static void test_budget_plan_faults(void) {
         fr_model_linear(m, 32, 1);
         fr_model_relu(m);
         fr_model_linear(m, 10, 1);
-        fr_step_opts o = {.batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+        fr_step_opts o = {.batch = 16,
+                          .training = 1,
+                          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                          .seed = 1,
                           .budget = 4 << 20};
         fr_budget b;
         fr_mem_fail_at(ctx, k);
@@ -680,13 +737,15 @@ static void test_budget_plan_faults(void) {
         int injected = ms.num_ooms > 0;
         if (!st) ok_runs++;
         else failed_runs++;
-        CHECK(st == FR_OK || fr_last_error(ctx)[0], "failure %llu without a message", (unsigned long long)k);
+        CHECK(st == FR_OK || fr_last_error(ctx)[0], "failure %llu without a message",
+              (unsigned long long)k);
         fr_step_free(s);
         fr_model_free(m);
         fr_ctx_free(ctx);
         if (!injected) break; /* the k-th allocation never came: every point was tried */
     }
-    CHECK(ok_runs >= 1 && failed_runs > 10, "%d runs planned, %d failed cleanly", ok_runs, failed_runs);
+    CHECK(ok_runs >= 1 && failed_runs > 10, "%d runs planned, %d failed cleanly", ok_runs,
+          failed_runs);
 }
 
 int main(void) {

@@ -75,9 +75,15 @@ static run start(fr_precision p, fr_optim_kind k, int scaling, float clip) {
     fr_set_threads(r.ctx, 2);
     r.m = start_arch ? resnet_small(r.ctx, start_arch == 2) : convnet(r.ctx);
     fr_model_init(r.m, 9);
-    fr_step_opts o = {.batch = 8, .training = 1, .optim = fr_optim_defaults(k), .seed = 2,
-                      .precision = p, .loss_scaling = scaling, .clip_grad_norm = clip,
-                      .micro_batch = start_micro, .keep_grads = 1}; /* gradients are compared */
+    fr_step_opts o = {.batch = 8,
+                      .training = 1,
+                      .optim = fr_optim_defaults(k),
+                      .seed = 2,
+                      .precision = p,
+                      .loss_scaling = scaling,
+                      .clip_grad_norm = clip,
+                      .micro_batch = start_micro,
+                      .keep_grads = 1}; /* gradients are compared */
     o.optim.zero_grad_to_none = 0;
     o.optim.lr = k == FR_OPTIM_SGD ? 0.1f : 1e-3f;
     r.s = fr_step_compile(r.m, &o);
@@ -109,7 +115,8 @@ static int half_reads(const fr_step *s, fr_op op) {
     for (int k = 0; k < s->plan.n_nodes; k++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[k]];
         if (nd->op != op) continue;
-        for (int j = 0; j < nd->n_in; j++) reads += nd->in[j] >= 0 && s->g.vals[nd->in[j]].dtype != FR_F32;
+        for (int j = 0; j < nd->n_in; j++)
+            reads += nd->in[j] >= 0 && s->g.vals[nd->in[j]].dtype != FR_F32;
     }
     return reads;
 }
@@ -130,15 +137,20 @@ static void test_direct_conv(fr_precision p, double unit) {
         fr_model_flatten(m);
         fr_model_linear(m, 10, 1);
         fr_model_init(m, 3);
-        fr_step_opts o = {.batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM),
-                          .seed = 2, .precision = r ? p : FR_PREC_FP32, .loss_scaling = FR_LOSS_SCALE_NONE};
+        fr_step_opts o = {.batch = 4,
+                          .training = 1,
+                          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                          .seed = 2,
+                          .precision = r ? p : FR_PREC_FP32,
+                          .loss_scaling = FR_LOSS_SCALE_NONE};
         fr_step *s = fr_step_compile(m, &o);
         CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
         if (!s) return;
         if (r) {
             CHECK(half_reads(s, FR_OP_CONV2D) == 1 && half_reads(s, FR_OP_CONV2D_BWD) == 1,
                   "%s: the second convolution reads its 16-bit input (%d forward, %d backward)",
-                  fr_precision_name(p), half_reads(s, FR_OP_CONV2D), half_reads(s, FR_OP_CONV2D_BWD));
+                  fr_precision_name(p), half_reads(s, FR_OP_CONV2D),
+                  half_reads(s, FR_OP_CONV2D_BWD));
         }
         float x[4 * 200];
         int32_t y[4] = {1, 3, 5, 7};
@@ -151,8 +163,8 @@ static void test_direct_conv(fr_precision p, double unit) {
         fr_model_free(m);
         fr_ctx_free(ctx);
     }
-    CHECK(fabs(loss[0] - loss[1]) <= 16 * unit * fabs(loss[0]), "%s: loss after 3 steps %g vs fp32 %g",
-          fr_precision_name(p), loss[1], loss[0]);
+    CHECK(fabs(loss[0] - loss[1]) <= 16 * unit * fabs(loss[0]),
+          "%s: loss after 3 steps %g vs fp32 %g", fr_precision_name(p), loss[1], loss[0]);
 }
 
 /* ||g_b - g_a|| / ||g_a|| of one parameter's gradient in two runs. */
@@ -195,16 +207,17 @@ static void test_mixed_resnet(fr_precision p, double unit, int arch) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
         if (!pa->grad) continue;
         double rel = grad_rel_l2(pa, pb);
-        if (getenv("FR_TEST_VERBOSE")) printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
+        if (getenv("FR_TEST_VERBOSE"))
+            printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         worst = rel > worst ? rel : worst;
     }
     const char *what = arch == 2 ? "residual net, block checkpointed" : "residual net";
-    printf("%s, %s: worst relative L2 gradient error %.2e, bound %.2e\n", fr_precision_name(p), what, worst,
-           64 * unit);
-    CHECK(worst <= 64 * unit, "%s, %s gradients: relative L2 error %g > %g", fr_precision_name(p), what, worst,
-          64 * unit);
-    CHECK(fabs(la - lb) <= 16 * unit * fabs(la), "%s, %s: losses agree: %g vs %g", fr_precision_name(p), what,
-          la, lb);
+    printf("%s, %s: worst relative L2 gradient error %.2e, bound %.2e\n", fr_precision_name(p),
+           what, worst, 64 * unit);
+    CHECK(worst <= 64 * unit, "%s, %s gradients: relative L2 error %g > %g", fr_precision_name(p),
+          what, worst, 64 * unit);
+    CHECK(fabs(la - lb) <= 16 * unit * fabs(la), "%s, %s: losses agree: %g vs %g",
+          fr_precision_name(p), what, la, lb);
     CHECK(half_writes(b.s, FR_OP_GELU) >= 1, "%s, %s: the GELU writes its 16-bit value itself",
           fr_precision_name(p), what);
     CHECK(half_writes(b.s, FR_OP_RELU) == 0, "%s, %s: no ReLU writes 16 bits, %d do",
@@ -229,22 +242,26 @@ static void test_mixed_grads(fr_precision p, double unit) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
         if (!pa->grad) continue;
         double rel = grad_rel_l2(pa, pb);
-        if (getenv("FR_TEST_VERBOSE")) printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
+        if (getenv("FR_TEST_VERBOSE"))
+            printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         if (strcmp(pa->name, "0.weight") == 0) rel /= 4; /* its 64 u, in units of 16 u */
         if (rel > worst) worst = rel, worst_name = pa->name;
     }
-    printf("%s: worst relative L2 gradient error %.2e (%s; 0.weight counted at 1/4), bound %.2e\n", fr_precision_name(p), worst,
-           worst_name, 16 * unit);
-    CHECK(worst <= 16 * unit, "%s gradients: relative L2 error %g > %g", fr_precision_name(p), worst, 16 * unit);
+    printf("%s: worst relative L2 gradient error %.2e (%s; 0.weight counted at 1/4), bound %.2e\n",
+           fr_precision_name(p), worst, worst_name, 16 * unit);
+    CHECK(worst <= 16 * unit, "%s gradients: relative L2 error %g > %g", fr_precision_name(p),
+          worst, 16 * unit);
     CHECK(fabs(la - lb) <= 16 * unit * fabs(la), "losses agree: %g vs %g", la, lb);
     size_t pa[FR_MEM_CAT_COUNT], pb[FR_MEM_CAT_COUNT];
     fr_step_predicted(a.s, pa, NULL);
     fr_step_predicted(b.s, pb, NULL);
-    CHECK(pb[FR_MEM_ACTIVATIONS] <= 0.55 * pa[FR_MEM_ACTIVATIONS], "%s activations %zu vs fp32 %zu (>= 45%% less)",
-          fr_precision_name(p), pb[FR_MEM_ACTIVATIONS], pa[FR_MEM_ACTIVATIONS]);
+    CHECK(pb[FR_MEM_ACTIVATIONS] <= 0.55 * pa[FR_MEM_ACTIVATIONS],
+          "%s activations %zu vs fp32 %zu (>= 45%% less)", fr_precision_name(p),
+          pb[FR_MEM_ACTIVATIONS], pa[FR_MEM_ACTIVATIONS]);
     int halves = 0;
     for (size_t v = 0; v < b.s->g.n_vals; v++)
-        halves += b.s->g.vals[v].saved && b.s->g.vals[v].dtype == (p == FR_PREC_FP16_MIXED ? FR_F16 : FR_BF16);
+        halves += b.s->g.vals[v].saved &&
+                  b.s->g.vals[v].dtype == (p == FR_PREC_FP16_MIXED ? FR_F16 : FR_BF16);
     CHECK(halves >= 6, "saved activations in 16 bits: %d", halves);
     /* Kernels that read 16 bits themselves get the saved half, not a widened copy. */
     const fr_op direct[] = {FR_OP_RELU_BWD, FR_OP_GELU_BWD, FR_OP_MAXPOOL2D, FR_OP_MAXPOOL2D_BWD,
@@ -270,8 +287,13 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     fr_model_linear(m, H, 1);
     fr_model_linear(m, O, 1);
     fr_model_init(m, 5);
-    fr_step_opts o = {.batch = N, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 2,
-                      .precision = p, .loss_scaling = FR_LOSS_SCALE_NONE, .keep_grads = 1};
+    fr_step_opts o = {.batch = N,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 2,
+                      .precision = p,
+                      .loss_scaling = FR_LOSS_SCALE_NONE,
+                      .keep_grads = 1};
     o.optim.lr = 0;
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
@@ -287,12 +309,15 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
     const float *W1 = m->params[0].data, *b1 = m->params[1].data, *W2 = m->params[2].data,
                 *b2 = m->params[3].data;
-    CHECK(fr_shape_numel(&m->params[0].shape) == H * K && fr_shape_numel(&m->params[2].shape) == O * H,
+    CHECK(fr_shape_numel(&m->params[0].shape) == H * K &&
+              fr_shape_numel(&m->params[2].shape) == O * H,
           "parameter order: 0.weight, 0.bias, 1.weight, 1.bias");
     double l_ref[2], gw1[2][H * K], gw2[2][O * H];
     for (int r = 0; r < 2; r++) { /* r = 1: operands rounded as the mixed mode must */
-#define RND(v) (r ? (double)(dt == FR_F16 ? fr_f16_to_f32(fr_f32_to_f16((float)(v))) \
-                                          : fr_bf16_to_f32(fr_f32_to_bf16((float)(v)))) : (double)(v))
+#define RND(v)                                                               \
+    (r ? (double)(dt == FR_F16 ? fr_f16_to_f32(fr_f32_to_f16((float)(v)))    \
+                               : fr_bf16_to_f32(fr_f32_to_bf16((float)(v)))) \
+       : (double)(v))
         double h[N * H], z[N * O], dz[N * O], dh[N * H], l = 0;
         for (int n = 0; n < N; n++)
             for (int j = 0; j < H; j++) {
@@ -310,7 +335,8 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
             }
             for (int c = 0; c < O; c++) se += exp(z[n * O + c] - mx);
             l += (log(se) + mx - z[n * O + y[n]]) / N;
-            for (int c = 0; c < O; c++) dz[n * O + c] = (exp(z[n * O + c] - mx) / se - (c == y[n])) / N;
+            for (int c = 0; c < O; c++)
+                dz[n * O + c] = (exp(z[n * O + c] - mx) / se - (c == y[n])) / N;
         }
         l_ref[r] = l;
         for (int n = 0; n < N; n++)
@@ -351,7 +377,8 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     }
     const double tol = 1e-5; /* f32 sums of <= 48 terms: a few 2^-24 relative */
     if (getenv("FR_TEST_VERBOSE"))
-        printf("  %s: loss %.9g, rounded ref %.9g, plain %.9g; 0.weight %.2e / %.2e, 1.weight %.2e / %.2e\n",
+        printf("  %s: loss %.9g, rounded ref %.9g, plain %.9g; 0.weight %.2e / %.2e, 1.weight %.2e "
+               "/ %.2e\n",
                fr_precision_name(p), loss, l_ref[1], l_ref[0], d1[1], d1[0], d2[1], d2[0]);
     CHECK(fabs(loss - l_ref[1]) <= tol * fabs(l_ref[1]), "%s: loss %.9g, rounded reference %.9g",
           fr_precision_name(p), loss, l_ref[1]);
@@ -374,13 +401,15 @@ static void test_scaler_exact(void) {
     }
     int same = 1;
     for (size_t i = 0; i < a.m->n_params; i++)
-        same &= !memcmp(a.m->params[i].data, b.m->params[i].data,
-                        fr_shape_numel(&a.m->params[i].shape) * fr_dtype_size(a.m->params[i].dtype));
+        same &=
+            !memcmp(a.m->params[i].data, b.m->params[i].data,
+                    fr_shape_numel(&a.m->params[i].shape) * fr_dtype_size(a.m->params[i].dtype));
     CHECK(same, "power-of-two scaling and unscaling are exact: weights equal");
     float scale;
     uint64_t skipped;
     fr_step_scaler(b.s, &scale, &skipped);
-    CHECK(scale == 65536.0f && skipped == 0, "scale %g, skipped %llu", (double)scale, (unsigned long long)skipped);
+    CHECK(scale == 65536.0f && skipped == 0, "scale %g, skipped %llu", (double)scale,
+          (unsigned long long)skipped);
     stop(&a);
     stop(&b);
 }
@@ -399,8 +428,10 @@ static void test_overflow_skip(void) {
     float scale;
     uint64_t skipped;
     fr_step_scaler(r.s, &scale, &skipped);
-    CHECK(skipped == 1 && scale == 32768.0f, "skipped %llu, scale %g", (unsigned long long)skipped, (double)scale);
-    CHECK(!memcmp(w, r.m->params[0].data, n0 * 4) && !memcmp(m0, r.m->params[0].state[0], n0 * 4) && r.s->t == t,
+    CHECK(skipped == 1 && scale == 32768.0f, "skipped %llu, scale %g", (unsigned long long)skipped,
+          (double)scale);
+    CHECK(!memcmp(w, r.m->params[0].data, n0 * 4) && !memcmp(m0, r.m->params[0].state[0], n0 * 4) &&
+              r.s->t == t,
           "weights, optimizer state and step count untouched");
     CHECK(step(&r, &l) == FR_OK && memcmp(w, r.m->params[0].data, n0 * 4) && r.s->t == t + 1,
           "the next step trains");
@@ -412,7 +443,8 @@ static void test_overflow_skip(void) {
     run q = start(FR_PREC_FP32, FR_OPTIM_SGD, -1, 0);
     q.s->inject_inf = 1;
     CHECK(step(&q, &l) == FR_OK, "the poisoned step itself is not checked without a scaler");
-    CHECK(step(&q, &l) == FR_ERR_NUMERIC && strstr(fr_last_error(q.ctx), "non-finite loss"), "%s", fr_last_error(q.ctx));
+    CHECK(step(&q, &l) == FR_ERR_NUMERIC && strstr(fr_last_error(q.ctx), "non-finite loss"), "%s",
+          fr_last_error(q.ctx));
     stop(&q);
 }
 
@@ -447,12 +479,14 @@ static void test_clip(void) {
 }
 
 static void test_pure_bf16(void) {
-    run a = start(FR_PREC_FP32, FR_OPTIM_ADAM, -1, 0), r = start(FR_PREC_BF16, FR_OPTIM_ADAM, -1, 0);
+    run a = start(FR_PREC_FP32, FR_OPTIM_ADAM, -1, 0),
+        r = start(FR_PREC_BF16, FR_OPTIM_ADAM, -1, 0);
     CHECK(r.m->params[0].dtype == FR_BF16, "weights stored as bf16");
     size_t pa[FR_MEM_CAT_COUNT], pr[FR_MEM_CAT_COUNT];
     fr_step_predicted(a.s, pa, NULL);
     fr_step_predicted(r.s, pr, NULL);
-    CHECK(pr[FR_MEM_OPTIM] * 2 == pa[FR_MEM_OPTIM], "Adam state in 16 bits: %zu vs %zu", pr[FR_MEM_OPTIM], pa[FR_MEM_OPTIM]);
+    CHECK(pr[FR_MEM_OPTIM] * 2 == pa[FR_MEM_OPTIM], "Adam state in 16 bits: %zu vs %zu",
+          pr[FR_MEM_OPTIM], pa[FR_MEM_OPTIM]);
     float l0, l;
     step(&r, &l0);
     for (int i = 0; i < 30; i++) step(&r, &l);
@@ -490,8 +524,9 @@ static void test_pure_grads(fr_precision p, double unit) {
         CHECK(step(&a, &la) == FR_OK && step(&r, &lr) == FR_OK, "steps: %s", fr_last_error(r.ctx));
         fr_mem_stats st;
         fr_mem_get_stats(r.ctx, &st);
-        CHECK(st.allocated_peak[FR_MEM_GRADS] == pr[FR_MEM_GRADS], "%s: gradient bytes measured %zu, predicted %zu",
-              fr_precision_name(p), st.allocated_peak[FR_MEM_GRADS], pr[FR_MEM_GRADS]);
+        CHECK(st.allocated_peak[FR_MEM_GRADS] == pr[FR_MEM_GRADS],
+              "%s: gradient bytes measured %zu, predicted %zu", fr_precision_name(p),
+              st.allocated_peak[FR_MEM_GRADS], pr[FR_MEM_GRADS]);
         double worst = 0;
         int n16 = 0;
         for (size_t i = 0; i < a.m->n_params; i++) {
@@ -501,7 +536,8 @@ static void test_pure_grads(fr_precision p, double unit) {
             if (!qr->grad16) continue;
             double num = 0, den = 0;
             for (int64_t k = 0; k < fr_shape_numel(&qa->shape); k++) {
-                double g = dt == FR_F16 ? fr_f16_to_f32(qr->grad16[k]) : fr_bf16_to_f32(qr->grad16[k]);
+                double g =
+                    dt == FR_F16 ? fr_f16_to_f32(qr->grad16[k]) : fr_bf16_to_f32(qr->grad16[k]);
                 num += (g - qa->grad[k]) * (g - qa->grad[k]);
                 den += (double)qa->grad[k] * qa->grad[k];
             }

@@ -24,7 +24,8 @@ int main(void) {
     /* Warm OpenBLAS up with GEMMs of the sizes the step will use. */
     {
         int n = 1024;
-        float *a = calloc((size_t)n * n, 4), *b = calloc((size_t)n * n, 4), *c = calloc((size_t)n * n, 4);
+        float *a = calloc((size_t)n * n, 4), *b = calloc((size_t)n * n, 4),
+              *c = calloc((size_t)n * n, 4);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         free(a);
@@ -44,14 +45,18 @@ int main(void) {
     fr_model_linear(m, 4096, 1);
     fr_model_relu(m);
     fr_model_linear(m, 10, 1);
-    fr_step_opts o = {.batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1,
+    fr_step_opts o = {.batch = n,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1,
                       .keep_grads = 1}; /* the tutorial's loop: every gradient stored */
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
     fr_batch b = {n, x, y, NULL};
     float loss;
-    for (int i = 0; i < 2 && s; i++) CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
+    for (int i = 0; i < 2 && s; i++)
+        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
     size_t grown = fr_peak_rss_kib() * 1024 - base;
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
@@ -61,8 +66,10 @@ int main(void) {
            "difference %.1f MiB (margin %.1f MiB)\n",
            st.reserved_peak / 1048576.0, st.allocated_total_peak / 1048576.0, grown / 1048576.0,
            diff / 1048576.0, margin / 1048576.0);
-    CHECK(st.reserved_peak > 380u << 20, "the scenario is large enough to measure: %zu", st.reserved_peak);
-    CHECK(diff <= margin && -diff <= margin, "RSS growth and engine accounting differ by %.1f MiB", diff / 1048576.0);
+    CHECK(st.reserved_peak > 380u << 20, "the scenario is large enough to measure: %zu",
+          st.reserved_peak);
+    CHECK(diff <= margin && -diff <= margin, "RSS growth and engine accounting differ by %.1f MiB",
+          diff / 1048576.0);
     fr_step_free(s);
     fr_model_free(m);
     free(x);

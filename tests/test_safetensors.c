@@ -22,7 +22,9 @@
 #include "io/safetensors.h"
 #include "scratch.h"
 
-static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
+static void path_in(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
 
 static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
@@ -52,9 +54,10 @@ static size_t live_bytes(fr_ctx *ctx) {
 
 /* The writer's output for two tensors and one metadata entry, byte for byte. */
 static void test_exact_bytes(fr_ctx *ctx) {
-    const char hdr[] = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
-                       "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":"
-                       "[8,16]}}      ";
+    const char hdr[] =
+        "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
+        "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":"
+        "[8,16]}}      ";
     _Static_assert(sizeof hdr - 1 == 144, "138 bytes of JSON and 6 of padding");
     unsigned char want[8 + 144 + 16];
     memcpy(want, "\x90\0\0\0\0\0\0\0", 8);
@@ -83,13 +86,15 @@ static void test_exact_bytes(fr_ctx *ctx) {
     CHECK(st == FR_OK, "%s", fr_last_error(ctx));
     unsigned char got[512];
     size_t n = slurp(p, got, sizeof got);
-    CHECK(n == sizeof want && !memcmp(got, want, sizeof want), "file differs from the reference layout (%zu bytes)", n);
+    CHECK(n == sizeof want && !memcmp(got, want, sizeof want),
+          "file differs from the reference layout (%zu bytes)", n);
 
     fr_st_file f;
     st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
     CHECK(st == FR_OK, "%s", fr_last_error(ctx));
     if (!st) {
-        CHECK(f.n == 2 && !strcmp(f.entries[0].name, "w") && !strcmp(f.entries[1].name, "b"), "order");
+        CHECK(f.n == 2 && !strcmp(f.entries[0].name, "w") && !strcmp(f.entries[1].name, "b"),
+              "order");
         const fr_st_entry *fb = fr_st_find(&f, "b");
         int64_t bv = 0;
         CHECK(fb && fb->data == NULL, "fr_st_read read tensor data before it was asked for");
@@ -145,11 +150,12 @@ static void test_round_trip(fr_ctx *ctx) {
     for (int k = 0; k < 7 && k < f.n; k++) {
         const fr_st_entry *g = &f.entries[k];
         CHECK(!strcmp(g->name, e[k].name), "name %d: '%s'", k, g->name);
-        CHECK(g->dtype == e[k].dtype && fr_shape_eq(&g->shape, &e[k].shape) && g->nbytes == e[k].nbytes,
+        CHECK(g->dtype == e[k].dtype && fr_shape_eq(&g->shape, &e[k].shape) &&
+                  g->nbytes == e[k].nbytes,
               "meta of %s", e[k].name);
         unsigned char got[32] = {0};
-        CHECK(g->nbytes <= sizeof got && fr_st_load(ctx, &f, g, got) == FR_OK, "load %s: %s", e[k].name,
-              fr_last_error(ctx));
+        CHECK(g->nbytes <= sizeof got && fr_st_load(ctx, &f, g, got) == FR_OK, "load %s: %s",
+              e[k].name, fr_last_error(ctx));
         CHECK(g->nbytes == 0 || !memcmp(got, e[k].data, g->nbytes), "data of %s", e[k].name);
     }
     const char *note = fr_st_meta_get(&f, "note");
@@ -188,29 +194,40 @@ static void test_corruptions(fr_ctx *ctx) {
         {"empty header", "", 0, "header ends where '{' was expected"},
         {"unterminated string", "{\"a", 0, "unterminated string"},
         {"missing colon", "{\"a\" {}}", 0, "expected ':'"},
-        {"trailing comma", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1, "expected a string"},
+        {"trailing comma", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1,
+         "expected a string"},
         {"trailing garbage", "{} x", 0, "byte 11: unexpected characters after the header object"},
         {"unknown dtype", "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
          "tensor 'a': unsupported dtype \"F64\""},
-        {"negative dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0, "negative number"},
-        {"fractional dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", 1, "expected an integer"},
-        {"leading zero", "{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1, "leading zero"},
-        {"huge number", "{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}", 1,
+        {"negative dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0,
+         "negative number"},
+        {"fractional dim", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", 1,
+         "expected an integer"},
+        {"leading zero", "{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1,
+         "leading zero"},
+        {"huge number",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}", 1,
          "number too large"},
         {"five dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
          "more than 4 values"},
         {"shape overflow",
-         "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,1]}}", 1,
-         "tensor 'a': shape's element count overflows"},
-        {"bytes overflow", "{\"a\":{\"dtype\":\"I64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,1]}}", 1,
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":["
+         "0,1]}}",
+         1, "tensor 'a': shape's element count overflows"},
+        {"bytes overflow",
+         "{\"a\":{\"dtype\":\"I64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,1]}}", 1,
          "tensor 'a': shape's byte count overflows"},
-        {"end past data", "{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[10,10],\"data_offsets\":[0,400]}}", 320,
+        {"end past data",
+         "{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[10,10],\"data_offsets\":[0,400]}}", 320,
          "tensor 'fc1.weight': data_offsets [0, 400] end past the data (320 bytes)"},
-        {"end before begin", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}", 4, "end before begin"},
+        {"end before begin", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}", 4,
+         "end before begin"},
         {"size mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", 16,
          "tensor 'a': data_offsets [0, 16] hold 16 bytes but F32 (2, 3) needs 24"},
-        {"three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 2, "more than 2 values"},
-        {"one offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1, "needs 2 values, has 1"},
+        {"three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 2,
+         "more than 2 values"},
+        {"one offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1,
+         "needs 2 values, has 1"},
         {"overlap",
          "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
          "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
@@ -219,7 +236,8 @@ static void test_corruptions(fr_ctx *ctx) {
          "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
          "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}",
          6, "tensor 'b': data_offsets [4, 6] leave a gap of 2 bytes"},
-        {"gap at start", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}", 3, "leave a gap of 1 bytes"},
+        {"gap at start", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}", 3,
+         "leave a gap of 1 bytes"},
         {"uncovered tail", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 5,
          "the tensors cover 2 bytes of data but the file has 5"},
         {"data without tensors", "{}", 3, "no tensors but 3 bytes of data"},
@@ -227,14 +245,18 @@ static void test_corruptions(fr_ctx *ctx) {
          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
          "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
          2, "tensor 'a' appears twice"},
-        {"duplicate key", "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+        {"duplicate key",
+         "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
          "duplicate \"dtype\""},
-        {"missing key", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1, "tensor 'a': missing \"shape\""},
-        {"unknown key", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 1,
-         "tensor 'a': unknown key \"x\""},
+        {"missing key", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1,
+         "tensor 'a': missing \"shape\""},
+        {"unknown key", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}",
+         1, "tensor 'a': unknown key \"x\""},
         {"tensor not an object", "{\"a\":[1]}", 0, "expected '{' to open a tensor"},
-        {"metadata not a string", "{\"__metadata__\":{\"k\":1}}", 0, "metadata 'k': value is not a string"},
-        {"duplicate metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "duplicate \"__metadata__\""},
+        {"metadata not a string", "{\"__metadata__\":{\"k\":1}}", 0,
+         "metadata 'k': value is not a string"},
+        {"duplicate metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0,
+         "duplicate \"__metadata__\""},
         {"control char", "{\"a\tb\":{}}", 0, "control character 0x09"},
         {"bad escape", "{\"a\\qb\":{}}", 0, "unknown escape '\\q'"},
         {"nul escape", "{\"a\\u0000\":{}}", 0, "\\u0000 in a string"},
@@ -242,7 +264,8 @@ static void test_corruptions(fr_ctx *ctx) {
         {"bad utf-8", "{\"\xff\":{}}", 0, "invalid UTF-8"},
         {"overlong utf-8", "{\"\xc0\xaf\":{}}", 0, "invalid UTF-8"},
         {"name too long",
-         "{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaa"
          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":{}}",
          0, "a tensor name longer than 159 bytes"},
         {"cut inside object", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1,
@@ -254,7 +277,8 @@ static void test_corruptions(fr_ctx *ctx) {
         fr_st_file f;
         fr_status st = fr_st_parse(ctx, "t.safetensors", buf, n, &f);
         CHECK(st == FR_ERR_FORMAT, "%s: accepted (status %d)", cases[c].what, st);
-        CHECK(strstr(fr_last_error(ctx), cases[c].msg) && !strncmp(fr_last_error(ctx), "t.safetensors: ", 15),
+        CHECK(strstr(fr_last_error(ctx), cases[c].msg) &&
+                  !strncmp(fr_last_error(ctx), "t.safetensors: ", 15),
               "%s: message \"%s\" lacks \"%s\"", cases[c].what, fr_last_error(ctx), cases[c].msg);
         CHECK(f.n == 0 && f.entries == NULL, "%s: out not cleared", cases[c].what);
     }
@@ -262,34 +286,40 @@ static void test_corruptions(fr_ctx *ctx) {
     size_t n = make_file(buf, cases[14].json, 320);
     fr_st_file f;
     fr_st_parse(ctx, "ckpt.safetensors", buf, n, &f);
-    CHECK(!strcmp(fr_last_error(ctx),
-                  "ckpt.safetensors: tensor 'fc1.weight': data_offsets [0, 400] end past the data (320 bytes)"),
+    CHECK(!strcmp(fr_last_error(ctx), "ckpt.safetensors: tensor 'fc1.weight': data_offsets [0, "
+                                      "400] end past the data (320 bytes)"),
           "got \"%s\"", fr_last_error(ctx));
 
     /* Header length faults. */
-    CHECK(fr_st_parse(ctx, "s", "\1\0\0", 3, &f) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "too short"),
+    CHECK(fr_st_parse(ctx, "s", "\1\0\0", 3, &f) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "too short"),
           "%s", fr_last_error(ctx));
     memcpy(buf, "\x40\0\0\0\0\0\0\0{}", 10);
     CHECK(fr_st_parse(ctx, "s", buf, 10, &f) == FR_ERR_FORMAT &&
-              strstr(fr_last_error(ctx), "header length 64 runs past the end of the file (2 bytes follow it)"),
+              strstr(fr_last_error(ctx),
+                     "header length 64 runs past the end of the file (2 bytes follow it)"),
           "%s", fr_last_error(ctx));
     memcpy(buf, "\0\0\0\0\0\0\0\x80{}", 10);
-    CHECK(fr_st_parse(ctx, "s", buf, 10, &f) == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "exceeds the limit"),
+    CHECK(fr_st_parse(ctx, "s", buf, 10, &f) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "exceeds the limit"),
           "%s", fr_last_error(ctx));
     /* Valid oddities: padding, whitespace, any order of keys and tensors, unicode escapes. */
-    n = make_file(buf,
-                  " { \"b\" : {\"data_offsets\":[2,3], \"shape\":[], \"dtype\":\"U8\"},\n"
-                  "\"\\u00e9\\ud83d\\ude00\":{\"shape\":[2],\"dtype\":\"U8\",\"data_offsets\":[0,2]} }   ",
-                  3);
+    n = make_file(
+        buf,
+        " { \"b\" : {\"data_offsets\":[2,3], \"shape\":[], \"dtype\":\"U8\"},\n"
+        "\"\\u00e9\\ud83d\\ude00\":{\"shape\":[2],\"dtype\":\"U8\",\"data_offsets\":[0,2]} }   ",
+        3);
     fr_status st = fr_st_parse(ctx, "s", buf, n, &f);
     CHECK(st == FR_OK, "%s", fr_last_error(ctx));
     if (!st) {
-        CHECK(f.n == 2 && fr_st_find(&f, "\xc3\xa9\xf0\x9f\x98\x80") && fr_st_find(&f, "b")->shape.ndim == 0,
+        CHECK(f.n == 2 && fr_st_find(&f, "\xc3\xa9\xf0\x9f\x98\x80") &&
+                  fr_st_find(&f, "b")->shape.ndim == 0,
               "escaped names");
         fr_st_close(ctx, &f);
     }
     n = make_file(buf, "{}", 0);
-    CHECK(fr_st_parse(ctx, "s", buf, n, &f) == FR_OK && f.n == 0, "empty file: %s", fr_last_error(ctx));
+    CHECK(fr_st_parse(ctx, "s", buf, n, &f) == FR_OK && f.n == 0, "empty file: %s",
+          fr_last_error(ctx));
     fr_st_close(ctx, &f);
 
     /* Through the file reader too: a corrupt file on disk and a missing one. */
@@ -298,11 +328,13 @@ static void test_corruptions(fr_ctx *ctx) {
     n = make_file(buf, cases[14].json, 320);
     spit(p, buf, n);
     st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
-    CHECK(st == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "corrupt.safetensors: tensor 'fc1.weight'"), "%s",
-          fr_last_error(ctx));
+    CHECK(st == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx), "corrupt.safetensors: tensor 'fc1.weight'"),
+          "%s", fr_last_error(ctx));
     path_in(p, sizeof p, "missing.safetensors");
     st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
-    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "missing.safetensors: cannot open"), "%s", fr_last_error(ctx));
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "missing.safetensors: cannot open"), "%s",
+          fr_last_error(ctx));
     CHECK(live_bytes(ctx) == 0, "leak");
 }
 
@@ -355,7 +387,8 @@ static void test_atomic(fr_ctx *ctx) {
         CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "write of") &&
                   strstr(fr_last_error(ctx), "the old file is unchanged"),
               "%s", fr_last_error(ctx));
-        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13), "old file damaged");
+        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13),
+              "old file damaged");
         CHECK(count_tmp_files() == 0, "temporary left after a failed write");
         /* fr_st_write goes through the same path. */
         fr_st_entry e;
@@ -366,7 +399,8 @@ static void test_atomic(fr_ctx *ctx) {
         st = fr_st_write(ctx, p, &e, 1, NULL, 0);
         setrlimit(RLIMIT_FSIZE, &old);
         CHECK(st == FR_ERR_IO, "fr_st_write past the size limit: %d", st);
-        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13), "old file damaged");
+        CHECK(slurp(p, got, sizeof got) == 13 && !memcmp(got, "new contents!", 13),
+              "old file damaged");
         CHECK(count_tmp_files() == 0, "temporary left after a failed fr_st_write");
     }
     signal(SIGXFSZ, SIG_DFL);
@@ -408,7 +442,8 @@ static void test_lazy(fr_ctx *ctx) {
     while (n % 8) hdr[8 + n++] = ' ';
     for (int k = 0; k < 8; k++) hdr[k] = (char)(((uint64_t)n >> (8 * k)) & 0xFF);
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int made = fd >= 0 && write(fd, hdr, (size_t)n + 8) == n + 8 && ftruncate(fd, (off_t)(8 + n + big)) == 0;
+    int made = fd >= 0 && write(fd, hdr, (size_t)n + 8) == n + 8 &&
+               ftruncate(fd, (off_t)(8 + n + big)) == 0;
     if (fd >= 0) close(fd);
     CHECK(made, "cannot make the sparse file: %s", strerror(errno));
     if (!made) return;
@@ -417,7 +452,8 @@ static void test_lazy(fr_ctx *ctx) {
     fr_status st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
     long grew = peak_rss_kib() - before;
     CHECK(st == FR_OK, "%s", fr_last_error(ctx));
-    CHECK(grew < 64 * 1024, "reading the header of a sparse 8 GiB file raised the peak RSS by %ld KiB", grew);
+    CHECK(grew < 64 * 1024,
+          "reading the header of a sparse 8 GiB file raised the peak RSS by %ld KiB", grew);
     if (!st) {
         const fr_st_entry *e = fr_st_find(&f, "big");
         CHECK(e && e->nbytes == big && e->data == NULL, "entry 'big'");
@@ -429,15 +465,17 @@ static void test_lazy(fr_ctx *ctx) {
         CHECK(fr_st_load(ctx, &f, &part, four) == FR_OK, "%s", fr_last_error(ctx));
         part.offset = 16;
         st = fr_st_load(ctx, &f, &part, four);
-        CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "sparse.safetensors: tensor 'big': cannot read 16 bytes") &&
+        CHECK(st == FR_ERR_IO &&
+                  strstr(fr_last_error(ctx),
+                         "sparse.safetensors: tensor 'big': cannot read 16 bytes") &&
                   strstr(fr_last_error(ctx), "shrank"),
               "%d: %s", st, fr_last_error(ctx));
         fr_st_close(ctx, &f);
     }
     /* Now the header promises more than the file holds: refused up front. */
     st = fr_st_read(ctx, p, &f, FR_MEM_PARAMS);
-    CHECK(st == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "end past the data (16 bytes)"), "%d: %s", st,
-          fr_last_error(ctx));
+    CHECK(st == FR_ERR_FORMAT && strstr(fr_last_error(ctx), "end past the data (16 bytes)"),
+          "%d: %s", st, fr_last_error(ctx));
     unlink(p);
     CHECK(live_bytes(ctx) == 0, "leak");
 }
@@ -450,13 +488,15 @@ static void test_not_regular(fr_ctx *ctx) {
     path_in(p, sizeof p, "fifo");
     CHECK(mkfifo(p, 0644) == 0, "mkfifo: %s", strerror(errno));
     fr_status st = fr_st_read(ctx, p, &f, FR_MEM_OTHER);
-    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "fifo: the safetensors file is a FIFO, not a regular file"),
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx),
+                                    "fifo: the safetensors file is a FIFO, not a regular file"),
           "%d: %s", st, fr_last_error(ctx));
     unlink(p);
     path_in(p, sizeof p, "adir");
     mkdir(p, 0755);
     st = fr_st_read(ctx, p, &f, FR_MEM_OTHER);
-    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "adir: the safetensors file is a directory") &&
+    CHECK(st == FR_ERR_IO &&
+              strstr(fr_last_error(ctx), "adir: the safetensors file is a directory") &&
               !strstr(fr_last_error(ctx), "ioctl"),
           "%d: %s", st, fr_last_error(ctx));
     rmdir(p);
@@ -467,8 +507,10 @@ static void test_not_regular(fr_ctx *ctx) {
 static void test_check_writable(fr_ctx *ctx) {
     char p[512], d[512];
     path_in(p, sizeof p, "new.safetensors");
-    CHECK(fr_st_check_writable(ctx, p) == FR_OK, "a new file in the scratch directory: %s", fr_last_error(ctx));
-    CHECK(fr_st_check_writable(ctx, "plain.safetensors") == FR_OK, "a relative name: %s", fr_last_error(ctx));
+    CHECK(fr_st_check_writable(ctx, p) == FR_OK, "a new file in the scratch directory: %s",
+          fr_last_error(ctx));
+    CHECK(fr_st_check_writable(ctx, "plain.safetensors") == FR_OK, "a relative name: %s",
+          fr_last_error(ctx));
     path_in(p, sizeof p, "no/such/x.safetensors");
     fr_status st = fr_st_check_writable(ctx, p);
     CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "cannot write there") &&
@@ -477,16 +519,18 @@ static void test_check_writable(fr_ctx *ctx) {
     path_in(d, sizeof d, "wdir");
     mkdir(d, 0755);
     st = fr_st_check_writable(ctx, d);
-    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "wdir: is a directory"), "%d: %s", st, fr_last_error(ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "wdir: is a directory"), "%d: %s", st,
+          fr_last_error(ctx));
     path_in(p, sizeof p, "wdir/");
     st = fr_st_check_writable(ctx, p);
-    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "is a directory"), "trailing slash: %d: %s", st,
-          fr_last_error(ctx));
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx), "is a directory"),
+          "trailing slash: %d: %s", st, fr_last_error(ctx));
     path_in(p, sizeof p, "afile");
     spit(p, "x", 1);
     path_in(d, sizeof d, "afile/x.safetensors");
     st = fr_st_check_writable(ctx, d);
-    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "is not a directory"), "%d: %s", st, fr_last_error(ctx));
+    CHECK(st == FR_ERR_IO && strstr(fr_last_error(ctx), "is not a directory"), "%d: %s", st,
+          fr_last_error(ctx));
     unlink(p);
     path_in(d, sizeof d, "wdir");
     rmdir(d);

@@ -12,8 +12,8 @@ int main(void) {
           "PyTorch's defaults");
     s.growth_interval = 3;
     const int inf[12] = {0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0};
-    const float want_scale[12] = {65536, 65536, 131072, 65536, 65536, 65536,
-                                  131072, 65536, 32768, 32768, 32768, 65536};
+    const float want_scale[12] = {65536,  65536, 131072, 65536, 65536, 65536,
+                                  131072, 65536, 32768,  32768, 32768, 65536};
     const int want_tracker[12] = {1, 2, 0, 0, 1, 2, 0, 0, 0, 1, 2, 0};
     for (int i = 0; i < 12; i++) {
         fr_scaler_update(&s, inf[i]);

@@ -31,9 +31,9 @@ typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
 typedef struct jval {
     jtype t;
     double num;
-    char *str;            /* J_STR */
-    struct jval **items;  /* J_ARR, J_OBJ */
-    char **keys;          /* J_OBJ */
+    char *str;           /* J_STR */
+    struct jval **items; /* J_ARR, J_OBJ */
+    char **keys;         /* J_OBJ */
     int n;
 } jval;
 
@@ -219,8 +219,8 @@ static const char *in_dir(const char *name, char *buf, size_t len) {
  * optimizer, activations, workspace, data, other. */
 #define NEV 7
 static const int64_t expect[NEV + 1][NCAT] = {
-    {1000, 0, 0, 0, 0, 0, 0},    /* held before the trace started */
-    {1000, 0, 0, 2000, 0, 0, 0}, /* opA: +2000 activations */
+    {1000, 0, 0, 0, 0, 0, 0},      /* held before the trace started */
+    {1000, 0, 0, 2000, 0, 0, 0},   /* opA: +2000 activations */
     {1000, 0, 0, 2000, 500, 0, 0}, /* opA: +500 workspace */
     {1000, 0, 0, 5000, 500, 0, 0}, /* opB: +3000 activations: the peak, 6500 */
     {1000, 0, 0, 5000, 0, 0, 0},   /* opB: -500 workspace */
@@ -324,8 +324,8 @@ static void check_chrome(const char *path) {
 
     if (system("command -v python3 >/dev/null 2>&1") == 0) {
         char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s", path);
+        snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s",
+                 path);
         CHECK(system(cmd) == 0, "python3's json module reads the trace");
     }
 }
@@ -399,8 +399,7 @@ static void test_long_trace(void) {
         void *p = fr_alloc(ctx, 4096 + (size_t)(i % 7) * 512, FR_MEM_ACTIVATIONS);
         fr_free(ctx, p);
     }
-    CHECK(ctx->mem.n_events == 2 * (size_t)pairs + 2, "long trace: %zu events",
-          ctx->mem.n_events);
+    CHECK(ctx->mem.n_events == 2 * (size_t)pairs + 2, "long trace: %zu events", ctx->mem.n_events);
     char path[256];
     in_dir("long.svg", path, sizeof path);
     CHECK(fr_timeline_svg(ctx, path, "long", 0) == FR_OK, "long trace: %s", fr_last_error(ctx));
@@ -412,8 +411,8 @@ static void test_long_trace(void) {
               "the spike is the labelled peak");
         double top, peak;
         area_top_and_peak(s, &top, &peak);
-        CHECK(peak > 0 && top == peak, "the spike reaches the peak line after thinning: %.1f vs %.1f",
-              top, peak);
+        CHECK(peak > 0 && top == peak,
+              "the spike reaches the peak line after thinning: %.1f vs %.1f", top, peak);
         free(s);
     }
     fr_ctx_free(ctx);
@@ -458,8 +457,9 @@ static void test_failures(void) {
                 clean = 0;
         }
         CHECK(failures >= 2, "%s: %d allocations failed in turn", name, failures);
-        CHECK(clean, "%s: each failure is NOMEM with a message, leaks nothing, leaves the trace "
-                     "running and untouched and writes no file",
+        CHECK(clean,
+              "%s: each failure is NOMEM with a message, leaks nothing, leaves the trace "
+              "running and untouched and writes no file",
               name);
         CHECK(access(path, F_OK) == 0, "%s: written once allocations succeed", name);
     }
@@ -491,12 +491,10 @@ int main(void) {
           "writing adds no events and leaves tracing on (%zu events)", ctx->mem.n_events);
     CHECK(fr_timeline_svg(ctx, svg, "My <model> & co", 8192) == FR_OK, "svg: %s",
           fr_last_error(ctx));
-    CHECK(fr_timeline_svg(ctx, svg0, "My <model> & co", 0) == FR_OK, "svg: %s",
-          fr_last_error(ctx));
+    CHECK(fr_timeline_svg(ctx, svg0, "My <model> & co", 0) == FR_OK, "svg: %s", fr_last_error(ctx));
     CHECK(fr_timeline_chrome(ctx, json2) == FR_OK, "chrome again: %s", fr_last_error(ctx));
     fr_mem_stats after = stats(ctx);
-    CHECK(after.allocated_total == before.allocated_total &&
-              after.allocated[FR_MEM_OTHER] == 0 &&
+    CHECK(after.allocated_total == before.allocated_total && after.allocated[FR_MEM_OTHER] == 0 &&
               after.num_allocs - before.num_allocs == after.num_frees - before.num_frees,
           "the writers free what they take");
     char *j1 = slurp(json, NULL), *j2 = slurp(json2, NULL);

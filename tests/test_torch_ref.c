@@ -156,7 +156,6 @@ static void compare(const ref *r, int q, const char *what, const char *name, con
     compare_scaled(r, q, what, name, got, n, 1.0);
 }
 
-
 /* The update a step made, got - w0, against PyTorch's, want - w0 (w0: the
  * initial weight): |got - want| <= UTOL max|want - w0| + 2 ulp(want). The
  * weights themselves are compared relative to the weights, which an update
@@ -247,10 +246,8 @@ static fr_batch ref_batch(const ref *r) {
     if (!ok) return b;
     b.n = r->batch;
     b.x = x->data;
-    if (r->loss == FR_LOSS_MSE)
-        b.target = y->data;
-    else
-        b.y = y->data;
+    if (r->loss == FR_LOSS_MSE) b.target = y->data;
+    else b.y = y->data;
     return b;
 }
 
@@ -277,9 +274,11 @@ static fr_step *setup(fr_ctx *ctx, const ref *r, fr_optim_kind kind, int trainin
     CHECK(st == FR_OK, "%s: fr_model_load_weights: %s", r->name, fr_last_error(ctx));
     CHECK(fr_model_num_classes(m) == r->classes, "%s: %d classes, PyTorch %d", r->name,
           fr_model_num_classes(m), r->classes);
-    fr_step_opts so = {
-        .batch = r->batch, .training = training, .optim = ref_optim(kind), .seed = 1,
-        .keep_grads = 1}; /* gradients are compared */
+    fr_step_opts so = {.batch = r->batch,
+                       .training = training,
+                       .optim = ref_optim(kind),
+                       .seed = 1,
+                       .keep_grads = 1}; /* gradients are compared */
     fr_step *s = st ? NULL : fr_step_compile(m, &so);
     CHECK(s != NULL, "%s: fr_step_compile: %s", r->name, fr_last_error(ctx));
     if (!s) fr_model_free(m);
@@ -369,8 +368,7 @@ static void check_saved(fr_ctx *ctx, const ref *r, fr_step *s, const char *prefi
             CHECK(e && e->dtype == FR_F32 && fr_shape_numel(&e->shape) == numel(p),
                   "%s: saved '%s' missing or malformed", r->name, nm);
             if (e && e->dtype == FR_F32 && fr_shape_numel(&e->shape) == numel(p))
-                compare_scaled(r, Q_STATE, "saved optimizer state", want, e->data, numel(p),
-                               1.0);
+                compare_scaled(r, Q_STATE, "saved optimizer state", want, e->data, numel(p), 1.0);
         }
     }
     const char *t = fr_st_meta_get(&f, "optimizer.step");

@@ -82,7 +82,8 @@ static const command commands[] = {
      "recomputation for s stored states), each at the full batch or split into\n"
      "micro-batches. A candidate is planned exactly, as it would run; a family of more\n"
      "than 48 arguments is sampled and bisected for the range that fits instead of\n"
-     "enumerated. Of those that fit, the one with the least extra compute wins. Splitting the batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
+     "enumerated. Of those that fit, the one with the least extra compute wins. Splitting the "
+     "batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
      "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
      "only when nothing else fits).\n"},
     {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
@@ -99,7 +100,8 @@ static const char *data_layout =
     "data layout: --data DIR holds each split (train, t10k) as one of\n"
     "  {split}-images-idx3-ubyte[.gz] + {split}-labels-idx1-ubyte[.gz]   Fashion-MNIST's names\n"
     "  {split}-images.npy + {split}-labels.npy    integer class labels (cross-entropy models)\n"
-    "  {split}-images.npy + {split}-targets.npy   float32 (n, outputs) targets (`loss mse` models)\n"
+    "  {split}-images.npy + {split}-targets.npy   float32 (n, outputs) targets (`loss mse` "
+    "models)\n"
     "Images are IDX u8 (n,h,w) or .npy u8/f32 (n,h,w), (n,c,h,w) or (n,d). --train-images with\n"
     "--train-labels, and --test-images with --test-labels, name a split's two files instead\n"
     "(both of a pair or neither; the labels may be a float32 .npy of targets for an MSE model);\n"
@@ -108,11 +110,48 @@ static const char *data_layout =
 enum {
     O_SECTION = 1, /* a heading in --help, not an option */
     O_BATCH_AUTO,  /* a line of --help about --batch, not an option of its own */
-    O_MODEL, O_DATA, O_TRAIN_IMAGES, O_TRAIN_LABELS, O_TEST_IMAGES, O_TEST_LABELS, O_LIMIT, O_TLIMIT,
-    O_EPOCHS, O_BATCH, O_SEED, O_THREADS, O_SAVE, O_RESUME, O_INIT, O_WEIGHTS, O_EVAL,
-    O_OPT, O_LR, O_MOM, O_NESTEROV, O_DAMP, O_WD, O_EPS, O_ZERO, O_KEEPG,
-    O_BUDGET, O_CKPT, O_SEGMENTS, O_ACCUM, O_MICRO, O_FREEZE,
-    O_PREC, O_OSTATE, O_LSCALE, O_CLIP, O_STEPS, O_TRACE, O_SVG, O_JSON, O_NOPROG, O_HELP
+    O_MODEL,
+    O_DATA,
+    O_TRAIN_IMAGES,
+    O_TRAIN_LABELS,
+    O_TEST_IMAGES,
+    O_TEST_LABELS,
+    O_LIMIT,
+    O_TLIMIT,
+    O_EPOCHS,
+    O_BATCH,
+    O_SEED,
+    O_THREADS,
+    O_SAVE,
+    O_RESUME,
+    O_INIT,
+    O_WEIGHTS,
+    O_EVAL,
+    O_OPT,
+    O_LR,
+    O_MOM,
+    O_NESTEROV,
+    O_DAMP,
+    O_WD,
+    O_EPS,
+    O_ZERO,
+    O_KEEPG,
+    O_BUDGET,
+    O_CKPT,
+    O_SEGMENTS,
+    O_ACCUM,
+    O_MICRO,
+    O_FREEZE,
+    O_PREC,
+    O_OSTATE,
+    O_LSCALE,
+    O_CLIP,
+    O_STEPS,
+    O_TRACE,
+    O_SVG,
+    O_JSON,
+    O_NOPROG,
+    O_HELP
 };
 
 typedef struct opt_row {
@@ -137,11 +176,14 @@ static const opt_row opts[] = {
     {"help", NULL, O_HELP, C_ALL, "this text"},
 
     {"data (see the layout below):", NULL, O_SECTION, 0, NULL},
-    {"data", "DIR", O_DATA, C_TRAIN | C_EVAL | C_PLAN, "the dataset's directory [" DEFAULT_DATA "]"},
-    {"train-images", "FILE", O_TRAIN_IMAGES, C_TRAIN | C_PLAN, "the training images, instead of --data's"},
+    {"data", "DIR", O_DATA, C_TRAIN | C_EVAL | C_PLAN,
+     "the dataset's directory [" DEFAULT_DATA "]"},
+    {"train-images", "FILE", O_TRAIN_IMAGES, C_TRAIN | C_PLAN,
+     "the training images, instead of --data's"},
     {"train-labels", "FILE", O_TRAIN_LABELS, C_TRAIN | C_PLAN,
      "the training labels (or float32 .npy targets)"},
-    {"test-images", "FILE", O_TEST_IMAGES, C_TRAIN | C_EVAL | C_PLAN, "the test images, instead of --data's"},
+    {"test-images", "FILE", O_TEST_IMAGES, C_TRAIN | C_EVAL | C_PLAN,
+     "the test images, instead of --data's"},
     {"test-labels", "FILE", O_TEST_LABELS, C_TRAIN | C_EVAL | C_PLAN,
      "the test labels (or float32 .npy targets)"},
     {"limit", "N", O_LIMIT, C_TRAIN | C_PLAN, "use only the first N training samples"},
@@ -149,9 +191,12 @@ static const opt_row opts[] = {
 
     {"training:", NULL, O_SECTION, 0, NULL},
     {"epochs", "N", O_EPOCHS, C_TRAIN, "passes over the training set [3]"},
-    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE, "seed for initialisation, shuffling and dropout [0]"},
-    {"save", "PATH", O_SAVE, C_TRAIN, "write weights + optimizer state (safetensors) after each epoch"},
-    {"resume", "PATH", O_RESUME, C_TRAIN, "continue from a checkpoint; losses equal an uninterrupted run"},
+    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE,
+     "seed for initialisation, shuffling and dropout [0]"},
+    {"save", "PATH", O_SAVE, C_TRAIN,
+     "write weights + optimizer state (safetensors) after each epoch"},
+    {"resume", "PATH", O_RESUME, C_TRAIN,
+     "continue from a checkpoint; losses equal an uninterrupted run"},
     {"init", "WEIGHTS", O_INIT, C_TRAIN,
      "start from weights-only safetensors (e.g. `eval`'s or PyTorch's)\nwith a fresh optimizer"},
     {"steps", "N", O_STEPS, C_PROFILE, "training steps to run [3]"},
@@ -164,7 +209,8 @@ static const opt_row opts[] = {
     {"momentum", "X", O_MOM, C_STEP, "SGD momentum (one state tensor per weight) [0]"},
     {"nesterov", NULL, O_NESTEROV, C_TRAIN | C_PROFILE, "SGD Nesterov momentum"},
     {"dampening", "X", O_DAMP, C_TRAIN | C_PROFILE, "SGD dampening [0]"},
-    {"weight-decay", "X", O_WD, C_TRAIN | C_PROFILE, "L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]"},
+    {"weight-decay", "X", O_WD, C_TRAIN | C_PROFILE,
+     "L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]"},
     {"eps", "X", O_EPS, C_TRAIN | C_PROFILE, "Adam/AdamW epsilon [1e-8]"},
     {"zero-grad", "MODE", O_ZERO, C_TRAIN | C_PROFILE,
      "none (release gradient buffers after each step, PyTorch's\n"
@@ -187,7 +233,8 @@ static const opt_row opts[] = {
     {"segments", "N", O_SEGMENTS, C_STEP,
      "PyTorch's checkpoint_sequential(N): segments of floor(n/N) layers,\n"
      "the last segment not checkpointed"},
-    {"accumulate", "K", O_ACCUM, C_STEP, "split each batch into K micro-batches; gradients accumulate"},
+    {"accumulate", "K", O_ACCUM, C_STEP,
+     "split each batch into K micro-batches; gradients accumulate"},
     {"micro-batch", "M", O_MICRO, C_STEP, "the same, by micro-batch size (must divide --batch)"},
     {"freeze", "LAYERS", O_FREEZE, C_STEP,
      "no gradients, no optimizer state, nothing saved for these layers:\n"
@@ -204,7 +251,8 @@ static const opt_row opts[] = {
     {"loss-scale", "MODE", O_LSCALE, C_STEP,
      "dynamic (PyTorch's GradScaler: 65536, x2 every 2000 clean steps,\n"
      "x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]"},
-    {"clip-grad-norm", "X", O_CLIP, C_STEP, "clip the global L2 norm of the gradients (after unscaling)"},
+    {"clip-grad-norm", "X", O_CLIP, C_STEP,
+     "clip the global L2 norm of the gradients (after unscaling)"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -265,8 +313,8 @@ static int parse_int(const char *cmd, const char *name, const char *s, uint64_t 
         else v = 10 * v + d;
     }
     if (!ok || v < lo || v > hi) {
-        fprintf(stderr, "frugal %s: --%s '%s': expected a whole number from %llu to %llu\n", cmd, name, s,
-                (unsigned long long)lo, (unsigned long long)hi);
+        fprintf(stderr, "frugal %s: --%s '%s': expected a whole number from %llu to %llu\n", cmd,
+                name, s, (unsigned long long)lo, (unsigned long long)hi);
         return 2;
     }
     *out = v;
@@ -275,7 +323,8 @@ static int parse_int(const char *cmd, const char *name, const char *s, uint64_t 
 
 /* A finite decimal number in [lo, hi], the whole string (1e-3 and .5 are
  * numbers; "0.1x", "nan", "inf", hex floats and spaces are not). */
-static int parse_real(const char *cmd, const char *name, const char *s, double lo, double hi, double *out) {
+static int parse_real(const char *cmd, const char *name, const char *s, double lo, double hi,
+                      double *out) {
     char *end;
     double v = 0;
     int ok = strspn(s, "0123456789.eE+-") == strlen(s) && *s;
@@ -285,29 +334,31 @@ static int parse_real(const char *cmd, const char *name, const char *s, double l
         ok = !errno && end != s && !*end && isfinite(v) && v >= lo && v <= hi;
     }
     if (!ok) {
-        fprintf(stderr, "frugal %s: --%s '%s': expected a number from %g to %g\n", cmd, name, s, lo, hi);
+        fprintf(stderr, "frugal %s: --%s '%s': expected a number from %g to %g\n", cmd, name, s, lo,
+                hi);
         return 2;
     }
     *out = v;
     return 0;
 }
 
-#define INT_OPT(lo, hi, dst)                                                  \
-    do {                                                                      \
-        uint64_t v_;                                                          \
-        if (parse_int(cmd->name, r->name, val, (lo), (hi), &v_)) return 2;   \
-        dst = v_;                                                             \
+#define INT_OPT(lo, hi, dst)                                               \
+    do {                                                                   \
+        uint64_t v_;                                                       \
+        if (parse_int(cmd->name, r->name, val, (lo), (hi), &v_)) return 2; \
+        dst = v_;                                                          \
     } while (0)
-#define REAL_OPT(lo, hi, dst)                                                 \
-    do {                                                                      \
-        double v_;                                                            \
-        if (parse_real(cmd->name, r->name, val, (lo), (hi), &v_)) return 2;  \
-        dst = (float)v_;                                                      \
+#define REAL_OPT(lo, hi, dst)                                               \
+    do {                                                                    \
+        double v_;                                                          \
+        if (parse_real(cmd->name, r->name, val, (lo), (hi), &v_)) return 2; \
+        dst = (float)v_;                                                    \
     } while (0)
 
 static const opt_row *find_opt(const char *name, size_t len) {
     for (size_t i = 0; i < N_OPTS; i++)
-        if (opts[i].id > O_BATCH_AUTO && strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+        if (opts[i].id > O_BATCH_AUTO && strlen(opts[i].name) == len &&
+            !strncmp(opts[i].name, name, len))
             return &opts[i];
     return NULL;
 }
@@ -337,21 +388,28 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             const opt_row *like = NULL; /* the one option this is the start of, if any */
             int n_like = 0;
             for (size_t k = 0; k < N_OPTS; k++)
-                if (opts[k].id > O_BATCH_AUTO && !strncmp(opts[k].name, a + 2, len) && n_like++ == 0)
+                if (opts[k].id > O_BATCH_AUTO && !strncmp(opts[k].name, a + 2, len) &&
+                    n_like++ == 0)
                     like = &opts[k];
             fprintf(stderr, "frugal %s: unknown option '%.*s'", cn, (int)len + 2, a);
-            if (n_like == 1 && len) fprintf(stderr, " (options are spelled in full: --%s?)", like->name);
+            if (n_like == 1 && len)
+                fprintf(stderr, " (options are spelled in full: --%s?)", like->name);
             fprintf(stderr, "\n(see `frugal %s --help`)\n", cn);
             return 2;
         }
         if (!(r->cmds & cmd->bit)) {
-            fprintf(stderr, "frugal %s: --%s is not an option of %s (see `frugal %s --help`); it belongs to ",
-                    cn, r->name, cn, cn);
+            fprintf(
+                stderr,
+                "frugal %s: --%s is not an option of %s (see `frugal %s --help`); it belongs to ",
+                cn, r->name, cn, cn);
             int left = 0, k;
             for (k = 0; k < (int)N_COMMANDS; k++) left += !!(r->cmds & commands[k].bit);
             for (k = 0; k < (int)N_COMMANDS; k++)
                 if (r->cmds & commands[k].bit)
-                    fprintf(stderr, "%s%s", commands[k].name, --left > 1 ? ", " : left == 1 ? " and " : "\n");
+                    fprintf(stderr, "%s%s", commands[k].name,
+                            --left > 1  ? ", "
+                            : left == 1 ? " and "
+                                        : "\n");
             return 2;
         }
         const char *val = NULL;
@@ -361,12 +419,14 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
                                        find_opt(argv[i + 1] + 2, strcspn(argv[i + 1] + 2, "="))))
                 val = argv[++i];
             else {
-                fprintf(stderr, "frugal %s: --%s needs a value (%s)\n(see `frugal %s --help`)\n", cn,
-                        r->name, r->arg, cn);
+                fprintf(stderr, "frugal %s: --%s needs a value (%s)\n(see `frugal %s --help`)\n",
+                        cn, r->name, r->arg, cn);
                 return 2;
             }
             if (!*val) {
-                fprintf(stderr, "frugal %s: --%s '': the value is empty (expected %s)\n(see `frugal %s --help`)\n",
+                fprintf(stderr,
+                        "frugal %s: --%s '': the value is empty (expected %s)\n(see `frugal %s "
+                        "--help`)\n",
                         cn, r->name, r->arg, cn);
                 return 2;
             }
@@ -387,11 +447,17 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             else INT_OPT(1, 1 << 20, c->t.batch);
             break;
         case O_OPT: opt_name = val; break;
-        case O_LR: REAL_OPT(0, 1e6, c->lr); c->lr_set = 1; break;
+        case O_LR:
+            REAL_OPT(0, 1e6, c->lr);
+            c->lr_set = 1;
+            break;
         case O_MOM: REAL_OPT(0, 1, c->momentum); break;
         case O_NESTEROV: c->nesterov = 1; break;
         case O_DAMP: REAL_OPT(0, 1, c->dampening); break;
-        case O_WD: REAL_OPT(0, 1e6, c->wd); c->wd_set = 1; break;
+        case O_WD:
+            REAL_OPT(0, 1e6, c->wd);
+            c->wd_set = 1;
+            break;
         case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
         case O_THREADS: INT_OPT(0, 1024, c->threads); break;
         case O_SAVE: c->t.save = val; break;
@@ -403,10 +469,15 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_NOPROG: c->t.progress = -1; break;
         case O_WEIGHTS: c->weights = val; break;
         case O_EVAL: c->eval_only = 1; break;
-        case O_EPS: REAL_OPT(0, 1, c->eps); c->eps_set = 1; break;
+        case O_EPS:
+            REAL_OPT(0, 1, c->eps);
+            c->eps_set = 1;
+            break;
         case O_PREC:
             if (fr_precision_parse(NULL, val, &c->t.precision))
-                return bad(cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto", val);
+                return bad(
+                    cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto",
+                    val);
             break;
         case O_OSTATE:
             if (!strcmp(val, "fp32")) c->t.optim_state = FR_OPTIM_STATE_FP32;
@@ -423,8 +494,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_BUDGET: {
             char err[160];
-            if (fr_parse_bytes(val, &c->t.budget, err, sizeof err)) return bad(cn, "--budget %s", err);
-            if (!c->t.budget) return bad(cn, "--budget '%s': a budget must be at least one byte", val);
+            if (fr_parse_bytes(val, &c->t.budget, err, sizeof err))
+                return bad(cn, "--budget %s", err);
+            if (!c->t.budget)
+                return bad(cn, "--budget '%s': a budget must be at least one byte", val);
             break;
         }
         case O_CKPT: {
@@ -433,7 +506,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
                 return bad(cn, "--checkpoint %s", err);
             break;
         }
-        case O_SEGMENTS: INT_OPT(1, 1000000, c->t.ckpt_arg); c->t.checkpoint = FR_CKPT_SEGMENTS; break;
+        case O_SEGMENTS:
+            INT_OPT(1, 1000000, c->t.ckpt_arg);
+            c->t.checkpoint = FR_CKPT_SEGMENTS;
+            break;
         case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
         case O_MICRO: INT_OPT(1, 1 << 20, c->t.micro_batch); break;
         case O_FREEZE: c->t.freeze = val; break;
@@ -453,20 +529,25 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (!c->t.test_images != !c->t.test_labels)
         return bad(cn, "%s", "give --test-images and --test-labels together (or neither)");
     if (c->t.init && c->t.resume)
-        return bad(cn, "%s", "give --init or --resume, not both (--resume restores the weights and the optimizer)");
+        return bad(
+            cn, "%s",
+            "give --init or --resume, not both (--resume restores the weights and the optimizer)");
     if (c->accumulate) {
         char msg[96];
         if (c->t.micro_batch) return bad(cn, "%s", "give --accumulate or --micro-batch, not both");
         if (c->t.batch_auto)
-            return bad(cn, "%s", "--accumulate needs a fixed --batch; with --batch auto give --micro-batch");
-        snprintf(msg, sizeof msg, "--accumulate %d does not divide the batch %d", c->accumulate, c->t.batch);
+            return bad(cn, "%s",
+                       "--accumulate needs a fixed --batch; with --batch auto give --micro-batch");
+        snprintf(msg, sizeof msg, "--accumulate %d does not divide the batch %d", c->accumulate,
+                 c->t.batch);
         if (c->t.batch % c->accumulate) return bad(cn, "%s", msg);
         c->t.micro_batch = c->t.batch / c->accumulate;
     }
     if (c->t.batch_auto && !c->t.budget)
         return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     fr_optim_kind kind;
-    if (fr_optim_parse(NULL, opt_name, &kind)) return bad(cn, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
+    if (fr_optim_parse(NULL, opt_name, &kind))
+        return bad(cn, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
     c->t.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.optim.lr = c->lr;
     if (c->wd_set) c->t.optim.weight_decay = c->wd;
@@ -478,7 +559,8 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (kind != FR_OPTIM_SGD && (c->momentum || c->nesterov || c->dampening))
         return bad(cn, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
     if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-        return bad(cn, "%s", "Nesterov momentum requires a momentum and zero dampening (as in PyTorch)");
+        return bad(cn, "%s",
+                   "Nesterov momentum requires a momentum and zero dampening (as in PyTorch)");
     return 0;
 }
 
@@ -508,7 +590,9 @@ static int cmd_train(int argc, char **argv) {
     if (!c.t.json && c.t.progress >= 0)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
                 c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
-                c.t.optim.kind == FR_OPTIM_SGD ? "sgd" : c.t.optim.kind == FR_OPTIM_ADAM ? "adam" : "adamw",
+                c.t.optim.kind == FR_OPTIM_SGD    ? "sgd"
+                : c.t.optim.kind == FR_OPTIM_ADAM ? "adam"
+                                                  : "adamw",
                 (double)c.t.optim.lr, fr_get_threads(ctx));
     fr_train_result res;
     fr_status st = fr_train(ctx, &c.t, &res);
@@ -522,11 +606,12 @@ static int cmd_train(int argc, char **argv) {
         fr_mem_get_stats(ctx, &ms);
         printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %.6f, "
                "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
-               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": \"%s\", "
+               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
+               "\"%s\", "
                "\"loss_scale\": %g, \"skipped_steps\": %llu, \"memory\": ",
                res.epochs_done, res.batch, res.test_acc, res.test_loss, res.seconds,
-               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved, res.measured_reserved_peak,
-               fr_precision_name(c.t.precision), (double)res.loss_scale,
+               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
+               res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
                (unsigned long long)res.skipped_steps);
         mem_json_inline(ctx);
         printf("}\n");
@@ -549,7 +634,8 @@ static int cmd_eval(int argc, char **argv) {
     fr_dataset *ds = NULL;
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
-    if (!st && !(ds = fr_dataset_open_split(ctx, c.t.data, "t10k", c.t.test_images, c.t.test_labels)))
+    if (!st &&
+        !(ds = fr_dataset_open_split(ctx, c.t.data, "t10k", c.t.test_images, c.t.test_labels)))
         st = FR_ERR_IO;
     if (!st) st = fr_data_check(ctx, m, ds);
     if (!st) st = fr_evaluate(ctx, m, ds, c.t.batch, c.t.limit_test, &acc, &loss);
@@ -587,11 +673,18 @@ static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
 }
 
 static fr_step_opts step_opts(const cli *c, fr_model *m) {
-    fr_step_opts so = {.batch = c->t.batch, .training = 1, .optim = c->t.optim, .seed = c->t.seed,
-                       .checkpoint = c->t.checkpoint, .ckpt_arg = c->t.ckpt_arg,
-                       .micro_batch = c->t.micro_batch, .budget = c->t.budget,
-                       .precision = c->t.precision, .optim_state = c->t.optim_state,
-                       .clip_grad_norm = c->t.clip_grad_norm, .loss_scaling = c->t.loss_scaling,
+    fr_step_opts so = {.batch = c->t.batch,
+                       .training = 1,
+                       .optim = c->t.optim,
+                       .seed = c->t.seed,
+                       .checkpoint = c->t.checkpoint,
+                       .ckpt_arg = c->t.ckpt_arg,
+                       .micro_batch = c->t.micro_batch,
+                       .budget = c->t.budget,
+                       .precision = c->t.precision,
+                       .optim_state = c->t.optim_state,
+                       .clip_grad_norm = c->t.clip_grad_norm,
+                       .loss_scaling = c->t.loss_scaling,
                        .keep_grads = c->t.keep_grads};
     if (c->t.batch_auto && m) {
         if (fr_batch_auto(m, &so, 1 << 16, &so.batch)) so.batch = 0;
@@ -610,10 +703,13 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m0);
     *train = fr_dataset_open_split(ctx, c->t.data, "train", c->t.train_images, c->t.train_labels);
-    *test = *train ? fr_dataset_open_split(ctx, c->t.data, "t10k", c->t.test_images, c->t.test_labels) : NULL;
+    *test = *train
+                ? fr_dataset_open_split(ctx, c->t.data, "t10k", c->t.test_images, c->t.test_labels)
+                : NULL;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m1);
-    *bd = (fr_budget_data){0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch, 0, 0};
+    *bd = (fr_budget_data){0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch,
+                           0, 0};
     if (*test) {
         int ch, h, w;
         fr_dataset_sample_shape(*train, &ch, &h, &w);
@@ -623,7 +719,8 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
         bd->handles = (m1.reserved - m1.cached) - (m0.reserved - m0.cached);
         return;
     }
-    fprintf(stderr, "frugal plan: %s\nfrugal plan: counting the data as Fashion-MNIST would take: "
+    fprintf(stderr,
+            "frugal plan: %s\nfrugal plan: counting the data as Fashion-MNIST would take: "
             "60000 training and 10000 test samples of %lld values, %d KiB for the open datasets\n",
             fr_last_error(ctx), (long long)fr_shape_numel(&m->in), FR_PLAN_ASSUMED_HANDLES >> 10);
     fr_dataset_close(*train);
@@ -673,7 +770,9 @@ static int cmd_plan(int argc, char **argv) {
         plan_data(ctx, &c, m, &bd, &train, &test);
         fr_step_opts so = step_opts(&c, NULL);
         s = fr_budget_plan(m, &so, &bd, c.t.batch_auto, &bud);
-        if (s && c.t.batch_auto) fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n", s->o.batch);
+        if (s && c.t.batch_auto)
+            fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n",
+                    s->o.batch);
     } else if (m) {
         fr_step_opts so = step_opts(&c, NULL);
         s = fr_step_prepare(m, &so); /* planned on shapes: nothing of the model allocated */
@@ -722,7 +821,8 @@ static int cmd_profile(int argc, char **argv) {
     x = malloc(per * (size_t)so.batch * sizeof *x);
     y = malloc((size_t)so.batch * sizeof *y);
     if (!x || !y) goto out;
-    for (size_t i = 0; i < per * (size_t)so.batch; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+    for (size_t i = 0; i < per * (size_t)so.batch; i++)
+        x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
     for (int i = 0; i < so.batch; i++) y[i] = i % fr_model_num_classes(m);
     fr_batch b = {.n = so.batch, .x = x, .y = y};
     int steps = c.steps ? c.steps : 3;
@@ -741,7 +841,8 @@ static int cmd_profile(int argc, char **argv) {
     }
     fr_mem_stats ms;
     fr_mem_get_stats(ctx, &ms);
-    printf("%d steps: peak allocated %.1f MiB, peak reserved %.1f MiB\nwrote %s (open in Perfetto) and %s\n",
+    printf("%d steps: peak allocated %.1f MiB, peak reserved %.1f MiB\nwrote %s (open in Perfetto) "
+           "and %s\n",
            steps, ms.allocated_total_peak / 1048576.0, ms.reserved_peak / 1048576.0, trace, svg);
     rc = 0;
 out:
@@ -788,7 +889,8 @@ static int cmd_estimate(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "-h")) {
         fputs(usage_main, stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -798,6 +900,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "estimate")) return cmd_estimate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
-    fprintf(stderr, "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, help)\n", argv[1]);
+    fprintf(stderr,
+            "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, help)\n",
+            argv[1]);
     return 2;
 }

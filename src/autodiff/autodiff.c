@@ -190,10 +190,8 @@ fr_status fr_autodiff(fr_graph *g, const int *grad_value) {
                 grad[x] = d;
             } else { /* used twice: sum the gradients */
                 int in2[2] = {grad[x], d}, s;
-                if (fr_graph_node(g, FR_OP_ADD, in2, 2, NULL, -1, 0, &s) < 0)
-                    st = FR_ERR_NOMEM;
-                else
-                    grad[x] = s;
+                if (fr_graph_node(g, FR_OP_ADD, in2, 2, NULL, -1, 0, &s) < 0) st = FR_ERR_NOMEM;
+                else grad[x] = s;
             }
         }
     }
@@ -202,8 +200,7 @@ fr_status fr_autodiff(fr_graph *g, const int *grad_value) {
         for (int j = 0; j < g->nodes[i].n_in; j++) {
             int x = g->nodes[i].in[j];
             if (x < 0) continue;
-            while (g->vals[x].alias_of >= 0 && g->vals[x].producer >= 0 &&
-                   g->vals[x].producer < nf)
+            while (g->vals[x].alias_of >= 0 && g->vals[x].producer >= 0 && g->vals[x].producer < nf)
                 x = g->vals[x].alias_of;
             int p = g->vals[x].producer;
             if (p >= 0 && p < nf) g->vals[x].saved = 1;

@@ -165,10 +165,12 @@ __attribute__((target("avx2"))) static void f32_to_bf16_8(const float *s, uint16
     __m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
     __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
     __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x0040));
     r = _mm256_blendv_epi8(r, q, nan);
-    _mm_storeu_si128((__m128i *)d, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    _mm_storeu_si128((__m128i *)d,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
 }
 
 __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, float *d) {
@@ -179,7 +181,7 @@ __attribute__((target("avx2"))) static void bf16_to_f32_8(const uint16_t *s, flo
     _mm256_storeu_si256((__m256i *)d, x);
 }
 /* the loops over groups of 8 carry the target too, so the groups inline */
-#define FR_HALF_LOOP(loop, group, T_IN, T_OUT, tgt)                                           \
+#define FR_HALF_LOOP(loop, group, T_IN, T_OUT, tgt)                                         \
     __attribute__((target(tgt))) static void loop(const T_IN *s, T_OUT *d, size_t groups) { \
         for (size_t g = 0; g < groups; g++) group(s + 8 * g, d + 8 * g);                    \
     }
@@ -194,25 +196,24 @@ FR_HALF_LOOP(bf16_to_f32_loop, bf16_to_f32_8, uint16_t, float, "avx2")
 /* Convert n values: 8 at a time where the CPU allows, the rest one by one;
  * name runs on the thread team for large arrays, name##_seq on the calling
  * thread only (for kernels that are already inside a parallel loop). */
-#define FR_HALF_ARRAY(name, T_IN, T_OUT, scalar, loop)                                      \
-    void name##_seq(const T_IN *src, T_OUT *dst, size_t n) {                                \
-        size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
-        if (groups) loop(src, dst, groups);                                                 \
-        for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
-    }                                                                                       \
-    void name(const T_IN *src, T_OUT *dst, size_t n) {                                      \
-        if (n < FR_HALF_PAR_MIN) {                                                          \
-            name##_seq(src, dst, n);                                                        \
-            return;                                                                         \
-        }                                                                                   \
-        size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                              \
-        _Pragma("omp parallel")                                                             \
-        {                                                                                   \
-            size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();    \
-            size_t a = groups * t / nt, b = groups * (t + 1) / nt;                          \
-            if (b > a) loop(src + 8 * a, dst + 8 * a, b - a);                               \
-        }                                                                                   \
-        for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                    \
+#define FR_HALF_ARRAY(name, T_IN, T_OUT, scalar, loop)                                   \
+    void name##_seq(const T_IN *src, T_OUT *dst, size_t n) {                             \
+        size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                           \
+        if (groups) loop(src, dst, groups);                                              \
+        for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                 \
+    }                                                                                    \
+    void name(const T_IN *src, T_OUT *dst, size_t n) {                                   \
+        if (n < FR_HALF_PAR_MIN) {                                                       \
+            name##_seq(src, dst, n);                                                     \
+            return;                                                                      \
+        }                                                                                \
+        size_t groups = FR_HALF_SIMD && simd_ok() ? n / 8 : 0;                           \
+        _Pragma("omp parallel") {                                                        \
+            size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads(); \
+            size_t a = groups * t / nt, b = groups * (t + 1) / nt;                       \
+            if (b > a) loop(src + 8 * a, dst + 8 * a, b - a);                            \
+        }                                                                                \
+        for (size_t i = 8 * groups; i < n; i++) dst[i] = scalar(src[i]);                 \
     }
 
 #if !FR_HALF_SIMD

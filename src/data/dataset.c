@@ -35,12 +35,12 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "f32 .npy pixels are r
 
 /* What a header says: element type, shape and where the elements start. */
 typedef struct layout {
-    int npy;         /* 0: IDX, 1: .npy */
-    fr_dtype dtype;  /* FR_U8, FR_F32, FR_I32 or FR_I64 */
+    int npy;        /* 0: IDX, 1: .npy */
+    fr_dtype dtype; /* FR_U8, FR_F32, FR_I32 or FR_I64 */
     int ndim;
     int64_t d[4];
-    uint64_t off;    /* byte of element 0 */
-    uint64_t bytes;  /* off + numel * element size: the file's exact length */
+    uint64_t off;   /* byte of element 0 */
+    uint64_t bytes; /* off + numel * element size: the file's exact length */
 } layout;
 
 typedef struct src {
@@ -92,12 +92,14 @@ static fr_status layout_bytes(fr_ctx *ctx, const char *name, layout *L) {
 static fr_status idx_header(fr_ctx *ctx, const char *name, const unsigned char *b, size_t have,
                             layout *L) {
     memset(L, 0, sizeof *L);
-    if (have < 4) return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: too short for an IDX magic", have);
+    if (have < 4)
+        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: too short for an IDX magic", have);
     uint32_t magic = be32(b);
     if (magic != 0x00000803 && magic != 0x00000801)
-        return ffail(ctx, name, FR_ERR_FORMAT,
-                     "byte 0: IDX magic 0x%08x is not 0x00000803 (u8 images) or 0x00000801 (u8 labels)",
-                     magic);
+        return ffail(
+            ctx, name, FR_ERR_FORMAT,
+            "byte 0: IDX magic 0x%08x is not 0x00000803 (u8 images) or 0x00000801 (u8 labels)",
+            magic);
     L->dtype = FR_U8;
     L->ndim = magic & 0xFF;
     L->off = 4 + 4 * (uint64_t)L->ndim;
@@ -120,8 +122,9 @@ static fr_status size_fault(fr_ctx *ctx, const char *name, const layout *L, uint
                      L->d[0], size);
     fr_shape s = {L->ndim, {L->d[0], L->d[1], L->d[2], L->d[3]}};
     char sh[96];
-    return ffail(ctx, name, FR_ERR_FORMAT, "expected %" PRIu64 " bytes for %s of shape %s, found %" PRIu64,
-                 L->bytes, fr_dtype_name(L->dtype), fr_shape_str(&s, sh, sizeof sh), size);
+    return ffail(ctx, name, FR_ERR_FORMAT,
+                 "expected %" PRIu64 " bytes for %s of shape %s, found %" PRIu64, L->bytes,
+                 fr_dtype_name(L->dtype), fr_shape_str(&s, sh, sizeof sh), size);
 }
 
 /* ---- .npy --------------------------------------------------------------- */
@@ -144,8 +147,8 @@ static fr_status perr(pyscan *p, const char *fmt, ...) {
 }
 
 static void pws(pyscan *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -210,7 +213,8 @@ static fr_status pshape(pyscan *p, layout *L) {
         uint64_t v = 0;
         while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
             unsigned d = p->s[p->i] - '0';
-            if (v > ((uint64_t)INT64_MAX - d) / 10) return perr(p, "dimension too large in 'shape'");
+            if (v > ((uint64_t)INT64_MAX - d) / 10)
+                return perr(p, "dimension too large in 'shape'");
             v = v * 10 + d;
             p->i++;
         }
@@ -237,16 +241,19 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
     if (have < 10 || memcmp(b, "\x93NUMPY", 6))
         return ffail(ctx, name, FR_ERR_FORMAT, "byte 0: not a .npy file (no \\x93NUMPY magic)");
     if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 6: unsupported .npy version %u.%u", b[6], b[7]);
+        return ffail(ctx, name, FR_ERR_FORMAT, "byte 6: unsupported .npy version %u.%u", b[6],
+                     b[7]);
     size_t pre = b[6] == 1 ? 10 : 12;
-    if (have < pre) return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: .npy preamble cut short", have);
+    if (have < pre)
+        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: .npy preamble cut short", have);
     uint32_t hl = b[8] | (uint32_t)b[9] << 8;
     if (b[6] > 1) hl |= (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
     if (hl > NPY_HEADER_MAX)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 8: header length %u exceeds %u", hl, NPY_HEADER_MAX);
+        return ffail(ctx, name, FR_ERR_FORMAT, "byte 8: header length %u exceeds %u", hl,
+                     NPY_HEADER_MAX);
     if (have < pre + hl)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 8: header length %u runs past the end (%zu bytes)",
-                     hl, have);
+        return ffail(ctx, name, FR_ERR_FORMAT,
+                     "byte 8: header length %u runs past the end (%zu bytes)", hl, have);
     L->off = pre + hl;
 
     pyscan p = {ctx, name, b + pre, hl, 0, pre};
@@ -272,17 +279,20 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
             if (have_descr++) return perr(&p, "duplicate 'descr'");
             size_t vat = p.i;
             if (ppeek(&p) != '\'' && ppeek(&p) != '"')
-                return perr(&p, "'descr' is not a simple dtype string (structured arrays are not supported)");
+                return perr(
+                    &p,
+                    "'descr' is not a simple dtype string (structured arrays are not supported)");
             if ((st = pstring(&p, val, sizeof val))) return st;
-            static const struct { const char *descr; fr_dtype dt; } known[] = {
-                {"|u1", FR_U8}, {"<f4", FR_F32}, {"<i4", FR_I32}, {"<i8", FR_I64}};
+            static const struct {
+                const char *descr;
+                fr_dtype dt;
+            } known[] = {{"|u1", FR_U8}, {"<f4", FR_F32}, {"<i4", FR_I32}, {"<i8", FR_I64}};
             int found = 0;
             for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
                 if (!strcmp(val, known[k].descr)) L->dtype = known[k].dt, found = 1;
             if (!found) {
                 p.i = vat;
-                if (val[0] == '>')
-                    return perr(&p, "big-endian dtype '%s' is not supported", val);
+                if (val[0] == '>') return perr(&p, "big-endian dtype '%s' is not supported", val);
                 return perr(&p, "unsupported dtype '%s' (supported: |u1, <f4, <i4, <i8)", val);
             }
         } else if (!strcmp(key, "fortran_order")) {
@@ -315,7 +325,9 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
     if (p.i != p.n) return perr(&p, "unexpected characters after the header dict");
     if (!have_descr || !have_fortran || !have_shape)
         return ffail(ctx, name, FR_ERR_FORMAT, "header dict lacks '%s'",
-                     !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
+                     !have_descr     ? "descr"
+                     : !have_fortran ? "fortran_order"
+                                     : "shape");
     return layout_bytes(ctx, name, L);
 }
 
@@ -355,11 +367,14 @@ static fr_status check_labels(fr_ctx *ctx, const char *name, const unsigned char
     for (int64_t k = 0; k < count; k++) {
         int64_t v = label_at(b + (size_t)k * es, dt);
         if (v < 0 || v >= LABEL_LIMIT)
-            return ffail(ctx, name, FR_ERR_FORMAT, "label %" PRId64 " at index %" PRId64
-                         " is out of range [0, %d)", v, first + k, LABEL_LIMIT);
+            return ffail(ctx, name, FR_ERR_FORMAT,
+                         "label %" PRId64 " at index %" PRId64 " is out of range [0, %d)", v,
+                         first + k, LABEL_LIMIT);
         if (classes > 0 && v >= classes)
-            return ffail(ctx, name, FR_ERR_SHAPE, "label %" PRId64 " at index %" PRId64
-                         " is out of range for a model with %d classes", v, first + k, classes);
+            return ffail(ctx, name, FR_ERR_SHAPE,
+                         "label %" PRId64 " at index %" PRId64
+                         " is out of range for a model with %d classes",
+                         v, first + k, classes);
         if (v > *max) *max = v;
     }
     return FR_OK;
@@ -373,8 +388,9 @@ static fr_status check_targets(fr_ctx *ctx, const char *name, const unsigned cha
         float v;
         memcpy(&v, b + (size_t)k * 4, 4);
         if (!isfinite(v))
-            return ffail(ctx, name, FR_ERR_FORMAT, "target %g at index %" PRId64 " (column %" PRId64
-                         ") is not finite", (double)v, (first + k) / width, (first + k) % width);
+            return ffail(ctx, name, FR_ERR_FORMAT,
+                         "target %g at index %" PRId64 " (column %" PRId64 ") is not finite",
+                         (double)v, (first + k) / width, (first + k) % width);
     }
     return FR_OK;
 }
@@ -402,26 +418,34 @@ static fr_status images_fit(fr_ctx *ctx, const char *name, fr_dtype dt, int64_t 
     if (__builtin_mul_overflow(c, h, &n) || __builtin_mul_overflow(n, w, &n)) n = -1;
     if (flat ? n != spec->c : c != spec->c || h != spec->h || w != spec->w) {
         if (flat)
-            return ffail(ctx, name, FR_ERR_SHAPE, "samples of %" PRId64 "x%" PRId64 "x%" PRId64
-                         " hold %" PRId64 " values but the model takes %d",
+            return ffail(ctx, name, FR_ERR_SHAPE,
+                         "samples of %" PRId64 "x%" PRId64 "x%" PRId64 " hold %" PRId64
+                         " values but the model takes %d",
                          c, h, w, n, spec->c);
-        return ffail(ctx, name, FR_ERR_SHAPE, "samples are %" PRId64 "x%" PRId64 "x%" PRId64
-                     " but the model takes %dx%dx%d", c, h, w, spec->c, spec->h, spec->w);
+        return ffail(ctx, name, FR_ERR_SHAPE,
+                     "samples are %" PRId64 "x%" PRId64 "x%" PRId64 " but the model takes %dx%dx%d",
+                     c, h, w, spec->c, spec->h, spec->w);
     }
     return FR_OK;
 }
 
 /* Class labels or targets (layout L) against what a model's loss needs. */
-static fr_status kind_fits(fr_ctx *ctx, const char *name, const layout *L, const fr_data_spec *spec) {
+static fr_status kind_fits(fr_ctx *ctx, const char *name, const layout *L,
+                           const fr_data_spec *spec) {
     if (is_labels(L) && spec->classes <= 0)
-        return ffail(ctx, name, FR_ERR_SHAPE, "holds class labels but the model's loss (mse) needs "
-                     "float targets: a f32 .npy of shape (n, %d)", spec->outputs);
+        return ffail(ctx, name, FR_ERR_SHAPE,
+                     "holds class labels but the model's loss (mse) needs "
+                     "float targets: a f32 .npy of shape (n, %d)",
+                     spec->outputs);
     if (!is_labels(L) && spec->outputs <= 0)
-        return ffail(ctx, name, FR_ERR_SHAPE, "holds float targets but the model's loss "
+        return ffail(ctx, name, FR_ERR_SHAPE,
+                     "holds float targets but the model's loss "
                      "(cross_entropy) needs integer class labels");
     if (!is_labels(L) && target_width(L) != spec->outputs)
-        return ffail(ctx, name, FR_ERR_SHAPE, "targets have %" PRId64 " values a sample but the "
-                     "model has %d outputs", target_width(L), spec->outputs);
+        return ffail(ctx, name, FR_ERR_SHAPE,
+                     "targets have %" PRId64 " values a sample but the "
+                     "model has %d outputs",
+                     target_width(L), spec->outputs);
     return FR_OK;
 }
 
@@ -432,16 +456,17 @@ static fr_status check_whole(fr_ctx *ctx, const char *name, const unsigned char 
     if (L->bytes != len) return size_fault(ctx, name, L, len);
     if (!is_images(L) && !is_labels(L) && !is_targets(L)) {
         if (L->npy && L->dtype != FR_U8 && L->dtype != FR_F32)
-            return ffail(ctx, name, FR_ERR_FORMAT, "integer arrays are labels and need 1 dimension, not %d",
-                         L->ndim);
-        return ffail(ctx, name, FR_ERR_FORMAT,
-                     "%d dimensions of %s are neither images (2 to 4 dims, u8 or f32), labels (1 dim, "
-                     "integer) nor targets (1 or 2 dims, f32)", L->ndim, fr_dtype_name(L->dtype));
+            return ffail(ctx, name, FR_ERR_FORMAT,
+                         "integer arrays are labels and need 1 dimension, not %d", L->ndim);
+        return ffail(
+            ctx, name, FR_ERR_FORMAT,
+            "%d dimensions of %s are neither images (2 to 4 dims, u8 or f32), labels (1 dim, "
+            "integer) nor targets (1 or 2 dims, f32)",
+            L->ndim, fr_dtype_name(L->dtype));
     }
     int64_t max = -1;
     fr_status st = FR_OK;
-    if (is_labels(L))
-        st = check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, 0, &max);
+    if (is_labels(L)) st = check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, 0, &max);
     else if (is_targets(L) && (L->ndim == 1 || L->d[1] > 0))
         st = check_targets(ctx, name, b + L->off, 0, L->d[0] * target_width(L), target_width(L));
     if (st || !spec) return st;
@@ -455,7 +480,8 @@ static fr_status check_whole(fr_ctx *ctx, const char *name, const unsigned char 
     if (!is_labels(L) && !is_targets(L))
         return ffail(ctx, name, FR_ERR_FORMAT, "holds images, not labels or targets");
     if ((st = kind_fits(ctx, name, L, spec))) return st;
-    if (is_labels(L)) return check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, spec->classes, &max);
+    if (is_labels(L))
+        return check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, spec->classes, &max);
     return FR_OK;
 }
 
@@ -564,8 +590,9 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
         return ffail(ctx, name, FR_ERR_IO, "temporary directory path too long");
     int fd = mkostemp(tmpl, O_CLOEXEC);
     if (fd < 0)
-        return ffail(ctx, name, FR_ERR_IO, "cannot create a temporary file in %s to inflate into: %s",
-                     dir, strerror(errno));
+        return ffail(ctx, name, FR_ERR_IO,
+                     "cannot create a temporary file in %s to inflate into: %s", dir,
+                     strerror(errno));
     unlink(tmpl);
 
     fr_status st = FR_OK;
@@ -615,7 +642,8 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
             /* Another gzip member may follow (as gzip -c a b > c writes); anything else is garbage. */
             if (zs.next_in[0] != 0x1f || (zs.avail_in > 1 && zs.next_in[1] != 0x8b)) {
                 st = ffail(ctx, name, FR_ERR_FORMAT,
-                           "trailing bytes after the gzip stream at compressed byte %" PRIu64, consumed);
+                           "trailing bytes after the gzip stream at compressed byte %" PRIu64,
+                           consumed);
                 goto done;
             }
             inflateReset(&zs);
@@ -632,8 +660,9 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
             goto done;
         }
         if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
-            st = ffail(ctx, name, FR_ERR_FORMAT, "corrupt gzip stream near compressed byte %" PRIu64 ": %s",
-                       consumed, zs.msg ? zs.msg : "inflate failed");
+            st = ffail(ctx, name, FR_ERR_FORMAT,
+                       "corrupt gzip stream near compressed byte %" PRIu64 ": %s", consumed,
+                       zs.msg ? zs.msg : "inflate failed");
             goto done;
         }
         if (got && !limit && (st = stream_limit(ctx, name, fd, produced, out, got, &limit, &npy)))
@@ -641,7 +670,8 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
         if (limit && produced + got > limit) {
             st = ffail(ctx, name, FR_ERR_FORMAT,
                        "inflates past the %" PRIu64 " bytes its %s header implies (stopped at "
-                       "compressed byte %" PRIu64 ")", limit, npy ? ".npy" : "IDX", consumed);
+                       "compressed byte %" PRIu64 ")",
+                       limit, npy ? ".npy" : "IDX", consumed);
             goto done;
         }
         if (got) {
@@ -652,8 +682,8 @@ static fr_status inflate_to_tmp(fr_ctx *ctx, const char *name, int in_fd, int *o
                 if (w < 0 && errno == EINTR) continue;
                 if (w <= 0) {
                     st = ffail(ctx, name, FR_ERR_IO,
-                               "cannot write the inflated copy into %s after %" PRIu64 " bytes: %s", dir,
-                               produced, w < 0 ? strerror(errno) : "no progress");
+                               "cannot write the inflated copy into %s after %" PRIu64 " bytes: %s",
+                               dir, produced, w < 0 ? strerror(errno) : "no progress");
                     goto done;
                 }
                 p += w;
@@ -696,7 +726,8 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
     unsigned char head[16];
     size_t have = s->size < sizeof head ? (size_t)s->size : sizeof head;
     if (pread_full(fd, head, have, 0))
-        return ffail(ctx, path, FR_ERR_IO, "cannot read the header: %s", errno ? strerror(errno) : "short file");
+        return ffail(ctx, path, FR_ERR_IO, "cannot read the header: %s",
+                     errno ? strerror(errno) : "short file");
     if (have >= 2 && head[0] == 0x1f && head[1] == 0x8b) {
         int tfd;
         uint64_t tsize;
@@ -787,8 +818,8 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
         goto fail;
     }
     if (c > INT_MAX / h || c * h > INT_MAX / w) {
-        ffail(ctx, images, FR_ERR_FORMAT, "a sample of %" PRId64 "x%" PRId64 "x%" PRId64 " is too large",
-              c, h, w);
+        ffail(ctx, images, FR_ERR_FORMAT,
+              "a sample of %" PRId64 "x%" PRId64 "x%" PRId64 " is too large", c, h, w);
         goto fail;
     }
     ds->n = I->d[0];
@@ -801,9 +832,11 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
         if (!Y->npy)
             ffail(ctx, labels, FR_ERR_FORMAT, "IDX magic 0x00000803 holds images, not labels");
         else
-            ffail(ctx, labels, FR_ERR_FORMAT,
-                  "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), "
-                  "not %s with %d dimensions", fr_dtype_name(Y->dtype), Y->ndim);
+            ffail(
+                ctx, labels, FR_ERR_FORMAT,
+                "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), "
+                "not %s with %d dimensions",
+                fr_dtype_name(Y->dtype), Y->ndim);
         goto fail;
     }
     if (Y->d[0] != ds->n) {
@@ -812,7 +845,8 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
         goto fail;
     }
     if (is_targets(Y) && (target_width(Y) < 1 || target_width(Y) > INT_MAX / 4)) {
-        ffail(ctx, labels, FR_ERR_FORMAT, "targets of %" PRId64 " values a sample", target_width(Y));
+        ffail(ctx, labels, FR_ERR_FORMAT, "targets of %" PRId64 " values a sample",
+              target_width(Y));
         goto fail;
     }
     int64_t max = -1;
@@ -838,9 +872,14 @@ static int find_file(const char *dir, const char *name, int gz, char *out) {
 
 fr_dataset *fr_dataset_open_dir(fr_ctx *ctx, const char *dir, const char *split) {
     /* Candidates in order: images, then labels or targets; gz: may end in .gz. */
-    static const struct { const char *suffix; int gz, labels; } names[] = {
-        {"images-idx3-ubyte", 1, 0}, {"images.npy", 0, 0},
-        {"labels-idx1-ubyte", 1, 1}, {"labels.npy", 0, 1}, {"targets.npy", 0, 1}};
+    static const struct {
+        const char *suffix;
+        int gz, labels;
+    } names[] = {{"images-idx3-ubyte", 1, 0},
+                 {"images.npy", 0, 0},
+                 {"labels-idx1-ubyte", 1, 1},
+                 {"labels.npy", 0, 1},
+                 {"targets.npy", 0, 1}};
     char found[2][PATH_MAX], p[PATH_MAX];
     int have[2] = {0, 0};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
@@ -863,12 +902,15 @@ fr_dataset *fr_dataset_open_dir(fr_ctx *ctx, const char *dir, const char *split)
     }
     if (!have[0] || !have[1]) {
         if (!have[0])
-            fr_fail(ctx, FR_ERR_IO, "%s: no %s images: looked for %s-images-idx3-ubyte[.gz] and "
-                    "%s-images.npy", dir, split, split, split);
+            fr_fail(ctx, FR_ERR_IO,
+                    "%s: no %s images: looked for %s-images-idx3-ubyte[.gz] and "
+                    "%s-images.npy",
+                    dir, split, split, split);
         else
-            fr_fail(ctx, FR_ERR_IO, "%s: no %s labels for %s: looked for %s-labels-idx1-ubyte[.gz], "
-                    "%s-labels.npy (classes) and %s-targets.npy (float targets)", dir, split,
-                    found[0], split, split, split);
+            fr_fail(ctx, FR_ERR_IO,
+                    "%s: no %s labels for %s: looked for %s-labels-idx1-ubyte[.gz], "
+                    "%s-labels.npy (classes) and %s-targets.npy (float targets)",
+                    dir, split, found[0], split, split, split);
         return NULL;
     }
     return fr_dataset_open(ctx, found[0], found[1]);
@@ -906,16 +948,18 @@ fr_status fr_dataset_check(fr_ctx *ctx, const fr_dataset *ds, const fr_data_spec
     if (!ds->outputs && ds->classes > spec->classes) { /* find the first label past the model's */
         int64_t max = -1;
         if ((st = scan_labels(ctx, &ds->lab, spec->classes, &max))) return st;
-        return ffail(ctx, ds->lab.path, FR_ERR_IO, "label %d seen at open but not on a second read: "
-                     "the file changed", ds->classes - 1);
+        return ffail(ctx, ds->lab.path, FR_ERR_IO,
+                     "label %d seen at open but not on a second read: "
+                     "the file changed",
+                     ds->classes - 1);
     }
     return FR_OK;
 }
 
 /* fr_dataset_read with the message written to err instead of the context,
  * so the loader's prefetch thread never touches ctx->err. */
-fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t,
-                            char *err, size_t errlen) {
+fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
+                            float *t, char *err, size_t errlen) {
     size_t xb = ds->sample * fr_dtype_size(ds->img.L.dtype), yb = fr_dtype_size(ds->lab.L.dtype);
     if (ds->outputs) {
         yb *= (size_t)ds->outputs;
@@ -947,14 +991,16 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         if (t) {
             float *ts = t + (size_t)i * (size_t)ds->outputs;
             if (pread_full(ds->lab.fd, ts, yb, ds->lab.L.off + (uint64_t)k * yb)) {
-                snprintf(err, errlen, "%s: cannot read the targets at index %" PRId64 ": %s", ds->lab.path,
-                         k, errno ? strerror(errno) : "file shrank");
+                snprintf(err, errlen, "%s: cannot read the targets at index %" PRId64 ": %s",
+                         ds->lab.path, k, errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;
             }
             for (int j = 0; j < ds->outputs; j++)
                 if (!isfinite(ts[j])) {
-                    snprintf(err, errlen, "%s: target at index %" PRId64 " (column %d) changed on disk "
-                             "to %g", ds->lab.path, k, j, (double)ts[j]);
+                    snprintf(err, errlen,
+                             "%s: target at index %" PRId64 " (column %d) changed on disk "
+                             "to %g",
+                             ds->lab.path, k, j, (double)ts[j]);
                     return FR_ERR_FORMAT;
                 }
         }
@@ -967,8 +1013,10 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
             }
             int64_t v = label_at(b, ds->lab.L.dtype);
             if (v < 0 || v >= ds->classes) {
-                snprintf(err, errlen, "%s: label %" PRId64 " at index %" PRId64
-                         " changed on disk: out of range [0, %d)", ds->lab.path, v, k, ds->classes);
+                snprintf(err, errlen,
+                         "%s: label %" PRId64 " at index %" PRId64
+                         " changed on disk: out of range [0, %d)",
+                         ds->lab.path, v, k, ds->classes);
                 return FR_ERR_FORMAT;
             }
             y[i] = (int32_t)v;
@@ -977,7 +1025,8 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
     return FR_OK;
 }
 
-fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t) {
+fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
+                          float *t) {
     char err[FR_ERR_LEN];
     fr_status st = fr_dataset_read_r(ds, idx, n, x, y, t, err, sizeof err);
     return st ? fr_fail(ds->ctx, st, "%s", err) : FR_OK;

@@ -67,10 +67,11 @@ fr_status fr_dataset_check(fr_ctx *ctx, const fr_dataset *ds, const fr_data_spec
  * into y (n, class datasets) or the targets into t (n * outputs floats,
  * regression datasets); the other of y and t is ignored and either may be
  * NULL. */
-fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t);
+fr_status fr_dataset_read(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
+                          float *t);
 /* The same, for a background thread: the message goes to err, not ctx. */
-fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y, float *t,
-                            char *err, size_t errlen);
+fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
+                            float *t, char *err, size_t errlen);
 
 /* Parsers on memory, for the fuzzers and the corruption tests: validate a
  * whole IDX or .npy image (already inflated) and report the first fault. */

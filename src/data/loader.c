@@ -29,15 +29,15 @@ struct fr_loader {
     fr_ctx *ctx;
     fr_dataset *ds;
     fr_loader_opts o;
-    int64_t n;      /* samples used per epoch */
-    int64_t nb;     /* batches per epoch */
-    size_t sample;  /* floats per sample */
-    int nslots;     /* queue + 1 */
-    float *x;       /* nslots * batch * sample (DATA) */
-    int32_t *y;     /* nslots * batch class labels (DATA), or NULL */
-    float *t;       /* nslots * batch * outputs targets (DATA), or NULL */
-    int outputs;    /* targets a sample; 0: class labels */
-    int64_t *perm;  /* n sample indices (OTHER) */
+    int64_t n;     /* samples used per epoch */
+    int64_t nb;    /* batches per epoch */
+    size_t sample; /* floats per sample */
+    int nslots;    /* queue + 1 */
+    float *x;      /* nslots * batch * sample (DATA) */
+    int32_t *y;    /* nslots * batch class labels (DATA), or NULL */
+    float *t;      /* nslots * batch * outputs targets (DATA), or NULL */
+    int outputs;   /* targets a sample; 0: class labels */
+    int64_t *perm; /* n sample indices (OTHER) */
 
     int started;
     int64_t take; /* batch the consumer gets next */
@@ -79,7 +79,8 @@ static void *producer(void *arg) {
     pthread_mutex_lock(&l->mu);
     for (;;) {
         int64_t k = l->produced;
-        while (!l->stop && k < l->nb && k >= l->released + l->nslots) pthread_cond_wait(&l->space, &l->mu);
+        while (!l->stop && k < l->nb && k >= l->released + l->nslots)
+            pthread_cond_wait(&l->space, &l->mu);
         if (l->stop || k >= l->nb) break;
         pthread_mutex_unlock(&l->mu);
         /* Slot k % nslots is neither held by the consumer nor ready: ours. */
@@ -129,12 +130,14 @@ fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o) {
     if (o->limit > 0 && o->limit < n) n = o->limit;
     size_t sample = (size_t)c * (size_t)h * (size_t)w;
     int outputs = fr_dataset_outputs(ds);
-    size_t nslots = (size_t)o->queue + 1, per_slot, y_per = outputs ? (size_t)outputs * sizeof(float) : sizeof(int32_t);
+    size_t nslots = (size_t)o->queue + 1, per_slot,
+           y_per = outputs ? (size_t)outputs * sizeof(float) : sizeof(int32_t);
     size_t xbytes, ybytes;
     if (__builtin_mul_overflow(sample * sizeof(float), (size_t)o->batch, &per_slot) ||
         __builtin_mul_overflow(per_slot, nslots, &xbytes) ||
         __builtin_mul_overflow(y_per * (size_t)o->batch, nslots, &ybytes)) {
-        fr_fail(ctx, FR_ERR_ARG, "loader: batch %d with queue %d overflows memory sizes", o->batch, o->queue);
+        fr_fail(ctx, FR_ERR_ARG, "loader: batch %d with queue %d overflows memory sizes", o->batch,
+                o->queue);
         return NULL;
     }
     fr_loader *l = fr_calloc(ctx, sizeof *l, FR_MEM_OTHER);
@@ -195,7 +198,8 @@ fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip) {
     l->started = 0;
     if (epoch < 0 || skip < 0 || skip > l->nb)
         return fr_fail(l->ctx, FR_ERR_ARG,
-                       "loader: cannot start epoch %d at batch %" PRId64 " (an epoch has %" PRId64 ")",
+                       "loader: cannot start epoch %d at batch %" PRId64 " (an epoch has %" PRId64
+                       ")",
                        epoch, skip, l->nb);
     for (int64_t i = 0; i < l->n; i++) l->perm[i] = i;
     if (l->o.shuffle) {
@@ -215,7 +219,9 @@ fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip) {
     l->err[0] = 0;
     if (l->o.queue > 0 && skip < l->nb) {
         int e = pthread_create(&l->th, NULL, producer, l);
-        if (e) return fr_fail(l->ctx, FR_ERR_IO, "loader: cannot start the prefetch thread: %s", strerror(e));
+        if (e)
+            return fr_fail(l->ctx, FR_ERR_IO, "loader: cannot start the prefetch thread: %s",
+                           strerror(e));
         l->running = 1;
     }
     l->started = 1;
@@ -225,15 +231,16 @@ fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip) {
 fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done) {
     memset(out, 0, sizeof *out);
     *done = 0;
-    if (!l->started) return fr_fail(l->ctx, FR_ERR_ARG, "loader: fr_loader_next before fr_loader_start");
+    if (!l->started)
+        return fr_fail(l->ctx, FR_ERR_ARG, "loader: fr_loader_next before fr_loader_start");
     int64_t k = l->take;
     if (l->o.queue == 0) {
         if (k >= l->nb) {
             *done = 1;
             return FR_OK;
         }
-        fr_status st = fr_dataset_read(l->ds, l->perm + k * l->o.batch, batch_count(l, k), slot_x(l, k),
-                                       slot_y(l, k), slot_t(l, k));
+        fr_status st = fr_dataset_read(l->ds, l->perm + k * l->o.batch, batch_count(l, k),
+                                       slot_x(l, k), slot_y(l, k), slot_t(l, k));
         if (st) return st;
     } else {
         pthread_mutex_lock(&l->mu);

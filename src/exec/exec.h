@@ -11,9 +11,9 @@ typedef struct fr_exec {
     fr_ctx *ctx;
     fr_graph *g;
     fr_plan *plan;
-    char *arena;       /* fr_arena_alloc'd, plan->arena_bytes */
-    void **ptr;        /* per value: bound storage (params, grads, batch, arena) */
-    uint8_t *written;  /* per FR_VAL_GRAD value: already holds a gradient this step */
+    char *arena;          /* fr_arena_alloc'd, plan->arena_bytes */
+    void **ptr;           /* per value: bound storage (params, grads, batch, arena) */
+    uint8_t *written;     /* per FR_VAL_GRAD value: already holds a gradient this step */
     float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;

@@ -39,8 +39,8 @@ int fr_graph_node(fr_graph *g, fr_op op, const int *in, int n_in, const fr_attr 
                   uint32_t skip, int *out_ids) {
     const fr_op_info *info = fr_op_get(op);
     if (n_in != info->n_in) {
-        g->status = fr_fail(g->ctx, FR_ERR_ARG, "%s takes %d inputs, got %d", info->name,
-                            info->n_in, n_in);
+        g->status =
+            fr_fail(g->ctx, FR_ERR_ARG, "%s takes %d inputs, got %d", info->name, info->n_in, n_in);
         return -1;
     }
     if (fr_grow(g->ctx, (void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes,

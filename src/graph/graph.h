@@ -52,8 +52,8 @@ typedef struct fr_node {
     int in[FR_MAX_IN];   /* value ids, -1 for an absent optional input */
     int out[FR_MAX_OUT]; /* value ids, -1 for an output nobody wants */
     fr_attr attr;
-    int fwd;       /* backward nodes: the forward node they differentiate; else -1 */
-    int layer;     /* model layer index that emitted it (for per-layer tables) */
+    int fwd;             /* backward nodes: the forward node they differentiate; else -1 */
+    int layer;           /* model layer index that emitted it (for per-layer tables) */
     uint32_t accumulate; /* bit i: out[i] is a parameter gradient to add into */
     uint32_t update;     /* bit i: out[i] is bound to the parameter itself, which the kernel
                             updates in place by plain SGD with the gradient it computes (the

@@ -31,7 +31,8 @@ int fr_open_regular(fr_ctx *ctx, const char *path, const char *what, uint64_t *s
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        fr_fail(ctx, FR_ERR_IO, "%s: the %s is %s, not a regular file", path, what, kind_of(sb.st_mode));
+        fr_fail(ctx, FR_ERR_IO, "%s: the %s is %s, not a regular file", path, what,
+                kind_of(sb.st_mode));
         return -1;
     }
     int fl = fcntl(fd, F_GETFL);

@@ -25,7 +25,8 @@
 #define ST_MAX_HEADER 100000000ULL /* the reference implementation's limit */
 
 /* One table of dtype names: the enum order of frugal.h. */
-static const char *const st_dtype_names[FR_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "U8", "I64"};
+static const char *const st_dtype_names[FR_DTYPE_COUNT] = {"F32", "F16", "BF16",
+                                                           "I32", "U8",  "I64"};
 _Static_assert(FR_DTYPE_COUNT == 6, "safetensors dtype table must cover every dtype");
 
 /* ---- UTF-8 ------------------------------------------------------------- */
@@ -165,7 +166,8 @@ static fr_status jstring(jscan *j, char *out, size_t cap, const char *what) {
                     enc[k++] = (unsigned char)(0x80 | (cp & 0x3F));
                 }
             } else {
-                return jerr(j, "unknown escape '\\%c' in a string", e >= 0x20 && e < 0x7F ? e : '?');
+                return jerr(j, "unknown escape '\\%c' in a string",
+                            e >= 0x20 && e < 0x7F ? e : '?');
             }
         } else {
             k = utf8_seq(j->s + j->i, j->n - j->i);
@@ -295,7 +297,8 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, uint64_t data_len) {
             if (have_off++) return jerr(j, "tensor '%s': duplicate \"data_offsets\"", e->name);
             int k;
             if ((st = juint_array(j, off, 2, &k, "data_offsets"))) return st;
-            if (k != 2) return jerr(j, "tensor '%s': data_offsets needs 2 values, has %d", e->name, k);
+            if (k != 2)
+                return jerr(j, "tensor '%s': data_offsets needs 2 values, has %d", e->name, k);
         } else {
             return jerr(j, "tensor '%s': unknown key \"%s\"", e->name, key);
         }
@@ -308,7 +311,10 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, uint64_t data_len) {
             return jerr(j, "expected ',' or '}' in tensor '%s'", e->name);
         }
     }
-    const char *missing = !have_dtype ? "dtype" : !have_shape ? "shape" : !have_off ? "data_offsets" : NULL;
+    const char *missing = !have_dtype   ? "dtype"
+                          : !have_shape ? "shape"
+                          : !have_off   ? "data_offsets"
+                                        : NULL;
     if (missing)
         return fr_fail(j->ctx, FR_ERR_FORMAT, "%s: tensor '%s': missing \"%s\"", j->file, e->name,
                        missing);
@@ -316,8 +322,8 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, uint64_t data_len) {
     uint64_t numel = 1, need;
     for (int k = 0; k < e->shape.ndim; k++)
         if (__builtin_mul_overflow(numel, (uint64_t)e->shape.d[k], &numel))
-            return fr_fail(j->ctx, FR_ERR_FORMAT, "%s: tensor '%s': shape's element count overflows",
-                           j->file, e->name);
+            return fr_fail(j->ctx, FR_ERR_FORMAT,
+                           "%s: tensor '%s': shape's element count overflows", j->file, e->name);
     if (__builtin_mul_overflow(numel, (uint64_t)fr_dtype_size(e->dtype), &need) || need > INT64_MAX)
         return fr_fail(j->ctx, FR_ERR_FORMAT, "%s: tensor '%s': shape's byte count overflows",
                        j->file, e->name);
@@ -339,8 +345,9 @@ static fr_status parse_tensor(jscan *j, fr_st_entry *e, uint64_t data_len) {
                        fr_shape_str(&e->shape, sh, sizeof sh), need);
     }
     if (need > SIZE_MAX)
-        return fr_fail(j->ctx, FR_ERR_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes do not fit in memory",
-                       j->file, e->name, need);
+        return fr_fail(j->ctx, FR_ERR_FORMAT,
+                       "%s: tensor '%s': %" PRIu64 " bytes do not fit in memory", j->file, e->name,
+                       need);
     e->offset = off[0];
     e->nbytes = (size_t)need;
     return FR_OK;
@@ -404,8 +411,8 @@ static fr_status check_layout(fr_ctx *ctx, const char *file, const fr_st_file *f
     }
     if (!st && at != data_len)
         st = fr_fail(ctx, FR_ERR_FORMAT,
-                     "%s: the tensors cover %" PRIu64 " bytes of data but the file has %" PRIu64, file,
-                     at, data_len);
+                     "%s: the tensors cover %" PRIu64 " bytes of data but the file has %" PRIu64,
+                     file, at, data_len);
     fr_free(ctx, sp);
     return st;
 }
@@ -438,8 +445,8 @@ static fr_status parse_header(fr_ctx *ctx, const char *path, const unsigned char
                     st = jerr(&j, "too many tensors");
                     goto fail;
                 }
-                if (fr_grow(ctx, (void **)&out->entries, &cap, (size_t)out->n + 1, sizeof(fr_st_entry),
-                            cat)) {
+                if (fr_grow(ctx, (void **)&out->entries, &cap, (size_t)out->n + 1,
+                            sizeof(fr_st_entry), cat)) {
                     st = FR_ERR_NOMEM;
                     goto fail;
                 }
@@ -478,16 +485,19 @@ fail:
 
 /* The 8-byte little-endian header length, checked against the limit and
  * against the `after` bytes that follow it. */
-static fr_status header_length(fr_ctx *ctx, const char *path, const unsigned char b[8], uint64_t after,
-                               uint64_t *hl) {
+static fr_status header_length(fr_ctx *ctx, const char *path, const unsigned char b[8],
+                               uint64_t after, uint64_t *hl) {
     *hl = 0;
     for (int k = 7; k >= 0; k--) *hl = *hl << 8 | b[k];
     if (*hl > ST_MAX_HEADER)
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
-                       " exceeds the limit of %llu bytes", path, *hl, ST_MAX_HEADER);
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: byte 0: header length %" PRIu64 " exceeds the limit of %llu bytes",
+                       path, *hl, ST_MAX_HEADER);
     if (*hl > after)
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: byte 0: header length %" PRIu64
-                       " runs past the end of the file (%" PRIu64 " bytes follow it)", path, *hl, after);
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: byte 0: header length %" PRIu64
+                       " runs past the end of the file (%" PRIu64 " bytes follow it)",
+                       path, *hl, after);
     return FR_OK;
 }
 
@@ -495,13 +505,15 @@ fr_status fr_st_parse(fr_ctx *ctx, const char *path, const void *buf, size_t len
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
     if (len < 8)
-        return fr_fail(ctx, FR_ERR_FORMAT,
-                       "%s: %zu bytes: too short for a safetensors file (the header length alone is 8)",
-                       path, len);
+        return fr_fail(
+            ctx, FR_ERR_FORMAT,
+            "%s: %zu bytes: too short for a safetensors file (the header length alone is 8)", path,
+            len);
     uint64_t hl;
     fr_status st = header_length(ctx, path, b, len - 8, &hl);
     if (st) return st;
-    if ((st = parse_header(ctx, path, b + 8, (size_t)hl, len - 8 - hl, out, FR_MEM_OTHER))) return st;
+    if ((st = parse_header(ctx, path, b + 8, (size_t)hl, len - 8 - hl, out, FR_MEM_OTHER)))
+        return st;
     for (int k = 0; k < out->n; k++) out->entries[k].data = b + 8 + hl + out->entries[k].offset;
     return FR_OK;
 }
@@ -535,7 +547,8 @@ fr_status fr_st_read(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat 
     fr_status st = FR_OK;
     if (size < 8) {
         st = fr_fail(ctx, FR_ERR_FORMAT,
-                     "%s: %" PRIu64 " bytes: too short for a safetensors file (the header length alone is 8)",
+                     "%s: %" PRIu64
+                     " bytes: too short for a safetensors file (the header length alone is 8)",
                      path, size);
         goto fail;
     }
@@ -584,12 +597,15 @@ fr_status fr_st_load(fr_ctx *ctx, const fr_st_file *f, const fr_st_entry *e, voi
         return FR_OK;
     }
     if (!f->path)
-        return fr_fail(ctx, FR_ERR_ARG, "tensor '%s': no data to load (the file is closed)", e->name);
+        return fr_fail(ctx, FR_ERR_ARG, "tensor '%s': no data to load (the file is closed)",
+                       e->name);
     uint64_t at = f->data_at + e->offset;
     if (pread_all(f->fd, dst, e->nbytes, at)) {
         int err = errno;
-        return fr_fail(ctx, FR_ERR_IO, "%s: tensor '%s': cannot read %zu bytes at byte %" PRIu64 ": %s",
-                       f->path, e->name, e->nbytes, at, err ? strerror(err) : "the file shrank since it was opened");
+        return fr_fail(ctx, FR_ERR_IO,
+                       "%s: tensor '%s': cannot read %zu bytes at byte %" PRIu64 ": %s", f->path,
+                       e->name, e->nbytes, at,
+                       err ? strerror(err) : "the file shrank since it was opened");
     }
     return FR_OK;
 }
@@ -704,34 +720,39 @@ static fr_status write_atomic_parts(fr_ctx *ctx, const char *path, const part *p
 fr_status fr_st_write(fr_ctx *ctx, const char *path, const fr_st_entry *e, int n,
                       const fr_st_meta *meta, int n_meta) {
     if (n < 0 || (n > 0 && !e) || n_meta < 0 || n_meta > FR_ST_META_MAX || (n_meta > 0 && !meta))
-        return fr_fail(ctx, FR_ERR_ARG, "%s: bad tensor or metadata count (%d, %d; at most %d metadata)",
-                       path, n, n_meta, FR_ST_META_MAX);
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%s: bad tensor or metadata count (%d, %d; at most %d metadata)", path, n,
+                       n_meta, FR_ST_META_MAX);
     for (int k = 0; k < n; k++) {
         const fr_st_entry *t = &e[k];
         if (memchr(t->name, 0, FR_ST_NAME_MAX) == NULL || !t->name[0] ||
             !strcmp(t->name, "__metadata__") || !utf8_valid(t->name))
             return fr_fail(ctx, FR_ERR_ARG, "%s: tensor %d: bad name", path, k);
-        if ((unsigned)t->dtype >= FR_DTYPE_COUNT || t->shape.ndim < 0 || t->shape.ndim > FR_MAX_DIMS)
+        if ((unsigned)t->dtype >= FR_DTYPE_COUNT || t->shape.ndim < 0 ||
+            t->shape.ndim > FR_MAX_DIMS)
             return fr_fail(ctx, FR_ERR_ARG, "%s: tensor '%s': bad dtype or rank", path, t->name);
         uint64_t numel = 1;
         for (int d = 0; d < t->shape.ndim; d++)
             if (t->shape.d[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)t->shape.d[d], &numel))
                 return fr_fail(ctx, FR_ERR_ARG, "%s: tensor '%s': bad shape", path, t->name);
-        if (numel > SIZE_MAX / fr_dtype_size(t->dtype) || numel * fr_dtype_size(t->dtype) != t->nbytes ||
-            (t->nbytes && !t->data))
-            return fr_fail(ctx, FR_ERR_ARG, "%s: tensor '%s': %zu bytes do not match its shape and dtype",
-                           path, t->name, t->nbytes);
+        if (numel > SIZE_MAX / fr_dtype_size(t->dtype) ||
+            numel * fr_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "%s: tensor '%s': %zu bytes do not match its shape and dtype", path,
+                           t->name, t->nbytes);
         for (int q = 0; q < k; q++)
             if (!strcmp(e[q].name, t->name))
                 return fr_fail(ctx, FR_ERR_ARG, "%s: tensor '%s' given twice", path, t->name);
     }
     for (int k = 0; k < n_meta; k++) {
-        if (!memchr(meta[k].key, 0, sizeof meta[k].key) || !memchr(meta[k].value, 0, sizeof meta[k].value) ||
-            !utf8_valid(meta[k].key) || !utf8_valid(meta[k].value))
+        if (!memchr(meta[k].key, 0, sizeof meta[k].key) ||
+            !memchr(meta[k].value, 0, sizeof meta[k].value) || !utf8_valid(meta[k].key) ||
+            !utf8_valid(meta[k].value))
             return fr_fail(ctx, FR_ERR_ARG, "%s: metadata %d: bad key or value", path, k);
         for (int q = 0; q < k; q++)
             if (!strcmp(meta[q].key, meta[k].key))
-                return fr_fail(ctx, FR_ERR_ARG, "%s: metadata key '%s' given twice", path, meta[k].key);
+                return fr_fail(ctx, FR_ERR_ARG, "%s: metadata key '%s' given twice", path,
+                               meta[k].key);
     }
 
     hdr h = {NULL, 0};
@@ -829,13 +850,15 @@ fr_status fr_st_check_writable(fr_ctx *ctx, const char *path) {
         return fr_fail(ctx, FR_ERR_ARG, "%s: exists and is not a regular file", path);
     if (stat(dir, &sb) != 0) {
         int e = errno;
-        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir, strerror(e));
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir,
+                       strerror(e));
     }
     if (!S_ISDIR(sb.st_mode))
         return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: %s is not a directory", path, dir);
     if (access(dir, W_OK | X_OK) != 0) {
         int e = errno;
-        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir, strerror(e));
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot write there: directory %s: %s", path, dir,
+                       strerror(e));
     }
     return FR_OK;
 }
@@ -854,7 +877,8 @@ static fr_status write_atomic_parts(fr_ctx *ctx, const char *path, const part *p
     if (*base) remove_stale_temporaries(dir, base);
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) return fr_fail(ctx, FR_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+    if (fd < 0)
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
     const char *step = NULL;
     for (int k = 0; k < np && !step; k++)
         if (parts[k].n && write_all(fd, parts[k].p, parts[k].n)) step = "write";
@@ -881,8 +905,8 @@ static fr_status write_atomic_parts(fr_ctx *ctx, const char *path, const part *p
     e = errno;
     close(dfd);
     if (r != 0 && e != EINVAL) /* some file systems cannot fsync a directory */
-        return fr_fail(ctx, FR_ERR_IO, "%s: written, but fsync of directory %s failed: %s", path, dir,
-                       strerror(e));
+        return fr_fail(ctx, FR_ERR_IO, "%s: written, but fsync of directory %s failed: %s", path,
+                       dir, strerror(e));
     return FR_OK;
 }
 

@@ -21,11 +21,11 @@
 typedef struct fr_st_entry {
     char name[FR_ST_NAME_MAX];
     fr_dtype dtype;
-    fr_shape shape; /* ndim 0 is a scalar (one element) */
+    fr_shape shape;   /* ndim 0 is a scalar (one element) */
     const void *data; /* write: source bytes; fr_st_parse: points into the buffer;
                          fr_st_read: NULL (fr_st_load copies the bytes out) */
     size_t nbytes;
-    uint64_t offset;  /* read: begin of the bytes within the data section */
+    uint64_t offset; /* read: begin of the bytes within the data section */
 } fr_st_entry;
 
 typedef struct fr_st_meta {
@@ -38,9 +38,9 @@ typedef struct fr_st_file {
     int n;
     fr_st_meta meta[FR_ST_META_MAX];
     int n_meta;
-    void *blob;      /* freed by fr_st_close (a caller of fr_st_parse may hand its buffer over) */
-    char *path;      /* fr_st_read: the file's path (for messages); NULL otherwise */
-    int fd;          /* fr_st_read: the open file (valid while path is set) */
+    void *blob;       /* freed by fr_st_close (a caller of fr_st_parse may hand its buffer over) */
+    char *path;       /* fr_st_read: the file's path (for messages); NULL otherwise */
+    int fd;           /* fr_st_read: the open file (valid while path is set) */
     uint64_t data_at; /* fr_st_read: file position of the data section */
 } fr_st_file;
 

@@ -17,7 +17,7 @@ struct fr_mem_block {
     size_t bytes;    /* what the caller asked for */
     size_t reserved; /* what the block holds from the system, header included */
     fr_mem_cat cat;
-    int arena;       /* 1: a planned arena, counted as reserved only */
+    int arena; /* 1: a planned arena, counted as reserved only */
     fr_mem_block *next;
     char pad[FR_MEM_ALIGN - 2 * sizeof(size_t) - sizeof(uint64_t) - 2 * sizeof(int) -
              sizeof(void *)];
@@ -153,8 +153,8 @@ static void *alloc_impl(fr_ctx *ctx, size_t bytes, fr_mem_cat cat, int arena) {
         pthread_mutex_lock(&ctx->mem.lock);
         ctx->mem.st.num_ooms++;
         pthread_mutex_unlock(&ctx->mem.lock);
-        fr_fail(ctx, FR_ERR_NOMEM, "out of memory: %zu bytes for %s is beyond any machine",
-                bytes, fr_mem_cat_name(cat));
+        fr_fail(ctx, FR_ERR_NOMEM, "out of memory: %zu bytes for %s is beyond any machine", bytes,
+                fr_mem_cat_name(cat));
         return NULL;
     }
     size_t reserved = fr_mem_block_bytes(bytes);
@@ -233,10 +233,8 @@ void fr_mem_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta) {
     if ((unsigned)cat >= FR_MEM_CAT_COUNT) cat = FR_MEM_OTHER;
     pthread_mutex_lock(&m->lock);
     if (delta < 0 && (size_t)-delta > m->st.allocated[cat]) delta = -(int64_t)m->st.allocated[cat];
-    if (delta >= 0)
-        count_alloc(m, cat, (size_t)delta);
-    else
-        count_free(m, cat, (size_t)-delta);
+    if (delta >= 0) count_alloc(m, cat, (size_t)delta);
+    else count_free(m, cat, (size_t)-delta);
     pthread_mutex_unlock(&m->lock);
 }
 

@@ -17,10 +17,10 @@
 typedef struct fr_mem_block fr_mem_block;
 
 typedef struct fr_mem_event {
-    double t_us;          /* since the trace started */
-    int64_t delta;        /* +bytes allocated, -bytes freed */
+    double t_us;   /* since the trace started */
+    int64_t delta; /* +bytes allocated, -bytes freed */
     fr_mem_cat cat;
-    const char *tag;      /* op or owner name (static storage) */
+    const char *tag; /* op or owner name (static storage) */
 } fr_mem_event;
 
 typedef struct fr_mem {

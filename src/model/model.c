@@ -12,8 +12,9 @@
 #include "model/model.h"
 
 static const char *layer_names[FR_L_COUNT] = {
-    "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "relu", "gelu", "sigmoid",
-    "tanh", "batchnorm", "layernorm", "dropout", "flatten", "residual", "shortcut", "end"};
+    "linear",  "conv2d",   "maxpool2d", "avgpool2d", "global_avgpool", "relu",
+    "gelu",    "sigmoid",  "tanh",      "batchnorm", "layernorm",      "dropout",
+    "flatten", "residual", "shortcut",  "end"};
 
 const char *fr_layer_kind_name(fr_layer_kind k) {
     return (unsigned)k < FR_L_COUNT ? layer_names[k] : "?";
@@ -96,7 +97,8 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
                 m->n_layers--;
                 m->status = fr_fail(m->ctx, FR_ERR_ARG,
                                     "layer name '%s' is already taken by an earlier name=: "
-                                    "choose names that are not positions", l->name);
+                                    "choose names that are not positions",
+                                    l->name);
                 return NULL;
             }
     }
@@ -184,8 +186,9 @@ fr_status fr_model_conv2d(fr_model *m, int oc, int k, int stride, int pad, int b
     if (h + 2 * pad < k || w + 2 * pad < k)
         return fr_fail(m->ctx, FR_ERR_SHAPE, "conv2d: kernel %d is larger than the input %s", k,
                        shape_str(&m->cur, b));
-    fr_layer *l = add_layer(m, FR_L_CONV2D,
-                            fr_shape3(oc, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1));
+    fr_layer *l =
+        add_layer(m, FR_L_CONV2D,
+                  fr_shape3(oc, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1));
     if (!l) return m->status;
     l->out = oc;
     l->kernel = k;
@@ -203,7 +206,8 @@ fr_status fr_model_conv2d(fr_model *m, int oc, int k, int stride, int pad, int b
 static fr_status pool(fr_model *m, fr_layer_kind kind, int k, int stride) {
     char b[64];
     if (stride <= 0) stride = k;
-    if (k <= 0) return fr_fail(m->ctx, FR_ERR_ARG, "%s: kernel must be positive", layer_names[kind]);
+    if (k <= 0)
+        return fr_fail(m->ctx, FR_ERR_ARG, "%s: kernel must be positive", layer_names[kind]);
     if (need_image(m, layer_names[kind])) return FR_ERR_SHAPE;
     int64_t c = m->cur.d[0], h = m->cur.d[1], w = m->cur.d[2];
     if (h < k || w < k)
@@ -216,8 +220,12 @@ static fr_status pool(fr_model *m, fr_layer_kind kind, int k, int stride) {
     return FR_OK;
 }
 
-fr_status fr_model_maxpool2d(fr_model *m, int k, int stride) { return pool(m, FR_L_MAXPOOL2D, k, stride); }
-fr_status fr_model_avgpool2d(fr_model *m, int k, int stride) { return pool(m, FR_L_AVGPOOL2D, k, stride); }
+fr_status fr_model_maxpool2d(fr_model *m, int k, int stride) {
+    return pool(m, FR_L_MAXPOOL2D, k, stride);
+}
+fr_status fr_model_avgpool2d(fr_model *m, int k, int stride) {
+    return pool(m, FR_L_AVGPOOL2D, k, stride);
+}
 
 fr_status fr_model_global_avgpool(fr_model *m) {
     if (need_image(m, "global_avgpool")) return FR_ERR_SHAPE;
@@ -269,7 +277,8 @@ fr_status fr_model_layernorm(fr_model *m) {
 
 fr_status fr_model_residual_begin(fr_model *m) {
     if (m->depth == FR_RES_MAX_DEPTH)
-        return fr_fail(m->ctx, FR_ERR_ARG, "residual blocks nest at most %d deep", FR_RES_MAX_DEPTH);
+        return fr_fail(m->ctx, FR_ERR_ARG, "residual blocks nest at most %d deep",
+                       FR_RES_MAX_DEPTH);
     fr_shape in = m->cur;
     fr_layer *l = add_layer(m, FR_L_RES_BEGIN, in);
     if (!l) return m->status;
@@ -284,7 +293,8 @@ fr_status fr_model_residual_begin(fr_model *m) {
 fr_status fr_model_residual_shortcut(fr_model *m) {
     if (m->depth == 0) return fr_fail(m->ctx, FR_ERR_ARG, "shortcut outside a residual block");
     int d = m->depth - 1;
-    if (m->res_in_shortcut[d]) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block has one shortcut");
+    if (m->res_in_shortcut[d])
+        return fr_fail(m->ctx, FR_ERR_ARG, "a residual block has one shortcut");
     m->res_body_out[d] = m->cur;
     m->res_in_shortcut[d] = 1;
     m->cur = m->res_in[d];
@@ -317,7 +327,8 @@ fr_status fr_model_set_loss(fr_model *m, fr_loss loss) {
 fr_status fr_model_name_last(fr_model *m, const char *name) {
     if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "name= before any layer");
     if (!name[0] || strlen(name) > 100 || strpbrk(name, "\"\\ \t"))
-        return fr_fail(m->ctx, FR_ERR_ARG, "layer name '%s' must be 1-100 characters without quotes or spaces", name);
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "layer name '%s' must be 1-100 characters without quotes or spaces", name);
     fr_layer *l = &m->layers[m->n_layers - 1];
     if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END)
         return fr_fail(m->ctx, FR_ERR_ARG, "name= applies to layers, not to shortcut or end");
@@ -339,7 +350,8 @@ fr_status fr_model_checkpoint_last(fr_model *m) {
     if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "checkpoint before any layer");
     fr_layer *l = &m->layers[m->n_layers - 1];
     if (l->kind == FR_L_RES_SHORTCUT)
-        return fr_fail(m->ctx, FR_ERR_ARG, "checkpoint applies to a layer or a whole residual block");
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "checkpoint applies to a layer or a whole residual block");
     if (m->depth > 0 && l->kind != FR_L_RES_END)
         return fr_fail(m->ctx, FR_ERR_ARG,
                        "checkpoint inside a residual block: mark the whole block instead "
@@ -357,7 +369,8 @@ static int freeze_match(const fr_layer *l, const char *item, size_t len) {
     memcpy(buf, item, len);
     buf[len] = 0;
     int a, b, k = 0;
-    if (sscanf(buf, "%d-%d%n", &a, &b, &k) == 2 && (size_t)k == len) return l->index >= a && l->index <= b;
+    if (sscanf(buf, "%d-%d%n", &a, &b, &k) == 2 && (size_t)k == len)
+        return l->index >= a && l->index <= b;
     if (sscanf(buf, "%d%n", &a, &k) == 1 && (size_t)k == len) return l->index == a;
     size_t n = strlen(buf);
     return strncmp(l->name, buf, n) == 0 && (l->name[n] == 0 || l->name[n] == '.');
@@ -408,8 +421,9 @@ fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
         if (!h) return FR_ERR_NOMEM;
         if (p->dtype != FR_F32) {
             fr_free(m->ctx, h);
-            return fr_fail(m->ctx, FR_ERR_ARG, "%s is %s: convert 16-bit weights back to fp32 first",
-                           p->name, fr_dtype_name(p->dtype));
+            return fr_fail(m->ctx, FR_ERR_ARG,
+                           "%s is %s: convert 16-bit weights back to fp32 first", p->name,
+                           fr_dtype_name(p->dtype));
         }
         if (dt == FR_F16) fr_f32_to_f16_n(p->data, h, n);
         else fr_f32_to_bf16_n(p->data, h, n);
@@ -449,7 +463,8 @@ static void init_store(fr_param *p, int64_t j0, const float *v, size_t n) {
  * BatchNorm/LayerNorm: weight 1, bias 0, running_var 1. Values are made in
  * f32 chunks of 1024 and stored in each parameter's dtype. */
 fr_status fr_model_init(fr_model *m, uint64_t seed) {
-    if (m->depth) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
+    if (m->depth)
+        return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
     if (fr_model_alloc_params(m)) return FR_ERR_NOMEM;
     float v[1024];
     for (size_t i = 0; i < m->n_params; i++) {
@@ -522,8 +537,8 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         case FR_L_LINEAR:
         case FR_L_CONV2D:
             in[0] = x, in[1] = P[0], in[2] = l->bias ? P[1] : -1;
-            node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3,
-                                 &a, -1, 0, out);
+            node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3, &a,
+                                 -1, 0, out);
             break;
         case FR_L_MAXPOOL2D:
         case FR_L_AVGPOOL2D:
@@ -532,10 +547,13 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         case FR_L_GELU:
         case FR_L_SIGMOID:
         case FR_L_TANH: {
-            static const fr_op ops[FR_L_COUNT] = {
-                [FR_L_MAXPOOL2D] = FR_OP_MAXPOOL2D, [FR_L_AVGPOOL2D] = FR_OP_AVGPOOL2D,
-                [FR_L_GLOBAL_AVGPOOL] = FR_OP_GLOBAL_AVGPOOL, [FR_L_RELU] = FR_OP_RELU,
-                [FR_L_GELU] = FR_OP_GELU, [FR_L_SIGMOID] = FR_OP_SIGMOID, [FR_L_TANH] = FR_OP_TANH};
+            static const fr_op ops[FR_L_COUNT] = {[FR_L_MAXPOOL2D] = FR_OP_MAXPOOL2D,
+                                                  [FR_L_AVGPOOL2D] = FR_OP_AVGPOOL2D,
+                                                  [FR_L_GLOBAL_AVGPOOL] = FR_OP_GLOBAL_AVGPOOL,
+                                                  [FR_L_RELU] = FR_OP_RELU,
+                                                  [FR_L_GELU] = FR_OP_GELU,
+                                                  [FR_L_SIGMOID] = FR_OP_SIGMOID,
+                                                  [FR_L_TANH] = FR_OP_TANH};
             node = fr_graph_node(g, ops[l->kind], &x, 1, &a, -1, 0, out);
             break;
         }
@@ -559,9 +577,7 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
             a.shape = batched(n, l->out_shape);
             node = fr_graph_node(g, FR_OP_VIEW, &x, 1, &a, -1, 0, out);
             break;
-        case FR_L_RES_BEGIN:
-            stack_in[depth++] = x;
-            break;
+        case FR_L_RES_BEGIN: stack_in[depth++] = x; break;
         case FR_L_RES_SHORTCUT:
             stack_body[depth - 1] = x;
             x = stack_in[depth - 1];
@@ -583,8 +599,7 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
             node = fr_graph_node(g, FR_OP_ADD, in, 2, &a, -1, 0, out);
             break;
         }
-        case FR_L_COUNT:
-            break;
+        case FR_L_COUNT: break;
         }
         if (node == -1) return g->status;
         if (node >= 0) {
@@ -596,8 +611,9 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
     if (g->vals[x].shape.ndim != 2)
         return fr_fail(ctx, FR_ERR_SHAPE, "the model must end in flat outputs (batch, classes)");
     int64_t classes = g->vals[x].shape.d[1];
-    int y = m->loss == FR_LOSS_CROSS_ENTROPY ? fr_graph_value(g, FR_VAL_LABEL, FR_I32, fr_shape1(n))
-                                              : fr_graph_value(g, FR_VAL_LABEL, FR_F32, fr_shape2(n, classes));
+    int y = m->loss == FR_LOSS_CROSS_ENTROPY
+                ? fr_graph_value(g, FR_VAL_LABEL, FR_I32, fr_shape1(n))
+                : fr_graph_value(g, FR_VAL_LABEL, FR_F32, fr_shape2(n, classes));
     if (y < 0) return FR_ERR_NOMEM;
     g->vals[y].batched = 1;
     g->label = y;

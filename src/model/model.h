@@ -33,7 +33,7 @@ typedef struct fr_layer {
     int out, kernel, stride, pad, bias;
     float p;
     char name[FR_ST_NAME_MAX]; /* state_dict prefix, e.g. "0", "fc1", "3.body.1" */
-    fr_shape in, out_shape;     /* per sample (no batch dim) */
+    fr_shape in, out_shape;    /* per sample (no batch dim) */
     int first_param, n_params;
     int frozen;
     int unit;       /* checkpointing unit: a weighted layer or residual block and what follows it */
@@ -41,8 +41,13 @@ typedef struct fr_layer {
     int checkpoint; /* marked for recomputation (the unit it starts) */
 } fr_layer;
 
-typedef enum fr_param_role { FR_P_WEIGHT = 0, FR_P_BIAS, FR_P_RUNNING_MEAN, FR_P_RUNNING_VAR,
-                             FR_P_NUM_BATCHES } fr_param_role;
+typedef enum fr_param_role {
+    FR_P_WEIGHT = 0,
+    FR_P_BIAS,
+    FR_P_RUNNING_MEAN,
+    FR_P_RUNNING_VAR,
+    FR_P_NUM_BATCHES
+} fr_param_role;
 
 typedef struct fr_param {
     char name[FR_ST_NAME_MAX]; /* full state_dict name, e.g. "0.weight" */
@@ -52,13 +57,13 @@ typedef struct fr_param {
     int trainable; /* 0 for buffers */
     int layer;
     int64_t fan_in;
-    void *data;    /* FR_MEM_PARAMS */
-    float *grad;   /* FR_MEM_GRADS, NULL until needed */
+    void *data;       /* FR_MEM_PARAMS */
+    float *grad;      /* FR_MEM_GRADS, NULL until needed */
     uint16_t *grad16; /* FR_MEM_GRADS: instead of grad, the gradient in the weights' own 16-bit
                          format (pure half precision, as model.half() keeps it) */
-    int grad_valid;/* 0: the next backward overwrites instead of adding */
-    float *state[2]; /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
-    int state_kind;  /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
+    int grad_valid;   /* 0: the next backward overwrites instead of adding */
+    float *state[2];  /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
+    int state_kind;   /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
 } fr_param;
 
 #define FR_RES_MAX_DEPTH 4
@@ -72,8 +77,8 @@ struct fr_model {
     fr_param *params;
     size_t n_params, cap_params;
     fr_loss loss;
-    int top_index;             /* next top-level sequential index */
-    int depth;                 /* open residual blocks */
+    int top_index; /* next top-level sequential index */
+    int depth;     /* open residual blocks */
     int res_layer[FR_RES_MAX_DEPTH];
     int res_index[FR_RES_MAX_DEPTH][2]; /* next body / shortcut index */
     int res_in_shortcut[FR_RES_MAX_DEPTH];

@@ -24,10 +24,18 @@
 
 /* ---- statements: one table row each ------------------------------------ */
 
-typedef enum mf_key { K_KERNEL = 0, K_STRIDE, K_PADDING, K_BIAS, K_NAME, K_CHECKPOINT, K_COUNT } mf_key;
+typedef enum mf_key {
+    K_KERNEL = 0,
+    K_STRIDE,
+    K_PADDING,
+    K_BIAS,
+    K_NAME,
+    K_CHECKPOINT,
+    K_COUNT
+} mf_key;
 #define KB(k) (1u << (k))
-static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding", "bias", "name",
-                                                  "checkpoint"};
+static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding",
+                                                  "bias",   "name",   "checkpoint"};
 
 typedef enum mf_kind { S_INPUT = 0, S_LAYER, S_RESIDUAL, S_SHORTCUT, S_END, S_LOSS } mf_kind;
 /* What the positional arguments are. */
@@ -61,10 +69,10 @@ static fr_status b_avgpool2d(fr_model *m, const mf_args *a) {
     return fr_model_avgpool2d(m, a->v[0], key_or(a, K_STRIDE, a->v[0]));
 }
 /* The layers and block markers that take no arguments. */
-#define MF_NOARG(fn, call)                                                                         \
-    static fr_status fn(fr_model *m, const mf_args *a) {                                           \
-        (void)a;                                                                                   \
-        return call(m);                                                                            \
+#define MF_NOARG(fn, call)                               \
+    static fr_status fn(fr_model *m, const mf_args *a) { \
+        (void)a;                                         \
+        return call(m);                                  \
     }
 MF_NOARG(b_global_avgpool, fr_model_global_avgpool)
 MF_NOARG(b_batchnorm, fr_model_batchnorm)
@@ -157,7 +165,7 @@ typedef struct mf_parser {
 
 /* A token quoted for a message, cut to MF_QUOTE_MAX bytes: use as
  * "'%.*s%s'" with MF_Q(t). Tokens hold printable ASCII only. */
-#define MF_Q(t)                                                                                    \
+#define MF_Q(t) \
     ((t).len > MF_QUOTE_MAX ? MF_QUOTE_MAX : (t).len), (t).s, ((t).len > MF_QUOTE_MAX ? "..." : "")
 
 __attribute__((format(printf, 4, 5))) static fr_status mf_fail_at(mf_parser *p, int line, int col,
@@ -210,10 +218,8 @@ static void mf_suggest(const mf_tok *t, const char *const *words, size_t n, char
         int d = mf_distance(t->s, t->len, words[i]);
         if (d < best) best = d, pick = words[i];
     }
-    if (pick)
-        snprintf(out, cap, "; did you mean '%s'?", pick);
-    else if (cap)
-        out[0] = '\0';
+    if (pick) snprintf(out, cap, "; did you mean '%s'?", pick);
+    else if (cap) out[0] = '\0';
 }
 
 static int mf_eq(const mf_tok *t, const char *word) {
@@ -310,12 +316,9 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
     }
     case K_BIAS:
     case K_CHECKPOINT:
-        if (mf_eq(&val, "true"))
-            a->key[k] = 1;
-        else if (mf_eq(&val, "false"))
-            a->key[k] = 0;
-        else
-            return mf_fail(p, t->col, "%.*s%s: must be true or false", MF_Q(*t));
+        if (mf_eq(&val, "true")) a->key[k] = 1;
+        else if (mf_eq(&val, "false")) a->key[k] = 0;
+        else return mf_fail(p, t->col, "%.*s%s: must be true or false", MF_Q(*t));
         break;
     case K_NAME:
         if (val.len > MF_MAX_NAME)
@@ -333,8 +336,7 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
         memcpy(a->name, val.s, (size_t)val.len);
         a->name[val.len] = '\0';
         break;
-    case K_COUNT:
-        break;
+    case K_COUNT: break;
     }
     a->key_col[k] = t->col;
     return FR_OK;
@@ -373,8 +375,7 @@ static fr_status mf_positional(mf_parser *p, const mf_stmt *st, const mf_tok *t,
         a->loss = (fr_loss)i;
         break;
     }
-    case P_NONE:
-        break;
+    case P_NONE: break;
     }
     a->n++;
     return FR_OK;
@@ -486,19 +487,12 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
 
     p->n_layers++;
     switch (st->kind) {
-    case S_RESIDUAL:
-        p->open[p->depth++] = (mf_open){p->line, w->col, 0, ckpt};
-        break;
-    case S_SHORTCUT:
-        p->open[p->depth - 1].shortcut_line = p->line;
-        break;
-    case S_END:
-        p->depth--;
-        break;
+    case S_RESIDUAL: p->open[p->depth++] = (mf_open){p->line, w->col, 0, ckpt}; break;
+    case S_SHORTCUT: p->open[p->depth - 1].shortcut_line = p->line; break;
+    case S_END: p->depth--; break;
     case S_LAYER:
     case S_INPUT:
-    case S_LOSS:
-        break;
+    case S_LOSS: break;
     }
     return FR_OK;
 }
@@ -590,8 +584,8 @@ static char *mf_read(fr_ctx *ctx, const char *path, size_t *len) {
     if (fd < 0) return NULL;
     if (size > MF_MAX_TEXT) {
         close(fd);
-        fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes is too large for a model file (at most %u)", path,
-                (unsigned long long)size, MF_MAX_TEXT);
+        fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes is too large for a model file (at most %u)",
+                path, (unsigned long long)size, MF_MAX_TEXT);
         return NULL;
     }
     size_t cap = (size_t)size + 1, n = 0;

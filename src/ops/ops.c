@@ -139,8 +139,7 @@ static int sh_view(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *
 static int sh_loss(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *z = &V(0)->shape, *y = &V(1)->shape;
     if (z->ndim != 2) return fail_shape(g, n, "the loss needs (batch, classes) outputs");
-    if (n->op == FR_OP_CROSS_ENTROPY ? (y->ndim != 1 || y->d[0] != z->d[0])
-                                     : !fr_shape_eq(z, y))
+    if (n->op == FR_OP_CROSS_ENTROPY ? (y->ndim != 1 || y->d[0] != z->d[0]) : !fr_shape_eq(z, y))
         return fail_shape(g, n, "targets do not match the outputs");
     o[0] = fr_shape1(1);
     dt[0] = FR_F32;
@@ -262,16 +261,16 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWH(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
     ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd,
          hi_conv),
-    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool,
-          ho_maxpool),
+    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool,
+          hi_maxpool, ho_maxpool),
     ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool,
          hi_maxpool),
     ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_k_avgpool2d, fr_bw_avgpool2d, -1, 0, fl_pool),
     ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, fr_k_avgpool2d_bwd, NULL, -1, 0, fl_elem),
-    ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_k_global_avgpool, fr_bw_global_avgpool,
-        -1, 0, fl_elem),
-    ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1,
-        0, fl_elem),
+    ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_k_global_avgpool, fr_bw_global_avgpool, -1, 0,
+        fl_elem),
+    ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1, 0,
+        fl_elem),
     ROWHO(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
     ROWH(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu, NULL, ho_any),

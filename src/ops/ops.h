@@ -9,39 +9,39 @@
 #include "core/tensor.h"
 
 /*  name           n_in n_out */
-#define FR_OPS(X)                      \
-    X(LINEAR, 3, 1)                    \
-    X(LINEAR_BWD, 3, 3)                \
-    X(CONV2D, 3, 2)                    \
-    X(CONV2D_BWD, 3, 4)                \
-    X(MAXPOOL2D, 1, 1)                 \
-    X(MAXPOOL2D_BWD, 3, 1)             \
-    X(AVGPOOL2D, 1, 1)                 \
-    X(AVGPOOL2D_BWD, 1, 1)             \
-    X(GLOBAL_AVGPOOL, 1, 1)            \
-    X(GLOBAL_AVGPOOL_BWD, 1, 1)        \
-    X(RELU, 1, 1)                      \
-    X(RELU_BWD, 2, 1)                  \
-    X(GELU, 1, 1)                      \
-    X(GELU_BWD, 2, 1)                  \
-    X(SIGMOID, 1, 1)                   \
-    X(SIGMOID_BWD, 2, 1)               \
-    X(TANH, 1, 1)                      \
-    X(TANH_BWD, 2, 1)                  \
-    X(BATCHNORM, 5, 3)                 \
-    X(BATCHNORM_BWD, 5, 3)             \
-    X(LAYERNORM, 3, 3)                 \
-    X(LAYERNORM_BWD, 5, 3)             \
-    X(DROPOUT, 1, 2)                   \
-    X(DROPOUT_BWD, 2, 1)               \
-    X(ADD, 2, 1)                       \
-    X(COPY, 1, 1)                      \
-    X(CAST, 1, 1)                      \
-    X(VIEW, 1, 1)                      \
-    X(CROSS_ENTROPY, 2, 1)             \
-    X(CROSS_ENTROPY_BWD, 2, 1)         \
-    X(MSE, 2, 1)                       \
-    X(MSE_BWD, 2, 1)                   \
+#define FR_OPS(X)               \
+    X(LINEAR, 3, 1)             \
+    X(LINEAR_BWD, 3, 3)         \
+    X(CONV2D, 3, 2)             \
+    X(CONV2D_BWD, 3, 4)         \
+    X(MAXPOOL2D, 1, 1)          \
+    X(MAXPOOL2D_BWD, 3, 1)      \
+    X(AVGPOOL2D, 1, 1)          \
+    X(AVGPOOL2D_BWD, 1, 1)      \
+    X(GLOBAL_AVGPOOL, 1, 1)     \
+    X(GLOBAL_AVGPOOL_BWD, 1, 1) \
+    X(RELU, 1, 1)               \
+    X(RELU_BWD, 2, 1)           \
+    X(GELU, 1, 1)               \
+    X(GELU_BWD, 2, 1)           \
+    X(SIGMOID, 1, 1)            \
+    X(SIGMOID_BWD, 2, 1)        \
+    X(TANH, 1, 1)               \
+    X(TANH_BWD, 2, 1)           \
+    X(BATCHNORM, 5, 3)          \
+    X(BATCHNORM_BWD, 5, 3)      \
+    X(LAYERNORM, 3, 3)          \
+    X(LAYERNORM_BWD, 5, 3)      \
+    X(DROPOUT, 1, 2)            \
+    X(DROPOUT_BWD, 2, 1)        \
+    X(ADD, 2, 1)                \
+    X(COPY, 1, 1)               \
+    X(CAST, 1, 1)               \
+    X(VIEW, 1, 1)               \
+    X(CROSS_ENTROPY, 2, 1)      \
+    X(CROSS_ENTROPY_BWD, 2, 1)  \
+    X(MSE, 2, 1)                \
+    X(MSE_BWD, 2, 1)            \
     X(OPTIM_STEP, 1, 1)
 
 typedef enum fr_op {
@@ -63,8 +63,8 @@ typedef int (*fr_kernel_fn)(struct fr_kernel_call *c);
 /* Backward rule: given the gradient value of each output (-1: none) and
  * which inputs need a gradient, add backward nodes to g and store the
  * gradient value of each input (-1: none) in din. Returns 0 or a status. */
-typedef int (*fr_backward_fn)(struct fr_graph *g, int node, const int *dout,
-                              const uint8_t *need, int *din);
+typedef int (*fr_backward_fn)(struct fr_graph *g, int node, const int *dout, const uint8_t *need,
+                              int *din);
 /* Cost: forward multiply-adds counted as 2 FLOPs. */
 typedef double (*fr_flops_fn)(const struct fr_graph *g, const struct fr_node *n);
 /* Whether node n's kernel reads input j as f16/bf16 itself (widening exactly

@@ -141,14 +141,14 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
         int r = root_of(g, v);
         if (keep && keep[v] && is_step(g, r)) last[r] = nn;
         /* a parameter's gradient living in the arena (stepped in backward) is a gradient */
-        p->cat[v] = g->vals[v].param >= 0                      ? FR_MEM_GRADS
+        p->cat[v] = g->vals[v].param >= 0                  ? FR_MEM_GRADS
                     : g->vals[r].saved || g->vals[v].saved ? FR_MEM_ACTIVATIONS
-                                                             : FR_MEM_WORKSPACE;
+                                                           : FR_MEM_WORKSPACE;
     }
     size_t cur[FR_MEM_CAT_COUNT] = {0}, cur_total = 0;
 #define EVENT(e)                                                                              \
     do {                                                                                      \
-        if (fr_grow(ctx, (void **)&p->ev, &cap_ev, n_ev + 1, sizeof *p->ev, FR_MEM_OTHER)) { \
+        if (fr_grow(ctx, (void **)&p->ev, &cap_ev, n_ev + 1, sizeof *p->ev, FR_MEM_OTHER)) {  \
             st = FR_ERR_NOMEM;                                                                \
             goto done;                                                                        \
         }                                                                                     \

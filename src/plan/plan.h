@@ -14,10 +14,10 @@ typedef struct fr_plan {
     fr_ctx *ctx;
     int n_vals, n_nodes; /* n_nodes: positions in the execution order */
     int *order;          /* node executed at each position */
-    int64_t *offset;  /* per value: byte offset in the arena, -1 if not in it */
-    fr_mem_cat *cat;  /* per value: category of a step value while it lives */
-    int *ev_start;    /* events at position i: ev[ev_start[i] .. ev_start[i+1]); n_nodes = end */
-    int *ev;          /* +(v+1): v becomes live; -(v+1): v dies */
+    int64_t *offset;     /* per value: byte offset in the arena, -1 if not in it */
+    fr_mem_cat *cat;     /* per value: category of a step value while it lives */
+    int *ev_start;       /* events at position i: ev[ev_start[i] .. ev_start[i+1]); n_nodes = end */
+    int *ev;             /* +(v+1): v becomes live; -(v+1): v dies */
     size_t arena_bytes;
     size_t peak[FR_MEM_CAT_COUNT]; /* predicted per-category peak of step values */
     size_t peak_total;             /* predicted peak of all step values together */

@@ -25,8 +25,8 @@ static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
     return c;
 }
 
-fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin, int **order_io,
-                             int *n_io) {
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
+                             int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
     fr_ctx *ctx = g->ctx;
     int n = *n_io, *order = *order_io;
@@ -92,13 +92,13 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     }
     for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v] & store_half;
     fr_free(ctx, read_back);
-#define EMIT(id)                                                                     \
-    do {                                                                             \
-        if (fr_grow(ctx, (void **)&out, &cap, k + 1, sizeof *out, FR_MEM_OTHER)) {   \
-            st = FR_ERR_NOMEM;                                                       \
-            goto done;                                                               \
-        }                                                                            \
-        out[k++] = (id);                                                             \
+#define EMIT(id)                                                                   \
+    do {                                                                           \
+        if (fr_grow(ctx, (void **)&out, &cap, k + 1, sizeof *out, FR_MEM_OTHER)) { \
+            st = FR_ERR_NOMEM;                                                     \
+            goto done;                                                             \
+        }                                                                          \
+        out[k++] = (id);                                                           \
     } while (0)
     for (int pos = 0; pos < n; pos++) {
         int i = order[pos];
@@ -110,7 +110,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                  * exact in f32); max pooling too, so that its backward, comparing
                  * rounded values, finds the same maximum. */
                 fr_op op = g->nodes[i].op;
-                if (x < 0 || (size_t)x >= nv0 || (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)))
+                if (x < 0 || (size_t)x >= nv0 ||
+                    (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[origin[r]] || hv[r] < 0) continue;
@@ -142,10 +143,12 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }
         if (store_half) { /* mixed: weights of matmuls and convolutions rounded to 16 bits */
             fr_op op = g->nodes[i].op;
-            int j = (op == FR_OP_LINEAR || op == FR_OP_CONV2D) ? 1
-                    : (op == FR_OP_LINEAR_BWD || op == FR_OP_CONV2D_BWD) ? 2 : -1;
+            int j = (op == FR_OP_LINEAR || op == FR_OP_CONV2D)           ? 1
+                    : (op == FR_OP_LINEAR_BWD || op == FR_OP_CONV2D_BWD) ? 2
+                                                                         : -1;
             int w = j >= 0 ? g->nodes[i].in[j] : -1;
-            if (w >= 0 && (size_t)w < nv0 && g->vals[w].kind == FR_VAL_PARAM && g->vals[w].dtype == FR_F32) {
+            if (w >= 0 && (size_t)w < nv0 && g->vals[w].kind == FR_VAL_PARAM &&
+                g->vals[w].dtype == FR_F32) {
                 /* a rounded f32 copy for each reader, made from the master
                  * weight right before it and dropped right after: nothing
                  * 16-bit is held through the step (the weight does not
@@ -175,8 +178,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
             int v = g->nodes[i].out[0];
             const fr_op_info *pi = fr_op_get(g->nodes[i].op);
-            if (v >= 0 && (size_t)v < nv0 && cast[origin[v]] && pi->half_out && pi->half_out(g, &g->nodes[i]) &&
-                !f32_read[origin[v]]) {
+            if (v >= 0 && (size_t)v < nv0 && cast[origin[v]] && pi->half_out &&
+                pi->half_out(g, &g->nodes[i]) && !f32_read[origin[v]]) {
                 /* nobody reads the f32 value: the producer writes the half */
                 int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
                 if (h < 0) {

@@ -20,7 +20,7 @@
  * checkpointing schedule never changes a bit. half = FR_F16 or FR_BF16 stores saved
  * activations in that format; FR_F32 only inserts the casts that bring
  * 16-bit weights (pure half precision) to f32 where ops read them. */
-fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin, int **order,
-                             int *n_order);
+fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
+                             int **order, int *n_order);
 
 #endif

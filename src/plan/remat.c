@@ -63,11 +63,11 @@ int64_t fr_revolve_cost(int l, int s) {
  * r); it reaches T(l, s) for every 2 <= s (checked against the table). */
 static int rev_split(int64_t l, int64_t s) {
     int64_t range, reps = rev_reps(l, s, &range);
-    int64_t b1 = range * reps / (s + reps);                         /* beta(s-1, r)   */
-    int64_t b2 = s > 1 ? b1 * s / (s + reps - 1) : 1;               /* beta(s-1, r-1) */
+    int64_t b1 = range * reps / (s + reps);                              /* beta(s-1, r)   */
+    int64_t b2 = s > 1 ? b1 * s / (s + reps - 1) : 1;                    /* beta(s-1, r-1) */
     int64_t b3 = s == 1 ? 0 : s > 2 ? b2 * (s - 1) / (s + reps - 2) : 1; /* beta(s-2, r-1) */
-    int64_t b4 = b2 * (reps - 1) / s;                               /* beta(s, r-2)   */
-    int64_t b5 = s > 2 ? b3 * (s - 2) / reps : 1;                   /* beta(s-3, r)   */
+    int64_t b4 = b2 * (reps - 1) / s;                                    /* beta(s, r-2)   */
+    int64_t b5 = s > 2 ? b3 * (s - 2) / reps : 1;                        /* beta(s-3, r)   */
     int64_t j = l <= b1 + b3 ? b4 : l >= range - b5 ? b1 : l - b2 - b3;
     return (int)(j < 1 ? 1 : j > l - 1 ? l - 1 : j);
 }
@@ -104,10 +104,13 @@ fr_status fr_schedule_revolve(fr_ctx *ctx, int first, int n, int slots, fr_sched
     /* l first forwards, T recomputed ones, l backwards: one allocation */
     int64_t total = 2 * (int64_t)n + fr_revolve_cost(l, slots);
     if (total > INT32_MAX)
-        return fr_fail(ctx, FR_ERR_ARG, "revolve: %d units with %d slots recompute %lld unit forwards; "
-                       "give it more slots", l, slots, (long long)fr_revolve_cost(l, slots));
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "revolve: %d units with %d slots recompute %lld unit forwards; "
+                       "give it more slots",
+                       l, slots, (long long)fr_revolve_cost(l, slots));
     size_t cap = 0;
-    if (fr_grow(ctx, (void **)&out->a, &cap, (size_t)total, sizeof *out->a, FR_MEM_OTHER)) return FR_ERR_NOMEM;
+    if (fr_grow(ctx, (void **)&out->a, &cap, (size_t)total, sizeof *out->a, FR_MEM_OTHER))
+        return FR_ERR_NOMEM;
     out->cap = (int)cap;
     fr_status st = FR_OK;
     for (int u = 0; u < first && !st; u++) st = push(ctx, out, 0, u);
@@ -136,7 +139,8 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     int nf = g->n_forward;
     size_t cap = n0 * 2 + 16, n = 0, ccap = 16;
     int *order = fr_alloc(ctx, cap * sizeof *order, FR_MEM_OTHER), *origin = NULL;
-    int *clone_of = fr_alloc(ctx, ccap * sizeof *clone_of, FR_MEM_OTHER); /* node c: clone_of[c - n0] */
+    int *clone_of =
+        fr_alloc(ctx, ccap * sizeof *clone_of, FR_MEM_OTHER); /* node c: clone_of[c - n0] */
     size_t nv_cap = g->n_vals; /* versions are tracked for the values that existed before */
     int *cur = fr_alloc(ctx, (nv_cap + 1) * sizeof *cur, FR_MEM_OTHER); /* current version */
     uint8_t *seen = fr_calloc(ctx, (size_t)n_units + 1, FR_MEM_OTHER);
@@ -156,13 +160,13 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     for (size_t i = 0; i < n0; i++) by_unit[first[unit[i]]++] = (int)i;
     for (int u = n_units; u > 0; u--) first[u] = first[u - 1];
     first[0] = 0;
-#define APPEND(id)                                                                          \
-    do {                                                                                    \
-        if (fr_grow(ctx, (void **)&order, &cap, n + 1, sizeof *order, FR_MEM_OTHER)) {      \
-            st = FR_ERR_NOMEM;                                                              \
-            goto done;                                                                      \
-        }                                                                                   \
-        order[n++] = (id);                                                                  \
+#define APPEND(id)                                                                     \
+    do {                                                                               \
+        if (fr_grow(ctx, (void **)&order, &cap, n + 1, sizeof *order, FR_MEM_OTHER)) { \
+            st = FR_ERR_NOMEM;                                                         \
+            goto done;                                                                 \
+        }                                                                              \
+        order[n++] = (id);                                                             \
     } while (0)
     for (int k = 0; k < s->n; k++) {
         int u = s->a[k].unit;
@@ -183,13 +187,15 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
                 if (by_unit[q] < nf) APPEND(by_unit[q]);
             continue;
         }
-        for (int q = first[u]; q < first[u + 1]; q++) { /* recompute: clones reading the latest versions */
+        for (int q = first[u]; q < first[u + 1];
+             q++) { /* recompute: clones reading the latest versions */
             int i = by_unit[q];
             if (i >= nf) continue;
             fr_node orig = g->nodes[i];
             int in[FR_MAX_IN], out[FR_MAX_OUT];
             for (int j = 0; j < orig.n_in; j++)
-                in[j] = orig.in[j] >= 0 && (size_t)orig.in[j] < nv_cap ? cur[orig.in[j]] : orig.in[j];
+                in[j] =
+                    orig.in[j] >= 0 && (size_t)orig.in[j] < nv_cap ? cur[orig.in[j]] : orig.in[j];
             uint32_t skip = 0;
             for (int j = 0; j < orig.n_out; j++)
                 if (orig.out[j] < 0) skip |= 1u << j;
@@ -201,7 +207,8 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
                 goto done;
             }
             g->nodes[c].layer = orig.layer;
-            if (fr_grow(ctx, (void **)&clone_of, &ccap, (size_t)c - n0 + 1, sizeof *clone_of, FR_MEM_OTHER)) {
+            if (fr_grow(ctx, (void **)&clone_of, &ccap, (size_t)c - n0 + 1, sizeof *clone_of,
+                        FR_MEM_OTHER)) {
                 st = FR_ERR_NOMEM;
                 goto done;
             }
@@ -225,15 +232,18 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
     }
     for (size_t i = 0; i < n; i++) placed[order[i]] = 1;
     for (size_t i = 0; i < n0 && !st; i++)
-        if (!placed[i]) st = fr_fail(ctx, FR_ERR_ARG, "schedule leaves node %zu (%s) out", i,
-                                     fr_op_get(g->nodes[i].op)->name);
+        if (!placed[i])
+            st = fr_fail(ctx, FR_ERR_ARG, "schedule leaves node %zu (%s) out", i,
+                         fr_op_get(g->nodes[i].op)->name);
     fr_free(ctx, placed);
     /* Each value recomputes itself, a clone's output the original's. */
-    if (!st && !(origin = fr_alloc(ctx, (g->n_vals + 1) * sizeof *origin, FR_MEM_OTHER))) st = FR_ERR_NOMEM;
+    if (!st && !(origin = fr_alloc(ctx, (g->n_vals + 1) * sizeof *origin, FR_MEM_OTHER)))
+        st = FR_ERR_NOMEM;
     for (size_t v = 0; !st && v < g->n_vals; v++) origin[v] = (int)v;
     for (size_t c = n0; !st && c < g->n_nodes; c++)
         for (int j = 0; j < g->nodes[c].n_out; j++)
-            if (g->nodes[c].out[j] >= 0) origin[g->nodes[c].out[j]] = g->nodes[clone_of[c - n0]].out[j];
+            if (g->nodes[c].out[j] >= 0)
+                origin[g->nodes[c].out[j]] = g->nodes[clone_of[c - n0]].out[j];
 done:
     fr_free(ctx, cur);
     fr_free(ctx, seen);

@@ -114,10 +114,12 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         state_row sr[5];
         size_t tp;
         int ns = state_rows(s, sr, &tp);
-        fprintf(out, "}, \"predicted_peak_total\": %zu, \"arena_bytes\": %zu, \"precision\": \"%s\", "
-                "\"trainable_param_bytes\": %zu, \"optimizer_state_bytes\": {", total,
-                s->plan.arena_bytes, fr_precision_name(s->o.precision), tp);
-        for (int i = 0; i < ns; i++) fprintf(out, "%s\"%s\": %zu", i ? ", " : "", sr[i].name, sr[i].bytes);
+        fprintf(out,
+                "}, \"predicted_peak_total\": %zu, \"arena_bytes\": %zu, \"precision\": \"%s\", "
+                "\"trainable_param_bytes\": %zu, \"optimizer_state_bytes\": {",
+                total, s->plan.arena_bytes, fr_precision_name(s->o.precision), tp);
+        for (int i = 0; i < ns; i++)
+            fprintf(out, "%s\"%s\": %zu", i ? ", " : "", sr[i].name, sr[i].bytes);
         fprintf(out, "}}\n");
         fr_free(ctx, rows);
         return;
@@ -152,16 +154,23 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         for (size_t i = 0; i < m->n_params; i++)
             if (s->fused[i]) kept += (size_t)fr_shape_numel(&m->params[i].shape) * sizeof(float);
         if (s->upd_ws_len)
-            fprintf(out, "\ngradients: plain SGD updates %d Linear tensors inside backward, so their %s\n"
-                    "of gradients are never stored, only a %s tile of scratch (--keep-grads stores them)\n",
-                    s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
-                    fr_human_bytes(s->upd_ws_len * sizeof(float), b[6], sizeof b[6]));
+            fprintf(
+                out,
+                "\ngradients: plain SGD updates %d Linear tensors inside backward, so their %s\n"
+                "of gradients are never stored, only a %s tile of scratch (--keep-grads stores "
+                "them)\n",
+                s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
+                fr_human_bytes(s->upd_ws_len * sizeof(float), b[6], sizeof b[6]));
         else
-            fprintf(out, "\ngradients: %s steps %d tensors inside backward, each as its gradient is made,\n"
-                    "so their %s of gradients are never all stored: each lives in the arena until\n"
-                    "its step (--keep-grads stores them)\n",
-                    s->o.optim.kind == FR_OPTIM_SGD ? "SGD" : s->o.optim.kind == FR_OPTIM_ADAM ? "Adam" : "AdamW",
-                    s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
+            fprintf(
+                out,
+                "\ngradients: %s steps %d tensors inside backward, each as its gradient is made,\n"
+                "so their %s of gradients are never all stored: each lives in the arena until\n"
+                "its step (--keep-grads stores them)\n",
+                s->o.optim.kind == FR_OPTIM_SGD    ? "SGD"
+                : s->o.optim.kind == FR_OPTIM_ADAM ? "Adam"
+                                                   : "AdamW",
+                s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
     }
     state_row sr[5];
     size_t tp;
@@ -170,6 +179,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
             fr_human_bytes(tp, b[3], sizeof b[3]), fr_precision_name(s->o.precision));
     for (int i = 0; i < ns; i++)
         fprintf(out, "  %-16s %14zu B  %10s  %5.2fx the weights\n", sr[i].name, sr[i].bytes,
-                fr_human_bytes(sr[i].bytes, b[4], sizeof b[4]), tp ? (double)sr[i].bytes / tp : 0.0);
+                fr_human_bytes(sr[i].bytes, b[4], sizeof b[4]),
+                tp ? (double)sr[i].bytes / tp : 0.0);
     fr_free(ctx, rows);
 }

@@ -76,10 +76,8 @@ void fr_mem_summary(const fr_ctx *ctx, FILE *out) {
     rule(out, '-');
     row_bytes(out, "Reserved memory", st.reserved, st.reserved_peak, 1);
     row_bytes(out, "      cached (free blocks)", st.cached, 0, 0);
-    if (st.limit)
-        row_bytes(out, "      limit", st.limit, 0, 0);
-    else
-        row(out, "      limit", "none", "");
+    if (st.limit) row_bytes(out, "      limit", st.limit, 0, 0);
+    else row(out, "      limit", "none", "");
     rule(out, '-');
     row_count(out, "Allocations", st.num_allocs);
     row_count(out, "Frees", st.num_frees);

@@ -181,8 +181,7 @@ static fr_status text_write(tl_text *b, const char *path, const char *what) {
     fr_status st = FR_OK;
     if (b->nomem)
         st = fr_fail(b->ctx, FR_ERR_NOMEM, "%s: out of memory building the %s", path, what);
-    else
-        st = fr_write_atomic(b->ctx, path, b->p, b->len);
+    else st = fr_write_atomic(b->ctx, path, b->p, b->len);
     fr_free(b->ctx, b->p);
     b->p = NULL;
     return st;
@@ -248,8 +247,9 @@ fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path) {
         put(&b, " during ");
         put_escaped(&b, pk.tag, 0);
     }
-    put(&b, "\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1, \"args\": "
-            "{\"bytes\": %" PRId64 "}}",
+    put(&b,
+        "\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1, \"args\": "
+        "{\"bytes\": %" PRId64 "}}",
         pk.t_us, pk.bytes);
     put(&b,
         "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"generator\": \"frugal " FR_VERSION
@@ -265,7 +265,7 @@ fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path) {
 
 #define SVG_W 1000
 #define SVG_H 500
-#define PX0 84  /* plot area, in SVG units (pixels at 100%) */
+#define PX0 84 /* plot area, in SVG units (pixels at 100%) */
 #define PX1 800
 #define PY0 64
 #define PY1 440
@@ -442,8 +442,9 @@ fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size
     for (double v = 0; v <= t_end / 1000.0 + tstep * 1e-6; v += tstep)
         put(&b, "<text x=\"%.1f\" y=\"%d\">%.*f</text>\n", PX0 + v * 1000.0 / t_end * NCOL,
             PY1 + 18, prec, v);
-    put(&b, "</g>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">time since the "
-            "trace started (ms)</text>\n",
+    put(&b,
+        "</g>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">time since the "
+        "trace started (ms)</text>\n",
         (PX0 + PX1) / 2, PY1 + 40);
 
     /* the peak: a dashed line across, a dot where it happens, a label beside it */
@@ -464,8 +465,8 @@ fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size
         "<text id=\"peak-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"#222\" "
         "font-weight=\"bold\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">peak %s "
         "at %s",
-        left_half ? fmax(px, PX0 + 4.0) : fmin(px, PX1 - 4.0), peak_ty,
-        left_half ? "start" : "end", fr_human_bytes((size_t)pk.bytes, h1, sizeof h1), tb);
+        left_half ? fmax(px, PX0 + 4.0) : fmin(px, PX1 - 4.0), peak_ty, left_half ? "start" : "end",
+        fr_human_bytes((size_t)pk.bytes, h1, sizeof h1), tb);
     if (pk.tag) {
         put(&b, ", during ");
         put_escaped(&b, pk.tag, 1);
@@ -487,8 +488,9 @@ fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size
 
     /* legend: top of the stack first, with each category's bytes at the peak */
     int lx = PX1 + 22, ly = PY0 + 4;
-    put(&b, "<g id=\"legend\">\n<text x=\"%d\" y=\"%d\" fill=\"#444\" "
-            "font-weight=\"bold\">at the peak</text>\n",
+    put(&b,
+        "<g id=\"legend\">\n<text x=\"%d\" y=\"%d\" fill=\"#444\" "
+        "font-weight=\"bold\">at the peak</text>\n",
         lx, ly);
     for (int c = NCAT - 1; c >= 0; c--) {
         ly += 22;
@@ -497,9 +499,8 @@ fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size
             cat_colour[c]);
         put(&b, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", lx + 18, ly,
             empty ? "#999" : "#222", fr_mem_cat_name((fr_mem_cat)c));
-        put(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\">%s</text>\n",
-            SVG_W - 12, ly, empty ? "#999" : "#222",
-            fr_human_bytes((size_t)pk.at[c], h2, sizeof h2));
+        put(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\">%s</text>\n", SVG_W - 12,
+            ly, empty ? "#999" : "#222", fr_human_bytes((size_t)pk.at[c], h2, sizeof h2));
     }
     ly += 10;
     put(&b, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#bbb\"/>\n", lx, SVG_W - 12, ly,

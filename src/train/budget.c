@@ -98,7 +98,9 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
 }
 
 /* Everything outside the step at this batch; the step gets the rest. */
-static size_t outside(const fr_budget *b) { return b->datasets + b->queue + b->eval + b->meta + b->model; }
+static size_t outside(const fr_budget *b) {
+    return b->datasets + b->queue + b->eval + b->meta + b->model;
+}
 
 static void fill(fr_budget *b, const fr_budget_data *d, int batch, size_t eval) {
     b->batch = batch;
@@ -112,7 +114,8 @@ static void fill(fr_budget *b, const fr_budget_data *d, int batch, size_t eval) 
 static void data_words(const fr_budget *b, char *buf, size_t len) {
     char h[4][32];
     snprintf(buf, len,
-             "data loading takes %s (datasets %s, the loader's queue of %d batches of %d samples %s%s%s)",
+             "data loading takes %s (datasets %s, the loader's queue of %d batches of %d samples "
+             "%s%s%s)",
              fr_human_bytes(b->datasets + b->queue + b->eval, h[0], 32),
              fr_human_bytes(b->datasets, h[1], 32), b->queue_batches, b->batch,
              fr_human_bytes(b->queue, h[2], 32), b->eval ? ", evaluation " : "",
@@ -123,11 +126,12 @@ static void data_words(const fr_budget *b, char *buf, size_t len) {
 static void words(const fr_budget *b, char *buf, size_t len) {
     char d[256], h[2][32];
     data_words(b, d, sizeof d);
-    snprintf(buf, len, "%s, the model's parameters %s and metadata %s", d, fr_human_bytes(b->model, h[0], 32),
-             fr_human_bytes(b->meta, h[1], 32));
+    snprintf(buf, len, "%s, the model's parameters %s and metadata %s", d,
+             fr_human_bytes(b->model, h[0], 32), fr_human_bytes(b->meta, h[1], 32));
 }
 
-static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *need, const char *lead) {
+static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *need,
+                        const char *lead) {
     char a[32], l[32], n[32], s[32], how[128], what[512];
     words(b, what, sizeof what);
     fr_plan_need_str(need, how, sizeof how);
@@ -135,12 +139,14 @@ static fr_status refuse(fr_ctx *ctx, const fr_budget *b, const fr_plan_need *nee
                    "%sno plan fits the budget of %s: %s, leaving %s for the step, whose smallest "
                    "plan needs %s (%s); the smallest budget that fits is %s (%zu bytes): raise "
                    "--budget to it, or shrink --batch or the model",
-                   lead, fr_human_bytes(b->total, a, sizeof a), what, fr_human_bytes(b->step, l, sizeof l),
-                   fr_human_bytes(b->step_need, n, sizeof n), how,
-                   fr_human_bytes(outside(b) + b->step_need, s, sizeof s), outside(b) + b->step_need);
+                   lead, fr_human_bytes(b->total, a, sizeof a), what,
+                   fr_human_bytes(b->step, l, sizeof l), fr_human_bytes(b->step_need, n, sizeof n),
+                   how, fr_human_bytes(outside(b) + b->step_need, s, sizeof s),
+                   outside(b) + b->step_need);
 }
 
-static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, fr_budget *b);
+static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                         fr_budget *b);
 
 /* The plan at one batch within the split: the planner gets the step's
  * share; then the eval phase is checked and, if it needs more than the arena
@@ -158,7 +164,8 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
         o.batch = batch;
         fill(b, d, batch, extra);
         o.budget = step_budget(m, b, d, batch, extra);
-        if (!o.budget) o.budget = 1; /* nothing left (0 would mean no limit): the smallest, for the message */
+        if (!o.budget)
+            o.budget = 1; /* nothing left (0 would mean no limit): the smallest, for the message */
         fr_step *s = fr_step_plan_choose(m, &o, need);
         if (!s) {
             if (!need->reserved) return NULL;
@@ -185,7 +192,8 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
         fr_step_free(s);
         extra = e;
     }
-    fr_fail(m->ctx, FR_ERR_BUDGET, "the budget of %zu bytes: no plan leaves room for evaluation", b->total);
+    fr_fail(m->ctx, FR_ERR_BUDGET, "the budget of %zu bytes: no plan leaves room for evaluation",
+            b->total);
     return NULL;
 }
 
@@ -213,7 +221,8 @@ static int batch_fits(fr_model *m, const fr_step_opts *opts, const fr_budget_dat
 }
 
 /* The largest batch that fits, 0 if not even 1, -1 on an allocation failure. */
-static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int max_batch) {
+static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                         int max_batch) {
     int f = batch_fits(m, opts, d, 1);
     if (f <= 0) return f;
     int lo = 1, hi = 2;
@@ -231,7 +240,8 @@ static int largest_batch(fr_model *m, const fr_step_opts *opts, const fr_budget_
 
 /* The terms that do not depend on the batch: parameters (from shapes),
  * metadata (held now, less what is counted elsewhere), datasets. */
-static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, fr_budget *b) {
+static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                         fr_budget *b) {
     b->total = opts->budget;
     b->queue_batches = d->queue + 1;
     b->model = param_blocks(m, opts->precision, 0);
@@ -243,8 +253,8 @@ static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_
     b->datasets = d->handles + perm_bytes(d);
 }
 
-fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
-                        fr_budget *b) {
+fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                        int batch_auto, fr_budget *b) {
     fr_ctx *ctx = m->ctx;
     memset(b, 0, sizeof *b);
     budget_split(m, opts, d, b);
@@ -254,14 +264,14 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
     if (b->datasets + b->queue + b->meta + b->model > b->total) {
         char what[256], a[32], p[32], t[32], n[32];
         data_words(b, what, sizeof what);
-        fr_fail(ctx, FR_ERR_BUDGET,
-                "the budget of %s cannot hold the model: its parameters alone take %s (%zu bytes of "
-                "tensors); with the least else (at a batch of 1 %s, metadata %s) it needs %s before "
-                "any step; nothing was allocated",
-                fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p),
-                param_raw(m, opts->precision), what,
-                fr_human_bytes(b->meta, t, sizeof t),
-                fr_human_bytes(b->datasets + b->queue + b->meta + b->model, n, sizeof n));
+        fr_fail(
+            ctx, FR_ERR_BUDGET,
+            "the budget of %s cannot hold the model: its parameters alone take %s (%zu bytes of "
+            "tensors); with the least else (at a batch of 1 %s, metadata %s) it needs %s before "
+            "any step; nothing was allocated",
+            fr_human_bytes(b->total, a, sizeof a), fr_human_bytes(b->model, p, sizeof p),
+            param_raw(m, opts->precision), what, fr_human_bytes(b->meta, t, sizeof t),
+            fr_human_bytes(b->datasets + b->queue + b->meta + b->model, n, sizeof n));
         return NULL;
     }
     int batch = opts->batch;
@@ -281,11 +291,12 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
 
 void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
     if (json) {
-        fprintf(out, "{\"budget\": %zu, \"datasets\": %zu, \"queue\": %zu, \"queue_batches\": %d, "
-                     "\"evaluation\": %zu, \"parameters\": %zu, \"metadata\": %zu, \"step\": %zu, "
-                     "\"step_needs\": %zu, \"total\": %zu}",
-                b->total, b->datasets, b->queue, b->queue_batches, b->eval, b->model, b->meta, b->step,
-                b->step_need, outside(b) + b->step_need);
+        fprintf(out,
+                "{\"budget\": %zu, \"datasets\": %zu, \"queue\": %zu, \"queue_batches\": %d, "
+                "\"evaluation\": %zu, \"parameters\": %zu, \"metadata\": %zu, \"step\": %zu, "
+                "\"step_needs\": %zu, \"total\": %zu}",
+                b->total, b->datasets, b->queue, b->queue_batches, b->eval, b->model, b->meta,
+                b->step, b->step_need, outside(b) + b->step_need);
         return;
     }
     char h[9][32];
@@ -297,7 +308,7 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
     if (b->eval) fprintf(out, "  %-22s %12s\n", "evaluation", fr_human_bytes(b->eval, h[3], 32));
     fprintf(out, "  %-22s %12s\n", "model parameters", fr_human_bytes(b->model, h[4], 32));
     fprintf(out, "  %-22s %12s\n", "metadata", fr_human_bytes(b->meta, h[5], 32));
-    fprintf(out, "  %-22s %12s  (of %s left for it)\n", "the step", fr_human_bytes(b->step_need, h[6], 32),
-            fr_human_bytes(b->step, h[7], 32));
+    fprintf(out, "  %-22s %12s  (of %s left for it)\n", "the step",
+            fr_human_bytes(b->step_need, h[6], 32), fr_human_bytes(b->step, h[7], 32));
     fprintf(out, "  %-22s %12s\n", "total", fr_human_bytes(outside(b) + b->step_need, h[8], 32));
 }

@@ -34,7 +34,9 @@ static int n_states(const fr_step *s) { return fr_step_optim_states(&s->o.optim)
  * their raw bytes (U8, "<name>.int8_blockwise": codes then per-block absmax)
  * because decoding and re-encoding would re-derive each block's scale. k = 0
  * is the first moment (signed). */
-static int state_is_f32(const fr_param *p) { return p->dtype == FR_F32 && p->state_kind == FR_STATE_F32; }
+static int state_is_f32(const fr_param *p) {
+    return p->dtype == FR_F32 && p->state_kind == FR_STATE_F32;
+}
 
 static void state_decode(const fr_param *p, int k, float *out) {
     size_t n = (size_t)fr_shape_numel(&p->shape);
@@ -140,7 +142,8 @@ static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, con
         same = e->shape.d[i] == shape->d[i];
     if (!same)
         return fr_fail(ctx, FR_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s", path,
-                       name, fr_shape_str(&e->shape, a, sizeof a), fr_shape_str(shape, b, sizeof b));
+                       name, fr_shape_str(&e->shape, a, sizeof a),
+                       fr_shape_str(shape, b, sizeof b));
     return dst ? fr_st_load(ctx, f, e, dst) : FR_OK;
 }
 
@@ -152,9 +155,10 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
         size_t k = 0;
         while (k < m->n_params && strcmp(m->params[k].name, nm) != 0) k++;
         if (k == m->n_params)
-            return fr_fail(ctx, FR_ERR_FORMAT, "%s: unexpected tensor '%s': the model has no such "
-                           "parameter (first is '%s')", path, nm,
-                           m->n_params ? m->params[0].name : "none");
+            return fr_fail(ctx, FR_ERR_FORMAT,
+                           "%s: unexpected tensor '%s': the model has no such "
+                           "parameter (first is '%s')",
+                           path, nm, m->n_params ? m->params[0].name : "none");
     }
     /* Check everything before changing anything: a failed load leaves the model as it was. */
     for (size_t i = 0; i < m->n_params; i++) {
@@ -223,8 +227,8 @@ static fr_status meta_uint(fr_ctx *ctx, const char *path, const fr_st_file *f, c
     const char *v = fr_st_meta_get(f, key);
     char r[32];
     if (v && !strict_uint(v, hi, out))
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not an integer in [0, %s]", path,
-                       key, v, range_str(hi, r, sizeof r));
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not an integer in [0, %s]",
+                       path, key, v, range_str(hi, r, sizeof r));
     return FR_OK;
 }
 
@@ -258,17 +262,25 @@ static fr_status read_counters(fr_ctx *ctx, const char *path, const fr_st_file *
     double scale;
     char r[32];
     if (n != 3 || strstr(sc, "  ") || sc[0] == ' ')
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': not three fields "
-                       "'<scale> <growth tracker> <skipped steps>'", path, sc);
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: metadata 'scaler' = '%s': not three fields "
+                       "'<scale> <growth tracker> <skipped steps>'",
+                       path, sc);
     if (!strict_real(field[0], &scale) || !(scale > 0) || scale > FLT_MAX)
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': scale '%s' is not a "
-                       "positive finite float", path, sc, field[0]);
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: metadata 'scaler' = '%s': scale '%s' is not a "
+                       "positive finite float",
+                       path, sc, field[0]);
     if (!strict_uint(field[1], INT_MAX, &c->tracker))
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': growth tracker '%s' is not "
-                       "an integer in [0, %d]", path, sc, field[1], INT_MAX);
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: metadata 'scaler' = '%s': growth tracker '%s' is not "
+                       "an integer in [0, %d]",
+                       path, sc, field[1], INT_MAX);
     if (!strict_uint(field[2], META_COUNT_MAX, &c->skipped))
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'scaler' = '%s': skipped steps '%s' is not "
-                       "an integer in [0, %s]", path, sc, field[2], range_str(META_COUNT_MAX, r, sizeof r));
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: metadata 'scaler' = '%s': skipped steps '%s' is not "
+                       "an integer in [0, %s]",
+                       path, sc, field[2], range_str(META_COUNT_MAX, r, sizeof r));
     c->scale = (float)scale;
     c->have_scaler = 1;
     return FR_OK;
@@ -289,8 +301,8 @@ static fr_status check_kind(fr_step *s, const char *path, const fr_st_file *f) {
     static const char *kinds[] = {"sgd", "adam", "adamw"};
     const char *kind = fr_st_meta_get(f, "optimizer");
     if (s->o.training && kind && strcmp(kind, kinds[s->o.optim.kind]) != 0)
-        return fr_fail(s->ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path, kind,
-                       kinds[s->o.optim.kind]);
+        return fr_fail(s->ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path,
+                       kind, kinds[s->o.optim.kind]);
     return FR_OK;
 }
 
@@ -312,7 +324,8 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
                 continue;
             }
             if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
-                fr_shape raw = fr_shape1((int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
+                fr_shape raw = fr_shape1(
+                    (int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
                 size_t len = strlen(nm);
                 snprintf(nm + len, sizeof nm - len, ".int8_blockwise");
                 if ((st = copy_in(ctx, path, f, nm, FR_U8, &raw, p->state[k]))) return st;
@@ -398,11 +411,11 @@ static int run_settings(const fr_step *s, run_setting *r) {
     static const char *states[] = {"fp32", "bf16", "int8"};
     const fr_optim_opts *o = &s->o.optim;
     int n = 0;
-#define RS(k, opt, kind_, field, val)                                                              \
-    do {                                                                                           \
-        r[n] = (run_setting){.key = k, .option = opt, .kind = kind_};                              \
-        r[n].field = val;                                                                          \
-        n++;                                                                                       \
+#define RS(k, opt, kind_, field, val)                                 \
+    do {                                                              \
+        r[n] = (run_setting){.key = k, .option = opt, .kind = kind_}; \
+        r[n].field = val;                                             \
+        n++;                                                          \
     } while (0)
     RS("batch_size", "--batch", RS_INT, i, s->o.batch);
     RS("micro_batch", "--micro-batch", RS_INT, i, s->micro);
@@ -466,8 +479,8 @@ static int has_optimizer_state(const fr_st_file *f) {
 
 /* Each stored setting against the step's; a key that is absent (a file
  * from before the settings were stored) is not checked. */
-static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *f, const char *freeze,
-                                fr_ckpt_pos *pos) {
+static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *f,
+                                const char *freeze, fr_ckpt_pos *pos) {
     fr_ctx *ctx = s->ctx;
     run_setting r[RUN_SETTINGS];
     int n = run_settings(s, r);
@@ -479,13 +492,14 @@ static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *
         int same;
         if (r[k].kind == RS_INT) {
             if (!strict_uint(v, INT64_MAX, &i))
-                return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not an integer in [0, %" PRId64 "]",
-                               path, r[k].key, v, INT64_MAX);
+                return fr_fail(ctx, FR_ERR_FORMAT,
+                               "%s: metadata '%s' = '%s': not an integer in [0, %" PRId64 "]", path,
+                               r[k].key, v, INT64_MAX);
             same = i == r[k].i;
         } else if (r[k].kind == RS_REAL) {
             if (!strict_real(v, &x))
-                return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not a finite number", path,
-                               r[k].key, v);
+                return fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata '%s' = '%s': not a finite number",
+                               path, r[k].key, v);
             same = x == r[k].r;
         } else {
             same = strcmp(v, r[k].w) == 0;
@@ -500,9 +514,10 @@ static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *
         setting_str(&r[k], now, sizeof now);
         if (!strcmp(r[k].key, "frozen")) {
             const char *was = fr_st_meta_get(f, "freeze");
-            return fr_fail(ctx, FR_ERR_ARG, "%s: --freeze %s differs from the checkpoint's %s "
-                           "(frozen parameters %s, the checkpoint's %s)", path,
-                           freeze && *freeze ? freeze : "none", was ? was : "?", now, v);
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "%s: --freeze %s differs from the checkpoint's %s "
+                           "(frozen parameters %s, the checkpoint's %s)",
+                           path, freeze && *freeze ? freeze : "none", was ? was : "?", now, v);
         }
         char was[160];
         snprintf(was, sizeof was, "%s", v);
@@ -512,8 +527,10 @@ static fr_status check_settings(fr_step *s, const char *path, const fr_st_file *
                 snprintf(was, sizeof was, "%.*g", d, x);
                 if (strcmp(now, was) != 0) break;
             }
-        return fr_fail(ctx, FR_ERR_ARG, "%s: %s %s differs from the checkpoint's %s: resume with the "
-                       "settings it was saved with", path, r[k].option, now, was);
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%s: %s %s differs from the checkpoint's %s: resume with the "
+                       "settings it was saved with",
+                       path, r[k].option, now, was);
     }
     return FR_OK;
 }
@@ -527,16 +544,19 @@ fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ck
     fr_status st = fr_st_read(ctx, path, &f, FR_MEM_OTHER);
     if (st) return st;
     if (!has_optimizer_state(&f)) {
-        st = fr_fail(ctx, FR_ERR_ARG, "%s: no optimizer state and no training position: a "
+        st = fr_fail(ctx, FR_ERR_ARG,
+                     "%s: no optimizer state and no training position: a "
                      "weights-only file cannot be resumed; use --init %s to start from its weights "
-                     "with a fresh optimizer", path, path);
+                     "with a fresh optimizer",
+                     path, path);
         goto done;
     }
     /* Everything is checked before anything is loaded. */
     if ((st = read_counters(ctx, path, &f, &c))) goto done;
     if ((st = meta_uint(ctx, path, &f, "epoch", INT_MAX, &epoch))) goto done;
     if ((st = meta_uint(ctx, path, &f, "batch", META_COUNT_MAX, &batches))) goto done;
-    if ((st = check_kind(s, path, &f)) || (st = check_settings(s, path, &f, freeze, pos))) goto done;
+    if ((st = check_kind(s, path, &f)) || (st = check_settings(s, path, &f, freeze, pos)))
+        goto done;
     if ((st = load_state(s, path, &f))) goto done;
     apply_counters(s, &c);
     pos->epoch = (int)epoch;

@@ -20,9 +20,7 @@ fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
     o.kind = kind;
     o.zero_grad_to_none = 1; /* zero_grad(set_to_none=True), the 2.x default */
     switch (kind) {
-    case FR_OPTIM_SGD:
-        o.lr = 0.01;
-        break;
+    case FR_OPTIM_SGD: o.lr = 0.01; break;
     case FR_OPTIM_ADAM:
     case FR_OPTIM_ADAMW:
         o.lr = 1e-3;

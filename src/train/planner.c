@@ -22,7 +22,8 @@ typedef struct candidate {
     fr_precision prec;
     double cost;
     size_t reserved;
-    size_t fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
+    size_t
+        fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
 } candidate;
 
 static int has_batchnorm(const fr_model *m) {
@@ -32,7 +33,8 @@ static int has_batchnorm(const fr_model *m) {
 }
 
 static const char *mode_name(fr_ckpt_mode m) {
-    static const char *names[] = {"marks", "none", "all", "sqrt", "every", "segments", "revolve", "auto"};
+    static const char *names[] = {"marks", "none",     "all",     "sqrt",
+                                  "every", "segments", "revolve", "auto"};
     /* (every:1 is printed as "every 1": the same plan as "all") */
     return (unsigned)m <= FR_CKPT_AUTO ? names[m] : "?";
 }
@@ -41,8 +43,8 @@ static const char *mode_name(fr_ckpt_mode m) {
  * flops_to (may be NULL) receives the forward FLOPs of units [0, u) for
  * every u, *plain the step's FLOPs without recomputation per micro-batch,
  * and *first the first unit with backward work. */
-static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, int bn, double *flops_to,
-                         double *plain_out, int *first) {
+static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, int bn,
+                         double *flops_to, double *plain_out, int *first) {
     fr_step_opts o = *base;
     o.checkpoint = c->mode;
     o.ckpt_arg = c->arg;
@@ -87,11 +89,11 @@ typedef struct level {
     const fr_step_opts *opts;
     int micro, bn, n, first, oom;
     fr_precision prec;
-    size_t budget;        /* SIZE_MAX: no limit */
-    uint64_t ooms0;       /* allocation failures before the search */
-    candidate *memo;      /* [family * (n + 1) + arg]; reserved 0: not built */
-    double *flops_to;     /* forward FLOPs of units [0, u) (from keeping everything) */
-    double plain;         /* the step's FLOPs without recomputation, per micro-batch */
+    size_t budget;    /* SIZE_MAX: no limit */
+    uint64_t ooms0;   /* allocation failures before the search */
+    candidate *memo;  /* [family * (n + 1) + arg]; reserved 0: not built */
+    double *flops_to; /* forward FLOPs of units [0, u) (from keeping everything) */
+    double plain;     /* the step's FLOPs without recomputation, per micro-batch */
     candidate *best, *smallest;
     int found;
 } level;
@@ -118,7 +120,9 @@ static const candidate *eval(level *lv, int fam, int arg) {
     return c;
 }
 
-static int fits(level *lv, int fam, int arg) { return !lv->oom && eval(lv, fam, arg)->reserved <= lv->budget; }
+static int fits(level *lv, int fam, int arg) {
+    return !lv->oom && eval(lv, fam, arg)->reserved <= lv->budget;
+}
 
 /* Extra compute of a candidate, to rank the arguments of one family without
  * building them: for segment plans the fraction of the step's FLOPs in the
@@ -165,12 +169,14 @@ static void search_family(level *lv, int fam, int lo, int hi) {
         }
     if (gl < 0 || lv->oom) return;
     left = grid[gl], right = grid[gr];
-    for (int l = gl > 0 ? grid[gl - 1] + 1 : lo, r = left; l < r && !lv->oom;) { /* the first that fits */
+    for (int l = gl > 0 ? grid[gl - 1] + 1 : lo, r = left;
+         l < r && !lv->oom;) { /* the first that fits */
         int mid = l + (r - l) / 2;
         if (fits(lv, fam, mid)) r = left = mid;
         else l = mid + 1;
     }
-    for (int l = right, r = gr + 1 < GRID ? grid[gr + 1] - 1 : hi; l < r && !lv->oom;) { /* the last */
+    for (int l = right, r = gr + 1 < GRID ? grid[gr + 1] - 1 : hi;
+         l < r && !lv->oom;) { /* the last */
         int mid = l + (r - l + 1) / 2;
         if (fits(lv, fam, mid)) l = right = mid;
         else r = mid - 1;
@@ -204,8 +210,14 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
     fr_mem_stats ms0;
     fr_mem_get_stats(ctx, &ms0);
     int fixed_micro = opts->micro_batch > 0 || whole, n = m->n_units, found = 0, oom = 0;
-    level lv = {.m = m, .opts = opts, .bn = has_batchnorm(m), .n = n, .budget = opts->budget ? opts->budget : SIZE_MAX,
-                .ooms0 = ms0.num_ooms, .best = best, .smallest = smallest};
+    level lv = {.m = m,
+                .opts = opts,
+                .bn = has_batchnorm(m),
+                .n = n,
+                .budget = opts->budget ? opts->budget : SIZE_MAX,
+                .ooms0 = ms0.num_ooms,
+                .best = best,
+                .smallest = smallest};
     lv.memo = fr_alloc(ctx, (size_t)FAM_COUNT * (n + 1) * sizeof *lv.memo, FR_MEM_OTHER);
     lv.flops_to = fr_alloc(ctx, ((size_t)n + 1) * sizeof *lv.flops_to, FR_MEM_OTHER);
     if (!lv.memo || !lv.flops_to) {
@@ -213,20 +225,23 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
         fr_free(ctx, lv.flops_to);
         return -1;
     }
-    for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1 && !oom; micro--) {
+    for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1 && !oom;
+         micro--) {
         if (opts->batch % micro) continue;
         /* --precision auto may store activations in bf16 (costed at 10%: the
          * casts, measured 4-9% here, and the rounding) when that fits. */
         fr_precision precs[2] = {opts->precision, opts->precision};
         int np = 1;
-        if (opts->precision == FR_PREC_AUTO) precs[0] = FR_PREC_FP32, precs[1] = FR_PREC_BF16_MIXED, np = 2;
+        if (opts->precision == FR_PREC_AUTO)
+            precs[0] = FR_PREC_FP32, precs[1] = FR_PREC_BF16_MIXED, np = 2;
         for (int q = 0; q < np && !oom; q++) {
             lv.micro = micro;
             lv.prec = precs[q];
             lv.found = 0;
             int k = opts->batch / micro;
-            double floor_cost = (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
-                                (lv.prec == FR_PREC_BF16_MIXED && opts->precision == FR_PREC_AUTO ? 0.10 : 0.0);
+            double floor_cost =
+                (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
+                (lv.prec == FR_PREC_BF16_MIXED && opts->precision == FR_PREC_AUTO ? 0.10 : 0.0);
             if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
@@ -243,7 +258,8 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             }
             consider(&lv, &none);
             found |= lv.found;
-            if (none.reserved <= lv.budget) continue; /* keeping everything fits: nothing here costs less */
+            if (none.reserved <= lv.budget)
+                continue; /* keeping everything fits: nothing here costs less */
             /* Nothing at this level fits when what every schedule holds does
              * not; the whole batch (no gradient buffers when the step runs in
              * backward) and the last level are still searched for the
@@ -254,13 +270,17 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             /* A family is searched only if its least extra compute could beat
              * the best so far (1e-9: the estimate's rounding). */
             double seg_least = INFINITY, every_least = INFINITY, top = 0;
-            for (int a = 2; a <= n; a++) seg_least = fmin(seg_least, est_cost(&lv, FAM_SEGMENTS, a));
-            for (int a = 1; a < n; a++) every_least = fmin(every_least, est_cost(&lv, FAM_EVERY, a));
+            for (int a = 2; a <= n; a++)
+                seg_least = fmin(seg_least, est_cost(&lv, FAM_SEGMENTS, a));
+            for (int a = 1; a < n; a++)
+                every_least = fmin(every_least, est_cost(&lv, FAM_EVERY, a));
             for (int u = lv.first; u < n; u++) top = fmax(top, lv.flops_to[u + 1] - lv.flops_to[u]);
             /* revolve recomputes all units but one at least once */
-            double rev_least = (lv.flops_to[n] - lv.flops_to[lv.first] - top) / (lv.plain > 0 ? lv.plain : 1);
+            double rev_least =
+                (lv.flops_to[n] - lv.flops_to[lv.first] - top) / (lv.plain > 0 ? lv.plain : 1);
             if (floor_cost + seg_least <= best->cost + 1e-9) search_family(&lv, FAM_SEGMENTS, 2, n);
-            if (floor_cost + every_least <= best->cost + 1e-9) search_family(&lv, FAM_EVERY, 1, n - 1);
+            if (floor_cost + every_least <= best->cost + 1e-9)
+                search_family(&lv, FAM_EVERY, 1, n - 1);
             /* Each recomputed unit forward is at least one node of graph
              * metadata, which counts in reserved: with fewer slots than
              * rev_lo a plan holds more than keeping everything, which does
@@ -268,10 +288,13 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             int rev_lo = 1, rev_hi = n;
             while (rev_lo < rev_hi) {
                 int mid = rev_lo + (rev_hi - rev_lo) / 2;
-                if ((double)fr_revolve_cost(n - lv.first, mid) * sizeof(fr_node) >= (double)none.reserved) rev_lo = mid + 1;
+                if ((double)fr_revolve_cost(n - lv.first, mid) * sizeof(fr_node) >=
+                    (double)none.reserved)
+                    rev_lo = mid + 1;
                 else rev_hi = mid;
             }
-            if (floor_cost + rev_least <= best->cost + 1e-9) search_family(&lv, FAM_REVOLVE, rev_lo, n);
+            if (floor_cost + rev_least <= best->cost + 1e-9)
+                search_family(&lv, FAM_REVOLVE, rev_lo, n);
             oom |= lv.oom;
             found |= lv.found;
         }
@@ -297,7 +320,8 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     if (found < 0) return NULL;
     if (!found) {
         if (smallest.reserved != SIZE_MAX)
-            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg, smallest.micro, smallest.prec};
+            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg, smallest.micro,
+                                   smallest.prec};
         return NULL;
     }
     fr_step_opts o = *opts;
@@ -311,19 +335,21 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
 }
 
 int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
-    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s", mode_name(n->mode),
-                    n->arg ? " " : "", n->arg, n->micro, fr_precision_name(n->prec));
+    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s",
+                    mode_name(n->mode), n->arg ? " " : "", n->arg, n->micro,
+                    fr_precision_name(n->prec));
 }
 
 fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need) {
     char a[32], b[32], how[128];
     fr_plan_need_str(need, how, sizeof how);
-    return fr_fail(ctx, FR_ERR_BUDGET,
-                   "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with %s; raise "
-                   "--budget to at least that, or shrink --batch or the model%s",
-                   fr_human_bytes(opts->budget, a, sizeof a), fr_human_bytes(need->reserved, b, sizeof b),
-                   need->reserved, how,
-                   opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
+    return fr_fail(
+        ctx, FR_ERR_BUDGET,
+        "no plan fits the budget of %s: the smallest needs %s (%zu bytes) with %s; raise "
+        "--budget to at least that, or shrink --batch or the model%s",
+        fr_human_bytes(opts->budget, a, sizeof a), fr_human_bytes(need->reserved, b, sizeof b),
+        need->reserved, how,
+        opts->precision == FR_PREC_FP32 ? " (--precision auto may store activations in bf16)" : "");
 }
 
 fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
@@ -378,26 +404,33 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             inplace++;
     }
     double base = info.flops - info.extra_flops;
-    double frac = info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
+    double frac =
+        info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
     char h[8][32];
     if (json) {
-        fprintf(out, "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, \"checkpoint\": \"%s\", "
+        fprintf(out,
+                "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, "
+                "\"checkpoint\": \"%s\", "
                 "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
                 "\"update_scratch_bytes\": %zu, \"layers\": [",
-                s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate, mode_name(info.mode), info.ckpt_arg, n,
-                info.recomputed_units, frac, inplace, info.arena, info.reserved, total, s->o.budget,
-                s->n_fused, fused_bytes(s), s->upd_ws_len * sizeof(float));
+                s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
+                mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, frac, inplace,
+                info.arena, info.reserved, total, s->o.budget, s->n_fused, fused_bytes(s),
+                s->upd_ws_len * sizeof(float));
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
             const fr_layer *l = &m->layers[i];
             if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
             int u = l->unit;
-            fprintf(out, "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
+            fprintf(out,
+                    "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit ? "none" : unit_recomputed(s, recomputed, u) ? "recomputed" : "kept",
+                    u < s->first_unit                   ? "none"
+                    : unit_recomputed(s, recomputed, u) ? "recomputed"
+                                                        : "kept",
                     l->frozen ? "true" : "false");
             first = 0;
         }
@@ -410,22 +443,25 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     }
     fprintf(out, "plan for batch %d: ", s->o.batch);
     if (info.accumulate > 1)
-        fprintf(out, "%d micro-batches of %d (gradients accumulate, loss scaled by each one's share)\n",
+        fprintf(out,
+                "%d micro-batches of %d (gradients accumulate, loss scaled by each one's share)\n",
                 info.accumulate, info.micro_batch);
-    else
-        fprintf(out, "the whole batch at once\n");
+    else fprintf(out, "the whole batch at once\n");
     fprintf(out, "checkpointing: %s", mode_name(info.mode));
     if (info.ckpt_arg) fprintf(out, " %d", info.ckpt_arg);
-    fprintf(out, " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
+    fprintf(out,
+            " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
     fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->n_fused && !s->upd_ws_len)
-        fprintf(out, "optimizer step inside backward: %d tensors stepped as their gradient is made, "
+        fprintf(out,
+                "optimizer step inside backward: %d tensors stepped as their gradient is made, "
                 "%s of gradients never all stored (--keep-grads to store them)\n",
                 s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
     else if (s->n_fused)
-        fprintf(out, "SGD step inside backward: %d Linear tensors updated as their gradient is "
+        fprintf(out,
+                "SGD step inside backward: %d Linear tensors updated as their gradient is "
                 "computed, %s of gradients never stored, a %s tile of scratch instead "
                 "(--keep-grads to store them)\n",
                 s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
@@ -438,17 +474,23 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         int u = l->unit;
         fprintf(out, "%-6d %-16s %-14s %s%s\n", u, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
-                : unit_recomputed(s, recomputed, u) ? "recomputed before its backward" : "kept",
+                : unit_recomputed(s, recomputed, u) ? "recomputed before its backward"
+                                                    : "kept",
                 l->frozen ? ", frozen" : "");
     }
     fprintf(out, "\npredicted peak by category:\n");
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
-        if (pred[c]) fprintf(out, "  %-12s %12s\n", fr_mem_cat_name(c), fr_human_bytes(pred[c], h[0], sizeof h[0]));
-    fprintf(out, "  %-12s %12s  (live bytes at the peak)\n", "total", fr_human_bytes(total, h[1], sizeof h[1]));
-    fprintf(out, "  %-12s %12s  (persistent + arena %s)\n", "reserved", fr_human_bytes(info.reserved, h[2], sizeof h[2]),
+        if (pred[c])
+            fprintf(out, "  %-12s %12s\n", fr_mem_cat_name(c),
+                    fr_human_bytes(pred[c], h[0], sizeof h[0]));
+    fprintf(out, "  %-12s %12s  (live bytes at the peak)\n", "total",
+            fr_human_bytes(total, h[1], sizeof h[1]));
+    fprintf(out, "  %-12s %12s  (persistent + arena %s)\n", "reserved",
+            fr_human_bytes(info.reserved, h[2], sizeof h[2]),
             fr_human_bytes(info.arena, h[3], sizeof h[3]));
     if (s->o.budget)
-        fprintf(out, "  %-12s %12s  (%s)\n", "budget", fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
+        fprintf(out, "  %-12s %12s  (%s)\n", "budget",
+                fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
                 info.reserved <= s->o.budget ? "fits" : "does NOT fit");
     fr_free(s->ctx, recomputed);
 }

@@ -11,7 +11,7 @@
 
 typedef struct fr_scaler {
     int enabled;
-    float scale;        /* init_scale 65536 */
+    float scale;          /* init_scale 65536 */
     float growth_factor;  /* 2.0 */
     float backoff_factor; /* 0.5 */
     int growth_interval;  /* 2000 */

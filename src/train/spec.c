@@ -38,17 +38,30 @@ fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
     errno = 0;
     double v = digits ? strtod(s, &end) : 0;
     if (!digits || end != p) {
-        snprintf(err, errlen, "'%s' is not a size (a decimal number and a unit: 48MiB, 1.5GiB, 500MB)", s);
+        snprintf(err, errlen,
+                 "'%s' is not a size (a decimal number and a unit: 48MiB, 1.5GiB, 500MB)", s);
         return FR_ERR_ARG;
     }
-    static const struct { const char *unit; double mult; } units[] = {
-        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0},
-        {"MiB", 1048576.0}, {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}};
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1024.0},
+                 {"KiB", 1024.0},
+                 {"KB", 1e3},
+                 {"M", 1048576.0},
+                 {"MiB", 1048576.0},
+                 {"MB", 1e6},
+                 {"G", 1073741824.0},
+                 {"GiB", 1073741824.0},
+                 {"GB", 1e9}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (!strcasecmp(p, units[i].unit)) {
             double b = v * units[i].mult; /* strtod's overflow is inf, which fails below */
             if (!(b <= FR_BYTES_MAX)) {
-                snprintf(err, errlen, "'%s' is too large: a size is at most 1024 TiB (2^50 bytes)", s);
+                snprintf(err, errlen, "'%s' is too large: a size is at most 1024 TiB (2^50 bytes)",
+                         s);
                 return FR_ERR_ARG;
             }
             *out = (size_t)b;
@@ -58,10 +71,16 @@ fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
     return FR_ERR_ARG;
 }
 
-fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen) {
-    static const struct { const char *name; fr_ckpt_mode mode; } plain[] = {
-        {"none", FR_CKPT_NONE}, {"marks", FR_CKPT_MARKS}, {"all", FR_CKPT_ALL},
-        {"sqrt", FR_CKPT_SQRT}, {"auto", FR_CKPT_AUTO}};
+fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err,
+                              size_t errlen) {
+    static const struct {
+        const char *name;
+        fr_ckpt_mode mode;
+    } plain[] = {{"none", FR_CKPT_NONE},
+                 {"marks", FR_CKPT_MARKS},
+                 {"all", FR_CKPT_ALL},
+                 {"sqrt", FR_CKPT_SQRT},
+                 {"auto", FR_CKPT_AUTO}};
     *arg = 0;
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (!strcmp(s, plain[i].name)) {
@@ -76,7 +95,8 @@ fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char 
         size_t nd = 0;
         for (; d[nd] >= '0' && d[nd] <= '9'; nd++) n = n > 100000 ? n : 10 * n + (d[nd] - '0');
         if (!nd || d[nd] || n < 1 || n > 100000) {
-            snprintf(err, errlen, "'%s': the number after ':' must be a positive integer up to 100000", s);
+            snprintf(err, errlen,
+                     "'%s': the number after ':' must be a positive integer up to 100000", s);
             return FR_ERR_ARG;
         }
         size_t k = (size_t)(colon - s);
@@ -117,9 +137,12 @@ static int fits(fr_model *m, const fr_step_opts *opts, int batch) {
 }
 
 fr_status fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch, int *batch) {
-    if (max_batch < 1) return fr_fail(m->ctx, FR_ERR_ARG, "fr_batch_auto: max_batch %d is not positive", max_batch);
+    if (max_batch < 1)
+        return fr_fail(m->ctx, FR_ERR_ARG, "fr_batch_auto: max_batch %d is not positive",
+                       max_batch);
     if (!fits(m, opts, 1))
-        return fr_fail(m->ctx, FR_ERR_BUDGET, "not even a batch of 1 fits the budget of %zu bytes", opts->budget);
+        return fr_fail(m->ctx, FR_ERR_BUDGET, "not even a batch of 1 fits the budget of %zu bytes",
+                       opts->budget);
     int lo = 1, hi = 2;
     while (hi <= max_batch && fits(m, opts, hi)) lo = hi, hi *= 2;
     if (hi > max_batch) hi = max_batch + 1;
@@ -144,6 +167,8 @@ fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out) {
             *out = (fr_precision)i;
             return FR_OK;
         }
-    return fr_fail(ctx, FR_ERR_ARG, "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)",
-                   name ? name : "");
+    return fr_fail(
+        ctx, FR_ERR_ARG,
+        "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)",
+        name ? name : "");
 }

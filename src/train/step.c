@@ -25,7 +25,8 @@ int fr_step_optim_states(const fr_optim_opts *o) {
 
 size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
     if (s->gv[i] < 0 || (s->fused && s->fused[i])) return 0;
-    return (size_t)fr_shape_numel(&s->m->params[i].shape) * fr_dtype_size(s->g.vals[s->gv[i]].dtype);
+    return (size_t)fr_shape_numel(&s->m->params[i].shape) *
+           fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
 
 /* A parameter's gradient storage, f32 or 16-bit (NULL while it has none). */
@@ -110,10 +111,8 @@ static fr_status assign_units(fr_step *s) {
     for (size_t i = 0; i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         int layer = n->fwd >= 0 ? g->nodes[n->fwd].layer : n->layer;
-        if (n->fwd < 0 && (int)i >= g->n_forward && i > 0)
-            s->unit[i] = s->unit[i - 1];
-        else
-            s->unit[i] = layer >= 0 ? s->m->layers[layer].unit : last;
+        if (n->fwd < 0 && (int)i >= g->n_forward && i > 0) s->unit[i] = s->unit[i - 1];
+        else s->unit[i] = layer >= 0 ? s->m->layers[layer].unit : last;
     }
     /* The chain starts at the first unit that has backward work. */
     s->first_unit = s->m->n_units;
@@ -191,8 +190,9 @@ static fr_status plan_fused_updates(fr_step *s) {
         w->update |= 1u << slot;
         if (slot == 1) { /* the weight's gradient passes through a tile of scratch */
             const fr_shape *ws = &m->params[i].shape;
-            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0], s->micro,
-                                                       fr_get_threads(s->ctx)) : 0;
+            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0],
+                                                       s->micro, fr_get_threads(s->ctx))
+                                  : 0;
             if (len > s->upd_ws_len) s->upd_ws_len = len;
         }
         s->fused[i] = 1;
@@ -214,11 +214,13 @@ static fr_status uses_of(fr_ctx *ctx, const fr_graph *g, const int *order, int n
     int *a = fr_alloc(ctx, 5 * nv * sizeof *a, FR_MEM_OTHER);
     if (!a) return FR_ERR_NOMEM;
     *u = (order_uses){a, a + nv, a + 2 * nv, a + 3 * nv, a + 4 * nv};
-    for (size_t v = 0; v < nv; v++) u->writers[v] = u->readers[v] = 0, u->pos[v] = u->slot[v] = u->last_read[v] = -1;
+    for (size_t v = 0; v < nv; v++)
+        u->writers[v] = u->readers[v] = 0, u->pos[v] = u->slot[v] = u->last_read[v] = -1;
     for (int k = 0; k < n; k++) {
         const fr_node *nd = &g->nodes[order[k]];
         for (int j = 0; j < nd->n_out; j++)
-            if (nd->out[j] >= 0) u->writers[nd->out[j]]++, u->pos[nd->out[j]] = k, u->slot[nd->out[j]] = j;
+            if (nd->out[j] >= 0)
+                u->writers[nd->out[j]]++, u->pos[nd->out[j]] = k, u->slot[nd->out[j]] = j;
         for (int j = 0; j < nd->n_in; j++)
             if (nd->in[j] >= 0) u->readers[nd->in[j]]++, u->last_read[nd->in[j]] = k;
     }
@@ -237,7 +239,8 @@ static void gradient_to_step(fr_graph *g, int w, int slot, int gv, int c) {
 /* The order with node node[i] put right after position pos[i]; nodes after
  * the same position in the reverse of their listing (each one placed right
  * after the writer, in front of those placed before it). */
-static fr_status insert_after(fr_ctx *ctx, int **order_io, int *n_io, const int *pos, const int *node, int n_ins) {
+static fr_status insert_after(fr_ctx *ctx, int **order_io, int *n_io, const int *pos,
+                              const int *node, int n_ins) {
     if (!n_ins) return FR_OK;
     int n = *n_io, *old = *order_io;
     int *order = fr_alloc(ctx, ((size_t)n + n_ins) * sizeof *order, FR_MEM_OTHER);
@@ -281,8 +284,8 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
     fr_graph *g = &s->g;
     const fr_optim_opts *o = &s->o.optim;
     int plain_sgd = o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
-    if (!s->o.training || s->o.keep_grads || plain_sgd || s->scaler.enabled || s->o.clip_grad_norm > 0 ||
-        s->accumulate != 1)
+    if (!s->o.training || s->o.keep_grads || plain_sgd || s->scaler.enabled ||
+        s->o.clip_grad_norm > 0 || s->accumulate != 1)
         return FR_OK;
     int loss_pos = -1;
     for (int k = 0; k < *n_io; k++)
@@ -291,15 +294,18 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
     if (loss_pos < 0) return FR_OK;
     order_uses u = {0};
     fr_status st = uses_of(s->ctx, g, *order_io, *n_io, &u);
-    int *ins = st ? NULL : fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof *ins, FR_MEM_OTHER), n_ins = 0;
-    if (!st && (!ins || (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER)))))
+    int *ins = st ? NULL : fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof *ins, FR_MEM_OTHER),
+        n_ins = 0;
+    if (!st &&
+        (!ins || (!s->fused && !(s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER)))))
         st = FR_ERR_NOMEM;
     for (size_t i = 0; i < m->n_params && !st; i++) {
         int gv = s->gv[i];
         if (gv < 0 || m->params[i].dtype != FR_F32 || g->vals[gv].kind != FR_VAL_GRAD) continue;
         int pos = u.pos[gv];
         /* one writer after the loss, nothing reading the gradient, nothing after it reading the weight */
-        if (u.writers[gv] != 1 || u.readers[gv] || pos <= loss_pos || u.last_read[s->pv[i]] > pos) continue;
+        if (u.writers[gv] != 1 || u.readers[gv] || pos <= loss_pos || u.last_read[s->pv[i]] > pos)
+            continue;
         fr_attr a = {0};
         a.param = (int)i;
         int c = fr_graph_node(g, FR_OP_OPTIM_STEP, &gv, 1, &a, -1, 0, NULL);
@@ -311,12 +317,14 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
         g->vals[cn->out[0]].producer = -1; /* the parameter itself, stepped in place */
         cn->out[0] = s->pv[i];
         cn->update = 1u;
-        gradient_to_step(g, (*order_io)[pos], u.slot[gv], gv, c); /* keeps .param: planned as a gradient */
+        gradient_to_step(g, (*order_io)[pos], u.slot[gv], gv,
+                         c); /* keeps .param: planned as a gradient */
         ins[n_ins] = pos, ins[m->n_params + 1 + n_ins] = c, n_ins++;
         s->fused[i] = 2;
         s->n_fused++;
     }
-    if (!st) st = insert_after(s->ctx, order_io, n_io, ins, ins ? ins + m->n_params + 1 : NULL, n_ins);
+    if (!st)
+        st = insert_after(s->ctx, order_io, n_io, ins, ins ? ins + m->n_params + 1 : NULL, n_ins);
     fr_free(s->ctx, ins);
     fr_free(s->ctx, u.writers);
     if (st) return st;
@@ -395,8 +403,10 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((unsigned)opts->optim_state > FR_OPTIM_STATE_INT8 ||
         (opts->loss_scaling != FR_LOSS_SCALE_AUTO && opts->loss_scaling != FR_LOSS_SCALE_DYNAMIC &&
          opts->loss_scaling != FR_LOSS_SCALE_NONE)) {
-        fr_fail(ctx, FR_ERR_ARG, "optim_state %d or loss_scaling %d is not a value of its enum (fr_optim_state, "
-                "fr_loss_scaling)", (int)opts->optim_state, (int)opts->loss_scaling);
+        fr_fail(ctx, FR_ERR_ARG,
+                "optim_state %d or loss_scaling %d is not a value of its enum (fr_optim_state, "
+                "fr_loss_scaling)",
+                (int)opts->optim_state, (int)opts->loss_scaling);
         return NULL;
     }
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
@@ -472,7 +482,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         goto fail;
     fr_precision prec = opts->precision;
     int half_weights = 0;
-    for (size_t i = 0; i < m->n_params; i++) half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;
+    for (size_t i = 0; i < m->n_params; i++)
+        half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;
     if ((opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) || half_weights) {
         fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
         if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
@@ -481,7 +492,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
     s->scaler = fr_scaler_default();
     s->scaler.enabled = opts->loss_scaling == FR_LOSS_SCALE_DYNAMIC ||
-                        (opts->loss_scaling == FR_LOSS_SCALE_AUTO && (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
+                        (opts->loss_scaling == FR_LOSS_SCALE_AUTO &&
+                         (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
@@ -578,8 +590,8 @@ static fr_status optimizer_update(fr_step *s) {
         int half = p->dtype != FR_F32, ns = fr_step_optim_states(o);
         if (half && o->kind != FR_OPTIM_SGD) { /* one fused pass over the 16-bit tensors */
             fr_k_adam_half(p->data, grad_data(p), p->grad16 != NULL, (uint16_t *)p->state[0],
-                           (uint16_t *)p->state[1], n, o,
-                           s->t, o->kind == FR_OPTIM_ADAMW, p->dtype == FR_F16);
+                           (uint16_t *)p->state[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW,
+                           p->dtype == FR_F16);
             continue;
         }
         float *w = p->data, *st[2] = {p->state[0], p->state[1]}, *grad = p->grad;
@@ -596,13 +608,11 @@ static fr_status optimizer_update(fr_step *s) {
                 widen(p->state[k], p->dtype, st[k], n);
             }
         }
-        if (o->kind == FR_OPTIM_SGD)
-            fr_k_sgd(w, grad, st[0], n, o, s->t == 1);
+        if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, grad, st[0], n, o, s->t == 1);
         else if (p->state_kind != FR_STATE_F32 && !half)
             fr_k_adam_state(w, p->grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW,
                             (fr_state_kind)p->state_kind);
-        else
-            fr_k_adam(w, grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
+        else fr_k_adam(w, grad, st[0], st[1], n, o, s->t, o->kind == FR_OPTIM_ADAMW);
         if (half) {
             narrow(w, p->dtype, p->data, n);
             for (int k = 0; k < ns; k++) narrow(st[k], p->dtype, p->state[k], n);
@@ -629,7 +639,8 @@ static int unscale_grads(fr_step *s, float inv_scale) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
-        if (fr_k_grad_unscale(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape), inv_scale))
+        if (fr_k_grad_unscale(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape),
+                              inv_scale))
             return 1;
     }
     return 0;
@@ -702,13 +713,15 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
      * by index in their file, before training: fr_data_check). */
     for (int i = 0, classes = fr_model_num_classes(m); ce && i < b->n; i++)
         if (b->y[i] < 0 || b->y[i] >= classes)
-            return fr_fail(s->ctx, FR_ERR_ARG, "label %d at position %d of the batch is outside [0, %d)",
-                           (int)b->y[i], i, classes);
+            return fr_fail(s->ctx, FR_ERR_ARG,
+                           "label %d at position %d of the batch is outside [0, %d)", (int)b->y[i],
+                           i, classes);
     fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
         for (size_t i = 0; i < m->n_params; i++)
-            s->slots[i] = (fr_optim_slot){{m->params[i].state[0], m->params[i].state[1]}, m->params[i].state_kind};
+            s->slots[i] = (fr_optim_slot){{m->params[i].state[0], m->params[i].state[1]},
+                                          m->params[i].state_kind};
         s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
         e->optim = &s->optim_ctx;
     }
@@ -736,7 +749,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         float share = (float)n / (float)b->n;
         set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
-        st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);     /* check the loss first */
+        st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);       /* check the loss first */
         float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) {
             fr_exec_finish(e);
@@ -767,7 +780,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
                        (double)l, (unsigned long long)s->runs);
     if (!s->o.training) return FR_OK;
     for (size_t i = 0; i < m->n_params; i++) {
-        if (s->gv[i] >= 0 && !(s->fused && s->fused[i])) m->params[i].grad_valid = e->written[s->gv[i]];
+        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
+            m->params[i].grad_valid = e->written[s->gv[i]];
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
     if (s->inject_inf) { /* testing: an overflow in backward */
@@ -781,8 +795,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     /* Scanning every gradient is the scaler's job (an overflow in a scaled
      * backward shows as inf/NaN); without one, as in PyTorch, a non-finite
      * gradient reaches the weights and the next loss reports it. */
-    int found_inf = !isfinite(l) ||
-                    (s->scaler.enabled && unscale_grads(s, fr_scaler_inv_scale(&s->scaler)));
+    int found_inf =
+        !isfinite(l) || (s->scaler.enabled && unscale_grads(s, fr_scaler_inv_scale(&s->scaler)));
     if (found_inf) {
         fr_scaler_update(&s->scaler, 1); /* skip the step: the weights stay as they were */
     } else {
@@ -815,7 +829,8 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         if (s->gv[i] >= 0) {
             int kind;
             out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
-            out[FR_MEM_OPTIM] += (size_t)fr_step_optim_states(&s->o.optim) * fr_step_state_bytes(s, p, &kind);
+            out[FR_MEM_OPTIM] +=
+                (size_t)fr_step_optim_states(&s->o.optim) * fr_step_state_bytes(s, p, &kind);
         }
     }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
@@ -859,7 +874,8 @@ size_t fr_step_reserved(const fr_step *s) {
     }
     if (widest) r += fr_mem_block_bytes(widest);
     if (s->plan.arena_bytes) r += fr_mem_block_bytes(s->plan.arena_bytes);
-    r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) + fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
+    r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) +
+         fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
     size_t per[FR_MEM_CAT_COUNT];
     fr_step_persistent(s, per);
     return r + s->meta_reserved + per[FR_MEM_DATA];

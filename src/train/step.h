@@ -16,26 +16,26 @@ struct fr_step {
     fr_graph g;
     fr_plan plan;
     fr_exec ex;
-    int *pv;       /* per model param: its graph value */
-    int *gv;       /* per model param: its gradient value, -1 if none */
-    int64_t t;     /* optimizer steps taken (Adam's t) */
-    uint64_t runs; /* micro-batches run (dropout stream) */
-    int micro, accumulate;  /* micro-batch size and how many make a batch */
-    int *unit;              /* per node: its unit (top-level layer) */
-    int first_unit;         /* the first unit with backward work */
-    int recomputed_units;   /* unit forwards run again by the schedule */
+    int *pv;               /* per model param: its graph value */
+    int *gv;               /* per model param: its gradient value, -1 if none */
+    int64_t t;             /* optimizer steps taken (Adam's t) */
+    uint64_t runs;         /* micro-batches run (dropout stream) */
+    int micro, accumulate; /* micro-batch size and how many make a batch */
+    int *unit;             /* per node: its unit (top-level layer) */
+    int first_unit;        /* the first unit with backward work */
+    int recomputed_units;  /* unit forwards run again by the schedule */
     double flops, extra_flops;
-    size_t meta_bytes;      /* graph and plan metadata (category other) */
-    size_t meta_reserved;   /* the same as the allocator reserves it (headers, rounding) */
-    fr_scaler scaler;       /* dynamic loss scaling (enabled or not) */
-    int inject_inf;         /* testing: poison a gradient in the next step */
-    uint8_t *fused;         /* per model param: updated inside backward, no gradient kept
+    size_t meta_bytes;    /* graph and plan metadata (category other) */
+    size_t meta_reserved; /* the same as the allocator reserves it (headers, rounding) */
+    fr_scaler scaler;     /* dynamic loss scaling (enabled or not) */
+    int inject_inf;       /* testing: poison a gradient in the next step */
+    uint8_t *fused;       /* per model param: updated inside backward, no gradient kept
                                (1: by LINEAR_BWD, plain SGD; 2: by an OPTIM_STEP node) */
-    int n_fused;            /* how many params are */
-    size_t upd_ws_len;      /* floats of scratch for their gradient tiles (category grads) */
+    int n_fused;          /* how many params are */
+    size_t upd_ws_len;    /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
-    int loss_pos;           /* plan position of the loss node (forward ends there) */
-    fr_optim_slot *slots;   /* per model param: its state, for OPTIM_STEP nodes */
+    int loss_pos;         /* plan position of the loss node (forward ends there) */
+    fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
 };
 

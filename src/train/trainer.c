@@ -24,10 +24,8 @@ static double now_s(void) {
 
 static void fmt_time(double s, char *buf, size_t len) {
     long t = (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else
-        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+    if (t >= 3600) snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
 
 /* One line of progress: a bar on a terminal (redrawn in place), plain log
@@ -52,7 +50,8 @@ static void progress(const fr_train_cfg *cfg, int epoch, int64_t i, int64_t nb, 
         int64_t every = nb / 10 > 0 ? nb / 10 : 1;
         if (i % every == 0 || i == nb)
             fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.1f ms/step elapsed %s eta %s\n",
-                    epoch + 1, cfg->epochs, (long long)i, (long long)nb, loss, 1e3 / rate, elapsed, eta);
+                    epoch + 1, cfg->epochs, (long long)i, (long long)nb, loss, 1e3 / rate, elapsed,
+                    eta);
     }
 }
 
@@ -90,12 +89,10 @@ fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64
 
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
     const fr_shape *in = &m->in; /* (c) for a flat input, else (c, h, w) */
-    fr_data_spec spec = {(int)in->d[0], in->ndim == 3 ? (int)in->d[1] : 1, in->ndim == 3 ? (int)in->d[2] : 1,
-                         0, 0};
-    if (m->loss == FR_LOSS_CROSS_ENTROPY)
-        spec.classes = fr_model_num_classes(m);
-    else
-        spec.outputs = fr_model_num_classes(m);
+    fr_data_spec spec = {(int)in->d[0], in->ndim == 3 ? (int)in->d[1] : 1,
+                         in->ndim == 3 ? (int)in->d[2] : 1, 0, 0};
+    if (m->loss == FR_LOSS_CROSS_ENTROPY) spec.classes = fr_model_num_classes(m);
+    else spec.outputs = fr_model_num_classes(m);
     return fr_dataset_check(ctx, ds, &spec);
 }
 
@@ -119,9 +116,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     /* Refusals that need no work come before any: a run must not train an
      * epoch to find out that it cannot save it. */
     if (cfg->init && cfg->resume)
-        return fr_fail(ctx, FR_ERR_ARG, "--init and --resume together: --resume %s continues a "
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "--init and --resume together: --resume %s continues a "
                        "checkpoint (weights, optimizer state, position); --init %s starts from "
-                       "weights with a fresh optimizer. Give one.", cfg->resume, cfg->init);
+                       "weights with a fresh optimizer. Give one.",
+                       cfg->resume, cfg->init);
     if (cfg->save && fr_st_check_writable(ctx, cfg->save)) return FR_ERR_IO;
     fr_status st = FR_OK;
     fr_model *m = NULL;
@@ -135,11 +134,13 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_mem_stats m0, m1;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m0);
-    if (!(train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) {
+    if (!(train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images,
+                                        cfg->train_labels))) {
         st = FR_ERR_IO;
         goto done;
     }
-    if (!(test = fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images, cfg->test_labels))) {
+    if (!(test =
+              fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images, cfg->test_labels))) {
         st = FR_ERR_IO;
         goto done;
     }
@@ -147,11 +148,18 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_mem_get_stats(ctx, &m1);
     if ((st = fr_data_check(ctx, m, train)) || (st = fr_data_check(ctx, m, test))) goto done;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
-    fr_step_opts so = {.batch = cfg->batch, .training = 1, .optim = cfg->optim, .seed = cfg->seed,
-                       .checkpoint = cfg->checkpoint, .ckpt_arg = cfg->ckpt_arg,
-                       .micro_batch = cfg->micro_batch, .precision = cfg->precision,
-                       .optim_state = cfg->optim_state, .clip_grad_norm = cfg->clip_grad_norm,
-                       .loss_scaling = cfg->loss_scaling, .keep_grads = cfg->keep_grads,
+    fr_step_opts so = {.batch = cfg->batch,
+                       .training = 1,
+                       .optim = cfg->optim,
+                       .seed = cfg->seed,
+                       .checkpoint = cfg->checkpoint,
+                       .ckpt_arg = cfg->ckpt_arg,
+                       .micro_batch = cfg->micro_batch,
+                       .precision = cfg->precision,
+                       .optim_state = cfg->optim_state,
+                       .clip_grad_norm = cfg->clip_grad_norm,
+                       .loss_scaling = cfg->loss_scaling,
+                       .keep_grads = cfg->keep_grads,
                        .budget = cfg->budget};
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,
@@ -167,16 +175,23 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
          * uses: planned on shapes, nothing of the model allocated yet. */
         int c, h, w;
         fr_dataset_sample_shape(train, &c, &h, &w);
-        fr_budget_data bd = {(size_t)c * h * w, fr_dataset_len(train), fr_dataset_len(test),
-                             cfg->limit_train, cfg->limit_test, cfg->queue, cfg->eval_batch,
-                             (m1.reserved - m1.cached) - (m0.reserved - m0.cached), 0};
+        fr_budget_data bd = {(size_t)c * h * w,
+                             fr_dataset_len(train),
+                             fr_dataset_len(test),
+                             cfg->limit_train,
+                             cfg->limit_test,
+                             cfg->queue,
+                             cfg->eval_batch,
+                             (m1.reserved - m1.cached) - (m0.reserved - m0.cached),
+                             0};
         if (!(s = fr_budget_plan(m, &so, &bd, cfg->batch_auto, &bud))) {
             st = FR_ERR_BUDGET;
             goto done;
         }
         so.batch = s->o.batch;
         if (cfg->batch_auto && !cfg->json && cfg->progress >= 0)
-            fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n", so.batch);
+            fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n",
+                    so.batch);
         /* From here the budget is a hard limit: the allocator refuses past
          * it, and the parameters are allocated only now. */
         fr_mem_set_limit(ctx, cfg->budget);
@@ -185,13 +200,16 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         st = FR_ERR_ARG;
         goto done;
     }
-    if (!cfg->json && cfg->progress >= 0 && (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
+    if (!cfg->json && cfg->progress >= 0 &&
+        (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
         fr_step_describe_plan(s, stderr, 0);
         if (cfg->budget) fr_budget_describe(&bud, stderr, 0);
         fputc('\n', stderr);
     } else if (!cfg->json && cfg->progress >= 0 && s->n_fused) {
-        fprintf(stderr, "optimizer step inside backward for %d tensors: their gradients are never "
-                        "all stored (--keep-grads to store them)\n", s->n_fused);
+        fprintf(stderr,
+                "optimizer step inside backward for %d tensors: their gradients are never "
+                "all stored (--keep-grads to store them)\n",
+                s->n_fused);
     }
     /* --init: the weights of a state_dict (strict names and shapes, optimizer
      * tensors ignored) over the initialised ones; the optimizer starts fresh. */
@@ -200,7 +218,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (cfg->resume) {
         if ((st = fr_ckpt_resume(s, cfg->resume, cfg->freeze, &pos))) goto done;
         if (pos.lr_differs && cfg->progress >= 0)
-            fprintf(stderr, "warning: --lr %g differs from the checkpoint's %g: resuming with %g "
+            fprintf(stderr,
+                    "warning: --lr %g differs from the checkpoint's %g: resuming with %g "
                     "(the run is no longer the one the checkpoint continues)\n",
                     (double)cfg->optim.lr, pos.saved_lr, (double)cfg->optim.lr);
         if (!cfg->json && cfg->progress >= 0 && pos.epoch < cfg->epochs)
@@ -215,8 +234,10 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     int64_t nb = fr_loader_num_batches(l);
     if (skip > nb) {
-        st = fr_fail(ctx, FR_ERR_FORMAT, "%s: metadata 'batch' = %lld: more batches done than an "
-                     "epoch has (%lld)", cfg->resume, (long long)skip, (long long)nb);
+        st = fr_fail(ctx, FR_ERR_FORMAT,
+                     "%s: metadata 'batch' = %lld: more batches done than an "
+                     "epoch has (%lld)",
+                     cfg->resume, (long long)skip, (long long)nb);
         goto done;
     }
     if (cfg->resume && start_epoch >= cfg->epochs) {
@@ -230,7 +251,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         res->test_loss = tl;
         res->epochs_done = start_epoch;
         if (!cfg->json && cfg->progress >= 0)
-            printf("epoch %d/%d: test loss %.4f acc %.2f%%\n", start_epoch, cfg->epochs, tl, 100 * acc);
+            printf("epoch %d/%d: test loss %.4f acc %.2f%%\n", start_epoch, cfg->epochs, tl,
+                   100 * acc);
     }
     for (int epoch = start_epoch; epoch < cfg->epochs; epoch++) {
         double t0 = now_s(), sum = 0;
@@ -263,12 +285,13 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                    "\"test_loss\": %.17g, \"seconds\": %.3f, \"samples\": %lld}\n",
                    epoch + 1, train_loss, tl, secs, (long long)seen);
         else if (cfg->json)
-            printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, \"train_acc\": %.6f, "
-                   "\"test_loss\": %.17g, \"test_acc\": %.6f, \"seconds\": %.3f, \"samples\": %lld}\n",
-                   epoch + 1, train_loss, train_acc, tl, acc, secs, (long long)seen);
+            printf(
+                "{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, \"train_acc\": %.6f, "
+                "\"test_loss\": %.17g, \"test_acc\": %.6f, \"seconds\": %.3f, \"samples\": %lld}\n",
+                epoch + 1, train_loss, train_acc, tl, acc, secs, (long long)seen);
         else if (cfg->progress >= 0 && isnan(acc))
-            printf("epoch %d/%d: train loss %.6g | test loss %.6g | %.1f s\n", epoch + 1, cfg->epochs,
-                   train_loss, tl, secs);
+            printf("epoch %d/%d: train loss %.6g | test loss %.6g | %.1f s\n", epoch + 1,
+                   cfg->epochs, train_loss, tl, secs);
         else if (cfg->progress >= 0)
             printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s\n",
                    epoch + 1, cfg->epochs, train_loss, 100 * train_acc, tl, 100 * acc, secs);
@@ -296,7 +319,9 @@ done:
                "%.1f MiB%s\n",
                res->predicted_reserved / 1048576.0, total / 1048576.0, ms.reserved_peak / 1048576.0,
                ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0,
-               cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)" : " (OVER the budget)") : "");
+               cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)"
+                                                              : " (OVER the budget)")
+                           : "");
         if (s->scaler.enabled)
             printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
                    (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);

@@ -10,29 +10,29 @@
 #include "train/step.h"
 
 typedef struct fr_train_cfg {
-    const char *model;   /* file or built-in name */
-    const char *data;    /* directory with {train,t10k}-{images,labels}-idx?-ubyte[.gz] */
+    const char *model; /* file or built-in name */
+    const char *data;  /* directory with {train,t10k}-{images,labels}-idx?-ubyte[.gz] */
     int epochs, batch;
     fr_optim_opts optim;
     uint64_t seed;
-    const char *save;    /* checkpoint written after every epoch (atomically) */
-    const char *resume;  /* checkpoint to continue from */
-    int json;            /* JSON lines on stdout instead of text */
-    int progress;        /* 1 bar (terminal), 0 log lines, -1 nothing */
+    const char *save;                /* checkpoint written after every epoch (atomically) */
+    const char *resume;              /* checkpoint to continue from */
+    int json;                        /* JSON lines on stdout instead of text */
+    int progress;                    /* 1 bar (terminal), 0 log lines, -1 nothing */
     int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
     int eval_batch;
-    int queue;           /* prefetch depth */
-    size_t budget;       /* bytes the engine may reserve (0: no limit) */
+    int queue;     /* prefetch depth */
+    size_t budget; /* bytes the engine may reserve (0: no limit) */
     fr_ckpt_mode checkpoint;
     int ckpt_arg, micro_batch;
-    const char *freeze;  /* layers to freeze (fr_model_freeze) */
-    int batch_auto;      /* the largest batch that fits the budget */
+    const char *freeze; /* layers to freeze (fr_model_freeze) */
+    int batch_auto;     /* the largest batch that fits the budget */
     fr_precision precision;
     fr_optim_state optim_state;
     fr_loss_scaling loss_scaling;
     float clip_grad_norm;
-    int keep_grads;      /* store every gradient (no SGD step inside backward) */
-    const char *init;    /* weights-only safetensors to start from, with a fresh optimizer */
+    int keep_grads;   /* store every gradient (no SGD step inside backward) */
+    const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
 } fr_train_cfg;
@@ -40,7 +40,8 @@ typedef struct fr_train_cfg {
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
 fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen);
 /* none|marks|all|sqrt|auto|every:N|revolve:S */
-fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err, size_t errlen);
+fr_status fr_parse_checkpoint(const char *s, fr_ckpt_mode *mode, int *arg, char *err,
+                              size_t errlen);
 
 /* The data a budget must hold besides the model (budget.c). */
 typedef struct fr_budget_data {
@@ -55,15 +56,15 @@ typedef struct fr_budget_data {
 
 /* The user's budget and what takes it, as the allocator reserves it. */
 typedef struct fr_budget {
-    size_t total;       /* the user's budget */
-    size_t datasets;    /* the open datasets and the training permutation */
-    size_t queue;       /* the training loader's (queue + 1) batch buffers */
+    size_t total;    /* the user's budget */
+    size_t datasets; /* the open datasets and the training permutation */
+    size_t queue;    /* the training loader's (queue + 1) batch buffers */
     int queue_batches, batch;
-    size_t eval;        /* while evaluating: eval loader and step beyond the arena they replace */
-    size_t model;       /* parameters and buffers, from their shapes */
-    size_t meta;        /* the model's description and what else is held before planning */
-    size_t step;        /* what is left for the step */
-    size_t step_need;   /* what its plan needs (the smallest plan's, when nothing fits) */
+    size_t eval;      /* while evaluating: eval loader and step beyond the arena they replace */
+    size_t model;     /* parameters and buffers, from their shapes */
+    size_t meta;      /* the model's description and what else is held before planning */
+    size_t step;      /* what is left for the step */
+    size_t step_need; /* what its plan needs (the smallest plan's, when nothing fits) */
 } fr_budget;
 
 /* Split opts->budget (the user's) and plan the step in what is left; with
@@ -72,8 +73,8 @@ typedef struct fr_budget {
  * o.budget is the user's), or NULL with a message naming the budget and
  * what takes it. Refuses before planning when the parameters alone do not
  * fit. */
-fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch_auto,
-                        fr_budget *b);
+fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                        int batch_auto, fr_budget *b);
 /* The split as a table, or a JSON object (no newline). */
 void fr_budget_describe(const fr_budget *b, FILE *out, int json);
 

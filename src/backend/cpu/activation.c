@@ -25,6 +25,8 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
 /* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result
  * rounded, a chunk at a time: mixed precision's saved output, made here
  * instead of by a CAST after). */
+/* clang-format cannot lay out the _Pragma lines of these two macros. */
+// clang-format off
 #define UNARY(name, op, F)                                                  \
     int name(fr_kernel_call *c) {                                           \
         int64_t n;                                                          \
@@ -112,6 +114,8 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
         return FR_OK;                                                              \
     }
 
+// clang-format on
+
 // y = max(x, 0)
 UNARY(fr_k_relu, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
 // dx = dy where y > 0, else 0
@@ -121,17 +125,17 @@ BINARY_BWD(fr_k_relu_bwd, "relu_bwd", v > 0.0f ? d : 0.0f)
 UNARY(fr_k_gelu, "gelu", 0.5f * v * (1.0f + erff(v * INV_SQRT2)))
 // dx = dy * (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
 BINARY_BWD(fr_k_gelu_bwd, "gelu_bwd",
-           d * (0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
+           d *(0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
 
 // y = 1 / (1 + exp(-x))
 UNARY(fr_k_sigmoid, "sigmoid", 1.0f / (1.0f + expf(-v)))
 // dx = dy * y (1 - y)
-BINARY_BWD(fr_k_sigmoid_bwd, "sigmoid_bwd", d * v * (1.0f - v))
+BINARY_BWD(fr_k_sigmoid_bwd, "sigmoid_bwd", d *v *(1.0f - v))
 
 // y = tanh(x)
 UNARY(fr_k_tanh, "tanh", tanhf(v))
 // dx = dy * (1 - y^2)
-BINARY_BWD(fr_k_tanh_bwd, "tanh_bwd", d * (1.0f - v * v))
+BINARY_BWD(fr_k_tanh_bwd, "tanh_bwd", d *(1.0f - v * v))
 
 // a, b, y all the same shape; y = a + b (y may alias a or b)
 int fr_k_add(fr_kernel_call *c) {

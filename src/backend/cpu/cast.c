@@ -62,8 +62,8 @@ int fr_k_cast(fr_kernel_call *c) {
     } else if (from == FR_BF16 && to == FR_F32) {
         fr_bf16_to_f32_n(x, y, n);
     } else {
-        return fr_fail(c->ctx, FR_ERR_ARG, "cast from %s to %s is not supported", fr_dtype_name(from),
-                       fr_dtype_name(to));
+        return fr_fail(c->ctx, FR_ERR_ARG, "cast from %s to %s is not supported",
+                       fr_dtype_name(from), fr_dtype_name(to));
     }
     return 0;
 }

@@ -31,10 +31,10 @@
 
 typedef struct conv_geom {
     int64_t N, C, H, W, OC, K, S, P, OH, OW;
-    int64_t ckk, ohw; /* GEMM inner dimension and output positions per image */
-    int direct;       /* 1x1, stride 1, no padding: col is the image itself */
-    int same;         /* stride 1, OH = H and OW = W: rows of col are shifted planes */
-    int shift;        /* same, K > 1, enough channels: one GEMM per tap, no im2col */
+    int64_t ckk, ohw;            /* GEMM inner dimension and output positions per image */
+    int direct;                  /* 1x1, stride 1, no padding: col is the image itself */
+    int same;                    /* stride 1, OH = H and OW = W: rows of col are shifted planes */
+    int shift;                   /* same, K > 1, enough channels: one GEMM per tap, no im2col */
     int64_t Hp, Wp, plane, wide; /* shift: padded plane Hp x Wp, wide rows H x Wp */
 } conv_geom;
 
@@ -99,7 +99,8 @@ static void shift_weights(const conv_geom *g, const float *w, float *wk) {
     const int64_t KK = g->K * g->K;
     for (int64_t oc = 0; oc < g->OC; oc++)
         for (int64_t c = 0; c < g->C; c++)
-            for (int64_t k = 0; k < KK; k++) wk[(k * g->OC + oc) * g->C + c] = w[(oc * g->C + c) * KK + k];
+            for (int64_t k = 0; k < KK; k++)
+                wk[(k * g->OC + oc) * g->C + c] = w[(oc * g->C + c) * KK + k];
 }
 
 /* planes (ch, H, W) of t from value off into the interior of the zeroed
@@ -205,7 +206,8 @@ static int shift_fwd(fr_kernel_call *c, const conv_geom *g) {
         float *xpad = wk + shift_shared(g) + s * slot, *yw = xpad + pad;
         memset(xpad, 0, (size_t)pad * sizeof(float));
         for (int64_t n = g->N * s / S; n < g->N * (s + 1) / S; n++)
-            shift_forward(g, wk, &c->in[0], n * g->C * g->H * g->W, bp, yp + n * g->OC * g->ohw, xpad, yw);
+            shift_forward(g, wk, &c->in[0], n * g->C * g->H * g->W, bp, yp + n * g->OC * g->ohw,
+                          xpad, yw);
     }
     return FR_OK;
 }
@@ -293,8 +295,7 @@ static void im2col(const conv_geom *g, const float *x, float *col) {
                     }
                     const float *src = x + (c * H + ih) * W - P + kw;
                     for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
-                    if (S == 1)
-                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+                    if (S == 1) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
                     else
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * S];
                     for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
@@ -308,8 +309,8 @@ static void im2col(const conv_geom *g, const float *x, float *col) {
  * plane, after which the entries that wrapped around a row edge (they stand
  * for padding) are zeroed. */
 typedef struct same_row {
-    int64_t off, oh0, oh1, i0, i1;   /* valid rows [oh0, oh1), copied range [i0, i1) */
-    int64_t zlo, zhi;                /* columns [zlo, zhi) of each valid row are padding */
+    int64_t off, oh0, oh1, i0, i1; /* valid rows [oh0, oh1), copied range [i0, i1) */
+    int64_t zlo, zhi;              /* columns [zlo, zhi) of each valid row are padding */
 } same_row;
 
 static same_row same_row_make(const conv_geom *g, int64_t kh, int64_t kw) {
@@ -399,11 +400,13 @@ static int check_shapes(fr_kernel_call *c, const char *op, conv_geom *g, const f
                         const fr_tensor *w, const fr_shape *y) {
     const fr_attr *a = &c->node->attr;
     char bx[64], bw[64];
-    if (w->shape.ndim != 4 || geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
+    if (w->shape.ndim != 4 ||
+        geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
         w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: x %s and W %s do not fit kernel %d stride %d pad %d",
-                       op, fr_shape_str(&x->shape, bx, sizeof bx), fr_shape_str(&w->shape, bw, sizeof bw),
-                       a->kernel, a->stride, a->pad);
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: x %s and W %s do not fit kernel %d stride %d pad %d", op,
+                       fr_shape_str(&x->shape, bx, sizeof bx),
+                       fr_shape_str(&w->shape, bw, sizeof bw), a->kernel, a->stride, a->pad);
     if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
         return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
                        fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
@@ -452,8 +455,9 @@ int fr_k_conv2d(fr_kernel_call *c) {
                 if (!bp) memset(yn, 0, (size_t)(g.OC * g.ohw) * sizeof(float));
                 continue;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.OC, (int)g.ohw, (int)g.ckk,
-                        1.0f, wp, (int)g.ckk, b_mat, (int)g.ohw, bp ? 1.0f : 0.0f, yn, (int)g.ohw);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.OC, (int)g.ohw,
+                        (int)g.ckk, 1.0f, wp, (int)g.ckk, b_mat, (int)g.ohw, bp ? 1.0f : 0.0f, yn,
+                        (int)g.ohw);
         }
     }
     return FR_OK;
@@ -490,15 +494,17 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
 
     if (g.shift) return shift_bwd(c, &g, dx, dw);
     if (x->dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: a 16-bit input only on the shifted-GEMM path");
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "conv2d_bwd: a 16-bit input only on the shifted-GEMM path");
     const int64_t col = col_elems(&g), part = dw ? wn : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
     int64_t have = ws->data ? fr_shape_numel(&ws->shape) : 0;
     int64_t S = slots_fitting(have, col, part, cap);
     if (S < 1)
-        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: workspace of %lld floats, need at least %lld",
-                       (long long)have, (long long)col);
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "conv2d_bwd: workspace of %lld floats, need at least %lld", (long long)have,
+                       (long long)col);
     float *wsp = fr_f32(ws);
     const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
 
@@ -518,7 +524,8 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
                 }
                 float beta = first ? (s == 0 && acc_w ? 1.0f : 0.0f) : 1.0f;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.OC, (int)g.ckk,
-                            (int)g.ohw, 1.0f, dyn, (int)g.ohw, cm, (int)g.ohw, beta, dws, (int)g.ckk);
+                            (int)g.ohw, 1.0f, dyn, (int)g.ohw, cm, (int)g.ohw, beta, dws,
+                            (int)g.ckk);
                 first = 0;
             }
             if (dxn) {

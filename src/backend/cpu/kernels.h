@@ -53,13 +53,13 @@ typedef struct fr_kernel_call {
     fr_tensor in[FR_MAX_IN];
     fr_tensor out[FR_MAX_OUT];
     uint32_t accumulate;
-    uint32_t update;     /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
+    uint32_t update; /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
     float upd_lr, upd_wd;
-    float *upd_ws;       /* scratch for one tile of an updated weight's gradient */
-    size_t upd_ws_len;   /* its length in floats (fr_k_linear_upd_ws) */
+    float *upd_ws;             /* scratch for one tile of an updated weight's gradient */
+    size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
     const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
-    uint64_t seed; /* run seed (dropout) */
-    uint64_t step; /* step counter (dropout stream) */
+    uint64_t seed;             /* run seed (dropout) */
+    uint64_t step;             /* step counter (dropout stream) */
 } fr_kernel_call;
 
 /* linear.c

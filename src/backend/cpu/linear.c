@@ -16,8 +16,9 @@ int fr_k_linear(fr_kernel_call *c) {
     int64_t N = x->shape.d[0], O = w->shape.d[0];
     int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
     if (w->shape.ndim != 2 || w->shape.d[1] != K || fr_shape_numel(&y->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "linear: x has %lld features per sample, W is (%lld, %lld)",
-                       (long long)K, (long long)O, (long long)w->shape.d[1]);
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear: x has %lld features per sample, W is (%lld, %lld)", (long long)K,
+                       (long long)O, (long long)w->shape.d[1]);
     if (N == 0 || O == 0) return FR_OK;
     float *yp = fr_f32(y);
     const float *bp = fr_f32(b);
@@ -82,8 +83,10 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
     if (update) {
         int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
         if (!c->upd_ws || slots < 1)
-            return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: the weight update needs %lld floats of "
-                           "scratch per thread, %zu given", (long long)tile, c->upd_ws_len);
+            return fr_fail(c->ctx, FR_ERR_ARG,
+                           "linear_bwd: the weight update needs %lld floats of "
+                           "scratch per thread, %zu given",
+                           (long long)tile, c->upd_ws_len);
         if (nt > slots) nt = (int)slots;
     }
     if (nt > ntiles) nt = (int)ntiles;
@@ -95,8 +98,8 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
         for (int64_t t = 0; t < ntiles; t++) {
             int64_t o0 = t * rows, r = O - o0 < rows ? O - o0 : rows;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
-                        dyp + o0, (int)O, xp, (int)K, update ? 0.0f : beta, update ? g : dw + o0 * K,
-                        (int)K);
+                        dyp + o0, (int)O, xp, (int)K, update ? 0.0f : beta,
+                        update ? g : dw + o0 * K, (int)K);
             if (update) sgd_tile(dw + o0 * K, g, r * K, lr, wd);
         }
     }
@@ -118,7 +121,8 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     int64_t N = x->shape.d[0], O = w->shape.d[0];
     int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
     if (w->shape.d[1] != K || fr_shape_numel(&dy->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "linear_bwd: dy has %lld elements, expected %lld x %lld",
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear_bwd: dy has %lld elements, expected %lld x %lld",
                        (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);
     const float *dyp = fr_f32(dy);
     if (dx && N * K > 0) {
@@ -132,7 +136,8 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     if (dw && O * K > 0) {
         int update = (c->update & 2u) != 0;
         if (N > 0) {
-            int st = weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, acc_bit(c, 1) ? 1.0f : 0.0f);
+            int st =
+                weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, acc_bit(c, 1) ? 1.0f : 0.0f);
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {
             memset(dw, 0, (size_t)(O * K) * sizeof(float));

@@ -70,7 +70,8 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     int st = ce_check(c, "cross_entropy_bwd", &N, &C);
     if (st) return st;
     if (fr_shape_numel(&c->out[0].shape) != N * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "cross_entropy_bwd: dlogits has %lld elements, need %lld",
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "cross_entropy_bwd: dlogits has %lld elements, need %lld",
                        (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
     const float *z = fr_f32(&c->in[0]);
     const int32_t *y = (const int32_t *)c->in[1].data;

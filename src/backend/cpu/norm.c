@@ -49,8 +49,8 @@ static float plane_sumsq_dev(const float *restrict p, int64_t n, float m_hi, flo
 }
 
 /* sum of dy and of dy ((x - m_hi) - m_lo) */
-static void plane_sum_dy_dyx(const float *restrict dy, const float *restrict x, int64_t n, float m_hi,
-                             float m_lo, float *sdy, float *sdyx) {
+static void plane_sum_dy_dyx(const float *restrict dy, const float *restrict x, int64_t n,
+                             float m_hi, float m_lo, float *sdy, float *sdyx) {
     float a = 0.0f, b = 0.0f;
 #pragma omp simd reduction(+ : a, b)
     for (int64_t i = 0; i < n; i++) {
@@ -111,7 +111,8 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             /* a recomputed clone (rematerialization) leaves the running stats alone */
             if (rmean && !a->recompute) rmean[ch] = (float)((1.0 - mom) * rmean[ch] + mom * mean);
             if (rvar && !a->recompute)
-                rvar[ch] = (float)((1.0 - mom) * rvar[ch] + mom * var * (double)cnt / (double)(cnt - 1));
+                rvar[ch] =
+                    (float)((1.0 - mom) * rvar[ch] + mom * var * (double)cnt / (double)(cnt - 1));
         } else {
             mean = rmean[ch];
             invstd = 1.0 / sqrt((double)rvar[ch] + eps);
@@ -141,7 +142,8 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
     const fr_tensor *x = &c->in[1]; /* f32, or f16/bf16 widened a plane at a time */
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
-        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: a 16-bit input with planes over %d values",
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm_bwd: a 16-bit input with planes over %d values",
                        FR_HALF_PLANE_MAX);
     const float *smean = fr_f32(&c->in[3]), *sinv = fr_f32(&c->in[4]);
     float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
@@ -193,7 +195,8 @@ int fr_k_layernorm(fr_kernel_call *c) {
     const int64_t N = xs->ndim ? xs->d[0] : 0, D = N ? fr_shape_numel(xs) / N : 0;
     const fr_tensor *gt = &c->in[1];
     if (gt->data && fr_shape_numel(&gt->shape) != D)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "layernorm: gamma has %lld elements, samples have %lld",
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "layernorm: gamma has %lld elements, samples have %lld",
                        (long long)fr_shape_numel(&gt->shape), (long long)D);
     if (D == 0) return FR_OK;
     const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(gt), *beta = fr_f32(&c->in[2]);

@@ -61,8 +61,8 @@ fr_adam_consts fr_adam_setup(const fr_optim_opts *o, int64_t step, int decoupled
 /* p, g, m, v: (n) with fr_adam_elem. The clone for CPUs with FMA makes its
  * fmaf one instruction, 8 lanes at a time; elsewhere fmaf is libm's, with
  * the same single rounding: the same bits. */
-FR_V3_CLONES static void
-adam_span(const fr_adam_consts *c, float *p, const float *g, float *m, float *v, size_t n) {
+FR_V3_CLONES static void adam_span(const fr_adam_consts *c, float *p, const float *g, float *m,
+                                   float *v, size_t n) {
     const fr_adam_consts cl = *c; /* a private copy: its branches then vectorize */
 #pragma omp simd
     for (size_t i = 0; i < n; i++) fr_adam_elem(&cl, &p[i], g[i], &m[i], &v[i]);

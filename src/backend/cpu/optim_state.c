@@ -69,7 +69,7 @@ _Static_assert(MAP_NON_SIGN_BITS == MAP_MAX_EXP_BITS, "the map has no additional
  * byte table of first guesses and a walk up the thresholds, a gather a step,
  * 3.5 ns a parameter; this table, 2.8.)
  * Both signs have their own half, positive first. */
-#define BKT_SHIFT 15                   /* magnitude bits >> 15: exponent, 8 mantissa bits */
+#define BKT_SHIFT 15                         /* magnitude bits >> 15: exponent, 8 mantissa bits */
 #define BKT_FIRST (0x34000000u >> BKT_SHIFT) /* 2^-23 */
 #define BKT_LAST (0x3F800000u >> BKT_SHIFT)  /* 1.0 */
 #define BKT_HALF (BKT_LAST - BKT_FIRST + 2)  /* entry 0 below 2^-23, then one per bucket */
@@ -86,7 +86,6 @@ typedef struct dyn_map {
 /* Whether every bucket holds at most one midpoint (checked as the tables are
  * built; true for these maps): otherwise encoders use the binary search. */
 static int bucket_ok;
-
 
 static dyn_map map_tables[2]; /* [0] unsigned (second moment), [1] signed (first moment) */
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
@@ -150,7 +149,8 @@ static float from_bits(uint32_t u) {
 
 /* One bucket's entry (see BKT_SHIFT): the code at its smallest magnitude and
  * where, if anywhere, the code moves by one; 0 if it moves by more. */
-static int bucket_entry(const dyn_map *d, uint32_t lo, uint32_t hi, uint32_t sign, uint32_t *entry) {
+static int bucket_entry(const dyn_map *d, uint32_t lo, uint32_t hi, uint32_t sign,
+                        uint32_t *entry) {
     const unsigned c0 = nearest_code_search(d, from_bits(lo | sign));
     const unsigned c1 = nearest_code_search(d, from_bits(hi | sign));
     uint32_t t = BKT_NONE;
@@ -217,7 +217,6 @@ static inline uint8_t nearest_code(const dyn_map *d, float y) {
     return (uint8_t)((e >> 24) + (sign ? -cross : cross));
 }
 
-
 /* ---- int8 blocks -------------------------------------------------------- */
 
 #if STATE_X86
@@ -229,7 +228,8 @@ nearest_codes_avx512(const float *x, size_t cnt, float amax, const dyn_map *d, u
     const __m512 vam = _mm512_set1_ps(amax);
     const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), low = _mm512_set1_epi32(0x7FFF),
                   tmask = _mm512_set1_epi32(0xFFFF), one = _mm512_set1_epi32(1),
-                  first = _mm512_set1_epi32(BKT_FIRST - 1), last = _mm512_set1_epi32(BKT_LAST - BKT_FIRST + 1),
+                  first = _mm512_set1_epi32(BKT_FIRST - 1),
+                  last = _mm512_set1_epi32(BKT_LAST - BKT_FIRST + 1),
                   half = _mm512_set1_epi32(BKT_HALF), zero = _mm512_setzero_si512();
     size_t i = 0;
     for (; i + 16 <= cnt; i += 16) {
@@ -281,8 +281,8 @@ int fr_state_simd(int on) {
 
 /* encode_block's second half, given the block's largest magnitude amax and
  * whether it holds an inf or NaN (bad): its absmax and codes. */
-static void encode_known(const float *x, size_t cnt, float amax, int bad, const dyn_map *d, uint8_t *codes,
-                         float *absmax) {
+static void encode_known(const float *x, size_t cnt, float amax, int bad, const dyn_map *d,
+                         uint8_t *codes, float *absmax) {
     if (bad || amax == 0.0f) {
         *absmax = bad ? NAN : 0.0f;
         memset(codes, d->zero, cnt);
@@ -305,8 +305,8 @@ static void encode_known(const float *x, size_t cnt, float amax, int bad, const 
  *         zeros gets absmax 0 (and the zero code); a block holding a NaN or
  *         an infinity gets absmax NaN, so the fault stays visible.
  * decode: x_i = map[code_i] * absmax; absmax 0 gives +0 whatever the codes. */
-AVX2_CLONES static void
-encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float *absmax) {
+AVX2_CLONES static void encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes,
+                                     float *absmax) {
     /* absmax in 8 independent lanes (no branches; the max of finite values
      * does not depend on the order), and whether any value is inf or NaN */
     float lane[8] = {0};
@@ -328,8 +328,8 @@ encode_block(const float *x, size_t cnt, const dyn_map *d, uint8_t *codes, float
     encode_known(x, cnt, amax, bad, d, codes, absmax);
 }
 
-AVX2_CLONES static void
-decode_block(const uint8_t *codes, float absmax, size_t cnt, const dyn_map *d, float *x) {
+AVX2_CLONES static void decode_block(const uint8_t *codes, float absmax, size_t cnt,
+                                     const dyn_map *d, float *x) {
     if (absmax == 0.0f) {
         for (size_t i = 0; i < cnt; i++) x[i] = 0.0f;
         return;
@@ -459,8 +459,8 @@ static void adam_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t
 /* The update of one decoded block, in 8-wide lanes with one-instruction
  * fmaf where the CPU has AVX2 and FMA (the same IEEE operations either way:
  * the same bits). */
-FR_V3_CLONES static void
-update_block(const fr_adam_consts *c, float *p, const float *g, float *mb, float *vb, size_t cnt) {
+FR_V3_CLONES static void update_block(const fr_adam_consts *c, float *p, const float *g, float *mb,
+                                      float *vb, size_t cnt) {
     const fr_adam_consts cl = *c;
 #pragma omp simd
     for (size_t j = 0; j < cnt; j++) fr_adam_elem(&cl, &p[j], g[j], &mb[j], &vb[j]);
@@ -473,8 +473,8 @@ update_block(const fr_adam_consts *c, float *p, const float *g, float *mb, float
  * magnitudes as encode_block takes it: a NaN never replaces the running
  * maximum; it is flagged instead), so the same bits. */
 __attribute__((target("avx512f,avx512bw"))) static void
-adam_block_avx512(const fr_adam_consts *c, float *p, const float *g, uint8_t *mc, float *mabs, uint8_t *vc,
-                  float *vabs, const dyn_map *ms, const dyn_map *vs) {
+adam_block_avx512(const fr_adam_consts *c, float *p, const float *g, uint8_t *mc, float *mabs,
+                  uint8_t *vc, float *vabs, const dyn_map *ms, const dyn_map *vs) {
     enum { B = FR_STATE_INT8_BLOCK };
     float mb[B], vb[B];
     const int mzero = *mabs == 0.0f, vzero = *vabs == 0.0f;
@@ -490,11 +490,15 @@ adam_block_avx512(const fr_adam_consts *c, float *p, const float *g, uint8_t *mc
     for (int i = 0; i < B; i += 16) {
         __m512 m = _mm512_setzero_ps(), v = _mm512_setzero_ps();
         if (!mzero)
-            m = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mc + i))),
-                                                  ms->val, 4), am);
+            m = _mm512_mul_ps(
+                _mm512_i32gather_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mc + i))), ms->val, 4),
+                am);
         if (!vzero)
-            v = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(vc + i))),
-                                                  vs->val, 4), av);
+            v = _mm512_mul_ps(
+                _mm512_i32gather_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(vc + i))), vs->val, 4),
+                av);
         __m512 gi = _mm512_loadu_ps(g + i), pi = _mm512_loadu_ps(p + i);
         if (c->l2) gi = _mm512_fmadd_ps(pi, wd, gi);
         if (c->dec) pi = _mm512_mul_ps(pi, shrink);
@@ -532,7 +536,8 @@ static void adam_int8(float *p, const float *g, uint8_t *m, uint8_t *v, size_t n
         const size_t cnt = n - lo < FR_STATE_INT8_BLOCK ? n - lo : FR_STATE_INT8_BLOCK;
 #if STATE_X86
         if (fused && cnt == FR_STATE_INT8_BLOCK) {
-            adam_block_avx512(c, p + lo, g + lo, m + lo, &m_absmax[b], v + lo, &v_absmax[b], ms, vs);
+            adam_block_avx512(c, p + lo, g + lo, m + lo, &m_absmax[b], v + lo, &v_absmax[b], ms,
+                              vs);
             continue;
         }
 #endif
@@ -589,19 +594,20 @@ int fr_k_optim_step(fr_kernel_call *c) {
     const fr_optim_ctx *oc = c->optim;
     const int i = c->node->attr.param;
     if (!oc || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG, "optim_step: needs the optimizer, an f32 gradient and "
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "optim_step: needs the optimizer, an f32 gradient and "
                        "the f32 parameter bound in place");
     const size_t n = (size_t)fr_shape_numel(&c->in[0].shape);
     if ((size_t)fr_shape_numel(&c->out[0].shape) != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "optim_step: gradient of %zu values for a parameter of %lld", n,
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "optim_step: gradient of %zu values for a parameter of %lld", n,
                        (long long)fr_shape_numel(&c->out[0].shape));
     const fr_optim_slot *sl = &oc->slot[i];
     float *p = fr_f32(&c->out[0]);
     const float *g = fr_f32(&c->in[0]);
-    if (oc->o->kind == FR_OPTIM_SGD)
-        fr_k_sgd(p, g, sl->state[0], n, oc->o, oc->t == 1);
+    if (oc->o->kind == FR_OPTIM_SGD) fr_k_sgd(p, g, sl->state[0], n, oc->o, oc->t == 1);
     else
-        fr_k_adam_state(p, g, sl->state[0], sl->state[1], n, oc->o, oc->t, oc->o->kind == FR_OPTIM_ADAMW,
-                        (fr_state_kind)sl->state_kind);
+        fr_k_adam_state(p, g, sl->state[0], sl->state[1], n, oc->o, oc->t,
+                        oc->o->kind == FR_OPTIM_ADAMW, (fr_state_kind)sl->state_kind);
     return FR_OK;
 }

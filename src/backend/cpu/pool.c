@@ -34,7 +34,8 @@ static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, 
 }
 
 /* A 16-bit x is widened a plane at a time on the stack (FR_HALF_PLANE_MAX). */
-static int half_plane_ok(fr_kernel_call *c, const char *op, const fr_tensor *x, const pool_geom *g) {
+static int half_plane_ok(fr_kernel_call *c, const char *op, const fr_tensor *x,
+                         const pool_geom *g) {
     if (x->dtype == FR_F32 || g->H * g->W <= FR_HALF_PLANE_MAX) return FR_OK;
     return fr_fail(c->ctx, FR_ERR_ARG, "%s: a 16-bit input with planes over %d values", op,
                    FR_HALF_PLANE_MAX);
@@ -91,8 +92,10 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
     if (st || (st = half_plane_ok(c, "maxpool2d", &c->in[0], &g))) return st;
     const int half_out = c->out[0].dtype != FR_F32;
     if (half_out && g.OH * g.OW > FR_HALF_OUT_PLANE_MAX)
-        return fr_fail(c->ctx, FR_ERR_ARG, "maxpool2d: a 16-bit output needs planes of at most %d "
-                       "values, got %lld", FR_HALF_OUT_PLANE_MAX, (long long)(g.OH * g.OW));
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "maxpool2d: a 16-bit output needs planes of at most %d "
+                       "values, got %lld",
+                       FR_HALF_OUT_PLANE_MAX, (long long)(g.OH * g.OW));
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
@@ -147,10 +150,8 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
                     const float gr = dyr[ow];
                     const float v0 = keep_if(gr, j == 0), v1 = keep_if(gr, j == 1);
                     const float v2 = keep_if(gr, j == 2), v3 = keep_if(gr, j == 3);
-                    if (acc)
-                        d0[i] += v0, d0[i + 1] += v1, d1[i] += v2, d1[i + 1] += v3;
-                    else
-                        d0[i] = v0, d0[i + 1] = v1, d1[i] = v2, d1[i + 1] = v3;
+                    if (acc) d0[i] += v0, d0[i + 1] += v1, d1[i] += v2, d1[i + 1] += v3;
+                    else d0[i] = v0, d0[i + 1] = v1, d1[i] = v2, d1[i + 1] = v3;
                 }
                 if (!acc && W > 2 * OW) /* floor mode: the last column is in no window */
                     for (int64_t w = 2 * OW; w < W; w++) d0[w] = d1[w] = 0.0f;
@@ -227,7 +228,8 @@ int fr_k_avgpool2d_bwd(fr_kernel_call *c) {
 int fr_k_global_avgpool(fr_kernel_call *c) {
     const fr_shape *xs = &c->in[0].shape;
     if (xs->ndim != 4 || fr_shape_numel(&c->out[0].shape) != xs->d[0] * xs->d[1])
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool: input must be (N,C,H,W), output (N,C)");
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "global_avgpool: input must be (N,C,H,W), output (N,C)");
     const int64_t planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
