@@ -4,16 +4,6 @@
 # bit for bit, eval that matches training's own test accuracy, and a corrupt
 # checkpoint refused with a message. Needs Fashion-MNIST (FR_DATA_DIR).
 source "$(dirname "$0")/lib.sh"
-expect() { # description, command...; expects success
-    local d=$1; shift
-    if "$@" >"$tmp/out" 2>"$tmp/err"; then ok; else no "$d (exit $?): $(head -3 "$tmp/err")"; fi
-}
-expect_fail() { # description, exit code, pattern in stderr, command...
-    local d=$1 code=$2 pat=$3; shift 3
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" -eq "$code" ] && grep -q -- "$pat" "$tmp/err"; then ok; else no "$d: exit $rc, stderr: $(head -3 "$tmp/err")"; fi
-}
 
 expect "help" "$bin" --help
 grep -q "estimate" "$tmp/out" && ok || no "help lists the commands"

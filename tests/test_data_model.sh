@@ -17,7 +17,7 @@ if [ -z "$py" ]; then
     finish; exit
 fi
 
-expect_fail() { # description, pattern in stderr, command...; expects exit 1
+refused() { # description, pattern in stderr, command...; expects exit 1
     local d=$1 pat=$2; shift 2
     "$@" >"$tmp/out" 2>"$tmp/err"
     local rc=$?
@@ -77,26 +77,26 @@ assert "test_acc" not in last  # no accuracy for a regression model
 PY
 
 # Test images of another size: refused before the first step, naming the test file.
-expect_fail "10x10 test set" "$tmp/img10/t10k-images-idx3-ubyte: samples are 1x10x10 but the model takes 1x28x28" \
+refused "10x10 test set" "$tmp/img10/t10k-images-idx3-ubyte: samples are 1x10x10 but the model takes 1x28x28" \
     "$bin" train "${run[@]}" --data "$tmp/img10"
-expect_fail "30x30 test set" "$tmp/img30/t10k-images-idx3-ubyte: samples are 1x30x30 but the model takes 1x28x28" \
+refused "30x30 test set" "$tmp/img30/t10k-images-idx3-ubyte: samples are 1x30x30 but the model takes 1x28x28" \
     "$bin" train "${run[@]}" --data "$tmp/img30"
-expect_fail "30x30 npy train set" "$tmp/npy30/train-images.npy: samples are 1x30x30 but the model takes 1x28x28" \
+refused "30x30 npy train set" "$tmp/npy30/train-images.npy: samples are 1x30x30 but the model takes 1x28x28" \
     "$bin" train "${run[@]}" --data "$tmp/npy30"
 # Targets for a classifier, labels for a regression model.
-expect_fail "vectors for an image model" "reg/train-images.npy: samples are 1x1x8 but the model takes 1x28x28" \
+refused "vectors for an image model" "reg/train-images.npy: samples are 1x1x8 but the model takes 1x28x28" \
     "$bin" train "${run[@]}" --data "$tmp/reg"
 printf 'input 8\nlinear 10\n' >"$tmp/ce8.model"
-expect_fail "targets for cross-entropy" "reg/train-targets.npy: holds float targets but the model's loss (cross_entropy) needs integer class labels" \
+refused "targets for cross-entropy" "reg/train-targets.npy: holds float targets but the model's loss (cross_entropy) needs integer class labels" \
     "$bin" train --model "$tmp/ce8.model" --epochs 1 --batch 16 --threads 1 --json --data "$tmp/reg"
 printf 'input 8\nlinear 3\nloss mse\n' >"$tmp/reg3.model"
-expect_fail "targets too narrow" "reg/train-targets.npy: targets have 2 values a sample but the model has 3 outputs" \
+refused "targets too narrow" "reg/train-targets.npy: targets have 2 values a sample but the model has 3 outputs" \
     "$bin" train --model "$tmp/reg3.model" --epochs 1 --batch 16 --threads 1 --json --data "$tmp/reg"
 printf 'input 1 28 28\nflatten\nlinear 2\nloss mse\n' >"$tmp/reg28.model"
-expect_fail "labels for mse" "img28/train-labels-idx1-ubyte: holds class labels but the model's loss (mse) needs float targets" \
+refused "labels for mse" "img28/train-labels-idx1-ubyte: holds class labels but the model's loss (mse) needs float targets" \
     "$bin" train --model "$tmp/reg28.model" --epochs 1 --batch 16 --threads 1 --json --data "$tmp/img28"
 # The first label past the model's 10 classes, by its index in the file.
-expect_fail "label 200" "$tmp/badlab/train-labels-idx1-ubyte: label 200 at index 8 is out of range for a model with 10 classes" \
+refused "label 200" "$tmp/badlab/train-labels-idx1-ubyte: label 200 at index 8 is out of range for a model with 10 classes" \
     "$bin" train "${run[@]}" --data "$tmp/badlab"
 
 # A gzip bomb: a valid header for 64 28x28 images, then 64 MiB of zeros. It
@@ -111,7 +111,7 @@ with gzip.open(sys.argv[1], "wb", compresslevel=9) as f:
     z = bytes(1 << 20)
     for _ in range(64): f.write(z)
 PY
-expect_fail "gzip bomb" "train-images-idx3-ubyte.gz: inflates past the 50192 bytes its IDX header implies" \
+refused "gzip bomb" "train-images-idx3-ubyte.gz: inflates past the 50192 bytes its IDX header implies" \
     "$bin" train "${run[@]}" --data "$tmp/bomb"
 
 # A FIFO as the images file: refused at once (a blocking open() would wait forever).

@@ -9,16 +9,6 @@
 # Safetensors files are read and rewritten by hand in python3 (8-byte
 # header length, JSON, raw little-endian data). Needs Fashion-MNIST.
 source "$(dirname "$0")/lib.sh"
-expect() { # description, command...; expects success
-    local d=$1; shift
-    if "$@" >"$tmp/out" 2>"$tmp/err"; then ok; else no "$d (exit $?): $(head -3 "$tmp/err")"; fi
-}
-expect_fail() { # description, exit code, pattern in stderr, command...
-    local d=$1 code=$2 pat=$3; shift 3
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" -eq "$code" ] && grep -qF -- "$pat" "$tmp/err"; then ok; else no "$d: exit $rc, stderr: $(head -3 "$tmp/err")"; fi
-}
 if [ ! -d "$data" ]; then
     echo "no dataset at $data: skipping"
     finish; exit
