@@ -74,6 +74,8 @@ first, last = e[0], e[-1]
 assert last["train_loss"] < 0.1 * first["train_loss"], (first, last)
 assert last["test_loss"] < 0.1 * first["test_loss"], (first, last)
 assert "test_acc" not in last  # no accuracy for a regression model
+s = [json.loads(l) for l in open(sys.argv[1]) if '"event": "summary"' in l][0]
+assert s["test_acc"] is None and s["test_loss"] == last["test_loss"], s  # JSON null, not nan
 PY
 
 # Test images of another size: refused before the first step, naming the test file.
@@ -134,8 +136,9 @@ if "$bin" eval --help 2>&1 | grep -q -- "--test-images"; then
         if [ "$rc" -eq 1 ] && grep -qF "$tmp/img$hw/t10k-images-idx3-ubyte: samples are 1x${hw}x${hw} but the model takes 1x28x28" "$tmp/err"
         then ok; else no "eval ${hw}x${hw}: exit $rc, stderr: $(head -3 "$tmp/err")"; fi
     done
-    if "$bin" eval --model "$tmp/reg.model" --weights "$tmp/reg.st" --data "$tmp/reg" --threads 1 >"$tmp/out" 2>"$tmp/err"
-    then ok; else no "eval mse: $(head -3 "$tmp/err")"; fi
+    if "$bin" eval --model "$tmp/reg.model" --weights "$tmp/reg.st" --data "$tmp/reg" --threads 1 --json >"$tmp/out" 2>"$tmp/err" &&
+        "$py" -c 'import json, sys; e = json.load(open(sys.argv[1])); assert e["accuracy"] is None and e["loss"] < 1, e' "$tmp/out"
+    then ok; else no "eval mse: $(head -3 "$tmp/err") $(head -c 200 "$tmp/out")"; fi
 else
     echo "frugal eval has no --test-images yet: eval cases skipped"
 fi

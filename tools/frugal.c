@@ -580,6 +580,13 @@ static void mem_json_inline(fr_ctx *ctx) {
     free(buf);
 }
 
+/* An accuracy for JSON: null where there is none (an MSE model's is NaN). */
+static const char *json_acc(double acc, char *buf, size_t len) {
+    if (isnan(acc)) return "null";
+    snprintf(buf, len, "%.6f", acc);
+    return buf;
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[0], &c);
@@ -604,19 +611,22 @@ static int cmd_train(int argc, char **argv) {
     if (c.t.json) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
-        printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %.6f, "
+        char ab[32];
+        printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %s, "
                "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
                "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
                "\"%s\", "
                "\"loss_scale\": %g, \"skipped_steps\": %llu, \"memory\": ",
-               res.epochs_done, res.batch, res.test_acc, res.test_loss, res.seconds,
-               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
+               res.epochs_done, res.batch, json_acc(res.test_acc, ab, sizeof ab), res.test_loss,
+               res.seconds, res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
                res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
                (unsigned long long)res.skipped_steps);
         mem_json_inline(ctx);
         printf("}\n");
     } else if (c.t.progress >= 0) {
-        printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
+        if (isnan(res.test_acc))
+            printf("done in %.1f s: test loss %.6g\n", res.seconds, res.test_loss);
+        else printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
     }
     fr_ctx_free(ctx);
     return 0;
@@ -645,14 +655,17 @@ static int cmd_eval(int argc, char **argv) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
         if (c.t.json) {
-            printf("{\"accuracy\": %.6f, \"loss\": %.9g, \"gradients_bytes_peak\": %zu, "
+            char ab[32];
+            printf("{\"accuracy\": %s, \"loss\": %.9g, \"gradients_bytes_peak\": %zu, "
                    "\"optimizer_bytes_peak\": %zu, \"memory\": ",
-                   acc, loss, ms.allocated_peak[FR_MEM_GRADS], ms.allocated_peak[FR_MEM_OPTIM]);
+                   json_acc(acc, ab, sizeof ab), loss, ms.allocated_peak[FR_MEM_GRADS],
+                   ms.allocated_peak[FR_MEM_OPTIM]);
             mem_json_inline(ctx);
             printf("}\n");
         } else {
-            printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss,
-                   (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(ds)));
+            long long n = (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(ds));
+            if (isnan(acc)) printf("test loss %.6g (%lld samples)\n", loss, n);
+            else printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss, n);
             fr_mem_summary(ctx, stdout);
         }
     }
