@@ -35,21 +35,19 @@ size_t fr_attention_ws_floats(int T, int HS, int threads) {
 }
 
 /* Threads the kernel uses: as many as ws has slots, at most the maximum and
- * the number of tasks; 0 when ws holds no slot. */
-static int team(int T, size_t ws_floats, long long tasks) {
-    size_t slots = ws_floats / slot_floats(T);
-    long long nt = omp_get_max_threads();
-    if ((long long)slots < nt) nt = (long long)slots;
-    if (tasks < nt) nt = tasks;
-    return nt < 1 && slots > 0 ? 1 : (int)nt;
-}
-
-/* one_thread_gemms: OpenBLAS's bits depend on how many threads split a GEMM,
+ * the number of tasks; 0 when ws holds no slot.
+ * one_thread_gemms: OpenBLAS's bits depend on how many threads split a GEMM,
  * so every tile GEMM runs on one thread. In a team of several OpenBLAS sees
  * omp_in_parallel() and stays on one; a team of one (one task, or ws with one
  * slot) is not an active region, so each thread also sets its own
  * nthreads-var to 1 (an ICV of the region's implicit task: the caller's
  * setting is untouched), which OpenBLAS's OpenMP build reads. */
+static int team(int T, size_t ws_floats, long long tasks) {
+    long long slots = (long long)(ws_floats / slot_floats(T)), nt = omp_get_max_threads();
+    if (slots < nt) nt = slots;
+    if (tasks < nt) nt = tasks;
+    return (int)nt;
+}
 
 /* The scores of one tile: S (rq, rk; row stride BK) = s Qi Kj^T, with Qi the
  * tile's rq query rows and Kj its rk key rows (HS each). */

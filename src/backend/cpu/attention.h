@@ -18,7 +18,8 @@
 /* Floats of workspace for `threads` threads: per thread two score tiles
  * (BQ x BK) and two values per query row (BQ), with BQ = min(T, 64) and
  * BK = min(T, 32): at most 2*64*32 + 2*64 = 4224 floats per thread, whatever
- * T and HS. */
+ * T and HS. The tiles shrink for T below them, so size ws with the T of the
+ * calls. */
 size_t fr_attention_ws_floats(int T, int HS, int threads);
 
 /* out = softmax(scale q k^T + causal mask) v, and lse = the log of each
