@@ -255,6 +255,9 @@ enum { FR_OPS(FR_OP_ARITY) };
 #define ROWHO(op, nm, sh, k, bw, inpl, view, fl, half, ho) \
     [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half, ho}
 
+/* As ggml does: the count is written here by hand, so an op added to FR_OPS
+ * fails to compile until its row below is written and the count raised. */
+_Static_assert(FR_OP_COUNT == 33, "fr_op_table has 33 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, fr_k_linear_bwd, NULL, -1, 0, fl_linear_bwd),
