@@ -112,6 +112,24 @@ assert "optimizer.0.weight.exp_avg" not in f  # no state for frozen parameters
 assert meta["optimizer.step"] == "8", meta["optimizer.step"]  # a fresh optimizer: 512/64 steps
 assert meta["frozen"] == "0-1" and meta["freeze"] == "0", meta
 PY
+# f32 weights into a model kept in bf16 (--precision bf16): converted as
+# PyTorch's load_state_dict copies them, rounded to nearest even; the frozen
+# layer keeps exactly those bf16 values.
+expect "--init f32 weights into pure bf16" "$bin" train "${adam[@]}" --epochs 1 --precision bf16 \
+    --init "$tmp/w.safetensors" --freeze 0 --save "$tmp/bf.safetensors"
+st "$tmp/w.safetensors" "$tmp/bf.safetensors" <<'PY' && ok || no "--init into bf16: the frozen layer is not the file's values rounded to bf16"
+import struct, sys, st
+_, _, w = st.read(sys.argv[1])
+h, _, f = st.read(sys.argv[2])
+def bf16_rne(raw):  # f32 bytes -> bf16 bytes, round to nearest even (finite inputs)
+    out = bytearray()
+    for (u,) in struct.iter_unpack("<I", raw):
+        out += struct.pack("<H", ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+    return bytes(out)
+for k in ("0.weight", "0.bias"):
+    assert h[k]["dtype"] == "BF16", h[k]
+    assert f[k] == bf16_rne(w[k]), k
+PY
 expect "--init from a full checkpoint (optimizer tensors ignored)" \
     "$bin" train "${adam[@]}" --epochs 1 --init "$ck"
 st "$tmp/w.safetensors" "$tmp/w_missing.safetensors" <<'PY'

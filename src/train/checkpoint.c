@@ -128,12 +128,37 @@ done:
 fr_status fr_save(fr_step *s, const char *path) { return fr_step_save_meta(s, path, NULL, 0); }
 
 /* Copy tensor `name` from f into dst, checking dtype and shape. */
+static int is_float(fr_dtype dt) { return dt == FR_F32 || dt == FR_F16 || dt == FR_BF16; }
+
+/* A floating-point tensor stored in another float format than the model's
+ * (f32 weights into a pure bf16 model, say): converted as PyTorch's
+ * load_state_dict converts it (param.copy_(input)): widened exactly,
+ * narrowed with round-to-nearest-even, through f32. */
+static fr_status load_converted(fr_ctx *ctx, const fr_st_file *f, const fr_st_entry *e, fr_dtype dt,
+                                void *dst) {
+    size_t n = (size_t)fr_shape_numel(&e->shape);
+    void *raw = fr_alloc(ctx, e->nbytes ? e->nbytes : 1, FR_MEM_WORKSPACE);
+    float *wide = e->dtype == FR_F32 ? raw
+                  : dt == FR_F32     ? dst
+                                     : fr_alloc(ctx, n * 4 + 4, FR_MEM_WORKSPACE);
+    fr_status st = raw && wide ? fr_st_load(ctx, f, e, raw) : FR_ERR_NOMEM;
+    if (!st) {
+        if (e->dtype == FR_F16) fr_f16_to_f32_n(raw, wide, n);
+        if (e->dtype == FR_BF16) fr_bf16_to_f32_n(raw, wide, n);
+        if (dt == FR_F16) fr_f32_to_f16_n(wide, dst, n);
+        if (dt == FR_BF16) fr_f32_to_bf16_n(wide, dst, n);
+    }
+    if (wide != raw && wide != dst) fr_free(ctx, wide);
+    fr_free(ctx, raw);
+    return st;
+}
+
 static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, const char *name,
                          fr_dtype dt, const fr_shape *shape, void *dst) {
     const fr_st_entry *e = fr_st_find(f, name);
     char a[64], b[64];
     if (!e) return fr_fail(ctx, FR_ERR_FORMAT, "%s: missing tensor '%s'", path, name);
-    if (e->dtype != dt)
+    if (e->dtype != dt && !(is_float(e->dtype) && is_float(dt)))
         return fr_fail(ctx, FR_ERR_FORMAT, "%s: tensor '%s' is %s, the model needs %s", path, name,
                        fr_dtype_name(e->dtype), fr_dtype_name(dt));
     int same = fr_shape_numel(&e->shape) == fr_shape_numel(shape) &&
@@ -144,7 +169,9 @@ static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, con
         return fr_fail(ctx, FR_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s", path,
                        name, fr_shape_str(&e->shape, a, sizeof a),
                        fr_shape_str(shape, b, sizeof b));
-    return dst ? fr_st_load(ctx, f, e, dst) : FR_OK;
+    if (!dst) return FR_OK;
+    if (e->dtype == dt) return fr_st_load(ctx, f, e, dst);
+    return load_converted(ctx, f, e, dt, dst);
 }
 
 static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f) {
