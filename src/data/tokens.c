@@ -22,13 +22,11 @@
 #include "data/tokens.h"
 #include "io/file.h"
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are read as they lie");
-
 #define NPY_TOKEN_HEADER_MAX 4096 /* a 1-D array's dict is about 80 bytes */
 #define WALK_DEPTH_MAX 64
 #define CHECK_CHUNK 4096 /* tokens a chunk of fr_tokens_check */
 
-/* ---- element types --------------------------------------------------------- */
+/* ---- element types (decoded byte by byte: little-endian on any host) ---- */
 
 typedef enum elem { E_U8, E_U16, E_I32, E_I64 } elem;
 
