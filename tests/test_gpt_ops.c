@@ -310,14 +310,14 @@ static void test_rows(void) {
               !memcmp(g[0][2], g[1][2], O * 4),
           "linear_bwd on (B,T,K) differs from (B T, K)");
     /* layernorm over K */
-    float *st[2][2], *ln[2], *dyk = frand(R * K, 1.0);
+    float *st[2][2], *ln[2], *dyk = frand(R * K, 1.0), *gk = frand(K, 1.0), *bk = frand(K, 1.0);
     fr_attr la = {.eps = 1e-5f};
     for (int r = 0; r < 2; r++) {
         ln[r] = malloc(R * K * 4), st[r][0] = malloc(R * 4), st[r][1] = malloc(R * 4);
         call_init(&k, FR_OP_LAYERNORM, &la);
         k.c.in[0] = tf(x, r ? fr_shape3(B, T, K) : fr_shape2(R, K));
-        k.c.in[1] = tf(w, fr_shape1(K));
-        k.c.in[2] = tf(b, fr_shape1(K));
+        k.c.in[1] = tf(gk, fr_shape1(K));
+        k.c.in[2] = tf(bk, fr_shape1(K));
         k.c.out[0] = tf(ln[r], r ? fr_shape3(B, T, K) : fr_shape2(R, K));
         k.c.out[1] = tf(st[r][0], r ? fr_shape2(B, T) : fr_shape1(R));
         k.c.out[2] = tf(st[r][1], r ? fr_shape2(B, T) : fr_shape1(R));
@@ -332,7 +332,7 @@ static void test_rows(void) {
         call_init(&k, FR_OP_LAYERNORM_BWD, &la);
         k.c.in[0] = tf(dyk, r ? fr_shape3(B, T, K) : fr_shape2(R, K));
         k.c.in[1] = tf(x, r ? fr_shape3(B, T, K) : fr_shape2(R, K));
-        k.c.in[2] = tf(w, fr_shape1(K));
+        k.c.in[2] = tf(gk, fr_shape1(K));
         k.c.in[3] = tf(st[r][0], r ? fr_shape2(B, T) : fr_shape1(R));
         k.c.in[4] = tf(st[r][1], r ? fr_shape2(B, T) : fr_shape1(R));
         k.c.out[0] = tf(lg[r][0], r ? fr_shape3(B, T, K) : fr_shape2(R, K));
@@ -380,7 +380,8 @@ static void test_rows(void) {
     k.c.out[0] = tf(&loss[0], fr_shape1(1));
     CHECK(fr_k_cross_entropy(&k.c) == FR_ERR_ARG, "label V accepted");
     CHECK(strstr(fr_last_error(g_ctx), "sample 2 at position 5"), "%s", fr_last_error(g_ctx));
-    free(x), free(w), free(b), free(y3), free(y2), free(dy), free(dyk), free(z), free(lab);
+    free(x), free(w), free(b), free(y3), free(y2), free(dy), free(dyk), free(gk), free(bk), free(z),
+        free(lab);
     for (int r = 0; r < 2; r++) {
         for (int i = 0; i < 3; i++) free(g[r][i]), free(lg[r][i]);
         free(st[r][0]), free(st[r][1]), free(ln[r]), free(dz[r]);
