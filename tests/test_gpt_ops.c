@@ -6,7 +6,10 @@
  * id refused with its position, a sequence longer than the position table
  * refused, LINEAR / LAYERNORM / CROSS_ENTROPY on (B,T,C) giving the bits of
  * the same rows as (B T, C), and the ATTENTION op against a float64 causal
- * attention written here. Prints "N passed, M failed". */
+ * attention written here. Then every op, forward and backward, against
+ * PyTorch's nanoGPT formulation (tests/gpt_ops_ref.h, made by
+ * tests/ref/gpt_ops_ref.py): |got - want| <= 1e-5 (|want| + max|want|).
+ * Prints "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
+#include "gpt_ops_ref.h"
 
 static fr_ctx *g_ctx;
 
@@ -458,6 +462,141 @@ static void test_attention_op(int B, int T, int NH, int HS) {
     free(D), free(dqkv2), free(D2);
 }
 
+/* ---- against PyTorch (tests/gpt_ops_ref.h) ---- */
+
+#define NREF(a) (sizeof(a) / sizeof(a[0]))
+
+static void expect_ref(const char *what, const float *got, const float *want, size_t n) {
+    double m = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(want[i]));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= 1e-5 * (fabs(want[i]) + m))) bad++;
+        if (!(d <= worst)) worst = d;
+    }
+    CHECK(bad == 0, "%s: %d of %zu values off PyTorch's (worst %.3g of max %.3g)", what, bad, n,
+          worst, m);
+    if (getenv("FR_TEST_VERBOSE")) printf("  torch %-16s worst %.2e of %.2e\n", what, worst, m);
+}
+
+static void test_torch_ref(void) {
+    enum { B = REF_B, T = REF_T, NH = REF_NH, HS = REF_HS, C = REF_NH * REF_HS };
+    float buf[4][1024], *ws;
+    size_t wsn = fr_attention_ws_floats(T, HS, omp_get_max_threads());
+    ws = malloc(wsn * sizeof(float));
+    call k;
+    /* attention */
+    fr_attr a = {.heads = NH, .causal = 1};
+    call_init(&k, FR_OP_ATTENTION, &a);
+    k.c.in[0] = tf((void *)ref_attn_qkv, fr_shape3(B, T, 3 * C));
+    k.c.out[0] = tf(buf[0], fr_shape3(B, T, C));
+    k.c.out[1] = tf(buf[1], fr_shape3(B, NH, T));
+    k.c.out[2] = tf(ws, fr_shape1((int64_t)wsn));
+    CHECK(fr_k_attention(&k.c) == 0, "attention: %s", fr_last_error(g_ctx));
+    expect_ref("attention y", buf[0], ref_attn_y, NREF(ref_attn_y));
+    expect_ref("attention lse", buf[1], ref_attn_lse, NREF(ref_attn_lse));
+    call_init(&k, FR_OP_ATTENTION_BWD, &a);
+    k.c.in[0] = tf((void *)ref_attn_dy, fr_shape3(B, T, C));
+    k.c.in[1] = tf((void *)ref_attn_qkv, fr_shape3(B, T, 3 * C));
+    k.c.in[2] = tf(buf[0], fr_shape3(B, T, C));
+    k.c.in[3] = tf(buf[1], fr_shape3(B, NH, T));
+    k.c.out[0] = tf(buf[2], fr_shape3(B, T, 3 * C));
+    k.c.out[1] = tf(buf[3], fr_shape3(B, NH, T));
+    k.c.out[2] = tf(ws, fr_shape1((int64_t)wsn));
+    CHECK(fr_k_attention_bwd(&k.c) == 0, "attention_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("attention dqkv", buf[2], ref_attn_dqkv, NREF(ref_attn_dqkv));
+    /* gelu, tanh form */
+    fr_attr ga = {.approx = 1};
+    call_init(&k, FR_OP_GELU, &ga);
+    k.c.in[0] = tf((void *)ref_gelu_x, fr_shape3(B, T, C));
+    k.c.out[0] = tf(buf[0], fr_shape3(B, T, C));
+    CHECK(fr_k_gelu(&k.c) == 0, "gelu: %s", fr_last_error(g_ctx));
+    expect_ref("gelu tanh y", buf[0], ref_gelu_y, NREF(ref_gelu_y));
+    call_init(&k, FR_OP_GELU_BWD, &ga);
+    k.c.in[0] = tf((void *)ref_gelu_dy, fr_shape3(B, T, C));
+    k.c.in[1] = tf((void *)ref_gelu_x, fr_shape3(B, T, C));
+    k.c.out[0] = tf(buf[1], fr_shape3(B, T, C));
+    CHECK(fr_k_gelu_bwd(&k.c) == 0, "gelu_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("gelu tanh dx", buf[1], ref_gelu_dx, NREF(ref_gelu_dx));
+    /* wte(idx) + wpe(t) */
+    CHECK(emb_fwd((int32_t *)ref_emb_idx, B, T, (float *)ref_emb_wte, REF_V, C, buf[0]) == 0,
+          "embedding: %s", fr_last_error(g_ctx));
+    call_init(&k, FR_OP_POS_EMBEDDING, NULL);
+    k.c.in[0] = tf(buf[0], fr_shape3(B, T, C));
+    k.c.in[1] = tf((void *)ref_emb_wpe, fr_shape2(REF_TMAX, C));
+    k.c.out[0] = tf(buf[0], fr_shape3(B, T, C)); /* in place, as the planner may run it */
+    CHECK(fr_k_pos_embedding(&k.c) == 0, "pos_embedding: %s", fr_last_error(g_ctx));
+    expect_ref("wte + wpe y", buf[0], ref_emb_y, NREF(ref_emb_y));
+    CHECK(emb_bwd(ref_emb_dy, (int32_t *)ref_emb_idx, B, T, buf[1], REF_V, C, 0) == 0,
+          "embedding_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("wte grad", buf[1], ref_emb_dwte, NREF(ref_emb_dwte));
+    call_init(&k, FR_OP_POS_EMBEDDING_BWD, NULL);
+    k.c.in[0] = tf((void *)ref_emb_dy, fr_shape3(B, T, C));
+    k.c.out[1] = tf(buf[2], fr_shape2(REF_TMAX, C));
+    CHECK(fr_k_pos_embedding_bwd(&k.c) == 0, "pos_embedding_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("wpe grad", buf[2], ref_emb_dwpe, NREF(ref_emb_dwpe));
+    /* layernorm over C */
+    fr_attr la = {.eps = 1e-5f};
+    float mean[B * T], rstd[B * T];
+    call_init(&k, FR_OP_LAYERNORM, &la);
+    k.c.in[0] = tf((void *)ref_ln_x, fr_shape3(B, T, C));
+    k.c.in[1] = tf((void *)ref_ln_w, fr_shape1(C));
+    k.c.in[2] = tf((void *)ref_ln_b, fr_shape1(C));
+    k.c.out[0] = tf(buf[0], fr_shape3(B, T, C));
+    k.c.out[1] = tf(mean, fr_shape2(B, T));
+    k.c.out[2] = tf(rstd, fr_shape2(B, T));
+    CHECK(fr_k_layernorm(&k.c) == 0, "layernorm: %s", fr_last_error(g_ctx));
+    expect_ref("layernorm y", buf[0], ref_ln_y, NREF(ref_ln_y));
+    call_init(&k, FR_OP_LAYERNORM_BWD, &la);
+    k.c.in[0] = tf((void *)ref_ln_dy, fr_shape3(B, T, C));
+    k.c.in[1] = tf((void *)ref_ln_x, fr_shape3(B, T, C));
+    k.c.in[2] = tf((void *)ref_ln_w, fr_shape1(C));
+    k.c.in[3] = tf(mean, fr_shape2(B, T));
+    k.c.in[4] = tf(rstd, fr_shape2(B, T));
+    k.c.out[0] = tf(buf[1], fr_shape3(B, T, C));
+    k.c.out[1] = tf(buf[2], fr_shape1(C));
+    k.c.out[2] = tf(buf[3], fr_shape1(C));
+    CHECK(fr_k_layernorm_bwd(&k.c) == 0, "layernorm_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("layernorm dx", buf[1], ref_ln_dx, NREF(ref_ln_dx));
+    expect_ref("layernorm dw", buf[2], ref_ln_dw, NREF(ref_ln_dw));
+    expect_ref("layernorm db", buf[3], ref_ln_db, NREF(ref_ln_db));
+    /* linear on (B,T,K) */
+    call_init(&k, FR_OP_LINEAR, NULL);
+    k.c.in[0] = tf((void *)ref_lin_x, fr_shape3(B, T, REF_K));
+    k.c.in[1] = tf((void *)ref_lin_w, fr_shape2(REF_O, REF_K));
+    k.c.in[2] = tf((void *)ref_lin_b, fr_shape1(REF_O));
+    k.c.out[0] = tf(buf[0], fr_shape3(B, T, REF_O));
+    CHECK(fr_k_linear(&k.c) == 0, "linear: %s", fr_last_error(g_ctx));
+    expect_ref("linear y", buf[0], ref_lin_y, NREF(ref_lin_y));
+    call_init(&k, FR_OP_LINEAR_BWD, NULL);
+    k.c.in[0] = tf((void *)ref_lin_dy, fr_shape3(B, T, REF_O));
+    k.c.in[1] = tf((void *)ref_lin_x, fr_shape3(B, T, REF_K));
+    k.c.in[2] = tf((void *)ref_lin_w, fr_shape2(REF_O, REF_K));
+    k.c.out[0] = tf(buf[1], fr_shape3(B, T, REF_K));
+    k.c.out[1] = tf(buf[2], fr_shape2(REF_O, REF_K));
+    k.c.out[2] = tf(buf[3], fr_shape1(REF_O));
+    CHECK(fr_k_linear_bwd(&k.c) == 0, "linear_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("linear dx", buf[1], ref_lin_dx, NREF(ref_lin_dx));
+    expect_ref("linear dw", buf[2], ref_lin_dw, NREF(ref_lin_dw));
+    expect_ref("linear db", buf[3], ref_lin_db, NREF(ref_lin_db));
+    /* cross-entropy over (B,T,V) */
+    fr_attr ca = {.scale = 1.0f};
+    call_init(&k, FR_OP_CROSS_ENTROPY, &ca);
+    k.c.in[0] = tf((void *)ref_ce_z, fr_shape3(B, T, REF_V));
+    k.c.in[1] = ti32((void *)ref_ce_lab, fr_shape2(B, T));
+    k.c.out[0] = tf(buf[0], fr_shape1(1));
+    CHECK(fr_k_cross_entropy(&k.c) == 0, "ce: %s", fr_last_error(g_ctx));
+    expect_ref("cross-entropy", buf[0], ref_ce_loss, 1);
+    call_init(&k, FR_OP_CROSS_ENTROPY_BWD, &ca);
+    k.c.in[0] = tf((void *)ref_ce_z, fr_shape3(B, T, REF_V));
+    k.c.in[1] = ti32((void *)ref_ce_lab, fr_shape2(B, T));
+    k.c.out[0] = tf(buf[1], fr_shape3(B, T, REF_V));
+    CHECK(fr_k_cross_entropy_bwd(&k.c) == 0, "ce_bwd: %s", fr_last_error(g_ctx));
+    expect_ref("cross-entropy dz", buf[1], ref_ce_dz, NREF(ref_ce_dz));
+    free(ws);
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
     test_gelu_tanh();
@@ -470,6 +609,7 @@ int main(void) {
     test_rows();
     test_attention_op(2, 5, 2, 4);
     test_attention_op(1, 70, 3, 16);
+    test_torch_ref();
     fr_ctx_free(g_ctx);
     return check_done();
 }
