@@ -9,14 +9,20 @@
  * attention written here. Then every op, forward and backward, against
  * PyTorch's nanoGPT formulation (tests/gpt_ops_ref.h, made by
  * tests/ref/gpt_ops_ref.py): |got - want| <= 1e-5 (|want| + max|want|).
+ * Last, a one-block GPT through graph -> autodiff -> plan -> exec with the
+ * token table tied to the head (its gradient is the sum of EMBEDDING_BWD's
+ * and LINEAR_BWD's, the second added into the first), every parameter's
+ * gradient against central differences of the loss.
  * Prints "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/attention.h"
+#include "autodiff/autodiff.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
+#include "exec/exec.h"
 #include "gpt_ops_ref.h"
 
 static fr_ctx *g_ctx;
@@ -597,6 +603,131 @@ static void test_torch_ref(void) {
     free(ws);
 }
 
+/* ---- a one-block GPT through the pipeline ---- */
+
+enum { P_WTE, P_WPE, P_LNW, P_LNB, P_ATTW, P_ATTB, P_PRJW, P_PRJB, P_FW, P_FB, NP };
+
+typedef struct gpt {
+    fr_graph g;
+    fr_plan plan;
+    fr_exec ex;
+    int pv[NP], gv[NP], idx, lab, loss;
+    float *p[NP], *grad[NP];
+    size_t n[NP];
+    int32_t *ids, *labels;
+} gpt;
+
+static float gpt_loss(gpt *m) {
+    for (int i = 0; i < NP; i++) {
+        m->ex.ptr[m->pv[i]] = m->p[i];
+        m->ex.ptr[m->gv[i]] = m->grad[i];
+        m->ex.written[m->gv[i]] = 0;
+    }
+    m->ex.ptr[m->idx] = m->ids;
+    m->ex.ptr[m->lab] = m->labels;
+    fr_status st = fr_exec_run(&m->ex, 0, (int)m->g.n_nodes, 2, 1, 0);
+    fr_exec_finish(&m->ex);
+    CHECK(st == FR_OK, "gpt step: %s", fr_last_error(g_ctx));
+    return *(const float *)m->ex.ptr[m->loss];
+}
+
+// x = wte[idx] + wpe[t];  x = x + c_proj(attn(c_attn(ln_1(x))));
+// logits = ln_f(x) wte^T (lm_head tied to wte);  loss = CE(logits, labels)
+static void test_gpt_block(void) {
+    enum { B = 2, T = 5, V = 7, C = 8, NH = 2, TMAX = 6 };
+    gpt m;
+    memset(&m, 0, sizeof m);
+    fr_graph_init(&m.g, g_ctx);
+    fr_graph *g = &m.g;
+    fr_shape ps[NP] = {fr_shape2(V, C),     fr_shape2(TMAX, C), fr_shape1(C),    fr_shape1(C),
+                       fr_shape2(3 * C, C), fr_shape1(3 * C),   fr_shape2(C, C), fr_shape1(C),
+                       fr_shape1(C),        fr_shape1(C)};
+    for (int i = 0; i < NP; i++) {
+        m.pv[i] = fr_graph_value(g, FR_VAL_PARAM, FR_F32, ps[i]);
+        m.gv[i] = fr_graph_value(g, FR_VAL_GRAD, FR_F32, ps[i]);
+        m.n[i] = (size_t)fr_shape_numel(&ps[i]);
+        m.p[i] = frand(m.n[i], i == P_LNW || i == P_FW ? 0.2 : 0.5);
+        if (i == P_LNW || i == P_FW)
+            for (size_t k = 0; k < m.n[i]; k++) m.p[i][k] += 1.0f;
+        m.grad[i] = malloc(m.n[i] * sizeof(float));
+    }
+    m.idx = fr_graph_value(g, FR_VAL_INPUT, FR_I32, fr_shape2(B, T));
+    m.lab = fr_graph_value(g, FR_VAL_LABEL, FR_I32, fr_shape2(B, T));
+    g->vals[m.idx].batched = g->vals[m.lab].batched = 1;
+    g->input = m.idx, g->label = m.lab;
+    m.ids = malloc(B * T * sizeof(int32_t)), m.labels = malloc(B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) {
+        m.ids[i] = (int32_t)((urand() + 1.0) * 0.5 * V);
+        m.labels[i] = (int32_t)((urand() + 1.0) * 0.5 * V);
+    }
+    int o[4], x, h, qkv, y, pr, res, hf, logits;
+    fr_attr ln = {.eps = 1e-5f}, at = {.heads = NH, .causal = 1}, ce = {.scale = 1.0f};
+    int ok = 1;
+    int in[3] = {m.idx, m.pv[P_WTE]};
+    ok &= fr_graph_node(g, FR_OP_EMBEDDING, in, 2, NULL, -1, 0, o) >= 0, x = o[0];
+    in[0] = x, in[1] = m.pv[P_WPE];
+    ok &= fr_graph_node(g, FR_OP_POS_EMBEDDING, in, 2, NULL, -1, 0, o) >= 0, x = o[0];
+    in[0] = x, in[1] = m.pv[P_LNW], in[2] = m.pv[P_LNB];
+    ok &= fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &ln, -1, 0, o) >= 0, h = o[0];
+    in[0] = h, in[1] = m.pv[P_ATTW], in[2] = m.pv[P_ATTB];
+    ok &= fr_graph_node(g, FR_OP_LINEAR, in, 3, NULL, -1, 0, o) >= 0, qkv = o[0];
+    ok &= fr_graph_node(g, FR_OP_ATTENTION, &qkv, 1, &at, -1, 0, o) >= 0, y = o[0];
+    in[0] = y, in[1] = m.pv[P_PRJW], in[2] = m.pv[P_PRJB];
+    ok &= fr_graph_node(g, FR_OP_LINEAR, in, 3, NULL, -1, 0, o) >= 0, pr = o[0];
+    in[0] = x, in[1] = pr;
+    ok &= fr_graph_node(g, FR_OP_ADD, in, 2, NULL, -1, 0, o) >= 0, res = o[0];
+    in[0] = res, in[1] = m.pv[P_FW], in[2] = m.pv[P_FB];
+    ok &= fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &ln, -1, 0, o) >= 0, hf = o[0];
+    in[0] = hf, in[1] = m.pv[P_WTE], in[2] = -1;
+    ok &= fr_graph_node(g, FR_OP_LINEAR, in, 3, NULL, -1, 0, o) >= 0, logits = o[0];
+    in[0] = logits, in[1] = m.lab;
+    ok &= fr_graph_node(g, FR_OP_CROSS_ENTROPY, in, 2, &ce, -1, 0, o) >= 0, m.loss = o[0];
+    CHECK(ok, "building the block: %s", fr_last_error(g_ctx));
+    if (!ok) return;
+    g->loss = m.loss, g->logits = logits;
+    int *gof = malloc(g->n_vals * sizeof(int));
+    for (size_t v = 0; v < g->n_vals; v++) gof[v] = -1;
+    for (int i = 0; i < NP; i++) gof[m.pv[i]] = m.gv[i];
+    CHECK(fr_autodiff(g, gof) == FR_OK, "autodiff: %s", fr_last_error(g_ctx));
+    uint8_t *keep = calloc(g->n_vals, 1);
+    keep[m.loss] = 1;
+    CHECK(fr_plan_build(g, keep, NULL, 0, &m.plan) == FR_OK, "plan: %s", fr_last_error(g_ctx));
+    CHECK(fr_exec_init(&m.ex, g, &m.plan) == FR_OK, "exec: %s", fr_last_error(g_ctx));
+    float L0 = gpt_loss(&m);
+    CHECK(isfinite(L0), "loss %g", L0);
+    float *bw[NP];
+    for (int i = 0; i < NP; i++) {
+        bw[i] = malloc(m.n[i] * sizeof(float));
+        memcpy(bw[i], m.grad[i], m.n[i] * sizeof(float));
+    }
+    double worst = 0;
+    int bad = 0;
+    for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < m.n[i]; k++) {
+            const float x0 = m.p[i][k];
+            const float xp = x0 + 1e-2f, xm = x0 - 1e-2f;
+            m.p[i][k] = xp;
+            double Lp = gpt_loss(&m);
+            m.p[i][k] = xm;
+            double Lm = gpt_loss(&m);
+            m.p[i][k] = x0;
+            double fd = (Lp - Lm) / ((double)xp - xm), d = fabs(fd - bw[i][k]);
+            double rel = d / fmax(1e-2, fabs(fd) + fabs(bw[i][k]));
+            if (rel > worst) worst = rel;
+            if (rel > 2e-2 && d > 2e-4 && bad++ < 5)
+                fprintf(stderr, "  param %d elem %zu: backward %.6g, finite diff %.6g\n", i, k,
+                        (double)bw[i][k], fd);
+        }
+    CHECK(bad == 0, "one GPT block: %d gradient values off finite differences (worst %.3g)", bad,
+          worst);
+    printf("one GPT block (tied wte): worst relative gradient error %.2e\n", worst);
+    for (int i = 0; i < NP; i++) free(m.p[i]), free(m.grad[i]), free(bw[i]);
+    free(m.ids), free(m.labels), free(gof), free(keep);
+    fr_exec_release(&m.ex);
+    fr_plan_release(&m.plan);
+    fr_graph_release(g);
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
     test_gelu_tanh();
@@ -610,6 +741,10 @@ int main(void) {
     test_attention_op(2, 5, 2, 4);
     test_attention_op(1, 70, 3, 16);
     test_torch_ref();
+    test_gpt_block();
+    fr_mem_stats ms;
+    fr_mem_get_stats(g_ctx, &ms);
+    CHECK(ms.allocated_total == 0, "%zu bytes leaked", ms.allocated_total);
     fr_ctx_free(g_ctx);
     return check_done();
 }
