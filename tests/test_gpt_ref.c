@@ -34,13 +34,16 @@
  * of the tensor's largest update plus 2 ulp of the new weight (an update of
  * lr = 1e-3 hardly moves a weight, so the weight comparison alone would let
  * a wrong update through).
- * One exception, measured by the reference's float64 gradient: an element
- * whose gradient is zero in exact arithmetic (|grad64| <= 1e-6 max |grad64|:
- * the key part of c_attn's bias, which softmax ignores) has a float32
- * gradient of rounding noise on both sides, which Adam scales to a step of
- * up to lr. Such an element is held to Adam's bound instead: its weight
- * within 2 x 3 steps x 1.01 lr of PyTorch's (|m_hat| / sqrt(v_hat) <= 1.01
- * over three steps with the default betas, by Cauchy-Schwarz).
+ * Adam's step is badly conditioned where |g| is near its eps (1e-8): there
+ * lr g / (|g| + eps) turns a gradient error of 1e-9 into a weight error of
+ * 1e-5 (and the key part of c_attn's bias, which softmax ignores, has a
+ * gradient of zero in exact arithmetic, rounding noise on both sides). So
+ * each weight element's tolerance also holds what the gradient tolerance
+ * (1e-5 max |grad|) can move it through the three steps, to first order in
+ * the reference's float64 gradient (adam_term below). Measured on PyTorch
+ * against itself (float32 against float64, make_gpt_ref.py's models): the
+ * tightest weight used 0.57 of this tolerance, the tightest update 0.64;
+ * without the Adam term the weights used 7 times theirs.
  * Needs tests/ref/ (found through FR_SOURCE_DIR, default "."); no torch.
  * FR_TEST_VERBOSE=1 prints the worst element of every compared tensor.
  * Prints "N passed, M failed"; exits non-zero on any failure. */
@@ -56,7 +59,7 @@
 
 #define RTOL 1e-5
 #define UTOL 1e-4
-#define NOISE 1e-6 /* of the tensor's largest float64 gradient: zero in exact arithmetic */
+#define EPS 1e-8 /* AdamW's */
 #define LR 1e-3
 #define WD 0.1
 #define STEPS 3
@@ -66,12 +69,11 @@ static int verbose;
 static char tmp_path[512];
 
 /* The largest fraction of its tolerance each kind of quantity used. */
-enum { Q_LOGITS, Q_LOSS, Q_GRAD, Q_WEIGHT, Q_UPDATE, Q_NOISE, Q_COUNT };
-static const char *q_name[Q_COUNT] = {"logits",  "loss",    "grads",
-                                      "weights", "updates", "noise-grad weights"};
+enum { Q_LOGITS, Q_LOSS, Q_GRAD, Q_WEIGHT, Q_UPDATE, Q_COUNT };
+static const char *q_name[Q_COUNT] = {"logits", "loss", "grads", "weights", "updates"};
 static double q_worst_abs[Q_COUNT], q_worst_frac[Q_COUNT];
 static char q_worst_at[Q_COUNT][FR_ST_NAME_MAX + 48];
-static int64_t n_noise; /* elements held to Adam's bound */
+static int64_t n_adam; /* weight elements whose tolerance adam_term() widened */
 
 static void note(int q, const char *model, const char *name, double d, double tol) {
     q_worst_abs[q] = fmax(q_worst_abs[q], d);
@@ -179,9 +181,19 @@ static void compare_loss(const ref *r, const char *what, float got, float want) 
     CHECK(d <= RTOL * fabs(want), "%s: %s loss %.9g, PyTorch %.9g", r->name, what, got, want);
 }
 
-/* Weights after the AdamW steps against "adamw3.<param>": elements with a
- * gradient (in float64) by the weight and update tolerances of the header,
- * elements without one by Adam's bound. */
+/* What a gradient error of dg (the gradient tolerance) can move a weight
+ * over the AdamW steps, to first order: the step is lr m_hat / (sqrt(v_hat)
+ * + eps), about lr g / (|g| + eps) for a gradient g, whose derivative is
+ * lr eps / (|g| + eps)^2; the step is at most about lr (1.01 lr over three
+ * steps with the default betas, by Cauchy-Schwarz), so a difference of two
+ * is at most 2 x 1.01 lr per step. g is the float64 gradient. */
+static double adam_term(double g, double dg) {
+    double sens = EPS * dg / ((fabs(g) + EPS) * (fabs(g) + EPS));
+    return STEPS * LR * fmin(2.0 * 1.01, sens);
+}
+
+/* Weights after the AdamW steps against "adamw3.<param>", each element
+ * within the weight and update tolerances of the header plus adam_term(). */
 static void compare_weights(const ref *r, const fr_param *p) {
     char nm[FR_ST_NAME_MAX + 16], gn[FR_ST_NAME_MAX + 16];
     int64_t n = fr_shape_numel(&p->shape);
@@ -192,22 +204,14 @@ static void compare_weights(const ref *r, const fr_param *p) {
     const float *w0 = want_f32(&r->init, r->name, p->name, n);
     const float *got = p->data;
     if (!want || !g64 || !w0) return;
-    double wscale = max_abs(want, n), gscale = max_abs(g64, n), uscale = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(g64[i]) > NOISE * gscale) uscale = fmax(uscale, fabs((double)want[i] - w0[i]));
-    int64_t bad_w = -1, bad_u = -1, bad_n = -1;
+    double wscale = max_abs(want, n), dg = RTOL * max_abs(g64, n), uscale = 0.0;
+    for (int64_t i = 0; i < n; i++) uscale = fmax(uscale, fabs((double)want[i] - w0[i]));
+    int64_t bad_w = -1, bad_u = -1;
     for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(fabs(g64[i]) > NOISE * gscale)) {
-            double tol = 2.0 * STEPS * 1.01 * LR;
-            n_noise++;
-            note(Q_NOISE, r->name, nm, d, tol);
-            if (!(d <= tol) && bad_n < 0) bad_n = i;
-            continue;
-        }
-        double wtol = RTOL * wscale;
+        double d = fabs((double)got[i] - want[i]), adam = adam_term(g64[i], dg);
         double ulp = (double)nextafterf(fabsf(want[i]), INFINITY) - fabsf(want[i]);
-        double utol = UTOL * uscale + 2.0 * ulp;
+        double wtol = RTOL * wscale + adam, utol = UTOL * uscale + 2.0 * ulp + adam;
+        n_adam += adam > RTOL * wscale;
         note(Q_WEIGHT, r->name, nm, d, wtol);
         note(Q_UPDATE, r->name, nm, d, utol);
         if (!(d <= wtol) && bad_w < 0) bad_w = i;
@@ -218,9 +222,6 @@ static void compare_weights(const ref *r, const fr_param *p) {
     CHECK(bad_u < 0, "%s: '%s'[%lld]: update %.9g, PyTorch's %.9g (largest %.3g)", r->name, nm,
           (long long)bad_u, bad_u < 0 ? 0.0 : (double)got[bad_u] - w0[bad_u],
           bad_u < 0 ? 0.0 : (double)want[bad_u] - w0[bad_u], uscale);
-    CHECK(bad_n < 0, "%s: '%s'[%lld] (no gradient in exact arithmetic) is %.9g, PyTorch %.9g",
-          r->name, nm, (long long)bad_n, bad_n < 0 ? 0.0 : got[bad_n],
-          bad_n < 0 ? 0.0 : want[bad_n]);
 }
 
 /* tests/ref/<name>.model with the weights of tests/ref/<name><suffix>. */
@@ -458,6 +459,31 @@ static void test_hf_import(fr_ctx *ctx, const ref *r) {
     }
     fr_st_close(ctx, &hf);
     remove(tmp_path);
+
+    /* every allocation of the Hugging Face load failing in turn: refused
+     * cleanly (out of memory), nothing leaked */
+    ref_path(path, sizeof path, r->name, ".model");
+    fr_mem_stats before, after;
+    fr_status last = FR_ERR_NOMEM;
+    for (uint64_t k = 1; k < 1000 && last == FR_ERR_NOMEM; k++) {
+        fr_mem_get_stats(ctx, &before);
+        fr_model *m = fr_model_load(ctx, path);
+        CHECK(m != NULL, "%s: fr_model_load: %s", r->name, fr_last_error(ctx));
+        if (!m) return;
+        char hf_path[600];
+        ref_path(hf_path, sizeof hf_path, r->name, "_hf.safetensors");
+        fr_mem_fail_at(ctx, k);
+        last = fr_model_load_weights(m, hf_path);
+        fr_mem_fail_at(ctx, 0);
+        CHECK(last == FR_OK || last == FR_ERR_NOMEM, "%s: HF load, allocation %llu failing: %s",
+              r->name, (unsigned long long)k, fr_last_error(ctx));
+        fr_model_free(m);
+        fr_mem_get_stats(ctx, &after);
+        CHECK(after.allocated_total == before.allocated_total,
+              "%s: HF load, allocation %llu failing: %zu bytes left", r->name,
+              (unsigned long long)k, after.allocated_total - before.allocated_total);
+    }
+    CHECK(last == FR_OK, "%s: HF load never succeeded with failing allocations", r->name);
 }
 
 /* The tie in saved and loaded files. */
@@ -553,7 +579,7 @@ int main(void) {
     for (int q = 0; q < Q_COUNT; q++)
         printf("%-18s max |frugal - torch| %.3g; most of the tolerance used: %.3g (%s)\n",
                q_name[q], q_worst_abs[q], q_worst_frac[q], q_worst_at[q]);
-    printf("%lld weight elements without a gradient in exact arithmetic (Adam's bound)\n",
-           (long long)n_noise);
+    printf("%lld weight elements with a tolerance widened by Adam's sensitivity\n",
+           (long long)n_adam);
     return check_done();
 }
