@@ -351,6 +351,11 @@ fr_status fr_model_load_weights(fr_model *m, const char *path) {
     return st;
 }
 
+fr_status fr_model_load_weights_file(fr_model *m, const char *path, const fr_st_file *f) {
+    fr_status st = fr_model_alloc_params(m);
+    return st ? st : load_weights(m, path, f);
+}
+
 /* ---- strict metadata ------------------------------------------------------ */
 
 #define META_COUNT_MAX ((int64_t)1 << 62) /* counters: far from overflow when incremented */
