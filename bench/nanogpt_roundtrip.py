@@ -2,7 +2,8 @@
 """nanogpt_roundtrip.py — a frugal GPT checkpoint in nanoGPT, by hand (not a test).
 
     /usr/bin/python3 bench/nanogpt_roundtrip.py CKPT --heads H --frugal-loss L \\
-        [--io tests/ref/gpt_small_io.safetensors | --tokens FILE --batch B]
+        [--io tests/ref/gpt_small_io.safetensors |
+         --tokens FILE [--val-fraction 0.1] [--seq T] [--batch B]]
 
 Loads CKPT (a safetensors that `frugal train --save` or fr_save wrote) into
 the nanoGPT-style GPT of tests/ref/make_gpt_ref.py with
@@ -16,12 +17,16 @@ wpe, n_layer from the h.N count); the head count is not in the weights.
 It then runs the forward in float32 on a batch and prints the loss beside
 frugal's (--frugal-loss, the loss frugal printed for the same weights and
 batch) and their relative difference; exit 1 above --rtol (default 1e-5).
-The batch: x and y of an *_io.safetensors (--io), or the first B rows of
-block_size + 1 tokens of a flat token file (--tokens: uint16 llm.c shard
-body, or raw bytes with --bytes), x = row[:-1], y = row[1:].
+The batch: x and y of an *_io.safetensors (--io), or the first B validation
+windows of a token file (--tokens: a 1-D integer .npy, or any other file as
+bytes), as `frugal eval --data FILE --batch B --test-limit B` reads them
+(src/data/tokens.h): the last floor(len * val_fraction) tokens are
+validation, window k starts k*T into them, x = tokens[s, s+T), y =
+tokens[s+1, s+T+1); T is --seq, by default the context (block_size).
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -71,7 +76,8 @@ def main():
     ap.add_argument("--frugal-loss", type=float, required=True)
     ap.add_argument("--io")
     ap.add_argument("--tokens")
-    ap.add_argument("--bytes", action="store_true")
+    ap.add_argument("--val-fraction", type=float, default=0.1)
+    ap.add_argument("--seq", type=int, default=0)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--rtol", type=float, default=1e-5)
     a = ap.parse_args()
@@ -91,11 +97,17 @@ def main():
         io = read_safetensors(a.io)
         x, y = io["x"].long(), io["y"].long()
     else:
-        t = config.block_size
-        dt = np.uint8 if a.bytes else np.uint16
-        tok = np.fromfile(a.tokens, dtype=dt, count=a.batch * (t + 1))
-        rows = torch.from_numpy(tok.astype(np.int64)).reshape(a.batch, t + 1)
-        x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        t = a.seq or config.block_size
+        if a.tokens.endswith(".npy"):
+            tok = np.load(a.tokens).astype(np.int64)
+        else:
+            tok = np.fromfile(a.tokens, dtype=np.uint8).astype(np.int64)
+        n_val = int(math.floor(len(tok) * a.val_fraction))
+        start = len(tok) - n_val
+        assert (n_val - 1) // t >= a.batch, "fewer validation windows than --batch"
+        x = torch.tensor(np.stack([tok[start + k * t:start + k * t + t] for k in range(a.batch)]))
+        y = torch.tensor(np.stack([tok[start + k * t + 1:start + k * t + t + 1]
+                                   for k in range(a.batch)]))
     with torch.no_grad():
         _, loss = model(x, y)
     loss = float(loss)
