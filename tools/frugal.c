@@ -111,6 +111,11 @@ static const command commands[] = {
      "batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
      "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
      "only when nothing else fits).\n"},
+    {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
+     "Runs N training steps (default 3) on random data and writes every allocation and\n"
+     "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
+     "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
+     "with the peak marked (and the budget, if given).\n"},
     {"generate", C_GENERATE, "generate --model FILE|NAME --weights CKPT --prompt TEXT [options]",
      "Streams text from a language model: the prompt's bytes, then --tokens new ones, each\n"
      "sampled from the model's distribution at --temperature among the --top-k likeliest\n"
@@ -119,11 +124,6 @@ static const command commands[] = {
      "longer than the context keeps its last context tokens, and says so.\n"
      "A model whose vocabulary is not bytes (256) takes --prompt ids:464,3290 (token ids) and\n"
      "prints ids separated by spaces.\n"},
-    {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
-     "Runs N training steps (default 3) on random data and writes every allocation and\n"
-     "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
-     "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
-     "with the peak marked (and the budget, if given).\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -209,7 +209,7 @@ static const opt_row opts[] = {
      "gpt-tiny, gpt2 [cnn]"},
     {"weights", "CKPT", O_WEIGHTS, C_EVAL | C_GENERATE,
      "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
-    {"batch", "B", O_BATCH, C_ALL, "samples per step [128]"},
+    {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE, "samples per step [128]"},
     {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
@@ -745,7 +745,7 @@ static int cmd_eval(int argc, char **argv) {
     fr_source src = {0};
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
-    if (!st) st = fr_source_open(ctx, &c.t, m, &src);
+    if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
     if (!st) st = fr_source_evaluate(&src, m, c.t.batch, c.t.limit_test, &acc, &loss);
     if (!st) {
         fr_mem_stats ms;
@@ -818,7 +818,7 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
 static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_data *bd,
                       fr_dataset **train, fr_dataset **test, fr_source *src) {
     if (fr_model_context(m)) { /* a language model: its token stream and split */
-        if (!fr_source_open(ctx, &c->t, m, src)) {
+        if (!fr_source_open(ctx, &c->t, m, 1, src)) {
             fr_source_budget(src, &c->t, bd);
             return;
         }

@@ -18,7 +18,8 @@ static fr_status open_tokens(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_mode
     return fr_tokens_split(ctx, s->tokens, cfg->val_fraction, s->seq, &s->split);
 }
 
-fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, fr_source *s) {
+fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, int train,
+                         fr_source *s) {
     memset(s, 0, sizeof *s);
     s->ctx = ctx;
     /* what the open data holds, measured: blocks taken and still held (an
@@ -29,12 +30,12 @@ fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m
     fr_status st = FR_OK;
     if (fr_model_seq(m)) {
         st = open_tokens(ctx, cfg, m, s);
-    } else if (!(s->train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images,
-                                                  cfg->train_labels)) ||
+    } else if ((train && !(s->train = fr_dataset_open_split(
+                               ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) ||
                !(s->test = fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images,
                                                  cfg->test_labels))) {
         st = FR_ERR_IO;
-    } else if (!(st = fr_data_check(ctx, m, s->train))) {
+    } else if (!train || !(st = fr_data_check(ctx, m, s->train))) {
         st = fr_data_check(ctx, m, s->test);
     }
     fr_mem_empty_cache(ctx);

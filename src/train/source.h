@@ -22,8 +22,10 @@ typedef struct fr_source {
 /* Open what cfg names for model m (a token model reads cfg->data as text,
  * shards or .npy, split at cfg->val_fraction) and check it against the
  * model: sample shapes and labels, or every token id below the vocabulary
- * and both parts at least one window plus one. */
-fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, fr_source *s);
+ * and both parts at least one window plus one. train = 0: only the test
+ * split (image data; a token stream is opened whole either way). */
+fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, int train,
+                         fr_source *s);
 void fr_source_close(fr_source *s);
 /* The data's terms of a budget (sizes, counts, the open handles). */
 void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_data *bd);

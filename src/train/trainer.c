@@ -151,7 +151,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     double t_start = now_s();
     if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
     if (cfg->seq && (st = fr_model_set_seq(m, cfg->seq))) goto done;
-    if ((st = fr_source_open(ctx, cfg, m, &src))) goto done;
+    if ((st = fr_source_open(ctx, cfg, m, 1, &src))) goto done;
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
