@@ -190,9 +190,11 @@ static fr_status plan_fused_updates(fr_step *s) {
         w->update |= 1u << slot;
         if (slot == 1) { /* the weight's gradient passes through a tile of scratch */
             const fr_shape *ws = &m->params[i].shape;
-            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0],
-                                                       s->micro, fr_get_threads(s->ctx))
-                                  : 0;
+            /* the GEMM's rows: the batch, times the positions of a sequence */
+            int64_t K = ws->d[0] ? fr_shape_numel(ws) / ws->d[0] : 0;
+            int64_t rows = K ? fr_shape_numel(&g->vals[w->in[1]].shape) / K : 0;
+            size_t len =
+                ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], K, rows, fr_get_threads(s->ctx)) : 0;
             if (len > s->upd_ws_len) s->upd_ws_len = len;
         }
         s->fused[i] = 1;
