@@ -19,8 +19,10 @@
  *     = 1: the same weights after three AdamW steps bit for bit, the tied
  *     weight included;
  *   - the Hugging Face file loads to the same bits as the nanoGPT one (its
- *     Conv1D weights transposed on load, its attention buffers ignored), and
- *     a Hugging Face file missing a tensor is refused naming it and the file;
+ *     Conv1D weights transposed on load, its attention buffers ignored), so
+ *     does it with GPT2LMHeadModel's "transformer." prefix, and nanoGPT's with
+ *     its causal masks as buffers; a Hugging Face file missing a tensor is
+ *     refused naming it and the file;
  *   - the tie: fr_save writes lm_head.weight with transformer.wte.weight's
  *     bytes and the names of PyTorch's state_dict; a file without
  *     lm_head.weight loads; one whose lm_head.weight differs is refused.
@@ -485,11 +487,36 @@ static void refused(fr_ctx *ctx, const ref *r, const char *what, const char *ten
 }
 
 /* Hugging Face's layout loads to the same bits; a missing tensor is named. */
+/* src's entries, each name after `prefix`, then `extra`, written to tmp_path. */
+static fr_status write_with(fr_ctx *ctx, const fr_st_file *src, const char *prefix,
+                            const fr_st_entry *extra, int n_extra) {
+    fr_st_entry *e = fr_calloc(ctx, ((size_t)src->n + (size_t)n_extra) * sizeof *e, FR_MEM_OTHER);
+    if (!e) return FR_ERR_NOMEM;
+    for (int i = 0; i < src->n; i++) {
+        e[i] = src->entries[i];
+        snprintf(e[i].name, sizeof e[i].name, "%s%s", prefix, src->entries[i].name);
+    }
+    for (int i = 0; i < n_extra; i++) e[src->n + i] = extra[i];
+    fr_status st = fr_st_write(ctx, tmp_path, e, src->n + n_extra, src->meta, src->n_meta);
+    fr_free(ctx, e);
+    return st;
+}
+
+/* tmp_path loads into a fresh model to the same weights as `want`. */
+static void loads_as(fr_ctx *ctx, const ref *r, const char *what, const fr_model *want) {
+    char path[600];
+    ref_path(path, sizeof path, r->name, ".model");
+    fr_model *m = fr_model_load(ctx, path);
+    fr_status st = m ? fr_model_load_weights(m, tmp_path) : FR_ERR_ARG;
+    CHECK(st == FR_OK, "%s: %s: %s", r->name, what, fr_last_error(ctx));
+    if (!st) same_weights(what, want, m);
+    fr_model_free(m);
+}
+
 static void test_hf_import(fr_ctx *ctx, const ref *r) {
     fr_model *a = load_model(ctx, r->name, ".safetensors");
     fr_model *b = load_model(ctx, r->name, "_hf.safetensors");
     if (a && b) same_weights("Hugging Face GPT-2 file against nanoGPT's", a, b);
-    fr_model_free(a);
     fr_model_free(b);
 
     char path[600];
@@ -497,11 +524,31 @@ static void test_hf_import(fr_ctx *ctx, const ref *r) {
     ref_path(path, sizeof path, r->name, "_hf.safetensors");
     fr_status st = read_whole(ctx, path, &hf);
     CHECK(st == FR_OK, "%s: %s", r->name, fr_last_error(ctx));
-    if (st) return;
-    CHECK(fr_st_find(&hf, "h.0.attn.bias") && fr_st_find(&hf, "h.0.attn.masked_bias") &&
-              !fr_st_find(&hf, "lm_head.weight"),
+    if (st) {
+        fr_model_free(a);
+        return;
+    }
+    const fr_st_entry *mask = fr_st_find(&hf, "h.0.attn.bias");
+    CHECK(mask && fr_st_find(&hf, "h.0.attn.masked_bias") && !fr_st_find(&hf, "lm_head.weight"),
           "%s: the Hugging Face reference lacks its attention buffers or has lm_head.weight",
           r->name);
+    if (a && mask) {
+        /* GPT2LMHeadModel.save_pretrained's names: Conv1D layout with the prefix */
+        if (!write_with(ctx, &hf, "transformer.", NULL, 0))
+            loads_as(ctx, r, "Hugging Face GPT-2 with the transformer. prefix", a);
+        /* nanoGPT's file with the causal masks as buffers (older nanoGPT):
+         * ignored for the blocks the model has, refused for another */
+        fr_st_entry extra[2] = {*mask, *mask};
+        snprintf(extra[0].name, sizeof extra[0].name, "transformer.h.0.attn.bias");
+        snprintf(extra[1].name, sizeof extra[1].name, "transformer.h.1.attn.bias");
+        if (!write_with(ctx, &r->init, "", extra, 2))
+            loads_as(ctx, r, "nanoGPT's file with attn.bias buffers", a);
+        snprintf(extra[0].name, sizeof extra[0].name, "transformer.h.7.attn.bias");
+        if (!write_with(ctx, &r->init, "", extra, 1))
+            refused(ctx, r, "nanoGPT's file with a mask of a block the model lacks",
+                    "'transformer.h.7.attn.bias'", "unexpected");
+    }
+    fr_model_free(a);
     if (!write_variant(ctx, &hf, "h.1.mlp.c_fc.weight", NULL))
         refused(ctx, r, "HF file without h.1.mlp.c_fc.weight", "'h.1.mlp.c_fc.weight'", "missing");
     /* a Conv1D weight stored as nn.Linear's [out, in] has the wrong shape */
