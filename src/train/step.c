@@ -482,6 +482,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
                              &s->extra_flops)))
         goto fail;
+    if (opts->training && (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->extra_flops)))
+        goto fail;
     fr_precision prec = opts->precision;
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
