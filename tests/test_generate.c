@@ -11,7 +11,7 @@
  * Checks: (a) greedy tokens equal the reference argmax at every step,
  * across several context wraps and for a prompt longer than the context,
  * and the logits agree within 1e-4 (the cache sums in another order than
- * the tiled kernel); (b) a seed gives the same tokens every time, another
+ * the tiled kernel), for a GPT and for a model of the other kinds walked; (b) a seed gives the same tokens every time, another
  * seed other ones, top-k 1 is greedy, top-k 3 draws among the 3 largest;
  * (c) the kv_cache category holds 2 layers x 2 (K, V) x T x C x 4 bytes
  * while generating and 0 after; (d) bad models and inputs fail with a
@@ -56,8 +56,32 @@ static const char *gpt_text = "input tokens 16\n"
                               "linear 37 bias=false tie=wte name=lm_head\n"
                               "loss cross_entropy\n";
 
-static fr_model *gpt(fr_ctx *ctx, uint64_t seed) {
-    fr_model *m = fr_model_parse(ctx, "gpt-test", gpt_text, strlen(gpt_text));
+/* Other kinds on the way: exact GELU, ReLU, dropout (eval: passes its input
+ * on), an untied head with a bias, one attention layer with 3 heads. */
+static const char *other_text = "input tokens 16\n"
+                                "embedding 37 30 std=0.5 name=wte\n"
+                                "pos_embedding 16 std=0.5 name=wpe\n"
+                                "dropout 0.2\n"
+                                "residual\n"
+                                "  layernorm 30 name=ln_1\n"
+                                "  linear 90 std=0.4 name=qkv\n"
+                                "  attention heads=3\n"
+                                "  linear 30 std=0.3 name=proj\n"
+                                "  dropout 0.2\n"
+                                "end\n"
+                                "residual\n"
+                                "  layernorm 30 name=ln_2\n"
+                                "  linear 60 std=0.3 name=fc\n"
+                                "  gelu\n"
+                                "  linear 30 std=0.3 name=fc2\n"
+                                "  relu\n"
+                                "end\n"
+                                "layernorm 30 name=ln_f\n"
+                                "linear 37 std=0.5 name=head\n"
+                                "loss cross_entropy\n";
+
+static fr_model *parse_init(fr_ctx *ctx, const char *text, uint64_t seed) {
+    fr_model *m = fr_model_parse(ctx, "gpt-test", text, strlen(text));
     CHECK(m != NULL, "parse: %s", fr_last_error(ctx));
     if (m && fr_model_init(m, seed)) {
         CHECK(0, "init: %s", fr_last_error(ctx));
@@ -267,7 +291,7 @@ static void test_alloc_failures(fr_ctx *ctx, fr_model *m) {
 int main(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
-    fr_model *m = gpt(ctx, 42);
+    fr_model *m = parse_init(ctx, gpt_text, 42);
     if (!m) return check_done();
     fr_step_opts so = {.batch = 1, .training = 0, .seed = 1};
     fr_step *e = fr_step_compile(m, &so);
@@ -284,6 +308,12 @@ int main(void) {
     fr_set_threads(ctx, 1);
     test_greedy(ctx, m, e, prompt, 3, 30, "1 thread");
     fr_set_threads(ctx, 2);
+    fr_model *m2 = parse_init(ctx, other_text, 5);
+    fr_step *e2 = m2 ? fr_step_compile(m2, &so) : NULL;
+    CHECK(e2 != NULL, "eval step of the other model: %s", fr_last_error(ctx));
+    if (e2) test_greedy(ctx, m2, e2, prompt, 4, 30, "gelu exact, relu, dropout, untied head");
+    fr_step_free(e2);
+    fr_model_free(m2);
 
     /* (b) sampling */
     seen *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b), *g = calloc(1, sizeof *g);

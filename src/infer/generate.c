@@ -14,7 +14,6 @@
 #include "infer/generate.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +63,168 @@ static fr_tensor param_t(const fr_model *m, int i) {
     return (fr_tensor){p->dtype, p->shape, p->data};
 }
 
+/* Row r of the chunk in the value layer li made (li resolved through markers). */
+static float *row_of(const gen *g, int li, int r) {
+    int v = g->res[li];
+    return g->slots[g->slot[v]] + (size_t)(r - g->row0[v]) * (size_t)width_of(&g->m->layers[v]);
+}
+
+/* The attention of a chunk: qkv (P, 3C) -> y (P, C), its keys and values
+ * written into the cache at positions pos .. pos+P-1. A prefill (pos 0)
+ * runs the tiled causal kernel; a step (P 1) the loop below. */
+static fr_status attention(gen *g, const fr_layer *l, int li, const float *qkv, float *y, int P,
+                           int pos) {
+    const int C = width_of(l), NH = l->heads, HS = C / NH, T = g->T;
+    float *K = g->kv + 2 * (size_t)g->kv_index[li] * g->kv_layer, *V = K + g->kv_layer;
+    /* K, V are (NH, T, HS): K[h, t, j] = qkv[t - pos, C + h HS + j], V at 2C + h HS + j */
+    for (int t = 0; t < P; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *src = qkv + (size_t)t * 3 * C + h * HS;
+            memcpy(K + ((size_t)h * T + pos + t) * HS, src + C, (size_t)HS * sizeof(float));
+            memcpy(V + ((size_t)h * T + pos + t) * HS, src + 2 * C, (size_t)HS * sizeof(float));
+        }
+    if (pos == 0) {
+        fr_attn_layout L = fr_attn_fused(1, NH, P, HS);
+        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, y, NULL, g->attn_ws, g->attn_ws_len))
+            return fr_fail(g->ctx, FR_ERR_ARG, "generate: attention workspace too small");
+        return FR_OK;
+    }
+    if (P != 1)
+        return fr_fail(g->ctx, FR_ERR_ARG, "generate: a chunk after position 0 is one position");
+    /* one query at position pos against the cached keys 0..pos, head by head:
+     * q (HS) = qkv[h HS ..], s[t] = scale q . K[h, t] (t <= pos),
+     * y[h HS + j] = sum_t softmax(s)[t] V[h, t, j]: O(pos HS) per head */
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int n = pos + 1;
+#pragma omp parallel for schedule(static) if ((size_t)NH * n * HS >= 65536)
+    for (int h = 0; h < NH; h++) {
+        const float *q = qkv + (size_t)h * HS, *Kh = K + (size_t)h * T * HS;
+        const float *Vh = V + (size_t)h * T * HS;
+        float *s = g->scores + (size_t)h * T, *yh = y + (size_t)h * HS;
+        float mx = -INFINITY;
+        for (int t = 0; t < n; t++) {
+            const float *k = Kh + (size_t)t * HS;
+            float d = 0.0f;
+            for (int j = 0; j < HS; j++) d += q[j] * k[j];
+            s[t] = d * scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        double sum = 0.0;
+        for (int t = 0; t < n; t++) {
+            s[t] = expf(s[t] - mx);
+            sum += s[t];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < HS; j++) yh[j] = 0.0f;
+        for (int t = 0; t < n; t++) {
+            const float p = s[t] * inv, *v = Vh + (size_t)t * HS;
+            for (int j = 0; j < HS; j++) yh[j] += p * v[j];
+        }
+    }
+    return FR_OK;
+}
+
+/* One layer on the rows at hand: rows r0 .. P-1 of the chunk, whose first
+ * position is pos. c holds x (rows, width in) as in[0] and y (rows, C) as
+ * out[0]; each kind sets what else its kernel reads. */
+typedef struct gen_layer {
+    gen *g;
+    const fr_layer *l;
+    int li, r0, rows, P, pos, C;
+    const int32_t *tok; /* the chunk's ids */
+    fr_node node;       /* the kernel's attributes */
+    fr_kernel_call c;
+} gen_layer;
+
+// ids (1, rows) -> y (1, rows, C) = W[ids]
+static int run_embedding(gen_layer *s) {
+    s->c.in[0] = (fr_tensor){FR_I32, fr_shape2(1, s->rows), (void *)(s->tok + s->r0)};
+    s->c.in[1] = param_t(s->g->m, s->l->wparam);
+    s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
+    return fr_k_embedding(&s->c);
+}
+
+// x (1, rows, C) -> y = x + W[pos + r0 + t]: the table seen from the chunk's first position
+static int run_pos_embedding(gen_layer *s) {
+    fr_tensor w = param_t(s->g->m, s->l->wparam);
+    const int64_t off = s->pos + s->r0;
+    s->c.in[0].shape = s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
+    s->c.in[1] =
+        (fr_tensor){FR_F32, fr_shape2(w.shape.d[0] - off, s->C), (float *)w.data + off * s->C};
+    return fr_k_pos_embedding(&s->c);
+}
+
+// x (rows, C), gamma, beta (C); the mean and rstd outputs absent
+static int run_layernorm(gen_layer *s) {
+    s->node.attr.eps = 1e-5f;
+    s->c.in[1] = param_t(s->g->m, s->l->first_param);
+    s->c.in[2] = param_t(s->g->m, s->l->first_param + 1);
+    return fr_k_layernorm(&s->c);
+}
+
+// x (rows, K), W (C, K) (maybe another layer's: tied), b (C) or absent -> y (rows, C)
+static int run_linear(gen_layer *s) {
+    s->c.in[1] = param_t(s->g->m, s->l->wparam);
+    s->c.in[2] = param_t(s->g->m, s->l->bparam);
+    return fr_k_linear(&s->c);
+}
+
+static int run_gelu(gen_layer *s) {
+    s->node.attr.approx = s->l->approx;
+    return fr_k_gelu(&s->c);
+}
+
+static int run_relu(gen_layer *s) { return fr_k_relu(&s->c); }
+
+// a (rows, C) + b (rows, C): an add, or a residual block's end
+static int run_add(gen_layer *s) {
+    s->c.in[1] = f32_rows(row_of(s->g, s->l->src[1], s->r0), s->rows, s->C);
+    return fr_k_add(&s->c);
+}
+
+static int run_attention(gen_layer *s) {
+    return attention(s->g, s->l, s->li, fr_f32(&s->c.in[0]), fr_f32(&s->c.out[0]), s->P, s->pos);
+}
+
+/* The kinds generation runs; markers pass their value on. Any other kind is refused. */
+typedef int (*gen_layer_fn)(gen_layer *s);
+static const gen_layer_fn layer_fn[FR_L_COUNT] = {[FR_L_EMBEDDING] = run_embedding,
+                                                  [FR_L_POS_EMBEDDING] = run_pos_embedding,
+                                                  [FR_L_LAYERNORM] = run_layernorm,
+                                                  [FR_L_LINEAR] = run_linear,
+                                                  [FR_L_GELU] = run_gelu,
+                                                  [FR_L_RELU] = run_relu,
+                                                  [FR_L_ADD] = run_add,
+                                                  [FR_L_RES_END] = run_add,
+                                                  [FR_L_ATTENTION] = run_attention};
+
+/* Runs tokens tok[0..P) at positions pos..pos+P-1 through the model;
+ * *logits: the last position's (vocab_out). */
+static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos, const float **logits) {
+    fr_model *m = g->m;
+    gen_layer s = {.g = g, .P = P, .pos = pos, .tok = tok};
+    for (size_t i = 0; i < m->n_layers; i++) {
+        const fr_layer *l = &m->layers[i];
+        if (is_marker(l->kind)) continue;
+        s.l = l;
+        s.li = (int)i;
+        s.r0 = s.li > g->last_attn ? P - 1 : 0;
+        s.rows = P - s.r0;
+        s.C = width_of(l);
+        g->row0[i] = s.r0;
+        s.node.attr = (fr_attr){0};
+        s.c = (fr_kernel_call){.ctx = g->ctx, .node = &s.node};
+        s.c.out[0] = f32_rows(g->slots[g->slot[i]], s.rows, s.C);
+        if (l->src[0] != FR_MODEL_INPUT)
+            s.c.in[0] = f32_rows(row_of(g, l->src[0], s.r0), s.rows,
+                                 width_of(&m->layers[g->res[l->src[0]]]));
+        int st = layer_fn[l->kind](&s);
+        if (st) return (fr_status)st;
+    }
+    *logits = row_of(g, (int)m->n_layers - 1, P - 1);
+    return FR_OK;
+}
+
 /* Checks the model and fills res, kv_index, last_attn, the vocabularies. */
 static fr_status check_model(gen *g) {
     fr_model *m = g->m;
@@ -80,35 +241,28 @@ static fr_status check_model(gen *g) {
         return fr_fail(ctx, FR_ERR_ARG, "generate: a residual block or a block is still open");
     if (m->n_layers == 0 || is_marker(m->layers[m->n_layers - 1].kind))
         return fr_fail(ctx, FR_ERR_SHAPE, "generate: the model must end in a layer of logits");
+    for (size_t p = 0; p < m->n_params; p++)
+        if (m->params[p].dtype != FR_F32)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "generate: parameter %s is %s; generation reads f32 weights (a "
+                           "model turned to 16 bits with .half() is refused)",
+                           m->params[p].name, fr_dtype_name(m->params[p].dtype));
     g->T = (int)m->in.d[0];
     g->last_attn = -1;
     int n_attn = 0;
     for (size_t li = 0; li < m->n_layers; li++) {
         const fr_layer *l = &m->layers[li];
-        switch (l->kind) {
-        case FR_L_EMBEDDING:
-            if (!g->vocab_in) g->vocab_in = (int)m->params[l->wparam].shape.d[0];
-            break;
-        case FR_L_ATTENTION:
-            g->kv_index[li] = n_attn++;
-            g->last_attn = (int)li;
-            break;
-        case FR_L_POS_EMBEDDING:
-        case FR_L_LAYERNORM:
-        case FR_L_LINEAR:
-        case FR_L_GELU:
-        case FR_L_RELU:
-        case FR_L_ADD:
-        case FR_L_RES_END:
-        case FR_L_RES_BEGIN:
-        case FR_L_RES_SHORTCUT:
-        case FR_L_DROPOUT: break;
-        default:
+        if (!layer_fn[l->kind] && !is_marker(l->kind))
             return fr_fail(ctx, FR_ERR_ARG,
                            "generate: layer %zu (%s, '%s') is a kind generation cannot run (it "
                            "runs embedding, pos_embedding, layernorm, linear, gelu, relu, add, "
                            "residual, dropout and attention)",
                            li, fr_layer_kind_name(l->kind), l->name);
+        if (l->kind == FR_L_EMBEDDING && !g->vocab_in)
+            g->vocab_in = (int)m->params[l->wparam].shape.d[0];
+        if (l->kind == FR_L_ATTENTION) {
+            g->kv_index[li] = n_attn++;
+            g->last_attn = (int)li;
         }
         if (l->src[0] == FR_NO_VAL)
             return fr_fail(ctx, FR_ERR_ARG, "generate: layer %zu reads no value", li);
@@ -127,18 +281,6 @@ static fr_status check_model(gen *g) {
         g->res[li] = !is_marker(l->kind)           ? (int)li
                      : l->src[0] == FR_MODEL_INPUT ? FR_MODEL_INPUT
                                                    : g->res[l->src[0]];
-        for (int p = l->first_param; p < l->first_param + l->n_params; p++)
-            if (m->params[p].dtype != FR_F32 && m->params[p].role != FR_P_NUM_BATCHES)
-                return fr_fail(ctx, FR_ERR_ARG,
-                               "generate: parameter %s is %s; generation reads f32 weights "
-                               "(load the model without .half())",
-                               m->params[p].name, fr_dtype_name(m->params[p].dtype));
-        for (int k = 0; k < 2; k++) {
-            int w = k ? l->bparam : l->wparam;
-            if (w >= 0 && m->params[w].dtype != FR_F32)
-                return fr_fail(ctx, FR_ERR_ARG, "generate: parameter %s is %s, not f32",
-                               m->params[w].name, fr_dtype_name(m->params[w].dtype));
-        }
     }
     const fr_layer *last = &m->layers[m->n_layers - 1];
     g->vocab_out = width_of(last);
@@ -257,134 +399,6 @@ static void teardown(gen *g) {
     fr_free(ctx, g->window);
     fr_free(ctx, g->prob);
     fr_free(ctx, g->res);
-}
-
-/* Row r of the chunk in the value layer li made (li resolved through markers). */
-static float *row_of(const gen *g, int li, int r) {
-    int v = g->res[li];
-    return g->slots[g->slot[v]] + (size_t)(r - g->row0[v]) * (size_t)width_of(&g->m->layers[v]);
-}
-
-/* The attention of a chunk: qkv (P, 3C) -> y (P, C), its keys and values
- * written into the cache at positions pos .. pos+P-1. A prefill (pos 0)
- * runs the tiled causal kernel; a step (P 1) the loop below. */
-static fr_status attention(gen *g, const fr_layer *l, int li, const float *qkv, float *y, int P,
-                           int pos) {
-    const int C = width_of(l), NH = l->heads, HS = C / NH, T = g->T;
-    float *K = g->kv + 2 * (size_t)g->kv_index[li] * g->kv_layer, *V = K + g->kv_layer;
-    /* K, V are (NH, T, HS): K[h, t, j] = qkv[t - pos, C + h HS + j], V at 2C + h HS + j */
-    for (int t = 0; t < P; t++)
-        for (int h = 0; h < NH; h++) {
-            const float *src = qkv + (size_t)t * 3 * C + h * HS;
-            memcpy(K + ((size_t)h * T + pos + t) * HS, src + C, (size_t)HS * sizeof(float));
-            memcpy(V + ((size_t)h * T + pos + t) * HS, src + 2 * C, (size_t)HS * sizeof(float));
-        }
-    if (pos == 0) {
-        fr_attn_layout L = fr_attn_fused(1, NH, P, HS);
-        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, y, NULL, g->attn_ws, g->attn_ws_len))
-            return fr_fail(g->ctx, FR_ERR_ARG, "generate: attention workspace too small");
-        return FR_OK;
-    }
-    if (P != 1)
-        return fr_fail(g->ctx, FR_ERR_ARG, "generate: a chunk after position 0 is one position");
-    /* one query at position pos against the cached keys 0..pos, head by head:
-     * q (HS) = qkv[h HS ..], s[t] = scale q . K[h, t] (t <= pos),
-     * y[h HS + j] = sum_t softmax(s)[t] V[h, t, j]: O(pos HS) per head */
-    const float scale = 1.0f / sqrtf((float)HS);
-    const int n = pos + 1;
-#pragma omp parallel for schedule(static) if ((size_t)NH * n * HS >= 65536)
-    for (int h = 0; h < NH; h++) {
-        const float *q = qkv + (size_t)h * HS, *Kh = K + (size_t)h * T * HS;
-        const float *Vh = V + (size_t)h * T * HS;
-        float *s = g->scores + (size_t)h * T, *yh = y + (size_t)h * HS;
-        float mx = -INFINITY;
-        for (int t = 0; t < n; t++) {
-            const float *k = Kh + (size_t)t * HS;
-            float d = 0.0f;
-            for (int j = 0; j < HS; j++) d += q[j] * k[j];
-            s[t] = d * scale;
-            if (s[t] > mx) mx = s[t];
-        }
-        double sum = 0.0;
-        for (int t = 0; t < n; t++) {
-            s[t] = expf(s[t] - mx);
-            sum += s[t];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int j = 0; j < HS; j++) yh[j] = 0.0f;
-        for (int t = 0; t < n; t++) {
-            const float p = s[t] * inv, *v = Vh + (size_t)t * HS;
-            for (int j = 0; j < HS; j++) yh[j] += p * v[j];
-        }
-    }
-    return FR_OK;
-}
-
-/* Runs tokens tok[0..P) at positions pos..pos+P-1 through the model;
- * *logits: the last position's (vocab_out). */
-static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos, const float **logits) {
-    fr_model *m = g->m;
-    fr_ctx *ctx = g->ctx;
-    fr_node node = {0};
-    for (size_t i = 0; i < m->n_layers; i++) {
-        const fr_layer *l = &m->layers[i];
-        const int li = (int)i;
-        if (is_marker(l->kind)) continue;
-        const int r0 = li > g->last_attn ? P - 1 : 0, rows = P - r0, C = width_of(l);
-        const int w_in = l->src[0] == FR_MODEL_INPUT ? 0 : width_of(&m->layers[g->res[l->src[0]]]);
-        g->row0[li] = r0;
-        float *y = g->slots[g->slot[li]];
-        const float *x = l->src[0] == FR_MODEL_INPUT ? NULL : row_of(g, l->src[0], r0);
-        fr_kernel_call c = {.ctx = ctx, .node = &node};
-        node.attr = (fr_attr){0};
-        c.out[0] = f32_rows(y, rows, C);
-        if (l->kind != FR_L_EMBEDDING) c.in[0] = f32_rows((float *)x, rows, w_in);
-        int st = FR_OK;
-        switch (l->kind) {
-        case FR_L_EMBEDDING: /* ids (1, rows) -> y (1, rows, C) = W[ids] */
-            c.in[0] = (fr_tensor){FR_I32, fr_shape2(1, rows), (void *)(tok + r0)};
-            c.in[1] = param_t(m, l->wparam);
-            c.out[0] = (fr_tensor){FR_F32, fr_shape3(1, rows, C), y};
-            st = fr_k_embedding(&c);
-            break;
-        case FR_L_POS_EMBEDDING: { /* y (1, rows, C) = x + W[pos + r0 + t] */
-            fr_tensor w = param_t(m, l->wparam);
-            const int64_t off = pos + r0;
-            c.in[0].shape = fr_shape3(1, rows, C);
-            c.in[1] =
-                (fr_tensor){FR_F32, fr_shape2(w.shape.d[0] - off, C), (float *)w.data + off * C};
-            c.out[0].shape = c.in[0].shape;
-            st = fr_k_pos_embedding(&c);
-            break;
-        }
-        case FR_L_LAYERNORM: /* x (rows, C), gamma, beta (C); mean, rstd not kept */
-            node.attr.eps = 1e-5f;
-            c.in[1] = param_t(m, l->first_param);
-            c.in[2] = param_t(m, l->first_param + 1);
-            st = fr_k_layernorm(&c);
-            break;
-        case FR_L_LINEAR: /* x (rows, K), W (C, K), b (C) -> y (rows, C) */
-            c.in[1] = param_t(m, l->wparam);
-            c.in[2] = param_t(m, l->bparam);
-            st = fr_k_linear(&c);
-            break;
-        case FR_L_GELU:
-            node.attr.approx = l->approx;
-            st = fr_k_gelu(&c);
-            break;
-        case FR_L_RELU: st = fr_k_relu(&c); break;
-        case FR_L_ADD:
-        case FR_L_RES_END:
-            c.in[1] = f32_rows(row_of(g, l->src[1], r0), rows, C);
-            st = fr_k_add(&c);
-            break;
-        case FR_L_ATTENTION: st = attention(g, l, li, x, y, P, pos); break;
-        default: st = fr_fail(ctx, FR_ERR_ARG, "generate: layer %d cannot run", li);
-        }
-        if (st) return (fr_status)st;
-    }
-    *logits = row_of(g, (int)m->n_layers - 1, P - 1);
-    return FR_OK;
 }
 
 static int cmp_desc(const void *a, const void *b) {
