@@ -50,19 +50,17 @@ def json_objects(lines):
             at += 1
 
 
-def peaks(obj, prefix=""):
-    """{dotted key: value} of every number under a key with 'peak' in its name."""
+def peaks(obj, prefix="", inside=False):
+    """{dotted key: value} of every number under a key with 'peak' in its name
+    (memory.allocated_peak.activations too)."""
     out = {}
     if isinstance(obj, dict):
         for k, v in obj.items():
-            name = f"{prefix}{k}"
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and "peak" in k:
+            name, hit = f"{prefix}{k}", inside or "peak" in k
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and hit:
                 out[name] = v
-            elif isinstance(v, (dict, list)):
-                out.update(peaks(v, name + "."))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out.update(peaks(v, f"{prefix}{i}."))
+            elif isinstance(v, dict):
+                out.update(peaks(v, name + ".", hit))
     return out
 
 
@@ -163,6 +161,7 @@ def main():
             t = tiny[impl]
             t["gemm_share"] = cell(ok, "gemm_share")
             t["saved_tt_bytes"] = cell(ok, "saved_tt_bytes")
+            t["saved_formula_bytes"] = ok[0].get("saved_formula_bytes")
             t["params"] = ok[0]["params"]
             t["matmul_1024_gflops"] = [r["matmul_1024_gflops"] for r in ok]
             t["loss"] = [(r["first_loss"], r["last_loss"]) for r in ok]
@@ -189,7 +188,9 @@ def main():
             print(f"- frugal's ms/step: {f['ms_source']}")
     if "torch" in tiny:
         t = tiny["torch"]
-        print(f"- PyTorch: {t['params']} parameters; held {fmt(t['held_bytes'], lambda v: f'{v / 1e6:.1f}')} MB, "
+        print(f"- PyTorch: {t['params']} parameters; held {fmt(t['held_bytes'], lambda v: f'{v / 1e6:.1f}')} MB "
+              f"({fmt(t['held_bytes'], lambda v: f'{v:.0f}')} bytes; by hand, torch_gpt.saved_formula: "
+              f"{fmt(t['saved_formula_bytes'], lambda v: f'{v:.0f}')}), "
               f"of it {fmt(t['saved_tt_bytes'], mib)} MiB in softmax's (B, heads, T, T) outputs; GEMM "
               f"(mm/addmm/bmm) {fmt(t['gemm_share'], lambda v: f'{100 * v:.1f}')}% of its ops' self CPU "
               f"time in a profiled step; 1024x1024 matmul {min(t['matmul_1024_gflops']):.0f}-"
@@ -210,6 +211,7 @@ def main():
                            "held_bytes": cell(rs, "held_bytes")}
                 if impl == "torch":
                     p[impl]["saved_tt_bytes"] = cell(rs, "saved_tt_bytes")
+                    p[impl]["saved_formula_bytes"] = rs[0].get("saved_formula_bytes")
         sweep.append(p)
     doc["sweep"] = sweep
     if sweep:

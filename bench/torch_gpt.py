@@ -43,6 +43,8 @@ configuration's):
   summed over the distinct storages that torch.autograd.graph.saved_tensors_hooks
   packs, parameters and the input/target batch left out; saved_tt_bytes is
   the part in (B, heads, T, T) tensors (softmax's outputs);
+  saved_formula_bytes is the same counted by hand (saved_formula), a check
+  that the hooks saw what the model's layers are known to save;
 - with --gemm-share, one more step under torch.profiler: the share of its
   ops' self CPU time (the calling thread's) spent in mm/addmm/bmm/baddbmm
   (gemm_share), and that step's wall time.
@@ -235,6 +237,23 @@ def saved_for_backward(model, x, y, batch, heads, ctx):
     return sum(saved.values()), sum(saved[k] for k in tt), len(saved)
 
 
+def saved_formula(layers, heads, dim, vocab, batch, ctx):
+    """The bytes nanoGPT's forward saves for the backward, by hand (float32 but
+    where said; N = B x T tokens). Each block saves its input (ln_1's), ln_1's
+    output (c_attn's input), qkv (N, 3d) (q @ k^T and att @ v save views of
+    it), softmax's output (B, h, T, T) (att @ v's input too), the heads'
+    output y (c_proj's input), its residual sum (ln_2's input), ln_2's output
+    (c_fc's), c_fc's output (GELU's input) and GELU's output (c_proj's): 16 N d
+    + B h T^2 floats; each LayerNorm its mean and rstd (2 N); masked_fill its
+    (T, T) bool mask; the scalar multiply its scale as a 0-dim float64. After
+    the blocks: ln_f's input and output (2 N d), log_softmax's output (N V),
+    its mean and rstd, nll_loss's total_weight (one float) and the positions
+    (T int64)."""
+    n = batch * ctx
+    per_block = 4 * (16 * n * dim + batch * heads * ctx * ctx + 2 * 2 * n) + ctx * ctx + 8
+    return layers * per_block + 4 * (2 * n * dim + n * vocab + 2 * n + 1) + 8 * ctx
+
+
 def gemm_share(step):
     """One step under the profiler: GEMM ops' share of the ops' self CPU time."""
     from torch.profiler import ProfilerActivity, profile
@@ -300,6 +319,7 @@ def run_one(o):
         "step_ms": [round(t, 3) for t in times], "first_loss": losses[0], "last_loss": losses[-1],
         "peak_rss_bytes": rss, "rss_after_import_bytes": RSS_AFTER_IMPORT,
         "saved_bytes": saved, "saved_tt_bytes": saved_tt, "saved_storages": saved_n,
+        "saved_formula_bytes": saved_formula(o.layers, o.heads, o.dim, 256, o.batch, o.ctx),
         "torch_version": torch.__version__, "blas_libraries": libs,
         "matmul_1024_gflops": round(gflops, 2), "blas_ok": blas_ok,
         "loadavg": open("/proc/loadavg").read().split()[:3],
@@ -322,7 +342,8 @@ def describe(r):
         f"  peak RSS {r['peak_rss_bytes'] / 2**20:.1f} MiB ({r['rss_after_import_bytes'] / 2**20:.1f} MiB "
         f"after import torch)",
         f"  saved for backward {r['saved_bytes'] / 1e6:.1f} MB = {r['saved_bytes'] / 2**20:.1f} MiB in "
-        f"{r['saved_storages']} storages, {r['saved_tt_bytes'] / 2**20:.1f} MiB of it (B, heads, T, T)",
+        f"{r['saved_storages']} storages, {r['saved_tt_bytes'] / 2**20:.1f} MiB of it (B, heads, T, T); "
+        f"by hand {r['saved_formula_bytes']} bytes, measured {r['saved_bytes']}",
     ]
     if "gemm_share" in r:
         lines.append(f"  GEMM share {100 * r['gemm_share']:.1f}% of ops' self CPU time "
