@@ -80,21 +80,26 @@ if [ "$TORCH_ONLY" = 0 ]; then
 fi
 FRUGAL=$BUILD/frugal
 
-# Each run appends one line: {"part", "impl", "round", "seq", "batch", "steps", "rc", "lines": [...]}
-# where lines are the command's stdout lines (frugal's JSON events, or torch_gpt.py's object).
+# Each run appends one line: {"part", "impl", "round", "seq", "batch", "steps", "rc", "lines": [...],
+# "stderr": [...]}: the command's stdout lines (frugal's JSON events, or torch_gpt.py's object) and
+# the last 5 lines of its stderr (the error of a failed run).
+ERR=$(mktemp)
+trap 'rm -f "$ERR"' EXIT
 record() { # part impl round seq batch steps -- command...
     local part=$1 impl=$2 round=$3 seq=$4 batch=$5 steps=$6 out rc=0
     shift 7
     echo "gpt.sh: $part $impl T $seq B $batch (round $round)" >&2
-    out=$("$@") || rc=$?
-    [ "$rc" = 0 ] || echo "gpt.sh: $part $impl T $seq failed (exit $rc)" >&2
+    out=$("$@" 2>"$ERR") || rc=$?
+    [ "$rc" = 0 ] || echo "gpt.sh: $part $impl T $seq failed (exit $rc): $(head -n 1 "$ERR")" >&2
     printf '%s' "$out" | "$PY" -c '
 import json, sys
-part, impl, rnd, seq, batch, steps, rc = sys.argv[1:]
+part, impl, rnd, seq, batch, steps, rc, err = sys.argv[1:]
 lines = [l for l in sys.stdin.read().splitlines() if l.strip()]
+with open(err, errors="replace") as f:
+    stderr = [l.rstrip() for l in f if l.strip()][-5:]
 print(json.dumps({"part": part, "impl": impl, "round": int(rnd), "seq": int(seq), "batch": int(batch),
-                  "steps": int(steps), "rc": int(rc), "lines": lines}))' \
-        "$part" "$impl" "$round" "$seq" "$batch" "$steps" "$rc" >>"$RUNS"
+                  "steps": int(steps), "rc": int(rc), "lines": lines, "stderr": stderr}))' \
+        "$part" "$impl" "$round" "$seq" "$batch" "$steps" "$rc" "$ERR" >>"$RUNS"
 }
 run_torch() { # seq batch steps warmup [extra...]
     local seq=$1 batch=$2 steps=$3 warmup=$4

@@ -166,6 +166,9 @@ def main():
             t["matmul_1024_gflops"] = [r["matmul_1024_gflops"] for r in ok]
             t["loss"] = [(r["first_loss"], r["last_loss"]) for r in ok]
     doc["tiny"] = tiny
+    errors = sorted({f"{r['part']} {r['impl']} T {r['seq']}: exit {r['rc']}: " + " / ".join(r.get("stderr", [])[-2:])
+                     for r in runs if r["rc"] and r["part"] in ("tiny", "sweep")})
+    doc["errors"] = errors
     print("## gpt-tiny: 6 layers, 6 heads, d 384, T 256, batch 8, AdamW\n")
     print("| engine | runs | ms/step | per-run ms/step | peak RSS MiB | held for backward MiB |")
     print("|---|---:|---:|---|---:|---:|")
@@ -196,6 +199,8 @@ def main():
               f"time in a profiled step; 1024x1024 matmul {min(t['matmul_1024_gflops']):.0f}-"
               f"{max(t['matmul_1024_gflops']):.0f} GFLOP/s; loss "
               + ", ".join(f"{a:.3f} -> {b:.3f}" for a, b in t["loss"]))
+    for e in errors:
+        print(f"- failed: {e}")
     print()
 
     # 2. the sweep
@@ -249,7 +254,7 @@ def main():
                 entry.update({k: fr[k] for k in ("peak_rss_bytes", "predicted_step_reserved",
                                                   "measured_reserved_peak", "held_bytes")})
         if r["rc"] or not objs:
-            entry["output"] = r["lines"][-5:]
+            entry["output"] = (r["lines"] + r.get("stderr", []))[-5:]
         g2[part] = entry
     doc["gpt2"] = g2
     if g2:
