@@ -2,8 +2,11 @@
  * src/backend/cpu/attention.c against a naive float64 reference written here
  * (the full T x T scores in double, the backward derived by hand through the
  * softmax's Jacobian), and that reference's gradients against its own
- * central finite differences. Also: the same bits at 1 and 3 threads, a
- * workspace that does not grow with T, and a refused short workspace.
+ * central finite differences. Every case runs twice: on packed
+ * (B,NH,T,HS) tensors and in the fused layout a GPT holds (q, k, v column
+ * blocks of qkv (B,T,3C) read through row strides, out (B,T,C)). Also: the
+ * same bits at 1 and 3 threads in both layouts, a workspace that does not
+ * grow with T, and a refused short workspace.
  * Prints "N passed, M failed".
  *
  * Tolerance: max|got - ref| / max(max|ref|, 1) per tensor. The kernel sums in f32
@@ -116,7 +119,66 @@ static double rel_err(const float *got, const double *ref, size_t n, int slot) {
     return r;
 }
 
-/* One case: random q, k, v, dout; the kernel against the reference. */
+/* Packed (B,NH,T,HS) x <-> block `which` (width C = NH HS) of the fused
+ * (B,T,W) matrix m (W = 3C for qkv, C for out). */
+static void pack_fused(float *m, float *x, int which, int W, int B, int NH, int T, int HS,
+                       int to_fused) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < HS; j++) {
+                    size_t pi = (((size_t)b * NH + h) * T + t) * HS + j;
+                    size_t fi = ((size_t)b * T + t) * W + (size_t)which * NH * HS + h * HS + j;
+                    if (to_fused) m[fi] = x[pi];
+                    else x[pi] = m[fi];
+                }
+}
+
+/* The same case in the fused layout a GPT uses (q, k, v column blocks of
+ * qkv (B,T,3C), out (B,T,C)), read in place through strides, against the
+ * same float64 reference (d: reference out, lse, dq, dk, dv at 4..8; f: the
+ * inputs q, k, v, dout at 0..3). D must be rowsum(dout o out) per head. */
+static void check_fused(int B, int NH, int T, int HS, float **f, double **d) {
+    const int C = NH * HS;
+    size_t n = (size_t)B * NH * T * HS, nl = (size_t)B * NH * T;
+    float *qkv = malloc(3 * n * sizeof(float)), *dqkv = malloc(3 * n * sizeof(float));
+    float *dout = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    float *lse = malloc(nl * sizeof(float)), *D = malloc(nl * sizeof(float));
+    float *back = malloc(n * sizeof(float));
+    for (int w = 0; w < 3; w++) pack_fused(qkv, f[w], w, 3 * C, B, NH, T, HS, 1);
+    pack_fused(dout, f[3], 0, C, B, NH, T, HS, 1);
+    for (size_t i = 0; i < 3 * n; i++) dqkv[i] = NAN; /* every value must be written */
+    size_t wsn = fr_attention_ws_floats(T, HS, omp_get_max_threads());
+    float *ws = malloc(wsn * sizeof(float));
+    fr_attn_layout L = fr_attn_fused(B, NH, T, HS);
+    int st = fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, out, lse, ws, wsn);
+    st |= fr_attention_bwd(&L, qkv, qkv + C, qkv + 2 * C, out, dout, lse, D, dqkv, dqkv + C,
+                           dqkv + 2 * C, ws, wsn);
+    CHECK(st == 0, "fused: returned %d", st);
+    pack_fused(out, back, 0, C, B, NH, T, HS, 0);
+    double e[6];
+    e[0] = rel_err(back, d[4], n, 0);
+    e[1] = rel_err(lse, d[5], nl, 1);
+    for (int w = 0; w < 3; w++) {
+        pack_fused(dqkv, back, w, 3 * C, B, NH, T, HS, 0);
+        e[2 + w] = rel_err(back, d[6 + w], n, 2 + w);
+    }
+    /* D against float64 sums of dout and the reference out, relative to HS */
+    double dm = 0;
+    for (size_t r = 0; r < nl; r++) {
+        double a = 0;
+        for (int j = 0; j < HS; j++) a += (double)f[3][r * HS + j] * d[4][r * HS + j];
+        if (!(fabs(a - D[r]) <= dm)) dm = fabs(a - D[r]);
+    }
+    e[5] = dm / HS;
+    for (int i = 0; i < 6; i++)
+        CHECK(e[i] <= TOL, "fused B=%d NH=%d T=%d HS=%d: %s off by %.3g (tol %g)", B, NH, T, HS,
+              i < 5 ? g_names[i] : "D", e[i], TOL);
+    free(qkv), free(dqkv), free(dout), free(out), free(lse), free(D), free(back), free(ws);
+}
+
+/* One case: random q, k, v, dout; the kernel against the reference (packed
+ * layout, then the fused one). */
 static void check_case(int B, int NH, int T, int HS) {
     int BH = B * NH;
     size_t n = (size_t)BH * T * HS, nl = (size_t)BH * T;
@@ -136,10 +198,11 @@ static void check_case(int B, int NH, int T, int HS) {
         qd[i] = q[i], kd[i] = k[i], vd[i] = v[i], dod[i] = dout[i];
     }
     size_t wsn = fr_attention_ws_floats(T, HS, omp_get_max_threads());
-    float *ws = malloc(wsn * sizeof(float));
-    int st = fr_attention_fwd(q, k, v, out, lse, B, NH, T, HS, ws, wsn);
+    float *ws = malloc(wsn * sizeof(float)), *D = malloc((nl ? nl : 1) * sizeof(float));
+    fr_attn_layout L = fr_attn_packed(B, NH, T, HS);
+    int st = fr_attention_fwd(&L, q, k, v, out, lse, ws, wsn);
     CHECK(st == 0, "fwd returned %d", st);
-    st = fr_attention_bwd(q, k, v, out, dout, lse, dq, dk, dv, B, NH, T, HS, ws, wsn);
+    st = fr_attention_bwd(&L, q, k, v, out, dout, lse, D, dq, dk, dv, ws, wsn);
     CHECK(st == 0, "bwd returned %d", st);
     ref_all(qd, kd, vd, dod, od, ld, dqd, dkd, dvd, BH, T, HS);
     double e[5] = {rel_err(out, od, n, 0), rel_err(lse, ld, nl, 1), rel_err(dq, dqd, n, 2),
@@ -150,8 +213,9 @@ static void check_case(int B, int NH, int T, int HS) {
     if (g_verbose)
         printf("B=%d NH=%d T=%3d HS=%2d  out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", B, NH, T, HS,
                e[0], e[1], e[2], e[3], e[4]);
+    check_fused(B, NH, T, HS, f, d);
     for (int i = 0; i < 10; i++) free(d[i]), free(f[i]);
-    free(ws);
+    free(ws), free(D);
 }
 
 /* The reference's gradients against central differences of
@@ -190,33 +254,40 @@ static void check_reference_fd(int B, int NH, int T, int HS) {
     free(W), free(o), free(lse);
 }
 
-/* The same bits at 1 and at 3 threads. */
-static void check_threads(int B, int NH, int T, int HS) {
+/* The same bits at 1 and 3 threads, in either layout (fused: in[0] read as
+ * qkv (B,T,3C), in[3] as dout (B,T,C)). */
+static void check_threads(int B, int NH, int T, int HS, int fused) {
     size_t n = (size_t)B * NH * T * HS, nl = (size_t)B * NH * T;
-    float *in[4], *res[2][5];
+    float *in[4], *res[2][6];
     for (int i = 0; i < 4; i++) {
-        in[i] = malloc(n * sizeof(float));
-        for (size_t j = 0; j < n; j++) in[i][j] = (float)((i == 0 ? 3.0 : 1.0) * urand());
+        in[i] = malloc(3 * n * sizeof(float));
+        for (size_t j = 0; j < 3 * n; j++) in[i][j] = (float)((i == 0 ? 3.0 : 1.0) * urand());
     }
+    const size_t C = (size_t)NH * HS;
+    fr_attn_layout L = fused ? fr_attn_fused(B, NH, T, HS) : fr_attn_packed(B, NH, T, HS);
+    const float *q = in[0], *k = fused ? in[0] + C : in[1], *v = fused ? in[0] + 2 * C : in[2];
     size_t wsn = fr_attention_ws_floats(T, HS, 3);
     float *ws = malloc(wsn * sizeof(float));
     int saved = omp_get_max_threads();
     for (int r = 0; r < 2; r++) {
-        for (int i = 0; i < 5; i++) res[r][i] = malloc((i == 1 ? nl : n) * sizeof(float));
+        for (int i = 0; i < 6; i++) res[r][i] = calloc(3 * n, sizeof(float));
         omp_set_num_threads(r ? 3 : 1);
-        int st = fr_attention_fwd(in[0], in[1], in[2], res[r][0], res[r][1], B, NH, T, HS, ws, wsn);
-        st |= fr_attention_bwd(in[0], in[1], in[2], res[r][0], in[3], res[r][1], res[r][2],
-                               res[r][3], res[r][4], B, NH, T, HS, ws, wsn);
+        float *g = res[r][2];
+        int st = fr_attention_fwd(&L, q, k, v, res[r][0], res[r][1], ws, wsn);
+        st |= fr_attention_bwd(&L, q, k, v, res[r][0], in[3], res[r][1], res[r][5], g,
+                               fused ? g + C : res[r][3], fused ? g + 2 * C : res[r][4], ws, wsn);
         CHECK(st == 0, "threads %d: returned %d", r ? 3 : 1, st);
     }
     omp_set_num_threads(saved);
-    for (int i = 0; i < 5; i++)
-        CHECK(!memcmp(res[0][i], res[1][i], (i == 1 ? nl : n) * sizeof(float)),
-              "%s differs between 1 and 3 threads (B=%d NH=%d T=%d HS=%d)", g_names[i], B, NH, T,
-              HS);
+    for (int i = 0; i < 6; i++) {
+        size_t len = i == 1 || i == 5 ? nl : i == 2 && fused ? 3 * n : n;
+        CHECK(!memcmp(res[0][i], res[1][i], len * sizeof(float)),
+              "%s%s differs between 1 and 3 threads (B=%d NH=%d T=%d HS=%d)", fused ? "fused " : "",
+              i < 5 ? g_names[i] : "D", B, NH, T, HS);
+    }
     for (int i = 0; i < 4; i++) free(in[i]);
     for (int r = 0; r < 2; r++)
-        for (int i = 0; i < 5; i++) free(res[r][i]);
+        for (int i = 0; i < 6; i++) free(res[r][i]);
     free(ws);
 }
 
@@ -228,14 +299,14 @@ static void check_workspace(void) {
     CHECK(fr_attention_ws_floats(4096, 8, 1) == b, "ws depends on HS");
     CHECK(fr_attention_ws_floats(4096, 64, 4) == 4 * b, "ws is not linear in threads");
     CHECK(b <= 2 * FR_ATTN_BQ * FR_ATTN_BK + 2 * FR_ATTN_BQ, "ws %zu above its stated bound", b);
-    float x[4 * 8] = {0}, o[4 * 8], lse[4], g[3][4 * 8], ws[64];
+    float x[4 * 8] = {0}, o[4 * 8], lse[4], D[4], g[3][4 * 8], ws[64];
     size_t need = fr_attention_ws_floats(4, 8, 1);
+    fr_attn_layout L = fr_attn_packed(1, 1, 4, 8);
     CHECK(need <= 64 && need > 1, "ws at T=4: %zu", need);
-    CHECK(fr_attention_fwd(x, x, x, o, lse, 1, 1, 4, 8, ws, need - 1) != 0,
-          "fwd took a short workspace");
-    CHECK(fr_attention_bwd(x, x, x, o, x, lse, g[0], g[1], g[2], 1, 1, 4, 8, ws, need - 1) != 0,
+    CHECK(fr_attention_fwd(&L, x, x, x, o, lse, ws, need - 1) != 0, "fwd took a short workspace");
+    CHECK(fr_attention_bwd(&L, x, x, x, o, x, lse, D, g[0], g[1], g[2], ws, need - 1) != 0,
           "bwd took a short workspace");
-    CHECK(fr_attention_fwd(x, x, x, o, lse, 1, 1, 4, 8, ws, need) == 0, "fwd refused its ws");
+    CHECK(fr_attention_fwd(&L, x, x, x, o, lse, ws, need) == 0, "fwd refused its ws");
 }
 
 int main(void) {
@@ -252,10 +323,12 @@ int main(void) {
         for (int hi = 0; hi < 3; hi++)
             for (int si = 0; si < 4; si++, idx++) check_case(1 + idx % 2, NHs[hi], Ts[ti], HSs[si]);
     check_case(1, 2, 130, 128); /* a head size past the range, once */
-    check_threads(2, 3, 130, 16);
-    check_threads(1, 1, 65, 64);
-    check_threads(1, 1, 64,
-                  256); /* one task: a team of one, GEMMs above OpenBLAS's threading threshold */
+    for (int fused = 0; fused < 2; fused++) {
+        check_threads(2, 3, 130, 16, fused);
+        check_threads(1, 1, 65, 64, fused);
+        /* one task: a team of one, GEMMs above OpenBLAS's threading threshold */
+        check_threads(1, 1, 64, 256, fused);
+    }
     printf("worst:");
     for (int i = 0; i < 6; i++) printf(" %s %.2e", g_names[i], g_worst[i]);
     printf("\n");

@@ -17,8 +17,9 @@ typedef struct gcase {
     fr_op op;
     int n_in;
     fr_shape in[5];
-    int is_label[5]; /* i32 labels (cross-entropy) */
-    int no_grad[5];  /* inputs not differentiated (BatchNorm running stats) */
+    int is_int[5];  /* i32 inputs, not differentiated: 1 labels (cross-entropy, below the
+                        logits' last dimension); k > 1 ids below k (embedding), an input */
+    int no_grad[5]; /* inputs not differentiated (BatchNorm running stats) */
     fr_attr attr;
     int positive[5]; /* keep away from kinks: |x| >= 0.1 */
     const char *what;
@@ -34,7 +35,7 @@ typedef struct harness {
     fr_exec ex;
     int in_val[5], grad_val[5];
     float *data[5], *grad[5];
-    int32_t *labels;
+    int32_t *ints[5]; /* i32 inputs: labels or ids */
     float *target;
     int out, target_val, loss, main_out;
     size_t n[5];
@@ -43,7 +44,7 @@ typedef struct harness {
 static double run_loss(harness *h, int with_backward) {
     for (int i = 0; i < 5; i++) {
         if (h->in_val[i] < 0) continue;
-        h->ex.ptr[h->in_val[i]] = h->data[i] ? (void *)h->data[i] : (void *)h->labels;
+        h->ex.ptr[h->in_val[i]] = h->data[i] ? (void *)h->data[i] : (void *)h->ints[i];
         if (h->grad_val[i] >= 0) {
             h->ex.ptr[h->grad_val[i]] = h->grad[i];
             h->ex.written[h->grad_val[i]] = 0;
@@ -80,16 +81,18 @@ static void run_case(const gcase *c) {
     for (int i = 0; i < 5; i++) h.in_val[i] = h.grad_val[i] = -1;
     for (int i = 0; i < c->n_in; i++) {
         if (c->in[i].ndim == 0) continue; /* absent optional input */
-        int lab = c->is_label[i];
-        h.in_val[i] = fr_graph_value(
-            &h.g, lab ? FR_VAL_LABEL : (c->no_grad[i] ? FR_VAL_BUFFER : FR_VAL_PARAM),
-            lab ? FR_I32 : FR_F32, c->in[i]);
+        int lab = c->is_int[i] == 1, ids = c->is_int[i] > 1;
+        h.in_val[i] = fr_graph_value(&h.g,
+                                     lab   ? FR_VAL_LABEL
+                                     : ids ? FR_VAL_INPUT
+                                           : (c->no_grad[i] ? FR_VAL_BUFFER : FR_VAL_PARAM),
+                                     lab || ids ? FR_I32 : FR_F32, c->in[i]);
         h.g.vals[h.in_val[i]].batched = i == 0 || lab;
         h.n[i] = (size_t)fr_shape_numel(&c->in[i]);
-        if (lab) {
-            h.labels = malloc(h.n[i] * sizeof(int32_t));
-            for (size_t k = 0; k < h.n[i]; k++)
-                h.labels[k] = (int32_t)fr_rng_below(&r, (uint64_t)c->in[0].d[1]);
+        if (lab || ids) {
+            uint64_t below = ids ? (uint64_t)c->is_int[i] : (uint64_t)c->in[0].d[c->in[0].ndim - 1];
+            h.ints[i] = malloc(h.n[i] * sizeof(int32_t));
+            for (size_t k = 0; k < h.n[i]; k++) h.ints[i][k] = (int32_t)fr_rng_below(&r, below);
             continue;
         }
         h.data[i] = malloc(h.n[i] * sizeof(float));
@@ -204,8 +207,8 @@ cleanup:
     for (int i = 0; i < 5; i++) {
         free(h.data[i]);
         free(h.grad[i]);
+        free(h.ints[i]);
     }
-    free(h.labels);
     free(h.target);
     fr_mem_stats st;
     fr_mem_get_stats(h.ctx, &st);
@@ -221,6 +224,8 @@ int main(void) {
     fr_attr ln = {.eps = 1e-5f};
     fr_attr drop = {.p = 0.3f, .training = 1, .salt = 5};
     fr_attr ce = {.scale = 1.0f};
+    fr_attr gelu_tanh = {.approx = 1};
+    fr_attr attn2 = {.heads = 2, .causal = 1};
     gcase cases[] = {
         {FR_OP_LINEAR,
          3,
@@ -238,6 +243,14 @@ int main(void) {
          none,
          {0},
          "linear (no bias)"},
+        {FR_OP_LINEAR,
+         3,
+         {fr_shape3(2, 3, 5), fr_shape2(4, 5), fr_shape1(4)},
+         {0},
+         {0},
+         none,
+         {0},
+         "linear (B,T,K)"},
         {FR_OP_CONV2D,
          3,
          {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)},
@@ -251,6 +264,7 @@ int main(void) {
         {FR_OP_GLOBAL_AVGPOOL, 1, {fr_shape4(2, 3, 3, 4)}, {0}, {0}, none, {0}, "global_avgpool"},
         {FR_OP_RELU, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {2}, "relu"},
         {FR_OP_GELU, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "gelu"},
+        {FR_OP_GELU, 1, {fr_shape3(2, 3, 4)}, {0}, {0}, gelu_tanh, {0}, "gelu (tanh)"},
         {FR_OP_SIGMOID, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "sigmoid"},
         {FR_OP_TANH, 1, {fr_shape2(4, 6)}, {0}, {0}, none, {0}, "tanh"},
         {FR_OP_BATCHNORM,
@@ -277,6 +291,14 @@ int main(void) {
          ln,
          {0},
          "layernorm"},
+        {FR_OP_LAYERNORM,
+         3,
+         {fr_shape3(2, 3, 6), fr_shape1(6), fr_shape1(6)},
+         {0},
+         {0},
+         ln,
+         {0},
+         "layernorm (B,T,C)"},
         {FR_OP_DROPOUT, 1, {fr_shape2(4, 8)}, {0}, {0}, drop, {0}, "dropout"},
         {FR_OP_ADD, 2, {fr_shape2(3, 4), fr_shape2(3, 4)}, {0}, {0}, none, {0}, "add"},
         {FR_OP_VIEW, 1, {fr_shape3(2, 3, 4)}, {0}, {0}, {.shape = {2, {2, 12}}}, {0}, "view"},
@@ -288,7 +310,30 @@ int main(void) {
          ce,
          {0},
          "cross_entropy"},
+        {FR_OP_CROSS_ENTROPY,
+         2,
+         {fr_shape3(2, 3, 5), fr_shape2(2, 3)},
+         {0, 1},
+         {0},
+         ce,
+         {0},
+         "cross_entropy (B,T,V)"},
         {FR_OP_MSE, 2, {fr_shape2(3, 4), fr_shape2(3, 4)}, {0}, {0, 1}, ce, {0}, "mse"},
+        /* ids below 5 over 6 positions: some rows of W repeat, some are never
+         * read (their gradient must be 0) */
+        {FR_OP_EMBEDDING, 2, {fr_shape2(2, 3), fr_shape2(5, 4)}, {5}, {0}, none, {0}, "embedding"},
+        /* T = 3 of Tmax = 5: rows 3, 4 get no gradient */
+        {FR_OP_POS_EMBEDDING,
+         2,
+         {fr_shape3(2, 3, 4), fr_shape2(5, 4)},
+         {0},
+         {0},
+         none,
+         {0},
+         "pos_embedding"},
+        {FR_OP_ATTENTION, 1, {fr_shape3(2, 5, 12)}, {0}, {0}, attn2, {0}, "attention NH 2"},
+        /* past a key tile (32) and a query tile (64): T = 67, C = 8, HS 4 */
+        {FR_OP_ATTENTION, 1, {fr_shape3(1, 67, 24)}, {0}, {0}, attn2, {0}, "attention T 67"},
     };
     int ncase = (int)(sizeof cases / sizeof cases[0]);
     /* Every differentiable op of the table has a case. */

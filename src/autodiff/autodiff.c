@@ -112,6 +112,33 @@ int fr_bw_loss(fr_graph *g, int node, const int *dout, const uint8_t *need, int 
     return emit(g, node, (fr_op)(f->op + 1), in, 2, n1, din);
 }
 
+/* The table rows' gradient: the ids are integers, never differentiated. */
+int fr_bw_embedding(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    const fr_node *f = &g->nodes[node];
+    int in[2] = {dout[0], f->in[0]};
+    uint8_t n1[2] = {0, need[1]};
+    return emit(g, node, FR_OP_EMBEDDING_BWD, in, 2, n1, din);
+}
+
+/* y = x + W[t]: x's gradient is dy itself (as ADD passes it), the table's a
+ * sum over the batch by POS_EMBEDDING_BWD. */
+int fr_bw_pos_embedding(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    if (need[1]) {
+        uint8_t n1[2] = {0, 1};
+        int st = emit(g, node, FR_OP_POS_EMBEDDING_BWD, dout, 1, n1, din);
+        if (st) return st;
+    }
+    din[0] = need[0] ? dout[0] : -1;
+    return 0;
+}
+
+/* Nothing recomputed here: the kernel retiles from qkv, y and the saved lse. */
+int fr_bw_attention(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    const fr_node *f = &g->nodes[node];
+    int in[4] = {dout[0], f->in[0], f->out[0], f->out[1]};
+    return emit(g, node, FR_OP_ATTENTION_BWD, in, 4, need, din);
+}
+
 /* Deliver gradient value v into parameter gradient gv. When v was made by
  * this rule for this input alone, its producer writes gv directly (no copy);
  * a gradient passed through (add, view) is copied or added by a COPY node. */

@@ -44,6 +44,9 @@ typedef struct fr_attr {
     fr_dtype dtype;          /* cast: the target dtype */
     fr_dtype round;          /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
     int param;               /* optim_step: the model parameter it updates */
+    int heads;               /* attention: number of heads NH (divides C) */
+    int causal;              /* attention: 1 = query t attends keys 0..t (the only mode) */
+    int approx;              /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
 } fr_attr;
 
 typedef struct fr_node {

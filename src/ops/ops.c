@@ -3,6 +3,7 @@
  * one row here, one X() line in ops.h and one kernel file; the generic
  * gradient test picks it up from this table. */
 #include "autodiff/autodiff.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "ops/ops.h"
 
@@ -19,11 +20,17 @@ static int fail_shape(fr_graph *g, const fr_node *n, const char *what) {
 
 /* ---- shape rules ---- */
 
+/* x (..., K) of rank 2..4, W (O, K) -> y (..., O): the last dimension is mapped */
 static int sh_linear(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *x = &V(0)->shape, *w = &V(1)->shape;
-    if (x->ndim != 2) return fail_shape(g, n, "input must be (batch, features): add flatten");
-    if (x->d[1] != w->d[1]) return fail_shape(g, n, "input features do not match the weight");
-    o[0] = fr_shape2(x->d[0], w->d[0]);
+    if (x->ndim < 2) return fail_shape(g, n, "input must be (batch, features): add flatten");
+    if (x->d[x->ndim - 1] != w->d[1])
+        return fail_shape(g, n,
+                          x->ndim > 2 && fr_shape_numel(x) / x->d[0] == w->d[1]
+                              ? "input must be (batch, features): add flatten"
+                              : "input features do not match the weight");
+    o[0] = *x;
+    o[0].d[x->ndim - 1] = w->d[0];
     dt[0] = FR_F32;
     b[0] = V(0)->batched;
     return 0;
@@ -108,12 +115,28 @@ static int sh_batchnorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
     return 0;
 }
 
+/* Leading dimensions of x left when its trailing ones hold D elements
+ * (D = numel(weight)): 1 for x (N, C, H, W) and weight (C, H, W), 2 for x
+ * (B, T, C) and weight (C); 0 when no trailing block holds exactly D. */
+static int lead_dims(const fr_shape *x, int64_t D) {
+    int64_t p = 1;
+    for (int k = x->ndim - 1; k >= 1; k--) {
+        p *= x->d[k];
+        if (p == D) return k;
+        if (p > D) return 0;
+    }
+    return 0;
+}
+
 static int sh_layernorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *x = &V(0)->shape;
-    if (fr_shape_numel(x) / x->d[0] != fr_shape_numel(&V(1)->shape))
+    int lead = lead_dims(x, fr_shape_numel(&V(1)->shape));
+    if (lead < 1 || !fr_shape_eq(&V(1)->shape, &V(2)->shape))
         return fail_shape(g, n, "normalised shape does not match the weight");
     o[0] = *x;
-    o[1] = o[2] = fr_shape1(x->d[0]);
+    o[1].ndim = lead;
+    for (int k = 0; k < lead; k++) o[1].d[k] = x->d[k];
+    o[2] = o[1];
     dt[0] = dt[1] = dt[2] = FR_F32;
     b[0] = b[1] = b[2] = V(0)->batched;
     return 0;
@@ -136,14 +159,71 @@ static int sh_view(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *
     return 0;
 }
 
+/* cross-entropy: logits (..., V) of rank 2..4, labels of the leading shape;
+ * mse: pred and target (N, D) */
 static int sh_loss(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *z = &V(0)->shape, *y = &V(1)->shape;
-    if (z->ndim != 2) return fail_shape(g, n, "the loss needs (batch, classes) outputs");
-    if (n->op == FR_OP_CROSS_ENTROPY ? (y->ndim != 1 || y->d[0] != z->d[0]) : !fr_shape_eq(z, y))
-        return fail_shape(g, n, "targets do not match the outputs");
+    if (n->op == FR_OP_CROSS_ENTROPY) {
+        if (z->ndim < 2) return fail_shape(g, n, "the loss needs (batch, classes) outputs");
+        int ok = y->ndim == z->ndim - 1;
+        for (int k = 0; ok && k < y->ndim; k++) ok = y->d[k] == z->d[k];
+        if (!ok) return fail_shape(g, n, "targets do not match the outputs");
+    } else {
+        if (z->ndim != 2) return fail_shape(g, n, "the loss needs (batch, classes) outputs");
+        if (!fr_shape_eq(z, y)) return fail_shape(g, n, "targets do not match the outputs");
+    }
     o[0] = fr_shape1(1);
     dt[0] = FR_F32;
     b[0] = 0;
+    return 0;
+}
+
+/* idx i32 (B, T), W (V, C) -> y (B, T, C) */
+static int sh_embedding(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape;
+    if (V(0)->dtype != FR_I32 || x->ndim < 1 || x->ndim > 3)
+        return fail_shape(g, n, "ids must be i32 (batch, positions)");
+    if (w->ndim != 2) return fail_shape(g, n, "the table must be (vocabulary, channels)");
+    o[0] = *x;
+    o[0].ndim = x->ndim + 1;
+    o[0].d[x->ndim] = w->d[1];
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+/* x (B, T, C), W (Tmax, C) with T <= Tmax -> y (B, T, C) */
+static int sh_pos_embedding(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape;
+    if (x->ndim != 3) return fail_shape(g, n, "input must be (batch, positions, channels)");
+    if (w->ndim != 2 || w->d[1] != x->d[2])
+        return fail_shape(g, n, "channels do not match the position table (positions, channels)");
+    if (x->d[1] > w->d[0]) {
+        char m[96];
+        snprintf(m, sizeof m, "sequence of %lld positions but the position table has %lld",
+                 (long long)x->d[1], (long long)w->d[0]);
+        return fail_shape(g, n, m);
+    }
+    return sh_same(g, n, o, dt, b);
+}
+
+/* qkv (B, T, 3C) -> y (B, T, C), lse (B, NH, T), ws (a tile per thread) */
+static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    const int nh = n->attr.heads;
+    if (x->ndim != 3 || x->d[2] % 3)
+        return fail_shape(g, n, "input must be (batch, positions, 3 x channels): q, k, v");
+    if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
+    const int64_t C = x->d[2] / 3;
+    if (nh < 1 || C % nh || C == 0)
+        return fail_shape(g, n, "the number of heads must divide the channels");
+    o[0] = fr_shape3(x->d[0], x->d[1], C);
+    o[1] = fr_shape3(x->d[0], nh, x->d[1]);
+    o[2] = fr_shape1(
+        (int64_t)fr_attention_ws_floats((int)x->d[1], (int)(C / nh), fr_get_threads(g->ctx)));
+    dt[0] = dt[1] = dt[2] = FR_F32;
+    b[0] = b[1] = V(0)->batched;
+    b[2] = 0;
     return 0;
 }
 
@@ -167,6 +247,18 @@ static int sh_conv2d_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uin
                                         a->kernel, a->stride, a->pad, 1));
     dt[3] = FR_F32;
     b[3] = 0;
+    return 0;
+}
+
+/* dy, qkv, y, lse -> dqkv (B, T, 3C), D (B, NH, T), ws */
+static int sh_attention_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    sh_grads(g, n, o, dt, b);
+    const fr_node *f = &g->nodes[n->fwd];
+    o[1] = g->vals[f->out[1]].shape;
+    o[2] = g->vals[f->out[2]].shape;
+    dt[1] = dt[2] = FR_F32;
+    b[1] = g->vals[f->out[1]].batched;
+    b[2] = 0;
     return 0;
 }
 
@@ -199,6 +291,19 @@ static double fl_none(const fr_graph *g, const fr_node *n) {
     return 0.0;
 }
 static double fl_loss(const fr_graph *g, const fr_node *n) { return 8.0 * NUMEL(0); }
+static double fl_out(const fr_graph *g, const fr_node *n) {
+    return (double)fr_shape_numel(&g->vals[n->out[0]].shape);
+}
+/* causal: 2 GEMMs (q k^T, P v) of 2 B NH T^2 HS each, half of them masked away */
+static double fl_attention(const fr_graph *g, const fr_node *n) {
+    const fr_shape *x = &V(0)->shape;
+    return 2.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * (double)(x->d[2] / 3);
+}
+/* qkv is in[1]: recomputing the scores and four more GEMMs, about 2.5 the forward */
+static double fl_attention_bwd(const fr_graph *g, const fr_node *n) {
+    const fr_shape *x = &V(1)->shape;
+    return 5.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * (double)(x->d[2] / 3);
+}
 
 /* ---- 16-bit inputs read directly (the mixed-precision pass, precision.c) ---- */
 
@@ -257,7 +362,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 33, "fr_op_table has 33 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 39, "fr_op_table has 39 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, fr_k_linear_bwd, NULL, -1, 0, fl_linear_bwd),
@@ -299,4 +404,13 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(MSE, "mse", sh_loss, fr_k_mse, fr_bw_loss, -1, 0, fl_elem),
     ROW(MSE_BWD, "mse_bwd", sh_grads, fr_k_mse_bwd, NULL, -1, 0, fl_elem),
     ROW(OPTIM_STEP, "optim_step", sh_optim_step, fr_k_optim_step, NULL, -1, 0, fl_none),
+    ROW(EMBEDDING, "embedding", sh_embedding, fr_k_embedding, fr_bw_embedding, -1, 0, fl_out),
+    ROW(EMBEDDING_BWD, "embedding_bwd", sh_grads, fr_k_embedding_bwd, NULL, -1, 0, fl_elem),
+    ROW(POS_EMBEDDING, "pos_embedding", sh_pos_embedding, fr_k_pos_embedding, fr_bw_pos_embedding,
+        0, 0, fl_elem),
+    ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, fr_k_pos_embedding_bwd, NULL, -1, 0,
+        fl_elem),
+    ROW(ATTENTION, "attention", sh_attention, fr_k_attention, fr_bw_attention, -1, 0, fl_attention),
+    ROW(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, fr_k_attention_bwd, NULL, -1, 0,
+        fl_attention_bwd),
 };

@@ -42,7 +42,13 @@
     X(CROSS_ENTROPY_BWD, 2, 1)  \
     X(MSE, 2, 1)                \
     X(MSE_BWD, 2, 1)            \
-    X(OPTIM_STEP, 1, 1)
+    X(OPTIM_STEP, 1, 1)         \
+    X(EMBEDDING, 2, 1)          \
+    X(EMBEDDING_BWD, 2, 2)      \
+    X(POS_EMBEDDING, 2, 1)      \
+    X(POS_EMBEDDING_BWD, 1, 2)  \
+    X(ATTENTION, 1, 3)          \
+    X(ATTENTION_BWD, 4, 3)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(name, nin, nout) FR_OP_##name,

@@ -1,4 +1,4 @@
-/* activation.c — elementwise activations (ReLU, exact GELU, sigmoid, tanh),
+/* activation.c — elementwise activations (ReLU, GELU exact or tanh, sigmoid, tanh),
  * their backward, and the residual ADD. Every loop reads element i before it
  * writes element i and touches nothing else, so an output may alias its
  * input exactly (y = x, dx = dy, y = a; vector lanes keep that true): the
@@ -13,6 +13,16 @@
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
+#define SQRT_2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+
+/* d/dx of the tanh GELU, u = sqrt(2/pi) (x + 0.044715 x^3):
+ * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 x^2) */
+static inline float gelu_tanh_grad(float v) {
+    const float t = tanhf(SQRT_2_PI * (v + GELU_A * v * v * v));
+    return 0.5f * (1.0f + t) +
+           0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
+}
 
 static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
     *n = fr_shape_numel(&c->in[0].shape);
@@ -121,11 +131,28 @@ UNARY(fr_k_relu, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
 // dx = dy where y > 0, else 0
 BINARY_BWD(fr_k_relu_bwd, "relu_bwd", v > 0.0f ? d : 0.0f)
 
+/* static: the two formulas sit behind fr_k_gelu (clang-format misreads a
+ * macro after static) */
+// clang-format off
 // y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (exact GELU, PyTorch approximate='none')
-UNARY(fr_k_gelu, "gelu", 0.5f * v * (1.0f + erff(v * INV_SQRT2)))
+static UNARY(gelu_erf, "gelu", 0.5f * v * (1.0f + erff(v * INV_SQRT2)))
 // dx = dy * (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
-BINARY_BWD(fr_k_gelu_bwd, "gelu_bwd",
-           d *(0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
+static BINARY_BWD(gelu_erf_bwd, "gelu_bwd",
+                  d * (0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
+
+// y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2's, approximate='tanh')
+static UNARY(gelu_tanh, "gelu", 0.5f * v * (1.0f + tanhf(SQRT_2_PI * (v + GELU_A * v * v * v))))
+// dx = dy * gelu_tanh_grad(x)
+static BINARY_BWD(gelu_tanh_bwd, "gelu_bwd", d * gelu_tanh_grad(v))
+
+// attr.approx picks the formula: 0 exact, 1 tanh
+int fr_k_gelu(fr_kernel_call *c) {
+    return c->node && c->node->attr.approx ? gelu_tanh(c) : gelu_erf(c);
+}
+int fr_k_gelu_bwd(fr_kernel_call *c) {
+    return c->node && c->node->attr.approx ? gelu_tanh_bwd(c) : gelu_erf_bwd(c);
+}
+// clang-format on
 
 // y = 1 / (1 + exp(-x))
 UNARY(fr_k_sigmoid, "sigmoid", 1.0f / (1.0f + expf(-v)))

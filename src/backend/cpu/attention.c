@@ -3,8 +3,8 @@
  * aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): scores a tile of
  * queries x a tile of keys at a time by OpenBLAS GEMMs, an online softmax in
  * the forward, the tiles recomputed from lse in the backward. It owns the
- * math and the tiling only: no allocation (the caller gives the workspace),
- * no op-table entry yet.
+ * math and the tiling, and the op table's ATTENTION / ATTENTION_BWD kernels
+ * on a GPT's fused qkv: no allocation (the workspace is planned).
  *
  * For one (batch, head), with Q, K, V, O (T, HS) and s = 1/sqrt(HS):
  *   S = s Q K^T, masked to S[t,u] = -inf for u > t
@@ -19,9 +19,22 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 #include "frugal.h"
 
 static int imin(int a, int b) { return a < b ? a : b; }
+
+fr_attn_layout fr_attn_packed(int B, int NH, int T, int HS) {
+    const size_t t = (size_t)HS, h = (size_t)T * t, b = (size_t)NH * h;
+    return (fr_attn_layout){B, NH, T, HS, b, h, t, b, h, t};
+}
+
+fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS) {
+    const size_t C = (size_t)NH * HS;
+    return (fr_attn_layout){
+        B, NH, T, HS, (size_t)T * 3 * C, (size_t)HS, 3 * C, (size_t)T * C, (size_t)HS, C};
+}
 
 static size_t slot_floats(int T) {
     size_t bq = (size_t)imin(T, FR_ATTN_BQ), bk = (size_t)imin(T, FR_ATTN_BK);
@@ -49,11 +62,11 @@ static int team(int T, size_t ws_floats, long long tasks) {
     return (int)nt;
 }
 
-/* The scores of one tile: S (rq, rk; row stride BK) = s Qi Kj^T, with Qi the
- * tile's rq query rows and Kj its rk key rows (HS each). */
-static void scores(float *S, int ldS, const float *Qi, const float *Kj, int rq, int rk, int HS,
-                   float s) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, s, Qi, HS, Kj, HS, 0.0f, S,
+/* The scores of one tile: S (rq, rk; row stride ldS) = s Qi Kj^T, with Qi the
+ * tile's rq query rows and Kj its rk key rows (HS each, row stride ld). */
+static void scores(float *S, int ldS, const float *Qi, const float *Kj, int ld, int rq, int rk,
+                   int HS, float s) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, s, Qi, ld, Kj, ld, 0.0f, S,
                 ldS);
 }
 
@@ -64,7 +77,15 @@ static int visible(int q, int k0, int rk) {
     return n < 0 ? 0 : n > rk ? rk : n;
 }
 
-// q, k, v, out are (B,NH,T,HS), lse is (B,NH,T)
+/* Offsets of (batch, head) bh's first row in q-like and out-like tensors. */
+static size_t qbase(const fr_attn_layout *L, size_t bh) {
+    return bh / (size_t)L->NH * L->qb + bh % (size_t)L->NH * L->qh;
+}
+static size_t obase(const fr_attn_layout *L, size_t bh) {
+    return bh / (size_t)L->NH * L->ob + bh % (size_t)L->NH * L->oh;
+}
+
+// q, k, v are (B,NH,T,HS) seen through L's strides, out likewise, lse is (B,NH,T)
 // out[t] = sum_{u<=t} exp(S[t,u] - lse[t]) v[u],  lse[t] = log sum_{u<=t} exp(S[t,u])
 // One task per (b, head, query tile); out's rows are the accumulator. Per key
 // tile j (left to right, those with a key at or left of the tile's last
@@ -73,8 +94,9 @@ static int visible(int q, int k0, int rk) {
 // is multiplied by e^(m - m') and gets P Vj added with P = e^(S - m').
 // Key tiles wholly right of the diagonal are skipped, the diagonal ones
 // masked. At the end out /= l and lse = m + log l.
-int fr_attention_fwd(const float *q, const float *k, const float *v, float *out, float *lse, int B,
-                     int NH, int T, int HS, float *ws, size_t ws_floats) {
+int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
+                     float *out, float *lse, float *ws, size_t ws_floats) {
+    const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ;
@@ -82,7 +104,7 @@ int fr_attention_fwd(const float *q, const float *k, const float *v, float *out,
     const int nt = team(T, ws_floats, tasks);
     if (nt < 1) return FR_ERR_ARG;
     const float s = 1.0f / sqrtf((float)HS);
-    const size_t per = slot_floats(T);
+    const size_t per = slot_floats(T), qt = L->qt, ot = L->ot;
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
@@ -92,14 +114,16 @@ int fr_attention_fwd(const float *q, const float *k, const float *v, float *out,
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
-            const size_t base = bh * (size_t)T * HS;
-            const float *Qi = q + base + (size_t)q0 * HS;
-            float *Oi = out + base + (size_t)q0 * HS;
-            memset(Oi, 0, (size_t)rq * HS * sizeof(float));
-            for (int r = 0; r < rq; r++) m[r] = -INFINITY, l[r] = 0.0f;
+            const size_t base = qbase(L, bh);
+            const float *Qi = q + base + (size_t)q0 * qt;
+            float *Oi = out + obase(L, bh) + (size_t)q0 * ot;
+            for (int r = 0; r < rq; r++) {
+                memset(Oi + (size_t)r * ot, 0, (size_t)HS * sizeof(float));
+                m[r] = -INFINITY, l[r] = 0.0f;
+            }
             for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
-                scores(S, BK, Qi, k + base + (size_t)k0 * HS, rq, rk, HS, s);
+                scores(S, BK, Qi, k + base + (size_t)k0 * qt, (int)qt, rq, rk, HS, s);
                 for (int r = 0; r < rq; r++) {
                     float *Sr = S + (size_t)r * BK;
                     const int n = visible(q0 + r, k0, rk);
@@ -113,7 +137,7 @@ int fr_attention_fwd(const float *q, const float *k, const float *v, float *out,
                     for (int c = n; c < rk; c++) Sr[c] = 0.0f;
                     if (mx != m[r]) { /* m was -inf before the first tile: alpha 0 */
                         const float alpha = expf(m[r] - mx);
-                        float *Or = Oi + (size_t)r * HS;
+                        float *Or = Oi + (size_t)r * ot;
                         for (int d = 0; d < HS; d++) Or[d] *= alpha;
                         l[r] *= alpha;
                     }
@@ -121,36 +145,27 @@ int fr_attention_fwd(const float *q, const float *k, const float *v, float *out,
                     m[r] = mx;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK,
-                            v + base + (size_t)k0 * HS, HS, 1.0f, Oi, HS);
+                            v + base + (size_t)k0 * qt, (int)qt, 1.0f, Oi, (int)ot);
             }
             for (int r = 0; r < rq; r++) {
-                float *Or = Oi + (size_t)r * HS;
+                float *Or = Oi + (size_t)r * ot;
                 const float inv = 1.0f / l[r];
                 for (int d = 0; d < HS; d++) Or[d] *= inv;
-                lse[bh * (size_t)T + (size_t)q0 + r] = m[r] + logf(l[r]);
+                if (lse) lse[bh * (size_t)T + (size_t)q0 + r] = m[r] + logf(l[r]);
             }
         }
     }
     return FR_OK;
 }
 
-/* D (rq) = rowsum(dOi o Oi), summed in double in a fixed order. */
-static void row_dots(float *D, const float *dOi, const float *Oi, int rq, int HS) {
-    for (int r = 0; r < rq; r++) {
-        double a = 0.0;
-        for (int d = 0; d < HS; d++) a += (double)dOi[(size_t)r * HS + d] * Oi[(size_t)r * HS + d];
-        D[r] = (float)a;
-    }
-}
-
 /* One tile of the backward's recomputation: S = s Qi Kj^T becomes
  * P = exp(S - lse) (0 where masked) in place, dP = dOi Vj^T becomes
- * dS = P o (dP - D) in place. */
+ * dS = P o (dP - D) in place. Qi, Kj, Vj have row stride ldq, dOi ldo. */
 static void tile_grads(float *P, float *dS, int ld, const float *Qi, const float *Kj,
-                       const float *Vj, const float *dOi, const float *lse_i, const float *D,
-                       int q0, int k0, int rq, int rk, int HS, float s) {
-    scores(P, ld, Qi, Kj, rq, rk, HS, s);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, 1.0f, dOi, HS, Vj, HS, 0.0f,
+                       const float *Vj, int ldq, const float *dOi, int ldo, const float *lse_i,
+                       const float *D, int q0, int k0, int rq, int rk, int HS, float s) {
+    scores(P, ld, Qi, Kj, ldq, rq, rk, HS, s);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, 1.0f, dOi, ldo, Vj, ldq, 0.0f,
                 dS, ld);
     for (int r = 0; r < rq; r++) {
         float *Pr = P + (size_t)r * ld, *dSr = dS + (size_t)r * ld;
@@ -163,19 +178,22 @@ static void tile_grads(float *P, float *dS, int ld, const float *Qi, const float
     }
 }
 
-// q, k, v, out, dout, dq, dk, dv are (B,NH,T,HS), lse is (B,NH,T)
+// q, k, v, dq, dk, dv are (B,NH,T,HS) and out, dout too, seen through L's strides;
+// lse and D are (B,NH,T)
 // dv = P^T dout;  dk = s dS^T q;  dq = s dS k;  dS = P o (dout v^T - D),
 // D[t] = dout[t,:] . out[t,:], P = exp(s q k^T - lse) masked.
-// Two passes, each row of a gradient written by one task, so no two threads
+// Three passes, each row of an output written by one task, so no two threads
 // touch a row and the bits do not depend on the thread count:
+//  0. one task per (b, head, query tile): D of its rows, summed in double;
 //  1. one task per (b, head, key tile j): dk_j, dv_j summed over the query
 //     tiles i that see a key of j, in increasing i;
 //  2. one task per (b, head, query tile i): dq_i summed over key tiles j in
 //     increasing j.
-// Each pass recomputes P and dS of its tiles (the price of storing no T x T).
-int fr_attention_bwd(const float *q, const float *k, const float *v, const float *out,
-                     const float *dout, const float *lse, float *dq, float *dk, float *dv, int B,
-                     int NH, int T, int HS, float *ws, size_t ws_floats) {
+// Passes 1 and 2 recompute P and dS of their tiles (the price of storing no T x T).
+int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
+                     const float *out, const float *dout, const float *lse, float *D, float *dq,
+                     float *dk, float *dv, float *ws, size_t ws_floats) {
+    const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ, nk = (T + BK - 1) / BK;
@@ -183,50 +201,116 @@ int fr_attention_bwd(const float *q, const float *k, const float *v, const float
     const int nt = team(T, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
     const float s = 1.0f / sqrtf((float)HS);
-    const size_t per = slot_floats(T);
+    const size_t per = slot_floats(T), qt = L->qt, ot = L->ot;
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
         float *P = ws + (size_t)omp_get_thread_num() * per;
-        float *dS = P + (size_t)BQ * BK, *D = dS + (size_t)BQ * BK;
+        float *dS = P + (size_t)BQ * BK;
+#pragma omp for schedule(static)
+        for (long long task = 0; task < tasks_q; task++) {
+            const size_t bh = (size_t)(task / nq);
+            const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
+            const size_t off = obase(L, bh) + (size_t)q0 * ot;
+            for (int r = 0; r < rq; r++) {
+                const float *a = dout + off + (size_t)r * ot, *b = out + off + (size_t)r * ot;
+                double acc = 0.0;
+                for (int d = 0; d < HS; d++) acc += (double)a[d] * b[d];
+                D[bh * (size_t)T + (size_t)q0 + r] = (float)acc;
+            }
+        }
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_k; task++) {
             const size_t bh = (size_t)(task / nk);
             const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
-            const size_t base = bh * (size_t)T * HS;
-            const float *Kj = k + base + (size_t)k0 * HS, *Vj = v + base + (size_t)k0 * HS;
-            float *dKj = dk + base + (size_t)k0 * HS, *dVj = dv + base + (size_t)k0 * HS;
-            memset(dKj, 0, (size_t)rk * HS * sizeof(float));
-            memset(dVj, 0, (size_t)rk * HS * sizeof(float));
+            const size_t base = qbase(L, bh), obs = obase(L, bh), kof = base + (size_t)k0 * qt;
+            const float *Kj = k + kof, *Vj = v + kof;
+            float *dKj = dk + kof, *dVj = dv + kof;
+            for (int r = 0; r < rk; r++) {
+                memset(dKj + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
+                memset(dVj + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
+            }
             for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) { /* the first tile with a query >= k0 */
                 const int rq = imin(BQ, T - q0);
-                const size_t off = base + (size_t)q0 * HS;
-                row_dots(D, dout + off, out + off, rq, HS);
-                tile_grads(P, dS, BK, q + off, Kj, Vj, dout + off, lse + bh * (size_t)T + q0, D, q0,
-                           k0, rq, rk, HS, s);
+                const size_t qof = base + (size_t)q0 * qt, oof = obs + (size_t)q0 * ot;
+                const size_t lof = bh * (size_t)T + (size_t)q0;
+                tile_grads(P, dS, BK, q + qof, Kj, Vj, (int)qt, dout + oof, (int)ot, lse + lof,
+                           D + lof, q0, k0, rq, rk, HS, s);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, 1.0f, P, BK,
-                            dout + off, HS, 1.0f, dVj, HS);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, s, dS, BK, q + off,
-                            HS, 1.0f, dKj, HS);
+                            dout + oof, (int)ot, 1.0f, dVj, (int)qt);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, s, dS, BK, q + qof,
+                            (int)qt, 1.0f, dKj, (int)qt);
             }
         }
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_q; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
-            const size_t base = bh * (size_t)T * HS, off = base + (size_t)q0 * HS;
-            float *dQi = dq + off;
-            memset(dQi, 0, (size_t)rq * HS * sizeof(float));
-            row_dots(D, dout + off, out + off, rq, HS);
+            const size_t base = qbase(L, bh), qof = base + (size_t)q0 * qt;
+            const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
+            float *dQi = dq + qof;
+            for (int r = 0; r < rq; r++)
+                memset(dQi + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
             for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
-                const float *Kj = k + base + (size_t)k0 * HS;
-                tile_grads(P, dS, BK, q + off, Kj, v + base + (size_t)k0 * HS, dout + off,
-                           lse + bh * (size_t)T + q0, D, q0, k0, rq, rk, HS, s);
+                const float *Kj = k + base + (size_t)k0 * qt;
+                tile_grads(P, dS, BK, q + qof, Kj, v + base + (size_t)k0 * qt, (int)qt, dout + oof,
+                           (int)ot, lse + lof, D + lof, q0, k0, rq, rk, HS, s);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, s, dS, BK, Kj,
-                            HS, 1.0f, dQi, HS);
+                            (int)qt, 1.0f, dQi, (int)qt);
             }
         }
     }
+    return FR_OK;
+}
+
+/* ---- the op table's kernels: qkv (B,T,3C) in the fused layout ---- */
+
+static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_layout *L) {
+    const fr_shape *x = &qkv->shape;
+    const int nh = c->node->attr.heads;
+    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
+    *L = fr_attn_fused((int)x->d[0], nh, (int)x->d[1], (int)(x->d[2] / 3 / nh));
+    return FR_OK;
+}
+
+// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T), ws a tile per thread
+int fr_k_attention(fr_kernel_call *c) {
+    fr_attn_layout L;
+    int st = attn_dims(c, "attention", &c->in[0], &L);
+    if (st) return st;
+    const size_t C = (size_t)L.NH * L.HS;
+    const float *qkv = fr_f32(&c->in[0]);
+    float *ws = fr_f32(&c->out[2]);
+    const size_t wsn = (size_t)fr_shape_numel(&c->out[2].shape);
+    if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, fr_f32(&c->out[0]), fr_f32(&c->out[1]), ws,
+                         ws ? wsn : 0))
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention: a workspace of %zu floats holds no tile",
+                       ws ? wsn : 0);
+    return FR_OK;
+}
+
+// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws as the forward's
+int fr_k_attention_bwd(fr_kernel_call *c) {
+    fr_attn_layout L;
+    int st = attn_dims(c, "attention_bwd", &c->in[1], &L);
+    if (st) return st;
+    float *dqkv = fr_f32(&c->out[0]);
+    if (!dqkv) return FR_OK;
+    if (acc_bit(c, 0))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "attention_bwd: dqkv is written whole, it cannot be added into");
+    const size_t C = (size_t)L.NH * L.HS;
+    const float *qkv = fr_f32(&c->in[1]);
+    float *ws = fr_f32(&c->out[2]), *D = fr_f32(&c->out[1]);
+    const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[2].shape) : 0;
+    if (!D || !fr_f32(&c->in[3]))
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: the saved lse or D's buffer is missing");
+    if (fr_attention_bwd(&L, qkv, qkv + C, qkv + 2 * C, fr_f32(&c->in[2]), fr_f32(&c->in[0]),
+                         fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + 2 * C, ws, wsn))
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: a workspace of %zu floats holds no tile",
+                       wsn);
     return FR_OK;
 }

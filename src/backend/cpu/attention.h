@@ -1,10 +1,19 @@
 /* attention.h — causal multi-head self-attention on the CPU, forward and
  * backward, in tiles (FlashAttention-2): nothing of size T x T is stored,
- * the workspace is a tile per thread. Plain functions for now; the op table
- * does not hold them (the graph has no sequence tensors yet).
+ * the workspace is a tile per thread. The op table's ATTENTION and
+ * ATTENTION_BWD (kernels.h) call these on the fused layout.
  *
- * Layout: q, k, v, out and their gradients are (B, NH, T, HS) row-major f32;
- * lse is (B, NH, T) f32. scale = 1/sqrt(HS); query t attends keys 0..t.
+ * Layout: q, k, v, out and their gradients are read through strides
+ * (fr_attn_layout): element (b, h, t, j) of q, k, v, dq, dk, dv is at
+ * b qb + h qh + t qt + j from its pointer, of out and dout at
+ * b ob + h oh + t ot + j. Two layouts are used:
+ *  - packed (B, NH, T, HS) tensors each (fr_attn_packed);
+ *  - fused, as a GPT holds them (fr_attn_fused): q, k, v are the column
+ *    blocks [0,C), [C,2C), [2C,3C) of qkv (B, T, 3C), head h at columns
+ *    h HS .. (h+1) HS of each (row stride 3C), out is (B, T, C) (row
+ *    stride C); dq, dk, dv are the same blocks of dqkv. The GEMMs take the
+ *    row strides as leading dimensions: no transposed copies.
+ * lse and D are (B, NH, T) f32. scale = 1/sqrt(HS); query t attends keys 0..t.
  * Results do not depend on the thread count: every output row is computed by
  * one task, in a fixed order, with one-thread GEMMs. */
 #ifndef FR_ATTENTION_H
@@ -15,6 +24,17 @@
 #define FR_ATTN_BQ 64 /* query rows per tile */
 #define FR_ATTN_BK 32 /* key rows per tile */
 
+typedef struct fr_attn_layout {
+    int B, NH, T, HS;
+    size_t qb, qh, qt; /* strides of q, k, v (and dq, dk, dv), in floats */
+    size_t ob, oh, ot; /* strides of out (and dout) */
+} fr_attn_layout;
+
+/* q, k, v, out each (B, NH, T, HS) */
+fr_attn_layout fr_attn_packed(int B, int NH, int T, int HS);
+/* q, k, v = qkv + 0, C, 2C of qkv (B, T, 3C); out (B, T, C); C = NH HS */
+fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS);
+
 /* Floats of workspace for `threads` threads: per thread two score tiles
  * (BQ x BK) and two values per query row (BQ), with BQ = min(T, 64) and
  * BK = min(T, 32): at most 2*64*32 + 2*64 = 4224 floats per thread, whatever
@@ -23,17 +43,18 @@
 size_t fr_attention_ws_floats(int T, int HS, int threads);
 
 /* out = softmax(scale q k^T + causal mask) v, and lse = the log of each
- * softmax's denominator (the max-shifted logsumexp of the row's scores).
- * Returns 0, or FR_ERR_ARG when ws holds less than one thread's slot
- * (the kernel then uses as many threads as ws has slots, at most the
- * OpenMP maximum). */
-int fr_attention_fwd(const float *q, const float *k, const float *v, float *out, float *lse, int B,
-                     int NH, int T, int HS, float *ws, size_t ws_floats);
+ * softmax's denominator (the max-shifted logsumexp of the row's scores;
+ * lse may be NULL: not kept). Returns 0, or FR_ERR_ARG when ws holds less
+ * than one thread's slot (the kernel then uses as many threads as ws has
+ * slots, at most the OpenMP maximum). */
+int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
+                     float *out, float *lse, float *ws, size_t ws_floats);
 
 /* dq, dk, dv (overwritten) from dout, given the forward's q, k, v, out and
- * lse. The same workspace as the forward. Returns 0 or FR_ERR_ARG. */
-int fr_attention_bwd(const float *q, const float *k, const float *v, const float *out,
-                     const float *dout, const float *lse, float *dq, float *dk, float *dv, int B,
-                     int NH, int T, int HS, float *ws, size_t ws_floats);
+ * lse; D (B, NH, T) receives rowsum(dout o out). The same workspace as the
+ * forward. Returns 0 or FR_ERR_ARG. */
+int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
+                     const float *out, const float *dout, const float *lse, float *D, float *dq,
+                     float *dk, float *dv, float *ws, size_t ws_floats);
 
 #endif

@@ -1,5 +1,6 @@
 /* kernels.h — the CPU kernels, one op family per file (linear.c, conv.c,
- * pool.c, activation.c, norm.c, dropout.c, loss.c, optim.c). Layout is
+ * pool.c, activation.c, norm.c, dropout.c, loss.c, embedding.c,
+ * attention.c, optim.c). Layout is
  * row-major NCHW, f32 storage with f32 accumulation; GEMM goes through
  * OpenBLAS (cblas_sgemm) and loops are parallel with OpenMP. A kernel knows
  * pointers and shapes, nothing of policy: it never allocates (workspace comes
@@ -62,12 +63,14 @@ typedef struct fr_kernel_call {
     uint64_t step;             /* step counter (dropout stream) */
 } fr_kernel_call;
 
-/* linear.c
+/* linear.c — over the last dimension: x (..., K) of rank 2..4 is N = numel / K rows
+ * (B,T,K) -> (B,T,O); an image batch (N,C,H,W) with K = C H W is N rows).
  * LINEAR      in: x (N,K), W (O,K), b (O)|absent        out: y (N,O) = x W^T + b
  * LINEAR_BWD  in: dy (N,O), x (N,K), W (O,K)            out: dx (N,K) = dy W, dW (O,K) = dy^T x, db (O) = sum_n dy
  * A weight updated inside LINEAR_BWD (update bit 1) takes its gradient in
  * tiles of whole rows, one tile per thread in upd_ws:
- * fr_k_linear_upd_ws(O, K, N, threads) floats (N: the largest batch). */
+ * fr_k_linear_upd_ws(O, K, N, threads) floats (N: the largest number of rows,
+ * B T for a (B,T,K) input). */
 /* A function cloned for AVX2 + FMA (x86-64-v3) and a baseline, picked at
  * load time; one function elsewhere. The IEEE operations are the same in
  * both, so are the bits. */
@@ -109,7 +112,7 @@ int fr_k_global_avgpool_bwd(fr_kernel_call *c);
 
 /* activation.c — elementwise; out may alias in (the planner runs them in place).
  * RELU in: x out: y          RELU_BWD in: dy, y out: dx (dx may alias dy)
- * GELU (exact, erf)          GELU_BWD in: dy, x
+ * GELU (attr.approx 0: exact, erf; 1: tanh, GPT-2's)   GELU_BWD in: dy, x
  * SIGMOID                    SIGMOID_BWD in: dy, y
  * TANH                       TANH_BWD in: dy, y
  * ADD in: a, b out: y (same shapes; y may alias a) */
@@ -132,8 +135,9 @@ int fr_k_add(fr_kernel_call *c);
  *   variance (count/(count-1)) for running_var. eval: uses the running stats,
  *   mean/invstd outputs absent.
  * BATCHNORM_BWD in: dy, x, gamma, mean, invstd   out: dx|absent, dgamma|absent, dbeta|absent
- * LAYERNORM  in: x (N, D...), gamma (D...), beta (D...) normalised over all but dim 0
- *            out: y, mean (N), rstd (N)
+ * LAYERNORM  in: x (N, D...) or (B,T,C), gamma (D...) or (C), beta as gamma; normalised
+ *            over gamma's numel D, rows = numel(x) / D; eps = attr.eps
+ *            out: y, mean (N) or (B,T), rstd (as mean)
  * LAYERNORM_BWD in: dy, x, gamma, mean, rstd     out: dx|absent, dgamma|absent, dbeta|absent */
 int fr_k_batchnorm(fr_kernel_call *c);
 int fr_k_batchnorm_bwd(fr_kernel_call *c);
@@ -158,7 +162,9 @@ int fr_k_copy(fr_kernel_call *c);
  * nearest even, exact where representable) */
 int fr_k_cast(fr_kernel_call *c);
 
-/* loss.c — mean reduction, as PyTorch's defaults.
+/* loss.c — mean reduction, as PyTorch's defaults. Cross-entropy's logits
+ * (..., C) of rank 2..4 are N = numel / C rows ((B,T,C): B T rows, labels (B,T)),
+ * as F.cross_entropy(z.view(-1, C), y.view(-1)).
  * CROSS_ENTROPY     in: logits (N,C), labels (i32 N)   out: loss (1) = mean_n (logsumexp(z_n) - z_n[y_n])
  * CROSS_ENTROPY_BWD in: logits, labels                 out: dlogits = attr.scale * (softmax(z) - onehot(y)) / N
  * MSE               in: pred (N,D), target (N,D)        out: loss (1) = mean (pred - target)^2
@@ -168,6 +174,29 @@ int fr_k_cross_entropy(fr_kernel_call *c);
 int fr_k_cross_entropy_bwd(fr_kernel_call *c);
 int fr_k_mse(fr_kernel_call *c);
 int fr_k_mse_bwd(fr_kernel_call *c);
+
+/* embedding.c — a GPT's input lookups. Ids outside the table are an
+ * FR_ERR_ARG naming the sample and position.
+ * EMBEDDING         in: idx (B,T) i32, W (V,C)         out: y (B,T,C), y[b,t] = W[idx[b,t]]
+ * EMBEDDING_BWD     in: dy (B,T,C), idx                out: absent, dW (V,C): dW[v] (+)= sum of dy rows with idx == v
+ * POS_EMBEDDING     in: x (B,T,C), W (Tmax,C), T<=Tmax out: y (B,T,C) = x + W[t] (y may alias x)
+ * POS_EMBEDDING_BWD in: dy (B,T,C)                     out: absent, dW (Tmax,C): rows t < T (+)= sum_b dy[b,t],
+ *                                                           rows >= T zero (untouched when accumulating) */
+int fr_k_embedding(fr_kernel_call *c);
+int fr_k_embedding_bwd(fr_kernel_call *c);
+int fr_k_pos_embedding(fr_kernel_call *c);
+int fr_k_pos_embedding_bwd(fr_kernel_call *c);
+
+/* attention.c — causal multi-head self-attention in tiles (attention.h has
+ * the math); attr.heads = NH divides C, HS = C / NH, attr.causal must be 1.
+ * ATTENTION     in: qkv (B,T,3C): q = [..., 0:C], k = [..., C:2C], v = [..., 2C:3C],
+ *                   head h in columns h HS .. (h+1) HS of each
+ *               out: y (B,T,C) (y[b,t,h HS + j]), lse (B,NH,T), ws (fr_attention_ws_floats)
+ * ATTENTION_BWD in: dy (B,T,C), qkv, y, lse
+ *               out: dqkv (B,T,3C) (overwritten: accumulating is refused), D (B,NH,T) = rowsum(dy o y)
+ *                    per head, ws (the forward's size) */
+int fr_k_attention(fr_kernel_call *c);
+int fr_k_attention_bwd(fr_kernel_call *c);
 
 /* optim.c — parameter updates on flat arrays, PyTorch's formulas exactly.
  * SGD: d = g + wd p; with momentum: buf = d on the first step, else

@@ -9,16 +9,23 @@
 
 #define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
 
-// x is (N,K) (any trailing dims flattened), W is (O,K), b is (O) or absent, y is (N,O)
+/* Rows of x seen as (N, K): N = numel / K, whether x is (N, K), (B, T, K) or
+ * an image batch (N, C, H, W) whose sample of K = C H W values is flattened. */
+static int64_t rows_of(const fr_tensor *x, int64_t K) {
+    return K > 0 ? fr_shape_numel(&x->shape) / K : (x->shape.ndim ? x->shape.d[0] : 0);
+}
+
+// x is (N,K) (N = numel / K: (B,T,K) is B T rows), W is (O,K), b is (O) or absent, y is (N,O)
 // y[n,o] = sum_k x[n,k] W[o,k] + b[o]
 int fr_k_linear(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
-    int64_t N = x->shape.d[0], O = w->shape.d[0];
-    int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
-    if (w->shape.ndim != 2 || w->shape.d[1] != K || fr_shape_numel(&y->shape) != N * O)
+    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
+    if (w->shape.ndim != 2 || N * K != fr_shape_numel(&x->shape) ||
+        fr_shape_numel(&y->shape) != N * O)
         return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "linear: x has %lld features per sample, W is (%lld, %lld)", (long long)K,
-                       (long long)O, (long long)w->shape.d[1]);
+                       "linear: x has %lld elements, not rows of K = %lld for W (%lld, %lld)",
+                       (long long)fr_shape_numel(&x->shape), (long long)K, (long long)O,
+                       (long long)K);
     if (N == 0 || O == 0) return FR_OK;
     float *yp = fr_f32(y);
     const float *bp = fr_f32(b);
@@ -106,7 +113,7 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
     return FR_OK;
 }
 
-// dy is (N,O), x is (N,K), W is (O,K)
+// dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
 // each added into its output when its accumulate bit (0, 1, 2) is set.
 // With update bit 1 (2) the output is the weight (bias) itself and takes the
@@ -118,9 +125,8 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
-    int64_t N = x->shape.d[0], O = w->shape.d[0];
-    int64_t K = N ? fr_shape_numel(&x->shape) / N : 0;
-    if (w->shape.d[1] != K || fr_shape_numel(&dy->shape) != N * O)
+    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
+    if (N * K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != N * O)
         return fr_fail(c->ctx, FR_ERR_SHAPE,
                        "linear_bwd: dy has %lld elements, expected %lld x %lld",
                        (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);

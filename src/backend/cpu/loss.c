@@ -10,18 +10,28 @@
 #define LOSS_BLOCKS 64 /* fixed partition of a reduction, independent of threads */
 #define LOSS_PAR_MIN 16384
 
+/* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row */
 static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
     const fr_tensor *z = &c->in[0], *lab = &c->in[1];
+    const fr_shape *zs = &z->shape;
     char b[64];
-    if (z->shape.ndim != 2 || fr_shape_numel(&lab->shape) != z->shape.d[0] || lab->dtype != FR_I32)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per sample", op,
-                       fr_shape_str(&z->shape, b, sizeof b));
-    *N = z->shape.d[0], *C = z->shape.d[1];
+    *C = zs->ndim >= 2 ? zs->d[zs->ndim - 1] : 0;
+    *N = *C ? fr_shape_numel(zs) / *C : (zs->ndim ? zs->d[0] : 0);
+    if (zs->ndim < 2 || fr_shape_numel(&lab->shape) != *N || lab->dtype != FR_I32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per row", op,
+                       fr_shape_str(zs, b, sizeof b));
     const int32_t *y = (const int32_t *)lab->data;
+    const int64_t T = zs->ndim > 2 ? *N / zs->d[0] : 1; /* rows per sample */
     for (int64_t n = 0; n < *N; n++)
-        if (y[n] < 0 || y[n] >= *C)
-            return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)",
-                           op, (int)y[n], (long long)n, (long long)*C);
+        if (y[n] < 0 || y[n] >= *C) {
+            if (T == 1)
+                return fr_fail(c->ctx, FR_ERR_ARG,
+                               "%s: label %d of sample %lld is outside [0, %lld)", op, (int)y[n],
+                               (long long)n, (long long)*C);
+            return fr_fail(c->ctx, FR_ERR_ARG,
+                           "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op,
+                           (int)y[n], (long long)(n / T), (long long)(n % T), (long long)*C);
+        }
     return FR_OK;
 }
 
@@ -36,7 +46,7 @@ static double row_lse(const float *z, int64_t C, double *zmax) {
     return m + log(s);
 }
 
-// logits z is (N,C), labels y is (N) i32, loss is (1)
+// logits z is (N,C) or (B,T,C) (N = B T rows), labels y is (N) or (B,T) i32, loss is (1)
 // loss = (1/N) sum_n (logsumexp(z[n,:]) - z[n, y[n]])
 int fr_k_cross_entropy(fr_kernel_call *c) {
     int64_t N, C;
@@ -63,7 +73,7 @@ int fr_k_cross_entropy(fr_kernel_call *c) {
     return FR_OK;
 }
 
-// logits z is (N,C), labels y is (N), dz is (N,C)
+// logits z is (N,C) or (B,T,C) (N = B T rows), labels y is (N) or (B,T), dz is z's shape
 // dz[n,j] = scale (softmax(z[n,:])_j - [j == y[n]]) / N
 int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     int64_t N, C;

@@ -187,17 +187,34 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
-// x is (N, D...), gamma, beta are (D...) (D = numel / N), y is x's shape, mean, rstd are (N)
+/* Rows N and normalised size D of x: D = numel(gamma) (the trailing shape,
+ * (C) for x (B,T,C), (C,H,W) for x (N,C,H,W)); without gamma the saved
+ * statistics give the rows, without them dim 0 does. */
+static int ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *gamma,
+                   const fr_tensor *mean, int64_t *N, int64_t *D) {
+    const int64_t nx = fr_shape_numel(&x->shape);
+    if (gamma->shape.ndim) *D = fr_shape_numel(&gamma->shape);
+    else if (mean->shape.ndim && fr_shape_numel(&mean->shape))
+        *D = nx / fr_shape_numel(&mean->shape);
+    else *D = x->shape.ndim && x->shape.d[0] ? nx / x->shape.d[0] : 0;
+    *N = *D ? nx / *D : 0;
+    if (*N * *D != nx || (mean->shape.ndim && fr_shape_numel(&mean->shape) != *N))
+        return fr_fail(
+            c->ctx, FR_ERR_SHAPE,
+            "%s: x has %lld elements, not rows of gamma's %lld (statistics for %lld rows)", op,
+            (long long)nx, (long long)*D, (long long)fr_shape_numel(&mean->shape));
+    return FR_OK;
+}
+
+// x is (N, D...) or (B, T, D), gamma, beta are (D...) (N = numel(x) / numel(gamma) rows),
+// y is x's shape, mean, rstd are (N) (as x's leading dims: (B) or (B,T))
 // mean[n] = E_d x[n,d], var[n] = E_d (x - mean)^2, rstd = 1/sqrt(var + eps)
 // y[n,d] = (x[n,d] - mean[n]) rstd[n] gamma[d] + beta[d]
 int fr_k_layernorm(fr_kernel_call *c) {
-    const fr_shape *xs = &c->in[0].shape;
-    const int64_t N = xs->ndim ? xs->d[0] : 0, D = N ? fr_shape_numel(xs) / N : 0;
+    int64_t N, D;
+    int st = ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &D);
+    if (st) return st;
     const fr_tensor *gt = &c->in[1];
-    if (gt->data && fr_shape_numel(&gt->shape) != D)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "layernorm: gamma has %lld elements, samples have %lld",
-                       (long long)fr_shape_numel(&gt->shape), (long long)D);
     if (D == 0) return FR_OK;
     const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(gt), *beta = fr_f32(&c->in[2]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *srstd = fr_f32(&c->out[2]);
@@ -222,12 +239,13 @@ int fr_k_layernorm(fr_kernel_call *c) {
     return FR_OK;
 }
 
-// dy, x are (N, D...), gamma is (D...), mean, rstd are (N)
+// dy, x are (N, D...) or (B, T, D), gamma is (D...), mean, rstd are (N) or (B, T)
 // xhat = (x - mean) rstd, g = dy gamma
 // dx[n,d] = rstd (g - E_d g - xhat E_d(g xhat));  dgamma[d] = sum_n dy xhat;  dbeta[d] = sum_n dy
 int fr_k_layernorm_bwd(fr_kernel_call *c) {
-    const fr_shape *xs = &c->in[1].shape;
-    const int64_t N = xs->ndim ? xs->d[0] : 0, D = N ? fr_shape_numel(xs) / N : 0;
+    int64_t N, D;
+    int st = ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &D);
+    if (st) return st;
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
     const float *smean = fr_f32(&c->in[3]), *srstd = fr_f32(&c->in[4]);
     float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
