@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.warmup + o.steps; i++) {
         for (size_t k = 0; k < (size_t)o.batch * sample; k++) x[k] = fr_rng_next_uniform(&r);
         for (int k = 0; k < o.batch; k++) y[k] = (int32_t)fr_rng_below(&r, (uint64_t)classes);
-        fr_batch bt = {o.batch, x, y, NULL};
+        fr_batch bt = {o.batch, x, y, NULL, NULL};
         side *sd[2] = {&a, &b};
         if (i % 2) sd[0] = &b, sd[1] = &a; /* A B, B A, ...: neither always runs first */
         for (int k = 0; k < 2; k++) {

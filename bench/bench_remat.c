@@ -592,7 +592,7 @@ static int run_torch(const bench_opts *o, int group) {
 static fr_status timed_step(fr_ctx *ctx, config *ci, fr_rng *r, float *x, int32_t *y, int batch,
                             float *loss, float *first_loss, double *ms) {
     fill_batch(r, x, y, batch, 1024, 10);
-    fr_batch b = {batch, x, y, NULL};
+    fr_batch b = {batch, x, y, NULL, NULL};
     fr_mem_stats before, after;
     fr_mem_get_stats(ctx, &before);
     fr_mem_reset_peak(ctx);
@@ -638,7 +638,7 @@ static fr_status chain_time(fr_ctx *ctx, chain *ch, const bench_opts *o) {
     for (int i = 0; i < ch->nc; i++)
         if (!c[i].rs || !c[0].ms || !c[0].cpu) goto done;
     fr_rng r = fr_rng_make(o->seed, 0x7e3a);
-    fr_batch b = {batch, x, y, NULL};
+    fr_batch b = {batch, x, y, NULL, NULL};
     float loss = NAN;
     for (int i = 0; i < ch->nc; i++)
         for (int w = 0; w < o->warmup && c[i].same_as < 0; w++) {

@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     float loss = 0, first_loss = NAN;
     for (int i = 0; i < o.warmup + o.steps; i++) {
         fill_batch(&r, x, y, o.batch, sample, classes);
-        fr_batch b = {o.batch, x, y, NULL};
+        fr_batch b = {o.batch, x, y, NULL, NULL};
         double t0 = now_ms();
         if (fr_step_run(s, &b, &loss, NULL)) goto fail;
         double t1 = now_ms();

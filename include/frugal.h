@@ -161,6 +161,53 @@ FR_API fr_status fr_model_checkpoint_last(fr_model *m);
  * for them, and no backward below the lowest trainable layer. */
 FR_API fr_status fr_model_freeze(fr_model *m, const char *layers);
 
+/* ---- the graph-level builder ------------------------------------------
+ * A model is a graph of values: the input, and the output of each layer.
+ * Each call below adds one layer applied to values made before it and
+ * returns the value it makes (FR_NO_VAL on failure, the message on the
+ * context); the sequential calls above apply the same layers to the value
+ * made last. The model's output is the value made last. Layers are named
+ * by fr_model_name_last, as above. */
+typedef int fr_val;
+#define FR_MODEL_INPUT (-1) /* the model's input value */
+#define FR_NO_VAL (-2)      /* no value: the call failed */
+
+/* A language model's input: `context` token ids per sample (int32); the
+ * loss is taken at every position. */
+FR_API fr_model *fr_model_new_tokens(fr_ctx *ctx, int context);
+FR_API fr_val fr_model_last_value(const fr_model *m);
+FR_API fr_val fr_linear(fr_model *m, fr_val x, int out_features, int bias); /* over the last dim */
+FR_API fr_val fr_add(fr_model *m, fr_val a, fr_val b);
+FR_API fr_val fr_gelu(fr_model *m, fr_val x, int tanh_approx); /* GPT-2's: tanh_approx = 1 */
+FR_API fr_val fr_relu(fr_model *m, fr_val x);
+/* nn.LayerNorm(dim) over the last dimension, which must be dim. */
+FR_API fr_val fr_layernorm(fr_model *m, fr_val x, int dim);
+/* nn.Embedding(vocab, dim) of token ids: (T) -> (T, dim). */
+FR_API fr_val fr_embedding(fr_model *m, fr_val tokens, int vocab, int dim);
+/* x + nn.Embedding(positions, C)(arange(T)) for x (T, C), T <= positions. */
+FR_API fr_val fr_pos_embedding(fr_model *m, fr_val x, int positions);
+/* Causal multi-head self-attention: qkv (T, 3C) holds q, k, v along its last
+ * dimension (the output of nanoGPT's c_attn), the result is (T, C), heads
+ * dividing C. Computed in tiles: nothing T x T is stored. */
+FR_API fr_val fr_attention(fr_model *m, fr_val qkv, int heads);
+/* Initialise the last layer's weight from N(0, std^2) and its bias with 0
+ * (GPT-2's initialisation) instead of PyTorch's default. */
+FR_API fr_status fr_model_init_std_last(fr_model *m, float std);
+/* Tie the last layer's weight (a linear's) to parameter `to` (a state_dict
+ * name, or a layer's name for its weight), as nanoGPT ties lm_head to wte:
+ * one tensor read by both, whose gradient is the sum of both uses, saved
+ * under both names. */
+FR_API fr_status fr_model_tie_last(fr_model *m, const char *to);
+/* Layers added between begin and end form one checkpointing unit (a
+ * transformer block): kept or recomputed as a whole. */
+FR_API fr_status fr_model_block_begin(fr_model *m);
+FR_API fr_status fr_model_block_end(fr_model *m);
+/* Token models: the positions of a training sample (--seq), at most the
+ * context; the default is the context. */
+FR_API fr_status fr_model_set_seq(fr_model *m, int seq);
+FR_API int fr_model_seq(const fr_model *m);     /* 0 for models without token input */
+FR_API int fr_model_context(const fr_model *m); /* 0 for models without token input */
+
 /* Load a model file (see README) or a built-in name ("mlp", "cnn", "resnet"). */
 FR_API fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
 /* PyTorch's default initialisation (kaiming_uniform_(a=sqrt(5)), bias
@@ -277,12 +324,14 @@ FR_API fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
 FR_API fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size_t budget);
 
 /* A batch: images as f32 (n, c, h, w) row-major, labels as i32 (n) for
- * cross-entropy or f32 targets (n, classes) for MSE. */
+ * cross-entropy or f32 targets (n, classes) for MSE; for a token model,
+ * idx and y, both i32 (n, seq). */
 typedef struct fr_batch {
     int n;
     const float *x;
     const int32_t *y;
     const float *target;
+    const int32_t *idx; /* token models: (n, seq) token ids, with y (n, seq) the next ones */
 } fr_batch;
 
 /* Compile a step: the graph, its backward, the schedule of kept and

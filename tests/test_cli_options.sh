@@ -9,15 +9,15 @@
 # named: the --accumulate value, estimate's model error printed once.
 source "$(dirname "$0")/lib.sh"
 
-commands=(train eval estimate plan profile)
+commands=(train eval estimate plan profile generate)
 # option -> the commands that take it (t train, e eval, s estimate, p plan,
-# f profile) and a valid value ("-" for a flag).
+# f profile, g generate) and a valid value ("-" for a flag).
 declare -A takes value
 add() { takes[$1]=$2; value[$1]=$3; }
-add model          tespf mlp
-add weights        e     w.safetensors
+add model          tespfg mlp
+add weights        eg    w.safetensors
 add batch          tespf 32
-add threads        tespf 1
+add threads        tespfg 1
 add json           tesp  -
 add no-progress    t     -
 add data           tep   /nonexistent
@@ -28,12 +28,19 @@ add test-labels    tep   b.npy
 add limit          tp    10
 add test-limit     tep   10
 add epochs         t     1
-add seed           tf    1
+add seed           tfg   1
+add seq            tespf 16
+add val-fraction   tep   0.2
+add eval-interval  t     10
+add prompt         g     hello
+add tokens         g     5
+add temperature    g     0.5
+add top-k          g     3
 add save           t     x.safetensors
 add resume         t     x.safetensors
 add init           t     x.safetensors
 add eval           s     -
-add steps          f     1
+add steps          tf    1
 add trace          f     t.json
 add svg            f     m.svg
 add optimizer      tspf  sgd
@@ -55,7 +62,7 @@ add precision      tspf  bf16-mixed
 add optimizer-state tspf int8
 add loss-scale     tspf  none
 add clip-grad-norm tspf  1
-letter() { case $1 in train) echo t ;; eval) echo e ;; estimate) echo s ;; plan) echo p ;; profile) echo f ;; esac; }
+letter() { case $1 in train) echo t ;; eval) echo e ;; estimate) echo s ;; plan) echo p ;; profile) echo f ;; generate) echo g ;; esac; }
 args_of() { if [ "${value[$1]}" = - ]; then echo "--$1"; else echo "--$1 ${value[$1]}"; fi; }
 
 for cmd in "${commands[@]}"; do

@@ -693,7 +693,7 @@ static void test_data_check(fr_ctx *ctx) {
     if (s) {
         float x[8 * H * W] = {0}, loss;
         int32_t y[8] = {0, 1, 2, 3, 4, 5, 8, 0};
-        fr_batch b = {8, x, y, NULL};
+        fr_batch b = {8, x, y, NULL, NULL};
         fr_status st = fr_step_run(s, &b, &loss, NULL);
         CHECK(st == FR_ERR_ARG && strstr(fr_last_error(ctx),
                                          "label 8 at position 6 of the batch is outside [0, 8)"),

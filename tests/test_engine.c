@@ -100,7 +100,7 @@ static void test_predicted_equals_measured(void) {
         fr_mem_stats before, after;
         fr_mem_get_stats(ctx, &before);
         fr_mem_reset_peak(ctx);
-        fr_batch batch = {n, b.x, b.y, NULL};
+        fr_batch batch = {n, b.x, b.y, NULL, NULL};
         float loss;
         CHECK(fr_step_run(s, &batch, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
         fr_mem_get_stats(ctx, &after);
@@ -144,7 +144,7 @@ static void test_eval_has_no_backward_state(void) {
         .batch = 8, .training = 0, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(8, 144, 9);
-    fr_batch batch = {8, b.x, b.y, NULL};
+    fr_batch batch = {8, b.x, b.y, NULL, NULL};
     float loss;
     CHECK(s && fr_step_run(s, &batch, &loss, NULL) == FR_OK, "eval run: %s", fr_last_error(ctx));
     fr_mem_stats st;
@@ -174,7 +174,7 @@ static void run_losses(float *out, int steps) {
         .batch = 16, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 11};
     fr_step *s = fr_step_compile(m, &o);
     data b = make_data(16, 144, 13);
-    fr_batch batch = {16, b.x, b.y, NULL};
+    fr_batch batch = {16, b.x, b.y, NULL, NULL};
     for (int i = 0; i < steps; i++) fr_step_run(s, &batch, &out[i], NULL);
     free(b.x);
     free(b.y);
@@ -206,7 +206,7 @@ static void test_allocation_failures(void) {
         o.optim.zero_grad_to_none = 1;
         if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
         data b = make_data(4, 144, 1);
-        fr_batch batch = {4, b.x, b.y, NULL};
+        fr_batch batch = {4, b.x, b.y, NULL, NULL};
         float loss;
         for (int k = 0; k < 2 && !st; k++) st = fr_step_run(s, &batch, &loss, NULL);
         free(b.x);
@@ -245,7 +245,7 @@ static void test_nonfinite_loss(void) {
     data b = make_data(4, 1000, 2);
     b.x[5] = NAN;
     float before = ((float *)m->params[0].data)[0], loss;
-    fr_batch batch = {4, b.x, b.y, NULL};
+    fr_batch batch = {4, b.x, b.y, NULL, NULL};
     fr_status st = fr_step_run(s, &batch, &loss, NULL);
     CHECK(st == FR_ERR_NUMERIC && strstr(fr_last_error(ctx), "non-finite loss"), "status %d: %s",
           st, fr_last_error(ctx));

@@ -69,7 +69,7 @@ static void test_one_step_by_hand(void) {
             for (int k = 0; k < D; k++) gW[i][k] += dz * x[n * D + k];
         }
     }
-    fr_batch batch = {N, x, y, NULL};
+    fr_batch batch = {N, x, y, NULL, NULL};
     float l;
     CHECK(fr_step_run(s, &batch, &l, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
     CHECK(fabs(l - loss) < 1e-6, "loss %.9g, by hand %.9g", l, loss);
@@ -183,7 +183,7 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
         CHECK(pred[FR_MEM_GRADS] == grads, "%s: predicted gradients %zu, by hand %zu", what,
               pred[FR_MEM_GRADS], grads);
         for (int t = 0; t < STEPS; t++) {
-            fr_batch b = {N, x, y, NULL}; /* one batch again and again: the loss must fall */
+            fr_batch b = {N, x, y, NULL, NULL}; /* one batch again and again: the loss must fall */
             CHECK(fr_step_run(s, &b, &loss[keep][t], NULL) == FR_OK, "%s run: %s", what,
                   fr_last_error(ctx[keep]));
         }
@@ -303,7 +303,7 @@ static void test_nonfinite_loss(void) {
     size_t n0 = (size_t)fr_shape_numel(&m->params[0].shape);
     float *copy = malloc(n0 * sizeof(float));
     memcpy(copy, m->params[0].data, n0 * sizeof(float));
-    fr_batch b = {4, x, y, NULL};
+    fr_batch b = {4, x, y, NULL, NULL};
     float loss = 0.0f;
     int hits = -1;
     fr_status st = fr_step_run(s, &b, &loss, &hits);

@@ -136,10 +136,23 @@ static const fr_param *find_param(const fr_model *m, const char *name) {
 /* ---- tests ---------------------------------------------------------------- */
 
 static void test_builtins(void) {
+    /* A GPT of L layers, width C, context T, vocabulary V with a tied head:
+     * wte V*C + wpe T*C + per block (ln_1, ln_2: 4C; c_attn 3C*C + 3C;
+     * attn.c_proj C*C + C; mlp.c_fc 4C*C + 4C; mlp.c_proj 4C*C + C) =
+     * 12C^2 + 13C, + ln_f 2C. GPT-2 124M: 124,439,808 (the figure nanoGPT
+     * prints for GPT-2 with the position embeddings counted). */
+#define GPT_PARAMS(L, C, T, V) \
+    ((size_t)(V) * (C) + (size_t)(T) * (C) + (size_t)(L) * (12 * (C) * (C) + 13 * (C)) + 2 * (C))
     static const struct {
         const char *name;
         size_t params;
-    } want[] = {{"mlp", MLP_PARAMS}, {"cnn", CNN_PARAMS}, {"resnet", RESNET_PARAMS}};
+        int classes;
+    } want[] = {{"mlp", MLP_PARAMS, 10},
+                {"cnn", CNN_PARAMS, 10},
+                {"resnet", RESNET_PARAMS, 10},
+                {"gpt-tiny", GPT_PARAMS(6, 384, 256, 256), 256},
+                {"gpt2", GPT_PARAMS(12, 768, 1024, 50257), 50257}};
+    CHECK(GPT_PARAMS(12, 768, 1024, 50257) == 124439808, "GPT-2's count is 124,439,808");
     CHECK(MLP_PARAMS == 2022010, "the mlp's hand count is 2,022,010");
     CHECK(CNN_PARAMS == 421738, "the cnn's hand count is 421,738");
     CHECK(RESNET_PARAMS == 174970, "the resnet's hand count is 174,970");
@@ -152,7 +165,7 @@ static void test_builtins(void) {
         if (m) {
             CHECK(fr_model_num_params(m) == want[i].params, "%s: %zu params, expected %zu",
                   want[i].name, fr_model_num_params(m), want[i].params);
-            CHECK(fr_model_num_classes(m) == 10, "%s: %d classes", want[i].name,
+            CHECK(fr_model_num_classes(m) == want[i].classes, "%s: %d classes", want[i].name,
                   fr_model_num_classes(m));
             fr_model_free(m);
         }

@@ -266,7 +266,7 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
     if (arena) *arena = s->plan.peak_total;
     int d = (int)(fr_shape_numel(&m->in));
     batch_data b = make_batch(16, d);
-    fr_batch fb = {16, b.x, b.y, NULL};
+    fr_batch fb = {16, b.x, b.y, NULL, NULL};
     float loss;
     for (int i = 0; i < steps; i++) {
         CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
@@ -394,7 +394,7 @@ static void test_freeze(void) {
                       .keep_grads = 1}; /* every gradient stored: their bytes are counted */
     fr_step *s = fr_step_compile(m, &o);
     batch_data b = make_batch(8, 16);
-    fr_batch fb = {8, b.x, b.y, NULL};
+    fr_batch fb = {8, b.x, b.y, NULL, NULL};
     float loss;
     for (int i = 0; i < 3; i++) fr_step_run(s, &fb, &loss, NULL);
     CHECK(((float *)m->params[0].data)[0] == w0 && ((float *)m->params[2].data)[3] == w2,
@@ -504,7 +504,7 @@ static void test_budget_sweep(void) {
                       smallest, full);
             } else if (s) {
                 batch_data b = make_batch(16, (int)fr_shape_numel(&m->in));
-                fr_batch fb = {16, b.x, b.y, NULL};
+                fr_batch fb = {16, b.x, b.y, NULL, NULL};
                 float loss;
                 fr_mem_reset_peak(ctx);
                 CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "run under budget: %s",
@@ -714,7 +714,7 @@ static void test_plans_allocate_nothing(void) {
  * (SQLite's way): each run either plans and materializes, or returns NULL
  * with a message; nothing leaks (ASan) and nothing is half-made. */
 static void test_budget_plan_faults(void) {
-    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1};
+    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1, 0};
     int ok_runs = 0, failed_runs = 0;
     for (uint64_t k = 1; k < 100000; k++) {
         fr_ctx *ctx = fr_ctx_new();

@@ -97,7 +97,7 @@ static run start(fr_precision p, fr_optim_kind k, int scaling, float clip) {
 }
 
 static fr_status step(run *r, float *loss) {
-    fr_batch b = {8, r->x, r->y, NULL};
+    fr_batch b = {8, r->x, r->y, NULL, NULL};
     return fr_step_run(r->s, &b, loss, NULL);
 }
 
@@ -156,7 +156,7 @@ static void test_direct_conv(fr_precision p, double unit) {
         int32_t y[4] = {1, 3, 5, 7};
         fr_rng g = fr_rng_make(6, 1);
         for (int i = 0; i < 4 * 200; i++) x[i] = 2 * fr_rng_next_uniform(&g) - 1;
-        fr_batch b = {4, x, y, NULL};
+        fr_batch b = {4, x, y, NULL, NULL};
         for (int t = 0; t < 3; t++)
             CHECK(fr_step_run(s, &b, &loss[r], NULL) == FR_OK, "run: %s", fr_last_error(ctx));
         fr_step_free(s);
@@ -304,7 +304,7 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     fr_rng g = fr_rng_make(8, 2);
     for (int i = 0; i < N * K; i++) x[i] = 2 * fr_rng_next_uniform(&g) - 1;
     for (int i = 0; i < N; i++) y[i] = (i * 3) % O;
-    fr_batch b = {N, x, y, NULL};
+    fr_batch b = {N, x, y, NULL, NULL};
     float loss;
     CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
     const float *W1 = m->params[0].data, *b1 = m->params[1].data, *W2 = m->params[2].data,

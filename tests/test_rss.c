@@ -53,7 +53,7 @@ int main(void) {
     o.optim.zero_grad_to_none = 0;
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
-    fr_batch b = {n, x, y, NULL};
+    fr_batch b = {n, x, y, NULL, NULL};
     float loss;
     for (int i = 0; i < 2 && s; i++)
         CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));

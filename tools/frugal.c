@@ -10,9 +10,12 @@
 #include <unistd.h>
 #include "data/dataset.h"
 #include "report/timeline.h"
+#include "train/source.h"
 #include "train/trainer.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+/* A token model's default text: Debian's fortunes package. */
+#define DEFAULT_TEXT "/usr/share/games/fortunes"
 /* What `plan` counts for two open datasets when it cannot open them. */
 #define FR_PLAN_ASSUMED_HANDLES (8u << 10)
 
@@ -27,6 +30,7 @@ static const char *usage_main =
     "  estimate  bytes per layer and category, and the predicted peak of one step\n"
     "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
     "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
+    "  generate  stream text from a trained language model (KV cache: O(T) a token)\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
@@ -34,7 +38,10 @@ static const char *usage_main =
     "  frugal estimate --model models/mlp.model --batch 32 --optimizer sgd\n"
     "  frugal eval --model cnn --weights cnn.safetensors\n"
     "  frugal plan --model resnet --batch 128 --budget 64MiB\n"
-    "  frugal train --model resnet --budget 128MiB --batch auto\n";
+    "  frugal train --model resnet --budget 128MiB --batch auto\n"
+    "  frugal train --model gpt-tiny --data /usr/share/games/fortunes --steps 500 --save g.st\n"
+    "  frugal generate --model gpt-tiny --weights g.st --prompt 'The ' --tokens 200\n"
+    "  frugal estimate --model gpt2 --batch 4 --seq 1024 --optimizer adamw\n";
 
 /* ---- commands and their options ----------------------------------------
  * One table of options says which commands take each one; one parser reads
@@ -42,7 +49,15 @@ static const char *usage_main =
  * command's --help is printed from the same table, so what --help lists is
  * exactly what the command accepts. */
 
-enum { C_TRAIN = 1, C_EVAL = 2, C_ESTIMATE = 4, C_PLAN = 8, C_PROFILE = 16, C_ALL = 31 };
+enum {
+    C_TRAIN = 1,
+    C_EVAL = 2,
+    C_ESTIMATE = 4,
+    C_PLAN = 8,
+    C_PROFILE = 16,
+    C_GENERATE = 32,
+    C_ALL = 63
+};
 #define C_STEP (C_TRAIN | C_ESTIMATE | C_PLAN | C_PROFILE) /* commands that plan a training step */
 
 typedef struct command {
@@ -55,7 +70,12 @@ typedef struct command {
 static const command commands[] = {
     {"train", C_TRAIN, "train [options]",
      "Trains a model on a dataset (Fashion-MNIST by default), evaluates the test set after\n"
-     "each epoch and prints the memory it took.\n"},
+     "each epoch and prints the memory it took.\n"
+     "\n"
+     "A language model (a model file with `input tokens N`, e.g. gpt-tiny) trains on text\n"
+     "(bytes: any file or directory of files; Debian's fortunes by default), llm.c token\n"
+     "shards (.bin, several by glob) or a 1-D integer .npy. The last --val-fraction of the\n"
+     "tokens is held out; each evaluation prints its loss in nats and bits per byte.\n"},
     {"eval", C_EVAL, "eval --model FILE|NAME --weights CKPT [options]",
      "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
      "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
@@ -91,6 +111,12 @@ static const command commands[] = {
      "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
      "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
      "with the peak marked (and the budget, if given).\n"},
+    {"generate", C_GENERATE, "generate --model FILE|NAME --weights CKPT --prompt TEXT [options]",
+     "Streams text from a language model: the prompt's bytes, then --tokens new ones, each\n"
+     "sampled from the model's distribution at --temperature among the --top-k likeliest\n"
+     "(temperature 0: the argmax, greedy). Keys and values of past positions are kept in a\n"
+     "cache (its own memory category), so a new token costs O(T), not O(T^2). A prompt\n"
+     "longer than the context keeps its last context tokens, and says so.\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -147,6 +173,13 @@ enum {
     O_LSCALE,
     O_CLIP,
     O_STEPS,
+    O_SEQ,
+    O_VALFRAC,
+    O_EVALINT,
+    O_PROMPT,
+    O_TOKENS,
+    O_TEMP,
+    O_TOPK,
     O_TRACE,
     O_SVG,
     O_JSON,
@@ -165,9 +198,11 @@ typedef struct opt_row {
 /* In --help order; a heading is printed when a command takes an option under it. */
 static const opt_row opts[] = {
     {"model", "FILE|NAME", O_MODEL, C_ALL,
-     "model file (see models/README.md) or built-in: mlp, cnn, resnet [cnn]"},
-    {"weights", "CKPT", O_WEIGHTS, C_EVAL, "the weights to evaluate (safetensors)"},
-    {"batch", "B", O_BATCH, C_ALL, "samples per step [128]"},
+     "model file (see models/README.md) or built-in: mlp, cnn, resnet,\n"
+     "gpt-tiny, gpt2 [cnn]"},
+    {"weights", "CKPT", O_WEIGHTS, C_EVAL | C_GENERATE,
+     "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
+    {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE, "samples per step [128]"},
     {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
@@ -177,7 +212,12 @@ static const opt_row opts[] = {
 
     {"data (see the layout below):", NULL, O_SECTION, 0, NULL},
     {"data", "DIR", O_DATA, C_TRAIN | C_EVAL | C_PLAN,
-     "the dataset's directory [" DEFAULT_DATA "]"},
+     "the dataset's directory [" DEFAULT_DATA "];\n"
+     "for a language model: text, shards or .npy [" DEFAULT_TEXT "]"},
+    {"seq", "T", O_SEQ, C_STEP | C_EVAL,
+     "language models: positions a training window has [the context]"},
+    {"val-fraction", "X", O_VALFRAC, C_TRAIN | C_EVAL | C_PLAN,
+     "language models: the held-out tail of the tokens [0.1]"},
     {"train-images", "FILE", O_TRAIN_IMAGES, C_TRAIN | C_PLAN,
      "the training images, instead of --data's"},
     {"train-labels", "FILE", O_TRAIN_LABELS, C_TRAIN | C_PLAN,
@@ -187,11 +227,13 @@ static const opt_row opts[] = {
     {"test-labels", "FILE", O_TEST_LABELS, C_TRAIN | C_EVAL | C_PLAN,
      "the test labels (or float32 .npy targets)"},
     {"limit", "N", O_LIMIT, C_TRAIN | C_PLAN, "use only the first N training samples"},
-    {"test-limit", "N", O_TLIMIT, C_TRAIN | C_EVAL | C_PLAN, "use only the first N test samples"},
+    {"test-limit", "N", O_TLIMIT, C_TRAIN | C_EVAL | C_PLAN,
+     "use only the first N test samples (language models: validation\n"
+     "windows; train evaluates the first 128 unless told)"},
 
     {"training:", NULL, O_SECTION, 0, NULL},
     {"epochs", "N", O_EPOCHS, C_TRAIN, "passes over the training set [3]"},
-    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE,
+    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE | C_GENERATE,
      "seed for initialisation, shuffling and dropout [0]"},
     {"save", "PATH", O_SAVE, C_TRAIN,
      "write weights + optimizer state (safetensors) after each epoch"},
@@ -199,9 +241,18 @@ static const opt_row opts[] = {
      "continue from a checkpoint; losses equal an uninterrupted run"},
     {"init", "WEIGHTS", O_INIT, C_TRAIN,
      "start from weights-only safetensors (e.g. `eval`'s or PyTorch's)\nwith a fresh optimizer"},
-    {"steps", "N", O_STEPS, C_PROFILE, "training steps to run [3]"},
+    {"steps", "N", O_STEPS, C_TRAIN | C_PROFILE,
+     "optimizer steps to run (train: stop early; profile [3])"},
+    {"eval-interval", "N", O_EVALINT, C_TRAIN,
+     "language models: evaluate every N steps too [at the end of each epoch]"},
     {"trace", "FILE", O_TRACE, C_PROFILE, "the Chrome Trace Event JSON [memory-trace.json]"},
     {"svg", "FILE", O_SVG, C_PROFILE, "the chart [memory.svg]"},
+
+    {"generation:", NULL, O_SECTION, 0, NULL},
+    {"prompt", "TEXT", O_PROMPT, C_GENERATE, "the text to continue [\"\\n\"]"},
+    {"tokens", "N", O_TOKENS, C_GENERATE, "new tokens to generate [256]"},
+    {"temperature", "X", O_TEMP, C_GENERATE, "0: greedy (argmax); else sample [1.0]"},
+    {"top-k", "K", O_TOPK, C_GENERATE, "sample among the K likeliest (0: all) [0]"},
 
     {"optimizer:", NULL, O_SECTION, 0, NULL},
     {"optimizer", "NAME", O_OPT, C_STEP, "sgd | adam | adamw [adam]"},
@@ -284,6 +335,10 @@ static void print_usage(const command *cmd) {
 
 typedef struct cli {
     fr_train_cfg t;
+    int data_set;
+    const char *prompt;
+    int tokens, top_k;
+    double temperature;
     const char *trace, *svg;
     int steps, accumulate;
     const char *weights;
@@ -355,6 +410,11 @@ static int parse_real(const char *cmd, const char *name, const char *s, double l
         dst = (float)v_;                                                    \
     } while (0)
 
+#define REAL_OPT_D(lo, hi, dst)                                              \
+    do {                                                                     \
+        if (parse_real(cmd->name, r->name, val, (lo), (hi), &dst)) return 2; \
+    } while (0)
+
 static const opt_row *find_opt(const char *name, size_t len) {
     for (size_t i = 0; i < N_OPTS; i++)
         if (opts[i].id > O_BATCH_AUTO && strlen(opts[i].name) == len &&
@@ -376,6 +436,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
     c->t.queue = 2;
     c->t.eval_batch = 0; /* the training micro-batch */
+    c->t.val_fraction = 0.1;
+    c->tokens = 256;
+    c->temperature = 1.0;
+    c->prompt = "\n";
     const char *opt_name = "adam", *cn = cmd->name;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -436,7 +500,17 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         }
         switch (r->id) {
         case O_MODEL: c->t.model = val; break;
-        case O_DATA: c->t.data = val; break;
+        case O_DATA:
+            c->t.data = val;
+            c->data_set = 1;
+            break;
+        case O_SEQ: INT_OPT(1, 1 << 20, c->t.seq); break;
+        case O_VALFRAC: REAL_OPT_D(0, 0.9, c->t.val_fraction); break;
+        case O_EVALINT: INT_OPT(1, 1000000000, c->t.eval_interval); break;
+        case O_PROMPT: c->prompt = val; break;
+        case O_TOKENS: INT_OPT(0, 1 << 24, c->tokens); break;
+        case O_TEMP: REAL_OPT_D(0, 100, c->temperature); break;
+        case O_TOPK: INT_OPT(0, 1 << 24, c->top_k); break;
         case O_TRAIN_IMAGES: c->t.train_images = val; break;
         case O_TRAIN_LABELS: c->t.train_labels = val; break;
         case O_TEST_IMAGES: c->t.test_images = val; break;
@@ -515,7 +589,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_FREEZE: c->t.freeze = val; break;
         case O_TRACE: c->trace = val; break;
         case O_SVG: c->svg = val; break;
-        case O_STEPS: INT_OPT(1, 1000000, c->steps); break;
+        case O_STEPS:
+            INT_OPT(1, 1000000000, c->steps);
+            c->t.steps = c->steps;
+            break;
         case O_ZERO:
             if (strcmp(val, "none") && strcmp(val, "zero"))
                 return bad(cn, "--zero-grad '%s': expected none or zero", val);
@@ -587,6 +664,16 @@ static const char *json_acc(double acc, char *buf, size_t len) {
     return buf;
 }
 
+static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c);
+
+/* A language model without --data reads Debian's fortunes. */
+static void default_text(fr_ctx *ctx, cli *c) {
+    if (c->data_set) return;
+    fr_model *m = fr_model_load(ctx, c->t.model);
+    if (m && fr_model_context(m)) c->t.data = DEFAULT_TEXT;
+    fr_model_free(m);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[0], &c);
@@ -594,6 +681,7 @@ static int cmd_train(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
+    default_text(ctx, &c);
     if (!c.t.json && c.t.progress >= 0)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
                 c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
@@ -612,19 +700,24 @@ static int cmd_train(int argc, char **argv) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
         char ab[32];
-        printf("{\"event\": \"summary\", \"epochs\": %d, \"batch\": %d, \"test_acc\": %s, "
+        printf("{\"event\": \"summary\", \"epochs\": %d, \"steps\": %lld, \"batch\": %d, "
+               "\"test_acc\": %s, "
                "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
                "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
                "\"%s\", "
                "\"loss_scale\": %g, \"skipped_steps\": %llu, \"memory\": ",
-               res.epochs_done, res.batch, json_acc(res.test_acc, ab, sizeof ab), res.test_loss,
-               res.seconds, res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
+               res.epochs_done, (long long)res.steps_done, res.batch,
+               json_acc(res.test_acc, ab, sizeof ab), res.test_loss, res.seconds,
+               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
                res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
                (unsigned long long)res.skipped_steps);
         mem_json_inline(ctx);
         printf("}\n");
     } else if (c.t.progress >= 0) {
-        if (isnan(res.test_acc))
+        if (res.tokens)
+            printf("done in %.1f s, %lld steps: validation loss %.4f nats\n", res.seconds,
+                   (long long)res.steps_done, res.test_loss);
+        else if (isnan(res.test_acc))
             printf("done in %.1f s: test loss %.6g\n", res.seconds, res.test_loss);
         else printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
     }
@@ -640,18 +733,14 @@ static int cmd_eval(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
-    fr_model *m = fr_model_load(ctx, c.t.model);
-    fr_dataset *ds = NULL;
+    default_text(ctx, &c);
+    fr_model *m = load_for("eval", ctx, &c);
+    fr_source src = {0};
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
-    if (!st &&
-        !(ds = fr_dataset_open_split(ctx, c.t.data, "t10k", c.t.test_images, c.t.test_labels)))
-        st = FR_ERR_IO;
-    if (!st) st = fr_data_check(ctx, m, ds);
-    if (!st) st = fr_evaluate(ctx, m, ds, c.t.batch, c.t.limit_test, &acc, &loss);
-    if (st) {
-        fprintf(stderr, "frugal eval: %s\n", fr_last_error(ctx));
-    } else {
+    if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
+    if (!st) st = fr_source_evaluate(&src, m, c.t.batch, c.t.limit_test, &acc, &loss);
+    if (!st) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
         if (c.t.json) {
@@ -662,14 +751,22 @@ static int cmd_eval(int argc, char **argv) {
                    ms.allocated_peak[FR_MEM_OPTIM]);
             mem_json_inline(ctx);
             printf("}\n");
+        } else if (src.tokens) {
+            const char *unit = fr_tokens_get_kind(src.tokens) == FR_TOKENS_TEXT ? "byte" : "token";
+            printf("validation loss %.4f nats, %.4f bits per %s (%lld tokens held out), token "
+                   "accuracy %.2f%%\n",
+                   loss, loss / log(2.0), unit, (long long)src.split.n_val, 100 * acc);
+            fr_mem_summary(ctx, stdout);
         } else {
-            long long n = (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(ds));
+            long long n = (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(src.test));
             if (isnan(acc)) printf("test loss %.6g (%lld samples)\n", loss, n);
             else printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss, n);
             fr_mem_summary(ctx, stdout);
         }
+    } else if (m) {
+        fprintf(stderr, "frugal eval: %s\n", fr_last_error(ctx));
     }
-    fr_dataset_close(ds);
+    fr_source_close(&src);
     fr_model_free(m);
     fr_ctx_free(ctx);
     return st ? 1 : 0;
@@ -677,7 +774,8 @@ static int cmd_eval(int argc, char **argv) {
 
 static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
     fr_model *m = fr_model_load(ctx, c->t.model);
-    if (m && c->t.freeze && fr_model_freeze(m, c->t.freeze)) {
+    if (m && ((c->t.freeze && fr_model_freeze(m, c->t.freeze)) ||
+              (c->t.seq && fr_model_set_seq(m, c->t.seq)))) {
         fr_model_free(m);
         m = NULL;
     }
@@ -711,7 +809,29 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
  * opened, Fashion-MNIST's sizes with the model's input are assumed, and
  * said. */
 static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_data *bd,
-                      fr_dataset **train, fr_dataset **test) {
+                      fr_dataset **train, fr_dataset **test, fr_source *src) {
+    if (fr_model_context(m)) { /* a language model: its token stream and split */
+        if (!fr_source_open(ctx, &c->t, m, 1, src)) {
+            fr_source_budget(src, &c->t, bd);
+            return;
+        }
+        fr_source_close(src);
+        *bd = (fr_budget_data){0,
+                               100000,
+                               10000,
+                               c->t.limit_train,
+                               c->t.limit_test,
+                               c->t.queue,
+                               c->t.eval_batch,
+                               FR_PLAN_ASSUMED_HANDLES,
+                               1,
+                               fr_model_seq(m)};
+        fprintf(stderr,
+                "frugal plan: %s\nfrugal plan: counting the data as 100000 training and 10000 "
+                "validation windows of %d tokens would take\n",
+                fr_last_error(ctx), fr_model_seq(m));
+        return;
+    }
     fr_mem_stats m0, m1;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m0);
@@ -722,7 +842,7 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m1);
     *bd = (fr_budget_data){0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch,
-                           0, 0};
+                           0, 0, 0};
     if (*test) {
         int ch, h, w;
         fr_dataset_sample_shape(*train, &ch, &h, &w);
@@ -776,11 +896,13 @@ static int cmd_plan(int argc, char **argv) {
     fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
     fr_model *m = load_for("plan", ctx, &c);
     fr_dataset *train = NULL, *test = NULL;
+    fr_source src = {0};
     fr_step *s = NULL;
     fr_budget bud;
     if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
         fr_budget_data bd;
-        plan_data(ctx, &c, m, &bd, &train, &test);
+        default_text(ctx, &c);
+        plan_data(ctx, &c, m, &bd, &train, &test, &src);
         fr_step_opts so = step_opts(&c, NULL);
         s = fr_budget_plan(m, &so, &bd, c.t.batch_auto, &bud);
         if (s && c.t.batch_auto)
@@ -804,6 +926,7 @@ static int cmd_plan(int argc, char **argv) {
     fr_step_free(s);
     fr_dataset_close(train);
     fr_dataset_close(test);
+    fr_source_close(&src);
     fr_model_free(m);
     fr_ctx_free(ctx);
     return rc;
@@ -831,13 +954,15 @@ static int cmd_profile(int argc, char **argv) {
     }
     fr_step_describe_plan(s, stderr, 0);
     size_t per = (size_t)fr_shape_numel(&s->g.vals[s->g.input].shape) / (size_t)s->micro;
+    size_t rows = (size_t)fr_shape_numel(&s->g.vals[s->g.label].shape) / (size_t)s->micro;
     x = malloc(per * (size_t)so.batch * sizeof *x);
-    y = malloc((size_t)so.batch * sizeof *y);
+    y = malloc((per > rows ? per : rows) * (size_t)so.batch * sizeof *y);
     if (!x || !y) goto out;
     for (size_t i = 0; i < per * (size_t)so.batch; i++)
         x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
-    for (int i = 0; i < so.batch; i++) y[i] = i % fr_model_num_classes(m);
-    fr_batch b = {.n = so.batch, .x = x, .y = y};
+    for (size_t i = 0; i < rows * (size_t)so.batch; i++)
+        y[i] = (int32_t)(i % (size_t)fr_model_num_classes(m));
+    fr_batch b = {.n = so.batch, .x = x, .y = y, .idx = y}; /* token ids: y's are valid ids */
     int steps = c.steps ? c.steps : 3;
     for (int i = 0; i < steps; i++) {
         float loss;

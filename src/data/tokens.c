@@ -22,13 +22,11 @@
 #include "data/tokens.h"
 #include "io/file.h"
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are read as they lie");
-
 #define NPY_TOKEN_HEADER_MAX 4096 /* a 1-D array's dict is about 80 bytes */
 #define WALK_DEPTH_MAX 64
 #define CHECK_CHUNK 4096 /* tokens a chunk of fr_tokens_check */
 
-/* ---- element types --------------------------------------------------------- */
+/* ---- element types (decoded byte by byte: little-endian on any host) ---- */
 
 typedef enum elem { E_U8, E_U16, E_I32, E_I64 } elem;
 
@@ -240,7 +238,7 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
     for (size_t k = 0; k < sizeof elems / sizeof elems[0]; k++)
         if (!strcmp(descr, elems[k].descr)) *e = (elem)k, found = 1;
     if (!found) {
-        int flt = strchr("fcd", descr[1] ? descr[1] : 'x') != NULL;
+        int flt = descr[0] && descr[1] == 'f';
         return ffail(ctx, name, FR_ERR_FORMAT,
                      "dtype '%s'%s: token ids are integers ('|u1', '<u2', '<i4' or '<i8')", descr,
                      descr[0] == '>' ? " is big-endian"
@@ -420,7 +418,7 @@ static fr_status add_dir(fr_tokens *t, const char *dir, int depth) {
         n++;
     }
     closedir(d);
-    if (!st) qsort(names, n, sizeof *names, cmp_names);
+    if (!st && n > 1) qsort(names, n, sizeof *names, cmp_names);
     size_t dl = strlen(dir);
     for (size_t k = 0; k < n && !st; k++) {
         size_t len = dl + 1 + strlen(names[k]) + 1;
@@ -450,9 +448,10 @@ static fr_status add_path(fr_tokens *t, const char *path, int depth) {
 static fr_status add_glob(fr_tokens *t, const char *pattern) {
     glob_t g;
     int r = glob(pattern, 0, NULL, &g);
-    if (r == GLOB_NOMATCH) return ffail(t->ctx, pattern, FR_ERR_IO, "the pattern matches no file");
     if (r != 0) {
-        if (r != GLOB_NOSPACE) globfree(&g);
+        globfree(&g); /* it holds what was matched before the fault, if anything */
+        if (r == GLOB_NOMATCH)
+            return ffail(t->ctx, pattern, FR_ERR_IO, "the pattern matches no file");
         return ffail(t->ctx, pattern, r == GLOB_NOSPACE ? FR_ERR_NOMEM : FR_ERR_IO,
                      "glob(3) failed while matching (%s)",
                      r == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");

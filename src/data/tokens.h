@@ -20,7 +20,8 @@
  * data size.
  *
  * Split (fr_tokens_split): the last n_val = floor(len * val_fraction) tokens
- * are validation, the first n_train = len - n_val training. A part in use
+ * (the product in double precision, as Python's math.floor(len * f)) are
+ * validation, the first n_train = len - n_val training. A part in use
  * must hold at least T + 1 tokens (one window and its last target).
  *
  * Batches (fr_token_loader): a part [begin, end) of len tokens holds
@@ -115,7 +116,8 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
 /* What fr_token_loader_new reserves, as the allocator rounds it: the loader,
  * the permutation (8 bytes a window, only with shuffle) and (queue + 1) batch
  * slots of (2*B*T + 1) int32 (category DATA). For budgets, before any loader
- * exists; 0 for options new() refuses. */
+ * exists; 0 for options that are bad whatever the stream (B, T, queue,
+ * vocab, begin >= end). */
 size_t fr_token_loader_reserved(const fr_token_loader_opts *o);
 void fr_token_loader_free(fr_token_loader *l);
 int64_t fr_token_loader_num_windows(const fr_token_loader *l);

@@ -12,9 +12,9 @@
 #include "model/model.h"
 
 static const char *layer_names[FR_L_COUNT] = {
-    "linear",  "conv2d",   "maxpool2d", "avgpool2d", "global_avgpool", "relu",
-    "gelu",    "sigmoid",  "tanh",      "batchnorm", "layernorm",      "dropout",
-    "flatten", "residual", "shortcut",  "end"};
+    "linear",   "conv2d", "maxpool2d", "avgpool2d",     "global_avgpool", "relu",    "gelu",
+    "sigmoid",  "tanh",   "batchnorm", "layernorm",     "dropout",        "flatten", "residual",
+    "shortcut", "end",    "embedding", "pos_embedding", "attention",      "add"};
 
 const char *fr_layer_kind_name(fr_layer_kind k) {
     return (unsigned)k < FR_L_COUNT ? layer_names[k] : "?";
@@ -30,10 +30,40 @@ fr_model *fr_model_new(fr_ctx *ctx, int c, int h, int w) {
     if (!m) return NULL;
     m->ctx = ctx;
     m->in = (h == 1 && w == 1) ? fr_shape1(c) : fr_shape3(c, h, w);
+    m->in_dtype = FR_F32;
     m->cur = m->in;
+    m->cur_val = FR_MODEL_INPUT;
     m->loss = FR_LOSS_CROSS_ENTROPY;
     return m;
 }
+
+fr_model *fr_model_new_tokens(fr_ctx *ctx, int context) {
+    if (context <= 0) {
+        fr_fail(ctx, FR_ERR_ARG, "a token model's context must be positive, got %d", context);
+        return NULL;
+    }
+    fr_model *m = fr_model_new(ctx, context, 1, 1);
+    if (!m) return NULL;
+    m->in_dtype = FR_I32;
+    m->seq = context;
+    return m;
+}
+
+int fr_model_context(const fr_model *m) { return m->in_dtype == FR_I32 ? (int)m->in.d[0] : 0; }
+int fr_model_seq(const fr_model *m) { return m->in_dtype == FR_I32 ? m->seq : 0; }
+
+fr_status fr_model_set_seq(fr_model *m, int seq) {
+    if (m->in_dtype != FR_I32)
+        return fr_fail(m->ctx, FR_ERR_ARG, "--seq applies to token models (input tokens N)");
+    if (seq <= 0 || seq > m->in.d[0])
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "--seq %d is outside [1, %lld]: the model's context is %lld positions", seq,
+                       (long long)m->in.d[0], (long long)m->in.d[0]);
+    m->seq = seq;
+    return FR_OK;
+}
+
+fr_val fr_model_last_value(const fr_model *m) { return m->cur_val; }
 
 void fr_model_free(fr_model *m) {
     if (!m) return;
@@ -47,6 +77,7 @@ void fr_model_free(fr_model *m) {
     }
     fr_free(ctx, m->params);
     fr_free(ctx, m->layers);
+    fr_free(ctx, m->alias);
     fr_free(ctx, m);
 }
 
@@ -72,6 +103,37 @@ static int64_t checked_numel(const fr_shape *s) {
     return n;
 }
 
+fr_shape fr_model_value_shape(const fr_model *m, int v) {
+    return v >= 0 && (size_t)v < m->n_layers ? m->layers[v].out_shape : m->in;
+}
+
+/* Is v a value of m: the input or a layer's output? */
+static int valid_value(const fr_model *m, int v) {
+    if (v == FR_MODEL_INPUT) return 1;
+    if (v < 0 || (size_t)v >= m->n_layers) return 0;
+    fr_layer_kind k = m->layers[v].kind;
+    return k != FR_L_RES_BEGIN && k != FR_L_RES_SHORTCUT;
+}
+
+/* The graph-level calls: check value x, make it the current value (what
+ * the sequential call then applies its layer to), run that call. */
+static int use_value(fr_model *m, int x, const char *what) {
+    if (!valid_value(m, x)) {
+        m->status = fr_fail(m->ctx, FR_ERR_ARG, "%s: %d is not a value of this model", what, x);
+        return 0;
+    }
+    if (m->depth && x != m->cur_val) { /* inside a block only the sequential flow */
+        m->status = fr_fail(m->ctx, FR_ERR_ARG,
+                            "%s: inside a residual block a layer reads the value made last", what);
+        return 0;
+    }
+    m->cur = fr_model_value_shape(m, x);
+    m->cur_val = x;
+    return 1;
+}
+
+static fr_val made(fr_model *m, fr_status st) { return st ? FR_NO_VAL : m->cur_val; }
+
 static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     char b[64];
     m->status = FR_ERR_SHAPE;
@@ -90,6 +152,9 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     l->in = m->cur;
     l->out_shape = out;
     l->first_param = (int)m->n_params;
+    l->src[0] = m->cur_val;
+    l->src[1] = FR_NO_VAL;
+    l->wparam = l->bparam = -1;
     if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) {
         next_name(m, l->name);
         for (size_t i = 0; i + 1 < m->n_layers; i++)
@@ -118,12 +183,17 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     } else if (m->depth > 0) {
         l->unit = m->layers[m->res_layer[0]].unit;
         l->index = m->layers[m->res_layer[0]].index;
+    } else if (m->block) {
+        l->unit = m->block_unit;
+        l->index = m->block_index;
     } else {
-        int starts = kind == FR_L_LINEAR || kind == FR_L_CONV2D || kind == FR_L_RES_BEGIN;
+        int starts = kind == FR_L_LINEAR || kind == FR_L_CONV2D || kind == FR_L_RES_BEGIN ||
+                     kind == FR_L_EMBEDDING;
         l->unit = (starts || m->n_units == 0) ? m->n_units++ : m->n_units - 1;
         l->index = m->top_index - 1;
     }
     m->cur = out;
+    if (kind != FR_L_RES_BEGIN && kind != FR_L_RES_SHORTCUT) m->cur_val = (int)(m->n_layers - 1);
     return l;
 }
 
@@ -161,15 +231,20 @@ static fr_status need_image(fr_model *m, const char *what) {
 fr_status fr_model_linear(fr_model *m, int out, int bias) {
     char b[64];
     if (out <= 0) return fr_fail(m->ctx, FR_ERR_ARG, "linear: out_features must be positive");
-    if (m->cur.ndim != 1)
+    if (m->cur.ndim != 1 && !(m->cur.ndim == 2 && m->in_dtype == FR_I32))
         return fr_fail(m->ctx, FR_ERR_SHAPE,
                        "linear needs a flat input: add flatten before it (input is %s)",
                        shape_str(&m->cur, b));
-    int64_t in = m->cur.d[0];
-    fr_layer *l = add_layer(m, FR_L_LINEAR, fr_shape1(out));
+    /* over the last dimension: (K) -> (O), (T, K) -> (T, O) */
+    int64_t in = m->cur.d[m->cur.ndim - 1];
+    fr_shape os = m->cur;
+    os.d[os.ndim - 1] = out;
+    fr_layer *l = add_layer(m, FR_L_LINEAR, os);
     if (!l) return m->status;
     l->out = out;
     l->bias = bias;
+    l->wparam = l->first_param;
+    l->bparam = bias ? l->first_param + 1 : -1;
     fr_status st;
     if ((st = add_param(m, l, "weight", fr_shape2(out, in), FR_P_WEIGHT, in))) return st;
     if (bias && (st = add_param(m, l, "bias", fr_shape1(out), FR_P_BIAS, in))) return st;
@@ -195,6 +270,8 @@ fr_status fr_model_conv2d(fr_model *m, int oc, int k, int stride, int pad, int b
     l->stride = stride;
     l->pad = pad;
     l->bias = bias;
+    l->wparam = l->first_param;
+    l->bparam = bias ? l->first_param + 1 : -1;
     fr_shape ws = fr_shape4(oc, c, k, k);
     int64_t fan_in = checked_numel(&ws) < 0 ? 1 : c * k * k;
     fr_status st;
@@ -266,12 +343,178 @@ fr_status fr_model_batchnorm(fr_model *m) {
     return FR_OK;
 }
 
-fr_status fr_model_layernorm(fr_model *m) {
-    fr_shape s = m->cur;
-    fr_layer *l = add_layer(m, FR_L_LAYERNORM, s);
+/* LayerNorm over the trailing shape `s` of the current value (its
+ * weight's and bias's shape). */
+static fr_status layernorm(fr_model *m, fr_shape s) {
+    fr_layer *l = add_layer(m, FR_L_LAYERNORM, m->cur);
     if (!l) return m->status;
     if (add_param(m, l, "weight", s, FR_P_WEIGHT, 0) || add_param(m, l, "bias", s, FR_P_BIAS, 0))
         return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+fr_status fr_model_layernorm(fr_model *m) { return layernorm(m, m->cur); }
+
+fr_val fr_layernorm(fr_model *m, fr_val x, int dim) {
+    char b[64];
+    if (!use_value(m, x, "layernorm")) return FR_NO_VAL;
+    if (dim <= 0 || m->cur.d[m->cur.ndim - 1] != dim) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "layernorm %d: the last dimension of the input %s is not %d", dim,
+                            shape_str(&m->cur, b), dim);
+        return FR_NO_VAL;
+    }
+    return made(m, layernorm(m, fr_shape1(dim)));
+}
+
+fr_val fr_linear(fr_model *m, fr_val x, int out, int bias) {
+    return use_value(m, x, "linear") ? made(m, fr_model_linear(m, out, bias)) : FR_NO_VAL;
+}
+
+fr_val fr_relu(fr_model *m, fr_val x) {
+    return use_value(m, x, "relu") ? made(m, fr_model_relu(m)) : FR_NO_VAL;
+}
+
+fr_val fr_gelu(fr_model *m, fr_val x, int tanh_approx) {
+    if (!use_value(m, x, "gelu")) return FR_NO_VAL;
+    fr_layer *l = add_layer(m, FR_L_GELU, m->cur);
+    if (!l) return FR_NO_VAL;
+    l->approx = tanh_approx != 0;
+    return m->cur_val;
+}
+
+fr_val fr_add(fr_model *m, fr_val a, fr_val b) {
+    char sa[64], sb[64];
+    if (!use_value(m, b, "add") || !use_value(m, a, "add")) return FR_NO_VAL;
+    fr_shape s = fr_model_value_shape(m, b);
+    if (!fr_shape_eq(&m->cur, &s)) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE, "add: the shapes %s and %s differ",
+                            shape_str(&m->cur, sa), shape_str(&s, sb));
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_ADD, m->cur);
+    if (!l) return FR_NO_VAL;
+    l->src[1] = b;
+    return m->cur_val;
+}
+
+fr_val fr_embedding(fr_model *m, fr_val tokens, int vocab, int dim) {
+    char b[64];
+    if (!use_value(m, tokens, "embedding")) return FR_NO_VAL;
+    if (vocab <= 0 || dim <= 0) {
+        m->status = fr_fail(m->ctx, FR_ERR_ARG, "embedding: vocabulary and dim must be positive");
+        return FR_NO_VAL;
+    }
+    if (tokens != FR_MODEL_INPUT || m->in_dtype != FR_I32) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "embedding reads token ids: the model input must be 'input tokens N' "
+                            "(it is %s)",
+                            shape_str(&m->cur, b));
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_EMBEDDING, fr_shape2(m->cur.d[0], dim));
+    if (!l) return FR_NO_VAL;
+    l->out = dim;
+    l->wparam = l->first_param;
+    if ((m->status = add_param(m, l, "weight", fr_shape2(vocab, dim), FR_P_WEIGHT, 0)))
+        return FR_NO_VAL;
+    return m->cur_val;
+}
+
+fr_val fr_pos_embedding(fr_model *m, fr_val x, int positions) {
+    char b[64];
+    if (!use_value(m, x, "pos_embedding")) return FR_NO_VAL;
+    if (m->cur.ndim != 2 || m->in_dtype != FR_I32 || positions < m->cur.d[0]) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "pos_embedding %d: needs a (positions, dim) input of at most %d "
+                            "positions, got %s",
+                            positions, positions, shape_str(&m->cur, b));
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_POS_EMBEDDING, m->cur);
+    if (!l) return FR_NO_VAL;
+    l->wparam = l->first_param;
+    if ((m->status = add_param(m, l, "weight", fr_shape2(positions, m->cur.d[1]), FR_P_WEIGHT, 0)))
+        return FR_NO_VAL;
+    return m->cur_val;
+}
+
+fr_val fr_attention(fr_model *m, fr_val qkv, int heads) {
+    char b[64];
+    if (!use_value(m, qkv, "attention")) return FR_NO_VAL;
+    int64_t c3 = m->cur.d[m->cur.ndim - 1];
+    if (m->cur.ndim != 2 || c3 % 3 != 0 || heads <= 0 || (c3 / 3) % heads != 0) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "attention heads=%d: needs a (T, 3C) input of q, k, v with C a "
+                            "multiple of the heads, got %s",
+                            heads, shape_str(&m->cur, b));
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_ATTENTION, fr_shape2(m->cur.d[0], c3 / 3));
+    if (!l) return FR_NO_VAL;
+    l->heads = heads;
+    return m->cur_val;
+}
+
+fr_status fr_model_init_std_last(fr_model *m, float std) {
+    if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "std= before any layer");
+    fr_layer *l = &m->layers[m->n_layers - 1];
+    if (!(std > 0.0f && std < 1e3f))
+        return fr_fail(m->ctx, FR_ERR_ARG, "std=%g: must be positive", (double)std);
+    if (l->wparam < 0 || l->kind == FR_L_LAYERNORM)
+        return fr_fail(m->ctx, FR_ERR_ARG, "std= applies to layers with a weight matrix (%s)",
+                       layer_names[l->kind]);
+    l->std = std;
+    return FR_OK;
+}
+
+fr_status fr_model_tie_last(fr_model *m, const char *to) {
+    char a[64], b[64], want[FR_ST_NAME_MAX];
+    if (m->n_layers == 0) return fr_fail(m->ctx, FR_ERR_ARG, "tie= before any layer");
+    fr_layer *l = &m->layers[m->n_layers - 1];
+    if (l->kind != FR_L_LINEAR || l->wparam != l->first_param)
+        return fr_fail(m->ctx, FR_ERR_ARG, "tie= applies to a linear layer with its own weight");
+    snprintf(want, sizeof want, "%.120s.weight", to);
+    int t = -1;
+    for (size_t i = 0; i < m->n_params && t < 0; i++)
+        if (strcmp(m->params[i].name, to) == 0 || strcmp(m->params[i].name, want) == 0) t = (int)i;
+    if (t < 0 || t == l->wparam || !m->params[t].trainable)
+        return fr_fail(m->ctx, FR_ERR_ARG, "tie=%s: no earlier parameter of that name", to);
+    fr_param *w = &m->params[l->wparam];
+    if (!fr_shape_eq(&w->shape, &m->params[t].shape))
+        return fr_fail(m->ctx, FR_ERR_SHAPE, "tie=%s: %s is %s but this layer's weight is %s", to,
+                       m->params[t].name, shape_str(&m->params[t].shape, a),
+                       shape_str(&w->shape, b));
+    if (fr_grow(m->ctx, (void **)&m->alias, &m->cap_alias, m->n_alias + 1, sizeof(fr_alias),
+                FR_MEM_OTHER))
+        return FR_ERR_NOMEM;
+    fr_alias *al = &m->alias[m->n_alias++];
+    memcpy(al->name, w->name, sizeof al->name);
+    al->param = t;
+    al->layer = (int)(m->n_layers - 1);
+    /* the layer's own weight goes: its parameters are the last ones */
+    size_t wi = (size_t)l->wparam;
+    memmove(&m->params[wi], &m->params[wi + 1], (m->n_params - wi - 1) * sizeof *m->params);
+    m->n_params--;
+    l->n_params--;
+    l->wparam = t;
+    if (l->bias) l->bparam = (int)wi;
+    return FR_OK;
+}
+
+fr_status fr_model_block_begin(fr_model *m) {
+    if (m->block || m->depth)
+        return fr_fail(m->ctx, FR_ERR_ARG, "a block cannot open inside a block or residual");
+    m->block = 1;
+    m->block_unit = m->n_units++;
+    m->block_index = m->top_index;
+    return FR_OK;
+}
+
+fr_status fr_model_block_end(fr_model *m) {
+    if (!m->block) return fr_fail(m->ctx, FR_ERR_ARG, "block end without a block");
+    if (m->depth) return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open in the block");
+    m->block = 0;
     return FR_OK;
 }
 
@@ -287,6 +530,7 @@ fr_status fr_model_residual_begin(fr_model *m) {
     m->res_index[d][0] = m->res_index[d][1] = 0;
     m->res_in_shortcut[d] = 0;
     m->res_in[d] = in;
+    m->res_in_val[d] = m->cur_val;
     return FR_OK;
 }
 
@@ -296,8 +540,10 @@ fr_status fr_model_residual_shortcut(fr_model *m) {
     if (m->res_in_shortcut[d])
         return fr_fail(m->ctx, FR_ERR_ARG, "a residual block has one shortcut");
     m->res_body_out[d] = m->cur;
+    m->res_body_val[d] = m->cur_val;
     m->res_in_shortcut[d] = 1;
     m->cur = m->res_in[d];
+    m->cur_val = m->res_in_val[d];
     return add_layer(m, FR_L_RES_SHORTCUT, m->cur) ? FR_OK : m->status;
 }
 
@@ -312,9 +558,15 @@ fr_status fr_model_residual_end(fr_model *m) {
                        "residual block: the body gives %s but the shortcut gives %s; add a "
                        "shortcut that matches (e.g. a 1x1 conv2d with the body's stride)",
                        shape_str(&body, a), shape_str(&sc, b));
+    int bv = m->res_in_shortcut[d] ? m->res_body_val[d] : m->cur_val;
+    int sv = m->res_in_shortcut[d] ? m->cur_val : m->res_in_val[d];
     m->cur = body;
     m->depth--;
-    return add_layer(m, FR_L_RES_END, body) ? FR_OK : m->status;
+    fr_layer *l = add_layer(m, FR_L_RES_END, body);
+    if (!l) return m->status;
+    l->src[0] = bv;
+    l->src[1] = sv;
+    return FR_OK;
 }
 
 fr_status fr_model_set_loss(fr_model *m, fr_loss loss) {
@@ -343,6 +595,9 @@ fr_status fr_model_name_last(fr_model *m, const char *name) {
         snprintf(tmp, sizeof tmp, "%.100s%s", name, suffix);
         memcpy(p->name, tmp, sizeof tmp);
     }
+    for (size_t i = 0; i < m->n_alias; i++)
+        if (m->alias[i].layer == (int)(m->n_layers - 1))
+            snprintf(m->alias[i].name, sizeof m->alias[i].name, "%.100s.weight", name);
     return FR_OK;
 }
 
@@ -405,6 +660,7 @@ size_t fr_model_num_params(const fr_model *m) {
 }
 
 int fr_model_num_classes(const fr_model *m) {
+    if (m->in_dtype == FR_I32) return (int)m->cur.d[m->cur.ndim - 1]; /* per position */
     return m->cur.ndim == 1 ? (int)m->cur.d[0] : (int)fr_shape_numel(&m->cur);
 }
 
@@ -458,6 +714,13 @@ static void init_store(fr_param *p, int64_t j0, const float *v, size_t n) {
     else fr_f32_to_bf16_n_seq(v, (uint16_t *)p->data + j0, n);
 }
 
+/* A standard normal sample (Box-Muller on two uniforms, in double). */
+static float normal_sample(fr_rng *r) {
+    double u1 = ((double)(fr_rng_next(r) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
+    double u2 = (double)(fr_rng_next(r) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 /* PyTorch: Linear/Conv weight kaiming_uniform_(a=sqrt(5)) gives
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bias uses the same bound.
  * BatchNorm/LayerNorm: weight 1, bias 0, running_var 1. Values are made in
@@ -479,12 +742,19 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
         }
         int constant = affine_norm || p->role == FR_P_RUNNING_MEAN || p->role == FR_P_RUNNING_VAR;
         float c = (p->role == FR_P_WEIGHT || p->role == FR_P_RUNNING_VAR) ? 1.0f : 0.0f;
+        /* normal: nn.Embedding's N(0, 1), or N(0, std^2) where std= asks (biases then 0) */
+        int embed = l->kind == FR_L_EMBEDDING || l->kind == FR_L_POS_EMBEDDING;
+        float sd = l->std > 0.0f ? l->std : 1.0f;
+        int normal = (embed || l->std > 0.0f) && p->role == FR_P_WEIGHT;
+        if (l->std > 0.0f && p->role == FR_P_BIAS) constant = 1, c = 0.0f;
         fr_rng r = fr_rng_make(seed, i);
         float bound = 1.0f / sqrtf((float)p->fan_in);
         for (int64_t j0 = 0; j0 < n; j0 += 1024) {
             size_t k = n - j0 < 1024 ? (size_t)(n - j0) : 1024;
             for (size_t j = 0; j < k; j++)
-                v[j] = constant ? c : (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
+                v[j] = constant ? c
+                       : normal ? sd * normal_sample(&r)
+                                : (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
             init_store(p, j0, v, k);
         }
     }
@@ -512,19 +782,26 @@ static fr_shape batched(int n, fr_shape s) {
 fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv) {
     fr_ctx *ctx = m->ctx;
     if (m->depth) return fr_fail(ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
+    if (m->block) return fr_fail(ctx, FR_ERR_ARG, "a block is still open (missing end)");
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         pv[i] = fr_graph_value(g, p->trainable ? FR_VAL_PARAM : FR_VAL_BUFFER, p->dtype, p->shape);
         if (pv[i] < 0) return FR_ERR_NOMEM;
         g->vals[pv[i]].param = (int)i;
     }
-    int x = fr_graph_value(g, FR_VAL_INPUT, FR_F32, batched(n, m->in));
+    int tokens = m->in_dtype == FR_I32;
+    fr_shape in_shape = tokens ? fr_shape2(n, m->seq) : batched(n, m->in);
+    int x = fr_graph_value(g, FR_VAL_INPUT, m->in_dtype, in_shape);
     if (x < 0) return FR_ERR_NOMEM;
     g->vals[x].batched = 1;
     g->input = x;
-    int stack_in[FR_RES_MAX_DEPTH], stack_body[FR_RES_MAX_DEPTH], depth = 0;
+    /* val[i]: the graph value of layer i's output (markers pass theirs on) */
+    int *val = fr_alloc(ctx, (m->n_layers + 1) * sizeof *val, FR_MEM_OTHER);
+    if (!val) return FR_ERR_NOMEM;
+#define SRC(l, k) ((l)->src[k] == FR_MODEL_INPUT ? x : val[(l)->src[k]])
     uint32_t salt = 1;
-    for (size_t li = 0; li < m->n_layers; li++) {
+    fr_status st = FR_OK;
+    for (size_t li = 0; li < m->n_layers && !st; li++) {
         const fr_layer *l = &m->layers[li];
         const int *P = &pv[l->first_param];
         fr_attr a = {0};
@@ -532,11 +809,12 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         a.stride = l->stride;
         a.pad = l->pad;
         a.training = training;
-        int in[5], out[FR_MAX_OUT], node = -2;
+        int in[5], out[FR_MAX_OUT], node = -2, src = SRC(l, 0);
+        val[li] = src;
         switch (l->kind) {
         case FR_L_LINEAR:
         case FR_L_CONV2D:
-            in[0] = x, in[1] = P[0], in[2] = l->bias ? P[1] : -1;
+            in[0] = src, in[1] = pv[l->wparam], in[2] = l->bparam >= 0 ? pv[l->bparam] : -1;
             node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3, &a,
                                  -1, 0, out);
             break;
@@ -554,66 +832,73 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
                                                   [FR_L_GELU] = FR_OP_GELU,
                                                   [FR_L_SIGMOID] = FR_OP_SIGMOID,
                                                   [FR_L_TANH] = FR_OP_TANH};
-            node = fr_graph_node(g, ops[l->kind], &x, 1, &a, -1, 0, out);
+            a.approx = l->approx;
+            node = fr_graph_node(g, ops[l->kind], &src, 1, &a, -1, 0, out);
             break;
         }
         case FR_L_BATCHNORM:
             a.eps = 1e-5f;
             a.momentum = 0.1f;
-            in[0] = x, in[1] = P[0], in[2] = P[1], in[3] = P[2], in[4] = P[3];
+            in[0] = src, in[1] = P[0], in[2] = P[1], in[3] = P[2], in[4] = P[3];
             node = fr_graph_node(g, FR_OP_BATCHNORM, in, 5, &a, -1, training ? 0 : 6u, out);
             break;
         case FR_L_LAYERNORM:
             a.eps = 1e-5f;
-            in[0] = x, in[1] = P[0], in[2] = P[1];
+            in[0] = src, in[1] = P[0], in[2] = P[1];
             node = fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &a, -1, 0, out);
             break;
         case FR_L_DROPOUT:
             a.p = l->p;
             a.salt = salt++;
-            node = fr_graph_node(g, FR_OP_DROPOUT, &x, 1, &a, -1, training ? 0 : 2u, out);
+            node = fr_graph_node(g, FR_OP_DROPOUT, &src, 1, &a, -1, training ? 0 : 2u, out);
             break;
         case FR_L_FLATTEN:
             a.shape = batched(n, l->out_shape);
-            node = fr_graph_node(g, FR_OP_VIEW, &x, 1, &a, -1, 0, out);
+            node = fr_graph_node(g, FR_OP_VIEW, &src, 1, &a, -1, 0, out);
             break;
-        case FR_L_RES_BEGIN: stack_in[depth++] = x; break;
-        case FR_L_RES_SHORTCUT:
-            stack_body[depth - 1] = x;
-            x = stack_in[depth - 1];
+        case FR_L_EMBEDDING:
+            in[0] = src, in[1] = pv[l->wparam];
+            node = fr_graph_node(g, FR_OP_EMBEDDING, in, 2, &a, -1, 0, out);
             break;
-        case FR_L_RES_END: {
-            depth--;
-            /* Did this block have a shortcut? Look back for its marker. */
-            int has_sc = 0, level = 0;
-            for (size_t k = li; k-- > 0;) {
-                if (m->layers[k].kind == FR_L_RES_END) level++;
-                if (m->layers[k].kind == FR_L_RES_BEGIN) {
-                    if (level == 0) break;
-                    level--;
-                }
-                if (m->layers[k].kind == FR_L_RES_SHORTCUT && level == 0) has_sc = 1;
-            }
-            in[0] = has_sc ? stack_body[depth] : x;
-            in[1] = has_sc ? x : stack_in[depth];
+        case FR_L_POS_EMBEDDING:
+            in[0] = src, in[1] = pv[l->wparam];
+            node = fr_graph_node(g, FR_OP_POS_EMBEDDING, in, 2, &a, -1, 0, out);
+            break;
+        case FR_L_ATTENTION:
+            a.heads = l->heads;
+            a.causal = 1;
+            node = fr_graph_node(g, FR_OP_ATTENTION, &src, 1, &a, -1, 0, out);
+            break;
+        case FR_L_RES_END:
+        case FR_L_ADD:
+            in[0] = src, in[1] = SRC(l, 1);
             node = fr_graph_node(g, FR_OP_ADD, in, 2, &a, -1, 0, out);
             break;
-        }
+        case FR_L_RES_BEGIN:
+        case FR_L_RES_SHORTCUT:
         case FR_L_COUNT: break;
         }
-        if (node == -1) return g->status;
-        if (node >= 0) {
+        if (node == -1) st = g->status;
+        else if (node >= 0) {
             g->nodes[node].layer = (int)li;
-            x = out[0];
+            val[li] = out[0];
         }
     }
+    x = m->n_layers ? val[m->n_layers - 1] : x;
+#undef SRC
+    fr_free(ctx, val);
+    if (st) return st;
     g->logits = x;
-    if (g->vals[x].shape.ndim != 2)
-        return fr_fail(ctx, FR_ERR_SHAPE, "the model must end in flat outputs (batch, classes)");
-    int64_t classes = g->vals[x].shape.d[1];
-    int y = m->loss == FR_LOSS_CROSS_ENTROPY
-                ? fr_graph_value(g, FR_VAL_LABEL, FR_I32, fr_shape1(n))
-                : fr_graph_value(g, FR_VAL_LABEL, FR_F32, fr_shape2(n, classes));
+    const fr_shape *z = &g->vals[x].shape;
+    if (tokens ? z->ndim != 3 : z->ndim != 2)
+        return fr_fail(ctx, FR_ERR_SHAPE,
+                       tokens ? "a token model must end in (batch, positions, vocabulary) outputs"
+                              : "the model must end in flat outputs (batch, classes)");
+    /* cross-entropy: one class id per row of outputs (per sample, or per position) */
+    fr_shape rows = *z;
+    rows.ndim--;
+    int y = m->loss == FR_LOSS_CROSS_ENTROPY ? fr_graph_value(g, FR_VAL_LABEL, FR_I32, rows)
+                                             : fr_graph_value(g, FR_VAL_LABEL, FR_F32, *z);
     if (y < 0) return FR_ERR_NOMEM;
     g->vals[y].batched = 1;
     g->label = y;

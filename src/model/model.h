@@ -1,7 +1,10 @@
-/* model.h — a model as the user built it: a sequence of layers (residual
- * blocks nest one level of body/shortcut) and the parameter tensors they own,
- * with PyTorch state_dict names. It knows per-sample shapes and how to emit
- * its forward graph; it knows nothing of memory plans or kernels. */
+/* model.h — a model as the user built it: layers, each one op applied to
+ * values made before it (the graph-level builder: fr_linear(m, x, ...)
+ * returns the value it makes), the sequential calls (fr_model_linear, ...,
+ * residual blocks) being that builder applied to the value made last; and
+ * the parameter tensors the layers own, with PyTorch state_dict names. It
+ * knows per-sample shapes and how to emit its forward graph; it knows
+ * nothing of memory plans or kernels. */
 #ifndef FR_MODEL_H
 #define FR_MODEL_H
 
@@ -25,13 +28,21 @@ typedef enum fr_layer_kind {
     FR_L_RES_BEGIN,
     FR_L_RES_SHORTCUT,
     FR_L_RES_END,
+    FR_L_EMBEDDING,     /* token ids -> rows of a (vocab, dim) table */
+    FR_L_POS_EMBEDDING, /* x + a (positions, dim) table's first T rows */
+    FR_L_ATTENTION,     /* causal multi-head self-attention on (T, 3C) q|k|v */
+    FR_L_ADD,           /* the sum of two values */
     FR_L_COUNT
 } fr_layer_kind;
 
 typedef struct fr_layer {
     fr_layer_kind kind;
+    int src[2]; /* the values it reads: a layer's index, FR_MODEL_INPUT, or FR_NO_VAL */
     int out, kernel, stride, pad, bias;
+    int heads, approx; /* attention heads; GELU's tanh approximation */
     float p;
+    float std;          /* > 0: weights drawn from N(0, std^2), biases 0 (GPT-2's init) */
+    int wparam, bparam; /* the weight and bias it reads (a tied weight is another layer's); -1 */
     char name[FR_ST_NAME_MAX]; /* state_dict prefix, e.g. "0", "fc1", "3.body.1" */
     fr_shape in, out_shape;    /* per sample (no batch dim) */
     int first_param, n_params;
@@ -68,10 +79,22 @@ typedef struct fr_param {
 
 #define FR_RES_MAX_DEPTH 4
 
+/* A second state_dict name for a parameter (weight tying: nanoGPT's
+ * lm_head.weight is transformer.wte.weight): saved under both names,
+ * owned by one layer, read by two. */
+typedef struct fr_alias {
+    char name[FR_ST_NAME_MAX];
+    int param; /* the parameter it names */
+    int layer; /* the layer that reads it under this name */
+} fr_alias;
+
 struct fr_model {
     fr_ctx *ctx;
-    fr_shape in; /* per sample */
-    fr_shape cur;
+    fr_shape in;       /* per sample: (c, h, w), (features), or (context) token ids */
+    fr_dtype in_dtype; /* FR_F32, or FR_I32 for token ids */
+    int seq;           /* token models: positions a sample has in the graph (<= context) */
+    fr_shape cur;      /* the shape of cur_val */
+    int cur_val;       /* the value made last: what the sequential calls apply to */
     fr_layer *layers;
     size_t n_layers, cap_layers;
     fr_param *params;
@@ -83,6 +106,10 @@ struct fr_model {
     int res_index[FR_RES_MAX_DEPTH][2]; /* next body / shortcut index */
     int res_in_shortcut[FR_RES_MAX_DEPTH];
     fr_shape res_in[FR_RES_MAX_DEPTH], res_body_out[FR_RES_MAX_DEPTH];
+    int res_in_val[FR_RES_MAX_DEPTH], res_body_val[FR_RES_MAX_DEPTH];
+    int block, block_unit, block_index; /* an open fr_model_block_begin: one unit */
+    fr_alias *alias;
+    size_t n_alias, cap_alias;
     int initialised;
     int n_units;
     fr_status status; /* why the last layer could not be added */
@@ -93,6 +120,8 @@ struct fr_model {
  * parameter value of model param i is param_value[i] (length n_params). */
 fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *param_value);
 fr_status fr_model_alloc_params(fr_model *m);
+/* The per-sample shape of value v (a layer's output or the model input). */
+fr_shape fr_model_value_shape(const fr_model *m, int v);
 /* model.half(): store weights and biases as dt (FR_F16 or FR_BF16). */
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt);
 const char *fr_layer_kind_name(fr_layer_kind k);

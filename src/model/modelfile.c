@@ -4,11 +4,13 @@
  * fr_model_residual_*), so it depends on no model internals: shapes are the
  * builder's to check, and its messages come back prefixed with file:line.
  * Every fault of the text itself is reported as file:line:col with a hint.
- * It also holds the built-in models ("mlp", "cnn", "resnet"), whose text is
+ * It also holds the built-in models ("mlp", "cnn", "resnet", "gpt-tiny",
+ * "gpt2"), whose text is
  * byte for byte the files in models/ (tests/test_modelfile.c checks). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "core/ctx.h"
@@ -19,8 +21,10 @@
 #define MF_MAX_TEXT (1u << 20) /* bytes in one model file */
 #define MF_MAX_INT (1 << 24)   /* the largest number any argument takes */
 #define MF_MAX_NAME 100        /* the builder's limit on a layer name */
-#define MF_MAX_DEPTH 16 /* open residual blocks the parser tracks (the builder allows fewer) */
-#define MF_QUOTE_MAX 40 /* longest token quoted whole in a message */
+#define MF_MAX_DEPTH 16    /* open residual blocks the parser tracks (the builder allows fewer) */
+#define MF_QUOTE_MAX 40    /* longest token quoted whole in a message */
+#define MF_MAX_REPEAT 4096 /* iterations of one repeat */
+#define MF_MAX_EXPANDED (1 << 20) /* lines read, repeats expanded */
 
 /* ---- statements: one table row each ------------------------------------ */
 
@@ -31,13 +35,27 @@ typedef enum mf_key {
     K_BIAS,
     K_NAME,
     K_CHECKPOINT,
+    K_STD,
+    K_TIE,
+    K_APPROXIMATE,
+    K_HEADS,
+    K_CAUSAL,
     K_COUNT
 } mf_key;
 #define KB(k) (1u << (k))
-static const char *const mf_key_names[K_COUNT] = {"kernel", "stride", "padding",
-                                                  "bias",   "name",   "checkpoint"};
+static const char *const mf_key_names[K_COUNT] = {"kernel",      "stride",     "padding", "bias",
+                                                  "name",        "checkpoint", "std",     "tie",
+                                                  "approximate", "heads",      "causal"};
 
-typedef enum mf_kind { S_INPUT = 0, S_LAYER, S_RESIDUAL, S_SHORTCUT, S_END, S_LOSS } mf_kind;
+typedef enum mf_kind {
+    S_INPUT = 0,
+    S_LAYER,
+    S_RESIDUAL,
+    S_SHORTCUT,
+    S_END,
+    S_LOSS,
+    S_REPEAT
+} mf_kind;
 /* What the positional arguments are. */
 typedef enum mf_pos { P_NONE = 0, P_INT, P_PROB, P_LOSS } mf_pos;
 
@@ -47,9 +65,11 @@ typedef struct mf_args {
     int v[3];             /* P_INT values */
     float p;              /* P_PROB */
     fr_loss loss;         /* P_LOSS */
-    int key[K_COUNT];     /* K_KERNEL..K_BIAS values */
+    int key[K_COUNT];     /* integer and true/false values */
     int key_col[K_COUNT]; /* column of each key given, 0 when absent */
+    float std;            /* K_STD */
     char name[MF_MAX_NAME + 1];
+    char tie[MF_MAX_NAME + 1];
 } mf_args;
 
 static int has(const mf_args *a, mf_key k) { return a->key_col[k] != 0; }
@@ -57,6 +77,27 @@ static int key_or(const mf_args *a, mf_key k, int dflt) { return has(a, k) ? a->
 
 static fr_status b_linear(fr_model *m, const mf_args *a) {
     return fr_model_linear(m, a->v[0], key_or(a, K_BIAS, 1));
+}
+/* A graph-level call on the value made last; its message is on the context. */
+static fr_status made(fr_model *m, fr_val v) {
+    (void)m;
+    return v == FR_NO_VAL ? FR_ERR_SHAPE : FR_OK;
+}
+static fr_status b_embedding(fr_model *m, const mf_args *a) {
+    return made(m, fr_embedding(m, fr_model_last_value(m), a->v[0], a->v[1]));
+}
+static fr_status b_pos_embedding(fr_model *m, const mf_args *a) {
+    return made(m, fr_pos_embedding(m, fr_model_last_value(m), a->v[0]));
+}
+static fr_status b_attention(fr_model *m, const mf_args *a) {
+    return made(m, fr_attention(m, fr_model_last_value(m), a->key[K_HEADS]));
+}
+static fr_status b_layernorm(fr_model *m, const mf_args *a) {
+    if (a->n == 0) return fr_model_layernorm(m);
+    return made(m, fr_layernorm(m, fr_model_last_value(m), a->v[0]));
+}
+static fr_status b_gelu(fr_model *m, const mf_args *a) {
+    return made(m, fr_gelu(m, fr_model_last_value(m), key_or(a, K_APPROXIMATE, 0)));
 }
 static fr_status b_conv2d(fr_model *m, const mf_args *a) {
     return fr_model_conv2d(m, a->v[0], a->key[K_KERNEL], key_or(a, K_STRIDE, 1),
@@ -76,9 +117,7 @@ static fr_status b_avgpool2d(fr_model *m, const mf_args *a) {
     }
 MF_NOARG(b_global_avgpool, fr_model_global_avgpool)
 MF_NOARG(b_batchnorm, fr_model_batchnorm)
-MF_NOARG(b_layernorm, fr_model_layernorm)
 MF_NOARG(b_relu, fr_model_relu)
-MF_NOARG(b_gelu, fr_model_gelu)
 MF_NOARG(b_sigmoid, fr_model_sigmoid)
 MF_NOARG(b_tanh, fr_model_tanh)
 MF_NOARG(b_flatten, fr_model_flatten)
@@ -108,11 +147,19 @@ typedef struct mf_stmt {
 static const mf_stmt mf_stmts[] = {
     /* word, kind, positionals (what, min, max, names), keys taken, keys needed, builder, usage */
     {"input", S_INPUT, P_INT, 1, 3, {"C", "H", "W"}, 0, 0, NULL,
-     "input C H W  (an image)  or  input FEATURES  (a vector)"},
+     "input C H W  (an image)  or  input FEATURES  (a vector)  or  input tokens CONTEXT"},
     {"conv2d", S_LAYER, P_INT, 1, 1, {"OUT_CHANNELS"}, CONV_KEYS, KB(K_KERNEL), b_conv2d,
      "conv2d OUT_CHANNELS kernel=K [stride=1] [padding=0] [bias=true] [name=NAME]"},
-    {"linear", S_LAYER, P_INT, 1, 1, {"OUT_FEATURES"}, KB(K_BIAS) | NAMED, 0, b_linear,
-     "linear OUT_FEATURES [bias=true] [name=NAME]"},
+    {"linear", S_LAYER, P_INT, 1, 1, {"OUT_FEATURES"}, KB(K_BIAS) | KB(K_STD) | KB(K_TIE) | NAMED,
+     0, b_linear, "linear OUT_FEATURES [bias=true] [std=S] [tie=LAYER] [name=NAME]"},
+    {"embedding", S_LAYER, P_INT, 2, 2, {"VOCAB", "DIM"}, KB(K_STD) | NAMED, 0, b_embedding,
+     "embedding VOCAB DIM [std=S] [name=NAME]"},
+    {"pos_embedding", S_LAYER, P_INT, 1, 1, {"POSITIONS"}, KB(K_STD) | NAMED, 0, b_pos_embedding,
+     "pos_embedding POSITIONS [std=S] [name=NAME]"},
+    {"attention", S_LAYER, P_NONE, 0, 0, {0}, KB(K_HEADS) | KB(K_CAUSAL) | NAMED, KB(K_HEADS),
+     b_attention, "attention heads=H [causal=true] [name=NAME]"},
+    {"repeat", S_REPEAT, P_INT, 1, 1, {"N"}, KB(K_NAME), 0, NULL,
+     "repeat N [name=PREFIX]  ... end  (layer names inside: PREFIX.i.NAME)"},
     {"maxpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_maxpool2d,
      "maxpool2d K [stride=K] [name=NAME]"},
     {"avgpool2d", S_LAYER, P_INT, 1, 1, {"K"}, KB(K_STRIDE) | NAMED, 0, b_avgpool2d,
@@ -120,9 +167,11 @@ static const mf_stmt mf_stmts[] = {
     {"global_avgpool", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_global_avgpool,
      "global_avgpool [name=NAME]"},
     {"batchnorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_batchnorm, "batchnorm [name=NAME]"},
-    {"layernorm", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_layernorm, "layernorm [name=NAME]"},
+    {"layernorm", S_LAYER, P_INT, 0, 1, {"DIM"}, NAMED, 0, b_layernorm,
+     "layernorm [DIM] [name=NAME]  (DIM: over the last dimension, nn.LayerNorm(DIM))"},
     {"relu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_relu, "relu [name=NAME]"},
-    {"gelu", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_gelu, "gelu [name=NAME]"},
+    {"gelu", S_LAYER, P_NONE, 0, 0, {0}, KB(K_APPROXIMATE) | NAMED, 0, b_gelu,
+     "gelu [approximate=none|tanh] [name=NAME]"},
     {"sigmoid", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_sigmoid, "sigmoid [name=NAME]"},
     {"tanh", S_LAYER, P_NONE, 0, 0, {0}, NAMED, 0, b_tanh, "tanh [name=NAME]"},
     {"dropout", S_LAYER, P_PROB, 1, 1, {"P"}, NAMED, 0, b_dropout, "dropout P [name=NAME]"},
@@ -147,9 +196,13 @@ typedef struct mf_tok {
 } mf_tok;
 
 typedef struct mf_open {
-    int line, col;     /* where the `residual` is */
+    int line, col;     /* where the `residual` (or `repeat`) is */
     int shortcut_line; /* 0: no `shortcut` yet */
     int checkpoint;    /* checkpoint=true on the `residual` line: mark the block at `end` */
+    /* a `repeat N`: its body is read N times, from the line after it */
+    int repeat, count, iter, block;
+    const char *body;
+    char prefix[MF_MAX_NAME + 1];
 } mf_open;
 
 typedef struct mf_parser {
@@ -161,6 +214,9 @@ typedef struct mf_parser {
     fr_loss loss;
     int depth;
     mf_open open[MF_MAX_DEPTH];
+    const char *next; /* where the line after the current one starts */
+    const char *jump; /* set by a repeat's `end`: read on from there, at jump_line + 1 */
+    int jump_line;
 } mf_parser;
 
 /* A token quoted for a message, cut to MF_QUOTE_MAX bytes: use as
@@ -263,6 +319,23 @@ static int mf_prob(const char *s, int len, float *out) {
     return *out < 1.0f ? 0 : -1; /* 0.999999999 is 1 as a float */
 }
 
+/* A number written DIGITS[.DIGITS][e[-]DIGITS] (like 0.02 or 2e-2): 0 ok, -1 not. */
+static int mf_number(const char *s, int len, float *out) {
+    char buf[32];
+    if (len <= 0 || len >= (int)sizeof buf) return -1;
+    for (int i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
+              (s[i] == '-' && i > 0 && (s[i - 1] == 'e' || s[i - 1] == 'E'))))
+            return -1;
+    memcpy(buf, s, (size_t)len);
+    buf[len] = '\0';
+    char *end = NULL;
+    double v = strtod(buf, &end);
+    if (end != buf + len || !(v == v) || v > 1e30) return -1;
+    *out = (float)v;
+    return 0;
+}
+
 /* The comma-separated names of the keys in mask, into out. */
 static void mf_key_list(unsigned mask, char *out, size_t cap) {
     size_t at = 0;
@@ -314,6 +387,32 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
         a->key[k] = v;
         break;
     }
+    case K_HEADS: {
+        int v = 0, r = mf_int(val.s, val.len, &v);
+        if (r != 0 || v == 0)
+            return mf_fail(p, t->col, "%.*s%s: must be a positive integer", MF_Q(*t));
+        a->key[k] = v;
+        break;
+    }
+    case K_STD: {
+        float v = 0.0f;
+        if (mf_number(val.s, val.len, &v) != 0 || !(v > 0.0f))
+            return mf_fail(p, t->col, "%.*s%s: must be a positive number, like 0.02", MF_Q(*t));
+        a->std = v;
+        break;
+    }
+    case K_APPROXIMATE:
+        if (mf_eq(&val, "tanh")) a->key[k] = 1;
+        else if (mf_eq(&val, "none")) a->key[k] = 0;
+        else return mf_fail(p, t->col, "%.*s%s: must be none or tanh", MF_Q(*t));
+        break;
+    case K_CAUSAL:
+        if (!mf_eq(&val, "true"))
+            return mf_fail(p, t->col,
+                           "%.*s%s: only causal attention is supported (causal=true, the default)",
+                           MF_Q(*t));
+        a->key[k] = 1;
+        break;
     case K_BIAS:
     case K_CHECKPOINT:
         if (mf_eq(&val, "true")) a->key[k] = 1;
@@ -321,6 +420,7 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
         else return mf_fail(p, t->col, "%.*s%s: must be true or false", MF_Q(*t));
         break;
     case K_NAME:
+    case K_TIE:
         if (val.len > MF_MAX_NAME)
             return mf_fail(p, t->col, "name=%.*s...: a name is at most %d characters", 20, val.s,
                            MF_MAX_NAME);
@@ -333,8 +433,8 @@ static fr_status mf_key_value(mf_parser *p, const mf_stmt *st, const mf_tok *t, 
                                "(like layer1.0.conv1); '%c' is not allowed",
                                MF_Q(*t), c);
         }
-        memcpy(a->name, val.s, (size_t)val.len);
-        a->name[val.len] = '\0';
+        memcpy(k == K_NAME ? a->name : a->tie, val.s, (size_t)val.len);
+        (k == K_NAME ? a->name : a->tie)[val.len] = '\0';
         break;
     case K_COUNT: break;
     }
@@ -381,6 +481,50 @@ static fr_status mf_positional(mf_parser *p, const mf_stmt *st, const mf_tok *t,
     return FR_OK;
 }
 
+/* name inside the open repeats: PREFIX.i.name for each, outermost first. */
+static void mf_prefixed(const mf_parser *p, const char *name, char *out, size_t cap) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int d = 0; d < p->depth; d++) {
+        const mf_open *o = &p->open[d];
+        if (!o->repeat) continue;
+        int n =
+            snprintf(out + at, cap - at, "%s%s%d.", o->prefix, o->prefix[0] ? "." : "", o->iter);
+        if (n < 0 || (size_t)n >= cap - at) return;
+        at += (size_t)n;
+    }
+    snprintf(out + at, cap - at, "%s", name);
+}
+
+/* `repeat N [name=PREFIX]` opens a body read N times; its `end` reads it
+ * again from the line after the `repeat` until the N-th time. A repeat
+ * outside any block is a checkpointing unit per iteration (a transformer
+ * block). */
+static fr_status mf_repeat(mf_parser *p, const mf_stmt *st, const mf_args *a, int col) {
+    fr_status s;
+    if (st->kind == S_REPEAT) {
+        if (p->depth == MF_MAX_DEPTH)
+            return mf_fail(p, col, "blocks nest at most %d deep", MF_MAX_DEPTH);
+        if (a->v[0] > MF_MAX_REPEAT)
+            return mf_fail(p, col, "repeat %d: at most %d", a->v[0], MF_MAX_REPEAT);
+        mf_open o = {p->line, col, 0, 0, 1, a->v[0], 0, p->depth == 0, p->next, ""};
+        snprintf(o.prefix, sizeof o.prefix, "%s", a->name);
+        if (o.block && (s = fr_model_block_begin(p->m)) != FR_OK) return mf_builder_failed(p, s);
+        p->open[p->depth++] = o;
+        return FR_OK;
+    }
+    mf_open *o = &p->open[p->depth - 1];
+    if (o->block && (s = fr_model_block_end(p->m)) != FR_OK) return mf_builder_failed(p, s);
+    if (++o->iter < o->count) {
+        if (o->block && (s = fr_model_block_begin(p->m)) != FR_OK) return mf_builder_failed(p, s);
+        p->jump = o->body;
+        p->jump_line = o->line;
+        return FR_OK;
+    }
+    p->depth--;
+    return FR_OK;
+}
+
 /* The statement at the current line, already split into tokens. */
 static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
     const mf_tok *w = &tok[0];
@@ -407,6 +551,19 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
                            "'%.*s%s': a key is missing before '=' (write key=value, no spaces "
                            "around '=')",
                            MF_Q(tok[i]));
+    if (st->kind == S_INPUT && n_tok >= 2 && mf_eq(&tok[1], "tokens")) {
+        int ctx_len = 0;
+        if (p->input_line)
+            return mf_fail(p, w->col, "second 'input' line (the first is line %d)", p->input_line);
+        if (n_tok != 3 || mf_int(tok[2].s, tok[2].len, &ctx_len) != 0 || ctx_len == 0)
+            return mf_fail(p, n_tok > 2 ? tok[2].col : w->col,
+                           "input tokens CONTEXT: CONTEXT must be one positive integer (the "
+                           "positions a sample has, e.g. input tokens 256)");
+        p->m = fr_model_new_tokens(p->ctx, ctx_len);
+        if (!p->m) return mf_builder_failed(p, FR_ERR_ARG);
+        p->input_line = p->line;
+        return FR_OK;
+    }
     mf_args a;
     memset(&a, 0, sizeof a);
     for (int i = 1; i < n_tok; i++) {
@@ -460,7 +617,7 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
     if (st->kind == S_RESIDUAL && p->depth == MF_MAX_DEPTH)
         return mf_fail(p, w->col, "residual blocks nest at most %d deep", MF_MAX_DEPTH);
     if (st->kind == S_SHORTCUT) {
-        if (!p->depth)
+        if (!p->depth || p->open[p->depth - 1].repeat)
             return mf_fail(p, w->col,
                            "'shortcut' without 'residual': it starts the second branch "
                            "of a residual block");
@@ -472,11 +629,20 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
                            o->line, o->shortcut_line);
     }
     if (st->kind == S_END && !p->depth)
-        return mf_fail(p, w->col, "'end' without 'residual': nothing to close");
+        return mf_fail(p, w->col, "'end' without 'residual' or 'repeat': nothing to close");
+    if (st->kind == S_REPEAT || (st->kind == S_END && p->open[p->depth - 1].repeat))
+        return mf_repeat(p, st, &a, w->col);
 
     fr_status s = st->build(p->m, &a);
     if (s) return mf_builder_failed(p, s);
-    if (has(&a, K_NAME) && (s = fr_model_name_last(p->m, a.name)) != FR_OK)
+    if (has(&a, K_NAME)) {
+        char full[2 * MF_MAX_NAME + 64];
+        mf_prefixed(p, a.name, full, sizeof full);
+        if ((s = fr_model_name_last(p->m, full)) != FR_OK) return mf_builder_failed(p, s);
+    }
+    if (has(&a, K_STD) && (s = fr_model_init_std_last(p->m, a.std)) != FR_OK)
+        return mf_builder_failed(p, s);
+    if (has(&a, K_TIE) && (s = fr_model_tie_last(p->m, a.tie)) != FR_OK)
         return mf_builder_failed(p, s);
     int ckpt = has(&a, K_CHECKPOINT) && a.key[K_CHECKPOINT];
     if (ckpt && st->kind == S_LAYER && (s = fr_model_checkpoint_last(p->m)) != FR_OK)
@@ -487,12 +653,18 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
 
     p->n_layers++;
     switch (st->kind) {
-    case S_RESIDUAL: p->open[p->depth++] = (mf_open){p->line, w->col, 0, ckpt}; break;
+    case S_RESIDUAL:
+        p->open[p->depth] = (mf_open){0};
+        p->open[p->depth].line = p->line;
+        p->open[p->depth].col = w->col;
+        p->open[p->depth++].checkpoint = ckpt;
+        break;
     case S_SHORTCUT: p->open[p->depth - 1].shortcut_line = p->line; break;
     case S_END: p->depth--; break;
     case S_LAYER:
     case S_INPUT:
-    case S_LOSS: break;
+    case S_LOSS:
+    case S_REPEAT: break;
     }
     return FR_OK;
 }
@@ -542,17 +714,28 @@ fr_model *fr_model_parse(fr_ctx *ctx, const char *name, const char *text, size_t
     p.file = name;
     const char *s = text, *end = text + len;
     fr_status st = FR_OK;
+    long expanded = 0;
     while (st == FR_OK && s < end) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
         const char *le = nl ? nl : end;
         p.line++;
+        p.next = nl ? nl + 1 : end;
+        if (++expanded > MF_MAX_EXPANDED) {
+            st = mf_fail(&p, 1, "the repeats expand to more than %d lines", MF_MAX_EXPANDED);
+            break;
+        }
         st = mf_line(&p, s, (size_t)(le - s));
-        s = nl ? nl + 1 : end;
+        s = p.next;
+        if (p.jump) {
+            s = p.jump;
+            p.line = p.jump_line;
+            p.jump = NULL;
+        }
     }
     if (st == FR_OK && p.depth) {
         const mf_open *o = &p.open[p.depth - 1];
-        st = mf_fail_at(&p, o->line, o->col,
-                        "'residual' is never closed: the file ends before its 'end'");
+        st = mf_fail_at(&p, o->line, o->col, "'%s' is never closed: the file ends before its 'end'",
+                        o->repeat ? "repeat" : "residual");
     }
     if (st == FR_OK && !p.m)
         st = mf_fail_at(&p, 1, 1,
@@ -728,14 +911,68 @@ static const char mf_resnet_text[] =
     "linear 10 name=fc\n"
     "loss cross_entropy\n";
 
+static const char mf_gpt_tiny_text[] =
+    "# gpt-tiny.model: a byte-level GPT: 6 layers, 6 heads, d_model 384, context 256,\n"
+    "# vocabulary 256 (bytes), MLP 4x, lm_head tied to wte, no dropout.\n"
+    "# nanoGPT's GPT (same state_dict names, so its checkpoints load into nanoGPT's\n"
+    "# GPT unchanged), with GPT-2's initialisation: N(0, 0.02), the residual\n"
+    "# projections N(0, 0.02/sqrt(2*layers)), biases 0.\n"
+    "input tokens 256\n"
+    "embedding 256 384 std=0.02 name=transformer.wte\n"
+    "pos_embedding 256 std=0.02 name=transformer.wpe\n"
+    "repeat 6 name=transformer.h                    # one checkpointing unit a block\n"
+    "  residual                                      # x + attn(ln_1(x))\n"
+    "    layernorm 384 name=ln_1\n"
+    "    linear 1152 std=0.02 name=attn.c_attn          # q, k, v\n"
+    "    attention heads=6                           # causal, in tiles: no TxT matrix\n"
+    "    linear 384 std=0.00577 name=attn.c_proj\n"
+    "  end\n"
+    "  residual                                      # x + mlp(ln_2(x))\n"
+    "    layernorm 384 name=ln_2\n"
+    "    linear 1536 std=0.02 name=mlp.c_fc\n"
+    "    gelu approximate=tanh\n"
+    "    linear 384 std=0.00577 name=mlp.c_proj\n"
+    "  end\n"
+    "end\n"
+    "layernorm 384 name=transformer.ln_f\n"
+    "linear 256 bias=false tie=transformer.wte name=lm_head\n"
+    "loss cross_entropy\n";
+
+static const char mf_gpt2_text[] =
+    "# gpt2.model: GPT-2 124M: 12 layers, 12 heads, d_model 768, context 1024,\n"
+    "# vocabulary 50257, MLP 4x, lm_head tied to wte (124,439,808 parameters).\n"
+    "# nanoGPT's GPT (same state_dict names, so its checkpoints load into nanoGPT's\n"
+    "# GPT unchanged), with GPT-2's initialisation: N(0, 0.02), the residual\n"
+    "# projections N(0, 0.02/sqrt(2*layers)), biases 0.\n"
+    "input tokens 1024\n"
+    "embedding 50257 768 std=0.02 name=transformer.wte\n"
+    "pos_embedding 1024 std=0.02 name=transformer.wpe\n"
+    "repeat 12 name=transformer.h                    # one checkpointing unit a block\n"
+    "  residual                                      # x + attn(ln_1(x))\n"
+    "    layernorm 768 name=ln_1\n"
+    "    linear 2304 std=0.02 name=attn.c_attn          # q, k, v\n"
+    "    attention heads=12                           # causal, in tiles: no TxT matrix\n"
+    "    linear 768 std=0.00408 name=attn.c_proj\n"
+    "  end\n"
+    "  residual                                      # x + mlp(ln_2(x))\n"
+    "    layernorm 768 name=ln_2\n"
+    "    linear 3072 std=0.02 name=mlp.c_fc\n"
+    "    gelu approximate=tanh\n"
+    "    linear 768 std=0.00408 name=mlp.c_proj\n"
+    "  end\n"
+    "end\n"
+    "layernorm 768 name=transformer.ln_f\n"
+    "linear 50257 bias=false tie=transformer.wte name=lm_head\n"
+    "loss cross_entropy\n";
+
 typedef struct mf_builtin {
     const char *name, *file, *text;
 } mf_builtin;
 
 static const mf_builtin mf_builtins[] = {
-    {"mlp", "mlp.model", mf_mlp_text},
-    {"cnn", "cnn.model", mf_cnn_text},
-    {"resnet", "resnet.model", mf_resnet_text},
+    {"mlp", "mlp.model", mf_mlp_text},          {"cnn", "cnn.model", mf_cnn_text},
+    {"resnet", "resnet.model", mf_resnet_text}, {"gpt-tiny", "gpt-tiny.model", mf_gpt_tiny_text},
+    {"gpt2", "gpt2.model", mf_gpt2_text},
 };
 #define MF_N_BUILTINS (sizeof mf_builtins / sizeof mf_builtins[0])
 

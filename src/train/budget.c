@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "data/loader.h"
+#include "data/tokens.h"
 #include "report/report.h"
 #include "train/trainer.h"
 
@@ -49,8 +50,9 @@ static size_t param_raw(const fr_model *m, fr_precision prec) {
 }
 
 /* The batch a step reads (its plan's data term): f32 inputs and i32 labels,
- * or f32 targets for MSE. */
+ * or f32 targets for MSE; a token model's seq i32 ids and as many targets. */
 static size_t data_bytes(const fr_model *m, int batch) {
+    if (fr_model_seq(m)) return (size_t)fr_model_seq(m) * 8 * (size_t)batch;
     size_t label = m->loss == FR_LOSS_CROSS_ENTROPY ? 4 : (size_t)fr_model_num_classes(m) * 4;
     return ((size_t)fr_shape_numel(&m->in) * 4 + label) * (size_t)batch;
 }
@@ -61,10 +63,22 @@ static size_t perm_bytes(const fr_budget_data *d) {
     return fr_mem_block_bytes((size_t)n * sizeof(int64_t));
 }
 
+/* What a loader of n samples (token windows for a token model) at this
+ * batch reserves: fr_loader_reserved or fr_token_loader_reserved. */
+static size_t loader_bytes(const fr_budget_data *d, int64_t n, int batch, int shuffle, int queue,
+                           int64_t limit) {
+    if (d->seq) {
+        if (limit > 0 && limit < n) n = limit;
+        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1};
+        return fr_token_loader_reserved(&to);
+    }
+    fr_loader_opts lo = {batch, shuffle, 0, 0, queue, limit};
+    return fr_loader_reserved(n, d->sample, &lo);
+}
+
 /* and the rest of it: (queue + 1) batch buffers and its handle. */
 static size_t train_loader(const fr_budget_data *d, int batch) {
-    fr_loader_opts lo = {batch, 1, 0, 0, d->queue, d->limit_train};
-    return fr_loader_reserved(d->n_train, d->sample, &lo) - perm_bytes(d);
+    return loader_bytes(d, d->n_train, batch, 1, d->queue, d->limit_train) - perm_bytes(d);
 }
 
 /* What the planner may give the step at this batch: the user's budget less
@@ -88,9 +102,8 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     eo.training = 0;
     fr_step *e = fr_step_build(m, &eo);
     if (!e) return FR_ERR_NOMEM; /* (the message is set) */
-    fr_loader_opts lo = {eb, 0, 0, 0, FR_EVAL_QUEUE, d->limit_test};
     size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) +
-                  fr_loader_reserved(d->n_test, d->sample, &lo);
+                  loader_bytes(d, d->n_test, eb, 0, FR_EVAL_QUEUE, d->limit_test);
     fr_step_free(e);
     size_t arena = s->plan.arena_bytes ? fr_mem_block_bytes(s->plan.arena_bytes) : 0;
     *extra = need > arena ? need - arena : 0;

@@ -672,17 +672,26 @@ void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
     if (skipped) *skipped = s->scaler.skipped;
 }
 
+/* Rows of outputs a sample has: 1, or its positions (a token model). */
+static int64_t rows_per_sample(const fr_step *s) {
+    const fr_shape *z = &s->g.vals[s->g.logits].shape;
+    return fr_shape_numel(z) / z->d[z->ndim - 1] / z->d[0];
+}
+
+/* Argmax hits over the rows of samples off..off+n (every position of a
+ * token model). */
 static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
     const fr_graph *g = &s->g;
     const float *z = s->ex.ptr[g->logits];
-    int64_t c = g->vals[g->logits].shape.d[1];
+    const fr_shape *zs = &g->vals[g->logits].shape;
+    int64_t c = zs->d[zs->ndim - 1], r = rows_per_sample(s);
     int hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n * r; i++) {
         int best = 0;
         for (int64_t k = 1; k < c; k++)
             if (z[i * c + k] > z[i * c + best]) best = (int)k;
-        hits += best == b->y[off + i];
+        hits += best == b->y[off * r + i];
     }
     return hits;
 }
@@ -704,18 +713,23 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     if (b->n <= 0 || b->n > s->o.batch)
         return fr_fail(s->ctx, FR_ERR_ARG, "batch of %d samples for a step compiled for %d", b->n,
                        s->o.batch);
-    int ce = m->loss == FR_LOSS_CROSS_ENTROPY;
+    int ce = m->loss == FR_LOSS_CROSS_ENTROPY, tokens = m->in_dtype == FR_I32;
     const void *labels = ce ? (const void *)b->y : (const void *)b->target;
-    if (!b->x || !labels)
-        return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s", b->x ? "labels" : "inputs");
-    /* Labels are checked once for the whole batch, by their position in it,
-     * before any micro-batch runs (a dataset's are checked against the model,
-     * by index in their file, before training: fr_data_check). */
-    for (int i = 0, classes = fr_model_num_classes(m); ce && i < b->n; i++)
+    const void *inputs = tokens ? (const void *)b->idx : (const void *)b->x;
+    if (!inputs || !labels)
+        return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s",
+                       inputs   ? "labels"
+                       : tokens ? "token ids (idx)"
+                                : "inputs");
+    /* Labels (and token ids) are checked once for the whole batch, by their
+     * position in it, before any micro-batch runs (a dataset's are checked
+     * against the model, by index in their file, before training). */
+    int64_t rows = ce ? b->n * rows_per_sample(s) : 0;
+    for (int64_t i = 0, classes = fr_model_num_classes(m); i < rows; i++)
         if (b->y[i] < 0 || b->y[i] >= classes)
             return fr_fail(s->ctx, FR_ERR_ARG,
-                           "label %d at position %d of the batch is outside [0, %d)", (int)b->y[i],
-                           i, classes);
+                           "label %d at position %lld of the batch is outside [0, %lld)",
+                           (int)b->y[i], (long long)i, (long long)classes);
     fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
@@ -739,13 +753,13 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     e->upd_ws = s->upd_ws;
     e->upd_ws_len = s->upd_ws_len;
     int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
-    int64_t y_per = ce ? 1 : fr_shape_numel(&g->vals[g->label].shape) / s->micro;
+    int64_t y_per = fr_shape_numel(&g->vals[g->label].shape) / s->micro;
     double total = 0;
     int hits = 0;
     for (int off = 0; off < b->n && !st; off += s->micro) {
         int n = b->n - off < s->micro ? b->n - off : s->micro;
-        e->ptr[g->input] = (void *)(b->x + off * x_per);
-        e->ptr[g->label] = ce ? (void *)(b->y + off) : (void *)(b->target + off * y_per);
+        e->ptr[g->input] = tokens ? (void *)(b->idx + off * x_per) : (void *)(b->x + off * x_per);
+        e->ptr[g->label] = ce ? (void *)(b->y + off * y_per) : (void *)(b->target + off * y_per);
         float share = (float)n / (float)b->n;
         set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */

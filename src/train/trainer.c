@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/source.h"
 #include "train/trainer.h"
 
 size_t fr_peak_rss_kib(void) {
@@ -31,9 +32,11 @@ static void fmt_time(double s, char *buf, size_t len) {
 /* One line of progress: a bar on a terminal (redrawn in place), plain log
  * lines every tenth of an epoch otherwise. */
 static void progress(const fr_train_cfg *cfg, int epoch, int64_t i, int64_t nb, double loss,
-                     double t0) {
+                     double t0, int64_t tokens) {
     if (cfg->progress < 0 || cfg->json) return;
     double el = now_s() - t0, rate = i / (el > 0 ? el : 1e-9);
+    char tps[48] = "";
+    if (tokens > 0) snprintf(tps, sizeof tps, " %.0f tok/s", rate * (double)tokens);
     char eta[32], elapsed[32];
     fmt_time((nb - i) / (rate > 0 ? rate : 1e-9), eta, sizeof eta);
     fmt_time(el, elapsed, sizeof elapsed);
@@ -42,16 +45,17 @@ static void progress(const fr_train_cfg *cfg, int epoch, int64_t i, int64_t nb, 
         char bar[64];
         for (int k = 0; k < w; k++) bar[k] = k < fill ? '#' : '.';
         bar[w] = 0;
-        fprintf(stderr, "\repoch %d/%d [%s] %lld/%lld %.1f it/s %s<%s loss %.4f  ", epoch + 1,
-                cfg->epochs, bar, (long long)i, (long long)nb, rate, elapsed, eta, loss);
+        fprintf(stderr, "\repoch %d/%d [%s] %lld/%lld %.1f it/s%s %s<%s loss %.4f  ", epoch + 1,
+                cfg->epochs, bar, (long long)i, (long long)nb, rate, tps, elapsed, eta, loss);
         if (i == nb) fputc('\n', stderr);
         fflush(stderr);
     } else {
         int64_t every = nb / 10 > 0 ? nb / 10 : 1;
         if (i % every == 0 || i == nb)
-            fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.1f ms/step elapsed %s eta %s\n",
-                    epoch + 1, cfg->epochs, (long long)i, (long long)nb, loss, 1e3 / rate, elapsed,
-                    eta);
+            fprintf(stderr,
+                    "epoch %d/%d step %lld/%lld loss %.4f %.1f ms/step%s elapsed %s eta %s\n",
+                    epoch + 1, cfg->epochs, (long long)i, (long long)nb, loss, 1e3 / rate, tps,
+                    elapsed, eta);
     }
 }
 
@@ -96,9 +100,9 @@ fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
     return fr_dataset_check(ctx, ds, &spec);
 }
 
-/* Test accuracy and loss with an eval step that takes the training arena's
- * place while it runs. */
-static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s, fr_dataset *test,
+/* Test (or validation) accuracy and loss with an eval step that takes the
+ * training arena's place while it runs. */
+static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s, fr_source *src,
                                double *acc, double *loss) {
     fr_status st;
     fr_step_arena_release(s);
@@ -106,9 +110,26 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
     /* Evaluate at the training micro-batch: the eval arena then fits in
      * the training arena's place (a larger eval batch would raise the peak). */
     int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
-    if ((st = fr_evaluate(ctx, s->m, test, eb, cfg->limit_test, acc, loss))) return st;
+    int64_t limit = cfg->limit_test ? cfg->limit_test : src->tokens ? FR_LM_EVAL_WINDOWS : 0;
+    if ((st = fr_source_evaluate(src, s->m, eb, limit, acc, loss))) return st;
     fr_mem_empty_cache(ctx);
     return fr_step_arena_acquire(s);
+}
+
+/* A token model's evaluation line: validation loss in nats and in bits per
+ * byte (byte-level text) or per token. */
+static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t step,
+                       double train_loss, double val_loss, double secs) {
+    const char *unit = fr_tokens_get_kind(src->tokens) == FR_TOKENS_TEXT ? "byte" : "token";
+    double bits = val_loss / log(2.0);
+    if (cfg->json)
+        printf("{\"event\": \"eval\", \"step\": %lld, \"train_loss\": %.17g, \"val_loss\": "
+               "%.17g, \"val_bits_per_%s\": %.17g, \"seconds\": %.3f}\n",
+               (long long)step, train_loss, val_loss, unit, bits, secs);
+    else if (cfg->progress >= 0)
+        printf("step %lld: train loss %.4f | val loss %.4f nats, %.4f bits per %s | %.1f s\n",
+               (long long)step, train_loss, val_loss, bits, unit, secs);
+    fflush(stdout);
 }
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
@@ -124,29 +145,15 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (cfg->save && fr_st_check_writable(ctx, cfg->save)) return FR_ERR_IO;
     fr_status st = FR_OK;
     fr_model *m = NULL;
-    fr_dataset *train = NULL, *test = NULL;
+    fr_source src = {0};
     fr_step *s = NULL;
-    fr_loader *l = NULL;
+    fr_batches l = {0};
     double t_start = now_s();
     if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
-    /* What the open datasets hold, measured: blocks taken and still held
-     * (their inflation buffers go back to the system first). */
-    fr_mem_stats m0, m1;
-    fr_mem_empty_cache(ctx);
-    fr_mem_get_stats(ctx, &m0);
-    if (!(train = fr_dataset_open_split(ctx, cfg->data, "train", cfg->train_images,
-                                        cfg->train_labels))) {
-        st = FR_ERR_IO;
-        goto done;
-    }
-    if (!(test =
-              fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images, cfg->test_labels))) {
-        st = FR_ERR_IO;
-        goto done;
-    }
-    fr_mem_empty_cache(ctx);
-    fr_mem_get_stats(ctx, &m1);
-    if ((st = fr_data_check(ctx, m, train)) || (st = fr_data_check(ctx, m, test))) goto done;
+    if (cfg->seq && (st = fr_model_set_seq(m, cfg->seq))) goto done;
+    if ((st = fr_source_open(ctx, cfg, m, 1, &src))) goto done;
+    int tokens = src.tokens != NULL;
+    res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
     fr_step_opts so = {.batch = cfg->batch,
                        .training = 1,
@@ -173,17 +180,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (cfg->budget) {
         /* One accounting of the budget (budget.c), the same `frugal plan`
          * uses: planned on shapes, nothing of the model allocated yet. */
-        int c, h, w;
-        fr_dataset_sample_shape(train, &c, &h, &w);
-        fr_budget_data bd = {(size_t)c * h * w,
-                             fr_dataset_len(train),
-                             fr_dataset_len(test),
-                             cfg->limit_train,
-                             cfg->limit_test,
-                             cfg->queue,
-                             cfg->eval_batch,
-                             (m1.reserved - m1.cached) - (m0.reserved - m0.cached),
-                             0};
+        fr_budget_data bd;
+        fr_source_budget(&src, cfg, &bd);
         if (!(s = fr_budget_plan(m, &so, &bd, cfg->batch_auto, &bud))) {
             st = FR_ERR_BUDGET;
             goto done;
@@ -227,12 +225,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     int start_epoch = pos.epoch;
     int64_t skip = pos.batches_done;
-    fr_loader_opts lo = {so.batch, 1, 0, cfg->seed, cfg->queue, cfg->limit_train};
-    if (!(l = fr_loader_new(ctx, train, &lo))) {
-        st = FR_ERR_NOMEM;
+    if ((st = fr_batches_open(&src, 1, so.batch, cfg->seed, cfg->queue, cfg->limit_train, &l)))
         goto done;
-    }
-    int64_t nb = fr_loader_num_batches(l);
+    int64_t nb = fr_batches_count(&l);
     if (skip > nb) {
         st = fr_fail(ctx, FR_ERR_FORMAT,
                      "%s: metadata 'batch' = %lld: more batches done than an "
@@ -246,7 +241,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             fprintf(stderr, "nothing left to train: %s is at epoch %d of %d\n", cfg->resume,
                     start_epoch, cfg->epochs);
         double acc = 0, tl = 0;
-        if ((st = evaluate_test(ctx, cfg, s, test, &acc, &tl))) goto done;
+        if ((st = evaluate_test(ctx, cfg, s, &src, &acc, &tl))) goto done;
         res->test_acc = acc;
         res->test_loss = tl;
         res->epochs_done = start_epoch;
@@ -254,28 +249,60 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             printf("epoch %d/%d: test loss %.4f acc %.2f%%\n", start_epoch, cfg->epochs, tl,
                    100 * acc);
     }
-    for (int epoch = start_epoch; epoch < cfg->epochs; epoch++) {
+    /* --steps N: the optimizer steps of the whole run, counted from the
+     * start of training (a resumed run counts those done before) */
+    int64_t step = (int64_t)start_epoch * nb + skip, t_rows = tokens ? src.seq : 1;
+    int64_t step_end = cfg->steps > 0 ? cfg->steps : (int64_t)cfg->epochs * nb;
+    double run_sum = 0;
+    int64_t run_seen = 0;
+    for (int epoch = start_epoch; epoch < cfg->epochs && step < step_end; epoch++) {
         double t0 = now_s(), sum = 0;
         int64_t seen = 0, hits = 0, i = skip;
-        if ((st = fr_loader_start(l, epoch, skip))) goto done;
+        if ((st = fr_batches_start(&l, epoch, skip))) goto done;
         skip = 0;
-        for (;;) {
+        int64_t ep_steps = nb < i + (step_end - step) ? nb : i + (step_end - step);
+        for (; i < ep_steps;) {
             fr_batch b;
             int done_ = 0, c = 0;
             float L;
-            if ((st = fr_loader_next(l, &b, &done_))) goto done;
+            if ((st = fr_batches_next(&l, &b, &done_))) goto done;
             if (done_) break;
             if ((st = fr_step_run(s, &b, &L, &c))) goto done;
             sum += (double)L * b.n;
             seen += b.n;
             hits += c;
-            progress(cfg, epoch, ++i, nb, sum / seen, t0);
+            run_sum += (double)L * b.n;
+            run_seen += b.n;
+            step++;
+            progress(cfg, epoch, ++i, ep_steps, sum / seen, t0, tokens ? t_rows * b.n : 0);
+            if (tokens && cfg->eval_interval > 0 && step % cfg->eval_interval == 0 &&
+                step < step_end) {
+                double acc = 0, vl = 0;
+                if ((st = evaluate_test(ctx, cfg, s, &src, &acc, &vl))) goto done;
+                report_val(cfg, &src, step, run_sum / run_seen, vl, now_s() - t_start);
+                run_sum = 0, run_seen = 0;
+            }
         }
-        double train_loss = seen ? sum / seen : 0, train_acc = seen ? (double)hits / seen : 0;
+        double train_loss = seen ? sum / seen : 0;
+        double train_acc = seen ? (double)hits / (seen * t_rows) : 0;
         double secs = now_s() - t0;
-        if (cfg->save && (st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch + 1, 0))) goto done;
+        int whole = i == nb; /* a run stopped by --steps saves where it stopped */
+        if (cfg->save && (st = fr_ckpt_save(s, cfg->save, cfg->freeze, whole ? epoch + 1 : epoch,
+                                            whole ? 0 : i)))
+            goto done;
         double acc = 0, tl = 0;
-        if ((st = evaluate_test(ctx, cfg, s, test, &acc, &tl))) goto done;
+        if ((st = evaluate_test(ctx, cfg, s, &src, &acc, &tl))) goto done;
+        res->steps_done = step;
+        if (tokens) {
+            res->final_loss = train_loss;
+            res->test_acc = acc;
+            res->test_loss = tl;
+            res->epochs_done = whole ? epoch + 1 : epoch;
+            report_val(cfg, &src, step, run_seen ? run_sum / run_seen : train_loss, tl,
+                       now_s() - t_start);
+            run_sum = 0, run_seen = 0;
+            continue;
+        }
         res->final_loss = train_loss;
         res->test_acc = acc;
         res->test_loss = tl;
@@ -331,10 +358,9 @@ done:
         res->loss_scale = s->scaler.enabled ? s->scaler.scale : 1.0f;
         res->skipped_steps = s->scaler.skipped;
     }
-    fr_loader_free(l);
+    fr_batches_close(&l);
     fr_step_free(s);
-    fr_dataset_close(train);
-    fr_dataset_close(test);
+    fr_source_close(&src);
     fr_model_free(m);
     return st;
 }

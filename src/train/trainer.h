@@ -35,6 +35,13 @@ typedef struct fr_train_cfg {
     const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
+    int seq;               /* token models: positions a window (0: the model's context) */
+    double val_fraction;   /* token data: the held-out tail (default 0.1) */
+    int64_t steps;         /* stop after this many optimizer steps (0: the epochs decide) */
+    int64_t eval_interval; /* token models: evaluate every N steps too (0: at the end) */
+/* A language model evaluates this many validation windows unless --test-limit
+ * says otherwise (nanoGPT estimates its loss on a sample of batches too). */
+#define FR_LM_EVAL_WINDOWS 128
 } fr_train_cfg;
 
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
@@ -52,6 +59,7 @@ typedef struct fr_budget_data {
     int eval_batch;                  /* 0: evaluate at the training micro-batch */
     size_t handles;                  /* bytes the open datasets hold (measured) */
     int assumed;                     /* 1: the datasets are not open; the above are assumptions */
+    int seq; /* token data: tokens a window; n_train, n_test count windows, sample is unused */
 } fr_budget_data;
 
 /* The user's budget and what takes it, as the allocator reserves it. */
@@ -81,6 +89,8 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json);
 typedef struct fr_train_result {
     double final_loss, test_acc, test_loss, seconds;
     int epochs_done, batch;
+    int64_t steps_done;
+    int tokens; /* a language model: test_* are the validation split's, per token */
     size_t peak_rss_kib;
     size_t predicted_reserved;     /* the step's plan: persistent + arena + batch */
     size_t measured_reserved_peak; /* the allocator's peak reserved over the run */

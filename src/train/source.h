@@ -1,0 +1,54 @@
+/* source.h — the batches a run trains and evaluates on, from either kind of
+ * data: images with labels or targets (fr_dataset through fr_loader), or,
+ * for a token model, one token stream (fr_tokens through fr_token_loader)
+ * whose last val_fraction is held out for validation. The trainer and the
+ * budget see one interface; what the data is stays here. */
+#ifndef FR_SOURCE_H
+#define FR_SOURCE_H
+
+#include "data/loader.h"
+#include "data/tokens.h"
+#include "train/trainer.h"
+
+typedef struct fr_source {
+    fr_ctx *ctx;
+    fr_dataset *train, *test; /* image data */
+    fr_tokens *tokens;        /* token data */
+    fr_token_split split;
+    int seq;        /* tokens a window (the model's --seq); 0 for image data */
+    size_t handles; /* bytes the open data holds, measured */
+} fr_source;
+
+/* Open what cfg names for model m (a token model reads cfg->data as text,
+ * shards or .npy, split at cfg->val_fraction) and check it against the
+ * model: sample shapes and labels, or every token id below the vocabulary
+ * and both parts at least one window plus one. train = 0: only the test
+ * split (image data; a token stream is opened whole either way). */
+fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, int train,
+                         fr_source *s);
+void fr_source_close(fr_source *s);
+/* The data's terms of a budget (sizes, counts, the open handles). */
+void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_data *bd);
+
+/* A loader of batches over one split. */
+typedef struct fr_batches {
+    fr_loader *img;
+    fr_token_loader *tok;
+} fr_batches;
+
+/* train = 1: the training split, shuffled with seed; 0: the test or
+ * validation split, in order. limit: the first N samples or windows (0: all). */
+fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,
+                          int64_t limit, fr_batches *b);
+void fr_batches_close(fr_batches *b);
+int64_t fr_batches_count(const fr_batches *b);
+fr_status fr_batches_start(fr_batches *b, int epoch, int64_t skip);
+fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done);
+
+/* Mean loss (nats per sample, or per token) and accuracy (per sample, or
+ * per token; NaN for MSE) over the test or validation split, with an eval
+ * step of `batch`. */
+fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit, double *acc,
+                             double *loss);
+
+#endif
