@@ -108,9 +108,17 @@ run_torch() { # seq batch steps warmup [extra...]
         "$PY" bench/torch_gpt.py --data "$DATA" --ctx "$seq" --batch "$batch" --steps "$steps" \
         --warmup "$warmup" --threads "$THREADS" --json "$@"
 }
-run_frugal() { # seq batch steps warmup: frugal runs warmup + steps steps; the report drops the first warmup
-    OMP_NUM_THREADS=$THREADS "$FRUGAL" train --model gpt-tiny --data "$DATA" --seq "$1" --batch "$2" \
-        --steps $(($3 + $4)) --optimizer adamw --lr 3e-4 --weight-decay 0.1 --threads "$THREADS" --json
+# frugal's --json prints no per-step times, so the timed runs are in text mode: its log lines (one
+# per step up to 10 steps) carry the running mean ms/step, from which gpt_report.py takes each
+# step's time, and its memory summary the activations peak and the process peak RSS (to 0.1 MiB);
+# one --json run of gpt-tiny gives the exact bytes. --test-limit 8: the closing evaluation is one
+# batch.
+run_frugal() { # seq batch steps warmup [--json]: frugal runs warmup + steps steps
+    local seq=$1 batch=$2 steps=$(($3 + $4))
+    shift 4
+    OMP_NUM_THREADS=$THREADS "$FRUGAL" train --model gpt-tiny --data "$DATA" --seq "$seq" \
+        --batch "$batch" --steps "$steps" --optimizer adamw --lr 3e-4 --weight-decay 0.1 \
+        --threads "$THREADS" --test-limit 8 "$@" 2>&1
 }
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -132,6 +140,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
         record tiny "$impl" "$r" 256 8 "$STEPS" -- "run_$impl" 256 8 "$STEPS" "$WARMUP" "${extra[@]}"
     done
 done
+
+# frugal's exact bytes for gpt-tiny (its plan does not change from step to step)
+[ "$TORCH_ONLY" = 0 ] && record tiny-json frugal 1 256 8 1 -- run_frugal 256 8 1 0 --json
 
 # 2. the context sweep at B x T = TOKENS, alternating per T
 i=0

@@ -28,6 +28,7 @@ its "sweep").
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 
@@ -64,12 +65,57 @@ def peaks(obj, prefix="", inside=False):
     return out
 
 
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+SIZE = r"([\d.]+) (B|KiB|MiB|GiB)"
+
+
+def size(m, at=1):
+    return round(float(m.group(at)) * UNITS[m.group(at + 1)])
+
+
+def step_times(lines):
+    """Each step's ms from frugal's log lines ('step i/n loss L M ms/step ...',
+    M the mean over steps 1..i): as [(first step, last step, mean ms)] per
+    interval between two lines."""
+    out, prev_i, prev_total = [], 0, 0.0
+    for l in lines:
+        m = re.search(r"\bstep (\d+)/(\d+) loss \S+ ([\d.]+) ms/step", l)
+        if not m:
+            continue
+        i, total = int(m.group(1)), int(m.group(1)) * float(m.group(3))
+        if i > prev_i:
+            out.append((prev_i + 1, i, (total - prev_total) / (i - prev_i)))
+            prev_i, prev_total = i, total
+    return out
+
+
+def text_memory(lines):
+    """peak_rss_bytes, held_bytes, predicted_step_reserved, measured_reserved_peak
+    from frugal's text memory lines (to the 0.1 MiB they print)."""
+    out = {}
+    for l in lines:
+        m = re.search(r"process peak RSS " + SIZE, l)
+        if m:
+            out["peak_rss_bytes"] = size(m)
+        m = re.search(r"predicted for the training step " + SIZE + " reserved", l)
+        if m:
+            out["predicted_step_reserved"] = size(m)
+        m = re.search(r"measured peak reserved " + SIZE, l)
+        if m:
+            out["measured_reserved_peak"] = size(m)
+        m = re.match(r"\|\s+activations\s+\|[^|]*\|\s+" + SIZE + r"\s+\|", l)
+        if m:
+            out["held_bytes"] = size(m)
+    return out
+
+
 def frugal_run(run, warmup):
-    """{ms, ms_source, peak_rss_bytes, held_bytes, ...} of one `frugal train` run, or None."""
+    """{ms, ms_source, peak_rss_bytes, held_bytes, ...} of one `frugal train` run
+    (--json or text), or None."""
+    if run["rc"]:
+        return None
     events = json_objects(run["lines"])
     summary = next((e for e in reversed(events) if e.get("event") == "summary"), None)
-    if run["rc"] or summary is None:
-        return None
     steps = []
     for e in events:
         if e.get("event") != "step":
@@ -81,22 +127,35 @@ def frugal_run(run, warmup):
         else:
             if isinstance(e.get("seconds"), (int, float)):
                 steps.append(1e3 * e["seconds"])
+    logged = [(a, b, ms) for a, b, ms in step_times(run["lines"]) if a > warmup]
     if len(steps) > warmup:
         ms, src = statistics.median(steps[warmup:]), f"median of {len(steps) - warmup} step events"
-    elif any(isinstance(summary.get(k), (int, float)) for k in SUMMARY_MS_KEYS):
+    elif logged:
+        ms = statistics.median(v for _, _, v in logged)
+        src = f"median of the steps after the first {warmup}, from frugal's log lines"
+    elif summary and any(isinstance(summary.get(k), (int, float)) for k in SUMMARY_MS_KEYS):
         k = next(k for k in SUMMARY_MS_KEYS if isinstance(summary.get(k), (int, float)))
         ms, src = float(summary[k]), f"summary {k}"
-    elif summary.get("seconds"):
+    elif summary and summary.get("seconds"):
         total = run["steps"] + warmup
         ms, src = 1e3 * summary["seconds"] / total, f"seconds / {total} steps (setup and warm-up included)"
     else:
         ms, src = None, "none"
-    mem = summary.get("memory") or {}
-    held = (mem.get("allocated_peak") or {}).get("activations")
-    return {"ms": ms, "ms_source": src, "peak_rss_bytes": summary.get("peak_rss_bytes"), "held_bytes": held,
-            "predicted_step_reserved": summary.get("predicted_step_reserved"),
-            "measured_reserved_peak": summary.get("measured_reserved_peak"),
-            "allocated_peak": mem.get("allocated_peak"), "summary": summary}
+    out = {"ms": ms, "ms_source": src, "step_ms": [round(v, 1) for _, _, v in step_times(run["lines"])]}
+    if summary:
+        mem = summary.get("memory") or {}
+        out.update({"peak_rss_bytes": summary.get("peak_rss_bytes"),
+                    "held_bytes": (mem.get("allocated_peak") or {}).get("activations"),
+                    "predicted_step_reserved": summary.get("predicted_step_reserved"),
+                    "measured_reserved_peak": summary.get("measured_reserved_peak"),
+                    "allocated_peak": mem.get("allocated_peak"), "exact": True})
+    else:
+        tm = text_memory(run["lines"])
+        if not tm and ms is None:
+            return None
+        out.update(tm)
+        out["exact"] = False
+    return out
 
 
 def torch_run(run):
@@ -157,6 +216,13 @@ def main():
                       "held_bytes": cell(ok, "held_bytes")}
         if impl == "frugal" and ok:
             tiny[impl]["ms_source"] = ok[0]["ms_source"]
+            tiny[impl]["step_ms"] = [r["step_ms"] for r in ok]
+            exact = [r for r in parsed("tiny-json", "frugal") if r and r.get("held_bytes") is not None]
+            if exact:  # the --json run's bytes, not the text's 0.1 MiB
+                tiny[impl]["held_bytes"] = exact[0]["held_bytes"]
+                tiny[impl]["allocated_peak"] = exact[0]["allocated_peak"]
+                tiny[impl]["predicted_step_reserved"] = exact[0]["predicted_step_reserved"]
+                tiny[impl]["measured_reserved_peak"] = exact[0]["measured_reserved_peak"]
         if impl == "torch" and ok:
             t = tiny[impl]
             t["gemm_share"] = cell(ok, "gemm_share")
