@@ -7,7 +7,7 @@
 #    (A B, B A, A B, ...): step time, process peak RSS, and the bytes held for
 #    backward (PyTorch: what saved_tensors_hooks packs in one forward;
 #    frugal: the activations category's peak, memory.allocated_peak.activations
-#    in its --json summary); the ratios against the goals (time <= 0.8,
+#    of its --json summary, from one more run); the ratios against the goals (time <= 0.8,
 #    RSS <= 0.25, held <= 0.3), and PyTorch's GEMM share of a profiled step;
 # 2. the context sweep, T = 256, 512, 1024, 2048 at B x T = 2048 tokens, the
 #    engines alternating per T;
