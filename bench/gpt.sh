@@ -26,8 +26,8 @@
 # per run, after WARMUP [2]), SWEEP [256 512 1024 2048], TOKENS [2048],
 # SWEEP_STEPS [2] (after 1 warm-up), THREADS [2], BUILD [/tmp/build-gpt],
 # OUT [bench/out], DATA [the fortunes in /usr/share/games/fortunes joined into
-# one file, /tmp/frugal-gpt-fortunes.txt], SKIP_GPT2 [0],
-# OMP_WAIT_POLICY [passive] (idle OpenMP threads sleep instead of spinning,
+# one file, /tmp/frugal-gpt-fortunes.txt], PARTS [tiny sweep gpt2] (which
+# parts run), OMP_WAIT_POLICY [passive] (idle OpenMP threads sleep instead of spinning,
 # which on this shared 2-core machine made steps scatter several-fold).
 # About 3 minutes for the PyTorch side on 2 quiet cores.
 set -euo pipefail
@@ -49,7 +49,7 @@ SWEEP_STEPS=${SWEEP_STEPS:-2}
 THREADS=${THREADS:-2}
 BUILD=${BUILD:-/tmp/build-gpt}
 OUT=${OUT:-bench/out}
-SKIP_GPT2=${SKIP_GPT2:-0}
+PARTS=${PARTS:-tiny sweep gpt2}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 PY=/usr/bin/python3
 OPENBLAS_OMP=/usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -84,7 +84,8 @@ FRUGAL=$BUILD/frugal
 # "stderr": [...]}: the command's stdout lines (frugal's JSON events, or torch_gpt.py's object) and
 # the last 5 lines of its stderr (the error of a failed run).
 ERR=$(mktemp)
-trap 'rm -f "$ERR"' EXIT
+MODELS=$(mktemp -d)
+trap 'rm -rf "$ERR" "$MODELS"' EXIT
 record() { # part impl round seq batch steps -- command...
     local part=$1 impl=$2 round=$3 seq=$4 batch=$5 steps=$6 out rc=0
     shift 7
@@ -113,10 +114,18 @@ run_torch() { # seq batch steps warmup [extra...]
 # step's time, and its memory summary the activations peak and the process peak RSS (to 0.1 MiB);
 # one --json run of gpt-tiny gives the exact bytes. --test-limit 8: the closing evaluation is one
 # batch.
+# gpt-tiny's context is 256 positions; a longer T gets a copy of its model file with `input tokens
+# T` and a position table of T rows, as torch_gpt.py sizes wpe by --ctx.
+model_for() { # seq
+    [ "$1" -le 256 ] && { echo gpt-tiny; return; }
+    sed -e "s/^input tokens 256\b/input tokens $1/" -e "s/^pos_embedding 256\b/pos_embedding $1/" \
+        models/gpt-tiny.model >"$MODELS/gpt-tiny-$1.model"
+    echo "$MODELS/gpt-tiny-$1.model"
+}
 run_frugal() { # seq batch steps warmup [--json]: frugal runs warmup + steps steps
     local seq=$1 batch=$2 steps=$(($3 + $4))
     shift 4
-    OMP_NUM_THREADS=$THREADS "$FRUGAL" train --model gpt-tiny --data "$DATA" --seq "$seq" \
+    OMP_NUM_THREADS=$THREADS "$FRUGAL" train --model "$(model_for "$seq")" --data "$DATA" --seq "$seq" \
         --batch "$batch" --steps "$steps" --optimizer adamw --lr 3e-4 --weight-decay 0.1 \
         --threads "$THREADS" --test-limit 8 "$@" 2>&1
 }
@@ -130,8 +139,11 @@ engines="frugal torch"
 : >"$RUNS"
 t0=$SECONDS
 
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+
 # 1. gpt-tiny, alternating
 for ((r = 1; r <= ROUNDS; r++)); do
+    has tiny || break
     order=$engines
     [ $((r % 2)) = 0 ] && order=$(echo "$engines" | tr ' ' '\n' | tac | tr '\n' ' ')
     for impl in $order; do
@@ -142,11 +154,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 # frugal's exact bytes for gpt-tiny (its plan does not change from step to step)
-[ "$TORCH_ONLY" = 0 ] && record tiny-json frugal 1 256 8 1 -- run_frugal 256 8 1 0 --json
+has tiny && [ "$TORCH_ONLY" = 0 ] && record tiny-json frugal 1 256 8 1 -- run_frugal 256 8 1 0 --json
 
 # 2. the context sweep at B x T = TOKENS, alternating per T
 i=0
 for t in $SWEEP; do
+    has sweep || break
     order=$engines
     [ $((i % 2)) = 1 ] && order=$(echo "$engines" | tr ' ' '\n' | tac | tr '\n' ' ')
     for impl in $order; do
@@ -157,12 +170,12 @@ for t in $SWEEP; do
 done
 
 # 3. GPT-2 124M under 4 GiB (frugal only)
-if [ "$TORCH_ONLY" = 0 ] && [ "$SKIP_GPT2" = 0 ]; then
+if [ "$TORCH_ONLY" = 0 ] && has gpt2; then
     g2=(--model gpt2 --batch 4 --seq 1024 --optimizer adamw)
     record gpt2-estimate frugal 1 1024 4 0 -- "$FRUGAL" estimate "${g2[@]}" --json
     record gpt2-plan frugal 1 1024 4 0 -- "$FRUGAL" plan "${g2[@]}" --budget 4G --json
     record gpt2-train frugal 1 1024 4 1 -- env OMP_NUM_THREADS="$THREADS" "$FRUGAL" train "${g2[@]}" \
-        --data "$DATA" --steps 1 --budget 4G --lr 3e-4 --weight-decay 0.1 --threads "$THREADS" --json
+        --data "$DATA" --steps 1 --budget 4G --lr 3e-4 --weight-decay 0.1 --threads "$THREADS" --test-limit 4 --json
 fi
 
 {
