@@ -96,7 +96,8 @@ def chart(sweep):
                 o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>')
             elif marker == "square":
                 o.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{colour}"/>')
-            o.append(f'<text x="{x:.1f}" y="{y - 8:.1f}" text-anchor="middle" fill="{colour}">{v:.1f}</text>')
+            ly = y + 17 if dashed else y - 8  # the dashed series' values below it, clear of the others
+            o.append(f'<text x="{x:.1f}" y="{ly:.1f}" text-anchor="middle" fill="{colour}">{v:.1f}</text>')
 
     ly = TOP + 14
     for name, colour, dashed, marker, _ in series:
