@@ -148,7 +148,7 @@ def frugal_run(run, warmup):
                     "held_bytes": (mem.get("allocated_peak") or {}).get("activations"),
                     "predicted_step_reserved": summary.get("predicted_step_reserved"),
                     "measured_reserved_peak": summary.get("measured_reserved_peak"),
-                    "allocated_peak": mem.get("allocated_peak"), "exact": True})
+                    "allocated_peak": mem.get("allocated_peak"), "summary": summary, "exact": True})
     else:
         tm = text_memory(run["lines"])
         if not tm and ms is None:
@@ -319,6 +319,7 @@ def main():
             if fr:
                 entry.update({k: fr[k] for k in ("peak_rss_bytes", "predicted_step_reserved",
                                                   "measured_reserved_peak", "held_bytes")})
+                entry["budget"] = (fr.get("summary") or {}).get("budget")
         if r["rc"] or not objs:
             entry["output"] = (r["lines"] + r.get("stderr", []))[-5:]
         g2[part] = entry
@@ -333,11 +334,11 @@ def main():
             print(f"- {part}: {ps or 'no peak figures'}")
         tr = g2.get("gpt2-train", {})
         if tr.get("predicted_step_reserved") is not None:
-            print(f"\n| predicted step reserved | measured reserved peak | measured / predicted | process peak RSS | budget |")
+            print("\n| predicted step reserved | measured reserved peak | measured / predicted | process peak RSS | budget |")
             print("|---:|---:|---:|---:|---:|")
             pr, me = tr["predicted_step_reserved"], tr["measured_reserved_peak"]
             print(f"| {mib(pr)} MiB | {fmt(me, mib)} MiB | {fmt(ratio(me, pr), lambda v: f'{v:.3f}')} | "
-                  f"{fmt(tr['peak_rss_bytes'], mib)} MiB | 4096.0 MiB |")
+                  f"{fmt(tr['peak_rss_bytes'], mib)} MiB | {fmt(tr.get('budget'), mib)} MiB |")
         print()
 
     if o.json_out:
