@@ -2,7 +2,7 @@
 # deps.sh — install what frugal needs from Debian 12's packages, only what is
 # missing. Sourced by run.sh and test.sh. Pass extra package names to add.
 set -euo pipefail
-need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist "$@")
+need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes "$@")
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

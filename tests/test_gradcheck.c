@@ -1,8 +1,9 @@
 /* test_gradcheck.c — every differentiable op in the op table against central
  * finite differences, through the real pipeline: graph -> autodiff -> plan
- * -> exec. Each case makes every float input a parameter, follows the op
- * with a view to (N, D) and an MSE loss against a fixed random target, and
- * compares d loss / d input from backward with (L(x+h) - L(x-h)) / 2h
+ * -> exec. Each case makes every float input a parameter (i32 inputs,
+ * labels or an embedding's ids, are drawn at random and not differentiated),
+ * follows the op with a view to (N, D) and an MSE loss against a fixed
+ * random target, and compares d loss / d input from backward with (L(x+h) - L(x-h)) / 2h
  * evaluated in float64 from the forward output. An op with a backward rule
  * but no case here fails the test, so a new op cannot skip it. */
 #include <math.h>

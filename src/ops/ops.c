@@ -130,8 +130,9 @@ static int lead_dims(const fr_shape *x, int64_t D) {
 
 static int sh_layernorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *x = &V(0)->shape;
+    if (n->in[1] < 0) return fail_shape(g, n, "the weight gives the normalised shape: add one");
     int lead = lead_dims(x, fr_shape_numel(&V(1)->shape));
-    if (lead < 1 || !fr_shape_eq(&V(1)->shape, &V(2)->shape))
+    if (lead < 1 || (n->in[2] >= 0 && !fr_shape_eq(&V(1)->shape, &V(2)->shape)))
         return fail_shape(g, n, "normalised shape does not match the weight");
     o[0] = *x;
     o[1].ndim = lead;

@@ -8,6 +8,15 @@
 #include <stdint.h>
 #include "core/tensor.h"
 
+/* A backward op's out[i] is the gradient of its forward op's input i (-1
+ * where none is wanted: EMBEDDING_BWD's ids, POS_EMBEDDING_BWD's x, whose
+ * gradient is dy itself); outputs past the forward's inputs are workspace.
+ * The GPT ops (shapes in backend/cpu/kernels.h):
+ *   EMBEDDING          idx (B,T) i32, W (V,C)      -> y (B,T,C)
+ *   POS_EMBEDDING      x (B,T,C), W (Tmax,C)       -> y = x + W[t]
+ *   ATTENTION          qkv (B,T,3C)                -> y (B,T,C), lse (B,NH,T), ws
+ *   ATTENTION_BWD      dy, qkv, y, lse             -> dqkv, D (B,NH,T), ws
+ * LINEAR, LAYERNORM and CROSS_ENTROPY take (B,T,C) as B T rows. */
 /*  name           n_in n_out */
 #define FR_OPS(X)               \
     X(LINEAR, 3, 1)             \

@@ -7,8 +7,10 @@
  * runs, scaler), the trainer's position (epoch, batch = batches done in the
  * next epoch) and the run's settings (see checkpoint.h); every number in it
  * is read whole and range-checked, a fault naming the key and the value.
- * Only the tensors the model needs are read from the file. Writes are
- * atomic. */
+ * A tied parameter is saved under each of its names, as PyTorch's
+ * state_dict has it; a Hugging Face GPT-2 checkpoint loads too (see "names"
+ * below). Only the tensors the model needs are read from the file. Writes
+ * are atomic. */
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -56,7 +58,7 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
     int ns = s->o.training ? n_states(s) : 0;
-    size_t cap = m->n_params * (size_t)(1 + ns);
+    size_t cap = m->n_params * (size_t)(1 + ns) + m->n_alias;
     fr_st_entry *e = fr_calloc(ctx, (cap + 1) * sizeof *e, FR_MEM_OTHER);
     float **tmp = fr_calloc(ctx, (cap + 1) * sizeof *tmp, FR_MEM_OTHER);
     fr_status st = FR_OK;
@@ -73,6 +75,11 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
         e[n].shape = p->shape;
         e[n].data = p->data;
         e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        n++;
+    }
+    for (size_t i = 0; i < m->n_alias; i++) { /* a tied parameter under its second name */
+        e[n] = e[m->alias[i].param];
+        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
         n++;
     }
     for (size_t i = 0; i < m->n_params && s->o.training; i++) {
@@ -174,30 +181,162 @@ static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, con
     return load_converted(ctx, f, e, dt, dst);
 }
 
+/* ---- names: tied parameters, Hugging Face GPT-2 -------------------------- */
+
+/* A tied parameter (lm_head.weight = transformer.wte.weight) is one fr_param
+ * and an fr_alias naming it. Saving writes the alias too, with the same
+ * bytes, as PyTorch's state_dict lists both; loading accepts an alias entry
+ * whose bytes equal its target's, refuses one that differs, and does not
+ * need it.
+ *
+ * A Hugging Face GPT-2 checkpoint (the hub's model.safetensors) names the
+ * tensors of transformer.* without that prefix (wte.weight, h.0.ln_1.weight,
+ * ln_f.bias), stores the weights of its Conv1D layers (attn.c_attn,
+ * attn.c_proj, mlp.c_fc, mlp.c_proj) as [in, out], the transpose of
+ * nn.Linear's [out, in], and carries the attention's buffers h.N.attn.bias
+ * and h.N.attn.masked_bias. A file is read that way when the model has
+ * transformer.wte.weight, and the file has wte.weight but not
+ * transformer.wte.weight; the transposes are done on load, one tensor at a
+ * time through a buffer of its size. */
+
+#define HF_PREFIX "transformer."
+
+typedef struct layout {
+    int hf; /* Hugging Face GPT-2 names and Conv1D layout */
+} layout;
+
+static layout file_layout(const fr_model *m, const fr_st_file *f) {
+    layout l = {0};
+    int has_wte = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        has_wte |= strcmp(m->params[i].name, HF_PREFIX "wte.weight") == 0;
+    l.hf = has_wte && !fr_st_find(f, HF_PREFIX "wte.weight") && fr_st_find(f, "wte.weight");
+    return l;
+}
+
+/* The name model tensor `name` has in the file. */
+static const char *file_name(const layout *l, const char *name) {
+    size_t k = strlen(HF_PREFIX);
+    return l->hf && strncmp(name, HF_PREFIX, k) == 0 ? name + k : name;
+}
+
+/* s is "h.<digits>." followed by rest; returns what follows the dot, or NULL. */
+static const char *after_block(const char *s) {
+    if (strncmp(s, "h.", 2) != 0 || !isdigit((unsigned char)s[2])) return NULL;
+    s += 2;
+    while (isdigit((unsigned char)*s)) s++;
+    return *s == '.' ? s + 1 : NULL;
+}
+
+/* Whether the file stores model tensor `name` transposed: a Conv1D weight. */
+static int is_conv1d(const layout *l, const char *name) {
+    static const char *conv1d[] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                   "mlp.c_proj.weight"};
+    const char *rest = l->hf ? after_block(file_name(l, name)) : NULL;
+    for (size_t i = 0; rest && i < sizeof conv1d / sizeof *conv1d; i++)
+        if (strcmp(rest, conv1d[i]) == 0) return 1;
+    return 0;
+}
+
+/* The Hugging Face attention buffers (the causal mask and its fill value). */
+static int is_hf_buffer(const layout *l, const char *entry) {
+    const char *rest = l->hf ? after_block(entry) : NULL;
+    return rest && (strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0);
+}
+
+static fr_shape transposed(const fr_shape *s) {
+    fr_shape t = *s;
+    t.d[0] = s->d[1];
+    t.d[1] = s->d[0];
+    return t;
+}
+
+/* dst [cols, rows] = src [rows, cols]^T, elements of `size` bytes. */
+static void transpose(void *dst, const void *src, int64_t rows, int64_t cols, size_t size) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            memcpy((char *)dst + (size_t)(c * rows + r) * size,
+                   (const char *)src + (size_t)(r * cols + c) * size, size);
+}
+
+/* Model parameter p from the file: checked only when load is 0. */
+static fr_status param_in(fr_ctx *ctx, const char *path, const fr_st_file *f, const layout *l,
+                          fr_param *p, int load) {
+    const char *name = file_name(l, p->name);
+    if (!is_conv1d(l, p->name) || p->shape.ndim != 2)
+        return copy_in(ctx, path, f, name, p->dtype, &p->shape, load ? p->data : NULL);
+    fr_shape t = transposed(&p->shape); /* Conv1D: [in, out] */
+    if (!load) return copy_in(ctx, path, f, name, p->dtype, &t, NULL);
+    size_t size = fr_dtype_size(p->dtype);
+    void *tmp = fr_alloc(ctx, (size_t)fr_shape_numel(&t) * size + 1, FR_MEM_WORKSPACE);
+    if (!tmp) return FR_ERR_NOMEM;
+    fr_status st = copy_in(ctx, path, f, name, p->dtype, &t, tmp);
+    if (!st) transpose(p->data, tmp, t.d[0], t.d[1], size);
+    fr_free(ctx, tmp);
+    return st;
+}
+
+/* An alias entry, when the file has one: the dtype, shape and bytes of its
+ * target's entry. */
+static fr_status check_alias(fr_ctx *ctx, const char *path, const fr_st_file *f, const layout *l,
+                             const fr_model *m, const fr_alias *a) {
+    const char *target = file_name(l, m->params[a->param].name);
+    const fr_st_entry *e = fr_st_find(f, file_name(l, a->name)), *t = fr_st_find(f, target);
+    char sa[64], sb[64];
+    if (!e) return FR_OK;
+    if (!t) return fr_fail(ctx, FR_ERR_FORMAT, "%s: missing tensor '%s'", path, target);
+    int same = e->dtype == t->dtype && e->shape.ndim == t->shape.ndim;
+    for (int i = 0; same && i < e->shape.ndim; i++) same = e->shape.d[i] == t->shape.d[i];
+    if (!same)
+        return fr_fail(
+            ctx, FR_ERR_FORMAT, "%s: tensor '%s' is tied to '%s' but is %s %s, not %s %s like it",
+            path, e->name, target, fr_dtype_name(e->dtype), fr_shape_str(&e->shape, sa, sizeof sa),
+            fr_dtype_name(t->dtype), fr_shape_str(&t->shape, sb, sizeof sb));
+    void *x = fr_alloc(ctx, e->nbytes + 1, FR_MEM_WORKSPACE);
+    void *y = fr_alloc(ctx, t->nbytes + 1, FR_MEM_WORKSPACE);
+    fr_status st = x && y ? fr_st_load(ctx, f, e, x) : FR_ERR_NOMEM;
+    if (!st) st = fr_st_load(ctx, f, t, y);
+    if (!st && memcmp(x, y, e->nbytes) != 0) {
+        size_t size = fr_dtype_size(e->dtype), k = 0;
+        while (memcmp((char *)x + k * size, (char *)y + k * size, size) == 0) k++;
+        st = fr_fail(ctx, FR_ERR_FORMAT,
+                     "%s: tensor '%s' is tied to '%s' (one parameter) but holds other values "
+                     "(first at element %zu)",
+                     path, e->name, target, k);
+    }
+    fr_free(ctx, x);
+    fr_free(ctx, y);
+    return st;
+}
+
+/* Whether file entry `nm` is what the model reads or may read. */
+static int expected(const fr_model *m, const layout *l, const char *nm) {
+    if (strncmp(nm, "optimizer.", 10) == 0 || is_hf_buffer(l, nm)) return 1;
+    for (size_t k = 0; k < m->n_params; k++)
+        if (strcmp(file_name(l, m->params[k].name), nm) == 0) return 1;
+    for (size_t k = 0; k < m->n_alias; k++)
+        if (strcmp(file_name(l, m->alias[k].name), nm) == 0) return 1;
+    return 0;
+}
+
 static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f) {
     fr_ctx *ctx = m->ctx;
-    for (int i = 0; i < f->n; i++) { /* strict, like load_state_dict(strict=True) */
-        const char *nm = f->entries[i].name;
-        if (strncmp(nm, "optimizer.", 10) == 0) continue;
-        size_t k = 0;
-        while (k < m->n_params && strcmp(m->params[k].name, nm) != 0) k++;
-        if (k == m->n_params)
+    layout l = file_layout(m, f);
+    fr_status st;
+    for (int i = 0; i < f->n; i++) /* strict, like load_state_dict(strict=True) */
+        if (!expected(m, &l, f->entries[i].name))
             return fr_fail(ctx, FR_ERR_FORMAT,
                            "%s: unexpected tensor '%s': the model has no such "
                            "parameter (first is '%s')",
-                           path, nm, m->n_params ? m->params[0].name : "none");
-    }
+                           path, f->entries[i].name,
+                           m->n_params ? file_name(&l, m->params[0].name) : "none");
     /* Check everything before changing anything: a failed load leaves the model as it was. */
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        fr_status st = copy_in(ctx, path, f, p->name, p->dtype, &p->shape, NULL);
-        if (st) return st;
-    }
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
-        fr_status st = copy_in(ctx, path, f, p->name, p->dtype, &p->shape, p->data);
-        if (st) return st;
-    }
+    for (size_t i = 0; i < m->n_params; i++)
+        if ((st = param_in(ctx, path, f, &l, &m->params[i], 0))) return st;
+    for (size_t i = 0; i < m->n_alias; i++)
+        if ((st = check_alias(ctx, path, f, &l, m, &m->alias[i]))) return st;
+    for (size_t i = 0; i < m->n_params; i++)
+        if ((st = param_in(ctx, path, f, &l, &m->params[i], 1))) return st;
     m->initialised = 1;
     return FR_OK;
 }
@@ -210,6 +349,11 @@ fr_status fr_model_load_weights(fr_model *m, const char *path) {
     st = load_weights(m, path, &f);
     fr_st_close(m->ctx, &f);
     return st;
+}
+
+fr_status fr_model_load_weights_file(fr_model *m, const char *path, const fr_st_file *f) {
+    fr_status st = fr_model_alloc_params(m);
+    return st ? st : load_weights(m, path, f);
 }
 
 /* ---- strict metadata ------------------------------------------------------ */

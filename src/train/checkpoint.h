@@ -30,4 +30,8 @@ fr_status fr_ckpt_save(fr_step *s, const char *path, const char *freeze, int epo
  * accepted without that check. */
 fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ckpt_pos *pos);
 
+/* fr_model_load_weights from a file already open or parsed (path names it
+ * in messages): the fuzz target's entry point. */
+fr_status fr_model_load_weights_file(fr_model *m, const char *path, const fr_st_file *f);
+
 #endif
