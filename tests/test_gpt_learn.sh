@@ -23,7 +23,7 @@ if [ -n "${FR_SANITIZED:-}" ]; then
 fi
 ref=$src/tests/ref/gpt_learn.json
 get() { python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))[sys.argv[2]]
-print("\n".join(v) if isinstance(v, list) else repr(v))' "$ref" "$1"; }
+print("\n".join(v) if isinstance(v, list) else v if isinstance(v, str) else repr(v))' "$ref" "$1"; }
 fortunes=$(get data)
 if [ ! -d "$fortunes" ]; then
     no "$fortunes is missing: install Debian's fortunes package (scripts/deps.sh does)"

@@ -21,9 +21,9 @@ batches:
   eval   the first 128 validation windows in order, in batches of B; the
          loss is frugal's: the mean over batches, weighted by batch size, of
          each batch's mean token cross-entropy (float32), summed in double.
-The model: 6 layers, 6 heads, 384 wide, context 256, vocab 256, lm_head tied
-to wte, no dropout, GELU tanh, LayerNorm with bias (eps 1e-5), attention
-written out (q k^T / sqrt(hd), causal mask, softmax, @ v). The optimizer:
+The model: make_gpt_ref.py's nanoGPT GPT (no dropout, GELU tanh, LayerNorm
+with bias, the attention written out, lm_head tied to wte) as gpt-tiny: 6
+layers, 6 heads, 384 wide, context 256, vocabulary 256. The optimizer:
 torch.optim.AdamW, one parameter group holding every parameter (frugal's
 AdamW decays all of them, biases and LayerNorms included), betas
 (0.9, 0.999), eps 1e-8, foreach=False. float32, torch.set_num_threads(2).
@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -43,81 +44,15 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "bench")]
 import token_order  # noqa: E402
+from make_gpt_ref import GPT, GPTConfig  # noqa: E402
 
-LAYERS, HEADS, WIDTH, CONTEXT, VOCAB = 6, 6, 384, 256, 256
+# gpt-tiny (models/gpt-tiny.model)
+TINY = GPTConfig(block_size=256, vocab_size=256, n_layer=6, n_head=6, n_embd=384)
 EVAL_WINDOWS = 128  # frugal train's default validation windows (--test-limit)
-
-
-# ---- the model: nanoGPT's GPT with the attention written out -------------
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_attn = nn.Linear(WIDTH, 3 * WIDTH)
-        self.c_proj = nn.Linear(WIDTH, WIDTH)
-
-    def forward(self, x):  # x (B,T,C)
-        B, T, C = x.shape
-        hd = C // HEADS
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, HEADS, hd).transpose(1, 2)  # (B,nh,T,hd)
-        k = k.view(B, T, HEADS, hd).transpose(1, 2)
-        v = v.view(B, T, HEADS, hd).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B,nh,T,T)
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_fc = nn.Linear(WIDTH, 4 * WIDTH)
-        self.c_proj = nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(WIDTH)
-        self.attn = Attention()
-        self.ln_2 = nn.LayerNorm(WIDTH)
-        self.mlp = MLP()
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(VOCAB, WIDTH),
-            wpe=nn.Embedding(CONTEXT, WIDTH),
-            h=nn.ModuleList([Block() for _ in range(LAYERS)]),
-            ln_f=nn.LayerNorm(WIDTH),
-        ))
-        self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied
-
-    def forward(self, idx, targets):  # idx, targets (B,T) int64
-        T = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B,T,V)
-        return F.cross_entropy(logits.view(-1, VOCAB), targets.reshape(-1))
 
 
 # ---- frugal's files ---------------------------------------------------------
@@ -220,17 +155,20 @@ def main():
           sum(not k.startswith("optimizer.") for k in w))
 
     evals, frugal_secs = run_frugal(sub(train_args, init))
+    shutil.rmtree(tmp)  # three checkpoints of 130 MB
     fr = evals[-1]
     assert fr["step"] == a.steps, fr
     print("frugal: val_loss %.6f train_loss %.6f (%.1f s)" % (fr["val_loss"], fr["train_loss"],
                                                               frugal_secs))
 
     # PyTorch from the same weights
-    model = GPT()
+    model = GPT(TINY)  # its own random init, overwritten below
     sd = model.state_dict()
     for k in sd:
         src = "transformer.wte.weight" if k == "lm_head.weight" else k
         assert tuple(sd[k].shape) == w[src].shape, (k, sd[k].shape, w[src].shape)
+    if "lm_head.weight" in w:  # saved beside wte: the same tensor
+        assert w["lm_head.weight"].tobytes() == w["transformer.wte.weight"].tobytes()
     missing = set(k for k in w if not k.startswith("optimizer.")) - set(sd)
     assert not missing, missing
     with torch.no_grad():
@@ -255,7 +193,7 @@ def main():
         starts = [wi * T for wi in order[b]]
         x = torch.from_numpy(np.stack([tok[s:s + T] for s in starts]))
         y = torch.from_numpy(np.stack([tok[s + 1:s + T + 1] for s in starts]))
-        loss = model(x, y)
+        _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -266,7 +204,7 @@ def main():
             starts = [n_train + k * T for k in range(k0, k0 + B)]
             x = torch.from_numpy(np.stack([tok[s:s + T] for s in starts]))
             y = torch.from_numpy(np.stack([tok[s + 1:s + T + 1] for s in starts]))
-            total += model(x, y).item() * B
+            total += model(x, y)[1].item() * B
             seen += B
     torch_val = total / seen
     torch_secs = time.time() - t0
