@@ -77,6 +77,7 @@ typedef enum fr_mem_cat {
     FR_MEM_WORKSPACE,   /* temporaries: unsaved forward values, activation grads, im2col */
     FR_MEM_DATA,        /* data batches, prefetch queue, dataset buffers */
     FR_MEM_OTHER,       /* graph, plan and model metadata */
+    FR_MEM_KV_CACHE,    /* generation: keys and values of past positions */
     FR_MEM_CAT_COUNT
 } fr_mem_cat;
 

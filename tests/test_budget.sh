@@ -51,7 +51,12 @@ assert d['predicted_peak']['parameters'] == 8314880040, d['predicted_peak']
 " "$tmp/out" && ok || no "plan of an 8.3 GB model in 2 GB: $(cat "$tmp/err") $(head -c 300 "$tmp/out")"
 
 # --threads reaches the plan: plain SGD updates Linear weights inside
-# backward through one scratch tile per thread, so the scratch doubles.
+# backward through one scratch tile per thread, the tiles balanced over the
+# threads (linear.c). The MLP at batch 32: fc1 (2000 x 1000) takes tiles of
+# 16 rows (FR_UPD_TILE / 1000), 125 of them, 126 on 2 threads (16 rows);
+# fc2 (10 x 2000) one tile of 10 rows, two of 5 on 2 threads. The largest
+# tile times the threads: 1 thread 10 x 2000 floats = 80000 B; 2 threads
+# 2 x 16 x 1000 floats = 128000 B.
 for cmd in plan estimate; do
     for t in 1 2; do
         run "$bin" $cmd --model mlp --batch 32 --optimizer sgd --threads $t --json
@@ -60,7 +65,7 @@ for cmd in plan estimate; do
     python3 -c "
 import json, sys
 a, b = (json.load(open(f))['predicted_peak']['gradients'] for f in sys.argv[1:])
-assert a > 0 and b == 2 * a, (a, b)
+assert a == 80000 and b == 128000, (a, b)
 " "$tmp/${cmd}1.json" "$tmp/${cmd}2.json" && ok || no "$cmd --threads 1 and 2: scratch tiles $(cat "$tmp/err")"
 done
 

@@ -29,6 +29,16 @@ static void labels(int32_t *y, int n, int classes, uint64_t seed) {
 }
 
 /* One step of Linear(D,O) + cross-entropy, checked against float64. */
+/* The scratch tile of a weight (O, K) whose unbalanced tile has `rows` rows
+ * (the rule in linear.c's upd_tile_rows: at least FR_UPD_TILE floats and
+ * half the batch up to 512 rows, at most O), balanced over `threads`: the
+ * tile count rounded up to a multiple of the threads, rows shared equally. */
+static size_t tile_floats(int O, int K, int rows, int threads) {
+    int tiles = (O + rows - 1) / rows;
+    if (threads > 1 && O >= threads) tiles = (tiles + threads - 1) / threads * threads;
+    return (size_t)((O + tiles - 1) / tiles) * (size_t)K;
+}
+
 static void test_one_step_by_hand(void) {
     enum { N = 4, D = 5, O = 3 };
     const double lr = 0.1, wd = 0.01;
@@ -86,11 +96,11 @@ static void test_one_step_by_hand(void) {
     CHECK(m->params[0].grad == NULL && m->params[1].grad == NULL, "no gradient buffers");
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
-    /* the weight's gradient passes through a tile of min(O, 65536 / D) rows per thread */
+    /* the weight's gradient passes through a tile of rows per thread */
     size_t nt = (size_t)fr_get_threads(ctx);
-    CHECK(st.allocated_peak[FR_MEM_GRADS] == O * D * sizeof(float) * nt,
-          "gradient bytes ever allocated: %zu, a tile of %d x %d floats for each of %zu threads",
-          st.allocated_peak[FR_MEM_GRADS], O, D, nt);
+    CHECK(st.allocated_peak[FR_MEM_GRADS] == tile_floats(O, D, O, (int)nt) * sizeof(float) * nt,
+          "gradient bytes ever allocated: %zu, a tile of %zu floats for each of %zu threads",
+          st.allocated_peak[FR_MEM_GRADS], tile_floats(O, D, O, (int)nt), nt);
     fr_step_free(s);
     fr_model_free(m);
     fr_ctx_free(ctx);
@@ -115,8 +125,8 @@ static fr_model *cnn(fr_ctx *ctx) {
     return m;
 }
 
-/* 512 x 300 weights: at batch 64 ten tiles of 54 rows (the last 26), at
- * batch 2048 one of 512 rows */
+/* 512 x 300 weights: at batch 64 tiles of 54 rows (ten, balanced: 52 rows
+ * on 1 thread, 43 on 3), at batch 2048 one of 512 rows (two of 256 on 2) */
 static fr_model *wide(fr_ctx *ctx) {
     fr_model *m = fr_model_new(ctx, 300, 1, 1);
     if (!m || fr_model_linear(m, 512, 1) || fr_model_relu(m) || fr_model_linear(m, 10, 1)) {
@@ -134,7 +144,7 @@ static fr_precision cmp_precision;
 /* The same training with and without the update in backward: the same
  * gradients and fr_k_sgd's formula, so the same bits. */
 static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N,
-                                   const fr_optim_opts *opt, int state_kind, size_t tile,
+                                   const fr_optim_opts *opt, int state_kind, const int *tile,
                                    int threads, const char *what) {
     enum { STEPS = 6 };
     float *x = malloc(sizeof(float) * (size_t)N * d);
@@ -164,7 +174,10 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
               keep, s->n_fused);
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
-        size_t grads = keep ? 0 : tile * sizeof(float) * (size_t)fr_get_threads(ctx[keep]),
+        int nt = fr_get_threads(ctx[keep]);
+        size_t grads = keep || !tile ? 0
+                                     : tile_floats(tile[0], tile[1], tile[2], nt) * sizeof(float) *
+                                           (size_t)nt,
                arena = 0;
         for (size_t i = 0; i < m[keep]->n_params; i++) {
             size_t bytes = (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
@@ -231,7 +244,7 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
 }
 
 static void compare_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_fused, int N, float lr,
-                              float wd, size_t tile, int threads, const char *what) {
+                              float wd, const int *tile, int threads, const char *what) {
     fr_optim_opts o = fr_optim_defaults(FR_OPTIM_SGD);
     o.lr = lr;
     o.weight_decay = wd;
@@ -319,42 +332,44 @@ static void test_nonfinite_loss(void) {
 
 int main(void) {
     test_one_step_by_hand();
-    compare_with_kept(mlp, 50, 4, 16, 0.05f, 1e-3f, 64 * 50, 0, "mlp");
-    compare_with_kept(cnn, 64, 2, 16, 0.05f, 1e-3f, 10 * 64, 0, "cnn (conv keeps its gradient)");
+    compare_with_kept(mlp, 50, 4, 16, 0.05f, 1e-3f, (int[]){64, 50, 64}, 0, "mlp");
+    compare_with_kept(cnn, 64, 2, 16, 0.05f, 1e-3f, (int[]){10, 64, 10}, 0,
+                      "cnn (conv keeps its gradient)");
     /* A batch longer than a GEMM's block of the inner dimension, updates of a
      * few ulps and lr * wd = 1e-8 (1 - lr wd rounds to 1 in float): a GEMM
      * epilogue that adds -lr dW into W block by block, or scales W by
      * (1 - lr wd), gives other bits. */
-    compare_with_kept(wide, 300, 4, 2048, 1e-5f, 1e-3f, 512 * 300, 2, "wide, batch 2048, lr 1e-5");
+    compare_with_kept(wide, 300, 4, 2048, 1e-5f, 1e-3f, (int[]){512, 300, 512}, 2,
+                      "wide, batch 2048, lr 1e-5");
     /* the kept run has 2 threads; each tile's bits do not depend on the thread count */
-    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 54 * 300, 1, "wide, 1 thread");
-    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, 54 * 300, 3, "wide, 3 threads");
+    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, (int[]){512, 300, 54}, 1, "wide, 1 thread");
+    compare_with_kept(wide, 300, 4, 64, 0.05f, 0.0f, (int[]){512, 300, 54}, 3, "wide, 3 threads");
     /* momentum SGD, Adam, AdamW, compressed Adam state: an OPTIM_STEP node per
      * parameter right after its gradient, every parameter (convolutions too) */
     fr_optim_opts o = fr_optim_defaults(FR_OPTIM_SGD);
     o.lr = 0.05f, o.momentum = 0.9f, o.weight_decay = 1e-3f;
-    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "momentum 0.9, weight decay");
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "momentum 0.9, weight decay");
     o.nesterov = 1, o.dampening = 0.0f;
-    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, nesterov");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, nesterov");
     o = fr_optim_defaults(FR_OPTIM_ADAM);
-    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adam");
-    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adam");
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "adam");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adam");
     o.weight_decay = 1e-2f;
-    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adam, L2 weight decay");
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "adam, L2 weight decay");
     o = fr_optim_defaults(FR_OPTIM_ADAMW);
-    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adamw");
-    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_INT8, 0, 0, "adamw, int8 state");
-    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_BF16, 0, 0, "adamw, bf16 state");
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "adamw");
+    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_INT8, NULL, 0, "adamw, int8 state");
+    compare_opts_with_kept(wide, 300, 4, 64, &o, FR_STATE_BF16, NULL, 0, "adamw, bf16 state");
     /* recomputed forwards in backward (revolve with one stored state, every
      * layer checkpointed) and bf16-mixed (rounded weight copies read in
      * backward before their step) */
     cmp_checkpoint = FR_CKPT_REVOLVE, cmp_ckpt_arg = 1;
-    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adamw, revolve 1");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adamw, revolve 1");
     cmp_checkpoint = FR_CKPT_ALL, cmp_ckpt_arg = 0;
-    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, 0, 0, "adamw, every layer checkpointed");
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "adamw, every layer checkpointed");
     cmp_checkpoint = FR_CKPT_MARKS;
     cmp_precision = FR_PREC_BF16_MIXED;
-    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, 0, 0, "cnn, adamw, bf16-mixed");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adamw, bf16-mixed");
     cmp_precision = FR_PREC_FP32;
     test_only_where_safe();
     test_nonfinite_loss();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_gpt_cli.sh — language models as a user meets them on the command
 # line: a small GPT trained on text (the loss falls; JSON eval lines with
-# nats and bits per byte), --steps stopping any model, a run stopped mid-epoch
+# nats and bits per byte; the predicted step peak is the measured one), --steps stopping any model, a run stopped mid-epoch
 # and resumed giving the uninterrupted run's loss bit for bit, --init with
 # --freeze keeping a block's bytes, GPT-2's estimate (124,439,808 parameters,
 # 124,475,904 with llm.c's padded vocabulary), and every bad input the issue
@@ -55,7 +55,11 @@ assert v["step"] == 60 and summ["steps"] == 60, (v["step"], summ["steps"])
 # the loss of a uniform guess over 256 bytes is ln 256 = 5.545; repeated text is learnt far below it
 assert v["val_loss"] < 2.5, v["val_loss"]
 assert abs(v["val_bits_per_byte"] - v["val_loss"] / math.log(2)) < 1e-9
-print("val loss", v["val_loss"])
+# the step's predicted reserved bytes against the allocator's measured peak: the
+# data term beyond the step (the loader's queue, the evaluation) is small here
+p, m = summ["predicted_step_reserved"], summ["measured_reserved_peak"]
+assert p <= m <= p * 1.02 + (1 << 20), (p, m)
+print("val loss", v["val_loss"], "predicted", p, "measured", m)
 PY
 
 # ---- --steps stops any model (the CNN here, if Fashion-MNIST is there) ----

@@ -320,8 +320,8 @@ static void test_errors(void) {
     expect_error("input 1 28 28\nconv2d 8 kernal=3\n",
                  "bad.model:2:10: unknown key 'kernal' for conv2d (known: kernel, stride, padding, "
                  "bias, name, checkpoint); did you mean 'kernel'?");
-    expect_error("input 8\nlinear 8 kernel=3\n",
-                 "bad.model:2:10: unknown key 'kernel' for linear (known: bias, name, checkpoint)");
+    expect_error("input 8\nlinear 8 kernel=3\n", "bad.model:2:10: unknown key 'kernel' for linear "
+                                                 "(known: bias, name, checkpoint, std, tie)");
     /* checkpoint marks: on a layer or a whole block, not inside a block */
     expect_error("input 1 8 8\nresidual\n  conv2d 1 kernel=3 padding=1 checkpoint=true\nend\n",
                  "bad.model:3: checkpoint inside a residual block");

@@ -1,4 +1,5 @@
-/* frugal.c — the command-line tool: train, eval, estimate, plan, profile.
+/* frugal.c — the command-line tool: train, eval, estimate, plan, profile,
+ * generate.
  * It parses options (one table says which command takes which), calls the
  * library and prints; every failure is one message on stderr naming what
  * went wrong and a non-zero exit (2 for a usage error). */
@@ -6,9 +7,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 #include "data/dataset.h"
+#include "infer/generate.h"
+#include "report/report.h"
 #include "report/timeline.h"
 #include "train/source.h"
 #include "train/trainer.h"
@@ -116,7 +121,9 @@ static const command commands[] = {
      "sampled from the model's distribution at --temperature among the --top-k likeliest\n"
      "(temperature 0: the argmax, greedy). Keys and values of past positions are kept in a\n"
      "cache (its own memory category), so a new token costs O(T), not O(T^2). A prompt\n"
-     "longer than the context keeps its last context tokens, and says so.\n"},
+     "longer than the context keeps its last context tokens, and says so.\n"
+     "A model whose vocabulary is not bytes (256) takes --prompt ids:464,3290 (token ids) and\n"
+     "prints ids separated by spaces.\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -1026,6 +1033,132 @@ static int cmd_estimate(int argc, char **argv) {
     return 0;
 }
 
+/* generate: where each new token goes. A byte-level model (vocabulary 256)
+ * prints bytes, a larger one ids separated by spaces. */
+typedef struct gen_out {
+    int bytes;
+    long long n;
+} gen_out;
+
+static void gen_emit(void *user, int32_t tok) {
+    gen_out *o = user;
+    if (o->bytes) putchar(tok);
+    else printf("%s%ld", o->n ? " " : "", (long)tok);
+    o->n++;
+    fflush(stdout);
+}
+
+/* "ids:464,3290" -> ids; 0, or 2 after printing why. */
+static int parse_ids(const char *s, int32_t *ids, int *n, int cap) {
+    *n = 0;
+    for (const char *p = s;;) {
+        uint64_t v = 0;
+        const char *d = p;
+        while (*p >= '0' && *p <= '9' && v <= INT32_MAX) v = 10 * v + (uint64_t)(*p++ - '0');
+        if (p == d || v > INT32_MAX || (*p && *p != ',') || *n == cap) {
+            fprintf(stderr,
+                    "frugal generate: --prompt 'ids:%s': expected token ids separated by commas "
+                    "(e.g. ids:464,3290), fault at character %d\n",
+                    s, (int)(p - s) + 4);
+            return 2;
+        }
+        ids[(*n)++] = (int32_t)v;
+        if (!*p++) return 0;
+    }
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    const command *cmd = NULL;
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(commands[i].name, "generate")) cmd = &commands[i];
+    cli c;
+    int r = parse(argc, argv, cmd, &c);
+    if (r) return r < 0 ? 0 : r;
+    if (!c.weights) return bad("generate", "%s", "--weights CKPT is required");
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_set_threads(ctx, c.threads);
+    fr_model *m = load_for("generate", ctx, &c);
+    int32_t *ids = NULL;
+    int n = 0, rc = 1, vocab = m ? fr_generate_vocab(m) : 0;
+    const int is_ids = !strncmp(c.prompt, "ids:", 4);
+    fr_status st = m ? FR_OK : FR_ERR_ARG;
+    if (m && !fr_model_context(m)) {
+        fprintf(stderr, "frugal generate: model %s does not read tokens (input tokens T)\n",
+                c.t.model);
+        st = FR_ERR_ARG;
+    }
+    if (!st && (st = fr_model_load_weights(m, c.weights)))
+        fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
+    if (!st && !is_ids && vocab != 256) {
+        fprintf(stderr,
+                "frugal generate: the vocabulary is %d, not bytes (256), and there is no "
+                "tokenizer: give the prompt as ids, e.g. --prompt ids:464,3290\n",
+                vocab);
+        st = FR_ERR_ARG;
+    }
+    size_t len = strlen(c.prompt);
+    if (!st && !(ids = malloc((len + 1) * sizeof *ids))) {
+        fprintf(stderr, "frugal: out of memory\n");
+        st = FR_ERR_NOMEM;
+    }
+    if (!st) {
+        if (is_ids) {
+            if (parse_ids(c.prompt + 4, ids, &n, (int)len)) rc = 2, st = FR_ERR_ARG;
+        } else {
+            for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)c.prompt[i];
+        }
+    }
+    if (!st) {
+        gen_out out = {vocab == 256, 0};
+        for (int i = 0; i < n; i++) gen_emit(&out, ids[i]); /* the prompt, then the new tokens */
+        fr_gen_opts o = {.tokens = c.tokens,
+                         .temperature = c.temperature,
+                         .top_k = c.top_k,
+                         .seed = c.t.seed,
+                         .emit = gen_emit,
+                         .user = &out};
+        int cropped = 0;
+        if (n > fr_model_context(m))
+            fprintf(stderr,
+                    "frugal generate: the prompt has %d tokens, the context %d: the first %d are "
+                    "dropped\n",
+                    n, fr_model_context(m), n - fr_model_context(m));
+        double t0 = now_seconds();
+        st = fr_generate(m, ids, n, &o, &cropped);
+        double dt = now_seconds() - t0;
+        if (!out.bytes || (out.n && c.tokens)) putchar('\n');
+        fflush(stdout);
+        if (st) {
+            fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
+        } else {
+            fr_mem_stats ms;
+            fr_mem_get_stats(ctx, &ms);
+            char a[32], b[32], w[32], t[32];
+            fprintf(stderr,
+                    "%d tokens in %.2f s: %.1f tokens/s (%d threads); memory peak: parameters "
+                    "%s, kv_cache %s (%zu bytes), workspace %s, total %s\n",
+                    c.tokens, dt, dt > 0 ? c.tokens / dt : 0.0, fr_get_threads(ctx),
+                    fr_human_bytes(ms.allocated_peak[FR_MEM_PARAMS], a, sizeof a),
+                    fr_human_bytes(ms.allocated_peak[FR_MEM_KV_CACHE], b, sizeof b),
+                    ms.allocated_peak[FR_MEM_KV_CACHE],
+                    fr_human_bytes(ms.allocated_peak[FR_MEM_WORKSPACE], w, sizeof w),
+                    fr_human_bytes(ms.allocated_total_peak, t, sizeof t));
+            rc = 0;
+        }
+    }
+    free(ids);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
@@ -1038,8 +1171,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "estimate")) return cmd_estimate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
-    fprintf(stderr,
-            "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, help)\n",
-            argv[1]);
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
+    fprintf(
+        stderr,
+        "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, generate, "
+        "help)\n",
+        argv[1]);
     return 2;
 }

@@ -2,7 +2,8 @@
 """make_weights_corpus.py — seeds for fuzz/fuzz_weights.c: the init of the
 fuzzer's GPT (vocab 8, n_embd 8, block_size 4, one layer, two heads) as
 nanoGPT's state_dict (lm_head.weight included), without lm_head.weight, with
-a lm_head.weight that differs, and in Hugging Face GPT-2 layout. Rerun with
+a lm_head.weight that differs, with the causal mask as a buffer, and in
+Hugging Face GPT-2 layout without and with the "transformer." prefix. Rerun with
 /usr/bin/python3 fuzz/corpus/make_weights_corpus.py"""
 import os
 import sys
@@ -24,4 +25,10 @@ write_safetensors(os.path.join(out, "untied.safetensors"),
 bad = dict(sd)
 bad["lm_head.weight"] = sd["lm_head.weight"] + 1.0
 write_safetensors(os.path.join(out, "tie_differs.safetensors"), bad, {})
-write_safetensors(os.path.join(out, "hf.safetensors"), hf_state_dict(sd, config), {"format": "pt"})
+masks = dict(sd)
+masks["transformer.h.0.attn.bias"] = torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4)
+write_safetensors(os.path.join(out, "nanogpt_masks.safetensors"), masks, {})
+hf = hf_state_dict(sd, config)
+write_safetensors(os.path.join(out, "hf.safetensors"), hf, {"format": "pt"})
+write_safetensors(os.path.join(out, "hf_prefixed.safetensors"),
+                  {"transformer." + k: v for k, v in hf.items()}, {"format": "pt"})

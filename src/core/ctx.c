@@ -47,8 +47,9 @@ int fr_get_threads(const fr_ctx *ctx) {
 }
 
 const char *fr_mem_cat_name(fr_mem_cat cat) {
-    static const char *names[FR_MEM_CAT_COUNT] = {
-        "parameters", "gradients", "optimizer", "activations", "workspace", "data", "other"};
+    static const char *names[] = {"parameters", "gradients", "optimizer", "activations",
+                                  "workspace",  "data",      "other",     "kv_cache"};
+    _Static_assert(sizeof names / sizeof *names == FR_MEM_CAT_COUNT, "a name per category");
     return (unsigned)cat < FR_MEM_CAT_COUNT ? names[cat] : "?";
 }
 

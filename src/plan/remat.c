@@ -260,3 +260,107 @@ done:
     *n_order = (int)n;
     return FR_OK;
 }
+
+static int cheap_op(fr_op op) { return op == FR_OP_GELU || op == FR_OP_LAYERNORM; }
+
+fr_status fr_remat_cheap(fr_graph *g, int **order_io, int *n_io, int **origin_io,
+                         double *extra_flops) {
+    fr_ctx *ctx = g->ctx;
+    int n = *n_io, *order = *order_io, loss_pos = -1;
+    for (int k = 0; k < n && loss_pos < 0; k++)
+        for (int j = 0; j < g->nodes[order[k]].n_out; j++)
+            if (g->nodes[order[k]].out[j] == g->loss) loss_pos = k;
+    if (loss_pos < 0) return FR_OK;
+    /* per value: its first reader after the loss and its last reader */
+    size_t nv = g->n_vals;
+    int *first_late = fr_alloc(ctx, (nv + 1) * sizeof *first_late, FR_MEM_OTHER);
+    int *last = fr_alloc(ctx, (nv + 1) * sizeof *last, FR_MEM_OTHER);
+    int *at = fr_alloc(ctx, 2 * ((size_t)n + 1) * sizeof *at, FR_MEM_OTHER); /* clone before k */
+    int *of = at ? at + n + 1 : NULL; /* the node the clone before k remakes */
+    fr_status st = FR_OK;
+    if (!first_late || !last || !at) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    for (size_t v = 0; v < nv; v++) first_late[v] = last[v] = -1;
+    for (int k = 0; k < n; k++) {
+        at[k] = -1;
+        const fr_node *nd = &g->nodes[order[k]];
+        for (int j = 0; j < nd->n_in; j++) {
+            int x = nd->in[j];
+            if (x < 0) continue;
+            last[x] = k;
+            if (k > loss_pos && first_late[x] < 0) first_late[x] = k;
+        }
+    }
+    int n_clones = 0;
+    for (int k = 0; k < loss_pos && !st; k++) {
+        int p = order[k];
+        const fr_node *nd = &g->nodes[p];
+        int v = nd->out[0];
+        if (!cheap_op(nd->op) || nd->attr.recompute || v < 0 || first_late[v] < 0) continue;
+        int fl = first_late[v], inputs_live = at[fl] < 0;
+        for (int j = 0; j < nd->n_in; j++) {
+            int x = nd->in[j];
+            if (x < 0 || g->vals[x].kind == FR_VAL_PARAM || g->vals[x].kind == FR_VAL_BUFFER)
+                continue;
+            if (last[x] < fl || g->vals[x].alias_of >= 0) inputs_live = 0;
+        }
+        if (!inputs_live) continue;
+        fr_node orig = *nd;
+        fr_attr a = orig.attr;
+        a.recompute = 1;
+        int out[FR_MAX_OUT], skip = 0;
+        for (int j = 0; j < orig.n_out; j++)
+            if (orig.out[j] < 0) skip |= 1 << j;
+        int c = fr_graph_node(g, orig.op, orig.in, orig.n_in, &a, -1, (uint32_t)skip, out);
+        if (c < 0) {
+            st = g->status;
+            break;
+        }
+        g->nodes[c].layer = orig.layer;
+        g->vals[out[0]].saved = 0;
+        *extra_flops += fr_op_get(orig.op)->flops(g, &g->nodes[c]);
+        for (int q = fl; q < n; q++) { /* backward readers read the clone's value */
+            fr_node *r = &g->nodes[order[q]];
+            for (int j = 0; j < r->n_in; j++)
+                if (r->in[j] == v) r->in[j] = out[0];
+        }
+        g->vals[v].saved = 0;
+        at[fl] = c;
+        of[fl] = p;
+        n_clones++;
+    }
+    if (!st && n_clones) {
+        int *no = fr_alloc(ctx, ((size_t)n + n_clones) * sizeof *no, FR_MEM_OTHER);
+        int *origin = fr_alloc(ctx, (g->n_vals + 1) * sizeof *origin, FR_MEM_OTHER);
+        if (!no || !origin) {
+            fr_free(ctx, no);
+            fr_free(ctx, origin);
+            st = FR_ERR_NOMEM;
+            goto done;
+        }
+        int m = 0;
+        for (int k = 0; k < n; k++) {
+            if (at[k] >= 0) no[m++] = at[k];
+            no[m++] = order[k];
+        }
+        memcpy(origin, *origin_io, nv * sizeof *origin);
+        for (size_t v = nv; v < g->n_vals; v++) origin[v] = (int)v;
+        for (int k = 0; k < n; k++) /* a clone's outputs recompute the original's */
+            for (int j = 0; at[k] >= 0 && j < g->nodes[at[k]].n_out; j++) {
+                int co = g->nodes[at[k]].out[j], oo = g->nodes[of[k]].out[j];
+                if (co >= 0 && oo >= 0) origin[co] = (*origin_io)[oo];
+            }
+        fr_free(ctx, *order_io);
+        fr_free(ctx, *origin_io);
+        *order_io = no;
+        *origin_io = origin;
+        *n_io = m;
+    }
+done:
+    fr_free(ctx, first_late);
+    fr_free(ctx, last);
+    fr_free(ctx, at);
+    return st;
+}

@@ -124,10 +124,13 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         fr_free(ctx, rows);
         return;
     }
-    fprintf(out, "%-16s %-14s %-16s %12s %12s %12s %12s %12s %12s %12s\n", "layer", "type",
+    int nw = 16; /* the name column fits the longest name (transformer.h.11.attn.c_attn) */
+    for (size_t i = 0; i < m->n_layers; i++)
+        if ((int)strlen(m->layers[i].name) > nw) nw = (int)strlen(m->layers[i].name);
+    fprintf(out, "%-*s %-14s %-16s %12s %12s %12s %12s %12s %12s %12s\n", nw, "layer", "type",
             "output", "weight", "bias/buffer", "grad", "optimizer", "output B", "saved",
             "workspace");
-    fprintf(out, "%-16s %-14s %-16s %12s %12s %12s %12s %12zu %12s %12s\n", "input", "data",
+    fprintf(out, "%-*s %-14s %-16s %12s %12s %12s %12s %12zu %12s %12s\n", nw, "input", "data",
             fr_shape_str(&s->g.vals[s->g.input].shape, sh, sizeof sh), "", "", "", "", input, "",
             "");
     for (size_t i = 0; i < m->n_layers; i++) {
@@ -135,7 +138,8 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         if (l->kind == FR_L_RES_SHORTCUT) continue;
         const layer_row *r = &rows[i];
         fr_shape os = with_batch(s->o.batch, l->out_shape);
-        fprintf(out, "%-16s %-14s %-16s %12zu %12zu %12zu %12zu %12zu %12zu %12zu\n",
+        if (fr_model_seq(m) && os.ndim >= 2) os.d[1] = fr_model_seq(m); /* --seq, not the context */
+        fprintf(out, "%-*s %-14s %-16s %12zu %12zu %12zu %12zu %12zu %12zu %12zu\n", nw,
                 l->name[0] ? l->name : "(end)", fr_layer_kind_name(l->kind),
                 fr_shape_str(&os, sh, sizeof sh), r->weight, r->other, r->grads, r->optim,
                 r->output, r->saved, r->workspace);

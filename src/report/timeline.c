@@ -272,8 +272,9 @@ fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path) {
 #define NCOL (PX1 - PX0) /* one column per pixel */
 
 /* Colours from Tableau 10, red kept for the budget. */
-static const char *const cat_colour[NCAT] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1",
-                                             "#76b7b2", "#edc948", "#bab0ac"};
+static const char *const cat_colour[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1",
+                                         "#76b7b2", "#edc948", "#bab0ac", "#9c755f"};
+_Static_assert(sizeof cat_colour / sizeof *cat_colour == NCAT, "a colour per category");
 
 typedef struct tl_col {
     int used;           /* an event falls in this column */

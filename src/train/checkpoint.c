@@ -189,36 +189,31 @@ static fr_status copy_in(fr_ctx *ctx, const char *path, const fr_st_file *f, con
  * whose bytes equal its target's, refuses one that differs, and does not
  * need it.
  *
- * A Hugging Face GPT-2 checkpoint (the hub's model.safetensors) names the
- * tensors of transformer.* without that prefix (wte.weight, h.0.ln_1.weight,
- * ln_f.bias), stores the weights of its Conv1D layers (attn.c_attn,
- * attn.c_proj, mlp.c_fc, mlp.c_proj) as [in, out], the transpose of
- * nn.Linear's [out, in], and carries the attention's buffers h.N.attn.bias
- * and h.N.attn.masked_bias. A file is read that way when the model has
- * transformer.wte.weight, and the file has wte.weight but not
- * transformer.wte.weight; the transposes are done on load, one tensor at a
- * time through a buffer of its size. */
+ * A Hugging Face GPT-2 checkpoint stores the weights of its Conv1D layers
+ * (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) as [in, out], the
+ * transpose of nn.Linear's [out, in]; the hub's model.safetensors (saved
+ * from GPT2Model) names the tensors of transformer.* without that prefix
+ * (wte.weight, h.0.ln_1.weight, ln_f.bias), GPT2LMHeadModel.save_pretrained
+ * keeps it. A file is read without the prefix when the model has
+ * transformer.wte.weight and the file has wte.weight but not
+ * transformer.wte.weight; in Conv1D layout when it is without the prefix,
+ * or when its first block's attn.c_attn.weight is [C, 3C] where the model's
+ * is [3C, C]. The transposes are done on load, one tensor at a time through
+ * a buffer of its size.
+ *
+ * The causal mask of an attention block the model has, h.N.attn.bias (and
+ * Hugging Face's h.N.attn.masked_bias), with or without the prefix, is
+ * ignored: nanoGPT's and Hugging Face's older checkpoints carry it as a
+ * buffer, frugal's attention needs none (nanoGPT's from_pretrained drops it
+ * too). */
 
 #define HF_PREFIX "transformer."
+#define HF_PREFIX_LEN (sizeof HF_PREFIX - 1)
 
 typedef struct layout {
-    int hf; /* Hugging Face GPT-2 names and Conv1D layout */
+    int strip;  /* file names lack "transformer." */
+    int conv1d; /* Conv1D weights stored [in, out] */
 } layout;
-
-static layout file_layout(const fr_model *m, const fr_st_file *f) {
-    layout l = {0};
-    int has_wte = 0;
-    for (size_t i = 0; i < m->n_params; i++)
-        has_wte |= strcmp(m->params[i].name, HF_PREFIX "wte.weight") == 0;
-    l.hf = has_wte && !fr_st_find(f, HF_PREFIX "wte.weight") && fr_st_find(f, "wte.weight");
-    return l;
-}
-
-/* The name model tensor `name` has in the file. */
-static const char *file_name(const layout *l, const char *name) {
-    size_t k = strlen(HF_PREFIX);
-    return l->hf && strncmp(name, HF_PREFIX, k) == 0 ? name + k : name;
-}
 
 /* s is "h.<digits>." followed by rest; returns what follows the dot, or NULL. */
 static const char *after_block(const char *s) {
@@ -228,20 +223,61 @@ static const char *after_block(const char *s) {
     return *s == '.' ? s + 1 : NULL;
 }
 
+/* What follows "[transformer.]h.<N>." in name, or NULL. */
+static const char *block_rest(const char *name) {
+    if (strncmp(name, HF_PREFIX, HF_PREFIX_LEN) == 0) name += HF_PREFIX_LEN;
+    return after_block(name);
+}
+
+static layout file_layout(const fr_model *m, const fr_st_file *f) {
+    layout l = {0};
+    int has_wte = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        has_wte |= strcmp(m->params[i].name, HF_PREFIX "wte.weight") == 0;
+    l.strip = has_wte && !fr_st_find(f, HF_PREFIX "wte.weight") && fr_st_find(f, "wte.weight");
+    l.conv1d = l.strip;
+    for (size_t i = 0; i < m->n_params && !l.conv1d; i++) {
+        const fr_param *p = &m->params[i];
+        const char *rest = block_rest(p->name);
+        if (!rest || strcmp(rest, "attn.c_attn.weight") != 0 || p->shape.ndim != 2) continue;
+        const fr_st_entry *e = fr_st_find(f, p->name);
+        l.conv1d = e && e->shape.ndim == 2 && p->shape.d[0] != p->shape.d[1] &&
+                   e->shape.d[0] == p->shape.d[1] && e->shape.d[1] == p->shape.d[0];
+        break; /* the first block decides */
+    }
+    return l;
+}
+
+/* The name model tensor `name` has in the file. */
+static const char *file_name(const layout *l, const char *name) {
+    return l->strip && strncmp(name, HF_PREFIX, HF_PREFIX_LEN) == 0 ? name + HF_PREFIX_LEN : name;
+}
+
 /* Whether the file stores model tensor `name` transposed: a Conv1D weight. */
 static int is_conv1d(const layout *l, const char *name) {
     static const char *conv1d[] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                    "mlp.c_proj.weight"};
-    const char *rest = l->hf ? after_block(file_name(l, name)) : NULL;
+    const char *rest = l->conv1d ? block_rest(name) : NULL;
     for (size_t i = 0; rest && i < sizeof conv1d / sizeof *conv1d; i++)
         if (strcmp(rest, conv1d[i]) == 0) return 1;
     return 0;
 }
 
-/* The Hugging Face attention buffers (the causal mask and its fill value). */
-static int is_hf_buffer(const layout *l, const char *entry) {
-    const char *rest = l->hf ? after_block(entry) : NULL;
-    return rest && (strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0);
+/* Whether file entry `entry` is the causal mask buffer of an attention
+ * block of the model: "[transformer.]h.N.attn.bias" or ".attn.masked_bias"
+ * where the model has transformer.h.N.attn.c_attn.weight. */
+static int is_mask_buffer(const fr_model *m, const char *entry) {
+    const char *rest = block_rest(entry);
+    if (!rest || (strcmp(rest, "attn.bias") != 0 && strcmp(rest, "attn.masked_bias") != 0))
+        return 0;
+    char want[FR_ST_NAME_MAX];
+    int len = (int)(rest - entry);
+    if (strncmp(entry, HF_PREFIX, HF_PREFIX_LEN) == 0)
+        entry += HF_PREFIX_LEN, len -= (int)HF_PREFIX_LEN;
+    snprintf(want, sizeof want, HF_PREFIX "%.*sattn.c_attn.weight", len, entry);
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, want) == 0) return 1;
+    return 0;
 }
 
 static fr_shape transposed(const fr_shape *s) {
@@ -311,7 +347,7 @@ static fr_status check_alias(fr_ctx *ctx, const char *path, const fr_st_file *f,
 
 /* Whether file entry `nm` is what the model reads or may read. */
 static int expected(const fr_model *m, const layout *l, const char *nm) {
-    if (strncmp(nm, "optimizer.", 10) == 0 || is_hf_buffer(l, nm)) return 1;
+    if (strncmp(nm, "optimizer.", 10) == 0 || is_mask_buffer(m, nm)) return 1;
     for (size_t k = 0; k < m->n_params; k++)
         if (strcmp(file_name(l, m->params[k].name), nm) == 0) return 1;
     for (size_t k = 0; k < m->n_alias; k++)

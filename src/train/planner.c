@@ -467,12 +467,15 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
                 fr_human_bytes(s->upd_ws_len * sizeof(float), h[6], sizeof h[6]));
     fprintf(out, "\n");
-    fprintf(out, "%-6s %-16s %-14s %s\n", "unit", "layer", "type", "activations");
+    int nw = 16;
+    for (size_t i = 0; i < m->n_layers; i++)
+        if ((int)strlen(m->layers[i].name) > nw) nw = (int)strlen(m->layers[i].name);
+    fprintf(out, "%-6s %-*s %-14s %s\n", "unit", nw, "layer", "type", "activations");
     for (size_t i = 0; i < m->n_layers; i++) {
         const fr_layer *l = &m->layers[i];
         if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
         int u = l->unit;
-        fprintf(out, "%-6d %-16s %-14s %s%s\n", u, l->name, fr_layer_kind_name(l->kind),
+        fprintf(out, "%-6d %-*s %-14s %s%s\n", u, nw, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
                 : unit_recomputed(s, recomputed, u) ? "recomputed before its backward"
                                                     : "kept",

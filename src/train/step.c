@@ -190,9 +190,11 @@ static fr_status plan_fused_updates(fr_step *s) {
         w->update |= 1u << slot;
         if (slot == 1) { /* the weight's gradient passes through a tile of scratch */
             const fr_shape *ws = &m->params[i].shape;
-            size_t len = ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], fr_shape_numel(ws) / ws->d[0],
-                                                       s->micro, fr_get_threads(s->ctx))
-                                  : 0;
+            /* the GEMM's rows: the batch, times the positions of a sequence */
+            int64_t K = ws->d[0] ? fr_shape_numel(ws) / ws->d[0] : 0;
+            int64_t rows = K ? fr_shape_numel(&g->vals[w->in[1]].shape) / K : 0;
+            size_t len =
+                ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], K, rows, fr_get_threads(s->ctx)) : 0;
             if (len > s->upd_ws_len) s->upd_ws_len = len;
         }
         s->fused[i] = 1;
@@ -479,6 +481,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     int n_nodes0 = (int)s->g.n_nodes;
     if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
                              &s->extra_flops)))
+        goto fail;
+    if (opts->training && (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->extra_flops)))
         goto fail;
     fr_precision prec = opts->precision;
     int half_weights = 0;

@@ -40,11 +40,12 @@ LayerNorm biases and Linear biases moved off 1 and 0 (1 + 0.1 N(0,1),
 0.02 N(0,1)): with nanoGPT's exact init a bias that the forward ignored
 would go unnoticed. The test loads this init, so its choice is free.
 
-Why grad64: Adam's step lr g / (|g| + eps) is badly conditioned where |g| is
-near eps; the test widens each weight's tolerance by what the gradient
-tolerance can move it there, computed from this float64 gradient (the key
-part of c_attn's bias, which softmax ignores, has a gradient of 0 in exact
-arithmetic and rounding noise in float32).
+Why grad64: Adam divides by sqrt(v_hat), so an update carries the
+gradient's error relative to the element's own gradient; the test widens
+each weight's tolerance by what the gradient tolerance can move it through
+the steps, computed from this float64 gradient (the key part of c_attn's
+bias, which softmax ignores, has a gradient of 0 in exact arithmetic and
+rounding noise in float32).
 
 The configs are seeded one by one, so the files are the same bytes on every
 run (torch 1.13, CPU, one thread). The test needs no torch. Rerun with

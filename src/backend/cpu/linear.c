@@ -48,15 +48,20 @@ int fr_k_linear(fr_kernel_call *c) {
  * is stepped), and at least half the batch up to 512 rows, because every
  * tile's GEMM packs x (N x K) again: at batch 1024 tiles of 20 rows made the
  * seed MLP's step 10% slower than one GEMM into W, tiles of 512 rows 1-2%. */
-static int64_t upd_tile_rows(int64_t O, int64_t K, int64_t N) {
+static int64_t upd_tile_rows(int64_t O, int64_t K, int64_t N, int threads) {
     int64_t t = K > 0 ? FR_UPD_TILE / K : O, by_n = N / 2 < 512 ? N / 2 : 512;
     if (t < by_n) t = by_n;
     if (t < 1) t = 1;
-    return t < O ? t : O;
+    if (t > O) t = O;
+    /* Balanced: a multiple of the threads' count of tiles, of equal rows (3
+     * tiles on 2 threads would leave one idle a third of the time). */
+    int64_t tiles = O > 0 ? (O + t - 1) / t : 1;
+    if (threads > 1 && O >= threads) tiles = (tiles + threads - 1) / threads * threads;
+    return O > 0 ? (O + tiles - 1) / tiles : 1;
 }
 
 size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int64_t N, int threads) {
-    return (size_t)(upd_tile_rows(O, K, N) * K) * (size_t)(threads > 0 ? threads : 1);
+    return (size_t)(upd_tile_rows(O, K, N, threads) * K) * (size_t)(threads > 0 ? threads : 1);
 }
 
 /* fr_k_sgd without momentum on one tile: p = p + (-lr)(g + wd p), a loop
@@ -85,8 +90,8 @@ static void sgd_tile(float *restrict p, const float *restrict g, int64_t len, fl
  * W = W - lr (g + wd W). */
 static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, float *dw, int64_t N,
                        int64_t O, int64_t K, int update, float beta) {
-    int64_t rows = upd_tile_rows(O, K, N), tile = rows * K, ntiles = (O + rows - 1) / rows;
     int nt = omp_get_max_threads();
+    int64_t rows = upd_tile_rows(O, K, N, nt), tile = rows * K, ntiles = (O + rows - 1) / rows;
     if (update) {
         int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
         if (!c->upd_ws || slots < 1)

@@ -1,0 +1,56 @@
+/* generate.h — text from a token model (`input tokens T`), one position at a
+ * time, with a cache of every attention layer's keys and values: the prompt
+ * in one pass (prefill), then each new token as one position whose attention
+ * reads the cached keys (O(T) per layer, not O(T^2)). The cache is its own
+ * memory category, FR_MEM_KV_CACHE: 2 x (NH, context, HS) f32 per attention
+ * layer, 2 * layers * context * C * 4 bytes in all, held only while
+ * fr_generate runs.
+ *
+ * The context is the model's (its pos_embedding's table, `input tokens T`).
+ * When the sequence reaches it, the oldest half is dropped: the last
+ * context/2 tokens are prefilled again at positions 0.. (what nanoGPT's
+ * generate does when it crops idx to the last block_size tokens, done once
+ * per context/2 new tokens instead of every token).
+ *
+ * Sampling: logits / temperature, the top_k largest kept (0: all; ties at
+ * the k-th value are kept too, as nanoGPT's `logits < v[-1]` mask), softmax
+ * in double, one draw from fr_rng(seed) per token: the same seed gives the
+ * same tokens. temperature 0 is greedy: the argmax, the lowest id on a tie.
+ *
+ * Layers run in eval mode: dropout passes its input on. The kinds walked are
+ * embedding, pos_embedding, layernorm, linear, gelu, relu, add, residual
+ * blocks and attention; any other is refused. Weights must be f32 (a model
+ * turned to 16 bits is refused) and loaded or initialised. */
+#ifndef FR_GENERATE_H
+#define FR_GENERATE_H
+
+#include <stdint.h>
+#include "frugal.h"
+
+typedef struct fr_gen_opts {
+    int tokens;         /* new tokens to make (>= 0) */
+    double temperature; /* 0: greedy; else > 0 */
+    int top_k;          /* 0: the whole vocabulary */
+    uint64_t seed;
+    /* called with each new token as it is chosen (may be NULL) */
+    void (*emit)(void *user, int32_t token);
+    /* called with the logits (vocab f32) each new token is chosen from, before
+     * temperature and top-k (may be NULL; the array is valid during the call) */
+    void (*logits)(void *user, const float *logits, int vocab);
+    void *user;
+} fr_gen_opts;
+
+/* Continues prompt[0..n_prompt) (n_prompt >= 1, ids below the vocabulary)
+ * by o->tokens new tokens, handed to o->emit one by one. A prompt longer
+ * than the context keeps its last context tokens; *cropped (may be NULL)
+ * receives how many were dropped. Errors: FR_ERR_ARG / FR_ERR_SHAPE with a
+ * message (a model that does not read tokens or has no weights, a kind of
+ * layer it cannot run, 16-bit weights, a bad id or option), FR_ERR_NOMEM. */
+fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr_gen_opts *o,
+                      int *cropped);
+
+/* The vocabulary of a token model (rows of its first embedding), 0 if it has
+ * none. */
+int fr_generate_vocab(const fr_model *m);
+
+#endif
