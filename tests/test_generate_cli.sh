@@ -10,27 +10,7 @@
 # vocabulary, a malformed ids: list.
 source "$(dirname "$0")/lib.sh"
 
-cat >"$tmp/g.model" <<'EOF'
-input tokens 32
-embedding 256 32 std=0.02 name=transformer.wte
-pos_embedding 32 std=0.02 name=transformer.wpe
-repeat 2 name=transformer.h
-  residual
-    layernorm 32 name=ln_1
-    linear 96 std=0.02 name=attn.c_attn
-    attention heads=2
-    linear 32 std=0.01 name=attn.c_proj
-  end
-  residual
-    layernorm 32 name=ln_2
-    linear 128 std=0.02 name=mlp.c_fc
-    gelu approximate=tanh
-    linear 32 std=0.01 name=mlp.c_proj
-  end
-end
-layernorm 32 name=transformer.ln_f
-linear 256 bias=false tie=transformer.wte name=lm_head
-EOF
+cp "$src/tests/data/small_gpt.model" "$tmp/g.model" # 2 layers, context 32, d 32
 python3 - "$tmp/text.txt" <<'PY'
 import sys
 open(sys.argv[1], "w").write("the quick brown fox jumps over the lazy dog. " * 1000)
