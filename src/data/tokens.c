@@ -12,13 +12,12 @@
 #include <glob.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "core/rng.h"
+#include "data/prefetch.h"
 #include "data/tokens.h"
 #include "io/file.h"
 
@@ -649,22 +648,7 @@ struct fr_token_loader {
     size_t slot;   /* int32 a slot: x (B*T, and one past it), then y (B*T) */
     int32_t *buf;  /* nslots * slot (DATA) */
     int64_t *perm; /* nw window indices (OTHER); NULL without shuffle */
-
-    int started;
-    int64_t take; /* batch the consumer gets next */
-    int held;     /* the consumer holds batch take - 1 */
-
-    /* Shared with the producer, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t ready, space;
-    int sync_ok;
-    pthread_t th;
-    int running;
-    int stop;
-    int64_t produced; /* batches before this one are filled */
-    int64_t released; /* slots of batches before this one may be reused */
-    fr_status err_st;
-    char err[FR_ERR_LEN];
+    fr_prefetch pf;
 };
 
 static int32_t *slot_x(const fr_token_loader *l, int64_t k) {
@@ -679,7 +663,8 @@ static int32_t *slot_y(const fr_token_loader *l, int64_t k) {
  * tokens read into x from row r on (the last spills into row r + 1's first
  * place, or the spare one past x, until row r + 1 is read over it), and y's
  * row r copied from x's one place on. */
-static fr_status fill(fr_token_loader *l, int64_t k, char *err, size_t errlen) {
+static fr_status fill(void *user, int64_t k, char *err, size_t errlen) {
+    fr_token_loader *l = user;
     int B = l->o.batch, T = l->o.T;
     int32_t *x = slot_x(l, k), *y = slot_y(l, k);
     for (int r = 0; r < B; r++) {
@@ -702,42 +687,6 @@ static fr_status fill(fr_token_loader *l, int64_t k, char *err, size_t errlen) {
         memcpy(y + (size_t)r * T, row + 1, (size_t)T * sizeof *row);
     }
     return FR_OK;
-}
-
-static void *producer(void *arg) {
-    fr_token_loader *l = arg;
-    char err[FR_ERR_LEN];
-    pthread_mutex_lock(&l->mu);
-    for (;;) {
-        int64_t k = l->produced;
-        while (!l->stop && k < l->nb && k >= l->released + l->nslots)
-            pthread_cond_wait(&l->space, &l->mu);
-        if (l->stop || k >= l->nb) break;
-        pthread_mutex_unlock(&l->mu);
-        /* Slot k % nslots is neither held by the consumer nor ready: ours. */
-        fr_status st = fill(l, k, err, sizeof err);
-        pthread_mutex_lock(&l->mu);
-        if (st) {
-            l->err_st = st;
-            memcpy(l->err, err, sizeof err);
-            pthread_cond_signal(&l->ready);
-            break;
-        }
-        l->produced = k + 1;
-        pthread_cond_signal(&l->ready);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-static void stop_thread(fr_token_loader *l) {
-    if (!l->running) return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_broadcast(&l->space);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->th, NULL);
-    l->running = 0;
 }
 
 /* Windows in o's part, or -1 for options new() refuses on their own
@@ -802,20 +751,8 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
     if (o->shuffle && !(l->perm = fr_alloc(ctx, (size_t)nw * sizeof *l->perm, FR_MEM_OTHER)))
         goto fail;
     if (!(l->buf = fr_alloc(ctx, slots, FR_MEM_DATA))) goto fail;
-    if (pthread_mutex_init(&l->mu, NULL)) goto fail_sync;
-    if (pthread_cond_init(&l->ready, NULL)) {
-        pthread_mutex_destroy(&l->mu);
-        goto fail_sync;
-    }
-    if (pthread_cond_init(&l->space, NULL)) {
-        pthread_cond_destroy(&l->ready);
-        pthread_mutex_destroy(&l->mu);
-        goto fail_sync;
-    }
-    l->sync_ok = 1;
+    if (fr_prefetch_init(&l->pf, ctx, "token loader", o->queue, fill, l)) goto fail;
     return l;
-fail_sync:
-    fr_fail(ctx, FR_ERR_IO, "token loader: cannot create its lock or condition variables");
 fail:
     fr_token_loader_free(l);
     return NULL;
@@ -823,12 +760,7 @@ fail:
 
 void fr_token_loader_free(fr_token_loader *l) {
     if (!l) return;
-    stop_thread(l);
-    if (l->sync_ok) {
-        pthread_cond_destroy(&l->space);
-        pthread_cond_destroy(&l->ready);
-        pthread_mutex_destroy(&l->mu);
-    }
+    fr_prefetch_destroy(&l->pf);
     fr_ctx *ctx = l->ctx;
     fr_free(ctx, l->buf);
     fr_free(ctx, l->perm);
@@ -839,82 +771,29 @@ int64_t fr_token_loader_num_windows(const fr_token_loader *l) { return l->nw; }
 int64_t fr_token_loader_num_batches(const fr_token_loader *l) { return l->nb; }
 
 fr_status fr_token_loader_start(fr_token_loader *l, int epoch, int64_t skip) {
-    stop_thread(l);
-    l->started = 0;
+    l->pf.started = 0;
     if (epoch < 0 || skip < 0 || skip > l->nb)
         return fr_fail(l->ctx, FR_ERR_ARG,
                        "token loader: cannot start epoch %d at batch %" PRId64
                        " (an epoch has %" PRId64 ")",
                        epoch, skip, l->nb);
-    if (l->perm) {
-        for (int64_t i = 0; i < l->nw; i++) l->perm[i] = i;
-        fr_rng r = fr_rng_make(l->o.seed, 1000 + (uint64_t)epoch);
-        for (int64_t i = l->nw - 1; i > 0; i--) {
-            int64_t j = (int64_t)fr_rng_below(&r, (uint64_t)i + 1);
-            int64_t s = l->perm[i];
-            l->perm[i] = l->perm[j];
-            l->perm[j] = s;
-        }
-    }
-    l->take = skip;
-    l->held = 0;
-    l->produced = l->released = skip;
-    l->stop = 0;
-    l->err_st = FR_OK;
-    l->err[0] = 0;
-    if (l->o.queue > 0 && skip < l->nb) {
-        int e = pthread_create(&l->th, NULL, producer, l);
-        if (e)
-            return fr_fail(l->ctx, FR_ERR_IO, "token loader: cannot start the prefetch thread: %s",
-                           strerror(e));
-        l->running = 1;
-    }
-    l->started = 1;
-    return FR_OK;
+    fr_prefetch_stop(&l->pf); /* before the order changes under it */
+    if (l->perm) fr_shuffle(l->perm, l->nw, 1, l->o.seed, epoch);
+    return fr_prefetch_start(&l->pf, l->nb, skip);
 }
 
 fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *done) {
     memset(out, 0, sizeof *out);
     *done = 0;
-    if (!l->started)
+    if (!l->pf.started)
         return fr_fail(l->ctx, FR_ERR_ARG,
                        "token loader: fr_token_loader_next before fr_token_loader_start");
-    int64_t k = l->take;
-    if (l->o.queue == 0) {
-        if (k >= l->nb) {
-            *done = 1;
-            return FR_OK;
-        }
-        char err[FR_ERR_LEN];
-        fr_status st = fill(l, k, err, sizeof err);
-        if (st) return fr_fail(l->ctx, st, "%s", err);
-    } else {
-        pthread_mutex_lock(&l->mu);
-        if (l->held) { /* the batch given last time is free again */
-            l->released = k;
-            l->held = 0;
-            pthread_cond_signal(&l->space);
-        }
-        if (k >= l->nb) {
-            pthread_mutex_unlock(&l->mu);
-            *done = 1;
-            return FR_OK;
-        }
-        while (l->produced <= k && !l->err_st) pthread_cond_wait(&l->ready, &l->mu);
-        if (l->produced <= k) {
-            fr_status st = l->err_st;
-            char err[FR_ERR_LEN];
-            memcpy(err, l->err, sizeof err);
-            pthread_mutex_unlock(&l->mu);
-            return fr_fail(l->ctx, st, "%s", err);
-        }
-        l->held = 1;
-        pthread_mutex_unlock(&l->mu);
-    }
+    int64_t k = 0;
+    fr_status st = fr_prefetch_next(&l->pf, &k, done);
+    if (st || *done) return st;
     out->B = l->o.batch;
     out->T = l->o.T;
     out->x = slot_x(l, k);
     out->y = slot_y(l, k);
-    l->take = k + 1;
     return FR_OK;
 }
