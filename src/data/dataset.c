@@ -509,22 +509,6 @@ fr_status fr_npy_check_for(fr_ctx *ctx, const char *name, const void *buf, size_
 
 /* ---- files -------------------------------------------------------------- */
 
-static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
-    char *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0) errno = 0; /* end of file */
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
     if (size && items > SIZE_MAX / size) return Z_NULL;
     return fr_alloc((fr_ctx *)opaque, (size_t)items * size, FR_MEM_DATA);
@@ -555,7 +539,7 @@ static fr_status stream_limit(fr_ctx *ctx, const char *name, int fd, uint64_t pr
     uint64_t total = produced + got;
     size_t hn = total < sizeof head ? (size_t)total : sizeof head;
     size_t ff = produced < hn ? (size_t)produced : hn;
-    if (ff && pread_full(fd, head, ff, 0))
+    if (ff && fr_pread_full(fd, head, ff, 0))
         return ffail(ctx, name, FR_ERR_IO, "cannot read back the inflated header");
     memcpy(head + ff, out, hn - ff);
     size_t need = header_need(head, hn);
@@ -563,7 +547,7 @@ static fr_status stream_limit(fr_ctx *ctx, const char *name, int fd, uint64_t pr
     unsigned char *hb = fr_alloc(ctx, need, FR_MEM_OTHER);
     if (!hb) return ffail(ctx, name, FR_ERR_NOMEM, "out of memory for the header");
     ff = produced < need ? (size_t)produced : need;
-    if (ff && pread_full(fd, hb, ff, 0)) {
+    if (ff && fr_pread_full(fd, hb, ff, 0)) {
         fr_free(ctx, hb);
         return ffail(ctx, name, FR_ERR_IO, "cannot read back the inflated header");
     }
@@ -725,7 +709,7 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
 
     unsigned char head[16];
     size_t have = s->size < sizeof head ? (size_t)s->size : sizeof head;
-    if (pread_full(fd, head, have, 0))
+    if (fr_pread_full(fd, head, have, 0))
         return ffail(ctx, path, FR_ERR_IO, "cannot read the header: %s",
                      errno ? strerror(errno) : "short file");
     if (have >= 2 && head[0] == 0x1f && head[1] == 0x8b) {
@@ -737,7 +721,7 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
         s->fd = fd = tfd;
         s->size = tsize;
         have = s->size < sizeof head ? (size_t)s->size : sizeof head;
-        if (pread_full(fd, head, have, 0))
+        if (fr_pread_full(fd, head, have, 0))
             return ffail(ctx, path, FR_ERR_IO, "cannot read the inflated header: %s",
                          errno ? strerror(errno) : "short file");
     }
@@ -753,7 +737,7 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
         if (want > pre + NPY_HEADER_MAX) want = pre + NPY_HEADER_MAX;
         unsigned char *hb = fr_alloc(ctx, (size_t)want, FR_MEM_OTHER);
         if (!hb) return ffail(ctx, path, FR_ERR_NOMEM, "out of memory for the .npy header");
-        if (pread_full(fd, hb, (size_t)want, 0)) {
+        if (fr_pread_full(fd, hb, (size_t)want, 0)) {
             fr_free(ctx, hb);
             return ffail(ctx, path, FR_ERR_IO, "cannot read the .npy header");
         }
@@ -778,7 +762,7 @@ static fr_status scan_labels(fr_ctx *ctx, const src *s, int classes, int64_t *ma
     int64_t per = (int64_t)(sizeof buf / es), n = s->L.d[0] * width;
     for (int64_t k = 0; k < n; k += per) {
         int64_t m = n - k < per ? n - k : per;
-        if (pread_full(s->fd, buf, (size_t)m * es, s->L.off + (uint64_t)k * es))
+        if (fr_pread_full(s->fd, buf, (size_t)m * es, s->L.off + (uint64_t)k * es))
             return ffail(ctx, s->path, FR_ERR_IO, "cannot read %s at index %" PRId64,
                          targets ? "targets" : "labels", k / width);
         fr_status st = targets ? check_targets(ctx, s->path, buf, k, m, width)
@@ -976,7 +960,7 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         }
         if (x) {
             float *xs = x + (size_t)i * ds->sample;
-            if (pread_full(ds->img.fd, xs, xb, ds->img.L.off + (uint64_t)k * xb)) {
+            if (fr_pread_full(ds->img.fd, xs, xb, ds->img.L.off + (uint64_t)k * xb)) {
                 snprintf(err, errlen, "%s: cannot read sample %" PRId64 ": %s", ds->img.path, k,
                          errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;
@@ -990,7 +974,7 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         }
         if (t) {
             float *ts = t + (size_t)i * (size_t)ds->outputs;
-            if (pread_full(ds->lab.fd, ts, yb, ds->lab.L.off + (uint64_t)k * yb)) {
+            if (fr_pread_full(ds->lab.fd, ts, yb, ds->lab.L.off + (uint64_t)k * yb)) {
                 snprintf(err, errlen, "%s: cannot read the targets at index %" PRId64 ": %s",
                          ds->lab.path, k, errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;
@@ -1006,7 +990,7 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         }
         if (y) {
             unsigned char b[8];
-            if (pread_full(ds->lab.fd, b, yb, ds->lab.L.off + (uint64_t)k * yb)) {
+            if (fr_pread_full(ds->lab.fd, b, yb, ds->lab.L.off + (uint64_t)k * yb)) {
                 snprintf(err, errlen, "%s: cannot read label %" PRId64 ": %s", ds->lab.path, k,
                          errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;

@@ -308,22 +308,6 @@ static fr_tokens_kind kind_of(const char *path, const unsigned char *head, size_
     return FR_TOKENS_TEXT;
 }
 
-static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
-    char *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0) errno = 0; /* end of file */
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 /* Opens one file, parses its header and appends it to the index. */
 static fr_status add_file(fr_tokens *t, const char *path) {
     fr_ctx *ctx = t->ctx;
@@ -339,7 +323,7 @@ static fr_status add_file(fr_tokens *t, const char *path) {
     _Static_assert(sizeof head >= FR_SHARD_HEADER_BYTES, "a shard header fits");
     size_t have = size < sizeof head ? (size_t)size : sizeof head;
     fr_status st = FR_OK;
-    if (pread_full(fd, head, have, 0)) {
+    if (fr_pread_full(fd, head, have, 0)) {
         st = ffail(ctx, path, FR_ERR_IO, "cannot read the header: %s",
                    errno ? strerror(errno) : "the file shrank");
         goto fail;
@@ -541,7 +525,7 @@ static fr_status read_piece(const piece *p, int64_t k, int64_t m, int32_t *out, 
         int64_t c = m - d < step ? m - d : step;
         unsigned char *b = es == 8 ? stage : (unsigned char *)(out + d);
         uint64_t off = p->off + (uint64_t)(k + d) * es;
-        if (pread_full(p->fd, b, (size_t)c * es, off)) {
+        if (fr_pread_full(p->fd, b, (size_t)c * es, off)) {
             snprintf(err, errlen, "%s: cannot read tokens %" PRId64 "..%" PRId64 ": %s", p->path,
                      k + d, k + d + c, errno ? strerror(errno) : "the file shrank");
             return FR_ERR_IO;

@@ -45,3 +45,19 @@ int fr_open_regular(fr_ctx *ctx, const char *path, const char *what, uint64_t *s
     if (size) *size = (uint64_t)sb.st_size;
     return fd;
 }
+
+int fr_pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = 0; /* end of file */
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}

@@ -13,4 +13,9 @@
  * "weights", ...). errno is read where the call failed, never later. */
 int fr_open_regular(fr_ctx *ctx, const char *path, const char *what, uint64_t *size);
 
+/* Read exactly n bytes at off (pread, again after EINTR and short reads).
+ * 0, or -1 with errno set (0 at the end of the file). Touches no context:
+ * loaders' threads use it. */
+int fr_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
 #endif
