@@ -9,7 +9,7 @@
 #include "backend/cpu/reduce.h"
 
 #define EMB_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
-#define EMB_COLS 64       /* columns of dW one task owns in the backward scatter */
+#define EMB_ROWS 1024     /* rows of dW one task owns in the backward scatter */
 
 /* Every id in [0, V); R ids laid out as (R / T, T). */
 static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t V) {
@@ -47,9 +47,8 @@ int fr_k_embedding(fr_kernel_call *c) {
 
 // dy is (B,T,C), idx is (B,T), dW is (V,C); out[0] (the ids' gradient) is absent
 // dW[v,:] (+)= sum over (b,t) with idx[b,t] == v of dy[b,t,:], rows added in order of (b,t)
-// A task owns EMB_COLS columns of dW: it clears them (unless accumulating)
-// and scatters every row of dy into them, so each value is summed in the
-// same order at any thread count.
+// A task owns EMB_ROWS rows of dW (see below), so each value is summed in
+// the same order at any thread count.
 int fr_k_embedding_bwd(fr_kernel_call *c) {
     const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
     float *dw = fr_f32(&c->out[1]);
@@ -65,16 +64,20 @@ int fr_k_embedding_bwd(fr_kernel_call *c) {
     const int32_t *id = (const int32_t *)idx->data;
     const float *dy = fr_f32(dyt);
     const int acc = acc_bit(c, 1);
-    const int64_t nblk = (C + EMB_COLS - 1) / EMB_COLS;
+    /* A task owns a range of vocabulary rows: it clears them (one contiguous
+     * block: a (50257, 768) table is 154 MB) and adds, in order of r, the
+     * dy rows whose id falls in it, so each dW row sums in the same order
+     * whatever the thread count. */
+    const int64_t nt = (V + EMB_ROWS - 1) / EMB_ROWS;
 #pragma omp parallel for schedule(static) if ((R + V) * C >= EMB_PAR_MIN)
-    for (int64_t bi = 0; bi < nblk; bi++) {
-        const int64_t c0 = bi * EMB_COLS, m = C - c0 < EMB_COLS ? C - c0 : EMB_COLS;
-        if (!acc)
-            for (int64_t v = 0; v < V; v++) memset(dw + v * C + c0, 0, (size_t)m * sizeof(float));
+    for (int64_t ti = 0; ti < nt; ti++) {
+        const int64_t v0 = ti * EMB_ROWS, v1 = V - v0 < EMB_ROWS ? V : v0 + EMB_ROWS;
+        if (!acc) memset(dw + v0 * C, 0, (size_t)((v1 - v0) * C) * sizeof(float));
         for (int64_t r = 0; r < R; r++) {
-            float *dst = dw + (int64_t)id[r] * C + c0;
-            const float *src = dy + r * C + c0;
-            for (int64_t j = 0; j < m; j++) dst[j] += src[j];
+            if (id[r] < v0 || id[r] >= v1) continue;
+            float *dst = dw + (int64_t)id[r] * C;
+            const float *src = dy + r * C;
+            for (int64_t j = 0; j < C; j++) dst[j] += src[j];
         }
     }
     return FR_OK;
