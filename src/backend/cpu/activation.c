@@ -182,12 +182,66 @@ static UNARY(gelu_tanh, "gelu", 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GE
 // dx = dy * gelu_tanh_grad(x)
 static BINARY_BWD(gelu_tanh_bwd, "gelu_bwd", d * gelu_tanh_grad(v))
 
+/* The tanh GELU on f32 spans, cloned for AVX2 (x86-64-v3): the same IEEE
+ * operations in wider lanes (C11 mode contracts nothing into FMAs), so the
+ * same bits as the generic loops above, which serve 16-bit operands. y may
+ * be x, dx may be dy (each element is read before it is written). */
+#define GELU_SPAN 8192
+FR_V3_CLONES static void gelu_tanh_span(const float *x, float *y, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
+    }
+}
+FR_V3_CLONES static void gelu_tanh_bwd_span(const float *dy, const float *x, float *dx, int64_t n,
+                                            int acc) {
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * gelu_tanh_grad(x[i]);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+    }
+}
+
+static int f32_call(const fr_kernel_call *c, int n_in) {
+    for (int j = 0; j < n_in; j++)
+        if (c->in[j].dtype != FR_F32) return 0;
+    return c->out[0].dtype == FR_F32;
+}
+
 // attr.approx picks the formula: 0 exact, 1 tanh
 int fr_k_gelu(fr_kernel_call *c) {
-    return c->node && c->node->attr.approx ? gelu_tanh(c) : gelu_erf(c);
+    if (!(c->node && c->node->attr.approx)) return gelu_erf(c);
+    int64_t n;
+    if (!f32_call(c, 1) || same_numel(c, "gelu", &n)) return gelu_tanh(c);
+    const float *x = fr_f32(&c->in[0]);
+    float *y = fr_f32(&c->out[0]);
+    const int64_t spans = (n + GELU_SPAN - 1) / GELU_SPAN;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t b = 0; b < spans; b++) {
+        const int64_t o = b * GELU_SPAN;
+        gelu_tanh_span(x + o, y + o, n - o < GELU_SPAN ? n - o : GELU_SPAN);
+    }
+    return FR_OK;
 }
 int fr_k_gelu_bwd(fr_kernel_call *c) {
-    return c->node && c->node->attr.approx ? gelu_tanh_bwd(c) : gelu_erf_bwd(c);
+    if (!(c->node && c->node->attr.approx)) return gelu_erf_bwd(c);
+    int64_t n;
+    if (!f32_call(c, 2) || !fr_f32(&c->out[0]) || same_numel(c, "gelu_bwd", &n) ||
+        fr_shape_numel(&c->in[1].shape) != n)
+        return gelu_tanh_bwd(c);
+    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
+    float *dx = fr_f32(&c->out[0]);
+    const int acc = acc_bit(c, 0);
+    const int64_t spans = (n + GELU_SPAN - 1) / GELU_SPAN;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t b = 0; b < spans; b++) {
+        const int64_t o = b * GELU_SPAN;
+        gelu_tanh_bwd_span(dy + o, x + o, dx + o, n - o < GELU_SPAN ? n - o : GELU_SPAN, acc);
+    }
+    return FR_OK;
 }
 // clang-format on
 
