@@ -81,9 +81,13 @@ for x in x xs; do
 done
 
 # Portable: every source compiles for a non-x86 target (clang's aarch64, a
-# syntax check with this machine's headers: x86's pthread.h asks for
-# regparm and stubs-32.h, which stand in here). No x86 intrinsic outside its
-# guard, no x86 target attribute where the compiler has no such target.
+# syntax check with this machine's x86-64 headers). Two things of those
+# headers do not apply to aarch64 and are supplied here: glibc's
+# gnu/stubs.h includes gnu/stubs-32.h on a non-x86-64 target (a list of
+# unimplemented functions; an empty file is a correct one for a syntax
+# check), and pthread.h's __regparm__ attribute is x86-only (defined away).
+# No x86 intrinsic outside its guard, no x86 target attribute where the
+# compiler has no such target.
 if command -v clang >/dev/null; then
     mkdir -p "$tmp/sys/gnu"
     : >"$tmp/sys/gnu/stubs-32.h"

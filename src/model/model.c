@@ -103,6 +103,12 @@ static int64_t checked_numel(const fr_shape *s) {
     return n;
 }
 
+int fr_model_name_width(const fr_model *m, int min) {
+    for (size_t i = 0; i < m->n_layers; i++)
+        if ((int)strlen(m->layers[i].name) > min) min = (int)strlen(m->layers[i].name);
+    return min;
+}
+
 fr_shape fr_model_value_shape(const fr_model *m, int v) {
     return v >= 0 && (size_t)v < m->n_layers ? m->layers[v].out_shape : m->in;
 }

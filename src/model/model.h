@@ -120,6 +120,8 @@ struct fr_model {
  * parameter value of model param i is param_value[i] (length n_params). */
 fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *param_value);
 fr_status fr_model_alloc_params(fr_model *m);
+/* The longest layer name, at least `min`: a table's name column. */
+int fr_model_name_width(const fr_model *m, int min);
 /* The per-sample shape of value v (a layer's output or the model input). */
 fr_shape fr_model_value_shape(const fr_model *m, int v);
 /* model.half(): store weights and biases as dt (FR_F16 or FR_BF16). */

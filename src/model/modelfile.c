@@ -79,25 +79,22 @@ static fr_status b_linear(fr_model *m, const mf_args *a) {
     return fr_model_linear(m, a->v[0], key_or(a, K_BIAS, 1));
 }
 /* A graph-level call on the value made last; its message is on the context. */
-static fr_status made(fr_model *m, fr_val v) {
-    (void)m;
-    return v == FR_NO_VAL ? FR_ERR_SHAPE : FR_OK;
-}
+static fr_status made(fr_val v) { return v == FR_NO_VAL ? FR_ERR_SHAPE : FR_OK; }
 static fr_status b_embedding(fr_model *m, const mf_args *a) {
-    return made(m, fr_embedding(m, fr_model_last_value(m), a->v[0], a->v[1]));
+    return made(fr_embedding(m, fr_model_last_value(m), a->v[0], a->v[1]));
 }
 static fr_status b_pos_embedding(fr_model *m, const mf_args *a) {
-    return made(m, fr_pos_embedding(m, fr_model_last_value(m), a->v[0]));
+    return made(fr_pos_embedding(m, fr_model_last_value(m), a->v[0]));
 }
 static fr_status b_attention(fr_model *m, const mf_args *a) {
-    return made(m, fr_attention(m, fr_model_last_value(m), a->key[K_HEADS]));
+    return made(fr_attention(m, fr_model_last_value(m), a->key[K_HEADS]));
 }
 static fr_status b_layernorm(fr_model *m, const mf_args *a) {
     if (a->n == 0) return fr_model_layernorm(m);
-    return made(m, fr_layernorm(m, fr_model_last_value(m), a->v[0]));
+    return made(fr_layernorm(m, fr_model_last_value(m), a->v[0]));
 }
 static fr_status b_gelu(fr_model *m, const mf_args *a) {
-    return made(m, fr_gelu(m, fr_model_last_value(m), key_or(a, K_APPROXIMATE, 0)));
+    return made(fr_gelu(m, fr_model_last_value(m), key_or(a, K_APPROXIMATE, 0)));
 }
 static fr_status b_conv2d(fr_model *m, const mf_args *a) {
     return fr_model_conv2d(m, a->v[0], a->key[K_KERNEL], key_or(a, K_STRIDE, 1),
@@ -507,7 +504,12 @@ static fr_status mf_repeat(mf_parser *p, const mf_stmt *st, const mf_args *a, in
             return mf_fail(p, col, "blocks nest at most %d deep", MF_MAX_DEPTH);
         if (a->v[0] > MF_MAX_REPEAT)
             return mf_fail(p, col, "repeat %d: at most %d", a->v[0], MF_MAX_REPEAT);
-        mf_open o = {p->line, col, 0, 0, 1, a->v[0], 0, p->depth == 0, p->next, ""};
+        mf_open o = {.line = p->line,
+                     .col = col,
+                     .repeat = 1,
+                     .count = a->v[0],
+                     .block = p->depth == 0,
+                     .body = p->next};
         snprintf(o.prefix, sizeof o.prefix, "%s", a->name);
         if (o.block && (s = fr_model_block_begin(p->m)) != FR_OK) return mf_builder_failed(p, s);
         p->open[p->depth++] = o;
@@ -654,10 +656,7 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
     p->n_layers++;
     switch (st->kind) {
     case S_RESIDUAL:
-        p->open[p->depth] = (mf_open){0};
-        p->open[p->depth].line = p->line;
-        p->open[p->depth].col = w->col;
-        p->open[p->depth++].checkpoint = ckpt;
+        p->open[p->depth++] = (mf_open){.line = p->line, .col = w->col, .checkpoint = ckpt};
         break;
     case S_SHORTCUT: p->open[p->depth - 1].shortcut_line = p->line; break;
     case S_END: p->depth--; break;

@@ -124,9 +124,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         fr_free(ctx, rows);
         return;
     }
-    int nw = 16; /* the name column fits the longest name (transformer.h.11.attn.c_attn) */
-    for (size_t i = 0; i < m->n_layers; i++)
-        if ((int)strlen(m->layers[i].name) > nw) nw = (int)strlen(m->layers[i].name);
+    int nw = fr_model_name_width(m, 16); /* e.g. transformer.h.11.attn.c_attn */
     fprintf(out, "%-*s %-14s %-16s %12s %12s %12s %12s %12s %12s %12s\n", nw, "layer", "type",
             "output", "weight", "bias/buffer", "grad", "optimizer", "output B", "saved",
             "workspace");

@@ -467,9 +467,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
                 fr_human_bytes(s->upd_ws_len * sizeof(float), h[6], sizeof h[6]));
     fprintf(out, "\n");
-    int nw = 16;
-    for (size_t i = 0; i < m->n_layers; i++)
-        if ((int)strlen(m->layers[i].name) > nw) nw = (int)strlen(m->layers[i].name);
+    int nw = fr_model_name_width(m, 16);
     fprintf(out, "%-6s %-*s %-14s %s\n", "unit", nw, "layer", "type", "activations");
     for (size_t i = 0; i < m->n_layers; i++) {
         const fr_layer *l = &m->layers[i];

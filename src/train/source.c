@@ -81,6 +81,7 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
     if (!s->tokens) {
         fr_loader_opts lo = {batch, train, 0, seed, queue, limit};
         b->img = fr_loader_new(s->ctx, train ? s->train : s->test, &lo);
+        b->batch = batch;
         return b->img ? FR_OK : FR_ERR_NOMEM;
     }
     int64_t begin = train ? 0 : s->split.n_train;
@@ -91,6 +92,7 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
     if (!train && w < batch) batch = (int)w;
     fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0, begin, end};
     b->tok = fr_token_loader_new(s->ctx, s->tokens, &to);
+    b->batch = batch;
     return b->tok ? FR_OK : FR_ERR_ARG;
 }
 
@@ -127,12 +129,8 @@ fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit
     fr_batches b;
     fr_status st = fr_batches_open(s, 0, batch, 0, FR_EVAL_QUEUE, limit, &b);
     if (st) return st;
-    if (s->tokens)
-        batch = (int)fr_token_loader_num_windows(b.tok) < batch
-                    ? (int)fr_token_loader_num_windows(b.tok)
-                    : batch;
     fr_step_opts so = {0};
-    so.batch = batch;
+    so.batch = b.batch;
     fr_step *e = fr_step_compile(m, &so);
     if (!e) {
         fr_batches_close(&b);

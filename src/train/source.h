@@ -34,6 +34,7 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
 typedef struct fr_batches {
     fr_loader *img;
     fr_token_loader *tok;
+    int batch; /* samples a batch: the one asked, or a validation split's windows if fewer */
 } fr_batches;
 
 /* train = 1: the training split, shuffled with seed; 0: the test or

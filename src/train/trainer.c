@@ -59,38 +59,6 @@ static void progress(const fr_train_cfg *cfg, int epoch, int64_t i, int64_t nb, 
     }
 }
 
-fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64_t limit,
-                      double *acc, double *loss) {
-    fr_step_opts so = {0};
-    so.batch = batch;
-    so.training = 0;
-    fr_step *s = fr_step_compile(m, &so);
-    if (!s) return FR_ERR_NOMEM;
-    fr_loader_opts lo = {batch, 0, 0, 0, FR_EVAL_QUEUE, limit};
-    fr_loader *l = fr_loader_new(ctx, ds, &lo);
-    fr_status st = l ? fr_loader_start(l, 0, 0) : FR_ERR_NOMEM;
-    double sum = 0;
-    int64_t hits = 0, seen = 0;
-    while (!st) {
-        fr_batch b;
-        int done = 0;
-        if ((st = fr_loader_next(l, &b, &done)) || done) break;
-        float L;
-        int c;
-        if ((st = fr_step_run(s, &b, &L, &c))) break;
-        sum += (double)L * b.n;
-        hits += c;
-        seen += b.n;
-    }
-    fr_loader_free(l);
-    fr_step_free(s);
-    if (st) return st;
-    /* An MSE model has no classes: its accuracy is not a number. */
-    *acc = m->loss != FR_LOSS_CROSS_ENTROPY ? NAN : seen ? (double)hits / seen : 0;
-    *loss = seen ? sum / seen : 0;
-    return FR_OK;
-}
-
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
     const fr_shape *in = &m->in; /* (c) for a flat input, else (c, h, w) */
     fr_data_spec spec = {(int)in->d[0], in->ndim == 3 ? (int)in->d[1] : 1,
@@ -293,21 +261,15 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         double acc = 0, tl = 0;
         if ((st = evaluate_test(ctx, cfg, s, &src, &acc, &tl))) goto done;
         res->steps_done = step;
-        if (tokens) {
-            res->final_loss = train_loss;
-            res->test_acc = acc;
-            res->test_loss = tl;
-            res->epochs_done = whole ? epoch + 1 : epoch;
-            report_val(cfg, &src, step, run_seen ? run_sum / run_seen : train_loss, tl,
-                       now_s() - t_start);
-            run_sum = 0, run_seen = 0;
-            continue;
-        }
         res->final_loss = train_loss;
         res->test_acc = acc;
         res->test_loss = tl;
-        res->epochs_done = epoch + 1;
-        if (cfg->json && isnan(acc)) /* MSE: no accuracy */
+        res->epochs_done = whole ? epoch + 1 : epoch;
+        if (tokens) {
+            report_val(cfg, &src, step, run_seen ? run_sum / run_seen : train_loss, tl,
+                       now_s() - t_start);
+            run_sum = 0, run_seen = 0;
+        } else if (cfg->json && isnan(acc)) /* MSE: no accuracy */
             printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, "
                    "\"test_loss\": %.17g, \"seconds\": %.3f, \"samples\": %lld}\n",
                    epoch + 1, train_loss, tl, secs, (long long)seen);

@@ -104,12 +104,8 @@ typedef struct fr_train_result {
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds);
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
-/* The eval loader's prefetch depth (fr_evaluate; the budget counts it). */
+/* The eval loader's prefetch depth (fr_source_evaluate; the budget counts it). */
 #define FR_EVAL_QUEUE 1
-/* Accuracy and mean loss over a dataset with an eval step (no backward
- * state). An MSE model has no classes: *acc is NaN, report only the loss. */
-fr_status fr_evaluate(fr_ctx *ctx, fr_model *m, fr_dataset *ds, int batch, int64_t limit,
-                      double *acc, double *loss);
 size_t fr_peak_rss_kib(void);
 
 #endif
