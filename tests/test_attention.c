@@ -255,7 +255,9 @@ static void check_reference_fd(int B, int NH, int T, int HS) {
 }
 
 /* The same bits at 1 and 3 threads, in either layout (fused: in[0] read as
- * qkv (B,T,3C), in[3] as dout (B,T,C)). */
+ * qkv (B,T,3C), in[3] as dout (B,T,C)). With one head (B = NH = 1) the
+ * backward takes its one pass per head at 1 thread and its two finer passes
+ * at 3, so this also checks that both ways add in the same order. */
 static void check_threads(int B, int NH, int T, int HS, int fused) {
     size_t n = (size_t)B * NH * T * HS, nl = (size_t)B * NH * T;
     float *in[4], *res[2][6];

@@ -182,14 +182,55 @@ static void tile_grads(float *P, float *dS, int ld, const float *Qi, const float
 // lse and D are (B,NH,T)
 // dv = P^T dout;  dk = s dS^T q;  dq = s dS k;  dS = P o (dout v^T - D),
 // D[t] = dout[t,:] . out[t,:], P = exp(s q k^T - lse) masked.
-// Three passes, each row of an output written by one task, so no two threads
-// touch a row and the bits do not depend on the thread count:
+// Each row of an output is written by one task, in an order that does not
+// depend on the thread count, so neither do the bits:
 //  0. one task per (b, head, query tile): D of its rows, summed in double;
+//  then, when there are at least as many (b, head) pairs as threads, one task
+//  per (b, head) walks its query tiles i in increasing order and, in each,
+//  its key tiles j in increasing order, recomputing P and dS of tile (i, j)
+//  once and adding to dq_i, dk_j and dv_j;
+//  otherwise (few heads, many threads) two passes split the work finer and
+//  recompute each tile twice:
 //  1. one task per (b, head, key tile j): dk_j, dv_j summed over the query
 //     tiles i that see a key of j, in increasing i;
 //  2. one task per (b, head, query tile i): dq_i summed over key tiles j in
 //     increasing j.
-// Passes 1 and 2 recompute P and dS of their tiles (the price of storing no T x T).
+// Both ways add the same tile products into each row in the same order, so
+// they give the same bits.
+static void zero_rows(float *x, size_t ld, int rows, int HS) {
+    for (int r = 0; r < rows; r++) memset(x + (size_t)r * ld, 0, (size_t)HS * sizeof(float));
+}
+
+/* The contributions of tile (q0, k0) of head bh: P and dS recomputed into
+ * the thread's slot, then dv_j += P^T dO_i, dk_j += s dS^T Q_i and, when dq
+ * is given, dq_i += s dS K_j. */
+typedef struct attn_bwd_args {
+    const fr_attn_layout *L;
+    const float *q, *k, *v, *dout, *lse, *D;
+    float *dq, *dk, *dv;
+    float s;
+    int BQ, BK;
+} attn_bwd_args;
+
+static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, size_t bh, int q0, int k0,
+                     int with_dq) {
+    const fr_attn_layout *L = a->L;
+    const size_t qt = L->qt, ot = L->ot, base = qbase(L, bh);
+    const int T = L->T, HS = L->HS, BK = a->BK;
+    const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0);
+    const size_t qof = base + (size_t)q0 * qt, kof = base + (size_t)k0 * qt;
+    const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
+    tile_grads(P, dS, BK, a->q + qof, a->k + kof, a->v + kof, (int)qt, a->dout + oof, (int)ot,
+               a->lse + lof, a->D + lof, q0, k0, rq, rk, HS, a->s);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, 1.0f, P, BK, a->dout + oof,
+                (int)ot, 1.0f, a->dv + kof, (int)qt);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, a->s, dS, BK, a->q + qof,
+                (int)qt, 1.0f, a->dk + kof, (int)qt);
+    if (with_dq)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a->s, dS, BK, a->k + kof,
+                    (int)qt, 1.0f, a->dq + qof, (int)qt);
+}
+
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats) {
@@ -197,10 +238,12 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ, nk = (T + BK - 1) / BK;
-    const long long tasks_k = (long long)B * NH * nk, tasks_q = (long long)B * NH * nq;
+    const long long heads = (long long)B * NH;
+    const long long tasks_k = heads * nk, tasks_q = heads * nq;
     const int nt = team(T, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
-    const float s = 1.0f / sqrtf((float)HS);
+    const int per_head = heads >= nt;
+    const attn_bwd_args a = {L, q, k, v, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
     const size_t per = slot_floats(T), qt = L->qt, ot = L->ot;
 #pragma omp parallel num_threads(nt)
     {
@@ -213,51 +256,49 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
             const size_t off = obase(L, bh) + (size_t)q0 * ot;
             for (int r = 0; r < rq; r++) {
-                const float *a = dout + off + (size_t)r * ot, *b = out + off + (size_t)r * ot;
+                const float *x = dout + off + (size_t)r * ot, *y = out + off + (size_t)r * ot;
                 double acc = 0.0;
-                for (int d = 0; d < HS; d++) acc += (double)a[d] * b[d];
+                for (int d = 0; d < HS; d++) acc += (double)x[d] * y[d];
                 D[bh * (size_t)T + (size_t)q0 + r] = (float)acc;
             }
         }
+        if (per_head) {
 #pragma omp for schedule(static)
-        for (long long task = 0; task < tasks_k; task++) {
-            const size_t bh = (size_t)(task / nk);
-            const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
-            const size_t base = qbase(L, bh), obs = obase(L, bh), kof = base + (size_t)k0 * qt;
-            const float *Kj = k + kof, *Vj = v + kof;
-            float *dKj = dk + kof, *dVj = dv + kof;
-            for (int r = 0; r < rk; r++) {
-                memset(dKj + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
-                memset(dVj + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
+            for (long long bh = 0; bh < heads; bh++) {
+                const size_t base = qbase(L, (size_t)bh);
+                zero_rows(dq + base, qt, T, HS);
+                zero_rows(dk + base, qt, T, HS);
+                zero_rows(dv + base, qt, T, HS);
+                for (int q0 = 0; q0 < T; q0 += BQ)
+                    for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
+                        bwd_tile(&a, P, dS, (size_t)bh, q0, k0, 1);
             }
-            for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) { /* the first tile with a query >= k0 */
-                const int rq = imin(BQ, T - q0);
-                const size_t qof = base + (size_t)q0 * qt, oof = obs + (size_t)q0 * ot;
-                const size_t lof = bh * (size_t)T + (size_t)q0;
-                tile_grads(P, dS, BK, q + qof, Kj, Vj, (int)qt, dout + oof, (int)ot, lse + lof,
-                           D + lof, q0, k0, rq, rk, HS, s);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, 1.0f, P, BK,
-                            dout + oof, (int)ot, 1.0f, dVj, (int)qt);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, s, dS, BK, q + qof,
-                            (int)qt, 1.0f, dKj, (int)qt);
-            }
-        }
+        } else {
 #pragma omp for schedule(static)
-        for (long long task = 0; task < tasks_q; task++) {
-            const size_t bh = (size_t)(task / nq);
-            const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
-            const size_t base = qbase(L, bh), qof = base + (size_t)q0 * qt;
-            const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
-            float *dQi = dq + qof;
-            for (int r = 0; r < rq; r++)
-                memset(dQi + (size_t)r * qt, 0, (size_t)HS * sizeof(float));
-            for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
-                const int rk = imin(BK, T - k0);
-                const float *Kj = k + base + (size_t)k0 * qt;
-                tile_grads(P, dS, BK, q + qof, Kj, v + base + (size_t)k0 * qt, (int)qt, dout + oof,
-                           (int)ot, lse + lof, D + lof, q0, k0, rq, rk, HS, s);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, s, dS, BK, Kj,
-                            (int)qt, 1.0f, dQi, (int)qt);
+            for (long long task = 0; task < tasks_k; task++) {
+                const size_t bh = (size_t)(task / nk), kof = qbase(L, bh);
+                const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
+                zero_rows(dk + kof + (size_t)k0 * qt, qt, rk, HS);
+                zero_rows(dv + kof + (size_t)k0 * qt, qt, rk, HS);
+                /* from the first query tile with a query >= k0 */
+                for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) bwd_tile(&a, P, dS, bh, q0, k0, 0);
+            }
+#pragma omp for schedule(static)
+            for (long long task = 0; task < tasks_q; task++) {
+                const size_t bh = (size_t)(task / nq);
+                const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
+                const size_t qof = qbase(L, bh) + (size_t)q0 * qt;
+                const size_t oof = obase(L, bh) + (size_t)q0 * ot,
+                             lof = bh * (size_t)T + (size_t)q0;
+                zero_rows(dq + qof, qt, rq, HS);
+                for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
+                    const int rk = imin(BK, T - k0);
+                    const float *Kj = k + qbase(L, bh) + (size_t)k0 * qt;
+                    tile_grads(P, dS, BK, q + qof, Kj, v + qbase(L, bh) + (size_t)k0 * qt, (int)qt,
+                               dout + oof, (int)ot, lse + lof, D + lof, q0, k0, rq, rk, HS, a.s);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a.s, dS, BK,
+                                Kj, (int)qt, 1.0f, dq + qof, (int)qt);
+                }
             }
         }
     }
