@@ -65,8 +65,8 @@ static int run(fr_dtype from, fr_dtype to, fr_dtype round, int acc, void *x, voi
     memset(&c, 0, sizeof c);
     c.ctx = g_ctx;
     c.node = &node;
-    c.in[0] = (fr_tensor){from, fr_shape1(n), x};
-    c.out[0] = (fr_tensor){to, fr_shape1(n), y};
+    c.in[0] = (fr_tensor){.dtype = from, .shape = fr_shape1(n), .data = x};
+    c.out[0] = (fr_tensor){.dtype = to, .shape = fr_shape1(n), .data = y};
     c.accumulate = acc ? 1u : 0u;
     return fr_k_cast(&c);
 }

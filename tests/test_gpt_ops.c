@@ -51,8 +51,12 @@ static void call_init(call *k, fr_op op, const fr_attr *a) {
     k->c.ctx = g_ctx;
     k->c.node = &k->node;
 }
-static fr_tensor tf(void *data, fr_shape s) { return (fr_tensor){FR_F32, s, data}; }
-static fr_tensor ti32(void *data, fr_shape s) { return (fr_tensor){FR_I32, s, data}; }
+static fr_tensor tf(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_F32, .shape = s, .data = data};
+}
+static fr_tensor ti32(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_I32, .shape = s, .data = data};
+}
 
 /* max |got - ref| / max(1, max |ref|) */
 static double rel_err(const float *got, const double *ref, size_t n) {

@@ -33,7 +33,9 @@ static void call_init(call *k, fr_op op, const fr_attr *a) {
     k->c.node = &k->node;
 }
 
-static fr_tensor tf(void *data, fr_shape s) { return (fr_tensor){FR_F32, s, data}; }
+static fr_tensor tf(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_F32, .shape = s, .data = data};
+}
 
 static float *frand(int64_t n, float lo, float hi) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
@@ -69,7 +71,9 @@ static void free_half(half_in *x) {
     free(x->w);
 }
 
-static fr_tensor th(const half_in *x, fr_shape s) { return (fr_tensor){x->dt, s, x->h}; }
+static fr_tensor th(const half_in *x, fr_shape s) {
+    return (fr_tensor){.dtype = x->dt, .shape = s, .data = x->h};
+}
 
 static void same_bits(const char *what, const char *dt, const float *a, const float *b, int64_t n) {
     int64_t bad = 0, first = -1;
@@ -95,10 +99,11 @@ static void test_act_bwd(fr_dtype dt, fr_op op, const char *name, int64_t n) {
         k.c.in[0] = tf(dy, sh);
         k.c.in[1] = tf(s.w, sh);
         k.c.out[0] = tf(a, sh);
-        CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s f32", name);
+        CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s f32", name);
         k.c.in[1] = th(&s, sh);
         k.c.out[0] = tf(b, sh);
-        CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s 16-bit: %s", name, fr_last_error(g_ctx));
+        CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s 16-bit: %s", name,
+              fr_last_error(g_ctx));
         char what[96];
         snprintf(what, sizeof what, "%s n=%lld accumulate=%d", name, (long long)n, acc);
         same_bits(what, dt_name(dt), a, b, n);
@@ -272,9 +277,10 @@ static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n) {
     call_init(&k, op, NULL);
     k.c.in[0] = tf(x, sh);
     k.c.out[0] = tf(y, sh);
-    CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s f32", name);
-    k.c.out[0] = (fr_tensor){dt, sh, yh};
-    CHECK(fr_op_get(op)->kernel(&k.c) == FR_OK, "%s 16-bit out: %s", name, fr_last_error(g_ctx));
+    CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s f32", name);
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = yh};
+    CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s 16-bit out: %s", name,
+          fr_last_error(g_ctx));
     CHECK(fr_op_get(op)->half_out && fr_op_get(op)->half_out(NULL, NULL),
           "%s offers a 16-bit output", name);
     char what[64];
@@ -300,7 +306,7 @@ static void test_maxpool_out(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
         k.c.in[0] = in16 ? th(&x, xs) : tf(x0, xs);
         k.c.out[0] = tf(y, ys);
         CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool f32 out");
-        k.c.out[0] = (fr_tensor){dt, ys, yh};
+        k.c.out[0] = (fr_tensor){.dtype = dt, .shape = ys, .data = yh};
         CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool 16-bit out: %s", fr_last_error(g_ctx));
         snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d, %s in", (long long)H, (long long)W,
                  K, S, in16 ? "16-bit" : "f32");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "ops/ops.h"
 #include "check.h"
 #include "core/rng.h"
 
@@ -151,9 +152,15 @@ static void call_init(call *k, fr_op op, const fr_attr *a) {
     k->c.ctx = g_ctx;
     k->c.node = &k->node;
 }
-static fr_tensor tf(void *data, fr_shape s) { return (fr_tensor){FR_F32, s, data}; }
-static fr_tensor ti32(void *data, fr_shape s) { return (fr_tensor){FR_I32, s, data}; }
-static fr_tensor tu8(void *data, fr_shape s) { return (fr_tensor){FR_U8, s, data}; }
+static fr_tensor tf(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_F32, .shape = s, .data = data};
+}
+static fr_tensor ti32(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_I32, .shape = s, .data = data};
+}
+static fr_tensor tu8(void *data, fr_shape s) {
+    return (fr_tensor){.dtype = FR_U8, .shape = s, .data = data};
+}
 
 static void expect_ok(const char *name, int st) {
     CHECK(st == FR_OK, "%s: status %d: %s", name, st, fr_last_error(g_ctx));
@@ -1249,11 +1256,21 @@ static void test_mse(void) {
     tfree_all();
 }
 
+/* The CPU backend's table has a kernel for every op but the views, which
+ * share their input's storage and run nothing. */
+static void test_table(void) {
+    for (int op = 0; op < FR_OP_COUNT; op++)
+        CHECK((fr_cpu_backend.kernels[op] == NULL) == (fr_op_get((fr_op)op)->view != 0),
+              "cpu table: %s %s a kernel", fr_op_get((fr_op)op)->name,
+              fr_cpu_backend.kernels[op] ? "has" : "lacks");
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
     if (!g_ctx) return 2;
     g_verbose = getenv("FR_TEST_VERBOSE") != NULL;
     omp_set_num_threads(2);
+    test_table();
     test_linear();
     test_conv();
     test_pool();

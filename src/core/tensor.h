@@ -17,7 +17,10 @@ typedef struct fr_shape {
 typedef struct fr_tensor {
     fr_dtype dtype;
     fr_shape shape;
-    void *data; /* NULL: absent (an optional input, or an output not wanted) */
+    void *data; /* host memory; NULL: absent (an optional input, or an output not
+                   wanted), or on a device */
+    void *buf;  /* on a device: the backend's buffer (an OpenCL cl_mem) holding it */
+    size_t off; /* and its byte offset there */
 } fr_tensor;
 
 fr_shape fr_shape1(int64_t a);

@@ -1,6 +1,6 @@
 /* exec.c — the executor (see exec.h). */
 #include <string.h>
-#include "backend/cpu/kernels.h"
+#include "backend/backend.h"
 #include "exec/exec.h"
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
@@ -9,6 +9,7 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     e->ctx = ctx;
     e->g = g;
     e->plan = plan;
+    e->kernels = fr_backend_of(ctx)->kernels;
     e->ptr = fr_calloc(ctx, g->n_vals * sizeof *e->ptr, FR_MEM_OTHER);
     e->written = fr_calloc(ctx, g->n_vals, FR_MEM_OTHER);
     if (!e->ptr || !e->written) goto fail;
@@ -87,7 +88,7 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
                 e->written[v] = 1;
             }
         }
-        int st = info->kernel(&c);
+        int st = e->kernels[node->op](&c);
         if (st) return (fr_status)st;
     }
     return FR_OK;

@@ -1,19 +1,21 @@
-/* exec.h — runs a planned graph on the CPU backend. It knows kernels and
+/* exec.h — runs a planned graph on the context's backend. It knows kernels and
  * pointers, nothing of policy: the plan says where each value lives and when
  * it is born and dies; the executor binds pointers, calls each node's kernel
- * from the op table and reports the plan's events to the allocator. */
+ * from the backend's table and reports the plan's events to the allocator. */
 #ifndef FR_EXEC_H
 #define FR_EXEC_H
 
+#include "ops/ops.h"
 #include "plan/plan.h"
 
 typedef struct fr_exec {
     fr_ctx *ctx;
     fr_graph *g;
     fr_plan *plan;
-    char *arena;          /* fr_arena_alloc'd, plan->arena_bytes */
-    void **ptr;           /* per value: bound storage (params, grads, batch, arena) */
-    uint8_t *written;     /* per FR_VAL_GRAD value: already holds a gradient this step */
+    const fr_kernel_fn *kernels; /* the context's backend's table */
+    char *arena;                 /* fr_arena_alloc'd, plan->arena_bytes */
+    void **ptr;                  /* per value: bound storage (params, grads, batch, arena) */
+    uint8_t *written;            /* per FR_VAL_GRAD value: already holds a gradient this step */
     float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;

@@ -54,13 +54,13 @@ static int is_marker(fr_layer_kind k) {
 }
 
 static fr_tensor f32_rows(float *p, int64_t rows, int64_t cols) {
-    return (fr_tensor){FR_F32, fr_shape2(rows, cols), p};
+    return (fr_tensor){.dtype = FR_F32, .shape = fr_shape2(rows, cols), .data = p};
 }
 
 static fr_tensor param_t(const fr_model *m, int i) {
-    if (i < 0) return (fr_tensor){FR_F32, {0, {0}}, NULL};
+    if (i < 0) return (fr_tensor){.dtype = FR_F32, .shape = {0}, .data = NULL};
     const fr_param *p = &m->params[i];
-    return (fr_tensor){p->dtype, p->shape, p->data};
+    return (fr_tensor){.dtype = p->dtype, .shape = p->shape, .data = p->data};
 }
 
 /* Row r of the chunk in the value layer li made (li resolved through markers). */
@@ -138,7 +138,8 @@ typedef struct gen_layer {
 
 // ids (1, rows) -> y (1, rows, C) = W[ids]
 static int run_embedding(gen_layer *s) {
-    s->c.in[0] = (fr_tensor){FR_I32, fr_shape2(1, s->rows), (void *)(s->tok + s->r0)};
+    s->c.in[0] = (fr_tensor){
+        .dtype = FR_I32, .shape = fr_shape2(1, s->rows), .data = (void *)(s->tok + s->r0)};
     s->c.in[1] = param_t(s->g->m, s->l->wparam);
     s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
     return fr_k_embedding(&s->c);
@@ -149,8 +150,9 @@ static int run_pos_embedding(gen_layer *s) {
     fr_tensor w = param_t(s->g->m, s->l->wparam);
     const int64_t off = s->pos + s->r0;
     s->c.in[0].shape = s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
-    s->c.in[1] =
-        (fr_tensor){FR_F32, fr_shape2(w.shape.d[0] - off, s->C), (float *)w.data + off * s->C};
+    s->c.in[1] = (fr_tensor){.dtype = FR_F32,
+                             .shape = fr_shape2(w.shape.d[0] - off, s->C),
+                             .data = (float *)w.data + off * s->C};
     return fr_k_pos_embedding(&s->c);
 }
 

@@ -3,7 +3,6 @@
  * one row here, one X() line in ops.h and one kernel file; the generic
  * gradient test picks it up from this table. */
 #include "autodiff/autodiff.h"
-#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "ops/ops.h"
 
@@ -47,7 +46,7 @@ static int sh_conv2d(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t
         return fail_shape(g, n, "kernel larger than the padded input");
     o[0] = fr_shape4(x->d[0], w->d[0], conv_out(x->d[2], a->kernel, a->stride, a->pad),
                      conv_out(x->d[3], a->kernel, a->stride, a->pad));
-    o[1] = fr_shape1(fr_conv2d_ws_elems(x, w->d[0], a->kernel, a->stride, a->pad, 0));
+    o[1] = fr_shape1(fr_backend_ws(g, n, 1));
     dt[0] = dt[1] = FR_F32;
     b[0] = V(0)->batched;
     return 0;
@@ -220,8 +219,7 @@ static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
         return fail_shape(g, n, "the number of heads must divide the channels");
     o[0] = fr_shape3(x->d[0], x->d[1], C);
     o[1] = fr_shape3(x->d[0], nh, x->d[1]);
-    o[2] = fr_shape1(
-        (int64_t)fr_attention_ws_floats((int)x->d[1], (int)(C / nh), fr_get_threads(g->ctx)));
+    o[2] = fr_shape1(fr_backend_ws(g, n, 2));
     dt[0] = dt[1] = dt[2] = FR_F32;
     b[0] = b[1] = V(0)->batched;
     b[2] = 0;
@@ -242,10 +240,7 @@ static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t 
 
 static int sh_conv2d_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     sh_grads(g, n, o, dt, b);
-    const fr_node *f = &g->nodes[n->fwd];
-    const fr_attr *a = &f->attr;
-    o[3] = fr_shape1(fr_conv2d_ws_elems(&g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0],
-                                        a->kernel, a->stride, a->pad, 1));
+    o[3] = fr_shape1(fr_backend_ws(g, n, 3));
     dt[3] = FR_F32;
     b[3] = 0;
     return 0;
@@ -256,7 +251,7 @@ static int sh_attention_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, 
     sh_grads(g, n, o, dt, b);
     const fr_node *f = &g->nodes[n->fwd];
     o[1] = g->vals[f->out[1]].shape;
-    o[2] = g->vals[f->out[2]].shape;
+    o[2] = fr_shape1(fr_backend_ws(g, n, 2));
     dt[1] = dt[2] = FR_F32;
     b[1] = g->vals[f->out[1]].batched;
     b[2] = 0;
@@ -348,70 +343,60 @@ static int hi_conv(const fr_graph *g, const fr_node *n, int j) {
 /* ---- the table ---- */
 
 /* Arity comes from the X-macro in ops.h so the two cannot drift apart. */
-#define FR_OP_ARITY(name, nin, nout) FR_NIN_##name = nin, FR_NOUT_##name = nout,
+#define FR_OP_ARITY(NAME, name, nin, nout) FR_NIN_##NAME = nin, FR_NOUT_##NAME = nout,
 enum { FR_OPS(FR_OP_ARITY) };
 #undef FR_OP_ARITY
 
-#define ROW(op, nm, sh, k, bw, inpl, view, fl) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, NULL, NULL}
+#define ROW(op, nm, sh, bw, inpl, view, fl) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, NULL, NULL}
 /* the same, for an op whose kernel reads some inputs in 16 bits itself */
-#define ROWH(op, nm, sh, k, bw, inpl, view, fl, half) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half, NULL}
+#define ROWH(op, nm, sh, bw, inpl, view, fl, half) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, NULL}
 /* the same, for an op whose kernel may also write out[0] in 16 bits */
-#define ROWHO(op, nm, sh, k, bw, inpl, view, fl, half, ho) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, k, bw, inpl, view, fl, half, ho}
+#define ROWHO(op, nm, sh, bw, inpl, view, fl, half, ho) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho}
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
 _Static_assert(FR_OP_COUNT == 39, "fr_op_table has 39 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
-    ROW(LINEAR, "linear", sh_linear, fr_k_linear, fr_bw_linear, -1, 0, fl_linear),
-    ROW(LINEAR_BWD, "linear_bwd", sh_grads, fr_k_linear_bwd, NULL, -1, 0, fl_linear_bwd),
-    ROWH(CONV2D, "conv2d", sh_conv2d, fr_k_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
-    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, fr_k_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd,
-         hi_conv),
-    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_k_maxpool2d, fr_bw_maxpool2d, -1, 0, fl_pool,
-          hi_maxpool, ho_maxpool),
-    ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, fr_k_maxpool2d_bwd, NULL, -1, 0, fl_pool,
-         hi_maxpool),
-    ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_k_avgpool2d, fr_bw_avgpool2d, -1, 0, fl_pool),
-    ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, fr_k_avgpool2d_bwd, NULL, -1, 0, fl_elem),
-    ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_k_global_avgpool, fr_bw_global_avgpool, -1, 0,
-        fl_elem),
-    ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, fr_k_global_avgpool_bwd, NULL, -1, 0,
-        fl_elem),
-    ROWHO(RELU, "relu", sh_same, fr_k_relu, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
-    ROWH(RELU_BWD, "relu_bwd", sh_grads, fr_k_relu_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROWHO(GELU, "gelu", sh_same, fr_k_gelu, fr_bw_by_input, -1, 0, fl_gelu, NULL, ho_any),
-    ROWH(GELU_BWD, "gelu_bwd", sh_grads, fr_k_gelu_bwd, NULL, 0, 0, fl_gelu, hi_act_bwd),
-    ROWHO(SIGMOID, "sigmoid", sh_same, fr_k_sigmoid, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
-    ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, fr_k_sigmoid_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROWHO(TANH, "tanh", sh_same, fr_k_tanh, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
-    ROWH(TANH_BWD, "tanh_bwd", sh_grads, fr_k_tanh_bwd, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_k_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
-    ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, fr_k_batchnorm_bwd, NULL, -1, 0, fl_norm,
-         hi_bn_bwd),
-    ROW(LAYERNORM, "layernorm", sh_layernorm, fr_k_layernorm, fr_bw_layernorm, -1, 0, fl_norm),
-    ROW(LAYERNORM_BWD, "layernorm_bwd", sh_grads, fr_k_layernorm_bwd, NULL, -1, 0, fl_norm),
-    ROW(DROPOUT, "dropout", sh_dropout, fr_k_dropout, fr_bw_dropout, -1, 0, fl_elem),
-    ROW(DROPOUT_BWD, "dropout_bwd", sh_grads, fr_k_dropout_bwd, NULL, 0, 0, fl_elem),
-    ROW(ADD, "add", sh_add, fr_k_add, fr_bw_add, 0, 0, fl_elem),
-    ROW(COPY, "copy", sh_same, fr_k_copy, NULL, -1, 0, fl_elem),
-    ROW(CAST, "cast", sh_cast, fr_k_cast, NULL, -1, 0, fl_none),
-    ROW(VIEW, "view", sh_view, NULL, fr_bw_view, -1, 1, fl_none),
-    ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_k_cross_entropy, fr_bw_loss, -1, 0, fl_loss),
-    ROW(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, fr_k_cross_entropy_bwd, NULL, -1, 0,
-        fl_loss),
-    ROW(MSE, "mse", sh_loss, fr_k_mse, fr_bw_loss, -1, 0, fl_elem),
-    ROW(MSE_BWD, "mse_bwd", sh_grads, fr_k_mse_bwd, NULL, -1, 0, fl_elem),
-    ROW(OPTIM_STEP, "optim_step", sh_optim_step, fr_k_optim_step, NULL, -1, 0, fl_none),
-    ROW(EMBEDDING, "embedding", sh_embedding, fr_k_embedding, fr_bw_embedding, -1, 0, fl_out),
-    ROW(EMBEDDING_BWD, "embedding_bwd", sh_grads, fr_k_embedding_bwd, NULL, -1, 0, fl_elem),
-    ROW(POS_EMBEDDING, "pos_embedding", sh_pos_embedding, fr_k_pos_embedding, fr_bw_pos_embedding,
-        0, 0, fl_elem),
-    ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, fr_k_pos_embedding_bwd, NULL, -1, 0,
-        fl_elem),
-    ROW(ATTENTION, "attention", sh_attention, fr_k_attention, fr_bw_attention, -1, 0, fl_attention),
-    ROW(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, fr_k_attention_bwd, NULL, -1, 0,
-        fl_attention_bwd),
+    ROW(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear),
+    ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
+    ROWH(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
+    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd, hi_conv),
+    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool, ho_maxpool),
+    ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, NULL, -1, 0, fl_pool, hi_maxpool),
+    ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_bw_avgpool2d, -1, 0, fl_pool),
+    ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_bw_global_avgpool, -1, 0, fl_elem),
+    ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROWHO(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
+    ROWH(RELU_BWD, "relu_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
+    ROWHO(GELU, "gelu", sh_same, fr_bw_by_input, -1, 0, fl_gelu, NULL, ho_any),
+    ROWH(GELU_BWD, "gelu_bwd", sh_grads, NULL, 0, 0, fl_gelu, hi_act_bwd),
+    ROWHO(SIGMOID, "sigmoid", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
+    ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
+    ROWHO(TANH, "tanh", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
+    ROWH(TANH_BWD, "tanh_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
+    ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
+    ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_bn_bwd),
+    ROW(LAYERNORM, "layernorm", sh_layernorm, fr_bw_layernorm, -1, 0, fl_norm),
+    ROW(LAYERNORM_BWD, "layernorm_bwd", sh_grads, NULL, -1, 0, fl_norm),
+    ROW(DROPOUT, "dropout", sh_dropout, fr_bw_dropout, -1, 0, fl_elem),
+    ROW(DROPOUT_BWD, "dropout_bwd", sh_grads, NULL, 0, 0, fl_elem),
+    ROW(ADD, "add", sh_add, fr_bw_add, 0, 0, fl_elem),
+    ROW(COPY, "copy", sh_same, NULL, -1, 0, fl_elem),
+    ROW(CAST, "cast", sh_cast, NULL, -1, 0, fl_none),
+    ROW(VIEW, "view", sh_view, fr_bw_view, -1, 1, fl_none),
+    ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_bw_loss, -1, 0, fl_loss),
+    ROW(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, NULL, -1, 0, fl_loss),
+    ROW(MSE, "mse", sh_loss, fr_bw_loss, -1, 0, fl_elem),
+    ROW(MSE_BWD, "mse_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROW(OPTIM_STEP, "optim_step", sh_optim_step, NULL, -1, 0, fl_none),
+    ROW(EMBEDDING, "embedding", sh_embedding, fr_bw_embedding, -1, 0, fl_out),
+    ROW(EMBEDDING_BWD, "embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROW(POS_EMBEDDING, "pos_embedding", sh_pos_embedding, fr_bw_pos_embedding, 0, 0, fl_elem),
+    ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROW(ATTENTION, "attention", sh_attention, fr_bw_attention, -1, 0, fl_attention),
+    ROW(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, NULL, -1, 0, fl_attention_bwd),
 };

@@ -17,50 +17,50 @@
  *   ATTENTION          qkv (B,T,3C)                -> y (B,T,C), lse (B,NH,T), ws
  *   ATTENTION_BWD      dy, qkv, y, lse             -> dqkv, D (B,NH,T), ws
  * LINEAR, LAYERNORM and CROSS_ENTROPY take (B,T,C) as B T rows. */
-/*  name           n_in n_out */
-#define FR_OPS(X)               \
-    X(LINEAR, 3, 1)             \
-    X(LINEAR_BWD, 3, 3)         \
-    X(CONV2D, 3, 2)             \
-    X(CONV2D_BWD, 3, 4)         \
-    X(MAXPOOL2D, 1, 1)          \
-    X(MAXPOOL2D_BWD, 3, 1)      \
-    X(AVGPOOL2D, 1, 1)          \
-    X(AVGPOOL2D_BWD, 1, 1)      \
-    X(GLOBAL_AVGPOOL, 1, 1)     \
-    X(GLOBAL_AVGPOOL_BWD, 1, 1) \
-    X(RELU, 1, 1)               \
-    X(RELU_BWD, 2, 1)           \
-    X(GELU, 1, 1)               \
-    X(GELU_BWD, 2, 1)           \
-    X(SIGMOID, 1, 1)            \
-    X(SIGMOID_BWD, 2, 1)        \
-    X(TANH, 1, 1)               \
-    X(TANH_BWD, 2, 1)           \
-    X(BATCHNORM, 5, 3)          \
-    X(BATCHNORM_BWD, 5, 3)      \
-    X(LAYERNORM, 3, 3)          \
-    X(LAYERNORM_BWD, 5, 3)      \
-    X(DROPOUT, 1, 2)            \
-    X(DROPOUT_BWD, 2, 1)        \
-    X(ADD, 2, 1)                \
-    X(COPY, 1, 1)               \
-    X(CAST, 1, 1)               \
-    X(VIEW, 1, 1)               \
-    X(CROSS_ENTROPY, 2, 1)      \
-    X(CROSS_ENTROPY_BWD, 2, 1)  \
-    X(MSE, 2, 1)                \
-    X(MSE_BWD, 2, 1)            \
-    X(OPTIM_STEP, 1, 1)         \
-    X(EMBEDDING, 2, 1)          \
-    X(EMBEDDING_BWD, 2, 2)      \
-    X(POS_EMBEDDING, 2, 1)      \
-    X(POS_EMBEDDING_BWD, 1, 2)  \
-    X(ATTENTION, 1, 3)          \
-    X(ATTENTION_BWD, 4, 3)
+/*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
+#define FR_OPS(X)                                   \
+    X(LINEAR, linear, 3, 1)                         \
+    X(LINEAR_BWD, linear_bwd, 3, 3)                 \
+    X(CONV2D, conv2d, 3, 2)                         \
+    X(CONV2D_BWD, conv2d_bwd, 3, 4)                 \
+    X(MAXPOOL2D, maxpool2d, 1, 1)                   \
+    X(MAXPOOL2D_BWD, maxpool2d_bwd, 3, 1)           \
+    X(AVGPOOL2D, avgpool2d, 1, 1)                   \
+    X(AVGPOOL2D_BWD, avgpool2d_bwd, 1, 1)           \
+    X(GLOBAL_AVGPOOL, global_avgpool, 1, 1)         \
+    X(GLOBAL_AVGPOOL_BWD, global_avgpool_bwd, 1, 1) \
+    X(RELU, relu, 1, 1)                             \
+    X(RELU_BWD, relu_bwd, 2, 1)                     \
+    X(GELU, gelu, 1, 1)                             \
+    X(GELU_BWD, gelu_bwd, 2, 1)                     \
+    X(SIGMOID, sigmoid, 1, 1)                       \
+    X(SIGMOID_BWD, sigmoid_bwd, 2, 1)               \
+    X(TANH, tanh, 1, 1)                             \
+    X(TANH_BWD, tanh_bwd, 2, 1)                     \
+    X(BATCHNORM, batchnorm, 5, 3)                   \
+    X(BATCHNORM_BWD, batchnorm_bwd, 5, 3)           \
+    X(LAYERNORM, layernorm, 3, 3)                   \
+    X(LAYERNORM_BWD, layernorm_bwd, 5, 3)           \
+    X(DROPOUT, dropout, 1, 2)                       \
+    X(DROPOUT_BWD, dropout_bwd, 2, 1)               \
+    X(ADD, add, 2, 1)                               \
+    X(COPY, copy, 1, 1)                             \
+    X(CAST, cast, 1, 1)                             \
+    X(VIEW, view, 1, 1)                             \
+    X(CROSS_ENTROPY, cross_entropy, 2, 1)           \
+    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, 2, 1)   \
+    X(MSE, mse, 2, 1)                               \
+    X(MSE_BWD, mse_bwd, 2, 1)                       \
+    X(OPTIM_STEP, optim_step, 1, 1)                 \
+    X(EMBEDDING, embedding, 2, 1)                   \
+    X(EMBEDDING_BWD, embedding_bwd, 2, 2)           \
+    X(POS_EMBEDDING, pos_embedding, 2, 1)           \
+    X(POS_EMBEDDING_BWD, pos_embedding_bwd, 1, 2)   \
+    X(ATTENTION, attention, 1, 3)                   \
+    X(ATTENTION_BWD, attention_bwd, 4, 3)
 
 typedef enum fr_op {
-#define FR_OP_ENUM(name, nin, nout) FR_OP_##name,
+#define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,
     FR_OPS(FR_OP_ENUM)
 #undef FR_OP_ENUM
         FR_OP_COUNT
@@ -93,7 +93,6 @@ typedef struct fr_op_info {
     const char *name;
     int n_in, n_out;
     fr_shape_fn shape;
-    fr_kernel_fn kernel;
     fr_backward_fn backward; /* NULL: not differentiable (backward ops, losses' labels) */
     int inplace_in;          /* input whose storage out[0] may take when it dies here; -1 */
     int view;                /* out[0] always shares in[0]'s storage (no copy at all) */

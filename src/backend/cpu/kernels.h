@@ -27,41 +27,12 @@
 
 #include <math.h>
 
-#include "graph/graph.h"
+#include "backend/backend.h"
 
 /* A 16-bit plane read by pooling or BatchNorm is widened on the thread's
  * stack: at most this many values (64 KiB). */
 #define FR_HALF_PLANE_MAX 16384
 #define FR_HALF_OUT_PLANE_MAX 4096 /* max pooling writing 16 bits: output planes up to this */
-
-/* The optimizer for OPTIM_STEP nodes (the step in backward): the options,
- * the step being taken (1-based), and each parameter's state buffers and
- * Adam state format (fr_state_kind), by parameter index. */
-typedef struct fr_optim_slot {
-    void *state[2];
-    int state_kind;
-} fr_optim_slot;
-
-typedef struct fr_optim_ctx {
-    const fr_optim_opts *o;
-    int64_t t;
-    const fr_optim_slot *slot;
-} fr_optim_ctx;
-
-typedef struct fr_kernel_call {
-    fr_ctx *ctx;
-    const fr_node *node; /* attributes: node->attr */
-    fr_tensor in[FR_MAX_IN];
-    fr_tensor out[FR_MAX_OUT];
-    uint32_t accumulate;
-    uint32_t update; /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
-    float upd_lr, upd_wd;
-    float *upd_ws;             /* scratch for one tile of an updated weight's gradient */
-    size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
-    const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
-    uint64_t seed;             /* run seed (dropout) */
-    uint64_t step;             /* step counter (dropout stream) */
-} fr_kernel_call;
 
 /* linear.c — over the last dimension: x (..., K) of rank 2..4 is N = numel / K rows
  * (B,T,K) -> (B,T,O); an image batch (N,C,H,W) with K = C H W is N rows).

@@ -1,0 +1,59 @@
+/* backend.h — the seam between the engine and the memory and processors a
+ * step runs on. A backend is a kernel table indexed by op (one kernel per op
+ * of ops.h, checked when the table compiles), the workspace each op's kernel
+ * needs (asked by the shape rules at plan time, so plan/ knows sizes only)
+ * and, for a device, the memory tensors live in. The CPU backend
+ * (backend/cpu) is one; the OpenCL backend (backend/opencl) another. What a
+ * kernel gets is the same on every backend: one fr_kernel_call whose tensors
+ * point into the backend's memory (fr_tensor.data on the host; .buf and .off
+ * on a device). */
+#ifndef FR_BACKEND_H
+#define FR_BACKEND_H
+
+#include "graph/graph.h"
+
+/* The optimizer for OPTIM_STEP nodes (the step in backward): the options,
+ * the step being taken (1-based), and each parameter's state buffers and
+ * Adam state format (fr_state_kind), by parameter index. */
+typedef struct fr_optim_slot {
+    void *state[2];
+    int state_kind;
+} fr_optim_slot;
+
+typedef struct fr_optim_ctx {
+    const fr_optim_opts *o;
+    int64_t t;
+    const fr_optim_slot *slot;
+} fr_optim_ctx;
+
+typedef struct fr_kernel_call {
+    fr_ctx *ctx;
+    const fr_node *node; /* attributes: node->attr */
+    fr_tensor in[FR_MAX_IN];
+    fr_tensor out[FR_MAX_OUT];
+    uint32_t accumulate;
+    uint32_t update; /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
+    float upd_lr, upd_wd;
+    float *upd_ws;             /* scratch for one tile of an updated weight's gradient */
+    size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
+    const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
+    uint64_t seed;             /* run seed (dropout) */
+    uint64_t step;             /* step counter (dropout stream) */
+} fr_kernel_call;
+
+typedef struct fr_backend {
+    const char *name;            /* "cpu", "opencl" */
+    const fr_kernel_fn *kernels; /* [FR_OP_COUNT]; NULL only for a view op (fr_op_info.view) */
+    /* Elements (f32) of workspace output j of node n, whose inputs' values
+     * are in g (a backward node's forward is g->nodes[n->fwd]). */
+    int64_t (*ws_elems)(const fr_graph *g, const fr_node *n, int j);
+} fr_backend;
+
+extern const fr_backend fr_cpu_backend;
+
+/* The backend of g's context (the CPU's unless one was chosen). */
+const fr_backend *fr_backend_of(const fr_ctx *ctx);
+/* Workspace output j of node n as the context's backend sizes it. */
+int64_t fr_backend_ws(const fr_graph *g, const fr_node *n, int j);
+
+#endif

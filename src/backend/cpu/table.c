@@ -1,0 +1,43 @@
+/* table.c — the CPU backend: its kernel table and its workspace sizes. */
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kernels.h"
+#include "core/ctx.h"
+#include "ops/ops.h"
+
+/* VIEW has no kernel on any backend: the executor binds its output to its
+ * input's storage (fr_op_info.view). */
+#define fr_k_view NULL
+
+/* One row per op of FR_OPS, each naming fr_k_<name>: an op added to ops.h
+ * without a CPU kernel fails to compile here. */
+#define FR_CPU_ROW(NAME, name, nin, nout) [FR_OP_##NAME] = fr_k_##name,
+static const fr_kernel_fn cpu_kernels[FR_OP_COUNT] = {FR_OPS(FR_CPU_ROW)};
+#undef FR_CPU_ROW
+
+static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    const fr_shape *x = &g->vals[f->in[0]].shape;
+    switch (n->op) {
+    case FR_OP_CONV2D:
+    case FR_OP_CONV2D_BWD:
+        if (j != (n->op == FR_OP_CONV2D ? 1 : 3)) return 0;
+        return fr_conv2d_ws_elems(x, g->vals[f->in[1]].shape.d[0], f->attr.kernel, f->attr.stride,
+                                  f->attr.pad, n->op == FR_OP_CONV2D_BWD);
+    case FR_OP_ATTENTION:
+    case FR_OP_ATTENTION_BWD:
+        if (j != 2 || f->attr.heads < 1) return 0;
+        return (int64_t)fr_attention_ws_floats((int)x->d[1], (int)(x->d[2] / 3 / f->attr.heads),
+                                               fr_get_threads(g->ctx));
+    default: return 0;
+    }
+}
+
+const fr_backend fr_cpu_backend = {"cpu", cpu_kernels, cpu_ws};
+
+const fr_backend *fr_backend_of(const fr_ctx *ctx) {
+    return ctx && ctx->be ? ctx->be : &fr_cpu_backend;
+}
+
+int64_t fr_backend_ws(const fr_graph *g, const fr_node *n, int j) {
+    return fr_backend_of(g->ctx)->ws_elems(g, n, j);
+}
