@@ -47,7 +47,21 @@ typedef struct fr_backend {
     /* Elements (f32) of workspace output j of node n, whose inputs' values
      * are in g (a backward node's forward is g->nodes[n->fwd]). */
     int64_t (*ws_elems)(const fr_graph *g, const fr_node *n, int j);
+    /* A device's memory; all NULL on the CPU, whose tensors are host memory.
+     * Buffers are opaque handles (an OpenCL cl_mem) accounted in the device's
+     * own fr_mem; a refusal is NULL with the error set, as on the host. */
+    void *(*alloc)(fr_ctx *ctx, size_t bytes, fr_mem_cat cat);
+    void (*release)(fr_ctx *ctx, void *buf);
+    void *(*arena_alloc)(fr_ctx *ctx, size_t bytes); /* reserved, tracked by plan events */
+    void (*arena_free)(fr_ctx *ctx, void *buf);
+    void (*track)(fr_ctx *ctx, fr_mem_cat cat, int64_t delta);
+    int (*write)(fr_ctx *ctx, void *buf, size_t off, const void *src, size_t n);
+    int (*read)(fr_ctx *ctx, void *buf, size_t off, void *dst, size_t n);
+    int (*zero)(fr_ctx *ctx, void *buf, size_t off, size_t n);
+    int (*finish)(fr_ctx *ctx); /* wait for everything enqueued */
 } fr_backend;
+
+static inline int fr_backend_is_device(const fr_backend *be) { return be->alloc != NULL; }
 
 extern const fr_backend fr_cpu_backend;
 

@@ -10,16 +10,27 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     e->g = g;
     e->plan = plan;
     e->kernels = fr_backend_of(ctx)->kernels;
+    e->be = fr_backend_of(ctx);
     e->ptr = fr_calloc(ctx, g->n_vals * sizeof *e->ptr, FR_MEM_OTHER);
     e->written = fr_calloc(ctx, g->n_vals, FR_MEM_OTHER);
     if (!e->ptr || !e->written) goto fail;
+    const int dev = fr_backend_is_device(e->be);
+    if (dev) {
+        e->buf = fr_calloc(ctx, g->n_vals * sizeof *e->buf, FR_MEM_OTHER);
+        e->off = fr_calloc(ctx, g->n_vals * sizeof *e->off, FR_MEM_OTHER);
+        if (!e->buf || !e->off) goto fail;
+    }
     if (plan->arena_bytes) {
         fr_mem_set_tag(ctx, "arena");
-        e->arena = fr_arena_alloc(ctx, plan->arena_bytes);
+        e->arena = dev ? e->be->arena_alloc(ctx, plan->arena_bytes)
+                       : fr_arena_alloc(ctx, plan->arena_bytes);
         if (!e->arena) goto fail;
     }
-    for (size_t v = 0; v < g->n_vals; v++)
-        if (plan->offset[v] >= 0) e->ptr[v] = e->arena + plan->offset[v];
+    for (size_t v = 0; v < g->n_vals; v++) {
+        if (plan->offset[v] < 0) continue;
+        if (dev) e->buf[v] = e->arena, e->off[v] = (size_t)plan->offset[v];
+        else e->ptr[v] = e->arena + plan->offset[v];
+    }
     return FR_OK;
 fail:
     fr_exec_release(e);
@@ -28,7 +39,10 @@ fail:
 
 void fr_exec_release(fr_exec *e) {
     if (!e->ctx) return;
-    fr_arena_free(e->ctx, e->arena);
+    if (e->arena && fr_backend_is_device(e->be)) e->be->arena_free(e->ctx, e->arena);
+    else fr_arena_free(e->ctx, e->arena);
+    fr_free(e->ctx, e->buf);
+    fr_free(e->ctx, e->off);
     fr_free(e->ctx, e->ptr);
     fr_free(e->ctx, e->written);
     memset(e, 0, sizeof *e);
@@ -39,7 +53,8 @@ static void apply_events(fr_exec *e, int i) {
     for (int k = p->ev_start[i]; k < p->ev_start[i + 1]; k++) {
         int ev = p->ev[k], v = (ev > 0 ? ev : -ev) - 1;
         int64_t b = (int64_t)fr_value_bytes(&e->g->vals[v]);
-        fr_mem_track(e->ctx, p->cat[v], ev > 0 ? b : -b);
+        if (e->be->track) e->be->track(e->ctx, p->cat[v], ev > 0 ? b : -b);
+        else fr_mem_track(e->ctx, p->cat[v], ev > 0 ? b : -b);
     }
 }
 
@@ -51,7 +66,19 @@ static fr_tensor bind(const fr_exec *e, int v, int n) {
     t.shape = val->shape;
     if (val->batched) t.shape.d[0] = n;
     t.data = e->ptr[v];
+    if (e->buf) {
+        t.buf = e->buf[v];
+        t.off = e->off[v];
+    }
     return t;
+}
+
+void fr_exec_bind(fr_exec *e, int v, void *p) { e->ptr[v] = p; }
+
+void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off) {
+    if (!e->buf) return; /* a CPU run: nothing lives on a device */
+    e->buf[v] = buf;
+    e->off[v] = off;
 }
 
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step) {
@@ -63,6 +90,10 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         apply_events(e, i);
         if (info->view) { /* shares its input's storage, wherever that lives */
             e->ptr[node->out[0]] = e->ptr[node->in[0]];
+            if (e->buf) {
+                e->buf[node->out[0]] = e->buf[node->in[0]];
+                e->off[node->out[0]] = e->off[node->in[0]];
+            }
             continue;
         }
         fr_kernel_call c = {0};

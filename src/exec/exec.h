@@ -12,9 +12,12 @@ typedef struct fr_exec {
     fr_ctx *ctx;
     fr_graph *g;
     fr_plan *plan;
-    const fr_kernel_fn *kernels; /* the context's backend's table */
-    char *arena;                 /* fr_arena_alloc'd, plan->arena_bytes */
-    void **ptr;                  /* per value: bound storage (params, grads, batch, arena) */
+    const struct fr_backend *be; /* the context's backend */
+    const fr_kernel_fn *kernels; /* and its table */
+    char *arena;                 /* fr_arena_alloc'd, plan->arena_bytes (on a device: its handle) */
+    void **ptr;                  /* per value: bound host storage (params, grads, batch, arena) */
+    void **buf;                  /* on a device backend, per value: the buffer holding it */
+    size_t *off;                 /* and its byte offset there (fr_exec_bind_dev) */
     uint8_t *written;            /* per FR_VAL_GRAD value: already holds a gradient this step */
     float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
@@ -24,6 +27,10 @@ typedef struct fr_exec {
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);
 void fr_exec_release(fr_exec *e);
+/* Bind value v to host storage p (CPU backend) or to device buffer buf at
+ * byte offset off (device backend). */
+void fr_exec_bind(fr_exec *e, int v, void *p);
+void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off);
 /* Run the nodes at plan positions [from, to) with batch size n (<= the compiled batch). */
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step);
 /* Apply the end-of-step events (kept values die). */

@@ -32,7 +32,7 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     }
 }
 
-const fr_backend fr_cpu_backend = {"cpu", cpu_kernels, cpu_ws};
+const fr_backend fr_cpu_backend = {.name = "cpu", .kernels = cpu_kernels, .ws_elems = cpu_ws};
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {
     return ctx && ctx->be ? ctx->be : &fr_cpu_backend;
