@@ -144,13 +144,13 @@ void fr_mem_table_fail_at(fr_mem *m, uint64_t n) {
 
 /* ---- the cache -------------------------------------------------------------- */
 
+/* Bins by the power of two and the next two bits, so a bin holds few
+ * classes and finding a class walks a short list (each step a table lookup). */
 static int bin_of(size_t bytes) {
-    int b = 0;
-    while (bytes > 1 && b < FR_MEM_CACHE_BINS - 1) {
-        bytes >>= 1;
-        b++;
-    }
-    return b;
+    int lg = 0;
+    while (bytes >> lg > 1) lg++;
+    int b = 4 * lg + (lg >= 2 ? (int)(bytes >> (lg - 2)) & 3 : 0);
+    return b < FR_MEM_CACHE_BINS ? b : FR_MEM_CACHE_BINS - 1;
 }
 
 static void release_cache(fr_mem *m) {

@@ -18,8 +18,8 @@
 #include <stdint.h>
 #include "frugal.h"
 
-#define FR_MEM_ALIGN 64      /* host blocks */
-#define FR_MEM_CACHE_BINS 48 /* free blocks binned by the power of two of their size */
+#define FR_MEM_ALIGN 64       /* host blocks */
+#define FR_MEM_CACHE_BINS 192 /* free blocks binned by size: 4 bins per power of two */
 
 /* Where a memory's bytes come from. take returns a handle for `bytes` bytes,
  * or NULL when the source refuses; give returns a handle taken before. The
