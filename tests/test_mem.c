@@ -49,8 +49,10 @@ static void test_categories(void) {
               s.allocated_total_peak == 4500,
           "grads 3000, total 4500/4500, got %zu, %zu/%zu", s.allocated[FR_MEM_GRADS],
           s.allocated_total, s.allocated_total_peak);
-    CHECK(s.reserved >= 4500 + 3 * 64 && s.reserved_peak == s.reserved && s.cached == 0,
-          "reserved covers the bytes and a header each (%zu)", s.reserved);
+    /* no header: each block is its bytes rounded up to 64 (small blocks):
+     * 1000 -> 16 * 64 = 1024, 3000 -> 47 * 64 = 3008, 500 -> 8 * 64 = 512 */
+    CHECK(s.reserved == 1024 + 3008 + 512 && s.reserved_peak == s.reserved && s.cached == 0,
+          "reserved is the three blocks rounded to 64 bytes, 4544 (%zu)", s.reserved);
 
     fr_free(ctx, a);                            /* params 500 (peak 1500), total 3500 (peak 4500) */
     void *d = fr_alloc(ctx, 200, FR_MEM_OPTIM); /* total 3700 */
@@ -123,8 +125,8 @@ static void test_cache(void) {
     fr_ctx *ctx = fr_ctx_new();
     void *p = fr_alloc(ctx, MiB, FR_MEM_DATA);
     fr_mem_stats s = stats(ctx);
-    size_t R = s.reserved; /* the block with its header, rounded up a little */
-    CHECK(p && R > MiB && R <= MiB + 8 * KiB && s.cached == 0, "1 MiB block reserves %zu", R);
+    size_t R = s.reserved; /* 1 MiB is a multiple of the 4 KiB rounding: itself */
+    CHECK(p && R == MiB && s.cached == 0, "1 MiB block reserves %zu", R);
 
     fr_free(ctx, p);
     s = stats(ctx);
@@ -141,8 +143,7 @@ static void test_cache(void) {
     void *r = fr_alloc(ctx, 2 * MiB, FR_MEM_ACTIVATIONS);
     s = stats(ctx);
     size_t R2 = s.reserved - R;
-    CHECK(r && s.num_cache_hits == 1 && R2 > 2 * MiB && R2 <= 2 * MiB + 8 * KiB,
-          "another size is no hit and reserves anew");
+    CHECK(r && s.num_cache_hits == 1 && R2 == 2 * MiB, "another size is no hit and reserves anew");
     fr_free(ctx, q);
     fr_free(ctx, r);
     s = stats(ctx);
@@ -268,8 +269,8 @@ static void test_arena(void) {
     void *ar = fr_arena_alloc(ctx, MiB);
     fr_mem_stats s = stats(ctx);
     size_t R = s.reserved;
-    CHECK(ar && R > MiB && s.allocated_total == 0 && s.num_allocs == 1,
-          "an arena is reserved, not allocated");
+    CHECK(ar && R == MiB && s.allocated_total == 0 && s.num_allocs == 1,
+          "an arena is reserved (1 MiB, no header), not allocated");
     fr_mem_track(ctx, FR_MEM_ACTIVATIONS, 1000);
     fr_mem_track(ctx, FR_MEM_WORKSPACE, 5000);
     s = stats(ctx);
@@ -291,6 +292,357 @@ static void test_arena(void) {
           "a freed arena is cached like any large block");
     fr_mem_empty_cache(ctx);
     CHECK(stats(ctx).reserved == 0, "and returned by fr_mem_empty_cache");
+    fr_ctx_free(ctx);
+}
+
+/* ---- host blocks are the bytes alone ------------------------------------- */
+
+/* The host classes by hand: below 64 KiB a request rounds up to a multiple
+ * of 64 (at least 64), from 64 KiB up to a multiple of 4096; no header. */
+static void test_host_classes(void) {
+    static const struct {
+        size_t bytes, want;
+    } c[] = {
+        {0, 64},                  /* never an empty block */
+        {1, 64},                  /* 1 -> one 64-byte unit */
+        {64, 64},                 /* exact */
+        {65, 128},                /* 2 units */
+        {100, 128},               /* 100 = 64 + 36 -> 2 units */
+        {1000, 1024},             /* 15.6 units -> 16 */
+        {65535, 65536},           /* small: 1023.98 units of 64 -> 1024 */
+        {65536, 65536},           /* large: 16 pages of 4096, exact */
+        {65537, 69632},           /* 16 pages + 1 byte -> 17 pages = 69632 */
+        {MiB, MiB},               /* 256 pages */
+        {MiB + 4097, MiB + 8192}, /* 256 pages + 4097 bytes -> 258 pages */
+    };
+    fr_ctx *ctx = fr_ctx_new();
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        CHECK(fr_mem_block_bytes(c[i].bytes) == c[i].want,
+              "fr_mem_block_bytes(%zu) = %zu, want %zu", c[i].bytes, fr_mem_block_bytes(c[i].bytes),
+              c[i].want);
+        CHECK(fr_mem_class_bytes(&ctx->mem, c[i].bytes) == c[i].want,
+              "the host memory's class of %zu", c[i].bytes);
+        size_t r0 = stats(ctx).reserved;
+        unsigned char *p = fr_alloc(ctx, c[i].bytes, FR_MEM_DATA);
+        size_t got = stats(ctx).reserved - r0;
+        CHECK(p && got == c[i].want, "fr_alloc(%zu) reserves %zu, want %zu", c[i].bytes, got,
+              c[i].want);
+        if (p) memset(p, 0xab, c[i].want); /* the whole block is the caller's (ASan checks) */
+        CHECK(((uintptr_t)p % FR_MEM_ALIGN) == 0, "64-byte aligned");
+        fr_free(ctx, p);
+        fr_mem_empty_cache(ctx); /* so the next (maybe the same class) takes anew */
+    }
+    CHECK(stats(ctx).reserved == 0, "all given back");
+    fr_ctx_free(ctx);
+}
+
+/* Many takes and gives in a random order: every block is found again in the
+ * side table (whose deletions shift entries back), and allocated and reserved
+ * match a count kept here with the rounding by hand (small: to 64). */
+static void test_table_churn(void) {
+    enum { SLOTS = 300, OPS = 20000 };
+    fr_ctx *ctx = fr_ctx_new();
+    void *p[SLOTS] = {0};
+    size_t n[SLOTS] = {0};
+    size_t want_alloc = 0, want_res = 0;
+    uint64_t x = 12345;
+    int ok = 1;
+    for (int op = 0; op < OPS && ok; op++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        int k = (int)((x >> 33) % SLOTS);
+        if (p[k]) {
+            fr_free(ctx, p[k]);
+            want_alloc -= n[k];
+            want_res -= (n[k] + 63) / 64 * 64 + (n[k] == 0) * 64;
+            p[k] = NULL;
+        } else {
+            n[k] = (size_t)((x >> 13) % 5000);
+            p[k] = fr_alloc(ctx, n[k], FR_MEM_ACTIVATIONS);
+            want_alloc += n[k];
+            want_res += (n[k] + 63) / 64 * 64 + (n[k] == 0) * 64;
+            ok = p[k] != NULL;
+        }
+        fr_mem_stats s = stats(ctx);
+        ok &= s.allocated_total == want_alloc && s.reserved == want_res;
+    }
+    CHECK(ok, "%d random takes and gives: allocated and reserved as counted here", OPS);
+    size_t live = 0;
+    for (int k = 0; k < SLOTS; k++) live += p[k] != NULL;
+    size_t tb = fr_mem_table_bytes(&ctx->mem);
+    /* load <= 3/4 and doubling: fewer than 2 * 4/3 slots per block ever held
+     * at once (at most SLOTS), each slot well under 64 bytes */
+    CHECK(tb > 0 && tb <= 64 * 64 + (size_t)SLOTS * 3 * 64,
+          "the side table stays small: %zu bytes for %zu live blocks", tb, live);
+    for (int k = 0; k < SLOTS; k++) fr_free(ctx, p[k]);
+    fr_mem_stats s = stats(ctx);
+    CHECK(s.allocated_total == 0 && s.reserved == 0, "all given back");
+    fr_ctx_free(ctx);
+}
+
+/* ---- a second memory over a counting source ------------------------------ */
+
+/* A real source: each handle is a malloc'd buffer of the size asked for, and
+ * the source counts what it holds. It refuses past `capacity` live bytes. */
+typedef struct csrc {
+    size_t capacity; /* 0: none */
+    size_t live_bytes, last;
+    int live, takes, gives, refusals;
+} csrc;
+
+typedef struct cbuf {
+    size_t bytes;
+    unsigned char data[];
+} cbuf;
+
+static void *csrc_take(void *self, size_t bytes) {
+    csrc *s = self;
+    if (s->capacity && s->live_bytes + bytes > s->capacity) return s->refusals++, NULL;
+    cbuf *b = malloc(sizeof *b + bytes);
+    if (!b) return s->refusals++, NULL;
+    b->bytes = bytes;
+    memset(b->data, 0x5a, bytes);
+    s->live++, s->takes++, s->live_bytes += bytes, s->last = bytes;
+    return b;
+}
+
+static void csrc_give(void *self, void *handle) {
+    csrc *s = self;
+    cbuf *b = handle;
+    s->live--, s->gives++, s->live_bytes -= b->bytes;
+    free(b);
+}
+
+static int dev_init(fr_mem *m, csrc *s) {
+    memset(s, 0, sizeof *s);
+    fr_mem_source src = {csrc_take, csrc_give, s, "the test device"};
+    return fr_mem_init_source(m, &src, &fr_mem_device_classes);
+}
+
+static fr_mem_stats mstats(const fr_mem *m) {
+    fr_mem_stats s;
+    fr_mem_stats_of(m, &s);
+    return s;
+}
+
+/* The device classes by hand (PyTorch's kMinBlockSize 512, kSmallSize 1 MiB,
+ * kRoundLarge 2 MiB; one buffer per block): up to 1 MiB, a multiple of 512
+ * (at least 512); above, a multiple of 2 MiB. */
+static void test_device_classes(void) {
+    static const struct {
+        size_t bytes, want;
+    } c[] = {
+        {0, 512},                 /* never an empty buffer */
+        {1, 512},                 /* kMinBlockSize */
+        {512, 512},               /* exact */
+        {513, 1024},              /* 2 units of 512 */
+        {100000, 100352},         /* 195.3 units -> 196 * 512 */
+        {MiB, MiB},               /* the largest small request: 2048 units */
+        {MiB + 1, 2 * MiB},       /* large: one 2 MiB unit */
+        {3 * MiB, 4 * MiB},       /* 1.5 units -> 2 */
+        {20 * MiB, 20 * MiB},     /* exact */
+        {21 * MiB + 5, 22 * MiB}, /* 10.5 units -> 11 */
+    };
+    fr_ctx *ctx = fr_ctx_new();
+    fr_mem m;
+    csrc s;
+    CHECK(dev_init(&m, &s) == 0, "a memory over the counting source");
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        CHECK(fr_mem_class_bytes(&m, c[i].bytes) == c[i].want, "device class of %zu: %zu, want %zu",
+              c[i].bytes, fr_mem_class_bytes(&m, c[i].bytes), c[i].want);
+        size_t r0 = mstats(&m).reserved;
+        void *h = fr_mem_take(ctx, &m, c[i].bytes, FR_MEM_PARAMS);
+        fr_mem_stats st = mstats(&m);
+        CHECK(h && s.last == c[i].want && st.reserved - r0 == c[i].want &&
+                  st.allocated[FR_MEM_PARAMS] == c[i].bytes,
+              "take(%zu): the source gave %zu, reserved grew by %zu, allocated %zu", c[i].bytes,
+              s.last, st.reserved - r0, st.allocated[FR_MEM_PARAMS]);
+        fr_mem_give(ctx, &m, h);
+        fr_mem_empty_cache_of(&m);
+    }
+    CHECK(s.live == 0 && s.takes == s.gives && mstats(&m).reserved == 0, "all given back");
+    fr_mem_destroy(&m);
+
+    fr_mem_source bad = {csrc_take, NULL, &s, "no give"};
+    fr_mem_classes zero = {0, MiB, 2 * MiB, 0};
+    fr_mem_source good = {csrc_take, csrc_give, &s, NULL};
+    CHECK(fr_mem_init_source(&m, &bad, &fr_mem_device_classes) != 0 &&
+              fr_mem_init_source(&m, &good, &zero) != 0,
+          "a source without give, or classes with a zero rounding, are refused");
+    fr_ctx_free(ctx);
+}
+
+static void test_device_cache(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_mem m;
+    csrc s;
+    dev_init(&m, &s);
+    void *a = fr_mem_take(ctx, &m, 1000, FR_MEM_ACTIVATIONS); /* class 1024 */
+    void *b = fr_mem_take(ctx, &m, 3 * MiB, FR_MEM_PARAMS);   /* class 4 MiB */
+    fr_mem_give(ctx, &m, a);
+    fr_mem_give(ctx, &m, a); /* a second give of the same handle is ignored */
+    fr_mem_stats st = mstats(&m);
+    CHECK(s.live == 2 && st.cached == 1024 && st.reserved == 1024 + 4 * MiB && st.num_frees == 1 &&
+              st.allocated[FR_MEM_ACTIVATIONS] == 0,
+          "every freed device block is cached, even a small one; a double give is ignored");
+
+    void *c = fr_mem_take(ctx, &m, 600, FR_MEM_WORKSPACE); /* class 1024 again */
+    st = mstats(&m);
+    CHECK(c == a && s.takes == 2 && st.num_cache_hits == 1 && st.cached == 0 &&
+              st.allocated[FR_MEM_WORKSPACE] == 600,
+          "a request of the same class (600 -> 1024) reuses the buffer");
+    void *d = fr_mem_take(ctx, &m, 1025, FR_MEM_WORKSPACE); /* class 1536 */
+    fr_mem_give(ctx, &m, b);
+    void *e = fr_mem_take(ctx, &m, 2 * MiB + 1, FR_MEM_PARAMS); /* class 4 MiB: b's */
+    st = mstats(&m);
+    CHECK(d && d != a && e == b && s.takes == 3 && st.num_cache_hits == 2,
+          "another class takes anew (1025 -> 1536); 2 MiB + 1 reuses the 4 MiB buffer");
+    void *f = fr_mem_take(ctx, &m, 5 * MiB, FR_MEM_PARAMS); /* class 6 MiB */
+    fr_mem_give(ctx, &m, c), fr_mem_give(ctx, &m, d), fr_mem_give(ctx, &m, e),
+        fr_mem_give(ctx, &m, f);
+    st = mstats(&m);
+    size_t all = 1024 + 1536 + 4 * MiB + 6 * MiB;
+    CHECK(s.live == 4 && st.cached == all && st.reserved == all && st.allocated_total == 0,
+          "four buffers cached, %zu bytes", all);
+    fr_mem_empty_cache_of(&m);
+    st = mstats(&m);
+    CHECK(s.live == 0 && s.live_bytes == 0 && s.gives == s.takes && st.reserved == 0 &&
+              st.cached == 0 && st.reserved_peak == 1024 + 4 * MiB + 1536 + 6 * MiB,
+          "empty_cache gives every buffer back to the source (peak %zu)", st.reserved_peak);
+
+    /* arena and track on this memory */
+    void *ar = fr_mem_take_arena(ctx, &m, 3 * MiB);
+    fr_mem_track_of(&m, FR_MEM_ACTIVATIONS, 1000);
+    st = mstats(&m);
+    CHECK(ar && st.reserved == 4 * MiB && st.allocated_total == 1000 &&
+              stats(ctx).allocated_total == 0 && stats(ctx).reserved == 0,
+          "an arena on the device memory is reserved there; the host memory is untouched");
+    fr_mem_track_of(&m, FR_MEM_ACTIVATIONS, -1000);
+    fr_mem_give(ctx, &m, ar);
+    fr_mem_reset_peak_of(&m);
+    fr_mem_destroy(&m); /* gives the cached arena back */
+    CHECK(s.live == 0, "destroy gives the cache back");
+    fr_ctx_free(ctx);
+}
+
+static void test_device_refusals(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_mem m;
+    csrc s;
+    dev_init(&m, &s);
+    /* the budget */
+    fr_mem_set_limit_of(&m, 3 * MiB);
+    void *a = fr_mem_take(ctx, &m, 2 * MiB, FR_MEM_PARAMS);
+    void *b = fr_mem_take(ctx, &m, MiB + MiB / 2, FR_MEM_GRADS); /* class 2 MiB: 4 > 3 */
+    fr_mem_stats st = mstats(&m);
+    const char *msg = fr_last_error(ctx);
+    CHECK(a && !b && s.takes == 1 && st.num_ooms == 1 && st.reserved == 2 * MiB &&
+              strstr(msg, "memory budget exceeded") && strstr(msg, "gradients") &&
+              strstr(msg, "3145728"),
+          "over the limit: refused before the source is asked: '%s'", msg);
+    void *c = fr_mem_take(ctx, &m, MiB, FR_MEM_GRADS); /* class 1 MiB: 3 <= 3 */
+    CHECK(c && mstats(&m).reserved == 3 * MiB, "up to the limit fits");
+    fr_mem_give(ctx, &m, c);
+    fr_mem_set_limit_of(&m, 0);
+
+    /* the source refusing: counted as an OOM, after the cache was given back */
+    s.capacity = 4 * MiB;
+    void *d = fr_mem_take(ctx, &m, 3 * MiB, FR_MEM_DATA); /* 4 MiB: 2 + 4 > 4 */
+    st = mstats(&m);
+    msg = fr_last_error(ctx);
+    CHECK(!d && st.num_ooms == 2 && s.live == 1 && st.cached == 0 && st.reserved == 2 * MiB &&
+              strstr(msg, "the test device refused") && strstr(msg, "data"),
+          "the source refuses: the cache (1 MiB) went back, then an OOM: '%s'", msg);
+    void *e = fr_mem_take(ctx, &m, MiB, FR_MEM_DATA);
+    fr_mem_give(ctx, &m, e);                              /* cached: 2 + 1 of the 4 */
+    void *f = fr_mem_take(ctx, &m, 2 * MiB, FR_MEM_DATA); /* 2 + 1 + 2 > 4: the cache goes */
+    st = mstats(&m);
+    CHECK(f && st.num_ooms == 2 && st.cached == 0 && s.live == 2 && st.reserved == 4 * MiB,
+          "a refusal with something cached gives the cache back and asks again");
+    fr_mem_give(ctx, &m, a);
+    fr_mem_give(ctx, &m, f);
+    fr_mem_destroy(&m);
+    CHECK(s.live == 0, "nothing left at the source");
+    fr_ctx_free(ctx);
+}
+
+/* Seven device blocks of mixed classes; on failure give back what was taken. */
+static fr_status dev_build(fr_ctx *ctx, fr_mem *m, void *out[7]) {
+    static const size_t sizes[7] = {100, 3 * MiB, 512, 1000, MiB, 7, 3 * MiB};
+    for (int i = 0; i < 7; i++) {
+        out[i] = fr_mem_take(ctx, m, sizes[i], (fr_mem_cat)(i % FR_MEM_CAT_COUNT));
+        if (!out[i]) {
+            while (i--) fr_mem_give(ctx, m, out[i]);
+            return FR_ERR_NOMEM;
+        }
+    }
+    return FR_OK;
+}
+
+static void test_device_faults(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_mem m;
+    csrc s;
+    dev_init(&m, &s);
+    for (uint64_t n = 1; n <= 8; n++) {
+        void *blk[7];
+        fr_mem_stats before = mstats(&m);
+        fr_mem_fail_at_of(&m, n);
+        fr_status st = dev_build(ctx, &m, blk);
+        fr_mem_stats after = mstats(&m);
+        if (n <= 7) {
+            CHECK(st == FR_ERR_NOMEM && after.allocated_total == 0 &&
+                      after.num_ooms == before.num_ooms + 1 &&
+                      after.num_allocs == before.num_allocs + (n - 1) &&
+                      strstr(fr_last_error(ctx), "(injected failure)"),
+                  "device builder with take %llu failing: clean", (unsigned long long)n);
+        } else {
+            CHECK(st == FR_OK && after.num_ooms == before.num_ooms, "builder succeeds at n = 8");
+            for (int i = 0; i < 7; i++) fr_mem_give(ctx, &m, blk[i]);
+        }
+        fr_mem_fail_at_of(&m, 0);
+        fr_mem_empty_cache_of(&m);
+        CHECK(s.live == 0 && mstats(&m).reserved == 0, "n = %llu: the source holds nothing",
+              (unsigned long long)n);
+    }
+
+    /* the side table's growth failing: the first take needs a table */
+    fr_mem_destroy(&m);
+    dev_init(&m, &s);
+    fr_mem_table_fail_at(&m, 1);
+    void *h = fr_mem_take(ctx, &m, 100, FR_MEM_PARAMS);
+    fr_mem_stats st = mstats(&m);
+    CHECK(!h && s.takes == 0 && st.num_ooms == 1 && st.reserved == 0 &&
+              fr_mem_table_bytes(&m) == 0 && strstr(fr_last_error(ctx), "table"),
+          "a table that cannot grow refuses before the source is asked: '%s'", fr_last_error(ctx));
+    /* a table of 64 slots holds 48 (load 3/4); the 49th block needs growth */
+    void *k[49];
+    int ok = 1;
+    for (int i = 0; i < 48; i++) ok &= (k[i] = fr_mem_take(ctx, &m, 512, FR_MEM_PARAMS)) != NULL;
+    size_t tb = fr_mem_table_bytes(&m);
+    fr_mem_table_fail_at(&m, 1);
+    k[48] = fr_mem_take(ctx, &m, 512, FR_MEM_PARAMS);
+    st = mstats(&m);
+    CHECK(ok && tb > 0 && !k[48] && s.live == 48 && st.num_ooms == 2 &&
+              st.allocated_total == 48 * 512 && fr_mem_table_bytes(&m) == tb,
+          "the 49th block's table growth fails cleanly; the table is as it was");
+    k[48] = fr_mem_take(ctx, &m, 512, FR_MEM_PARAMS);
+    CHECK(k[48] && fr_mem_table_bytes(&m) == 2 * tb && s.live == 49,
+          "then it grows (doubles: %zu -> %zu bytes)", tb, fr_mem_table_bytes(&m));
+    for (int i = 0; i < 49; i++) fr_mem_give(ctx, &m, k[i]);
+    CHECK(mstats(&m).allocated_total == 0 && s.live == 49, "all 49 given, cached");
+    fr_mem_destroy(&m);
+    CHECK(s.live == 0 && s.gives == s.takes, "nothing leaked");
+
+    /* host: the table failing in fr_alloc (this context's host memory has
+     * taken nothing yet, so its table is empty) is an ordinary failure */
+    fr_mem_table_fail_at(&ctx->mem, 1);
+    void *p = fr_alloc(ctx, 10, FR_MEM_OTHER);
+    CHECK(!p && stats(ctx).num_ooms == 1 && stats(ctx).reserved == 0 &&
+              strstr(fr_last_error(ctx), "out of memory"),
+          "host: a failed table growth is a clean out-of-memory: '%s'", fr_last_error(ctx));
+    p = fr_alloc(ctx, 10, FR_MEM_OTHER);
+    CHECK(p && stats(ctx).reserved == 64, "and the next allocation works");
+    fr_free(ctx, p);
     fr_ctx_free(ctx);
 }
 
@@ -589,6 +941,12 @@ int main(void) {
     test_limit();
     test_fail_at();
     test_arena();
+    test_host_classes();
+    test_table_churn();
+    test_device_classes();
+    test_device_cache();
+    test_device_refusals();
+    test_device_faults();
     test_reader_itself();
     test_reports();
     test_human_bytes();
