@@ -265,22 +265,20 @@ cl_command_queue fr_cl_queue(fr_cl *cl) { return cl->queue; }
 
 /* ---- programs and kernels ---------------------------------------------- */
 
-/* Build program i; on failure the error holds the start of the build log
- * (where a compiler puts the first error). */
-static int build(fr_ctx *ctx, fr_cl *cl, int i) {
-    const fr_cl_source *s = &fr_cl_sources[i];
+int fr_cl_build(fr_ctx *ctx, fr_cl *cl, const char *file, const char *text, cl_program *out) {
+    *out = NULL;
     cl_int err;
-    const char *text = s->text;
     cl_program p = clCreateProgramWithSource(cl->context, 1, &text, NULL, &err);
     char what[128];
-    snprintf(what, sizeof what, "clCreateProgramWithSource %s.cl", s->file);
+    snprintf(what, sizeof what, "clCreateProgramWithSource %s.cl", file);
     int st = fr_cl_check(ctx, err, what);
     if (st != FR_OK) return st;
     err = clBuildProgram(p, 1, &cl->device, "-cl-std=CL1.2", NULL, NULL);
     if (err == CL_SUCCESS) {
-        cl->programs[i] = p;
+        *out = p;
         return FR_OK;
     }
+    /* the start of the build log: where a compiler puts the first error */
     size_t len = 0;
     char log[FR_ERR_LEN];
     log[0] = '\0';
@@ -296,7 +294,7 @@ static int build(fr_ctx *ctx, fr_cl *cl, int i) {
     }
     clReleaseProgram(p);
     return fr_fail(ctx, is_nomem(err) ? FR_ERR_NOMEM : FR_ERR_ARG,
-                   "clBuildProgram %s.cl on %s: %s (%d): %s", s->file, cl->info.name,
+                   "clBuildProgram %s.cl on %s: %s (%d): %s", file, cl->info.name,
                    fr_cl_errstr(err), (int)err, log[0] ? log : "(no build log)");
 }
 
@@ -312,7 +310,9 @@ cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *nam
     for (size_t i = 0; i < cl->n_kernels; i++)
         if (cl->kernels[i].program == prog && !strcmp(cl->kernels[i].name, name))
             return cl->kernels[i].k;
-    if (!cl->programs[prog] && build(ctx, cl, prog) != FR_OK) return NULL;
+    if (!cl->programs[prog] && fr_cl_build(ctx, cl, file, fr_cl_sources[prog].text,
+                                           &cl->programs[prog]) != FR_OK)
+        return NULL;
     if (fr_grow(ctx, (void **)&cl->kernels, &cl->cap_kernels, cl->n_kernels + 1,
                 sizeof *cl->kernels, FR_MEM_OTHER) != 0)
         return NULL;

@@ -43,20 +43,62 @@ const fr_cl_info *fr_cl_info_of(const fr_cl *cl);
  * "-cl-std=CL1.2". The kernel is cached and owned by cl: do not release it.
  * NULL with the build log in the error on failure. */
 cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *name);
+/* Build TEXT as fr_cl_kernel builds an embedded program (FILE names it in
+ * messages); the caller releases *out. fr_cl_kernel's builder, open to tests
+ * and tools with a source of their own. */
+int fr_cl_build(fr_ctx *ctx, fr_cl *cl, const char *file, const char *text, cl_program *out);
 
 /* Set argument i; fails naming the kernel, the index and the CL status. */
 int fr_cl_arg(fr_ctx *ctx, cl_kernel k, cl_uint i, size_t size, const void *value);
-/* FR_CL_ARGS(ctx, k, sizeof x, &x, sizeof n, &n, ...): every argument in
- * order from (size, pointer) pairs (braced pairs {sizeof x, &x} work too);
- * FR_OK or the first failure. */
 typedef struct fr_cl_argv {
     size_t size;
     const void *value;
 } fr_cl_argv;
 int fr_cl_args(fr_ctx *ctx, cl_kernel k, const fr_cl_argv *args, size_t n);
-#define FR_CL_ARGS(ctx, k, ...)                               \
-    fr_cl_args((ctx), (k), (const fr_cl_argv[]){__VA_ARGS__}, \
-               sizeof((const fr_cl_argv[]){__VA_ARGS__}) / sizeof(fr_cl_argv))
+/* FR_CL_ARGS(ctx, k, sizeof x, &x, sizeof n, &n, ...): every argument in
+ * order from flat (size, pointer) pairs, up to 24; FR_OK or the first
+ * failure. The pairs become a braced fr_cl_argv array (each size converted
+ * to size_t, each pointer to const void *), counted at compile time. */
+#define FR_CL_ARGS(ctx, k, ...)                                             \
+    fr_cl_args((ctx), (k), (const fr_cl_argv[]){FR_CL_PAIRS_(__VA_ARGS__)}, \
+               sizeof((const fr_cl_argv[]){FR_CL_PAIRS_(__VA_ARGS__)}) / sizeof(fr_cl_argv))
+#define FR_CL_NARG_(...)                                                                          \
+    FR_CL_NARG2_(__VA_ARGS__, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, \
+                 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,  \
+                 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define FR_CL_NARG2_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, \
+                     _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32,  \
+                     _33, _34, _35, _36, _37, _38, _39, _40, _41, _42, _43, _44, _45, _46, _47,  \
+                     _48, N, ...)                                                                \
+    N
+#define FR_CL_CAT_(a, b) FR_CL_CAT2_(a, b)
+#define FR_CL_CAT2_(a, b) a##b
+#define FR_CL_PAIRS_(...) FR_CL_CAT_(FR_CL_P, FR_CL_NARG_(__VA_ARGS__))(__VA_ARGS__)
+#define FR_CL_P2(s, v) \
+    { (size_t)(s), (const void *)(v) }
+#define FR_CL_P4(s, v, ...) FR_CL_P2(s, v), FR_CL_P2(__VA_ARGS__)
+#define FR_CL_P6(s, v, ...) FR_CL_P2(s, v), FR_CL_P4(__VA_ARGS__)
+#define FR_CL_P8(s, v, ...) FR_CL_P2(s, v), FR_CL_P6(__VA_ARGS__)
+#define FR_CL_P10(s, v, ...) FR_CL_P2(s, v), FR_CL_P8(__VA_ARGS__)
+#define FR_CL_P12(s, v, ...) FR_CL_P2(s, v), FR_CL_P10(__VA_ARGS__)
+#define FR_CL_P14(s, v, ...) FR_CL_P2(s, v), FR_CL_P12(__VA_ARGS__)
+#define FR_CL_P16(s, v, ...) FR_CL_P2(s, v), FR_CL_P14(__VA_ARGS__)
+#define FR_CL_P18(s, v, ...) FR_CL_P2(s, v), FR_CL_P16(__VA_ARGS__)
+#define FR_CL_P20(s, v, ...) FR_CL_P2(s, v), FR_CL_P18(__VA_ARGS__)
+#define FR_CL_P22(s, v, ...) FR_CL_P2(s, v), FR_CL_P20(__VA_ARGS__)
+#define FR_CL_P24(s, v, ...) FR_CL_P2(s, v), FR_CL_P22(__VA_ARGS__)
+#define FR_CL_P26(s, v, ...) FR_CL_P2(s, v), FR_CL_P24(__VA_ARGS__)
+#define FR_CL_P28(s, v, ...) FR_CL_P2(s, v), FR_CL_P26(__VA_ARGS__)
+#define FR_CL_P30(s, v, ...) FR_CL_P2(s, v), FR_CL_P28(__VA_ARGS__)
+#define FR_CL_P32(s, v, ...) FR_CL_P2(s, v), FR_CL_P30(__VA_ARGS__)
+#define FR_CL_P34(s, v, ...) FR_CL_P2(s, v), FR_CL_P32(__VA_ARGS__)
+#define FR_CL_P36(s, v, ...) FR_CL_P2(s, v), FR_CL_P34(__VA_ARGS__)
+#define FR_CL_P38(s, v, ...) FR_CL_P2(s, v), FR_CL_P36(__VA_ARGS__)
+#define FR_CL_P40(s, v, ...) FR_CL_P2(s, v), FR_CL_P38(__VA_ARGS__)
+#define FR_CL_P42(s, v, ...) FR_CL_P2(s, v), FR_CL_P40(__VA_ARGS__)
+#define FR_CL_P44(s, v, ...) FR_CL_P2(s, v), FR_CL_P42(__VA_ARGS__)
+#define FR_CL_P46(s, v, ...) FR_CL_P2(s, v), FR_CL_P44(__VA_ARGS__)
+#define FR_CL_P48(s, v, ...) FR_CL_P2(s, v), FR_CL_P46(__VA_ARGS__)
 
 /* Enqueue k over global[0..dims) work-items (local NULL: the implementation
  * chooses the work-group size). Does not wait. */
