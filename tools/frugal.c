@@ -1181,6 +1181,7 @@ static const char *usage_devices =
     "or this frugal was built without OpenCL; 2 for a usage error. So\n"
     "`frugal devices >/dev/null && ...` asks whether a device is there.\n";
 
+#ifdef FR_HAVE_OPENCL
 /* s as a JSON string body (quotes and control characters escaped) */
 static void json_str(FILE *f, const char *s) {
     fputc('"', f);
@@ -1192,6 +1193,8 @@ static void json_str(FILE *f, const char *s) {
     }
     fputc('"', f);
 }
+
+#endif
 
 static int cmd_devices(int argc, char **argv) {
     int json = 0;

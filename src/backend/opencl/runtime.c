@@ -229,8 +229,8 @@ int fr_cl_open(fr_ctx *ctx, int index, fr_cl **out) {
         goto fail;
     }
     cl_int err;
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)cl->platform, 0};
-    cl->context = clCreateContext(props, 1, &cl->device, NULL, NULL, &err);
+    /* no properties: the one device names its platform */
+    cl->context = clCreateContext(NULL, 1, &cl->device, NULL, NULL, &err);
     if ((st = fr_cl_check(ctx, err, "clCreateContext")) != FR_OK) goto fail;
     cl->queue = clCreateCommandQueue(cl->context, cl->device, 0, &err); /* in order */
     if ((st = fr_cl_check(ctx, err, "clCreateCommandQueue")) != FR_OK) goto fail;
@@ -310,8 +310,8 @@ cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *nam
     for (size_t i = 0; i < cl->n_kernels; i++)
         if (cl->kernels[i].program == prog && !strcmp(cl->kernels[i].name, name))
             return cl->kernels[i].k;
-    if (!cl->programs[prog] && fr_cl_build(ctx, cl, file, fr_cl_sources[prog].text,
-                                           &cl->programs[prog]) != FR_OK)
+    if (!cl->programs[prog] &&
+        fr_cl_build(ctx, cl, file, fr_cl_sources[prog].text, &cl->programs[prog]) != FR_OK)
         return NULL;
     if (fr_grow(ctx, (void **)&cl->kernels, &cl->cap_kernels, cl->n_kernels + 1,
                 sizeof *cl->kernels, FR_MEM_OTHER) != 0)
