@@ -208,6 +208,36 @@ static void test_clblast(fr_ctx *ctx, fr_cl *cl) {
     fr_cl_release(bc);
 }
 
+/* Every host allocation of open, a kernel's build and caching, and close
+ * fails in turn: each failure is FR_ERR_NOMEM with a message and leaves no
+ * host bytes behind; once none fails the kernel runs. */
+static void test_allocation_failures(void) {
+    int n, failures = 0, bad = 0;
+    for (n = 1; n < 1000; n++) {
+        fr_ctx *ctx = fr_ctx_new();
+        fr_mem_fail_at(ctx, (uint64_t)n);
+        fr_cl *cl = NULL;
+        int st = fr_cl_open(ctx, 0, &cl);
+        if (st == FR_OK) {
+            if (!fr_cl_kernel(ctx, cl, "runtime", "fill_f32")) st = FR_ERR_NOMEM;
+            else if (!fr_cl_kernel(ctx, cl, "runtime", "axpy_f32")) st = FR_ERR_NOMEM;
+        }
+        int injected = ctx->mem.fail_at == 0;
+        fr_cl_close(cl);
+        fr_mem_stats ms;
+        fr_mem_get_stats(ctx, &ms);
+        if (st != FR_OK) {
+            failures++;
+            if (st != FR_ERR_NOMEM || !fr_last_error(ctx)[0] || !injected) bad++;
+        }
+        if (ms.allocated[FR_MEM_OTHER] != 0) bad++;
+        fr_ctx_free(ctx);
+        if (st == FR_OK && !injected) break;
+    }
+    CHECK(n < 1000 && failures >= 3, "%d allocations failed in turn", failures);
+    CHECK(bad == 0, "%d of %d injected failures unclean or leaking", bad, failures);
+}
+
 int main(void) {
     fr_ctx *ctx = fr_ctx_new();
     CHECK(!strcmp(fr_cl_errstr(CL_OUT_OF_RESOURCES), "CL_OUT_OF_RESOURCES"), "errstr");
@@ -262,6 +292,7 @@ int main(void) {
     CHECK(ms.allocated[FR_MEM_OTHER] == 0, "the runtime's host memory freed: %zu bytes left",
           ms.allocated[FR_MEM_OTHER]);
     fr_ctx_free(ctx);
+    test_allocation_failures();
     return check_done();
 }
 #endif
