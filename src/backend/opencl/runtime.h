@@ -6,8 +6,8 @@
  *
  * Every function that can fail returns FR_OK or an fr_status with a message
  * in the context naming what failed and the CL status ("clBuildProgram
- * norm.cl: CL_BUILD_PROGRAM_FAILURE: ..."). Transfers are blocking; kernel
- * enqueues are not (fr_cl_finish waits for the queue). */
+ * norm.cl on DEVICE: CL_BUILD_PROGRAM_FAILURE (-11): LOG"). Transfers are
+ * blocking; kernel enqueues are not (fr_cl_finish waits for the queue). */
 #ifndef FR_CL_RUNTIME_H
 #define FR_CL_RUNTIME_H
 
