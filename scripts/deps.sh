@@ -2,7 +2,11 @@
 # deps.sh — install what frugal needs from Debian 12's packages, only what is
 # missing. Sourced by run.sh and test.sh. Pass extra package names to add.
 set -euo pipefail
-need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes "$@")
+# OpenCL (the device backend): headers, the ICD loader, CLBlast, PoCL (a CPU
+# device, so the device tests run anywhere) and clinfo; MPI for the next step.
+need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
+      ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
+      openmpi-bin libopenmpi-dev "$@")
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -17,6 +17,9 @@
 #include "report/timeline.h"
 #include "train/source.h"
 #include "train/trainer.h"
+#ifdef FR_HAVE_OPENCL
+#include "backend/opencl/runtime.h"
+#endif
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 /* A token model's default text: Debian's fortunes package. */
@@ -36,6 +39,7 @@ static const char *usage_main =
     "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
     "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
     "  generate  stream text from a trained language model (KV cache: O(T) a token)\n"
+    "  devices   the OpenCL devices this machine has (platform, memory, fp16)\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
@@ -1159,6 +1163,108 @@ static int cmd_generate(int argc, char **argv) {
     return rc;
 }
 
+/* ---- devices ----------------------------------------------------------- */
+
+static const char *usage_devices =
+    "usage: frugal devices [--json]\n"
+    "\n"
+    "Lists the OpenCL devices of every platform, in the order --device opencl:N counts\n"
+    "them: index, platform, device name, global memory, the largest single buffer, whether\n"
+    "it has half precision (cl_khr_fp16) and its compute units.\n"
+    "\n"
+    "options:\n"
+    "  --json    one JSON object {\"devices\": [...]} on stdout, sizes in bytes\n"
+    "  --help    this text\n"
+    "\n"
+    "exit status: 0 when at least one device is listed; 1 when there is none (the message\n"
+    "says what to install: pocl-opencl-icd is a CPU device, or your GPU's OpenCL driver)\n"
+    "or this frugal was built without OpenCL; 2 for a usage error. So\n"
+    "`frugal devices >/dev/null && ...` asks whether a device is there.\n";
+
+#ifdef FR_HAVE_OPENCL
+/* s as a JSON string body (quotes and control characters escaped) */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+#endif
+
+static int cmd_devices(int argc, char **argv) {
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return fputs(usage_devices, stdout), 0;
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else {
+            fprintf(stderr, "frugal devices: unknown option '%s' (options: --json, --help)\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+#ifndef FR_HAVE_OPENCL
+    if (json) puts("{\"devices\": []}");
+    fputs("frugal devices: this frugal was built without OpenCL (FR_OPENCL=OFF, or OpenCL or "
+          "CLBlast not found when it was built)\n",
+          stderr);
+    return 1;
+#else
+    fr_ctx *ctx = fr_ctx_new();
+    if (!ctx) return fputs("frugal devices: out of memory\n", stderr), 1;
+    int n = 0, rc = 0;
+    if (fr_cl_count(ctx, &n) != FR_OK) {
+        fprintf(stderr, "frugal devices: %s\n", fr_last_error(ctx));
+        fr_ctx_free(ctx);
+        return 1;
+    }
+    if (json) fputs("{\"devices\": [", stdout);
+    else if (n > 0)
+        printf("%-5s %-28s %-36s %10s %10s %4s %5s\n", "index", "platform", "device", "memory",
+               "largest", "fp16", "units");
+    for (int i = 0; i < n; i++) {
+        fr_cl_info in;
+        if (fr_cl_describe(ctx, i, &in) != FR_OK) {
+            fprintf(stderr, "frugal devices: device %d: %s\n", i, fr_last_error(ctx));
+            rc = 1;
+            continue;
+        }
+        if (json) {
+            printf("%s\n  {\"index\": %d, \"platform\": ", i ? "," : "", i);
+            json_str(stdout, in.platform);
+            fputs(", \"name\": ", stdout);
+            json_str(stdout, in.name);
+            fputs(", \"version\": ", stdout);
+            json_str(stdout, in.version);
+            printf(", \"global_mem\": %zu, \"max_alloc\": %zu, \"base_align\": %zu, \"fp16\": %s, "
+                   "\"fp64\": %s, \"compute_units\": %d}",
+                   in.global_mem, in.max_alloc, in.base_align, in.fp16 ? "true" : "false",
+                   in.fp64 ? "true" : "false", in.compute_units);
+        } else {
+            char g[32], a[32];
+            printf("%-5d %-28.28s %-36.36s %10s %10s %4s %5d\n", i, in.platform, in.name,
+                   fr_human_bytes(in.global_mem, g, sizeof g),
+                   fr_human_bytes(in.max_alloc, a, sizeof a), in.fp16 ? "yes" : "no",
+                   in.compute_units);
+        }
+    }
+    if (json) puts(n ? "\n]}" : "]}");
+    if (n == 0) {
+        fputs("no OpenCL device found; install pocl-opencl-icd (a CPU device) or your GPU's "
+              "OpenCL driver\n",
+              stderr);
+        rc = 1;
+    }
+    fr_ctx_free(ctx);
+    return rc;
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
@@ -1172,10 +1278,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "devices")) return cmd_devices(argc - 1, argv + 1);
     fprintf(
         stderr,
         "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, generate, "
-        "help)\n",
+        "devices, help)\n",
         argv[1]);
     return 2;
 }
