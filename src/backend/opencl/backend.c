@@ -1,0 +1,109 @@
+/* backend.c — the OpenCL backend (see backend.h): its table, its workspace
+ * sizes and the device's memory, an fr_mem over buffers of the device. */
+#include "backend/opencl/backend.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* VIEW has no kernel on any backend (fr_op_info.view). */
+#define fr_cl_k_view NULL
+
+/* One row per op of FR_OPS, each naming fr_cl_k_<name>: an op without an
+ * OpenCL kernel fails to link. */
+#define FR_CL_ROW(NAME, name, nin, nout) [FR_OP_##NAME] = fr_cl_k_##name,
+static const fr_kernel_fn cl_kernels[FR_OP_COUNT] = {FR_OPS(FR_CL_ROW)};
+#undef FR_CL_ROW
+
+/* The device's workspaces: until a kernel says otherwise, the CPU's sizes. */
+static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
+    return fr_cpu_backend.ws_elems(g, n, j);
+}
+
+/* ---- the device's memory ---- */
+
+typedef struct cl_source {
+    fr_ctx *ctx;
+    fr_cl *cl;
+} cl_source;
+
+static void *src_take(void *self, size_t bytes) {
+    cl_source *s = self;
+    cl_mem m = NULL;
+    return fr_cl_alloc(s->ctx, s->cl, bytes, &m) ? NULL : (void *)m;
+}
+
+static void src_give(void *self, void *handle) {
+    (void)self;
+    fr_cl_release((cl_mem)handle);
+}
+
+typedef struct cl_full {
+    fr_cl_state st; /* first: ctx->dev points at it */
+    cl_source src;
+} cl_full;
+
+static void *cl_alloc(fr_ctx *ctx, size_t bytes, fr_mem_cat cat) {
+    return fr_mem_take(ctx, fr_cl_memory(ctx), bytes, cat);
+}
+static void cl_release(fr_ctx *ctx, void *buf) { fr_mem_give(ctx, fr_cl_memory(ctx), buf); }
+static void *cl_arena_alloc(fr_ctx *ctx, size_t bytes) {
+    return fr_mem_take_arena(ctx, fr_cl_memory(ctx), bytes);
+}
+static void cl_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta) {
+    fr_mem_track_of(fr_cl_memory(ctx), cat, delta);
+}
+static int cl_write(fr_ctx *ctx, void *buf, size_t off, const void *src, size_t n) {
+    return fr_cl_write(ctx, fr_cl_of(ctx), (cl_mem)buf, off, src, n);
+}
+static int cl_read(fr_ctx *ctx, void *buf, size_t off, void *dst, size_t n) {
+    return fr_cl_read(ctx, fr_cl_of(ctx), (cl_mem)buf, off, dst, n);
+}
+static int cl_zero(fr_ctx *ctx, void *buf, size_t off, size_t n) {
+    return fr_cl_zero(ctx, fr_cl_of(ctx), (cl_mem)buf, off, n);
+}
+static int cl_finish(fr_ctx *ctx) { return fr_cl_finish(ctx, fr_cl_of(ctx)); }
+
+const fr_backend fr_cl_backend = {
+    .name = "opencl",
+    .kernels = cl_kernels,
+    .ws_elems = cl_ws,
+    .alloc = cl_alloc,
+    .release = cl_release,
+    .arena_alloc = cl_arena_alloc,
+    .arena_free = cl_release,
+    .track = cl_track,
+    .write = cl_write,
+    .read = cl_read,
+    .zero = cl_zero,
+    .finish = cl_finish,
+};
+
+int fr_cl_use(fr_ctx *ctx, int index) {
+    if (ctx->dev) return fr_fail(ctx, FR_ERR_ARG, "opencl: this context already uses a device");
+    cl_full *f = calloc(1, sizeof *f);
+    if (!f) return fr_fail(ctx, FR_ERR_NOMEM, "opencl: out of memory opening device %d", index);
+    int st = fr_cl_open(ctx, index, &f->st.cl);
+    if (st) {
+        free(f);
+        return st;
+    }
+    f->src = (cl_source){ctx, f->st.cl};
+    const fr_mem_source src = {src_take, src_give, &f->src, "the OpenCL device"};
+    if (fr_mem_init_source(&f->st.mem, &src, &fr_mem_device_classes)) {
+        fr_cl_close(f->st.cl);
+        free(f);
+        return fr_fail(ctx, FR_ERR_NOMEM, "opencl: the device's allocator could not start");
+    }
+    ctx->dev = f;
+    ctx->be = &fr_cl_backend;
+    return FR_OK;
+}
+
+void fr_cl_unuse(fr_ctx *ctx) {
+    if (!ctx || !ctx->dev) return;
+    cl_full *f = ctx->dev;
+    fr_mem_destroy(&f->st.mem);
+    fr_cl_close(f->st.cl);
+    free(f);
+    ctx->dev = NULL;
+    ctx->be = NULL;
+}
