@@ -1,0 +1,346 @@
+/* test_backend_ops.c — every op, forward and backward, on every backend
+ * built, against the CPU backend (ggml's test-backend-ops is the model).
+ *
+ * Each case of op_cases.h (one per differentiable op, the gradient check's)
+ * becomes the same graph on both backends: the op, a view to (N, D) and an
+ * MSE loss against a fixed target, differentiated by autodiff, planned and
+ * run by the executor; the device's inputs are uploaded into buffers of its
+ * own memory and its outputs read back. The CPU backend's results are checked
+ * elsewhere against float64, finite differences and PyTorch; here the
+ * device's forward output, loss and every input gradient must agree with
+ * them within the bound below, and two device runs must give the same bits.
+ * COPY and CAST (not differentiable) run alone and must agree bit for bit.
+ * An op whose device kernel is missing fails its case, and a table check
+ * fails for any op no case ran on the device (OPTIM_STEP, the step inside
+ * backward, runs in test_opencl_optim.c with the optimizer's state).
+ *
+ * Bound, f32: |device - cpu| <= 1e-4 * max|cpu| over the tensor, plus 1e-6.
+ * The device sums in a different order (CLBlast's GEMM tiles, tree
+ * reductions) and its exp, erf and tanh may differ from glibc's by their
+ * specified few ulp; at these sizes (K <= 67 terms) reassociation moves a
+ * float by well under 1e-5 of the largest term, so 1e-4 leaves room for the
+ * loss's division and the gradient chain without hiding a wrong index, which
+ * moves values by O(1) of the tensor's scale. Integers and casts: exact. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "autodiff/autodiff.h"
+#include "check.h"
+#include "core/rng.h"
+#include "exec/exec.h"
+#include "op_cases.h"
+
+#ifndef FR_HAVE_OPENCL
+int main(void) {
+    puts("skipped: frugal built without OpenCL");
+    return 77;
+}
+#else
+#include "backend/opencl/backend.h"
+
+#define MAXV 256
+
+static float frand(fr_rng *r) { return 2.0f * fr_rng_next_uniform(r) - 1.0f; }
+
+/* The host data of one case, the same for every backend. */
+typedef struct data {
+    void *in[5];
+    size_t bytes[5];
+    int is_int[5];
+    float *target;
+    size_t target_n;
+} data;
+
+/* One backend's graph, plan and executor for a case, and its results. */
+typedef struct side {
+    fr_ctx *ctx;
+    fr_graph g;
+    fr_plan plan;
+    fr_exec ex;
+    int built;
+    int in_val[5], grad_val[5], target_val, main_out, loss;
+    void *dbuf[16]; /* device buffers the side allocated */
+    int ndbuf;
+    float *out, *grad[5], lossv;
+    size_t out_n;
+} side;
+
+static void make_data(const gcase *c, data *d) {
+    fr_rng r = fr_rng_make(42, (uint64_t)c->op);
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->in[i].ndim == 0) continue;
+        size_t n = (size_t)fr_shape_numel(&c->in[i]);
+        if (c->is_int[i]) {
+            uint64_t below =
+                c->is_int[i] > 1 ? (uint64_t)c->is_int[i] : (uint64_t)c->in[0].d[c->in[0].ndim - 1];
+            int32_t *x = malloc(n * sizeof *x);
+            for (size_t k = 0; k < n; k++) x[k] = (int32_t)fr_rng_below(&r, below);
+            d->in[i] = x, d->bytes[i] = n * sizeof *x, d->is_int[i] = 1;
+            continue;
+        }
+        float *x = malloc(n * sizeof *x);
+        for (size_t k = 0; k < n; k++) {
+            float v = frand(&r);
+            if (c->positive[i] == 1) v = 0.1f + fabsf(v);
+            if (c->positive[i] == 2) v = (v < 0 ? -0.1f : 0.1f) + v;
+            x[k] = v;
+        }
+        if (c->op == FR_OP_MAXPOOL2D && i == 0) /* a unique max per window */
+            for (size_t k = 0; k < n; k++) x[k] = (float)((k * 7919) % n) / (float)n - 0.5f;
+        d->in[i] = x, d->bytes[i] = n * sizeof *x;
+    }
+    d->target_n = 4096;
+    d->target = malloc(d->target_n * sizeof(float));
+    for (size_t k = 0; k < d->target_n; k++) d->target[k] = frand(&r);
+}
+
+static void free_data(data *d) {
+    for (int i = 0; i < 5; i++) free(d->in[i]);
+    free(d->target);
+}
+
+/* Storage for value v holding `bytes` (from host src when given). */
+static int bind(side *s, int v, const void *src, size_t bytes) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!fr_backend_is_device(be)) {
+        fr_exec_bind(&s->ex, v, (void *)src);
+        return FR_OK;
+    }
+    void *b = be->alloc(s->ctx, bytes, FR_MEM_OTHER);
+    if (!b) return FR_ERR_NOMEM;
+    s->dbuf[s->ndbuf++] = b;
+    if (src && be->write(s->ctx, b, 0, src, bytes)) return FR_ERR_ARG;
+    fr_exec_bind_dev(&s->ex, v, b, 0);
+    return FR_OK;
+}
+
+static int fetch(side *s, int v, void *dst, size_t bytes) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!fr_backend_is_device(be)) {
+        memcpy(dst, s->ex.ptr[v], bytes);
+        return FR_OK;
+    }
+    return be->read(s->ctx, s->ex.buf[v], s->ex.off[v], dst, bytes);
+}
+
+/* The case's graph in s->ctx: the op, then (unless it is a loss) a view to
+ * (N, D) and MSE against the target; autodiff, plan, executor. */
+static int build(side *s, const gcase *c, const data *d) {
+    fr_graph_init(&s->g, s->ctx);
+    s->built = 1;
+    int grad_of[MAXV];
+    for (int i = 0; i < MAXV; i++) grad_of[i] = -1;
+    for (int i = 0; i < 5; i++) s->in_val[i] = s->grad_val[i] = -1;
+    s->target_val = -1;
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->in[i].ndim == 0) continue;
+        int lab = c->is_int[i] == 1, ids = c->is_int[i] > 1;
+        s->in_val[i] = fr_graph_value(&s->g,
+                                      lab   ? FR_VAL_LABEL
+                                      : ids ? FR_VAL_INPUT
+                                            : (c->no_grad[i] ? FR_VAL_BUFFER : FR_VAL_PARAM),
+                                      lab || ids ? FR_I32 : FR_F32, c->in[i]);
+        s->g.vals[s->in_val[i]].batched = i == 0 || lab;
+        if (!lab && !ids && !c->no_grad[i]) {
+            s->grad_val[i] = fr_graph_value(&s->g, FR_VAL_GRAD, FR_F32, c->in[i]);
+            grad_of[s->in_val[i]] = s->grad_val[i];
+        }
+    }
+    (void)d;
+    int out[FR_MAX_OUT];
+    fr_attr attr = c->attr;
+    if (fr_graph_node(&s->g, c->op, s->in_val, c->n_in, &attr, -1, 0, out) < 0) return FR_ERR_ARG;
+    s->main_out = out[0];
+    if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE) {
+        s->loss = s->g.loss = out[0];
+    } else {
+        fr_shape os = s->g.vals[out[0]].shape;
+        fr_attr va = {0};
+        va.shape = os.ndim == 1 ? fr_shape2(1, os.d[0])
+                                : fr_shape2(os.d[0], fr_shape_numel(&os) / os.d[0]);
+        int flat;
+        fr_graph_node(&s->g, FR_OP_VIEW, &out[0], 1, &va, -1, 0, &flat);
+        s->target_val = fr_graph_value(&s->g, FR_VAL_LABEL, FR_F32, va.shape);
+        fr_attr la = {.scale = 1.0f};
+        int lin[2] = {flat, s->target_val};
+        fr_graph_node(&s->g, FR_OP_MSE, lin, 2, &la, -1, 0, &s->loss);
+        s->g.loss = s->loss;
+    }
+    if ((int)s->g.n_vals > MAXV) return FR_ERR_ARG;
+    if (fr_autodiff(&s->g, grad_of)) return FR_ERR_ARG;
+    uint8_t keep[MAXV] = {0};
+    keep[s->loss] = keep[s->main_out] = 1;
+    if (fr_plan_build(&s->g, keep, NULL, 0, &s->plan)) return FR_ERR_ARG;
+    return fr_exec_init(&s->ex, &s->g, &s->plan);
+}
+
+/* Bind the case's data, run the whole graph once and read the results. */
+static int run(side *s, const gcase *c, const data *d) {
+    s->ndbuf = 0;
+    for (int i = 0; i < 5; i++) {
+        if (s->in_val[i] < 0) continue;
+        if (bind(s, s->in_val[i], d->in[i], d->bytes[i])) return FR_ERR_NOMEM;
+        if (s->grad_val[i] >= 0) {
+            s->grad[i] = malloc(d->bytes[i]);
+            if (bind(s, s->grad_val[i], s->grad[i], d->bytes[i])) return FR_ERR_NOMEM;
+            s->ex.written[s->grad_val[i]] = 0;
+        }
+    }
+    if (s->target_val >= 0) {
+        size_t n = (size_t)fr_shape_numel(&s->g.vals[s->target_val].shape);
+        if (n > d->target_n) return FR_ERR_ARG;
+        if (bind(s, s->target_val, d->target, n * sizeof(float))) return FR_ERR_NOMEM;
+    }
+    int st = fr_exec_run(&s->ex, 0, (int)s->g.n_nodes, (int)c->in[0].d[0], 7, 0);
+    if (st) return st;
+    fr_exec_finish(&s->ex);
+    s->out_n = (size_t)fr_shape_numel(&s->g.vals[s->main_out].shape);
+    s->out = malloc(s->out_n * sizeof(float));
+    if (fetch(s, s->main_out, s->out, s->out_n * sizeof(float))) return FR_ERR_ARG;
+    if (fetch(s, s->loss, &s->lossv, sizeof(float))) return FR_ERR_ARG;
+    for (int i = 0; i < 5; i++)
+        if (s->grad_val[i] >= 0 && fetch(s, s->grad_val[i], s->grad[i], d->bytes[i]))
+            return FR_ERR_ARG;
+    return FR_OK;
+}
+
+static void release(side *s) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    for (int i = 0; i < s->ndbuf; i++) be->release(s->ctx, s->dbuf[i]);
+    s->ndbuf = 0;
+    if (s->built) {
+        fr_exec_release(&s->ex);
+        fr_plan_release(&s->plan);
+        fr_graph_release(&s->g);
+    }
+    free(s->out);
+    for (int i = 0; i < 5; i++) free(s->grad[i]);
+    s->built = 0;
+    s->out = NULL;
+    memset(s->grad, 0, sizeof s->grad);
+}
+
+/* Worst |a - b| / (max|b| + 1e-2) and whether every element is within the bound. */
+static int close_enough(const float *a, const float *b, size_t n, double *worst) {
+    double m = 0, w = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(b[i]));
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= 1e-4 * m + 1e-6)) ok = 0;
+        if (!(d <= w)) w = d;
+    }
+    *worst = w / (m + 1e-2);
+    return ok;
+}
+
+static uint8_t ran_on_device[FR_OP_COUNT];
+
+static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c) {
+    data d;
+    make_data(c, &d);
+    side a = {.ctx = cpu}, b = {.ctx = dev}, b2 = {.ctx = dev};
+    int st = build(&a, c, &d) || run(&a, c, &d);
+    CHECK(!st, "%s: the CPU run failed: %s", c->what, fr_last_error(cpu));
+    st = build(&b, c, &d);
+    if (!st) st = run(&b, c, &d);
+    CHECK(!st, "%s: the device run failed: %s", c->what, fr_last_error(dev));
+    if (!st) {
+        for (size_t i = 0; i < b.g.n_nodes; i++) ran_on_device[b.g.nodes[i].op] = 1;
+        double w = 0, worst = 0;
+        CHECK(close_enough(b.out, a.out, a.out_n, &w), "%s: forward output off (worst %.3g)",
+              c->what, w);
+        worst = fmax(worst, w);
+        CHECK(close_enough(&b.lossv, &a.lossv, 1, &w),
+              "%s: loss %.9g on the device, %.9g on the CPU", c->what, (double)b.lossv,
+              (double)a.lossv);
+        for (int i = 0; i < 5; i++) {
+            if (a.grad_val[i] < 0) continue;
+            CHECK(close_enough(b.grad[i], a.grad[i], d.bytes[i] / 4, &w),
+                  "%s: gradient of input %d off (worst %.3g)", c->what, i, w);
+            worst = fmax(worst, w);
+        }
+        /* a second device run, in a fresh graph: the same bits */
+        int st2 = build(&b2, c, &d);
+        if (!st2) st2 = run(&b2, c, &d);
+        CHECK(!st2, "%s: the second device run failed: %s", c->what, fr_last_error(dev));
+        if (!st2) {
+            int same = !memcmp(b.out, b2.out, a.out_n * 4) && b.lossv == b2.lossv;
+            for (int i = 0; i < 5; i++)
+                if (a.grad_val[i] >= 0) same &= !memcmp(b.grad[i], b2.grad[i], d.bytes[i]);
+            CHECK(same, "%s: two device runs differ", c->what);
+        }
+        printf("%-24s device vs cpu: worst %.2e of the largest value\n", c->what, worst);
+    }
+    release(&a);
+    release(&b);
+    release(&b2);
+    free_data(&d);
+}
+
+/* COPY and CAST alone: x -> y on both backends, the same bits. */
+static void check_unary(fr_ctx *cpu, fr_ctx *dev, fr_op op, fr_dtype to, const char *what) {
+    const size_t n = 1000;
+    float x[1000];
+    fr_rng r = fr_rng_make(3, (uint64_t)op);
+    for (size_t i = 0; i < n; i++) x[i] = 300.0f * frand(&r);
+    uint16_t out[2][1000 * 2];
+    fr_ctx *ctxs[2] = {cpu, dev};
+    for (int k = 0; k < 2; k++) {
+        side s = {.ctx = ctxs[k]};
+        fr_graph_init(&s.g, s.ctx);
+        s.built = 1;
+        int xin = fr_graph_value(&s.g, FR_VAL_INPUT, FR_F32, fr_shape2(10, 100)), y;
+        s.g.vals[xin].batched = 1;
+        fr_attr at = {.dtype = to};
+        int ok = fr_graph_node(&s.g, op, &xin, 1, &at, -1, 0, &y) >= 0;
+        uint8_t keep[8] = {0};
+        keep[y] = 1;
+        ok = ok && !fr_plan_build(&s.g, keep, NULL, 0, &s.plan) &&
+             !fr_exec_init(&s.ex, &s.g, &s.plan) && !bind(&s, xin, x, sizeof x) &&
+             !fr_exec_run(&s.ex, 0, (int)s.g.n_nodes, 10, 7, 0);
+        if (ok) fr_exec_finish(&s.ex);
+        size_t bytes = n * fr_dtype_size(s.g.vals[y].dtype);
+        ok = ok && !fetch(&s, y, out[k], bytes);
+        CHECK(ok, "%s on %s: %s", what, k ? "the device" : "the CPU", fr_last_error(ctxs[k]));
+        if (k && ok) {
+            ran_on_device[op] = 1;
+            CHECK(!memcmp(out[0], out[1], bytes), "%s: the device's bits differ from the CPU's",
+                  what);
+            printf("%-24s device vs cpu: the same bits\n", what);
+        }
+        release(&s);
+    }
+}
+
+int main(void) {
+    fr_ctx *cpu = fr_ctx_new(), *dev = fr_ctx_new();
+    int n = 0;
+    if (!cpu || !dev) return 2;
+    if (fr_cl_count(dev, &n) || n < 1) {
+        puts("skipped: no OpenCL device");
+        fr_ctx_free(cpu), fr_ctx_free(dev);
+        return 77;
+    }
+    CHECK(fr_cl_use(dev, 0) == FR_OK, "opening device 0: %s", fr_last_error(dev));
+    gcase cases[OP_CASES_MAX];
+    int ncase = op_cases(cases);
+    for (int i = 0; i < ncase; i++) check_case(cpu, dev, &cases[i]);
+    check_unary(cpu, dev, FR_OP_COPY, FR_F32, "copy");
+    check_unary(cpu, dev, FR_OP_CAST, FR_BF16, "cast f32 -> bf16");
+    check_unary(cpu, dev, FR_OP_CAST, FR_F16, "cast f32 -> f16");
+    for (int op = 0; op < FR_OP_COUNT; op++) {
+        if (fr_op_get((fr_op)op)->view || op == FR_OP_OPTIM_STEP) continue;
+        CHECK(ran_on_device[op], "%s never ran on the device: no case covers it",
+              fr_op_get((fr_op)op)->name);
+    }
+    fr_mem_stats st;
+    fr_mem_stats_of(fr_cl_memory(dev), &st);
+    CHECK(st.allocated_total == 0, "%zu device bytes still allocated", st.allocated_total);
+    fr_cl_unuse(dev);
+    fr_ctx_free(dev);
+    fr_ctx_free(cpu);
+    return check_done();
+}
+#endif
