@@ -18,7 +18,7 @@
 #include "train/source.h"
 #include "train/trainer.h"
 #ifdef FR_HAVE_OPENCL
-#include "backend/opencl/runtime.h"
+#include "backend/opencl/backend.h"
 #endif
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
@@ -159,6 +159,7 @@ enum {
     O_BATCH,
     O_SEED,
     O_THREADS,
+    O_DEVICE,
     O_SAVE,
     O_RESUME,
     O_INIT,
@@ -215,6 +216,10 @@ static const opt_row opts[] = {
      "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
     {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE, "samples per step [128]"},
     {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
+    {"device", "NAME", O_DEVICE, C_TRAIN | C_EVAL,
+     "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
+     "`frugal devices`): weights, gradients, optimizer state and\n"
+     "activations in its memory [cpu]"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
      "JSON on stdout instead of text"},
@@ -354,6 +359,7 @@ typedef struct cli {
     int steps, accumulate;
     const char *weights;
     int threads, eval_only, lr_set, wd_set;
+    int device; /* -1: the CPU; N: OpenCL device N */
     double lr, wd, momentum, dampening, eps;
     int eps_set;
     int nesterov, zero_keep;
@@ -446,6 +452,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->t.optim = fr_optim_defaults(FR_OPTIM_ADAM);
     c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
     c->t.queue = 2;
+    c->device = -1;
     c->t.eval_batch = 0; /* the training micro-batch */
     c->t.val_fraction = 0.1;
     c->tokens = 256;
@@ -545,6 +552,16 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
         case O_THREADS: INT_OPT(0, 1024, c->threads); break;
+        case O_DEVICE: {
+            char *end = NULL;
+            if (!strcmp(val, "cpu")) c->device = -1;
+            else if (!strcmp(val, "opencl")) c->device = 0;
+            else if (!strncmp(val, "opencl:", 7) && val[7] &&
+                     (c->device = (int)strtol(val + 7, &end, 10)) >= 0 && !*end)
+                ;
+            else return bad(cmd->name, "--device '%s': expected cpu, opencl or opencl:N", val);
+            break;
+        }
         case O_SAVE: c->t.save = val; break;
         case O_RESUME: c->t.resume = val; break;
         case O_INIT: c->t.init = val; break;
@@ -685,6 +702,30 @@ static void default_text(fr_ctx *ctx, cli *c) {
     fr_model_free(m);
 }
 
+/* --device: run ctx on the OpenCL device the command line names (0: done,
+ * 1: the error printed). */
+static int use_device(fr_ctx *ctx, const cli *c, const char *cmd) {
+    if (c->device < 0) return 0;
+#ifdef FR_HAVE_OPENCL
+    if (fr_cl_use(ctx, c->device) == FR_OK) return 0;
+    fprintf(stderr, "frugal %s: --device opencl:%d: %s\n", cmd, c->device, fr_last_error(ctx));
+#else
+    fprintf(stderr,
+            "frugal %s: --device opencl: this frugal was built without OpenCL (install "
+            "ocl-icd-opencl-dev, opencl-headers and libclblast-dev, then rebuild)\n",
+            cmd);
+#endif
+    return 1;
+}
+
+/* Close the context's device and free the context. */
+static void ctx_done(fr_ctx *ctx) {
+#ifdef FR_HAVE_OPENCL
+    fr_cl_unuse(ctx);
+#endif
+    fr_ctx_free(ctx);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[0], &c);
@@ -692,6 +733,7 @@ static int cmd_train(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
+    if (use_device(ctx, &c, "train")) return ctx_done(ctx), 1;
     default_text(ctx, &c);
     if (!c.t.json && c.t.progress >= 0)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
@@ -704,7 +746,7 @@ static int cmd_train(int argc, char **argv) {
     fr_status st = fr_train(ctx, &c.t, &res);
     if (st) {
         fprintf(stderr, "frugal train: %s\n", fr_last_error(ctx));
-        fr_ctx_free(ctx);
+        ctx_done(ctx);
         return 1;
     }
     if (c.t.json) {
@@ -732,7 +774,7 @@ static int cmd_train(int argc, char **argv) {
             printf("done in %.1f s: test loss %.6g\n", res.seconds, res.test_loss);
         else printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
     }
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return 0;
 }
 
@@ -744,6 +786,7 @@ static int cmd_eval(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
+    if (use_device(ctx, &c, "eval")) return ctx_done(ctx), 1;
     default_text(ctx, &c);
     fr_model *m = load_for("eval", ctx, &c);
     fr_source src = {0};
@@ -779,7 +822,7 @@ static int cmd_eval(int argc, char **argv) {
     }
     fr_source_close(&src);
     fr_model_free(m);
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return st ? 1 : 0;
 }
 

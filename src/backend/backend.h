@@ -59,6 +59,16 @@ typedef struct fr_backend {
     int (*read)(fr_ctx *ctx, void *buf, size_t off, void *dst, size_t n);
     int (*zero)(fr_ctx *ctx, void *buf, size_t off, size_t n);
     int (*finish)(fr_ctx *ctx); /* wait for everything enqueued */
+    /* The step's whole-tensor passes on device tensors (the CPU runs
+     * fr_k_sgd / fr_k_adam* and fr_k_grad_* on host memory instead): one
+     * optimizer step of p from its gradient g, t 1-based, with state[0..1]
+     * in format state_kind; the loss scaler's unscale (g *= inv, *found_inf
+     * set on any inf or NaN); clipping's sum of squares and scaling. */
+    int (*optim_update)(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_tensor *p,
+                        const fr_tensor *g, fr_tensor *state, int state_kind);
+    int (*grad_unscale)(fr_ctx *ctx, fr_tensor *g, float inv, int *found_inf);
+    int (*grad_sumsq)(fr_ctx *ctx, const fr_tensor *g, double *out);
+    int (*grad_scale)(fr_ctx *ctx, fr_tensor *g, float f);
 } fr_backend;
 
 static inline int fr_backend_is_device(const fr_backend *be) { return be->alloc != NULL; }

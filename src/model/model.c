@@ -9,6 +9,7 @@
 #include <string.h>
 #include "core/half.h"
 #include "core/rng.h"
+#include "backend/backend.h"
 #include "model/model.h"
 
 static const char *layer_names[FR_L_COUNT] = {
@@ -68,7 +69,15 @@ fr_val fr_model_last_value(const fr_model *m) { return m->cur_val; }
 void fr_model_free(fr_model *m) {
     if (!m) return;
     fr_ctx *ctx = m->ctx;
+    const fr_backend *be = fr_backend_of(ctx);
     for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (fr_backend_is_device(be)) { /* the device's copies (train/device.c) */
+            be->release(ctx, p->ddata);
+            be->release(ctx, p->dgrad);
+            be->release(ctx, p->dstate[0]);
+            be->release(ctx, p->dstate[1]);
+        }
         fr_free(ctx, m->params[i].data);
         fr_free(ctx, m->params[i].grad);
         fr_free(ctx, m->params[i].grad16);

@@ -75,6 +75,10 @@ typedef struct fr_param {
     int grad_valid;   /* 0: the next backward overwrites instead of adding */
     float *state[2];  /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
     int state_kind;   /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
+    /* On a device backend (train/device.c): the same tensors in the device's
+     * memory, handles of its fr_mem; the device's copies are the current
+     * ones while a step runs there (fr_model_to_host brings them back). */
+    void *ddata, *dgrad, *dstate[2];
 } fr_param;
 
 #define FR_RES_MAX_DEPTH 4

@@ -22,6 +22,7 @@
 #include "backend/cpu/optim_state.h"
 #include "core/half.h"
 #include "train/checkpoint.h"
+#include "train/device.h"
 
 static const char *state_name(const fr_step *s, int k) {
     if (s->o.optim.kind == FR_OPTIM_SGD) return "momentum_buffer";
@@ -57,6 +58,8 @@ static void state_encode(fr_param *p, int k, const float *in) {
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta) {
     fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
+    fr_status dst = fr_model_to_host(m); /* a device's current values */
+    if (dst) return dst;
     int ns = s->o.training ? n_states(s) : 0;
     size_t cap = m->n_params * (size_t)(1 + ns) + m->n_alias;
     fr_st_entry *e = fr_calloc(ctx, (cap + 1) * sizeof *e, FR_MEM_OTHER);
@@ -552,9 +555,12 @@ fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int 
     fr_ctx *ctx = s->ctx;
     fr_st_file f;
     counters c;
-    fr_status st = fr_st_read(ctx, path, &f, FR_MEM_OTHER);
-    if (st) return st;
-    if ((st = read_counters(ctx, path, &f, &c)) || (st = load_state(s, path, &f))) goto done;
+    /* on a device: host buffers for the state to land in, sent back below */
+    fr_status st = fr_model_to_host(s->m);
+    if (st || (st = fr_st_read(ctx, path, &f, FR_MEM_OTHER))) return st;
+    if ((st = read_counters(ctx, path, &f, &c)) || (st = load_state(s, path, &f)) ||
+        (st = fr_model_to_device(s->m)))
+        goto done;
     if (s->o.training) apply_counters(s, &c);
     if (meta && n_meta) {
         int n = f.n_meta < *n_meta ? f.n_meta : *n_meta;

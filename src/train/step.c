@@ -13,6 +13,7 @@
 #include "plan/precision.h"
 #include "plan/remat.h"
 #include "train/step.h"
+#include "train/device.h"
 
 static size_t param_bytes(const fr_param *p) {
     return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
@@ -88,6 +89,7 @@ static fr_status alloc_state(fr_step *s) {
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
+    fr_dev_step_free(s);
     fr_exec_release(&s->ex);
     fr_plan_release(&s->plan);
     fr_graph_release(&s->g);
@@ -536,8 +538,12 @@ fail:
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
     if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
-    if (s->o.training && (st = alloc_grads(s))) return st;
-    if (s->o.training && (st = alloc_state(s))) return st;
+    if (fr_step_on_device(s)) {
+        if ((st = fr_dev_materialize(s))) return st;
+    } else {
+        if (s->o.training && (st = alloc_grads(s))) return st;
+        if (s->o.training && (st = alloc_state(s))) return st;
+    }
     return fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
@@ -700,8 +706,7 @@ static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
     return hits;
 }
 
-/* Set the loss gradient's scale (the share of this micro-batch in the batch). */
-static void set_loss_scale(fr_step *s, float scale) {
+void fr_step_set_loss_scale(fr_step *s, float scale) {
     fr_graph *g = &s->g;
     for (size_t i = 0; i < g->n_nodes; i++) {
         fr_op op = g->nodes[i].op;
@@ -734,6 +739,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             return fr_fail(s->ctx, FR_ERR_ARG,
                            "label %d at position %lld of the batch is outside [0, %lld)",
                            (int)b->y[i], (long long)i, (long long)classes);
+    if (fr_step_on_device(s)) return fr_dev_run(s, b, loss, correct);
     fr_status st = FR_OK;
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
@@ -765,7 +771,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         e->ptr[g->input] = tokens ? (void *)(b->idx + off * x_per) : (void *)(b->x + off * x_per);
         e->ptr[g->label] = ce ? (void *)(b->y + off * y_per) : (void *)(b->target + off * y_per);
         float share = (float)n / (float)b->n;
-        set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
+        fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
         st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);       /* check the loss first */
         float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];

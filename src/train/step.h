@@ -37,6 +37,7 @@ struct fr_step {
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
+    void *dev_x, *dev_y; /* on a device: a micro-batch's inputs and labels (train/device.c) */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the
@@ -81,6 +82,8 @@ size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
  * executor's tables and the step's metadata, plus one batch of data (held
  * by the caller, e.g. the loader). fr_plan_info.reserved is this. */
 size_t fr_step_reserved(const fr_step *s);
+/* Set the loss gradient's scale (the share of this micro-batch in the batch). */
+void fr_step_set_loss_scale(fr_step *s, float scale);
 /* Predicted persistent bytes by category (params, grads, optimizer state,
  * one data batch); step values come from the plan. */
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);

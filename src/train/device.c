@@ -1,0 +1,282 @@
+/* device.c — the training step on a device backend (see device.h). */
+#include "train/device.h"
+#include <math.h>
+#include <string.h>
+#include "core/ctx.h"
+
+int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend_of(s->ctx)); }
+
+static size_t numel(const fr_param *p) { return (size_t)fr_shape_numel(&p->shape); }
+static size_t bytes_of(const fr_param *p) { return numel(p) * fr_dtype_size(p->dtype); }
+
+static fr_tensor dev_tensor(const fr_param *p, void *buf, fr_dtype dt) {
+    return (fr_tensor){.dtype = dt, .shape = p->shape, .buf = buf};
+}
+
+/* A device buffer of `bytes` in category cat, holding src (or zeros). */
+static fr_status upload(fr_ctx *ctx, void **buf, const void *src, size_t bytes, fr_mem_cat cat) {
+    const fr_backend *be = fr_backend_of(ctx);
+    if (!*buf && !(*buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
+    return src ? be->write(ctx, *buf, 0, src, bytes) : be->zero(ctx, *buf, 0, bytes);
+}
+
+fr_status fr_dev_materialize(fr_step *s) {
+    fr_model *m = s->m;
+    fr_ctx *ctx = s->ctx;
+    fr_status st;
+    const fr_optim_opts *o = &s->o.optim;
+    int ns = fr_step_optim_states(o);
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (p->dtype != FR_F32 && p->role != FR_P_NUM_BATCHES)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "%s: 16-bit weights on a device are not supported yet (use --precision "
+                           "fp32 or mixed precision on the CPU)",
+                           p->name);
+        if (!p->ddata && (st = upload(ctx, &p->ddata, p->data, bytes_of(p), FR_MEM_PARAMS)))
+            return st;
+        if (!s->o.training || s->gv[i] < 0) continue;
+        if (s->fused && s->fused[i])
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "the step inside backward is not supported on a device yet");
+        int kind;
+        size_t sb = fr_step_state_bytes(s, p, &kind);
+        if (kind != 0)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "%s: compressed optimizer state on a device is not supported yet "
+                           "(use --optimizer-state fp32)",
+                           p->name);
+        p->state_kind = kind;
+        for (int k = 0; k < ns; k++) /* a resumed run's host state, or zeros */
+            if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
+                return st;
+    }
+    /* the batch's device buffers: a micro-batch of inputs and of labels */
+    const fr_graph *g = &s->g;
+    size_t xb = fr_value_bytes(&g->vals[g->input]), yb = fr_value_bytes(&g->vals[g->label]);
+    if (!s->dev_x && !(s->dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
+        return FR_ERR_NOMEM;
+    if (!s->dev_y && !(s->dev_y = fr_backend_of(ctx)->alloc(ctx, yb, FR_MEM_DATA)))
+        return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+void fr_dev_bind(fr_step *s) {
+    fr_model *m = s->m;
+    fr_exec *e = &s->ex;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        fr_exec_bind_dev(e, s->pv[i], p->ddata, 0);
+        if (s->gv[i] < 0) continue;
+        if (!p->dgrad) {
+            p->dgrad = be->alloc(s->ctx, bytes_of(p), FR_MEM_GRADS);
+            p->grad_valid = 0;
+        }
+        fr_exec_bind_dev(e, s->gv[i], p->dgrad, 0);
+        e->written[s->gv[i]] = (uint8_t)(p->dgrad && p->grad_valid);
+    }
+}
+
+fr_status fr_dev_batch(fr_step *s, const fr_batch *b, int off, int n) {
+    const fr_graph *g = &s->g;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM; /* fr_dev_bind's */
+    int ce = s->m->loss == FR_LOSS_CROSS_ENTROPY, tokens = s->m->in_dtype == FR_I32;
+    size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->micro;
+    size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->micro;
+    const char *x = tokens ? (const char *)b->idx : (const char *)b->x;
+    const char *y = ce ? (const char *)b->y : (const char *)b->target;
+    fr_status st = be->write(s->ctx, s->dev_x, 0, x + (size_t)off * xs, (size_t)n * xs);
+    if (!st) st = be->write(s->ctx, s->dev_y, 0, y + (size_t)off * ys, (size_t)n * ys);
+    fr_exec_bind_dev(&s->ex, g->input, s->dev_x, 0);
+    fr_exec_bind_dev(&s->ex, g->label, s->dev_y, 0);
+    return st;
+}
+
+fr_status fr_dev_loss(fr_step *s, float *loss) {
+    const fr_exec *e = &s->ex;
+    int v = s->g.loss;
+    return fr_backend_of(s->ctx)->read(s->ctx, e->buf[v], e->off[v], loss, sizeof *loss);
+}
+
+fr_status fr_dev_hits(fr_step *s, const fr_batch *b, int off, int n, int *hits) {
+    const fr_graph *g = &s->g;
+    const fr_shape *zs = &g->vals[g->logits].shape;
+    *hits = 0;
+    if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return FR_OK;
+    int64_t c = zs->d[zs->ndim - 1], r = fr_shape_numel(zs) / c / zs->d[0], rows = n * r;
+    float *z = fr_alloc(s->ctx, (size_t)(rows * c) * sizeof *z, FR_MEM_WORKSPACE);
+    if (!z) return FR_ERR_NOMEM;
+    const fr_exec *e = &s->ex;
+    fr_status st = fr_backend_of(s->ctx)->read(s->ctx, e->buf[g->logits], e->off[g->logits], z,
+                                               (size_t)(rows * c) * sizeof *z);
+    for (int64_t i = 0; !st && i < rows; i++) { /* the first maximum, as count_hits */
+        int best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (z[i * c + k] > z[i * c + best]) best = (int)k;
+        *hits += best == b->y[off * r + i];
+    }
+    fr_free(s->ctx, z);
+    return st;
+}
+
+fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
+    fr_model *m = s->m;
+    fr_exec *e = &s->ex;
+    fr_status st = FR_OK;
+    fr_dev_bind(s);
+    double total = 0;
+    int hits = 0;
+    for (int off = 0; off < b->n && !st; off += s->micro) {
+        int n = b->n - off < s->micro ? b->n - off : s->micro, h = 0;
+        float share = (float)n / (float)b->n, l = 0;
+        if ((st = fr_dev_batch(s, b, off, n))) break;
+        fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
+        st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
+        s->runs++;
+        if (!st) st = fr_dev_loss(s, &l);
+        if (!st) st = fr_dev_hits(s, b, off, n, &h);
+        total += (double)l * n;
+        hits += h;
+        fr_exec_finish(e);
+    }
+    if (st) return st;
+    float l = (float)(total / b->n);
+    if (correct) *correct = hits;
+    if (loss) *loss = l;
+    if (!isfinite(l) && !(s->o.training && s->scaler.enabled))
+        return fr_fail(s->ctx, FR_ERR_NUMERIC,
+                       "non-finite loss (%g) at step %llu: lower the learning rate or check the "
+                       "data; the weights were not updated",
+                       (double)l, (unsigned long long)s->runs);
+    if (!s->o.training) return FR_OK;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
+    return fr_dev_update(s, l);
+}
+
+static fr_status no_pass(fr_step *s, const char *what) {
+    return fr_fail(s->ctx, FR_ERR_ARG, "%s has no %s pass on the device yet",
+                   fr_backend_of(s->ctx)->name, what);
+}
+
+fr_status fr_dev_update(fr_step *s, float loss) {
+    fr_model *m = s->m;
+    fr_ctx *ctx = s->ctx;
+    const fr_backend *be = fr_backend_of(ctx);
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (s->gv[i] >= 0) m->params[i].grad_valid = s->ex.written[s->gv[i]];
+    int found_inf = !isfinite(loss);
+    if (!found_inf && s->scaler.enabled) {
+        if (!be->grad_unscale) return no_pass(s, "loss scaler");
+        float inv = fr_scaler_inv_scale(&s->scaler);
+        for (size_t i = 0; i < m->n_params && !found_inf && !st; i++) {
+            fr_param *p = &m->params[i];
+            if (s->gv[i] < 0 || !p->grad_valid) continue;
+            fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+            st = be->grad_unscale(ctx, &g, inv, &found_inf);
+        }
+    }
+    if (st) return st;
+    if (found_inf) {
+        fr_scaler_update(&s->scaler, 1);
+    } else {
+        if (s->o.clip_grad_norm > 0) {
+            if (!be->grad_sumsq || !be->grad_scale) return no_pass(s, "clipping");
+            double total = 0;
+            for (size_t i = 0; i < m->n_params && !st; i++) {
+                fr_param *p = &m->params[i];
+                if (s->gv[i] < 0 || !p->grad_valid) continue;
+                fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+                double part = 0;
+                st = be->grad_sumsq(ctx, &g, &part);
+                total += part;
+            }
+            float coef = s->o.clip_grad_norm / ((float)sqrt(total) + 1e-6f);
+            for (size_t i = 0; coef < 1.0f && i < m->n_params && !st; i++) {
+                fr_param *p = &m->params[i];
+                if (s->gv[i] < 0 || !p->grad_valid) continue;
+                fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+                st = be->grad_scale(ctx, &g, coef);
+            }
+            if (st) return st;
+        }
+        if (!be->optim_update) return no_pass(s, "optimizer");
+        s->t++;
+        for (size_t i = 0; i < m->n_params && !st; i++) {
+            fr_param *p = &m->params[i];
+            if (s->gv[i] < 0 || !p->grad_valid) continue;
+            fr_tensor w = dev_tensor(p, p->ddata, FR_F32), g = dev_tensor(p, p->dgrad, FR_F32);
+            fr_tensor state[2] = {dev_tensor(p, p->dstate[0], FR_F32),
+                                  dev_tensor(p, p->dstate[1], FR_F32)};
+            st = be->optim_update(ctx, &s->o.optim, s->t, &w, &g, state, p->state_kind);
+        }
+        if (st) return st;
+        if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
+    }
+    for (size_t i = 0; i < m->n_params; i++) { /* zero_grad */
+        fr_param *p = &m->params[i];
+        p->grad_valid = 0;
+        if (s->o.optim.zero_grad_to_none && p->dgrad) {
+            be->release(ctx, p->dgrad);
+            p->dgrad = NULL;
+        }
+    }
+    return FR_OK;
+}
+
+fr_status fr_model_to_host(fr_model *m) {
+    const fr_backend *be = fr_backend_of(m->ctx);
+    if (!fr_backend_is_device(be)) return FR_OK;
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (p->role == FR_P_NUM_BATCHES) continue; /* a host counter no kernel reads */
+        if (p->ddata) st = be->read(m->ctx, p->ddata, 0, p->data, bytes_of(p));
+        for (int k = 0; k < 2 && !st; k++) {
+            if (!p->dstate[k]) continue;
+            if (!p->state[k] && !(p->state[k] = fr_alloc(m->ctx, bytes_of(p), FR_MEM_OPTIM)))
+                return FR_ERR_NOMEM;
+            st = be->read(m->ctx, p->dstate[k], 0, p->state[k], bytes_of(p));
+        }
+    }
+    return st;
+}
+
+fr_status fr_model_to_device(fr_model *m) {
+    const fr_backend *be = fr_backend_of(m->ctx);
+    if (!fr_backend_is_device(be)) return FR_OK;
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (p->ddata) st = be->write(m->ctx, p->ddata, 0, p->data, bytes_of(p));
+        for (int k = 0; k < 2 && !st; k++)
+            if (p->dstate[k] && p->state[k])
+                st = be->write(m->ctx, p->dstate[k], 0, p->state[k], bytes_of(p));
+    }
+    return st;
+}
+
+void fr_model_release_device(fr_model *m) {
+    const fr_backend *be = fr_backend_of(m->ctx);
+    if (!fr_backend_is_device(be)) return;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        void **h[4] = {&p->ddata, &p->dgrad, &p->dstate[0], &p->dstate[1]};
+        for (int k = 0; k < 4; k++) {
+            be->release(m->ctx, *h[k]);
+            *h[k] = NULL;
+        }
+    }
+}
+
+void fr_dev_step_free(fr_step *s) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!fr_backend_is_device(be)) return;
+    be->release(s->ctx, s->dev_x);
+    be->release(s->ctx, s->dev_y);
+    s->dev_x = s->dev_y = NULL;
+}
