@@ -168,8 +168,10 @@ static fr_status plan_fused_updates(fr_step *s) {
         for (int j = 0; j < g->nodes[pl->order[k]].n_out; j++)
             if (g->nodes[pl->order[k]].out[j] == g->loss) s->loss_pos = k;
     const fr_optim_opts *o = &s->o.optim;
-    if (!s->o.training || s->o.keep_grads || o->kind != FR_OPTIM_SGD || o->momentum != 0.0f ||
-        s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 || s->loss_pos < 0)
+    /* on a device the optimizer runs after backward (train/device.c) */
+    if (!s->o.training || s->o.keep_grads || fr_step_on_device(s) || o->kind != FR_OPTIM_SGD ||
+        o->momentum != 0.0f || s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 ||
+        s->loss_pos < 0)
         return FR_OK;
     s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER);
     if (!s->fused) return FR_ERR_NOMEM;
@@ -288,8 +290,8 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
     fr_graph *g = &s->g;
     const fr_optim_opts *o = &s->o.optim;
     int plain_sgd = o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
-    if (!s->o.training || s->o.keep_grads || plain_sgd || s->scaler.enabled ||
-        s->o.clip_grad_norm > 0 || s->accumulate != 1)
+    if (!s->o.training || s->o.keep_grads || fr_step_on_device(s) || plain_sgd ||
+        s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1)
         return FR_OK;
     int loss_pos = -1;
     for (int k = 0; k < *n_io; k++)
