@@ -58,7 +58,8 @@ typedef struct fr_backend {
     int (*write)(fr_ctx *ctx, void *buf, size_t off, const void *src, size_t n);
     int (*read)(fr_ctx *ctx, void *buf, size_t off, void *dst, size_t n);
     int (*zero)(fr_ctx *ctx, void *buf, size_t off, size_t n);
-    int (*finish)(fr_ctx *ctx); /* wait for everything enqueued */
+    int (*finish)(fr_ctx *ctx);        /* wait for everything enqueued */
+    size_t (*max_buffer)(fr_ctx *ctx); /* the largest buffer the device allows */
     /* The step's whole-tensor passes on device tensors (the CPU runs
      * fr_k_sgd / fr_k_adam* and fr_k_grad_* on host memory instead): one
      * optimizer step of p from its gradient g, t 1-based, with state[0..1]

@@ -14,6 +14,8 @@ struct fr_ctx {
     fr_mem mem;
     const struct fr_backend *be; /* NULL: the CPU (backend/backend.h) */
     void *dev;                   /* the backend's open device, if any */
+    fr_mem *dmem;                /* and its memory (NULL on the CPU) */
+    char dev_name[192];          /* "opencl:0 (NAME)" */
 };
 
 /* Record a message (printf-style) and return st, so callers can write

@@ -450,6 +450,9 @@ void fr_mem_set_tag(fr_ctx *ctx, const char *tag) { fr_mem_set_tag_of(&ctx->mem,
 void fr_mem_trace(fr_ctx *ctx, int on) { fr_mem_trace_of(&ctx->mem, on); }
 void fr_mem_get_stats(const fr_ctx *ctx, fr_mem_stats *out) { fr_mem_stats_of(&ctx->mem, out); }
 void fr_mem_reset_peak(fr_ctx *ctx) { fr_mem_reset_peak_of(&ctx->mem); }
-void fr_mem_empty_cache(fr_ctx *ctx) { fr_mem_empty_cache_of(&ctx->mem); }
+void fr_mem_empty_cache(fr_ctx *ctx) {
+    fr_mem_empty_cache_of(&ctx->mem);
+    if (ctx->dmem) fr_mem_empty_cache_of(ctx->dmem); /* a device's cached buffers too */
+}
 void fr_mem_set_limit(fr_ctx *ctx, size_t bytes) { fr_mem_set_limit_of(&ctx->mem, bytes); }
 void fr_mem_fail_at(fr_ctx *ctx, uint64_t n) { fr_mem_fail_at_of(&ctx->mem, n); }

@@ -54,14 +54,11 @@ static void row_count(FILE *out, const char *label, uint64_t n) {
     row(out, label, c, "");
 }
 
-void fr_mem_summary(const fr_ctx *ctx, FILE *out) {
-    if (!ctx || !out) return;
-    fr_mem_stats st;
-    fr_mem_get_stats(ctx, &st);
+static void summary(const fr_mem_stats *sp, const char *title, FILE *out) {
+    const fr_mem_stats st = *sp;
     char label[64];
 
     rule(out, '=');
-    const char *title = "frugal memory summary";
     int tl = (int)strlen(title), pad = (TABLE_W - 2 - tl) / 2;
     fprintf(out, "|%*s%s%*s|\n", pad, "", title, TABLE_W - 2 - tl - pad, "");
     rule(out, '-');
@@ -86,6 +83,23 @@ void fr_mem_summary(const fr_ctx *ctx, FILE *out) {
     rule(out, '=');
 }
 
+/* The host's table; on a device, the device's after it (PyTorch's summary
+ * is the device's; the host is what `free` and RSS see). */
+void fr_mem_summary(const fr_ctx *ctx, FILE *out) {
+    if (!ctx || !out) return;
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    if (!ctx->dmem) {
+        summary(&st, "frugal memory summary", out);
+        return;
+    }
+    summary(&st, "frugal memory summary: host", out);
+    char title[256];
+    snprintf(title, sizeof title, "device %.190s", ctx->dev_name);
+    fr_mem_stats_of(ctx->dmem, &st);
+    summary(&st, title, out);
+}
+
 static void json_cats(FILE *out, const char *key, const size_t *v) {
     fprintf(out, "\"%s\": {", key);
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
@@ -93,19 +107,31 @@ static void json_cats(FILE *out, const char *key, const size_t *v) {
     fputs("}", out);
 }
 
-void fr_mem_json(const fr_ctx *ctx, FILE *out) {
-    if (!ctx || !out) return;
-    fr_mem_stats st;
-    fr_mem_get_stats(ctx, &st);
-    fputc('{', out);
+static void json_stats(const fr_mem_stats *sp, FILE *out) {
+    const fr_mem_stats st = *sp;
     json_cats(out, "allocated", st.allocated);
     fputs(", ", out);
     json_cats(out, "allocated_peak", st.allocated_peak);
     fprintf(out,
             ", \"allocated_total\": %zu, \"allocated_total_peak\": %zu, \"reserved\": %zu, "
             "\"reserved_peak\": %zu, \"cached\": %zu, \"limit\": %zu, \"num_allocs\": %" PRIu64
-            ", \"num_frees\": %" PRIu64 ", \"num_cache_hits\": %" PRIu64 ", \"num_ooms\": %" PRIu64
-            "}\n",
+            ", \"num_frees\": %" PRIu64 ", \"num_cache_hits\": %" PRIu64 ", \"num_ooms\": %" PRIu64,
             st.allocated_total, st.allocated_total_peak, st.reserved, st.reserved_peak, st.cached,
             st.limit, st.num_allocs, st.num_frees, st.num_cache_hits, st.num_ooms);
+}
+
+/* The host's figures; on a device, its own under "device" (with its name). */
+void fr_mem_json(const fr_ctx *ctx, FILE *out) {
+    if (!ctx || !out) return;
+    fr_mem_stats st;
+    fr_mem_get_stats(ctx, &st);
+    fputc('{', out);
+    json_stats(&st, out);
+    if (ctx->dmem) {
+        fr_mem_stats_of(ctx->dmem, &st);
+        fprintf(out, ", \"device\": {\"name\": \"%s\", ", ctx->dev_name);
+        json_stats(&st, out);
+        fputc('}', out);
+    }
+    fputs("}\n", out);
 }

@@ -280,3 +280,25 @@ void fr_dev_step_free(fr_step *s) {
     be->release(s->ctx, s->dev_y);
     s->dev_x = s->dev_y = NULL;
 }
+
+size_t fr_dev_step_reserved(const fr_step *s) {
+    const fr_model *m = s->m;
+    const fr_mem *dm = s->ctx->dmem;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (s->plan.arena_bytes > be->max_buffer(s->ctx)) return SIZE_MAX; /* cannot be one buffer */
+    size_t r = 0;
+    int ns = fr_step_optim_states(&s->o.optim);
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        r += fr_mem_class_bytes(dm, bytes_of(p));
+        if (!s->o.training || s->gv[i] < 0) continue;
+        r += fr_mem_class_bytes(dm, bytes_of(p)); /* its gradient, f32 as the weight */
+        int kind;
+        r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
+    }
+    const fr_graph *g = &s->g;
+    r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
+         fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
+    if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
+    return r;
+}

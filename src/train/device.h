@@ -32,5 +32,8 @@ fr_status fr_model_to_device(fr_model *m);
 /* Release every device tensor of the model. */
 void fr_model_release_device(fr_model *m);
 void fr_dev_step_free(fr_step *s);
+/* What the step reserves in the device's memory (its classes' rounding);
+ * SIZE_MAX when its arena exceeds the device's largest buffer. */
+size_t fr_dev_step_reserved(const fr_step *s);
 
 #endif

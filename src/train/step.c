@@ -875,6 +875,7 @@ void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *p
 }
 
 size_t fr_step_reserved(const fr_step *s) {
+    if (fr_step_on_device(s)) return fr_dev_step_reserved(s); /* the budget is the device's */
     const fr_model *m = s->m;
     size_t r = 0;
     int ns = fr_step_optim_states(&s->o.optim);

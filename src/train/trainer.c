@@ -160,7 +160,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                     so.batch);
         /* From here the budget is a hard limit: the allocator refuses past
          * it, and the parameters are allocated only now. */
-        fr_mem_set_limit(ctx, cfg->budget);
+        if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->budget); /* a device's budget */
+        else fr_mem_set_limit(ctx, cfg->budget);
         if ((st = fr_step_materialize(s))) goto done;
     } else if (!(s = fr_step_compile(m, &so))) {
         st = FR_ERR_ARG;

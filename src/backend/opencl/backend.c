@@ -1,6 +1,7 @@
 /* backend.c — the OpenCL backend (see backend.h): its table, its workspace
  * sizes and the device's memory, an fr_mem over buffers of the device. */
 #include "backend/opencl/backend.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,7 @@ static int cl_zero(fr_ctx *ctx, void *buf, size_t off, size_t n) {
     return fr_cl_zero(ctx, fr_cl_of(ctx), (cl_mem)buf, off, n);
 }
 static int cl_finish(fr_ctx *ctx) { return fr_cl_finish(ctx, fr_cl_of(ctx)); }
+static size_t cl_max_buffer(fr_ctx *ctx) { return fr_cl_info_of(fr_cl_of(ctx))->max_alloc; }
 
 const fr_backend fr_cl_backend = {
     .name = "opencl",
@@ -75,6 +77,7 @@ const fr_backend fr_cl_backend = {
     .read = cl_read,
     .zero = cl_zero,
     .finish = cl_finish,
+    .max_buffer = cl_max_buffer,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {
@@ -94,7 +97,12 @@ int fr_cl_use(fr_ctx *ctx, int index) {
         return fr_fail(ctx, FR_ERR_NOMEM, "opencl: the device's allocator could not start");
     }
     ctx->dev = f;
+    ctx->dmem = &f->st.mem;
     ctx->be = &fr_cl_backend;
+    snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl:%d (%.160s)", index,
+             fr_cl_info_of(f->st.cl)->name);
+    for (char *ch = ctx->dev_name; *ch; ch++) /* printed inside JSON strings */
+        if (*ch == '"' || *ch == '\\' || (unsigned char)*ch < 0x20) *ch = '_';
     return FR_OK;
 }
 
@@ -105,5 +113,7 @@ void fr_cl_unuse(fr_ctx *ctx) {
     fr_cl_close(f->st.cl);
     free(f);
     ctx->dev = NULL;
+    ctx->dmem = NULL;
+    ctx->dev_name[0] = 0;
     ctx->be = NULL;
 }
