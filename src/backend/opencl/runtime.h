@@ -101,7 +101,8 @@ int fr_cl_args(fr_ctx *ctx, cl_kernel k, const fr_cl_argv *args, size_t n);
 #define FR_CL_P48(s, v, ...) FR_CL_P2(s, v), FR_CL_P46(__VA_ARGS__)
 
 /* Enqueue k over global[0..dims) work-items (local NULL: the implementation
- * chooses the work-group size). Does not wait. */
+ * chooses the work-group size). Does not wait. A zero in global enqueues
+ * nothing (OpenCL 1.2 refuses an empty range; an empty tensor is no error). */
 int fr_cl_run(fr_ctx *ctx, fr_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
               const size_t *local);
 
