@@ -307,7 +307,14 @@ typedef struct fr_step_opts {
      * short-lived arena value); the results are bit for bit those of 1: keep
      * every parameter gradient and update after backward. */
     int keep_grads;
+    /* On a device (--offload): FR_OFFLOAD_OPTIMIZER keeps the optimizer's
+     * state and step on the host (ZeRO-Offload): each gradient is copied
+     * down after backward and each updated weight up. */
+    int offload;
 } fr_step_opts;
+
+#define FR_OFFLOAD_OPTIMIZER 1
+#define FR_OFFLOAD_ACTIVATIONS 2
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
 FR_API void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);

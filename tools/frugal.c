@@ -160,6 +160,7 @@ enum {
     O_SEED,
     O_THREADS,
     O_DEVICE,
+    O_OFFLOAD,
     O_SAVE,
     O_RESUME,
     O_INIT,
@@ -220,6 +221,9 @@ static const opt_row opts[] = {
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
      "activations in its memory [cpu]"},
+    {"offload", "WHAT", O_OFFLOAD, C_TRAIN,
+     "with --device: optimizer keeps the optimizer's state and step\n"
+     "on the host (ZeRO-Offload: gradients down, weights up each step)"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
      "JSON on stdout instead of text"},
@@ -552,6 +556,13 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
         case O_THREADS: INT_OPT(0, 1024, c->threads); break;
+        case O_OFFLOAD:
+            if (!strcmp(val, "optimizer")) c->t.offload = FR_OFFLOAD_OPTIMIZER;
+            else if (!strcmp(val, "activations")) c->t.offload = FR_OFFLOAD_ACTIVATIONS;
+            else if (!strcmp(val, "optimizer,activations") || !strcmp(val, "activations,optimizer"))
+                c->t.offload = FR_OFFLOAD_OPTIMIZER | FR_OFFLOAD_ACTIVATIONS;
+            else return bad(cmd->name, "--offload '%s': expected optimizer or activations", val);
+            break;
         case O_DEVICE: {
             char *end = NULL;
             if (!strcmp(val, "cpu")) c->device = -1;
@@ -734,6 +745,8 @@ static int cmd_train(int argc, char **argv) {
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "train")) return ctx_done(ctx), 1;
+    if (c.t.offload && c.device < 0)
+        return ctx_done(ctx), bad("train", "%s", "--offload needs --device opencl[:N]");
     default_text(ctx, &c);
     if (!c.t.json && c.t.progress >= 0)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,

@@ -25,7 +25,11 @@ fr_status fr_dev_materialize(fr_step *s) {
     fr_ctx *ctx = s->ctx;
     fr_status st;
     const fr_optim_opts *o = &s->o.optim;
-    int ns = fr_step_optim_states(o);
+    const int offload = s->o.offload & FR_OFFLOAD_OPTIMIZER;
+    int ns = offload ? 0 : fr_step_optim_states(o);
+    if (s->o.offload & FR_OFFLOAD_ACTIVATIONS)
+        return fr_fail(ctx, FR_ERR_ARG, "--offload activations is not supported yet");
+    if (s->o.training && offload && (st = fr_step_alloc_host_update(s))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (p->dtype != FR_F32 && p->role != FR_P_NUM_BATCHES)
@@ -162,6 +166,30 @@ static fr_status no_pass(fr_step *s, const char *what) {
                    fr_backend_of(s->ctx)->name, what);
 }
 
+/* The optimizer offloaded: gradients down to the host, the host's update,
+ * the updated weights up (running statistics stay where kernels keep them). */
+static fr_status offloaded_update(fr_step *s, float loss) {
+    fr_model *m = s->m;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    fr_status st = fr_step_alloc_host_update(s); /* zero_grad may have freed them */
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] < 0) continue;
+        p->grad_valid = s->ex.written[s->gv[i]];
+        if (p->grad_valid) st = be->read(s->ctx, p->dgrad, 0, p->grad, bytes_of(p));
+    }
+    if (st || (st = fr_step_host_update(s, loss))) return st;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] >= 0) st = be->write(s->ctx, p->ddata, 0, p->data, bytes_of(p));
+        if (s->o.optim.zero_grad_to_none && p->dgrad) {
+            be->release(s->ctx, p->dgrad);
+            p->dgrad = NULL;
+        }
+    }
+    return st;
+}
+
 fr_status fr_dev_update(fr_step *s, float loss) {
     fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
@@ -169,6 +197,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params; i++)
         if (s->gv[i] >= 0) m->params[i].grad_valid = s->ex.written[s->gv[i]];
+    if (s->o.offload & FR_OFFLOAD_OPTIMIZER) return offloaded_update(s, loss);
     int found_inf = !isfinite(loss);
     if (!found_inf && s->scaler.enabled) {
         if (!be->grad_unscale) return no_pass(s, "loss scaler");
@@ -294,7 +323,8 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         if (!s->o.training || s->gv[i] < 0) continue;
         r += fr_mem_class_bytes(dm, bytes_of(p)); /* its gradient, f32 as the weight */
         int kind;
-        r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
+        if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
+            r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
     }
     const fr_graph *g = &s->g;
     r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +

@@ -86,6 +86,13 @@ static fr_status alloc_state(fr_step *s) {
     return FR_OK;
 }
 
+/* The host's gradients and optimizer state (a device with the optimizer
+ * offloaded keeps them here). */
+fr_status fr_step_alloc_host_update(fr_step *s) {
+    fr_status st = alloc_grads(s);
+    return st ? st : alloc_state(s);
+}
+
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
@@ -810,6 +817,15 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             m->params[i].grad_valid = e->written[s->gv[i]];
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
+    return fr_step_host_update(s, l);
+}
+
+/* After backward, on the host: the scaler's check, clipping, the optimizer
+ * step and zero_grad, over the gradients in fr_param.grad/grad16 (on a
+ * device with the optimizer offloaded, those downloaded into them). */
+fr_status fr_step_host_update(fr_step *s, float l) {
+    fr_model *m = s->m;
+    fr_status st;
     if (s->inject_inf) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
             if (grad_data(&m->params[i]) && m->params[i].grad_valid) {

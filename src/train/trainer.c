@@ -141,6 +141,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .clip_grad_norm = cfg->clip_grad_norm,
                        .loss_scaling = cfg->loss_scaling,
                        .keep_grads = cfg->keep_grads,
+                       .offload = cfg->offload,
                        .budget = cfg->budget};
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,

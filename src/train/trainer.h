@@ -32,6 +32,7 @@ typedef struct fr_train_cfg {
     fr_loss_scaling loss_scaling;
     float clip_grad_norm;
     int keep_grads;   /* store every gradient (no SGD step inside backward) */
+    int offload;      /* on a device: FR_OFFLOAD_* */
     const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
