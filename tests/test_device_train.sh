@@ -81,6 +81,36 @@ for l in open(sys.argv[1]):
 sys.exit(1)
 EOF
 
+# --offload optimizer: Adam's state and step on the host. The device's
+# kernels and the host's Adam compute the same float operations in the same
+# order (test_opencl_optim: bit-identical over 5 steps), so the run is the
+# non-offloaded run bit for bit; the device holds no optimizer state and the
+# host holds it instead (2 moments of every weight).
+expect "device run, optimizer offloaded" "$bin" "${run[@]}" --device opencl --offload optimizer
+cp "$tmp/out" "$tmp/off.json"
+for k in train_loss test_loss; do
+    a=$(json_field "$tmp/dev1.json" $k) b=$(json_field "$tmp/off.json" $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "offloaded run differs in $k: $b vs $a"
+done
+python3 - "$tmp/dev1.json" "$tmp/off.json" <<'EOF' && ok || no "offload: where the optimizer state lives"
+import json, sys
+def summary(p):
+    for l in open(p):
+        d = json.loads(l)
+        if d.get("event") == "summary":
+            return d
+a, b = summary(sys.argv[1]), summary(sys.argv[2])
+da, db = a["memory"]["device"], b["memory"]["device"]
+opt_dev = da["allocated_peak"]["optim"]
+print("device optim state: %d bytes on the device; offloaded: %d on the device, %d on the host; "
+      "device reserved peak %d -> %d" % (opt_dev, db["allocated_peak"]["optim"],
+      b["memory"]["allocated_peak"]["optim"], da["reserved_peak"], db["reserved_peak"]))
+assert opt_dev > 0 and db["allocated_peak"]["optim"] == 0
+assert b["memory"]["allocated_peak"]["optim"] >= opt_dev
+assert da["reserved_peak"] - db["reserved_peak"] >= opt_dev
+EOF
+expect_fail "offload without a device" 2 "--offload needs --device" "$bin" "${run[@]}" --offload optimizer
+
 # A checkpoint saved by a device run resumes on the device bit for bit: two
 # epochs straight against one epoch, save, resume for the second.
 two=(train --model cnn --data "$data" --limit 256 --test-limit 128 --batch 64 --seed 5
