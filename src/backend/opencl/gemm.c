@@ -1,0 +1,396 @@
+/* gemm.c (opencl) — LINEAR, LINEAR_BWD, CONV2D and CONV2D_BWD on an OpenCL
+ * device: the products by CLBlast's SGEMM on the device's queue, the rest
+ * by gemm.cl (bias seeding, bias gradients, im2col, col2im), with the CPU
+ * kernels' semantics (linear.c, conv.c): absent outputs skipped, accumulate
+ * bits, the same shape errors. It owns the size of the convolutions' device
+ * workspace (fr_cl_ws_conv2d*); it allocates nothing.
+ *
+ * Bits: every output element is computed by one work-item or by one GEMM of
+ * fixed sizes, so a call gives the same bits run after run. They are not the
+ * CPU's bits: CLBlast sums a product in its own order. The bias gradients
+ * sum in double in the CPU's order and match it exactly where the device has
+ * cl_khr_fp64.
+ *
+ * Not here yet: LINEAR_BWD's fused SGD step on the weight (update bit 1): the
+ * CPU forms the gradient in tiles of host scratch (upd_ws); the device would
+ * need that scratch planned in its own memory. It is refused with a clear
+ * error; the bias's step (update bit 2) needs no scratch and is done. */
+#include "backend/opencl/gemm.h"
+#include <clblast_c.h>
+
+/* ---- helpers ---- */
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+/* A CLBlast status as an error naming the op; its codes mirror OpenCL's. */
+static int blast_check(fr_kernel_call *c, CLBlastStatusCode s, const char *op) {
+    if (s == CLBlastSuccess) return FR_OK;
+    int nomem = s == CLBlastTempBufferAllocFailure || s == CLBlastOpenCLOutOfResources ||
+                s == CLBlastOpenCLOutOfHostMemory;
+    return fr_fail(c->ctx, nomem ? FR_ERR_NOMEM : FR_ERR_ARG,
+                   "opencl: %s: CLBlast SGEMM failed with status %d%s", op, (int)s,
+                   nomem ? " (out of device memory)" : "");
+}
+
+typedef struct mat {
+    cl_mem m;
+    size_t off, ld; /* elements */
+} mat;
+
+static mat mat_of(const fr_tensor *t, size_t ld) { return (mat){fr_cl_mem(t), fr_cl_off(t), ld}; }
+static mat mat_at(mat a, size_t off) { return (mat){a.m, a.off + off, a.ld}; }
+
+/* C (m, n) = A' B' + beta C, row-major, A' = A or A^T (ta), B' likewise */
+static int gemm(fr_kernel_call *c, const char *op, int ta, int tb, size_t m, size_t n, size_t k,
+                mat a, mat b, float beta, mat cm) {
+    cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
+    CLBlastStatusCode s =
+        CLBlastSgemm(CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+                     tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a.m, a.off, a.ld,
+                     b.m, b.off, b.ld, beta, cm.m, cm.off, cm.ld, &q, NULL);
+    return blast_check(c, s, op);
+}
+
+/* count GEMMs as above, the i-th on A, B and C advanced by i times their stride */
+static int gemm_batched(fr_kernel_call *c, const char *op, int ta, int tb, size_t m, size_t n,
+                        size_t k, mat a, size_t sa, mat b, size_t sb, float beta, mat cm, size_t sc,
+                        size_t count) {
+    if (count == 1) return gemm(c, op, ta, tb, m, n, k, a, b, beta, cm);
+    cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
+    CLBlastStatusCode s = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+        tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a.m, a.off, a.ld, sa, b.m,
+        b.off, b.ld, sb, beta, cm.m, cm.off, cm.ld, sc, count, &q, NULL);
+    return blast_check(c, s, op);
+}
+
+/* Runs gemm.cl's kernel `name` over n work-items with the arguments set. */
+#define LAUNCH(c, name, n, ...)                                                   \
+    do {                                                                          \
+        fr_cl *cl_ = fr_cl_of((c)->ctx);                                          \
+        cl_kernel k_ = fr_cl_kernel((c)->ctx, cl_, "gemm", (name));               \
+        if (!k_) return FR_ERR_ARG;                                               \
+        int st_ = FR_CL_ARGS((c)->ctx, k_, __VA_ARGS__);                          \
+        if (st_) return st_;                                                      \
+        size_t g_ = (size_t)(n);                                                  \
+        if (g_ && (st_ = fr_cl_run((c)->ctx, cl_, k_, 1, &g_, NULL))) return st_; \
+    } while (0)
+
+/* y (n values) = b[(i / inner) % nb] */
+static int bias_fill(fr_kernel_call *c, const fr_tensor *y, const fr_tensor *b, int64_t n,
+                     int64_t nb, int64_t inner) {
+    cl_mem ym = fr_cl_mem(y), bm = fr_cl_mem(b);
+    cl_ulong yo = fr_cl_off(y), bo = fr_cl_off(b), un = (cl_ulong)n, unb = (cl_ulong)nb,
+             uin = (cl_ulong)inner;
+    LAUNCH(c, "bias_fill", n, sizeof ym, &ym, sizeof yo, &yo, sizeof un, &un, sizeof bm, &bm,
+           sizeof bo, &bo, sizeof unb, &unb, sizeof uin, &uin);
+    return FR_OK;
+}
+
+static int zero_tensor(fr_kernel_call *c, const fr_tensor *t, int64_t n) {
+    return fr_cl_zero(c->ctx, fr_cl_of(c->ctx), fr_cl_mem(t), t->off, (size_t)n * sizeof(float));
+}
+
+static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const char *what) {
+    if (!t->buf || t->dtype == FR_F32) return FR_OK;
+    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a 16-bit %s is not supported", op, what);
+}
+
+/* ---- LINEAR ---- */
+
+/* Rows of x seen as (N, K), as linear.c's rows_of. */
+static int64_t rows_of(const fr_tensor *x, int64_t K) {
+    return K > 0 ? fr_shape_numel(&x->shape) / K : (x->shape.ndim ? x->shape.d[0] : 0);
+}
+
+// x is (N,K) (N = numel / K), W is (O,K), b is (O) or absent, y is (N,O)
+// y = b (seeded by bias_fill), then y = x W^T + beta y by one GEMM (No, Yes)
+int fr_cl_k_linear(fr_kernel_call *c) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
+    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
+    if (w->shape.ndim != 2 || N * K != fr_shape_numel(&x->shape) ||
+        fr_shape_numel(&y->shape) != N * O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear: x has %lld elements, not rows of K = %lld for W (%lld, %lld)",
+                       (long long)fr_shape_numel(&x->shape), (long long)K, (long long)O,
+                       (long long)K);
+    int st = need_f32(c, "linear", x, "input");
+    if (st || (st = need_f32(c, "linear", w, "weight")) || (st = need_f32(c, "linear", b, "bias")))
+        return st;
+    if (N == 0 || O == 0) return FR_OK;
+    int has_b = b->buf != NULL;
+    if (has_b && (st = bias_fill(c, y, b, N * O, O, 1))) return st;
+    if (K == 0) return has_b ? FR_OK : zero_tensor(c, y, N * O);
+    return gemm(c, "linear", 0, 1, (size_t)N, (size_t)O, (size_t)K, mat_of(x, (size_t)K),
+                mat_of(w, (size_t)K), has_b ? 1.0f : 0.0f, mat_of(y, (size_t)O));
+}
+
+// dy is (N,O), x is (N,K), W is (O,K)
+// dx (N,K) = dy W       (No, No; beta 1 with accumulate bit 0)
+// dW (O,K) = dy^T x     (Yes, No; beta 1 with accumulate bit 1)
+// db (O)   = sum_n dy   (col_sums, in double; accumulate bit 2, or update bit 2: the SGD step)
+int fr_cl_k_linear_bwd(fr_kernel_call *c) {
+    const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
+    const fr_tensor *dx = &c->out[0], *dw = &c->out[1], *db = &c->out[2];
+    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
+    if (N * K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != N * O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear_bwd: dy has %lld elements, expected %lld x %lld",
+                       (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);
+    if (dw->buf && (c->update & 2u))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "opencl: linear_bwd: the fused SGD step on the weight (update bit 1) is "
+                       "not supported on the device yet");
+    int st = FR_OK;
+    for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_bwd", &c->in[i], "input");
+    if (st) return st;
+    if (dx->buf && N * K > 0) {
+        if (O == 0) {
+            if (!acc_bit(c, 0) && (st = zero_tensor(c, dx, N * K))) return st;
+        } else {
+            st = gemm(c, "linear_bwd", 0, 0, (size_t)N, (size_t)K, (size_t)O, mat_of(dy, (size_t)O),
+                      mat_of(w, (size_t)K), acc_bit(c, 0) ? 1.0f : 0.0f, mat_of(dx, (size_t)K));
+            if (st) return st;
+        }
+    }
+    if (dw->buf && O * K > 0) {
+        if (N > 0) {
+            st = gemm(c, "linear_bwd", 1, 0, (size_t)O, (size_t)K, (size_t)N, mat_of(dy, (size_t)O),
+                      mat_of(x, (size_t)K), acc_bit(c, 1) ? 1.0f : 0.0f, mat_of(dw, (size_t)K));
+            if (st) return st;
+        } else if (!acc_bit(c, 1) && (st = zero_tensor(c, dw, O * K))) {
+            return st;
+        }
+    }
+    if (db->buf && O > 0) {
+        cl_mem dym = fr_cl_mem(dy), dbm = fr_cl_mem(db);
+        cl_ulong dyo = fr_cl_off(dy), dbo = fr_cl_off(db), un = (cl_ulong)N, uo = (cl_ulong)O;
+        cl_int acc = acc_bit(c, 2), upd = (c->update & 4u) != 0;
+        cl_float lr = c->upd_lr, wd = c->upd_wd;
+        LAUNCH(c, "col_sums", O, sizeof dym, &dym, sizeof dyo, &dyo, sizeof un, &un, sizeof uo, &uo,
+               sizeof dbm, &dbm, sizeof dbo, &dbo, sizeof acc, &acc, sizeof upd, &upd, sizeof lr,
+               &lr, sizeof wd, &wd);
+    }
+    return FR_OK;
+}
+
+/* ---- CONV2D ---- */
+
+typedef struct geom {
+    int64_t N, C, H, W, OC, K, S, P, OH, OW;
+    int64_t ckk, ohw, chw, col; /* col: floats of one image's unroll (0: direct) */
+    int direct;                 /* 1x1, stride 1, no padding: the image is its own unroll */
+} geom;
+
+#define CL_CONV_WS_BUDGET ((int64_t)4 << 20) /* floats (16 MiB) of unrolled images */
+
+static int geom_make(geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
+    if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
+    g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];
+    g->OC = oc, g->K = k, g->S = s, g->P = p;
+    if (g->H + 2 * p < k || g->W + 2 * p < k) return -1;
+    g->OH = (g->H + 2 * p - k) / s + 1;
+    g->OW = (g->W + 2 * p - k) / s + 1;
+    g->ckk = g->C * k * k;
+    g->ohw = g->OH * g->OW;
+    g->chw = g->C * g->H * g->W;
+    g->direct = k == 1 && s == 1 && p == 0;
+    g->col = g->direct ? 0 : g->ckk * g->ohw;
+    return 0;
+}
+
+/* Images per chunk of the workspace: as many as the budget holds, 1..N. */
+static int64_t chunk_images(const geom *g) {
+    int64_t b = g->col ? CL_CONV_WS_BUDGET / g->col : g->N;
+    if (b > g->N) b = g->N;
+    return b < 1 ? 1 : b;
+}
+
+static int64_t ws_of(const fr_graph *g, const fr_node *n, int j, int want_j) {
+    if (j != want_j) return 0;
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    geom gm;
+    if (geom_make(&gm, &g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0], f->attr.kernel,
+                  f->attr.stride, f->attr.pad) ||
+        gm.N < 1 || gm.col == 0)
+        return 0;
+    return chunk_images(&gm) * gm.col;
+}
+
+int64_t fr_cl_ws_conv2d(const fr_graph *g, const fr_node *n, int j) { return ws_of(g, n, j, 1); }
+int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j) {
+    return ws_of(g, n, j, 3);
+}
+
+/* conv.c's check_shapes, the same messages */
+static int check_shapes(fr_kernel_call *c, const char *op, geom *g, const fr_tensor *x,
+                        const fr_tensor *w, const fr_shape *y) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], bw[64];
+    if (w->shape.ndim != 4 ||
+        geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
+        w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: x %s and W %s do not fit kernel %d stride %d pad %d", op,
+                       fr_shape_str(&x->shape, bx, sizeof bx),
+                       fr_shape_str(&w->shape, bw, sizeof bw), a->kernel, a->stride, a->pad);
+    if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
+                       fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
+                       (long long)g->OH, (long long)g->OW);
+    if (g->direct && x->dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a 16-bit input on a 1x1 convolution", op);
+    return FR_OK;
+}
+
+/* Images per chunk that the planned workspace ws holds (an error if none). */
+static int ws_chunk(fr_kernel_call *c, const char *op, const geom *g, const fr_tensor *ws,
+                    int64_t *B) {
+    if (!g->col) {
+        *B = g->N;
+        return FR_OK;
+    }
+    int64_t have = ws->buf ? fr_shape_numel(&ws->shape) : 0;
+    *B = have / g->col < g->N ? have / g->col : g->N;
+    if (*B < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: workspace of %lld floats, need at least %lld", op,
+                       (long long)have, (long long)g->col);
+    return FR_OK;
+}
+
+/* The geometry as gemm.cl's GEOM_ARGS, after the other arguments. */
+#define GEOM_PAIRS(u)                                                                            \
+    sizeof u[0], &u[0], sizeof u[1], &u[1], sizeof u[2], &u[2], sizeof u[3], &u[3], sizeof u[4], \
+        &u[4], sizeof u[5], &u[5], sizeof u[6], &u[6], sizeof u[7], &u[7]
+
+static void geom_args(const geom *g, cl_ulong u[8]) {
+    const int64_t v[8] = {g->C, g->H, g->W, g->K, g->S, g->P, g->OH, g->OW};
+    for (int i = 0; i < 8; i++) u[i] = (cl_ulong)v[i];
+}
+
+/* ws (from its start) = the unroll of images [n0, n0 + nimg) of x */
+static int im2col(fr_kernel_call *c, const geom *g, const fr_tensor *x, int64_t n0, int64_t nimg,
+                  const fr_tensor *ws) {
+    const char *name = x->dtype == FR_F16    ? "im2col_f16"
+                       : x->dtype == FR_BF16 ? "im2col_bf16"
+                                             : "im2col_f32";
+    cl_mem xm = fr_cl_mem(x), wm = fr_cl_mem(ws);
+    cl_ulong xo = fr_cl_off(x) + (cl_ulong)(n0 * g->chw), wo = fr_cl_off(ws), un = (cl_ulong)nimg;
+    cl_ulong u[8];
+    geom_args(g, u);
+    LAUNCH(c, name, nimg * g->col, sizeof xm, &xm, sizeof xo, &xo, sizeof wm, &wm, sizeof wo, &wo,
+           sizeof un, &un, GEOM_PAIRS(u));
+    return FR_OK;
+}
+
+// x is (N,C,H,W), W is (OC,C,K,K), b is (OC) or absent, y is (N,OC,OH,OW)
+// per chunk of images: col = im2col(x_n) in the workspace, then one batched
+// GEMM y_n (OC, OH*OW) = W (OC, C*K*K) @ col_n (C*K*K, OH*OW) + beta y_n,
+// y seeded with the bias first (beta 1) when there is one
+int fr_cl_k_conv2d(fr_kernel_call *c) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
+    const fr_tensor *ws = &c->out[1];
+    geom g;
+    int st = check_shapes(c, "conv2d", &g, x, w, &y->shape);
+    if (st || (st = need_f32(c, "conv2d", w, "weight")) || (st = need_f32(c, "conv2d", b, "bias")))
+        return st;
+    if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
+    int64_t B;
+    if ((st = ws_chunk(c, "conv2d", &g, ws, &B))) return st;
+    const int has_b = b->buf != NULL;
+    if (has_b && (st = bias_fill(c, y, b, g.N * g.OC * g.ohw, g.OC, g.ohw))) return st;
+    if (g.ckk == 0) return has_b ? FR_OK : zero_tensor(c, y, g.N * g.OC * g.ohw);
+    const mat wmat = mat_of(w, (size_t)g.ckk), ymat = mat_of(y, (size_t)g.ohw);
+    for (int64_t n0 = 0; n0 < g.N; n0 += B) {
+        int64_t nb = g.N - n0 < B ? g.N - n0 : B;
+        mat cols = mat_of(g.direct ? x : ws, (size_t)g.ohw);
+        if (g.direct) cols = mat_at(cols, (size_t)(n0 * g.chw));
+        else if ((st = im2col(c, &g, x, n0, nb, ws))) return st;
+        st = gemm_batched(c, "conv2d", 0, 0, (size_t)g.OC, (size_t)g.ohw, (size_t)g.ckk, wmat, 0,
+                          cols, (size_t)(g.direct ? g.chw : g.col), has_b ? 1.0f : 0.0f,
+                          mat_at(ymat, (size_t)(n0 * g.OC * g.ohw)), (size_t)(g.OC * g.ohw),
+                          (size_t)nb);
+        if (st) return st;
+    }
+    return FR_OK;
+}
+
+// dy is (N,OC,OH,OW), x is (N,C,H,W), W is (OC,C,K,K); each output absent when buf is NULL
+// db (OC)        = sum_{n,oh,ow} dy (plane_sums, in double; accumulate bit 2)
+// dW (OC, C*K*K) = sum_n dy_n (OC, OH*OW) @ col_n^T: one GEMM per image, in
+//                  order, beta 1 after the first (accumulate bit 1: from the first)
+// dx_n           = col2im(W^T (C*K*K, OC) @ dy_n): a batched GEMM per chunk
+//                  into the workspace, then the gather (accumulate bit 0);
+//                  a 1x1 unpadded convolution's GEMM writes dx itself
+int fr_cl_k_conv2d_bwd(fr_kernel_call *c) {
+    const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
+    const fr_tensor *dx = &c->out[0], *dw = &c->out[1], *db = &c->out[2], *ws = &c->out[3];
+    geom g;
+    int st = check_shapes(c, "conv2d_bwd", &g, x, w, &dy->shape);
+    if (st || (st = need_f32(c, "conv2d_bwd", dy, "gradient")) ||
+        (st = need_f32(c, "conv2d_bwd", w, "weight")))
+        return st;
+    const int64_t wn = g.OC * g.ckk, yn = g.OC * g.ohw;
+    if (db->buf && g.OC > 0) {
+        cl_mem dym = fr_cl_mem(dy), dbm = fr_cl_mem(db);
+        cl_ulong dyo = fr_cl_off(dy), dbo = fr_cl_off(db), un = (cl_ulong)g.N, uoc = (cl_ulong)g.OC,
+                 uhw = (cl_ulong)g.ohw;
+        cl_int acc = acc_bit(c, 2);
+        LAUNCH(c, "plane_sums", g.OC, sizeof dym, &dym, sizeof dyo, &dyo, sizeof un, &un,
+               sizeof uoc, &uoc, sizeof uhw, &uhw, sizeof dbm, &dbm, sizeof dbo, &dbo, sizeof acc,
+               &acc);
+    }
+    const int want_dx = dx->buf != NULL, want_dw = dw->buf != NULL;
+    if (!want_dx && !want_dw) return FR_OK;
+    if (g.N == 0 || g.ckk == 0) { /* nothing flows: clear what is not accumulated */
+        if (want_dw && wn > 0 && !acc_bit(c, 1) && (st = zero_tensor(c, dw, wn))) return st;
+        if (want_dx && g.N * g.chw > 0 && !acc_bit(c, 0) && (st = zero_tensor(c, dx, g.N * g.chw)))
+            return st;
+        return FR_OK;
+    }
+    if (g.OC == 0 || g.ohw == 0) { /* no output positions: the gradients are zero */
+        if (want_dw && !acc_bit(c, 1) && (st = zero_tensor(c, dw, wn))) return st;
+        if (want_dx && !acc_bit(c, 0) && (st = zero_tensor(c, dx, g.N * g.chw))) return st;
+        return FR_OK;
+    }
+    int64_t B;
+    if ((st = ws_chunk(c, "conv2d_bwd", &g, ws, &B))) return st;
+    const mat dymat = mat_of(dy, (size_t)g.ohw), wmat = mat_of(w, (size_t)g.ckk);
+    const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
+    if (want_dx && g.direct) /* dx_n (C, HW) = W^T (C, OC) @ dy_n, all images at once */
+        if ((st = gemm_batched(c, "conv2d_bwd", 1, 0, (size_t)g.ckk, (size_t)g.ohw, (size_t)g.OC,
+                               wmat, 0, dymat, (size_t)yn, acc_x ? 1.0f : 0.0f,
+                               mat_of(dx, (size_t)g.ohw), (size_t)g.chw, (size_t)g.N)))
+            return st;
+    cl_ulong u[8];
+    geom_args(&g, u);
+    for (int64_t n0 = 0; n0 < g.N; n0 += B) {
+        int64_t nb = g.N - n0 < B ? g.N - n0 : B;
+        if (want_dw) {
+            mat cols = mat_of(g.direct ? x : ws, (size_t)g.ohw);
+            if (g.direct) cols = mat_at(cols, (size_t)(n0 * g.chw));
+            else if ((st = im2col(c, &g, x, n0, nb, ws))) return st;
+            for (int64_t i = 0; i < nb; i++) {
+                float beta = n0 + i == 0 && !acc_w ? 0.0f : 1.0f;
+                st = gemm(c, "conv2d_bwd", 0, 1, (size_t)g.OC, (size_t)g.ckk, (size_t)g.ohw,
+                          mat_at(dymat, (size_t)((n0 + i) * yn)),
+                          mat_at(cols, (size_t)(i * (g.direct ? g.chw : g.col))), beta,
+                          mat_of(dw, (size_t)g.ckk));
+                if (st) return st;
+            }
+        }
+        if (want_dx && !g.direct) {
+            st = gemm_batched(c, "conv2d_bwd", 1, 0, (size_t)g.ckk, (size_t)g.ohw, (size_t)g.OC,
+                              wmat, 0, mat_at(dymat, (size_t)(n0 * yn)), (size_t)yn, 0.0f,
+                              mat_of(ws, (size_t)g.ohw), (size_t)g.col, (size_t)nb);
+            if (st) return st;
+            cl_mem wsm = fr_cl_mem(ws), dxm = fr_cl_mem(dx);
+            cl_ulong wso = fr_cl_off(ws), dxo = fr_cl_off(dx) + (cl_ulong)(n0 * g.chw),
+                     un = (cl_ulong)nb;
+            cl_int acc = acc_x;
+            LAUNCH(c, "col2im", nb * g.chw, sizeof wsm, &wsm, sizeof wso, &wso, sizeof dxm, &dxm,
+                   sizeof dxo, &dxo, sizeof un, &un, GEOM_PAIRS(u), sizeof acc, &acc);
+        }
+    }
+    return FR_OK;
+}

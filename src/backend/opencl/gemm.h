@@ -1,0 +1,18 @@
+/* gemm.h (opencl) — the OpenCL kernels of LINEAR, LINEAR_BWD, CONV2D and
+ * CONV2D_BWD (gemm.c: CLBlast GEMMs around gemm.cl's kernels; the kernels
+ * themselves are declared with every op's in backend.h) and the workspace
+ * the convolutions need on the device. */
+#ifndef FR_CL_GEMM_H
+#define FR_CL_GEMM_H
+
+#include "backend/opencl/backend.h"
+
+/* Floats of workspace output j of a CONV2D node (j = 1) or CONV2D_BWD node
+ * (j = 3; its forward is g->nodes[n->fwd]); 0 for any other j. The unroll of
+ * a chunk of images, (C*K*K, OH*OW) each, as many images as fit in 16 MiB
+ * (at least one, at most the batch); 0 for a 1x1, stride 1, unpadded
+ * convolution, whose GEMMs read the images themselves. */
+int64_t fr_cl_ws_conv2d(const fr_graph *g, const fr_node *n, int j);
+int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j);
+
+#endif
