@@ -1,0 +1,289 @@
+/* elementwise.cl — the device side of elementwise.c: activations and their
+ * backward, ADD, COPY, CAST, dropout, the position embedding's add, and the
+ * step's gradient scaling. One work-item per element; every element is
+ * computed alone, so an output may alias its input exactly, as on the CPU.
+ *
+ * The bits follow the CPU kernels (src/backend/cpu/activation.c, cast.c,
+ * dropout.c, embedding.c, grad.c): the same float operations in the same
+ * order, never contracted into fma (C11 on the host contracts nothing), the
+ * 16-bit conversions of core/half.c in integer arithmetic, and dropout's
+ * counter-based generator of core/rng.c in ulong. Only the library functions
+ * (erf, exp, tanh) may differ from glibc's, within their specified ulp.
+ *
+ * Tensors are (buffer, element offset) pairs. A 16-bit tensor is passed as
+ * the same buffer and read as ushort; `dt` codes: 0 f32, 1 f16, 2 bf16. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+
+/* ---- f32 <-> f16 / bf16, bit for bit core/half.c ---- */
+
+static ushort f32_to_f16(float f) {
+    uint x = as_uint(f);
+    ushort sign = (ushort)((x >> 16) & 0x8000u);
+    uint ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) { /* inf, or NaN: quiet, top of the payload kept */
+        if (ax == 0x7f800000u) return sign | 0x7c00u;
+        return sign | 0x7e00u | (ushort)((ax >> 13) & 0x3ffu);
+    }
+    if (ax >= 0x477ff000u) return sign | 0x7c00u; /* rounds to 2^16 or more: infinity */
+    if (ax < 0x38800000u) {                       /* an f16 subnormal or zero */
+        if (ax <= 0x33000000u) return sign;
+        uint e = ax >> 23;
+        uint mant = (ax & 0x7fffffu) | 0x800000u;
+        uint shift = 126u - e;
+        uint q = mant >> shift;
+        uint rem = mant & ((1u << shift) - 1u);
+        uint halfway = 1u << (shift - 1u);
+        if (rem > halfway || (rem == halfway && (q & 1u))) q++;
+        return sign | (ushort)q;
+    }
+    uint h = (ax - 0x38000000u) >> 13;
+    uint rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return sign | (ushort)h;
+}
+
+static float f16_to_f32(ushort hv) {
+    uint h = hv;
+    uint sign = (h & 0x8000u) << 16;
+    uint e = (h >> 10) & 0x1fu;
+    uint m = h & 0x3ffu;
+    uint x;
+    if (e == 0x1fu) {
+        x = sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
+    } else if (e == 0) {
+        if (m == 0) {
+            x = sign;
+        } else { /* m 2^-24: shift the leading bit onto bit 10 */
+            uint sh = (uint)clz(m) - 21u;
+            m <<= sh;
+            x = sign | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    return as_float(x);
+}
+
+static ushort f32_to_bf16(float f) {
+    uint x = as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (ushort)(x >> 16);
+}
+
+static float bf16_to_f32(ushort h) {
+    uint x = (uint)h << 16;
+    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
+    return as_float(x);
+}
+
+/* element i of a tensor of dtype dt */
+static float load(__global const float *p, ulong i, int dt) {
+    if (dt == DT_F32) return p[i];
+    ushort h = ((__global const ushort *)p)[i];
+    return dt == DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+static void store(__global float *p, ulong i, int dt, float v) {
+    if (dt == DT_F32)
+        p[i] = v;
+    else
+        ((__global ushort *)p)[i] = dt == DT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+}
+
+/* ---- the activations (activation.c's formulas) ---- */
+
+#define ACT_RELU 0
+#define ACT_GELU_ERF 1
+#define ACT_GELU_TANH 2
+#define ACT_SIGMOID 3
+#define ACT_TANH 4
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+#define SQRT_2_PI 0.79788456080286535588f
+#define GELU_A 0.044715f
+
+/* activation.c's tanh_poly, the same operations: Cephes' odd polynomial
+ * below 0.625, else 1 - 2 / (e + 1) with e = exp(2|u|) = 2^n 2^f */
+static float tanh_poly(float u) {
+    float a = u < 0.0f ? -u : u;
+    float z = u * u;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                    1.33314422036e-1f) *
+                       z -
+                   3.33332819422e-1f) *
+                      z * u +
+                  u;
+    float c = a > 9.0f ? 9.0f : a;
+    float y = c * 2.8853900817779268f;
+    float n = (y + 12582912.0f) - 12582912.0f;
+    float g = (y - n) * 0.69314718055994531f;
+    float p =
+        1.0f +
+        g * (1.0f +
+             g * (0.5f + g * (1.0f / 6 +
+                              g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g / 5040))))));
+    float b = as_float(((int)n + 127) * (1 << 23));
+    float big = 1.0f - 2.0f / (p * b + 1.0f);
+    big = u < 0.0f ? -big : big;
+    return a < 0.625f ? small : big;
+}
+
+static float gelu_tanh_grad(float v) {
+    const float t = tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v));
+    return 0.5f * (1.0f + t) +
+           0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
+}
+
+static float act(int op, float v) {
+    switch (op) {
+    case ACT_RELU: return v < 0.0f ? 0.0f : v; /* a NaN passes through */
+    case ACT_GELU_ERF: return 0.5f * v * (1.0f + erf(v * INV_SQRT2));
+    case ACT_GELU_TANH: return 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
+    case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
+    /* tanh(x) rounds to +-1 in float from |x| = 9.02 on; PoCL's tanh gives
+     * 1 - 2^-24 there, even at infinity */
+    default: return fabs(v) >= 9.1f ? copysign(1.0f, v) : tanh(v);
+    }
+}
+
+/* d/dx given d = dy and v = the saved value (y, or x for GELU) */
+static float act_grad(int op, float d, float v) {
+    switch (op) {
+    case ACT_RELU: return v > 0.0f ? d : 0.0f;
+    case ACT_GELU_ERF:
+        return d * (0.5f * (1.0f + erf(v * INV_SQRT2)) + v * INV_SQRT_2PI * exp(-0.5f * v * v));
+    case ACT_GELU_TANH: return d * gelu_tanh_grad(v);
+    case ACT_SIGMOID: return d * v * (1.0f - v);
+    default: return d * (1.0f - v * v);
+    }
+}
+
+/* y[i] = F(x[i]), x f32, y of dtype ydt (the f32 result rounded) */
+__kernel void act_fwd(int op, ulong n, __global const float *x, ulong x_off, __global float *y,
+                      ulong y_off, int ydt) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    store(y, y_off + i, ydt, act(op, x[x_off + i]));
+}
+
+/* dx[i] (+)= G(dy[i], s[i]); dy, dx f32, s (the saved value) of dtype sdt */
+__kernel void act_bwd(int op, ulong n, __global const float *dy, ulong dy_off,
+                      __global const float *s, ulong s_off, int sdt, __global float *dx,
+                      ulong dx_off, int acc) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    float g = act_grad(op, dy[dy_off + i], load(s, s_off + i, sdt));
+    if (acc)
+        dx[dx_off + i] += g;
+    else
+        dx[dx_off + i] = g;
+}
+
+/* y = a + b */
+__kernel void add_f32(ulong n, __global const float *a, ulong a_off, __global const float *b,
+                      ulong b_off, __global float *y, ulong y_off) {
+    ulong i = get_global_id(0);
+    if (i < n) y[y_off + i] = a[a_off + i] + b[b_off + i];
+}
+
+/* y += x */
+__kernel void acc_f32(ulong n, __global const float *x, ulong x_off, __global float *y,
+                      ulong y_off) {
+    ulong i = get_global_id(0);
+    if (i < n) y[y_off + i] += x[x_off + i];
+}
+
+/* ---- CAST ---- */
+
+/* y = x converted from dtype xdt to ydt (one of them f32, or both f32
+ * with rdt the 16-bit format to round through) */
+__kernel void cast(ulong n, __global const float *x, ulong x_off, int xdt, __global float *y,
+                   ulong y_off, int ydt, int rdt) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    float v = load(x, x_off + i, xdt);
+    if (rdt == DT_F16) v = f16_to_f32(f32_to_f16(v));
+    if (rdt == DT_BF16) v = bf16_to_f32(f32_to_bf16(v));
+    store(y, y_off + i, ydt, v);
+}
+
+/* y = round(widen(y) + x), x f32, y f16 or bf16 (a 16-bit gradient adding in) */
+__kernel void cast_add(ulong n, __global const float *x, ulong x_off, __global float *y,
+                       ulong y_off, int ydt) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    store(y, y_off + i, ydt, load(y, y_off + i, ydt) + x[x_off + i]);
+}
+
+/* ---- dropout: core/rng.c's splitmix64 chain ---- */
+
+static ulong mix(ulong z) {
+    z += 0x9e3779b97f4a7c15UL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
+    return z ^ (z >> 31);
+}
+
+/* fr_rng_uniform(seed, stream, i) given mixed = mix(mix(seed) ^ stream),
+ * which the host computes once */
+static float uniform(ulong mixed, ulong i) {
+    return (float)(mix(mixed ^ i) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* training: keep_i = uniform >= p; y_i = keep_i ? x_i * scale : 0; mask_i = keep_i
+ * (has_mask 0: no mask written) */
+__kernel void dropout_fwd(ulong n, __global const float *x, ulong x_off, __global float *y,
+                          ulong y_off, __global uchar *mask, ulong mask_off, int has_mask,
+                          ulong mixed, float p, float scale) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    int keep = uniform(mixed, i) >= p;
+    y[y_off + i] = keep ? x[x_off + i] * scale : 0.0f;
+    if (has_mask) mask[mask_off + i] = (uchar)keep;
+}
+
+/* dx_i (+)= mask_i ? dy_i * scale : 0 */
+__kernel void dropout_bwd(ulong n, __global const float *dy, ulong dy_off,
+                          __global const uchar *mask, ulong mask_off, __global float *dx,
+                          ulong dx_off, float scale, int acc) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    float g = mask[mask_off + i] ? dy[dy_off + i] * scale : 0.0f;
+    dx[dx_off + i] = acc ? dx[dx_off + i] + g : g;
+}
+
+/* ---- position embedding ---- */
+
+/* x, y (B,T,C), W (Tmax,C): y[r, j] = x[r, j] + W[r % T, j], r = b T + t */
+__kernel void pos_embedding(ulong n, ulong T, ulong C, __global const float *x, ulong x_off,
+                            __global const float *w, ulong w_off, __global float *y, ulong y_off) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    ulong r = i / C, j = i - r * C;
+    y[y_off + i] = x[x_off + i] + w[w_off + (r % T) * C + j];
+}
+
+/* ---- the step's gradient passes (grad.c) ---- */
+
+/* g = g * f */
+__kernel void scale_f32(ulong n, __global float *g, ulong g_off, float f) {
+    ulong i = get_global_id(0);
+    if (i < n) g[g_off + i] = g[g_off + i] * f;
+}
+
+/* g = g * f; *found = 1 when any value read is inf or NaN (every writer
+ * writes the same 1, so the flag is the same whatever the order) */
+__kernel void unscale_check_f32(ulong n, __global float *g, ulong g_off, float f,
+                                __global int *found) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    float x = g[g_off + i];
+    if (!(fabs(x) <= FLT_MAX)) *found = 1;
+    g[g_off + i] = x * f;
+}
