@@ -56,8 +56,8 @@ static int run_groups(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t groups) {
 /* The first of the n i32 values of t outside [0, V): *at its index (-1:
  * none), *val its value. Read back a block at a time into the stack (this
  * waits for the queue). */
-static int first_bad(fr_ctx *ctx, fr_cl *cl, const fr_tensor *t, int64_t n, int64_t V,
-                     int64_t *at, int32_t *val) {
+static int first_bad(fr_ctx *ctx, fr_cl *cl, const fr_tensor *t, int64_t n, int64_t V, int64_t *at,
+                     int32_t *val) {
     enum { BLK = 1024 };
     int32_t b[BLK];
     *at = -1;
@@ -102,8 +102,8 @@ int fr_cl_k_batchnorm(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "batchnorm", &k))) return st;
-    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), rm = D(&c->in[3]),
-         rv = D(&c->in[4]), y = D(&c->out[0]), sm = D(&c->out[1]), si = D(&c->out[2]);
+    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), rm = D(&c->in[3]), rv = D(&c->in[4]),
+         y = D(&c->out[0]), sm = D(&c->out[1]), si = D(&c->out[2]);
     cl_long n = N, ch = C, hw = HW;
     cl_int training = a->training, recompute = a->recompute;
     cl_float eps = a->eps, mom = a->momentum;
@@ -124,8 +124,7 @@ int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
     dref dy = D(&c->in[0]), x = D(&c->in[1]), g = D(&c->in[2]), sm = D(&c->in[3]),
          si = D(&c->in[4]), dx = D(&c->out[0]), dg = D(&c->out[1]), db = D(&c->out[2]);
     cl_long n = N, ch = C, hw = HW;
-    cl_int xdt = dcode(c->in[1].dtype), ax = acc_bit(c, 0), ag = acc_bit(c, 1),
-           ab = acc_bit(c, 2);
+    cl_int xdt = dcode(c->in[1].dtype), ax = acc_bit(c, 0), ag = acc_bit(c, 1), ab = acc_bit(c, 2);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(g), TA(sm), TA(si), TA(dx), TA(dg), TA(db), VA(n),
                     VA(ch), VA(hw), VA(xdt), VA(ax), VA(ag), VA(ab));
     return st ? st : run_groups(c->ctx, cl, k, C);
@@ -490,8 +489,7 @@ int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, do
     if (n == 0) return FR_OK;
     const int fp64 = fr_cl_info_of(cl)->fp64;
     const size_t each = fp64 ? sizeof(double) : sizeof(float);
-    cl_ulong nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, nn = n, off = off_elems,
-             chunk = SUMSQ_CHUNK;
+    cl_ulong nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, nn = n, off = off_elems, chunk = SUMSQ_CHUNK;
     cl_mem part = fr_mem_take(ctx, fr_cl_memory(ctx), (size_t)(nb + 1) * each, FR_MEM_OTHER);
     if (!part) return FR_ERR_NOMEM;
     cl_kernel k1, k2;

@@ -84,35 +84,35 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm(
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
-    acc_t mean, invstd;
-    if (training) {
-        acc_t a = 0;
-        for (long e = l; e < cnt; e += WG) {
-            const long n = e / HW;
-            a += x[x_off + (n * C + ch) * HW + (e - n * HW)];
-        }
-        mean = wg_sum(s, a) / (acc_t)cnt;
-        const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
-        acc_t q = 0;
-        for (long e = l; e < cnt; e += WG) {
-            const long n = e / HW;
-            const float d = (x[x_off + (n * C + ch) * HW + (e - n * HW)] - m_hi) - m_lo;
-            q += (acc_t)d * d;
-        }
-        const acc_t var = wg_sum(s, q) / (acc_t)cnt;
-        invstd = 1 / sqrt(var + (acc_t)eps);
-        if (l == 0) {
-            if (smean) smean[sm_off + ch] = (float)mean;
-            if (sinv) sinv[si_off + ch] = (float)invstd;
-            /* a recomputed clone leaves the running stats alone */
-            if (rmean && !recompute)
-                rmean[rm_off + ch] =
-                    (float)((1 - (acc_t)mom) * rmean[rm_off + ch] + (acc_t)mom * mean);
-            if (rvar && !recompute)
-                rvar[rv_off + ch] = (float)((1 - (acc_t)mom) * rvar[rv_off + ch] +
-                                            (acc_t)mom * var * (acc_t)cnt / (acc_t)(cnt - 1));
-        }
-    } else {
+    /* the sums run in eval mode too, over nothing: every lane meets the
+     * same barriers */
+    const long tc = training ? cnt : 0;
+    acc_t a = 0;
+    for (long e = l; e < tc; e += WG) {
+        const long n = e / HW;
+        a += x[x_off + (n * C + ch) * HW + (e - n * HW)];
+    }
+    acc_t mean = wg_sum(s, a) / (acc_t)cnt;
+    const float s_hi = (float)mean, s_lo = (float)(mean - s_hi);
+    acc_t q = 0;
+    for (long e = l; e < tc; e += WG) {
+        const long n = e / HW;
+        const float d = (x[x_off + (n * C + ch) * HW + (e - n * HW)] - s_hi) - s_lo;
+        q += (acc_t)d * d;
+    }
+    const acc_t var = wg_sum(s, q) / (acc_t)cnt;
+    acc_t invstd = 1 / sqrt(var + (acc_t)eps);
+    if (training && l == 0) {
+        if (smean) smean[sm_off + ch] = (float)mean;
+        if (sinv) sinv[si_off + ch] = (float)invstd;
+        /* a recomputed clone leaves the running stats alone */
+        if (rmean && !recompute)
+            rmean[rm_off + ch] = (float)((1 - (acc_t)mom) * rmean[rm_off + ch] + (acc_t)mom * mean);
+        if (rvar && !recompute)
+            rvar[rv_off + ch] = (float)((1 - (acc_t)mom) * rvar[rv_off + ch] +
+                                        (acc_t)mom * var * (acc_t)cnt / (acc_t)(cnt - 1));
+    }
+    if (!training) {
         mean = rmean[rm_off + ch];
         invstd = 1 / sqrt((acc_t)rvar[rv_off + ch] + (acc_t)eps);
     }
