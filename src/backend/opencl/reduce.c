@@ -1,0 +1,535 @@
+/* reduce.c (opencl) — batch and layer normalisation, the losses, pooling and
+ * the embeddings on an OpenCL device, with the CPU kernels' semantics and
+ * messages (src/backend/cpu/norm.c, loss.c, pool.c, embedding.c); their
+ * OpenCL C is kernels/reduce.cl. Shapes are checked here as the CPU checks
+ * them; labels and ids are read back a block at a time and checked on the
+ * host before anything is enqueued, so a bad one fails with the CPU's
+ * message and writes nothing. Kernels are enqueued without waiting. */
+#include "backend/opencl/reduce.h"
+#include <string.h>
+
+#define WG 64 /* reduce.cl's work-group size for the kernels that reduce */
+
+/* A tensor as a kernel takes it: its buffer (NULL when absent) and its
+ * offset in elements of its dtype. */
+typedef struct dref {
+    cl_mem m;
+    cl_ulong off;
+} dref;
+
+static dref D(const fr_tensor *t) {
+    return t->buf ? (dref){fr_cl_mem(t), (cl_ulong)fr_cl_off(t)} : (dref){NULL, 0};
+}
+#define TA(t) sizeof(cl_mem), &(t).m, sizeof(cl_ulong), &(t).off
+#define VA(v) sizeof(v), &(v)
+
+static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
+
+/* reduce.cl's dtype code of a tensor read or written as floats */
+static cl_int dcode(fr_dtype d) { return d == FR_F16 ? 1 : d == FR_BF16 ? 2 : 0; }
+
+static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const char *what) {
+    if (!t->buf || t->dtype == FR_F32) return FR_OK;
+    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a %s %s is not supported", op,
+                   fr_dtype_name(t->dtype), what);
+}
+
+static int kernel(fr_ctx *ctx, fr_cl *cl, const char *name, cl_kernel *k) {
+    *k = fr_cl_kernel(ctx, cl, "reduce", name);
+    return *k ? FR_OK : FR_ERR_ARG;
+}
+
+/* n work-items, one per value (the implementation picks the groups) */
+static int run_items(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t n) {
+    if (n <= 0) return FR_OK;
+    const size_t g = (size_t)((n + WG - 1) / WG * WG);
+    return fr_cl_run(ctx, cl, k, 1, &g, NULL);
+}
+
+/* `groups` work-groups of WG lanes */
+static int run_groups(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t groups) {
+    if (groups <= 0) return FR_OK;
+    const size_t g = (size_t)groups * WG, l = WG;
+    return fr_cl_run(ctx, cl, k, 1, &g, &l);
+}
+
+/* The first of the n i32 values of t outside [0, V): *at its index (-1:
+ * none), *val its value. Read back a block at a time into the stack (this
+ * waits for the queue). */
+static int first_bad(fr_ctx *ctx, fr_cl *cl, const fr_tensor *t, int64_t n, int64_t V, int64_t *at,
+                     int32_t *val) {
+    enum { BLK = 1024 };
+    int32_t b[BLK];
+    *at = -1;
+    for (int64_t lo = 0; lo < n; lo += BLK) {
+        const int64_t cnt = n - lo < BLK ? n - lo : BLK;
+        int st = fr_cl_read(ctx, cl, fr_cl_mem(t), t->off + (size_t)lo * sizeof(int32_t), b,
+                            (size_t)cnt * sizeof(int32_t));
+        if (st) return st;
+        for (int64_t i = 0; i < cnt; i++)
+            if (b[i] < 0 || b[i] >= V) {
+                *at = lo + i, *val = b[i];
+                return FR_OK;
+            }
+    }
+    return FR_OK;
+}
+
+/* ---- batch normalisation ---- */
+
+static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t *N, int64_t *C,
+                   int64_t *HW) {
+    char b[64];
+    if (x->ndim != 2 && x->ndim != 4)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,H,W)", op,
+                       fr_shape_str(x, b, sizeof b));
+    *N = x->d[0], *C = x->d[1], *HW = x->ndim == 4 ? x->d[2] * x->d[3] : 1;
+    return FR_OK;
+}
+
+int fr_cl_k_batchnorm(fr_kernel_call *c) {
+    const fr_attr *a = &c->node->attr;
+    int64_t N = 0, C = 0, HW = 0;
+    int st = bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
+    if (st || (st = need_f32(c, "batchnorm", &c->in[0], "input"))) return st;
+    const cl_long cnt = N * HW;
+    if (a->training && cnt < 2)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm: training needs more than 1 value per channel, got %lld",
+                       (long long)cnt);
+    if (!a->training && (!c->in[3].buf || !c->in[4].buf))
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "batchnorm", &k))) return st;
+    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), rm = D(&c->in[3]), rv = D(&c->in[4]),
+         y = D(&c->out[0]), sm = D(&c->out[1]), si = D(&c->out[2]);
+    cl_long n = N, ch = C, hw = HW;
+    cl_int training = a->training, recompute = a->recompute;
+    cl_float eps = a->eps, mom = a->momentum;
+    st = FR_CL_ARGS(c->ctx, k, TA(x), TA(g), TA(b), TA(rm), TA(rv), TA(y), TA(sm), TA(si), VA(n),
+                    VA(ch), VA(hw), VA(training), VA(recompute), VA(eps), VA(mom));
+    return st ? st : run_groups(c->ctx, cl, k, C);
+}
+
+int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
+    int64_t N = 0, C = 0, HW = 0;
+    int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
+    if (st || (st = need_f32(c, "batchnorm_bwd", &c->in[0], "gradient"))) return st;
+    if (!c->in[3].buf || !c->in[4].buf)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "batchnorm_bwd", &k))) return st;
+    dref dy = D(&c->in[0]), x = D(&c->in[1]), g = D(&c->in[2]), sm = D(&c->in[3]),
+         si = D(&c->in[4]), dx = D(&c->out[0]), dg = D(&c->out[1]), db = D(&c->out[2]);
+    cl_long n = N, ch = C, hw = HW;
+    cl_int xdt = dcode(c->in[1].dtype), ax = acc_bit(c, 0), ag = acc_bit(c, 1), ab = acc_bit(c, 2);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(g), TA(sm), TA(si), TA(dx), TA(dg), TA(db), VA(n),
+                    VA(ch), VA(hw), VA(xdt), VA(ax), VA(ag), VA(ab));
+    return st ? st : run_groups(c->ctx, cl, k, C);
+}
+
+/* ---- layer normalisation ---- */
+
+/* Rows N and normalised size D of x, as norm.c's ln_rows. */
+static int ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *gamma,
+                   const fr_tensor *mean, int64_t *N, int64_t *Dn) {
+    const int64_t nx = fr_shape_numel(&x->shape);
+    if (gamma->shape.ndim) *Dn = fr_shape_numel(&gamma->shape);
+    else if (mean->shape.ndim && fr_shape_numel(&mean->shape))
+        *Dn = nx / fr_shape_numel(&mean->shape);
+    else *Dn = x->shape.ndim && x->shape.d[0] ? nx / x->shape.d[0] : 0;
+    *N = *Dn ? nx / *Dn : 0;
+    if (*N * *Dn != nx || (mean->shape.ndim && fr_shape_numel(&mean->shape) != *N))
+        return fr_fail(
+            c->ctx, FR_ERR_SHAPE,
+            "%s: x has %lld elements, not rows of gamma's %lld (statistics for %lld rows)", op,
+            (long long)nx, (long long)*Dn, (long long)fr_shape_numel(&mean->shape));
+    return FR_OK;
+}
+
+int fr_cl_k_layernorm(fr_kernel_call *c) {
+    int64_t N, Dn;
+    int st = ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &Dn);
+    if (st || (st = need_f32(c, "layernorm", &c->in[0], "input"))) return st;
+    if (Dn == 0 || N == 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "layernorm", &k))) return st;
+    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), y = D(&c->out[0]),
+         sm = D(&c->out[1]), sr = D(&c->out[2]);
+    cl_long d = Dn;
+    cl_float eps = c->node->attr.eps;
+    st = FR_CL_ARGS(c->ctx, k, TA(x), TA(g), TA(b), TA(y), TA(sm), TA(sr), VA(d), VA(eps));
+    return st ? st : run_groups(c->ctx, cl, k, N);
+}
+
+int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
+    int64_t N, Dn;
+    int st = ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &Dn);
+    if (st || (st = need_f32(c, "layernorm_bwd", &c->in[1], "input"))) return st;
+    if (Dn == 0) return FR_OK;
+    if (!c->in[3].buf || !c->in[4].buf)
+        return fr_fail(c->ctx, FR_ERR_ARG, "layernorm_bwd: the saved mean and rstd are missing");
+    fr_cl *cl = fr_cl_of(c->ctx);
+    dref dy = D(&c->in[0]), x = D(&c->in[1]), g = D(&c->in[2]), sm = D(&c->in[3]),
+         sr = D(&c->in[4]), dx = D(&c->out[0]), dg = D(&c->out[1]), db = D(&c->out[2]);
+    cl_long n = N, d = Dn;
+    cl_int ax = acc_bit(c, 0), ag = acc_bit(c, 1), ab = acc_bit(c, 2);
+    cl_kernel k;
+    if (dx.m && N > 0) {
+        if ((st = kernel(c->ctx, cl, "layernorm_bwd_dx", &k))) return st;
+        st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(g), TA(sm), TA(sr), TA(dx), VA(d), VA(ax));
+        if (st || (st = run_groups(c->ctx, cl, k, N))) return st;
+    }
+    if (dg.m || db.m) {
+        if ((st = kernel(c->ctx, cl, "layernorm_bwd_dgb", &k))) return st;
+        st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(sm), TA(sr), TA(dg), TA(db), VA(n), VA(d),
+                        VA(ag), VA(ab));
+        if (st || (st = run_items(c->ctx, cl, k, Dn))) return st;
+    }
+    return FR_OK;
+}
+
+/* ---- losses ---- */
+
+/* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row,
+ * each in [0, C) (loss.c's ce_check, its messages) */
+static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
+    const fr_tensor *z = &c->in[0], *lab = &c->in[1];
+    const fr_shape *zs = &z->shape;
+    char b[64];
+    *C = zs->ndim >= 2 ? zs->d[zs->ndim - 1] : 0;
+    *N = *C ? fr_shape_numel(zs) / *C : (zs->ndim ? zs->d[0] : 0);
+    if (zs->ndim < 2 || fr_shape_numel(&lab->shape) != *N || lab->dtype != FR_I32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per row", op,
+                       fr_shape_str(zs, b, sizeof b));
+    int st = need_f32(c, op, z, "logits tensor");
+    if (st) return st;
+    int64_t n;
+    int32_t y;
+    if ((st = first_bad(c->ctx, fr_cl_of(c->ctx), lab, *N, *C, &n, &y)) || n < 0) return st;
+    const int64_t T = zs->ndim > 2 ? *N / zs->d[0] : 1; /* rows per sample */
+    if (T == 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)", op,
+                       (int)y, (long long)n, (long long)*C);
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op, (int)y,
+                   (long long)(n / T), (long long)(n % T), (long long)*C);
+}
+
+int fr_cl_k_cross_entropy(fr_kernel_call *c) {
+    int64_t N, C;
+    int st = ce_check(c, "cross_entropy", &N, &C);
+    if (st) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    dref z = D(&c->in[0]), lab = D(&c->in[1]), loss = D(&c->out[0]);
+    if (N == 0 || C == 0) return fr_cl_zero(c->ctx, cl, loss.m, c->out[0].off, sizeof(float));
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "cross_entropy", &k))) return st;
+    cl_long n = N, ncls = C;
+    st = FR_CL_ARGS(c->ctx, k, TA(z), TA(lab), TA(loss), VA(n), VA(ncls));
+    return st ? st : run_groups(c->ctx, cl, k, 1);
+}
+
+int fr_cl_k_cross_entropy_bwd(fr_kernel_call *c) {
+    int64_t N, C;
+    int st = ce_check(c, "cross_entropy_bwd", &N, &C);
+    if (st) return st;
+    if (fr_shape_numel(&c->out[0].shape) != N * C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "cross_entropy_bwd: dlogits has %lld elements, need %lld",
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
+    if (!c->out[0].buf || N == 0 || C == 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "cross_entropy_bwd", &k))) return st;
+    dref z = D(&c->in[0]), lab = D(&c->in[1]), dz = D(&c->out[0]);
+    cl_long n = N, ncls = C;
+    cl_float scale = c->node->attr.scale;
+    cl_int acc = acc_bit(c, 0);
+    st = FR_CL_ARGS(c->ctx, k, TA(z), TA(lab), TA(dz), VA(n), VA(ncls), VA(scale), VA(acc));
+    return st ? st : run_groups(c->ctx, cl, k, N);
+}
+
+static int mse_check(fr_kernel_call *c, const char *op, int64_t *n) {
+    *n = fr_shape_numel(&c->in[0].shape);
+    if (fr_shape_numel(&c->in[1].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: pred has %lld elements, target %lld", op,
+                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
+    int st = need_f32(c, op, &c->in[0], "prediction");
+    return st ? st : need_f32(c, op, &c->in[1], "target");
+}
+
+int fr_cl_k_mse(fr_kernel_call *c) {
+    int64_t n;
+    int st = mse_check(c, "mse", &n);
+    if (st) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    dref p = D(&c->in[0]), t = D(&c->in[1]), loss = D(&c->out[0]);
+    if (n == 0) return fr_cl_zero(c->ctx, cl, loss.m, c->out[0].off, sizeof(float));
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "mse", &k))) return st;
+    cl_long nn = n;
+    st = FR_CL_ARGS(c->ctx, k, TA(p), TA(t), TA(loss), VA(nn));
+    return st ? st : run_groups(c->ctx, cl, k, 1);
+}
+
+int fr_cl_k_mse_bwd(fr_kernel_call *c) {
+    int64_t n;
+    int st = mse_check(c, "mse_bwd", &n);
+    if (st) return st;
+    if (!c->out[0].buf || n == 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "mse_bwd", &k))) return st;
+    dref p = D(&c->in[0]), t = D(&c->in[1]), dp = D(&c->out[0]);
+    cl_long nn = n;
+    cl_float kk = (float)(2.0 * (double)c->node->attr.scale / (double)n);
+    cl_int acc = acc_bit(c, 0);
+    st = FR_CL_ARGS(c->ctx, k, TA(p), TA(t), TA(dp), VA(nn), VA(kk), VA(acc));
+    return st ? st : run_items(c->ctx, cl, k, n);
+}
+
+/* ---- pooling ---- */
+
+typedef struct pool_geom {
+    cl_long planes, H, W, K, S, OH, OW;
+} pool_geom;
+#define GEOM(g) VA((g).planes), VA((g).H), VA((g).W), VA((g).K), VA((g).S), VA((g).OH), VA((g).OW)
+
+/* x is (..., H, W); y must be (..., OH, OW) (pool.c's pool_geom_make) */
+static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, const fr_shape *y,
+                          pool_geom *g) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], by[64];
+    if (x->ndim < 2 || a->kernel < 1 || a->stride < 1 || x->d[x->ndim - 2] < a->kernel ||
+        x->d[x->ndim - 1] < a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s does not fit kernel %d stride %d", op,
+                       fr_shape_str(x, bx, sizeof bx), a->kernel, a->stride);
+    g->H = x->d[x->ndim - 2], g->W = x->d[x->ndim - 1], g->K = a->kernel, g->S = a->stride;
+    g->OH = (g->H - g->K) / g->S + 1, g->OW = (g->W - g->K) / g->S + 1;
+    g->planes = fr_shape_numel(x) / (g->H * g->W);
+    if (fr_shape_numel(y) != g->planes * g->OH * g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
+                       fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
+    return FR_OK;
+}
+
+int fr_cl_k_maxpool2d(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    if (st) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "maxpool2d", &k))) return st;
+    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    cl_int xdt = dcode(c->in[0].dtype), ydt = dcode(c->out[0].dtype);
+    st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(xdt), VA(ydt));
+    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+}
+
+int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
+    if (st || (st = need_f32(c, "maxpool2d_bwd", &c->in[0], "gradient"))) return st;
+    if (!c->out[0].buf) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "maxpool2d_bwd", &k))) return st;
+    dref dy = D(&c->in[0]), x = D(&c->in[1]), dx = D(&c->out[0]);
+    cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
+    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+}
+
+int fr_cl_k_avgpool2d(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    if (st || (st = need_f32(c, "avgpool2d", &c->in[0], "input"))) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "avgpool2d", &k))) return st;
+    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    cl_float inv = 1.0f / (float)(g.K * g.K);
+    st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(inv));
+    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+}
+
+int fr_cl_k_avgpool2d_bwd(fr_kernel_call *c) {
+    pool_geom g;
+    int st = pool_geom_make(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
+    if (st || (st = need_f32(c, "avgpool2d_bwd", &c->in[0], "gradient"))) return st;
+    if (!c->out[0].buf) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "avgpool2d_bwd", &k))) return st;
+    dref dy = D(&c->in[0]), dx = D(&c->out[0]);
+    cl_float inv = 1.0f / (float)(g.K * g.K);
+    cl_int acc = acc_bit(c, 0);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dx), GEOM(g), VA(inv), VA(acc));
+    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+}
+
+int fr_cl_k_global_avgpool(fr_kernel_call *c) {
+    const fr_shape *xs = &c->in[0].shape;
+    if (xs->ndim != 4 || fr_shape_numel(&c->out[0].shape) != xs->d[0] * xs->d[1])
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "global_avgpool: input must be (N,C,H,W), output (N,C)");
+    int st = need_f32(c, "global_avgpool", &c->in[0], "input");
+    if (st) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "global_avgpool", &k))) return st;
+    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    cl_long planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
+    st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), VA(planes), VA(hw));
+    return st ? st : run_items(c->ctx, cl, k, planes);
+}
+
+int fr_cl_k_global_avgpool_bwd(fr_kernel_call *c) {
+    const fr_shape *xs = &c->out[0].shape;
+    if (xs->ndim != 4 || fr_shape_numel(&c->in[0].shape) != xs->d[0] * xs->d[1])
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool_bwd: dy must be (N,C), dx (N,C,H,W)");
+    int st = need_f32(c, "global_avgpool_bwd", &c->in[0], "gradient");
+    if (st) return st;
+    cl_long planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
+    if (!c->out[0].buf || hw == 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "global_avgpool_bwd", &k))) return st;
+    dref dy = D(&c->in[0]), dx = D(&c->out[0]);
+    cl_int acc = acc_bit(c, 0);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dx), VA(planes), VA(hw), VA(acc));
+    return st ? st : run_items(c->ctx, cl, k, planes * hw);
+}
+
+/* ---- embeddings ---- */
+
+/* Every id in [0, V); R ids laid out as (R / T, T) (embedding.c's check_ids) */
+static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t V) {
+    if (idx->dtype != FR_I32) return fr_fail(c->ctx, FR_ERR_ARG, "%s: ids must be i32", op);
+    const int64_t R = fr_shape_numel(&idx->shape);
+    const int64_t T = idx->shape.ndim >= 2 ? idx->shape.d[idx->shape.ndim - 1] : R;
+    int64_t r;
+    int32_t id;
+    int st = first_bad(c->ctx, fr_cl_of(c->ctx), idx, R, V, &r, &id);
+    if (st || r < 0) return st;
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: id %d at sample %lld, position %lld is outside the table [0, %lld)", op,
+                   (int)id, (long long)(T ? r / T : 0), (long long)(T ? r % T : r), (long long)V);
+}
+
+int fr_cl_k_embedding(fr_kernel_call *c) {
+    const fr_tensor *idx = &c->in[0], *w = &c->in[1];
+    const int64_t V = w->shape.d[0], C = w->shape.d[1], R = fr_shape_numel(&idx->shape);
+    if (fr_shape_numel(&c->out[0].shape) != R * C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "embedding: y has %lld elements, need %lld x %lld",
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)R, (long long)C);
+    int st = check_ids(c, "embedding", idx, V);
+    if (st || (st = need_f32(c, "embedding", w, "table"))) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "embedding", &k))) return st;
+    dref id = D(idx), wt = D(w), y = D(&c->out[0]);
+    cl_long r = R, cc = C;
+    st = FR_CL_ARGS(c->ctx, k, TA(id), TA(wt), TA(y), VA(r), VA(cc));
+    return st ? st : run_items(c->ctx, cl, k, R * C);
+}
+
+int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
+    const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
+    if (!c->out[1].buf) return FR_OK;
+    const int64_t V = c->out[1].shape.d[0], C = c->out[1].shape.d[1];
+    const int64_t R = fr_shape_numel(&idx->shape);
+    if (fr_shape_numel(&dyt->shape) != R * C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "embedding_bwd: dy has %lld elements, need %lld x %lld",
+                       (long long)fr_shape_numel(&dyt->shape), (long long)R, (long long)C);
+    int st = check_ids(c, "embedding_bwd", idx, V);
+    if (st || (st = need_f32(c, "embedding_bwd", dyt, "gradient"))) return st;
+    if (V == 0 || C == 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "embedding_bwd", &k))) return st;
+    dref dy = D(dyt), id = D(idx), dw = D(&c->out[1]);
+    cl_long r = R, cc = C;
+    cl_int acc = acc_bit(c, 1);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(id), TA(dw), VA(r), VA(cc), VA(acc));
+    if (st) return st;
+    const size_t g[2] = {(size_t)((C + WG - 1) / WG * WG), (size_t)V}, l[2] = {WG, 1};
+    return fr_cl_run(c->ctx, cl, k, 2, g, l);
+}
+
+int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
+    if (!c->out[1].buf) return FR_OK;
+    const fr_shape *ys = &c->in[0].shape, *ws = &c->out[1].shape;
+    if (ys->ndim != 3 || ws->ndim != 2 || ws->d[1] != ys->d[2] || ys->d[1] > ws->d[0])
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "pos_embedding_bwd: dy must be (B,T,C) and dW (Tmax,C) with T <= Tmax");
+    int st = need_f32(c, "pos_embedding_bwd", &c->in[0], "gradient");
+    if (st) return st;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k;
+    if ((st = kernel(c->ctx, cl, "pos_embedding_bwd", &k))) return st;
+    dref dy = D(&c->in[0]), dw = D(&c->out[1]);
+    cl_long B = ys->d[0], T = ys->d[1], C = ys->d[2], Tmax = ws->d[0];
+    cl_int acc = acc_bit(c, 1);
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dw), VA(B), VA(T), VA(C), VA(Tmax), VA(acc));
+    return st ? st : run_items(c->ctx, cl, k, Tmax * C);
+}
+
+/* ---- whole-tensor passes of the step ---- */
+
+#define SUMSQ_CHUNK 2048 /* fr_k_grad_sumsq's blocks (GRAD_CHUNK in cpu/grad.c) */
+
+int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, double *out) {
+    *out = 0;
+    if (n == 0) return FR_OK;
+    const int fp64 = fr_cl_info_of(cl)->fp64;
+    const size_t each = fp64 ? sizeof(double) : sizeof(float);
+    cl_ulong nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, nn = n, off = off_elems, chunk = SUMSQ_CHUNK;
+    cl_mem part = fr_mem_take(ctx, fr_cl_memory(ctx), (size_t)(nb + 1) * each, FR_MEM_OTHER);
+    if (!part) return FR_ERR_NOMEM;
+    cl_kernel k1, k2;
+    int st = kernel(ctx, cl, "sumsq_blocks", &k1);
+    if (!st) st = kernel(ctx, cl, "sum_in_order", &k2);
+    if (!st) st = FR_CL_ARGS(ctx, k1, VA(m), VA(off), VA(nn), VA(chunk), VA(part));
+    if (!st) st = run_items(ctx, cl, k1, (int64_t)nb);
+    if (!st) st = FR_CL_ARGS(ctx, k2, VA(part), VA(nb));
+    const size_t one = 1;
+    if (!st) st = fr_cl_run(ctx, cl, k2, 1, &one, NULL);
+    if (!st) {
+        unsigned char b[sizeof(double)];
+        st = fr_cl_read(ctx, cl, part, (size_t)nb * each, b, each);
+        if (!st && fp64) memcpy(out, b, sizeof(double));
+        else if (!st) {
+            float f;
+            memcpy(&f, b, sizeof f);
+            *out = f;
+        }
+    }
+    fr_mem_give(ctx, fr_cl_memory(ctx), part);
+    return st;
+}
+
+int fr_cl_hits(fr_ctx *ctx, fr_cl *cl, cl_mem logits, size_t logits_off, cl_mem labels,
+               size_t labels_off, int N, int K, int64_t *hits) {
+    *hits = 0;
+    if (N <= 0 || K <= 0) return FR_OK;
+    cl_mem out = fr_mem_take(ctx, fr_cl_memory(ctx), sizeof(cl_long), FR_MEM_OTHER);
+    if (!out) return FR_ERR_NOMEM;
+    cl_ulong zo = logits_off, lo = labels_off;
+    cl_long n = N, kk = K;
+    cl_kernel k;
+    int st = kernel(ctx, cl, "hits", &k);
+    if (!st)
+        st = FR_CL_ARGS(ctx, k, VA(logits), VA(zo), VA(labels), VA(lo), VA(n), VA(kk), VA(out));
+    if (!st) st = run_groups(ctx, cl, k, 1);
+    cl_long h = 0;
+    if (!st) st = fr_cl_read(ctx, cl, out, 0, &h, sizeof h);
+    if (!st) *hits = h;
+    fr_mem_give(ctx, fr_cl_memory(ctx), out);
+    return st;
+}
