@@ -18,6 +18,8 @@
 typedef struct fr_optim_slot {
     void *state[2];
     int state_kind;
+    void *state_buf[2]; /* on a device: the backend's buffers (cl_mem) holding the state,
+                           each from byte 0 in fr_state_bytes' layout; state[] is then NULL */
 } fr_optim_slot;
 
 typedef struct fr_optim_ctx {

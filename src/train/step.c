@@ -753,8 +753,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
         for (size_t i = 0; i < m->n_params; i++)
-            s->slots[i] = (fr_optim_slot){{m->params[i].state[0], m->params[i].state[1]},
-                                          m->params[i].state_kind};
+            s->slots[i] = (fr_optim_slot){.state = {m->params[i].state[0], m->params[i].state[1]},
+                                          .state_kind = m->params[i].state_kind};
         s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
         e->optim = &s->optim_ctx;
     }

@@ -1,0 +1,95 @@
+/* attention.c (opencl) — the ATTENTION / ATTENTION_BWD kernels of the OpenCL
+ * backend: shape checks and error messages as the CPU's, then
+ * kernels/attention.cl (forward: a work-group per (b, head, query tile),
+ * online softmax; backward: D, then dk/dv a key row per work-item and dq a
+ * query row per work-item). No workspace. */
+#include "backend/opencl/attention.h"
+#include <math.h>
+#include "backend/cpu/reduce.h"
+
+#define ATTN_QT 32 /* query (or key) rows per work-group */
+
+int64_t fr_cl_ws_attention(const fr_graph *g, const fr_node *n, int j) {
+    (void)g, (void)n;
+    return j == 2 ? 1 : -1;
+}
+
+static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, cl_int *B, cl_int *T,
+                     cl_int *NH, cl_int *HS) {
+    const fr_shape *x = &qkv->shape;
+    const int nh = c->node->attr.heads;
+    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
+    *B = (cl_int)x->d[0], *T = (cl_int)x->d[1], *NH = nh, *HS = (cl_int)(x->d[2] / 3 / nh);
+    return FR_OK;
+}
+
+/* The 2-D range (B NH, T rounded up to ATTN_QT), work-groups (1, ATTN_QT). */
+static int run_rows(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int B, int NH, int T) {
+    const size_t global[2] = {(size_t)B * (size_t)NH,
+                              ((size_t)T + ATTN_QT - 1) / ATTN_QT * ATTN_QT};
+    const size_t local[2] = {1, ATTN_QT};
+    return fr_cl_run(ctx, cl, k, 2, global, local);
+}
+
+// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T) (may be absent), ws unused
+int fr_cl_k_attention(fr_kernel_call *c) {
+    cl_int B, T, NH, HS;
+    int st = attn_dims(c, "attention", &c->in[0], &B, &T, &NH, &HS);
+    if (st) return st;
+    if (B <= 0 || T <= 0 || HS <= 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", "attn_fwd");
+    if (!k) return FR_ERR_ARG;
+    const cl_mem qkv = fr_cl_mem(&c->in[0]), y = fr_cl_mem(&c->out[0]), lse = fr_cl_mem(&c->out[1]);
+    const cl_ulong qkv_off = fr_cl_off(&c->in[0]), y_off = fr_cl_off(&c->out[0]);
+    const cl_ulong lse_off = lse ? fr_cl_off(&c->out[1]) : 0;
+    const cl_int has_lse = lse != NULL;
+    const float s = 1.0f / sqrtf((float)HS);
+    st =
+        FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof y, &y,
+                   sizeof y_off, &y_off, sizeof lse, &lse, sizeof lse_off, &lse_off, sizeof has_lse,
+                   &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s);
+    return st ? st : run_rows(c->ctx, cl, k, B, NH, T);
+}
+
+// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws unused
+int fr_cl_k_attention_bwd(fr_kernel_call *c) {
+    cl_int B, T, NH, HS;
+    int st = attn_dims(c, "attention_bwd", &c->in[1], &B, &T, &NH, &HS);
+    if (st) return st;
+    if (!fr_cl_mem(&c->out[0])) return FR_OK;
+    if (acc_bit(c, 0))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "attention_bwd: dqkv is written whole, it cannot be added into");
+    if (!fr_cl_mem(&c->out[1]) || !fr_cl_mem(&c->in[3]))
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: the saved lse or D's buffer is missing");
+    if (B <= 0 || T <= 0 || HS <= 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    const cl_mem dy = fr_cl_mem(&c->in[0]), qkv = fr_cl_mem(&c->in[1]), y = fr_cl_mem(&c->in[2]);
+    const cl_mem lse = fr_cl_mem(&c->in[3]), D = fr_cl_mem(&c->out[1]),
+                 dqkv = fr_cl_mem(&c->out[0]);
+    const cl_ulong dy_off = fr_cl_off(&c->in[0]), qkv_off = fr_cl_off(&c->in[1]),
+                   y_off = fr_cl_off(&c->in[2]), lse_off = fr_cl_off(&c->in[3]),
+                   D_off = fr_cl_off(&c->out[1]), dqkv_off = fr_cl_off(&c->out[0]);
+    const float s = 1.0f / sqrtf((float)HS);
+
+    cl_kernel kd = fr_cl_kernel(c->ctx, cl, "attention", "attn_bwd_d");
+    if (!kd) return FR_ERR_ARG;
+    st = FR_CL_ARGS(c->ctx, kd, sizeof dy, &dy, sizeof dy_off, &dy_off, sizeof y, &y, sizeof y_off,
+                    &y_off, sizeof D, &D, sizeof D_off, &D_off, sizeof T, &T, sizeof NH, &NH,
+                    sizeof HS, &HS);
+    if (!st) st = run_rows(c->ctx, cl, kd, B, NH, T);
+    static const char *const passes[2] = {"attn_bwd_kv", "attn_bwd_q"};
+    for (int i = 0; i < 2 && !st; i++) {
+        cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", passes[i]);
+        if (!k) return FR_ERR_ARG;
+        st = FR_CL_ARGS(c->ctx, k, sizeof dy, &dy, sizeof dy_off, &dy_off, sizeof qkv, &qkv,
+                        sizeof qkv_off, &qkv_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
+                        sizeof D, &D, sizeof D_off, &D_off, sizeof dqkv, &dqkv, sizeof dqkv_off,
+                        &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s);
+        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T);
+    }
+    return st;
+}

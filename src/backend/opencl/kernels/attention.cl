@@ -1,0 +1,148 @@
+/* attention.cl — causal multi-head self-attention on the fused qkv (B,T,3C)
+ * layout, forward and backward, as src/backend/cpu/attention.c computes it
+ * (FlashAttention-2): an online softmax over key tiles in the forward, P
+ * recomputed from lse in the backward, nothing T x T stored.
+ *
+ * Layout: q, k, v of (b, head h, position t) are the HS floats at
+ * qkv[b T 3C + t 3C + {0, C, 2C} + h HS]; y, dy at b T C + t C + h HS; lse and
+ * D at (b NH + h) T + t. Scale s = 1/sqrt(HS); query t attends keys 0..t.
+ *
+ * Each output row is computed by one work-item in a fixed order (no atomics),
+ * so the same inputs give the same bits:
+ *  - forward: a work-group per (b, head, tile of QT queries), a work-item per
+ *    query row walking key tiles of KT left to right (online softmax: the row
+ *    of y, in global memory and owned by the work-item, is the accumulator);
+ *  - backward: D per row; then a work-item per key row for dk, dv (query rows
+ *    t >= u in increasing t) and one per query row for dq (keys u <= t in
+ *    increasing u) — the CPU's two-pass mode, a row at a time. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double acc_t; /* D's dot product, in double as on the CPU */
+#else
+typedef float acc_t;
+#endif
+
+#define KT 32 /* keys per tile of the forward (scores held in private memory) */
+
+static float dot_hs(__global const float *a, __global const float *b, int HS) {
+    float acc = 0.0f;
+    for (int d = 0; d < HS; d++) acc += a[d] * b[d];
+    return acc;
+}
+
+/* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
+ * Global size (B NH, ceil(T / QT) QT); work-group (1, QT). */
+__kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float *y, ulong y_off,
+                       __global float *lse, ulong lse_off, int has_lse, int T, int NH, int HS,
+                       float s) {
+    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
+    if (t >= T) return;
+    const int b = bh / NH, h = bh % NH;
+    const long C = (long)NH * HS, C3 = 3 * C;
+    __global const float *base = qkv + qkv_off + (long)b * T * C3 + (long)h * HS;
+    __global const float *qt = base + (long)t * C3;
+    __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
+    for (int d = 0; d < HS; d++) yt[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    float S[KT];
+    for (int k0 = 0; k0 <= t; k0 += KT) {
+        const int n = min(KT, t - k0 + 1); /* visible keys of this tile */
+        float mx = m;
+        for (int c = 0; c < n; c++) {
+            S[c] = s * dot_hs(qt, base + (long)(k0 + c) * C3 + C, HS);
+            mx = S[c] > mx ? S[c] : mx;
+        }
+        float sum = 0.0f;
+        for (int c = 0; c < n; c++) {
+            S[c] = exp(S[c] - mx);
+            sum += S[c];
+        }
+        const float alpha = mx != m ? exp(m - mx) : 1.0f; /* m = -inf first: alpha 0 */
+        if (mx != m) l *= alpha;
+        l += sum;
+        m = mx;
+        for (int d = 0; d < HS; d++) {
+            float acc = yt[d] * alpha;
+            for (int c = 0; c < n; c++) acc += S[c] * base[(long)(k0 + c) * C3 + 2 * C + d];
+            yt[d] = acc;
+        }
+    }
+    const float inv = 1.0f / l;
+    for (int d = 0; d < HS; d++) yt[d] *= inv;
+    if (has_lse) lse[lse_off + (long)bh * T + t] = m + log(l);
+}
+
+/* D[b,h,t] = dy[b,t,h] . y[b,t,h] over HS. Global size (B NH, T). */
+__kernel void attn_bwd_d(__global const float *dy, ulong dy_off, __global const float *y,
+                         ulong y_off, __global float *D, ulong D_off, int T, int NH, int HS) {
+    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
+    if (t >= T) return;
+    const int b = bh / NH, h = bh % NH;
+    const long o = ((long)b * T + t) * NH * HS + (long)h * HS;
+    acc_t acc = 0;
+    for (int d = 0; d < HS; d++) acc += (acc_t)dy[dy_off + o + d] * (acc_t)y[y_off + o + d];
+    D[D_off + (long)bh * T + t] = (float)acc;
+}
+
+/* The pieces of tile element (t, u): p = exp(s q_t.k_u - lse_t) and
+ * ds = p (dy_t . v_u - D_t). */
+static float attn_ds(__global const float *qt, __global const float *ku, __global const float *vu,
+                     __global const float *dyt, float lse_t, float D_t, int HS, float s,
+                     float *p) {
+    const float pp = exp(s * dot_hs(qt, ku, HS) - lse_t);
+    *p = pp;
+    return pp * (dot_hs(dyt, vu, HS) - D_t);
+}
+
+/* dk, dv of key row u: dv_u = sum_{t>=u} p dy_t, dk_u = sum_{t>=u} s ds q_t,
+ * t increasing. Global size (B NH, T). */
+__kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const float *qkv,
+                          ulong qkv_off, __global const float *lse, ulong lse_off,
+                          __global const float *D, ulong D_off, __global float *dqkv,
+                          ulong dqkv_off, int T, int NH, int HS, float s) {
+    const int bh = (int)get_global_id(0), u = (int)get_global_id(1);
+    if (u >= T) return;
+    const int b = bh / NH, h = bh % NH;
+    const long C = (long)NH * HS, C3 = 3 * C;
+    const long row0 = (long)b * T * C3 + (long)h * HS;
+    __global const float *base = qkv + qkv_off + row0;
+    __global const float *ku = base + (long)u * C3 + C, *vu = ku + C;
+    __global float *dku = dqkv + dqkv_off + row0 + (long)u * C3 + C, *dvu = dku + C;
+    __global const float *dyb = dy + dy_off + (long)b * T * C + (long)h * HS;
+    __global const float *lb = lse + lse_off + (long)bh * T, *Db = D + D_off + (long)bh * T;
+    for (int d = 0; d < HS; d++) dku[d] = 0.0f, dvu[d] = 0.0f;
+    for (int t = u; t < T; t++) {
+        __global const float *qt = base + (long)t * C3, *dyt = dyb + (long)t * C;
+        float p;
+        const float ds = s * attn_ds(qt, ku, vu, dyt, lb[t], Db[t], HS, s, &p);
+        for (int d = 0; d < HS; d++) {
+            dvu[d] += p * dyt[d];
+            dku[d] += ds * qt[d];
+        }
+    }
+}
+
+/* dq of query row t: dq_t = sum_{u<=t} s ds k_u, u increasing. Global size (B NH, T). */
+__kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const float *qkv,
+                         ulong qkv_off, __global const float *lse, ulong lse_off,
+                         __global const float *D, ulong D_off, __global float *dqkv,
+                         ulong dqkv_off, int T, int NH, int HS, float s) {
+    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
+    if (t >= T) return;
+    const int b = bh / NH, h = bh % NH;
+    const long C = (long)NH * HS, C3 = 3 * C;
+    const long row0 = (long)b * T * C3 + (long)h * HS;
+    __global const float *base = qkv + qkv_off + row0, *qt = base + (long)t * C3;
+    __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
+    __global const float *dyt = dy + dy_off + ((long)b * T + t) * C + (long)h * HS;
+    const float lse_t = lse[lse_off + (long)bh * T + t], D_t = D[D_off + (long)bh * T + t];
+    for (int d = 0; d < HS; d++) dqt[d] = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        __global const float *ku = base + (long)u * C3 + C;
+        float p;
+        const float ds = s * attn_ds(qt, ku, ku + C, dyt, lse_t, D_t, HS, s, &p);
+        for (int d = 0; d < HS; d++) dqt[d] += ds * ku[d];
+    }
+}

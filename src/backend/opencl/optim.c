@@ -1,0 +1,96 @@
+/* optim.c (opencl) — SGD, Adam and AdamW on the device (see optim.h): the
+ * scalars formed on the host as the CPU forms them (fr_adam_setup, and
+ * fr_k_sgd's roundings), passed as kernel arguments to kernels/optim.cl. */
+#include "backend/opencl/optim.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/optim_state.h"
+
+#define OPTIM_WG 64 /* work-items per group; the global size is n rounded up to it */
+
+static int run_1d(fr_ctx *ctx, fr_cl *cl, cl_kernel k, size_t n) {
+    const size_t global = (n + OPTIM_WG - 1) / OPTIM_WG * OPTIM_WG;
+    return fr_cl_run(ctx, cl, k, 1, &global, NULL);
+}
+
+static int sgd(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, const fr_optim_slot *sl, fr_tensor *p,
+               const fr_tensor *g, cl_ulong n) {
+    const fr_optim_opts *op = o->o;
+    const float lr = (float)op->lr, wd = (float)op->weight_decay, mom = (float)op->momentum;
+    const float keep = (float)(1.0 - op->dampening);
+    const cl_int nesterov = op->nesterov, first = o->t == 1;
+    cl_mem buf = mom != 0.0f ? (cl_mem)sl->state_buf[0] : NULL;
+    if (mom != 0.0f && !buf)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: sgd: momentum %g needs a momentum buffer",
+                       op->momentum);
+    const cl_ulong zero = 0, p_off = fr_cl_off(p), g_off = fr_cl_off(g);
+    const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g);
+    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", "sgd_f32");
+    if (!k) return FR_ERR_ARG;
+    int st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
+                        sizeof g_off, &g_off, sizeof buf, &buf, sizeof zero, &zero, sizeof lr, &lr,
+                        sizeof wd, &wd, sizeof mom, &mom, sizeof keep, &keep, sizeof nesterov,
+                        &nesterov, sizeof first, &first);
+    return st ? st : run_1d(ctx, cl, k, (size_t)n);
+}
+
+static int adam(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, const fr_optim_slot *sl,
+                fr_tensor *p, const fr_tensor *g, cl_ulong n) {
+    const fr_state_kind kind = (fr_state_kind)sl->state_kind;
+    if (kind != FR_STATE_F32 && kind != FR_STATE_BF16)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "opencl: optim_step: %s optimizer state is not supported yet (fp32, bf16)",
+                       fr_state_kind_name(kind) ? fr_state_kind_name(kind) : "unknown");
+    const cl_mem m = (cl_mem)sl->state_buf[0], v = (cl_mem)sl->state_buf[1];
+    if (!m || !v)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: adam: the moments' device buffers are missing");
+    const fr_adam_consts c = fr_adam_setup(o->o, o->t, o->o->kind == FR_OPTIM_ADAMW);
+    const cl_int l2 = c.l2, dec = c.dec;
+    const cl_ulong zero = 0, p_off = fr_cl_off(p), g_off = fr_cl_off(g);
+    const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g);
+    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", kind == FR_STATE_F32 ? "adam_f32" : "adam_bf16");
+    if (!k) return FR_ERR_ARG;
+    int st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
+                        sizeof g_off, &g_off, sizeof m, &m, sizeof zero, &zero, sizeof v, &v,
+                        sizeof zero, &zero, sizeof c.neg_step_size, &c.neg_step_size,
+                        sizeof c.bc2_sqrt, &c.bc2_sqrt, sizeof c.b1, &c.b1, sizeof c.b2, &c.b2,
+                        sizeof c.eps, &c.eps, sizeof c.one_minus_b1, &c.one_minus_b1,
+                        sizeof c.one_minus_b2, &c.one_minus_b2, sizeof c.wd, &c.wd, sizeof c.shrink,
+                        &c.shrink, sizeof l2, &l2, sizeof dec, &dec);
+    return st ? st : run_1d(ctx, cl, k, (size_t)n);
+}
+
+int fr_cl_optim_update(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, int param_index, fr_tensor *p,
+                       const fr_tensor *g) {
+    if (!o || !o->o || !o->slot || param_index < 0)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: optimizer update: no optimizer or state");
+    if (p->dtype != FR_F32 || g->dtype != FR_F32 || !p->buf || !g->buf)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "opencl: optimizer update of parameter %d: needs an f32 parameter and "
+                       "gradient on the device",
+                       param_index);
+    const int64_t n = fr_shape_numel(&g->shape);
+    if (fr_shape_numel(&p->shape) != n)
+        return fr_fail(ctx, FR_ERR_SHAPE,
+                       "opencl: optimizer update: gradient of %lld values for a parameter of %lld",
+                       (long long)n, (long long)fr_shape_numel(&p->shape));
+    if (n == 0) return FR_OK;
+    const fr_optim_slot *sl = &o->slot[param_index];
+    if (o->o->kind == FR_OPTIM_SGD) return sgd(ctx, cl, o, sl, p, g, (cl_ulong)n);
+    return adam(ctx, cl, o, sl, p, g, (cl_ulong)n);
+}
+
+// grad (in[0]) f32, param (out[0]) f32 updated in place, as fr_k_optim_step
+int fr_cl_k_optim_step(fr_kernel_call *c) {
+    const fr_optim_ctx *oc = c->optim;
+    if (!oc || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "optim_step: needs the optimizer, an f32 gradient and "
+                       "the f32 parameter bound in place");
+    const size_t n = (size_t)fr_shape_numel(&c->in[0].shape);
+    if ((size_t)fr_shape_numel(&c->out[0].shape) != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "optim_step: gradient of %zu values for a parameter of %lld", n,
+                       (long long)fr_shape_numel(&c->out[0].shape));
+    return fr_cl_optim_update(c->ctx, fr_cl_of(c->ctx), oc, c->node->attr.param, &c->out[0],
+                              &c->in[0]);
+}

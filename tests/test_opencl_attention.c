@@ -1,0 +1,227 @@
+/* test_opencl_attention.c — ATTENTION and ATTENTION_BWD on an OpenCL device
+ * against the CPU kernels (fr_k_attention, fr_k_attention_bwd, checked
+ * against float64 and PyTorch in test_attention.c and test_gpt_ops.c) on
+ * the same inputs: odd sizes (T 7, 13, 33 and 70 cross the device's 32-row
+ * tiles and the CPU's 64 x 32 ones), head sizes 3 to 64, a GPT-sized case
+ * (B 2, T 256, C 384, 6 heads), every tensor at a nonzero offset in its
+ * buffer; the backward from the CPU's y and lse.
+ *
+ * Bound. Both sides compute the same sums in different orders (the CPU's
+ * tile GEMMs, the device a row at a time) with exp and log from different
+ * libraries (OpenCL C allows exp and log 3 ulp). A sum of n float products
+ * reassociated differs by at most about n 2^-24 of the sum of the products'
+ * magnitudes; scores are HS-long sums, outputs T-long ones fed by them, so an
+ * element of y, dq, dk, dv may differ by (HS + T) 2^-24 of its tensor's
+ * magnitude, here taken as the largest |value| of the CPU's result (the
+ * products' magnitudes are bounded by it times a few for these inputs). We
+ * allow 4 times that: |d| <= 4 (HS + T) 2^-24 max|ref|, and for lse and D
+ * (sums of T exps, of HS products) 4 (HS + T) 2^-24 (1 + |ref|).
+ * Measured (PoCL) the largest |d| / max|ref| is printed per case.
+ * Each device call runs twice: bit-identical. Returns 77 without a device. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "check.h"
+#include "core/ctx.h"
+
+#ifndef FR_HAVE_OPENCL
+int main(void) {
+    puts("skipped: frugal built without OpenCL");
+    return 77;
+}
+#else
+#include <math.h>
+#include <stdlib.h>
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kernels.h"
+#include "backend/opencl/attention.h"
+#include "core/rng.h"
+
+#define PAD 128 /* bytes before each device tensor in its buffer */
+
+typedef struct dev_t_ {
+    cl_mem m;
+    fr_tensor t;
+} dev_t_;
+
+static dev_t_ dev_new(fr_ctx *ctx, fr_shape sh, const float *src) {
+    dev_t_ d = {NULL, {FR_F32, sh, NULL, NULL, PAD}};
+    const size_t bytes = (size_t)fr_shape_numel(&sh) * sizeof(float);
+    CHECK(fr_cl_alloc(ctx, fr_cl_of(ctx), PAD + bytes, &d.m) == FR_OK, "%s", fr_last_error(ctx));
+    d.t.buf = d.m;
+    if (d.m && src)
+        CHECK(fr_cl_write(ctx, fr_cl_of(ctx), d.m, PAD, src, bytes) == FR_OK, "%s",
+              fr_last_error(ctx));
+    if (d.m && !src) CHECK(fr_cl_zero(ctx, fr_cl_of(ctx), d.m, 0, PAD + bytes) == FR_OK, "zero");
+    return d;
+}
+
+static float *dev_get(fr_ctx *ctx, const dev_t_ *d) {
+    const size_t n = (size_t)fr_shape_numel(&d->t.shape);
+    float *x = calloc(n ? n : 1, sizeof *x);
+    CHECK(fr_cl_read(ctx, fr_cl_of(ctx), d->m, PAD, x, n * sizeof *x) == FR_OK, "%s",
+          fr_last_error(ctx));
+    return x;
+}
+
+static float maxabs(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* got vs want (n): |d| <= tol max|want| (rel_each 0) or tol (1 + |want|) (1);
+ * returns the largest |d| / max|want|. */
+static double compare(int line, const char *what, const char *tag, const float *got,
+                      const float *want, size_t n, double tol, int rel_each) {
+    const double scale = maxabs(want, n) > 0 ? maxabs(want, n) : 1.0;
+    double worst = 0.0;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        const double lim = rel_each ? tol * (1.0 + fabs(want[i])) : tol * scale;
+        if (!(d <= lim) && !bad++) first = i;
+        if (d / scale > worst) worst = d / scale;
+    }
+    CHECK_AT(line, !bad, "%s %s: %zu differ, first %zu: %.9g vs cpu %.9g", tag, what, bad, first,
+             n ? got[first] : 0.0f, n ? want[first] : 0.0f);
+    return worst;
+}
+
+static void same_bits(int line, const char *tag, const char *what, const float *a, const float *b,
+                      size_t n) {
+    CHECK_AT(line, !memcmp(a, b, n * sizeof *a), "%s %s: two device runs differ", tag, what);
+}
+
+static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "B %d T %d C %d NH %d", B, T, C, NH);
+    const int HS = C / NH;
+    const size_t nqkv = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = malloc(nqkv * sizeof *qkv), *dy = malloc(ny * sizeof *dy);
+    for (size_t i = 0; i < nqkv; i++) qkv[i] = (float)(4.0 * fr_rng_uniform(3, 1, i) - 2.0);
+    for (size_t i = 0; i < ny; i++) dy[i] = (float)(2.0 * fr_rng_uniform(3, 2, i) - 1.0);
+    fr_node node = {.op = FR_OP_ATTENTION};
+    node.attr.heads = NH, node.attr.causal = 1;
+    fr_node bnode = node;
+    bnode.op = FR_OP_ATTENTION_BWD;
+    const double tol = 4.0 * (HS + T) * ldexp(1.0, -24);
+
+    /* the CPU */
+    const size_t wsn = fr_attention_ws_floats(T, HS, fr_get_threads(cpu));
+    float *y = calloc(ny, sizeof *y), *lse = calloc(nl, sizeof *lse), *ws = calloc(wsn, 4);
+    float *dqkv = calloc(nqkv, sizeof *dqkv), *D = calloc(nl, sizeof *D);
+    fr_kernel_call c = {.ctx = cpu, .node = &node};
+    c.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, 3 * C), qkv, NULL, 0};
+    c.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), y, NULL, 0};
+    c.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), lse, NULL, 0};
+    c.out[2] = (fr_tensor){FR_F32, fr_shape1((int64_t)wsn), ws, NULL, 0};
+    CHECK(fr_k_attention(&c) == FR_OK, "%s: cpu: %s", tag, fr_last_error(cpu));
+    fr_kernel_call cb = {.ctx = cpu, .node = &bnode};
+    cb.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), dy, NULL, 0};
+    cb.in[1] = c.in[0], cb.in[2] = c.out[0], cb.in[3] = c.out[1];
+    cb.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, 3 * C), dqkv, NULL, 0};
+    cb.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), D, NULL, 0};
+    cb.out[2] = c.out[2];
+    CHECK(fr_k_attention_bwd(&cb) == FR_OK, "%s: cpu bwd: %s", tag, fr_last_error(cpu));
+
+    /* the device, twice each, from the same inputs (the backward from the CPU's y and lse) */
+    dev_t_ dq = dev_new(ctx, c.in[0].shape, qkv), ddy = dev_new(ctx, cb.in[0].shape, dy);
+    dev_t_ dyo = dev_new(ctx, c.out[0].shape, NULL), dl = dev_new(ctx, c.out[1].shape, NULL);
+    dev_t_ dws = dev_new(ctx, fr_shape1(fr_cl_ws_attention(NULL, &node, 2)), NULL);
+    dev_t_ ycpu = dev_new(ctx, c.out[0].shape, y), lcpu = dev_new(ctx, c.out[1].shape, lse);
+    dev_t_ ddq = dev_new(ctx, cb.out[0].shape, NULL), dD = dev_new(ctx, cb.out[1].shape, NULL);
+    float *got[2][4] = {{NULL}};
+    for (int r = 0; r < 2; r++) {
+        fr_kernel_call g = {.ctx = ctx, .node = &node};
+        g.in[0] = dq.t, g.out[0] = dyo.t, g.out[1] = dl.t, g.out[2] = dws.t;
+        CHECK(fr_cl_k_attention(&g) == FR_OK, "%s: device: %s", tag, fr_last_error(ctx));
+        fr_kernel_call gb = {.ctx = ctx, .node = &bnode};
+        gb.in[0] = ddy.t, gb.in[1] = dq.t, gb.in[2] = ycpu.t, gb.in[3] = lcpu.t;
+        gb.out[0] = ddq.t, gb.out[1] = dD.t, gb.out[2] = dws.t;
+        CHECK(fr_cl_k_attention_bwd(&gb) == FR_OK, "%s: device bwd: %s", tag, fr_last_error(ctx));
+        got[r][0] = dev_get(ctx, &dyo), got[r][1] = dev_get(ctx, &dl);
+        got[r][2] = dev_get(ctx, &ddq), got[r][3] = dev_get(ctx, &dD);
+    }
+    const double ey = compare(__LINE__, "y", tag, got[0][0], y, ny, tol, 0);
+    const double el = compare(__LINE__, "lse", tag, got[0][1], lse, nl, tol, 1);
+    const double eg = compare(__LINE__, "dqkv", tag, got[0][2], dqkv, nqkv, tol, 0);
+    const double ed = compare(__LINE__, "D", tag, got[0][3], D, nl, tol, 1);
+    printf("%s: max |d| / max|ref|: y %.2e, lse %.2e, dqkv %.2e, D %.2e (bound %.2e)\n", tag, ey,
+           el, eg, ed, tol);
+    const char *names[4] = {"y", "lse", "dqkv", "D"};
+    const size_t ns[4] = {ny, nl, nqkv, nl};
+    for (int j = 0; j < 4; j++) same_bits(__LINE__, tag, names[j], got[0][j], got[1][j], ns[j]);
+
+    /* lse absent: the same y */
+    fr_kernel_call g = {.ctx = ctx, .node = &node};
+    g.in[0] = dq.t, g.out[0] = dyo.t, g.out[2] = dws.t;
+    CHECK(fr_cl_k_attention(&g) == FR_OK, "%s: no lse: %s", tag, fr_last_error(ctx));
+    float *y2 = dev_get(ctx, &dyo);
+    same_bits(__LINE__, tag, "y without lse", y2, got[0][0], ny);
+    free(y2);
+
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 4; j++) free(got[r][j]);
+    dev_t_ all[] = {dq, ddy, dyo, dl, dws, ycpu, lcpu, ddq, dD};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fr_cl_release(all[i].m);
+    free(qkv), free(dy), free(y), free(lse), free(ws), free(dqkv), free(D);
+}
+
+/* The CPU's refusals, and an absent dqkv leaves everything alone. */
+static void test_errors(fr_ctx *ctx) {
+    const int B = 1, T = 5, C = 8, NH = 2;
+    fr_node node = {.op = FR_OP_ATTENTION_BWD};
+    node.attr.heads = NH, node.attr.causal = 1;
+    dev_t_ qkv = dev_new(ctx, fr_shape3(B, T, 3 * C), NULL),
+           dy = dev_new(ctx, fr_shape3(B, T, C), NULL);
+    dev_t_ lse = dev_new(ctx, fr_shape3(B, NH, T), NULL),
+           D = dev_new(ctx, fr_shape3(B, NH, T), NULL);
+    dev_t_ dq = dev_new(ctx, fr_shape3(B, T, 3 * C), NULL);
+    fr_kernel_call c = {.ctx = ctx, .node = &node};
+    c.in[0] = dy.t, c.in[1] = qkv.t, c.in[2] = dy.t, c.in[3] = lse.t;
+    c.out[0] = dq.t, c.out[1] = D.t;
+    c.accumulate = 1u;
+    CHECK(fr_cl_k_attention_bwd(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "written whole"),
+          "accumulate: %s", fr_last_error(ctx));
+    c.accumulate = 0, c.in[3].buf = NULL;
+    CHECK(fr_cl_k_attention_bwd(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "lse or D"),
+          "no lse: %s", fr_last_error(ctx));
+    c.in[3] = lse.t, c.out[0].buf = NULL;
+    CHECK(fr_cl_k_attention_bwd(&c) == FR_OK, "absent dqkv: %s", fr_last_error(ctx));
+    node.attr.heads = 3;
+    CHECK(fr_cl_k_attention_bwd(&c) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "heads 3"),
+          "3 heads for C 8: %s", fr_last_error(ctx));
+    node.attr.heads = NH, node.attr.causal = 0, node.op = FR_OP_ATTENTION;
+    fr_kernel_call f = {.ctx = ctx, .node = &node};
+    f.in[0] = qkv.t, f.out[0] = dy.t, f.out[1] = lse.t;
+    CHECK(fr_cl_k_attention(&f) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "causal"),
+          "not causal: %s", fr_last_error(ctx));
+    CHECK(fr_cl_ws_attention(NULL, &node, 2) == 1 && fr_cl_ws_attention(NULL, &node, 0) == -1,
+          "workspace sizes");
+    dev_t_ all[] = {qkv, dy, lse, D, dq};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fr_cl_release(all[i].m);
+}
+
+int main(void) {
+    fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
+    int n = 0;
+    CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));
+    if (n == 0) {
+        fr_ctx_free(ctx), fr_ctx_free(cpu);
+        puts("skipped: no OpenCL device");
+        return 77;
+    }
+    CHECK(fr_cl_use(ctx, 0) == FR_OK, "%s", fr_last_error(ctx));
+    attn_case(cpu, ctx, 1, 7, 6, 2);
+    attn_case(cpu, ctx, 2, 13, 16, 2);
+    attn_case(cpu, ctx, 1, 33, 8, 1);
+    attn_case(cpu, ctx, 2, 70, 64, 4);
+    attn_case(cpu, ctx, 1, 1, 4, 1);
+    attn_case(cpu, ctx, 2, 256, 384, 6);
+    test_errors(ctx);
+    fr_cl_unuse(ctx);
+    fr_ctx_free(ctx), fr_ctx_free(cpu);
+    return check_done();
+}
+#endif

@@ -1,0 +1,231 @@
+/* test_opencl_optim.c — OPTIM_STEP and fr_cl_optim_update on an OpenCL device
+ * against the CPU kernel (fr_k_optim_step, itself checked against PyTorch in
+ * test_optim.c and test_optim_state.c): SGD (plain, weight decay, momentum
+ * with dampening, Nesterov), Adam (with and without L2) and AdamW, f32 and
+ * bf16 moments, five steps each with fresh gradients, sizes 7, 13 and
+ * 100003, the parameter at a nonzero offset in its buffer.
+ *
+ * Bound: bit-identical. The device runs the CPU's float operations in its
+ * order (no contraction; fma where the CPU calls fmaf), with / and sqrt in
+ * double rounded once to float where the device has cl_khr_fp64, which is
+ * the correctly rounded result the CPU's / and sqrtf give. A device without
+ * fp64 uses its own / and sqrt (2.5 and 3 ulp allowed by OpenCL C): there the
+ * bound is 8 ulp of |p| per step compounded over 5 steps, i.e. 1e-5 relative
+ * plus 1e-7 for the moments.
+ * Every sequence runs twice on the device: bit-identical. int8 state is
+ * refused with a message naming it; the CPU's errors are kept. Returns 77
+ * when no device is found. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "check.h"
+#include "core/ctx.h"
+
+#ifndef FR_HAVE_OPENCL
+int main(void) {
+    puts("skipped: frugal built without OpenCL");
+    return 77;
+}
+#else
+#include <math.h>
+#include <stdlib.h>
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/optim_state.h"
+#include "backend/opencl/optim.h"
+#include "core/rng.h"
+
+static int exact; /* 1: the device has fp64, the bound is bit identity */
+
+static float urand(uint64_t seed, uint64_t i) {
+    return (float)(2.0 * fr_rng_uniform(seed, 7, i) - 1.0);
+}
+
+/* A device buffer holding n elements of esz bytes from byte `pad`, written from src. */
+static cl_mem upload(fr_ctx *ctx, const void *src, size_t bytes, size_t pad) {
+    cl_mem m = NULL;
+    CHECK(fr_cl_alloc(ctx, fr_cl_of(ctx), pad + bytes, &m) == FR_OK, "%s", fr_last_error(ctx));
+    if (m)
+        CHECK(fr_cl_write(ctx, fr_cl_of(ctx), m, pad, src, bytes) == FR_OK, "%s",
+              fr_last_error(ctx));
+    return m;
+}
+
+static void download(fr_ctx *ctx, cl_mem m, size_t pad, void *dst, size_t bytes) {
+    CHECK(fr_cl_read(ctx, fr_cl_of(ctx), m, pad, dst, bytes) == FR_OK, "%s", fr_last_error(ctx));
+}
+
+static int close_f(float a, float b, float rel, float abs_) {
+    if (exact) return memcmp(&a, &b, sizeof a) == 0;
+    return fabsf(a - b) <= rel * fabsf(b) + abs_;
+}
+
+typedef struct run_out {
+    float *p;
+    void *s[2]; /* the state as stored */
+} run_out;
+
+/* Five steps of o (state kind k) on n values from the same start, on the
+ * CPU (dev 0) or the device (dev 1: through fr_cl_k_optim_step when
+ * via_kernel, else fr_cl_optim_update), into out. */
+static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_kernel, const fr_optim_opts *o,
+                      fr_state_kind k, size_t n, run_out *out) {
+    const size_t sb = fr_state_bytes(k, n), pad = 192; /* p, g at byte 192 of their buffers */
+    const int nstate = o->kind == FR_OPTIM_SGD ? (o->momentum != 0.0 ? 1 : 0) : 2;
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+    void *s[2] = {calloc(1, sb), calloc(1, sb)};
+    for (size_t i = 0; i < n; i++) p[i] = urand(1, i);
+    cl_mem pm = NULL, gm = NULL, sm[2] = {NULL, NULL};
+    if (dev) {
+        pm = upload(ctx, p, n * sizeof *p, pad);
+        gm = upload(ctx, g, n * sizeof *g, pad);
+        for (int j = 0; j < nstate; j++) sm[j] = upload(ctx, s[j], sb, 0);
+    }
+    fr_optim_slot slot[3] = {{{NULL, NULL}, 0, {NULL, NULL}}};
+    slot[2].state_kind = (int)k;
+    for (int j = 0; j < nstate; j++) {
+        if (dev) slot[2].state_buf[j] = sm[j];
+        else slot[2].state[j] = s[j];
+    }
+    fr_node node = {.op = FR_OP_OPTIM_STEP};
+    node.attr.param = 2;
+    for (int64_t t = 1; t <= 5; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = urand(100 + (uint64_t)t, i) * (t == 3 ? 1e-3f : 1.0f);
+        fr_optim_ctx oc = {o, t, slot};
+        fr_kernel_call c = {.ctx = dev ? ctx : cpu, .node = &node, .update = 1u, .optim = &oc};
+        c.in[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : g, gm, dev ? pad : 0};
+        c.out[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : p, pm, dev ? pad : 0};
+        int st;
+        if (!dev) st = fr_cpu_backend.kernels[FR_OP_OPTIM_STEP](&c);
+        else {
+            CHECK(fr_cl_write(ctx, fr_cl_of(ctx), gm, pad, g, n * sizeof *g) == FR_OK, "%s",
+                  fr_last_error(ctx));
+            st = via_kernel ? fr_cl_k_optim_step(&c)
+                            : fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 2, &c.out[0], &c.in[0]);
+        }
+        CHECK(st == FR_OK, "step %lld: %s", (long long)t, fr_last_error(c.ctx));
+    }
+    if (dev) {
+        download(ctx, pm, pad, p, n * sizeof *p);
+        for (int j = 0; j < nstate; j++) download(ctx, sm[j], 0, s[j], sb);
+        fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm[0]), fr_cl_release(sm[1]);
+    }
+    free(g);
+    out->p = p, out->s[0] = s[0], out->s[1] = s[1];
+}
+
+static void free_out(run_out *r) { free(r->p), free(r->s[0]), free(r->s[1]); }
+
+static void check_case(fr_ctx *cpu, fr_ctx *ctx, const char *name, const fr_optim_opts *o,
+                       fr_state_kind k, size_t n) {
+    run_out want, got, again;
+    run_steps(cpu, ctx, 0, 0, o, k, n, &want);
+    run_steps(cpu, ctx, 1, 1, o, k, n, &got);
+    run_steps(cpu, ctx, 1, 0, o, k, n, &again);
+    const int nstate = o->kind == FR_OPTIM_SGD ? (o->momentum != 0.0 ? 1 : 0) : 2;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!close_f(got.p[i], want.p[i], 1e-5f, 1e-7f) && !bad++) first = i;
+    CHECK(!bad, "%s n %zu: %zu parameters differ, first %zu: %.9g vs cpu %.9g", name, n, bad, first,
+          got.p[first], want.p[first]);
+    for (int j = 0; j < nstate; j++) {
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        fr_state_decode(got.s[j], k, n, j == 0, a);
+        fr_state_decode(want.s[j], k, n, j == 0, b);
+        bad = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!close_f(a[i], b[i], 1e-5f, 1e-7f) && !bad++) first = i;
+        CHECK(!bad, "%s n %zu: state %d: %zu values differ, first %zu: %.9g vs cpu %.9g", name, n,
+              j, bad, first, a[first], b[first]);
+        free(a), free(b);
+        CHECK(!memcmp(got.s[j], again.s[j], fr_state_bytes(k, n)),
+              "%s n %zu: state %d differs between two device runs", name, n, j);
+    }
+    CHECK(!memcmp(got.p, again.p, n * sizeof *got.p), "%s n %zu: two device runs differ", name, n);
+    free_out(&want), free_out(&got), free_out(&again);
+}
+
+static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
+    const size_t sizes[] = {7, 13, 100003};
+    fr_optim_opts sgd = fr_optim_defaults(FR_OPTIM_SGD);
+    sgd.lr = 0.1;
+    for (int si = 0; si < 3; si++) {
+        const size_t n = sizes[si];
+        fr_optim_opts o = sgd;
+        check_case(cpu, ctx, "sgd", &o, FR_STATE_F32, n);
+        o.weight_decay = 0.01;
+        check_case(cpu, ctx, "sgd wd", &o, FR_STATE_F32, n);
+        o.momentum = 0.9, o.dampening = 0.1;
+        check_case(cpu, ctx, "sgd momentum dampening wd", &o, FR_STATE_F32, n);
+        o.dampening = 0.0, o.nesterov = 1;
+        check_case(cpu, ctx, "sgd nesterov wd", &o, FR_STATE_F32, n);
+        for (int kind = FR_OPTIM_ADAM; kind <= FR_OPTIM_ADAMW; kind++)
+            for (int ks = 0; ks < 2; ks++) {
+                fr_state_kind k = ks ? FR_STATE_BF16 : FR_STATE_F32;
+                fr_optim_opts a = fr_optim_defaults((fr_optim_kind)kind);
+                a.lr = 1e-2;
+                char name[64];
+                snprintf(name, sizeof name, "%s %s", kind == FR_OPTIM_ADAM ? "adam" : "adamw",
+                         fr_state_kind_name(k));
+                check_case(cpu, ctx, name, &a, k, n);
+                a.weight_decay = 0.05;
+                snprintf(name, sizeof name, "%s %s wd", kind == FR_OPTIM_ADAM ? "adam" : "adamw",
+                         fr_state_kind_name(k));
+                check_case(cpu, ctx, name, &a, k, n);
+            }
+    }
+}
+
+/* int8 state is refused by name; the CPU's own refusals are kept. */
+static void test_errors(fr_ctx *ctx) {
+    enum { N = 4096 };
+    cl_mem pm = NULL, gm = NULL, sm = NULL;
+    fr_cl_alloc(ctx, fr_cl_of(ctx), N * 4, &pm);
+    fr_cl_alloc(ctx, fr_cl_of(ctx), N * 4, &gm);
+    fr_cl_alloc(ctx, fr_cl_of(ctx), fr_state_bytes(FR_STATE_INT8, N), &sm);
+    fr_optim_opts o = fr_optim_defaults(FR_OPTIM_ADAM);
+    fr_optim_slot slot = {{NULL, NULL}, FR_STATE_INT8, {sm, sm}};
+    fr_optim_ctx oc = {&o, 1, &slot};
+    fr_node node = {.op = FR_OP_OPTIM_STEP};
+    fr_kernel_call c = {.ctx = ctx, .node = &node, .update = 1u, .optim = &oc};
+    c.in[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, gm, 0};
+    c.out[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, pm, 0};
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "int8"), "int8: %s",
+          fr_last_error(ctx));
+    slot.state_kind = FR_STATE_F32, slot.state_buf[1] = NULL;
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "moments"),
+          "missing v: %s", fr_last_error(ctx));
+    c.update = 0;
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "in place"),
+          "no update bit: %s", fr_last_error(ctx));
+    c.update = 1u, c.out[0].shape = fr_shape1(N - 1);
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "4096"),
+          "numel mismatch: %s", fr_last_error(ctx));
+    c.out[0].shape = fr_shape1(N);
+    o = fr_optim_defaults(FR_OPTIM_SGD);
+    o.momentum = 0.9;
+    slot.state_buf[0] = NULL;
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "momentum"),
+          "sgd without its buffer: %s", fr_last_error(ctx));
+    fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm);
+}
+
+int main(void) {
+    fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
+    int n = 0;
+    CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));
+    if (n == 0) {
+        fr_ctx_free(ctx), fr_ctx_free(cpu);
+        puts("skipped: no OpenCL device");
+        return 77;
+    }
+    CHECK(fr_cl_use(ctx, 0) == FR_OK, "%s", fr_last_error(ctx));
+    exact = fr_cl_info_of(fr_cl_of(ctx))->fp64;
+    printf("device %s, fp64 %d: %s\n", fr_cl_info_of(fr_cl_of(ctx))->name, exact,
+           exact ? "bit-identical expected" : "within 1e-5 relative");
+    test_cases(cpu, ctx);
+    test_errors(ctx);
+    fr_cl_unuse(ctx);
+    fr_ctx_free(ctx), fr_ctx_free(cpu);
+    return check_done();
+}
+#endif
