@@ -1,6 +1,11 @@
 /* backend.c — the OpenCL backend (see backend.h): its table, its workspace
  * sizes and the device's memory, an fr_mem over buffers of the device. */
 #include "backend/opencl/backend.h"
+#include "backend/opencl/attention.h"
+#include "backend/opencl/elementwise.h"
+#include "backend/opencl/gemm.h"
+#include "backend/opencl/optim.h"
+#include "backend/opencl/reduce.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +19,39 @@
 static const fr_kernel_fn cl_kernels[FR_OP_COUNT] = {FR_OPS(FR_CL_ROW)};
 #undef FR_CL_ROW
 
-/* The device's workspaces: until a kernel says otherwise, the CPU's sizes. */
+/* The device's workspaces: what its kernels ask for. */
 static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
-    return fr_cpu_backend.ws_elems(g, n, j);
+    switch (n->op) {
+    case FR_OP_CONV2D: return fr_cl_ws_conv2d(g, n, j);
+    case FR_OP_CONV2D_BWD: return fr_cl_ws_conv2d_bwd(g, n, j);
+    case FR_OP_ATTENTION:
+    case FR_OP_ATTENTION_BWD: return j == 2 ? fr_cl_ws_attention(g, n, j) : 0;
+    default: return 0;
+    }
+}
+
+/* ---- the step's whole-tensor passes ---- */
+
+static int cl_optim_update(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_tensor *p,
+                           const fr_tensor *g, fr_tensor *state, int state_kind) {
+    fr_optim_slot slot = {.state_buf = {state[0].buf, state[1].buf}, .state_kind = state_kind};
+    const fr_optim_ctx oc = {o, t, &slot};
+    return fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, p, g);
+}
+
+static int cl_grad_unscale(fr_ctx *ctx, fr_tensor *g, float inv, int *found_inf) {
+    return fr_cl_unscale_check(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
+                               (size_t)fr_shape_numel(&g->shape), inv, found_inf);
+}
+
+static int cl_grad_sumsq(fr_ctx *ctx, const fr_tensor *g, double *out) {
+    return fr_cl_sumsq(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
+                       (size_t)fr_shape_numel(&g->shape), out);
+}
+
+static int cl_grad_scale(fr_ctx *ctx, fr_tensor *g, float f) {
+    return fr_cl_scale(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
+                       (size_t)fr_shape_numel(&g->shape), f);
 }
 
 /* ---- the device's memory ---- */
@@ -78,6 +113,10 @@ const fr_backend fr_cl_backend = {
     .zero = cl_zero,
     .finish = cl_finish,
     .max_buffer = cl_max_buffer,
+    .optim_update = cl_optim_update,
+    .grad_unscale = cl_grad_unscale,
+    .grad_sumsq = cl_grad_sumsq,
+    .grad_scale = cl_grad_scale,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {
