@@ -101,12 +101,12 @@ def summary(p):
             return d
 a, b = summary(sys.argv[1]), summary(sys.argv[2])
 da, db = a["memory"]["device"], b["memory"]["device"]
-opt_dev = da["allocated_peak"]["optim"]
+opt_dev = da["allocated_peak"]["optimizer"]
 print("device optim state: %d bytes on the device; offloaded: %d on the device, %d on the host; "
-      "device reserved peak %d -> %d" % (opt_dev, db["allocated_peak"]["optim"],
-      b["memory"]["allocated_peak"]["optim"], da["reserved_peak"], db["reserved_peak"]))
-assert opt_dev > 0 and db["allocated_peak"]["optim"] == 0
-assert b["memory"]["allocated_peak"]["optim"] >= opt_dev
+      "device reserved peak %d -> %d" % (opt_dev, db["allocated_peak"]["optimizer"],
+      b["memory"]["allocated_peak"]["optimizer"], da["reserved_peak"], db["reserved_peak"]))
+assert opt_dev > 0 and db["allocated_peak"]["optimizer"] == 0
+assert b["memory"]["allocated_peak"]["optimizer"] >= opt_dev
 assert da["reserved_peak"] - db["reserved_peak"] >= opt_dev
 EOF
 expect_fail "offload without a device" 2 "--offload needs --device" "$bin" "${run[@]}" --offload optimizer

@@ -770,7 +770,10 @@ fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ck
     if ((st = meta_uint(ctx, path, &f, "batch", META_COUNT_MAX, &batches))) goto done;
     if ((st = check_kind(s, path, &f)) || (st = check_settings(s, path, &f, freeze, pos)))
         goto done;
-    if ((st = load_state(s, path, &f))) goto done;
+    /* on a device: host buffers for the state to land in, then sent there */
+    if ((st = fr_model_to_host(s->m)) || (st = load_state(s, path, &f)) ||
+        (st = fr_model_to_device(s->m)))
+        goto done;
     apply_counters(s, &c);
     pos->epoch = (int)epoch;
     pos->batches_done = batches;
