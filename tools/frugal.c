@@ -716,6 +716,7 @@ static void default_text(fr_ctx *ctx, cli *c) {
 /* --device: run ctx on the OpenCL device the command line names (0: done,
  * 1: the error printed). */
 static int use_device(fr_ctx *ctx, const cli *c, const char *cmd) {
+    (void)ctx; /* used only by the OpenCL build */
     if (c->device < 0) return 0;
 #ifdef FR_HAVE_OPENCL
     if (fr_cl_use(ctx, c->device) == FR_OK) return 0;
