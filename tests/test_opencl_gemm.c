@@ -333,6 +333,24 @@ static void linear_errors(void) {
     free(x), free(w), free(y);
 }
 
+/* A CLBlast failure (here W's buffer smaller than its shape says): an error
+ * naming the op and CLBlast's status. */
+static void linear_blast_error(void) {
+    float *x = frand(7 * 13), *w = frand(5 * 13);
+    fr_tensor hx = host(FR_F32, fr_shape2(7, 13), x), hw = host(FR_F32, fr_shape2(5, 13), w),
+              hy = host(FR_F32, fr_shape2(7, 500), NULL);
+    fr_node node = {.op = FR_OP_LINEAR, .fwd = -1};
+    fr_kernel_call c = {.ctx = g_dev, .node = &node};
+    c.in[0] = dev_put(&hx, x), c.in[1] = dev_put(&hw, w), c.out[0] = dev_put(&hy, NULL);
+    c.in[1].shape = fr_shape2(500, 13); /* 5 rows in the buffer */
+    int st = fr_cl_backend.kernels[FR_OP_LINEAR](&c);
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_dev), "opencl: linear: CLBlast SGEMM") &&
+              strstr(fr_last_error(g_dev), "status -1010 (B's buffer is too small)"),
+          "CLBlast's refusal: %d %s", st, fr_last_error(g_dev));
+    dev_free_all();
+    free(x), free(w);
+}
+
 static void test_linear(void) {
     linear_case(__LINE__, "(7,13)x(5,13)+b", fr_shape2(7, 13), 5, 1, 0, W_ALL);
     linear_case(__LINE__, "(13,7)x(1,7)", fr_shape2(13, 7), 1, 0, 7, W_ALL);
@@ -348,6 +366,7 @@ static void test_linear(void) {
     linear_case(__LINE__, "(256,784)x(128,784)+b acc", fr_shape2(256, 784), 128, 1, 7, W_ALL);
     linear_update();
     linear_errors();
+    linear_blast_error();
 }
 
 /* ---- CONV2D, CONV2D_BWD ---- */
@@ -477,7 +496,15 @@ static void conv_errors(void) {
     st = run_dev(&f, 1, dev_ws(&s, 0), res);
     CHECK(st == FR_ERR_SHAPE && strstr(fr_last_error(g_dev), "conv2d: x (2, 3, 7, 7) and W"),
           "channels: %d %s", st, fr_last_error(g_dev));
-    free(x), free(w), free(y);
+    /* a 16-bit image of a 1x1 unpadded convolution (its GEMMs would read it as f32) */
+    uint16_t *xh = to_half(FR_F16, x, 2 * 3 * 49);
+    f.attr = (fr_attr){.kernel = 1, .stride = 1, .pad = 0};
+    f.in[0] = host(FR_F16, fr_shape4(2, 3, 7, 7), xh);
+    f.in[1] = host(FR_F32, fr_shape4(4, 3, 1, 1), w);
+    st = run_dev(&f, 1, 0, res);
+    CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_dev), "conv2d: a 16-bit input on a 1x1"),
+          "16-bit 1x1: %d %s", st, fr_last_error(g_dev));
+    free(x), free(w), free(y), free(xh);
 }
 
 static void test_conv(void) {

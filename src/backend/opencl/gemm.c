@@ -22,14 +22,31 @@
 
 static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 
-/* A CLBlast status as an error naming the op; its codes mirror OpenCL's. */
+/* What a CLBlast status means (its codes above -1024 are OpenCL's). */
+static const char *blast_str(CLBlastStatusCode s) {
+    switch (s) {
+    case CLBlastTempBufferAllocFailure: return "its temporary buffer could not be allocated";
+    case CLBlastOpenCLOutOfResources: return "out of device resources";
+    case CLBlastOpenCLOutOfHostMemory: return "out of host memory";
+    case CLBlastOpenCLBuildProgramFailure: return "its kernel did not build";
+    case CLBlastInvalidDimension: return "a zero dimension";
+    case CLBlastInsufficientMemoryA: return "A's buffer is too small";
+    case CLBlastInsufficientMemoryB: return "B's buffer is too small";
+    case CLBlastInsufficientMemoryC: return "C's buffer is too small";
+    case CLBlastInvalidLocalMemUsage: return "not enough local memory on the device";
+    case CLBlastDatabaseError: return "no parameters for this device";
+    default: return (int)s > -1000 ? fr_cl_errstr((cl_int)s) : "see clblast_c.h";
+    }
+}
+
+/* A CLBlast status as an error naming the op (out of memory: FR_ERR_NOMEM). */
 static int blast_check(fr_kernel_call *c, CLBlastStatusCode s, const char *op) {
     if (s == CLBlastSuccess) return FR_OK;
     int nomem = s == CLBlastTempBufferAllocFailure || s == CLBlastOpenCLOutOfResources ||
                 s == CLBlastOpenCLOutOfHostMemory;
     return fr_fail(c->ctx, nomem ? FR_ERR_NOMEM : FR_ERR_ARG,
-                   "opencl: %s: CLBlast SGEMM failed with status %d%s", op, (int)s,
-                   nomem ? " (out of device memory)" : "");
+                   "opencl: %s: CLBlast SGEMM failed with status %d (%s)", op, (int)s,
+                   blast_str(s));
 }
 
 typedef struct mat {
