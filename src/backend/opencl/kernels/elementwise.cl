@@ -89,10 +89,11 @@ static float load(__global const float *p, ulong i, int dt) {
 }
 
 static void store(__global float *p, ulong i, int dt, float v) {
-    if (dt == DT_F32)
+    if (dt == DT_F32) {
         p[i] = v;
-    else
-        ((__global ushort *)p)[i] = dt == DT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        return;
+    }
+    ((__global ushort *)p)[i] = dt == DT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
 }
 
 /* ---- the activations (activation.c's formulas) ---- */
@@ -179,10 +180,7 @@ __kernel void act_bwd(int op, ulong n, __global const float *dy, ulong dy_off,
     ulong i = get_global_id(0);
     if (i >= n) return;
     float g = act_grad(op, dy[dy_off + i], load(s, s_off + i, sdt));
-    if (acc)
-        dx[dx_off + i] += g;
-    else
-        dx[dx_off + i] = g;
+    dx[dx_off + i] = acc ? dx[dx_off + i] + g : g;
 }
 
 /* y = a + b */
