@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "backend/opencl/backend.h"
-
 #include "core/ctx.h"
 
 #define PROG "elementwise"
