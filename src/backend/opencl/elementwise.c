@@ -8,18 +8,16 @@
  * except the unscale check, which reads its flag back. */
 #include "backend/opencl/elementwise.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/opencl/backend.h"
-
 #include "core/ctx.h"
 
 #define PROG "elementwise"
 
 /* The .cl's dtype codes. */
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_NONE = -1 };
-/* The .cl's activation codes. */
-enum { ACT_RELU, ACT_GELU_ERF, ACT_GELU_TANH, ACT_SIGMOID, ACT_TANH };
 
 static int dt_code(fr_dtype dt) {
     return dt == FR_F32 ? DT_F32 : dt == FR_F16 ? DT_F16 : dt == FR_BF16 ? DT_BF16 : DT_NONE;
@@ -68,8 +66,16 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
     return FR_OK;
 }
 
-// y = F(x): x f32 (n), y f32, f16 or bf16 (n; the f32 result rounded)
-static int act_fwd(fr_kernel_call *c, const char *op, int code) {
+/* the activation kernel NAME_fwd / NAME_bwd, or its 16-bit twin NAME_fwd_h / NAME_bwd_h */
+static int act_kernel(fr_ctx *ctx, fr_cl *cl, const char *name, const char *dir, int half,
+                      cl_kernel *k) {
+    char full[64];
+    snprintf(full, sizeof full, "%s_%s%s", name, dir, half ? "_h" : "");
+    return kernel_of(ctx, cl, full, k);
+}
+
+// y = F(x): x f32 (n), y f32, f16 or bf16 (n; the f32 result rounded); name: the .cl's formula
+static int act_fwd(fr_kernel_call *c, const char *op, const char *name) {
     int64_t n;
     int st = same_numel(c, op, &n);
     if (st || (st = need_f32(c, &c->in[0], op, "x"))) return st;
@@ -79,17 +85,18 @@ static int act_fwd(fr_kernel_call *c, const char *op, int code) {
                        fr_dtype_name(c->out[0].dtype));
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
-    st = kernel_of(c->ctx, cl, "act_fwd", &k);
-    if (st) return st;
+    if ((st = act_kernel(c->ctx, cl, name, "fwd", ydt != DT_F32, &k))) return st;
     cl_mem x = fr_cl_mem(&c->in[0]), y = fr_cl_mem(&c->out[0]);
     cl_ulong un = (cl_ulong)n, xo = fr_cl_off(&c->in[0]), yo = fr_cl_off(&c->out[0]);
-    st = FR_CL_ARGS(c->ctx, k, sizeof code, &code, sizeof un, &un, sizeof x, &x, sizeof xo, &xo,
-                    sizeof y, &y, sizeof yo, &yo, sizeof ydt, &ydt);
+    st = FR_CL_ARGS(c->ctx, k, sizeof un, &un, sizeof x, &x, sizeof xo, &xo, sizeof y, &y,
+                    sizeof yo, &yo);
+    if (!st && ydt != DT_F32) st = fr_cl_arg(c->ctx, k, 5, sizeof ydt, &ydt);
     return run_1d(c->ctx, cl, k, st, n);
 }
 
-// dx (+)= G(dy, s): dy, dx f32 (n), s the saved y or x in f32, f16 or bf16 (n); dx absent: nothing
-static int act_bwd(fr_kernel_call *c, const char *op, int code) {
+// dx (+)= G(dy, s): dy, dx f32 (n), s the saved y or x in f32, f16 or bf16 (n); dx absent:
+// nothing; name: the .cl's formula
+static int act_bwd(fr_kernel_call *c, const char *op, const char *name) {
     int64_t n;
     int st = same_numel(c, op, &n);
     if (st) return st;
@@ -105,34 +112,39 @@ static int act_bwd(fr_kernel_call *c, const char *op, int code) {
                        fr_dtype_name(c->in[1].dtype));
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
-    st = kernel_of(c->ctx, cl, "act_bwd", &k);
-    if (st) return st;
+    if ((st = act_kernel(c->ctx, cl, name, "bwd", sdt != DT_F32, &k))) return st;
     cl_mem dy = fr_cl_mem(&c->in[0]), s = fr_cl_mem(&c->in[1]), dx = fr_cl_mem(&c->out[0]);
     cl_ulong un = (cl_ulong)n, dyo = fr_cl_off(&c->in[0]), so = fr_cl_off(&c->in[1]),
              dxo = fr_cl_off(&c->out[0]);
     const int acc = acc_bit(c, 0);
-    st = FR_CL_ARGS(c->ctx, k, sizeof code, &code, sizeof un, &un, sizeof dy, &dy, sizeof dyo, &dyo,
-                    sizeof s, &s, sizeof so, &so, sizeof sdt, &sdt, sizeof dx, &dx, sizeof dxo,
-                    &dxo, sizeof acc, &acc);
+    if (sdt == DT_F32)
+        st = FR_CL_ARGS(c->ctx, k, sizeof un, &un, sizeof dy, &dy, sizeof dyo, &dyo, sizeof s, &s,
+                        sizeof so, &so, sizeof dx, &dx, sizeof dxo, &dxo, sizeof acc, &acc);
+    else
+        st = FR_CL_ARGS(c->ctx, k, sizeof un, &un, sizeof dy, &dy, sizeof dyo, &dyo, sizeof s, &s,
+                        sizeof so, &so, sizeof sdt, &sdt, sizeof dx, &dx, sizeof dxo, &dxo,
+                        sizeof acc, &acc);
     return run_1d(c->ctx, cl, k, st, n);
 }
 
-static int gelu_code(const fr_kernel_call *c) {
-    return c->node && c->node->attr.approx ? ACT_GELU_TANH : ACT_GELU_ERF;
-}
+static int tanh_form(const fr_kernel_call *c) { return c->node && c->node->attr.approx; }
 
 // y = max(x, 0) (a NaN passes through); dx = dy where y > 0, else 0
-int fr_cl_k_relu(fr_kernel_call *c) { return act_fwd(c, "relu", ACT_RELU); }
-int fr_cl_k_relu_bwd(fr_kernel_call *c) { return act_bwd(c, "relu_bwd", ACT_RELU); }
+int fr_cl_k_relu(fr_kernel_call *c) { return act_fwd(c, "relu", "relu"); }
+int fr_cl_k_relu_bwd(fr_kernel_call *c) { return act_bwd(c, "relu_bwd", "relu"); }
 // attr.approx 0: y = 0.5 x (1 + erf(x / sqrt 2)); 1: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-int fr_cl_k_gelu(fr_kernel_call *c) { return act_fwd(c, "gelu", gelu_code(c)); }
-int fr_cl_k_gelu_bwd(fr_kernel_call *c) { return act_bwd(c, "gelu_bwd", gelu_code(c)); }
+int fr_cl_k_gelu(fr_kernel_call *c) {
+    return act_fwd(c, "gelu", tanh_form(c) ? "gelu_tanh" : "gelu_erf");
+}
+int fr_cl_k_gelu_bwd(fr_kernel_call *c) {
+    return act_bwd(c, "gelu_bwd", tanh_form(c) ? "gelu_tanh" : "gelu_erf");
+}
 // y = 1 / (1 + exp(-x)); dx = dy y (1 - y)
-int fr_cl_k_sigmoid(fr_kernel_call *c) { return act_fwd(c, "sigmoid", ACT_SIGMOID); }
-int fr_cl_k_sigmoid_bwd(fr_kernel_call *c) { return act_bwd(c, "sigmoid_bwd", ACT_SIGMOID); }
+int fr_cl_k_sigmoid(fr_kernel_call *c) { return act_fwd(c, "sigmoid", "sigmoid"); }
+int fr_cl_k_sigmoid_bwd(fr_kernel_call *c) { return act_bwd(c, "sigmoid_bwd", "sigmoid"); }
 // y = tanh(x); dx = dy (1 - y^2)
-int fr_cl_k_tanh(fr_kernel_call *c) { return act_fwd(c, "tanh", ACT_TANH); }
-int fr_cl_k_tanh_bwd(fr_kernel_call *c) { return act_bwd(c, "tanh_bwd", ACT_TANH); }
+int fr_cl_k_tanh(fr_kernel_call *c) { return act_fwd(c, "tanh", "tanh"); }
+int fr_cl_k_tanh_bwd(fr_kernel_call *c) { return act_bwd(c, "tanh_bwd", "tanh"); }
 
 /* ---- ADD, COPY ---- */
 

@@ -89,19 +89,14 @@ static float load(__global const float *p, ulong i, int dt) {
 }
 
 static void store(__global float *p, ulong i, int dt, float v) {
-    if (dt == DT_F32)
+    if (dt == DT_F32) {
         p[i] = v;
-    else
-        ((__global ushort *)p)[i] = dt == DT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        return;
+    }
+    ((__global ushort *)p)[i] = dt == DT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
 }
 
 /* ---- the activations (activation.c's formulas) ---- */
-
-#define ACT_RELU 0
-#define ACT_GELU_ERF 1
-#define ACT_GELU_TANH 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
@@ -140,50 +135,80 @@ static float gelu_tanh_grad(float v) {
            0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
 }
 
-static float act(int op, float v) {
-    switch (op) {
-    case ACT_RELU: return v < 0.0f ? 0.0f : v; /* a NaN passes through */
-    case ACT_GELU_ERF: return 0.5f * v * (1.0f + erf(v * INV_SQRT2));
-    case ACT_GELU_TANH: return 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
-    case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
-    /* tanh(x) rounds to +-1 in float from |x| = 9.02 on; PoCL's tanh gives
-     * 1 - 2^-24 there, even at infinity */
-    default: return fabs(v) >= 9.1f ? copysign(1.0f, v) : tanh(v);
+/* Each activation's kernels, from its NAME_f(v) and NAME_g(d, v) below: one
+ * set per formula, f32 apart from 16 bits (a kernel without branches
+ * vectorizes across work-items):
+ * NAME_fwd:   y[i] = F(v = x[i]), x and y f32;
+ * NAME_fwd_h: the same with y f16 or bf16 (ydt; the f32 result rounded);
+ * NAME_bwd:   dx[i] (+)= G(d = dy[i], v = s[i]), dy, s (the saved y, or x
+ *             for GELU) and dx f32;
+ * NAME_bwd_h: the same with s f16 or bf16 (sdt), widened exactly. */
+#define ACTIVATION(NAME)                                                                          \
+    __kernel void NAME##_fwd(ulong n, __global const float *x, ulong x_off, __global float *y,    \
+                             ulong y_off) {                                                       \
+        ulong i = get_global_id(0);                                                               \
+        if (i >= n) return;                                                                       \
+        float v = x[x_off + i];                                                                   \
+        y[y_off + i] = NAME##_f(v);                                                               \
+    }                                                                                             \
+    __kernel void NAME##_fwd_h(ulong n, __global const float *x, ulong x_off, __global float *y,  \
+                               ulong y_off, int ydt) {                                            \
+        ulong i = get_global_id(0);                                                               \
+        if (i >= n) return;                                                                       \
+        float v = x[x_off + i];                                                                   \
+        store(y, y_off + i, ydt, NAME##_f(v));                                                    \
+    }                                                                                             \
+    __kernel void NAME##_bwd(ulong n, __global const float *dy, ulong dy_off,                     \
+                             __global const float *s, ulong s_off, __global float *dx,            \
+                             ulong dx_off, int acc) {                                             \
+        ulong i = get_global_id(0);                                                               \
+        if (i >= n) return;                                                                       \
+        float d = dy[dy_off + i], v = s[s_off + i];                                               \
+        float g = NAME##_g(d, v);                                                                 \
+        if (acc) g = dx[dx_off + i] + g;                                                          \
+        dx[dx_off + i] = g;                                                                       \
+    }                                                                                             \
+    __kernel void NAME##_bwd_h(ulong n, __global const float *dy, ulong dy_off,                   \
+                               __global const float *s, ulong s_off, int sdt, __global float *dx, \
+                               ulong dx_off, int acc) {                                           \
+        ulong i = get_global_id(0);                                                               \
+        if (i >= n) return;                                                                       \
+        float d = dy[dy_off + i], v = load(s, s_off + i, sdt);                                    \
+        float g = NAME##_g(d, v);                                                                 \
+        if (acc) g = dx[dx_off + i] + g;                                                          \
+        dx[dx_off + i] = g;                                                                       \
     }
+
+/* y = max(x, 0) (a NaN passes through); dx = dy where y > 0 */
+static float relu_f(float v) { return v < 0.0f ? 0.0f : v; }
+static float relu_g(float d, float v) { return v > 0.0f ? d : 0.0f; }
+
+/* y = 0.5 x (1 + erf(x / sqrt 2)); dx = dy (Phi(x) + x phi(x)) */
+static float gelu_erf_f(float v) { return 0.5f * v * (1.0f + erf(v * INV_SQRT2)); }
+static float gelu_erf_g(float d, float v) {
+    return d * (0.5f * (1.0f + erf(v * INV_SQRT2)) + v * INV_SQRT_2PI * exp(-0.5f * v * v));
 }
 
-/* d/dx given d = dy and v = the saved value (y, or x for GELU) */
-static float act_grad(int op, float d, float v) {
-    switch (op) {
-    case ACT_RELU: return v > 0.0f ? d : 0.0f;
-    case ACT_GELU_ERF:
-        return d * (0.5f * (1.0f + erf(v * INV_SQRT2)) + v * INV_SQRT_2PI * exp(-0.5f * v * v));
-    case ACT_GELU_TANH: return d * gelu_tanh_grad(v);
-    case ACT_SIGMOID: return d * v * (1.0f - v);
-    default: return d * (1.0f - v * v);
-    }
+/* y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with the CPU's tanh */
+static float gelu_tanh_f(float v) {
+    return 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
 }
+static float gelu_tanh_g(float d, float v) { return d * gelu_tanh_grad(v); }
 
-/* y[i] = F(x[i]), x f32, y of dtype ydt (the f32 result rounded) */
-__kernel void act_fwd(int op, ulong n, __global const float *x, ulong x_off, __global float *y,
-                      ulong y_off, int ydt) {
-    ulong i = get_global_id(0);
-    if (i >= n) return;
-    store(y, y_off + i, ydt, act(op, x[x_off + i]));
-}
+/* y = 1 / (1 + exp(-x)); dx = dy y (1 - y) */
+static float sigmoid_f(float v) { return 1.0f / (1.0f + exp(-v)); }
+static float sigmoid_g(float d, float v) { return d * v * (1.0f - v); }
 
-/* dx[i] (+)= G(dy[i], s[i]); dy, dx f32, s (the saved value) of dtype sdt */
-__kernel void act_bwd(int op, ulong n, __global const float *dy, ulong dy_off,
-                      __global const float *s, ulong s_off, int sdt, __global float *dx,
-                      ulong dx_off, int acc) {
-    ulong i = get_global_id(0);
-    if (i >= n) return;
-    float g = act_grad(op, dy[dy_off + i], load(s, s_off + i, sdt));
-    if (acc)
-        dx[dx_off + i] += g;
-    else
-        dx[dx_off + i] = g;
-}
+/* y = tanh(x), which rounds to +-1 in float from |x| = 9.02 on (PoCL's tanh
+ * gives 1 - 2^-24 there, even at infinity); dx = dy (1 - y^2) */
+static float tanh_f(float v) { return fabs(v) >= 9.1f ? copysign(1.0f, v) : tanh(v); }
+static float tanh_g(float d, float v) { return d * (1.0f - v * v); }
+
+ACTIVATION(relu)
+ACTIVATION(gelu_erf)
+ACTIVATION(gelu_tanh)
+ACTIVATION(sigmoid)
+ACTIVATION(tanh)
 
 /* y = a + b */
 __kernel void add_f32(ulong n, __global const float *a, ulong a_off, __global const float *b,
