@@ -36,8 +36,9 @@ static void st(__global float *y, ulong i, int dt, float v) {
         vstore_half_rte(v, i, (__global half *)y);
     } else {
         uint u = as_uint(v);
-        ushort r = (u & 0x7fffffffu) > 0x7f800000u ? (ushort)((u >> 16) | 0x40u)
-                                                   : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        ushort r = (u & 0x7fffffffu) > 0x7f800000u
+                       ? (ushort)((u >> 16) | 0x40u)
+                       : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
         ((__global ushort *)y)[i] = r;
     }
 }
@@ -75,12 +76,12 @@ static float wg_max(__local float *s, float v) {
 
 /* x, y (N,C,HW); gamma, beta, rmean, rvar, smean, sinv (C); any of gamma,
  * beta, rmean, rvar, smean, sinv may be absent (NULL). See fr_k_batchnorm. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm(
-    __global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
-    __global const float *beta, ulong b_off, __global float *rmean, ulong rm_off,
-    __global float *rvar, ulong rv_off, __global float *y, ulong y_off, __global float *smean,
-    ulong sm_off, __global float *sinv, ulong si_off, long N, long C, long HW, int training,
-    int recompute, float eps, float mom) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+batchnorm(__global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
+          __global const float *beta, ulong b_off, __global float *rmean, ulong rm_off,
+          __global float *rvar, ulong rv_off, __global float *y, ulong y_off, __global float *smean,
+          ulong sm_off, __global float *sinv, ulong si_off, long N, long C, long HW, int training,
+          int recompute, float eps, float mom) {
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
@@ -127,12 +128,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm(
 
 /* dy, x, dx (N,C,HW), x of dtype xdt; gamma, mean, invstd, dgamma, dbeta
  * (C); dx, dgamma, dbeta, gamma may be absent. See fr_k_batchnorm_bwd. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm_bwd(
-    __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
-    __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
-    __global const float *sinv, ulong si_off, __global float *dx, ulong dx_off,
-    __global float *dgamma, ulong dg_off, __global float *dbeta, ulong db_off, long N, long C,
-    long HW, int xdt, int acc_x, int acc_g, int acc_b) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+batchnorm_bwd(__global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+              __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
+              __global const float *sinv, ulong si_off, __global float *dx, ulong dx_off,
+              __global float *dgamma, ulong dg_off, __global float *dbeta, ulong db_off, long N,
+              long C, long HW, int xdt, int acc_x, int acc_g, int acc_b) {
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
@@ -164,10 +165,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm_bwd(
 
 /* ---- layer normalisation over rows of D: one work-group per row ---- */
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm(
-    __global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
-    __global const float *beta, ulong b_off, __global float *y, ulong y_off,
-    __global float *smean, ulong sm_off, __global float *srstd, ulong sr_off, long D, float eps) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+layernorm(__global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
+          __global const float *beta, ulong b_off, __global float *y, ulong y_off,
+          __global float *smean, ulong sm_off, __global float *srstd, ulong sr_off, long D,
+          float eps) {
     __local acc_t s[WG];
     const long n = get_group_id(0);
     const int l = get_local_id(0);
@@ -195,11 +197,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm(
 }
 
 /* dx of a row: one work-group per row. See fr_k_layernorm_bwd. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm_bwd_dx(
-    __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
-    __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
-    __global const float *srstd, ulong sr_off, __global float *dx, ulong dx_off, long D,
-    int acc) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+layernorm_bwd_dx(__global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+                 __global const float *gamma, ulong g_off, __global const float *smean,
+                 ulong sm_off, __global const float *srstd, ulong sr_off, __global float *dx,
+                 ulong dx_off, long D, int acc) {
     __local acc_t s[WG];
     const long n = get_group_id(0);
     const int l = get_local_id(0);
@@ -252,9 +254,9 @@ static acc_t row_lse(__global const float *z, long C) {
 
 /* One work-group of WG lanes: lane b sums the rows of block b of the CPU's
  * 64 fixed blocks, lane 0 adds the blocks in order: the CPU's order. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off,
-    __global float *loss, ulong loss_off, long N, long C) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+cross_entropy(__global const float *z, ulong z_off, __global const int *lab, ulong l_off,
+              __global float *loss, ulong loss_off, long N, long C) {
     __local acc_t part[WG];
     const int b = get_local_id(0);
     acc_t s = 0;
@@ -270,9 +272,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy(
 }
 
 /* dz[n,j] = scale (softmax(z[n,:])_j - [j == y[n]]) / N: one work-group per row */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy_bwd(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off,
-    __global float *dz, ulong dz_off, long N, long C, float scale, int acc) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+cross_entropy_bwd(__global const float *z, ulong z_off, __global const int *lab, ulong l_off,
+                  __global float *dz, ulong dz_off, long N, long C, float scale, int acc) {
     __local acc_t s[WG];
     __local float sm[WG];
     const long n = get_group_id(0);
@@ -295,8 +297,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy_bwd(
 }
 
 /* loss = (1/n) sum (p - t)^2 over the CPU's 64 fixed blocks, in order */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void mse(
-    __global const float *p, ulong p_off, __global const float *t, ulong t_off,
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+mse(__global const float *p, ulong p_off, __global const float *t, ulong t_off,
     __global float *loss, ulong loss_off, long n) {
     __local acc_t part[WG];
     const int b = get_local_id(0);
@@ -412,8 +414,8 @@ __kernel void avgpool2d_bwd(__global const float *dy, ulong dy_off, __global flo
 }
 
 /* one work-item per plane, summed in order */
-__kernel void global_avgpool(__global const float *x, ulong x_off, __global float *y,
-                             ulong y_off, long planes, long hw) {
+__kernel void global_avgpool(__global const float *x, ulong x_off, __global float *y, ulong y_off,
+                             long planes, long hw) {
     const long p = get_global_id(0);
     if (p >= planes) return;
     acc_t s = 0;
@@ -432,8 +434,8 @@ __kernel void global_avgpool_bwd(__global const float *dy, ulong dy_off, __globa
 /* ---- embeddings ---- */
 
 /* y[r,:] = W[id[r],:], ids already checked */
-__kernel void embedding(__global const int *id, ulong id_off, __global const float *w,
-                        ulong w_off, __global float *y, ulong y_off, long R, long C) {
+__kernel void embedding(__global const int *id, ulong id_off, __global const float *w, ulong w_off,
+                        __global float *y, ulong y_off, long R, long C) {
     const long i = get_global_id(0);
     if (i >= R * C) return;
     const long r = i / C;
@@ -443,9 +445,9 @@ __kernel void embedding(__global const int *id, ulong id_off, __global const flo
 /* dW[v,j] (+)= sum of dy[r,j] over r with id[r] == v, in order of r: a
  * work-group is WG columns of one row v; the ids pass through local memory
  * WG at a time. Global (ceil(C/WG) WG, V). */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void embedding_bwd(
-    __global const float *dy, ulong dy_off, __global const int *id, ulong id_off,
-    __global float *dw, ulong dw_off, long R, long C, int acc) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+embedding_bwd(__global const float *dy, ulong dy_off, __global const int *id, ulong id_off,
+              __global float *dw, ulong dw_off, long R, long C, int acc) {
     __local int ids[WG];
     const long j = get_global_id(0), v = get_global_id(1);
     const int l = get_local_id(0);
@@ -498,9 +500,9 @@ __kernel void sum_in_order(__global acc_t *part, ulong nb) {
 
 /* out[0] = rows whose first maximum (strict >) is at their label; one
  * work-group, lanes over rows, counts added in a fixed tree */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void hits(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off, long N, long K,
-    __global long *out) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+hits(__global const float *z, ulong z_off, __global const int *lab, ulong l_off, long N, long K,
+     __global long *out) {
     __local long s[WG];
     const int l = get_local_id(0);
     long c = 0;
