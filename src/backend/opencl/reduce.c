@@ -8,7 +8,8 @@
 #include "backend/opencl/reduce.h"
 #include <string.h>
 
-#define WG 64 /* reduce.cl's work-group size for the kernels that reduce */
+#define WG 64       /* reduce.cl's work-group size for the kernels that reduce */
+#define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns (reduce.cl) */
 
 /* A tensor as a kernel takes it: its buffer (NULL when absent) and its
  * offset in elements of its dtype. */
@@ -44,6 +45,13 @@ static int run_items(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t n) {
     if (n <= 0) return FR_OK;
     const size_t g = (size_t)((n + WG - 1) / WG * WG);
     return fr_cl_run(ctx, cl, k, 1, &g, NULL);
+}
+
+/* a work-item per (d0, d1, d2), the implementation's groups */
+static int run_3d(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t d0, int64_t d1, int64_t d2) {
+    if (d0 <= 0 || d1 <= 0 || d2 <= 0) return FR_OK;
+    const size_t g[3] = {(size_t)d0, (size_t)d1, (size_t)d2};
+    return fr_cl_run(ctx, cl, k, 3, g, NULL);
 }
 
 /* `groups` work-groups of WG lanes */
@@ -348,7 +356,7 @@ int fr_cl_k_maxpool2d(fr_kernel_call *c) {
     dref x = dref_of(&c->in[0]), y = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[0].dtype), ydt = dcode(c->out[0].dtype);
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(xdt), VA(ydt));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+    return st ? st : run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes);
 }
 
 // dy (N,C,OH,OW), x (N,C,H,W) (any float dtype), dx (N,C,H,W): dy of each window to
@@ -364,7 +372,7 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), dx = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
 // x (N,C,H,W), y (N,C,OH,OW): the window's mean.
@@ -378,7 +386,7 @@ int fr_cl_k_avgpool2d(fr_kernel_call *c) {
     dref x = dref_of(&c->in[0]), y = dref_of(&c->out[0]);
     cl_float inv = 1.0f / (float)(g.K * g.K);
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(inv));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+    return st ? st : run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes);
 }
 
 // dy (N,C,OH,OW), dx (N,C,H,W): dy/(K K) to every value of the window.
@@ -394,7 +402,7 @@ int fr_cl_k_avgpool2d_bwd(fr_kernel_call *c) {
     cl_float inv = 1.0f / (float)(g.K * g.K);
     cl_int acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dx), GEOM(g), VA(inv), VA(acc));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
 // x (N,C,H,W), y (N,C): the plane's mean. A work-item per plane.
@@ -467,7 +475,8 @@ int fr_cl_k_embedding(fr_kernel_call *c) {
 }
 
 // dy (B,T,C), idx (B,T), dW (V,C) (out[1]; out[0] absent): dW[v,:] (+)= the dy rows
-// whose id is v, in order. A work-item per (v, column) scans the ids: V C R compares.
+// whose id is v, in order. A work-group owns 64 rows and 64 columns of dW and scans the
+// ids: R V / 64 id tests, R C adds.
 int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
     const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
     if (!c->out[1].buf) return FR_OK;
@@ -484,11 +493,12 @@ int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "embedding_bwd", &k))) return st;
     dref dy = dref_of(dyt), id = dref_of(idx), dw = dref_of(&c->out[1]);
-    cl_long r = R, cc = C;
+    cl_long r = R, cc = C, vv = V;
     cl_int acc = acc_bit(c, 1);
-    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(id), TA(dw), VA(r), VA(cc), VA(acc));
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(id), TA(dw), VA(r), VA(cc), VA(vv), VA(acc));
     if (st) return st;
-    const size_t g[2] = {(size_t)((C + WG - 1) / WG * WG), (size_t)V}, l[2] = {WG, 1};
+    const size_t g[2] = {(size_t)((C + WG - 1) / WG * WG), (size_t)((V + EMB_ROWS - 1) / EMB_ROWS)},
+                 l[2] = {WG, 1};
     return fr_cl_run(c->ctx, cl, k, 2, g, l);
 }
 
