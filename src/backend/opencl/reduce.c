@@ -8,7 +8,8 @@
 #include "backend/opencl/reduce.h"
 #include <string.h>
 
-#define WG 64 /* reduce.cl's work-group size for the kernels that reduce */
+#define WG 64       /* reduce.cl's work-group size for the kernels that reduce */
+#define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns (reduce.cl) */
 
 /* A tensor as a kernel takes it: its buffer (NULL when absent) and its
  * offset in elements of its dtype. */
@@ -17,7 +18,7 @@ typedef struct dref {
     cl_ulong off;
 } dref;
 
-static dref D(const fr_tensor *t) {
+static dref dref_of(const fr_tensor *t) {
     return t->buf ? (dref){fr_cl_mem(t), (cl_ulong)fr_cl_off(t)} : (dref){NULL, 0};
 }
 #define TA(t) sizeof(cl_mem), &(t).m, sizeof(cl_ulong), &(t).off
@@ -44,6 +45,13 @@ static int run_items(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t n) {
     if (n <= 0) return FR_OK;
     const size_t g = (size_t)((n + WG - 1) / WG * WG);
     return fr_cl_run(ctx, cl, k, 1, &g, NULL);
+}
+
+/* a work-item per (d0, d1, d2), the implementation's groups */
+static int run_3d(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int64_t d0, int64_t d1, int64_t d2) {
+    if (d0 <= 0 || d1 <= 0 || d2 <= 0) return FR_OK;
+    const size_t g[3] = {(size_t)d0, (size_t)d1, (size_t)d2};
+    return fr_cl_run(ctx, cl, k, 3, g, NULL);
 }
 
 /* `groups` work-groups of WG lanes */
@@ -87,6 +95,10 @@ static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t
     return FR_OK;
 }
 
+// x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C), y is x's shape,
+// mean, invstd (C): training normalises by the batch's statistics, saves them and moves
+// the running ones by the momentum; eval uses the running ones (fr_k_batchnorm).
+// One work-group of WG lanes per channel.
 int fr_cl_k_batchnorm(fr_kernel_call *c) {
     const fr_attr *a = &c->node->attr;
     int64_t N = 0, C = 0, HW = 0;
@@ -102,8 +114,9 @@ int fr_cl_k_batchnorm(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "batchnorm", &k))) return st;
-    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), rm = D(&c->in[3]), rv = D(&c->in[4]),
-         y = D(&c->out[0]), sm = D(&c->out[1]), si = D(&c->out[2]);
+    dref x = dref_of(&c->in[0]), g = dref_of(&c->in[1]), b = dref_of(&c->in[2]),
+         rm = dref_of(&c->in[3]), rv = dref_of(&c->in[4]), y = dref_of(&c->out[0]),
+         sm = dref_of(&c->out[1]), si = dref_of(&c->out[2]);
     cl_long n = N, ch = C, hw = HW;
     cl_int training = a->training, recompute = a->recompute;
     cl_float eps = a->eps, mom = a->momentum;
@@ -112,6 +125,9 @@ int fr_cl_k_batchnorm(fr_kernel_call *c) {
     return st ? st : run_groups(c->ctx, cl, k, C);
 }
 
+// dy, x (x f32, f16 or bf16) are (N,C) or (N,C,H,W); gamma, mean, invstd are (C)
+// dx = gamma invstd (dy - sum dy/n - xhat sum(dy xhat)/n); dgamma = sum dy xhat; dbeta = sum dy
+// One work-group per channel.
 int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
     int64_t N = 0, C = 0, HW = 0;
     int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
@@ -121,8 +137,9 @@ int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "batchnorm_bwd", &k))) return st;
-    dref dy = D(&c->in[0]), x = D(&c->in[1]), g = D(&c->in[2]), sm = D(&c->in[3]),
-         si = D(&c->in[4]), dx = D(&c->out[0]), dg = D(&c->out[1]), db = D(&c->out[2]);
+    dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), g = dref_of(&c->in[2]),
+         sm = dref_of(&c->in[3]), si = dref_of(&c->in[4]), dx = dref_of(&c->out[0]),
+         dg = dref_of(&c->out[1]), db = dref_of(&c->out[2]);
     cl_long n = N, ch = C, hw = HW;
     cl_int xdt = dcode(c->in[1].dtype), ax = acc_bit(c, 0), ag = acc_bit(c, 1), ab = acc_bit(c, 2);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(g), TA(sm), TA(si), TA(dx), TA(dg), TA(db), VA(n),
@@ -149,6 +166,8 @@ static int ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const 
     return FR_OK;
 }
 
+// x is (N, D...) or (B,T,D), gamma, beta (D...), y x's shape, mean, rstd (N):
+// y = (x - mean) rstd gamma + beta over each row of D. One work-group per row.
 int fr_cl_k_layernorm(fr_kernel_call *c) {
     int64_t N, Dn;
     int st = ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &Dn);
@@ -157,14 +176,17 @@ int fr_cl_k_layernorm(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "layernorm", &k))) return st;
-    dref x = D(&c->in[0]), g = D(&c->in[1]), b = D(&c->in[2]), y = D(&c->out[0]),
-         sm = D(&c->out[1]), sr = D(&c->out[2]);
+    dref x = dref_of(&c->in[0]), g = dref_of(&c->in[1]), b = dref_of(&c->in[2]),
+         y = dref_of(&c->out[0]), sm = dref_of(&c->out[1]), sr = dref_of(&c->out[2]);
     cl_long d = Dn;
     cl_float eps = c->node->attr.eps;
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(g), TA(b), TA(y), TA(sm), TA(sr), VA(d), VA(eps));
     return st ? st : run_groups(c->ctx, cl, k, N);
 }
 
+// dy, x (N, D...), gamma (D...), mean, rstd (N): dx = rstd (g - E g - xhat E(g xhat)),
+// g = dy gamma (a work-group per row); dgamma = sum_n dy xhat, dbeta = sum_n dy (a
+// work-item per column, the rows in order).
 int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
     int64_t N, Dn;
     int st = ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &Dn);
@@ -173,8 +195,9 @@ int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
     if (!c->in[3].buf || !c->in[4].buf)
         return fr_fail(c->ctx, FR_ERR_ARG, "layernorm_bwd: the saved mean and rstd are missing");
     fr_cl *cl = fr_cl_of(c->ctx);
-    dref dy = D(&c->in[0]), x = D(&c->in[1]), g = D(&c->in[2]), sm = D(&c->in[3]),
-         sr = D(&c->in[4]), dx = D(&c->out[0]), dg = D(&c->out[1]), db = D(&c->out[2]);
+    dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), g = dref_of(&c->in[2]),
+         sm = dref_of(&c->in[3]), sr = dref_of(&c->in[4]), dx = dref_of(&c->out[0]),
+         dg = dref_of(&c->out[1]), db = dref_of(&c->out[2]);
     cl_long n = N, d = Dn;
     cl_int ax = acc_bit(c, 0), ag = acc_bit(c, 1), ab = acc_bit(c, 2);
     cl_kernel k;
@@ -219,12 +242,14 @@ static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
                    (long long)(n / T), (long long)(n % T), (long long)*C);
 }
 
+// logits (N,C) or (B,T,C), labels (N) or (B,T) i32, loss (1):
+// loss = (1/N) sum_n (logsumexp(z[n,:]) - z[n,y[n]]). One work-group, the CPU's blocks.
 int fr_cl_k_cross_entropy(fr_kernel_call *c) {
     int64_t N, C;
     int st = ce_check(c, "cross_entropy", &N, &C);
     if (st) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
-    dref z = D(&c->in[0]), lab = D(&c->in[1]), loss = D(&c->out[0]);
+    dref z = dref_of(&c->in[0]), lab = dref_of(&c->in[1]), loss = dref_of(&c->out[0]);
     if (N == 0 || C == 0) return fr_cl_zero(c->ctx, cl, loss.m, c->out[0].off, sizeof(float));
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "cross_entropy", &k))) return st;
@@ -233,6 +258,7 @@ int fr_cl_k_cross_entropy(fr_kernel_call *c) {
     return st ? st : run_groups(c->ctx, cl, k, 1);
 }
 
+// dz[n,j] = scale (softmax(z[n,:])_j - [j == y[n]]) / N, dz z's shape. A work-group per row.
 int fr_cl_k_cross_entropy_bwd(fr_kernel_call *c) {
     int64_t N, C;
     int st = ce_check(c, "cross_entropy_bwd", &N, &C);
@@ -245,7 +271,7 @@ int fr_cl_k_cross_entropy_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "cross_entropy_bwd", &k))) return st;
-    dref z = D(&c->in[0]), lab = D(&c->in[1]), dz = D(&c->out[0]);
+    dref z = dref_of(&c->in[0]), lab = dref_of(&c->in[1]), dz = dref_of(&c->out[0]);
     cl_long n = N, ncls = C;
     cl_float scale = c->node->attr.scale;
     cl_int acc = acc_bit(c, 0);
@@ -262,12 +288,13 @@ static int mse_check(fr_kernel_call *c, const char *op, int64_t *n) {
     return st ? st : need_f32(c, op, &c->in[1], "target");
 }
 
+// pred, target (N,D), loss (1) = (1/(N D)) sum (pred - target)^2. One work-group.
 int fr_cl_k_mse(fr_kernel_call *c) {
     int64_t n;
     int st = mse_check(c, "mse", &n);
     if (st) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
-    dref p = D(&c->in[0]), t = D(&c->in[1]), loss = D(&c->out[0]);
+    dref p = dref_of(&c->in[0]), t = dref_of(&c->in[1]), loss = dref_of(&c->out[0]);
     if (n == 0) return fr_cl_zero(c->ctx, cl, loss.m, c->out[0].off, sizeof(float));
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "mse", &k))) return st;
@@ -276,6 +303,7 @@ int fr_cl_k_mse(fr_kernel_call *c) {
     return st ? st : run_groups(c->ctx, cl, k, 1);
 }
 
+// dpred = scale 2 (pred - target) / (N D). A work-item per value.
 int fr_cl_k_mse_bwd(fr_kernel_call *c) {
     int64_t n;
     int st = mse_check(c, "mse_bwd", &n);
@@ -284,7 +312,7 @@ int fr_cl_k_mse_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "mse_bwd", &k))) return st;
-    dref p = D(&c->in[0]), t = D(&c->in[1]), dp = D(&c->out[0]);
+    dref p = dref_of(&c->in[0]), t = dref_of(&c->in[1]), dp = dref_of(&c->out[0]);
     cl_long nn = n;
     cl_float kk = (float)(2.0 * (double)c->node->attr.scale / (double)n);
     cl_int acc = acc_bit(c, 0);
@@ -317,6 +345,7 @@ static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, 
     return FR_OK;
 }
 
+// x (N,C,H,W) f32/f16/bf16, y (N,C,OH,OW) f32/f16/bf16: the window's maximum.
 int fr_cl_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
@@ -324,12 +353,14 @@ int fr_cl_k_maxpool2d(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "maxpool2d", &k))) return st;
-    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    dref x = dref_of(&c->in[0]), y = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[0].dtype), ydt = dcode(c->out[0].dtype);
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(xdt), VA(ydt));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+    return st ? st : run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes);
 }
 
+// dy (N,C,OH,OW), x (N,C,H,W) (any float dtype), dx (N,C,H,W): dy of each window to
+// its first maximum. A work-item per dx value, the windows in order.
 int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
@@ -338,12 +369,13 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "maxpool2d_bwd", &k))) return st;
-    dref dy = D(&c->in[0]), x = D(&c->in[1]), dx = D(&c->out[0]);
+    dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), dx = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
+// x (N,C,H,W), y (N,C,OH,OW): the window's mean.
 int fr_cl_k_avgpool2d(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
@@ -351,12 +383,13 @@ int fr_cl_k_avgpool2d(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "avgpool2d", &k))) return st;
-    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    dref x = dref_of(&c->in[0]), y = dref_of(&c->out[0]);
     cl_float inv = 1.0f / (float)(g.K * g.K);
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), GEOM(g), VA(inv));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.OH * g.OW);
+    return st ? st : run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes);
 }
 
+// dy (N,C,OH,OW), dx (N,C,H,W): dy/(K K) to every value of the window.
 int fr_cl_k_avgpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
@@ -365,13 +398,14 @@ int fr_cl_k_avgpool2d_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "avgpool2d_bwd", &k))) return st;
-    dref dy = D(&c->in[0]), dx = D(&c->out[0]);
+    dref dy = dref_of(&c->in[0]), dx = dref_of(&c->out[0]);
     cl_float inv = 1.0f / (float)(g.K * g.K);
     cl_int acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dx), GEOM(g), VA(inv), VA(acc));
-    return st ? st : run_items(c->ctx, cl, k, g.planes * g.H * g.W);
+    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
+// x (N,C,H,W), y (N,C): the plane's mean. A work-item per plane.
 int fr_cl_k_global_avgpool(fr_kernel_call *c) {
     const fr_shape *xs = &c->in[0].shape;
     if (xs->ndim != 4 || fr_shape_numel(&c->out[0].shape) != xs->d[0] * xs->d[1])
@@ -382,12 +416,13 @@ int fr_cl_k_global_avgpool(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "global_avgpool", &k))) return st;
-    dref x = D(&c->in[0]), y = D(&c->out[0]);
+    dref x = dref_of(&c->in[0]), y = dref_of(&c->out[0]);
     cl_long planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(y), VA(planes), VA(hw));
     return st ? st : run_items(c->ctx, cl, k, planes);
 }
 
+// dy (N,C), dx (N,C,H,W) = dy / (H W).
 int fr_cl_k_global_avgpool_bwd(fr_kernel_call *c) {
     const fr_shape *xs = &c->out[0].shape;
     if (xs->ndim != 4 || fr_shape_numel(&c->in[0].shape) != xs->d[0] * xs->d[1])
@@ -399,7 +434,7 @@ int fr_cl_k_global_avgpool_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "global_avgpool_bwd", &k))) return st;
-    dref dy = D(&c->in[0]), dx = D(&c->out[0]);
+    dref dy = dref_of(&c->in[0]), dx = dref_of(&c->out[0]);
     cl_int acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dx), VA(planes), VA(hw), VA(acc));
     return st ? st : run_items(c->ctx, cl, k, planes * hw);
@@ -421,6 +456,7 @@ static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, in
                    (int)id, (long long)(T ? r / T : 0), (long long)(T ? r % T : r), (long long)V);
 }
 
+// idx (B,T) i32, W (V,C), y (B,T,C): y[b,t,:] = W[idx[b,t],:].
 int fr_cl_k_embedding(fr_kernel_call *c) {
     const fr_tensor *idx = &c->in[0], *w = &c->in[1];
     const int64_t V = w->shape.d[0], C = w->shape.d[1], R = fr_shape_numel(&idx->shape);
@@ -432,12 +468,15 @@ int fr_cl_k_embedding(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "embedding", &k))) return st;
-    dref id = D(idx), wt = D(w), y = D(&c->out[0]);
+    dref id = dref_of(idx), wt = dref_of(w), y = dref_of(&c->out[0]);
     cl_long r = R, cc = C;
     st = FR_CL_ARGS(c->ctx, k, TA(id), TA(wt), TA(y), VA(r), VA(cc));
     return st ? st : run_items(c->ctx, cl, k, R * C);
 }
 
+// dy (B,T,C), idx (B,T), dW (V,C) (out[1]; out[0] absent): dW[v,:] (+)= the dy rows
+// whose id is v, in order. A work-group owns 64 rows and 64 columns of dW and scans the
+// ids: R V / 64 id tests, R C adds.
 int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
     const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
     if (!c->out[1].buf) return FR_OK;
@@ -453,15 +492,17 @@ int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "embedding_bwd", &k))) return st;
-    dref dy = D(dyt), id = D(idx), dw = D(&c->out[1]);
-    cl_long r = R, cc = C;
+    dref dy = dref_of(dyt), id = dref_of(idx), dw = dref_of(&c->out[1]);
+    cl_long r = R, cc = C, vv = V;
     cl_int acc = acc_bit(c, 1);
-    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(id), TA(dw), VA(r), VA(cc), VA(acc));
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(id), TA(dw), VA(r), VA(cc), VA(vv), VA(acc));
     if (st) return st;
-    const size_t g[2] = {(size_t)((C + WG - 1) / WG * WG), (size_t)V}, l[2] = {WG, 1};
+    const size_t g[2] = {(size_t)((C + WG - 1) / WG * WG), (size_t)((V + EMB_ROWS - 1) / EMB_ROWS)},
+                 l[2] = {WG, 1};
     return fr_cl_run(c->ctx, cl, k, 2, g, l);
 }
 
+// dy (B,T,C), dW (Tmax,C) (out[1]): dW[t,:] (+)= sum_b dy[b,t,:], 0 for t >= T.
 int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
     if (!c->out[1].buf) return FR_OK;
     const fr_shape *ys = &c->in[0].shape, *ws = &c->out[1].shape;
@@ -473,7 +514,7 @@ int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "pos_embedding_bwd", &k))) return st;
-    dref dy = D(&c->in[0]), dw = D(&c->out[1]);
+    dref dy = dref_of(&c->in[0]), dw = dref_of(&c->out[1]);
     cl_long B = ys->d[0], T = ys->d[1], C = ys->d[2], Tmax = ws->d[0];
     cl_int acc = acc_bit(c, 1);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(dw), VA(B), VA(T), VA(C), VA(Tmax), VA(acc));

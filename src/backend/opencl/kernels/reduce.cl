@@ -36,8 +36,9 @@ static void st(__global float *y, ulong i, int dt, float v) {
         vstore_half_rte(v, i, (__global half *)y);
     } else {
         uint u = as_uint(v);
-        ushort r = (u & 0x7fffffffu) > 0x7f800000u ? (ushort)((u >> 16) | 0x40u)
-                                                   : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        ushort r = (u & 0x7fffffffu) > 0x7f800000u
+                       ? (ushort)((u >> 16) | 0x40u)
+                       : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
         ((__global ushort *)y)[i] = r;
     }
 }
@@ -73,33 +74,43 @@ static float wg_max(__local float *s, float v) {
 
 /* ---- batch normalisation: one work-group per channel ---- */
 
+/* Runs the statements for each value of channel ch of (ROWS,C,HW) that lane
+ * l owns, with i its index: planes of WG values or more are strided within
+ * each plane (no division), smaller ones flat over (n, i). */
+#define FOR_CHANNEL(ROWS, i, ...)                                             \
+    if (HW >= WG) {                                                           \
+        for (long n_ = 0; n_ < (ROWS); n_++)                                  \
+            for (long j_ = l; j_ < HW; j_ += WG) {                            \
+                const long i = (n_ * C + ch) * HW + j_;                       \
+                __VA_ARGS__                                                   \
+            }                                                                 \
+    } else {                                                                  \
+        for (long e_ = l; e_ < (ROWS)*HW; e_ += WG) {                         \
+            const long n_ = e_ / HW, i = (n_ * C + ch) * HW + (e_ - n_ * HW); \
+            __VA_ARGS__                                                       \
+        }                                                                     \
+    }
+
 /* x, y (N,C,HW); gamma, beta, rmean, rvar, smean, sinv (C); any of gamma,
  * beta, rmean, rvar, smean, sinv may be absent (NULL). See fr_k_batchnorm. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm(
-    __global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
-    __global const float *beta, ulong b_off, __global float *rmean, ulong rm_off,
-    __global float *rvar, ulong rv_off, __global float *y, ulong y_off, __global float *smean,
-    ulong sm_off, __global float *sinv, ulong si_off, long N, long C, long HW, int training,
-    int recompute, float eps, float mom) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+batchnorm(__global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
+          __global const float *beta, ulong b_off, __global float *rmean, ulong rm_off,
+          __global float *rvar, ulong rv_off, __global float *y, ulong y_off, __global float *smean,
+          ulong sm_off, __global float *sinv, ulong si_off, long N, long C, long HW, int training,
+          int recompute, float eps, float mom) {
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
     /* the sums run in eval mode too, over nothing: every lane meets the
      * same barriers */
-    const long tc = training ? cnt : 0;
+    const long rows = training ? N : 0;
     acc_t a = 0;
-    for (long e = l; e < tc; e += WG) {
-        const long n = e / HW;
-        a += x[x_off + (n * C + ch) * HW + (e - n * HW)];
-    }
+    FOR_CHANNEL(rows, i, a += x[x_off + i];)
     acc_t mean = wg_sum(s, a) / (acc_t)cnt;
     const float s_hi = (float)mean, s_lo = (float)(mean - s_hi);
     acc_t q = 0;
-    for (long e = l; e < tc; e += WG) {
-        const long n = e / HW;
-        const float d = (x[x_off + (n * C + ch) * HW + (e - n * HW)] - s_hi) - s_lo;
-        q += (acc_t)d * d;
-    }
+    FOR_CHANNEL(rows, i, const float d = (x[x_off + i] - s_hi) - s_lo; q += (acc_t)d * d;)
     const acc_t var = wg_sum(s, q) / (acc_t)cnt;
     acc_t invstd = 1 / sqrt(var + (acc_t)eps);
     if (training && l == 0) {
@@ -119,32 +130,24 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm(
     const acc_t g = gamma ? (acc_t)gamma[g_off + ch] : (acc_t)1;
     const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
     const float scale = (float)(g * invstd), b = beta ? beta[b_off + ch] : 0.0f;
-    for (long e = l; e < cnt; e += WG) {
-        const long n = e / HW, i = (n * C + ch) * HW + (e - n * HW);
-        y[y_off + i] = ((x[x_off + i] - m_hi) - m_lo) * scale + b;
-    }
+    FOR_CHANNEL(N, i, y[y_off + i] = ((x[x_off + i] - m_hi) - m_lo) * scale + b;)
 }
 
 /* dy, x, dx (N,C,HW), x of dtype xdt; gamma, mean, invstd, dgamma, dbeta
  * (C); dx, dgamma, dbeta, gamma may be absent. See fr_k_batchnorm_bwd. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm_bwd(
-    __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
-    __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
-    __global const float *sinv, ulong si_off, __global float *dx, ulong dx_off,
-    __global float *dgamma, ulong dg_off, __global float *dbeta, ulong db_off, long N, long C,
-    long HW, int xdt, int acc_x, int acc_g, int acc_b) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+batchnorm_bwd(__global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+              __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
+              __global const float *sinv, ulong si_off, __global float *dx, ulong dx_off,
+              __global float *dgamma, ulong dg_off, __global float *dbeta, ulong db_off, long N,
+              long C, long HW, int xdt, int acc_x, int acc_g, int acc_b) {
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
     const acc_t inv = sinv[si_off + ch];
     const float m = smean[sm_off + ch];
     acc_t a = 0, b = 0; /* sum dy, sum dy (x - mean) */
-    for (long e = l; e < cnt; e += WG) {
-        const long n = e / HW, i = (n * C + ch) * HW + (e - n * HW);
-        const float d = dy[dy_off + i];
-        a += d;
-        b += d * (ld(x, x_off + i, xdt) - m);
-    }
+    FOR_CHANNEL(N, i, const float d = dy[dy_off + i]; a += d; b += d * (ld(x, x_off + i, xdt) - m);)
     const acc_t sdy = wg_sum(s, a), sdyx = wg_sum(s, b);
     const acc_t dg = sdyx * inv; /* sum dy xhat */
     if (l == 0) {
@@ -155,19 +158,17 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void batchnorm_bwd(
     const acc_t g = gamma ? (acc_t)gamma[g_off + ch] : (acc_t)1;
     const float k = (float)(g * inv), mdy = (float)(sdy / (acc_t)cnt),
                 q = (float)(sdyx / (acc_t)cnt * inv * inv);
-    for (long e = l; e < cnt; e += WG) {
-        const long n = e / HW, i = (n * C + ch) * HW + (e - n * HW);
-        const float v = k * (dy[dy_off + i] - mdy - (ld(x, x_off + i, xdt) - m) * q);
-        dx[dx_off + i] = acc_x ? dx[dx_off + i] + v : v;
-    }
+    FOR_CHANNEL(N, i, const float v = k * (dy[dy_off + i] - mdy - (ld(x, x_off + i, xdt) - m) * q);
+                dx[dx_off + i] = acc_x ? dx[dx_off + i] + v : v;)
 }
 
 /* ---- layer normalisation over rows of D: one work-group per row ---- */
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm(
-    __global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
-    __global const float *beta, ulong b_off, __global float *y, ulong y_off,
-    __global float *smean, ulong sm_off, __global float *srstd, ulong sr_off, long D, float eps) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+layernorm(__global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
+          __global const float *beta, ulong b_off, __global float *y, ulong y_off,
+          __global float *smean, ulong sm_off, __global float *srstd, ulong sr_off, long D,
+          float eps) {
     __local acc_t s[WG];
     const long n = get_group_id(0);
     const int l = get_local_id(0);
@@ -195,11 +196,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm(
 }
 
 /* dx of a row: one work-group per row. See fr_k_layernorm_bwd. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void layernorm_bwd_dx(
-    __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
-    __global const float *gamma, ulong g_off, __global const float *smean, ulong sm_off,
-    __global const float *srstd, ulong sr_off, __global float *dx, ulong dx_off, long D,
-    int acc) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+layernorm_bwd_dx(__global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+                 __global const float *gamma, ulong g_off, __global const float *smean,
+                 ulong sm_off, __global const float *srstd, ulong sr_off, __global float *dx,
+                 ulong dx_off, long D, int acc) {
     __local acc_t s[WG];
     const long n = get_group_id(0);
     const int l = get_local_id(0);
@@ -252,9 +253,9 @@ static acc_t row_lse(__global const float *z, long C) {
 
 /* One work-group of WG lanes: lane b sums the rows of block b of the CPU's
  * 64 fixed blocks, lane 0 adds the blocks in order: the CPU's order. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off,
-    __global float *loss, ulong loss_off, long N, long C) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+cross_entropy(__global const float *z, ulong z_off, __global const int *lab, ulong l_off,
+              __global float *loss, ulong loss_off, long N, long C) {
     __local acc_t part[WG];
     const int b = get_local_id(0);
     acc_t s = 0;
@@ -270,9 +271,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy(
 }
 
 /* dz[n,j] = scale (softmax(z[n,:])_j - [j == y[n]]) / N: one work-group per row */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy_bwd(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off,
-    __global float *dz, ulong dz_off, long N, long C, float scale, int acc) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+cross_entropy_bwd(__global const float *z, ulong z_off, __global const int *lab, ulong l_off,
+                  __global float *dz, ulong dz_off, long N, long C, float scale, int acc) {
     __local acc_t s[WG];
     __local float sm[WG];
     const long n = get_group_id(0);
@@ -295,8 +296,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void cross_entropy_bwd(
 }
 
 /* loss = (1/n) sum (p - t)^2 over the CPU's 64 fixed blocks, in order */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void mse(
-    __global const float *p, ulong p_off, __global const float *t, ulong t_off,
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+mse(__global const float *p, ulong p_off, __global const float *t, ulong t_off,
     __global float *loss, ulong loss_off, long n) {
     __local acc_t part[WG];
     const int b = get_local_id(0);
@@ -338,13 +339,13 @@ static long window_argmax(__global const float *x, ulong o, int dt, long W, long
     return best;
 }
 
-/* one work-item per output value; x of dtype xdt, y of dtype ydt */
+/* one work-item per output value, global (OW, OH, planes); x of dtype xdt,
+ * y of dtype ydt */
 __kernel void maxpool2d(__global const float *x, ulong x_off, __global float *y, ulong y_off,
                         long planes, long H, long W, long K, long S, long OH, long OW, int xdt,
                         int ydt) {
-    const long o = get_global_id(0);
-    if (o >= planes * OH * OW) return;
-    const long p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
+    const long ow = get_global_id(0), oh = get_global_id(1), p = get_global_id(2);
+    const long o = (p * OH + oh) * OW + ow;
     const ulong w0 = x_off + p * H * W + oh * S * W + ow * S;
     float v;
     if (K == 2) { /* the CPU's max2: the maximum, or NaN when one is NaN */
@@ -360,14 +361,14 @@ __kernel void maxpool2d(__global const float *x, ulong x_off, __global float *y,
     st(y, y_off + o, ydt, v);
 }
 
-/* one work-item per dx value: dy of the windows holding (h,w) whose first
- * maximum it is, added in window order (the CPU's order of addition) */
+/* one work-item per dx value, global (W, H, planes): dy of the windows
+ * holding (h,w) whose first maximum it is, added in window order (the
+ * CPU's order of addition) */
 __kernel void maxpool2d_bwd(__global const float *dy, ulong dy_off, __global const float *x,
                             ulong x_off, __global float *dx, ulong dx_off, long planes, long H,
                             long W, long K, long S, long OH, long OW, int xdt, int acc) {
-    const long i = get_global_id(0);
-    if (i >= planes * H * W) return;
-    const long p = i / (H * W), h = i / W % H, w = i % W;
+    const long w = get_global_id(0), h = get_global_id(1), p = get_global_id(2);
+    const long i = (p * H + h) * W + w;
     const long oh0 = h >= K ? (h - K) / S + 1 : 0, ow0 = w >= K ? (w - K) / S + 1 : 0;
     const long oh1 = min(h / S, OH - 1), ow1 = min(w / S, OW - 1);
     /* 2x2 stride 2 on the CPU writes a window's values whole (a -0 stays -0) */
@@ -384,12 +385,12 @@ __kernel void maxpool2d_bwd(__global const float *dy, ulong dy_off, __global con
     dx[dx_off + i] = v;
 }
 
-/* y = (sum of the window in row-major order) inv, inv = 1/(K K) from the host */
+/* y = (sum of the window in row-major order) inv, inv = 1/(K K) from the
+ * host; global (OW, OH, planes) */
 __kernel void avgpool2d(__global const float *x, ulong x_off, __global float *y, ulong y_off,
                         long planes, long H, long W, long K, long S, long OH, long OW, float inv) {
-    const long o = get_global_id(0);
-    if (o >= planes * OH * OW) return;
-    const long p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
+    const long ow = get_global_id(0), oh = get_global_id(1), p = get_global_id(2);
+    const long o = (p * OH + oh) * OW + ow;
     __global const float *win = x + x_off + p * H * W + oh * S * W + ow * S;
     float s = 0.0f;
     for (long kh = 0; kh < K; kh++)
@@ -400,9 +401,9 @@ __kernel void avgpool2d(__global const float *x, ulong x_off, __global float *y,
 __kernel void avgpool2d_bwd(__global const float *dy, ulong dy_off, __global float *dx,
                             ulong dx_off, long planes, long H, long W, long K, long S, long OH,
                             long OW, float inv, int acc) {
-    const long i = get_global_id(0);
-    if (i >= planes * H * W) return;
-    const long p = i / (H * W), h = i / W % H, w = i % W;
+    /* global (W, H, planes) */
+    const long w = get_global_id(0), h = get_global_id(1), p = get_global_id(2);
+    const long i = (p * H + h) * W + w;
     const long oh0 = h >= K ? (h - K) / S + 1 : 0, ow0 = w >= K ? (w - K) / S + 1 : 0;
     const long oh1 = min(h / S, OH - 1), ow1 = min(w / S, OW - 1);
     float v = acc ? dx[dx_off + i] : 0.0f;
@@ -412,8 +413,8 @@ __kernel void avgpool2d_bwd(__global const float *dy, ulong dy_off, __global flo
 }
 
 /* one work-item per plane, summed in order */
-__kernel void global_avgpool(__global const float *x, ulong x_off, __global float *y,
-                             ulong y_off, long planes, long hw) {
+__kernel void global_avgpool(__global const float *x, ulong x_off, __global float *y, ulong y_off,
+                             long planes, long hw) {
     const long p = get_global_id(0);
     if (p >= planes) return;
     acc_t s = 0;
@@ -432,34 +433,52 @@ __kernel void global_avgpool_bwd(__global const float *dy, ulong dy_off, __globa
 /* ---- embeddings ---- */
 
 /* y[r,:] = W[id[r],:], ids already checked */
-__kernel void embedding(__global const int *id, ulong id_off, __global const float *w,
-                        ulong w_off, __global float *y, ulong y_off, long R, long C) {
+__kernel void embedding(__global const int *id, ulong id_off, __global const float *w, ulong w_off,
+                        __global float *y, ulong y_off, long R, long C) {
     const long i = get_global_id(0);
     if (i >= R * C) return;
     const long r = i / C;
     y[y_off + i] = w[w_off + (long)id[id_off + r] * C + (i - r * C)];
 }
 
-/* dW[v,j] (+)= sum of dy[r,j] over r with id[r] == v, in order of r: a
- * work-group is WG columns of one row v; the ids pass through local memory
- * WG at a time. Global (ceil(C/WG) WG, V). */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void embedding_bwd(
-    __global const float *dy, ulong dy_off, __global const int *id, ulong id_off,
-    __global float *dw, ulong dw_off, long R, long C, int acc) {
+#define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns */
+
+/* dW[v,j] (+)= sum of dy[r,j] over r with id[r] == v, in order of r. A
+ * work-group owns EMB_ROWS rows of dW and WG columns (lane l column j): it
+ * clears them (unless accumulating), then takes the ids WG at a time: lane
+ * l tests whether id r0 + l falls in its rows and sets bit l of a mask
+ * (integer atomics: the same mask whatever the order), then each lane adds
+ * the dy rows of the set bits in increasing r into its own values of dW.
+ * Every value of dW has one owner adding in order of r, as the CPU's.
+ * Global (ceil(C/WG) WG, ceil(V/EMB_ROWS)). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+embedding_bwd(__global const float *dy, ulong dy_off, __global const int *id, ulong id_off,
+              __global float *dw, ulong dw_off, long R, long C, long V, int acc) {
+    __local uint mask[WG / 32];
     __local int ids[WG];
-    const long j = get_global_id(0), v = get_global_id(1);
+    const long j = get_global_id(0), v0 = get_global_id(1) * EMB_ROWS;
+    const long v1 = min(v0 + EMB_ROWS, V);
     const int l = get_local_id(0);
-    float s = acc && j < C ? dw[dw_off + v * C + j] : 0.0f;
+    __global float *dwj = dw + dw_off + j;
+    if (!acc && j < C)
+        for (long v = v0; v < v1; v++) dwj[v * C] = 0.0f;
     for (long r0 = 0; r0 < R; r0 += WG) {
+        if (l < WG / 32) mask[l] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        ids[l] = r0 + l < R ? id[id_off + r0 + l] : -1;
+        const int v = r0 + l < R ? id[id_off + r0 + l] : -1;
+        ids[l] = v;
+        if (v >= v0 && v < v1) atomic_or(&mask[l >> 5], 1u << (l & 31));
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int n = R - r0 < WG ? (int)(R - r0) : WG;
-        if (j < C)
-            for (int k = 0; k < n; k++)
-                if (ids[k] == v) s += dy[dy_off + (r0 + k) * C + j];
+        for (int w = 0; w < WG / 32; w++) {
+            uint m = mask[w];
+            while (m && j < C) {
+                const int k = w * 32 + 31 - (int)clz(m & (0u - m)); /* the lowest set bit */
+                dwj[(long)ids[k] * C] += dy[dy_off + (r0 + k) * C + j];
+                m &= m - 1;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* all have read the mask before it is cleared */
     }
-    if (j < C) dw[dw_off + v * C + j] = s;
 }
 
 /* dW[t,j] (+)= sum_b dy[b,t,j] in order of b for t < T; 0 for t >= T (left
@@ -498,9 +517,9 @@ __kernel void sum_in_order(__global acc_t *part, ulong nb) {
 
 /* out[0] = rows whose first maximum (strict >) is at their label; one
  * work-group, lanes over rows, counts added in a fixed tree */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void hits(
-    __global const float *z, ulong z_off, __global const int *lab, ulong l_off, long N, long K,
-    __global long *out) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+hits(__global const float *z, ulong z_off, __global const int *lab, ulong l_off, long N, long K,
+     __global long *out) {
     __local long s[WG];
     const int l = get_local_id(0);
     long c = 0;
