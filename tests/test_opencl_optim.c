@@ -12,8 +12,10 @@
  * fp64 uses its own / and sqrt (2.5 and 3 ulp allowed by OpenCL C): there the
  * bound is 8 ulp of |p| per step compounded over 5 steps, i.e. 1e-5 relative
  * plus 1e-7 for the moments.
- * Every sequence runs twice on the device: bit-identical. int8 state is
- * refused with a message naming it; the CPU's errors are kept. Returns 77
+ * Every sequence runs twice on the device: bit-identical. The dynamic maps
+ * written into kernels/optim.cl are the CPU's (regenerated here from
+ * fr_state_decode and found in the embedded source; `test_opencl_optim
+ * --print-map` prints them). The CPU's errors are kept. Returns 77
  * when no device is found. */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +24,69 @@
 #include "core/ctx.h"
 
 #ifndef FR_HAVE_OPENCL
-int main(void) {
+/* The maps' text as kernels/optim.cl holds it, from the CPU's decoder: val
+ * (codes 0..255 with absmax 1 decode to the entries exactly) and thr, the
+ * smallest float above each midpoint (computed in double, as the CPU's
+ * encoder compares); [0] unsigned (v), [1] signed (m). */
+static char *map_text(void) {
+    size_t cap = 1 << 16, len = 0;
+    char *t = malloc(cap);
+    float val[2][256], thr[2][256];
+    int zero[2] = {-1, -1};
+    for (int sgn = 0; sgn < 2; sgn++) {
+        uint8_t buf[256 + 4];
+        const float one = 1.0f;
+        for (int k = 0; k < 256; k++) buf[k] = (uint8_t)k;
+        memcpy(buf + 256, &one, sizeof one);
+        fr_state_decode(buf, FR_STATE_INT8, 256, sgn, val[sgn]);
+        for (int k = 0; k < 256; k++) {
+            if (val[sgn][k] == 0.0f && zero[sgn] < 0) zero[sgn] = k;
+            const double mid = k < 255 ? ((double)val[sgn][k] + val[sgn][k + 1]) / 2.0 : INFINITY;
+            float x = (float)mid;
+            if ((double)x <= mid) x = nextafterf(x, INFINITY);
+            thr[sgn][k] = x;
+        }
+    }
+    len += (size_t)snprintf(t + len, cap - len,
+                            "#define DYN_ZERO_UNSIGNED %d\n#define DYN_ZERO_SIGNED %d\n", zero[0],
+                            zero[1]);
+    const char *names[2] = {"dyn_val", "dyn_thr"};
+    for (int a = 0; a < 2; a++) {
+        len += (size_t)snprintf(t + len, cap - len, "__constant float %s[2][256] = {\n", names[a]);
+        for (int sgn = 0; sgn < 2; sgn++) {
+            len += (size_t)snprintf(t + len, cap - len, "    {");
+            for (int k = 0; k < 256; k++) {
+                const float x = a ? thr[sgn][k] : val[sgn][k];
+                if (isinf(x)) len += (size_t)snprintf(t + len, cap - len, "INFINITY");
+                else len += (size_t)snprintf(t + len, cap - len, "%af", (double)x);
+                if (k < 255)
+                    len += (size_t)snprintf(t + len, cap - len, k % 6 == 5 ? ",\n     " : ", ");
+            }
+            len += (size_t)snprintf(t + len, cap - len, sgn ? "}};\n" : "},\n");
+        }
+    }
+    return t;
+}
+
+static void test_map(void) {
+    char *t = map_text();
+    const char *src = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "optim")) src = fr_cl_sources[i].text;
+    CHECK(
+        src && strstr(src, t),
+        "kernels/optim.cl's maps are not the CPU's: regenerate with test_opencl_optim --print-map");
+    free(t);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-map")) {
+        char *t = map_text();
+        fputs(t, stdout);
+        free(t);
+        return 0;
+    }
+    test_map();
     puts("skipped: frugal built without OpenCL");
     return 77;
 }
@@ -32,6 +96,7 @@ int main(void) {
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "backend/opencl/optim.h"
+#include "backend/opencl/runtime.h"
 #include "core/rng.h"
 
 static int exact; /* 1: the device has fp64, the bound is bit identity */
@@ -55,6 +120,7 @@ static void download(fr_ctx *ctx, cl_mem m, size_t pad, void *dst, size_t bytes)
 }
 
 static int close_f(float a, float b, float rel, float abs_) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
     if (exact) return memcmp(&a, &b, sizeof a) == 0;
     return fabsf(a - b) <= rel * fabsf(b) + abs_;
 }
@@ -90,6 +156,7 @@ static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_kernel, const f
     node.attr.param = 2;
     for (int64_t t = 1; t <= 5; t++) {
         for (size_t i = 0; i < n; i++) g[i] = urand(100 + (uint64_t)t, i) * (t == 3 ? 1e-3f : 1.0f);
+        if (t == 4 && n > 4100) g[4100] = INFINITY; /* int8: block 2 becomes a NaN block */
         fr_optim_ctx oc = {o, t, slot};
         fr_kernel_call c = {.ctx = dev ? ctx : cpu, .node = &node, .update = 1u, .optim = &oc};
         c.in[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : g, gm, dev ? pad : 0};
@@ -137,6 +204,9 @@ static void check_case(fr_ctx *cpu, fr_ctx *ctx, const char *name, const fr_opti
         CHECK(!bad, "%s n %zu: state %d: %zu values differ, first %zu: %.9g vs cpu %.9g", name, n,
               j, bad, first, a[first], b[first]);
         free(a), free(b);
+        if (exact)
+            CHECK(!memcmp(got.s[j], want.s[j], fr_state_bytes(k, n)),
+                  "%s n %zu: state %d: the stored bytes differ from the cpu's", name, n, j);
         CHECK(!memcmp(got.s[j], again.s[j], fr_state_bytes(k, n)),
               "%s n %zu: state %d differs between two device runs", name, n, j);
     }
@@ -145,10 +215,10 @@ static void check_case(fr_ctx *cpu, fr_ctx *ctx, const char *name, const fr_opti
 }
 
 static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
-    const size_t sizes[] = {7, 13, 100003};
+    const size_t sizes[] = {7, 13, 2048, 100003};
     fr_optim_opts sgd = fr_optim_defaults(FR_OPTIM_SGD);
     sgd.lr = 0.1;
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         const size_t n = sizes[si];
         fr_optim_opts o = sgd;
         check_case(cpu, ctx, "sgd", &o, FR_STATE_F32, n);
@@ -159,8 +229,8 @@ static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
         o.dampening = 0.0, o.nesterov = 1;
         check_case(cpu, ctx, "sgd nesterov wd", &o, FR_STATE_F32, n);
         for (int kind = FR_OPTIM_ADAM; kind <= FR_OPTIM_ADAMW; kind++)
-            for (int ks = 0; ks < 2; ks++) {
-                fr_state_kind k = ks ? FR_STATE_BF16 : FR_STATE_F32;
+            for (int ks = 0; ks < FR_STATE_KIND_COUNT; ks++) {
+                fr_state_kind k = (fr_state_kind)ks;
                 fr_optim_opts a = fr_optim_defaults((fr_optim_kind)kind);
                 a.lr = 1e-2;
                 char name[64];
@@ -189,8 +259,9 @@ static void test_errors(fr_ctx *ctx) {
     fr_kernel_call c = {.ctx = ctx, .node = &node, .update = 1u, .optim = &oc};
     c.in[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, gm, 0};
     c.out[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, pm, 0};
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "int8"), "int8: %s",
-          fr_last_error(ctx));
+    slot.state_kind = 7;
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "kind 7"),
+          "unknown kind: %s", fr_last_error(ctx));
     slot.state_kind = FR_STATE_F32, slot.state_buf[1] = NULL;
     CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "moments"),
           "missing v: %s", fr_last_error(ctx));
@@ -209,7 +280,69 @@ static void test_errors(fr_ctx *ctx) {
     fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm);
 }
 
-int main(void) {
+/* The maps' text as kernels/optim.cl holds it, from the CPU's decoder: val
+ * (codes 0..255 with absmax 1 decode to the entries exactly) and thr, the
+ * smallest float above each midpoint (computed in double, as the CPU's
+ * encoder compares); [0] unsigned (v), [1] signed (m). */
+static char *map_text(void) {
+    size_t cap = 1 << 16, len = 0;
+    char *t = malloc(cap);
+    float val[2][256], thr[2][256];
+    int zero[2] = {-1, -1};
+    for (int sgn = 0; sgn < 2; sgn++) {
+        uint8_t buf[256 + 4];
+        const float one = 1.0f;
+        for (int k = 0; k < 256; k++) buf[k] = (uint8_t)k;
+        memcpy(buf + 256, &one, sizeof one);
+        fr_state_decode(buf, FR_STATE_INT8, 256, sgn, val[sgn]);
+        for (int k = 0; k < 256; k++) {
+            if (val[sgn][k] == 0.0f && zero[sgn] < 0) zero[sgn] = k;
+            const double mid = k < 255 ? ((double)val[sgn][k] + val[sgn][k + 1]) / 2.0 : INFINITY;
+            float x = (float)mid;
+            if ((double)x <= mid) x = nextafterf(x, INFINITY);
+            thr[sgn][k] = x;
+        }
+    }
+    len += (size_t)snprintf(t + len, cap - len,
+                            "#define DYN_ZERO_UNSIGNED %d\n#define DYN_ZERO_SIGNED %d\n", zero[0],
+                            zero[1]);
+    const char *names[2] = {"dyn_val", "dyn_thr"};
+    for (int a = 0; a < 2; a++) {
+        len += (size_t)snprintf(t + len, cap - len, "__constant float %s[2][256] = {\n", names[a]);
+        for (int sgn = 0; sgn < 2; sgn++) {
+            len += (size_t)snprintf(t + len, cap - len, "    {");
+            for (int k = 0; k < 256; k++) {
+                const float x = a ? thr[sgn][k] : val[sgn][k];
+                if (isinf(x)) len += (size_t)snprintf(t + len, cap - len, "INFINITY");
+                else len += (size_t)snprintf(t + len, cap - len, "%af", (double)x);
+                if (k < 255)
+                    len += (size_t)snprintf(t + len, cap - len, k % 6 == 5 ? ",\n     " : ", ");
+            }
+            len += (size_t)snprintf(t + len, cap - len, sgn ? "}};\n" : "},\n");
+        }
+    }
+    return t;
+}
+
+static void test_map(void) {
+    char *t = map_text();
+    const char *src = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "optim")) src = fr_cl_sources[i].text;
+    CHECK(
+        src && strstr(src, t),
+        "kernels/optim.cl's maps are not the CPU's: regenerate with test_opencl_optim --print-map");
+    free(t);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-map")) {
+        char *t = map_text();
+        fputs(t, stdout);
+        free(t);
+        return 0;
+    }
+    test_map();
     fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
     int n = 0;
     CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));

@@ -6,7 +6,7 @@
  * State: o->slot[i].state_buf[k] is the cl_mem of moment k (SGD: the
  * momentum buffer in [0], absent when momentum is 0; Adam/AdamW: m in [0],
  * v in [1]), the state from byte 0 in fr_state_bytes' layout for the slot's
- * state_kind. f32 and bf16 state run on the device; int8 is refused. */
+ * state_kind (f32, bf16 or int8). */
 #ifndef FR_CL_OPTIM_H
 #define FR_CL_OPTIM_H
 
