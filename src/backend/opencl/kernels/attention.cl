@@ -24,7 +24,8 @@ typedef double acc_t; /* D's dot product, in double as on the CPU */
 typedef float acc_t;
 #endif
 
-#define KT 32 /* keys per tile of the forward (scores held in private memory) */
+#define KT 32 /* at most this many rows per tile (scores held in private memory) */
+#define ATTN_TILE 1536 /* floats of one local tile: R HS <= ATTN_TILE (4 tiles, 24 KiB) */
 
 static float dot_hs(__global const float *a, __global const float *b, int HS) {
     float acc = 0.0f;
@@ -33,25 +34,44 @@ static float dot_hs(__global const float *a, __global const float *b, int HS) {
 }
 
 /* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
- * Global size (B NH, ceil(T / QT) QT); work-group (1, QT). */
+ * Global size (B NH, ceil(T / R) R), work-groups (1, R) of R <= KT rows with
+ * R HS <= ATTN_TILE: the group's query tile Q, its output rows O, and each
+ * key tile's K and V (R rows each) sit in local memory, Q and O transposed
+ * ([d R + r]: work-items read consecutive words), loaded with consecutive
+ * work-items on consecutive columns. Key tiles hold R keys. */
 __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float *y, ulong y_off,
                        __global float *lse, ulong lse_off, int has_lse, int T, int NH, int HS,
-                       float s) {
-    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
-    if (t >= T) return;
-    const int b = bh / NH, h = bh % NH;
+                       float s, int R) {
+    __local float Qs[ATTN_TILE], Os[ATTN_TILE], Ks[ATTN_TILE], Vs[ATTN_TILE];
+    const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
+    const int q0 = (int)get_group_id(1) * R, t = q0 + r;
+    const int b = bh / NH, h = bh % NH, RH = R * HS;
     const long C = (long)NH * HS, C3 = 3 * C;
     __global const float *base = qkv + qkv_off + (long)b * T * C3 + (long)h * HS;
-    __global const float *qt = base + (long)t * C3;
-    __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
-    for (int d = 0; d < HS; d++) yt[d] = 0.0f;
+    for (int i = r; i < RH; i += R) {
+        const int row = i / HS, d = i % HS;
+        Qs[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+    }
+    for (int d = 0; d < HS; d++) Os[d * R + r] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     float S[KT];
-    for (int k0 = 0; k0 <= t; k0 += KT) {
-        const int n = min(KT, t - k0 + 1); /* visible keys of this tile */
+    const int last = min(q0 + R, T) - 1; /* the tile's last query */
+    for (int k0 = 0; k0 <= last; k0 += R) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's K, V are read */
+        for (int i = r; i < RH; i += R) {
+            const int row = i / HS, d = i % HS;
+            const bool in = k0 + row < T;
+            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = t < T ? min(R, t - k0 + 1) : 0; /* visible keys of this tile */
+        if (n <= 0) continue;
         float mx = m;
         for (int c = 0; c < n; c++) {
-            S[c] = s * dot_hs(qt, base + (long)(k0 + c) * C3 + C, HS);
+            float acc = 0.0f;
+            for (int d = 0; d < HS; d++) acc += Qs[d * R + r] * Ks[c * HS + d];
+            S[c] = s * acc;
             mx = S[c] > mx ? S[c] : mx;
         }
         float sum = 0.0f;
@@ -64,13 +84,15 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
         l += sum;
         m = mx;
         for (int d = 0; d < HS; d++) {
-            float acc = yt[d] * alpha;
-            for (int c = 0; c < n; c++) acc += S[c] * base[(long)(k0 + c) * C3 + 2 * C + d];
-            yt[d] = acc;
+            float acc = Os[d * R + r] * alpha;
+            for (int c = 0; c < n; c++) acc += S[c] * Vs[c * HS + d];
+            Os[d * R + r] = acc;
         }
     }
+    if (t >= T) return;
+    __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
     const float inv = 1.0f / l;
-    for (int d = 0; d < HS; d++) yt[d] *= inv;
+    for (int d = 0; d < HS; d++) yt[d] = Os[d * R + r] * inv;
     if (has_lse) lse[lse_off + (long)bh * T + t] = m + log(l);
 }
 
