@@ -7,8 +7,9 @@
 #include <math.h>
 #include "backend/cpu/reduce.h"
 
-#define ATTN_QT 32     /* rows per work-group at most: attention.cl's KT */
-#define ATTN_TILE 1536 /* floats of one local tile: attention.cl's ATTN_TILE */
+#define ATTN_QT 32      /* rows per work-group at most: attention.cl's KT */
+#define ATTN_TILE 1536  /* floats of one local tile: attention.cl's ATTN_TILE */
+#define ATTN_BTILE 1024 /* of the backward: attention.cl's ATTN_BTILE */
 
 int64_t fr_cl_ws_attention(const fr_graph *g, const fr_node *n, int j) {
     (void)g, (void)n;
@@ -33,10 +34,10 @@ static int run_rows(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int B, int NH, int T, i
     return fr_cl_run(ctx, cl, k, 2, global, local);
 }
 
-/* Rows per tile of a kernel that keeps tiles in local memory (R HS <=
- * ATTN_TILE floats, at most ATTN_QT); 0 when a head is too large. */
-static int tile_rows(int HS) {
-    const int r = ATTN_TILE / HS;
+/* Rows per tile of a kernel that keeps tiles of `tile` floats in local
+ * memory (R HS <= tile, at most ATTN_QT); 0 when a head is too large. */
+static int tile_rows(int tile, int HS) {
+    const int r = tile / HS;
     return r < ATTN_QT ? r : ATTN_QT;
 }
 
@@ -54,7 +55,7 @@ int fr_cl_k_attention(fr_kernel_call *c) {
     const cl_ulong lse_off = lse ? fr_cl_off(&c->out[1]) : 0;
     const cl_int has_lse = lse != NULL;
     const float s = 1.0f / sqrtf((float)HS);
-    const cl_int R = tile_rows(HS);
+    const cl_int R = tile_rows(ATTN_TILE, HS);
     if (R < 1)
         return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention: head size %d is over %d", HS,
                        ATTN_TILE);
@@ -85,6 +86,10 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
                    y_off = fr_cl_off(&c->in[2]), lse_off = fr_cl_off(&c->in[3]),
                    D_off = fr_cl_off(&c->out[1]), dqkv_off = fr_cl_off(&c->out[0]);
     const float s = 1.0f / sqrtf((float)HS);
+    const cl_int R = tile_rows(ATTN_BTILE, HS);
+    if (R < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention_bwd: head size %d is over %d", HS,
+                       ATTN_BTILE);
 
     cl_kernel kd = fr_cl_kernel(c->ctx, cl, "attention", "attn_bwd_d");
     if (!kd) return FR_ERR_ARG;
@@ -99,8 +104,9 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
         st = FR_CL_ARGS(c->ctx, k, sizeof dy, &dy, sizeof dy_off, &dy_off, sizeof qkv, &qkv,
                         sizeof qkv_off, &qkv_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
                         sizeof D, &D, sizeof D_off, &D_off, sizeof dqkv, &dqkv, sizeof dqkv_off,
-                        &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s);
-        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T, ATTN_QT);
+                        &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s,
+                        sizeof R, &R);
+        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T, R);
     }
     return st;
 }
