@@ -3,7 +3,8 @@
  * test_optim.c and test_optim_state.c): SGD (plain, weight decay, momentum
  * with dampening, Nesterov), Adam (with and without L2) and AdamW, f32 and
  * bf16 moments, five steps each with fresh gradients, sizes 7, 13 and
- * 100003, the parameter at a nonzero offset in its buffer.
+ * 100003, the parameter at a nonzero offset in its buffer; and 16-bit (f16,
+ * bf16) weights with their state in their format, gradients f32 or 16-bit.
  *
  * Bound: bit-identical. The device runs the CPU's float operations in its
  * order (no contraction; fma where the CPU calls fmaf), with / and sqrt in
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
 #include "backend/cpu/optim_state.h"
 #include "backend/opencl/optim.h"
 #include "backend/opencl/runtime.h"
+#include "core/half.h"
 #include "core/rng.h"
 
 static int exact; /* 1: the device has fp64, the bound is bit identity */
@@ -245,7 +247,106 @@ static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
     }
 }
 
-/* int8 state is refused by name; the CPU's own refusals are kept. */
+/* 16-bit weights (pure fp16 / bf16): five steps of o on the CPU as its step
+ * takes them (fr_k_adam_half; widen, fr_k_sgd, narrow) or on the device
+ * (fr_cl_optim_update); p and the state come back as stored. */
+static void run_half(fr_ctx *ctx, int dev, const fr_optim_opts *o, int is_f16, int g_half, size_t n,
+                     uint16_t *p, uint16_t *s0, uint16_t *s1) {
+    const size_t pad = 64, hb = n * sizeof(uint16_t);
+    const fr_dtype dt = is_f16 ? FR_F16 : FR_BF16;
+    float *g = malloc(n * sizeof *g), *w = malloc(3 * n * sizeof *w);
+    uint16_t *g16 = malloc(hb);
+    for (size_t i = 0; i < n; i++) w[i] = urand(5, i);
+    if (is_f16) fr_f32_to_f16_n(w, p, n);
+    else fr_f32_to_bf16_n(w, p, n);
+    memset(s0, 0, hb), memset(s1, 0, hb);
+    cl_mem pm = NULL, gm = NULL, sm[2] = {NULL, NULL};
+    fr_optim_slot slot = {{NULL, NULL}, FR_STATE_F32, {NULL, NULL}};
+    if (dev) {
+        pm = upload(ctx, p, hb, pad);
+        gm = upload(ctx, g, n * sizeof *g, pad);
+        sm[0] = upload(ctx, s0, hb, 0), sm[1] = upload(ctx, s1, hb, 0);
+        slot.state_buf[0] = sm[0], slot.state_buf[1] = sm[1];
+    }
+    for (int64_t t = 1; t <= 5; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = urand(200 + (uint64_t)t, i);
+        if (is_f16) fr_f32_to_f16_n(g, g16, n);
+        else fr_f32_to_bf16_n(g, g16, n);
+        if (dev) {
+            CHECK(fr_cl_write(ctx, fr_cl_of(ctx), gm, pad, g_half ? (void *)g16 : (void *)g,
+                              g_half ? hb : n * sizeof *g) == FR_OK,
+                  "%s", fr_last_error(ctx));
+            fr_optim_ctx oc = {o, t, &slot};
+            fr_tensor pt = {dt, fr_shape1((int64_t)n), NULL, pm, pad};
+            fr_tensor gt = {g_half ? dt : FR_F32, fr_shape1((int64_t)n), NULL, gm, pad};
+            CHECK(fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, &pt, &gt) == FR_OK, "%s",
+                  fr_last_error(ctx));
+        } else if (o->kind != FR_OPTIM_SGD) {
+            fr_k_adam_half(p, g_half ? (const void *)g16 : (const void *)g, g_half, s0, s1, n, o, t,
+                           o->kind == FR_OPTIM_ADAMW, is_f16);
+        } else {
+            float *pw = w, *gw = w + n, *bw = w + 2 * n;
+            if (is_f16) {
+                fr_f16_to_f32_n(p, pw, n), fr_f16_to_f32_n(g16, gw, n), fr_f16_to_f32_n(s0, bw, n);
+            } else {
+                fr_bf16_to_f32_n(p, pw, n), fr_bf16_to_f32_n(g16, gw, n);
+                fr_bf16_to_f32_n(s0, bw, n);
+            }
+            fr_k_sgd(pw, g_half ? gw : g, bw, n, o, t == 1);
+            if (is_f16) fr_f32_to_f16_n(pw, p, n), fr_f32_to_f16_n(bw, s0, n);
+            else fr_f32_to_bf16_n(pw, p, n), fr_f32_to_bf16_n(bw, s0, n);
+        }
+    }
+    if (dev) {
+        download(ctx, pm, pad, p, hb);
+        download(ctx, sm[0], 0, s0, hb), download(ctx, sm[1], 0, s1, hb);
+        fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm[0]), fr_cl_release(sm[1]);
+    }
+    free(g), free(w), free(g16);
+}
+
+/* Bound: bit-identical where the device has fp64 (the same f32 operations
+ * and the CPU's roundings to 16 bits), else within one 16-bit ulp. */
+static void test_half(fr_ctx *ctx) {
+    const size_t sizes[] = {7, 13, 100003};
+    for (int kind = 0; kind < 3; kind++)
+        for (int is_f16 = 0; is_f16 < 2; is_f16++)
+            for (int g_half = 0; g_half < 2; g_half++)
+                for (int si = 0; si < 3; si++) {
+                    const size_t n = sizes[si], hb = n * sizeof(uint16_t);
+                    fr_optim_opts o = fr_optim_defaults((fr_optim_kind)kind);
+                    if (kind == FR_OPTIM_SGD) o.lr = 0.1, o.momentum = 0.9, o.nesterov = 1;
+                    else o.lr = 1e-2;
+                    o.weight_decay = 0.01;
+                    uint16_t *b[3][3];
+                    for (int r = 0; r < 3; r++)
+                        for (int j = 0; j < 3; j++) b[r][j] = malloc(hb);
+                    run_half(ctx, 0, &o, is_f16, g_half, n, b[0][0], b[0][1], b[0][2]);
+                    run_half(ctx, 1, &o, is_f16, g_half, n, b[1][0], b[1][1], b[1][2]);
+                    run_half(ctx, 1, &o, is_f16, g_half, n, b[2][0], b[2][1], b[2][2]);
+                    const int nst = kind == FR_OPTIM_SGD ? 1 : 2;
+                    for (int j = 0; j <= nst; j++) {
+                        size_t bad = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            const int d = (int)b[1][j][i] - (int)b[0][j][i];
+                            bad += exact ? d != 0 : (d > 1 || d < -1);
+                        }
+                        CHECK(!bad, "%s %s, grad %s, n %zu: %s: %zu values differ from the cpu's",
+                              kind == FR_OPTIM_SGD    ? "sgd"
+                              : kind == FR_OPTIM_ADAM ? "adam"
+                                                      : "adamw",
+                              is_f16 ? "f16" : "bf16", g_half ? "16-bit" : "f32", n,
+                              j ? "state" : "parameter", bad);
+                        CHECK(!memcmp(b[1][j], b[2][j], hb), "16-bit n %zu: two device runs differ",
+                              n);
+                    }
+                    for (int r = 0; r < 3; r++)
+                        for (int j = 0; j < 3; j++) free(b[r][j]);
+                }
+}
+
+/* An unknown state kind and missing buffers are refused by name; the CPU's own
+ * refusals are kept. */
 static void test_errors(fr_ctx *ctx) {
     enum { N = 4096 };
     cl_mem pm = NULL, gm = NULL, sm = NULL;
@@ -356,6 +457,7 @@ int main(int argc, char **argv) {
     printf("device %s, fp64 %d: %s\n", fr_cl_info_of(fr_cl_of(ctx))->name, exact,
            exact ? "bit-identical expected" : "within 1e-5 relative");
     test_cases(cpu, ctx);
+    test_half(ctx);
     test_errors(ctx);
     fr_cl_unuse(ctx);
     fr_ctx_free(ctx), fr_ctx_free(cpu);

@@ -100,6 +100,98 @@ __kernel void adam_bf16(ulong n, __global float *p, ulong p_off, __global const 
     bf16_store(v, v_off + i, vi);
 }
 
+/* ---- 16-bit weights (pure fp16 / bf16 training) ------------------------------
+ * p and its state in f16 or bf16, g f32 or (g16) in p's format: each value
+ * widened, updated in f32 as above, rounded back to nearest even, as the
+ * CPU's step does (fr_k_adam_half; widen, fr_k_sgd, narrow). The f16
+ * conversions are src/core/half.c's, NaN payloads included. */
+static float f16_to_f32(ushort h) {
+    const uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;
+    uint m = h & 0x3ffu, x;
+    if (e == 0x1fu) {
+        x = sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
+    } else if (e == 0) {
+        if (m == 0) {
+            x = sign;
+        } else {
+            uint sh = 0;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                sh++;
+            }
+            x = sign | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    return as_float(x);
+}
+
+static ushort f32_to_f16(float f) {
+    const uint x = as_uint(f), ax = x & 0x7fffffffu;
+    const ushort sign = (ushort)((x >> 16) & 0x8000u);
+    if (ax >= 0x7f800000u) {
+        if (ax == 0x7f800000u) return sign | 0x7c00u;
+        return sign | 0x7e00u | (ushort)((ax >> 13) & 0x3ffu);
+    }
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        if (ax <= 0x33000000u) return sign;
+        const uint e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        uint q = mant >> shift;
+        const uint rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+        if (rem > halfway || (rem == halfway && (q & 1u))) q++;
+        return sign | (ushort)q;
+    }
+    uint h = (ax - 0x38000000u) >> 13;
+    const uint rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return sign | (ushort)h;
+}
+
+static float half_load(__global const ushort *x, ulong i, int is_f16) {
+    return is_f16 ? f16_to_f32(x[i]) : bf16_load(x, i);
+}
+static void half_store(__global ushort *x, ulong i, float f, int is_f16) {
+    if (is_f16) x[i] = f32_to_f16(f);
+    else bf16_store(x, i, f);
+}
+
+/* The gradient: g32 (f32) or, when g32 is NULL, g16 in p's format. */
+static float grad_at(__global const float *g32, __global const ushort *g16, ulong i, int is_f16) {
+    return g32 ? g32[i] : half_load(g16, i, is_f16);
+}
+
+__kernel void sgd_half(ulong n, __global ushort *p, ulong p_off, __global const float *g32,
+                       __global const ushort *g16, ulong g_off, __global ushort *buf,
+                       ulong buf_off, float lr, float wd, float mom, float keep, int nesterov,
+                       int first, int is_f16) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    const float pi = half_load(p, p_off + i, is_f16);
+    float d = grad_at(g32, g16, g_off + i, is_f16);
+    if (wd != 0.0f) d = d + wd * pi;
+    if (mom != 0.0f) {
+        float b = first ? d : half_load(buf, buf_off + i, is_f16) * mom + keep * d;
+        half_store(buf, buf_off + i, b, is_f16);
+        d = nesterov ? d + mom * b : b;
+    }
+    half_store(p, p_off + i, pi + (-lr) * d, is_f16);
+}
+
+__kernel void adam_half(ulong n, __global ushort *p, ulong p_off, __global const float *g32,
+                        __global const ushort *g16, ulong g_off, __global ushort *m,
+                        __global ushort *v, int is_f16, ADAM_ARGS) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    float pi = half_load(p, p_off + i, is_f16), mi = half_load(m, i, is_f16),
+          vi = half_load(v, i, is_f16);
+    adam_elem(ADAM_PASS, &pi, grad_at(g32, g16, g_off + i, is_f16), &mi, &vi);
+    half_store(p, p_off + i, pi, is_f16);
+    half_store(m, i, mi, is_f16);
+    half_store(v, i, vi, is_f16);
+}
+
 /* ---- Adam/AdamW with int8 moments (src/backend/cpu/optim_state.h) ---------
  * Layout of one moment of n elements: uchar codes[n], zero padding to a
  * multiple of 4 bytes, then float absmax[ceil(n / 2048)]; element i is
