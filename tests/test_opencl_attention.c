@@ -197,6 +197,12 @@ static void test_errors(fr_ctx *ctx) {
     f.in[0] = qkv.t, f.out[0] = dy.t, f.out[1] = lse.t;
     CHECK(fr_cl_k_attention(&f) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "causal"),
           "not causal: %s", fr_last_error(ctx));
+    /* a head over the backward's local tile (1024 floats) */
+    node.attr.causal = 1, node.op = FR_OP_ATTENTION_BWD, node.attr.heads = 1;
+    fr_kernel_call big = c;
+    big.in[1].shape = fr_shape3(1, 1, 3 * 1100), big.out[0] = dq.t;
+    CHECK(fr_cl_k_attention_bwd(&big) == FR_ERR_ARG && strstr(fr_last_error(ctx), "1100"),
+          "head size 1100: %s", fr_last_error(ctx));
     CHECK(fr_cl_ws_attention(NULL, &node, 2) == 1 && fr_cl_ws_attention(NULL, &node, 0) == -1,
           "workspace sizes");
     dev_t_ all[] = {qkv, dy, lse, D, dq};

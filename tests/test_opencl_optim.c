@@ -3,7 +3,8 @@
  * test_optim.c and test_optim_state.c): SGD (plain, weight decay, momentum
  * with dampening, Nesterov), Adam (with and without L2) and AdamW, f32 and
  * bf16 moments, five steps each with fresh gradients, sizes 7, 13 and
- * 100003, the parameter at a nonzero offset in its buffer.
+ * 100003, the parameter at a nonzero offset in its buffer; and 16-bit (f16,
+ * bf16) weights with their state in their format, gradients f32 or 16-bit.
  *
  * Bound: bit-identical. The device runs the CPU's float operations in its
  * order (no contraction; fma where the CPU calls fmaf), with / and sqrt in
@@ -12,8 +13,10 @@
  * fp64 uses its own / and sqrt (2.5 and 3 ulp allowed by OpenCL C): there the
  * bound is 8 ulp of |p| per step compounded over 5 steps, i.e. 1e-5 relative
  * plus 1e-7 for the moments.
- * Every sequence runs twice on the device: bit-identical. int8 state is
- * refused with a message naming it; the CPU's errors are kept. Returns 77
+ * Every sequence runs twice on the device: bit-identical. The dynamic maps
+ * written into kernels/optim.cl are the CPU's (regenerated here from
+ * fr_state_decode and found in the embedded source; `test_opencl_optim
+ * --print-map` prints them). The CPU's errors are kept. Returns 77
  * when no device is found. */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +25,69 @@
 #include "core/ctx.h"
 
 #ifndef FR_HAVE_OPENCL
-int main(void) {
+/* The maps' text as kernels/optim.cl holds it, from the CPU's decoder: val
+ * (codes 0..255 with absmax 1 decode to the entries exactly) and thr, the
+ * smallest float above each midpoint (computed in double, as the CPU's
+ * encoder compares); [0] unsigned (v), [1] signed (m). */
+static char *map_text(void) {
+    size_t cap = 1 << 16, len = 0;
+    char *t = malloc(cap);
+    float val[2][256], thr[2][256];
+    int zero[2] = {-1, -1};
+    for (int sgn = 0; sgn < 2; sgn++) {
+        uint8_t buf[256 + 4];
+        const float one = 1.0f;
+        for (int k = 0; k < 256; k++) buf[k] = (uint8_t)k;
+        memcpy(buf + 256, &one, sizeof one);
+        fr_state_decode(buf, FR_STATE_INT8, 256, sgn, val[sgn]);
+        for (int k = 0; k < 256; k++) {
+            if (val[sgn][k] == 0.0f && zero[sgn] < 0) zero[sgn] = k;
+            const double mid = k < 255 ? ((double)val[sgn][k] + val[sgn][k + 1]) / 2.0 : INFINITY;
+            float x = (float)mid;
+            if ((double)x <= mid) x = nextafterf(x, INFINITY);
+            thr[sgn][k] = x;
+        }
+    }
+    len += (size_t)snprintf(t + len, cap - len,
+                            "#define DYN_ZERO_UNSIGNED %d\n#define DYN_ZERO_SIGNED %d\n", zero[0],
+                            zero[1]);
+    const char *names[2] = {"dyn_val", "dyn_thr"};
+    for (int a = 0; a < 2; a++) {
+        len += (size_t)snprintf(t + len, cap - len, "__constant float %s[2][256] = {\n", names[a]);
+        for (int sgn = 0; sgn < 2; sgn++) {
+            len += (size_t)snprintf(t + len, cap - len, "    {");
+            for (int k = 0; k < 256; k++) {
+                const float x = a ? thr[sgn][k] : val[sgn][k];
+                if (isinf(x)) len += (size_t)snprintf(t + len, cap - len, "INFINITY");
+                else len += (size_t)snprintf(t + len, cap - len, "%af", (double)x);
+                if (k < 255)
+                    len += (size_t)snprintf(t + len, cap - len, k % 6 == 5 ? ",\n     " : ", ");
+            }
+            len += (size_t)snprintf(t + len, cap - len, sgn ? "}};\n" : "},\n");
+        }
+    }
+    return t;
+}
+
+static void test_map(void) {
+    char *t = map_text();
+    const char *src = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "optim")) src = fr_cl_sources[i].text;
+    CHECK(
+        src && strstr(src, t),
+        "kernels/optim.cl's maps are not the CPU's: regenerate with test_opencl_optim --print-map");
+    free(t);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-map")) {
+        char *t = map_text();
+        fputs(t, stdout);
+        free(t);
+        return 0;
+    }
+    test_map();
     puts("skipped: frugal built without OpenCL");
     return 77;
 }
@@ -32,6 +97,8 @@ int main(void) {
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "backend/opencl/optim.h"
+#include "backend/opencl/runtime.h"
+#include "core/half.h"
 #include "core/rng.h"
 
 static int exact; /* 1: the device has fp64, the bound is bit identity */
@@ -55,6 +122,7 @@ static void download(fr_ctx *ctx, cl_mem m, size_t pad, void *dst, size_t bytes)
 }
 
 static int close_f(float a, float b, float rel, float abs_) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
     if (exact) return memcmp(&a, &b, sizeof a) == 0;
     return fabsf(a - b) <= rel * fabsf(b) + abs_;
 }
@@ -90,6 +158,7 @@ static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_kernel, const f
     node.attr.param = 2;
     for (int64_t t = 1; t <= 5; t++) {
         for (size_t i = 0; i < n; i++) g[i] = urand(100 + (uint64_t)t, i) * (t == 3 ? 1e-3f : 1.0f);
+        if (t == 4 && n > 4100) g[4100] = INFINITY; /* int8: block 2 becomes a NaN block */
         fr_optim_ctx oc = {o, t, slot};
         fr_kernel_call c = {.ctx = dev ? ctx : cpu, .node = &node, .update = 1u, .optim = &oc};
         c.in[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : g, gm, dev ? pad : 0};
@@ -137,6 +206,9 @@ static void check_case(fr_ctx *cpu, fr_ctx *ctx, const char *name, const fr_opti
         CHECK(!bad, "%s n %zu: state %d: %zu values differ, first %zu: %.9g vs cpu %.9g", name, n,
               j, bad, first, a[first], b[first]);
         free(a), free(b);
+        if (exact)
+            CHECK(!memcmp(got.s[j], want.s[j], fr_state_bytes(k, n)),
+                  "%s n %zu: state %d: the stored bytes differ from the cpu's", name, n, j);
         CHECK(!memcmp(got.s[j], again.s[j], fr_state_bytes(k, n)),
               "%s n %zu: state %d differs between two device runs", name, n, j);
     }
@@ -145,10 +217,10 @@ static void check_case(fr_ctx *cpu, fr_ctx *ctx, const char *name, const fr_opti
 }
 
 static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
-    const size_t sizes[] = {7, 13, 100003};
+    const size_t sizes[] = {7, 13, 2048, 100003};
     fr_optim_opts sgd = fr_optim_defaults(FR_OPTIM_SGD);
     sgd.lr = 0.1;
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         const size_t n = sizes[si];
         fr_optim_opts o = sgd;
         check_case(cpu, ctx, "sgd", &o, FR_STATE_F32, n);
@@ -159,8 +231,8 @@ static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
         o.dampening = 0.0, o.nesterov = 1;
         check_case(cpu, ctx, "sgd nesterov wd", &o, FR_STATE_F32, n);
         for (int kind = FR_OPTIM_ADAM; kind <= FR_OPTIM_ADAMW; kind++)
-            for (int ks = 0; ks < 2; ks++) {
-                fr_state_kind k = ks ? FR_STATE_BF16 : FR_STATE_F32;
+            for (int ks = 0; ks < FR_STATE_KIND_COUNT; ks++) {
+                fr_state_kind k = (fr_state_kind)ks;
                 fr_optim_opts a = fr_optim_defaults((fr_optim_kind)kind);
                 a.lr = 1e-2;
                 char name[64];
@@ -175,7 +247,106 @@ static void test_cases(fr_ctx *cpu, fr_ctx *ctx) {
     }
 }
 
-/* int8 state is refused by name; the CPU's own refusals are kept. */
+/* 16-bit weights (pure fp16 / bf16): five steps of o on the CPU as its step
+ * takes them (fr_k_adam_half; widen, fr_k_sgd, narrow) or on the device
+ * (fr_cl_optim_update); p and the state come back as stored. */
+static void run_half(fr_ctx *ctx, int dev, const fr_optim_opts *o, int is_f16, int g_half, size_t n,
+                     uint16_t *p, uint16_t *s0, uint16_t *s1) {
+    const size_t pad = 64, hb = n * sizeof(uint16_t);
+    const fr_dtype dt = is_f16 ? FR_F16 : FR_BF16;
+    float *g = malloc(n * sizeof *g), *w = malloc(3 * n * sizeof *w);
+    uint16_t *g16 = malloc(hb);
+    for (size_t i = 0; i < n; i++) w[i] = urand(5, i);
+    if (is_f16) fr_f32_to_f16_n(w, p, n);
+    else fr_f32_to_bf16_n(w, p, n);
+    memset(s0, 0, hb), memset(s1, 0, hb);
+    cl_mem pm = NULL, gm = NULL, sm[2] = {NULL, NULL};
+    fr_optim_slot slot = {{NULL, NULL}, FR_STATE_F32, {NULL, NULL}};
+    if (dev) {
+        pm = upload(ctx, p, hb, pad);
+        gm = upload(ctx, g, n * sizeof *g, pad);
+        sm[0] = upload(ctx, s0, hb, 0), sm[1] = upload(ctx, s1, hb, 0);
+        slot.state_buf[0] = sm[0], slot.state_buf[1] = sm[1];
+    }
+    for (int64_t t = 1; t <= 5; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = urand(200 + (uint64_t)t, i);
+        if (is_f16) fr_f32_to_f16_n(g, g16, n);
+        else fr_f32_to_bf16_n(g, g16, n);
+        if (dev) {
+            CHECK(fr_cl_write(ctx, fr_cl_of(ctx), gm, pad, g_half ? (void *)g16 : (void *)g,
+                              g_half ? hb : n * sizeof *g) == FR_OK,
+                  "%s", fr_last_error(ctx));
+            fr_optim_ctx oc = {o, t, &slot};
+            fr_tensor pt = {dt, fr_shape1((int64_t)n), NULL, pm, pad};
+            fr_tensor gt = {g_half ? dt : FR_F32, fr_shape1((int64_t)n), NULL, gm, pad};
+            CHECK(fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, &pt, &gt) == FR_OK, "%s",
+                  fr_last_error(ctx));
+        } else if (o->kind != FR_OPTIM_SGD) {
+            fr_k_adam_half(p, g_half ? (const void *)g16 : (const void *)g, g_half, s0, s1, n, o, t,
+                           o->kind == FR_OPTIM_ADAMW, is_f16);
+        } else {
+            float *pw = w, *gw = w + n, *bw = w + 2 * n;
+            if (is_f16) {
+                fr_f16_to_f32_n(p, pw, n), fr_f16_to_f32_n(g16, gw, n), fr_f16_to_f32_n(s0, bw, n);
+            } else {
+                fr_bf16_to_f32_n(p, pw, n), fr_bf16_to_f32_n(g16, gw, n);
+                fr_bf16_to_f32_n(s0, bw, n);
+            }
+            fr_k_sgd(pw, g_half ? gw : g, bw, n, o, t == 1);
+            if (is_f16) fr_f32_to_f16_n(pw, p, n), fr_f32_to_f16_n(bw, s0, n);
+            else fr_f32_to_bf16_n(pw, p, n), fr_f32_to_bf16_n(bw, s0, n);
+        }
+    }
+    if (dev) {
+        download(ctx, pm, pad, p, hb);
+        download(ctx, sm[0], 0, s0, hb), download(ctx, sm[1], 0, s1, hb);
+        fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm[0]), fr_cl_release(sm[1]);
+    }
+    free(g), free(w), free(g16);
+}
+
+/* Bound: bit-identical where the device has fp64 (the same f32 operations
+ * and the CPU's roundings to 16 bits), else within one 16-bit ulp. */
+static void test_half(fr_ctx *ctx) {
+    const size_t sizes[] = {7, 13, 100003};
+    for (int kind = 0; kind < 3; kind++)
+        for (int is_f16 = 0; is_f16 < 2; is_f16++)
+            for (int g_half = 0; g_half < 2; g_half++)
+                for (int si = 0; si < 3; si++) {
+                    const size_t n = sizes[si], hb = n * sizeof(uint16_t);
+                    fr_optim_opts o = fr_optim_defaults((fr_optim_kind)kind);
+                    if (kind == FR_OPTIM_SGD) o.lr = 0.1, o.momentum = 0.9, o.nesterov = 1;
+                    else o.lr = 1e-2;
+                    o.weight_decay = 0.01;
+                    uint16_t *b[3][3];
+                    for (int r = 0; r < 3; r++)
+                        for (int j = 0; j < 3; j++) b[r][j] = malloc(hb);
+                    run_half(ctx, 0, &o, is_f16, g_half, n, b[0][0], b[0][1], b[0][2]);
+                    run_half(ctx, 1, &o, is_f16, g_half, n, b[1][0], b[1][1], b[1][2]);
+                    run_half(ctx, 1, &o, is_f16, g_half, n, b[2][0], b[2][1], b[2][2]);
+                    const int nst = kind == FR_OPTIM_SGD ? 1 : 2;
+                    for (int j = 0; j <= nst; j++) {
+                        size_t bad = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            const int d = (int)b[1][j][i] - (int)b[0][j][i];
+                            bad += exact ? d != 0 : (d > 1 || d < -1);
+                        }
+                        CHECK(!bad, "%s %s, grad %s, n %zu: %s: %zu values differ from the cpu's",
+                              kind == FR_OPTIM_SGD    ? "sgd"
+                              : kind == FR_OPTIM_ADAM ? "adam"
+                                                      : "adamw",
+                              is_f16 ? "f16" : "bf16", g_half ? "16-bit" : "f32", n,
+                              j ? "state" : "parameter", bad);
+                        CHECK(!memcmp(b[1][j], b[2][j], hb), "16-bit n %zu: two device runs differ",
+                              n);
+                    }
+                    for (int r = 0; r < 3; r++)
+                        for (int j = 0; j < 3; j++) free(b[r][j]);
+                }
+}
+
+/* An unknown state kind and missing buffers are refused by name; the CPU's own
+ * refusals are kept. */
 static void test_errors(fr_ctx *ctx) {
     enum { N = 4096 };
     cl_mem pm = NULL, gm = NULL, sm = NULL;
@@ -189,8 +360,9 @@ static void test_errors(fr_ctx *ctx) {
     fr_kernel_call c = {.ctx = ctx, .node = &node, .update = 1u, .optim = &oc};
     c.in[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, gm, 0};
     c.out[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, pm, 0};
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "int8"), "int8: %s",
-          fr_last_error(ctx));
+    slot.state_kind = 7;
+    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "kind 7"),
+          "unknown kind: %s", fr_last_error(ctx));
     slot.state_kind = FR_STATE_F32, slot.state_buf[1] = NULL;
     CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "moments"),
           "missing v: %s", fr_last_error(ctx));
@@ -209,7 +381,69 @@ static void test_errors(fr_ctx *ctx) {
     fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm);
 }
 
-int main(void) {
+/* The maps' text as kernels/optim.cl holds it, from the CPU's decoder: val
+ * (codes 0..255 with absmax 1 decode to the entries exactly) and thr, the
+ * smallest float above each midpoint (computed in double, as the CPU's
+ * encoder compares); [0] unsigned (v), [1] signed (m). */
+static char *map_text(void) {
+    size_t cap = 1 << 16, len = 0;
+    char *t = malloc(cap);
+    float val[2][256], thr[2][256];
+    int zero[2] = {-1, -1};
+    for (int sgn = 0; sgn < 2; sgn++) {
+        uint8_t buf[256 + 4];
+        const float one = 1.0f;
+        for (int k = 0; k < 256; k++) buf[k] = (uint8_t)k;
+        memcpy(buf + 256, &one, sizeof one);
+        fr_state_decode(buf, FR_STATE_INT8, 256, sgn, val[sgn]);
+        for (int k = 0; k < 256; k++) {
+            if (val[sgn][k] == 0.0f && zero[sgn] < 0) zero[sgn] = k;
+            const double mid = k < 255 ? ((double)val[sgn][k] + val[sgn][k + 1]) / 2.0 : INFINITY;
+            float x = (float)mid;
+            if ((double)x <= mid) x = nextafterf(x, INFINITY);
+            thr[sgn][k] = x;
+        }
+    }
+    len += (size_t)snprintf(t + len, cap - len,
+                            "#define DYN_ZERO_UNSIGNED %d\n#define DYN_ZERO_SIGNED %d\n", zero[0],
+                            zero[1]);
+    const char *names[2] = {"dyn_val", "dyn_thr"};
+    for (int a = 0; a < 2; a++) {
+        len += (size_t)snprintf(t + len, cap - len, "__constant float %s[2][256] = {\n", names[a]);
+        for (int sgn = 0; sgn < 2; sgn++) {
+            len += (size_t)snprintf(t + len, cap - len, "    {");
+            for (int k = 0; k < 256; k++) {
+                const float x = a ? thr[sgn][k] : val[sgn][k];
+                if (isinf(x)) len += (size_t)snprintf(t + len, cap - len, "INFINITY");
+                else len += (size_t)snprintf(t + len, cap - len, "%af", (double)x);
+                if (k < 255)
+                    len += (size_t)snprintf(t + len, cap - len, k % 6 == 5 ? ",\n     " : ", ");
+            }
+            len += (size_t)snprintf(t + len, cap - len, sgn ? "}};\n" : "},\n");
+        }
+    }
+    return t;
+}
+
+static void test_map(void) {
+    char *t = map_text();
+    const char *src = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "optim")) src = fr_cl_sources[i].text;
+    CHECK(
+        src && strstr(src, t),
+        "kernels/optim.cl's maps are not the CPU's: regenerate with test_opencl_optim --print-map");
+    free(t);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-map")) {
+        char *t = map_text();
+        fputs(t, stdout);
+        free(t);
+        return 0;
+    }
+    test_map();
     fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
     int n = 0;
     CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));
@@ -223,6 +457,7 @@ int main(void) {
     printf("device %s, fp64 %d: %s\n", fr_cl_info_of(fr_cl_of(ctx))->name, exact,
            exact ? "bit-identical expected" : "within 1e-5 relative");
     test_cases(cpu, ctx);
+    test_half(ctx);
     test_errors(ctx);
     fr_cl_unuse(ctx);
     fr_ctx_free(ctx), fr_ctx_free(cpu);

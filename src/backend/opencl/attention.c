@@ -7,7 +7,9 @@
 #include <math.h>
 #include "backend/cpu/reduce.h"
 
-#define ATTN_QT 32 /* query (or key) rows per work-group */
+#define ATTN_QT 32      /* rows per work-group at most: attention.cl's KT */
+#define ATTN_TILE 1536  /* floats of one local tile: attention.cl's ATTN_TILE */
+#define ATTN_BTILE 1024 /* of the backward: attention.cl's ATTN_BTILE */
 
 int64_t fr_cl_ws_attention(const fr_graph *g, const fr_node *n, int j) {
     (void)g, (void)n;
@@ -25,12 +27,18 @@ static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, cl
     return FR_OK;
 }
 
-/* The 2-D range (B NH, T rounded up to ATTN_QT), work-groups (1, ATTN_QT). */
-static int run_rows(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int B, int NH, int T) {
-    const size_t global[2] = {(size_t)B * (size_t)NH,
-                              ((size_t)T + ATTN_QT - 1) / ATTN_QT * ATTN_QT};
-    const size_t local[2] = {1, ATTN_QT};
+/* The 2-D range (B NH, T rounded up to R), work-groups (1, R). */
+static int run_rows(fr_ctx *ctx, fr_cl *cl, cl_kernel k, int B, int NH, int T, int R) {
+    const size_t global[2] = {(size_t)B * (size_t)NH, ((size_t)T + R - 1) / R * R};
+    const size_t local[2] = {1, (size_t)R};
     return fr_cl_run(ctx, cl, k, 2, global, local);
+}
+
+/* Rows per tile of a kernel that keeps tiles of `tile` floats in local
+ * memory (R HS <= tile, at most ATTN_QT); 0 when a head is too large. */
+static int tile_rows(int tile, int HS) {
+    const int r = tile / HS;
+    return r < ATTN_QT ? r : ATTN_QT;
 }
 
 // qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T) (may be absent), ws unused
@@ -47,11 +55,15 @@ int fr_cl_k_attention(fr_kernel_call *c) {
     const cl_ulong lse_off = lse ? fr_cl_off(&c->out[1]) : 0;
     const cl_int has_lse = lse != NULL;
     const float s = 1.0f / sqrtf((float)HS);
-    st =
-        FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof y, &y,
-                   sizeof y_off, &y_off, sizeof lse, &lse, sizeof lse_off, &lse_off, sizeof has_lse,
-                   &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s);
-    return st ? st : run_rows(c->ctx, cl, k, B, NH, T);
+    const cl_int R = tile_rows(ATTN_TILE, HS);
+    if (R < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention: head size %d is over %d", HS,
+                       ATTN_TILE);
+    st = FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof y, &y,
+                    sizeof y_off, &y_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
+                    sizeof has_lse, &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS,
+                    sizeof s, &s, sizeof R, &R);
+    return st ? st : run_rows(c->ctx, cl, k, B, NH, T, R);
 }
 
 // dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws unused
@@ -74,13 +86,17 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
                    y_off = fr_cl_off(&c->in[2]), lse_off = fr_cl_off(&c->in[3]),
                    D_off = fr_cl_off(&c->out[1]), dqkv_off = fr_cl_off(&c->out[0]);
     const float s = 1.0f / sqrtf((float)HS);
+    const cl_int R = tile_rows(ATTN_BTILE, HS);
+    if (R < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention_bwd: head size %d is over %d", HS,
+                       ATTN_BTILE);
 
     cl_kernel kd = fr_cl_kernel(c->ctx, cl, "attention", "attn_bwd_d");
     if (!kd) return FR_ERR_ARG;
     st = FR_CL_ARGS(c->ctx, kd, sizeof dy, &dy, sizeof dy_off, &dy_off, sizeof y, &y, sizeof y_off,
                     &y_off, sizeof D, &D, sizeof D_off, &D_off, sizeof T, &T, sizeof NH, &NH,
                     sizeof HS, &HS);
-    if (!st) st = run_rows(c->ctx, cl, kd, B, NH, T);
+    if (!st) st = run_rows(c->ctx, cl, kd, B, NH, T, ATTN_QT);
     static const char *const passes[2] = {"attn_bwd_kv", "attn_bwd_q"};
     for (int i = 0; i < 2 && !st; i++) {
         cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", passes[i]);
@@ -88,8 +104,9 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
         st = FR_CL_ARGS(c->ctx, k, sizeof dy, &dy, sizeof dy_off, &dy_off, sizeof qkv, &qkv,
                         sizeof qkv_off, &qkv_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
                         sizeof D, &D, sizeof D_off, &D_off, sizeof dqkv, &dqkv, sizeof dqkv_off,
-                        &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s);
-        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T);
+                        &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s,
+                        sizeof R, &R);
+        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T, R);
     }
     return st;
 }

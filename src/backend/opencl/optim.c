@@ -5,7 +5,8 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 
-#define OPTIM_WG 64 /* work-items per group; the global size is n rounded up to it */
+#define OPTIM_WG 64     /* work-items per group; the global size is n rounded up to it */
+#define OPTIM_I8_WG 256 /* optim.cl's I8_WG: a work-group per int8 block */
 
 static int run_1d(fr_ctx *ctx, fr_cl *cl, cl_kernel k, size_t n) {
     const size_t global = (n + OPTIM_WG - 1) / OPTIM_WG * OPTIM_WG;
@@ -17,56 +18,109 @@ static int sgd(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, const fr_optim_slo
     const fr_optim_opts *op = o->o;
     const float lr = (float)op->lr, wd = (float)op->weight_decay, mom = (float)op->momentum;
     const float keep = (float)(1.0 - op->dampening);
-    const cl_int nesterov = op->nesterov, first = o->t == 1;
+    const cl_int nesterov = op->nesterov, first = o->t == 1, is_f16 = p->dtype == FR_F16;
     cl_mem buf = mom != 0.0f ? (cl_mem)sl->state_buf[0] : NULL;
     if (mom != 0.0f && !buf)
         return fr_fail(ctx, FR_ERR_ARG, "opencl: sgd: momentum %g needs a momentum buffer",
                        op->momentum);
     const cl_ulong zero = 0, p_off = fr_cl_off(p), g_off = fr_cl_off(g);
-    const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g);
-    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", "sgd_f32");
+    const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g), none = NULL;
+    const int half = p->dtype != FR_F32, g32 = g->dtype == FR_F32;
+    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", half ? "sgd_half" : "sgd_f32");
     if (!k) return FR_ERR_ARG;
-    int st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
-                        sizeof g_off, &g_off, sizeof buf, &buf, sizeof zero, &zero, sizeof lr, &lr,
-                        sizeof wd, &wd, sizeof mom, &mom, sizeof keep, &keep, sizeof nesterov,
-                        &nesterov, sizeof first, &first);
+    int st = half
+                 ? FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off,
+                              sizeof(cl_mem), g32 ? &gm : &none, sizeof(cl_mem), g32 ? &none : &gm,
+                              sizeof g_off, &g_off, sizeof buf, &buf, sizeof zero, &zero)
+                 : FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm,
+                              &gm, sizeof g_off, &g_off, sizeof buf, &buf, sizeof zero, &zero);
+    const cl_uint a = half ? 8 : 7; /* the scalars follow */
+    if (!st) st = fr_cl_arg(ctx, k, a, sizeof lr, &lr);
+    if (!st) st = fr_cl_arg(ctx, k, a + 1, sizeof wd, &wd);
+    if (!st) st = fr_cl_arg(ctx, k, a + 2, sizeof mom, &mom);
+    if (!st) st = fr_cl_arg(ctx, k, a + 3, sizeof keep, &keep);
+    if (!st) st = fr_cl_arg(ctx, k, a + 4, sizeof nesterov, &nesterov);
+    if (!st) st = fr_cl_arg(ctx, k, a + 5, sizeof first, &first);
+    if (!st && half) st = fr_cl_arg(ctx, k, a + 6, sizeof is_f16, &is_f16);
     return st ? st : run_1d(ctx, cl, k, (size_t)n);
+}
+
+/* Adam's scalars as arguments first, first + 1, ... of k (optim.cl's ADAM_ARGS). */
+static int set_adam_consts(fr_ctx *ctx, cl_kernel k, cl_uint first, const fr_adam_consts *c) {
+    const float f[9] = {c->neg_step_size, c->bc2_sqrt,     c->b1, c->b2,    c->eps,
+                        c->one_minus_b1,  c->one_minus_b2, c->wd, c->shrink};
+    const cl_int l2 = c->l2, dec = c->dec;
+    int st = FR_OK;
+    for (cl_uint i = 0; i < 9 && !st; i++) st = fr_cl_arg(ctx, k, first + i, sizeof f[i], &f[i]);
+    if (!st) st = fr_cl_arg(ctx, k, first + 9, sizeof l2, &l2);
+    if (!st) st = fr_cl_arg(ctx, k, first + 10, sizeof dec, &dec);
+    return st;
+}
+
+/* 16-bit weights: the moments in p's format whatever the slot's kind, as the
+ * CPU's step (fr_k_adam_half). */
+static int adam_half(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, cl_mem m, cl_mem v,
+                     fr_tensor *p, const fr_tensor *g, cl_ulong n) {
+    const fr_adam_consts c = fr_adam_setup(o->o, o->t, o->o->kind == FR_OPTIM_ADAMW);
+    const cl_ulong p_off = fr_cl_off(p), g_off = fr_cl_off(g);
+    const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g), none = NULL;
+    const cl_int is_f16 = p->dtype == FR_F16;
+    const int g32 = g->dtype == FR_F32;
+    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", "adam_half");
+    if (!k) return FR_ERR_ARG;
+    int st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof(cl_mem),
+                        g32 ? &gm : &none, sizeof(cl_mem), g32 ? &none : &gm, sizeof g_off, &g_off,
+                        sizeof m, &m, sizeof v, &v, sizeof is_f16, &is_f16);
+    if (st || (st = set_adam_consts(ctx, k, 9, &c))) return st;
+    return run_1d(ctx, cl, k, (size_t)n);
 }
 
 static int adam(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, const fr_optim_slot *sl,
                 fr_tensor *p, const fr_tensor *g, cl_ulong n) {
-    const fr_state_kind kind = (fr_state_kind)sl->state_kind;
-    if (kind != FR_STATE_F32 && kind != FR_STATE_BF16)
-        return fr_fail(ctx, FR_ERR_ARG,
-                       "opencl: optim_step: %s optimizer state is not supported yet (fp32, bf16)",
-                       fr_state_kind_name(kind) ? fr_state_kind_name(kind) : "unknown");
+    static const char *const names[FR_STATE_KIND_COUNT] = {"adam_f32", "adam_bf16", "adam_int8"};
+    const int kind = sl->state_kind;
+    if (p->dtype != FR_F32) {
+        if (!sl->state_buf[0] || !sl->state_buf[1])
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "opencl: adam: the moments' device buffers are missing");
+        return adam_half(ctx, cl, o, (cl_mem)sl->state_buf[0], (cl_mem)sl->state_buf[1], p, g, n);
+    }
+    if (kind < 0 || kind >= FR_STATE_KIND_COUNT)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: adam: unknown optimizer state kind %d", kind);
     const cl_mem m = (cl_mem)sl->state_buf[0], v = (cl_mem)sl->state_buf[1];
     if (!m || !v)
         return fr_fail(ctx, FR_ERR_ARG, "opencl: adam: the moments' device buffers are missing");
     const fr_adam_consts c = fr_adam_setup(o->o, o->t, o->o->kind == FR_OPTIM_ADAMW);
-    const cl_int l2 = c.l2, dec = c.dec;
     const cl_ulong zero = 0, p_off = fr_cl_off(p), g_off = fr_cl_off(g);
     const cl_mem pm = fr_cl_mem(p), gm = fr_cl_mem(g);
-    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", kind == FR_STATE_F32 ? "adam_f32" : "adam_bf16");
+    cl_kernel k = fr_cl_kernel(ctx, cl, "optim", names[kind]);
     if (!k) return FR_ERR_ARG;
-    int st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
-                        sizeof g_off, &g_off, sizeof m, &m, sizeof zero, &zero, sizeof v, &v,
-                        sizeof zero, &zero, sizeof c.neg_step_size, &c.neg_step_size,
-                        sizeof c.bc2_sqrt, &c.bc2_sqrt, sizeof c.b1, &c.b1, sizeof c.b2, &c.b2,
-                        sizeof c.eps, &c.eps, sizeof c.one_minus_b1, &c.one_minus_b1,
-                        sizeof c.one_minus_b2, &c.one_minus_b2, sizeof c.wd, &c.wd, sizeof c.shrink,
-                        &c.shrink, sizeof l2, &l2, sizeof dec, &dec);
-    return st ? st : run_1d(ctx, cl, k, (size_t)n);
+    int st;
+    if (kind == FR_STATE_INT8) { /* whole buffers (codes, then absmax): no offsets */
+        st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
+                        sizeof g_off, &g_off, sizeof m, &m, sizeof v, &v);
+        if (st || (st = set_adam_consts(ctx, k, 7, &c))) return st;
+        const size_t local = OPTIM_I8_WG;
+        const size_t global = (size_t)((n + FR_STATE_INT8_BLOCK - 1) / FR_STATE_INT8_BLOCK) * local;
+        return fr_cl_run(ctx, cl, k, 1, &global, &local);
+    }
+    st = FR_CL_ARGS(ctx, k, sizeof n, &n, sizeof pm, &pm, sizeof p_off, &p_off, sizeof gm, &gm,
+                    sizeof g_off, &g_off, sizeof m, &m, sizeof zero, &zero, sizeof v, &v,
+                    sizeof zero, &zero);
+    if (st || (st = set_adam_consts(ctx, k, 9, &c))) return st;
+    return run_1d(ctx, cl, k, (size_t)n);
 }
 
 int fr_cl_optim_update(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, int param_index, fr_tensor *p,
                        const fr_tensor *g) {
     if (!o || !o->o || !o->slot || param_index < 0)
         return fr_fail(ctx, FR_ERR_ARG, "opencl: optimizer update: no optimizer or state");
-    if (p->dtype != FR_F32 || g->dtype != FR_F32 || !p->buf || !g->buf)
+    const int half = p->dtype == FR_F16 || p->dtype == FR_BF16;
+    if ((p->dtype != FR_F32 && !half) || (g->dtype != FR_F32 && g->dtype != p->dtype) || !p->buf ||
+        !g->buf)
         return fr_fail(ctx, FR_ERR_ARG,
-                       "opencl: optimizer update of parameter %d: needs an f32 parameter and "
-                       "gradient on the device",
+                       "opencl: optimizer update of parameter %d: needs an f32, f16 or bf16 "
+                       "parameter and an f32 gradient or one in its format, on the device",
                        param_index);
     const int64_t n = fr_shape_numel(&g->shape);
     if (fr_shape_numel(&p->shape) != n)

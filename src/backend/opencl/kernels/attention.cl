@@ -9,12 +9,14 @@
  *
  * Each output row is computed by one work-item in a fixed order (no atomics),
  * so the same inputs give the same bits:
- *  - forward: a work-group per (b, head, tile of QT queries), a work-item per
- *    query row walking key tiles of KT left to right (online softmax: the row
- *    of y, in global memory and owned by the work-item, is the accumulator);
- *  - backward: D per row; then a work-item per key row for dk, dv (query rows
- *    t >= u in increasing t) and one per query row for dq (keys u <= t in
- *    increasing u) — the CPU's two-pass mode, a row at a time. */
+ *  - forward: a work-group per (b, head, tile of R queries), a work-item per
+ *    query row walking key tiles of R left to right (online softmax);
+ *  - backward: D per row; then a work-group per (b, head, tile of R keys), a
+ *    work-item per key row, for dk, dv (query rows t >= u in increasing t),
+ *    and one per (b, head, tile of R queries) for dq (keys u <= t in
+ *    increasing u) — the CPU's two-pass mode, a row at a time.
+ * Tiles live in local memory: R = min(KT, tile floats / HS) rows, the host's
+ * choice (attention.c). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifdef cl_khr_fp64
@@ -24,34 +26,49 @@ typedef double acc_t; /* D's dot product, in double as on the CPU */
 typedef float acc_t;
 #endif
 
-#define KT 32 /* keys per tile of the forward (scores held in private memory) */
-
-static float dot_hs(__global const float *a, __global const float *b, int HS) {
-    float acc = 0.0f;
-    for (int d = 0; d < HS; d++) acc += a[d] * b[d];
-    return acc;
-}
+#define KT 32 /* at most this many rows per tile (scores held in private memory) */
+#define ATTN_TILE 1536 /* floats of one local tile of the forward: R HS <= ATTN_TILE (4 tiles, 24 KiB) */
+#define ATTN_BTILE 1024 /* of the backward (6 tiles, 24 KiB) */
 
 /* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
- * Global size (B NH, ceil(T / QT) QT); work-group (1, QT). */
+ * Global size (B NH, ceil(T / R) R), work-groups (1, R) of R <= KT rows with
+ * R HS <= ATTN_TILE: the group's query tile Q, its output rows O, and each
+ * key tile's K and V (R rows each) sit in local memory, Q and O transposed
+ * ([d R + r]: work-items read consecutive words), loaded with consecutive
+ * work-items on consecutive columns. Key tiles hold R keys. */
 __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float *y, ulong y_off,
                        __global float *lse, ulong lse_off, int has_lse, int T, int NH, int HS,
-                       float s) {
-    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
-    if (t >= T) return;
-    const int b = bh / NH, h = bh % NH;
+                       float s, int R) {
+    __local float Qs[ATTN_TILE], Os[ATTN_TILE], Ks[ATTN_TILE], Vs[ATTN_TILE];
+    const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
+    const int q0 = (int)get_group_id(1) * R, t = q0 + r;
+    const int b = bh / NH, h = bh % NH, RH = R * HS;
     const long C = (long)NH * HS, C3 = 3 * C;
     __global const float *base = qkv + qkv_off + (long)b * T * C3 + (long)h * HS;
-    __global const float *qt = base + (long)t * C3;
-    __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
-    for (int d = 0; d < HS; d++) yt[d] = 0.0f;
+    for (int i = r; i < RH; i += R) {
+        const int row = i / HS, d = i % HS;
+        Qs[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+    }
+    for (int d = 0; d < HS; d++) Os[d * R + r] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     float S[KT];
-    for (int k0 = 0; k0 <= t; k0 += KT) {
-        const int n = min(KT, t - k0 + 1); /* visible keys of this tile */
+    const int last = min(q0 + R, T) - 1; /* the tile's last query */
+    for (int k0 = 0; k0 <= last; k0 += R) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's K, V are read */
+        for (int i = r; i < RH; i += R) {
+            const int row = i / HS, d = i % HS;
+            const bool in = k0 + row < T;
+            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = t < T ? min(R, t - k0 + 1) : 0; /* visible keys of this tile */
+        if (n <= 0) continue;
         float mx = m;
         for (int c = 0; c < n; c++) {
-            S[c] = s * dot_hs(qt, base + (long)(k0 + c) * C3 + C, HS);
+            float acc = 0.0f;
+            for (int d = 0; d < HS; d++) acc += Qs[d * R + r] * Ks[c * HS + d];
+            S[c] = s * acc;
             mx = S[c] > mx ? S[c] : mx;
         }
         float sum = 0.0f;
@@ -64,13 +81,15 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
         l += sum;
         m = mx;
         for (int d = 0; d < HS; d++) {
-            float acc = yt[d] * alpha;
-            for (int c = 0; c < n; c++) acc += S[c] * base[(long)(k0 + c) * C3 + 2 * C + d];
-            yt[d] = acc;
+            float acc = Os[d * R + r] * alpha;
+            for (int c = 0; c < n; c++) acc += S[c] * Vs[c * HS + d];
+            Os[d * R + r] = acc;
         }
     }
+    if (t >= T) return;
+    __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
     const float inv = 1.0f / l;
-    for (int d = 0; d < HS; d++) yt[d] *= inv;
+    for (int d = 0; d < HS; d++) yt[d] = Os[d * R + r] * inv;
     if (has_lse) lse[lse_off + (long)bh * T + t] = m + log(l);
 }
 
@@ -86,63 +105,108 @@ __kernel void attn_bwd_d(__global const float *dy, ulong dy_off, __global const 
     D[D_off + (long)bh * T + t] = (float)acc;
 }
 
-/* The pieces of tile element (t, u): p = exp(s q_t.k_u - lse_t) and
- * ds = p (dy_t . v_u - D_t). */
-static float attn_ds(__global const float *qt, __global const float *ku, __global const float *vu,
-                     __global const float *dyt, float lse_t, float D_t, int HS, float s,
-                     float *p) {
-    const float pp = exp(s * dot_hs(qt, ku, HS) - lse_t);
-    *p = pp;
-    return pp * (dot_hs(dyt, vu, HS) - D_t);
-}
-
-/* dk, dv of key row u: dv_u = sum_{t>=u} p dy_t, dk_u = sum_{t>=u} s ds q_t,
- * t increasing. Global size (B NH, T). */
+/* dk, dv of key row u = k0 + r (work-item r of a group of R): over the query
+ * tiles from k0 on, t increasing, with p = exp(s q_t.k_u - lse_t) and
+ * ds = s (p (dy_t.v_u - D_t)): dv_u += p dy_t, dk_u += ds q_t. The group's
+ * K, V rows and dK, dV accumulators (transposed) and each query tile's Q, dY,
+ * lse and D sit in local memory (R HS <= ATTN_BTILE). Global size
+ * (B NH, ceil(T / R) R), work-groups (1, R). */
 __kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const float *qkv,
                           ulong qkv_off, __global const float *lse, ulong lse_off,
                           __global const float *D, ulong D_off, __global float *dqkv,
-                          ulong dqkv_off, int T, int NH, int HS, float s) {
-    const int bh = (int)get_global_id(0), u = (int)get_global_id(1);
-    if (u >= T) return;
-    const int b = bh / NH, h = bh % NH;
+                          ulong dqkv_off, int T, int NH, int HS, float s, int R) {
+    __local float Kt[ATTN_BTILE], Vt[ATTN_BTILE], dKt[ATTN_BTILE], dVt[ATTN_BTILE];
+    __local float Qs[ATTN_BTILE], dYs[ATTN_BTILE], Ls[KT], Ds[KT];
+    const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
+    const int k0 = (int)get_group_id(1) * R, u = k0 + r;
+    const int b = bh / NH, h = bh % NH, RH = R * HS;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
     __global const float *base = qkv + qkv_off + row0;
-    __global const float *ku = base + (long)u * C3 + C, *vu = ku + C;
-    __global float *dku = dqkv + dqkv_off + row0 + (long)u * C3 + C, *dvu = dku + C;
     __global const float *dyb = dy + dy_off + (long)b * T * C + (long)h * HS;
     __global const float *lb = lse + lse_off + (long)bh * T, *Db = D + D_off + (long)bh * T;
-    for (int d = 0; d < HS; d++) dku[d] = 0.0f, dvu[d] = 0.0f;
-    for (int t = u; t < T; t++) {
-        __global const float *qt = base + (long)t * C3, *dyt = dyb + (long)t * C;
-        float p;
-        const float ds = s * attn_ds(qt, ku, vu, dyt, lb[t], Db[t], HS, s, &p);
-        for (int d = 0; d < HS; d++) {
-            dvu[d] += p * dyt[d];
-            dku[d] += ds * qt[d];
+    for (int i = r; i < RH; i += R) {
+        const int row = i / HS, d = i % HS;
+        const bool in = k0 + row < T;
+        Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+        Vt[d * R + row] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+    }
+    for (int d = 0; d < HS; d++) dKt[d * R + r] = 0.0f, dVt[d * R + r] = 0.0f;
+    for (int q0 = k0; q0 < T; q0 += R) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is read */
+        for (int i = r; i < RH; i += R) {
+            const int row = i / HS, d = i % HS;
+            const bool in = q0 + row < T;
+            Qs[i] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+            dYs[i] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
+        }
+        Ls[r] = q0 + r < T ? lb[q0 + r] : 0.0f;
+        Ds[r] = q0 + r < T ? Db[q0 + r] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (u >= T) continue;
+        for (int row = max(u - q0, 0); row < R && q0 + row < T; row++) {
+            float qk = 0.0f, dv = 0.0f;
+            for (int d = 0; d < HS; d++) qk += Qs[row * HS + d] * Kt[d * R + r];
+            for (int d = 0; d < HS; d++) dv += dYs[row * HS + d] * Vt[d * R + r];
+            const float p = exp(s * qk - Ls[row]);
+            const float ds = s * (p * (dv - Ds[row]));
+            for (int d = 0; d < HS; d++) {
+                dVt[d * R + r] += p * dYs[row * HS + d];
+                dKt[d * R + r] += ds * Qs[row * HS + d];
+            }
         }
     }
+    if (u >= T) return;
+    __global float *dku = dqkv + dqkv_off + row0 + (long)u * C3 + C, *dvu = dku + C;
+    for (int d = 0; d < HS; d++) dku[d] = dKt[d * R + r], dvu[d] = dVt[d * R + r];
 }
 
-/* dq of query row t: dq_t = sum_{u<=t} s ds k_u, u increasing. Global size (B NH, T). */
+/* dq of query row t = q0 + r: over keys u <= t, increasing, dq_t += ds k_u
+ * with ds as above. The group's Q, dY rows and dQ accumulators (transposed)
+ * and each key tile's K, V in local memory. Ranges as attn_bwd_kv's. */
 __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const float *qkv,
                          ulong qkv_off, __global const float *lse, ulong lse_off,
                          __global const float *D, ulong D_off, __global float *dqkv,
-                         ulong dqkv_off, int T, int NH, int HS, float s) {
-    const int bh = (int)get_global_id(0), t = (int)get_global_id(1);
-    if (t >= T) return;
-    const int b = bh / NH, h = bh % NH;
+                         ulong dqkv_off, int T, int NH, int HS, float s, int R) {
+    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], dQt[ATTN_BTILE], Ks[ATTN_BTILE],
+        Vs[ATTN_BTILE];
+    const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
+    const int q0 = (int)get_group_id(1) * R, t = q0 + r;
+    const int b = bh / NH, h = bh % NH, RH = R * HS;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
-    __global const float *base = qkv + qkv_off + row0, *qt = base + (long)t * C3;
-    __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
-    __global const float *dyt = dy + dy_off + ((long)b * T + t) * C + (long)h * HS;
-    const float lse_t = lse[lse_off + (long)bh * T + t], D_t = D[D_off + (long)bh * T + t];
-    for (int d = 0; d < HS; d++) dqt[d] = 0.0f;
-    for (int u = 0; u <= t; u++) {
-        __global const float *ku = base + (long)u * C3 + C;
-        float p;
-        const float ds = s * attn_ds(qt, ku, ku + C, dyt, lse_t, D_t, HS, s, &p);
-        for (int d = 0; d < HS; d++) dqt[d] += ds * ku[d];
+    __global const float *base = qkv + qkv_off + row0;
+    __global const float *dyb = dy + dy_off + (long)b * T * C + (long)h * HS;
+    for (int i = r; i < RH; i += R) {
+        const int row = i / HS, d = i % HS;
+        const bool in = q0 + row < T;
+        Qt[d * R + row] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+        dYt[d * R + row] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
     }
+    for (int d = 0; d < HS; d++) dQt[d * R + r] = 0.0f;
+    const float lse_t = t < T ? lse[lse_off + (long)bh * T + t] : 0.0f;
+    const float D_t = t < T ? D[D_off + (long)bh * T + t] : 0.0f;
+    const int last = min(q0 + R, T) - 1;
+    for (int k0 = 0; k0 <= last; k0 += R) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = r; i < RH; i += R) {
+            const int row = i / HS, d = i % HS;
+            const bool in = k0 + row < T;
+            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t >= T) continue;
+        for (int c = 0; c < R && k0 + c <= t; c++) {
+            float qk = 0.0f, dv = 0.0f;
+            for (int d = 0; d < HS; d++) qk += Qt[d * R + r] * Ks[c * HS + d];
+            for (int d = 0; d < HS; d++) dv += dYt[d * R + r] * Vs[c * HS + d];
+            const float p = exp(s * qk - lse_t);
+            const float ds = s * (p * (dv - D_t));
+            for (int d = 0; d < HS; d++) dQt[d * R + r] += ds * Ks[c * HS + d];
+        }
+    }
+    if (t >= T) return;
+    __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
+    for (int d = 0; d < HS; d++) dqt[d] = dQt[d * R + r];
 }
