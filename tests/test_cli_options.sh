@@ -18,7 +18,7 @@ add model          tespfg mlp
 add weights        eg    w.safetensors
 add batch          tespf 32
 add threads        tespfg 1
-add device         te    cpu
+add device         tespf cpu
 add offload        t     optimizer
 add json           tesp  -
 add no-progress    t     -

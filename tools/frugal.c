@@ -217,7 +217,7 @@ static const opt_row opts[] = {
      "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
     {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE, "samples per step [128]"},
     {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
-    {"device", "NAME", O_DEVICE, C_TRAIN | C_EVAL,
+    {"device", "NAME", O_DEVICE, C_STEP | C_EVAL,
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
      "activations in its memory [cpu]"},
@@ -962,6 +962,7 @@ static int cmd_plan(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
+    if (use_device(ctx, &c, "plan")) return ctx_done(ctx), 1;
     fr_model *m = load_for("plan", ctx, &c);
     fr_dataset *train = NULL, *test = NULL;
     fr_source src = {0};
@@ -996,7 +997,7 @@ static int cmd_plan(int argc, char **argv) {
     fr_dataset_close(test);
     fr_source_close(&src);
     fr_model_free(m);
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return rc;
 }
 
@@ -1007,6 +1008,7 @@ static int cmd_profile(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
+    if (use_device(ctx, &c, "profile")) return ctx_done(ctx), 1;
     fr_model *m = load_for("profile", ctx, &c);
     fr_step *s = NULL;
     float *x = NULL;
@@ -1056,7 +1058,7 @@ out:
     free(y);
     fr_step_free(s);
     fr_model_free(m);
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return rc;
 }
 
@@ -1067,6 +1069,7 @@ static int cmd_estimate(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads); /* workspace sizes depend on it */
+    if (use_device(ctx, &c, "estimate")) return ctx_done(ctx), 1;
     fr_model *m = load_for("estimate", ctx, &c);
     fr_step *s = NULL;
     if (m) {
@@ -1081,7 +1084,7 @@ static int cmd_estimate(int argc, char **argv) {
     }
     if (!s) {
         fr_model_free(m);
-        fr_ctx_free(ctx);
+        ctx_done(ctx);
         return 1;
     }
     if (!c.t.json) {
@@ -1090,7 +1093,7 @@ static int cmd_estimate(int argc, char **argv) {
     fr_step_estimate_table(s, stdout, c.t.json);
     fr_step_free(s);
     fr_model_free(m);
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return 0;
 }
 
