@@ -240,14 +240,23 @@ static size_t class_bytes(const fr_mem_classes *c, size_t bytes) {
 size_t fr_mem_class_bytes(const fr_mem *m, size_t bytes) { return class_bytes(&m->cls, bytes); }
 size_t fr_mem_block_bytes(size_t bytes) { return class_bytes(&fr_mem_host_classes, bytes); }
 
+/* Where a refusal happened, for messages: nothing for the host's memory,
+ * " on the OpenCL device" (the source's name) for another. */
+static const char *where(const fr_mem *m, char *buf, size_t len) {
+    if (m->src.take == host_take) return "";
+    snprintf(buf, len, " on %s", m->src.name ? m->src.name : "a device");
+    return buf;
+}
+
 /* The entry of a block of `reserved` bytes, from the cache or the source;
  * lock held. On failure: NULL, the error set, the refusal counted. */
 static fr_mem_entry *take_block(fr_ctx *ctx, fr_mem *m, size_t bytes, size_t reserved,
                                 fr_mem_cat cat) {
+    char on[96];
     if (m->fail_at && --m->fail_at == 0) {
         m->st.num_ooms++;
-        fr_fail(ctx, FR_ERR_NOMEM, "out of memory: %zu bytes for %s (injected failure)", bytes,
-                fr_mem_cat_name(cat));
+        fr_fail(ctx, FR_ERR_NOMEM, "out of memory%s: %zu bytes for %s (injected failure)",
+                where(m, on, sizeof on), bytes, fr_mem_cat_name(cat));
         return NULL;
     }
     if (reserved >= m->cls.cache_min) {
@@ -259,9 +268,10 @@ static fr_mem_entry *take_block(fr_ctx *ctx, fr_mem *m, size_t bytes, size_t res
         if (m->st.reserved + reserved > m->st.limit) {
             m->st.num_ooms++;
             fr_fail(ctx, FR_ERR_NOMEM,
-                    "memory budget exceeded: %zu bytes for %s would bring reserved to %zu of a "
+                    "memory budget exceeded%s: %zu bytes for %s would bring reserved to %zu of a "
                     "%zu-byte limit",
-                    bytes, fr_mem_cat_name(cat), m->st.reserved + reserved, m->st.limit);
+                    where(m, on, sizeof on), bytes, fr_mem_cat_name(cat), m->st.reserved + reserved,
+                    m->st.limit);
             return NULL;
         }
     }
