@@ -19,8 +19,8 @@ add weights        eg    w.safetensors
 add batch          tespf 32
 add threads        tespfg 1
 add device         tespf cpu
-add offload        t     optimizer
-add json           tesp  -
+add offload        tspf  optimizer
+add json           tespf -
 add no-progress    t     -
 add data           tep   /nonexistent
 add train-images   tp    a.npy

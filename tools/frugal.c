@@ -221,11 +221,11 @@ static const opt_row opts[] = {
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
      "activations in its memory [cpu]"},
-    {"offload", "WHAT", O_OFFLOAD, C_TRAIN,
+    {"offload", "WHAT", O_OFFLOAD, C_STEP,
      "with --device: optimizer keeps the optimizer's state and step\n"
      "on the host (ZeRO-Offload: gradients down, weights up each step)"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
-    {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN,
+    {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN | C_PROFILE,
      "JSON on stdout instead of text"},
     {"no-progress", NULL, O_NOPROG, C_TRAIN, "no progress bar or log lines"},
     {"help", NULL, O_HELP, C_ALL, "this text"},
@@ -864,7 +864,8 @@ static fr_step_opts step_opts(const cli *c, fr_model *m) {
                        .optim_state = c->t.optim_state,
                        .clip_grad_norm = c->t.clip_grad_norm,
                        .loss_scaling = c->t.loss_scaling,
-                       .keep_grads = c->t.keep_grads};
+                       .keep_grads = c->t.keep_grads,
+                       .offload = c->t.offload};
     if (c->t.batch_auto && m) {
         if (fr_batch_auto(m, &so, 1 << 16, &so.batch)) so.batch = 0;
         else fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
@@ -1001,6 +1002,12 @@ static int cmd_plan(int argc, char **argv) {
     return rc;
 }
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmd_profile(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[4], &c);
@@ -1034,17 +1041,28 @@ static int cmd_profile(int argc, char **argv) {
         y[i] = (int32_t)(i % (size_t)fr_model_num_classes(m));
     fr_batch b = {.n = so.batch, .x = x, .y = y, .idx = y}; /* token ids: y's are valid ids */
     int steps = c.steps ? c.steps : 3;
+    double t0 = 0, t1 = 0; /* the steps after the first (warm-up) */
     for (int i = 0; i < steps; i++) {
+        if (i == 1) t0 = now_seconds();
         float loss;
         if (fr_step_run(s, &b, &loss, NULL)) {
             fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
             goto out;
         }
     }
+    t1 = now_seconds();
     const char *trace = c.trace ? c.trace : "memory-trace.json";
     const char *svg = c.svg ? c.svg : "memory.svg";
     if (fr_timeline_chrome(ctx, trace) || fr_timeline_svg(ctx, svg, c.t.model, c.t.budget)) {
         fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
+        goto out;
+    }
+    if (c.t.json) { /* the host's memory, and a device's beside it */
+        printf("{\"event\": \"summary\", \"steps\": %d, \"ms_per_step\": %.3f, \"memory\": ", steps,
+               steps > 1 ? 1e3 * (t1 - t0) / (steps - 1) : 0.0);
+        mem_json_inline(ctx);
+        printf("}\n");
+        rc = 0;
         goto out;
     }
     fr_mem_stats ms;
@@ -1129,12 +1147,6 @@ static int parse_ids(const char *s, int32_t *ids, int *n, int cap) {
         ids[(*n)++] = (int32_t)v;
         if (!*p++) return 0;
     }
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmd_generate(int argc, char **argv) {

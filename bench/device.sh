@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# device.sh — frugal's step on an OpenCL device against the same step on the
+# CPU, from `frugal profile --json` (synthetic batches, the steps after the
+# first timed): for the CNN, the ResNet, gpt-tiny (short windows) and the
+# 32-layer chain of the issue (input 1024, 32 x (linear 1024, relu),
+# linear 10), Adam:
+#   1. bytes per category at their peak: the CPU run's (host memory), the
+#      device run's (device memory), the device run with --offload optimizer
+#      (device, and the state the host then holds): the same plan gives the
+#      same bytes, and offload moves the optimizer state off the device;
+#   2. ms per step of each, and the cost of the offload;
+#   3. the device's reserved peak with and without offload.
+# On this project's CI host the device is PoCL, an OpenCL implementation on
+# the CPU: its times are CPU times through another compiler and CLBlast's
+# generic kernels, not a GPU's, and the README says so. Where `frugal
+# devices` lists a GPU, DEVICE=opencl:N runs there.
+#
+#   bench/device.sh                        # writes bench/out/device.md and .json
+#   MODELS="cnn chain" STEPS=3 bench/device.sh
+#
+# Environment: MODELS [cnn resnet gpt-tiny chain], STEPS [3], THREADS [2],
+# DEVICE [opencl:0], BUILD [/tmp/build-device], OUT [bench/out].
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=${BUILD:-/tmp/build-device}
+out=${OUT:-$root/bench/out}
+steps=${STEPS:-3}
+threads=${THREADS:-2}
+device=${DEVICE:-opencl:0}
+mkdir -p "$out"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j2 --target frugal_cli >/dev/null 2>&1 || cmake --build "$build" -j2 >/dev/null
+bin=$build/frugal
+export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
+"$bin" devices >"$out/device_devices.txt" || {
+    echo "device.sh: no OpenCL device (frugal devices)" >&2
+    exit 1
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+{ echo "input 1024"; for i in $(seq 32); do echo "linear 1024"; echo "relu"; done; echo "linear 10"; } >"$tmp/chain.model"
+
+runs=$out/device_runs.jsonl
+: >"$runs"
+for model in ${MODELS:-cnn resnet gpt-tiny chain}; do
+    args=(--model "$model" --batch 64 --optimizer adam)
+    case $model in
+    chain) args=(--model "$tmp/chain.model" --batch 64 --optimizer adam) ;;
+    resnet) args=(--model resnet --batch 32 --optimizer adam) ;;
+    gpt-tiny) args=(--model gpt-tiny --batch 4 --seq 64 --optimizer adamw) ;;
+    esac
+    for cfg in cpu device offload; do
+        extra=()
+        [ "$cfg" != cpu ] && extra=(--device "$device")
+        [ "$cfg" = offload ] && extra+=(--offload optimizer)
+        echo "device.sh: $model $cfg" >&2
+        line=$("$bin" profile "${args[@]}" --steps "$steps" --threads "$threads" --json \
+            --trace "$tmp/t.json" --svg "$tmp/t.svg" "${extra[@]}" 2>/dev/null | tail -1)
+        printf '{"model": "%s", "config": "%s", "result": %s}\n' "$model" "$cfg" "$line" >>"$runs"
+    done
+done
+
+python3 - "$runs" "$out" "$device" "$(head -3 "$out/device_devices.txt" | tail -1)" <<'EOF'
+import json, sys, datetime
+runs, out, device, devline = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+rows = [json.loads(l) for l in open(runs)]
+by = {(r["model"], r["config"]): r["result"] for r in rows}
+models = []
+for r in rows:
+    if r["model"] not in models:
+        models.append(r["model"])
+cats = ["parameters", "gradients", "optimizer", "activations", "workspace", "data"]
+mib = lambda b: "%.2f" % (b / 1048576)
+lines = ["# frugal on an OpenCL device against the CPU", "",
+         "%s UTC, `bench/device.sh`, device %s: `%s`. PoCL is an OpenCL implementation on "
+         "the CPU: its times are CPU times through CLBlast's generic kernels, not a GPU's." %
+         (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), device, devline.strip()), ""]
+summary = {}
+for m in models:
+    cpu, dev, off = by[(m, "cpu")], by[(m, "device")], by[(m, "offload")]
+    hc, dd, od = cpu["memory"], dev["memory"]["device"], off["memory"]["device"]
+    lines += ["## %s" % m, "",
+              "| category | CPU run (host) MiB | device run (device) MiB | device, --offload optimizer (device) MiB | offloaded: host MiB |",
+              "|---|---:|---:|---:|---:|"]
+    for c in cats:
+        lines.append("| %s | %s | %s | %s | %s |" % (c, mib(hc["allocated_peak"][c]),
+                     mib(dd["allocated_peak"][c]), mib(od["allocated_peak"][c]),
+                     mib(off["memory"]["allocated_peak"][c])))
+    lines.append("| reserved peak | %s | %s | %s | |" % (mib(hc["reserved_peak"]),
+                 mib(dd["reserved_peak"]), mib(od["reserved_peak"])))
+    lines.append("| ms per step | %.1f | %.1f | %.1f | |" % (cpu["ms_per_step"],
+                 dev["ms_per_step"], off["ms_per_step"]))
+    same = all(hc["allocated_peak"][c] == dd["allocated_peak"][c]
+               for c in ["parameters", "gradients", "optimizer", "activations"])
+    fell = dd["reserved_peak"] - od["reserved_peak"]
+    lines += ["", "- parameters, gradients, optimizer state and activations: %s on the CPU and "
+              "the device" % ("the same bytes" if same else "DIFFERENT bytes"),
+              "- --offload optimizer: the device's reserved peak falls by %s MiB (its optimizer "
+              "state was %s MiB); step time %.2fx the device's without offload" %
+              (mib(fell), mib(dd["allocated_peak"]["optimizer"]),
+               off["ms_per_step"] / dev["ms_per_step"]), ""]
+    summary[m] = {"same_bytes": same, "offload_fell": fell,
+                  "optim_state": dd["allocated_peak"]["optimizer"],
+                  "ms": {k: by[(m, k)]["ms_per_step"] for k in ("cpu", "device", "offload")}}
+open(out + "/device.md", "w").write("\n".join(lines) + "\n")
+json.dump(summary, open(out + "/device.json", "w"), indent=1)
+print("\n".join(lines))
+EOF
