@@ -111,6 +111,31 @@ assert da["reserved_peak"] - db["reserved_peak"] >= opt_dev
 EOF
 expect_fail "offload without a device" 2 "--offload needs --device" "$bin" "${run[@]}" --offload optimizer
 
+# Under --budget on a device the planner may offload the optimizer: at
+# 44 MiB the step on the device (46,675,456 bytes reserved above) does not
+# fit whole and the offloaded one (its state, 3.2 MiB, on the host) does;
+# micro-batching, its other way in, costs more with BatchNorm (the planner's
+# cost: 1 + 0.03 log2 k against the copies' fraction of the step). The plan
+# says so and the run stays within the budget on the device.
+"$bin" plan --model cnn --batch 64 --threads 2 --device opencl --budget 44MiB --json >"$tmp/plan.json" 2>"$tmp/err" &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["offload"]=="optimizer" and d["micro_batch"]==64 else 1)' "$tmp/plan.json" &&
+    ok || no "plan under 44MiB: $(cut -c1-300 "$tmp/plan.json") $(head -2 "$tmp/err")"
+expect "device run under a 44 MiB budget" "$bin" "${run[@]}" --device opencl --budget 44MiB
+python3 - "$tmp/out" <<'EOF' && ok || no "the budgeted device run: optimizer on the host, within the budget"
+import json, sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d.get("event") == "summary":
+        dev = d["memory"]["device"]
+        print("44 MiB budget: device reserved peak %d, optimizer on the device %d, on the host %d" %
+              (dev["reserved_peak"], dev["allocated_peak"]["optimizer"],
+               d["memory"]["allocated_peak"]["optimizer"]))
+        assert dev["reserved_peak"] <= 44 << 20 and dev["allocated_peak"]["optimizer"] == 0
+        assert d["memory"]["allocated_peak"]["optimizer"] > 0
+        sys.exit(0)
+sys.exit(1)
+EOF
+
 # A checkpoint saved by a device run resumes on the device bit for bit: two
 # epochs straight against one epoch, save, resume for the second.
 two=(train --model cnn --data "$data" --limit 256 --test-limit 128 --batch 64 --seed 5

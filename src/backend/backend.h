@@ -62,6 +62,11 @@ typedef struct fr_backend {
     int (*zero)(fr_ctx *ctx, void *buf, size_t off, size_t n);
     int (*finish)(fr_ctx *ctx);        /* wait for everything enqueued */
     size_t (*max_buffer)(fr_ctx *ctx); /* the largest buffer the device allows */
+    /* Rates the planner costs offload with, measured once per device: bytes
+     * a second between host and device (a copy down and back), and FLOPs a
+     * second of a GEMM; 0 when they could not be measured. */
+    double (*copy_rate)(fr_ctx *ctx);
+    double (*flop_rate)(fr_ctx *ctx);
     /* The step's whole-tensor passes on device tensors (the CPU runs
      * fr_k_sgd / fr_k_adam* and fr_k_grad_* on host memory instead): one
      * optimizer step of p from its gradient g, t 1-based, with state[0..1]

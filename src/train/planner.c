@@ -12,6 +12,7 @@
  * plan description of `frugal plan`. */
 #include <math.h>
 #include <string.h>
+#include "backend/backend.h"
 #include "plan/remat.h"
 #include "report/report.h"
 #include "train/step.h"
@@ -24,7 +25,24 @@ typedef struct candidate {
     size_t reserved;
     size_t
         fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
+    int offload; /* FR_OFFLOAD_* the candidate was planned with */
 } candidate;
+
+/* The cost of --offload optimizer in the planner's unit (a fraction of the
+ * step's compute): every trainable weight's gradient copied down and the
+ * weight copied up each step, at the device's measured copy rate, against
+ * the step's FLOPs at its measured GEMM rate; INFINITY when the device could
+ * not measure them. */
+static double offload_cost(const fr_step *s, double step_flops) {
+    if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) return 0.0;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!be->copy_rate || !be->flop_rate) return INFINITY;
+    double bw = be->copy_rate(s->ctx), fl = be->flop_rate(s->ctx), bytes = 0;
+    if (bw <= 0 || fl <= 0 || step_flops <= 0) return INFINITY;
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->gv[i] >= 0) bytes += 2.0 * (double)fr_step_grad_bytes(s, i);
+    return (bytes / bw) / (step_flops / fl);
+}
 
 static int has_batchnorm(const fr_model *m) {
     for (size_t i = 0; i < m->n_layers; i++)
@@ -59,9 +77,11 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     c->fixed = info.reserved - info.arena;
     int k = info.accumulate;
     double plain = info.flops - info.extra_flops;
+    c->offload = o.offload;
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
               (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0) +
-              (c->prec == FR_PREC_BF16_MIXED && base->precision == FR_PREC_AUTO ? 0.10 : 0.0);
+              (c->prec == FR_PREC_BF16_MIXED && base->precision == FR_PREC_AUTO ? 0.10 : 0.0) +
+              offload_cost(s, plain);
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
         for (int i = 0; i < s->g.n_forward; i++)
@@ -109,7 +129,8 @@ static void consider(level *lv, const candidate *c) {
 static const candidate *eval(level *lv, int fam, int arg) {
     candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + arg];
     if (c->reserved) return c;
-    *c = (candidate){fam_mode[fam], arg, lv->micro, lv->prec, INFINITY, SIZE_MAX, 0};
+    *c = (candidate){fam_mode[fam], arg,      lv->micro, lv->prec,
+                     INFINITY,      SIZE_MAX, 0,         lv->opts->offload};
     if (!try_candidate(lv->m, lv->opts, c, lv->bn, NULL, NULL, NULL)) {
         if (lv->m->ctx->mem.st.num_ooms > lv->ooms0) lv->oom = 1; /* a real allocation failure */
         c->reserved = SIZE_MAX;
@@ -245,13 +266,14 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
-                candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0};
+                candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0,
+                               opts->offload};
                 if (try_candidate(m, opts, &c, lv.bn, NULL, NULL, NULL)) consider(&lv, &c);
                 else if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 found |= lv.found;
                 continue;
             }
-            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0};
+            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0, opts->offload};
             if (!try_candidate(m, opts, &none, lv.bn, lv.flops_to, &lv.plain, &lv.first)) {
                 if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 continue;
@@ -318,6 +340,17 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     memset(need, 0, sizeof *need);
     int found = plan_search(m, opts, 0, &best, &smallest);
     if (found < 0) return NULL;
+    /* On a device, unless --offload was given, the optimizer may go to the
+     * host: the same search with it offloaded, the cheaper plan kept. */
+    if (fr_backend_is_device(fr_backend_of(m->ctx)) && opts->training && !opts->offload) {
+        fr_step_opts o2 = *opts;
+        o2.offload = FR_OFFLOAD_OPTIMIZER;
+        candidate b2, s2;
+        int f2 = plan_search(m, &o2, 0, &b2, &s2);
+        if (f2 < 0) return NULL;
+        if (f2 && (!found || b2.cost < best.cost)) best = b2, found = 1;
+        if (s2.reserved < smallest.reserved) smallest = s2;
+    }
     if (!found) {
         if (smallest.reserved != SIZE_MAX)
             *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg, smallest.micro,
@@ -329,6 +362,7 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     o.ckpt_arg = best.arg;
     o.micro_batch = best.micro;
     o.precision = best.prec;
+    o.offload = best.offload;
     fr_step *s = fr_step_build(m, &o);
     fr_mem_empty_cache(m->ctx); /* what building freed is not the step's to hold */
     return s;
@@ -382,6 +416,33 @@ static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
     return 0;
 }
 
+/* On a device: where the optimizer runs, what offloading it moves and what
+ * its transfers cost against recomputation, at the measured rates. */
+static void describe_offload(const fr_step *s, double step_flops, FILE *out) {
+    size_t state = 0, moved = 0;
+    int kind;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        if (s->gv[i] < 0) continue;
+        state += (size_t)fr_step_optim_states(&s->o.optim) *
+                 fr_step_state_bytes(s, &s->m->params[i], &kind);
+        moved += 2 * fr_step_grad_bytes(s, i);
+    }
+    const fr_backend *be = fr_backend_of(s->ctx);
+    double bw = be->copy_rate ? be->copy_rate(s->ctx) : 0,
+           fl = be->flop_rate ? be->flop_rate(s->ctx) : 0;
+    char a[32], b[32];
+    fprintf(out,
+            "optimizer: %s; offloading it %s %s of state off the device for %s of copies a "
+            "step (%.2f ms at %.2f GB/s measured: like %.1f%% more compute at %.1f GFLOP/s)%s\n",
+            s->o.offload & FR_OFFLOAD_OPTIMIZER ? "on the host" : "on the device",
+            s->o.offload & FR_OFFLOAD_OPTIMIZER ? "moves" : "would move",
+            fr_human_bytes(state, a, sizeof a), fr_human_bytes(moved, b, sizeof b),
+            bw > 0 ? 1e3 * (double)moved / bw : 0.0, bw / 1e9,
+            bw > 0 && fl > 0 && step_flops > 0 ? 100.0 * ((double)moved / bw) / (step_flops / fl)
+                                               : 0.0,
+            fl / 1e9, s->o.budget ? " (chosen under the budget: the cheapest plan that fits)" : "");
+}
+
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_plan_info info;
@@ -415,11 +476,12 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
-                "\"update_scratch_bytes\": %zu, \"layers\": [",
+                "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", \"layers\": [",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, frac, inplace,
                 info.arena, info.reserved, total, s->o.budget, s->n_fused, fused_bytes(s),
-                s->upd_ws_len * sizeof(float));
+                s->upd_ws_len * sizeof(float),
+                s->o.offload & FR_OFFLOAD_OPTIMIZER ? "optimizer" : "none");
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
             const fr_layer *l = &m->layers[i];
@@ -453,6 +515,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
     fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
+    if (fr_backend_is_device(fr_backend_of(s->ctx))) describe_offload(s, base, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->n_fused && !s->upd_ws_len)
         fprintf(out,

@@ -6,9 +6,11 @@
 #include "backend/opencl/gemm.h"
 #include "backend/opencl/optim.h"
 #include "backend/opencl/reduce.h"
+#include <clblast_c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* VIEW has no kernel on any backend (fr_op_info.view). */
 #define fr_cl_k_view NULL
@@ -75,7 +77,69 @@ static void src_give(void *self, void *handle) {
 typedef struct cl_full {
     fr_cl_state st; /* first: ctx->dev points at it */
     cl_source src;
+    double copy_rate, flop_rate; /* measured on first use (0: not yet) */
 } cl_full;
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Host <-> device: 8 MiB down and back, the best of 3 (a buffer outside the
+ * accounting: it lives only here). */
+static double cl_copy_rate(fr_ctx *ctx) {
+    cl_full *f = ctx->dev;
+    if (f->copy_rate > 0) return f->copy_rate;
+    const size_t n = 8u << 20;
+    char *host = malloc(n);
+    cl_mem m = NULL;
+    if (host && !fr_cl_alloc(ctx, f->st.cl, n, &m)) {
+        memset(host, 1, n);
+        double best = 0;
+        for (int k = 0; k < 3; k++) {
+            double t0 = seconds();
+            if (fr_cl_write(ctx, f->st.cl, m, 0, host, n) ||
+                fr_cl_read(ctx, f->st.cl, m, 0, host, n))
+                break;
+            double dt = seconds() - t0;
+            if (dt > 0 && 2.0 * (double)n / dt > best) best = 2.0 * (double)n / dt;
+        }
+        f->copy_rate = best;
+    }
+    fr_cl_release(m);
+    free(host);
+    return f->copy_rate;
+}
+
+/* A 256^3 SGEMM through CLBlast after one warm-up call (which compiles). */
+static double cl_flop_rate(fr_ctx *ctx) {
+    cl_full *f = ctx->dev;
+    if (f->flop_rate > 0) return f->flop_rate;
+    const size_t n = 256, bytes = n * n * sizeof(float);
+    cl_mem a = NULL, b = NULL, c = NULL;
+    if (!fr_cl_alloc(ctx, f->st.cl, bytes, &a) && !fr_cl_alloc(ctx, f->st.cl, bytes, &b) &&
+        !fr_cl_alloc(ctx, f->st.cl, bytes, &c) && !fr_cl_zero(ctx, f->st.cl, a, 0, bytes) &&
+        !fr_cl_zero(ctx, f->st.cl, b, 0, bytes)) {
+        cl_command_queue q = fr_cl_queue(f->st.cl);
+        double best = 0;
+        for (int k = 0; k < 3; k++) {
+            double t0 = seconds();
+            if (CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, n, n, n,
+                             1.0f, a, 0, n, b, 0, n, 0.0f, c, 0, n, &q, NULL) != CLBlastSuccess ||
+                fr_cl_finish(ctx, f->st.cl))
+                break;
+            double dt = seconds() - t0;
+            if (k && dt > 0 && 2.0 * (double)(n * n * n) / dt > best)
+                best = 2.0 * (double)(n * n * n) / dt;
+        }
+        f->flop_rate = best;
+    }
+    fr_cl_release(a);
+    fr_cl_release(b);
+    fr_cl_release(c);
+    return f->flop_rate;
+}
 
 static void *cl_alloc(fr_ctx *ctx, size_t bytes, fr_mem_cat cat) {
     return fr_mem_take(ctx, fr_cl_memory(ctx), bytes, cat);
@@ -113,6 +177,8 @@ const fr_backend fr_cl_backend = {
     .zero = cl_zero,
     .finish = cl_finish,
     .max_buffer = cl_max_buffer,
+    .copy_rate = cl_copy_rate,
+    .flop_rate = cl_flop_rate,
     .optim_update = cl_optim_update,
     .grad_unscale = cl_grad_unscale,
     .grad_sumsq = cl_grad_sumsq,
