@@ -876,6 +876,18 @@ int main(void) {
     test_sumsq(2048 * 5 + 13, 16);
     test_sumsq(1000003, 0);
     test_float_build();
+    { /* the step's passes need the device's memory: a context without it is refused */
+        double q;
+        int64_t h;
+        cl_mem m = NULL;
+        fr_cl_alloc(g_dev, g_cl, 64, &m);
+        CHECK(fr_cl_sumsq(g_cpu, g_cl, m, 0, 4, &q) == FR_ERR_ARG &&
+                  strstr(fr_last_error(g_cpu), "fr_cl_use"),
+              "sumsq without the device: %s", fr_last_error(g_cpu));
+        CHECK(fr_cl_hits(g_cpu, g_cl, m, 0, m, 0, 2, 2, &h) == FR_ERR_ARG, "hits without: %s",
+              fr_last_error(g_cpu));
+        fr_cl_release(m);
+    }
 
     fr_cl_unuse(g_dev);
     fr_ctx_free(g_dev), fr_ctx_free(g_cpu);

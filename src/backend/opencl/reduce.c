@@ -528,6 +528,8 @@ int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
 int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, double *out) {
     *out = 0;
     if (n == 0) return FR_OK;
+    if (!ctx->dev)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: sumsq needs a context on the device (fr_cl_use)");
     const int fp64 = fr_cl_info_of(cl)->fp64;
     const size_t each = fp64 ? sizeof(double) : sizeof(float);
     cl_ulong nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, nn = n, off = off_elems, chunk = SUMSQ_CHUNK;
@@ -559,6 +561,8 @@ int fr_cl_hits(fr_ctx *ctx, fr_cl *cl, cl_mem logits, size_t logits_off, cl_mem 
                size_t labels_off, int N, int K, int64_t *hits) {
     *hits = 0;
     if (N <= 0 || K <= 0) return FR_OK;
+    if (!ctx->dev)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: hits needs a context on the device (fr_cl_use)");
     cl_mem out = fr_mem_take(ctx, fr_cl_memory(ctx), sizeof(cl_long), FR_MEM_OTHER);
     if (!out) return FR_ERR_NOMEM;
     cl_ulong zo = logits_off, lo = labels_off;
