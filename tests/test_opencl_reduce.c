@@ -190,6 +190,7 @@ static float val(const void *p, fr_dtype dt, int64_t i) {
 static double compare(const kcase *k, int i, const side *dv, const side *cp, const char *what) {
     const targ *t = i < k->nin ? &k->in[i] : &k->out[i - k->nin];
     const int64_t n = fr_shape_numel(&t->s);
+    const int at = i < k->nin ? i : i - k->nin; /* its index among the ins or the outs */
     double mx = 0, err = 0;
     int64_t bad = -1, nanbad = -1;
     for (int64_t j = 0; j < n; j++) {
@@ -207,15 +208,15 @@ static double compare(const kcase *k, int i, const side *dv, const side *cp, con
         }
     }
     double rel = mx > 0 ? err / mx : err;
-    CHECK(nanbad < 0, "%s %s[%d]: NaN at %lld (cpu %g, device %g)", k->name, what, i,
+    CHECK(nanbad < 0, "%s %s[%d]: NaN at %lld (cpu %g, device %g)", k->name, what, at,
           (long long)nanbad, nanbad < 0 ? 0.0 : val(cp->h[i], t->dt, nanbad),
           nanbad < 0 ? 0.0 : val(dv->h[i], t->dt, nanbad));
     if (k->tol == 0)
         CHECK(bad < 0, "%s %s[%d]: not the CPU's bits at %lld: cpu %.9g device %.9g", k->name, what,
-              i, (long long)bad, bad < 0 ? 0.0 : val(cp->h[i], t->dt, bad),
+              at, (long long)bad, bad < 0 ? 0.0 : val(cp->h[i], t->dt, bad),
               bad < 0 ? 0.0 : val(dv->h[i], t->dt, bad));
     else
-        CHECK(rel <= k->tol, "%s %s[%d]: relative error %.3g > %.3g", k->name, what, i, rel,
+        CHECK(rel <= k->tol, "%s %s[%d]: relative error %.3g > %.3g", k->name, what, at, rel,
               k->tol);
     return rel;
 }
