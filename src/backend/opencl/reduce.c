@@ -31,8 +31,8 @@ static cl_int dcode(fr_dtype d) { return d == FR_F16 ? 1 : d == FR_BF16 ? 2 : 0;
 
 static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const char *what) {
     if (!t->buf || t->dtype == FR_F32) return FR_OK;
-    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a %s %s is not supported", op,
-                   fr_dtype_name(t->dtype), what);
+    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: the %s is %s, not f32 (not supported)", op,
+                   what, fr_dtype_name(t->dtype));
 }
 
 static int kernel(fr_ctx *ctx, fr_cl *cl, const char *name, cl_kernel *k) {
