@@ -856,6 +856,8 @@ int main(void) {
         test_pool(2, 3, 13, 7, 3, 2, acc, 1);
         test_pool(1, 2, 8, 9, 2, 1, acc, 0);
         test_pool(1, 2, 9, 8, 1, 1, acc, 0);
+        test_pool(2, 2, 11, 13, 2, 3, acc, 1); /* gaps between windows */
+        test_pool(1, 3, 10, 9, 3, 3, acc, 1);
         test_gap(2, 3, 7, 13, acc);
         test_embedding(3, 5, 13, 7, 9, acc ? 2u : 0u);
         test_embedding(1, 7, 3, 130, 7, acc ? 2u : 0u);

@@ -360,7 +360,8 @@ int fr_cl_k_maxpool2d(fr_kernel_call *c) {
 }
 
 // dy (N,C,OH,OW), x (N,C,H,W) (any float dtype), dx (N,C,H,W): dy of each window to
-// its first maximum. A work-item per dx value, the windows in order.
+// its first maximum. Disjoint windows: a work-item per window writes its tile of dx;
+// overlapping ones: a work-item per dx value adds its windows in order.
 int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
@@ -368,11 +369,14 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     if (!c->out[0].buf) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
-    if ((st = kernel(c->ctx, cl, "maxpool2d_bwd", &k))) return st;
+    const int tiles = g.S >= g.K; /* disjoint windows: one work-item a window */
+    if ((st = kernel(c->ctx, cl, tiles ? "maxpool2d_bwd_tiles" : "maxpool2d_bwd", &k))) return st;
     dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), dx = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
-    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
+    if (st) return st;
+    return tiles ? run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes)
+                 : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
 // x (N,C,H,W), y (N,C,OH,OW): the window's mean.
