@@ -28,6 +28,29 @@
 #include "core/ctx.h"
 
 #ifndef FR_HAVE_OPENCL
+/* reduce.cl as a device without cl_khr_fp64 would build it (sums in float):
+ * it must compile there too. */
+static void test_float_build(void) {
+    const char *text = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "reduce")) text = fr_cl_sources[i].text;
+    CHECK(text != NULL, "reduce.cl is embedded");
+    if (!text) return;
+    const char *at = strstr(text, "#ifdef cl_khr_fp64");
+    CHECK(at != NULL, "reduce.cl tests cl_khr_fp64");
+    if (!at) return;
+    size_t n = strlen(text);
+    char *copy = malloc(n + 1);
+    memcpy(copy, text, n + 1);
+    const char *off = "#if 0"; /* the same length, padded with spaces */
+    memset(copy + (at - text), ' ', strlen("#ifdef cl_khr_fp64"));
+    memcpy(copy + (at - text), off, strlen(off));
+    cl_program p = NULL;
+    CHECK(fr_cl_build(g_dev, g_cl, "reduce-float", copy, &p) == FR_OK, "%s", fr_last_error(g_dev));
+    if (p) clReleaseProgram(p);
+    free(copy);
+}
+
 int main(void) {
     puts("skipped: frugal built without OpenCL");
     return 77;
@@ -167,6 +190,7 @@ static float val(const void *p, fr_dtype dt, int64_t i) {
 static double compare(const kcase *k, int i, const side *dv, const side *cp, const char *what) {
     const targ *t = i < k->nin ? &k->in[i] : &k->out[i - k->nin];
     const int64_t n = fr_shape_numel(&t->s);
+    const int at = i < k->nin ? i : i - k->nin; /* its index among the ins or the outs */
     double mx = 0, err = 0;
     int64_t bad = -1, nanbad = -1;
     for (int64_t j = 0; j < n; j++) {
@@ -184,15 +208,15 @@ static double compare(const kcase *k, int i, const side *dv, const side *cp, con
         }
     }
     double rel = mx > 0 ? err / mx : err;
-    CHECK(nanbad < 0, "%s %s[%d]: NaN at %lld (cpu %g, device %g)", k->name, what, i,
+    CHECK(nanbad < 0, "%s %s[%d]: NaN at %lld (cpu %g, device %g)", k->name, what, at,
           (long long)nanbad, nanbad < 0 ? 0.0 : val(cp->h[i], t->dt, nanbad),
           nanbad < 0 ? 0.0 : val(dv->h[i], t->dt, nanbad));
     if (k->tol == 0)
         CHECK(bad < 0, "%s %s[%d]: not the CPU's bits at %lld: cpu %.9g device %.9g", k->name, what,
-              i, (long long)bad, bad < 0 ? 0.0 : val(cp->h[i], t->dt, bad),
+              at, (long long)bad, bad < 0 ? 0.0 : val(cp->h[i], t->dt, bad),
               bad < 0 ? 0.0 : val(dv->h[i], t->dt, bad));
     else
-        CHECK(rel <= k->tol, "%s %s[%d]: relative error %.3g > %.3g", k->name, what, i, rel,
+        CHECK(rel <= k->tol, "%s %s[%d]: relative error %.3g > %.3g", k->name, what, at, rel,
               k->tol);
     return rel;
 }
@@ -782,6 +806,29 @@ static void test_sumsq(size_t n, size_t off) {
     free(x);
 }
 
+/* reduce.cl as a device without cl_khr_fp64 would build it (sums in float):
+ * it must compile there too. */
+static void test_float_build(void) {
+    const char *text = NULL;
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "reduce")) text = fr_cl_sources[i].text;
+    CHECK(text != NULL, "reduce.cl is embedded");
+    if (!text) return;
+    const char *at = strstr(text, "#ifdef cl_khr_fp64");
+    CHECK(at != NULL, "reduce.cl tests cl_khr_fp64");
+    if (!at) return;
+    size_t n = strlen(text);
+    char *copy = malloc(n + 1);
+    memcpy(copy, text, n + 1);
+    const char *off = "#if 0"; /* the same length, padded with spaces */
+    memset(copy + (at - text), ' ', strlen("#ifdef cl_khr_fp64"));
+    memcpy(copy + (at - text), off, strlen(off));
+    cl_program p = NULL;
+    CHECK(fr_cl_build(g_dev, g_cl, "reduce-float", copy, &p) == FR_OK, "%s", fr_last_error(g_dev));
+    if (p) clReleaseProgram(p);
+    free(copy);
+}
+
 int main(void) {
     g_cpu = fr_ctx_new();
     g_dev = fr_ctx_new();
@@ -809,6 +856,8 @@ int main(void) {
         test_pool(2, 3, 13, 7, 3, 2, acc, 1);
         test_pool(1, 2, 8, 9, 2, 1, acc, 0);
         test_pool(1, 2, 9, 8, 1, 1, acc, 0);
+        test_pool(2, 2, 11, 13, 2, 3, acc, 1); /* gaps between windows */
+        test_pool(1, 3, 10, 9, 3, 3, acc, 1);
         test_gap(2, 3, 7, 13, acc);
         test_embedding(3, 5, 13, 7, 9, acc ? 2u : 0u);
         test_embedding(1, 7, 3, 130, 7, acc ? 2u : 0u);
@@ -829,6 +878,19 @@ int main(void) {
     test_sumsq(7, 3);
     test_sumsq(2048 * 5 + 13, 16);
     test_sumsq(1000003, 0);
+    test_float_build();
+    { /* the step's passes need the device's memory: a context without it is refused */
+        double q;
+        int64_t h;
+        cl_mem m = NULL;
+        fr_cl_alloc(g_dev, g_cl, 64, &m);
+        CHECK(fr_cl_sumsq(g_cpu, g_cl, m, 0, 4, &q) == FR_ERR_ARG &&
+                  strstr(fr_last_error(g_cpu), "fr_cl_use"),
+              "sumsq without the device: %s", fr_last_error(g_cpu));
+        CHECK(fr_cl_hits(g_cpu, g_cl, m, 0, m, 0, 2, 2, &h) == FR_ERR_ARG, "hits without: %s",
+              fr_last_error(g_cpu));
+        fr_cl_release(m);
+    }
 
     fr_cl_unuse(g_dev);
     fr_ctx_free(g_dev), fr_ctx_free(g_cpu);

@@ -31,8 +31,8 @@ static cl_int dcode(fr_dtype d) { return d == FR_F16 ? 1 : d == FR_BF16 ? 2 : 0;
 
 static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const char *what) {
     if (!t->buf || t->dtype == FR_F32) return FR_OK;
-    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a %s %s is not supported", op,
-                   fr_dtype_name(t->dtype), what);
+    return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: the %s is %s, not f32 (not supported)", op,
+                   what, fr_dtype_name(t->dtype));
 }
 
 static int kernel(fr_ctx *ctx, fr_cl *cl, const char *name, cl_kernel *k) {
@@ -360,7 +360,8 @@ int fr_cl_k_maxpool2d(fr_kernel_call *c) {
 }
 
 // dy (N,C,OH,OW), x (N,C,H,W) (any float dtype), dx (N,C,H,W): dy of each window to
-// its first maximum. A work-item per dx value, the windows in order.
+// its first maximum. Disjoint windows: a work-item per window writes its tile of dx;
+// overlapping ones: a work-item per dx value adds its windows in order.
 int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
@@ -368,11 +369,14 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     if (!c->out[0].buf) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
-    if ((st = kernel(c->ctx, cl, "maxpool2d_bwd", &k))) return st;
+    const int tiles = g.S >= g.K; /* disjoint windows: one work-item a window */
+    if ((st = kernel(c->ctx, cl, tiles ? "maxpool2d_bwd_tiles" : "maxpool2d_bwd", &k))) return st;
     dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), dx = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
     st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
-    return st ? st : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
+    if (st) return st;
+    return tiles ? run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes)
+                 : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);
 }
 
 // x (N,C,H,W), y (N,C,OH,OW): the window's mean.
@@ -528,6 +532,8 @@ int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
 int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, double *out) {
     *out = 0;
     if (n == 0) return FR_OK;
+    if (!ctx->dev)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: sumsq needs a context on the device (fr_cl_use)");
     const int fp64 = fr_cl_info_of(cl)->fp64;
     const size_t each = fp64 ? sizeof(double) : sizeof(float);
     cl_ulong nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, nn = n, off = off_elems, chunk = SUMSQ_CHUNK;
@@ -559,6 +565,8 @@ int fr_cl_hits(fr_ctx *ctx, fr_cl *cl, cl_mem logits, size_t logits_off, cl_mem 
                size_t labels_off, int N, int K, int64_t *hits) {
     *hits = 0;
     if (N <= 0 || K <= 0) return FR_OK;
+    if (!ctx->dev)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: hits needs a context on the device (fr_cl_use)");
     cl_mem out = fr_mem_take(ctx, fr_cl_memory(ctx), sizeof(cl_long), FR_MEM_OTHER);
     if (!out) return FR_ERR_NOMEM;
     cl_ulong zo = logits_off, lo = labels_off;

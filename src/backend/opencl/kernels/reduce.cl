@@ -385,6 +385,30 @@ __kernel void maxpool2d_bwd(__global const float *dy, ulong dy_off, __global con
     dx[dx_off + i] = v;
 }
 
+/* Disjoint windows (S >= K): one work-item per window, global (OW, OH,
+ * planes), finds the maximum once and writes its share of dx, the window's
+ * S x S tile (the last row and column of windows to the plane's edge): dy
+ * at the first maximum, zeros elsewhere (the tile's values are in no other
+ * window). As the CPU: 2x2 stride 2 writes dy as it is (a -0 stays -0),
+ * other sizes add it to a cleared value. */
+__kernel void maxpool2d_bwd_tiles(__global const float *dy, ulong dy_off, __global const float *x,
+                                  ulong x_off, __global float *dx, ulong dx_off, long planes,
+                                  long H, long W, long K, long S, long OH, long OW, int xdt,
+                                  int acc) {
+    const long ow = get_global_id(0), oh = get_global_id(1), p = get_global_id(2);
+    const long h0 = oh * S, w0 = ow * S;
+    const long h1 = oh == OH - 1 ? H : h0 + S, w1 = ow == OW - 1 ? W : w0 + S;
+    const long b = h0 * W + w0, best = b + window_argmax(x, x_off + p * H * W + b, xdt, W, K);
+    const float g = dy[dy_off + (p * OH + oh) * OW + ow];
+    __global float *dxp = dx + dx_off + p * H * W;
+    for (long h = h0; h < h1; h++)
+        for (long w = w0; w < w1; w++) {
+            const long i = h * W + w;
+            if (i == best) dxp[i] = acc ? dxp[i] + g : K == 2 && S == 2 ? g : 0.0f + g;
+            else if (!acc) dxp[i] = 0.0f;
+        }
+}
+
 /* y = (sum of the window in row-major order) inv, inv = 1/(K K) from the
  * host; global (OW, OH, planes) */
 __kernel void avgpool2d(__global const float *x, ulong x_off, __global float *y, ulong y_off,
