@@ -32,24 +32,29 @@ typedef float acc_t;
 
 /* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
  * Global size (B NH, ceil(T / R) R), work-groups (1, R) of R <= KT rows with
- * R HS <= ATTN_TILE: the group's query tile Q, its output rows O, and each
- * key tile's K and V (R rows each) sit in local memory, Q and O transposed
- * ([d R + r]: work-items read consecutive words), loaded with consecutive
- * work-items on consecutive columns. Key tiles hold R keys. */
+ * R (HS + 1) <= ATTN_TILE. Local memory holds the group's query tile Q
+ * (transposed, Qt[d R + r]), its output rows O (Os[r (HS + 1) + d]: the odd
+ * stride puts the rows of a column on different banks) and each key tile's
+ * K (transposed, Kt[d R + c]) and V (Vs[c HS + d]), loaded with consecutive
+ * work-items on consecutive columns. The loops run over one tile's keys c or
+ * one row's columns d innermost, each element summed in the same order as a
+ * plain dot product (scores over d increasing, outputs over keys
+ * increasing): loops a compiler can vectorize without reassociating. */
 __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float *y, ulong y_off,
                        __global float *lse, ulong lse_off, int has_lse, int T, int NH, int HS,
                        float s, int R) {
-    __local float Qs[ATTN_TILE], Os[ATTN_TILE], Ks[ATTN_TILE], Vs[ATTN_TILE];
+    __local float Qt[ATTN_TILE], Os[ATTN_TILE], Kt[ATTN_TILE], Vs[ATTN_TILE];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int q0 = (int)get_group_id(1) * R, t = q0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     __global const float *base = qkv + qkv_off + (long)b * T * C3 + (long)h * HS;
     for (int i = r; i < RH; i += R) {
         const int row = i / HS, d = i % HS;
-        Qs[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+        Qt[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) Os[d * R + r] = 0.0f;
+    __local float *O = Os + r * P;
+    for (int d = 0; d < HS; d++) O[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     float S[KT];
     const int last = min(q0 + R, T) - 1; /* the tile's last query */
@@ -58,17 +63,20 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = k0 + row < T;
-            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
             Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(R, t - k0 + 1) : 0; /* visible keys of this tile */
         if (n <= 0) continue;
+        for (int c = 0; c < n; c++) S[c] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float qd = Qt[d * R + r];
+            for (int c = 0; c < n; c++) S[c] += qd * Kt[d * R + c];
+        }
         float mx = m;
         for (int c = 0; c < n; c++) {
-            float acc = 0.0f;
-            for (int d = 0; d < HS; d++) acc += Qs[d * R + r] * Ks[c * HS + d];
-            S[c] = s * acc;
+            S[c] = s * S[c];
             mx = S[c] > mx ? S[c] : mx;
         }
         float sum = 0.0f;
@@ -76,20 +84,22 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
             S[c] = exp(S[c] - mx);
             sum += S[c];
         }
-        const float alpha = mx != m ? exp(m - mx) : 1.0f; /* m = -inf first: alpha 0 */
-        if (mx != m) l *= alpha;
+        if (mx != m) { /* m = -inf before the first tile: alpha 0 */
+            const float alpha = exp(m - mx);
+            for (int d = 0; d < HS; d++) O[d] *= alpha;
+            l *= alpha;
+        }
         l += sum;
         m = mx;
-        for (int d = 0; d < HS; d++) {
-            float acc = Os[d * R + r] * alpha;
-            for (int c = 0; c < n; c++) acc += S[c] * Vs[c * HS + d];
-            Os[d * R + r] = acc;
+        for (int c = 0; c < n; c++) {
+            const float p = S[c];
+            for (int d = 0; d < HS; d++) O[d] += p * Vs[c * HS + d];
         }
     }
     if (t >= T) return;
     __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
     const float inv = 1.0f / l;
-    for (int d = 0; d < HS; d++) yt[d] = Os[d * R + r] * inv;
+    for (int d = 0; d < HS; d++) yt[d] = O[d] * inv;
     if (has_lse) lse[lse_off + (long)bh * T + t] = m + log(l);
 }
 
