@@ -117,19 +117,21 @@ __kernel void attn_bwd_d(__global const float *dy, ulong dy_off, __global const 
 
 /* dk, dv of key row u = k0 + r (work-item r of a group of R): over the query
  * tiles from k0 on, t increasing, with p = exp(s q_t.k_u - lse_t) and
- * ds = s (p (dy_t.v_u - D_t)): dv_u += p dy_t, dk_u += ds q_t. The group's
- * K, V rows and dK, dV accumulators (transposed) and each query tile's Q, dY,
- * lse and D sit in local memory (R HS <= ATTN_BTILE). Global size
+ * ds = s (p (dy_t.v_u - D_t)): dv_u += p dy_t, dk_u += ds q_t. Local memory:
+ * the group's K, V rows (transposed), its dK, dV accumulators (rows HS + 1
+ * apart), each query tile's Q and dY (transposed), lse and D; R (HS + 1) <=
+ * ATTN_BTILE. Loops innermost over a tile's rows or a row's columns, each
+ * element summed in the plain order, as the forward. Global size
  * (B NH, ceil(T / R) R), work-groups (1, R). */
 __kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const float *qkv,
                           ulong qkv_off, __global const float *lse, ulong lse_off,
                           __global const float *D, ulong D_off, __global float *dqkv,
                           ulong dqkv_off, int T, int NH, int HS, float s, int R) {
-    __local float Kt[ATTN_BTILE], Vt[ATTN_BTILE], dKt[ATTN_BTILE], dVt[ATTN_BTILE];
-    __local float Qs[ATTN_BTILE], dYs[ATTN_BTILE], Ls[KT], Ds[KT];
+    __local float Kt[ATTN_BTILE], Vt[ATTN_BTILE], dKs[ATTN_BTILE], dVs[ATTN_BTILE];
+    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], Ls[KT], Ds[KT];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int k0 = (int)get_group_id(1) * R, u = k0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
     __global const float *base = qkv + qkv_off + row0;
@@ -141,48 +143,61 @@ __kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const
         Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
         Vt[d * R + row] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) dKt[d * R + r] = 0.0f, dVt[d * R + r] = 0.0f;
+    __local float *dK = dKs + r * P, *dV = dVs + r * P;
+    for (int d = 0; d < HS; d++) dK[d] = 0.0f, dV[d] = 0.0f;
+    float QK[KT], DV[KT];
     for (int q0 = k0; q0 < T; q0 += R) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is read */
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = q0 + row < T;
-            Qs[i] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
-            dYs[i] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
+            Qt[d * R + row] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+            dYt[d * R + row] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
         }
         Ls[r] = q0 + r < T ? lb[q0 + r] : 0.0f;
         Ds[r] = q0 + r < T ? Db[q0 + r] : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (u >= T) continue;
-        for (int row = max(u - q0, 0); row < R && q0 + row < T; row++) {
-            float qk = 0.0f, dv = 0.0f;
-            for (int d = 0; d < HS; d++) qk += Qs[row * HS + d] * Kt[d * R + r];
-            for (int d = 0; d < HS; d++) dv += dYs[row * HS + d] * Vt[d * R + r];
-            const float p = exp(s * qk - Ls[row]);
-            const float ds = s * (p * (dv - Ds[row]));
+        const int lo = max(u - q0, 0), hi = min(R, T - q0); /* rows t >= u, t < T */
+        for (int row = lo; row < hi; row++) QK[row] = 0.0f, DV[row] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float kd = Kt[d * R + r], vd = Vt[d * R + r];
+            for (int row = lo; row < hi; row++) {
+                QK[row] += Qt[d * R + row] * kd;
+                DV[row] += dYt[d * R + row] * vd;
+            }
+        }
+        for (int row = lo; row < hi; row++) {
+            const float p = exp(s * QK[row] - Ls[row]);
+            QK[row] = p;
+            DV[row] = s * (p * (DV[row] - Ds[row]));
+        }
+        for (int row = lo; row < hi; row++) {
+            const float p = QK[row], ds = DV[row];
             for (int d = 0; d < HS; d++) {
-                dVt[d * R + r] += p * dYs[row * HS + d];
-                dKt[d * R + r] += ds * Qs[row * HS + d];
+                dV[d] += p * dYt[d * R + row];
+                dK[d] += ds * Qt[d * R + row];
             }
         }
     }
     if (u >= T) return;
     __global float *dku = dqkv + dqkv_off + row0 + (long)u * C3 + C, *dvu = dku + C;
-    for (int d = 0; d < HS; d++) dku[d] = dKt[d * R + r], dvu[d] = dVt[d * R + r];
+    for (int d = 0; d < HS; d++) dku[d] = dK[d], dvu[d] = dV[d];
 }
 
 /* dq of query row t = q0 + r: over keys u <= t, increasing, dq_t += ds k_u
- * with ds as above. The group's Q, dY rows and dQ accumulators (transposed)
- * and each key tile's K, V in local memory. Ranges as attn_bwd_kv's. */
+ * with ds as above. Local memory: the group's Q, dY rows (transposed) and
+ * dQ accumulators (rows HS + 1 apart), each key tile's K, V (transposed).
+ * Ranges as attn_bwd_kv's. */
 __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const float *qkv,
                          ulong qkv_off, __global const float *lse, ulong lse_off,
                          __global const float *D, ulong D_off, __global float *dqkv,
                          ulong dqkv_off, int T, int NH, int HS, float s, int R) {
-    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], dQt[ATTN_BTILE], Ks[ATTN_BTILE],
-        Vs[ATTN_BTILE];
+    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], dQs[ATTN_BTILE], Kt[ATTN_BTILE],
+        Vt[ATTN_BTILE];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int q0 = (int)get_group_id(1) * R, t = q0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
     __global const float *base = qkv + qkv_off + row0;
@@ -193,30 +208,41 @@ __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const 
         Qt[d * R + row] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
         dYt[d * R + row] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) dQt[d * R + r] = 0.0f;
+    __local float *dQ = dQs + r * P;
+    for (int d = 0; d < HS; d++) dQ[d] = 0.0f;
     const float lse_t = t < T ? lse[lse_off + (long)bh * T + t] : 0.0f;
     const float D_t = t < T ? D[D_off + (long)bh * T + t] : 0.0f;
+    float QK[KT], DV[KT];
     const int last = min(q0 + R, T) - 1;
     for (int k0 = 0; k0 <= last; k0 += R) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = k0 + row < T;
-            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
-            Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+            Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Vt[d * R + row] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (t >= T) continue;
-        for (int c = 0; c < R && k0 + c <= t; c++) {
-            float qk = 0.0f, dv = 0.0f;
-            for (int d = 0; d < HS; d++) qk += Qt[d * R + r] * Ks[c * HS + d];
-            for (int d = 0; d < HS; d++) dv += dYt[d * R + r] * Vs[c * HS + d];
-            const float p = exp(s * qk - lse_t);
-            const float ds = s * (p * (dv - D_t));
-            for (int d = 0; d < HS; d++) dQt[d * R + r] += ds * Ks[c * HS + d];
+        const int n = t < T ? min(R, t - k0 + 1) : 0; /* keys u <= t of this tile */
+        if (n <= 0) continue;
+        for (int c = 0; c < n; c++) QK[c] = 0.0f, DV[c] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float qd = Qt[d * R + r], gd = dYt[d * R + r];
+            for (int c = 0; c < n; c++) {
+                QK[c] += qd * Kt[d * R + c];
+                DV[c] += gd * Vt[d * R + c];
+            }
+        }
+        for (int c = 0; c < n; c++) {
+            const float p = exp(s * QK[c] - lse_t);
+            DV[c] = s * (p * (DV[c] - D_t));
+        }
+        for (int c = 0; c < n; c++) {
+            const float ds = DV[c];
+            for (int d = 0; d < HS; d++) dQ[d] += ds * Kt[d * R + c];
         }
     }
     if (t >= T) return;
     __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
-    for (int d = 0; d < HS; d++) dqt[d] = dQt[d * R + r];
+    for (int d = 0; d < HS; d++) dqt[d] = dQ[d];
 }
