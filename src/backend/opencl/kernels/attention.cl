@@ -15,8 +15,9 @@
  *    work-item per key row, for dk, dv (query rows t >= u in increasing t),
  *    and one per (b, head, tile of R queries) for dq (keys u <= t in
  *    increasing u) — the CPU's two-pass mode, a row at a time.
- * Tiles live in local memory: R = min(KT, tile floats / HS) rows, the host's
- * choice (attention.c). */
+ * Tiles live in local memory: R = min(KT, tile floats / (HS + 1)) rows, the
+ * host's choice (attention.c), a function of HS only, so the bits do not
+ * depend on the device's limits. No local array is larger than a tile. */
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifdef cl_khr_fp64
@@ -27,8 +28,8 @@ typedef float acc_t;
 #endif
 
 #define KT 32 /* at most this many rows per tile (scores held in private memory) */
-#define ATTN_TILE 1536 /* floats of one local tile of the forward: R HS <= ATTN_TILE (4 tiles, 24 KiB) */
-#define ATTN_BTILE 1024 /* of the backward (6 tiles, 24 KiB) */
+#define ATTN_TILE 1536 /* floats of a local tile of the forward (4 tiles: 24 KiB) */
+#define ATTN_BTILE 1024 /* of the backward (6 tiles: 24 KiB) */
 
 /* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
  * Global size (B NH, ceil(T / R) R), work-groups (1, R) of R <= KT rows with
