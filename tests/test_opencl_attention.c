@@ -1,8 +1,9 @@
 /* test_opencl_attention.c — ATTENTION and ATTENTION_BWD on an OpenCL device
  * against the CPU kernels (fr_k_attention, fr_k_attention_bwd, checked
  * against float64 and PyTorch in test_attention.c and test_gpt_ops.c) on
- * the same inputs: odd sizes (T 7, 13, 33 and 70 cross the device's 32-row
- * tiles and the CPU's 64 x 32 ones), head sizes 3 to 64, a GPT-sized case
+ * the same inputs: odd sizes (T 7, 13, 33 and 70 cross the device's tiles,
+ * 32 rows for small heads, 23 and 15 for HS 64, and the CPU's 64 x 32 ones),
+ * head sizes 3 to 64, a GPT-sized case
  * (B 2, T 256, C 384, 6 heads), every tensor at a nonzero offset in its
  * buffer; the backward from the CPU's y and lse.
  *
@@ -224,6 +225,8 @@ int main(void) {
     attn_case(cpu, ctx, 1, 33, 8, 1);
     attn_case(cpu, ctx, 2, 70, 64, 4);
     attn_case(cpu, ctx, 1, 1, 4, 1);
+    attn_case(cpu, ctx, 1, 37, 128, 2); /* HS 64: tiles of 23 (forward), 15 (backward) rows */
+    attn_case(cpu, ctx, 3, 45, 96, 2);  /* HS 48: 31 and 20 */
     attn_case(cpu, ctx, 2, 256, 384, 6);
     test_errors(ctx);
     fr_cl_unuse(ctx);

@@ -55,10 +55,10 @@ int fr_cl_k_attention(fr_kernel_call *c) {
     const cl_ulong lse_off = lse ? fr_cl_off(&c->out[1]) : 0;
     const cl_int has_lse = lse != NULL;
     const float s = 1.0f / sqrtf((float)HS);
-    const cl_int R = tile_rows(ATTN_TILE, HS);
+    const cl_int R = tile_rows(ATTN_TILE, HS + 1); /* O rows are HS + 1 apart */
     if (R < 1)
         return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention: head size %d is over %d", HS,
-                       ATTN_TILE);
+                       ATTN_TILE - 1);
     st = FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof y, &y,
                     sizeof y_off, &y_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
                     sizeof has_lse, &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS,
@@ -86,10 +86,10 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
                    y_off = fr_cl_off(&c->in[2]), lse_off = fr_cl_off(&c->in[3]),
                    D_off = fr_cl_off(&c->out[1]), dqkv_off = fr_cl_off(&c->out[0]);
     const float s = 1.0f / sqrtf((float)HS);
-    const cl_int R = tile_rows(ATTN_BTILE, HS);
+    const cl_int R = tile_rows(ATTN_BTILE, HS + 1);
     if (R < 1)
         return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention_bwd: head size %d is over %d", HS,
-                       ATTN_BTILE);
+                       ATTN_BTILE - 1);
 
     cl_kernel kd = fr_cl_kernel(c->ctx, cl, "attention", "attn_bwd_d");
     if (!kd) return FR_ERR_ARG;

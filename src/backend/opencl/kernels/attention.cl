@@ -15,8 +15,9 @@
  *    work-item per key row, for dk, dv (query rows t >= u in increasing t),
  *    and one per (b, head, tile of R queries) for dq (keys u <= t in
  *    increasing u) — the CPU's two-pass mode, a row at a time.
- * Tiles live in local memory: R = min(KT, tile floats / HS) rows, the host's
- * choice (attention.c). */
+ * Tiles live in local memory: R = min(KT, tile floats / (HS + 1)) rows, the
+ * host's choice (attention.c), a function of HS only, so the bits do not
+ * depend on the device's limits. No local array is larger than a tile. */
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifdef cl_khr_fp64
@@ -27,29 +28,34 @@ typedef float acc_t;
 #endif
 
 #define KT 32 /* at most this many rows per tile (scores held in private memory) */
-#define ATTN_TILE 1536 /* floats of one local tile of the forward: R HS <= ATTN_TILE (4 tiles, 24 KiB) */
-#define ATTN_BTILE 1024 /* of the backward (6 tiles, 24 KiB) */
+#define ATTN_TILE 1536 /* floats of a local tile of the forward (4 tiles: 24 KiB) */
+#define ATTN_BTILE 1024 /* of the backward (6 tiles: 24 KiB) */
 
 /* y (B,T,C), lse (B,NH,T) (has_lse 0: not written) from qkv (B,T,3C).
  * Global size (B NH, ceil(T / R) R), work-groups (1, R) of R <= KT rows with
- * R HS <= ATTN_TILE: the group's query tile Q, its output rows O, and each
- * key tile's K and V (R rows each) sit in local memory, Q and O transposed
- * ([d R + r]: work-items read consecutive words), loaded with consecutive
- * work-items on consecutive columns. Key tiles hold R keys. */
+ * R (HS + 1) <= ATTN_TILE. Local memory holds the group's query tile Q
+ * (transposed, Qt[d R + r]), its output rows O (Os[r (HS + 1) + d]: the odd
+ * stride puts the rows of a column on different banks) and each key tile's
+ * K (transposed, Kt[d R + c]) and V (Vs[c HS + d]), loaded with consecutive
+ * work-items on consecutive columns. The loops run over one tile's keys c or
+ * one row's columns d innermost, each element summed in the same order as a
+ * plain dot product (scores over d increasing, outputs over keys
+ * increasing): loops a compiler can vectorize without reassociating. */
 __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float *y, ulong y_off,
                        __global float *lse, ulong lse_off, int has_lse, int T, int NH, int HS,
                        float s, int R) {
-    __local float Qs[ATTN_TILE], Os[ATTN_TILE], Ks[ATTN_TILE], Vs[ATTN_TILE];
+    __local float Qt[ATTN_TILE], Os[ATTN_TILE], Kt[ATTN_TILE], Vs[ATTN_TILE];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int q0 = (int)get_group_id(1) * R, t = q0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     __global const float *base = qkv + qkv_off + (long)b * T * C3 + (long)h * HS;
     for (int i = r; i < RH; i += R) {
         const int row = i / HS, d = i % HS;
-        Qs[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+        Qt[d * R + row] = q0 + row < T ? base[(long)(q0 + row) * C3 + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) Os[d * R + r] = 0.0f;
+    __local float *O = Os + r * P;
+    for (int d = 0; d < HS; d++) O[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     float S[KT];
     const int last = min(q0 + R, T) - 1; /* the tile's last query */
@@ -58,17 +64,20 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = k0 + row < T;
-            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
             Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(R, t - k0 + 1) : 0; /* visible keys of this tile */
         if (n <= 0) continue;
+        for (int c = 0; c < n; c++) S[c] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float qd = Qt[d * R + r];
+            for (int c = 0; c < n; c++) S[c] += qd * Kt[d * R + c];
+        }
         float mx = m;
         for (int c = 0; c < n; c++) {
-            float acc = 0.0f;
-            for (int d = 0; d < HS; d++) acc += Qs[d * R + r] * Ks[c * HS + d];
-            S[c] = s * acc;
+            S[c] = s * S[c];
             mx = S[c] > mx ? S[c] : mx;
         }
         float sum = 0.0f;
@@ -76,20 +85,22 @@ __kernel void attn_fwd(__global const float *qkv, ulong qkv_off, __global float 
             S[c] = exp(S[c] - mx);
             sum += S[c];
         }
-        const float alpha = mx != m ? exp(m - mx) : 1.0f; /* m = -inf first: alpha 0 */
-        if (mx != m) l *= alpha;
+        if (mx != m) { /* m = -inf before the first tile: alpha 0 */
+            const float alpha = exp(m - mx);
+            for (int d = 0; d < HS; d++) O[d] *= alpha;
+            l *= alpha;
+        }
         l += sum;
         m = mx;
-        for (int d = 0; d < HS; d++) {
-            float acc = Os[d * R + r] * alpha;
-            for (int c = 0; c < n; c++) acc += S[c] * Vs[c * HS + d];
-            Os[d * R + r] = acc;
+        for (int c = 0; c < n; c++) {
+            const float p = S[c];
+            for (int d = 0; d < HS; d++) O[d] += p * Vs[c * HS + d];
         }
     }
     if (t >= T) return;
     __global float *yt = y + y_off + ((long)b * T + t) * C + (long)h * HS;
     const float inv = 1.0f / l;
-    for (int d = 0; d < HS; d++) yt[d] = Os[d * R + r] * inv;
+    for (int d = 0; d < HS; d++) yt[d] = O[d] * inv;
     if (has_lse) lse[lse_off + (long)bh * T + t] = m + log(l);
 }
 
@@ -107,19 +118,21 @@ __kernel void attn_bwd_d(__global const float *dy, ulong dy_off, __global const 
 
 /* dk, dv of key row u = k0 + r (work-item r of a group of R): over the query
  * tiles from k0 on, t increasing, with p = exp(s q_t.k_u - lse_t) and
- * ds = s (p (dy_t.v_u - D_t)): dv_u += p dy_t, dk_u += ds q_t. The group's
- * K, V rows and dK, dV accumulators (transposed) and each query tile's Q, dY,
- * lse and D sit in local memory (R HS <= ATTN_BTILE). Global size
+ * ds = s (p (dy_t.v_u - D_t)): dv_u += p dy_t, dk_u += ds q_t. Local memory:
+ * the group's K, V rows (transposed), its dK, dV accumulators (rows HS + 1
+ * apart), each query tile's Q and dY (transposed), lse and D; R (HS + 1) <=
+ * ATTN_BTILE. Loops innermost over a tile's rows or a row's columns, each
+ * element summed in the plain order, as the forward. Global size
  * (B NH, ceil(T / R) R), work-groups (1, R). */
 __kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const float *qkv,
                           ulong qkv_off, __global const float *lse, ulong lse_off,
                           __global const float *D, ulong D_off, __global float *dqkv,
                           ulong dqkv_off, int T, int NH, int HS, float s, int R) {
-    __local float Kt[ATTN_BTILE], Vt[ATTN_BTILE], dKt[ATTN_BTILE], dVt[ATTN_BTILE];
-    __local float Qs[ATTN_BTILE], dYs[ATTN_BTILE], Ls[KT], Ds[KT];
+    __local float Kt[ATTN_BTILE], Vt[ATTN_BTILE], dKs[ATTN_BTILE], dVs[ATTN_BTILE];
+    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], Ls[KT], Ds[KT];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int k0 = (int)get_group_id(1) * R, u = k0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
     __global const float *base = qkv + qkv_off + row0;
@@ -131,48 +144,61 @@ __kernel void attn_bwd_kv(__global const float *dy, ulong dy_off, __global const
         Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
         Vt[d * R + row] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) dKt[d * R + r] = 0.0f, dVt[d * R + r] = 0.0f;
+    __local float *dK = dKs + r * P, *dV = dVs + r * P;
+    for (int d = 0; d < HS; d++) dK[d] = 0.0f, dV[d] = 0.0f;
+    float QK[KT], DV[KT];
     for (int q0 = k0; q0 < T; q0 += R) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is read */
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = q0 + row < T;
-            Qs[i] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
-            dYs[i] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
+            Qt[d * R + row] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
+            dYt[d * R + row] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
         }
         Ls[r] = q0 + r < T ? lb[q0 + r] : 0.0f;
         Ds[r] = q0 + r < T ? Db[q0 + r] : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (u >= T) continue;
-        for (int row = max(u - q0, 0); row < R && q0 + row < T; row++) {
-            float qk = 0.0f, dv = 0.0f;
-            for (int d = 0; d < HS; d++) qk += Qs[row * HS + d] * Kt[d * R + r];
-            for (int d = 0; d < HS; d++) dv += dYs[row * HS + d] * Vt[d * R + r];
-            const float p = exp(s * qk - Ls[row]);
-            const float ds = s * (p * (dv - Ds[row]));
+        const int lo = max(u - q0, 0), hi = min(R, T - q0); /* rows t >= u, t < T */
+        for (int row = lo; row < hi; row++) QK[row] = 0.0f, DV[row] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float kd = Kt[d * R + r], vd = Vt[d * R + r];
+            for (int row = lo; row < hi; row++) {
+                QK[row] += Qt[d * R + row] * kd;
+                DV[row] += dYt[d * R + row] * vd;
+            }
+        }
+        for (int row = lo; row < hi; row++) {
+            const float p = exp(s * QK[row] - Ls[row]);
+            QK[row] = p;
+            DV[row] = s * (p * (DV[row] - Ds[row]));
+        }
+        for (int row = lo; row < hi; row++) {
+            const float p = QK[row], ds = DV[row];
             for (int d = 0; d < HS; d++) {
-                dVt[d * R + r] += p * dYs[row * HS + d];
-                dKt[d * R + r] += ds * Qs[row * HS + d];
+                dV[d] += p * dYt[d * R + row];
+                dK[d] += ds * Qt[d * R + row];
             }
         }
     }
     if (u >= T) return;
     __global float *dku = dqkv + dqkv_off + row0 + (long)u * C3 + C, *dvu = dku + C;
-    for (int d = 0; d < HS; d++) dku[d] = dKt[d * R + r], dvu[d] = dVt[d * R + r];
+    for (int d = 0; d < HS; d++) dku[d] = dK[d], dvu[d] = dV[d];
 }
 
 /* dq of query row t = q0 + r: over keys u <= t, increasing, dq_t += ds k_u
- * with ds as above. The group's Q, dY rows and dQ accumulators (transposed)
- * and each key tile's K, V in local memory. Ranges as attn_bwd_kv's. */
+ * with ds as above. Local memory: the group's Q, dY rows (transposed) and
+ * dQ accumulators (rows HS + 1 apart), each key tile's K, V (transposed).
+ * Ranges as attn_bwd_kv's. */
 __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const float *qkv,
                          ulong qkv_off, __global const float *lse, ulong lse_off,
                          __global const float *D, ulong D_off, __global float *dqkv,
                          ulong dqkv_off, int T, int NH, int HS, float s, int R) {
-    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], dQt[ATTN_BTILE], Ks[ATTN_BTILE],
-        Vs[ATTN_BTILE];
+    __local float Qt[ATTN_BTILE], dYt[ATTN_BTILE], dQs[ATTN_BTILE], Kt[ATTN_BTILE],
+        Vt[ATTN_BTILE];
     const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
     const int q0 = (int)get_group_id(1) * R, t = q0 + r;
-    const int b = bh / NH, h = bh % NH, RH = R * HS;
+    const int b = bh / NH, h = bh % NH, RH = R * HS, P = HS + 1;
     const long C = (long)NH * HS, C3 = 3 * C;
     const long row0 = (long)b * T * C3 + (long)h * HS;
     __global const float *base = qkv + qkv_off + row0;
@@ -183,30 +209,41 @@ __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const 
         Qt[d * R + row] = in ? base[(long)(q0 + row) * C3 + d] : 0.0f;
         dYt[d * R + row] = in ? dyb[(long)(q0 + row) * C + d] : 0.0f;
     }
-    for (int d = 0; d < HS; d++) dQt[d * R + r] = 0.0f;
+    __local float *dQ = dQs + r * P;
+    for (int d = 0; d < HS; d++) dQ[d] = 0.0f;
     const float lse_t = t < T ? lse[lse_off + (long)bh * T + t] : 0.0f;
     const float D_t = t < T ? D[D_off + (long)bh * T + t] : 0.0f;
+    float QK[KT], DV[KT];
     const int last = min(q0 + R, T) - 1;
     for (int k0 = 0; k0 <= last; k0 += R) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = r; i < RH; i += R) {
             const int row = i / HS, d = i % HS;
             const bool in = k0 + row < T;
-            Ks[i] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
-            Vs[i] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
+            Kt[d * R + row] = in ? base[(long)(k0 + row) * C3 + C + d] : 0.0f;
+            Vt[d * R + row] = in ? base[(long)(k0 + row) * C3 + 2 * C + d] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (t >= T) continue;
-        for (int c = 0; c < R && k0 + c <= t; c++) {
-            float qk = 0.0f, dv = 0.0f;
-            for (int d = 0; d < HS; d++) qk += Qt[d * R + r] * Ks[c * HS + d];
-            for (int d = 0; d < HS; d++) dv += dYt[d * R + r] * Vs[c * HS + d];
-            const float p = exp(s * qk - lse_t);
-            const float ds = s * (p * (dv - D_t));
-            for (int d = 0; d < HS; d++) dQt[d * R + r] += ds * Ks[c * HS + d];
+        const int n = t < T ? min(R, t - k0 + 1) : 0; /* keys u <= t of this tile */
+        if (n <= 0) continue;
+        for (int c = 0; c < n; c++) QK[c] = 0.0f, DV[c] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            const float qd = Qt[d * R + r], gd = dYt[d * R + r];
+            for (int c = 0; c < n; c++) {
+                QK[c] += qd * Kt[d * R + c];
+                DV[c] += gd * Vt[d * R + c];
+            }
+        }
+        for (int c = 0; c < n; c++) {
+            const float p = exp(s * QK[c] - lse_t);
+            DV[c] = s * (p * (DV[c] - D_t));
+        }
+        for (int c = 0; c < n; c++) {
+            const float ds = DV[c];
+            for (int d = 0; d < HS; d++) dQ[d] += ds * Kt[d * R + c];
         }
     }
     if (t >= T) return;
     __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
-    for (int d = 0; d < HS; d++) dqt[d] = dQt[d * R + r];
+    for (int d = 0; d < HS; d++) dqt[d] = dQ[d];
 }
