@@ -81,6 +81,19 @@ for l in open(sys.argv[1]):
 sys.exit(1)
 EOF
 
+# int8 Adam state (blocks of 2048 with their absmax) on the device: the
+# device's quantizer picks the CPU's codes (test_opencl_optim: bit for bit),
+# so the run stays within the bound above of the CPU's int8 run.
+expect "cpu run, int8 state" "$bin" "${run[@]}" --optimizer-state int8
+cp "$tmp/out" "$tmp/cpu8.json"
+expect "device run, int8 state" "$bin" "${run[@]}" --optimizer-state int8 --device opencl
+python3 - "$tmp/cpu8.json" "$tmp/out" <<'EOF' && ok || no "int8 state: device losses far from the CPU's"
+import json, sys
+c, d = [{k: v for l in open(p) for k, v in json.loads(l).items()} for p in sys.argv[1:3]]
+print("int8 state: train %.9g / %.9g" % (c["train_loss"], d["train_loss"]))
+sys.exit(0 if abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * c["train_loss"] else 1)
+EOF
+
 # --offload optimizer: Adam's state and step on the host. The device's
 # kernels and the host's Adam compute the same float operations in the same
 # order (test_opencl_optim: bit-identical over 5 steps), so the run is the

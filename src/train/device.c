@@ -2,12 +2,18 @@
 #include "train/device.h"
 #include <math.h>
 #include <string.h>
+#include "backend/cpu/optim_state.h"
 #include "core/ctx.h"
 
 int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend_of(s->ctx)); }
 
 static size_t numel(const fr_param *p) { return (size_t)fr_shape_numel(&p->shape); }
 static size_t bytes_of(const fr_param *p) { return numel(p) * fr_dtype_size(p->dtype); }
+
+/* One optimizer-state buffer of p in its format (fr_state_bytes' layout). */
+static size_t state_bytes(const fr_param *p) {
+    return fr_state_bytes((fr_state_kind)p->state_kind, numel(p));
+}
 
 static fr_tensor dev_tensor(const fr_param *p, void *buf, fr_dtype dt) {
     return (fr_tensor){.dtype = dt, .shape = p->shape, .buf = buf};
@@ -45,12 +51,7 @@ fr_status fr_dev_materialize(fr_step *s) {
                            "the step inside backward is not supported on a device yet");
         int kind;
         size_t sb = fr_step_state_bytes(s, p, &kind);
-        if (kind != 0)
-            return fr_fail(ctx, FR_ERR_ARG,
-                           "%s: compressed optimizer state on a device is not supported yet "
-                           "(use --optimizer-state fp32)",
-                           p->name);
-        p->state_kind = kind;
+        p->state_kind = kind; /* f32, bf16 or int8 blocks: the device's kernels take each */
         for (int k = 0; k < ns; k++) /* a resumed run's host state, or zeros */
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
                 return st;
@@ -267,9 +268,9 @@ fr_status fr_model_to_host(fr_model *m) {
         if (p->ddata) st = be->read(m->ctx, p->ddata, 0, p->data, bytes_of(p));
         for (int k = 0; k < 2 && !st; k++) {
             if (!p->dstate[k]) continue;
-            if (!p->state[k] && !(p->state[k] = fr_alloc(m->ctx, bytes_of(p), FR_MEM_OPTIM)))
+            if (!p->state[k] && !(p->state[k] = fr_alloc(m->ctx, state_bytes(p), FR_MEM_OPTIM)))
                 return FR_ERR_NOMEM;
-            st = be->read(m->ctx, p->dstate[k], 0, p->state[k], bytes_of(p));
+            st = be->read(m->ctx, p->dstate[k], 0, p->state[k], state_bytes(p));
         }
     }
     return st;
@@ -284,7 +285,7 @@ fr_status fr_model_to_device(fr_model *m) {
         if (p->ddata) st = be->write(m->ctx, p->ddata, 0, p->data, bytes_of(p));
         for (int k = 0; k < 2 && !st; k++)
             if (p->dstate[k] && p->state[k])
-                st = be->write(m->ctx, p->dstate[k], 0, p->state[k], bytes_of(p));
+                st = be->write(m->ctx, p->dstate[k], 0, p->state[k], state_bytes(p));
     }
     return st;
 }
