@@ -35,7 +35,7 @@ static inline float tanh_poly(float u) {
                    3.33332819422e-1f) *
                       z * u +
                   u;
-    float c = a > 9.0f ? 9.0f : a;
+    float c = a <= 9.0f ? a : 9.0f; /* NaN too: n stays an integer (no UB), NaN returned below */
     float y = c * 2.8853900817779268f; /* 2|u| log2(e) */
     float n = (y + 12582912.0f) - 12582912.0f;
     float g = (y - n) * 0.69314718055994531f; /* f ln 2, in [-0.35, 0.35] */
@@ -50,7 +50,7 @@ static inline float tanh_poly(float u) {
     } b = {((int32_t)n + 127) * (1 << 23)};
     float big = 1.0f - 2.0f / (p * b.f + 1.0f);
     big = u < 0.0f ? -big : big;
-    return a < 0.625f ? small : big;
+    return a < 0.625f ? small : a == a ? big : u;
 }
 
 /* d/dx of the tanh GELU, u = sqrt(2/pi) (x + 0.044715 x^3):
