@@ -8,14 +8,19 @@
  *   - the graph: each offloaded value goes to a host value and comes back
  *     through a fetched copy, read only after the loss; no backward node
  *     reads an offloaded value itself;
- *   - the step's planned peak and arena fall by at least the offloaded
- *     bytes minus the most fetched bytes live at once (what backward must
- *     hold back on the device), and on the device so do the measured
- *     allocated peak and the reserved peak;
+ *   - the step's planned peak falls by at least the offloaded bytes that
+ *     sit on the host at the new peak's position (every other value is live
+ *     there in both plans alike); the arena falls; on the device the
+ *     measured allocated peak falls by exactly the plan's fall and the
+ *     reserved peak falls. (The bound "offloaded minus the most fetched
+ *     bytes live at once" holds only where the old peak is at the end of
+ *     forward: it is printed, not checked; see the CNN on the device, whose
+ *     peak is the first conv's backward with its workspace.)
  *   - predicted == measured: the device's activations peak is the plan's;
  *     its reserved peak is fr_dev_step_reserved; the host's activations hold
  *     exactly the host block of the offloaded values, which
  *     fr_step_persistent predicts (on the CPU, block plus the plan's peak);
+ *     on the CPU the host's reserved peak is fr_step_reserved;
  *   - every host allocation of an offloaded CPU step made to fail in turn:
  *     a clean out-of-memory each time, nothing leaked.
  * The expected bytes are counted here from the graph and the order the step
