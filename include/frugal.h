@@ -309,7 +309,12 @@ typedef struct fr_step_opts {
     int keep_grads;
     /* On a device (--offload): FR_OFFLOAD_OPTIMIZER keeps the optimizer's
      * state and step on the host (ZeRO-Offload): each gradient is copied
-     * down after backward and each updated weight up. */
+     * down after backward and each updated weight up. FR_OFFLOAD_ACTIVATIONS
+     * (torch.autograd.graph.save_on_cpu) copies each value saved for backward
+     * (4 KiB or more) to host memory after its last forward use and back
+     * right before its first backward reader: the step's arena shrinks by
+     * them, the host holds them (category activations). Same losses, bit for
+     * bit; on the CPU backend both copies are host memory. */
     int offload;
 } fr_step_opts;
 

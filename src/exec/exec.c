@@ -2,6 +2,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "exec/exec.h"
+#include "plan/offload.h"
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     fr_ctx *ctx = g->ctx;
@@ -26,6 +27,14 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
                        : fr_arena_alloc(ctx, plan->arena_bytes);
         if (!e->arena) goto fail;
     }
+    /* values offloaded between forward and backward: one host block for
+     * the step, in the host's activations (on every backend) */
+    size_t host_bytes = fr_offload_host_place(g, NULL, NULL);
+    if (host_bytes) {
+        fr_mem_set_tag(ctx, "offload");
+        if (!(e->host = fr_alloc(ctx, host_bytes, FR_MEM_ACTIVATIONS))) goto fail;
+        fr_offload_host_place(g, e->host, e->ptr);
+    }
     for (size_t v = 0; v < g->n_vals; v++) {
         if (plan->offset[v] < 0) continue;
         if (dev) e->buf[v] = e->arena, e->off[v] = (size_t)plan->offset[v];
@@ -41,6 +50,7 @@ void fr_exec_release(fr_exec *e) {
     if (!e->ctx) return;
     if (e->arena && fr_backend_is_device(e->be)) e->be->arena_free(e->ctx, e->arena);
     else fr_arena_free(e->ctx, e->arena);
+    fr_free(e->ctx, e->host);
     fr_free(e->ctx, e->buf);
     fr_free(e->ctx, e->off);
     fr_free(e->ctx, e->ptr);

@@ -15,6 +15,7 @@ typedef struct fr_exec {
     const struct fr_backend *be; /* the context's backend */
     const fr_kernel_fn *kernels; /* and its table */
     char *arena;                 /* fr_arena_alloc'd, plan->arena_bytes (on a device: its handle) */
+    char *host;                  /* the host block of offloaded values (fr_offload_host_place) */
     void **ptr;                  /* per value: bound host storage (params, grads, batch, arena) */
     void **buf;                  /* on a device backend, per value: the buffer holding it */
     size_t *off;                 /* and its byte offset there (fr_exec_bind_dev) */

@@ -18,6 +18,8 @@ typedef enum fr_value_kind {
     FR_VAL_BUFFER,    /* a non-trainable state tensor (BatchNorm running stats) */
     FR_VAL_GRAD,      /* a parameter's gradient (persistent, accumulates) */
     FR_VAL_STEP,      /* lives within one step: planned in the arena */
+    FR_VAL_HOST,      /* a step value offloaded to host memory (an OFFLOAD's output,
+                         plan/offload.c): not in the arena, bound by the executor */
 } fr_value_kind;
 
 typedef struct fr_value {

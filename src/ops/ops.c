@@ -89,6 +89,14 @@ static int sh_cast(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *
     return 0;
 }
 
+/* A copy of input 0 elsewhere: its shape, dtype and batch dim (OFFLOAD, FETCH). */
+static int sh_move(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    o[0] = V(0)->shape;
+    dt[0] = V(0)->dtype;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
 /* out[0] is the parameter itself (the graph pass binds it): its shape, f32 */
 static int sh_optim_step(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     o[0] = V(0)->shape;
@@ -358,7 +366,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 39, "fr_op_table has 39 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 41, "fr_op_table has 41 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -399,4 +407,6 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROW(ATTENTION, "attention", sh_attention, fr_bw_attention, -1, 0, fl_attention),
     ROW(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, NULL, -1, 0, fl_attention_bwd),
+    ROW(OFFLOAD, "offload", sh_move, NULL, -1, 0, fl_none),
+    ROW(FETCH, "fetch", sh_move, NULL, -1, 0, fl_none),
 };

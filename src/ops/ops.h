@@ -16,7 +16,10 @@
  *   POS_EMBEDDING      x (B,T,C), W (Tmax,C)       -> y = x + W[t]
  *   ATTENTION          qkv (B,T,3C)                -> y (B,T,C), lse (B,NH,T), ws
  *   ATTENTION_BWD      dy, qkv, y, lse             -> dqkv, D (B,NH,T), ws
- * LINEAR, LAYERNORM and CROSS_ENTROPY take (B,T,C) as B T rows. */
+ * LINEAR, LAYERNORM and CROSS_ENTROPY take (B,T,C) as B T rows.
+ * OFFLOAD x -> h copies a device value to host memory (h is FR_VAL_HOST,
+ * outside the arena); FETCH h -> x' copies it back into a fresh arena value.
+ * Both are inserted after autodiff (plan/offload.c): no backward rule. */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -57,7 +60,9 @@
     X(POS_EMBEDDING, pos_embedding, 2, 1)           \
     X(POS_EMBEDDING_BWD, pos_embedding_bwd, 1, 2)   \
     X(ATTENTION, attention, 1, 3)                   \
-    X(ATTENTION_BWD, attention_bwd, 4, 3)
+    X(ATTENTION_BWD, attention_bwd, 4, 3)           \
+    X(OFFLOAD, offload, 1, 1)                       \
+    X(FETCH, fetch, 1, 1)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,

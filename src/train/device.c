@@ -33,8 +33,6 @@ fr_status fr_dev_materialize(fr_step *s) {
     const fr_optim_opts *o = &s->o.optim;
     const int offload = s->o.offload & FR_OFFLOAD_OPTIMIZER;
     int ns = offload ? 0 : fr_step_optim_states(o);
-    if (s->o.offload & FR_OFFLOAD_ACTIVATIONS)
-        return fr_fail(ctx, FR_ERR_ARG, "--offload activations is not supported yet");
     if (s->o.training && offload && (st = fr_step_alloc_host_update(s))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];

@@ -10,6 +10,7 @@
 #include "core/half.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
+#include "plan/offload.h"
 #include "plan/precision.h"
 #include "plan/remat.h"
 #include "train/step.h"
@@ -505,6 +506,10 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         if ((st = fr_precision_apply(&s->g, half, n_nodes0, origin, &order, &n_order))) goto fail;
     }
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;
+    if (opts->training && (opts->offload & FR_OFFLOAD_ACTIVATIONS) &&
+        (st = fr_offload_saved(&s->g, &order, &n_order, FR_OFFLOAD_MIN_BYTES, &s->n_offloaded,
+                               &s->offloaded_bytes)))
+        goto fail;
     s->scaler = fr_scaler_default();
     s->scaler.enabled = opts->loss_scaling == FR_LOSS_SCALE_DYNAMIC ||
                         (opts->loss_scaling == FR_LOSS_SCALE_AUTO &&
@@ -878,6 +883,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
+    out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     out[FR_MEM_OTHER] = s->meta_bytes;
 }
@@ -917,6 +923,8 @@ size_t fr_step_reserved(const fr_step *s) {
     }
     if (widest) r += fr_mem_block_bytes(widest);
     if (s->plan.arena_bytes) r += fr_mem_block_bytes(s->plan.arena_bytes);
+    size_t host = fr_offload_host_place(&s->g, NULL, NULL); /* offloaded activations */
+    if (host) r += fr_mem_block_bytes(host);
     r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) +
          fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
     size_t per[FR_MEM_CAT_COUNT];

@@ -37,7 +37,9 @@ struct fr_step {
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
-    void *dev_x, *dev_y; /* on a device: a micro-batch's inputs and labels (train/device.c) */
+    void *dev_x, *dev_y;    /* on a device: a micro-batch's inputs and labels (train/device.c) */
+    int n_offloaded;        /* --offload activations: saved values moved to the host */
+    size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the

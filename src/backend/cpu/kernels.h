@@ -128,6 +128,12 @@ int fr_k_dropout_bwd(fr_kernel_call *c);
  * gradient that passes through an add or a view into a parameter gradient) */
 int fr_k_copy(fr_kernel_call *c);
 
+/* offload.c
+ * OFFLOAD in: x (arena) out: h (host memory) = x, byte for byte
+ * FETCH   in: h (host memory) out: x' (arena) = h; on the CPU both are memcpy */
+int fr_k_offload(fr_kernel_call *c);
+int fr_k_fetch(fr_kernel_call *c);
+
 /* cast.c
  * CAST in: x out: y = x converted to attr.dtype (f32, f16, bf16; round to
  * nearest even, exact where representable) */
