@@ -311,6 +311,10 @@ typedef struct fr_step_opts {
      * state and step on the host (ZeRO-Offload): each gradient is copied
      * down after backward and each updated weight up. */
     int offload;
+    /* On a device, training: 0 uploads the next batch into a second device
+     * slot while the step runs (fr_feed); 1 writes each micro-batch when its
+     * step starts, nothing ahead (the same losses, bit for bit). */
+    int sync_upload;
 } fr_step_opts;
 
 #define FR_OFFLOAD_OPTIMIZER 1
