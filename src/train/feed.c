@@ -149,22 +149,23 @@ static double at_us(cl_event e, cl_profiling_info what) {
     return (double)t * 1e-3;
 }
 
-/* Slot p's upload has completed: count it, and its overlap with the step
- * that ran on the other slot meanwhile (if one did). */
+/* Slot p's upload has completed: count it, and whether it ran beside the
+ * step on the other slot, the one enqueued after it (if one ran): it
+ * overlapped when it started before that step ended (a synchronous upload
+ * starts only after), for the time both intervals share. */
 static void account(fr_feed *f, int p) {
-    double u0 = at_us(f->upx[p], CL_PROFILING_COMMAND_START),
-           u1 = at_us(f->up[p], CL_PROFILING_COMMAND_END);
+    double u0 = at_us(f->upx[p], CL_PROFILING_COMMAND_START);
+    double u1 = at_us(f->up[p], CL_PROFILING_COMMAND_END);
     f->stats.uploads++;
     f->stats.upload_us += u1 - u0;
     int o = 1 - p;
-    if (f->gen[o] <= f->gen_up[p] || !f->begin[o] || !f->end[o]) return;
-    double s0 = at_us(f->begin[o], CL_PROFILING_COMMAND_END),
-           s1 = at_us(f->end[o], CL_PROFILING_COMMAND_END);
+    if (f->gen[o] <= f->gen_up[p] || clWaitForEvents(1, &f->end[o]) != CL_SUCCESS) return;
+    double s0 = at_us(f->begin[o], CL_PROFILING_COMMAND_END);
+    double s1 = at_us(f->end[o], CL_PROFILING_COMMAND_END);
+    if (u0 >= s1) return;
     double lo = u0 > s0 ? u0 : s0, hi = u1 < s1 ? u1 : s1;
-    if (hi > lo) {
-        f->stats.overlapped++;
-        f->stats.overlap_us += hi - lo;
-    }
+    f->stats.overlapped++;
+    f->stats.overlap_us += hi > lo ? hi - lo : 0;
 }
 
 fr_status fr_feed_next(fr_feed *f, fr_batch *out, int *done) {

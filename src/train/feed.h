@@ -49,9 +49,11 @@ fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot);
 void fr_feed_bind(fr_step *s, int slot, int off);
 fr_status fr_feed_release(fr_step *s, int slot);
 
-/* Uploads so far, and how many of them ran while a step ran (their
- * profiled intervals on the device's clock intersect the step's: from its
- * barrier to its release mark), with the microseconds they overlapped. */
+/* Uploads so far; how many of them started before the step enqueued after
+ * them ended (so did not wait for it: a synchronous upload of the next batch
+ * starts only after), with the microseconds their profiled intervals share
+ * with that step's (from its barrier to its release mark, the device's
+ * clock) and the microseconds they took. */
 typedef struct fr_feed_stats {
     int64_t uploads, overlapped;
     double upload_us, overlap_us;

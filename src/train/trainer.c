@@ -335,10 +335,10 @@ done:
         fr_feed_stats fs;
         fr_feed_get_stats(s->feed, &fs);
         if (!st && !cfg->json && cfg->progress >= 0)
-            printf("batch uploads: %lld into two device slots, %lld of them while a step ran "
-                   "(%.1f of %.1f ms overlapped)\n",
-                   (long long)fs.uploads, (long long)fs.overlapped, fs.overlap_us / 1e3,
-                   fs.upload_us / 1e3);
+            printf("batch uploads: %lld into two device slots, %lld of them before the step "
+                   "beside them ended (%.2f ms uploading, %.2f ms of it during a step)\n",
+                   (long long)fs.uploads, (long long)fs.overlapped, fs.upload_us / 1e3,
+                   fs.overlap_us / 1e3);
         fr_status ds = fr_feed_drain(s->feed); /* before the loader's batches go */
         if (!st) st = ds;
     }
