@@ -85,11 +85,17 @@ void fr_dev_bind(fr_step *s) {
     }
 }
 
+/* fr_dev_bind's refusal (its message set), if a gradient could not be allocated. */
+static fr_status grads_bound(const fr_step *s) {
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
 fr_status fr_dev_batch(fr_step *s, const fr_batch *b, int off, int n) {
     const fr_graph *g = &s->g;
     const fr_backend *be = fr_backend_of(s->ctx);
-    for (size_t i = 0; i < s->m->n_params; i++)
-        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM; /* fr_dev_bind's */
+    if (grads_bound(s)) return FR_ERR_NOMEM;
     int ce = s->m->loss == FR_LOSS_CROSS_ENTROPY, tokens = s->m->in_dtype == FR_I32;
     size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->micro;
     size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->micro;
@@ -137,7 +143,7 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     double total = 0;
     int hits = 0;
     int slot = -1;
-    if (s->feed && (st = fr_feed_acquire(s, b, &slot))) return st;
+    if (s->feed && ((st = grads_bound(s)) || (st = fr_feed_acquire(s, b, &slot)))) return st;
     for (int off = 0; off < b->n && !st; off += s->micro) {
         int n = b->n - off < s->micro ? b->n - off : s->micro, h = 0;
         float share = (float)n / (float)b->n, l = 0;
