@@ -20,6 +20,7 @@ add batch          tespf 32
 add threads        tespfg 1
 add device         tespf cpu
 add offload        t     optimizer
+add sync-upload    t     -
 add json           tesp  -
 add no-progress    t     -
 add data           tep   /nonexistent

@@ -23,8 +23,8 @@ for l in open(sys.argv[1]):
 print(json.dumps(out))' "$1"
 }
 
-# 480 samples in batches of 64: 7 whole batches and one of 32
-run=(train --model cnn --data "$data" --epochs 2 --limit 480 --test-limit 128 --batch 64 --seed 4
+# 224 samples in batches of 64: 3 whole batches and one of 32, two epochs
+run=(train --model cnn --data "$data" --epochs 2 --limit 224 --test-limit 64 --batch 64 --seed 4
     --threads 2 --json --device opencl)
 for mb in 0 16; do
     extra=()
@@ -72,15 +72,15 @@ p, m = a["predicted_step_reserved"], a["measured_reserved_peak"]
 assert p <= m <= p * 1.25
 EOF
 
-# Overlap: 8 batches an epoch, the first uploaded before any step; each of
-# the other 7 is uploaded while the step before it runs (a CNN step of 64
+# Overlap: 4 batches an epoch, the first uploaded before any step; each of
+# the other 3 is uploaded while the step before it runs (a CNN step of 64
 # samples on this device takes far longer than a 200 KB upload).
-text=(train --model cnn --data "$data" --epochs 1 --limit 512 --test-limit 128 --batch 64 --seed 4
+text=(train --model cnn --data "$data" --epochs 1 --limit 256 --test-limit 64 --batch 64 --seed 4
     --threads 2 --device opencl)
 expect "two slots, text" "$bin" "${text[@]}"
 line=$(grep "^batch uploads:" "$tmp/out")
 echo "$line"
-[[ "$line" =~ ^batch\ uploads:\ 8\ into\ two\ device\ slots,\ 7\ of\ them ]] && ok ||
+[[ "$line" =~ ^batch\ uploads:\ 4\ into\ two\ device\ slots,\ 3\ of\ them ]] && ok ||
     no "uploads not overlapped: '$line'"
 expect "synchronous, text" "$bin" "${text[@]}" --sync-upload
 grep -q "^batch uploads:" "$tmp/out" && no "a synchronous run reports uploads ahead" || ok

@@ -37,7 +37,7 @@ struct fr_step {
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
-    void *dev_x, *dev_y; /* on a device: a micro-batch's inputs and labels (train/device.c) */
+    void *dev_x, *dev_y;  /* on a device: a micro-batch's inputs and labels (train/device.c) */
     struct fr_feed *feed; /* or two whole-batch slots uploaded ahead (train/feed.c) */
 };
 
