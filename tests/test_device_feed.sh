@@ -3,7 +3,8 @@
 # two device slots while the step before runs, through `frugal train` on the
 # OpenCL device (PoCL in CI): the same losses bit for bit as --sync-upload
 # (each batch written by its step), with whole batches, micro-batches (the
-# step binds offsets into the slot) and a last batch shorter than the rest;
+# step binds offsets into the slot), a last batch shorter than the rest and
+# a token model;
 # the device's data bytes grow by exactly one more batch of inputs and labels
 # (a hand count), the prediction still meets the measurement; and every
 # upload but an epoch's first started before the step beside it ended.
@@ -48,6 +49,21 @@ print("\n".join(bad) or "micro-batch %s: the same %d losses bit for bit" % (sys.
 sys.exit(1 if bad or len(a) != len(b) else 0)
 EOF
 done
+
+# A token model (a 2-layer GPT, i32 token ids and next-token labels in the
+# slots): the same losses bit for bit.
+python3 - "$tmp/text.txt" <<'PY'
+import sys
+s = "the quick brown fox jumps over the lazy dog. a frugal engine counts every byte.\n"
+open(sys.argv[1], "w").write(s * 500)
+PY
+gpt=(train --model "$src/tests/data/small_gpt.model" --data "$tmp/text.txt" --batch 8 --steps 6
+    --threads 2 --json --device opencl)
+expect "gpt, two slots" "$bin" "${gpt[@]}"
+cp "$tmp/out" "$tmp/gfed.json"
+expect "gpt, synchronous" "$bin" "${gpt[@]}" --sync-upload
+a=$(grep '"eval"' "$tmp/gfed.json" | sed 's/"seconds.*//') b=$(grep '"eval"' "$tmp/out" | sed 's/"seconds.*//')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || no "gpt: fed '$a' synchronous '$b'"
 
 # Device memory: the feed holds two whole batches where the step held one
 # micro-batch (64 samples here). A sample is 1x28x28 f32 inputs and one i32
