@@ -70,7 +70,8 @@ static void test_failures(fr_ctx *ctx, const float *x, const int32_t *y) {
         if (st) {
             failures++;
             const char *e = fr_last_error(ctx);
-            if (st != FR_ERR_NOMEM || !strstr(e, "injected") || !strstr(e, "on the OpenCL device")) {
+            if (st != FR_ERR_NOMEM || !strstr(e, "injected") ||
+                !strstr(e, "on the OpenCL device")) {
                 if (bad++ < 3) fprintf(stderr, "device allocation %d: status %d, '%s'\n", n, st, e);
             }
         }
