@@ -316,6 +316,10 @@ typedef struct fr_step_opts {
      * them, the host holds them (category activations). Same losses, bit for
      * bit; on the CPU backend both copies are host memory. */
     int offload;
+    /* On a device, training: 0 uploads the next batch into a second device
+     * slot while the step runs (fr_feed); 1 writes each micro-batch when its
+     * step starts, nothing ahead (the same losses, bit for bit). */
+    int sync_upload;
 } fr_step_opts;
 
 #define FR_OFFLOAD_OPTIMIZER 1

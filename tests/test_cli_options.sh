@@ -20,6 +20,7 @@ add batch          tespf 32
 add threads        tespfg 1
 add device         tespf cpu
 add offload        tspf  optimizer
+add sync-upload    t     -
 add json           tespf -
 add no-progress    t     -
 add data           tep   /nonexistent

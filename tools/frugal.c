@@ -161,6 +161,7 @@ enum {
     O_THREADS,
     O_DEVICE,
     O_OFFLOAD,
+    O_SYNC_UPLOAD,
     O_SAVE,
     O_RESUME,
     O_INIT,
@@ -224,6 +225,9 @@ static const opt_row opts[] = {
     {"offload", "WHAT", O_OFFLOAD, C_STEP,
      "with --device: optimizer keeps the optimizer's state and step\n"
      "on the host (ZeRO-Offload: gradients down, weights up each step)"},
+    {"sync-upload", NULL, O_SYNC_UPLOAD, C_TRAIN,
+     "with --device: upload each batch when its step starts, instead\n"
+     "of into a second device slot while the step before runs"},
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN | C_PROFILE,
      "JSON on stdout instead of text"},
@@ -556,6 +560,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
         case O_THREADS: INT_OPT(0, 1024, c->threads); break;
+        case O_SYNC_UPLOAD: c->t.sync_upload = 1; break;
         case O_OFFLOAD:
             if (!strcmp(val, "optimizer")) c->t.offload = FR_OFFLOAD_OPTIMIZER;
             else if (!strcmp(val, "activations")) c->t.offload = FR_OFFLOAD_ACTIVATIONS;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "backend/cpu/optim_state.h"
 #include "core/ctx.h"
+#include "train/feed.h"
 
 int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend_of(s->ctx)); }
 
@@ -54,7 +55,9 @@ fr_status fr_dev_materialize(fr_step *s) {
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
                 return st;
     }
-    /* the batch's device buffers: a micro-batch of inputs and of labels */
+    /* the batch's device buffers: two whole batches uploaded ahead, or a
+     * micro-batch of inputs and of labels */
+    if (fr_feed_used(s)) return s->feed ? FR_OK : fr_feed_new(s, &s->feed);
     const fr_graph *g = &s->g;
     size_t xb = fr_value_bytes(&g->vals[g->input]), yb = fr_value_bytes(&g->vals[g->label]);
     if (!s->dev_x && !(s->dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
@@ -81,11 +84,17 @@ void fr_dev_bind(fr_step *s) {
     }
 }
 
+/* fr_dev_bind's refusal (its message set), if a gradient could not be allocated. */
+static fr_status grads_bound(const fr_step *s) {
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
 fr_status fr_dev_batch(fr_step *s, const fr_batch *b, int off, int n) {
     const fr_graph *g = &s->g;
     const fr_backend *be = fr_backend_of(s->ctx);
-    for (size_t i = 0; i < s->m->n_params; i++)
-        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM; /* fr_dev_bind's */
+    if (grads_bound(s)) return FR_ERR_NOMEM;
     int ce = s->m->loss == FR_LOSS_CROSS_ENTROPY, tokens = s->m->in_dtype == FR_I32;
     size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->micro;
     size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->micro;
@@ -132,10 +141,13 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_dev_bind(s);
     double total = 0;
     int hits = 0;
+    int slot = -1;
+    if (s->feed && ((st = grads_bound(s)) || (st = fr_feed_acquire(s, b, &slot)))) return st;
     for (int off = 0; off < b->n && !st; off += s->micro) {
         int n = b->n - off < s->micro ? b->n - off : s->micro, h = 0;
         float share = (float)n / (float)b->n, l = 0;
-        if ((st = fr_dev_batch(s, b, off, n))) break;
+        if (s->feed) fr_feed_bind(s, slot, off);
+        else if ((st = fr_dev_batch(s, b, off, n))) break;
         fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;
@@ -144,6 +156,10 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
         total += (double)l * n;
         hits += h;
         fr_exec_finish(e);
+    }
+    if (slot >= 0) { /* its last read of the slot is enqueued */
+        fr_status rs = fr_feed_release(s, slot);
+        if (!st) st = rs;
     }
     if (st) return st;
     float l = (float)(total / b->n);
@@ -307,6 +323,8 @@ void fr_dev_step_free(fr_step *s) {
     be->release(s->ctx, s->dev_x);
     be->release(s->ctx, s->dev_y);
     s->dev_x = s->dev_y = NULL;
+    fr_feed_free(s->feed);
+    s->feed = NULL;
 }
 
 size_t fr_dev_step_reserved(const fr_step *s) {
@@ -326,8 +344,10 @@ size_t fr_dev_step_reserved(const fr_step *s) {
             r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
     }
     const fr_graph *g = &s->g;
-    r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
-         fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
+    if (fr_feed_used(s)) r += fr_feed_reserved(s);
+    else
+        r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
+             fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
     if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
     return r;
 }

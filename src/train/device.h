@@ -2,7 +2,8 @@
  * model's parameters, gradients and optimizer state live in the device's
  * memory (fr_param.ddata, dgrad, dstate), uploaded from the host when a step
  * is made and brought back by fr_model_to_host (a checkpoint, the end of a
- * run); batches are uploaded into the step's input buffers; only the loss,
+ * run); a training step's batches are uploaded ahead into two device slots
+ * (train/feed.h), others' into the step's input buffers; only the loss,
  * the logits' hits and the scaler's flag come back per step. */
 #ifndef FR_DEVICE_H
 #define FR_DEVICE_H

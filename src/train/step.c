@@ -15,6 +15,7 @@
 #include "plan/remat.h"
 #include "train/step.h"
 #include "train/device.h"
+#include "train/feed.h"
 
 static size_t param_bytes(const fr_param *p) {
     return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
@@ -739,7 +740,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     int ce = m->loss == FR_LOSS_CROSS_ENTROPY, tokens = m->in_dtype == FR_I32;
     const void *labels = ce ? (const void *)b->y : (const void *)b->target;
     const void *inputs = tokens ? (const void *)b->idx : (const void *)b->x;
-    if (!inputs || !labels)
+    if ((!inputs || !labels) && !(s->feed && fr_feed_holds(s->feed, b))) /* else on the device */
         return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s",
                        inputs   ? "labels"
                        : tokens ? "token ids (idx)"

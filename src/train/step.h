@@ -38,6 +38,7 @@ struct fr_step {
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
     void *dev_x, *dev_y;    /* on a device: a micro-batch's inputs and labels (train/device.c) */
+    struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
     int n_offloaded;        /* --offload activations: saved values moved to the host */
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
 };

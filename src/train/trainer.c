@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/feed.h"
 #include "train/source.h"
 #include "train/trainer.h"
 
@@ -142,6 +143,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .loss_scaling = cfg->loss_scaling,
                        .keep_grads = cfg->keep_grads,
                        .offload = cfg->offload,
+                       .sync_upload = cfg->sync_upload,
                        .budget = cfg->budget};
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,
@@ -234,14 +236,18 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     for (int epoch = start_epoch; epoch < cfg->epochs && step < step_end; epoch++) {
         double t0 = now_s(), sum = 0;
         int64_t seen = 0, hits = 0, i = skip;
-        if ((st = fr_batches_start(&l, epoch, skip))) goto done;
+        if ((st = s->feed ? fr_feed_start(s->feed, &l, epoch, skip)
+                          : fr_batches_start(&l, epoch, skip)))
+            goto done;
         skip = 0;
         int64_t ep_steps = nb < i + (step_end - step) ? nb : i + (step_end - step);
         for (; i < ep_steps;) {
             fr_batch b;
             int done_ = 0, c = 0;
             float L;
-            if ((st = fr_batches_next(&l, &b, &done_))) goto done;
+            if ((st =
+                     s->feed ? fr_feed_next(s->feed, &b, &done_) : fr_batches_next(&l, &b, &done_)))
+                goto done;
             if (done_) break;
             if ((st = fr_step_run(s, &b, &L, &c))) goto done;
             sum += (double)L * b.n;
@@ -324,6 +330,17 @@ done:
             printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
                    (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);
         fr_mem_summary(ctx, stdout);
+    }
+    if (s && s->feed) {
+        fr_feed_stats fs;
+        fr_feed_get_stats(s->feed, &fs);
+        if (!st && !cfg->json && cfg->progress >= 0)
+            printf("batch uploads: %lld into two device slots, %lld of them before the step "
+                   "beside them ended (%.2f ms uploading, %.2f ms of it during a step)\n",
+                   (long long)fs.uploads, (long long)fs.overlapped, fs.upload_us / 1e3,
+                   fs.overlap_us / 1e3);
+        fr_status ds = fr_feed_drain(s->feed); /* before the loader's batches go */
+        if (!st) st = ds;
     }
     if (s) {
         res->loss_scale = s->scaler.enabled ? s->scaler.scale : 1.0f;

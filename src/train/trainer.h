@@ -33,6 +33,7 @@ typedef struct fr_train_cfg {
     float clip_grad_norm;
     int keep_grads;   /* store every gradient (no SGD step inside backward) */
     int offload;      /* on a device: FR_OFFLOAD_* */
+    int sync_upload;  /* on a device: no batch uploaded ahead (fr_step_opts) */
     const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;

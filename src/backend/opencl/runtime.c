@@ -232,7 +232,9 @@ int fr_cl_open(fr_ctx *ctx, int index, fr_cl **out) {
     /* no properties: the one device names its platform */
     cl->context = clCreateContext(NULL, 1, &cl->device, NULL, NULL, &err);
     if ((st = fr_cl_check(ctx, err, "clCreateContext")) != FR_OK) goto fail;
-    cl->queue = clCreateCommandQueue(cl->context, cl->device, 0, &err); /* in order */
+    /* in order; profiled so that an upload queue's events (fr_cl_queue_new)
+     * can be set against the step's on one clock */
+    cl->queue = clCreateCommandQueue(cl->context, cl->device, CL_QUEUE_PROFILING_ENABLE, &err);
     if ((st = fr_cl_check(ctx, err, "clCreateCommandQueue")) != FR_OK) goto fail;
     *out = cl;
     return FR_OK;
@@ -423,4 +425,42 @@ int fr_cl_zero(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off, size_t n) {
 
 int fr_cl_finish(fr_ctx *ctx, fr_cl *cl) {
     return fr_cl_check(ctx, clFinish(cl->queue), "clFinish");
+}
+
+/* ---- a second queue and events ----------------------------------------- */
+
+int fr_cl_queue_new(fr_ctx *ctx, fr_cl *cl, cl_command_queue *out) {
+    cl_int err;
+    *out = clCreateCommandQueue(cl->context, cl->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    int st = fr_cl_check(ctx, err, "clCreateCommandQueue (an upload queue)");
+    if (st != FR_OK) *out = NULL;
+    return st;
+}
+
+void fr_cl_queue_free(cl_command_queue q) {
+    if (!q) return;
+    clFinish(q);
+    clReleaseCommandQueue(q);
+}
+
+int fr_cl_write_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, const void *src, size_t n,
+                   cl_uint n_wait, const cl_event *wait, cl_event *done) {
+    cl_int err =
+        n ? clEnqueueWriteBuffer(q, m, CL_FALSE, off, n, src, n_wait, n_wait ? wait : NULL, done)
+          : clEnqueueMarkerWithWaitList(q, n_wait, n_wait ? wait : NULL, done);
+    if (err == CL_SUCCESS) err = clFlush(q);
+    char what[112];
+    snprintf(what, sizeof what, "clEnqueueWriteBuffer (upload queue) of %zu bytes at %zu", n, off);
+    return fr_cl_check(ctx, err, what);
+}
+
+int fr_cl_wait_for(fr_ctx *ctx, fr_cl *cl, cl_uint n, const cl_event *events) {
+    if (n == 0) return FR_OK;
+    return fr_cl_check(ctx, clEnqueueBarrierWithWaitList(cl->queue, n, events, NULL),
+                       "clEnqueueBarrierWithWaitList");
+}
+
+int fr_cl_mark(fr_ctx *ctx, fr_cl *cl, cl_event *out) {
+    return fr_cl_check(ctx, clEnqueueMarkerWithWaitList(cl->queue, 0, NULL, out),
+                       "clEnqueueMarkerWithWaitList");
 }

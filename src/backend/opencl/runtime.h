@@ -120,6 +120,21 @@ int fr_cl_zero(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off, size_t n);
 int fr_cl_finish(fr_ctx *ctx, fr_cl *cl);
 cl_command_queue fr_cl_queue(fr_cl *cl); /* for CLBlast calls */
 
+/* A second in-order queue on cl's context (uploads beside the step's queue),
+ * with CL_QUEUE_PROFILING_ENABLE; fr_cl_queue_free finishes and releases it. */
+int fr_cl_queue_new(fr_ctx *ctx, fr_cl *cl, cl_command_queue *out);
+void fr_cl_queue_free(cl_command_queue q); /* NULL: nothing */
+/* n bytes of host src into m+off on queue q once the n_wait events of wait
+ * have completed, not waited for: *done completes when the bytes are there,
+ * and src must stay as it is until then. Flushed, so it starts now. */
+int fr_cl_write_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, const void *src, size_t n,
+                   cl_uint n_wait, const cl_event *wait, cl_event *done);
+/* On cl's queue: what is enqueued after this waits for the n events (a
+ * barrier); *out, an event that completes when everything enqueued before it
+ * has (a marker). Both enqueued, not waited for. */
+int fr_cl_wait_for(fr_ctx *ctx, fr_cl *cl, cl_uint n, const cl_event *events);
+int fr_cl_mark(fr_ctx *ctx, fr_cl *cl, cl_event *out);
+
 /* "CL_OUT_OF_RESOURCES" ...; "CL_UNKNOWN_ERROR" for a code it does not know. */
 const char *fr_cl_errstr(cl_int err);
 /* FR_OK for CL_SUCCESS, else fails "WHAT: CL_... (code)": FR_ERR_NOMEM for the
