@@ -51,7 +51,9 @@ for model in ${MODELS:-cnn resnet gpt-tiny chain}; do
     gpt-tiny) args=(--model gpt-tiny --batch 4 --seq 64 --optimizer adamw) ;;
     esac
     for cfg in cpu device offload; do
-        extra=()
+        # the CPU keeps every gradient too (--keep-grads): on a device the
+        # optimizer runs after backward, so that is the same plan
+        extra=(--keep-grads)
         [ "$cfg" != cpu ] && extra=(--device "$device")
         [ "$cfg" = offload ] && extra+=(--offload optimizer)
         echo "device.sh: $model $cfg" >&2
