@@ -50,7 +50,7 @@ fr_status fr_dev_materialize(fr_step *s) {
                            "the step inside backward is not supported on a device yet");
         int kind;
         size_t sb = fr_step_state_bytes(s, p, &kind);
-        p->state_kind = kind; /* f32, bf16 or int8 blocks: the device's kernels take each */
+        p->state_kind = kind;        /* f32, bf16 or int8 blocks: the device's kernels take each */
         for (int k = 0; k < ns; k++) /* a resumed run's host state, or zeros */
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
                 return st;
@@ -162,15 +162,8 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
         if (!st) st = rs;
     }
     if (st) return st;
-    float l = (float)(total / b->n);
-    if (correct) *correct = hits;
-    if (loss) *loss = l;
-    if (!isfinite(l) && !(s->o.training && s->scaler.enabled))
-        return fr_fail(s->ctx, FR_ERR_NUMERIC,
-                       "non-finite loss (%g) at step %llu: lower the learning rate or check the "
-                       "data; the weights were not updated",
-                       (double)l, (unsigned long long)s->runs);
-    if (!s->o.training) return FR_OK;
+    float l;
+    if ((st = fr_step_report(s, b, total, hits, loss, correct, &l)) || !s->o.training) return st;
     for (size_t i = 0; i < m->n_params; i++)
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     return fr_dev_update(s, l);

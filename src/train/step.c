@@ -729,6 +729,21 @@ void fr_step_set_loss_scale(fr_step *s, float scale) {
     }
 }
 
+/* The batch's mean loss from its micro-batches' sums, into *loss, *correct
+ * and *l; a non-finite one is an error unless the scaler will skip it. */
+fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,
+                         int *correct, float *l) {
+    *l = (float)(total / b->n);
+    if (correct) *correct = hits;
+    if (loss) *loss = *l;
+    if (!isfinite(*l) && !(s->o.training && s->scaler.enabled))
+        return fr_fail(s->ctx, FR_ERR_NUMERIC,
+                       "non-finite loss (%g) at step %llu: lower the learning rate or check the "
+                       "data; the weights were not updated",
+                       (double)*l, (unsigned long long)s->runs);
+    return FR_OK;
+}
+
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
     fr_graph *g = &s->g;
@@ -809,15 +824,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         fr_exec_finish(e);
     }
     if (st) return st;
-    float l = (float)(total / b->n);
-    if (correct) *correct = hits;
-    if (loss) *loss = l;
-    if (!isfinite(l) && !(s->o.training && s->scaler.enabled))
-        return fr_fail(s->ctx, FR_ERR_NUMERIC,
-                       "non-finite loss (%g) at step %llu: lower the learning rate or check the "
-                       "data; the weights were not updated",
-                       (double)l, (unsigned long long)s->runs);
-    if (!s->o.training) return FR_OK;
+    float l;
+    if ((st = fr_step_report(s, b, total, hits, loss, correct, &l)) || !s->o.training) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
             m->params[i].grad_valid = e->written[s->gv[i]];

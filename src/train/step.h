@@ -85,6 +85,8 @@ size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
  * executor's tables and the step's metadata, plus one batch of data (held
  * by the caller, e.g. the loader). fr_plan_info.reserved is this. */
 size_t fr_step_reserved(const fr_step *s);
+fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,
+                         int *correct, float *l);
 /* After backward on the host: scaler, clipping, optimizer, zero_grad. */
 fr_status fr_step_host_update(fr_step *s, float loss);
 fr_status fr_step_alloc_host_update(fr_step *s);
