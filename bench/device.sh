@@ -9,7 +9,8 @@
 #      (device, and the state the host then holds): the same plan gives the
 #      same bytes, and offload moves the optimizer state off the device;
 #   2. ms per step of each, and the cost of the offload;
-#   3. the device's reserved peak with and without offload.
+#   3. the device's reserved peak with and without each offload
+#      (--offload optimizer, --offload activations).
 # On this project's CI host the device is PoCL, an OpenCL implementation on
 # the CPU: its times are CPU times through another compiler and CLBlast's
 # generic kernels, not a GPU's, and the README says so. Where `frugal
@@ -50,12 +51,13 @@ for model in ${MODELS:-cnn resnet gpt-tiny chain}; do
     resnet) args=(--model resnet --batch 32 --optimizer adam) ;;
     gpt-tiny) args=(--model gpt-tiny --batch 4 --seq 64 --optimizer adamw) ;;
     esac
-    for cfg in cpu device offload; do
+    for cfg in cpu device offload offact; do
         # the CPU keeps every gradient too (--keep-grads): on a device the
         # optimizer runs after backward, so that is the same plan
         extra=(--keep-grads)
         [ "$cfg" != cpu ] && extra=(--device "$device")
         [ "$cfg" = offload ] && extra+=(--offload optimizer)
+        [ "$cfg" = offact ] && extra+=(--offload activations)
         echo "device.sh: $model $cfg" >&2
         line=$("$bin" profile "${args[@]}" --steps "$steps" --threads "$threads" --json \
             --trace "$tmp/t.json" --svg "$tmp/t.svg" "${extra[@]}" 2>/dev/null | tail -1)
@@ -80,19 +82,22 @@ lines = ["# frugal on an OpenCL device against the CPU", "",
          (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), device, devline.strip()), ""]
 summary = {}
 for m in models:
-    cpu, dev, off = by[(m, "cpu")], by[(m, "device")], by[(m, "offload")]
-    hc, dd, od = cpu["memory"], dev["memory"]["device"], off["memory"]["device"]
+    cpu, dev, off, oa = by[(m, "cpu")], by[(m, "device")], by[(m, "offload")], by[(m, "offact")]
+    hc, dd, od, ad = cpu["memory"], dev["memory"]["device"], off["memory"]["device"], oa["memory"]["device"]
     lines += ["## %s" % m, "",
               "| category | CPU run (host) MiB | device run (device) MiB | device, --offload optimizer (device) MiB | offloaded: host MiB |",
               "|---|---:|---:|---:|---:|"]
+    lines[-2] = lines[-2][:-1] + " --offload activations (device) MiB | offloaded: host MiB |"
+    lines[-1] = lines[-1] + "---:|---:|"
     for c in cats:
-        lines.append("| %s | %s | %s | %s | %s |" % (c, mib(hc["allocated_peak"][c]),
+        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, mib(hc["allocated_peak"][c]),
                      mib(dd["allocated_peak"][c]), mib(od["allocated_peak"][c]),
-                     mib(off["memory"]["allocated_peak"][c])))
-    lines.append("| reserved peak | %s | %s | %s | |" % (mib(hc["reserved_peak"]),
-                 mib(dd["reserved_peak"]), mib(od["reserved_peak"])))
-    lines.append("| ms per step | %.1f | %.1f | %.1f | |" % (cpu["ms_per_step"],
-                 dev["ms_per_step"], off["ms_per_step"]))
+                     mib(off["memory"]["allocated_peak"][c]), mib(ad["allocated_peak"][c]),
+                     mib(oa["memory"]["allocated_peak"][c])))
+    lines.append("| reserved peak | %s | %s | %s | | %s | |" % (mib(hc["reserved_peak"]),
+                 mib(dd["reserved_peak"]), mib(od["reserved_peak"]), mib(ad["reserved_peak"])))
+    lines.append("| ms per step | %.1f | %.1f | %.1f | | %.1f | |" % (cpu["ms_per_step"],
+                 dev["ms_per_step"], off["ms_per_step"], oa["ms_per_step"]))
     same = all(hc["allocated_peak"][c] == dd["allocated_peak"][c]
                for c in ["parameters", "gradients", "optimizer", "activations"])
     fell = dd["reserved_peak"] - od["reserved_peak"]
@@ -101,7 +106,11 @@ for m in models:
               "- --offload optimizer: the device's reserved peak falls by %s MiB (its optimizer "
               "state was %s MiB); step time %.2fx the device's without offload" %
               (mib(fell), mib(dd["allocated_peak"]["optimizer"]),
-               off["ms_per_step"] / dev["ms_per_step"]), ""]
+               off["ms_per_step"] / dev["ms_per_step"]),
+              "- --offload activations: the device's reserved peak falls by %s MiB, activations "
+              "at their peak %s -> %s MiB; step time %.2fx" %
+              (mib(dd["reserved_peak"] - ad["reserved_peak"]), mib(dd["allocated_peak"]["activations"]),
+               mib(ad["allocated_peak"]["activations"]), oa["ms_per_step"] / dev["ms_per_step"]), ""]
     summary[m] = {"same_bytes": same, "offload_fell": fell,
                   "optim_state": dd["allocated_peak"]["optimizer"],
                   "ms": {k: by[(m, k)]["ms_per_step"] for k in ("cpu", "device", "offload")}}

@@ -81,6 +81,25 @@ for l in open(sys.argv[1]):
 sys.exit(1)
 EOF
 
+# Checkpointing on the device never changes results: --checkpoint all and
+# revolve:2 give the plain device run's losses bit for bit, and the device's
+# predicted reservation is measured exactly, smaller than without.
+for ck in all revolve:2; do
+    expect "device run, --checkpoint $ck" "$bin" "${run[@]}" --device opencl --checkpoint $ck
+    for k in train_loss test_loss; do
+        a=$(json_field "$tmp/dev1.json" $k) b=$(json_field "$tmp/out" $k)
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "--checkpoint $ck on the device changed $k: $b vs $a"
+    done
+    python3 - "$tmp/out" "$tmp/dev1.json" <<'EOF' && ok || no "--checkpoint $ck: device predicted vs measured"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][0]
+base = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' in l][0]
+p, m = s["predicted_step_reserved"], s["measured_reserved_peak"]
+print("checkpointed on the device: predicted %d, measured %d (plain %d)" % (p, m, base["measured_reserved_peak"]))
+sys.exit(0 if p == m and m < base["measured_reserved_peak"] else 1)
+EOF
+done
+
 # int8 Adam state (blocks of 2048 with their absmax) on the device: the
 # device's quantizer picks the CPU's codes (test_opencl_optim: bit for bit),
 # so the run stays within the bound above of the CPU's int8 run.
