@@ -87,7 +87,7 @@ for m in models:
     lines += ["## %s" % m, "",
               "| category | CPU run (host) MiB | device run (device) MiB | device, --offload optimizer (device) MiB | offloaded: host MiB |",
               "|---|---:|---:|---:|---:|"]
-    lines[-2] = lines[-2][:-1] + " --offload activations (device) MiB | offloaded: host MiB |"
+    lines[-2] = lines[-2] + " --offload activations (device) MiB | offloaded: host MiB |"
     lines[-1] = lines[-1] + "---:|---:|"
     for c in cats:
         lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, mib(hc["allocated_peak"][c]),
