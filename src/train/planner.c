@@ -353,8 +353,8 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     }
     if (!found) {
         if (smallest.reserved != SIZE_MAX)
-            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg, smallest.micro,
-                                   smallest.prec};
+            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg,
+                                   smallest.micro,    smallest.prec, smallest.offload};
         return NULL;
     }
     fr_step_opts o = *opts;
@@ -369,9 +369,10 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
 }
 
 int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
-    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s",
+    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s",
                     mode_name(n->mode), n->arg ? " " : "", n->arg, n->micro,
-                    fr_precision_name(n->prec));
+                    fr_precision_name(n->prec),
+                    n->offload & FR_OFFLOAD_OPTIMIZER ? ", the optimizer on the host" : "");
 }
 
 fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need) {

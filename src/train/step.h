@@ -57,6 +57,7 @@ typedef struct fr_plan_need {
     fr_ckpt_mode mode;
     int arg, micro;
     fr_precision prec;
+    int offload; /* FR_OFFLOAD_* */
 } fr_plan_need;
 /* The planner's choice built but not materialized (nothing of the model
  * allocated); NULL with *need set when nothing fits (no message: the caller

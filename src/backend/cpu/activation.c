@@ -35,7 +35,7 @@ static inline float tanh_poly(float u) {
                    3.33332819422e-1f) *
                       z * u +
                   u;
-    float c = a <= 9.0f ? a : 9.0f; /* NaN too: n stays an integer (no UB), NaN returned below */
+    float c = a <= 9.0f ? a : 9.0f;    /* NaN too: n stays an integer (no UB), NaN returned below */
     float y = c * 2.8853900817779268f; /* 2|u| log2(e) */
     float n = (y + 12582912.0f) - 12582912.0f;
     float g = (y - n) * 0.69314718055994531f; /* f ln 2, in [-0.35, 0.35] */
