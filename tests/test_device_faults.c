@@ -23,6 +23,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/opencl/backend.h"
 
 enum { N = 4, D = 144 };
@@ -97,15 +98,8 @@ static void test_budget(fr_ctx *ctx) {
 }
 
 int main(void) {
-    fr_ctx *ctx = fr_ctx_new();
-    int n = 0;
-    if (!ctx) return 2;
-    if (fr_cl_count(ctx, &n) || n < 1) {
-        puts("skipped: no OpenCL device");
-        fr_ctx_free(ctx);
-        return 77;
-    }
-    CHECK(fr_cl_use(ctx, 0) == FR_OK, "opening device 0: %s", fr_last_error(ctx));
+    fr_ctx *ctx = cl_device_ctx();
+    if (!ctx) return 77;
     fr_set_threads(ctx, 2);
     float *x = malloc(N * D * sizeof *x);
     int32_t *y = malloc(N * sizeof *y);

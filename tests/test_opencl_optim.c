@@ -88,6 +88,7 @@ int main(int argc, char **argv) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/cpu/kernels.h"
 #include "backend/opencl/optim.h"
 #include "backend/opencl/runtime.h"
@@ -388,15 +389,9 @@ static void test_map(void) {
 int main(int argc, char **argv) {
     if (print_map(argc, argv)) return 0;
     test_map();
-    fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
-    int n = 0;
-    CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));
-    if (n == 0) {
-        fr_ctx_free(ctx), fr_ctx_free(cpu);
-        puts("skipped: no OpenCL device");
-        return 77;
-    }
-    CHECK(fr_cl_use(ctx, 0) == FR_OK, "%s", fr_last_error(ctx));
+    fr_ctx *ctx = cl_device_ctx();
+    if (!ctx) return 77;
+    fr_ctx *cpu = fr_ctx_new();
     exact = fr_cl_info_of(fr_cl_of(ctx))->fp64;
     printf("device %s, fp64 %d: %s\n", fr_cl_info_of(fr_cl_of(ctx))->name, exact,
            exact ? "bit-identical expected" : "within 1e-5 relative");

@@ -33,6 +33,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/cpu/kernels.h"
 #include "backend/opencl/backend.h"
 #include "backend/opencl/reduce.h"
@@ -807,16 +808,8 @@ static void test_float_build(void) {
 }
 
 int main(void) {
+    if (!(g_dev = cl_device_ctx())) return 77;
     g_cpu = fr_ctx_new();
-    g_dev = fr_ctx_new();
-    int n = 0;
-    CHECK(fr_cl_count(g_dev, &n) == FR_OK, "%s", fr_last_error(g_dev));
-    if (n == 0) {
-        fr_ctx_free(g_dev), fr_ctx_free(g_cpu);
-        puts("skipped: no OpenCL device");
-        return 77;
-    }
-    CHECK(fr_cl_use(g_dev, 0) == FR_OK, "%s", fr_last_error(g_dev));
     g_cl = fr_cl_of(g_dev);
     printf("device: %s, fp64 %d\n", fr_cl_info_of(g_cl)->name, fr_cl_info_of(g_cl)->fp64);
 
