@@ -70,7 +70,7 @@ static inline float gelu_tanh_grad(float v) {
 #define UNARY(name, op, F)                                                  \
     int name(fr_kernel_call *c) {                                           \
         int64_t n;                                                          \
-        int st = fr_kcheck_same_numel(c, op, &n);                                     \
+        int st = fr_kcheck_same_numel(c, op, &n);                           \
         if (st) return st;                                                  \
         const float *x = fr_f32(&c->in[0]);                                 \
         if (c->out[0].dtype != FR_F32) {                                    \
@@ -103,7 +103,7 @@ static inline float gelu_tanh_grad(float v) {
 #define BINARY_BWD(name, op, G)                                                    \
     int name(fr_kernel_call *c) {                                                  \
         int64_t n;                                                                 \
-        int st = fr_kcheck_same_numel(c, op, &n);                                            \
+        int st = fr_kcheck_same_numel(c, op, &n);                                  \
         if (st) return st;                                                         \
         if (fr_shape_numel(&c->in[1].shape) != n)                                  \
             return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: saved input has %lld elements, dy %lld", \

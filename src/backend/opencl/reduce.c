@@ -1,9 +1,9 @@
 /* reduce.c (opencl) — batch and layer normalisation, the losses, pooling and
  * the embeddings on an OpenCL device, with the CPU kernels' semantics and
  * messages (src/backend/cpu/norm.c, loss.c, pool.c, embedding.c); their
- * OpenCL C is kernels/reduce.cl. Shapes are checked here as the CPU checks
- * them; labels and ids are read back a block at a time and checked on the
- * host before anything is enqueued, so a bad one fails with the CPU's
+ * OpenCL C is kernels/reduce.cl. Shapes are checked by the CPU's own checks
+ * (ops/kcheck.h); labels and ids are read back a block at a time and checked
+ * on the host before anything is enqueued, so a bad one fails with the CPU's
  * message and writes nothing. Kernels are enqueued without waiting. */
 #include "backend/opencl/reduce.h"
 #include <string.h>
@@ -186,7 +186,7 @@ int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
 /* ---- losses ---- */
 
 /* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row,
- * each in [0, C) (loss.c's ce_check, its messages) */
+ * each in [0, C) (the checks and messages: kcheck.h) */
 static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
     int st = fr_kcheck_ce(c, op, N, C);
     if (st || (st = need_f32(c, op, &c->in[0], "logits tensor"))) return st;
