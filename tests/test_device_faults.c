@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "fault_sweep.h"
 #include "core/ctx.h"
 #include "core/rng.h"
 #include "frugal.h"
@@ -22,20 +23,8 @@ int main(void) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/opencl/backend.h"
-
-static fr_model *small_cnn(fr_ctx *ctx) {
-    fr_model *m = fr_model_new(ctx, 1, 12, 12);
-    if (!m) return NULL;
-    if (fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_batchnorm(m) || fr_model_relu(m) ||
-        fr_model_residual_begin(m) || fr_model_conv2d(m, 4, 3, 1, 1, 0) || fr_model_batchnorm(m) ||
-        fr_model_residual_end(m) || fr_model_relu(m) || fr_model_maxpool2d(m, 2, 2) ||
-        fr_model_flatten(m) || fr_model_dropout(m, 0.2f) || fr_model_linear(m, 10, 1)) {
-        fr_model_free(m);
-        return NULL;
-    }
-    return m;
-}
 
 enum { N = 4, D = 144 };
 
@@ -48,7 +37,7 @@ static fr_step_opts opts(void) {
 
 /* Build, compile and run two steps; the status of the first failure. */
 static fr_status scenario(fr_ctx *ctx, const float *x, const int32_t *y) {
-    fr_model *m = small_cnn(ctx);
+    fr_model *m = residual_cnn(ctx);
     fr_step *s = NULL;
     fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
     fr_step_opts o = opts();
@@ -92,7 +81,7 @@ static void test_failures(fr_ctx *ctx, const float *x, const int32_t *y) {
 }
 
 static void test_budget(fr_ctx *ctx) {
-    fr_model *m = small_cnn(ctx);
+    fr_model *m = residual_cnn(ctx);
     CHECK(m && !fr_model_init(m, 1), "model");
     fr_step_opts o = opts();
     o.budget = 16 << 10; /* below every device plan, optimizer offloaded or not */
@@ -109,15 +98,8 @@ static void test_budget(fr_ctx *ctx) {
 }
 
 int main(void) {
-    fr_ctx *ctx = fr_ctx_new();
-    int n = 0;
-    if (!ctx) return 2;
-    if (fr_cl_count(ctx, &n) || n < 1) {
-        puts("skipped: no OpenCL device");
-        fr_ctx_free(ctx);
-        return 77;
-    }
-    CHECK(fr_cl_use(ctx, 0) == FR_OK, "opening device 0: %s", fr_last_error(ctx));
+    fr_ctx *ctx = cl_device_ctx();
+    if (!ctx) return 77;
     fr_set_threads(ctx, 2);
     float *x = malloc(N * D * sizeof *x);
     int32_t *y = malloc(N * sizeof *y);

@@ -25,6 +25,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/opencl/backend.h"
 
 /* spin: each item iterates a contraction `iters` times (a step made slow on
@@ -183,15 +184,8 @@ static void test_steps(fr_ctx *ctx) {
 }
 
 int main(void) {
-    fr_ctx *ctx = fr_ctx_new();
-    int n = 0;
-    if (!ctx) return 2;
-    if (fr_cl_count(ctx, &n) || n < 1) {
-        puts("skipped: no OpenCL device");
-        fr_ctx_free(ctx);
-        return 77;
-    }
-    CHECK(fr_cl_use(ctx, 0) == FR_OK, "opening device 0: %s", fr_last_error(ctx));
+    fr_ctx *ctx = cl_device_ctx();
+    if (!ctx) return 77;
     fr_set_threads(ctx, 2);
     test_queues(ctx);
     test_steps(ctx);

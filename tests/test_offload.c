@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "fault_sweep.h"
 #include "core/ctx.h"
 #include "core/rng.h"
 #include "frugal.h"
@@ -344,45 +345,30 @@ static void check_pair(int device, int gpt) {
 /* Make the n-th host allocation fail for every n across compiling and
  * running two offloaded steps of the CNN on the CPU (the pass's tables, the
  * host block): each failure is a clean out-of-memory and leaks nothing. */
+static fr_status offloaded_steps(fr_ctx *ctx, void *arg) {
+    const data *d = arg;
+    fr_model *m = small_cnn(ctx);
+    fr_step *s = NULL;
+    fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
+    fr_step_opts o = {.batch = N,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1,
+                      .offload = FR_OFFLOAD_ACTIVATIONS};
+    if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
+    fr_batch b = {.n = N, .x = d->x, .y = d->y};
+    float loss;
+    for (int k = 0; k < 2 && !st; k++) st = fr_step_run(s, &b, &loss, NULL);
+    fr_step_free(s);
+    fr_model_free(m);
+    return st;
+}
+
 static void test_allocation_failures(void) {
-    int n, failures = 0, bad = 0;
     data d = make_data(0);
-    for (n = 1; n < 100000; n++) {
-        fr_ctx *ctx = fr_ctx_new();
-        fr_mem_fail_at(ctx, (uint64_t)n);
-        fr_model *m = small_cnn(ctx);
-        fr_step *s = NULL;
-        fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
-        fr_step_opts o = {.batch = N,
-                          .training = 1,
-                          .optim = fr_optim_defaults(FR_OPTIM_ADAM),
-                          .seed = 1,
-                          .offload = FR_OFFLOAD_ACTIVATIONS};
-        if (!st && !(s = fr_step_compile(m, &o))) st = FR_ERR_NOMEM;
-        fr_batch b = {.n = N, .x = d.x, .y = d.y};
-        float loss;
-        for (int k = 0; k < 2 && !st; k++) st = fr_step_run(s, &b, &loss, NULL);
-        int injected = ctx->mem.fail_at == 0;
-        if (st) {
-            failures++;
-            if ((st != FR_ERR_NOMEM || !strstr(fr_last_error(ctx), "out of memory")) && bad++ < 3)
-                fprintf(stderr, "allocation %d: status %d, '%s'\n", n, st, fr_last_error(ctx));
-        }
-        fr_step_free(s);
-        fr_model_free(m);
-        fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
-        if (ms.allocated_total != 0 && bad++ < 3)
-            fprintf(stderr, "allocation %d: %zu bytes leaked\n", n, ms.allocated_total);
-        fr_ctx_free(ctx);
-        if (!injected) break; /* the whole scenario ran without reaching allocation n */
-    }
+    fault_sweep("allocation failure with offload", offloaded_steps, &d);
     free(d.x);
     free(d.y);
-    CHECK(bad == 0, "%d failure points misbehaved", bad);
-    CHECK(failures == n - 1 && n > 20,
-          "every one of the %d allocations was made to fail (%d failures seen)", n - 1, failures);
-    printf("allocation failure with offload: %d points tested\n", n - 1);
 }
 
 int main(void) {

@@ -31,6 +31,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "cl_device.h"
 #include <math.h>
 #include <stdlib.h>
 #include "backend/cpu/attention.h"
@@ -211,15 +212,9 @@ static void test_errors(fr_ctx *ctx) {
 }
 
 int main(void) {
-    fr_ctx *ctx = fr_ctx_new(), *cpu = fr_ctx_new();
-    int n = 0;
-    CHECK(fr_cl_count(ctx, &n) == FR_OK, "%s", fr_last_error(ctx));
-    if (n == 0) {
-        fr_ctx_free(ctx), fr_ctx_free(cpu);
-        puts("skipped: no OpenCL device");
-        return 77;
-    }
-    CHECK(fr_cl_use(ctx, 0) == FR_OK, "%s", fr_last_error(ctx));
+    fr_ctx *ctx = cl_device_ctx();
+    if (!ctx) return 77;
+    fr_ctx *cpu = fr_ctx_new();
     attn_case(cpu, ctx, 1, 7, 6, 2);
     attn_case(cpu, ctx, 2, 13, 16, 2);
     attn_case(cpu, ctx, 1, 33, 8, 1);

@@ -28,34 +28,12 @@
 #include "core/ctx.h"
 
 #ifndef FR_HAVE_OPENCL
-/* reduce.cl as a device without cl_khr_fp64 would build it (sums in float):
- * it must compile there too. */
-static void test_float_build(void) {
-    const char *text = NULL;
-    for (int i = 0; i < fr_cl_n_sources; i++)
-        if (!strcmp(fr_cl_sources[i].file, "reduce")) text = fr_cl_sources[i].text;
-    CHECK(text != NULL, "reduce.cl is embedded");
-    if (!text) return;
-    const char *at = strstr(text, "#ifdef cl_khr_fp64");
-    CHECK(at != NULL, "reduce.cl tests cl_khr_fp64");
-    if (!at) return;
-    size_t n = strlen(text);
-    char *copy = malloc(n + 1);
-    memcpy(copy, text, n + 1);
-    const char *off = "#if 0"; /* the same length, padded with spaces */
-    memset(copy + (at - text), ' ', strlen("#ifdef cl_khr_fp64"));
-    memcpy(copy + (at - text), off, strlen(off));
-    cl_program p = NULL;
-    CHECK(fr_cl_build(g_dev, g_cl, "reduce-float", copy, &p) == FR_OK, "%s", fr_last_error(g_dev));
-    if (p) clReleaseProgram(p);
-    free(copy);
-}
-
 int main(void) {
     puts("skipped: frugal built without OpenCL");
     return 77;
 }
 #else
+#include "cl_device.h"
 #include "backend/cpu/kernels.h"
 #include "backend/opencl/backend.h"
 #include "backend/opencl/reduce.h"
@@ -830,16 +808,8 @@ static void test_float_build(void) {
 }
 
 int main(void) {
+    if (!(g_dev = cl_device_ctx())) return 77;
     g_cpu = fr_ctx_new();
-    g_dev = fr_ctx_new();
-    int n = 0;
-    CHECK(fr_cl_count(g_dev, &n) == FR_OK, "%s", fr_last_error(g_dev));
-    if (n == 0) {
-        fr_ctx_free(g_dev), fr_ctx_free(g_cpu);
-        puts("skipped: no OpenCL device");
-        return 77;
-    }
-    CHECK(fr_cl_use(g_dev, 0) == FR_OK, "%s", fr_last_error(g_dev));
     g_cl = fr_cl_of(g_dev);
     printf("device: %s, fp64 %d\n", fr_cl_info_of(g_cl)->name, fr_cl_info_of(g_cl)->fp64);
 

@@ -8,6 +8,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define ACT_PAR_MIN 32768
 #define ACT_CHUNK 2048 /* a 16-bit saved value is widened this many at a time */
@@ -61,14 +62,6 @@ static inline float gelu_tanh_grad(float v) {
            0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
 }
 
-static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
-    *n = fr_shape_numel(&c->in[0].shape);
-    if (fr_shape_numel(&c->out[0].shape) != *n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output has %lld elements, input %lld", op,
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)*n);
-    return FR_OK;
-}
-
 /* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result
  * rounded, a chunk at a time: mixed precision's saved output, made here
  * instead of by a CAST after). */
@@ -77,7 +70,7 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
 #define UNARY(name, op, F)                                                  \
     int name(fr_kernel_call *c) {                                           \
         int64_t n;                                                          \
-        int st = same_numel(c, op, &n);                                     \
+        int st = fr_kcheck_same_numel(c, op, &n);                           \
         if (st) return st;                                                  \
         const float *x = fr_f32(&c->in[0]);                                 \
         if (c->out[0].dtype != FR_F32) {                                    \
@@ -110,7 +103,7 @@ static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
 #define BINARY_BWD(name, op, G)                                                    \
     int name(fr_kernel_call *c) {                                                  \
         int64_t n;                                                                 \
-        int st = same_numel(c, op, &n);                                            \
+        int st = fr_kcheck_same_numel(c, op, &n);                                  \
         if (st) return st;                                                         \
         if (fr_shape_numel(&c->in[1].shape) != n)                                  \
             return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: saved input has %lld elements, dy %lld", \
@@ -215,7 +208,7 @@ static int f32_call(const fr_kernel_call *c, int n_in) {
 int fr_k_gelu(fr_kernel_call *c) {
     if (!(c->node && c->node->attr.approx)) return gelu_erf(c);
     int64_t n;
-    if (!f32_call(c, 1) || same_numel(c, "gelu", &n)) return gelu_tanh(c);
+    if (!f32_call(c, 1) || fr_kcheck_same_numel(c, "gelu", &n)) return gelu_tanh(c);
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
     const int64_t spans = (n + GELU_SPAN - 1) / GELU_SPAN;
@@ -229,7 +222,7 @@ int fr_k_gelu(fr_kernel_call *c) {
 int fr_k_gelu_bwd(fr_kernel_call *c) {
     if (!(c->node && c->node->attr.approx)) return gelu_erf_bwd(c);
     int64_t n;
-    if (!f32_call(c, 2) || !fr_f32(&c->out[0]) || same_numel(c, "gelu_bwd", &n) ||
+    if (!f32_call(c, 2) || !fr_f32(&c->out[0]) || fr_kcheck_same_numel(c, "gelu_bwd", &n) ||
         fr_shape_numel(&c->in[1].shape) != n)
         return gelu_tanh_bwd(c);
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
@@ -258,11 +251,8 @@ BINARY_BWD(fr_k_tanh_bwd, "tanh_bwd", d *(1.0f - v * v))
 // a, b, y all the same shape; y = a + b (y may alias a or b)
 int fr_k_add(fr_kernel_call *c) {
     int64_t n;
-    int st = same_numel(c, "add", &n);
+    int st = fr_kcheck_add(c, &n);
     if (st) return st;
-    if (fr_shape_numel(&c->in[1].shape) != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "add: operands have %lld and %lld elements",
-                       (long long)n, (long long)fr_shape_numel(&c->in[1].shape));
     const float *a = fr_f32(&c->in[0]), *b = fr_f32(&c->in[1]);
     float *y = fr_f32(&c->out[0]);
 #pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)

@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "frugal.h"
+#include "ops/kcheck.h"
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
@@ -308,13 +309,10 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
 /* ---- the op table's kernels: qkv (B,T,3C) in the fused layout ---- */
 
 static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_layout *L) {
-    const fr_shape *x = &qkv->shape;
-    const int nh = c->node->attr.heads;
-    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
-    *L = fr_attn_fused((int)x->d[0], nh, (int)x->d[1], (int)(x->d[2] / 3 / nh));
-    return FR_OK;
+    fr_attn_dims d;
+    int st = fr_kcheck_attention(c, op, qkv, &d);
+    if (!st) *L = fr_attn_fused(d.B, d.NH, d.T, d.HS);
+    return st;
 }
 
 // qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T), ws a tile per thread

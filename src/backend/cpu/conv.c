@@ -24,41 +24,23 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 /* Workspace budget: at most this many floats (8 MiB), but always one image. */
 #define CONV_WS_BUDGET ((int64_t)2 << 20)
 #define CONV_PAR_MIN 16384
 
-typedef struct conv_geom {
-    int64_t N, C, H, W, OC, K, S, P, OH, OW;
-    int64_t ckk, ohw;            /* GEMM inner dimension and output positions per image */
-    int direct;                  /* 1x1, stride 1, no padding: col is the image itself */
-    int same;                    /* stride 1, OH = H and OW = W: rows of col are shifted planes */
-    int shift;                   /* same, K > 1, enough channels: one GEMM per tap, no im2col */
-    int64_t Hp, Wp, plane, wide; /* shift: padded plane Hp x Wp, wide rows H x Wp */
-} conv_geom;
+/* The geometry (kcheck.h): direct is 1x1 stride 1 no padding (col is the
+ * image itself), same is stride 1 with OH = H and OW = W (rows of col are
+ * shifted planes); Hp x Wp is the padded plane of the shifted GEMMs. */
+typedef fr_conv_dims conv_geom;
 
 /* The shifted-GEMM path pays K*K GEMM calls of depth C per image; below this
  * many input channels the im2col GEMM (depth C*K*K) is faster. */
 #define CONV_SHIFT_MIN_C 8
 
-static int geom_make(conv_geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
-    if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
-    g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];
-    g->OC = oc, g->K = k, g->S = s, g->P = p;
-    if (g->H + 2 * p < k || g->W + 2 * p < k) return -1;
-    g->OH = (g->H + 2 * p - k) / s + 1;
-    g->OW = (g->W + 2 * p - k) / s + 1;
-    g->ckk = g->C * k * k;
-    g->ohw = g->OH * g->OW;
-    g->direct = k == 1 && s == 1 && p == 0;
-    g->same = s == 1 && 2 * p == k - 1;
-    g->shift = g->same && k > 1 && g->C >= CONV_SHIFT_MIN_C;
-    g->Hp = g->H + 2 * p, g->Wp = g->W + 2 * p;
-    g->plane = g->Hp * g->Wp;
-    g->wide = g->H * g->Wp;
-    return 0;
-}
+/* The shifted-GEMM path: same, K > 1, enough channels (one GEMM per tap, no im2col). */
+static int shifted(const conv_geom *g) { return g->same && g->K > 1 && g->C >= CONV_SHIFT_MIN_C; }
 
 /* ---- "same" convolutions by shifted GEMMs ---------------------------------
  * With stride 1 and 2P = K - 1 the output has the input's size. Pad the image
@@ -147,7 +129,7 @@ static void shift_forward(const conv_geom *g, const float *wk, const fr_tensor *
 }
 
 /* Floats per slot: the col buffer, and for backward a dW partial (chunks >= 1). */
-static int64_t col_elems(const conv_geom *g) { return g->direct ? 0 : g->ckk * g->ohw; }
+static int64_t col_elems(const conv_geom *g) { return g->col; }
 
 /* Largest slot count s <= cap with s*col + (s-1)*part <= have (0 if none fits). */
 static int64_t slots_fitting(int64_t have, int64_t col, int64_t part, int64_t cap) {
@@ -159,11 +141,11 @@ static int64_t slots_fitting(int64_t have, int64_t col, int64_t part, int64_t ca
 int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
                            int backward) {
     conv_geom g;
-    if (geom_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
+    if (fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
     int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
-    if (g.shift) {
+    if (shifted(&g)) {
         int64_t s = shift_slots(&g, backward, CONV_WS_BUDGET, cap);
         if (s < 1) s = 1;
         return shift_shared(&g) + s * shift_slot(&g, backward);
@@ -175,7 +157,7 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int st
 
 int fr_conv2d_reads_half(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad) {
     conv_geom g;
-    return geom_make(&g, x, out_ch, kernel, stride, pad) == 0 && g.shift;
+    return fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && shifted(&g);
 }
 
 /* Slots for the shift path in a workspace of `have` floats (error if none). */
@@ -396,34 +378,16 @@ static void col2im(const conv_geom *g, float *col, float *dx) {
             }
 }
 
-static int check_shapes(fr_kernel_call *c, const char *op, conv_geom *g, const fr_tensor *x,
-                        const fr_tensor *w, const fr_shape *y) {
-    const fr_attr *a = &c->node->attr;
-    char bx[64], bw[64];
-    if (w->shape.ndim != 4 ||
-        geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
-        w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: x %s and W %s do not fit kernel %d stride %d pad %d", op,
-                       fr_shape_str(&x->shape, bx, sizeof bx),
-                       fr_shape_str(&w->shape, bw, sizeof bw), a->kernel, a->stride, a->pad);
-    if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
-                       fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
-                       (long long)g->OH, (long long)g->OW);
-    return FR_OK;
-}
-
 // x is (N,C,H,W), W is (OC,C,K,K), b is (OC) or absent, y is (N,OC,OH,OW)
 // y[n,oc,oh,ow] = b[oc] + sum_{c,kh,kw} W[oc,c,kh,kw] x[n,c,oh*S-P+kh,ow*S-P+kw]
 // per image: y_n (OC, OH*OW) = W (OC, C*K*K) @ col_n (C*K*K, OH*OW)
 int fr_k_conv2d(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *ws = &c->out[1];
     conv_geom g;
-    int st = check_shapes(c, "conv2d", &g, x, w, &c->out[0].shape);
+    int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
-    if (g.shift) return shift_fwd(c, &g);
+    if (shifted(&g)) return shift_fwd(c, &g);
     if (x->dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: a 16-bit input only on the shifted-GEMM path");
     const int64_t col = col_elems(&g);
@@ -470,7 +434,7 @@ int fr_k_conv2d(fr_kernel_call *c) {
 int fr_k_conv2d_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2], *ws = &c->out[3];
     conv_geom g;
-    int st = check_shapes(c, "conv2d_bwd", &g, x, w, &dy->shape);
+    int st = fr_kcheck_conv2d(c, "conv2d_bwd", &g, x, w, &dy->shape);
     if (st) return st;
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
     const float *dyp = fr_f32(dy), *xp = fr_f32(x), *wp = fr_f32(w);
@@ -492,7 +456,7 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
-    if (g.shift) return shift_bwd(c, &g, dx, dw);
+    if (shifted(&g)) return shift_bwd(c, &g, dx, dw);
     if (x->dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "conv2d_bwd: a 16-bit input only on the shifted-GEMM path");

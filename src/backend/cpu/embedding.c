@@ -7,22 +7,17 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define EMB_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
 #define EMB_ROWS 1024     /* rows of dW one task owns in the backward scatter */
 
-/* Every id in [0, V); R ids laid out as (R / T, T). */
-static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t V) {
-    if (idx->dtype != FR_I32) return fr_fail(c->ctx, FR_ERR_ARG, "%s: ids must be i32", op);
+/* Every one of the R i32 ids in [0, V) (the message: kcheck.h). */
+static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t R,
+                     int64_t V) {
     const int32_t *id = (const int32_t *)idx->data;
-    const int64_t R = fr_shape_numel(&idx->shape);
-    const int64_t T = idx->shape.ndim >= 2 ? idx->shape.d[idx->shape.ndim - 1] : R;
     for (int64_t r = 0; r < R; r++)
-        if (id[r] < 0 || id[r] >= V)
-            return fr_fail(c->ctx, FR_ERR_ARG,
-                           "%s: id %d at sample %lld, position %lld is outside the table [0, %lld)",
-                           op, (int)id[r], (long long)(T ? r / T : 0), (long long)(T ? r % T : r),
-                           (long long)V);
+        if (id[r] < 0 || id[r] >= V) return fr_kcheck_bad_id(c, op, idx, r, id[r], V);
     return FR_OK;
 }
 
@@ -30,11 +25,9 @@ static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, in
 // y[b,t,:] = W[idx[b,t],:]
 int fr_k_embedding(fr_kernel_call *c) {
     const fr_tensor *idx = &c->in[0], *w = &c->in[1];
-    const int64_t V = w->shape.d[0], C = w->shape.d[1], R = fr_shape_numel(&idx->shape);
-    if (fr_shape_numel(&c->out[0].shape) != R * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "embedding: y has %lld elements, need %lld x %lld",
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)R, (long long)C);
-    int st = check_ids(c, "embedding", idx, V);
+    int64_t R, V, C;
+    int st = fr_kcheck_embedding(c, &R, &V, &C);
+    if (!st) st = check_ids(c, "embedding", idx, R, V);
     if (st) return st;
     const int32_t *id = (const int32_t *)idx->data;
     const float *wp = fr_f32(w);
@@ -53,13 +46,9 @@ int fr_k_embedding_bwd(fr_kernel_call *c) {
     const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
     float *dw = fr_f32(&c->out[1]);
     if (!dw) return FR_OK;
-    const int64_t V = c->out[1].shape.d[0], C = c->out[1].shape.d[1];
-    const int64_t R = fr_shape_numel(&idx->shape);
-    if (fr_shape_numel(&dyt->shape) != R * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "embedding_bwd: dy has %lld elements, need %lld x %lld",
-                       (long long)fr_shape_numel(&dyt->shape), (long long)R, (long long)C);
-    int st = check_ids(c, "embedding_bwd", idx, V);
+    int64_t R, V, C;
+    int st = fr_kcheck_embedding_bwd(c, &R, &V, &C);
+    if (!st) st = check_ids(c, "embedding_bwd", idx, R, V);
     if (st) return st;
     const int32_t *id = (const int32_t *)idx->data;
     const float *dy = fr_f32(dyt);

@@ -6,26 +6,18 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
-
-/* Rows of x seen as (N, K): N = numel / K, whether x is (N, K), (B, T, K) or
- * an image batch (N, C, H, W) whose sample of K = C H W values is flattened. */
-static int64_t rows_of(const fr_tensor *x, int64_t K) {
-    return K > 0 ? fr_shape_numel(&x->shape) / K : (x->shape.ndim ? x->shape.d[0] : 0);
-}
 
 // x is (N,K) (N = numel / K: (B,T,K) is B T rows), W is (O,K), b is (O) or absent, y is (N,O)
 // y[n,o] = sum_k x[n,k] W[o,k] + b[o]
 int fr_k_linear(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
-    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
-    if (w->shape.ndim != 2 || N * K != fr_shape_numel(&x->shape) ||
-        fr_shape_numel(&y->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "linear: x has %lld elements, not rows of K = %lld for W (%lld, %lld)",
-                       (long long)fr_shape_numel(&x->shape), (long long)K, (long long)O,
-                       (long long)K);
+    fr_linear_dims d;
+    int st = fr_kcheck_linear(c, &d);
+    if (st) return st;
+    const int64_t K = d.K, O = d.O, N = d.N;
     if (N == 0 || O == 0) return FR_OK;
     float *yp = fr_f32(y);
     const float *bp = fr_f32(b);
@@ -130,11 +122,10 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
-    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
-    if (N * K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "linear_bwd: dy has %lld elements, expected %lld x %lld",
-                       (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);
+    fr_linear_dims d;
+    int st = fr_kcheck_linear_bwd(c, &d);
+    if (st) return st;
+    const int64_t K = d.K, O = d.O, N = d.N;
     const float *dyp = fr_f32(dy);
     if (dx && N * K > 0) {
         if (O == 0) {

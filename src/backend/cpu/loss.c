@@ -6,32 +6,19 @@
 #include <math.h>
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define LOSS_BLOCKS 64 /* fixed partition of a reduction, independent of threads */
 #define LOSS_PAR_MIN 16384
 
-/* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row */
+/* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row,
+ * each in [0, C) (the shapes and messages: kcheck.h) */
 static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
-    const fr_tensor *z = &c->in[0], *lab = &c->in[1];
-    const fr_shape *zs = &z->shape;
-    char b[64];
-    *C = zs->ndim >= 2 ? zs->d[zs->ndim - 1] : 0;
-    *N = *C ? fr_shape_numel(zs) / *C : (zs->ndim ? zs->d[0] : 0);
-    if (zs->ndim < 2 || fr_shape_numel(&lab->shape) != *N || lab->dtype != FR_I32)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per row", op,
-                       fr_shape_str(zs, b, sizeof b));
-    const int32_t *y = (const int32_t *)lab->data;
-    const int64_t T = zs->ndim > 2 ? *N / zs->d[0] : 1; /* rows per sample */
+    int st = fr_kcheck_ce(c, op, N, C);
+    if (st) return st;
+    const int32_t *y = (const int32_t *)c->in[1].data;
     for (int64_t n = 0; n < *N; n++)
-        if (y[n] < 0 || y[n] >= *C) {
-            if (T == 1)
-                return fr_fail(c->ctx, FR_ERR_ARG,
-                               "%s: label %d of sample %lld is outside [0, %lld)", op, (int)y[n],
-                               (long long)n, (long long)*C);
-            return fr_fail(c->ctx, FR_ERR_ARG,
-                           "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op,
-                           (int)y[n], (long long)(n / T), (long long)(n % T), (long long)*C);
-        }
+        if (y[n] < 0 || y[n] >= *C) return fr_kcheck_bad_label(c, op, n, y[n], *C);
     return FR_OK;
 }
 
@@ -79,10 +66,7 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     int64_t N, C;
     int st = ce_check(c, "cross_entropy_bwd", &N, &C);
     if (st) return st;
-    if (fr_shape_numel(&c->out[0].shape) != N * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "cross_entropy_bwd: dlogits has %lld elements, need %lld",
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
+    if ((st = fr_kcheck_ce_dlogits(c, N, C))) return st;
     const float *z = fr_f32(&c->in[0]);
     const int32_t *y = (const int32_t *)c->in[1].data;
     float *dz = fr_f32(&c->out[0]);
@@ -102,18 +86,10 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
-static int mse_check(fr_kernel_call *c, const char *op, int64_t *n) {
-    *n = fr_shape_numel(&c->in[0].shape);
-    if (fr_shape_numel(&c->in[1].shape) != *n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: pred has %lld elements, target %lld", op,
-                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
-    return FR_OK;
-}
-
 // pred, target are (N,D); loss is (1) = (1/(N D)) sum (pred - target)^2
 int fr_k_mse(fr_kernel_call *c) {
     int64_t n;
-    int st = mse_check(c, "mse", &n);
+    int st = fr_kcheck_mse(c, "mse", &n);
     if (st) return st;
     const float *p = fr_f32(&c->in[0]), *t = fr_f32(&c->in[1]);
     float *loss = fr_f32(&c->out[0]);
@@ -140,7 +116,7 @@ int fr_k_mse(fr_kernel_call *c) {
 // pred, target, dpred are (N,D); dpred = scale 2 (pred - target) / (N D)
 int fr_k_mse_bwd(fr_kernel_call *c) {
     int64_t n;
-    int st = mse_check(c, "mse_bwd", &n);
+    int st = fr_kcheck_mse(c, "mse_bwd", &n);
     if (st) return st;
     const float *p = fr_f32(&c->in[0]), *t = fr_f32(&c->in[1]);
     float *dp = fr_f32(&c->out[0]);

@@ -7,6 +7,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define NORM_PAR_MIN 16384
 
@@ -60,17 +61,6 @@ static void plane_sum_dy_dyx(const float *restrict dy, const float *restrict x, 
     *sdy = a, *sdyx = b;
 }
 
-/* BatchNorm views x as (N, C, HW): HW = 1 for (N,C). */
-static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t *N, int64_t *C,
-                   int64_t *HW) {
-    char b[64];
-    if (x->ndim != 2 && x->ndim != 4)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,H,W)", op,
-                       fr_shape_str(x, b, sizeof b));
-    *N = x->d[0], *C = x->d[1], *HW = x->ndim == 4 ? x->d[2] * x->d[3] : 1;
-    return FR_OK;
-}
-
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C); y is x's shape
 // training: mean[c] = E[x], var[c] = E[(x - mean)^2] over (N,H,W); invstd = 1/sqrt(var + eps)
 //   y = (x - mean) invstd gamma + beta; saves mean, invstd (C);
@@ -79,19 +69,14 @@ static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t
 int fr_k_batchnorm(fr_kernel_call *c) {
     const fr_attr *a = &c->node->attr;
     int64_t N, C, HW;
-    int st = bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
+    int st = fr_kcheck_bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
     if (st) return st;
     const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
     const int64_t cnt = N * HW;
     const int training = a->training;
-    if (training && cnt < 2)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "batchnorm: training needs more than 1 value per channel, got %lld",
-                       (long long)cnt);
-    if (!training && (!rmean || !rvar))
-        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    if ((st = fr_kcheck_bn_mode(c, N, HW, rmean && rvar))) return st;
     const double eps = a->eps, mom = a->momentum;
 
 #pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
@@ -137,7 +122,7 @@ int fr_k_batchnorm(fr_kernel_call *c) {
 // dx = gamma invstd (dy - dbeta/n - xhat dgamma/n)
 int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     int64_t N, C, HW;
-    int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
+    int st = fr_kcheck_bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
     if (st) return st;
     const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
     const fr_tensor *x = &c->in[1]; /* f32, or f16/bf16 widened a plane at a time */
@@ -187,32 +172,13 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
-/* Rows N and normalised size D of x: D = numel(gamma) (the trailing shape,
- * (C) for x (B,T,C), (C,H,W) for x (N,C,H,W)); without gamma the saved
- * statistics give the rows, without them dim 0 does. */
-static int ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *gamma,
-                   const fr_tensor *mean, int64_t *N, int64_t *D) {
-    const int64_t nx = fr_shape_numel(&x->shape);
-    if (gamma->shape.ndim) *D = fr_shape_numel(&gamma->shape);
-    else if (mean->shape.ndim && fr_shape_numel(&mean->shape))
-        *D = nx / fr_shape_numel(&mean->shape);
-    else *D = x->shape.ndim && x->shape.d[0] ? nx / x->shape.d[0] : 0;
-    *N = *D ? nx / *D : 0;
-    if (*N * *D != nx || (mean->shape.ndim && fr_shape_numel(&mean->shape) != *N))
-        return fr_fail(
-            c->ctx, FR_ERR_SHAPE,
-            "%s: x has %lld elements, not rows of gamma's %lld (statistics for %lld rows)", op,
-            (long long)nx, (long long)*D, (long long)fr_shape_numel(&mean->shape));
-    return FR_OK;
-}
-
 // x is (N, D...) or (B, T, D), gamma, beta are (D...) (N = numel(x) / numel(gamma) rows),
 // y is x's shape, mean, rstd are (N) (as x's leading dims: (B) or (B,T))
 // mean[n] = E_d x[n,d], var[n] = E_d (x - mean)^2, rstd = 1/sqrt(var + eps)
 // y[n,d] = (x[n,d] - mean[n]) rstd[n] gamma[d] + beta[d]
 int fr_k_layernorm(fr_kernel_call *c) {
     int64_t N, D;
-    int st = ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &D);
+    int st = fr_kcheck_ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &D);
     if (st) return st;
     const fr_tensor *gt = &c->in[1];
     if (D == 0) return FR_OK;
@@ -244,7 +210,7 @@ int fr_k_layernorm(fr_kernel_call *c) {
 // dx[n,d] = rstd (g - E_d g - xhat E_d(g xhat));  dgamma[d] = sum_n dy xhat;  dbeta[d] = sum_n dy
 int fr_k_layernorm_bwd(fr_kernel_call *c) {
     int64_t N, D;
-    int st = ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &D);
+    int st = fr_kcheck_ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &D);
     if (st) return st;
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
     const float *smean = fr_f32(&c->in[3]), *srstd = fr_f32(&c->in[4]);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
+#include "ops/kcheck.h"
 
 /* x86 only: the AVX-512 block passes (compiled with target attributes, run
  * when the CPU has AVX-512F and BW) and AVX2 clones of the plain loops (glibc
@@ -593,15 +594,9 @@ void fr_k_adam_state(float *p, const float *g, void *m, void *v, size_t n, const
 int fr_k_optim_step(fr_kernel_call *c) {
     const fr_optim_ctx *oc = c->optim;
     const int i = c->node->attr.param;
-    if (!oc || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "optim_step: needs the optimizer, an f32 gradient and "
-                       "the f32 parameter bound in place");
-    const size_t n = (size_t)fr_shape_numel(&c->in[0].shape);
-    if ((size_t)fr_shape_numel(&c->out[0].shape) != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "optim_step: gradient of %zu values for a parameter of %lld", n,
-                       (long long)fr_shape_numel(&c->out[0].shape));
+    size_t n;
+    int st = fr_kcheck_optim_step(c, &n);
+    if (st) return st;
     const fr_optim_slot *sl = &oc->slot[i];
     float *p = fr_f32(&c->out[0]);
     const float *g = fr_f32(&c->in[0]);

@@ -8,30 +8,11 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define POOL_PAR_MIN 16384
 
-typedef struct pool_geom {
-    int64_t planes, H, W, K, S, OH, OW;
-} pool_geom;
-
-/* x is (N,C,H,W) (or any shape whose last two dims are H, W); y must be (..., OH, OW). */
-static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, const fr_shape *y,
-                          pool_geom *g) {
-    const fr_attr *a = &c->node->attr;
-    char bx[64], by[64];
-    if (x->ndim < 2 || a->kernel < 1 || a->stride < 1 || x->d[x->ndim - 2] < a->kernel ||
-        x->d[x->ndim - 1] < a->kernel)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s does not fit kernel %d stride %d", op,
-                       fr_shape_str(x, bx, sizeof bx), a->kernel, a->stride);
-    g->H = x->d[x->ndim - 2], g->W = x->d[x->ndim - 1], g->K = a->kernel, g->S = a->stride;
-    g->OH = (g->H - g->K) / g->S + 1, g->OW = (g->W - g->K) / g->S + 1;
-    g->planes = fr_shape_numel(x) / (g->H * g->W);
-    if (fr_shape_numel(y) != g->planes * g->OH * g->OW)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
-                       fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
-    return FR_OK;
-}
+typedef fr_pool_dims pool_geom; /* x (..., H, W) as planes of H x W, y (..., OH, OW) */
 
 /* A 16-bit x is widened a plane at a time on the stack (FR_HALF_PLANE_MAX). */
 static int half_plane_ok(fr_kernel_call *c, const char *op, const fr_tensor *x,
@@ -88,7 +69,7 @@ static inline float max2(float a, float b, float c, float d) {
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
 int fr_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    int st = fr_kcheck_pool(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
     if (st || (st = half_plane_ok(c, "maxpool2d", &c->in[0], &g))) return st;
     const int half_out = c->out[0].dtype != FR_F32;
     if (half_out && g.OH * g.OW > FR_HALF_OUT_PLANE_MAX)
@@ -128,7 +109,7 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
 // dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w)
 int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
+    int st = fr_kcheck_pool(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
     if (st || (st = half_plane_ok(c, "maxpool2d_bwd", &c->in[1], &g))) return st;
     const float *dy = fr_f32(&c->in[0]);
     float *dx = fr_f32(&c->out[0]);
@@ -176,7 +157,7 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = mean_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
 int fr_k_avgpool2d(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    int st = fr_kcheck_pool(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
     if (st) return st;
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
@@ -201,7 +182,7 @@ int fr_k_avgpool2d(fr_kernel_call *c) {
 // dx[n,c,h,w] = sum over the windows holding (h,w) of dy / (K*K)
 int fr_k_avgpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
+    int st = fr_kcheck_pool(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
     if (st) return st;
     const float *dy = fr_f32(&c->in[0]);
     float *dx = fr_f32(&c->out[0]);

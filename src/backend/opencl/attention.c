@@ -6,6 +6,7 @@
 #include "backend/opencl/attention.h"
 #include <math.h>
 #include "backend/cpu/reduce.h"
+#include "ops/kcheck.h"
 
 #define ATTN_QT 32      /* rows per work-group at most: attention.cl's KT */
 #define ATTN_TILE 1536  /* floats of one local tile: attention.cl's ATTN_TILE */
@@ -18,13 +19,10 @@ int64_t fr_cl_ws_attention(const fr_graph *g, const fr_node *n, int j) {
 
 static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, cl_int *B, cl_int *T,
                      cl_int *NH, cl_int *HS) {
-    const fr_shape *x = &qkv->shape;
-    const int nh = c->node->attr.heads;
-    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
-    *B = (cl_int)x->d[0], *T = (cl_int)x->d[1], *NH = nh, *HS = (cl_int)(x->d[2] / 3 / nh);
-    return FR_OK;
+    fr_attn_dims d;
+    int st = fr_kcheck_attention(c, op, qkv, &d);
+    if (!st) *B = d.B, *T = d.T, *NH = d.NH, *HS = d.HS;
+    return st;
 }
 
 /* The 2-D range (B NH, T rounded up to R), work-groups (1, R). */

@@ -13,6 +13,7 @@
 
 #include "backend/opencl/backend.h"
 #include "core/ctx.h"
+#include "ops/kcheck.h"
 
 #define PROG "elementwise"
 
@@ -58,14 +59,6 @@ static int need_f32(fr_kernel_call *c, const fr_tensor *t, const char *op, const
 
 /* ---- activations ---- */
 
-static int same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
-    *n = fr_shape_numel(&c->in[0].shape);
-    if (fr_shape_numel(&c->out[0].shape) != *n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output has %lld elements, input %lld", op,
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)*n);
-    return FR_OK;
-}
-
 /* the activation kernel NAME_fwd / NAME_bwd, or its 16-bit twin NAME_fwd_h / NAME_bwd_h */
 static int act_kernel(fr_ctx *ctx, fr_cl *cl, const char *name, const char *dir, int half,
                       cl_kernel *k) {
@@ -77,7 +70,7 @@ static int act_kernel(fr_ctx *ctx, fr_cl *cl, const char *name, const char *dir,
 // y = F(x): x f32 (n), y f32, f16 or bf16 (n; the f32 result rounded); name: the .cl's formula
 static int act_fwd(fr_kernel_call *c, const char *op, const char *name) {
     int64_t n;
-    int st = same_numel(c, op, &n);
+    int st = fr_kcheck_same_numel(c, op, &n);
     if (st || (st = need_f32(c, &c->in[0], op, "x"))) return st;
     const int ydt = dt_code(c->out[0].dtype);
     if (ydt == DT_NONE)
@@ -98,7 +91,7 @@ static int act_fwd(fr_kernel_call *c, const char *op, const char *name) {
 // nothing; name: the .cl's formula
 static int act_bwd(fr_kernel_call *c, const char *op, const char *name) {
     int64_t n;
-    int st = same_numel(c, op, &n);
+    int st = fr_kcheck_same_numel(c, op, &n);
     if (st) return st;
     if (fr_shape_numel(&c->in[1].shape) != n)
         return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: saved input has %lld elements, dy %lld", op,
@@ -151,11 +144,8 @@ int fr_cl_k_tanh_bwd(fr_kernel_call *c) { return act_bwd(c, "tanh_bwd", "tanh");
 // a, b, y all f32 with n elements; y = a + b (y may alias a or b)
 int fr_cl_k_add(fr_kernel_call *c) {
     int64_t n;
-    int st = same_numel(c, "add", &n);
+    int st = fr_kcheck_add(c, &n);
     if (st) return st;
-    if (fr_shape_numel(&c->in[1].shape) != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "add: operands have %lld and %lld elements",
-                       (long long)n, (long long)fr_shape_numel(&c->in[1].shape));
     if ((st = need_f32(c, &c->in[0], "add", "a")) || (st = need_f32(c, &c->in[1], "add", "b")) ||
         (st = need_f32(c, &c->out[0], "add", "y")))
         return st;

@@ -17,6 +17,7 @@
  * error; the bias's step (update bit 2) needs no scratch and is done. */
 #include "backend/opencl/gemm.h"
 #include <clblast_c.h>
+#include "ops/kcheck.h"
 
 /* ---- helpers ---- */
 
@@ -115,24 +116,16 @@ static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const
 
 /* ---- LINEAR ---- */
 
-/* Rows of x seen as (N, K), as linear.c's rows_of. */
-static int64_t rows_of(const fr_tensor *x, int64_t K) {
-    return K > 0 ? fr_shape_numel(&x->shape) / K : (x->shape.ndim ? x->shape.d[0] : 0);
-}
-
 // x is (N,K) (N = numel / K), W is (O,K), b is (O) or absent, y is (N,O)
 // y = b (seeded by bias_fill), then y = x W^T + beta y by one GEMM (No, Yes)
 int fr_cl_k_linear(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
-    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
-    if (w->shape.ndim != 2 || N * K != fr_shape_numel(&x->shape) ||
-        fr_shape_numel(&y->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "linear: x has %lld elements, not rows of K = %lld for W (%lld, %lld)",
-                       (long long)fr_shape_numel(&x->shape), (long long)K, (long long)O,
-                       (long long)K);
-    int st = need_f32(c, "linear", x, "input");
-    if (st || (st = need_f32(c, "linear", w, "weight")) || (st = need_f32(c, "linear", b, "bias")))
+    fr_linear_dims d;
+    int st = fr_kcheck_linear(c, &d);
+    if (st) return st;
+    const int64_t K = d.K, O = d.O, N = d.N;
+    if ((st = need_f32(c, "linear", x, "input")) || (st = need_f32(c, "linear", w, "weight")) ||
+        (st = need_f32(c, "linear", b, "bias")))
         return st;
     if (N == 0 || O == 0) return FR_OK;
     int has_b = b->buf != NULL;
@@ -149,16 +142,14 @@ int fr_cl_k_linear(fr_kernel_call *c) {
 int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     const fr_tensor *dx = &c->out[0], *dw = &c->out[1], *db = &c->out[2];
-    const int64_t K = w->shape.d[1], O = w->shape.d[0], N = rows_of(x, K);
-    if (N * K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != N * O)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "linear_bwd: dy has %lld elements, expected %lld x %lld",
-                       (long long)fr_shape_numel(&dy->shape), (long long)N, (long long)O);
+    fr_linear_dims d;
+    int st = fr_kcheck_linear_bwd(c, &d);
+    if (st) return st;
+    const int64_t K = d.K, O = d.O, N = d.N;
     if (dw->buf && (c->update & 2u))
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "opencl: linear_bwd: the fused SGD step on the weight (update bit 1) is "
                        "not supported on the device yet");
-    int st = FR_OK;
     for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_bwd", &c->in[i], "input");
     if (st) return st;
     if (dx->buf && N * K > 0) {
@@ -193,28 +184,9 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
 
 /* ---- CONV2D ---- */
 
-typedef struct geom {
-    int64_t N, C, H, W, OC, K, S, P, OH, OW;
-    int64_t ckk, ohw, chw, col; /* col: floats of one image's unroll (0: direct) */
-    int direct;                 /* 1x1, stride 1, no padding: the image is its own unroll */
-} geom;
+typedef fr_conv_dims geom; /* col: floats of one image's unroll (0: direct) */
 
 #define CL_CONV_WS_BUDGET ((int64_t)4 << 20) /* floats (16 MiB) of unrolled images */
-
-static int geom_make(geom *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
-    if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
-    g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];
-    g->OC = oc, g->K = k, g->S = s, g->P = p;
-    if (g->H + 2 * p < k || g->W + 2 * p < k) return -1;
-    g->OH = (g->H + 2 * p - k) / s + 1;
-    g->OW = (g->W + 2 * p - k) / s + 1;
-    g->ckk = g->C * k * k;
-    g->ohw = g->OH * g->OW;
-    g->chw = g->C * g->H * g->W;
-    g->direct = k == 1 && s == 1 && p == 0;
-    g->col = g->direct ? 0 : g->ckk * g->ohw;
-    return 0;
-}
 
 /* Images per chunk of the workspace: as many as the budget holds, 1..N. */
 static int64_t chunk_images(const geom *g) {
@@ -227,8 +199,8 @@ static int64_t ws_of(const fr_graph *g, const fr_node *n, int j, int want_j) {
     if (j != want_j) return 0;
     const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
     geom gm;
-    if (geom_make(&gm, &g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0], f->attr.kernel,
-                  f->attr.stride, f->attr.pad) ||
+    if (fr_conv_dims_make(&gm, &g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0],
+                          f->attr.kernel, f->attr.stride, f->attr.pad) ||
         gm.N < 1 || gm.col == 0)
         return 0;
     return chunk_images(&gm) * gm.col;
@@ -239,22 +211,11 @@ int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j) {
     return ws_of(g, n, j, 3);
 }
 
-/* conv.c's check_shapes, the same messages */
+/* The shared shape check (kcheck.h), then the device's own limit. */
 static int check_shapes(fr_kernel_call *c, const char *op, geom *g, const fr_tensor *x,
                         const fr_tensor *w, const fr_shape *y) {
-    const fr_attr *a = &c->node->attr;
-    char bx[64], bw[64];
-    if (w->shape.ndim != 4 ||
-        geom_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
-        w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: x %s and W %s do not fit kernel %d stride %d pad %d", op,
-                       fr_shape_str(&x->shape, bx, sizeof bx),
-                       fr_shape_str(&w->shape, bw, sizeof bw), a->kernel, a->stride, a->pad);
-    if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
-                       fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
-                       (long long)g->OH, (long long)g->OW);
+    int st = fr_kcheck_conv2d(c, op, g, x, w, y);
+    if (st) return st;
     if (g->direct && x->dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a 16-bit input on a 1x1 convolution", op);
     return FR_OK;

@@ -4,6 +4,7 @@
 #include "backend/opencl/optim.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
+#include "ops/kcheck.h"
 
 #define OPTIM_WG 64     /* work-items per group; the global size is n rounded up to it */
 #define OPTIM_I8_WG 256 /* optim.cl's I8_WG: a work-group per int8 block */
@@ -136,15 +137,9 @@ int fr_cl_optim_update(fr_ctx *ctx, fr_cl *cl, const fr_optim_ctx *o, int param_
 // grad (in[0]) f32, param (out[0]) f32 updated in place, as fr_k_optim_step
 int fr_cl_k_optim_step(fr_kernel_call *c) {
     const fr_optim_ctx *oc = c->optim;
-    if (!oc || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "optim_step: needs the optimizer, an f32 gradient and "
-                       "the f32 parameter bound in place");
-    const size_t n = (size_t)fr_shape_numel(&c->in[0].shape);
-    if ((size_t)fr_shape_numel(&c->out[0].shape) != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "optim_step: gradient of %zu values for a parameter of %lld", n,
-                       (long long)fr_shape_numel(&c->out[0].shape));
+    size_t n;
+    int st = fr_kcheck_optim_step(c, &n);
+    if (st) return st;
     return fr_cl_optim_update(c->ctx, fr_cl_of(c->ctx), oc, c->node->attr.param, &c->out[0],
                               &c->in[0]);
 }

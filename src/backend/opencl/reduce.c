@@ -1,12 +1,13 @@
 /* reduce.c (opencl) — batch and layer normalisation, the losses, pooling and
  * the embeddings on an OpenCL device, with the CPU kernels' semantics and
  * messages (src/backend/cpu/norm.c, loss.c, pool.c, embedding.c); their
- * OpenCL C is kernels/reduce.cl. Shapes are checked here as the CPU checks
- * them; labels and ids are read back a block at a time and checked on the
- * host before anything is enqueued, so a bad one fails with the CPU's
+ * OpenCL C is kernels/reduce.cl. Shapes are checked by the CPU's own checks
+ * (ops/kcheck.h); labels and ids are read back a block at a time and checked
+ * on the host before anything is enqueued, so a bad one fails with the CPU's
  * message and writes nothing. Kernels are enqueued without waiting. */
 #include "backend/opencl/reduce.h"
 #include <string.h>
+#include "ops/kcheck.h"
 
 #define WG 64       /* reduce.cl's work-group size for the kernels that reduce */
 #define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns (reduce.cl) */
@@ -85,16 +86,6 @@ static int first_bad(fr_ctx *ctx, fr_cl *cl, const fr_tensor *t, int64_t n, int6
 
 /* ---- batch normalisation ---- */
 
-static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t *N, int64_t *C,
-                   int64_t *HW) {
-    char b[64];
-    if (x->ndim != 2 && x->ndim != 4)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,H,W)", op,
-                       fr_shape_str(x, b, sizeof b));
-    *N = x->d[0], *C = x->d[1], *HW = x->ndim == 4 ? x->d[2] * x->d[3] : 1;
-    return FR_OK;
-}
-
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C), y is x's shape,
 // mean, invstd (C): training normalises by the batch's statistics, saves them and moves
 // the running ones by the momentum; eval uses the running ones (fr_k_batchnorm).
@@ -102,15 +93,9 @@ static int bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t
 int fr_cl_k_batchnorm(fr_kernel_call *c) {
     const fr_attr *a = &c->node->attr;
     int64_t N = 0, C = 0, HW = 0;
-    int st = bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
+    int st = fr_kcheck_bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
     if (st || (st = need_f32(c, "batchnorm", &c->in[0], "input"))) return st;
-    const cl_long cnt = N * HW;
-    if (a->training && cnt < 2)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "batchnorm: training needs more than 1 value per channel, got %lld",
-                       (long long)cnt);
-    if (!a->training && (!c->in[3].buf || !c->in[4].buf))
-        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    if ((st = fr_kcheck_bn_mode(c, N, HW, c->in[3].buf && c->in[4].buf))) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
     if ((st = kernel(c->ctx, cl, "batchnorm", &k))) return st;
@@ -130,7 +115,7 @@ int fr_cl_k_batchnorm(fr_kernel_call *c) {
 // One work-group per channel.
 int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
     int64_t N = 0, C = 0, HW = 0;
-    int st = bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
+    int st = fr_kcheck_bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
     if (st || (st = need_f32(c, "batchnorm_bwd", &c->in[0], "gradient"))) return st;
     if (!c->in[3].buf || !c->in[4].buf)
         return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
@@ -149,28 +134,11 @@ int fr_cl_k_batchnorm_bwd(fr_kernel_call *c) {
 
 /* ---- layer normalisation ---- */
 
-/* Rows N and normalised size D of x, as norm.c's ln_rows. */
-static int ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *gamma,
-                   const fr_tensor *mean, int64_t *N, int64_t *Dn) {
-    const int64_t nx = fr_shape_numel(&x->shape);
-    if (gamma->shape.ndim) *Dn = fr_shape_numel(&gamma->shape);
-    else if (mean->shape.ndim && fr_shape_numel(&mean->shape))
-        *Dn = nx / fr_shape_numel(&mean->shape);
-    else *Dn = x->shape.ndim && x->shape.d[0] ? nx / x->shape.d[0] : 0;
-    *N = *Dn ? nx / *Dn : 0;
-    if (*N * *Dn != nx || (mean->shape.ndim && fr_shape_numel(&mean->shape) != *N))
-        return fr_fail(
-            c->ctx, FR_ERR_SHAPE,
-            "%s: x has %lld elements, not rows of gamma's %lld (statistics for %lld rows)", op,
-            (long long)nx, (long long)*Dn, (long long)fr_shape_numel(&mean->shape));
-    return FR_OK;
-}
-
 // x is (N, D...) or (B,T,D), gamma, beta (D...), y x's shape, mean, rstd (N):
 // y = (x - mean) rstd gamma + beta over each row of D. One work-group per row.
 int fr_cl_k_layernorm(fr_kernel_call *c) {
     int64_t N, Dn;
-    int st = ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &Dn);
+    int st = fr_kcheck_ln_rows(c, "layernorm", &c->in[0], &c->in[1], &c->out[1], &N, &Dn);
     if (st || (st = need_f32(c, "layernorm", &c->in[0], "input"))) return st;
     if (Dn == 0 || N == 0) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
@@ -189,7 +157,7 @@ int fr_cl_k_layernorm(fr_kernel_call *c) {
 // work-item per column, the rows in order).
 int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
     int64_t N, Dn;
-    int st = ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &Dn);
+    int st = fr_kcheck_ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &Dn);
     if (st || (st = need_f32(c, "layernorm_bwd", &c->in[1], "input"))) return st;
     if (Dn == 0) return FR_OK;
     if (!c->in[3].buf || !c->in[4].buf)
@@ -218,28 +186,14 @@ int fr_cl_k_layernorm_bwd(fr_kernel_call *c) {
 /* ---- losses ---- */
 
 /* logits (..., C) of rank 2..4 are N = numel / C rows; labels one per row,
- * each in [0, C) (loss.c's ce_check, its messages) */
+ * each in [0, C) (the checks and messages: kcheck.h) */
 static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
-    const fr_tensor *z = &c->in[0], *lab = &c->in[1];
-    const fr_shape *zs = &z->shape;
-    char b[64];
-    *C = zs->ndim >= 2 ? zs->d[zs->ndim - 1] : 0;
-    *N = *C ? fr_shape_numel(zs) / *C : (zs->ndim ? zs->d[0] : 0);
-    if (zs->ndim < 2 || fr_shape_numel(&lab->shape) != *N || lab->dtype != FR_I32)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per row", op,
-                       fr_shape_str(zs, b, sizeof b));
-    int st = need_f32(c, op, z, "logits tensor");
-    if (st) return st;
+    int st = fr_kcheck_ce(c, op, N, C);
+    if (st || (st = need_f32(c, op, &c->in[0], "logits tensor"))) return st;
     int64_t n;
     int32_t y;
-    if ((st = first_bad(c->ctx, fr_cl_of(c->ctx), lab, *N, *C, &n, &y)) || n < 0) return st;
-    const int64_t T = zs->ndim > 2 ? *N / zs->d[0] : 1; /* rows per sample */
-    if (T == 1)
-        return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)", op,
-                       (int)y, (long long)n, (long long)*C);
-    return fr_fail(c->ctx, FR_ERR_ARG,
-                   "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op, (int)y,
-                   (long long)(n / T), (long long)(n % T), (long long)*C);
+    if ((st = first_bad(c->ctx, fr_cl_of(c->ctx), &c->in[1], *N, *C, &n, &y)) || n < 0) return st;
+    return fr_kcheck_bad_label(c, op, n, y, *C);
 }
 
 // logits (N,C) or (B,T,C), labels (N) or (B,T) i32, loss (1):
@@ -263,10 +217,7 @@ int fr_cl_k_cross_entropy_bwd(fr_kernel_call *c) {
     int64_t N, C;
     int st = ce_check(c, "cross_entropy_bwd", &N, &C);
     if (st) return st;
-    if (fr_shape_numel(&c->out[0].shape) != N * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "cross_entropy_bwd: dlogits has %lld elements, need %lld",
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
+    if ((st = fr_kcheck_ce_dlogits(c, N, C))) return st;
     if (!c->out[0].buf || N == 0 || C == 0) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
@@ -280,12 +231,9 @@ int fr_cl_k_cross_entropy_bwd(fr_kernel_call *c) {
 }
 
 static int mse_check(fr_kernel_call *c, const char *op, int64_t *n) {
-    *n = fr_shape_numel(&c->in[0].shape);
-    if (fr_shape_numel(&c->in[1].shape) != *n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: pred has %lld elements, target %lld", op,
-                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
-    int st = need_f32(c, op, &c->in[0], "prediction");
-    return st ? st : need_f32(c, op, &c->in[1], "target");
+    int st = fr_kcheck_mse(c, op, n);
+    if (st || (st = need_f32(c, op, &c->in[0], "prediction"))) return st;
+    return need_f32(c, op, &c->in[1], "target");
 }
 
 // pred, target (N,D), loss (1) = (1/(N D)) sum (pred - target)^2. One work-group.
@@ -322,33 +270,14 @@ int fr_cl_k_mse_bwd(fr_kernel_call *c) {
 
 /* ---- pooling ---- */
 
-typedef struct pool_geom {
-    cl_long planes, H, W, K, S, OH, OW;
-} pool_geom;
+typedef fr_pool_dims pool_geom; /* the kernels take its int64_t fields as cl_long */
+_Static_assert(sizeof(int64_t) == sizeof(cl_long), "pool_geom's fields pass as cl_long");
 #define GEOM(g) VA((g).planes), VA((g).H), VA((g).W), VA((g).K), VA((g).S), VA((g).OH), VA((g).OW)
-
-/* x is (..., H, W); y must be (..., OH, OW) (pool.c's pool_geom_make) */
-static int pool_geom_make(fr_kernel_call *c, const char *op, const fr_shape *x, const fr_shape *y,
-                          pool_geom *g) {
-    const fr_attr *a = &c->node->attr;
-    char bx[64], by[64];
-    if (x->ndim < 2 || a->kernel < 1 || a->stride < 1 || x->d[x->ndim - 2] < a->kernel ||
-        x->d[x->ndim - 1] < a->kernel)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s does not fit kernel %d stride %d", op,
-                       fr_shape_str(x, bx, sizeof bx), a->kernel, a->stride);
-    g->H = x->d[x->ndim - 2], g->W = x->d[x->ndim - 1], g->K = a->kernel, g->S = a->stride;
-    g->OH = (g->H - g->K) / g->S + 1, g->OW = (g->W - g->K) / g->S + 1;
-    g->planes = fr_shape_numel(x) / (g->H * g->W);
-    if (fr_shape_numel(y) != g->planes * g->OH * g->OW)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
-                       fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
-    return FR_OK;
-}
 
 // x (N,C,H,W) f32/f16/bf16, y (N,C,OH,OW) f32/f16/bf16: the window's maximum.
 int fr_cl_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    int st = fr_kcheck_pool(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
     if (st) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
@@ -364,7 +293,7 @@ int fr_cl_k_maxpool2d(fr_kernel_call *c) {
 // overlapping ones: a work-item per dx value adds its windows in order.
 int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
+    int st = fr_kcheck_pool(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
     if (st || (st = need_f32(c, "maxpool2d_bwd", &c->in[0], "gradient"))) return st;
     if (!c->out[0].buf) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
@@ -382,7 +311,7 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
 // x (N,C,H,W), y (N,C,OH,OW): the window's mean.
 int fr_cl_k_avgpool2d(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
+    int st = fr_kcheck_pool(c, "avgpool2d", &c->in[0].shape, &c->out[0].shape, &g);
     if (st || (st = need_f32(c, "avgpool2d", &c->in[0], "input"))) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
@@ -396,7 +325,7 @@ int fr_cl_k_avgpool2d(fr_kernel_call *c) {
 // dy (N,C,OH,OW), dx (N,C,H,W): dy/(K K) to every value of the window.
 int fr_cl_k_avgpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
-    int st = pool_geom_make(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
+    int st = fr_kcheck_pool(c, "avgpool2d_bwd", &c->out[0].shape, &c->in[0].shape, &g);
     if (st || (st = need_f32(c, "avgpool2d_bwd", &c->in[0], "gradient"))) return st;
     if (!c->out[0].buf) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);
@@ -446,28 +375,23 @@ int fr_cl_k_global_avgpool_bwd(fr_kernel_call *c) {
 
 /* ---- embeddings ---- */
 
-/* Every id in [0, V); R ids laid out as (R / T, T) (embedding.c's check_ids) */
-static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t V) {
-    if (idx->dtype != FR_I32) return fr_fail(c->ctx, FR_ERR_ARG, "%s: ids must be i32", op);
-    const int64_t R = fr_shape_numel(&idx->shape);
-    const int64_t T = idx->shape.ndim >= 2 ? idx->shape.d[idx->shape.ndim - 1] : R;
+/* Every one of the R i32 ids in [0, V), read back a block at a time (the
+ * message: kcheck.h) */
+static int check_ids(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t R,
+                     int64_t V) {
     int64_t r;
     int32_t id;
     int st = first_bad(c->ctx, fr_cl_of(c->ctx), idx, R, V, &r, &id);
     if (st || r < 0) return st;
-    return fr_fail(c->ctx, FR_ERR_ARG,
-                   "%s: id %d at sample %lld, position %lld is outside the table [0, %lld)", op,
-                   (int)id, (long long)(T ? r / T : 0), (long long)(T ? r % T : r), (long long)V);
+    return fr_kcheck_bad_id(c, op, idx, r, id, V);
 }
 
 // idx (B,T) i32, W (V,C), y (B,T,C): y[b,t,:] = W[idx[b,t],:].
 int fr_cl_k_embedding(fr_kernel_call *c) {
     const fr_tensor *idx = &c->in[0], *w = &c->in[1];
-    const int64_t V = w->shape.d[0], C = w->shape.d[1], R = fr_shape_numel(&idx->shape);
-    if (fr_shape_numel(&c->out[0].shape) != R * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "embedding: y has %lld elements, need %lld x %lld",
-                       (long long)fr_shape_numel(&c->out[0].shape), (long long)R, (long long)C);
-    int st = check_ids(c, "embedding", idx, V);
+    int64_t R, V, C;
+    int st = fr_kcheck_embedding(c, &R, &V, &C);
+    if (!st) st = check_ids(c, "embedding", idx, R, V);
     if (st || (st = need_f32(c, "embedding", w, "table"))) return st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k;
@@ -484,13 +408,9 @@ int fr_cl_k_embedding(fr_kernel_call *c) {
 int fr_cl_k_embedding_bwd(fr_kernel_call *c) {
     const fr_tensor *dyt = &c->in[0], *idx = &c->in[1];
     if (!c->out[1].buf) return FR_OK;
-    const int64_t V = c->out[1].shape.d[0], C = c->out[1].shape.d[1];
-    const int64_t R = fr_shape_numel(&idx->shape);
-    if (fr_shape_numel(&dyt->shape) != R * C)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "embedding_bwd: dy has %lld elements, need %lld x %lld",
-                       (long long)fr_shape_numel(&dyt->shape), (long long)R, (long long)C);
-    int st = check_ids(c, "embedding_bwd", idx, V);
+    int64_t R, V, C;
+    int st = fr_kcheck_embedding_bwd(c, &R, &V, &C);
+    if (!st) st = check_ids(c, "embedding_bwd", idx, R, V);
     if (st || (st = need_f32(c, "embedding_bwd", dyt, "gradient"))) return st;
     if (V == 0 || C == 0) return FR_OK;
     fr_cl *cl = fr_cl_of(c->ctx);

@@ -1,0 +1,236 @@
+/* kcheck.c — the backend-independent checks of a kernel call (kcheck.h):
+ * one function per op family, called by the CPU and the OpenCL kernels. */
+#include "ops/kcheck.h"
+
+/* Rows of x seen as (N, K): N = numel / K, whether x is (N, K), (B, T, K) or
+ * an image batch (N, C, H, W) whose sample of K = C H W values is flattened. */
+static int64_t rows_of(const fr_tensor *x, int64_t K) {
+    return K > 0 ? fr_shape_numel(&x->shape) / K : (x->shape.ndim ? x->shape.d[0] : 0);
+}
+
+static void linear_dims(const fr_tensor *x, const fr_tensor *w, fr_linear_dims *d) {
+    d->K = w->shape.d[1], d->O = w->shape.d[0], d->N = rows_of(x, d->K);
+}
+
+int fr_kcheck_linear(fr_kernel_call *c, fr_linear_dims *d) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *y = &c->out[0];
+    linear_dims(x, w, d);
+    if (w->shape.ndim != 2 || d->N * d->K != fr_shape_numel(&x->shape) ||
+        fr_shape_numel(&y->shape) != d->N * d->O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear: x has %lld elements, not rows of K = %lld for W (%lld, %lld)",
+                       (long long)fr_shape_numel(&x->shape), (long long)d->K, (long long)d->O,
+                       (long long)d->K);
+    return FR_OK;
+}
+
+int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d) {
+    const fr_tensor *dy = &c->in[0], *x = &c->in[1];
+    linear_dims(x, &c->in[2], d);
+    if (d->N * d->K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != d->N * d->O)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "linear_bwd: dy has %lld elements, expected %lld x %lld",
+                       (long long)fr_shape_numel(&dy->shape), (long long)d->N, (long long)d->O);
+    return FR_OK;
+}
+
+int fr_conv_dims_make(fr_conv_dims *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
+    if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
+    g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];
+    g->OC = oc, g->K = k, g->S = s, g->P = p;
+    if (g->H + 2 * p < k || g->W + 2 * p < k) return -1;
+    g->OH = (g->H + 2 * p - k) / s + 1;
+    g->OW = (g->W + 2 * p - k) / s + 1;
+    g->ckk = g->C * k * k;
+    g->ohw = g->OH * g->OW;
+    g->chw = g->C * g->H * g->W;
+    g->direct = k == 1 && s == 1 && p == 0;
+    g->col = g->direct ? 0 : g->ckk * g->ohw;
+    g->same = s == 1 && 2 * p == k - 1;
+    g->Hp = g->H + 2 * p, g->Wp = g->W + 2 * p;
+    g->plane = g->Hp * g->Wp;
+    g->wide = g->H * g->Wp;
+    return 0;
+}
+
+int fr_kcheck_conv2d(fr_kernel_call *c, const char *op, fr_conv_dims *g, const fr_tensor *x,
+                     const fr_tensor *w, const fr_shape *y) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], bw[64];
+    if (w->shape.ndim != 4 ||
+        fr_conv_dims_make(g, &x->shape, w->shape.d[0], a->kernel, a->stride, a->pad) ||
+        w->shape.d[1] != g->C || w->shape.d[2] != a->kernel || w->shape.d[3] != a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: x %s and W %s do not fit kernel %d stride %d pad %d", op,
+                       fr_shape_str(&x->shape, bx, sizeof bx),
+                       fr_shape_str(&w->shape, bw, sizeof bw), a->kernel, a->stride, a->pad);
+    if (y->ndim != 4 || y->d[0] != g->N || y->d[1] != g->OC || y->d[2] != g->OH || y->d[3] != g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s, expected (%lld, %lld, %lld, %lld)", op,
+                       fr_shape_str(y, bx, sizeof bx), (long long)g->N, (long long)g->OC,
+                       (long long)g->OH, (long long)g->OW);
+    return FR_OK;
+}
+
+int fr_kcheck_pool(fr_kernel_call *c, const char *op, const fr_shape *x, const fr_shape *y,
+                   fr_pool_dims *g) {
+    const fr_attr *a = &c->node->attr;
+    char bx[64], by[64];
+    if (x->ndim < 2 || a->kernel < 1 || a->stride < 1 || x->d[x->ndim - 2] < a->kernel ||
+        x->d[x->ndim - 1] < a->kernel)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s does not fit kernel %d stride %d", op,
+                       fr_shape_str(x, bx, sizeof bx), a->kernel, a->stride);
+    g->H = x->d[x->ndim - 2], g->W = x->d[x->ndim - 1], g->K = a->kernel, g->S = a->stride;
+    g->OH = (g->H - g->K) / g->S + 1, g->OW = (g->W - g->K) / g->S + 1;
+    g->planes = fr_shape_numel(x) / (g->H * g->W);
+    if (fr_shape_numel(y) != g->planes * g->OH * g->OW)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output %s does not match input %s", op,
+                       fr_shape_str(y, by, sizeof by), fr_shape_str(x, bx, sizeof bx));
+    return FR_OK;
+}
+
+int fr_kcheck_bn_dims(fr_kernel_call *c, const char *op, const fr_shape *x, int64_t *N, int64_t *C,
+                      int64_t *HW) {
+    char b[64];
+    if (x->ndim != 2 && x->ndim != 4)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s must be (N,C) or (N,C,H,W)", op,
+                       fr_shape_str(x, b, sizeof b));
+    *N = x->d[0], *C = x->d[1], *HW = x->ndim == 4 ? x->d[2] * x->d[3] : 1;
+    return FR_OK;
+}
+
+int fr_kcheck_bn_mode(fr_kernel_call *c, int64_t N, int64_t HW, int have_running) {
+    const int64_t cnt = N * HW;
+    if (c->node->attr.training && cnt < 2)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm: training needs more than 1 value per channel, got %lld",
+                       (long long)cnt);
+    if (!c->node->attr.training && !have_running)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    return FR_OK;
+}
+
+int fr_kcheck_ln_rows(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *gamma,
+                      const fr_tensor *mean, int64_t *N, int64_t *D) {
+    const int64_t nx = fr_shape_numel(&x->shape);
+    if (gamma->shape.ndim) *D = fr_shape_numel(&gamma->shape);
+    else if (mean->shape.ndim && fr_shape_numel(&mean->shape))
+        *D = nx / fr_shape_numel(&mean->shape);
+    else *D = x->shape.ndim && x->shape.d[0] ? nx / x->shape.d[0] : 0;
+    *N = *D ? nx / *D : 0;
+    if (*N * *D != nx || (mean->shape.ndim && fr_shape_numel(&mean->shape) != *N))
+        return fr_fail(
+            c->ctx, FR_ERR_SHAPE,
+            "%s: x has %lld elements, not rows of gamma's %lld (statistics for %lld rows)", op,
+            (long long)nx, (long long)*D, (long long)fr_shape_numel(&mean->shape));
+    return FR_OK;
+}
+
+int fr_kcheck_ce(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
+    const fr_tensor *lab = &c->in[1];
+    const fr_shape *zs = &c->in[0].shape;
+    char b[64];
+    *C = zs->ndim >= 2 ? zs->d[zs->ndim - 1] : 0;
+    *N = *C ? fr_shape_numel(zs) / *C : (zs->ndim ? zs->d[0] : 0);
+    if (zs->ndim < 2 || fr_shape_numel(&lab->shape) != *N || lab->dtype != FR_I32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: logits %s need i32 labels, one per row", op,
+                       fr_shape_str(zs, b, sizeof b));
+    return FR_OK;
+}
+
+int fr_kcheck_bad_label(fr_kernel_call *c, const char *op, int64_t n, int32_t y, int64_t C) {
+    const fr_shape *zs = &c->in[0].shape;
+    const int64_t N = C ? fr_shape_numel(zs) / C : zs->d[0];
+    const int64_t T = zs->ndim > 2 ? N / zs->d[0] : 1; /* rows per sample */
+    if (T == 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)", op,
+                       (int)y, (long long)n, (long long)C);
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op, (int)y,
+                   (long long)(n / T), (long long)(n % T), (long long)C);
+}
+
+int fr_kcheck_ce_dlogits(fr_kernel_call *c, int64_t N, int64_t C) {
+    if (fr_shape_numel(&c->out[0].shape) != N * C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "cross_entropy_bwd: dlogits has %lld elements, need %lld",
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)(N * C));
+    return FR_OK;
+}
+
+int fr_kcheck_mse(fr_kernel_call *c, const char *op, int64_t *n) {
+    *n = fr_shape_numel(&c->in[0].shape);
+    if (fr_shape_numel(&c->in[1].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: pred has %lld elements, target %lld", op,
+                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
+    return FR_OK;
+}
+
+int fr_kcheck_embedding(fr_kernel_call *c, int64_t *R, int64_t *V, int64_t *C) {
+    const fr_tensor *idx = &c->in[0], *w = &c->in[1];
+    *V = w->shape.d[0], *C = w->shape.d[1], *R = fr_shape_numel(&idx->shape);
+    if (fr_shape_numel(&c->out[0].shape) != *R * *C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "embedding: y has %lld elements, need %lld x %lld",
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)*R, (long long)*C);
+    if (idx->dtype != FR_I32) return fr_fail(c->ctx, FR_ERR_ARG, "embedding: ids must be i32");
+    return FR_OK;
+}
+
+int fr_kcheck_embedding_bwd(fr_kernel_call *c, int64_t *R, int64_t *V, int64_t *C) {
+    const fr_tensor *dy = &c->in[0], *idx = &c->in[1];
+    *V = c->out[1].shape.d[0], *C = c->out[1].shape.d[1], *R = fr_shape_numel(&idx->shape);
+    if (fr_shape_numel(&dy->shape) != *R * *C)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "embedding_bwd: dy has %lld elements, need %lld x %lld",
+                       (long long)fr_shape_numel(&dy->shape), (long long)*R, (long long)*C);
+    if (idx->dtype != FR_I32) return fr_fail(c->ctx, FR_ERR_ARG, "embedding_bwd: ids must be i32");
+    return FR_OK;
+}
+
+int fr_kcheck_bad_id(fr_kernel_call *c, const char *op, const fr_tensor *idx, int64_t r, int32_t id,
+                     int64_t V) {
+    const int64_t R = fr_shape_numel(&idx->shape);
+    const int64_t T = idx->shape.ndim >= 2 ? idx->shape.d[idx->shape.ndim - 1] : R;
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: id %d at sample %lld, position %lld is outside the table [0, %lld)", op,
+                   (int)id, (long long)(T ? r / T : 0), (long long)(T ? r % T : r), (long long)V);
+}
+
+int fr_kcheck_same_numel(fr_kernel_call *c, const char *op, int64_t *n) {
+    *n = fr_shape_numel(&c->in[0].shape);
+    if (fr_shape_numel(&c->out[0].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: output has %lld elements, input %lld", op,
+                       (long long)fr_shape_numel(&c->out[0].shape), (long long)*n);
+    return FR_OK;
+}
+
+int fr_kcheck_add(fr_kernel_call *c, int64_t *n) {
+    int st = fr_kcheck_same_numel(c, "add", n);
+    if (st) return st;
+    if (fr_shape_numel(&c->in[1].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "add: operands have %lld and %lld elements",
+                       (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
+    return FR_OK;
+}
+
+int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_dims *d) {
+    const fr_shape *x = &qkv->shape;
+    const int nh = c->node->attr.heads;
+    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
+    d->B = (int)x->d[0], d->T = (int)x->d[1], d->NH = nh, d->HS = (int)(x->d[2] / 3 / nh);
+    return FR_OK;
+}
+
+int fr_kcheck_optim_step(fr_kernel_call *c, size_t *n) {
+    if (!c->optim || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "optim_step: needs the optimizer, an f32 gradient and "
+                       "the f32 parameter bound in place");
+    *n = (size_t)fr_shape_numel(&c->in[0].shape);
+    if ((size_t)fr_shape_numel(&c->out[0].shape) != *n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "optim_step: gradient of %zu values for a parameter of %lld", *n,
+                       (long long)fr_shape_numel(&c->out[0].shape));
+    return FR_OK;
+}
