@@ -45,10 +45,7 @@ fr_status fr_dev_materialize(fr_step *s) {
         if (!p->ddata && (st = upload(ctx, &p->ddata, p->data, bytes_of(p), FR_MEM_PARAMS)))
             return st;
         if (!s->o.training || s->gv[i] < 0) continue;
-        if (s->fused && s->fused[i])
-            return fr_fail(ctx, FR_ERR_ARG,
-                           "the step inside backward is not supported on a device yet");
-        int kind;
+        int kind; /* (a parameter stepped inside backward keeps no gradient buffer) */
         size_t sb = fr_step_state_bytes(s, p, &kind);
         p->state_kind = kind;        /* f32, bf16 or int8 blocks: the device's kernels take each */
         for (int k = 0; k < ns; k++) /* a resumed run's host state, or zeros */
@@ -71,10 +68,18 @@ void fr_dev_bind(fr_step *s) {
     fr_model *m = s->m;
     fr_exec *e = &s->ex;
     const fr_backend *be = fr_backend_of(s->ctx);
+    if (s->slots) { /* OPTIM_STEP nodes: step t + 1 on the device's state */
+        for (size_t i = 0; i < m->n_params; i++)
+            s->slots[i] =
+                (fr_optim_slot){.state_buf = {m->params[i].dstate[0], m->params[i].dstate[1]},
+                                .state_kind = m->params[i].state_kind};
+        s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
+        e->optim = &s->optim_ctx;
+    }
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         fr_exec_bind_dev(e, s->pv[i], p->ddata, 0);
-        if (s->gv[i] < 0) continue;
+        if (s->gv[i] < 0 || (s->fused && s->fused[i])) continue; /* fused: an arena value */
         if (!p->dgrad) {
             p->dgrad = be->alloc(s->ctx, bytes_of(p), FR_MEM_GRADS);
             p->grad_valid = 0;
@@ -87,7 +92,8 @@ void fr_dev_bind(fr_step *s) {
 /* fr_dev_bind's refusal (its message set), if a gradient could not be allocated. */
 static fr_status grads_bound(const fr_step *s) {
     for (size_t i = 0; i < s->m->n_params; i++)
-        if (s->gv[i] >= 0 && !s->m->params[i].dgrad) return FR_ERR_NOMEM;
+        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]) && !s->m->params[i].dgrad)
+            return FR_ERR_NOMEM;
     return FR_OK;
 }
 
@@ -149,9 +155,17 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
         if (s->feed) fr_feed_bind(s, slot, off);
         else if ((st = fr_dev_batch(s, b, off, n))) break;
         fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
-        st = fr_exec_run(e, 0, s->plan.n_nodes, n, s->o.seed, s->runs);
-        s->runs++;
+        /* with steps inside backward, the loss is checked before any runs */
+        int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes;
+        st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);
         if (!st) st = fr_dev_loss(s, &l);
+        if (!st && split < s->plan.n_nodes && !isfinite(l))
+            st = fr_fail(s->ctx, FR_ERR_NUMERIC,
+                         "non-finite loss (%g) at step %llu: lower the learning rate or check "
+                         "the data; the weights were not updated",
+                         (double)l, (unsigned long long)s->runs + 1);
+        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
+        s->runs++;
         if (!st) st = fr_dev_hits(s, b, off, n, &h);
         total += (double)l * n;
         hits += h;
@@ -204,7 +218,8 @@ fr_status fr_dev_update(fr_step *s, float loss) {
     const fr_backend *be = fr_backend_of(ctx);
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params; i++)
-        if (s->gv[i] >= 0) m->params[i].grad_valid = s->ex.written[s->gv[i]];
+        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
+            m->params[i].grad_valid = s->ex.written[s->gv[i]];
     if (s->o.offload & FR_OFFLOAD_OPTIMIZER) return offloaded_update(s, loss);
     int found_inf = !isfinite(loss);
     if (!found_inf && s->scaler.enabled) {
@@ -245,7 +260,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
         s->t++;
         for (size_t i = 0; i < m->n_params && !st; i++) {
             fr_param *p = &m->params[i];
-            if (s->gv[i] < 0 || !p->grad_valid) continue;
+            if (s->gv[i] < 0 || (s->fused && s->fused[i]) || !p->grad_valid) continue;
             fr_tensor w = dev_tensor(p, p->ddata, FR_F32), g = dev_tensor(p, p->dgrad, FR_F32);
             fr_tensor state[2] = {dev_tensor(p, p->dstate[0], FR_F32),
                                   dev_tensor(p, p->dstate[1], FR_F32)};
@@ -331,7 +346,8 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         const fr_param *p = &m->params[i];
         r += fr_mem_class_bytes(dm, bytes_of(p));
         if (!s->o.training || s->gv[i] < 0) continue;
-        r += fr_mem_class_bytes(dm, bytes_of(p)); /* its gradient, f32 as the weight */
+        if (!(s->fused && s->fused[i])) /* its gradient, f32 as the weight, unless stepped */
+            r += fr_mem_class_bytes(dm, bytes_of(p)); /* inside backward (an arena value) */
         int kind;
         if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
             r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));

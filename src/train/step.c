@@ -177,7 +177,8 @@ static fr_status plan_fused_updates(fr_step *s) {
         for (int j = 0; j < g->nodes[pl->order[k]].n_out; j++)
             if (g->nodes[pl->order[k]].out[j] == g->loss) s->loss_pos = k;
     const fr_optim_opts *o = &s->o.optim;
-    /* on a device the optimizer runs after backward (train/device.c) */
+    /* LINEAR_BWD's in-place SGD is the CPU's alone: on a device plain SGD
+     * steps after backward (OPTIM_STEP nodes serve the other optimizers) */
     if (!s->o.training || s->o.keep_grads || fr_step_on_device(s) || o->kind != FR_OPTIM_SGD ||
         o->momentum != 0.0f || s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 ||
         s->loss_pos < 0)
@@ -299,7 +300,9 @@ static fr_status fuse_optim_steps(fr_step *s, int **order_io, int *n_io) {
     fr_graph *g = &s->g;
     const fr_optim_opts *o = &s->o.optim;
     int plain_sgd = o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
-    if (!s->o.training || s->o.keep_grads || fr_step_on_device(s) || plain_sgd ||
+    /* on a device with the optimizer offloaded, the step runs on the host */
+    if (!s->o.training || s->o.keep_grads ||
+        (fr_step_on_device(s) && (s->o.offload & FR_OFFLOAD_OPTIMIZER)) || plain_sgd ||
         s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1)
         return FR_OK;
     int loss_pos = -1;
