@@ -1,4 +1,4 @@
-"""torch_blas.py — the BLAS check shared by torch_step.py and torch_remat.py.
+"""torch_blas.py — the BLAS check shared by torch_step.py, torch_gpt.py and torch_remat.py.
 
 Debian's torch calls whatever libblas.so.3 the dynamic loader finds; the
 reference BLAS runs nn.Linear at about 4 GFLOP/s. blas_check() lists the BLAS
@@ -7,6 +7,7 @@ matmul; below SLOW_BLAS_GFLOPS the scripts warn to set
 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp.
 """
 import os
+import sys
 import time
 
 import torch
@@ -31,3 +32,15 @@ def blas_check():
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return sorted(libs), 2 * 1024 ** 3 / best / 1e9
+
+
+def blas_report(script):
+    """blas_check(), a warning on stderr naming `script` when the matmul is
+    slow, and whether it is fast enough: (libs, gflops, blas_ok)."""
+    libs, gflops = blas_check()
+    blas_ok = gflops >= SLOW_BLAS_GFLOPS
+    if not blas_ok:
+        print(f"{script}: warning: a 1024x1024 matmul runs at {gflops:.1f} GFLOP/s "
+              f"({', '.join(libs) or 'no BLAS mapped'}): nn.Linear is on a slow BLAS; set "
+              "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp", file=sys.stderr)
+    return libs, gflops, blas_ok

@@ -73,7 +73,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # torch_blas, run from any cwd
-from torch_blas import SLOW_BLAS_GFLOPS, blas_check
+from torch_blas import blas_report
 
 RSS_AFTER_IMPORT = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -273,12 +273,7 @@ def run_one(o):
     if o.threads > 0:
         torch.set_num_threads(o.threads)
     torch.manual_seed(o.seed)
-    libs, gflops = blas_check()
-    blas_ok = gflops >= SLOW_BLAS_GFLOPS
-    if not blas_ok:
-        print(f"torch_gpt.py: warning: a 1024x1024 matmul runs at {gflops:.1f} GFLOP/s "
-              f"({', '.join(libs) or 'no BLAS mapped'}): set "
-              "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp", file=sys.stderr)
+    libs, gflops, blas_ok = blas_report("torch_gpt.py")
     if o.dim % o.heads:
         sys.exit(f"torch_gpt.py: --dim {o.dim} is not a multiple of --heads {o.heads}")
 

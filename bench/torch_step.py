@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # torch_blas, run from any cwd
-from torch_blas import SLOW_BLAS_GFLOPS, blas_check
+from torch_blas import blas_report
 
 RSS_AFTER_IMPORT = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,12 +182,7 @@ def main():
     if o.threads > 0:
         torch.set_num_threads(o.threads)
     torch.manual_seed(o.seed)
-    libs, gflops = blas_check()
-    blas_ok = gflops >= SLOW_BLAS_GFLOPS
-    if not blas_ok:
-        print(f"torch_step.py: warning: a 1024x1024 matmul runs at {gflops:.1f} GFLOP/s "
-              f"({', '.join(libs) or 'no BLAS mapped'}): nn.Linear is on a slow BLAS; set "
-              "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp", file=sys.stderr)
+    libs, gflops, blas_ok = blas_report("torch_step.py")
 
     model, in_shape, loss_name, out_shape = parse_model(model_path(o.model))
     if loss_name != "cross_entropy":

@@ -82,10 +82,10 @@ done
 
 # Portable: every source compiles for a non-x86 target (clang's aarch64, a
 # syntax check with this machine's x86-64 headers). Two things of those
-# headers do not apply to aarch64 and are supplied here: glibc's
-# gnu/stubs.h includes gnu/stubs-32.h on a non-x86-64 target (a list of
-# unimplemented functions; an empty file is a correct one for a syntax
-# check), and pthread.h's __regparm__ attribute is x86-only (defined away).
+# headers do not apply to aarch64 and are supplied here: on a non-x86-64
+# target glibc's gnu/stubs.h includes gnu/stubs-32.h, the list of functions
+# glibc lacks there, and for a syntax check an empty list serves; and
+# pthread.h's __regparm__ attribute is x86-only (defined away).
 # No x86 intrinsic outside its guard, no x86 target attribute where the
 # compiler has no such target.
 if command -v clang >/dev/null; then

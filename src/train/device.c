@@ -121,21 +121,16 @@ fr_status fr_dev_loss(fr_step *s, float *loss) {
 
 fr_status fr_dev_hits(fr_step *s, const fr_batch *b, int off, int n, int *hits) {
     const fr_graph *g = &s->g;
-    const fr_shape *zs = &g->vals[g->logits].shape;
     *hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return FR_OK;
-    int64_t c = zs->d[zs->ndim - 1], r = fr_shape_numel(zs) / c / zs->d[0], rows = n * r;
-    float *z = fr_alloc(s->ctx, (size_t)(rows * c) * sizeof *z, FR_MEM_WORKSPACE);
+    const fr_shape *zs = &g->vals[g->logits].shape;
+    size_t bytes = (size_t)(fr_shape_numel(zs) / zs->d[0] * n) * sizeof(float);
+    float *z = fr_alloc(s->ctx, bytes, FR_MEM_WORKSPACE);
     if (!z) return FR_ERR_NOMEM;
     const fr_exec *e = &s->ex;
-    fr_status st = fr_backend_of(s->ctx)->read(s->ctx, e->buf[g->logits], e->off[g->logits], z,
-                                               (size_t)(rows * c) * sizeof *z);
-    for (int64_t i = 0; !st && i < rows; i++) { /* the first maximum, as count_hits */
-        int best = 0;
-        for (int64_t k = 1; k < c; k++)
-            if (z[i * c + k] > z[i * c + best]) best = (int)k;
-        *hits += best == b->y[off * r + i];
-    }
+    fr_status st =
+        fr_backend_of(s->ctx)->read(s->ctx, e->buf[g->logits], e->off[g->logits], z, bytes);
+    if (!st) *hits = fr_step_hits(s, z, b, off, n);
     fr_free(s->ctx, z);
     return st;
 }
@@ -160,10 +155,7 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
         st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);
         if (!st) st = fr_dev_loss(s, &l);
         if (!st && split < s->plan.n_nodes && !isfinite(l))
-            st = fr_fail(s->ctx, FR_ERR_NUMERIC,
-                         "non-finite loss (%g) at step %llu: lower the learning rate or check "
-                         "the data; the weights were not updated",
-                         (double)l, (unsigned long long)s->runs + 1);
+            st = fr_step_nonfinite(s, l, s->runs + 1);
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;
         if (!st) st = fr_dev_hits(s, b, off, n, &h);

@@ -33,15 +33,24 @@ typedef struct candidate {
  * weight copied up each step, at the device's measured copy rate, against
  * the step's FLOPs at its measured GEMM rate; INFINITY when the device could
  * not measure them. */
+/* Bytes an offloaded optimizer copies a step: every trainable weight's
+ * gradient down and the weight up (f32, whether or not this plan keeps the
+ * gradient). */
+static size_t offload_copy_bytes(const fr_step *s) {
+    size_t bytes = 0;
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->gv[i] >= 0)
+            bytes += 2 * (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
+    return bytes;
+}
+
 static double offload_cost(const fr_step *s, double step_flops) {
     if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) return 0.0;
     const fr_backend *be = fr_backend_of(s->ctx);
     if (!be->copy_rate || !be->flop_rate) return INFINITY;
-    double bw = be->copy_rate(s->ctx), fl = be->flop_rate(s->ctx), bytes = 0;
+    double bw = be->copy_rate(s->ctx), fl = be->flop_rate(s->ctx);
     if (bw <= 0 || fl <= 0 || step_flops <= 0) return INFINITY;
-    for (size_t i = 0; i < s->m->n_params; i++)
-        if (s->gv[i] >= 0) bytes += 2.0 * (double)fr_step_grad_bytes(s, i);
-    return (bytes / bw) / (step_flops / fl);
+    return ((double)offload_copy_bytes(s) / bw) / (step_flops / fl);
 }
 
 static int has_batchnorm(const fr_model *m) {
@@ -420,13 +429,12 @@ static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
 /* On a device: where the optimizer runs, what offloading it moves and what
  * its transfers cost against recomputation, at the measured rates. */
 static void describe_offload(const fr_step *s, double step_flops, FILE *out) {
-    size_t state = 0, moved = 0;
+    size_t state = 0, moved = offload_copy_bytes(s);
     int kind;
     for (size_t i = 0; i < s->m->n_params; i++) {
         if (s->gv[i] < 0) continue;
         state += (size_t)fr_step_optim_states(&s->o.optim) *
                  fr_step_state_bytes(s, &s->m->params[i], &kind);
-        moved += 2 * fr_step_grad_bytes(s, i);
     }
     const fr_backend *be = fr_backend_of(s->ctx);
     double bw = be->copy_rate ? be->copy_rate(s->ctx) : 0,

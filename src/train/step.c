@@ -708,10 +708,8 @@ static int64_t rows_per_sample(const fr_step *s) {
 
 /* Argmax hits over the rows of samples off..off+n (every position of a
  * token model). */
-static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
-    const fr_graph *g = &s->g;
-    const float *z = s->ex.ptr[g->logits];
-    const fr_shape *zs = &g->vals[g->logits].shape;
+int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n) {
+    const fr_shape *zs = &s->g.vals[s->g.logits].shape;
     int64_t c = zs->d[zs->ndim - 1], r = rows_per_sample(s);
     int hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
@@ -724,6 +722,10 @@ static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
     return hits;
 }
 
+static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
+    return fr_step_hits(s, s->ex.ptr[s->g.logits], b, off, n);
+}
+
 void fr_step_set_loss_scale(fr_step *s, float scale) {
     fr_graph *g = &s->g;
     for (size_t i = 0; i < g->n_nodes; i++) {
@@ -734,16 +736,20 @@ void fr_step_set_loss_scale(fr_step *s, float scale) {
 
 /* The batch's mean loss from its micro-batches' sums, into *loss, *correct
  * and *l; a non-finite one is an error unless the scaler will skip it. */
+fr_status fr_step_nonfinite(fr_step *s, float l, uint64_t step) {
+    return fr_fail(s->ctx, FR_ERR_NUMERIC,
+                   "non-finite loss (%g) at step %llu: lower the learning rate or check the data; "
+                   "the weights were not updated",
+                   (double)l, (unsigned long long)step);
+}
+
 fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,
                          int *correct, float *l) {
     *l = (float)(total / b->n);
     if (correct) *correct = hits;
     if (loss) *loss = *l;
     if (!isfinite(*l) && !(s->o.training && s->scaler.enabled))
-        return fr_fail(s->ctx, FR_ERR_NUMERIC,
-                       "non-finite loss (%g) at step %llu: lower the learning rate or check the "
-                       "data; the weights were not updated",
-                       (double)*l, (unsigned long long)s->runs);
+        return fr_step_nonfinite(s, *l, s->runs);
     return FR_OK;
 }
 
@@ -813,10 +819,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             s->runs++;
             if (loss) *loss = lm;
             if (correct) *correct = hits + count_hits(s, b, off, n);
-            return fr_fail(s->ctx, FR_ERR_NUMERIC,
-                           "non-finite loss (%g) at step %llu: lower the learning rate or check "
-                           "the data; the weights were not updated",
-                           (double)lm, (unsigned long long)s->runs);
+            return fr_step_nonfinite(s, lm, s->runs);
         }
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;

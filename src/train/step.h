@@ -86,6 +86,11 @@ size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
  * executor's tables and the step's metadata, plus one batch of data (held
  * by the caller, e.g. the loader). fr_plan_info.reserved is this. */
 size_t fr_step_reserved(const fr_step *s);
+/* Argmax hits of samples off..off+n from their logits z (every position of a
+ * token model; the first maximum wins); 0 unless the loss is cross-entropy. */
+int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n);
+/* The error of a non-finite loss at micro-batch run `step` (1-based). */
+fr_status fr_step_nonfinite(fr_step *s, float l, uint64_t step);
 fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,
                          int *correct, float *l);
 /* After backward on the host: scaler, clipping, optimizer, zero_grad. */

@@ -267,10 +267,13 @@ cl_command_queue fr_cl_queue(fr_cl *cl) { return cl->queue; }
 
 /* ---- programs and kernels ---------------------------------------------- */
 
-int fr_cl_build(fr_ctx *ctx, fr_cl *cl, const char *file, const char *text, cl_program *out) {
+/* Build the program of the n texts one after the other (FILE names it in
+ * messages). */
+static int build(fr_ctx *ctx, fr_cl *cl, const char *file, const char **texts, cl_uint n,
+                 cl_program *out) {
     *out = NULL;
     cl_int err;
-    cl_program p = clCreateProgramWithSource(cl->context, 1, &text, NULL, &err);
+    cl_program p = clCreateProgramWithSource(cl->context, n, texts, NULL, &err);
     char what[128];
     snprintf(what, sizeof what, "clCreateProgramWithSource %s.cl", file);
     int st = fr_cl_check(ctx, err, what);
@@ -300,6 +303,19 @@ int fr_cl_build(fr_ctx *ctx, fr_cl *cl, const char *file, const char *text, cl_p
                    fr_cl_errstr(err), (int)err, log[0] ? log : "(no build log)");
 }
 
+int fr_cl_build(fr_ctx *ctx, fr_cl *cl, const char *file, const char *text, cl_program *out) {
+    return build(ctx, cl, file, &text, 1, out);
+}
+
+/* An embedded program: prelude.cl's shared functions, then its own text,
+ * numbered from its line 1 in the compiler's messages. */
+static int build_embedded(fr_ctx *ctx, fr_cl *cl, int prog, cl_program *out) {
+    const char *texts[3] = {"", "\n#line 1\n", fr_cl_sources[prog].text};
+    for (int i = 0; i < fr_cl_n_sources; i++)
+        if (!strcmp(fr_cl_sources[i].file, "prelude")) texts[0] = fr_cl_sources[i].text;
+    return build(ctx, cl, fr_cl_sources[prog].file, texts, 3, out);
+}
+
 cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *name) {
     int prog = -1;
     for (int i = 0; i < fr_cl_n_sources; i++)
@@ -312,8 +328,7 @@ cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *nam
     for (size_t i = 0; i < cl->n_kernels; i++)
         if (cl->kernels[i].program == prog && !strcmp(cl->kernels[i].name, name))
             return cl->kernels[i].k;
-    if (!cl->programs[prog] &&
-        fr_cl_build(ctx, cl, file, fr_cl_sources[prog].text, &cl->programs[prog]) != FR_OK)
+    if (!cl->programs[prog] && build_embedded(ctx, cl, prog, &cl->programs[prog]) != FR_OK)
         return NULL;
     if (fr_grow(ctx, (void **)&cl->kernels, &cl->cap_kernels, cl->n_kernels + 1,
                 sizeof *cl->kernels, FR_MEM_OTHER) != 0)

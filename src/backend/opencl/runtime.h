@@ -40,7 +40,8 @@ const fr_cl_info *fr_cl_info_of(const fr_cl *cl);
 
 /* A kernel of program FILE (src/backend/opencl/kernels/FILE.cl, FILE without
  * ".cl"; embedded at build time), the program built once per fr_cl with
- * "-cl-std=CL1.2". The kernel is cached and owned by cl: do not release it.
+ * "-cl-std=CL1.2", after kernels/prelude.cl (the functions every program
+ * shares). The kernel is cached and owned by cl: do not release it.
  * NULL with the build log in the error on failure. */
 cl_kernel fr_cl_kernel(fr_ctx *ctx, fr_cl *cl, const char *file, const char *name);
 /* Build TEXT as fr_cl_kernel builds an embedded program (FILE names it in

@@ -17,21 +17,9 @@ static float div_rn(float a, float b) { return a / b; }
 static float sqrt_rn(float a) { return sqrt(a); }
 #endif
 
-/* bf16 <-> f32 as src/core/half.c: round to nearest even, NaN kept quiet. */
-static float bf16_load(__global const ushort *x, ulong i) {
-    uint b = (uint)x[i] << 16;
-    if ((b & 0x7fffffffu) > 0x7f800000u) b |= 0x400000u;
-    return as_float(b);
-}
-static void bf16_store(__global ushort *x, ulong i, float f) {
-    uint b = as_uint(f);
-    if ((b & 0x7fffffffu) > 0x7f800000u) {
-        x[i] = (ushort)((b >> 16) | 0x0040u);
-        return;
-    }
-    b += 0x7fffu + ((b >> 16) & 1u);
-    x[i] = (ushort)(b >> 16);
-}
+/* bf16 <-> f32 as src/core/half.c (prelude.cl): round to nearest even, NaN kept quiet. */
+static float bf16_load(__global const ushort *x, ulong i) { return bf16_to_f32(x[i]); }
+static void bf16_store(__global ushort *x, ulong i, float f) { x[i] = f32_to_bf16(f); }
 
 /* fr_k_sgd: d = g + wd p; with momentum buf = first ? d : buf mom + keep d,
  * d = nesterov ? d + mom buf : buf; p = p + (-lr) d. buf may be NULL when
@@ -104,51 +92,7 @@ __kernel void adam_bf16(ulong n, __global float *p, ulong p_off, __global const 
  * p and its state in f16 or bf16, g f32 or (g16) in p's format: each value
  * widened, updated in f32 as above, rounded back to nearest even, as the
  * CPU's step does (fr_k_adam_half; widen, fr_k_sgd, narrow). The f16
- * conversions are src/core/half.c's, NaN payloads included. */
-static float f16_to_f32(ushort h) {
-    const uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;
-    uint m = h & 0x3ffu, x;
-    if (e == 0x1fu) {
-        x = sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
-    } else if (e == 0) {
-        if (m == 0) {
-            x = sign;
-        } else {
-            uint sh = 0;
-            while (!(m & 0x400u)) {
-                m <<= 1;
-                sh++;
-            }
-            x = sign | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else {
-        x = sign | ((e + 112u) << 23) | (m << 13);
-    }
-    return as_float(x);
-}
-
-static ushort f32_to_f16(float f) {
-    const uint x = as_uint(f), ax = x & 0x7fffffffu;
-    const ushort sign = (ushort)((x >> 16) & 0x8000u);
-    if (ax >= 0x7f800000u) {
-        if (ax == 0x7f800000u) return sign | 0x7c00u;
-        return sign | 0x7e00u | (ushort)((ax >> 13) & 0x3ffu);
-    }
-    if (ax >= 0x477ff000u) return sign | 0x7c00u;
-    if (ax < 0x38800000u) {
-        if (ax <= 0x33000000u) return sign;
-        const uint e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
-        uint q = mant >> shift;
-        const uint rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
-        if (rem > halfway || (rem == halfway && (q & 1u))) q++;
-        return sign | (ushort)q;
-    }
-    uint h = (ax - 0x38000000u) >> 13;
-    const uint rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-    return sign | (ushort)h;
-}
-
+ * conversions are src/core/half.c's (prelude.cl), NaN payloads included. */
 static float half_load(__global const ushort *x, ulong i, int is_f16) {
     return is_f16 ? f16_to_f32(x[i]) : bf16_load(x, i);
 }
