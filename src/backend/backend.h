@@ -62,6 +62,7 @@ typedef struct fr_backend {
     int (*zero)(fr_ctx *ctx, void *buf, size_t off, size_t n);
     int (*finish)(fr_ctx *ctx);        /* wait for everything enqueued */
     size_t (*max_buffer)(fr_ctx *ctx); /* the largest buffer the device allows */
+    size_t (*global_mem)(fr_ctx *ctx); /* the device's global memory, bytes */
     /* Rates the planner costs offload with, measured once per device: bytes
      * a second between host and device (a copy down and back), and FLOPs a
      * second of a GEMM; 0 when they could not be measured. */
@@ -77,7 +78,14 @@ typedef struct fr_backend {
     int (*grad_unscale)(fr_ctx *ctx, fr_tensor *g, float inv, int *found_inf);
     int (*grad_sumsq)(fr_ctx *ctx, const fr_tensor *g, double *out);
     int (*grad_scale)(fr_ctx *ctx, fr_tensor *g, float f);
+    /* Accuracy: *out = the rows i of logits (N,K) f32 whose first maximum
+     * (strict >, as fr_step_hits) is at labels[i] (i32, N), counted on the
+     * device; FR_HITS_SCRATCH bytes of category other taken from the
+     * device's memory while it runs. */
+    int (*hits)(fr_ctx *ctx, const fr_tensor *logits, const fr_tensor *labels, int64_t *out);
 } fr_backend;
+
+#define FR_HITS_SCRATCH 8 /* the count, as fr_backend.hits keeps it on the device */
 
 static inline int fr_backend_is_device(const fr_backend *be) { return be->alloc != NULL; }
 

@@ -56,6 +56,16 @@ static fr_status fill(void *user, int64_t k, char *err, size_t errlen) {
                              slot_y(l, k), slot_t(l, k), err, errlen);
 }
 
+/* batch k as next() hands it out */
+static void view(void *user, int64_t k, fr_batch *out) {
+    const fr_loader *l = user;
+    memset(out, 0, sizeof *out);
+    out->n = batch_count(l, k);
+    out->x = slot_x(l, k);
+    out->y = slot_y(l, k);
+    out->target = slot_t(l, k);
+}
+
 size_t fr_loader_reserved(int64_t n, size_t sample, const fr_loader_opts *o) {
     if (o->limit > 0 && o->limit < n) n = o->limit;
     size_t slots = (size_t)o->queue + 1, batch = (size_t)o->batch;
@@ -102,7 +112,7 @@ fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o) {
     if (!yt) goto fail;
     if (outputs) l->t = yt;
     else l->y = yt;
-    if (fr_prefetch_init(&l->pf, ctx, "loader", o->queue, fill, l)) goto fail;
+    if (fr_prefetch_init(&l->pf, ctx, "loader", o->queue, fill, view, l)) goto fail;
     return l;
 fail:
     fr_loader_free(l);
@@ -142,9 +152,10 @@ fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done) {
     int64_t k = 0;
     fr_status st = fr_prefetch_next(&l->pf, &k, done);
     if (st || *done) return st;
-    out->n = batch_count(l, k);
-    out->x = slot_x(l, k);
-    out->y = slot_y(l, k);
-    out->target = slot_t(l, k);
+    view(l, k, out);
     return FR_OK;
+}
+
+void fr_loader_set_hand(fr_loader *l, fr_hand_fn hand, void *user, int lag) {
+    fr_prefetch_set_hand(&l->pf, hand, user, lag);
 }

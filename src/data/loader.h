@@ -6,6 +6,7 @@
 #define FR_LOADER_H
 
 #include "data/dataset.h"
+#include "data/prefetch.h"
 
 typedef struct fr_loader fr_loader;
 
@@ -30,5 +31,8 @@ fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip);
 /* Next batch of the epoch; *done = 1 and no batch at its end. The batch stays
  * valid until the next call to next/start/free. */
 fr_status fr_loader_next(fr_loader *l, fr_batch *out, int *done);
+/* Hand each batch, once filled, to hand on the prefetch thread (prefetch.h:
+ * after the consumer released batch k - lag); NULL: none. Between epochs. */
+void fr_loader_set_hand(fr_loader *l, fr_hand_fn hand, void *user, int lag);
 
 #endif

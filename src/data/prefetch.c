@@ -18,6 +18,15 @@ static void *producer(void *arg) {
         /* Slot k % nslots is neither held by the consumer nor ready: ours. */
         fr_status st = p->fill(p->user, k, err, sizeof err);
         pthread_mutex_lock(&p->mu);
+        if (!st && p->hand) { /* once the consumer has released batch k - lag */
+            while (!p->stop && k - p->lag >= p->released) pthread_cond_wait(&p->space, &p->mu);
+            if (p->stop) break;
+            pthread_mutex_unlock(&p->mu);
+            fr_batch b;
+            p->view(p->user, k, &b);
+            st = p->hand(p->hand_user, &b, k, err, sizeof err);
+            pthread_mutex_lock(&p->mu);
+        }
         if (st) {
             p->err_st = st;
             memcpy(p->err, err, sizeof err);
@@ -42,12 +51,13 @@ void fr_prefetch_stop(fr_prefetch *p) {
 }
 
 fr_status fr_prefetch_init(fr_prefetch *p, fr_ctx *ctx, const char *who, int queue, fr_fill_fn fill,
-                           void *user) {
+                           fr_view_fn view, void *user) {
     memset(p, 0, sizeof *p);
     p->ctx = ctx;
     p->who = who;
     p->queue = queue;
     p->fill = fill;
+    p->view = view;
     p->user = user;
     if (pthread_mutex_init(&p->mu, NULL)) goto fail;
     if (pthread_cond_init(&p->ready, NULL)) {
@@ -63,6 +73,13 @@ fr_status fr_prefetch_init(fr_prefetch *p, fr_ctx *ctx, const char *who, int que
     return FR_OK;
 fail:
     return fr_fail(ctx, FR_ERR_IO, "%s: cannot create its lock or condition variables", who);
+}
+
+void fr_prefetch_set_hand(fr_prefetch *p, fr_hand_fn hand, void *hand_user, int lag) {
+    fr_prefetch_stop(p);
+    p->hand = hand;
+    p->hand_user = hand_user;
+    p->lag = lag > 0 ? lag : 1;
 }
 
 void fr_prefetch_destroy(fr_prefetch *p) {
@@ -106,6 +123,11 @@ fr_status fr_prefetch_next(fr_prefetch *p, int64_t *kp, int *done) {
         }
         char err[FR_ERR_LEN];
         fr_status st = p->fill(p->user, k, err, sizeof err);
+        if (!st && p->hand) { /* batch k - 1 was taken: k - lag is released */
+            fr_batch b;
+            p->view(p->user, k, &b);
+            st = p->hand(p->hand_user, &b, k, err, sizeof err);
+        }
         if (st) return fr_fail(p->ctx, st, "%s", err);
     } else {
         pthread_mutex_lock(&p->mu);

@@ -10,6 +10,14 @@
  * error is kept, with its message, and next() reports it on the caller's
  * thread when it reaches the batch that failed.
  *
+ * A hand (fr_prefetch_set_hand) passes each filled batch on from the same
+ * thread, before the consumer may take it (the device feed enqueues its
+ * upload there): batch k is handed only once the consumer has released
+ * batch k - lag (asked for batch k - lag + 1), so a consumer that keeps lag
+ * buffers of its own, one per batch in turn (the feed's two device slots),
+ * finds the one batch k goes into done with. With queue 0 the hand runs in
+ * next(), after the fill.
+ *
  * Shuffle: epoch e starts from the identity and runs Fisher-Yates with
  * r = fr_rng_make(seed, 1000 + e):
  *     for i = n-1 down to 1: j = fr_rng_below(&r, i + 1); swap(perm[i], perm[j])
@@ -19,16 +27,26 @@
 
 #include <pthread.h>
 #include "core/ctx.h"
+#include "frugal.h"
 
 /* Fill batch k into its slot (k % (queue + 1)); a fault's message into err.
  * Called on the prefetch thread: it must not touch the context. */
 typedef fr_status (*fr_fill_fn)(void *user, int64_t k, char *err, size_t errlen);
+/* Batch k as the consumer sees it (its slot's pointers), for a hand. */
+typedef void (*fr_view_fn)(void *user, int64_t k, fr_batch *out);
+/* Pass filled batch k on (on the prefetch thread; not the context either). */
+typedef fr_status (*fr_hand_fn)(void *hand_user, const fr_batch *b, int64_t k, char *err,
+                                size_t errlen);
 
 typedef struct fr_prefetch {
     fr_ctx *ctx;
     const char *who; /* "loader", "token loader": the start of messages */
     fr_fill_fn fill;
+    fr_view_fn view;
     void *user;
+    fr_hand_fn hand; /* NULL: none */
+    void *hand_user;
+    int lag;
     int queue;
     int64_t nb; /* batches this epoch */
 
@@ -51,7 +69,11 @@ typedef struct fr_prefetch {
 
 /* Set up the lock and conditions; FR_ERR_IO with a message if they cannot be. */
 fr_status fr_prefetch_init(fr_prefetch *p, fr_ctx *ctx, const char *who, int queue, fr_fill_fn fill,
-                           void *user);
+                           fr_view_fn view, void *user);
+/* Hand each batch filled from now on to hand (NULL: none) once the consumer
+ * has released batch k - lag (lag >= 1); stops the thread first, so call it
+ * between epochs (before fr_prefetch_start). */
+void fr_prefetch_set_hand(fr_prefetch *p, fr_hand_fn hand, void *hand_user, int lag);
 /* Stop the thread and release the lock (p as fr_prefetch_init left it, or zeroed). */
 void fr_prefetch_destroy(fr_prefetch *p);
 /* Stop the thread (before the caller changes what it reads, e.g. the order). */

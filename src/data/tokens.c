@@ -699,6 +699,15 @@ size_t fr_token_loader_reserved(const fr_token_loader_opts *o) {
            fr_mem_block_bytes(slots);
 }
 
+/* batch k as next() hands it out (fr_batches_next's form: n windows, idx, y) */
+static void view(void *user, int64_t k, fr_batch *out) {
+    const fr_token_loader *l = user;
+    memset(out, 0, sizeof *out);
+    out->n = l->o.batch;
+    out->idx = slot_x(l, k);
+    out->y = slot_y(l, k);
+}
+
 fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_loader_opts *o) {
     size_t slots;
     int64_t nw = plan_sizes(o, &slots);
@@ -735,7 +744,7 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
     if (o->shuffle && !(l->perm = fr_alloc(ctx, (size_t)nw * sizeof *l->perm, FR_MEM_OTHER)))
         goto fail;
     if (!(l->buf = fr_alloc(ctx, slots, FR_MEM_DATA))) goto fail;
-    if (fr_prefetch_init(&l->pf, ctx, "token loader", o->queue, fill, l)) goto fail;
+    if (fr_prefetch_init(&l->pf, ctx, "token loader", o->queue, fill, view, l)) goto fail;
     return l;
 fail:
     fr_token_loader_free(l);
@@ -749,6 +758,10 @@ void fr_token_loader_free(fr_token_loader *l) {
     fr_free(ctx, l->buf);
     fr_free(ctx, l->perm);
     fr_free(ctx, l);
+}
+
+void fr_token_loader_set_hand(fr_token_loader *l, fr_hand_fn hand, void *user, int lag) {
+    fr_prefetch_set_hand(&l->pf, hand, user, lag);
 }
 
 int64_t fr_token_loader_num_windows(const fr_token_loader *l) { return l->nw; }

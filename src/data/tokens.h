@@ -39,6 +39,7 @@
 
 #include <stddef.h>
 #include "core/ctx.h"
+#include "data/prefetch.h"
 
 #define FR_SHARD_MAGIC 20240520
 #define FR_SHARD_VERSION 1
@@ -126,6 +127,8 @@ int64_t fr_token_loader_num_batches(const fr_token_loader *l);
 fr_status fr_token_loader_start(fr_token_loader *l, int epoch, int64_t skip);
 /* Next batch of the epoch; *done = 1 and no batch at its end. */
 fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *done);
+/* fr_loader_set_hand's twin (batches as fr_batch: n = B, idx, y). */
+void fr_token_loader_set_hand(fr_token_loader *l, fr_hand_fn hand, void *user, int lag);
 
 /* ---- parsers on memory (the fuzzer, the corruption tests) --------------- */
 

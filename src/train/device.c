@@ -119,19 +119,32 @@ fr_status fr_dev_loss(fr_step *s, float *loss) {
     return fr_backend_of(s->ctx)->read(s->ctx, e->buf[v], e->off[v], loss, sizeof *loss);
 }
 
-fr_status fr_dev_hits(fr_step *s, const fr_batch *b, int off, int n, int *hits) {
+/* The logits of the n samples just run against their labels where the step
+ * bound them (a micro-batch's buffer or the feed's slot), counted on the
+ * device: 8 bytes come back, not the logits. */
+fr_status fr_dev_hits(fr_step *s, int n, int *hits) {
     const fr_graph *g = &s->g;
+    const fr_exec *e = &s->ex;
+    const fr_backend *be = fr_backend_of(s->ctx);
     *hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return FR_OK;
-    const fr_shape *zs = &g->vals[g->logits].shape;
-    size_t bytes = (size_t)(fr_shape_numel(zs) / zs->d[0] * n) * sizeof(float);
-    float *z = fr_alloc(s->ctx, bytes, FR_MEM_WORKSPACE);
-    if (!z) return FR_ERR_NOMEM;
-    const fr_exec *e = &s->ex;
-    fr_status st =
-        fr_backend_of(s->ctx)->read(s->ctx, e->buf[g->logits], e->off[g->logits], z, bytes);
-    if (!st) *hits = fr_step_hits(s, z, b, off, n);
-    fr_free(s->ctx, z);
+    const fr_value *zv = &g->vals[g->logits], *yv = &g->vals[g->label];
+    if (zv->dtype != FR_F32 || yv->dtype != FR_I32)
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "accuracy on the device takes f32 logits and i32 labels, not %s and %s",
+                       fr_dtype_name(zv->dtype), fr_dtype_name(yv->dtype));
+    /* the first n samples' rows: (n, K) or (n, T, K) */
+    fr_shape zs = zv->shape, ys = yv->shape;
+    zs.d[0] = n, ys.d[0] = n;
+    const fr_tensor z = {
+        .dtype = FR_F32, .shape = zs, .buf = e->buf[g->logits], .off = e->off[g->logits]};
+    const fr_tensor y = {
+        .dtype = FR_I32, .shape = ys, .buf = e->buf[g->label], .off = e->off[g->label]};
+    int64_t h = 0;
+    if (!be->hits)
+        return fr_fail(s->ctx, FR_ERR_ARG, "%s counts no accuracy on the device", be->name);
+    fr_status st = be->hits(s->ctx, &z, &y, &h);
+    *hits = (int)h;
     return st;
 }
 
@@ -158,7 +171,7 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
             st = fr_step_nonfinite(s, l, s->runs + 1);
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
         s->runs++;
-        if (!st) st = fr_dev_hits(s, b, off, n, &h);
+        if (!st) st = fr_dev_hits(s, n, &h);
         total += (double)l * n;
         hits += h;
         fr_exec_finish(e);
@@ -350,5 +363,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
              fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
     if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
+    if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_dev_hits' count */
+        r += fr_mem_class_bytes(dm, FR_HITS_SCRATCH);
     return r;
 }

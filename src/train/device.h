@@ -21,9 +21,10 @@ fr_status fr_dev_run(fr_step *s, const fr_batch *b, float *loss, int *correct);
 void fr_dev_bind(fr_step *s);
 /* Upload samples off..off+n of the batch and bind them. */
 fr_status fr_dev_batch(fr_step *s, const fr_batch *b, int off, int n);
-/* The loss of the last run and the argmax hits of its rows. */
+/* The loss of the last run, and the argmax hits of the rows of its n
+ * samples, counted on the device (only the count comes back). */
 fr_status fr_dev_loss(fr_step *s, float *loss);
-fr_status fr_dev_hits(fr_step *s, const fr_batch *b, int off, int n, int *hits);
+fr_status fr_dev_hits(fr_step *s, int n, int *hits);
 /* After backward: the optimizer step on the device, zero_grad. */
 fr_status fr_dev_update(fr_step *s, float loss);
 /* Bring parameters (and, when allocated, optimizer state) back to the host,

@@ -1,22 +1,32 @@
 /* feed.c — batches uploaded into two device slots ahead of their step (see
  * feed.h).
  *
- * Who touches what, and when (all calls come from the thread that runs the
- * step; the only concurrency is the device's two queues and the loader's own
- * thread, which never sees a device slot):
- *   - slot j is written only by the upload enqueued in submit(), whose wait
- *     list holds end[j], the mark the step's queue put after its last read
- *     of j: the upload cannot start while a step still reads the slot;
- *   - the step reads slot j only after a barrier on up[j] (acquire), so it
- *     never sees the slot half written;
+ * Who touches what, and when. Two threads: the step's (fr_feed_start, _next,
+ * _acquire, _release, _drain) and the loader's prefetch thread, which runs
+ * hand() for batch k of an epoch once it has filled it. Batch k goes into
+ * slot k % 2; the loader's ring (prefetch.h, lag 2) runs hand(k) only after
+ * the step's thread asked for batch k - 1, which it does only after the step
+ * of batch k - 2 returned. So:
+ *   - slot j is written only by the upload hand() enqueues for batch k (on
+ *     the upload queue), whose wait list holds end[j], the mark the step's
+ *     queue put after the last read of j by the step of batch k - 2 (set in
+ *     fr_feed_release before that step returned): the upload cannot start
+ *     while a step still reads the slot;
+ *   - the step reads slot j only after a barrier on up[j] (fr_feed_acquire),
+ *     so it never sees the slot half written; it checks that the slot holds
+ *     its own batch (k[j]), so it never waits for a later batch's upload;
+ *   - hand() writes x/y's upload events, n[j], k[j] and by_loader[j] of
+ *     slot j only; the step's thread reads them after the loader's ring has
+ *     given it batch k (the ring's lock orders the two: fr_feed_next waits
+ *     for up[j] and counts it then), and is done with them before it asks
+ *     for batch k + 1, the earliest point hand(k + 2) may run;
+ *   - begin[], end[], ran[] and the counts are the step thread's alone;
  *   - the upload reads the loader's host batch asynchronously; that batch
- *     stays the loader's until the next fr_batches_next or fr_batches_start,
- *     and each of those comes only after waiting for up[] (fr_feed_next,
- *     fr_feed_start, fr_feed_drain), so the loader never refills memory an
- *     upload still reads;
- *   - the labels the host needs after the loader has moved on (the step's
- *     hits) are copied at submit() into the slot's host copy, which the next
- *     submit into the same slot overwrites only after that slot's step. */
+ *     stays the loader's until the step's thread asks for the next one, and
+ *     fr_feed_next waits for the upload before handing the batch out; fr_feed_start and
+ *     fr_feed_drain stop the loader's thread before waiting for the upload
+ *     queue, so nothing is enqueued behind that wait. */
+#include <pthread.h>
 #include <string.h>
 #include "train/device.h"
 #include "train/feed.h"
@@ -45,16 +55,21 @@ struct fr_feed {
     fr_cl *cl;
     cl_command_queue q; /* the uploads' queue (profiled) */
     void *x[2], *y[2];  /* the slots: cl_mem from the backend's allocator (data) */
-    int32_t *labels[2]; /* host copies of their labels (cross-entropy only) */
-    int n[2];           /* samples in each */
     size_t xs, ys;      /* bytes per sample */
     int ce, tokens;
-    fr_batches *l;
-    cl_event upx[2], up[2];    /* a slot's upload: its inputs' write, its labels' (the last) */
+    fr_batches *l;     /* the epoch's loader (between fr_feed_start and the drain) */
+    pthread_t stepper; /* the step's thread (fr_feed_start's caller) */
+    /* slot j's upload, written by hand() */
+    cl_event upx[2], up[2]; /* its inputs' write, its labels' (the last) */
+    int n[2];               /* samples */
+    int64_t k[2];           /* the batch's index in the epoch */
+    int by_loader[2];       /* enqueued on a thread other than the step's */
+    /* the step's thread's */
     cl_event begin[2], end[2]; /* the last step on a slot: after its barrier, after its reads */
-    int64_t gen[2], gen_up[2]; /* steps run on a slot; that count when the other was uploaded */
-    int pending;               /* the slot uploaded ahead and not handed out yet, or -1 */
-    int cur;                   /* the slot handed out last, or -1 */
+    int64_t ran[2];            /* that step's batch, or -1 */
+    int64_t next_k;            /* the batch fr_feed_next takes next */
+    int cur;                   /* the slot of the batch handed out last, or -1 */
+    int64_t cur_k;             /* that batch */
     fr_feed_stats stats;
 };
 
@@ -72,7 +87,8 @@ fr_status fr_feed_new(fr_step *s, fr_feed **out) {
     if (!f) return FR_ERR_NOMEM;
     f->ctx = ctx;
     f->cl = fr_cl_of(ctx);
-    f->pending = f->cur = -1;
+    f->cur = -1;
+    f->ran[0] = f->ran[1] = -1;
     f->ce = s->m->loss == FR_LOSS_CROSS_ENTROPY;
     f->tokens = s->m->in_dtype == FR_I32;
     f->xs = sample_bytes(s, s->g.input);
@@ -80,8 +96,7 @@ fr_status fr_feed_new(fr_step *s, fr_feed **out) {
     size_t w = whole(s);
     for (int i = 0; i < 2; i++) {
         if (!(f->x[i] = be->alloc(ctx, f->xs * w, FR_MEM_DATA)) ||
-            !(f->y[i] = be->alloc(ctx, f->ys * w, FR_MEM_DATA)) ||
-            (f->ce && !(f->labels[i] = fr_alloc(ctx, f->ys * w, FR_MEM_DATA)))) {
+            !(f->y[i] = be->alloc(ctx, f->ys * w, FR_MEM_DATA))) {
             fr_feed_free(f);
             return FR_ERR_NOMEM;
         }
@@ -102,45 +117,62 @@ void fr_feed_free(fr_feed *f) {
         drop(&f->upx[i]), drop(&f->up[i]), drop(&f->begin[i]), drop(&f->end[i]);
         be->release(f->ctx, f->x[i]);
         be->release(f->ctx, f->y[i]);
-        fr_free(f->ctx, f->labels[i]);
     }
     fr_free(f->ctx, f);
 }
 
-/* Upload host batch b into slot j, behind the last step that read j. */
-static fr_status submit(fr_feed *f, const fr_batch *b, int j) {
+/* Batch k (host memory b) into slot k % 2, behind the last step that read
+ * the slot: on the loader's thread (or the step's, with a loader of queue
+ * 0). No context here: a fault's message goes into err. */
+static fr_status hand(void *user, const fr_batch *b, int64_t k, char *err, size_t errlen) {
+    fr_feed *f = user;
+    int j = (int)(k & 1);
     const char *x = f->tokens ? (const char *)b->idx : (const char *)b->x;
     const char *y = f->ce ? (const char *)b->y : (const char *)b->target;
     cl_uint nw = f->end[j] ? 1 : 0;
     drop(&f->upx[j]), drop(&f->up[j]);
-    fr_status st = fr_cl_write_on(f->ctx, f->q, (cl_mem)f->x[j], 0, x, (size_t)b->n * f->xs, nw,
-                                  &f->end[j], &f->upx[j]);
-    if (!st)
-        st = fr_cl_write_on(f->ctx, f->q, (cl_mem)f->y[j], 0, y, (size_t)b->n * f->ys, 0, NULL,
-                            &f->up[j]);
-    if (st) return st;
-    if (f->ce) memcpy(f->labels[j], b->y, (size_t)b->n * f->ys);
+    cl_int e = clEnqueueWriteBuffer(f->q, (cl_mem)f->x[j], CL_FALSE, 0, (size_t)b->n * f->xs, x, nw,
+                                    nw ? &f->end[j] : NULL, &f->upx[j]);
+    if (e == CL_SUCCESS)
+        e = clEnqueueWriteBuffer(f->q, (cl_mem)f->y[j], CL_FALSE, 0, (size_t)b->n * f->ys, y, 0,
+                                 NULL, &f->up[j]);
+    if (e == CL_SUCCESS) e = clFlush(f->q);
+    if (e != CL_SUCCESS) {
+        snprintf(err, errlen, "uploading batch %lld (%d samples) into device slot %d: %s (%d)",
+                 (long long)k, b->n, j, fr_cl_errstr(e), (int)e);
+        return e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES ||
+                       e == CL_OUT_OF_HOST_MEMORY
+                   ? FR_ERR_NOMEM
+                   : FR_ERR_IO;
+    }
     f->n[j] = b->n;
-    f->gen_up[j] = f->gen[1 - j];
-    f->pending = j;
+    f->k[j] = k;
+    f->by_loader[j] = !pthread_equal(pthread_self(), f->stepper);
     return FR_OK;
 }
 
-/* Wait for everything the upload queue holds: the loader's host batches are
- * then free to be refilled. */
+/* Stop the loader's thread (nothing more is enqueued) and wait for every
+ * upload: the loader's host batches are then free to be refilled. */
 static fr_status drain(fr_feed *f) {
+    if (f->l) fr_batches_set_hand(f->l, NULL, NULL, 0);
+    f->l = NULL;
+    f->cur = -1;
     return fr_cl_check(f->ctx, clFinish(f->q), "clFinish (the upload queue)");
 }
 
 fr_status fr_feed_start(fr_feed *f, fr_batches *l, int epoch, int64_t skip) {
     fr_status st = drain(f);
-    if (st || (st = fr_batches_start(l, epoch, skip))) return st;
+    if (st) return st;
+    fr_batches_set_hand(l, hand, f, 2); /* (stops the loader's thread first) */
+    f->stepper = pthread_self();
+    f->ran[0] = f->ran[1] = -1;
+    f->next_k = skip;
+    if ((st = fr_batches_start(l, epoch, skip))) {
+        fr_batches_set_hand(l, NULL, NULL, 0);
+        return st;
+    }
     f->l = l;
-    f->pending = f->cur = -1;
-    fr_batch b;
-    int done = 0;
-    if ((st = fr_batches_next(l, &b, &done)) || done) return st;
-    return submit(f, &b, 0);
+    return FR_OK;
 }
 
 static double at_us(cl_event e, cl_profiling_info what) {
@@ -149,17 +181,18 @@ static double at_us(cl_event e, cl_profiling_info what) {
     return (double)t * 1e-3;
 }
 
-/* Slot p's upload has completed: count it, and whether it ran beside the
- * step on the other slot, the one enqueued after it (if one ran): it
- * overlapped when it started before that step ended (a synchronous upload
- * starts only after), for the time both intervals share. */
+/* Slot p's upload (batch k[p]) has completed: count it, and whether it ran
+ * beside the step of batch k[p] - 1 (on the other slot, if that step ran
+ * this epoch): it overlapped when it started before that step ended (a
+ * synchronous upload starts only after), for the time both intervals share. */
 static void account(fr_feed *f, int p) {
     double u0 = at_us(f->upx[p], CL_PROFILING_COMMAND_START);
     double u1 = at_us(f->up[p], CL_PROFILING_COMMAND_END);
     f->stats.uploads++;
     f->stats.upload_us += u1 - u0;
+    f->stats.from_loader += f->by_loader[p];
     int o = 1 - p;
-    if (f->gen[o] <= f->gen_up[p] || clWaitForEvents(1, &f->end[o]) != CL_SUCCESS) return;
+    if (f->ran[o] != f->k[p] - 1 || clWaitForEvents(1, &f->end[o]) != CL_SUCCESS) return;
     double s0 = at_us(f->begin[o], CL_PROFILING_COMMAND_END);
     double s1 = at_us(f->end[o], CL_PROFILING_COMMAND_END);
     if (u0 >= s1) return;
@@ -172,35 +205,34 @@ fr_status fr_feed_next(fr_feed *f, fr_batch *out, int *done) {
     memset(out, 0, sizeof *out);
     *done = 0;
     if (!f->l) return fr_fail(f->ctx, FR_ERR_ARG, "fr_feed_next before fr_feed_start");
-    int p = f->pending;
-    if (p < 0) {
-        *done = 1;
-        return FR_OK;
-    }
-    /* the loader's host batch under slot p goes back with the next call */
-    fr_status st = fr_cl_check(f->ctx, clWaitForEvents(1, &f->up[p]), "an upload into a slot");
-    if (st) return st;
-    account(f, p);
-    f->pending = -1;
-    f->cur = p;
-    fr_batch b;
+    f->cur = -1;
+    fr_batch b; /* its upload is enqueued (hand() ran before the loader gave it out) */
     int end = 0;
-    if ((st = fr_batches_next(f->l, &b, &end))) return st;
-    if (!end && (st = submit(f, &b, 1 - p))) return st;
-    out->n = f->n[p];
-    out->y = f->labels[p];
+    fr_status st = fr_batches_next(f->l, &b, &end);
+    if (st || end) {
+        *done = end;
+        return st;
+    }
+    int j = (int)(f->next_k & 1);
+    if (f->k[j] != f->next_k || f->n[j] != b.n)
+        return fr_fail(f->ctx, FR_ERR_ARG,
+                       "device slot %d holds batch %lld (%d samples) where batch %lld (%d) was due",
+                       j, (long long)f->k[j], f->n[j], (long long)f->next_k, b.n);
+    /* the loader's host batch goes back with the next call: its upload done */
+    if ((st = fr_cl_check(f->ctx, clWaitForEvents(1, &f->up[j]), "an upload into a slot")))
+        return st;
+    account(f, j);
+    f->cur = j;
+    f->cur_k = f->next_k++;
+    out->n = f->n[j];
     return FR_OK;
 }
 
-fr_status fr_feed_drain(fr_feed *f) {
-    fr_status st = drain(f);
-    f->pending = -1;
-    return st;
-}
+fr_status fr_feed_drain(fr_feed *f) { return drain(f); }
 
 int fr_feed_holds(const fr_feed *f, const fr_batch *b) {
     int c = f->cur;
-    return c >= 0 && !b->x && !b->idx && !b->target && b->y == f->labels[c] && b->n == f->n[c];
+    return c >= 0 && !b->x && !b->y && !b->idx && !b->target && b->n == f->n[c];
 }
 
 fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
@@ -208,16 +240,26 @@ fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
     int c = f->cur;
     fr_status st;
     if (fr_feed_holds(f, b)) {
+        /* the slot's upload is this batch's: never a later batch's */
+        f->stats.waits++;
+        if (f->k[c] != f->cur_k)
+            return fr_fail(s->ctx, FR_ERR_ARG,
+                           "device slot %d holds the upload of batch %lld, not the step's %lld", c,
+                           (long long)f->k[c], (long long)f->cur_k);
         st = fr_cl_wait_for(s->ctx, f->cl, 1, &f->up[c]);
-    } else { /* a host batch: into the slot no upload is writing, on the step's queue */
+    } else { /* a host batch: into slot 0 on the step's queue, outside an epoch */
         const char *x = f->tokens ? (const char *)b->idx : (const char *)b->x;
         const char *y = f->ce ? (const char *)b->y : (const char *)b->target;
+        if (f->l)
+            return fr_fail(s->ctx, FR_ERR_ARG,
+                           "a host batch for a step whose feed runs an epoch: give it the batch "
+                           "fr_feed_next handed out");
         if (!x || !y)
             return fr_fail(s->ctx, FR_ERR_ARG,
                            "a batch without its %s: give the step a loader's batch",
                            !x ? "inputs" : "labels");
-        c = f->pending >= 0 ? 1 - f->pending : 0;
-        f->cur = -1; /* a batch handed out in slot c is gone */
+        c = 0;
+        f->cur_k = -1;
         const fr_backend *be = fr_backend_of(s->ctx);
         st = be->write(s->ctx, f->x[c], 0, x, (size_t)b->n * f->xs);
         if (!st) st = be->write(s->ctx, f->y[c], 0, y, (size_t)b->n * f->ys);
@@ -237,7 +279,7 @@ void fr_feed_bind(fr_step *s, int slot, int off) {
 fr_status fr_feed_release(fr_step *s, int slot) {
     fr_feed *f = s->feed;
     drop(&f->end[slot]);
-    f->gen[slot]++;
+    f->ran[slot] = f->cur_k;
     return fr_cl_mark(s->ctx, f->cl, &f->end[slot]);
 }
 

@@ -111,6 +111,11 @@ fr_status fr_batches_start(fr_batches *b, int epoch, int64_t skip) {
                   : fr_token_loader_start(b->tok, epoch, skip);
 }
 
+void fr_batches_set_hand(fr_batches *b, fr_hand_fn hand, void *user, int lag) {
+    if (b->img) fr_loader_set_hand(b->img, hand, user, lag);
+    else if (b->tok) fr_token_loader_set_hand(b->tok, hand, user, lag);
+}
+
 fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done) {
     if (b->img) return fr_loader_next(b->img, out, done);
     fr_token_batch tb;

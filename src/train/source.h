@@ -45,6 +45,8 @@ void fr_batches_close(fr_batches *b);
 int64_t fr_batches_count(const fr_batches *b);
 fr_status fr_batches_start(fr_batches *b, int epoch, int64_t skip);
 fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done);
+/* Hand each batch on from the loader's thread (loader.h); between epochs. */
+void fr_batches_set_hand(fr_batches *b, fr_hand_fn hand, void *user, int lag);
 
 /* Mean loss (nats per sample, or per token) and accuracy (per sample, or
  * per token; NaN for MSE) over the test or validation split, with an eval

@@ -771,8 +771,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
                                 : "inputs");
     /* Labels (and token ids) are checked once for the whole batch, by their
      * position in it, before any micro-batch runs (a dataset's are checked
-     * against the model, by index in their file, before training). */
-    int64_t rows = ce ? b->n * rows_per_sample(s) : 0;
+     * against the model, by index in their file, before training; a fed
+     * batch's, on the device only, were checked so). */
+    int64_t rows = ce && b->y ? b->n * rows_per_sample(s) : 0;
     for (int64_t i = 0, classes = fr_model_num_classes(m); i < rows; i++)
         if (b->y[i] < 0 || b->y[i] >= classes)
             return fr_fail(s->ctx, FR_ERR_ARG,

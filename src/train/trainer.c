@@ -336,9 +336,11 @@ done:
         fr_feed_get_stats(s->feed, &fs);
         if (!st && !cfg->json && cfg->progress >= 0)
             printf("batch uploads: %lld into two device slots, %lld of them before the step "
-                   "beside them ended (%.2f ms uploading, %.2f ms of it during a step)\n",
+                   "beside them ended (%.2f ms uploading, %.2f ms of it during a step); %lld "
+                   "enqueued by the loader's thread; the steps waited %lld times, each for its "
+                   "own batch\n",
                    (long long)fs.uploads, (long long)fs.overlapped, fs.upload_us / 1e3,
-                   fs.overlap_us / 1e3);
+                   fs.overlap_us / 1e3, (long long)fs.from_loader, (long long)fs.waits);
         fr_status ds = fr_feed_drain(s->feed); /* before the loader's batches go */
         if (!st) st = ds;
     }

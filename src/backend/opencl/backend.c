@@ -7,6 +7,7 @@
 #include "backend/opencl/optim.h"
 #include "backend/opencl/reduce.h"
 #include <clblast_c.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,16 @@ static int cl_grad_sumsq(fr_ctx *ctx, const fr_tensor *g, double *out) {
 static int cl_grad_scale(fr_ctx *ctx, fr_tensor *g, float f) {
     return fr_cl_scale(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
                        (size_t)fr_shape_numel(&g->shape), f);
+}
+
+static int cl_hits(fr_ctx *ctx, const fr_tensor *z, const fr_tensor *y, int64_t *out) {
+    const fr_shape *zs = &z->shape;
+    int64_t K = zs->d[zs->ndim - 1], N = fr_shape_numel(zs) / (K ? K : 1);
+    if (N > INT32_MAX || K > INT32_MAX)
+        return fr_fail(ctx, FR_ERR_ARG, "opencl: hits of %lld rows of %lld logits: too many",
+                       (long long)N, (long long)K);
+    return fr_cl_hits(ctx, fr_cl_of(ctx), fr_cl_mem(z), fr_cl_off(z), fr_cl_mem(y), fr_cl_off(y),
+                      (int)N, (int)K, out);
 }
 
 /* ---- the device's memory ---- */
@@ -163,6 +174,19 @@ static int cl_zero(fr_ctx *ctx, void *buf, size_t off, size_t n) {
 static int cl_finish(fr_ctx *ctx) { return fr_cl_finish(ctx, fr_cl_of(ctx)); }
 static size_t cl_max_buffer(fr_ctx *ctx) { return fr_cl_info_of(fr_cl_of(ctx))->max_alloc; }
 
+/* CL_DEVICE_GLOBAL_MEM_SIZE; FRUGAL_CL_GLOBAL_MEM=<bytes> reports less (a
+ * testing knob: the check against it is the one real devices get). */
+static size_t cl_global_mem(fr_ctx *ctx) {
+    size_t g = fr_cl_info_of(fr_cl_of(ctx))->global_mem;
+    const char *env = getenv("FRUGAL_CL_GLOBAL_MEM");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end == 0 && v > 0 && v < g) g = (size_t)v;
+    }
+    return g;
+}
+
 const fr_backend fr_cl_backend = {
     .name = "opencl",
     .kernels = cl_kernels,
@@ -177,12 +201,14 @@ const fr_backend fr_cl_backend = {
     .zero = cl_zero,
     .finish = cl_finish,
     .max_buffer = cl_max_buffer,
+    .global_mem = cl_global_mem,
     .copy_rate = cl_copy_rate,
     .flop_rate = cl_flop_rate,
     .optim_update = cl_optim_update,
     .grad_unscale = cl_grad_unscale,
     .grad_sumsq = cl_grad_sumsq,
     .grad_scale = cl_grad_scale,
+    .hits = cl_hits,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {
