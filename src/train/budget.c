@@ -302,6 +302,17 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
     return s;
 }
 
+size_t fr_budget_smallest(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                          fr_plan_need *need) {
+    fr_budget b = {0};
+    fr_step_opts o = *opts;
+    o.budget = 1; /* below every plan: the search ends with the smallest */
+    budget_split(m, &o, d, &b);
+    fr_step *s = plan_at(m, &o, d, o.batch, &b, need);
+    fr_step_free(s);
+    return !s && need->reserved ? outside(&b) + b.step_need : 0;
+}
+
 void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
     if (json) {
         fprintf(out,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "data/loader.h"
 #include "io/safetensors.h"
+#include "report/report.h"
 #include "train/checkpoint.h"
 #include "train/feed.h"
 #include "train/source.h"
@@ -101,6 +102,113 @@ static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t st
     fflush(stdout);
 }
 
+/* Without --budget on a device: the step's planned device reservation
+ * against the device's global memory, before anything of the model is
+ * allocated. Too much: refused with the smallest plan and the budget that
+ * lets the planner choose one that fits. */
+static fr_status check_device_memory(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m,
+                                     const fr_step_opts *so, const fr_step *s,
+                                     const fr_source *src) {
+    const fr_backend *be = fr_backend_of(ctx);
+    if (!fr_backend_is_device(be) || !be->global_mem) return FR_OK;
+    size_t want = fr_step_reserved(s), have = be->global_mem(ctx);
+    if (want <= have) return FR_OK;
+    char w[32], h[32], n[32], b[32], how[128];
+    fr_budget_data bd;
+    fr_source_budget(src, cfg, &bd);
+    fr_plan_need need;
+    size_t smallest = fr_budget_smallest(m, so, &bd, &need);
+    if (!smallest) return FR_ERR_BUDGET; /* (the message is set) */
+    fr_plan_need_str(&need, how, sizeof how);
+    fr_human_bytes(want, w, sizeof w), fr_human_bytes(have, h, sizeof h);
+    fr_human_bytes(need.reserved, n, sizeof n), fr_human_bytes(smallest, b, sizeof b);
+    if (need.reserved > have)
+        return fr_fail(ctx, FR_ERR_BUDGET,
+                       "the step's plan reserves %s (%zu bytes) on %s, more than its global memory "
+                       "of %s (%zu bytes), and no plan fits it: the smallest needs %s (%zu bytes) "
+                       "with %s; nothing was allocated: shrink --batch or the model",
+                       w, want, ctx->dev_name, h, have, n, need.reserved, how);
+    return fr_fail(ctx, FR_ERR_BUDGET,
+                   "the step's plan reserves %s (%zu bytes) on %s, more than its global memory of "
+                   "%s (%zu bytes); nothing was allocated. The smallest plan needs %s on the "
+                   "device (%s) and the smallest budget that fits is %s (%zu bytes): pass --budget "
+                   "%zu (up to %zu, the device's memory) and the planner picks a plan that fits",
+                   w, want, ctx->dev_name, h, have, n, how, b, smallest, smallest,
+                   have > smallest ? have : smallest);
+}
+
+/* The category a device refusal's message names ("... bytes for <category>"),
+ * or -1 (a refusal at first use names none). */
+static int refused_cat(const char *msg) {
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) {
+        char pat[48];
+        snprintf(pat, sizeof pat, "bytes for %s", fr_mem_cat_name((fr_mem_cat)c));
+        if (strstr(msg, pat)) return c;
+    }
+    return -1;
+}
+
+/* The tensor of category cat the step lacks: the one whose allocation was
+ * refused (allocation stops at the first refusal). */
+static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
+    const fr_model *m = s->m;
+    int ns = s->o.offload & FR_OFFLOAD_OPTIMIZER ? 0 : fr_step_optim_states(&s->o.optim);
+    snprintf(buf, len, "a buffer of %s", cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "the step");
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        int trained = s->o.training && s->gv[i] >= 0;
+        if (cat == FR_MEM_PARAMS && !p->ddata) {
+            snprintf(buf, len, "the parameter %s", p->name);
+            return;
+        }
+        for (int k = 0; cat == FR_MEM_OPTIM && trained && k < ns; k++)
+            if (!p->dstate[k]) {
+                snprintf(buf, len, "optimizer state %d of %s", k, p->name);
+                return;
+            }
+        if (cat == FR_MEM_GRADS && trained && !(s->fused && s->fused[i]) && !p->dgrad) {
+            snprintf(buf, len, "the gradient of %s", p->name);
+            return;
+        }
+    }
+    if (cat == FR_MEM_DATA)
+        snprintf(buf, len, "%s",
+                 s->feed || !fr_feed_used(s) ? "the batch's inputs and labels"
+                                             : "the two batch slots");
+    else if (s->plan.arena_bytes && !s->ex.arena)
+        snprintf(buf, len, "the step's arena (%zu bytes of activations and workspace)",
+                 s->plan.arena_bytes);
+}
+
+/* A device allocation refused, by the driver (CL_MEM_OBJECT_ALLOCATION_FAILURE,
+ * CL_OUT_OF_RESOURCES) or the device's allocator: the message gains the
+ * tensor it was for and the smallest budget a plan fits in. */
+static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m, const fr_step_opts *so,
+                       const fr_step *s, const fr_source *src) {
+    char msg[FR_ERR_LEN], what[192], how[128], b[32];
+    snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
+    if (!strstr(msg, "device") && !strstr(msg, "CL_")) return; /* the host's */
+    int cat = refused_cat(msg);
+    missing_tensor(s, cat, what, sizeof what);
+    fr_budget_data bd;
+    fr_source_budget(src, cfg, &bd);
+    fr_plan_need need;
+    fr_step_opts o = *so;
+    o.budget = 0;
+    size_t smallest = fr_budget_smallest(m, &o, &bd, &need);
+    if (!smallest) {
+        fr_fail(ctx, FR_ERR_NOMEM, "%s (for %s, category %s)", msg, what,
+                cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "unknown");
+        return;
+    }
+    fr_plan_need_str(&need, how, sizeof how);
+    fr_fail(ctx, FR_ERR_NOMEM,
+            "%s (for %s, category %s); the smallest budget that fits is %s (%zu bytes, %s): "
+            "pass --budget %zu or less than the device has, and the planner picks a plan that fits",
+            msg, what, cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "unknown",
+            fr_human_bytes(smallest, b, sizeof b), smallest, how, smallest);
+}
+
 /* The memory the step runs in: a device's when it runs on one. */
 static void step_memory(const fr_ctx *ctx, fr_mem_stats *ms) {
     if (ctx->dmem) fr_mem_stats_of(ctx->dmem, ms);
@@ -172,9 +280,13 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->budget); /* a device's budget */
         else fr_mem_set_limit(ctx, cfg->budget);
         if ((st = fr_step_materialize(s))) goto done;
-    } else if (!(s = fr_step_compile(m, &so))) {
-        st = FR_ERR_ARG;
-        goto done;
+    } else {
+        if (!(s = fr_step_prepare(m, &so))) {
+            st = FR_ERR_ARG;
+            goto done;
+        }
+        if ((st = check_device_memory(ctx, cfg, m, &so, s, &src)) || (st = fr_step_materialize(s)))
+            goto done;
     }
     if (!cfg->json && cfg->progress >= 0 &&
         (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
@@ -301,6 +413,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fflush(stdout);
     }
 done:
+    if (st == FR_ERR_NOMEM && ctx->dmem && s) device_oom(ctx, cfg, m, &so, s, &src);
     res->seconds = now_s() - t_start;
     res->peak_rss_kib = fr_peak_rss_kib();
     if (s) {

@@ -85,6 +85,12 @@ typedef struct fr_budget {
  * fit. */
 fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
                         int batch_auto, fr_budget *b);
+/* The smallest budget any plan of opts->batch fits in, as a refusal names
+ * it (the budget's terms outside the step plus the smallest plan's share),
+ * with that plan in *need; 0 if none could be planned (message set). Plans
+ * on shapes: nothing of the model is allocated. */
+size_t fr_budget_smallest(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                          fr_plan_need *need);
 /* The split as a table, or a JSON object (no newline). */
 void fr_budget_describe(const fr_budget *b, FILE *out, int json);
 
