@@ -98,6 +98,8 @@ line=$(grep "^batch uploads:" "$tmp/out")
 echo "$line"
 [[ "$line" =~ ^batch\ uploads:\ 4\ into\ two\ device\ slots,\ 3\ of\ them ]] && ok ||
     no "uploads not overlapped: '$line'"
+[[ "$line" =~ 4\ enqueued\ by\ the\ loader\'s\ thread\;\ the\ steps\ waited\ 4\ times ]] && ok ||
+    no "uploads not all from the loader's thread, or steps not one wait each: '$line'"
 expect "synchronous, text" "$bin" "${text[@]}" --sync-upload
 grep -q "^batch uploads:" "$tmp/out" && no "a synchronous run reports uploads ahead" || ok
 finish

@@ -1256,7 +1256,11 @@ static const char *usage_devices =
     "exit status: 0 when at least one device is listed; 1 when there is none (the message\n"
     "says what to install: pocl-opencl-icd is a CPU device, or your GPU's OpenCL driver)\n"
     "or this frugal was built without OpenCL; 2 for a usage error. So\n"
-    "`frugal devices >/dev/null && ...` asks whether a device is there.\n";
+    "`frugal devices >/dev/null && ...` asks whether a device is there.\n"
+    "\n"
+    "testing knob: FRUGAL_CL_GLOBAL_MEM=<bytes> makes `frugal train` take a device's\n"
+    "global memory as that much (when less than it has), to exercise the check\n"
+    "that refuses a plan larger than the device before anything is allocated.\n";
 
 #ifdef FR_HAVE_OPENCL
 /* s as a JSON string body (quotes and control characters escaped) */

@@ -104,15 +104,16 @@ static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t st
 
 /* Without --budget on a device: the step's planned device reservation
  * against the device's global memory, before anything of the model is
- * allocated. Too much: refused with the smallest plan and the budget that
- * lets the planner choose one that fits. */
+ * allocated. Too much: *s freed and refused with the smallest plan and the
+ * budget that lets the planner choose one that fits. */
 static fr_status check_device_memory(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m,
-                                     const fr_step_opts *so, const fr_step *s,
-                                     const fr_source *src) {
+                                     const fr_step_opts *so, fr_step **s, const fr_source *src) {
     const fr_backend *be = fr_backend_of(ctx);
     if (!fr_backend_is_device(be) || !be->global_mem) return FR_OK;
-    size_t want = fr_step_reserved(s), have = be->global_mem(ctx);
+    size_t want = fr_step_reserved(*s), have = be->global_mem(ctx);
     if (want <= have) return FR_OK;
+    fr_step_free(*s); /* planned as a run under --budget plans at its start */
+    *s = NULL;
     char w[32], h[32], n[32], b[32], how[128];
     fr_budget_data bd;
     fr_source_budget(src, cfg, &bd);
@@ -181,32 +182,46 @@ static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
 }
 
 /* A device allocation refused, by the driver (CL_MEM_OBJECT_ALLOCATION_FAILURE,
- * CL_OUT_OF_RESOURCES) or the device's allocator: the message gains the
- * tensor it was for and the smallest budget a plan fits in. */
-static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m, const fr_step_opts *so,
-                       const fr_step *s, const fr_source *src) {
-    char msg[FR_ERR_LEN], what[192], how[128], b[32];
-    snprintf(msg, sizeof msg, "%s", fr_last_error(ctx));
-    if (!strstr(msg, "device") && !strstr(msg, "CL_")) return; /* the host's */
+ * CL_OUT_OF_RESOURCES) or the device's allocator: whether msg is one, and
+ * the tensor it was for into what. */
+static int device_refusal(const fr_step *s, const char *msg, char *what, size_t len) {
+    if (!strstr(msg, "device") && !strstr(msg, "CL_")) return 0; /* the host's */
     int cat = refused_cat(msg);
-    missing_tensor(s, cat, what, sizeof what);
-    fr_budget_data bd;
-    fr_source_budget(src, cfg, &bd);
+    char t[232];
+    missing_tensor(s, cat, t, sizeof t);
+    snprintf(what, len, "for %s, category %s", t,
+             cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "unknown");
+    return 1;
+}
+
+/* ... and the message with what and the smallest budget that fits, planned
+ * as a run under --budget plans it at its start: a model as loaded beside
+ * the open data, nothing else held (the run's step, loader and model are
+ * freed first). */
+static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_step_opts *so,
+                       const fr_source *src, const char *msg, const char *what) {
+    char how[128], b[32];
+    fr_model *m = fr_model_load(ctx, cfg->model);
+    size_t smallest = 0;
     fr_plan_need need;
-    fr_step_opts o = *so;
-    o.budget = 0;
-    size_t smallest = fr_budget_smallest(m, &o, &bd, &need);
+    if (m && (!cfg->seq || !fr_model_set_seq(m, cfg->seq)) &&
+        (!cfg->freeze || !fr_model_freeze(m, cfg->freeze))) {
+        fr_budget_data bd;
+        fr_source_budget(src, cfg, &bd);
+        fr_step_opts o = *so;
+        o.budget = 0;
+        smallest = fr_budget_smallest(m, &o, &bd, &need);
+    }
+    fr_model_free(m);
     if (!smallest) {
-        fr_fail(ctx, FR_ERR_NOMEM, "%s (for %s, category %s)", msg, what,
-                cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "unknown");
+        fr_fail(ctx, FR_ERR_NOMEM, "%s (%s)", msg, what);
         return;
     }
     fr_plan_need_str(&need, how, sizeof how);
     fr_fail(ctx, FR_ERR_NOMEM,
-            "%s (for %s, category %s); the smallest budget that fits is %s (%zu bytes, %s): "
-            "pass --budget %zu or less than the device has, and the planner picks a plan that fits",
-            msg, what, cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "unknown",
-            fr_human_bytes(smallest, b, sizeof b), smallest, how, smallest);
+            "%s (%s); the smallest budget that fits is %s (%zu bytes, %s): pass --budget %zu or "
+            "more, up to what the device has, and the planner picks a plan that fits",
+            msg, what, fr_human_bytes(smallest, b, sizeof b), smallest, how, smallest);
 }
 
 /* The memory the step runs in: a device's when it runs on one. */
@@ -285,7 +300,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             st = FR_ERR_ARG;
             goto done;
         }
-        if ((st = check_device_memory(ctx, cfg, m, &so, s, &src)) || (st = fr_step_materialize(s)))
+        if ((st = check_device_memory(ctx, cfg, m, &so, &s, &src)) || (st = fr_step_materialize(s)))
             goto done;
     }
     if (!cfg->json && cfg->progress >= 0 &&
@@ -412,8 +427,18 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                    epoch + 1, cfg->epochs, train_loss, 100 * train_acc, tl, 100 * acc, secs);
         fflush(stdout);
     }
-done:
-    if (st == FR_ERR_NOMEM && ctx->dmem && s) device_oom(ctx, cfg, m, &so, s, &src);
+done:;
+    char oom[FR_ERR_LEN], oom_what[320];
+    if (st == FR_ERR_NOMEM && ctx->dmem && s &&
+        device_refusal(s, fr_last_error(ctx), oom_what, sizeof oom_what)) {
+        snprintf(oom, sizeof oom, "%s", fr_last_error(ctx));
+        if (s->feed) fr_feed_drain(s->feed); /* before the loader's batches go */
+        fr_batches_close(&l);
+        fr_step_free(s);
+        fr_model_free(m);
+        s = NULL, m = NULL;
+        device_oom(ctx, cfg, &so, &src, oom, oom_what);
+    }
     res->seconds = now_s() - t_start;
     res->peak_rss_kib = fr_peak_rss_kib();
     if (s) {
