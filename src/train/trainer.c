@@ -129,13 +129,14 @@ static fr_status check_device_memory(fr_ctx *ctx, const fr_train_cfg *cfg, fr_mo
                        "of %s (%zu bytes), and no plan fits it: the smallest needs %s (%zu bytes) "
                        "with %s; nothing was allocated: shrink --batch or the model",
                        w, want, ctx->dev_name, h, have, n, need.reserved, how);
+    char upto[64] = "";
+    if (smallest < have) snprintf(upto, sizeof upto, " (up to %zu, the device's memory)", have);
     return fr_fail(ctx, FR_ERR_BUDGET,
                    "the step's plan reserves %s (%zu bytes) on %s, more than its global memory of "
                    "%s (%zu bytes); nothing was allocated. The smallest plan needs %s on the "
                    "device (%s) and the smallest budget that fits is %s (%zu bytes): pass --budget "
-                   "%zu (up to %zu, the device's memory) and the planner picks a plan that fits",
-                   w, want, ctx->dev_name, h, have, n, how, b, smallest, smallest,
-                   have > smallest ? have : smallest);
+                   "%zu%s and the planner picks a plan that fits",
+                   w, want, ctx->dev_name, h, have, n, how, b, smallest, smallest, upto);
 }
 
 /* The category a device refusal's message names ("... bytes for <category>"),
