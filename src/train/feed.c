@@ -20,12 +20,15 @@
  *     given it batch k (the ring's lock orders the two: fr_feed_next waits
  *     for up[j] and counts it then), and is done with them before it asks
  *     for batch k + 1, the earliest point hand(k + 2) may run;
- *   - begin[], end[], ran[] and the counts are the step thread's alone;
+ *   - end[j] is written by the step's thread (fr_feed_release of batch
+ *     k - 2) and read by hand(k), which the ring's lock orders after it;
+ *     begin[], ran[] and the counts are the step's thread's alone;
  *   - the upload reads the loader's host batch asynchronously; that batch
  *     stays the loader's until the step's thread asks for the next one, and
- *     fr_feed_next waits for the upload before handing the batch out; fr_feed_start and
- *     fr_feed_drain stop the loader's thread before waiting for the upload
- *     queue, so nothing is enqueued behind that wait. */
+ *     fr_feed_next waits for the upload before handing the batch out;
+ *     fr_feed_start and fr_feed_drain stop the loader's thread before
+ *     waiting for the upload queue, so nothing is enqueued behind that
+ *     wait. */
 #include <pthread.h>
 #include <string.h>
 #include "train/device.h"
