@@ -179,6 +179,7 @@ const fr_backend fr_cl_backend = {
     .max_buffer = cl_max_buffer,
     .copy_rate = cl_copy_rate,
     .flop_rate = cl_flop_rate,
+    .wait_copy = fr_cl_wait_copy,
     .optim_update = cl_optim_update,
     .grad_unscale = cl_grad_unscale,
     .grad_sumsq = cl_grad_sumsq,
