@@ -71,6 +71,11 @@ typedef struct fr_backend {
      * second of a GEMM; 0 when they could not be measured. */
     double (*copy_rate)(fr_ctx *ctx);
     double (*flop_rate)(fr_ctx *ctx);
+    /* The share of the step's compute time that copies beside the kernels
+     * may run under (fr_backend.wait_copy): 1 where a copy engine moves
+     * bytes while the processors compute, 0 where both share the same cores
+     * (a CPU device), so every copied byte costs its time. */
+    double (*copy_overlap)(fr_ctx *ctx);
     /* A device whose OFFLOAD and FETCH copies run beside its kernels: what is
      * enqueued after this waits for the copy's event, which is released.
      * NULL on the CPU, whose copies are done when the kernel returns. */

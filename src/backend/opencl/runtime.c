@@ -176,6 +176,9 @@ static int describe(fr_ctx *ctx, cl_platform_id p, cl_device_id dev, fr_cl_info 
     out->max_alloc = (size_t)max_alloc;
     out->base_align = align_bits / 8;
     out->compute_units = (int)units;
+    cl_device_type type = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS)
+        out->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
     char *ext = fr_alloc(ctx, ext_len + 1, FR_MEM_OTHER);
     if (!ext) return FR_ERR_NOMEM;
     err = clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL);

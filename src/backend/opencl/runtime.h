@@ -26,6 +26,7 @@ typedef struct fr_cl_info {
     char name[256], platform[256], version[128];
     size_t global_mem, max_alloc, base_align; /* bytes; base_align from bits */
     int fp16, fp64, compute_units;            /* cl_khr_fp16, cl_khr_fp64 */
+    int cpu; /* CL_DEVICE_TYPE_CPU: kernels and copies share the host's cores */
 } fr_cl_info;
 
 /* Devices over all platforms, in platform order (0 with no platform). */
