@@ -600,7 +600,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             double t = fl > 0 ? base / fl : 0, k = info.accumulate > 0 ? info.accumulate : 1;
             fprintf(out,
                     "\"offload_activations\": {\"values\": %d, \"bytes\": %zu, \"copy_ms\": %.4f, "
-                    "\"exposed_ms\": %.4f, \"cost\": %.6f, \"recompute_cost\": %.6f, "
+                    "\"exposed_ms\": %.4f, \"cost\": %.6g, \"recompute_cost\": %.6g, "
                     "\"copy_rate\": %.6g, \"flop_rate\": %.6g, \"overlap\": %.3f}, ",
                     s->n_offloaded, s->offloaded_bytes, 1e3 * fmax(copy, 0), 1e3 * exposed,
                     t > 0 && copy >= 0 ? exposed / t : 0,
