@@ -150,7 +150,7 @@ fr_status fr_offload_saved(fr_graph *g, int **order_io, int *n_io, size_t min_by
     *n_io = w;
     no = NULL;
     /* the step keeps the loss and the logits to the end (step.c) */
-    uint8_t *keep = fr_calloc(ctx, nv + 1, FR_MEM_OTHER);
+    uint8_t *keep = fr_calloc(ctx, g->n_vals + 1, FR_MEM_OTHER); /* values the pass added too */
     if (!keep) {
         st = FR_ERR_NOMEM;
         goto done;
