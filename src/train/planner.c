@@ -493,7 +493,8 @@ static double act_offloaded(const fr_step *s, uint8_t *layer_off) {
     }
     for (int i = 0; i < g->n_forward && unit_off; i++) {
         int l = g->nodes[i].layer;
-        if (l >= 0 && (size_t)l < m->n_layers && unit_off[m->layers[l].unit])
+        if (l >= 0 && (size_t)l < m->n_layers && m->layers[l].unit >= 0 &&
+            m->layers[l].unit < m->n_units && unit_off[m->layers[l].unit])
             flops += fr_op_get(g->nodes[i].op)->flops(g, &g->nodes[i]);
     }
     fr_free(s->ctx, unit_off);
