@@ -21,6 +21,12 @@
  *     exactly the host block of the offloaded values, which
  *     fr_step_persistent predicts (on the CPU, block plus the plan's peak);
  *     on the CPU the host's reserved peak is fr_step_reserved;
+ *   - the prefetch: every FETCH the pass could move stands ahead of its
+ *     first reader, and the planned peak is no higher than with each FETCH
+ *     right before its reader (that order's plan built here); the waits
+ *     the executor issues on a device (fr_offload_waits) are at each
+ *     fetched value's first reader and at the first value made over each
+ *     offloaded value's arena bytes, found here from producers and offsets;
  *   - every host allocation of an offloaded CPU step made to fail in turn:
  *     a clean out-of-memory each time, nothing leaked.
  * The expected bytes are counted here from the graph and the order the step
@@ -64,6 +70,10 @@ typedef struct result {
     size_t host_reserved_meas; /* CPU: the host's reserved peak over the step's life */
     size_t host_reserved_pred; /* fr_step_reserved less the batch it counts */
     int graph_ok;              /* the rewiring checks */
+    int prefetched;            /* FETCHes with a node between them and their first reader */
+    int n_fetch;               /* FETCH nodes */
+    size_t jit_peak;           /* the plan's peak with every FETCH right before its reader */
+    int waits_ok;              /* fr_offload_waits against the plan, checked here */
 } result;
 
 static fr_model *small_cnn(fr_ctx *ctx) {
@@ -110,6 +120,74 @@ static data make_data(int gpt) {
         for (int i = 0; i < N; i++) d.y[i] = (int32_t)fr_rng_below(&r, 10);
     }
     return d;
+}
+
+/* The position of the first node at or after k that reads v (n: none). */
+static int first_reader(const fr_graph *g, const fr_plan *p, int v, int k) {
+    for (; k < p->n_nodes; k++) {
+        const fr_node *nd = &g->nodes[p->order[k]];
+        for (int j = 0; j < nd->n_in; j++)
+            if (nd->in[j] == v) return k;
+    }
+    return p->n_nodes;
+}
+
+/* The prefetch: how many FETCHes stand ahead of their first reader; the
+ * peak of the same order with every FETCH moved right before its reader
+ * (the plan without prefetch, built here); and the executor's waits
+ * (fr_offload_waits) against the plan: a FETCH waited for at its first
+ * reader, an OFFLOAD at the first node that makes a value over its bytes in
+ * the arena (found here from each value's producer position and offset). */
+static void check_prefetch(const fr_step *s, result *r) {
+    const fr_graph *g = &s->g;
+    const fr_plan *p = &s->plan;
+    int n = p->n_nodes, *jit = malloc((size_t)n * sizeof *jit), w = 0;
+    int *at = malloc((size_t)n * sizeof *at), *pos = malloc(g->n_nodes * sizeof *pos);
+    uint8_t *keep = calloc(g->n_vals, 1);
+    r->waits_ok = 1;
+    for (size_t i = 0; i < g->n_nodes; i++) pos[i] = -1;
+    for (int k = 0; k < n; k++) pos[p->order[k]] = k;
+    fr_offload_waits(g, p, at);
+    for (int k = 0; k < n; k++) { /* the order without prefetch */
+        const fr_node *nd = &g->nodes[p->order[k]];
+        if (nd->op == FR_OP_FETCH) {
+            int rd = first_reader(g, p, nd->out[0], k + 1);
+            r->n_fetch++;
+            r->prefetched += rd > k + 1;
+            if (at[k] != rd) r->waits_ok = 0;
+            continue;
+        }
+        for (int q = 0; q < k; q++) { /* fetches whose first reader is this node */
+            const fr_node *f = &g->nodes[p->order[q]];
+            if (f->op == FR_OP_FETCH && first_reader(g, p, f->out[0], q + 1) == k)
+                jit[w++] = p->order[q];
+        }
+        jit[w++] = p->order[k];
+        if (nd->op == FR_OP_OFFLOAD) {
+            int x = nd->in[0], first = n;
+            int64_t lo = p->offset[x], hi = lo + (int64_t)fr_value_bytes(&g->vals[x]);
+            for (size_t u = 0; u < g->n_vals; u++) {
+                const fr_value *val = &g->vals[u];
+                if (val->producer < 0 || val->alias_of >= 0 || p->offset[u] < 0) continue;
+                int made = pos[val->producer];
+                int64_t a = p->offset[u], z = a + (int64_t)fr_value_bytes(val);
+                if (made > k && made < first && a < hi && lo < z) first = made;
+            }
+            if (at[k] != first) r->waits_ok = 0;
+        } else if (at[k] != -1) {
+            r->waits_ok = 0;
+        }
+    }
+    keep[g->loss] = keep[g->logits] = 1;
+    fr_plan q;
+    if (w == n && fr_plan_build((fr_graph *)g, keep, jit, n, &q) == FR_OK) {
+        r->jit_peak = q.peak_total;
+        fr_plan_release(&q);
+    }
+    free(jit);
+    free(at);
+    free(pos);
+    free(keep);
 }
 
 /* What the graph says was offloaded, counted from the nodes in the order:
@@ -254,6 +332,7 @@ static int run_case(int device, int gpt, int offload, result *r) {
             r->dev_alloc_peak = ds.allocated_total_peak;
             r->dev_reserved_peak = ds.reserved_peak;
         }
+        check_prefetch(s, r); /* after the measures: it builds a plan of its own */
     }
     fr_step_free(s);
     fr_model_free(m);
@@ -290,6 +369,16 @@ static void check_pair(int device, int gpt) {
     CHECK(a.n_off == 0 && a.host_block == 0, "%s on the %s: offload without the option", what,
           where);
     CHECK(b.graph_ok, "%s on the %s: the offloaded graph is not wired as it should", what, where);
+    /* the prefetch: fetches ahead of their readers, never above the peak of
+     * fetching each just in time; the executor waits where the plan says */
+    printf("  prefetch: %d of %d fetches ahead of their reader; peak %zu (just in time: %zu)\n",
+           b.prefetched, b.n_fetch, b.plan_peak, b.jit_peak);
+    CHECK(b.prefetched > 0, "%s on the %s: no fetch is issued ahead of its reader", what, where);
+    CHECK(b.jit_peak > 0 && b.plan_peak <= b.jit_peak,
+          "%s on the %s: prefetching raised the planned peak %zu -> %zu", what, where, b.jit_peak,
+          b.plan_peak);
+    CHECK(b.waits_ok, "%s on the %s: fr_offload_waits is not where the plan reuses a slot", what,
+          where);
     /* The peak falls by at least what sits on the host at the new peak;
      * where the old peak was at the end of forward (nothing of backward
      * live yet) that is every offloaded byte but those fetched back. */

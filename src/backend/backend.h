@@ -41,6 +41,10 @@ typedef struct fr_kernel_call {
     const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
     uint64_t seed;             /* run seed (dropout) */
     uint64_t step;             /* step counter (dropout stream) */
+    /* OFFLOAD and FETCH on a backend with wait_copy: where the kernel puts the
+     * event its enqueued copy completes (the executor waits on it where the
+     * plan says, fr_offload_waits); NULL: the copy is done on return. */
+    void **copy_event;
 } fr_kernel_call;
 
 typedef struct fr_backend {
@@ -68,6 +72,15 @@ typedef struct fr_backend {
      * second of a GEMM; 0 when they could not be measured. */
     double (*copy_rate)(fr_ctx *ctx);
     double (*flop_rate)(fr_ctx *ctx);
+    /* The share of the step's compute time that copies beside the kernels
+     * may run under (fr_backend.wait_copy): 1 where a copy engine moves
+     * bytes while the processors compute, 0 where both share the same cores
+     * (a CPU device), so every copied byte costs its time. */
+    double (*copy_overlap)(fr_ctx *ctx);
+    /* A device whose OFFLOAD and FETCH copies run beside its kernels: what is
+     * enqueued after this waits for the copy's event, which is released.
+     * NULL on the CPU, whose copies are done when the kernel returns. */
+    int (*wait_copy)(fr_ctx *ctx, void *event);
     /* The step's whole-tensor passes on device tensors (the CPU runs
      * fr_k_sgd / fr_k_adam* and fr_k_grad_* on host memory instead): one
      * optimizer step of p from its gradient g, t 1-based, with state[0..1]

@@ -4,6 +4,61 @@
 #include "exec/exec.h"
 #include "plan/offload.h"
 
+/* The copies' events and where the step waits for each (exec.h): the
+ * positions fr_offload_waits gives, listed per position. */
+static int copy_waits(fr_exec *e) {
+    fr_ctx *ctx = e->ctx;
+    int n = e->plan->n_nodes, m = 0;
+    int *at = fr_alloc(ctx, (size_t)(n + 1) * sizeof *at, FR_MEM_OTHER);
+    e->copy_ev = fr_calloc(ctx, (size_t)(n + 1) * sizeof *e->copy_ev, FR_MEM_OTHER);
+    e->wait_start = fr_calloc(ctx, (size_t)(n + 2) * sizeof *e->wait_start, FR_MEM_OTHER);
+    if (!at || !e->copy_ev || !e->wait_start) {
+        fr_free(ctx, at);
+        return FR_ERR_NOMEM;
+    }
+    fr_offload_waits(e->g, e->plan, at);
+    for (int i = 0; i < n; i++)
+        if (at[i] >= 0) e->wait_start[at[i] + 1]++, m++;
+    for (int i = 0; i <= n; i++) e->wait_start[i + 1] += e->wait_start[i];
+    e->wait = fr_alloc(ctx, (size_t)(m + 1) * sizeof *e->wait, FR_MEM_OTHER);
+    if (e->wait) {
+        int *fill = fr_alloc(ctx, (size_t)(n + 1) * sizeof *fill, FR_MEM_OTHER);
+        if (fill) {
+            memcpy(fill, e->wait_start, (size_t)(n + 1) * sizeof *fill);
+            for (int i = 0; i < n; i++) /* in position order: the earlier copy first */
+                if (at[i] >= 0) e->wait[fill[at[i]]++] = i;
+            fr_free(ctx, fill);
+        } else {
+            fr_free(ctx, e->wait);
+            e->wait = NULL;
+        }
+    }
+    fr_free(ctx, at);
+    return e->wait ? FR_OK : FR_ERR_NOMEM;
+}
+
+/* Wait for the copy enqueued at position q, if it is still pending. */
+static fr_status wait_copy(fr_exec *e, int q) {
+    void *ev = e->copy_ev[q];
+    if (!ev) return FR_OK;
+    e->copy_ev[q] = NULL;
+    return (fr_status)e->be->wait_copy(e->ctx, ev);
+}
+
+/* The step's queue waits for the copies the plan says must be done before
+ * position i (n_nodes: the end of the step). */
+static fr_status wait_copies(fr_exec *e, int i) {
+    fr_status st = FR_OK;
+    for (int k = e->wait_start[i]; k < e->wait_start[i + 1] && !st; k++)
+        st = wait_copy(e, e->wait[k]);
+    return st;
+}
+
+/* Every copy still pending (a run that failed, or the end): waited for. */
+static void drain_copies(fr_exec *e) {
+    for (int q = 0; q <= e->plan->n_nodes; q++) (void)wait_copy(e, q);
+}
+
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     fr_ctx *ctx = g->ctx;
     memset(e, 0, sizeof *e);
@@ -34,6 +89,7 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
         fr_mem_set_tag(ctx, "offload");
         if (!(e->host = fr_alloc(ctx, host_bytes, FR_MEM_ACTIVATIONS))) goto fail;
         fr_offload_host_place(g, e->host, e->ptr);
+        if (e->be->wait_copy && copy_waits(e)) goto fail;
     }
     for (size_t v = 0; v < g->n_vals; v++) {
         if (plan->offset[v] < 0) continue;
@@ -48,6 +104,13 @@ fail:
 
 void fr_exec_release(fr_exec *e) {
     if (!e->ctx) return;
+    if (e->copy_ev) { /* no copy may still use the arena or the host block */
+        drain_copies(e);
+        e->be->finish(e->ctx);
+    }
+    fr_free(e->ctx, e->copy_ev);
+    fr_free(e->ctx, e->wait_start);
+    fr_free(e->ctx, e->wait);
     if (e->arena && fr_backend_is_device(e->be)) e->be->arena_free(e->ctx, e->arena);
     else fr_arena_free(e->ctx, e->arena);
     fr_free(e->ctx, e->host);
@@ -98,6 +161,10 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         const fr_op_info *info = fr_op_get(node->op);
         fr_mem_set_tag(e->ctx, info->name);
         apply_events(e, i);
+        if (e->copy_ev) {
+            fr_status ws = wait_copies(e, i);
+            if (ws) return ws;
+        }
         if (info->view) { /* shares its input's storage, wherever that lives */
             e->ptr[node->out[0]] = e->ptr[node->in[0]];
             if (e->buf) {
@@ -129,13 +196,20 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
                 e->written[v] = 1;
             }
         }
+        if (e->copy_ev && (node->op == FR_OP_OFFLOAD || node->op == FR_OP_FETCH)) {
+            fr_status ws = wait_copy(e, i); /* the last step's, were it left */
+            if (ws) return ws;
+            c.copy_event = &e->copy_ev[i];
+        }
         int st = e->kernels[node->op](&c);
         if (st) return (fr_status)st;
     }
+    if (e->copy_ev && to == e->plan->n_nodes) return wait_copies(e, to);
     return FR_OK;
 }
 
 void fr_exec_finish(fr_exec *e) {
+    if (e->copy_ev) drain_copies(e);
     apply_events(e, e->plan->n_nodes);
     fr_mem_set_tag(e->ctx, NULL);
 }

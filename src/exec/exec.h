@@ -24,6 +24,13 @@ typedef struct fr_exec {
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;
     const struct fr_optim_ctx *optim; /* for OPTIM_STEP nodes (fr_kernel_call.optim) */
+    /* A backend whose copies run beside its kernels (fr_backend.wait_copy):
+     * per position, the event of the OFFLOAD or FETCH there until waited
+     * for; and per position, the copies waited for before its node runs,
+     * wait[wait_start[i] .. wait_start[i+1]) (fr_offload_waits; position
+     * n_nodes: the end of the step). NULL elsewhere. */
+    void **copy_ev;
+    int *wait_start, *wait;
 } fr_exec;
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);

@@ -149,10 +149,126 @@ fr_status fr_offload_saved(fr_graph *g, int **order_io, int *n_io, size_t min_by
     *order_io = no;
     *n_io = w;
     no = NULL;
+    /* the step keeps the loss and the logits to the end (step.c) */
+    uint8_t *keep = fr_calloc(ctx, g->n_vals + 1, FR_MEM_OTHER); /* values the pass added too */
+    if (!keep) {
+        st = FR_ERR_NOMEM;
+        goto done;
+    }
+    if (g->loss >= 0) keep[g->loss] = 1;
+    if (g->logits >= 0) keep[g->logits] = 1;
+    st = fr_offload_prefetch(g, keep, *order_io, *n_io, NULL);
+    fr_free(ctx, keep);
 done:
     fr_free(ctx, made);
     fr_free(ctx, viewed);
     fr_free(ctx, after);
     fr_free(ctx, no);
     return st;
+}
+
+/* The most bytes live at each position of p, events applied in order (a
+ * position's births before its deaths, as the plan counts its peak). */
+static void live_peaks(const fr_graph *g, const fr_plan *p, size_t *hi) {
+    size_t cur = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        hi[i] = cur;
+        for (int k = p->ev_start[i]; k < p->ev_start[i + 1]; k++) {
+            int ev = p->ev[k], v = (ev > 0 ? ev : -ev) - 1;
+            size_t b = fr_value_bytes(&g->vals[v]);
+            cur = ev > 0 ? cur + b : cur - b;
+            if (cur > hi[i]) hi[i] = cur;
+        }
+    }
+}
+
+fr_status fr_offload_prefetch(fr_graph *g, const uint8_t *keep, int *order, int n, int *moved) {
+    fr_ctx *ctx = g->ctx;
+    if (moved) *moved = 0;
+    int loss_pos = -1;
+    for (int k = 0; k < n && loss_pos < 0; k++)
+        for (int j = 0; j < g->nodes[order[k]].n_out; j++)
+            if (g->nodes[order[k]].out[j] == g->loss) loss_pos = k;
+    int any = 0;
+    for (int k = loss_pos + 1; k < n && !any; k++) any = g->nodes[order[k]].op == FR_OP_FETCH;
+    if (loss_pos < 0 || !any) return FR_OK;
+    fr_plan p;
+    fr_status st = fr_plan_build(g, keep, order, n, &p);
+    if (st) return st;
+    size_t *hi = fr_alloc(ctx, (size_t)n * sizeof *hi, FR_MEM_OTHER);
+    if (!hi) {
+        fr_plan_release(&p);
+        return FR_ERR_NOMEM;
+    }
+    live_peaks(g, &p, hi);
+    const size_t peak = p.peak_total;
+    fr_plan_release(&p);
+    for (int f = loss_pos + 1; f < n; f++) {
+        const fr_node *fe = &g->nodes[order[f]];
+        if (fe->op != FR_OP_FETCH) continue;
+        int v = fe->out[0], h = fe->in[0], r = f + 1;
+        size_t b = fr_value_bytes(&g->vals[v]);
+        for (; r < n; r++) { /* its first reader */
+            const fr_node *nd = &g->nodes[order[r]];
+            int reads = 0;
+            for (int j = 0; j < nd->n_in; j++) reads |= nd->in[j] == v;
+            if (reads) break;
+        }
+        if (r == n) continue;
+        int own = layer_of(g, order[r]), other = -1, q = f;
+        while (q - 1 > loss_pos) {
+            int at = order[q - 1], l = layer_of(g, at);
+            if (at == g->vals[h].producer || hi[q - 1] + b > peak) break;
+            if (g->nodes[at].op != FR_OP_FETCH && l >= 0 && l != own) {
+                if (other < 0) other = l;
+                else if (l != other) break; /* a second layer ahead: far enough */
+            }
+            q--;
+        }
+        if (q == f) continue;
+        /* FETCH to position q; the nodes at [q, f) one later, each holding b more */
+        int node = order[f];
+        size_t hq = hi[q] + b;
+        for (int k = f; k > q; k--) {
+            order[k] = order[k - 1];
+            hi[k] = hi[k - 1] + b;
+        }
+        order[q] = node;
+        hi[q] = hq;
+        if (moved) *moved += f - q;
+    }
+    fr_free(ctx, hi);
+    return FR_OK;
+}
+
+void fr_offload_waits(const fr_graph *g, const fr_plan *p, int *at) {
+    const int n = p->n_nodes;
+    for (int i = 0; i < n; i++) {
+        const fr_node *nd = &g->nodes[p->order[i]];
+        at[i] = -1;
+        if (nd->op == FR_OP_FETCH) {
+            int v = nd->out[0], k = i + 1;
+            for (; k < n; k++) {
+                const fr_node *r = &g->nodes[p->order[k]];
+                int reads = 0;
+                for (int j = 0; j < r->n_in; j++) reads |= r->in[j] == v;
+                if (reads) break;
+            }
+            at[i] = k;
+        } else if (nd->op == FR_OP_OFFLOAD) {
+            int x = nd->in[0], k = i + 1;
+            int64_t lo = p->offset[x], end = lo + (int64_t)fr_value_bytes(&g->vals[x]);
+            for (; k < n && lo >= 0; k++) { /* the first value made over its bytes */
+                int hit = 0;
+                for (int e = p->ev_start[k]; e < p->ev_start[k + 1] && !hit; e++) {
+                    if (p->ev[e] < 0) continue;
+                    int u = p->ev[e] - 1;
+                    int64_t a = p->offset[u], z = a + (int64_t)fr_value_bytes(&g->vals[u]);
+                    hit = a >= 0 && a < end && lo < z;
+                }
+                if (hit) break;
+            }
+            at[i] = k;
+        }
+    }
 }

@@ -28,11 +28,6 @@ typedef struct candidate {
     int offload; /* FR_OFFLOAD_* the candidate was planned with */
 } candidate;
 
-/* The cost of --offload optimizer in the planner's unit (a fraction of the
- * step's compute): every trainable weight's gradient copied down and the
- * weight copied up each step, at the device's measured copy rate, against
- * the step's FLOPs at its measured GEMM rate; INFINITY when the device could
- * not measure them. */
 /* Bytes an offloaded optimizer copies a step: every trainable weight's
  * gradient down and the weight up (f32, whether or not this plan keeps the
  * gradient). */
@@ -44,13 +39,59 @@ static size_t offload_copy_bytes(const fr_step *s) {
     return bytes;
 }
 
-static double offload_cost(const fr_step *s, double step_flops) {
-    if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) return 0.0;
+/* The device's measured rates (bytes/s of copies, FLOP/s of a GEMM) and the
+ * share of compute copies may hide under; 0 when not measured. */
+static void rates(const fr_step *s, double *bw, double *fl, double *overlap) {
     const fr_backend *be = fr_backend_of(s->ctx);
-    if (!be->copy_rate || !be->flop_rate) return INFINITY;
-    double bw = be->copy_rate(s->ctx), fl = be->flop_rate(s->ctx);
+    *bw = be->copy_rate ? be->copy_rate(s->ctx) : 0;
+    *fl = be->flop_rate ? be->flop_rate(s->ctx) : 0;
+    *overlap = be->copy_overlap ? be->copy_overlap(s->ctx) : 0;
+}
+
+/* --offload activations, per step at the measured rates: *copy seconds of
+ * copies (every offloaded value down after its last forward use and up
+ * before its backward, per micro-batch) and *exposed the part no compute
+ * hides. The model: the copies run beside the kernels (backend/opencl/
+ * offload.c), the down half under the forward's compute (a third of the
+ * step's: backward costs about twice forward), the up half under the
+ * backward's (two thirds: each fetch is issued a layer ahead), each scaled
+ * by the device's overlap share (0 on a CPU device, whose copies take the
+ * cores the kernels need):
+ *   exposed = max(0, copy/2 - w t/3) + max(0, copy/2 - 2 w t/3),
+ * t = step_flops / FLOP rate. 0 when the rates are unknown (*copy < 0). */
+static void act_copy_times(const fr_step *s, double step_flops, double *copy, double *exposed) {
+    double bw, fl, w;
+    rates(s, &bw, &fl, &w);
+    *copy = *exposed = 0;
+    if (!(s->o.offload & FR_OFFLOAD_ACTIVATIONS)) return;
+    if (bw <= 0 || fl <= 0 || step_flops <= 0) {
+        *copy = -1;
+        return;
+    }
+    double t = step_flops / fl, k = s->accumulate > 0 ? s->accumulate : 1;
+    *copy = 2.0 * (double)s->offloaded_bytes * k / bw;
+    *exposed = fmax(0.0, *copy / 2 - w * t / 3) + fmax(0.0, *copy / 2 - 2 * w * t / 3);
+}
+
+/* The cost of --offload in the planner's unit (a fraction of the step's
+ * compute): the optimizer's copies (offload_copy_bytes, none hidden: they
+ * run after backward) and the activations' exposed copy time, against the
+ * step's FLOPs at the measured GEMM rate; INFINITY when the device could not
+ * measure its rates. */
+static double offload_cost(const fr_step *s, double step_flops) {
+    if (!s->o.offload) return 0.0;
+    double bw, fl, w, copy, exposed;
+    rates(s, &bw, &fl, &w);
     if (bw <= 0 || fl <= 0 || step_flops <= 0) return INFINITY;
-    return ((double)offload_copy_bytes(s) / bw) / (step_flops / fl);
+    double t = step_flops / fl, c = 0;
+    if (s->o.offload & FR_OFFLOAD_OPTIMIZER) c += (double)offload_copy_bytes(s) / bw / t;
+    act_copy_times(s, step_flops, &copy, &exposed);
+    return copy < 0 ? INFINITY : c + exposed / t;
+}
+
+static const char *offload_name(int offload) {
+    static const char *names[] = {"none", "optimizer", "activations", "optimizer,activations"};
+    return names[offload & 3];
 }
 
 static int has_batchnorm(const fr_model *m) {
@@ -349,11 +390,16 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     memset(need, 0, sizeof *need);
     int found = plan_search(m, opts, 0, &best, &smallest);
     if (found < 0) return NULL;
-    /* On a device, unless --offload was given, the optimizer may go to the
-     * host: the same search with it offloaded, the cheaper plan kept. */
-    if (fr_backend_is_device(fr_backend_of(m->ctx)) && opts->training && !opts->offload) {
+    /* On a device, unless --offload was given, the optimizer, the saved
+     * activations or both may go to the host: the same search with each,
+     * the cheapest plan kept (offload_cost against recomputation's FLOPs). */
+    static const int ways[] = {FR_OFFLOAD_OPTIMIZER, FR_OFFLOAD_ACTIVATIONS,
+                               FR_OFFLOAD_OPTIMIZER | FR_OFFLOAD_ACTIVATIONS};
+    for (int w = 0;
+         w < 3 && fr_backend_is_device(fr_backend_of(m->ctx)) && opts->training && !opts->offload;
+         w++) {
         fr_step_opts o2 = *opts;
-        o2.offload = FR_OFFLOAD_OPTIMIZER;
+        o2.offload = ways[w];
         candidate b2, s2;
         int f2 = plan_search(m, &o2, 0, &b2, &s2);
         if (f2 < 0) return NULL;
@@ -378,14 +424,15 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
 }
 
 int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
-    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s",
+    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s%s",
                     mode_name(n->mode), n->arg ? " " : "", n->arg, n->micro,
                     fr_precision_name(n->prec),
-                    n->offload & FR_OFFLOAD_OPTIMIZER ? ", the optimizer on the host" : "");
+                    n->offload & FR_OFFLOAD_OPTIMIZER ? ", the optimizer on the host" : "",
+                    n->offload & FR_OFFLOAD_ACTIVATIONS ? ", saved activations on the host" : "");
 }
 
 fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need) {
-    char a[32], b[32], how[128];
+    char a[32], b[32], how[192];
     fr_plan_need_str(need, how, sizeof how);
     return fr_fail(
         ctx, FR_ERR_BUDGET,
@@ -426,9 +473,38 @@ static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
     return 0;
 }
 
+/* The saved values --offload activations moves: per layer whether one of
+ * its values goes (layer_off, may be NULL). Returns the forward FLOPs, per
+ * micro-batch, of the units that make them: what recomputing them instead
+ * would run again (checkpointing recomputes whole unit forwards). */
+static double act_offloaded(const fr_step *s, uint8_t *layer_off) {
+    const fr_graph *g = &s->g;
+    const fr_model *m = s->m;
+    uint8_t *unit_off = fr_calloc(s->ctx, (size_t)m->n_units + 1, FR_MEM_OTHER);
+    double flops = 0;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &g->nodes[s->plan.order[i]];
+        if (nd->op != FR_OP_OFFLOAD) continue;
+        int l = g->nodes[g->vals[nd->in[0]].producer].layer;
+        if (l < 0 || (size_t)l >= m->n_layers) continue;
+        if (layer_off) layer_off[l] = 1;
+        if (unit_off && m->layers[l].unit >= 0 && m->layers[l].unit < m->n_units)
+            unit_off[m->layers[l].unit] = 1;
+    }
+    for (int i = 0; i < g->n_forward && unit_off; i++) {
+        int l = g->nodes[i].layer;
+        if (l >= 0 && (size_t)l < m->n_layers && m->layers[l].unit >= 0 &&
+            m->layers[l].unit < m->n_units && unit_off[m->layers[l].unit])
+            flops += fr_op_get(g->nodes[i].op)->flops(g, &g->nodes[i]);
+    }
+    fr_free(s->ctx, unit_off);
+    return flops;
+}
+
 /* On a device: where the optimizer runs, what offloading it moves and what
- * its transfers cost against recomputation, at the measured rates. */
-static void describe_offload(const fr_step *s, double step_flops, FILE *out) {
+ * its transfers cost against recomputation, at the measured rates; where the
+ * saved activations live, and why. */
+static void describe_offload(const fr_step *s, double step_flops, int recomputed, FILE *out) {
     size_t state = 0, moved = offload_copy_bytes(s);
     int kind;
     for (size_t i = 0; i < s->m->n_params; i++) {
@@ -436,9 +512,8 @@ static void describe_offload(const fr_step *s, double step_flops, FILE *out) {
         state += (size_t)fr_step_optim_states(&s->o.optim) *
                  fr_step_state_bytes(s, &s->m->params[i], &kind);
     }
-    const fr_backend *be = fr_backend_of(s->ctx);
-    double bw = be->copy_rate ? be->copy_rate(s->ctx) : 0,
-           fl = be->flop_rate ? be->flop_rate(s->ctx) : 0;
+    double bw, fl, w;
+    rates(s, &bw, &fl, &w);
     char a[32], b[32];
     fprintf(out,
             "optimizer: %s; offloading it %s %s of state off the device for %s of copies a "
@@ -450,6 +525,33 @@ static void describe_offload(const fr_step *s, double step_flops, FILE *out) {
             bw > 0 && fl > 0 && step_flops > 0 ? 100.0 * ((double)moved / bw) / (step_flops / fl)
                                                : 0.0,
             fl / 1e9, s->o.budget ? " (chosen under the budget: the cheapest plan that fits)" : "");
+    if (!(s->o.offload & FR_OFFLOAD_ACTIVATIONS)) {
+        fprintf(out, "activations: on the device%s\n",
+                !s->o.budget ? " (--offload activations would move the saved ones to the host)"
+                : recomputed
+                    ? " (under the budget the planner found recomputing cheaper than copying "
+                      "them to the host and back at the measured rates, or offloading did not "
+                      "fit)"
+                    : " (under the budget the cheapest plan that fits keeps them here)");
+        return;
+    }
+    double copy, exposed, t = fl > 0 ? step_flops / fl : 0;
+    act_copy_times(s, step_flops, &copy, &exposed);
+    double k = s->accumulate > 0 ? s->accumulate : 1;
+    double remake = step_flops > 0 ? act_offloaded(s, NULL) * k / step_flops : 0;
+    double cost = t > 0 && copy >= 0 ? exposed / t : 0;
+    fprintf(out,
+            "activations: %d saved values, %s a micro-batch, to the host after their last "
+            "forward use and fetched up to a layer ahead of their backward (layers marked "
+            "below): %.2f ms of copies a step at %.2f GB/s, %.2f ms of it not hidden by compute "
+            "(overlap share %.0f%%): like %.1f%% more compute; recomputing them instead costs "
+            "about %.1f%% (their units' forwards, again)%s\n",
+            s->n_offloaded, fr_human_bytes(s->offloaded_bytes, a, sizeof a), 1e3 * fmax(copy, 0),
+            bw / 1e9, 1e3 * exposed, 100 * w, 100 * cost, 100 * remake,
+            !s->o.budget     ? ""
+            : cost <= remake ? " (chosen under the budget: cheaper than recomputing)"
+                             : " (chosen under the budget: no plan that recomputes instead fits "
+                               "at less cost)");
 }
 
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
@@ -461,6 +563,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     /* Which units keep their activations and which are recomputed; what runs in place. */
     int n = m->n_units;
     uint8_t *recomputed = fr_calloc(s->ctx, (size_t)n + 1, FR_MEM_OTHER); /* per unit; NULL: scan */
+    uint8_t *offloaded = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER); /* per layer */
+    if (offloaded) act_offloaded(s, offloaded);
     int inplace = 0;
     for (int i = 0; i < s->plan.n_nodes && recomputed; i++) { /* clones carry attr.recompute */
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
@@ -485,12 +589,25 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
-                "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", \"layers\": [",
+                "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", ",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, frac, inplace,
                 info.arena, info.reserved, total, s->o.budget, s->n_fused, fused_bytes(s),
-                s->upd_ws_len * sizeof(float),
-                s->o.offload & FR_OFFLOAD_OPTIMIZER ? "optimizer" : "none");
+                s->upd_ws_len * sizeof(float), offload_name(s->o.offload));
+        if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
+            double bw, fl, w, copy, exposed;
+            rates(s, &bw, &fl, &w);
+            act_copy_times(s, base, &copy, &exposed);
+            double t = fl > 0 ? base / fl : 0, k = info.accumulate > 0 ? info.accumulate : 1;
+            fprintf(out,
+                    "\"offload_activations\": {\"values\": %d, \"bytes\": %zu, \"copy_ms\": %.4f, "
+                    "\"exposed_ms\": %.4f, \"cost\": %.6g, \"recompute_cost\": %.6g, "
+                    "\"copy_rate\": %.6g, \"flop_rate\": %.6g, \"overlap\": %.3f}, ",
+                    s->n_offloaded, s->offloaded_bytes, 1e3 * fmax(copy, 0), 1e3 * exposed,
+                    t > 0 && copy >= 0 ? exposed / t : 0,
+                    base > 0 ? act_offloaded(s, NULL) * k / base : 0, bw, fl, w);
+        }
+        fprintf(out, "\"layers\": [");
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
             const fr_layer *l = &m->layers[i];
@@ -501,6 +618,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     first ? "" : ", ", l->name, u,
                     u < s->first_unit                   ? "none"
                     : unit_recomputed(s, recomputed, u) ? "recomputed"
+                    : offloaded && offloaded[i]         ? "offloaded"
                                                         : "kept",
                     l->frozen ? "true" : "false");
             first = 0;
@@ -510,6 +628,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
         fprintf(out, "}}\n");
         fr_free(s->ctx, recomputed);
+        fr_free(s->ctx, offloaded);
         return;
     }
     fprintf(out, "plan for batch %d: ", s->o.batch);
@@ -524,7 +643,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
     fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
-    if (fr_backend_is_device(fr_backend_of(s->ctx))) describe_offload(s, base, out);
+    if (fr_backend_is_device(fr_backend_of(s->ctx)))
+        describe_offload(s, base, info.recomputed_units > 0, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->n_fused && !s->upd_ws_len)
         fprintf(out,
@@ -548,7 +668,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         fprintf(out, "%-6d %-*s %-14s %s%s\n", u, nw, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
                 : unit_recomputed(s, recomputed, u) ? "recomputed before its backward"
-                                                    : "kept",
+                : offloaded && offloaded[i] ? "kept on the host between forward and backward"
+                                            : "kept",
                 l->frozen ? ", frozen" : "");
     }
     fprintf(out, "\npredicted peak by category:\n");
@@ -566,4 +687,5 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
                 info.reserved <= s->o.budget ? "fits" : "does NOT fit");
     fr_free(s->ctx, recomputed);
+    fr_free(s->ctx, offloaded);
 }

@@ -152,6 +152,10 @@ static double cl_flop_rate(fr_ctx *ctx) {
     return f->flop_rate;
 }
 
+/* A CPU device (PoCL) copies with the cores its kernels run on: nothing is
+ * hidden; a GPU's copy engine runs beside its kernels. */
+static double cl_copy_overlap(fr_ctx *ctx) { return fr_cl_info_of(fr_cl_of(ctx))->cpu ? 0.0 : 1.0; }
+
 static void *cl_alloc(fr_ctx *ctx, size_t bytes, fr_mem_cat cat) {
     return fr_mem_take(ctx, fr_cl_memory(ctx), bytes, cat);
 }
@@ -204,6 +208,8 @@ const fr_backend fr_cl_backend = {
     .global_mem = cl_global_mem,
     .copy_rate = cl_copy_rate,
     .flop_rate = cl_flop_rate,
+    .copy_overlap = cl_copy_overlap,
+    .wait_copy = fr_cl_wait_copy,
     .optim_update = cl_optim_update,
     .grad_unscale = cl_grad_unscale,
     .grad_sumsq = cl_grad_sumsq,

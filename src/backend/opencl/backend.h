@@ -26,6 +26,10 @@ static inline size_t fr_cl_off(const fr_tensor *t) { return t->off / fr_dtype_si
 FR_OPS(FR_CL_DECL)
 #undef FR_CL_DECL
 
+/* fr_backend.wait_copy (offload.c): the step's queue waits for an OFFLOAD's
+ * or FETCH's copy event, released here. */
+int fr_cl_wait_copy(fr_ctx *ctx, void *event);
+
 extern const fr_backend fr_cl_backend;
 
 /* Run ctx on OpenCL device `index` (fr_cl_count's order): opens it, makes its

@@ -21,6 +21,7 @@ struct fr_cl {
     cl_device_id device;
     cl_context context;
     cl_command_queue queue;
+    cl_command_queue copy_queue; /* fr_cl_copy_queue: made on first use */
     fr_cl_info info;
     cl_program *programs; /* fr_cl_n_sources, NULL until first built */
     cl_cached_kernel *kernels;
@@ -175,6 +176,9 @@ static int describe(fr_ctx *ctx, cl_platform_id p, cl_device_id dev, fr_cl_info 
     out->max_alloc = (size_t)max_alloc;
     out->base_align = align_bits / 8;
     out->compute_units = (int)units;
+    cl_device_type type = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS)
+        out->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
     char *ext = fr_alloc(ctx, ext_len + 1, FR_MEM_OTHER);
     if (!ext) return FR_ERR_NOMEM;
     err = clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL);
@@ -247,6 +251,7 @@ void fr_cl_close(fr_cl *cl) {
     if (!cl) return;
     fr_ctx *ctx = cl->ctx;
     if (cl->queue) clFinish(cl->queue);
+    if (cl->copy_queue) clFinish(cl->copy_queue);
     for (size_t i = 0; i < cl->n_kernels; i++) {
         clReleaseKernel(cl->kernels[i].k);
         fr_free(ctx, cl->kernels[i].name);
@@ -258,6 +263,7 @@ void fr_cl_close(fr_cl *cl) {
         fr_free(ctx, cl->programs);
     }
     if (cl->queue) clReleaseCommandQueue(cl->queue);
+    fr_cl_queue_free(cl->copy_queue);
     if (cl->context) clReleaseContext(cl->context);
     fr_free(ctx, cl);
 }
@@ -479,3 +485,24 @@ int fr_cl_mark(fr_ctx *ctx, fr_cl *cl, cl_event *out) {
     return fr_cl_check(ctx, clEnqueueMarkerWithWaitList(cl->queue, 0, NULL, out),
                        "clEnqueueMarkerWithWaitList");
 }
+
+/* ---- the copy queue of offloaded activations ---------------------------- */
+
+int fr_cl_copy_queue(fr_ctx *ctx, fr_cl *cl, cl_command_queue *out) {
+    int st = cl->copy_queue ? FR_OK : fr_cl_queue_new(ctx, cl, &cl->copy_queue);
+    *out = cl->copy_queue;
+    return st;
+}
+
+int fr_cl_read_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, void *dst, size_t n,
+                  cl_uint n_wait, const cl_event *wait, cl_event *done) {
+    cl_int err =
+        n ? clEnqueueReadBuffer(q, m, CL_FALSE, off, n, dst, n_wait, n_wait ? wait : NULL, done)
+          : clEnqueueMarkerWithWaitList(q, n_wait, n_wait ? wait : NULL, done);
+    if (err == CL_SUCCESS) err = clFlush(q);
+    char what[112];
+    snprintf(what, sizeof what, "clEnqueueReadBuffer (copy queue) of %zu bytes at %zu", n, off);
+    return fr_cl_check(ctx, err, what);
+}
+
+int fr_cl_flush(fr_ctx *ctx, fr_cl *cl) { return fr_cl_check(ctx, clFlush(cl->queue), "clFlush"); }

@@ -26,6 +26,7 @@ typedef struct fr_cl_info {
     char name[256], platform[256], version[128];
     size_t global_mem, max_alloc, base_align; /* bytes; base_align from bits */
     int fp16, fp64, compute_units;            /* cl_khr_fp16, cl_khr_fp64 */
+    int cpu; /* CL_DEVICE_TYPE_CPU: kernels and copies share the host's cores */
 } fr_cl_info;
 
 /* Devices over all platforms, in platform order (0 with no platform). */
@@ -135,6 +136,17 @@ int fr_cl_write_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, const 
  * has (a marker). Both enqueued, not waited for. */
 int fr_cl_wait_for(fr_ctx *ctx, fr_cl *cl, cl_uint n, const cl_event *events);
 int fr_cl_mark(fr_ctx *ctx, fr_cl *cl, cl_event *out);
+/* Submit what cl's queue holds (a marker another queue waits on must be). */
+int fr_cl_flush(fr_ctx *ctx, fr_cl *cl);
+
+/* The copy queue of offloaded activations (backend/opencl/offload.c): a
+ * third in-order queue on cl's context, made on first use and released by
+ * fr_cl_close. fr_cl_read_on is fr_cl_write_on's other direction: n bytes of
+ * m+off into host dst on q once the n_wait events have completed, flushed,
+ * not waited for; dst must not be touched until *done completes. */
+int fr_cl_copy_queue(fr_ctx *ctx, fr_cl *cl, cl_command_queue *out);
+int fr_cl_read_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, void *dst, size_t n,
+                  cl_uint n_wait, const cl_event *wait, cl_event *done);
 
 /* "CL_OUT_OF_RESOURCES" ...; "CL_UNKNOWN_ERROR" for a code it does not know. */
 const char *fr_cl_errstr(cl_int err);
