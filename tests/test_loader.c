@@ -81,7 +81,7 @@ static int64_t run_epoch(fr_ctx *ctx, fr_loader *l, int epoch, int64_t skip, int
 
 static fr_loader_opts opts(int batch, int shuffle, int drop_last, uint64_t seed, int queue,
                            int64_t limit) {
-    fr_loader_opts o = {batch, shuffle, drop_last, seed, queue, limit};
+    fr_loader_opts o = {batch, shuffle, drop_last, seed, queue, limit, 0, 0};
     return o;
 }
 

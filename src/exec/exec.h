@@ -24,6 +24,11 @@ typedef struct fr_exec {
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;
     const struct fr_optim_ctx *optim; /* for OPTIM_STEP nodes (fr_kernel_call.optim) */
+    /* Called after the node at each plan position has run (NULL: none):
+     * data parallelism starts a gradient bucket's sum once its last writer
+     * has run; a failure stops the run with its status. */
+    fr_status (*post_node)(void *arg, int pos);
+    void *post_arg;
 } fr_exec;
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);
