@@ -44,6 +44,7 @@ struct fr_step {
     struct fr_comm *comm;   /* data parallel over ranks (dist/comm.h); NULL: one process */
     struct fr_buckets *buckets; /* the gradients' buckets, summed over the ranks */
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
+    int global_batch;           /* the global --batch (0: one process) */
     uint64_t rank_seed;         /* added to the seed of the dropout streams: differs per rank */
 };
 

@@ -389,6 +389,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         st = FR_ERR_ARG;
         goto done;
     }
+    if (ranks > 1) s->global_batch = cfg->batch;
     if (ranks > 1 && !cfg->json && cfg->progress >= 0) {
         char bk[256];
         fr_buckets_describe(s->buckets, bk, sizeof bk);
