@@ -213,6 +213,8 @@ enum {
     O_NOPROG,
     O_BUCKET_CAP,
     O_NO_OVERLAP,
+    O_RANKS,
+    O_ZERO_STAGE,
     O_HELP
 };
 
@@ -351,6 +353,13 @@ static const opt_row opts[] = {
     {"no-overlap", NULL, O_NO_OVERLAP, C_TRAIN,
      "start the buckets' sums after backward instead of as backward\n"
      "completes each (to measure what the overlap saves)"},
+    {"ranks", "N", O_RANKS, C_ESTIMATE,
+     "estimate one rank of N: its slice of --batch, and per-rank bytes\n"
+     "by category at each ZeRO stage (no process started)"},
+    {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE,
+     "ZeRO stage: 0 (everything replicated: what train runs); estimate\n"
+     "shows 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
+     "[estimate: all]"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -394,6 +403,7 @@ typedef struct cli {
     double lr, wd, momentum, dampening, eps;
     int eps_set;
     int nesterov, zero_keep;
+    int ranks, zero; /* estimate --ranks N; --zero K (-1: not given) */
 } cli;
 
 static int bad(const char *cmd, const char *fmt, const char *arg) {
@@ -489,6 +499,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->tokens = 256;
     c->temperature = 1.0;
     c->prompt = "\n";
+    c->zero = -1;
     const char *opt_name = "adam", *cn = cmd->name;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -674,6 +685,8 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         }
         case O_NO_OVERLAP: c->t.no_overlap = 1; break;
+        case O_RANKS: INT_OPT(1, 1 << 20, c->ranks); break;
+        case O_ZERO_STAGE: INT_OPT(0, 3, c->zero); break;
         case O_HELP: print_usage(cmd); return -1;
         }
     }
@@ -819,6 +832,12 @@ static int cmd_train(int argc, char **argv) {
     if (use_device(ctx, &c, "train")) return fr_comm_finalize(comm), ctx_done(ctx), 1;
     if (c.t.offload && c.device < 0)
         return ctx_done(ctx), bad("train", "%s", "--offload needs --device opencl[:N]");
+    if (c.zero > 0)
+        return fr_comm_finalize(comm), ctx_done(ctx),
+               bad("train", "%s",
+                   "--zero 1, 2 and 3 (sharded optimizer state, gradients, parameters) are not "
+                   "built yet: train runs stage 0; `frugal estimate --ranks N --zero K` shows "
+                   "their bytes per rank");
     default_text(ctx, &c);
     if (rank > 0) c.t.json = 0, c.t.progress = -1; /* rank 0 speaks for the run */
     if (!c.t.json && c.t.progress >= 0)
@@ -1179,6 +1198,14 @@ static int cmd_estimate(int argc, char **argv) {
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
+        if (c.ranks > 1 && so.batch) { /* one rank: its slice, every gradient kept */
+            int local = (so.batch + c.ranks - 1) / c.ranks;
+            int k = so.micro_batch ? so.batch / so.micro_batch : 1;
+            int micro = (local + k - 1) / k;
+            so.batch = micro * k;
+            so.micro_batch = so.micro_batch ? micro : 0;
+            so.keep_grads = 1;
+        }
         /* planned on shapes: nothing of the model is allocated, so a model
          * far larger than the machine can be estimated */
         if (!so.batch)
@@ -1195,6 +1222,8 @@ static int cmd_estimate(int argc, char **argv) {
         printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
     }
     fr_step_estimate_table(s, stdout, c.t.json);
+    if (c.ranks > 1 || c.zero >= 0)
+        fr_step_ranks_table(s, c.ranks > 1 ? c.ranks : 1, c.zero, stdout, c.t.json);
     fr_step_free(s);
     fr_model_free(m);
     ctx_done(ctx);

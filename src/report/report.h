@@ -20,4 +20,9 @@ const char *fr_human_bytes(size_t b, char *buf, int len);
  * members ("ranks": N, "rank_peaks": {...}) without braces. */
 void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *out, int json);
 
+/* `frugal estimate --ranks N [--zero K]`: one rank's bytes by category at
+ * ZeRO stage K (-1: every stage) from a rank's step s (estimate.c). */
+struct fr_step;
+void fr_step_ranks_table(const struct fr_step *s, int ranks, int zero, FILE *out, int json);
+
 #endif
