@@ -831,7 +831,8 @@ static int cmd_train(int argc, char **argv) {
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "train")) return fr_comm_finalize(comm), ctx_done(ctx), 1;
     if (c.t.offload && c.device < 0)
-        return ctx_done(ctx), bad("train", "%s", "--offload needs --device opencl[:N]");
+        return fr_comm_finalize(comm), ctx_done(ctx),
+               bad("train", "%s", "--offload needs --device opencl[:N]");
     if (c.zero > 0)
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s",
