@@ -901,6 +901,8 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
                        "data parallel training needs every gradient stored on the host (%s)",
                        s->n_fused ? "the step updates parameters inside backward"
                                   : "the step runs on a device");
+    fr_mem_stats before, after;
+    fr_mem_get_stats(s->ctx, &before);
     size_t *len = fr_calloc(s->ctx, (m->n_params + 1) * sizeof *len, FR_MEM_OTHER);
     int *pos = fr_alloc(s->ctx, (m->n_params + 1) * sizeof *pos, FR_MEM_OTHER);
     order_uses u = {0};
@@ -933,6 +935,10 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
     fr_free(s->ctx, u.writers);
     fr_free(s->ctx, len);
     fr_free(s->ctx, pos);
+    /* the buckets' tables and the requests are the step's metadata now */
+    fr_mem_get_stats(s->ctx, &after);
+    s->meta_bytes += after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
+    s->meta_reserved += (after.reserved - after.cached) - (before.reserved - before.cached);
     return st;
 }
 
