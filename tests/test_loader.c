@@ -4,7 +4,8 @@
  * Fisher-Yates as loader.h documents it, drop_last, resume with skip, limit,
  * restarting and freeing with the prefetch thread running, a read error in
  * the thread reported on the caller's side, the DATA memory bound, float
- * regression targets in b.target, and every allocation failing in turn. */
+ * regression targets in b.target, every allocation failing in turn, and the
+ * data-parallel slices of a batch (rank r of N: [r*n/N, (r+1)*n/N)). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ static int64_t run_epoch(fr_ctx *ctx, fr_loader *l, int epoch, int64_t skip, int
 
 static fr_loader_opts opts(int batch, int shuffle, int drop_last, uint64_t seed, int queue,
                            int64_t limit) {
-    fr_loader_opts o = {batch, shuffle, drop_last, seed, queue, limit};
+    fr_loader_opts o = {batch, shuffle, drop_last, seed, queue, limit, 0, 0};
     return o;
 }
 
@@ -456,6 +457,66 @@ static void test_targets(fr_ctx *ctx) {
     fr_dataset_close(ds);
 }
 
+/* Data parallel slices: for 3 ranks, batch 64 over the first 1000 samples
+ * (15 batches of 64 and one of 40), rank r's batch k holds samples
+ * [r*n/3, (r+1)*n/3) of the one loader's batch k (n its size), worked out
+ * here from the one loader's order; the slices differ by at most one, every
+ * sample once; fr_loader_global_n says n; a slot holds ceil(64/3) = 22 samples
+ * (DATA: 22 * (queue + 1) rows). */
+static void test_rank_slices(fr_ctx *ctx, fr_dataset *ds) {
+    enum { R = 3, B = 64, LIM = 1000 };
+    static int64_t whole[LIM], part[LIM];
+    static int wsizes[LIM / B + 1];
+    fr_loader_opts o = opts(B, 1, 0, 9, 2, LIM);
+    fr_loader *l = fr_loader_new(ctx, ds, &o);
+    CHECK(l != NULL, "%s", fr_last_error(ctx));
+    if (!l) return;
+    int64_t n1;
+    int64_t nb = run_epoch(ctx, l, 1, 0, whole, &n1, wsizes);
+    fr_loader_free(l);
+    CHECK(nb == 16 && n1 == LIM && wsizes[15] == 40, "one loader: %lld batches", (long long)nb);
+    static unsigned char seen[LIM];
+    memset(seen, 0, sizeof seen);
+    for (int r = 0; r < R; r++) {
+        fr_loader_opts ro = o;
+        ro.rank = r, ro.ranks = R;
+        fr_mem_stats before, after;
+        fr_mem_get_stats(ctx, &before);
+        fr_loader *rl = fr_loader_new(ctx, ds, &ro);
+        CHECK(rl != NULL, "%s", fr_last_error(ctx));
+        if (!rl) return;
+        fr_mem_get_stats(ctx, &after);
+        size_t data = after.allocated[FR_MEM_DATA] - before.allocated[FR_MEM_DATA];
+        CHECK(data == 3 * 22 * (SD * sizeof(float) + sizeof(int32_t)),
+              "rank %d: DATA %zu bytes, 3 slots of 22 samples expected", r, data);
+        int64_t np = 0;
+        CHECK(fr_loader_start(rl, 1, 0) == FR_OK, "%s", fr_last_error(ctx));
+        for (int k = 0;; k++) {
+            fr_batch b;
+            int done = 0;
+            if (fr_loader_next(rl, &b, &done) || done) break;
+            int n = wsizes[k], lo = r * n / R, hi = (r + 1) * n / R;
+            CHECK(b.n == hi - lo && fr_loader_global_n(rl) == n,
+                  "rank %d batch %d: %d samples of %d, expected %d of %d", r, k, b.n,
+                  fr_loader_global_n(rl), hi - lo, n);
+            for (int j = 0; j < b.n && j < hi - lo; j++) {
+                int64_t want = whole[(int64_t)k * B + lo + j];
+                part[np] = decode(b.x + (size_t)j * SD, b.y[j]);
+                CHECK(part[np] == want, "rank %d batch %d row %d: sample %lld, expected %lld", r, k,
+                      j, (long long)part[np], (long long)want);
+                if (part[np] >= 0 && part[np] < LIM) seen[part[np]]++;
+                np++;
+            }
+        }
+        CHECK(fr_loader_rank_samples(LIM, B, r, R) == np, "rank %d: %lld samples, counted %lld", r,
+              (long long)np, (long long)fr_loader_rank_samples(LIM, B, r, R));
+        fr_loader_free(rl);
+    }
+    int once = 1;
+    for (int i = 0; i < LIM; i++) once &= seen[i] <= 1;
+    CHECK(once, "a sample in two ranks' slices");
+}
+
 int main(void) {
     if (scratch_make("frugal-ld") || make_files()) {
         perror("setup");
@@ -471,6 +532,7 @@ int main(void) {
         test_drop_last_limit(ctx, ds);
         test_restart(ctx, ds);
         test_memory_bound(ctx, ds);
+        test_rank_slices(ctx, ds);
         fr_dataset_close(ds);
     }
     test_thread_error(ctx);

@@ -5,6 +5,7 @@
  * went wrong and a non-zero exit (2 for a usage error). */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "infer/generate.h"
 #include "report/report.h"
 #include "report/timeline.h"
@@ -84,7 +86,18 @@ static const command commands[] = {
      "A language model (a model file with `input tokens N`, e.g. gpt-tiny) trains on text\n"
      "(bytes: any file or directory of files; Debian's fortunes by default), llm.c token\n"
      "shards (.bin, several by glob) or a 1-D integer .npy. The last --val-fraction of the\n"
-     "tokens is held out; each evaluation prints its loss in nats and bits per byte.\n"},
+     "tokens is held out; each evaluation prints its loss in nats and bits per byte.\n"
+     "\n"
+     "Many processes: `mpirun -np N frugal train ...` trains one model on N ranks (data\n"
+     "parallel, every rank a full copy of the weights and optimizer state: ZeRO stage 0).\n"
+     "--batch is the global batch: rank r of N takes samples [r*n/N, (r+1)*n/N) of each\n"
+     "batch of n in the loader's order (the slices differ by at most one sample; the last\n"
+     "batch of an epoch must have at least N), its loss weighted by its share of the batch;\n"
+     "gradients are summed over the ranks in buckets (1 MiB first, then 25 MiB, last layer\n"
+     "first) started while backward runs, so N ranks train the model one process would with\n"
+     "the same --batch (up to the order of the sums). Progress, logs and JSON come from\n"
+     "rank 0, which alone writes --save; the summary adds every rank's peak (min and max).\n"
+     "Give each rank its threads (--threads, or OMP_NUM_THREADS); the CPU backend only.\n"},
     {"eval", C_EVAL, "eval --model FILE|NAME --weights CKPT [options]",
      "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
      "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
@@ -198,6 +211,10 @@ enum {
     O_SVG,
     O_JSON,
     O_NOPROG,
+    O_BUCKET_CAP,
+    O_NO_OVERLAP,
+    O_RANKS,
+    O_ZERO_STAGE,
     O_HELP
 };
 
@@ -328,6 +345,21 @@ static const opt_row opts[] = {
      "x0.5 and skip the step on inf/NaN) | none [dynamic for fp16*]"},
     {"clip-grad-norm", "X", O_CLIP, C_STEP,
      "clip the global L2 norm of the gradients (after unscaling)"},
+
+    {"many processes (under mpirun):", NULL, O_SECTION, 0, NULL},
+    {"bucket-cap-mb", "X", O_BUCKET_CAP, C_TRAIN,
+     "gradient buckets summed over the ranks: close a bucket once it\n"
+     "holds X MiB (the first at min(X, 1) MiB; PyTorch DDP's bucket_cap_mb) [25]"},
+    {"no-overlap", NULL, O_NO_OVERLAP, C_TRAIN,
+     "start the buckets' sums after backward instead of as backward\n"
+     "completes each (to measure what the overlap saves)"},
+    {"ranks", "N", O_RANKS, C_ESTIMATE,
+     "estimate one rank of N: its slice of --batch, and per-rank bytes\n"
+     "by category at each ZeRO stage (no process started)"},
+    {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE,
+     "ZeRO stage: 0 (everything replicated: what train runs); estimate\n"
+     "shows 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
+     "[estimate: all]"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -371,6 +403,7 @@ typedef struct cli {
     double lr, wd, momentum, dampening, eps;
     int eps_set;
     int nesterov, zero_keep;
+    int ranks, zero; /* estimate --ranks N; --zero K (-1: not given) */
 } cli;
 
 static int bad(const char *cmd, const char *fmt, const char *arg) {
@@ -466,6 +499,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->tokens = 256;
     c->temperature = 1.0;
     c->prompt = "\n";
+    c->zero = -1;
     const char *opt_name = "adam", *cn = cmd->name;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -642,6 +676,17 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
                 return bad(cn, "--zero-grad '%s': expected none or zero", val);
             c->zero_keep = !strcmp(val, "zero");
             break;
+        case O_BUCKET_CAP: {
+            double mb;
+            REAL_OPT_D(1e-3, 1024, mb);
+            c->t.bucket_cap = (size_t)(mb * 1048576.0);
+            c->t.bucket_first_cap =
+                c->t.bucket_cap < ((size_t)1 << 20) ? c->t.bucket_cap : (size_t)1 << 20;
+            break;
+        }
+        case O_NO_OVERLAP: c->t.no_overlap = 1; break;
+        case O_RANKS: INT_OPT(1, 1 << 20, c->ranks); break;
+        case O_ZERO_STAGE: INT_OPT(0, 3, c->zero); break;
         case O_HELP: print_usage(cmd); return -1;
         }
     }
@@ -743,28 +788,77 @@ static void ctx_done(fr_ctx *ctx) {
     fr_ctx_free(ctx);
 }
 
+/* Under mpirun, a rank that dies (kill -9) makes mpirun stop the others
+ * with SIGTERM: each says so in one line (write(2): nothing else is safe in
+ * a handler) and exits non-zero. */
+static char stop_line[160];
+static size_t stop_len;
+
+static void on_stop(int sig) {
+    if (stop_len && write(STDERR_FILENO, stop_line, stop_len) < 0) stop_len = 0;
+    _exit(128 + sig);
+}
+
+static void stop_handlers(int rank, int ranks) {
+    int n = snprintf(stop_line, sizeof stop_line,
+                     "frugal train: rank %d of %d: stopped by a signal: another rank failed or "
+                     "the job was stopped (see mpirun's message); the last checkpoint is intact\n",
+                     rank, ranks);
+    stop_len = n > 0 && (size_t)n < sizeof stop_line ? (size_t)n : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[0], &c);
     if (r) return r < 0 ? 0 : r;
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
+    fr_comm *comm = NULL;
+    if (fr_comm_init(ctx, &comm)) {
+        fprintf(stderr, "frugal train: %s\n", fr_last_error(ctx));
+        return ctx_done(ctx), 1;
+    }
+    int rank = fr_comm_rank(comm), ranks = fr_comm_size(comm);
+    if (ranks > 1) stop_handlers(rank, ranks);
+    c.t.comm = comm;
     fr_set_threads(ctx, c.threads);
-    if (use_device(ctx, &c, "train")) return ctx_done(ctx), 1;
+    if (use_device(ctx, &c, "train")) return fr_comm_finalize(comm), ctx_done(ctx), 1;
     if (c.t.offload && c.device < 0)
-        return ctx_done(ctx), bad("train", "%s", "--offload needs --device opencl[:N]");
+        return fr_comm_finalize(comm), ctx_done(ctx),
+               bad("train", "%s", "--offload needs --device opencl[:N]");
+    if (c.zero > 0)
+        return fr_comm_finalize(comm), ctx_done(ctx),
+               bad("train", "%s",
+                   "--zero 1, 2 and 3 (sharded optimizer state, gradients, parameters) are not "
+                   "built yet: train runs stage 0; `frugal estimate --ranks N --zero K` shows "
+                   "their bytes per rank");
     default_text(ctx, &c);
+    if (rank > 0) c.t.json = 0, c.t.progress = -1; /* rank 0 speaks for the run */
     if (!c.t.json && c.t.progress >= 0)
-        fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads\n", c.t.model,
-                c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
+        fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads%s\n",
+                c.t.model, c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
                 c.t.optim.kind == FR_OPTIM_SGD    ? "sgd"
                 : c.t.optim.kind == FR_OPTIM_ADAM ? "adam"
                                                   : "adamw",
-                (double)c.t.optim.lr, fr_get_threads(ctx));
+                (double)c.t.optim.lr, fr_get_threads(ctx), ranks > 1 ? " a rank" : "");
     fr_train_result res;
     fr_status st = fr_train(ctx, &c.t, &res);
     if (st) {
+        if (ranks > 1) {
+            /* the others may wait in a collective for this rank: end the job */
+            fprintf(stderr, "frugal train: rank %d of %d: %s\n", rank, ranks, fr_last_error(ctx));
+            fflush(stderr);
+            fr_comm_abort(comm, 1);
+        }
         fprintf(stderr, "frugal train: %s\n", fr_last_error(ctx));
+        fr_comm_finalize(comm);
         ctx_done(ctx);
         return 1;
     }
@@ -784,6 +878,11 @@ static int cmd_train(int argc, char **argv) {
                res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
                (unsigned long long)res.skipped_steps);
         mem_json_inline(ctx);
+        if (ranks > 1) {
+            printf(", ");
+            fr_mem_ranks_summary(ranks, res.rank_peak_min, res.rank_peak_max, stdout, 1);
+            printf(", \"buckets\": %d, \"comm_wait_seconds\": %.6f", res.buckets, res.comm_wait_s);
+        }
         printf("}\n");
     } else if (c.t.progress >= 0) {
         if (res.tokens)
@@ -793,6 +892,8 @@ static int cmd_train(int argc, char **argv) {
             printf("done in %.1f s: test loss %.6g\n", res.seconds, res.test_loss);
         else printf("done in %.1f s: test accuracy %.2f%%\n", res.seconds, 100 * res.test_acc);
     }
+    fflush(stdout);
+    fr_comm_finalize(comm);
     ctx_done(ctx);
     return 0;
 }
@@ -1098,6 +1199,14 @@ static int cmd_estimate(int argc, char **argv) {
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
+        if (c.ranks > 1 && so.batch) { /* one rank: its slice, every gradient kept */
+            int local = (so.batch + c.ranks - 1) / c.ranks;
+            int k = so.micro_batch ? so.batch / so.micro_batch : 1;
+            int micro = (local + k - 1) / k;
+            so.batch = micro * k;
+            so.micro_batch = so.micro_batch ? micro : 0;
+            so.keep_grads = 1;
+        }
         /* planned on shapes: nothing of the model is allocated, so a model
          * far larger than the machine can be estimated */
         if (!so.batch)
@@ -1114,6 +1223,8 @@ static int cmd_estimate(int argc, char **argv) {
         printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
     }
     fr_step_estimate_table(s, stdout, c.t.json);
+    if (c.ranks > 1 || c.zero >= 0)
+        fr_step_ranks_table(s, c.ranks > 1 ? c.ranks : 1, c.zero, stdout, c.t.json);
     fr_step_free(s);
     fr_model_free(m);
     ctx_done(ctx);

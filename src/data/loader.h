@@ -17,6 +17,11 @@ typedef struct fr_loader_opts {
     uint64_t seed;
     int queue;     /* batches prefetched ahead (>= 1); 0: no thread, read in next() */
     int64_t limit; /* use only the first `limit` samples (0: all) */
+    /* Data parallel: this process is rank `rank` of `ranks` (0: one) and
+     * takes samples [rank*n/ranks, (rank+1)*n/ranks) of each batch of n in
+     * the loader's order (DistributedSampler's contiguous split of the
+     * global batch): slices differ by at most one sample. */
+    int rank, ranks;
 } fr_loader_opts;
 
 fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o);
@@ -25,6 +30,12 @@ fr_loader *fr_loader_new(fr_ctx *ctx, fr_dataset *ds, const fr_loader_opts *o);
  * rounds them): for budgets, before any loader exists. */
 size_t fr_loader_reserved(int64_t n, size_t sample, const fr_loader_opts *o);
 void fr_loader_free(fr_loader *l);
+/* Samples of rank `rank`'s slice of a global batch of n (the rule above). */
+int fr_loader_slice(int n, int rank, int ranks, int *first);
+/* Samples rank `rank` of `ranks` sees in an epoch of n_samples in batches of batch. */
+int64_t fr_loader_rank_samples(int64_t n_samples, int batch, int rank, int ranks);
+/* The global batch the last fr_loader_next's slice is of (its n with one rank). */
+int fr_loader_global_n(const fr_loader *l);
 int64_t fr_loader_num_batches(const fr_loader *l);
 /* Start epoch `epoch` (0-based), skipping its first `skip` batches (resume). */
 fr_status fr_loader_start(fr_loader *l, int epoch, int64_t skip);

@@ -203,6 +203,7 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         }
         int st = e->kernels[node->op](&c);
         if (st) return (fr_status)st;
+        if (e->post_node && (st = e->post_node(e->post_arg, i))) return (fr_status)st;
     }
     if (e->copy_ev && to == e->plan->n_nodes) return wait_copies(e, to);
     return FR_OK;

@@ -31,6 +31,11 @@ typedef struct fr_exec {
      * n_nodes: the end of the step). NULL elsewhere. */
     void **copy_ev;
     int *wait_start, *wait;
+    /* Called after the node at each plan position has run (NULL: none):
+     * data parallelism starts a gradient bucket's sum once its last writer
+     * has run; a failure stops the run with its status. */
+    fr_status (*post_node)(void *arg, int pos);
+    void *post_arg;
 } fr_exec;
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);

@@ -185,3 +185,76 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 tp ? (double)sr[i].bytes / tp : 0.0);
     fr_free(ctx, rows);
 }
+
+/* ---- per rank under data parallelism: ZeRO's stages ----------------------
+ * The step s is one rank's (its batch the largest slice of the global one,
+ * every gradient kept). With P parameter, G gradient and O optimizer-state
+ * bytes (the whole model's) on N ranks, a rank holds
+ *   stage 0: P + G + O                 (everything replicated; buckets are
+ *                                       views of the gradients: no extra)
+ *   stage 1: P + G + O/N               (optimizer state sharded)
+ *   stage 2: P + G/N + bucket + O/N    (gradients sharded: a bucket's full
+ *                                       gradients live until reduce-scattered)
+ *   stage 3: P/N + units + G/N + bucket + O/N (parameters sharded: one
+ *                                       unit gathered, the next prefetched)
+ * each shard ceil(x/N); bucket = min(25 MiB, G), units = the largest
+ * parameters of two consecutive planner units. The step's activations,
+ * workspace, data and metadata are the rank's own plan's, the same at every
+ * stage. */
+static size_t shard(size_t x, int n) { return (x + (size_t)n - 1) / (size_t)n; }
+
+void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int json) {
+    const fr_model *m = s->m;
+    size_t per[FR_MEM_CAT_COUNT], pred[FR_MEM_CAT_COUNT], total;
+    fr_step_persistent(s, per);
+    fr_step_predicted(s, pred, &total);
+    size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
+    size_t rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */
+    /* stage 3 gathers a unit and prefetches the next: the largest pair */
+    size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, units = 0, prev = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        size_t b = 0;
+        for (size_t i = 0; i < m->n_params; i++)
+            if (m->layers[m->params[i].layer].unit == u)
+                b +=
+                    (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
+        if (b + prev > units) units = b + prev;
+        prev = b;
+    }
+    if (units > P) units = P;
+    char h[6][32];
+    if (!json)
+        fprintf(out,
+                "\nper rank on %d ranks (data parallel, each rank's batch %d; ZeRO's formulas, "
+                "P %s, G %s, O %s):\n%-6s %14s %14s %14s %14s %14s %14s\n",
+                ranks, s->o.batch, fr_human_bytes(P, h[0], 32), fr_human_bytes(G, h[1], 32),
+                fr_human_bytes(O, h[2], 32), "stage", "parameters", "gradients", "optimizer",
+                "buckets", "step (rest)", "total");
+    else fprintf(out, "{\"ranks\": %d, \"rank_batch\": %d, \"stages\": [", ranks, s->o.batch);
+    int first = 1;
+    for (int k = 0; k <= 3; k++) {
+        if (zero >= 0 && k != zero) continue;
+        size_t p = k < 3 ? P : shard(P, ranks) + units;
+        size_t g = k < 2 ? G : shard(G, ranks);
+        size_t o = k < 1 ? O : shard(O, ranks);
+        size_t b = k < 2 ? 0 : bucket;
+        size_t t = p + g + o + b + rest;
+        if (json)
+            fprintf(out,
+                    "%s{\"zero\": %d, \"parameters\": %zu, \"gradients\": %zu, \"optimizer\": "
+                    "%zu, \"buckets\": %zu, \"rest\": %zu, \"total\": %zu}",
+                    first ? "" : ", ", k, p, g, o, b, rest, t);
+        else
+            fprintf(out, "%-6d %14s %14s %14s %14s %14s %14s\n", k, fr_human_bytes(p, h[0], 32),
+                    fr_human_bytes(g, h[1], 32), fr_human_bytes(o, h[2], 32),
+                    fr_human_bytes(b, h[3], 32), fr_human_bytes(rest, h[4], 32),
+                    fr_human_bytes(t, h[5], 32));
+        first = 0;
+    }
+    if (json) fprintf(out, "]}\n");
+    else
+        fprintf(out,
+                "(stage 0 is what `mpirun -np %d frugal train` runs; stages 1-3 are "
+                "formulas, not built yet)\n",
+                ranks);
+}

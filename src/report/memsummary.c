@@ -135,3 +135,34 @@ void fr_mem_json(const fr_ctx *ctx, FILE *out) {
     }
     fputs("}\n", out);
 }
+
+void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *out, int json) {
+    if (json) {
+        fprintf(out, "\"ranks\": %d, \"rank_peaks\": {", ranks);
+        for (int c = 0; c <= FR_MEM_CAT_COUNT + 1; c++)
+            fprintf(out, "%s\"%s\": {\"min\": %zu, \"max\": %zu}", c ? ", " : "",
+                    c < FR_MEM_CAT_COUNT    ? fr_mem_cat_name((fr_mem_cat)c)
+                    : c == FR_MEM_CAT_COUNT ? "allocated_total"
+                                            : "reserved",
+                    lo[c], hi[c]);
+        fputs("}", out);
+        return;
+    }
+    char title[64], label[64];
+    snprintf(title, sizeof title, "peak per rank over %d ranks", ranks);
+    rule(out, '=');
+    int tl = (int)strlen(title), pad = (TABLE_W - 2 - tl) / 2;
+    fprintf(out, "|%*s%s%*s|\n", pad, "", title, TABLE_W - 2 - tl - pad, "");
+    rule(out, '-');
+    row(out, "Metric", "Min over ranks", "Max over ranks");
+    rule(out, '=');
+    row(out, "Allocated memory (peak)", "", "");
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) {
+        snprintf(label, sizeof label, "      %s", fr_mem_cat_name((fr_mem_cat)c));
+        row_bytes(out, label, lo[c], hi[c], 1);
+    }
+    row_bytes(out, "      total", lo[FR_MEM_CAT_COUNT], hi[FR_MEM_CAT_COUNT], 1);
+    rule(out, '-');
+    row_bytes(out, "Reserved memory (peak)", lo[FR_MEM_CAT_COUNT + 1], hi[FR_MEM_CAT_COUNT + 1], 1);
+    rule(out, '=');
+}

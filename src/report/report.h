@@ -6,11 +6,23 @@
 #define FR_REPORT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Bytes in human units into buf (len bytes, always terminated) and return
  * buf: "512 B" below 1 KiB, else one decimal in KiB, MiB or GiB
  * ("1.5 KiB", "3.0 MiB", "2048.0 GiB"); a value that would print as 1024.0
  * of a unit moves up to the next ("1.0 MiB"). */
 const char *fr_human_bytes(size_t b, char *buf, int len);
+
+/* Every rank's peak by category, as the min and max over the ranks of a
+ * data-parallel run (lo and hi: FR_MEM_CAT_COUNT categories, then the
+ * total allocated and the reserved peak): a table, or a JSON object's
+ * members ("ranks": N, "rank_peaks": {...}) without braces. */
+void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *out, int json);
+
+/* `frugal estimate --ranks N [--zero K]`: one rank's bytes by category at
+ * ZeRO stage K (-1: every stage) from a rank's step s (estimate.c). */
+struct fr_step;
+void fr_step_ranks_table(const struct fr_step *s, int ranks, int zero, FILE *out, int json);
 
 #endif

@@ -630,8 +630,12 @@ static int run_settings(const fr_step *s, run_setting *r) {
         r[n].field = val;                                             \
         n++;                                                          \
     } while (0)
-    RS("batch_size", "--batch", RS_INT, i, s->o.batch);
-    RS("micro_batch", "--micro-batch", RS_INT, i, s->micro);
+    /* data parallel: the one process's settings (global batch, its micro-batch),
+     * so that a checkpoint resumes on any number of ranks */
+    int batch = s->global_batch ? s->global_batch : s->o.batch;
+    RS("batch_size", "--batch", RS_INT, i, batch);
+    RS("micro_batch", "--micro-batch", RS_INT, i,
+       s->global_batch ? s->global_batch / s->accumulate : s->micro);
     RS("seed", "--seed", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%" PRIu64, s->o.seed);
     RS("precision", "--precision", RS_WORD, i, 0);

@@ -79,7 +79,7 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
                           int64_t limit, fr_batches *b) {
     memset(b, 0, sizeof *b);
     if (!s->tokens) {
-        fr_loader_opts lo = {batch, train, 0, seed, queue, limit};
+        fr_loader_opts lo = {batch, train, 0, seed, queue, limit, s->rank, s->ranks};
         b->img = fr_loader_new(s->ctx, train ? s->train : s->test, &lo);
         b->batch = batch;
         return b->img ? FR_OK : FR_ERR_NOMEM;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "autodiff/autodiff.h"
 #include "core/half.h"
+#include "dist/buckets.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "plan/offload.h"
@@ -42,6 +43,16 @@ static fr_status alloc_grads(fr_step *s) {
     if (s->upd_ws_len && !s->upd_ws) {
         s->upd_ws = fr_alloc(s->ctx, s->upd_ws_len * sizeof(float), FR_MEM_GRADS);
         if (!s->upd_ws) return FR_ERR_NOMEM;
+    }
+    if (s->buckets) { /* data parallel: the gradients are views of their buckets */
+        fr_status st = fr_buckets_alloc(s->ctx, s->buckets);
+        if (st) return st;
+        for (size_t i = 0; i < m->n_params; i++)
+            if (fr_step_grad_bytes(s, i) && !m->params[i].grad) {
+                m->params[i].grad = fr_buckets_grad(s->buckets, (int)i);
+                m->params[i].grad_valid = 0;
+            }
+        return FR_OK;
     }
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
@@ -98,6 +109,13 @@ fr_status fr_step_alloc_host_update(fr_step *s) {
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
+    if (s->buckets) { /* the gradients were views: the model must not free them */
+        for (size_t i = 0; i < s->m->n_params; i++)
+            if (s->m->params[i].grad == fr_buckets_grad(s->buckets, (int)i))
+                s->m->params[i].grad = NULL;
+        fr_buckets_release(ctx, s->buckets);
+        fr_free(ctx, s->buckets);
+    }
     fr_dev_step_free(s);
     fr_exec_release(&s->ex);
     fr_plan_release(&s->plan);
@@ -753,6 +771,8 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
     return FR_OK;
 }
 
+static fr_status after_node(void *arg, int pos);
+
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
     fr_graph *g = &s->g;
@@ -806,14 +826,29 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     int64_t y_per = fr_shape_numel(&g->vals[g->label].shape) / s->micro;
     double total = 0;
     int hits = 0;
+    /* Data parallel: b is this rank's slice of a global batch of global_n
+     * samples; each micro-batch's loss is seeded with its share of the
+     * global batch, so the sum over the ranks of the gradients is the one
+     * process's gradient of the whole batch. */
+    int ranks = s->o.training && s->buckets ? fr_comm_size(s->comm) : 1;
+    int global = ranks > 1 && s->global_n > 0 ? s->global_n : b->n;
+    uint64_t seed = s->o.seed + s->rank_seed; /* dropout: a stream per rank */
     for (int off = 0; off < b->n && !st; off += s->micro) {
         int n = b->n - off < s->micro ? b->n - off : s->micro;
         e->ptr[g->input] = tokens ? (void *)(b->idx + off * x_per) : (void *)(b->x + off * x_per);
         e->ptr[g->label] = ce ? (void *)(b->y + off * y_per) : (void *)(b->target + off * y_per);
-        float share = (float)n / (float)b->n;
+        float share = (float)n / (float)global;
         fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
+        /* the buckets are sent during the last micro-batch's backward only:
+         * before it, the gradients are partial sums of this rank */
+        int last = off + s->micro >= b->n;
+        e->post_node = NULL;
+        if (ranks > 1 && last) {
+            fr_buckets_begin(s->buckets);
+            e->post_node = after_node, e->post_arg = s;
+        }
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
-        st = fr_exec_run(e, 0, split, n, s->o.seed, s->runs);       /* check the loss first */
+        st = fr_exec_run(e, 0, split, n, seed, s->runs);            /* check the loss first */
         float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) {
             fr_exec_finish(e);
@@ -822,7 +857,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             if (correct) *correct = hits + count_hits(s, b, off, n);
             return fr_step_nonfinite(s, lm, s->runs);
         }
-        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, s->o.seed, s->runs);
+        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->runs);
+        e->post_node = NULL;
+        if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->comm, s->buckets);
         s->runs++;
         if (!st) {
             total += (double)*(const float *)e->ptr[g->loss] * n;
@@ -831,14 +868,79 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         fr_exec_finish(e);
     }
     if (st) return st;
+    fr_batch gb = *b; /* the global batch: its loss and hits summed over the ranks */
+    if (ranks > 1) {
+        double sums[2] = {total, (double)hits};
+        if ((st = fr_comm_sum_f64(s->ctx, s->comm, sums, 2, "the loss and hits of a step")))
+            return st;
+        total = sums[0], hits = (int)sums[1], gb.n = global;
+    }
     float l;
-    if ((st = fr_step_report(s, b, total, hits, loss, correct, &l)) || !s->o.training) return st;
+    if ((st = fr_step_report(s, &gb, total, hits, loss, correct, &l)) || !s->o.training) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
             m->params[i].grad_valid = e->written[s->gv[i]];
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
     }
     return fr_step_host_update(s, l);
+}
+
+/* The executor's post-node hook under data parallelism: start the buckets
+ * whose last gradient the node at plan position pos wrote. */
+static fr_status after_node(void *arg, int pos) {
+    fr_step *s = arg;
+    return fr_buckets_after_node(s->ctx, s->comm, s->buckets, pos);
+}
+
+fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t cap, int overlap) {
+    fr_model *m = s->m;
+    if (!c || !s->o.training) return FR_OK;
+    if (s->buckets || s->ex.ctx)
+        return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
+    if (s->n_fused || fr_step_on_device(s))
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "data parallel training needs every gradient stored on the host (%s)",
+                       s->n_fused ? "the step updates parameters inside backward"
+                                  : "the step runs on a device");
+    fr_mem_stats before, after;
+    fr_mem_get_stats(s->ctx, &before);
+    size_t *len = fr_calloc(s->ctx, (m->n_params + 1) * sizeof *len, FR_MEM_OTHER);
+    int *pos = fr_alloc(s->ctx, (m->n_params + 1) * sizeof *pos, FR_MEM_OTHER);
+    order_uses u = {0};
+    fr_status st =
+        !len || !pos ? FR_ERR_NOMEM : uses_of(s->ctx, &s->g, s->plan.order, s->plan.n_nodes, &u);
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        pos[i] = -1;
+        if (!fr_step_grad_bytes(s, i)) continue;
+        if (s->g.vals[s->gv[i]].dtype != FR_F32)
+            st = fr_fail(s->ctx, FR_ERR_ARG,
+                         "data parallel training sums f32 gradients; %s has %s gradients (pure "
+                         "16-bit weights): use --precision fp32, bf16-mixed or fp16-mixed",
+                         m->params[i].name, fr_dtype_name(s->g.vals[s->gv[i]].dtype));
+        len[i] = (size_t)fr_shape_numel(&m->params[i].shape);
+        pos[i] = u.pos[s->gv[i]];
+    }
+    fr_buckets *b = st ? NULL : fr_calloc(s->ctx, sizeof *b, FR_MEM_OTHER);
+    if (!st && !b) st = FR_ERR_NOMEM;
+    if (!st) st = fr_buckets_plan(s->ctx, (int)m->n_params, len, pos, first_cap, cap, b);
+    if (!st) st = fr_comm_reserve(s->ctx, c, b->n);
+    if (!st) {
+        b->overlap = overlap;
+        s->buckets = b, b = NULL;
+        s->comm = c;
+        /* rank 0 keeps the one process's stream */
+        s->rank_seed = (uint64_t)fr_comm_rank(c) * 0x9E3779B97F4A7C15ull;
+    }
+    if (b) fr_buckets_release(s->ctx, b);
+    fr_free(s->ctx, b);
+    fr_free(s->ctx, u.writers);
+    fr_free(s->ctx, len);
+    fr_free(s->ctx, pos);
+    /* the buckets' tables and the requests are the step's metadata now */
+    fr_mem_get_stats(s->ctx, &after);
+    s->meta_bytes += after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
+    s->meta_reserved += (after.reserved - after.cached) - (before.reserved - before.cached);
+    return st;
 }
 
 /* After backward, on the host: the scaler's check, clipping, the optimizer
@@ -872,7 +974,7 @@ fr_status fr_step_host_update(fr_step *s, float l) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         p->grad_valid = 0;
-        if (s->o.optim.zero_grad_to_none) {
+        if (s->o.optim.zero_grad_to_none && !s->buckets) { /* buckets stay: they are sent */
             fr_free(s->ctx, p->grad);
             fr_free(s->ctx, p->grad16);
             p->grad = NULL;
@@ -921,13 +1023,14 @@ size_t fr_step_reserved(const fr_step *s) {
         const fr_param *p = &m->params[i];
         r += fr_mem_block_bytes(param_bytes(p));
         size_t g = fr_step_grad_bytes(s, i);
-        if (g) r += fr_mem_block_bytes(g);
+        if (g && !s->buckets) r += fr_mem_block_bytes(g);
         if (s->gv[i] >= 0 && s->o.training) {
             int kind;
             r += (size_t)ns * fr_mem_block_bytes(fr_step_state_bytes(s, p, &kind));
         }
     }
     if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
+    if (s->buckets) r += fr_buckets_reserved(s->buckets); /* the gradients, one block a bucket */
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time
      * (SGD on 16-bit weights; Adam there is one fused pass without them) */
     size_t widest = 0;

@@ -41,6 +41,11 @@ struct fr_step {
     struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
     int n_offloaded;        /* --offload activations: saved values moved to the host */
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
+    struct fr_comm *comm;   /* data parallel over ranks (dist/comm.h); NULL: one process */
+    struct fr_buckets *buckets; /* the gradients' buckets, summed over the ranks */
+    int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
+    int global_batch;           /* the global --batch (0: one process) */
+    uint64_t rank_seed;         /* added to the seed of the dropout streams: differs per rank */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the
@@ -101,6 +106,13 @@ void fr_step_set_loss_scale(fr_step *s, float scale);
 /* Predicted persistent bytes by category (params, grads, optimizer state,
  * one data batch); step values come from the plan. */
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);
+/* Data parallelism (before fr_step_materialize): gradients summed over the
+ * ranks of c in buckets (dist/buckets.h; caps in bytes, 0: DDP's 1 and 25
+ * MiB) started as backward makes them (overlap 1) or all after it (0).
+ * Needs f32 gradients and no step inside backward (the trainer keeps every
+ * gradient: the step needs the sums). */
+fr_status fr_step_distribute(fr_step *s, struct fr_comm *c, size_t first_cap, size_t cap,
+                             int overlap);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 

@@ -6,8 +6,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "data/loader.h"
-#include "io/safetensors.h"
+#include "dist/buckets.h"
+#include "dist/comm.h"
 #include "report/report.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/feed.h"
 #include "train/source.h"
@@ -70,6 +72,139 @@ fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds) {
     return fr_dataset_check(ctx, ds, &spec);
 }
 
+/* ---- data parallel: what the ranks must agree on ------------------------ */
+
+#define AGREE_ITEMS 9
+#define AGREE_LEN 256
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* FNV-1a of a file's bytes; 0 if it cannot be read (a built-in model's name) */
+static uint64_t file_hash(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    char buf[1 << 14];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a(h, buf, n);
+    fclose(f);
+    return h;
+}
+
+static uint64_t shapes_hash(const fr_model *m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        h = fnv1a(h, p->name, strlen(p->name));
+        h = fnv1a(h, p->shape.d, sizeof(p->shape.d[0]) * (size_t)p->shape.ndim);
+        h = fnv1a(h, &p->dtype, sizeof p->dtype);
+        h = fnv1a(h, &p->trainable, sizeof p->trainable);
+    }
+    return h;
+}
+
+/* Every rank's model, options and data, exchanged at start-up: a rank that
+ * differs from rank 0 in any item is refused on every rank (all see the
+ * same table), the message naming the item, the ranks and their values. */
+static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *cfg,
+                             const fr_model *m, const fr_source *src) {
+    int n = fr_comm_size(c);
+    char mine[AGREE_ITEMS][AGREE_LEN] = {{0}};
+    static const char *what[AGREE_ITEMS] = {
+        "the model (--model, the file's bytes)",
+        "the parameters (names, shapes, dtypes)",
+        "--batch",
+        "the micro-batch (--accumulate, --micro-batch)",
+        "the optimizer (--optimizer, --lr, --momentum, --weight-decay, --eps, ...)",
+        "--seed",
+        "--precision and --optimizer-state",
+        "the data (--data and its sample counts, --limit, --test-limit)",
+        "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
+    const fr_optim_opts *o = &cfg->optim;
+    snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
+             (unsigned long long)file_hash(cfg->model));
+    snprintf(mine[1], AGREE_LEN, "%zu tensors (%016llx)", m->n_params,
+             (unsigned long long)shapes_hash(m));
+    snprintf(mine[2], AGREE_LEN, "%d", cfg->batch);
+    snprintf(mine[3], AGREE_LEN, "%d", cfg->micro_batch);
+    snprintf(mine[4], AGREE_LEN,
+             "kind %d lr %.9g momentum %.9g dampening %.9g nesterov %d wd %.9g betas %.9g,%.9g eps "
+             "%.9g clip %.9g",
+             (int)o->kind, o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay, o->beta1,
+             o->beta2, o->eps, (double)cfg->clip_grad_norm);
+    snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->seed);
+    snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->precision,
+             (int)cfg->optim_state, (int)cfg->loss_scaling);
+    snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld",
+             cfg->train_images ? cfg->train_images : cfg->data,
+             (long long)(src->train ? fr_dataset_len(src->train) : 0),
+             (long long)(src->test ? fr_dataset_len(src->test) : 0), (long long)cfg->limit_train,
+             (long long)cfg->limit_test);
+    uint64_t files = fnv1a(0xcbf29ce484222325ull, cfg->resume ? cfg->resume : "",
+                           cfg->resume ? strlen(cfg->resume) : 0);
+    files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
+    files = fnv1a(files, cfg->save ? cfg->save : "", cfg->save ? strlen(cfg->save) : 0);
+    files = fnv1a(files, cfg->freeze ? cfg->freeze : "", cfg->freeze ? strlen(cfg->freeze) : 0);
+    snprintf(mine[8], AGREE_LEN, "epochs %d steps %lld files %016llx", cfg->epochs,
+             (long long)cfg->steps, (unsigned long long)files);
+    char(*all)[AGREE_ITEMS][AGREE_LEN] = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
+    if (!all) return FR_ERR_NOMEM;
+    fr_status st = fr_comm_allgather(ctx, c, mine, all, sizeof mine, "the start-up checksums");
+    for (int k = 0; k < AGREE_ITEMS && !st; k++)
+        for (int r = 1; r < n && !st; r++)
+            if (strcmp(all[r][k], all[0][k]))
+                st = fr_fail(ctx, FR_ERR_ARG,
+                             "ranks disagree on %s: rank 0 has '%s', rank %d has '%s'; every "
+                             "rank must be started with the same model, options and data",
+                             what[k], all[0][k], r, all[r][k]);
+    fr_free(ctx, all);
+    return st;
+}
+
+/* The weights of every rank the same before rank 0 saves them (stage 0
+ * keeps a full copy on each): a difference is a fault, not a checkpoint. */
+static fr_status weights_agree(fr_ctx *ctx, const fr_comm *c, const fr_model *m) {
+    int n = fr_comm_size(c);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        h = fnv1a(h, p->data, (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype));
+    }
+    uint64_t *all = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
+    if (!all) return FR_ERR_NOMEM;
+    fr_status st = fr_comm_allgather(ctx, c, &h, all, sizeof h, "the weights' checksums");
+    for (int r = 1; r < n && !st; r++)
+        if (all[r] != all[0])
+            st = fr_fail(ctx, FR_ERR_NUMERIC,
+                         "the weights of rank %d differ from rank 0's before saving: the "
+                         "ranks' gradient sums disagreed",
+                         r);
+    fr_free(ctx, all);
+    return st;
+}
+
+/* Rank 0 writes the checkpoint (atomically, as one process does); the
+ * others wait for it, and every rank learns whether it was written. */
+static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr_train_cfg *cfg,
+                             int epoch, int64_t batches) {
+    fr_status st = fr_comm_size(c) > 1 ? weights_agree(ctx, c, s->m) : FR_OK;
+    if (st) return st;
+    if (fr_comm_rank(c) == 0) st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
+    double failed = st != FR_OK;
+    fr_status cs = fr_comm_sum_f64(ctx, c, &failed, 1, "the checkpoint's outcome");
+    if (st || cs) return st ? st : cs;
+    if (failed > 0)
+        return fr_fail(ctx, FR_ERR_IO,
+                       "rank 0 could not write the checkpoint %s (its message "
+                       "says why)",
+                       cfg->save);
+    return FR_OK;
+}
+
 /* Test (or validation) accuracy and loss with an eval step that takes the
  * training arena's place while it runs. */
 static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s, fr_source *src,
@@ -82,6 +217,15 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
     int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
     int64_t limit = cfg->limit_test ? cfg->limit_test : src->tokens ? FR_LM_EVAL_WINDOWS : 0;
     if ((st = fr_source_evaluate(src, s->m, eb, limit, acc, loss))) return st;
+    if (src->ranks > 1) { /* each rank scored its slices: the totals are summed */
+        int64_t n = fr_dataset_len(src->test);
+        if (limit > 0 && limit < n) n = limit;
+        double seen = (double)fr_loader_rank_samples(n, eb, src->rank, src->ranks);
+        double t[3] = {*loss * seen, isnan(*acc) ? 0 : round(*acc * seen), seen};
+        if ((st = fr_comm_sum_f64(ctx, cfg->comm, t, 3, "the evaluation's totals"))) return st;
+        *loss = t[2] ? t[0] / t[2] : 0;
+        if (!isnan(*acc)) *acc = t[2] ? t[1] / t[2] : 0;
+    }
     fr_mem_empty_cache(ctx);
     return fr_step_arena_acquire(s);
 }
@@ -231,8 +375,48 @@ static void step_memory(const fr_ctx *ctx, fr_mem_stats *ms) {
     else fr_mem_get_stats(ctx, ms);
 }
 
+/* Refusals of what data parallelism does not do yet, before any work. */
+static fr_status dist_check(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_source *src, int ranks) {
+    if (ctx->dmem)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%d ranks with --device: data parallelism runs on the CPU backend only "
+                       "for now (drop --device, or run one process)",
+                       ranks);
+    if (src->tokens)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%d ranks with a language model: data parallelism slices image batches "
+                       "only for now (run one process)",
+                       ranks);
+    if (cfg->batch_auto)
+        return fr_fail(ctx, FR_ERR_ARG, "--batch auto with %d ranks: give the global --batch",
+                       ranks);
+    if (cfg->batch < ranks)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "--batch %d is the global batch: %d ranks need at least one sample each",
+                       cfg->batch, ranks);
+    int64_t n = fr_dataset_len(src->train);
+    if (cfg->limit_train > 0 && cfg->limit_train < n) n = cfg->limit_train;
+    if (n % cfg->batch && n % cfg->batch < ranks)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "the last batch of an epoch has %lld samples (%lld %% %d), fewer than the "
+                       "%d ranks: every rank needs a sample of every batch; change --batch or "
+                       "--limit",
+                       (long long)(n % cfg->batch), (long long)n, cfg->batch, ranks);
+    return FR_OK;
+}
+
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     memset(res, 0, sizeof *res);
+    /* data parallel: progress, logs and JSON from rank 0 only */
+    fr_comm *comm = cfg->comm;
+    int rank = fr_comm_rank(comm), ranks = fr_comm_size(comm);
+    fr_train_cfg quiet;
+    if (rank > 0) {
+        quiet = *cfg;
+        quiet.progress = -1, quiet.json = 0;
+        cfg = &quiet;
+    }
+    res->ranks = ranks;
     /* Refusals that need no work come before any: a run must not train an
      * epoch to find out that it cannot save it. */
     if (cfg->init && cfg->resume)
@@ -251,6 +435,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     if (!(m = fr_model_load(ctx, cfg->model))) return FR_ERR_ARG;
     if (cfg->seq && (st = fr_model_set_seq(m, cfg->seq))) goto done;
     if ((st = fr_source_open(ctx, cfg, m, 1, &src))) goto done;
+    if (ranks > 1) {
+        if ((st = dist_check(ctx, cfg, &src, ranks))) goto done;
+        if ((st = ranks_agree(ctx, comm, cfg, m, &src))) goto done;
+        src.rank = rank, src.ranks = ranks;
+    }
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
@@ -269,6 +458,17 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .offload = cfg->offload,
                        .sync_upload = cfg->sync_upload,
                        .budget = cfg->budget};
+    if (ranks > 1) {
+        /* this rank's step: the largest slice, ceil(B / N), in as many
+         * micro-batches as the one process would use for B; every gradient
+         * is stored (the sum over the ranks comes before the update) */
+        int local = (cfg->batch + ranks - 1) / ranks;
+        int k = cfg->micro_batch ? cfg->batch / cfg->micro_batch : 1;
+        int micro = (local + k - 1) / k;
+        so.batch = micro * k;
+        so.micro_batch = cfg->micro_batch ? micro : 0;
+        so.keep_grads = 1;
+    }
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
@@ -295,14 +495,33 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
          * it, and the parameters are allocated only now. */
         if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->budget); /* a device's budget */
         else fr_mem_set_limit(ctx, cfg->budget);
+        if (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
+                                                  !cfg->no_overlap)))
+            goto done;
         if ((st = fr_step_materialize(s))) goto done;
     } else {
         if (!(s = fr_step_prepare(m, &so))) {
             st = FR_ERR_ARG;
             goto done;
         }
-        if ((st = check_device_memory(ctx, cfg, m, &so, &s, &src)) || (st = fr_step_materialize(s)))
+        if ((st = check_device_memory(ctx, cfg, m, &so, &s, &src)) ||
+            (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
+                                                   !cfg->no_overlap))) ||
+            (st = fr_step_materialize(s)))
             goto done;
+    }
+    if (ranks > 1) s->global_batch = cfg->batch;
+    if (ranks > 1 && !cfg->json && cfg->progress >= 0) {
+        char bk[256];
+        fr_buckets_describe(s->buckets, bk, sizeof bk);
+        fprintf(stderr,
+                "%d ranks (data parallel, ZeRO stage 0): global batch %d, each rank a slice of "
+                "%d or %d samples in %d micro-batch%s; gradients summed in %s, %s; the "
+                "optimizer steps after backward on every rank (no step inside backward: it "
+                "needs the sums)\n",
+                ranks, cfg->batch, cfg->batch / ranks, (cfg->batch + ranks - 1) / ranks,
+                s->accumulate, s->accumulate == 1 ? "" : "es", bk,
+                cfg->no_overlap ? "all after backward" : "each started as backward completes it");
     }
     if (!cfg->json && cfg->progress >= 0 &&
         (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
@@ -331,7 +550,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     int start_epoch = pos.epoch;
     int64_t skip = pos.batches_done;
-    if ((st = fr_batches_open(&src, 1, so.batch, cfg->seed, cfg->queue, cfg->limit_train, &l)))
+    /* the loader cuts global batches (with ranks, this rank's slice of each) */
+    if ((st = fr_batches_open(&src, 1, ranks > 1 ? cfg->batch : so.batch, cfg->seed, cfg->queue,
+                              cfg->limit_train, &l)))
         goto done;
     int64_t nb = fr_batches_count(&l);
     if (skip > nb) {
@@ -377,14 +598,16 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                      s->feed ? fr_feed_next(s->feed, &b, &done_) : fr_batches_next(&l, &b, &done_)))
                 goto done;
             if (done_) break;
+            if (ranks > 1) s->global_n = fr_loader_global_n(l.img);
             if ((st = fr_step_run(s, &b, &L, &c))) goto done;
-            sum += (double)L * b.n;
-            seen += b.n;
+            int gn = ranks > 1 ? s->global_n : b.n; /* L and c are the global batch's */
+            sum += (double)L * gn;
+            seen += gn;
             hits += c;
-            run_sum += (double)L * b.n;
-            run_seen += b.n;
+            run_sum += (double)L * gn;
+            run_seen += gn;
             step++;
-            progress(cfg, epoch, ++i, ep_steps, sum / seen, t0, tokens ? t_rows * b.n : 0);
+            progress(cfg, epoch, ++i, ep_steps, sum / seen, t0, tokens ? t_rows * gn : 0);
             if (tokens && cfg->eval_interval > 0 && step % cfg->eval_interval == 0 &&
                 step < step_end) {
                 double acc = 0, vl = 0;
@@ -397,8 +620,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         double train_acc = seen ? (double)hits / (seen * t_rows) : 0;
         double secs = now_s() - t0;
         int whole = i == nb; /* a run stopped by --steps saves where it stopped */
-        if (cfg->save && (st = fr_ckpt_save(s, cfg->save, cfg->freeze, whole ? epoch + 1 : epoch,
-                                            whole ? 0 : i)))
+        if (cfg->save &&
+            (st = save_ranked(ctx, comm, s, cfg, whole ? epoch + 1 : epoch, whole ? 0 : i)))
             goto done;
         double acc = 0, tl = 0;
         if ((st = evaluate_test(ctx, cfg, s, &src, &acc, &tl))) goto done;
@@ -449,7 +672,20 @@ done:;
         step_memory(ctx, &ms);
         res->predicted_reserved = info.reserved;
         res->measured_reserved_peak = ms.reserved_peak;
-        res->batch = s->o.batch;
+        res->batch = ranks > 1 ? cfg->batch : s->o.batch; /* the global batch */
+    }
+    if (!st && s && ranks > 1) { /* every rank's peaks, as min and max over the ranks */
+        fr_mem_stats ms;
+        step_memory(ctx, &ms);
+        uint64_t mine[FR_MEM_CAT_COUNT + 2], lo[FR_MEM_CAT_COUNT + 2], hi[FR_MEM_CAT_COUNT + 2];
+        for (int c = 0; c < FR_MEM_CAT_COUNT; c++) mine[c] = ms.allocated_peak[c];
+        mine[FR_MEM_CAT_COUNT] = ms.allocated_total_peak;
+        mine[FR_MEM_CAT_COUNT + 1] = ms.reserved_peak;
+        st = fr_comm_minmax_u64(ctx, comm, mine, lo, hi, FR_MEM_CAT_COUNT + 2, "the memory peaks");
+        for (int c = 0; c < FR_MEM_CAT_COUNT + 2; c++)
+            res->rank_peak_min[c] = lo[c], res->rank_peak_max[c] = hi[c];
+        res->comm_wait_s = s->buckets->wait_s;
+        res->buckets = s->buckets->n;
     }
     if (!st && !cfg->json && cfg->progress >= 0) {
         size_t pred[FR_MEM_CAT_COUNT], total;
@@ -469,6 +705,12 @@ done:;
             printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
                    (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);
         fr_mem_summary(ctx, stdout);
+        if (ranks > 1) {
+            fr_mem_ranks_summary(ranks, res->rank_peak_min, res->rank_peak_max, stdout, 0);
+            printf("rank 0 waited %.3f s for the gradient sums over %lld steps (%s)\n",
+                   res->comm_wait_s, (long long)s->buckets->reductions,
+                   cfg->no_overlap ? "started after backward" : "overlapping backward");
+        }
     }
     if (s && s->feed) {
         fr_feed_stats fs;

@@ -41,6 +41,14 @@ typedef struct fr_train_cfg {
     double val_fraction;   /* token data: the held-out tail (default 0.1) */
     int64_t steps;         /* stop after this many optimizer steps (0: the epochs decide) */
     int64_t eval_interval; /* token models: evaluate every N steps too (0: at the end) */
+    /* Data parallel (dist/comm.h; NULL: one process): batch is the global
+     * batch, each rank trains on its slice of it (fr_loader_opts' rule) and
+     * the gradients are summed in buckets (dist/buckets.h) of these caps in
+     * bytes (0: DDP's 1 MiB first, 25 MiB after), started during backward
+     * unless no_overlap. */
+    struct fr_comm *comm;
+    size_t bucket_first_cap, bucket_cap;
+    int no_overlap;
 /* A language model evaluates this many validation windows unless --test-limit
  * says otherwise (nanoGPT estimates its loss on a sample of batches too). */
 #define FR_LM_EVAL_WINDOWS 128
@@ -104,6 +112,12 @@ typedef struct fr_train_result {
     size_t measured_reserved_peak; /* the allocator's peak reserved over the run */
     float loss_scale;              /* the dynamic loss scale at the end (1: none) */
     uint64_t skipped_steps;        /* steps skipped for inf/NaN gradients */
+    int ranks;                     /* processes of a data-parallel run (1: one) */
+    /* over the ranks: each category's allocated peak, then the total
+     * allocated peak and the reserved peak (min and max) */
+    size_t rank_peak_min[FR_MEM_CAT_COUNT + 2], rank_peak_max[FR_MEM_CAT_COUNT + 2];
+    double comm_wait_s; /* seconds this rank waited for the gradient sums */
+    int buckets;        /* how many */
 } fr_train_result;
 
 /* Check a dataset against the model before the first step: the per-sample

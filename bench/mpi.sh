@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# mpi.sh — data parallelism on one machine: `mpirun -np 2 frugal train` with
+# one thread a rank against one process with two threads, the same global
+# batch, for the CNN on Fashion-MNIST (Adam): seconds an epoch of LIMIT
+# samples (the training loop's, from the epoch event), the 2-rank/1-process
+# time ratio, and the share of rank 0's time spent waiting for the gradient
+# sums (MPI_Waitall after backward), with the buckets started during
+# backward (overlap) and all after it (--no-overlap). The CNN's gradients
+# (about 1.7 MB) make two buckets with DDP's caps (1 MiB, then 25 MiB);
+# BUCKET_MB=0.25 gives more, smaller ones.
+#
+#   bench/mpi.sh                 # writes bench/out/mpi.md
+#   LIMIT=2560 BATCH=128 bench/mpi.sh
+#
+# Environment: BIN [build/frugal], MODEL [cnn], LIMIT [3840], BATCH [128],
+# REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out].
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+bin=${BIN:-$root/build/frugal}
+model=${MODEL:-cnn}
+limit=${LIMIT:-3840}
+batch=${BATCH:-128}
+repeats=${REPEATS:-3}
+bucket=${BUCKET_MB:-25}
+out=${OUT:-$root/bench/out}
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+common=(train --model "$model" --epochs 1 --batch "$batch" --limit "$limit" --test-limit 256
+    --optimizer adam --json --bucket-cap-mb "$bucket")
+
+# field of the last JSON line with this event
+field() { python3 -c 'import json,sys
+ev=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print([e for e in ev if e.get("event")==sys.argv[2]][-1].get(sys.argv[3], 0))' "$@"; }
+
+best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
+    local label=$1 b="" w=""
+    shift
+    for _ in $(seq "$repeats"); do
+        "$@" >"$tmp/run.json" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+        local s
+        s=$(field "$tmp/run.json" epoch seconds)
+        if [ -z "$b" ] || python3 -c "import sys; sys.exit(not $s < $b)"; then
+            b=$s
+            w=$(field "$tmp/run.json" summary comm_wait_seconds)
+        fi
+    done
+    echo "$b $w"
+}
+
+read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
+read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+    "${common[@]}" --threads 1)
+read -r no wno < <(best no-overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+    "${common[@]}" --threads 1 --no-overlap)
+
+{
+    echo "# Data parallelism on one machine ($(nproc) cores): $model, Adam, global batch $batch, $limit samples"
+    echo
+    echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
+    echo "seconds are the training loop's for the epoch (the epoch event), wait is rank 0's"
+    echo "time in MPI_Waitall for the gradient buckets (bucket cap $bucket MiB)."
+    echo
+    echo "| run | s / epoch | ratio to 1 process | waiting for sums | share of the epoch |"
+    echo "|---|---:|---:|---:|---:|"
+    echo "| 1 process x 2 threads | $one | 1.00 | - | - |"
+    python3 - "$one" "$ov" "$wov" "$no" "$wno" <<'PY'
+import sys
+one, ov, wov, no, wno = map(float, sys.argv[1:])
+for name, s, w in (("2 ranks x 1 thread, overlap", ov, wov), ("2 ranks x 1 thread, --no-overlap", no, wno)):
+    print("| %s | %.3f | %.2f | %.3f s | %.1f%% |" % (name, s, s / one, w, 100 * w / s if s else 0))
+PY
+} | tee "$out/mpi.md"

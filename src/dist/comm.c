@@ -1,0 +1,218 @@
+/* comm.c — the run's processes over MPI (see comm.h). Every MPI call of
+ * frugal is here; without FR_HAVE_MPI only the one-process answers remain.
+ * Failures of a collective are FR_ERR_IO: what fails is another process or
+ * the link to it, as a file's read fails. */
+#include <stdlib.h>
+#include <string.h>
+#include "dist/comm.h"
+#ifdef FR_HAVE_MPI
+#include <mpi.h>
+#endif
+
+struct fr_comm {
+    int rank, size;
+#ifdef FR_HAVE_MPI
+    MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
+    MPI_Request *req;
+    int n_req;
+    fr_ctx *ctx; /* whose allocator holds req */
+#endif
+};
+
+static long env_long(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : -1;
+}
+
+int fr_comm_launched(void) {
+    return env_long("OMPI_COMM_WORLD_SIZE") >= 1 || env_long("PMIX_RANK") >= 0 ||
+           env_long("PMI_RANK") >= 0;
+}
+
+int fr_comm_rank(const fr_comm *c) { return c ? c->rank : 0; }
+int fr_comm_size(const fr_comm *c) { return c ? c->size : 1; }
+
+#ifdef FR_HAVE_MPI
+/* The message of an MPI error code as fr_fail text. */
+static fr_status mpi_fail(fr_ctx *ctx, const fr_comm *c, int rc, const char *call,
+                          const char *what) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    return fr_fail(ctx, FR_ERR_IO,
+                   "rank %d of %d: %s of %s failed: %s (another rank may have died or been "
+                   "stopped)",
+                   c->rank, c->size, call, what, text);
+}
+
+fr_status fr_comm_init(fr_ctx *ctx, fr_comm **out) {
+    *out = NULL;
+    if (!fr_comm_launched()) return FR_OK;
+    int inited = 0, provided = 0, rc;
+    MPI_Initialized(&inited);
+    /* only the main thread calls MPI (OpenMP and loader threads never do) */
+    if (!inited &&
+        (rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+        return fr_fail(ctx, FR_ERR_IO, "MPI_Init_thread failed (code %d): is this mpirun's?", rc);
+    fr_comm *c = fr_calloc(ctx, sizeof *c, FR_MEM_OTHER);
+    if (!c) return FR_ERR_NOMEM;
+    c->ctx = ctx;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm)) != MPI_SUCCESS) {
+        fr_free(ctx, c);
+        return fr_fail(ctx, FR_ERR_IO, "MPI_Comm_dup of MPI_COMM_WORLD failed (code %d)", rc);
+    }
+    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    *out = c;
+    return FR_OK;
+}
+
+void fr_comm_finalize(fr_comm *c) {
+    if (!c) return;
+    fr_free(c->ctx, c->req);
+    MPI_Comm_free(&c->comm);
+    fr_free(c->ctx, c);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+void fr_comm_abort(fr_comm *c, int code) {
+    if (c && c->size > 1) MPI_Abort(c->comm, code);
+}
+
+fr_status fr_comm_sum_f64(fr_ctx *ctx, const fr_comm *c, double *buf, int n, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Allreduce (sum)", what);
+}
+
+fr_status fr_comm_minmax_u64(fr_ctx *ctx, const fr_comm *c, const uint64_t *buf, uint64_t *lo,
+                             uint64_t *hi, int n, const char *what) {
+    if (!c || c->size == 1) {
+        memcpy(lo, buf, (size_t)n * sizeof *buf);
+        memcpy(hi, buf, (size_t)n * sizeof *buf);
+        return FR_OK;
+    }
+    int rc = MPI_Allreduce(buf, lo, n, MPI_UINT64_T, MPI_MIN, c->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(buf, hi, n, MPI_UINT64_T, MPI_MAX, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Allreduce (min/max)", what);
+}
+
+fr_status fr_comm_allgather(fr_ctx *ctx, const fr_comm *c, const void *mine, void *all,
+                            size_t bytes, const char *what) {
+    if (!c || c->size == 1) {
+        memcpy(all, mine, bytes);
+        return FR_OK;
+    }
+    int rc = MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Allgather", what);
+}
+
+fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    int rc = MPI_Barrier(c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Barrier", what);
+}
+
+fr_status fr_comm_reserve(fr_ctx *ctx, fr_comm *c, int n) {
+    if (!c || n <= c->n_req) return FR_OK;
+    MPI_Request *r = fr_alloc(ctx, (size_t)n * sizeof *r, FR_MEM_OTHER);
+    if (!r) return FR_ERR_NOMEM;
+    for (int k = 0; k < n; k++) r[k] = k < c->n_req ? c->req[k] : MPI_REQUEST_NULL;
+    fr_free(c->ctx, c->req);
+    c->req = r;
+    c->n_req = n;
+    c->ctx = ctx;
+    return FR_OK;
+}
+
+fr_status fr_comm_isum_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t n,
+                           const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL || n > (size_t)INT32_MAX)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy or %zu floats too many",
+                       what, slot, c->n_req, n);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->comm, &c->req[slot]);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Iallreduce (sum)", what);
+}
+
+fr_status fr_comm_test_all(fr_ctx *ctx, fr_comm *c) {
+    if (!c || c->size == 1 || !c->n_req) return FR_OK;
+    int flag = 0;
+    int rc = MPI_Testall(c->n_req, c->req, &flag, MPI_STATUSES_IGNORE);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Testall", "gradient buckets");
+}
+
+fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what) {
+    if (!c || c->size == 1 || !c->n_req) return FR_OK;
+    int rc = MPI_Waitall(c->n_req, c->req, MPI_STATUSES_IGNORE);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Waitall", what);
+}
+
+#else /* built without MPI: one process */
+
+fr_status fr_comm_init(fr_ctx *ctx, fr_comm **out) {
+    *out = NULL;
+    long n = env_long("OMPI_COMM_WORLD_SIZE");
+    if (n > 1)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "started by mpirun with %ld processes, but this frugal was built without "
+                       "MPI: install libopenmpi-dev and rebuild (CMake finds it), or run one "
+                       "process",
+                       n);
+    return FR_OK;
+}
+
+void fr_comm_finalize(fr_comm *c) { (void)c; }
+
+void fr_comm_abort(fr_comm *c, int code) { (void)c, (void)code; }
+
+fr_status fr_comm_sum_f64(fr_ctx *ctx, const fr_comm *c, double *buf, int n, const char *what) {
+    (void)ctx, (void)c, (void)buf, (void)n, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_minmax_u64(fr_ctx *ctx, const fr_comm *c, const uint64_t *buf, uint64_t *lo,
+                             uint64_t *hi, int n, const char *what) {
+    (void)ctx, (void)c, (void)what;
+    memcpy(lo, buf, (size_t)n * sizeof *buf);
+    memcpy(hi, buf, (size_t)n * sizeof *buf);
+    return FR_OK;
+}
+
+fr_status fr_comm_allgather(fr_ctx *ctx, const fr_comm *c, const void *mine, void *all,
+                            size_t bytes, const char *what) {
+    (void)ctx, (void)c, (void)what;
+    memcpy(all, mine, bytes);
+    return FR_OK;
+}
+
+fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what) {
+    (void)ctx, (void)c, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_reserve(fr_ctx *ctx, fr_comm *c, int n) {
+    (void)ctx, (void)c, (void)n;
+    return FR_OK;
+}
+
+fr_status fr_comm_isum_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t n,
+                           const char *what) {
+    (void)ctx, (void)c, (void)slot, (void)buf, (void)n, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_test_all(fr_ctx *ctx, fr_comm *c) {
+    (void)ctx, (void)c;
+    return FR_OK;
+}
+
+fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what) {
+    (void)ctx, (void)c, (void)what;
+    return FR_OK;
+}
+#endif

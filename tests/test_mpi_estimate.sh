@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test_mpi_estimate.sh — `frugal estimate --ranks N [--zero K]` on one
+# process: one rank's bytes by category at ZeRO stages 0-3 against the
+# formulas worked out by hand for a small MLP with Adam (P = G = parameter
+# bytes, O = 2P; shards ceil(x/N); stage 2 and 3 hold one bucket,
+# min(25 MiB, G); stage 3 gathers the two largest consecutive units, here
+# fc1 and fc2); the rank's batch is ceil(B/N); `train --zero 1` is refused
+# with what to use instead. Needs no MPI.
+source "$(dirname "$0")/lib.sh"
+cat >"$tmp/m.model" <<'M'
+input 1 28 28
+flatten
+linear 64 name=fc1
+relu
+linear 32 name=fc2
+relu
+linear 10 name=fc3
+loss cross_entropy
+M
+fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4)) fc3=$(((32 * 10 + 10) * 4))
+P=$((fc1 + fc2 + fc3))
+N=4
+sh() { echo $((($1 + N - 1) / N)); }
+want=("0 $P $P $((2 * P)) 0"
+    "1 $P $P $(sh $((2 * P))) 0"
+    "2 $P $(sh $P) $(sh $((2 * P))) $P"
+    "3 $(($(sh $P) + fc1 + fc2)) $(sh $P) $(sh $((2 * P))) $P")
+if "$bin" estimate --model "$tmp/m.model" --batch 62 --ranks $N --optimizer adam --json \
+    >"$tmp/out" 2>"$tmp/err"; then ok; else no "estimate --ranks: $(head -2 "$tmp/err")"; fi
+tail -1 "$tmp/out" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+print(d["ranks"], d["rank_batch"])
+for s in d["stages"]:
+    print(s["zero"], s["parameters"], s["gradients"], s["optimizer"], s["buckets"])
+    assert s["total"] == s["parameters"] + s["gradients"] + s["optimizer"] + s["buckets"] + s["rest"]
+' >"$tmp/got" 2>"$tmp/err" || no "the ranks JSON: $(tail -2 "$tmp/err")"
+[ "$(head -1 "$tmp/got")" = "$N 16" ] && ok || no "ranks and rank batch: $(head -1 "$tmp/got")"
+for k in 0 1 2 3; do
+    got=$(sed -n "$((k + 2))p" "$tmp/got")
+    [ "$got" = "${want[$k]}" ] && ok || no "stage $k: got '$got', formula '${want[$k]}'"
+done
+# one stage alone, as a table
+"$bin" estimate --model "$tmp/m.model" --batch 64 --ranks 2 --zero 2 >"$tmp/out" 2>&1
+sed -n '/^per rank on 2 ranks/,$p' "$tmp/out" >"$tmp/ranks"
+[ "$(grep -c '^[0-3] ' "$tmp/ranks")" = 1 ] && grep -q '^2 ' "$tmp/ranks" && ok ||
+    no "--zero 2: $(tail -3 "$tmp/out")"
+expect_fail "train --zero 1" 2 "estimate --ranks N --zero K" \
+    "$bin" train --model "$tmp/m.model" --zero 1
+finish
