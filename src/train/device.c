@@ -33,6 +33,18 @@ static fr_tensor dev_grad(const fr_step *s, size_t i) {
  * step's weight gradient (opencl/gemm.c), in floats. */
 static size_t scratch_floats(const fr_step *s) { return s->dev_gemm_ws + s->upd_ws_len; }
 
+fr_status fr_dev_scratch(fr_step *s, int take) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!take) {
+        be->release(s->ctx, s->dev_ws);
+        s->dev_ws = NULL;
+        return FR_OK;
+    }
+    if (!scratch_floats(s) || s->dev_ws) return FR_OK;
+    s->dev_ws = be->alloc(s->ctx, scratch_floats(s) * sizeof(float), FR_MEM_WORKSPACE);
+    return s->dev_ws ? FR_OK : FR_ERR_NOMEM;
+}
+
 void fr_dev_plan_scratch(fr_step *s) {
     const fr_graph *g = &s->g;
     const fr_backend *be = fr_backend_of(s->ctx);
@@ -71,10 +83,7 @@ fr_status fr_dev_materialize(fr_step *s) {
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
                 return st;
     }
-    if (scratch_floats(s) && !s->dev_ws &&
-        !(s->dev_ws =
-              fr_backend_of(ctx)->alloc(ctx, scratch_floats(s) * sizeof(float), FR_MEM_WORKSPACE)))
-        return FR_ERR_NOMEM;
+    if ((st = fr_dev_scratch(s, 1))) return st;
     /* the batch's device buffers: two whole batches uploaded ahead, or a
      * micro-batch of inputs and of labels */
     if (fr_feed_used(s)) return s->feed ? FR_OK : fr_feed_new(s, &s->feed);

@@ -590,12 +590,14 @@ fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
 
 fr_status fr_step_arena_release(fr_step *s) {
     fr_exec_release(&s->ex);
+    if (fr_step_on_device(s)) fr_dev_scratch(s, 0); /* the GEMM scratch goes with it */
     return FR_OK;
 }
 
 fr_status fr_step_arena_acquire(fr_step *s) {
     if (s->ex.ctx) return FR_OK;
-    return fr_exec_init(&s->ex, &s->g, &s->plan);
+    fr_status st = fr_step_on_device(s) ? fr_dev_scratch(s, 1) : FR_OK;
+    return st ? st : fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
 /* 16-bit storage <-> f32 working copies for the optimizer (pure half mode). */
