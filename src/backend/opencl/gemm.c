@@ -484,8 +484,9 @@ int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n) {
     size_t bytes = 0;
     switch (n->op) {
     case FR_OP_LINEAR:
-    case FR_OP_LINEAR_BWD: {
-        const fr_shape *x = &g->vals[f->in[0]].shape, *w = &g->vals[f->in[1]].shape;
+    case FR_OP_LINEAR_BWD: { /* x, W: LINEAR's in[0], in[1]; LINEAR_BWD's in[1], in[2] */
+        const int bwd = n->op == FR_OP_LINEAR_BWD;
+        const fr_shape *x = &g->vals[n->in[bwd]].shape, *w = &g->vals[n->in[1 + bwd]].shape;
         if (w->ndim != 2 || w->d[1] <= 0) return 0;
         const int64_t O = w->d[0], K = w->d[1], N = fr_shape_numel(x) / K;
         cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));

@@ -469,11 +469,11 @@ int fr_cl_grad_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, fr_dtyp
     cl_mem part = fr_mem_take(ctx, fr_cl_memory(ctx), (size_t)(nb + 1) * each, FR_MEM_OTHER);
     if (!part) return FR_ERR_NOMEM;
     cl_kernel k1, k2;
-    const cl_int is_f16 = dt == FR_F16;
+    const cl_int dtc = dt == FR_F16 ? 1 : 2; /* reduce.cl's ld() codes */
     int st = kernel(ctx, cl, dt == FR_F32 ? "sumsq_blocks" : "sumsq_blocks_h", &k1);
     if (!st) st = kernel(ctx, cl, "sum_in_order", &k2);
     if (!st) st = FR_CL_ARGS(ctx, k1, VA(m), VA(off), VA(nn), VA(chunk), VA(part));
-    if (!st && dt != FR_F32) st = fr_cl_arg(ctx, k1, 5, sizeof is_f16, &is_f16);
+    if (!st && dt != FR_F32) st = fr_cl_arg(ctx, k1, 5, sizeof dtc, &dtc);
     if (!st) st = run_items(ctx, cl, k1, (int64_t)nb);
     if (!st) st = FR_CL_ARGS(ctx, k2, VA(part), VA(nb));
     const size_t one = 1;
