@@ -41,7 +41,10 @@ fr_status fr_dev_scratch(fr_step *s, int take) {
         return FR_OK;
     }
     if (!scratch_floats(s) || s->dev_ws) return FR_OK;
-    s->dev_ws = be->alloc(s->ctx, scratch_floats(s) * sizeof(float), FR_MEM_WORKSPACE);
+    /* workspace (CLBlast's buffers), or gradients when it holds only the
+     * fused step's (fr_step_persistent's categories) */
+    s->dev_ws = be->alloc(s->ctx, scratch_floats(s) * sizeof(float),
+                          s->dev_gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
     return s->dev_ws ? FR_OK : FR_ERR_NOMEM;
 }
 

@@ -903,6 +903,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
+    out[FR_MEM_WORKSPACE] += s->dev_gemm_ws * sizeof(float); /* a device's GEMM scratch */
     out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     out[FR_MEM_OTHER] = s->meta_bytes;
