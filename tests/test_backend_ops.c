@@ -20,15 +20,32 @@
  * specified few ulp; at these sizes (K <= 67 terms) reassociation moves a
  * float by well under 1e-5 of the largest term, so 1e-4 leaves room for the
  * loss's division and the gradient chain without hiding a wrong index, which
- * moves values by O(1) of the tensor's scale. Integers and casts: exact. */
+ * moves values by O(1) of the tensor's scale. Integers and casts: exact.
+ *
+ * 16 bits. Each case runs again in mixed precision, f16 and bf16: its first
+ * float input is made a step value (h = x + x, which the op's backward may
+ * save) and the graph goes through the precision pass (plan/precision.c),
+ * as training in --precision fp16-mixed / bf16-mixed does: saved values
+ * stored in 16 bits (CAST nodes, or written in 16 bits by the op itself),
+ * read back by CASTs or by kernels that widen them as they read (activation
+ * backwards, pooling, BatchNorm backward, the convolution's unroll), GEMM
+ * inputs rounded through 16 bits. Both backends run the same rewritten
+ * graph; f32 reassociation (the bound above) can move a value across a
+ * 16-bit rounding boundary, changing it by one 16-bit ulp of its magnitude
+ * (2^-11 for f16, 2^-8 for bf16, relative), which the next ops carry on. The
+ * bound is four such ulps of the tensor's largest value: 2e-3 (f16) and
+ * 1.6e-2 (bf16) of max|cpu|, plus 1e-6; an indexing or conversion error
+ * moves values by O(1) of the scale (a wrong bf16/f16 decode by far more). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "autodiff/autodiff.h"
 #include "check.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "exec/exec.h"
 #include "op_cases.h"
+#include "plan/precision.h"
 
 #ifndef FR_HAVE_OPENCL
 int main(void) {
@@ -54,6 +71,7 @@ typedef struct data {
 /* One backend's graph, plan and executor for a case, and its results. */
 typedef struct side {
     fr_ctx *ctx;
+    fr_dtype half; /* FR_F16 / FR_BF16: mixed precision (the pass); FR_F32: none */
     fr_graph g;
     fr_plan plan;
     fr_exec ex;
@@ -148,9 +166,16 @@ static int build(side *s, const gcase *c, const data *d) {
         }
     }
     (void)d;
-    int out[FR_MAX_OUT];
+    int out[FR_MAX_OUT], op_in[5];
+    memcpy(op_in, s->in_val, sizeof op_in);
+    if (s->half != FR_F32 && s->grad_val[0] >= 0) { /* x0 as a step value: h = x0 + x0 */
+        int two[2] = {s->in_val[0], s->in_val[0]}, h;
+        fr_attr none = {0};
+        if (fr_graph_node(&s->g, FR_OP_ADD, two, 2, &none, -1, 0, &h) < 0) return FR_ERR_ARG;
+        op_in[0] = h;
+    }
     fr_attr attr = c->attr;
-    if (fr_graph_node(&s->g, c->op, s->in_val, c->n_in, &attr, -1, 0, out) < 0) return FR_ERR_ARG;
+    if (fr_graph_node(&s->g, c->op, op_in, c->n_in, &attr, -1, 0, out) < 0) return FR_ERR_ARG;
     s->main_out = out[0];
     if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE) {
         s->loss = s->g.loss = out[0];
@@ -171,7 +196,23 @@ static int build(side *s, const gcase *c, const data *d) {
     if (fr_autodiff(&s->g, grad_of)) return FR_ERR_ARG;
     uint8_t keep[MAXV] = {0};
     keep[s->loss] = keep[s->main_out] = 1;
-    if (fr_plan_build(&s->g, keep, NULL, 0, &s->plan)) return FR_ERR_ARG;
+    int *order = NULL, n_order = 0;
+    if (s->half != FR_F32) { /* the mixed-precision pass over the graph in node order */
+        int origin[MAXV];
+        n_order = (int)s->g.n_nodes;
+        if (!(order = fr_alloc(s->ctx, (size_t)n_order * sizeof *order, FR_MEM_OTHER)))
+            return FR_ERR_NOMEM;
+        for (int i = 0; i < n_order; i++) order[i] = i;
+        for (int v = 0; v < (int)s->g.n_vals; v++) origin[v] = v;
+        int st = fr_precision_apply(&s->g, s->half, n_order, origin, &order, &n_order);
+        if (st || (int)s->g.n_vals > MAXV) {
+            fr_free(s->ctx, order);
+            return st ? st : FR_ERR_ARG;
+        }
+    }
+    int st = fr_plan_build(&s->g, keep, order, n_order, &s->plan);
+    fr_free(s->ctx, order);
+    if (st) return FR_ERR_ARG;
     return fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
@@ -192,12 +233,22 @@ static int run(side *s, const gcase *c, const data *d) {
         if (n > d->target_n) return FR_ERR_ARG;
         if (bind(s, s->target_val, d->target, n * sizeof(float))) return FR_ERR_NOMEM;
     }
-    int st = fr_exec_run(&s->ex, 0, (int)s->g.n_nodes, (int)c->in[0].d[0], 7, 0);
+    int st = fr_exec_run(&s->ex, 0, s->plan.n_nodes, (int)c->in[0].d[0], 7, 0);
     if (st) return st;
     fr_exec_finish(&s->ex);
     s->out_n = (size_t)fr_shape_numel(&s->g.vals[s->main_out].shape);
     s->out = malloc(s->out_n * sizeof(float));
-    if (fetch(s, s->main_out, s->out, s->out_n * sizeof(float))) return FR_ERR_ARG;
+    fr_dtype odt = s->g.vals[s->main_out].dtype; /* 16 bits when the op wrote it so */
+    if (odt == FR_F16 || odt == FR_BF16) {
+        uint16_t *h = malloc(s->out_n * sizeof *h);
+        st = fetch(s, s->main_out, h, s->out_n * sizeof *h);
+        for (size_t k = 0; k < s->out_n && !st; k++)
+            s->out[k] = odt == FR_F16 ? fr_f16_to_f32(h[k]) : fr_bf16_to_f32(h[k]);
+        free(h);
+        if (st) return FR_ERR_ARG;
+    } else if (fetch(s, s->main_out, s->out, s->out_n * sizeof(float))) {
+        return FR_ERR_ARG;
+    }
     if (fetch(s, s->loss, &s->lossv, sizeof(float))) return FR_ERR_ARG;
     for (int i = 0; i < 5; i++)
         if (s->grad_val[i] >= 0 && fetch(s, s->grad_val[i], s->grad[i], d->bytes[i]))
@@ -221,6 +272,8 @@ static void release(side *s) {
     memset(s->grad, 0, sizeof s->grad);
 }
 
+static double g_tol = 1e-4; /* the bound's relative part for the run at hand (see the top) */
+
 /* Worst |a - b| / (max|b| + 1e-2) and whether every element is within the bound. */
 static int close_enough(const float *a, const float *b, size_t n, double *worst) {
     double m = 0, w = 0;
@@ -228,7 +281,7 @@ static int close_enough(const float *a, const float *b, size_t n, double *worst)
     int ok = 1;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
-        if (!(d <= 1e-4 * m + 1e-6)) ok = 0;
+        if (!(d <= g_tol * m + 1e-6)) ok = 0;
         if (!(d <= w)) w = d;
     }
     *worst = w / (m + 1e-2);
@@ -237,41 +290,58 @@ static int close_enough(const float *a, const float *b, size_t n, double *worst)
 
 static uint8_t ran_on_device[FR_OP_COUNT];
 
-static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c) {
+static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c, fr_dtype half) {
     data d;
     make_data(c, &d);
-    side a = {.ctx = cpu}, b = {.ctx = dev}, b2 = {.ctx = dev};
+    side a = {.ctx = cpu, .half = half}, b = {.ctx = dev, .half = half},
+         b2 = {.ctx = dev, .half = half};
+    g_tol = half == FR_F16 ? 2e-3 : half == FR_BF16 ? 1.6e-2 : 1e-4;
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", c->what,
+             half == FR_F16    ? " f16-mixed"
+             : half == FR_BF16 ? " bf16-mixed"
+                               : "");
     int st = build(&a, c, &d) || run(&a, c, &d);
-    CHECK(!st, "%s: the CPU run failed: %s", c->what, fr_last_error(cpu));
+    CHECK(!st, "%s: the CPU run failed: %s", what, fr_last_error(cpu));
     st = build(&b, c, &d);
     if (!st) st = run(&b, c, &d);
-    CHECK(!st, "%s: the device run failed: %s", c->what, fr_last_error(dev));
+    CHECK(!st, "%s: the device run failed: %s", what, fr_last_error(dev));
     if (!st) {
         for (size_t i = 0; i < b.g.n_nodes; i++) ran_on_device[b.g.nodes[i].op] = 1;
         double w = 0, worst = 0;
-        CHECK(close_enough(b.out, a.out, a.out_n, &w), "%s: forward output off (worst %.3g)",
-              c->what, w);
+        CHECK(close_enough(b.out, a.out, a.out_n, &w), "%s: forward output off (worst %.3g)", what,
+              w);
         worst = fmax(worst, w);
         CHECK(close_enough(&b.lossv, &a.lossv, 1, &w),
-              "%s: loss %.9g on the device, %.9g on the CPU", c->what, (double)b.lossv,
+              "%s: loss %.9g on the device, %.9g on the CPU", what, (double)b.lossv,
               (double)a.lossv);
         for (int i = 0; i < 5; i++) {
             if (a.grad_val[i] < 0) continue;
             CHECK(close_enough(b.grad[i], a.grad[i], d.bytes[i] / 4, &w),
-                  "%s: gradient of input %d off (worst %.3g)", c->what, i, w);
+                  "%s: gradient of input %d off (worst %.3g)", what, i, w);
             worst = fmax(worst, w);
         }
         /* a second device run, in a fresh graph: the same bits */
         int st2 = build(&b2, c, &d);
         if (!st2) st2 = run(&b2, c, &d);
-        CHECK(!st2, "%s: the second device run failed: %s", c->what, fr_last_error(dev));
+        CHECK(!st2, "%s: the second device run failed: %s", what, fr_last_error(dev));
         if (!st2) {
             int same = !memcmp(b.out, b2.out, a.out_n * 4) && b.lossv == b2.lossv;
             for (int i = 0; i < 5; i++)
                 if (a.grad_val[i] >= 0) same &= !memcmp(b.grad[i], b2.grad[i], d.bytes[i]);
-            CHECK(same, "%s: two device runs differ", c->what);
+            CHECK(same, "%s: two device runs differ", what);
         }
-        printf("%-24s device vs cpu: worst %.2e of the largest value\n", c->what, worst);
+        int n16 = 0; /* values the pass stored in 16 bits */
+        for (size_t v = 0; v < b.g.n_vals; v++)
+            n16 += b.g.vals[v].dtype == FR_F16 || b.g.vals[v].dtype == FR_BF16;
+        /* a loss's logits and a view of a leaf stay f32 (precision.c); any other op's
+         * input or saved value is stored in 16 bits */
+        int f32_only = c->op == FR_OP_VIEW || c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE;
+        CHECK(half == FR_F32 || f32_only || n16 > 0, "%s: nothing was stored in 16 bits", what);
+        printf("%-24s device vs cpu: worst %.2e of the largest value%s\n", what, worst,
+               half == FR_F32 ? ""
+               : n16          ? " (16-bit values)"
+                              : " (no 16-bit value)");
     }
     release(&a);
     release(&b);
@@ -326,7 +396,9 @@ int main(void) {
     CHECK(fr_cl_use(dev, 0) == FR_OK, "opening device 0: %s", fr_last_error(dev));
     gcase cases[OP_CASES_MAX];
     int ncase = op_cases(cases);
-    for (int i = 0; i < ncase; i++) check_case(cpu, dev, &cases[i]);
+    for (int i = 0; i < ncase; i++) check_case(cpu, dev, &cases[i], FR_F32);
+    for (int i = 0; i < ncase; i++) check_case(cpu, dev, &cases[i], FR_F16);
+    for (int i = 0; i < ncase; i++) check_case(cpu, dev, &cases[i], FR_BF16);
     check_unary(cpu, dev, FR_OP_COPY, FR_F32, "copy");
     check_unary(cpu, dev, FR_OP_CAST, FR_BF16, "cast f32 -> bf16");
     check_unary(cpu, dev, FR_OP_CAST, FR_F16, "cast f32 -> f16");

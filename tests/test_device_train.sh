@@ -3,9 +3,10 @@
 # device (PoCL in CI): its losses within rounding of the CPU run's, the same
 # bits in two device runs, the device's predicted step reservation against
 # what its allocator measured, a checkpoint saved on the device that resumes
-# there bit for bit, and clean refusals (a budget below the plan, a device
-# that does not exist, options the device does not run yet). Skipped (77)
-# without a device.
+# there bit for bit, mixed precision and 16-bit weights against the CPU's
+# runs, plain SGD stepping inside backward, CLBlast's temporary buffers from
+# the planned GEMM scratch, and clean refusals (a budget below the plan, a
+# device that does not exist). Skipped (77) without a device.
 . "$(dirname "$0")/lib.sh"
 
 if ! "$bin" devices >/dev/null 2>&1; then
@@ -195,6 +196,124 @@ expect "device: resumed" "$bin" "${two[@]}" --epochs 2 --resume "$tmp/ck.safeten
 a=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][1])' "$tmp/straight.json")
 b=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][0])' "$tmp/out")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "resumed epoch 2 on the device: $b, straight: $a"
+
+# Mixed precision and 16-bit weights on the device. PoCL has no
+# cl_khr_fp16: f16 and bf16 are stored as 16-bit words and converted in the
+# kernels with src/core/half.c's rounding, bit for bit (test_backend_ops,
+# test_opencl_half_grad), so the device runs the CPU's rounded graph and
+# differs from it only by f32 reassociation (CLBlast's sums against
+# OpenBLAS's), which can move a value across a 16-bit rounding boundary (one
+# 16-bit ulp: 2^-11 relative in f16, 2^-8 in bf16). Measured (PoCL, these
+# 512 samples): the first step's loss, before any update, within 7e-6 of
+# the CPU's (bound 1e-4); after 8 Adam steps, whose update is about lr
+# whatever a gradient's size, so that a flipped rounding of a small
+# gradient moves its weight by ~lr, the mean losses within 4.5e-4 (fp16-mixed
+# train; bf16-mixed 1.3e-4, bf16 1.5e-5, fp16 6.6e-5) and test losses within
+# 9.7e-4 (fp16-mixed): bound 3e-3, three times the largest. An indexing or
+# conversion error moves them by O(0.1). The loss scaler (fp16's default)
+# decides alike: the same final scale and skipped steps. Pure fp16 Adam runs
+# with eps 1e-4 (1e-8 is not an f16; the CLI warns); it overflows at the
+# first scale and skips that step on both. Two device runs: the same bits;
+# the predicted device reservation is the measured one.
+for p in bf16-mixed fp16-mixed bf16 fp16; do
+    extra=()
+    [ "$p" = fp16 ] && extra=(--eps 1e-4)
+    prun=("${run[@]}" --precision "$p" ${extra[@]+"${extra[@]}"})
+    expect "cpu run, $p" "$bin" "${prun[@]}"
+    cp "$tmp/out" "$tmp/cpu-$p.json"
+    expect "device run 1, $p" "$bin" "${prun[@]}" --device opencl
+    cp "$tmp/out" "$tmp/dev-$p.json"
+    expect "device run 2, $p" "$bin" "${prun[@]}" --device opencl
+    for k in train_loss test_loss test_acc; do
+        a=$(json_field "$tmp/dev-$p.json" $k) b=$(json_field "$tmp/out" $k)
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "$p: device runs differ in $k: $a vs $b"
+    done
+    expect "cpu run, $p, one step" "$bin" "${prun[@]}" --steps 1
+    cp "$tmp/out" "$tmp/cpu1-$p.json"
+    expect "device run, $p, one step" "$bin" "${prun[@]}" --steps 1 --device opencl
+    python3 - "$p" "$tmp/cpu-$p.json" "$tmp/dev-$p.json" "$tmp/cpu1-$p.json" "$tmp/out" <<'EOF' && ok || no "$p: device vs cpu"
+import json, sys
+def summ(p):
+    out = {}
+    for l in open(p):
+        out.update(json.loads(l))
+    return out
+p = sys.argv[1]
+c, d, c1, d1 = (summ(f) for f in sys.argv[2:6])
+bad = []
+for k in ("train_loss", "test_loss"):
+    r = abs(c[k] - d[k]) / abs(c[k])
+    print("%s: %s cpu %.9g device %.9g (relative %.2g)" % (p, k, c[k], d[k], r))
+    if not r <= 3e-3:
+        bad.append(k)
+r1 = abs(c1["train_loss"] - d1["train_loss"]) / abs(c1["train_loss"])
+print("%s: first step's loss cpu %.9g device %.9g (relative %.2g)" % (p, c1["train_loss"], d1["train_loss"], r1))
+if not r1 <= 1e-4:
+    bad.append("first step")
+if (c["loss_scale"], c["skipped_steps"]) != (d["loss_scale"], d["skipped_steps"]):
+    bad.append("scaler: cpu %s/%s device %s/%s" % (c["loss_scale"], c["skipped_steps"], d["loss_scale"], d["skipped_steps"]))
+pr, m = d["predicted_step_reserved"], d["measured_reserved_peak"]
+print("%s: device predicted %d, measured %d reserved; scale %s, skipped %s" % (p, pr, m, d["loss_scale"], d["skipped_steps"]))
+if pr != m or m != d["memory"]["device"]["reserved_peak"]:
+    bad.append("device reservation predicted %d measured %d" % (pr, m))
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+EOF
+done
+
+# Plain SGD steps inside backward on the device: LINEAR_BWD forms each
+# Linear weight's gradient in the step's device scratch and steps the weight
+# there (the bias in its column sums), so no Linear gradient is stored. The
+# gradient comes from the GEMM --keep-grads forms it with and the step uses
+# fr_k_sgd's float operations: the same bits as --keep-grads, in less device
+# memory; and the CPU's losses within the fp32 bound above.
+sgd=("${run[@]}" --optimizer sgd --lr 0.05 --weight-decay 0.01)
+"$bin" plan --model cnn --batch 64 --threads 2 --device opencl --optimizer sgd >"$tmp/plan.txt" 2>"$tmp/err" &&
+    grep -q "SGD step inside backward: 4 Linear tensors" "$tmp/plan.txt" && ok ||
+    no "plan: plain SGD on the device does not step inside backward: $(grep -i backward "$tmp/plan.txt") $(head -2 "$tmp/err")"
+expect "cpu run, sgd" "$bin" "${sgd[@]}"
+cp "$tmp/out" "$tmp/cpu-sgd.json"
+expect "device run, sgd (step inside backward)" "$bin" "${sgd[@]}" --device opencl
+cp "$tmp/out" "$tmp/dev-sgd.json"
+expect "device run, sgd --keep-grads" "$bin" "${sgd[@]}" --device opencl --keep-grads
+for k in train_loss test_loss; do
+    a=$(json_field "$tmp/dev-sgd.json" $k) b=$(json_field "$tmp/out" $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "sgd: --keep-grads on the device differs in $k: $b vs $a"
+done
+python3 - "$tmp/cpu-sgd.json" "$tmp/dev-sgd.json" "$tmp/out" <<'EOF' && ok || no "sgd on the device: far from the CPU, or no memory saved"
+import json, sys
+c, d, k = ({a: b for l in open(p) for a, b in json.loads(l).items()} for p in sys.argv[1:4])
+print("sgd: train cpu %.9g device %.9g; device reserved: inside backward %d (predicted %d), --keep-grads %d"
+      % (c["train_loss"], d["train_loss"], d["measured_reserved_peak"], d["predicted_step_reserved"],
+         k["measured_reserved_peak"]))
+assert abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * c["train_loss"]
+assert d["measured_reserved_peak"] == d["predicted_step_reserved"]
+assert d["measured_reserved_peak"] < k["measured_reserved_peak"]
+EOF
+
+# CLBlast's temporary buffers: a product this large takes CLBlast's indirect
+# GEMM on PoCL (1024 rows, 1024 wide; test_opencl_gemm asks
+# CLBlastSGemmTempBufferSize), whose padded and transposed copies it would
+# otherwise allocate on every call, outside the accounting. They come from
+# the step's planned GEMM scratch: the only workspace an MLP has, so the
+# device's workspace peak is non-zero, and the predicted reservation is the
+# measured one; the losses are the CPU's within the fp32 bound.
+printf 'input 1 28 28\nflatten\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 10\n' >"$tmp/wide.model"
+wide=(train --model "$tmp/wide.model" --data "$data" --epochs 1 --limit 2048 --test-limit 512
+    --batch 1024 --seed 3 --threads 2 --json)
+expect "cpu run, wide MLP" "$bin" "${wide[@]}"
+cp "$tmp/out" "$tmp/cpu-wide.json"
+expect "device run, wide MLP" "$bin" "${wide[@]}" --device opencl
+python3 - "$tmp/cpu-wide.json" "$tmp/out" <<'EOF' && ok || no "wide MLP on the device: GEMM scratch"
+import json, sys
+c, d = ({a: b for l in open(p) for a, b in json.loads(l).items()} for p in sys.argv[1:3])
+ws = d["memory"]["device"]["allocated_peak"]["workspace"]
+print("wide MLP: train cpu %.9g device %.9g; device workspace peak %d; predicted %d, measured %d reserved"
+      % (c["train_loss"], d["train_loss"], ws, d["predicted_step_reserved"], d["measured_reserved_peak"]))
+assert abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * c["train_loss"]
+assert ws > 0
+assert d["predicted_step_reserved"] == d["measured_reserved_peak"]
+EOF
 
 # Refusals: clean messages, non-zero exits.
 expect_fail "a budget below the plan" 1 "budget" "$bin" "${run[@]}" --device opencl --budget 1MiB

@@ -24,7 +24,16 @@
  * odd sizes (7, 13), (B, T, K) rows, strides, padding, 1x1, a kernel as
  * large as the padded image, chunked workspaces, and one realistic size per
  * op; accumulate bits on and off; absent bias and absent outputs. Refusals:
- * the weight's fused SGD step, bad shapes, a workspace too small.
+ * bad shapes, a workspace too small.
+ *
+ * The step's GEMM scratch (gemm.c): the weight's fused SGD step (update bit
+ * 1) must give the bits of the step computed here, on the host, from the
+ * device's kept gradient (W + (-lr)(g + wd W), fr_k_sgd's float operations),
+ * and be refused without scratch. A GEMM large enough for CLBlast's
+ * indirect kernel (CLBlastSGemmTempBufferSize > 0, asked here directly) runs
+ * with the planned scratch (fr_cl_ws_gemm, at least what CLBlast asks) and
+ * matches the CPU, and is refused, naming the bytes, with a scratch too
+ * small or none: CLBlast never allocates its own.
  * Returns 77 (skipped) without a device. */
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +52,7 @@ int main(void) {
 #include "backend/cpu/kernels.h"
 #include "backend/opencl/gemm.h"
 #include "core/half.h"
+#include <clblast_c.h>
 
 static fr_ctx *g_cpu, *g_dev;
 static fr_cl *g_cl;
@@ -106,6 +116,7 @@ static int run_cpu(const opcall *k, float *res[4]) {
 }
 
 static cl_mem g_bufs[16];
+static int64_t g_scratch; /* floats of GEMM scratch run_dev gives (fr_kernel_call.upd_ws) */
 static int g_nbufs;
 
 /* a device tensor GUARD bytes into a buffer of 0xFF bytes (a NaN in every
@@ -167,6 +178,12 @@ static int run_dev(const opcall *k, int ws_j, int64_t ws_elems, float *res[4]) {
         } else if (k->want[j]) {
             c.out[j] = dev_put(&k->out[j], k->out[j].data);
         }
+    }
+    if (g_scratch > 0) {
+        fr_tensor sc = {.dtype = FR_F32, .shape = fr_shape1(g_scratch)};
+        sc = dev_put(&sc, NULL);
+        c.upd_ws = (float *)(void *)fr_cl_mem(&sc); /* a whole buffer, from 0 */
+        c.upd_ws_len = (size_t)g_scratch;
     }
     int st = fr_cl_backend.kernels[k->op](&c);
     if (st == FR_OK) CHECK(fr_cl_finish(g_dev, g_cl) == FR_OK, "%s", fr_last_error(g_dev));
@@ -295,13 +312,16 @@ static void linear_case(int line, const char *name, fr_shape xs, int64_t O, int 
     for (int j = 0; j < 3; j++) free(init[j]);
 }
 
-/* The SGD step on the bias inside LINEAR_BWD (update bit 2): the CPU's bits;
- * the step on the weight (update bit 1) refused, naming it. */
+/* The SGD step inside LINEAR_BWD: on the bias (update bit 2) the CPU's
+ * bits; on the weight (update bit 1, its gradient in the scratch's last
+ * O*K floats) the bits of the step taken on the host from the device's kept
+ * gradient, and refused without scratch, naming the floats it needs. */
 static void linear_update(void) {
     const int64_t N = 13, K = 7, O = 5;
     float *x = frand(N * K), *w = frand(O * K), *dy = frand(N * O), *b = frand(O);
     for (int wdi = 0; wdi < 2; wdi++) {
-        opcall k = {.op = FR_OP_LINEAR_BWD, .update = 4, .lr = 0.1f, .wd = wdi ? 0.01f : 0.0f};
+        const float lr = 0.1f, wd = wdi ? 0.01f : 0.0f;
+        opcall k = {.op = FR_OP_LINEAR_BWD, .update = 4, .lr = lr, .wd = wd};
         k.in[0] = host(FR_F32, fr_shape2(N, O), dy), k.in[1] = host(FR_F32, fr_shape2(N, K), x);
         k.in[2] = host(FR_F32, fr_shape2(O, K), w);
         k.out[0] = host(FR_F32, fr_shape2(N, K), NULL), k.want[0] = 1;
@@ -309,15 +329,117 @@ static void linear_update(void) {
         k.out[2] = host(FR_F32, fr_shape1(O), b), k.want[2] = 1;
         check_call(__LINE__, wdi ? "linear_bwd bias step wd 0.01" : "linear_bwd bias step", &k, -1,
                    0, 0, g_fp64 ? W_DB : 0, NULL);
+        /* the kept gradient on the device, then the step on the host */
+        opcall kg = k;
+        kg.update = 0, kg.want[1] = 1, kg.want[2] = 0;
+        float *kept[4] = {malloc(N * K * 4), malloc(O * K * 4), malloc(O * 4), NULL};
+        CHECK(run_dev(&kg, -1, 0, kept) == FR_OK, "kept gradient: %s", fr_last_error(g_dev));
+        float *want_w = malloc(O * K * 4);
+        for (int64_t i = 0; i < O * K; i++) {
+            float d = kept[1][i];
+            if (wd != 0.0f) d = d + wd * w[i];
+            want_w[i] = w[i] + (-lr) * d;
+        }
         k.update = 2 | 4, k.want[1] = 1, k.out[1].data = w;
         float *res[4] = {malloc(N * K * 4), malloc(O * K * 4), malloc(O * 4), NULL};
+        for (int extra = 0; extra < 2; extra++) { /* scratch of exactly O*K floats, and more */
+            g_scratch = O * K + extra * 1000;
+            int st = run_dev(&k, -1, 0, res);
+            CHECK(st == FR_OK, "the weight's step: %s", fr_last_error(g_dev));
+            CHECK(st || !memcmp(res[1], want_w, O * K * 4),
+                  "the weight's step (wd %g, scratch %lld): not the kept gradient's step", wd,
+                  (long long)g_scratch);
+            CHECK(st || !memcmp(res[0], kept[0], N * K * 4), "dx beside the weight's step");
+        }
+        g_scratch = O * K - 1;
         int st = run_dev(&k, -1, 0, res);
         CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_dev), "linear_bwd") &&
-                  strstr(fr_last_error(g_dev), "update bit 1"),
-              "the weight's step refused: %d %s", st, fr_last_error(g_dev));
-        for (int j = 0; j < 3; j++) free(res[j]);
+                  strstr(fr_last_error(g_dev),
+                         "needs 35 floats of device scratch for its gradient, 34 given"),
+              "the weight's step without enough scratch: %d %s", st, fr_last_error(g_dev));
+        g_scratch = 0;
+        st = run_dev(&k, -1, 0, res);
+        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_dev), "35 floats of device scratch"),
+              "the weight's step without scratch: %d %s", st, fr_last_error(g_dev));
+        for (int j = 0; j < 3; j++) free(res[j]), free(kept[j]);
+        free(want_w);
     }
     free(x), free(w), free(dy), free(b);
+}
+
+/* The planned GEMM scratch of a LINEAR or LINEAR_BWD node on x (N, K) and
+ * W (O, K), asked as the planner asks (the backend's ws_elems, j = -1). */
+static int64_t gemm_scratch(fr_op op, int64_t N, int64_t K, int64_t O) {
+    fr_value vals[2] = {{.shape = fr_shape2(N, K)}, {.shape = fr_shape2(O, K)}};
+    fr_node nodes[2] = {{.op = FR_OP_LINEAR, .in = {0, 1, -1}, .fwd = -1},
+                        {.op = FR_OP_LINEAR_BWD, .fwd = 0}};
+    fr_graph g = {.ctx = g_dev, .vals = vals, .n_vals = 2, .nodes = nodes, .n_nodes = 2};
+    return fr_cl_backend.ws_elems(&g, &nodes[op == FR_OP_LINEAR ? 0 : 1], -1);
+}
+
+/* CLBlast's own answer for one GEMM (row-major, offsets 0). */
+static size_t blast_temp(int ta, int tb, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                         size_t ldc) {
+    cl_command_queue q = fr_cl_queue(g_cl);
+    size_t bytes = 0;
+    CHECK(CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor,
+                                     ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+                                     tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 0, lda,
+                                     0, ldb, 0, ldc, &q, &bytes) == CLBlastSuccess,
+          "CLBlastSGemmTempBufferSize");
+    return bytes;
+}
+
+/* A product large enough for CLBlast's indirect kernel on this device: its
+ * temporary buffers come from the planned scratch, the results the CPU's
+ * within the bound; a scratch too small, or none, is refused. Small shapes
+ * plan none. */
+static void linear_temp_buffer(void) {
+    CHECK(gemm_scratch(FR_OP_LINEAR, 7, 13, 5) == 0 &&
+              gemm_scratch(FR_OP_LINEAR_BWD, 7, 13, 5) == 0,
+          "small GEMMs plan no scratch");
+    const int64_t N = 1000, K = 1024, O = 1000; /* not multiples of CLBlast's tiles */
+    const size_t fwd = blast_temp(0, 1, N, O, K, K, K, O), dx = blast_temp(0, 0, N, K, O, O, K, K),
+                 dw = blast_temp(1, 0, O, K, N, O, K, K);
+    const int64_t pf = gemm_scratch(FR_OP_LINEAR, N, K, O),
+                  pb = gemm_scratch(FR_OP_LINEAR_BWD, N, K, O);
+    printf("CLBlast temporary bytes for (%lld,%lld)x(%lld,%lld): forward %zu, dx %zu, dW %zu; "
+           "planned scratch %lld / %lld floats\n",
+           (long long)N, (long long)K, (long long)O, (long long)K, fwd, dx, dw, (long long)pf,
+           (long long)pb);
+    if (fwd == 0 && dx == 0 && dw == 0) { /* another device's database may go direct */
+        puts("note: this device's CLBlast needs no temporary buffer at this size");
+        return;
+    }
+    CHECK(pf * 4 >= (int64_t)fwd && pb * 4 >= (int64_t)(dx > dw ? dx : dw),
+          "the plan holds at least what CLBlast asks at offsets 0");
+    float *x = frand(N * K), *w = frand(O * K), *b = frand(O), *dy = frand(N * O);
+    opcall f = {.op = FR_OP_LINEAR};
+    f.in[0] = host(FR_F32, fr_shape2(N, K), x), f.in[1] = host(FR_F32, fr_shape2(O, K), w);
+    f.in[2] = host(FR_F32, fr_shape1(O), b);
+    f.out[0] = host(FR_F32, fr_shape2(N, O), NULL), f.want[0] = 1;
+    opcall bw = {.op = FR_OP_LINEAR_BWD};
+    bw.in[0] = host(FR_F32, fr_shape2(N, O), dy), bw.in[1] = f.in[0], bw.in[2] = f.in[1];
+    bw.out[0] = host(FR_F32, fr_shape2(N, K), NULL), bw.want[0] = 1;
+    bw.out[1] = host(FR_F32, fr_shape2(O, K), NULL), bw.want[1] = 1;
+    bw.out[2] = host(FR_F32, fr_shape1(O), NULL);
+    g_scratch = pf;
+    if (fwd) check_call(__LINE__, "linear with CLBlast's temporary buffer", &f, -1, 0, 0, 0, NULL);
+    g_scratch = pb;
+    if (dx || dw)
+        check_call(__LINE__, "linear_bwd with CLBlast's temporary buffer", &bw, -1, 0, 0, 0, NULL);
+    float *res[4] = {malloc((size_t)(N * K) * 4), malloc((size_t)(O * K) * 4), NULL, NULL};
+    opcall *k = fwd ? &f : &bw;
+    for (int none = 0; none < 2; none++) {
+        g_scratch = none ? 0 : 16; /* 64 bytes: less than any indirect GEMM asks */
+        int st = run_dev(k, -1, 0, res);
+        CHECK(st == FR_ERR_ARG && strstr(fr_last_error(g_dev), "bytes of CLBlast temporary") &&
+                  strstr(fr_last_error(g_dev), none ? "scratch holds 0" : "scratch holds 64"),
+              "a scratch too small: %d %s", st, fr_last_error(g_dev));
+    }
+    g_scratch = 0;
+    free(res[0]), free(res[1]);
+    free(x), free(w), free(b), free(dy);
 }
 
 /* A bad shape: the CPU's error. */
@@ -365,6 +487,7 @@ static void test_linear(void) {
     linear_case(__LINE__, "(64,768)x(384,768)+b GPT", fr_shape3(2, 32, 768), 384, 1, 0, W_ALL);
     linear_case(__LINE__, "(256,784)x(128,784)+b acc", fr_shape2(256, 784), 128, 1, 7, W_ALL);
     linear_update();
+    linear_temp_buffer();
     linear_errors();
     linear_blast_error();
 }

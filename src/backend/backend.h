@@ -36,7 +36,8 @@ typedef struct fr_kernel_call {
     uint32_t accumulate;
     uint32_t update; /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
     float upd_lr, upd_wd;
-    float *upd_ws;             /* scratch for one tile of an updated weight's gradient */
+    float *upd_ws;             /* scratch for one tile of an updated weight's gradient; on a
+                                  device the step's scratch buffer (a cl_mem, opencl/gemm.c) */
     size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
     const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
     uint64_t seed;             /* run seed (dropout) */
@@ -51,7 +52,9 @@ typedef struct fr_backend {
     const char *name;            /* "cpu", "opencl" */
     const fr_kernel_fn *kernels; /* [FR_OP_COUNT]; NULL only for a view op (fr_op_info.view) */
     /* Elements (f32) of workspace output j of node n, whose inputs' values
-     * are in g (a backward node's forward is g->nodes[n->fwd]). */
+     * are in g (a backward node's forward is g->nodes[n->fwd]); j = -1: of
+     * the step's scratch the node's kernel takes from upd_ws on a device
+     * (the step plans the largest over its nodes; 0 on the CPU). */
     int64_t (*ws_elems)(const fr_graph *g, const fr_node *n, int j);
     /* A device's memory; all NULL on the CPU, whose tensors are host memory.
      * Buffers are opaque handles (an OpenCL cl_mem) accounted in the device's

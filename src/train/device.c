@@ -11,13 +11,52 @@ int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend
 static size_t numel(const fr_param *p) { return (size_t)fr_shape_numel(&p->shape); }
 static size_t bytes_of(const fr_param *p) { return numel(p) * fr_dtype_size(p->dtype); }
 
-/* One optimizer-state buffer of p in its format (fr_state_bytes' layout). */
+/* One optimizer-state buffer of p in its format (fr_state_bytes' layout; a
+ * 16-bit weight's state in the weight's format, fr_step_state_bytes). */
 static size_t state_bytes(const fr_param *p) {
+    if (p->dtype != FR_F32) return bytes_of(p);
     return fr_state_bytes((fr_state_kind)p->state_kind, numel(p));
 }
 
 static fr_tensor dev_tensor(const fr_param *p, void *buf, fr_dtype dt) {
     return (fr_tensor){.dtype = dt, .shape = p->shape, .buf = buf};
+}
+
+/* Parameter i's gradient on the device: f32, or 16-bit in its format (pure
+ * half precision: the graph's gradient value says which). */
+static fr_tensor dev_grad(const fr_step *s, size_t i) {
+    const fr_param *p = &s->m->params[i];
+    return dev_tensor(p, p->dgrad, s->g.vals[s->gv[i]].dtype);
+}
+
+/* The step's GEMM scratch: its GEMMs' temporary buffers, then the fused SGD
+ * step's weight gradient (opencl/gemm.c), in floats. */
+static size_t scratch_floats(const fr_step *s) { return s->dev_gemm_ws + s->upd_ws_len; }
+
+fr_status fr_dev_scratch(fr_step *s, int take) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!take) {
+        be->release(s->ctx, s->dev_ws);
+        s->dev_ws = NULL;
+        return FR_OK;
+    }
+    if (!scratch_floats(s) || s->dev_ws) return FR_OK;
+    /* workspace (CLBlast's buffers), or gradients when it holds only the
+     * fused step's (fr_step_persistent's categories) */
+    s->dev_ws = be->alloc(s->ctx, scratch_floats(s) * sizeof(float),
+                          s->dev_gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
+    return s->dev_ws ? FR_OK : FR_ERR_NOMEM;
+}
+
+void fr_dev_plan_scratch(fr_step *s) {
+    const fr_graph *g = &s->g;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    int64_t most = 0;
+    for (int k = 0; k < s->plan.n_nodes; k++) {
+        int64_t f = be->ws_elems(g, &g->nodes[s->plan.order[k]], -1);
+        if (f > most) most = f;
+    }
+    s->dev_gemm_ws = (size_t)most;
 }
 
 /* A device buffer of `bytes` in category cat, holding src (or zeros). */
@@ -37,11 +76,6 @@ fr_status fr_dev_materialize(fr_step *s) {
     if (s->o.training && offload && (st = fr_step_alloc_host_update(s))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (p->dtype != FR_F32 && p->role != FR_P_NUM_BATCHES)
-            return fr_fail(ctx, FR_ERR_ARG,
-                           "%s: 16-bit weights on a device are not supported yet (use --precision "
-                           "fp32 or mixed precision on the CPU)",
-                           p->name);
         if (!p->ddata && (st = upload(ctx, &p->ddata, p->data, bytes_of(p), FR_MEM_PARAMS)))
             return st;
         if (!s->o.training || s->gv[i] < 0) continue;
@@ -52,6 +86,7 @@ fr_status fr_dev_materialize(fr_step *s) {
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
                 return st;
     }
+    if ((st = fr_dev_scratch(s, 1))) return st;
     /* the batch's device buffers: two whole batches uploaded ahead, or a
      * micro-batch of inputs and of labels */
     if (fr_feed_used(s)) return s->feed ? FR_OK : fr_feed_new(s, &s->feed);
@@ -76,12 +111,21 @@ void fr_dev_bind(fr_step *s) {
         s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
         e->optim = &s->optim_ctx;
     }
+    e->upd_lr = s->o.optim.lr; /* the plain SGD step inside LINEAR_BWD */
+    e->upd_wd = s->o.optim.weight_decay;
+    e->upd_ws = (float *)s->dev_ws; /* a device buffer: opencl/gemm.c reads it so */
+    e->upd_ws_len = s->dev_ws ? scratch_floats(s) : 0;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         fr_exec_bind_dev(e, s->pv[i], p->ddata, 0);
-        if (s->gv[i] < 0 || (s->fused && s->fused[i])) continue; /* fused: an arena value */
+        if (s->gv[i] < 0) continue;
+        if (s->fused && s->fused[i] == 1) { /* LINEAR_BWD steps the weight itself */
+            fr_exec_bind_dev(e, s->gv[i], p->ddata, 0);
+            continue;
+        }
+        if (s->fused && s->fused[i]) continue; /* an arena value */
         if (!p->dgrad) {
-            p->dgrad = be->alloc(s->ctx, bytes_of(p), FR_MEM_GRADS);
+            p->dgrad = be->alloc(s->ctx, fr_step_grad_bytes(s, i), FR_MEM_GRADS);
             p->grad_valid = 0;
         }
         fr_exec_bind_dev(e, s->gv[i], p->dgrad, 0);
@@ -203,7 +247,9 @@ static fr_status offloaded_update(fr_step *s, float loss) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
         p->grad_valid = s->ex.written[s->gv[i]];
-        if (p->grad_valid) st = be->read(s->ctx, p->dgrad, 0, p->grad, bytes_of(p));
+        if (p->grad_valid) /* f32, or the weights' 16 bits (fr_step_alloc_host_update's too) */
+            st = be->read(s->ctx, p->dgrad, 0, p->grad16 ? (void *)p->grad16 : (void *)p->grad,
+                          fr_step_grad_bytes(s, i));
     }
     if (st || (st = fr_step_host_update(s, loss))) return st;
     for (size_t i = 0; i < m->n_params && !st; i++) {
@@ -233,7 +279,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
         for (size_t i = 0; i < m->n_params && !found_inf && !st; i++) {
             fr_param *p = &m->params[i];
             if (s->gv[i] < 0 || !p->grad_valid) continue;
-            fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+            fr_tensor g = dev_grad(s, i);
             st = be->grad_unscale(ctx, &g, inv, &found_inf);
         }
     }
@@ -247,7 +293,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
             for (size_t i = 0; i < m->n_params && !st; i++) {
                 fr_param *p = &m->params[i];
                 if (s->gv[i] < 0 || !p->grad_valid) continue;
-                fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+                fr_tensor g = dev_grad(s, i);
                 double part = 0;
                 st = be->grad_sumsq(ctx, &g, &part);
                 total += part;
@@ -256,7 +302,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
             for (size_t i = 0; coef < 1.0f && i < m->n_params && !st; i++) {
                 fr_param *p = &m->params[i];
                 if (s->gv[i] < 0 || !p->grad_valid) continue;
-                fr_tensor g = dev_tensor(p, p->dgrad, FR_F32);
+                fr_tensor g = dev_grad(s, i);
                 st = be->grad_scale(ctx, &g, coef);
             }
             if (st) return st;
@@ -266,7 +312,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
         for (size_t i = 0; i < m->n_params && !st; i++) {
             fr_param *p = &m->params[i];
             if (s->gv[i] < 0 || (s->fused && s->fused[i]) || !p->grad_valid) continue;
-            fr_tensor w = dev_tensor(p, p->ddata, FR_F32), g = dev_tensor(p, p->dgrad, FR_F32);
+            fr_tensor w = dev_tensor(p, p->ddata, p->dtype), g = dev_grad(s, i);
             fr_tensor state[2] = {dev_tensor(p, p->dstate[0], FR_F32),
                                   dev_tensor(p, p->dstate[1], FR_F32)};
             st = be->optim_update(ctx, &s->o.optim, s->t, &w, &g, state, p->state_kind);
@@ -335,7 +381,8 @@ void fr_dev_step_free(fr_step *s) {
     if (!fr_backend_is_device(be)) return;
     be->release(s->ctx, s->dev_x);
     be->release(s->ctx, s->dev_y);
-    s->dev_x = s->dev_y = NULL;
+    be->release(s->ctx, s->dev_ws);
+    s->dev_x = s->dev_y = s->dev_ws = NULL;
     fr_feed_free(s->feed);
     s->feed = NULL;
 }
@@ -351,8 +398,8 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         const fr_param *p = &m->params[i];
         r += fr_mem_class_bytes(dm, bytes_of(p));
         if (!s->o.training || s->gv[i] < 0) continue;
-        if (!(s->fused && s->fused[i])) /* its gradient, f32 as the weight, unless stepped */
-            r += fr_mem_class_bytes(dm, bytes_of(p)); /* inside backward (an arena value) */
+        if (!(s->fused && s->fused[i])) /* its gradient, unless stepped inside backward */
+            r += fr_mem_class_bytes(dm, fr_step_grad_bytes(s, i));
         int kind;
         if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
             r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
@@ -365,5 +412,6 @@ size_t fr_dev_step_reserved(const fr_step *s) {
     if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
     if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_dev_hits' count */
         r += fr_mem_class_bytes(dm, FR_HITS_SCRATCH);
+    if (scratch_floats(s)) r += fr_mem_class_bytes(dm, scratch_floats(s) * sizeof(float));
     return r;
 }

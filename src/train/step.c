@@ -195,11 +195,10 @@ static fr_status plan_fused_updates(fr_step *s) {
         for (int j = 0; j < g->nodes[pl->order[k]].n_out; j++)
             if (g->nodes[pl->order[k]].out[j] == g->loss) s->loss_pos = k;
     const fr_optim_opts *o = &s->o.optim;
-    /* LINEAR_BWD's in-place SGD is the CPU's alone: on a device plain SGD
-     * steps after backward (OPTIM_STEP nodes serve the other optimizers) */
-    if (!s->o.training || s->o.keep_grads || fr_step_on_device(s) || o->kind != FR_OPTIM_SGD ||
-        o->momentum != 0.0f || s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 ||
-        s->loss_pos < 0)
+    /* (on a device with the optimizer offloaded, the step runs on the host) */
+    if (!s->o.training || s->o.keep_grads || o->kind != FR_OPTIM_SGD ||
+        (fr_step_on_device(s) && (s->o.offload & FR_OFFLOAD_OPTIMIZER)) || o->momentum != 0.0f ||
+        s->scaler.enabled || s->o.clip_grad_norm > 0 || s->accumulate != 1 || s->loss_pos < 0)
         return FR_OK;
     s->fused = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER);
     if (!s->fused) return FR_ERR_NOMEM;
@@ -225,8 +224,11 @@ static fr_status plan_fused_updates(fr_step *s) {
             /* the GEMM's rows: the batch, times the positions of a sequence */
             int64_t K = ws->d[0] ? fr_shape_numel(ws) / ws->d[0] : 0;
             int64_t rows = K ? fr_shape_numel(&g->vals[w->in[1]].shape) / K : 0;
-            size_t len =
-                ws->d[0] ? fr_k_linear_upd_ws(ws->d[0], K, rows, fr_get_threads(s->ctx)) : 0;
+            /* on a device the whole gradient, by the kept gradient's one GEMM */
+            size_t len = !ws->d[0] ? 0
+                         : fr_step_on_device(s)
+                             ? (size_t)(ws->d[0] * K)
+                             : fr_k_linear_upd_ws(ws->d[0], K, rows, fr_get_threads(s->ctx));
             if (len > s->upd_ws_len) s->upd_ws_len = len;
         }
         s->fused[i] = 1;
@@ -542,6 +544,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     keep[s->g.loss] = keep[s->g.logits] = 1;
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
     if ((st = plan_fused_updates(s))) goto fail;
+    if (fr_step_on_device(s)) fr_dev_plan_scratch(s);
     for (int i = 0; i < n_order; i++) {
         const fr_node *n = &s->g.nodes[order[i]];
         s->flops += fr_op_get(n->op)->flops(&s->g, n);
@@ -605,12 +608,14 @@ fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
 
 fr_status fr_step_arena_release(fr_step *s) {
     fr_exec_release(&s->ex);
+    if (fr_step_on_device(s)) fr_dev_scratch(s, 0); /* the GEMM scratch goes with it */
     return FR_OK;
 }
 
 fr_status fr_step_arena_acquire(fr_step *s) {
     if (s->ex.ctx) return FR_OK;
-    return fr_exec_init(&s->ex, &s->g, &s->plan);
+    fr_status st = fr_step_on_device(s) ? fr_dev_scratch(s, 1) : FR_OK;
+    return st ? st : fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
 /* 16-bit storage <-> f32 working copies for the optimizer (pure half mode). */
@@ -1001,6 +1006,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
+    out[FR_MEM_WORKSPACE] += s->dev_gemm_ws * sizeof(float); /* a device's GEMM scratch */
     out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     out[FR_MEM_OTHER] = s->meta_bytes;

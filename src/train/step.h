@@ -34,6 +34,8 @@ struct fr_step {
     int n_fused;          /* how many params are */
     size_t upd_ws_len;    /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
+    size_t dev_gemm_ws;   /* on a device: floats of GEMM scratch (CLBlast's temporary buffers) */
+    void *dev_ws;         /* and the device buffer of dev_gemm_ws + upd_ws_len floats */
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;

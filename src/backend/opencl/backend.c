@@ -22,8 +22,10 @@
 static const fr_kernel_fn cl_kernels[FR_OP_COUNT] = {FR_OPS(FR_CL_ROW)};
 #undef FR_CL_ROW
 
-/* The device's workspaces: what its kernels ask for. */
+/* The device's workspaces: what its kernels ask for (j = -1: the step's
+ * GEMM scratch, CLBlast's temporary buffers). */
 static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
+    if (j == -1) return fr_cl_ws_gemm(g, n);
     switch (n->op) {
     case FR_OP_CONV2D: return fr_cl_ws_conv2d(g, n, j);
     case FR_OP_CONV2D_BWD: return fr_cl_ws_conv2d_bwd(g, n, j);
@@ -43,18 +45,18 @@ static int cl_optim_update(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_te
 }
 
 static int cl_grad_unscale(fr_ctx *ctx, fr_tensor *g, float inv, int *found_inf) {
-    return fr_cl_unscale_check(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
-                               (size_t)fr_shape_numel(&g->shape), inv, found_inf);
+    return fr_cl_grad_unscale(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g), g->dtype,
+                              (size_t)fr_shape_numel(&g->shape), inv, found_inf);
 }
 
 static int cl_grad_sumsq(fr_ctx *ctx, const fr_tensor *g, double *out) {
-    return fr_cl_sumsq(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
-                       (size_t)fr_shape_numel(&g->shape), out);
+    return fr_cl_grad_sumsq(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g), g->dtype,
+                            (size_t)fr_shape_numel(&g->shape), out);
 }
 
 static int cl_grad_scale(fr_ctx *ctx, fr_tensor *g, float f) {
-    return fr_cl_scale(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g),
-                       (size_t)fr_shape_numel(&g->shape), f);
+    return fr_cl_grad_scale(ctx, fr_cl_of(ctx), fr_cl_mem(g), fr_cl_off(g), g->dtype,
+                            (size_t)fr_shape_numel(&g->shape), f);
 }
 
 static int cl_hits(fr_ctx *ctx, const fr_tensor *z, const fr_tensor *y, int64_t *out) {

@@ -346,22 +346,38 @@ int fr_cl_k_pos_embedding(fr_kernel_call *c) {
 
 /* ---- the step's gradient passes ---- */
 
-int fr_cl_scale(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, size_t n, float f) {
+/* A gradient's dtype as the passes' kernels take it, or an error. */
+static int grad_dtype(fr_ctx *ctx, fr_dtype dt, const char *what, cl_int *is_f16) {
+    *is_f16 = dt == FR_F16;
+    if (dt == FR_F32 || dt == FR_F16 || dt == FR_BF16) return FR_OK;
+    return fr_fail(ctx, FR_ERR_ARG, "opencl: %s: a gradient of dtype %s (f32, f16 or bf16 only)",
+                   what, fr_dtype_name(dt));
+}
+
+int fr_cl_grad_scale(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, fr_dtype dt, size_t n, float f) {
+    cl_int is_f16;
+    int st = grad_dtype(ctx, dt, "gradient scale", &is_f16);
     cl_kernel k;
-    int st = kernel_of(ctx, cl, "scale_f32", &k);
-    if (st) return st;
+    if (st || (st = kernel_of(ctx, cl, dt == FR_F32 ? "scale_f32" : "scale_h", &k))) return st;
     cl_ulong un = n, go = off;
     st = FR_CL_ARGS(ctx, k, sizeof un, &un, sizeof g, &g, sizeof go, &go, sizeof f, &f);
+    if (!st && dt != FR_F32) st = fr_cl_arg(ctx, k, 4, sizeof is_f16, &is_f16);
     return run_1d(ctx, cl, k, st, (int64_t)n);
 }
 
-int fr_cl_unscale_check(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, size_t n, float inv,
-                        int *found_inf) {
+int fr_cl_scale(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, size_t n, float f) {
+    return fr_cl_grad_scale(ctx, cl, g, off, FR_F32, n, f);
+}
+
+int fr_cl_grad_unscale(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, fr_dtype dt, size_t n,
+                       float inv, int *found_inf) {
     *found_inf = 0;
-    if (n == 0) return FR_OK;
+    cl_int is_f16;
+    int st = grad_dtype(ctx, dt, "unscale", &is_f16);
+    if (st || n == 0) return st;
     cl_kernel k;
-    int st = kernel_of(ctx, cl, "unscale_check_f32", &k);
-    if (st) return st;
+    if ((st = kernel_of(ctx, cl, dt == FR_F32 ? "unscale_check_f32" : "unscale_check_h", &k)))
+        return st;
     cl_mem flag;
     st = fr_cl_alloc(ctx, cl, sizeof(cl_int), &flag);
     if (st) return st;
@@ -370,9 +386,15 @@ int fr_cl_unscale_check(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, size_t n, 
     if (!(st = fr_cl_write(ctx, cl, flag, 0, &found, sizeof found)))
         st = FR_CL_ARGS(ctx, k, sizeof un, &un, sizeof g, &g, sizeof go, &go, sizeof inv, &inv,
                         sizeof flag, &flag);
+    if (!st && dt != FR_F32) st = fr_cl_arg(ctx, k, 5, sizeof is_f16, &is_f16);
     if (!st) st = run_1d(ctx, cl, k, st, (int64_t)n);
     if (!st) st = fr_cl_read(ctx, cl, flag, 0, &found, sizeof found);
     fr_cl_release(flag);
     if (!st) *found_inf = found != 0;
     return st;
+}
+
+int fr_cl_unscale_check(fr_ctx *ctx, fr_cl *cl, cl_mem g, size_t off, size_t n, float inv,
+                        int *found_inf) {
+    return fr_cl_grad_unscale(ctx, cl, g, off, FR_F32, n, inv, found_inf);
 }

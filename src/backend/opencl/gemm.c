@@ -1,20 +1,31 @@
 /* gemm.c (opencl) — LINEAR, LINEAR_BWD, CONV2D and CONV2D_BWD on an OpenCL
  * device: the products by CLBlast's SGEMM on the device's queue, the rest
- * by gemm.cl (bias seeding, bias gradients, im2col, col2im), with the CPU
- * kernels' semantics (linear.c, conv.c): absent outputs skipped, accumulate
- * bits, the same shape errors. It owns the size of the convolutions' device
- * workspace (fr_cl_ws_conv2d*); it allocates nothing.
+ * by gemm.cl (bias seeding, bias gradients, im2col, col2im, the plain SGD
+ * step), with the CPU kernels' semantics (linear.c, conv.c): absent outputs
+ * skipped, accumulate bits, the same shape errors. It owns the size of the
+ * convolutions' device workspace (fr_cl_ws_conv2d*) and of the step's GEMM
+ * scratch (fr_cl_ws_gemm); it allocates nothing, and neither does CLBlast:
+ *
+ * The step's GEMM scratch. CLBlast's indirect GEMM (large products) pads and
+ * transposes its operands in temporary buffers that it would allocate itself
+ * on every call, outside the device's accounting. On the device
+ * fr_kernel_call.upd_ws is instead the step's planned scratch, a cl_mem (cast
+ * to float *) of upd_ws_len floats: a GEMM whose shape needs temporary
+ * buffers (CLBlastSGemmTempBufferSize > 0) takes them from its start
+ * (CLBlastSgemmWithTempBuffer), and LINEAR_BWD's fused SGD step on the weight
+ * (update bit 1) forms the weight's gradient, O*K floats, at its end. A GEMM
+ * whose shape needs none is called as before; one that needs more than the
+ * scratch holds is refused. fr_cl_ws_gemm sizes the temporary part per node
+ * at plan time with every operand offset non-zero, the most CLBlast asks for
+ * any offset.
  *
  * Bits: every output element is computed by one work-item or by one GEMM of
  * fixed sizes, so a call gives the same bits run after run. They are not the
  * CPU's bits: CLBlast sums a product in its own order. The bias gradients
  * sum in double in the CPU's order and match it exactly where the device has
- * cl_khr_fp64.
- *
- * Not here yet: LINEAR_BWD's fused SGD step on the weight (update bit 1): the
- * CPU forms the gradient in tiles of host scratch (upd_ws); the device would
- * need that scratch planned in its own memory. It is refused with a clear
- * error; the bias's step (update bit 2) needs no scratch and is done. */
+ * cl_khr_fp64. The fused SGD step forms the weight's gradient by the GEMM the
+ * kept gradient is formed by (the same shapes) and steps with optim.cl's
+ * float operations: the bits of --keep-grads. */
 #include "backend/opencl/gemm.h"
 #include <clblast_c.h>
 #include "ops/kcheck.h"
@@ -58,27 +69,81 @@ typedef struct mat {
 static mat mat_of(const fr_tensor *t, size_t ld) { return (mat){fr_cl_mem(t), fr_cl_off(t), ld}; }
 static mat mat_at(mat a, size_t off) { return (mat){a.m, a.off + off, a.ld}; }
 
-/* C (m, n) = A' B' + beta C, row-major, A' = A or A^T (ta), B' likewise */
-static int gemm(fr_kernel_call *c, const char *op, int ta, int tb, size_t m, size_t n, size_t k,
-                mat a, mat b, float beta, mat cm) {
-    cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
-    CLBlastStatusCode s =
-        CLBlastSgemm(CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
-                     tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a.m, a.off, a.ld,
-                     b.m, b.off, b.ld, beta, cm.m, cm.off, cm.ld, &q, NULL);
-    return blast_check(c, s, op);
+/* The temporary bytes CLBlast's SGEMM needs for these operands (0: none,
+ * it will not allocate); SIZE_MAX when it cannot say. */
+static size_t temp_bytes(cl_command_queue q, int ta, int tb, size_t m, size_t n, size_t k,
+                         size_t ao, size_t lda, size_t bo, size_t ldb, size_t co, size_t ldc) {
+    size_t bytes = 0;
+    CLBlastStatusCode s = CLBlastSGemmTempBufferSize(
+        CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+        tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, ao, lda, bo, ldb, co, ldc, &q,
+        &bytes);
+    return s == CLBlastSuccess ? bytes : SIZE_MAX;
 }
 
-/* count GEMMs as above, the i-th on A, B and C advanced by i times their stride */
-static int gemm_batched(fr_kernel_call *c, const char *op, int ta, int tb, size_t m, size_t n,
-                        size_t k, mat a, size_t sa, mat b, size_t sb, float beta, mat cm, size_t sc,
-                        size_t count) {
-    if (count == 1) return gemm(c, op, ta, tb, m, n, k, a, b, beta, cm);
+/* The scratch a call's GEMMs may take their temporary buffers from: its
+ * first `bytes` (the rest may hold the fused step's gradient). */
+typedef struct scratch {
+    cl_mem m; /* NULL: none given */
+    size_t bytes;
+} scratch;
+
+static scratch scratch_of(const fr_kernel_call *c, size_t tail_floats) {
+    scratch s = {(cl_mem)(void *)c->upd_ws, 0};
+    if (s.m && c->upd_ws_len > tail_floats) s.bytes = (c->upd_ws_len - tail_floats) * sizeof(float);
+    return s;
+}
+
+/* C (m, n) = A' B' + beta C, row-major, A' = A or A^T (ta), B' likewise;
+ * CLBlast's temporary buffers from the scratch */
+static int gemm(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, size_t m, size_t n,
+                size_t k, mat a, mat b, float beta, mat cm) {
     cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
+    const CLBlastTranspose at = ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+                           bt = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    size_t need = temp_bytes(q, ta, tb, m, n, k, a.off, a.ld, b.off, b.ld, cm.off, cm.ld);
+    if (need == 0)
+        return blast_check(c,
+                           CLBlastSgemm(CLBlastLayoutRowMajor, at, bt, m, n, k, 1.0f, a.m, a.off,
+                                        a.ld, b.m, b.off, b.ld, beta, cm.m, cm.off, cm.ld, &q,
+                                        NULL),
+                           op);
+    if (need == SIZE_MAX || !sc.m || need > sc.bytes)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "opencl: %s: a %zux%zux%zu GEMM needs %zu bytes of CLBlast temporary "
+                       "buffers, the planned GEMM scratch holds %zu",
+                       op, m, n, k, need, sc.m ? sc.bytes : 0);
+    return blast_check(c,
+                       CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, at, bt, m, n, k, 1.0f, a.m,
+                                                  a.off, a.ld, b.m, b.off, b.ld, beta, cm.m, cm.off,
+                                                  cm.ld, &q, NULL, sc.m),
+                       op);
+}
+
+/* count GEMMs as above, the i-th on A, B and C advanced by i times their
+ * stride: one strided-batched call where one such GEMM needs no temporary
+ * buffers (the batched call then allocates none either: CLBlast decides per
+ * shape), else one call each with the scratch */
+static int gemm_batched(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, size_t m,
+                        size_t n, size_t k, mat a, size_t sa, mat b, size_t sb, float beta, mat cm,
+                        size_t sc_stride, size_t count) {
+    cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
+    int alone = count == 1;
+    for (size_t i = 0; i < count && !alone; i++) /* every one's offsets */
+        alone = temp_bytes(q, ta, tb, m, n, k, a.off + i * sa, a.ld, b.off + i * sb, b.ld,
+                           cm.off + i * sc_stride, cm.ld) != 0;
+    if (alone) {
+        for (size_t i = 0; i < count; i++) {
+            int st = gemm(c, op, sc, ta, tb, m, n, k, mat_at(a, i * sa), mat_at(b, i * sb), beta,
+                          mat_at(cm, i * sc_stride));
+            if (st) return st;
+        }
+        return FR_OK;
+    }
     CLBlastStatusCode s = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
         tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a.m, a.off, a.ld, sa, b.m,
-        b.off, b.ld, sb, beta, cm.m, cm.off, cm.ld, sc, count, &q, NULL);
+        b.off, b.ld, sb, beta, cm.m, cm.off, cm.ld, sc_stride, count, &q, NULL);
     return blast_check(c, s, op);
 }
 
@@ -131,14 +196,29 @@ int fr_cl_k_linear(fr_kernel_call *c) {
     int has_b = b->buf != NULL;
     if (has_b && (st = bias_fill(c, y, b, N * O, O, 1))) return st;
     if (K == 0) return has_b ? FR_OK : zero_tensor(c, y, N * O);
-    return gemm(c, "linear", 0, 1, (size_t)N, (size_t)O, (size_t)K, mat_of(x, (size_t)K),
-                mat_of(w, (size_t)K), has_b ? 1.0f : 0.0f, mat_of(y, (size_t)O));
+    return gemm(c, "linear", scratch_of(c, 0), 0, 1, (size_t)N, (size_t)O, (size_t)K,
+                mat_of(x, (size_t)K), mat_of(w, (size_t)K), has_b ? 1.0f : 0.0f,
+                mat_of(y, (size_t)O));
+}
+
+/* W (n values from its offset) = W + (-lr)(g + wd W), g the scratch's
+ * tail: plain SGD in optim.cl's (and fr_k_sgd's) float operations */
+static int sgd_step(fr_kernel_call *c, const fr_tensor *w, cl_mem g, size_t g_off, int64_t n) {
+    cl_mem wm = fr_cl_mem(w);
+    cl_ulong wo = fr_cl_off(w), go = g_off, un = (cl_ulong)n;
+    cl_float lr = c->upd_lr, wd = c->upd_wd;
+    LAUNCH(c, "sgd_plain", n, sizeof wm, &wm, sizeof wo, &wo, sizeof g, &g, sizeof go, &go,
+           sizeof un, &un, sizeof lr, &lr, sizeof wd, &wd);
+    return FR_OK;
 }
 
 // dy is (N,O), x is (N,K), W is (O,K)
 // dx (N,K) = dy W       (No, No; beta 1 with accumulate bit 0)
-// dW (O,K) = dy^T x     (Yes, No; beta 1 with accumulate bit 1)
+// dW (O,K) = dy^T x     (Yes, No; beta 1 with accumulate bit 1; with update
+//                        bit 1 dW is W itself: the gradient goes into the
+//                        scratch's last O*K floats, then W takes the SGD step)
 // db (O)   = sum_n dy   (col_sums, in double; accumulate bit 2, or update bit 2: the SGD step)
+// dx is computed first, from the weights before the step.
 int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     const fr_tensor *dx = &c->out[0], *dw = &c->out[1], *db = &c->out[2];
@@ -146,25 +226,37 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     int st = fr_kcheck_linear_bwd(c, &d);
     if (st) return st;
     const int64_t K = d.K, O = d.O, N = d.N;
-    if (dw->buf && (c->update & 2u))
+    const int upd_w = dw->buf && (c->update & 2u) && O * K > 0;
+    if (upd_w && (!c->upd_ws || c->upd_ws_len < (size_t)(O * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
-                       "opencl: linear_bwd: the fused SGD step on the weight (update bit 1) is "
-                       "not supported on the device yet");
+                       "opencl: linear_bwd: the weight's SGD step needs %lld floats of device "
+                       "scratch for its gradient, %zu given",
+                       (long long)(O * K), c->upd_ws ? c->upd_ws_len : (size_t)0);
+    const scratch sc = scratch_of(c, upd_w ? (size_t)(O * K) : 0);
     for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_bwd", &c->in[i], "input");
     if (st) return st;
     if (dx->buf && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0) && (st = zero_tensor(c, dx, N * K))) return st;
         } else {
-            st = gemm(c, "linear_bwd", 0, 0, (size_t)N, (size_t)K, (size_t)O, mat_of(dy, (size_t)O),
-                      mat_of(w, (size_t)K), acc_bit(c, 0) ? 1.0f : 0.0f, mat_of(dx, (size_t)K));
+            st = gemm(c, "linear_bwd", sc, 0, 0, (size_t)N, (size_t)K, (size_t)O,
+                      mat_of(dy, (size_t)O), mat_of(w, (size_t)K), acc_bit(c, 0) ? 1.0f : 0.0f,
+                      mat_of(dx, (size_t)K));
             if (st) return st;
         }
     }
-    if (dw->buf && O * K > 0) {
+    if (upd_w) { /* no rows (N == 0): no step, as the CPU's */
+        const size_t g_off = c->upd_ws_len - (size_t)(O * K);
+        const mat gm = {(cl_mem)(void *)c->upd_ws, g_off, (size_t)K};
+        if (N > 0 && ((st = gemm(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
+                                 mat_of(dy, (size_t)O), mat_of(x, (size_t)K), 0.0f, gm)) ||
+                      (st = sgd_step(c, dw, gm.m, g_off, O * K))))
+            return st;
+    } else if (dw->buf && O * K > 0) {
         if (N > 0) {
-            st = gemm(c, "linear_bwd", 1, 0, (size_t)O, (size_t)K, (size_t)N, mat_of(dy, (size_t)O),
-                      mat_of(x, (size_t)K), acc_bit(c, 1) ? 1.0f : 0.0f, mat_of(dw, (size_t)K));
+            st = gemm(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
+                      mat_of(dy, (size_t)O), mat_of(x, (size_t)K), acc_bit(c, 1) ? 1.0f : 0.0f,
+                      mat_of(dw, (size_t)K));
             if (st) return st;
         } else if (!acc_bit(c, 1) && (st = zero_tensor(c, dw, O * K))) {
             return st;
@@ -284,10 +376,10 @@ int fr_cl_k_conv2d(fr_kernel_call *c) {
         mat cols = mat_of(g.direct ? x : ws, (size_t)g.ohw);
         if (g.direct) cols = mat_at(cols, (size_t)(n0 * g.chw));
         else if ((st = im2col(c, &g, x, n0, nb, ws))) return st;
-        st = gemm_batched(c, "conv2d", 0, 0, (size_t)g.OC, (size_t)g.ohw, (size_t)g.ckk, wmat, 0,
-                          cols, (size_t)(g.direct ? g.chw : g.col), has_b ? 1.0f : 0.0f,
-                          mat_at(ymat, (size_t)(n0 * g.OC * g.ohw)), (size_t)(g.OC * g.ohw),
-                          (size_t)nb);
+        st = gemm_batched(c, "conv2d", scratch_of(c, 0), 0, 0, (size_t)g.OC, (size_t)g.ohw,
+                          (size_t)g.ckk, wmat, 0, cols, (size_t)(g.direct ? g.chw : g.col),
+                          has_b ? 1.0f : 0.0f, mat_at(ymat, (size_t)(n0 * g.OC * g.ohw)),
+                          (size_t)(g.OC * g.ohw), (size_t)nb);
         if (st) return st;
     }
     return FR_OK;
@@ -336,9 +428,10 @@ int fr_cl_k_conv2d_bwd(fr_kernel_call *c) {
     const mat dymat = mat_of(dy, (size_t)g.ohw), wmat = mat_of(w, (size_t)g.ckk);
     const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
     if (want_dx && g.direct) /* dx_n (C, HW) = W^T (C, OC) @ dy_n, all images at once */
-        if ((st = gemm_batched(c, "conv2d_bwd", 1, 0, (size_t)g.ckk, (size_t)g.ohw, (size_t)g.OC,
-                               wmat, 0, dymat, (size_t)yn, acc_x ? 1.0f : 0.0f,
-                               mat_of(dx, (size_t)g.ohw), (size_t)g.chw, (size_t)g.N)))
+        if ((st =
+                 gemm_batched(c, "conv2d_bwd", scratch_of(c, 0), 1, 0, (size_t)g.ckk, (size_t)g.ohw,
+                              (size_t)g.OC, wmat, 0, dymat, (size_t)yn, acc_x ? 1.0f : 0.0f,
+                              mat_of(dx, (size_t)g.ohw), (size_t)g.chw, (size_t)g.N)))
             return st;
     cl_ulong u[8];
     geom_args(&g, u);
@@ -350,17 +443,17 @@ int fr_cl_k_conv2d_bwd(fr_kernel_call *c) {
             else if ((st = im2col(c, &g, x, n0, nb, ws))) return st;
             for (int64_t i = 0; i < nb; i++) {
                 float beta = n0 + i == 0 && !acc_w ? 0.0f : 1.0f;
-                st = gemm(c, "conv2d_bwd", 0, 1, (size_t)g.OC, (size_t)g.ckk, (size_t)g.ohw,
-                          mat_at(dymat, (size_t)((n0 + i) * yn)),
+                st = gemm(c, "conv2d_bwd", scratch_of(c, 0), 0, 1, (size_t)g.OC, (size_t)g.ckk,
+                          (size_t)g.ohw, mat_at(dymat, (size_t)((n0 + i) * yn)),
                           mat_at(cols, (size_t)(i * (g.direct ? g.chw : g.col))), beta,
                           mat_of(dw, (size_t)g.ckk));
                 if (st) return st;
             }
         }
         if (want_dx && !g.direct) {
-            st = gemm_batched(c, "conv2d_bwd", 1, 0, (size_t)g.ckk, (size_t)g.ohw, (size_t)g.OC,
-                              wmat, 0, mat_at(dymat, (size_t)(n0 * yn)), (size_t)yn, 0.0f,
-                              mat_of(ws, (size_t)g.ohw), (size_t)g.col, (size_t)nb);
+            st = gemm_batched(c, "conv2d_bwd", scratch_of(c, 0), 1, 0, (size_t)g.ckk, (size_t)g.ohw,
+                              (size_t)g.OC, wmat, 0, mat_at(dymat, (size_t)(n0 * yn)), (size_t)yn,
+                              0.0f, mat_of(ws, (size_t)g.ohw), (size_t)g.col, (size_t)nb);
             if (st) return st;
             cl_mem wsm = fr_cl_mem(ws), dxm = fr_cl_mem(dx);
             cl_ulong wso = fr_cl_off(ws), dxo = fr_cl_off(dx) + (cl_ulong)(n0 * g.chw),
@@ -371,4 +464,57 @@ int fr_cl_k_conv2d_bwd(fr_kernel_call *c) {
         }
     }
     return FR_OK;
+}
+
+/* ---- the step's GEMM scratch, planned ---- */
+
+/* The most temporary bytes CLBlast asks for this GEMM at any operand offset
+ * (offsets 1: every operand that might be copied counted as copied). */
+static size_t plan_temp(cl_command_queue q, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                        int64_t lda, int64_t ldb, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0;
+    return temp_bytes(q, ta, tb, (size_t)m, (size_t)n, (size_t)k, 1, (size_t)lda, 1, (size_t)ldb, 1,
+                      (size_t)ldc);
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    size_t bytes = 0;
+    switch (n->op) {
+    case FR_OP_LINEAR:
+    case FR_OP_LINEAR_BWD: { /* x, W: LINEAR's in[0], in[1]; LINEAR_BWD's in[1], in[2] */
+        const int bwd = n->op == FR_OP_LINEAR_BWD;
+        const fr_shape *x = &g->vals[n->in[bwd]].shape, *w = &g->vals[n->in[1 + bwd]].shape;
+        if (w->ndim != 2 || w->d[1] <= 0) return 0;
+        const int64_t O = w->d[0], K = w->d[1], N = fr_shape_numel(x) / K;
+        cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));
+        if (n->op == FR_OP_LINEAR) {
+            bytes = plan_temp(q, 0, 1, N, O, K, K, K, O);
+        } else {
+            bytes =
+                max_sz(plan_temp(q, 0, 0, N, K, O, O, K, K), plan_temp(q, 1, 0, O, K, N, O, K, K));
+        }
+        break;
+    }
+    case FR_OP_CONV2D:
+    case FR_OP_CONV2D_BWD: {
+        geom gm;
+        if (fr_conv_dims_make(&gm, &g->vals[f->in[0]].shape, g->vals[f->in[1]].shape.d[0],
+                              f->attr.kernel, f->attr.stride, f->attr.pad))
+            return 0;
+        cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));
+        if (n->op == FR_OP_CONV2D) {
+            bytes = plan_temp(q, 0, 0, gm.OC, gm.ohw, gm.ckk, gm.ckk, gm.ohw, gm.ohw);
+        } else {
+            bytes = max_sz(plan_temp(q, 1, 0, gm.ckk, gm.ohw, gm.OC, gm.ckk, gm.ohw, gm.ohw),
+                           plan_temp(q, 0, 1, gm.OC, gm.ckk, gm.ohw, gm.ohw, gm.ohw, gm.ckk));
+        }
+        break;
+    }
+    default: return 0;
+    }
+    if (bytes == SIZE_MAX) return 0; /* CLBlast cannot size it: the kernel will say so */
+    return (int64_t)((bytes + sizeof(float) - 1) / sizeof(float));
 }

@@ -1,7 +1,7 @@
 /* gemm.h (opencl) — the OpenCL kernels of LINEAR, LINEAR_BWD, CONV2D and
  * CONV2D_BWD (gemm.c: CLBlast GEMMs around gemm.cl's kernels; the kernels
- * themselves are declared with every op's in backend.h) and the workspace
- * the convolutions need on the device. */
+ * themselves are declared with every op's in backend.h), the workspace the
+ * convolutions need on the device, and the step's GEMM scratch. */
 #ifndef FR_CL_GEMM_H
 #define FR_CL_GEMM_H
 
@@ -14,5 +14,12 @@
  * convolution, whose GEMMs read the images themselves. */
 int64_t fr_cl_ws_conv2d(const fr_graph *g, const fr_node *n, int j);
 int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j);
+
+/* Floats of the step's GEMM scratch node n needs (the backend's ws_elems
+ * with j = -1; gemm.c's top comment): the largest temporary buffer CLBlast
+ * asks for any of the node's GEMMs at any operand offset, 0 for a node that
+ * is none of LINEAR, LINEAR_BWD, CONV2D, CONV2D_BWD or whose GEMMs need none.
+ * g->ctx must use the device (its queue answers). */
+int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n);
 
 #endif

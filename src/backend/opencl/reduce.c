@@ -450,7 +450,16 @@ int fr_cl_k_pos_embedding_bwd(fr_kernel_call *c) {
 #define SUMSQ_CHUNK 2048 /* fr_k_grad_sumsq's blocks (GRAD_CHUNK in cpu/grad.c) */
 
 int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, double *out) {
+    return fr_cl_grad_sumsq(ctx, cl, m, off_elems, FR_F32, n, out);
+}
+
+int fr_cl_grad_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, fr_dtype dt, size_t n,
+                     double *out) {
     *out = 0;
+    if (dt != FR_F32 && dt != FR_F16 && dt != FR_BF16)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "opencl: sumsq: a gradient of dtype %s (f32, f16 or bf16 only)",
+                       fr_dtype_name(dt));
     if (n == 0) return FR_OK;
     if (!ctx->dev)
         return fr_fail(ctx, FR_ERR_ARG, "opencl: sumsq needs a context on the device (fr_cl_use)");
@@ -460,9 +469,11 @@ int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, do
     cl_mem part = fr_mem_take(ctx, fr_cl_memory(ctx), (size_t)(nb + 1) * each, FR_MEM_OTHER);
     if (!part) return FR_ERR_NOMEM;
     cl_kernel k1, k2;
-    int st = kernel(ctx, cl, "sumsq_blocks", &k1);
+    const cl_int dtc = dt == FR_F16 ? 1 : 2; /* reduce.cl's ld() codes */
+    int st = kernel(ctx, cl, dt == FR_F32 ? "sumsq_blocks" : "sumsq_blocks_h", &k1);
     if (!st) st = kernel(ctx, cl, "sum_in_order", &k2);
     if (!st) st = FR_CL_ARGS(ctx, k1, VA(m), VA(off), VA(nn), VA(chunk), VA(part));
+    if (!st && dt != FR_F32) st = fr_cl_arg(ctx, k1, 5, sizeof dtc, &dtc);
     if (!st) st = run_items(ctx, cl, k1, (int64_t)nb);
     if (!st) st = FR_CL_ARGS(ctx, k2, VA(part), VA(nb));
     const size_t one = 1;

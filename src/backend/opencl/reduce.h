@@ -14,6 +14,10 @@
  * a 2048-value block) comes from the device's memory (ctx must use the
  * device: fr_cl_use). */
 int fr_cl_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, size_t n, double *out);
+/* The same over n values of dtype dt (f32, or f16/bf16 widened exactly, as
+ * fr_k_grad_sumsq reads a 16-bit gradient). */
+int fr_cl_grad_sumsq(fr_ctx *ctx, fr_cl *cl, cl_mem m, size_t off_elems, fr_dtype dt, size_t n,
+                     double *out);
 
 /* *hits = the rows i of logits (N,K) f32 whose first maximum (strict >, as
  * step.c's count_hits) is at labels[i] (i32). Offsets in elements. Waits for

@@ -249,3 +249,24 @@ __kernel void unscale_check_f32(ulong n, __global float *g, ulong g_off, float f
     if (!(fabs(x) <= FLT_MAX)) *found = 1;
     g[g_off + i] = x * f;
 }
+
+/* The same on a 16-bit gradient (is_f16: f16, else bf16): widened, the f32
+ * operation, rounded back (grad.c's chunks do the same per element). */
+static float load_h(__global const ushort *g, ulong i, int is_f16) {
+    return is_f16 ? f16_to_f32(g[i]) : bf16_to_f32(g[i]);
+}
+static ushort store_h(float x, int is_f16) { return is_f16 ? f32_to_f16(x) : f32_to_bf16(x); }
+
+__kernel void scale_h(ulong n, __global ushort *g, ulong g_off, float f, int is_f16) {
+    ulong i = get_global_id(0);
+    if (i < n) g[g_off + i] = store_h(load_h(g, g_off + i, is_f16) * f, is_f16);
+}
+
+__kernel void unscale_check_h(ulong n, __global ushort *g, ulong g_off, float f,
+                              __global int *found, int is_f16) {
+    ulong i = get_global_id(0);
+    if (i >= n) return;
+    float x = load_h(g, g_off + i, is_f16);
+    if (!(fabs(x) <= FLT_MAX)) *found = 1;
+    g[g_off + i] = store_h(x * f, is_f16);
+}

@@ -2,7 +2,9 @@
  * (gemm.c): seeding an output with its bias, the bias gradients (column and
  * plane sums, each output summed by one work-item in a fixed order), and the
  * convolution's unroll (im2col, reading f32, f16 or bf16 images) and its
- * adjoint (col2im as a gather: each input pixel sums its taps in order).
+ * adjoint (col2im as a gather: each input pixel sums its taps in order),
+ * and the plain SGD step of a weight whose gradient LINEAR_BWD formed in
+ * scratch (the step inside backward).
  * Tensors are (buffer, element offset) pairs. */
 
 /* No contraction to fma: the CPU kernels' a*b+c give the same bits. */
@@ -116,4 +118,16 @@ __kernel void col2im(__global const float *col, ulong col_off, __global float *d
         }
     }
     dx[dx_off + i] = v;
+}
+
+/* w[i] = w[i] + (-lr)(g[i] + wd w[i]), i in [0, n): fr_k_sgd without
+ * momentum (optim.cl's sgd_f32, the same float operations) */
+__kernel void sgd_plain(__global float *w, ulong w_off, __global const float *g, ulong g_off,
+                        ulong n, float lr, float wd) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    float pi = w[w_off + i];
+    float d = g[g_off + i];
+    if (wd != 0.0f) d = d + wd * pi;
+    w[w_off + i] = pi + (-lr) * d;
 }

@@ -532,6 +532,20 @@ __kernel void sumsq_blocks(__global const float *x, ulong x_off, ulong n, ulong 
     part[b] = s;
 }
 
+/* the same over a 16-bit gradient (dt 1 f16, 2 bf16), widened exactly */
+__kernel void sumsq_blocks_h(__global const float *x, ulong x_off, ulong n, ulong chunk,
+                             __global acc_t *part, int dt) {
+    const ulong b = get_global_id(0), lo = b * chunk;
+    if (lo >= n) return;
+    const ulong hi = n - lo < chunk ? n : lo + chunk;
+    acc_t s = 0;
+    for (ulong i = lo; i < hi; i++) {
+        float v = ld(x, x_off + i, dt);
+        s += (acc_t)v * v;
+    }
+    part[b] = s;
+}
+
 /* part[nb] = the blocks' sums added in block order (one work-item) */
 __kernel void sum_in_order(__global acc_t *part, ulong nb) {
     acc_t s = 0;
