@@ -43,16 +43,7 @@ mpi_asan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 mpirun() { ASAN_OPTIONS=$mpi_asan command mpirun "$@"; }
 mpi() { mpirun --oversubscribe -np "$@"; }
 
-cat >"$tmp/m.model" <<'M'
-input 1 28 28
-flatten
-linear 64 name=fc1
-relu
-linear 32 name=fc2
-relu
-linear 10 name=fc3
-loss cross_entropy
-M
+cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 # parameters: 784*64+64 + 64*32+32 + 32*10+10 floats
 P=$(((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10) * 4))
 

@@ -7,16 +7,7 @@
 # fc1 and fc2); the rank's batch is ceil(B/N); `train --zero 1` is refused
 # with what to use instead. Needs no MPI.
 source "$(dirname "$0")/lib.sh"
-cat >"$tmp/m.model" <<'M'
-input 1 28 28
-flatten
-linear 64 name=fc1
-relu
-linear 32 name=fc2
-relu
-linear 10 name=fc3
-loss cross_entropy
-M
+cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4)) fc3=$(((32 * 10 + 10) * 4))
 P=$((fc1 + fc2 + fc3))
 N=4
