@@ -54,16 +54,21 @@ static void row_count(FILE *out, const char *label, uint64_t n) {
     row(out, label, c, "");
 }
 
-static void summary(const fr_mem_stats *sp, const char *title, FILE *out) {
-    const fr_mem_stats st = *sp;
-    char label[64];
-
+/* A table's title centred between rules, and its column names. */
+static void head(FILE *out, const char *title, const char *col1, const char *col2) {
     rule(out, '=');
     int tl = (int)strlen(title), pad = (TABLE_W - 2 - tl) / 2;
     fprintf(out, "|%*s%s%*s|\n", pad, "", title, TABLE_W - 2 - tl - pad, "");
     rule(out, '-');
-    row(out, "Metric", "Cur Usage", "Peak Usage");
+    row(out, "Metric", col1, col2);
     rule(out, '=');
+}
+
+static void summary(const fr_mem_stats *sp, const char *title, FILE *out) {
+    const fr_mem_stats st = *sp;
+    char label[64];
+
+    head(out, title, "Cur Usage", "Peak Usage");
     row(out, "Allocated memory", "", "");
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++) {
         snprintf(label, sizeof label, "      %s", fr_mem_cat_name((fr_mem_cat)c));
@@ -150,12 +155,7 @@ void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *o
     }
     char title[64], label[64];
     snprintf(title, sizeof title, "peak per rank over %d ranks", ranks);
-    rule(out, '=');
-    int tl = (int)strlen(title), pad = (TABLE_W - 2 - tl) / 2;
-    fprintf(out, "|%*s%s%*s|\n", pad, "", title, TABLE_W - 2 - tl - pad, "");
-    rule(out, '-');
-    row(out, "Metric", "Min over ranks", "Max over ranks");
-    rule(out, '=');
+    head(out, title, "Min over ranks", "Max over ranks");
     row(out, "Allocated memory (peak)", "", "");
     for (int c = 0; c < FR_MEM_CAT_COUNT; c++) {
         snprintf(label, sizeof label, "      %s", fr_mem_cat_name((fr_mem_cat)c));

@@ -464,15 +464,25 @@ void fr_cl_queue_free(cl_command_queue q) {
     clReleaseCommandQueue(q);
 }
 
-int fr_cl_write_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, const void *src, size_t n,
-                   cl_uint n_wait, const cl_event *wait, cl_event *done) {
-    cl_int err =
-        n ? clEnqueueWriteBuffer(q, m, CL_FALSE, off, n, src, n_wait, n_wait ? wait : NULL, done)
-          : clEnqueueMarkerWithWaitList(q, n_wait, n_wait ? wait : NULL, done);
+/* A non-blocking copy between host memory and m+off on queue q after the
+ * n_wait events (n = 0: a marker), flushed so other queues may wait on it. */
+static int copy_on(fr_ctx *ctx, cl_command_queue q, int write, cl_mem m, size_t off, void *host,
+                   size_t n, cl_uint n_wait, const cl_event *wait, cl_event *done) {
+    const cl_event *w = n_wait ? wait : NULL;
+    cl_int err = !n      ? clEnqueueMarkerWithWaitList(q, n_wait, w, done)
+                 : write ? clEnqueueWriteBuffer(q, m, CL_FALSE, off, n, host, n_wait, w, done)
+                         : clEnqueueReadBuffer(q, m, CL_FALSE, off, n, host, n_wait, w, done);
     if (err == CL_SUCCESS) err = clFlush(q);
     char what[112];
-    snprintf(what, sizeof what, "clEnqueueWriteBuffer (upload queue) of %zu bytes at %zu", n, off);
+    snprintf(what, sizeof what, "%s (%s queue) of %zu bytes at %zu",
+             write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", write ? "upload" : "copy", n,
+             off);
     return fr_cl_check(ctx, err, what);
+}
+
+int fr_cl_write_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, const void *src, size_t n,
+                   cl_uint n_wait, const cl_event *wait, cl_event *done) {
+    return copy_on(ctx, q, 1, m, off, (void *)src, n, n_wait, wait, done);
 }
 
 int fr_cl_wait_for(fr_ctx *ctx, fr_cl *cl, cl_uint n, const cl_event *events) {
@@ -496,13 +506,7 @@ int fr_cl_copy_queue(fr_ctx *ctx, fr_cl *cl, cl_command_queue *out) {
 
 int fr_cl_read_on(fr_ctx *ctx, cl_command_queue q, cl_mem m, size_t off, void *dst, size_t n,
                   cl_uint n_wait, const cl_event *wait, cl_event *done) {
-    cl_int err =
-        n ? clEnqueueReadBuffer(q, m, CL_FALSE, off, n, dst, n_wait, n_wait ? wait : NULL, done)
-          : clEnqueueMarkerWithWaitList(q, n_wait, n_wait ? wait : NULL, done);
-    if (err == CL_SUCCESS) err = clFlush(q);
-    char what[112];
-    snprintf(what, sizeof what, "clEnqueueReadBuffer (copy queue) of %zu bytes at %zu", n, off);
-    return fr_cl_check(ctx, err, what);
+    return copy_on(ctx, q, 0, m, off, dst, n, n_wait, wait, done);
 }
 
 int fr_cl_flush(fr_ctx *ctx, fr_cl *cl) { return fr_cl_check(ctx, clFlush(cl->queue), "clFlush"); }
