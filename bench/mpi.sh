@@ -9,11 +9,19 @@
 # (about 1.7 MB) make two buckets with DDP's caps (1 MiB, then 25 MiB);
 # BUCKET_MB=0.25 gives more, smaller ones.
 #
+# Then ZeRO: each rank's peak bytes of parameters, gradients and optimizer
+# state (min and max over the ranks) at stages 0, 1 and 2 on 2 and 4 ranks
+# (4 oversubscribed), for ZMODEL (the largest model ranks can train: the
+# ResNet; the GPTs are language models, not sliced over ranks yet), against
+# `frugal estimate --ranks N --zero K` (ZeRO's formulas).
+#
 #   bench/mpi.sh                 # writes bench/out/mpi.md
 #   LIMIT=2560 BATCH=128 bench/mpi.sh
+#   ONLY=zero bench/mpi.sh       # the ZeRO table only (the timings kept)
 #
 # Environment: BIN [build/frugal], MODEL [cnn], LIMIT [3840], BATCH [128],
-# REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out].
+# REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out],
+# ZMODEL [resnet], ZBATCH [32], ONLY [all; zero].
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -51,6 +59,7 @@ best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
     echo "$b $w"
 }
 
+timings() {
 read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
 read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
     "${common[@]}" --threads 1)
@@ -74,3 +83,48 @@ for name, s, w in (("2 ranks x 1 thread, overlap", ov, wov), ("2 ranks x 1 threa
     print("| %s | %.3f | %.2f | %.3f s | %.1f%% |" % (name, s, s / one, w, 100 * w / s if s else 0))
 PY
 } | tee "$out/mpi.md"
+}
+
+zero_table() {
+    local zmodel=${ZMODEL:-resnet} zbatch=${ZBATCH:-32}
+    echo
+    echo "## ZeRO: bytes per rank, $zmodel, Adam, global batch $zbatch"
+    echo
+    echo "Peak bytes of each rank (measured: min-max over the ranks; predicted:"
+    echo "\`frugal estimate --ranks N --zero K\`, gradients including stage 2's bucket)."
+    echo
+    echo "| ranks | stage | parameters | gradients | optimizer | predicted P / G / O |"
+    echo "|---:|---:|---:|---:|---:|---|"
+    for n in 2 4; do
+        "$bin" estimate --model "$zmodel" --batch "$zbatch" --ranks "$n" --optimizer adam --json \
+            >"$tmp/est.json"
+        for z in 0 1 2; do
+            mpirun --oversubscribe -np "$n" -x OMP_NUM_THREADS=1 "$bin" train --model "$zmodel" \
+                --epochs 1 --batch "$zbatch" --limit $((zbatch * 2)) --test-limit 32 --threads 1 \
+                --optimizer adam --json --zero "$z" >"$tmp/z.json" 2>"$tmp/err" ||
+                { cat "$tmp/err" >&2; exit 1; }
+            python3 - "$tmp/z.json" "$tmp/est.json" "$n" "$z" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rp = [e for e in ev if e.get("event") == "summary"][-1]["rank_peaks"]
+est = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+st = [s for s in est["stages"] if s["zero"] == int(sys.argv[4])][0]
+def mm(k):
+    lo, hi = rp[k]["min"], rp[k]["max"]
+    return "%d" % hi if lo == hi else "%d-%d" % (lo, hi)
+pred = (st["parameters"], st["gradients"] + st["buckets"], st["optimizer"])
+meas = (rp["parameters"]["max"], rp["gradients"]["max"], rp["optimizer"]["max"])
+print("| %s | %s | %s | %s | %s | %d / %d / %d%s |" % (sys.argv[3], sys.argv[4], mm("parameters"),
+      mm("gradients"), mm("optimizer"), *pred, "" if pred == meas else " (differs)"))
+PY
+        done
+    done
+}
+
+if [ "${ONLY:-all}" = zero ]; then
+    { sed '/^## ZeRO/,$d' "$out/mpi.md" 2>/dev/null | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'; zero_table; } >"$tmp/md"
+    cp "$tmp/md" "$out/mpi.md"
+    cat "$out/mpi.md"
+else
+    { timings; zero_table; } | tee "$out/mpi.md"
+fi

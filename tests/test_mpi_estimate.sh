@@ -2,16 +2,18 @@
 # test_mpi_estimate.sh — `frugal estimate --ranks N [--zero K]` on one
 # process: one rank's bytes by category at ZeRO stages 0-3 against the
 # formulas worked out by hand for a small MLP with Adam (P = G = parameter
-# bytes, O = 2P; shards ceil(x/N); stage 2 and 3 hold one bucket,
+# bytes, O = 2P; shards by elements: the E = P/4 trainable floats, ceil(E/N)
+# a rank, so x/N is x/E * ceil(E/N); stage 2 and 3 hold one bucket,
 # min(25 MiB, G); stage 3 gathers the two largest consecutive units, here
-# fc1 and fc2); the rank's batch is ceil(B/N); `train --zero 1` is refused
+# fc1 and fc2); the rank's batch is ceil(B/N); `train --zero 3` is refused
 # with what to use instead. Needs no MPI.
 source "$(dirname "$0")/lib.sh"
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4)) fc3=$(((32 * 10 + 10) * 4))
 P=$((fc1 + fc2 + fc3))
 N=4
-sh() { echo $((($1 + N - 1) / N)); }
+E=$((P / 4))
+sh() { echo $(($1 / E * ((E + N - 1) / N))); }
 want=("0 $P $P $((2 * P)) 0"
     "1 $P $P $(sh $((2 * P))) 0"
     "2 $P $(sh $P) $(sh $((2 * P))) $P"
@@ -36,6 +38,6 @@ done
 sed -n '/^per rank on 2 ranks/,$p' "$tmp/out" >"$tmp/ranks"
 [ "$(grep -c '^[0-3] ' "$tmp/ranks")" = 1 ] && grep -q '^2 ' "$tmp/ranks" && ok ||
     no "--zero 2: $(tail -3 "$tmp/out")"
-expect_fail "train --zero 1" 2 "estimate --ranks N --zero K" \
-    "$bin" train --model "$tmp/m.model" --zero 1
+expect_fail "train --zero 3" 2 "estimate --ranks N --zero 3" \
+    "$bin" train --model "$tmp/m.model" --zero 3
 finish

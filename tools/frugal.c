@@ -357,9 +357,9 @@ static const opt_row opts[] = {
      "estimate one rank of N: its slice of --batch, and per-rank bytes\n"
      "by category at each ZeRO stage (no process started)"},
     {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE,
-     "ZeRO stage: 0 (everything replicated: what train runs); estimate\n"
-     "shows 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
-     "[estimate: all]"},
+     "ZeRO stage under mpirun: 0 (everything replicated), 1 (optimizer\n"
+     "state sharded), 2 (+ gradients); estimate also shows 3 (+ parameters)\n"
+     "[train: 0, estimate: all]"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -833,12 +833,13 @@ static int cmd_train(int argc, char **argv) {
     if (c.t.offload && c.device < 0)
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s", "--offload needs --device opencl[:N]");
-    if (c.zero > 0)
+    if (c.zero > 2)
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s",
-                   "--zero 1, 2 and 3 (sharded optimizer state, gradients, parameters) are not "
-                   "built yet: train runs stage 0; `frugal estimate --ranks N --zero K` shows "
-                   "their bytes per rank");
+                   "--zero 3 (sharded parameters) is not built yet: train runs stages 0, 1 "
+                   "(sharded optimizer state) and 2 (gradients too); `frugal estimate --ranks N "
+                   "--zero 3` shows its bytes per rank");
+    c.t.zero = c.zero > 0 ? c.zero : 0;
     default_text(ctx, &c);
     if (rank > 0) c.t.json = 0, c.t.progress = -1; /* rank 0 speaks for the run */
     if (!c.t.json && c.t.progress >= 0)

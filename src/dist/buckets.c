@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 #include "dist/buckets.h"
+#include "dist/shard.h"
 #include "report/report.h"
 
 static double now_s(void) {
@@ -27,7 +28,9 @@ fr_status fr_buckets_plan(fr_ctx *ctx, int n, const size_t *grad_floats, const i
     b->ready_pos = fr_alloc(ctx, np * sizeof *b->ready_pos, FR_MEM_OTHER);
     b->buf = fr_calloc(ctx, np * sizeof *b->buf, FR_MEM_OTHER);
     b->started = fr_calloc(ctx, np, FR_MEM_OTHER);
-    if (!b->bucket_of || !b->off || !b->len || !b->ready_pos || !b->buf || !b->started) {
+    b->start = fr_calloc(ctx, np * sizeof *b->start, FR_MEM_OTHER);
+    if (!b->bucket_of || !b->off || !b->len || !b->ready_pos || !b->buf || !b->started ||
+        !b->start) {
         fr_buckets_release(ctx, b);
         return FR_ERR_NOMEM;
     }
@@ -48,10 +51,31 @@ fr_status fr_buckets_plan(fr_ctx *ctx, int n, const size_t *grad_floats, const i
         if (last_pos[i] > b->ready_pos[k]) b->ready_pos[k] = last_pos[i];
     }
     b->n = k + 1;
+    for (int j = 0; j < b->n; j++) b->start[j] = b->total, b->total += b->len[j];
+    b->hi = b->total;
     return FR_OK;
 }
 
+void fr_buckets_shard(fr_buckets *b, int zero, int rank, int ranks) {
+    b->zero = zero;
+    if (zero >= 1) fr_shard_range(b->total, ranks, rank, &b->lo, &b->hi);
+}
+
+size_t fr_buckets_flat(const fr_buckets *b, int i) {
+    return b->bucket_of[i] < 0 ? 0 : b->start[b->bucket_of[i]] + b->off[i];
+}
+
+void fr_buckets_drop(fr_ctx *ctx, fr_buckets *b) {
+    for (int k = 0; k < b->n; k++) fr_free(ctx, b->buf[k]), b->buf[k] = NULL;
+}
+
 fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b) {
+    if (b->zero >= 2 && !b->shard && b->hi > b->lo) {
+        fr_mem_set_tag(ctx, "grad shard");
+        b->shard = fr_calloc(ctx, (b->hi - b->lo) * sizeof(float), FR_MEM_GRADS);
+        fr_mem_set_tag(ctx, NULL);
+        if (!b->shard) return FR_ERR_NOMEM;
+    }
     fr_mem_set_tag(ctx, "grad buckets");
     for (int k = 0; k < b->n; k++)
         if (!b->buf[k] && !(b->buf[k] = fr_calloc(ctx, b->len[k] * sizeof(float), FR_MEM_GRADS)))
@@ -68,6 +92,8 @@ size_t fr_buckets_reserved(const fr_buckets *b) {
 
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b) {
     for (int k = 0; b->buf && k < b->n; k++) fr_free(ctx, b->buf[k]);
+    fr_free(ctx, b->shard);
+    fr_free(ctx, b->start);
     fr_free(ctx, b->bucket_of);
     fr_free(ctx, b->off);
     fr_free(ctx, b->len);
@@ -88,6 +114,9 @@ static fr_status start(fr_ctx *ctx, fr_comm *c, fr_buckets *b, int k) {
     b->started[k] = 1;
     char what[64];
     snprintf(what, sizeof what, "gradient bucket %d of %d", k + 1, b->n);
+    if (b->zero >= 1)
+        return fr_comm_isum_scatter_f32(ctx, c, k, b->buf[k], b->start[k], b->len[k], b->total,
+                                        what);
     return fr_comm_isum_f32(ctx, c, k, b->buf[k], b->len[k], what);
 }
 
@@ -109,6 +138,18 @@ fr_status fr_buckets_finish(fr_ctx *ctx, fr_comm *c, fr_buckets *b) {
     if (!st) st = fr_comm_wait_all(ctx, c, "the gradient buckets");
     b->wait_s += now_s() - t0;
     b->reductions++;
+    /* ZeRO: this rank's share of each bucket's sum came first (MPI's in-place
+     * rule): to its place in the bucket, or into the shard */
+    for (int k = 0; k < b->n && !st && b->zero >= 1 && fr_comm_size(c) > 1; k++) {
+        size_t s0 = b->start[k], s1 = s0 + b->len[k];
+        size_t a = b->lo > s0 ? b->lo : s0, e = b->hi < s1 ? b->hi : s1;
+        if (e <= a) continue;
+        if (b->zero >= 2) memcpy(b->shard + (a - b->lo), b->buf[k], (e - a) * sizeof(float));
+        else memmove(b->buf[k] + (a - s0), b->buf[k], (e - a) * sizeof(float));
+    }
+    if (!st && b->zero >= 2 && fr_comm_size(c) == 1)
+        for (int k = 0; k < b->n; k++)
+            memcpy(b->shard + b->start[k], b->buf[k], b->len[k] * sizeof(float));
     return st;
 }
 

@@ -8,7 +8,15 @@
  * position of the last node writing any of its gradients; its MPI_Iallreduce
  * starts there (on the last micro-batch) and all are waited for before the
  * optimizer steps. The layout knows sizes and positions only; the step binds
- * it (train/step.c). */
+ * it (train/step.c).
+ *
+ * ZeRO (zero >= 1): the buckets laid end to end are the flat vector that
+ * dist/shard.h shards; each bucket is reduce-scattered instead of summed
+ * (MPI_Ireduce_scatter: each rank receives the sum of its own elements of
+ * it only) and, once waited for, that share is moved to its place in the
+ * bucket (stage 1: the rest of the bucket is stale) or copied into the
+ * rank's gradient shard, after which the bucket blocks are freed (stage 2:
+ * only the shard, category grads, outlives the step). */
 #ifndef FR_BUCKETS_H
 #define FR_BUCKETS_H
 
@@ -26,6 +34,11 @@ typedef struct fr_buckets {
     int *ready_pos; /* per bucket: the plan position after which it is complete */
     float **buf;    /* per bucket: the block (category grads), NULL until allocated */
     uint8_t *started;
+    size_t *start;      /* per bucket: its first element in the flat vector */
+    size_t total;       /* elements of all buckets */
+    int zero;           /* ZeRO stage (0: buckets summed whole) */
+    size_t lo, hi;      /* zero >= 1: this rank's elements [lo, hi) of the flat vector */
+    float *shard;       /* zero 2: the gradients of [lo, hi) (category grads) */
     int overlap;        /* 1: start each bucket during backward; 0: all after it */
     double wait_s;      /* seconds waiting for the sums, over the run */
     int64_t reductions; /* steps reduced */
@@ -36,11 +49,19 @@ typedef struct fr_buckets {
  * bytes (0: DDP's). Nothing allocated but the tables (category other). */
 fr_status fr_buckets_plan(fr_ctx *ctx, int n, const size_t *grad_floats, const int *last_pos,
                           size_t first_cap, size_t cap, fr_buckets *b);
-/* The blocks, zeroed (category grads, tag "grad buckets"). */
+/* ZeRO stage `zero` for rank `rank` of `ranks`: its range of the flat
+ * vector (and, at stage 2, its shard block on fr_buckets_alloc). */
+void fr_buckets_shard(fr_buckets *b, int zero, int rank, int ranks);
+/* The blocks, zeroed (category grads, tag "grad buckets"), and at stage 2
+ * the shard's block. */
 fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b);
 /* What the blocks reserve, as the allocator rounds them. */
 size_t fr_buckets_reserved(const fr_buckets *b);
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b);
+/* Stage 2: free the bucket blocks (the shard stays). */
+void fr_buckets_drop(fr_ctx *ctx, fr_buckets *b);
+/* Param i's first element in the flat vector. */
+size_t fr_buckets_flat(const fr_buckets *b, int i);
 /* Param i's gradient storage inside its bucket (NULL: none or not allocated). */
 float *fr_buckets_grad(const fr_buckets *b, int i);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dist/comm.h"
+#include "dist/shard.h"
 #ifdef FR_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -15,6 +16,8 @@ struct fr_comm {
     MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
     MPI_Request *req;
     int n_req;
+    int *counts; /* n_req * 2 * size: per slot, the pieces' counts and offsets */
+    int *tmp;    /* 2 * size: the same for a blocking call */
     fr_ctx *ctx; /* whose allocator holds req */
 #endif
 };
@@ -72,6 +75,8 @@ fr_status fr_comm_init(fr_ctx *ctx, fr_comm **out) {
 void fr_comm_finalize(fr_comm *c) {
     if (!c) return;
     fr_free(c->ctx, c->req);
+    fr_free(c->ctx, c->counts);
+    fr_free(c->ctx, c->tmp);
     MPI_Comm_free(&c->comm);
     fr_free(c->ctx, c);
     int fin = 0;
@@ -120,7 +125,17 @@ fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what) {
 fr_status fr_comm_reserve(fr_ctx *ctx, fr_comm *c, int n) {
     if (!c || n <= c->n_req) return FR_OK;
     MPI_Request *r = fr_alloc(ctx, (size_t)n * sizeof *r, FR_MEM_OTHER);
-    if (!r) return FR_ERR_NOMEM;
+    int *counts = fr_calloc(ctx, (size_t)n * 2 * (size_t)c->size * sizeof *counts, FR_MEM_OTHER);
+    int *tmp = c->tmp ? c->tmp : fr_calloc(ctx, 2 * (size_t)c->size * sizeof *tmp, FR_MEM_OTHER);
+    if (!r || !counts || !tmp) {
+        fr_free(ctx, r);
+        fr_free(ctx, counts);
+        if (tmp != c->tmp) fr_free(ctx, tmp);
+        return FR_ERR_NOMEM;
+    }
+    fr_free(c->ctx, c->counts);
+    c->counts = counts;
+    c->tmp = tmp;
     for (int k = 0; k < n; k++) r[k] = k < c->n_req ? c->req[k] : MPI_REQUEST_NULL;
     fr_free(c->ctx, c->req);
     c->req = r;
@@ -150,6 +165,55 @@ fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what) {
     if (!c || c->size == 1 || !c->n_req) return FR_OK;
     int rc = MPI_Waitall(c->n_req, c->req, MPI_STATUSES_IGNORE);
     return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Waitall", what);
+}
+
+/* Each rank's piece of [at, at+n): counts cnt[r] and offsets dsp[r] from at. */
+static int pieces(const fr_comm *c, size_t at, size_t n, size_t total, int *cnt, int *dsp) {
+    if (n > (size_t)INT32_MAX) return -1;
+    for (int r = 0; r < c->size; r++) {
+        size_t lo, hi;
+        fr_shard_range(total, c->size, r, &lo, &hi);
+        size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
+        cnt[r] = b > a ? (int)(b - a) : 0;
+        dsp[r] = b > a ? (int)(a - at) : 0;
+    }
+    return 0;
+}
+
+fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                   size_t n, size_t total, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy", what, slot, c->n_req);
+    int *cnt = c->counts + (size_t)slot * 2 * (size_t)c->size, *dsp = cnt + c->size;
+    if (pieces(c, at, n, total, cnt, dsp))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu floats too many", what, n);
+    int rc =
+        MPI_Ireduce_scatter(MPI_IN_PLACE, buf, cnt, MPI_FLOAT, MPI_SUM, c->comm, &c->req[slot]);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Ireduce_scatter (sum)", what);
+}
+
+fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size_t at, size_t n,
+                                       size_t total, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    int *cnt = c->tmp, *dsp = c->tmp + c->size;
+    if (!cnt || pieces(c, at, n, total, cnt, dsp))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: no counts reserved or %zu floats too many", what, n);
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Allgatherv", what);
+}
+
+fr_status fr_comm_gather_shards_f32(fr_ctx *ctx, fr_comm *c, const float *mine, float *full,
+                                    size_t at, size_t n, size_t total, const char *what) {
+    if (!c || c->size == 1) {
+        memcpy(full, mine, n * sizeof *full);
+        return FR_OK;
+    }
+    int *cnt = c->tmp, *dsp = c->tmp + c->size;
+    if (!cnt || pieces(c, at, n, total, cnt, dsp))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: no counts reserved or %zu floats too many", what, n);
+    int rc = MPI_Gatherv(mine, cnt[c->rank], MPI_FLOAT, full, cnt, dsp, MPI_FLOAT, 0, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Gatherv", what);
 }
 
 #else /* built without MPI: one process */
@@ -213,6 +277,24 @@ fr_status fr_comm_test_all(fr_ctx *ctx, fr_comm *c) {
 
 fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what) {
     (void)ctx, (void)c, (void)what;
+    return FR_OK;
+}
+fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                   size_t n, size_t total, const char *what) {
+    (void)ctx, (void)c, (void)slot, (void)buf, (void)at, (void)n, (void)total, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size_t at, size_t n,
+                                       size_t total, const char *what) {
+    (void)ctx, (void)c, (void)buf, (void)at, (void)n, (void)total, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_gather_shards_f32(fr_ctx *ctx, fr_comm *c, const float *mine, float *full,
+                                    size_t at, size_t n, size_t total, const char *what) {
+    (void)ctx, (void)c, (void)at, (void)total, (void)what;
+    memcpy(full, mine, n * sizeof *full);
     return FR_OK;
 }
 #endif

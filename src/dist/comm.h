@@ -51,4 +51,20 @@ fr_status fr_comm_isum_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t
 fr_status fr_comm_test_all(fr_ctx *ctx, fr_comm *c);
 fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what);
 
+/* ZeRO (the shard rule of dist/shard.h): buf holds the elements [at, at+n)
+ * of a flat vector of `total` f32 sharded over the ranks.
+ * isum_scatter: slot k's non-blocking sum of buf over the ranks, scattered
+ * (MPI_Ireduce_scatter, in place): once waited for, this rank's share of
+ * the sum sits at buf[0 .. its count), by MPI's in-place rule (the caller
+ * moves it to its place). allgather_shards: every rank's share of buf sent
+ * to all (MPI_Allgatherv, in place). gather_shards: every rank's share
+ * (`mine`, its count of elements) into full[0..n) on rank 0 (MPI_Gatherv;
+ * full is only written on rank 0). */
+fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                   size_t n, size_t total, const char *what);
+fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size_t at, size_t n,
+                                       size_t total, const char *what);
+fr_status fr_comm_gather_shards_f32(fr_ctx *ctx, fr_comm *c, const float *mine, float *full,
+                                    size_t at, size_t n, size_t total, const char *what);
+
 #endif

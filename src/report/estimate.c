@@ -5,6 +5,7 @@
  * graph and plan; changes nothing. */
 #include <string.h>
 #include "backend/cpu/optim_state.h"
+#include "dist/shard.h"
 #include "report/report.h"
 #include "model/model.h"
 #include "train/step.h"
@@ -197,11 +198,12 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  *                                       gradients live until reduce-scattered)
  *   stage 3: P/N + units + G/N + bucket + O/N (parameters sharded: one
  *                                       unit gathered, the next prefetched)
- * each shard ceil(x/N); bucket = min(25 MiB, G), units = the largest
+ * each shard the largest one of dist/shard.h's rule (the one the run
+ * uses): the E trainable gradient elements end to end, ceil(E/N) of them
+ * a rank, so x/N means x/E * ceil(E/N); bucket = min(25 MiB, G), units = the largest
  * parameters of two consecutive planner units. The step's activations,
  * workspace, data and metadata are the rank's own plan's, the same at every
  * stage. */
-static size_t shard(size_t x, int n) { return (x + (size_t)n - 1) / (size_t)n; }
 
 void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int json) {
     const fr_model *m = s->m;
@@ -210,6 +212,9 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     fr_step_predicted(s, pred, &total);
     size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
     size_t rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */
+    size_t E = 0;                    /* the trainable gradient elements: what the shards split */
+    for (size_t i = 0; i < m->n_params; i++)
+        if (s->gv[i] >= 0) E += (size_t)fr_shape_numel(&m->params[i].shape);
     /* stage 3 gathers a unit and prefetches the next: the largest pair */
     size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, units = 0, prev = 0;
     for (int u = 0; u < m->n_units; u++) {
@@ -234,9 +239,9 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     int first = 1;
     for (int k = 0; k <= 3; k++) {
         if (zero >= 0 && k != zero) continue;
-        size_t p = k < 3 ? P : shard(P, ranks) + units;
-        size_t g = k < 2 ? G : shard(G, ranks);
-        size_t o = k < 1 ? O : shard(O, ranks);
+        size_t p = k < 3 ? P : fr_shard_bytes(P, E ? E : P, ranks) + units;
+        size_t g = k < 2 ? G : fr_shard_bytes(G, E, ranks);
+        size_t o = k < 1 ? O : fr_shard_bytes(O, E, ranks);
         size_t b = k < 2 ? 0 : bucket;
         size_t t = p + g + o + b + rest;
         if (json)
@@ -254,7 +259,7 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     if (json) fprintf(out, "]}\n");
     else
         fprintf(out,
-                "(stage 0 is what `mpirun -np %d frugal train` runs; stages 1-3 are "
-                "formulas, not built yet)\n",
+                "(`mpirun -np %d frugal train --zero K` runs stages 0-2; stage 3 is a "
+                "formula, not built yet)\n",
                 ranks);
 }

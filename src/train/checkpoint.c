@@ -529,6 +529,16 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
         for (int k = 0; k < ns && p->state[k]; k++) {
             char nm[FR_ST_NAME_MAX];
             snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
+            size_t a, b;
+            if (s->zero >= 1 && fr_step_owned(s, i, &a, &b)) { /* ZeRO: this rank's shard */
+                float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
+                if (!t) return FR_ERR_NOMEM;
+                if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t)))
+                    memcpy(p->state[k], t + a, (b - a) * sizeof(float));
+                fr_free(ctx, t);
+                if (st) return st;
+                continue;
+            }
             if (state_is_f32(p)) {
                 if ((st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, p->state[k]))) return st;
                 continue;

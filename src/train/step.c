@@ -9,6 +9,7 @@
 #include "autodiff/autodiff.h"
 #include "core/half.h"
 #include "dist/buckets.h"
+#include "dist/shard.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "plan/offload.h"
@@ -78,6 +79,28 @@ size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind) {
     return fr_state_bytes((fr_state_kind)*kind, n);
 }
 
+int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b) {
+    size_t n = (size_t)fr_shape_numel(&s->m->params[i].shape);
+    *a = 0, *b = n;
+    if (s->gv[i] < 0) return *a = *b = 0, 0;
+    if (!s->buckets || s->zero < 1) return n > 0;
+    const fr_buckets *bk = s->buckets;
+    size_t f = fr_buckets_flat(bk, (int)i);
+    size_t lo = bk->lo > f ? bk->lo : f, hi = bk->hi < f + n ? bk->hi : f + n;
+    if (bk->bucket_of[i] < 0 || hi <= lo) return *a = *b = 0, 0;
+    *a = lo - f, *b = hi - f;
+    return 1;
+}
+
+/* Bytes of one optimizer-state buffer of param i on this rank: its shard's
+ * at ZeRO >= 1 (f32 state only there). */
+static size_t state_bytes_here(const fr_step *s, size_t i, int *kind) {
+    size_t bytes = fr_step_state_bytes(s, &s->m->params[i], kind), a, b;
+    if (s->zero >= 1 && s->buckets)
+        bytes = fr_step_owned(s, i, &a, &b) ? (b - a) * sizeof(float) : 0;
+    return bytes;
+}
+
 static fr_status alloc_state(fr_step *s) {
     fr_model *m = s->m;
     int ns = fr_step_optim_states(&s->o.optim);
@@ -85,7 +108,8 @@ static fr_status alloc_state(fr_step *s) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0) continue;
         int kind;
-        size_t bytes = fr_step_state_bytes(s, p, &kind);
+        size_t bytes = state_bytes_here(s, i, &kind);
+        if (!bytes) continue;
         if (p->state[0] && p->state_kind != kind) { /* resumed with another format: start over */
             fr_free(s->ctx, p->state[0]);
             fr_free(s->ctx, p->state[1]);
@@ -897,9 +921,23 @@ static fr_status after_node(void *arg, int pos) {
     return fr_buckets_after_node(s->ctx, s->comm, s->buckets, pos);
 }
 
-fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t cap, int overlap) {
+fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t cap, int overlap,
+                             int zero) {
     fr_model *m = s->m;
     if (!c || !s->o.training) return FR_OK;
+    if (zero < 0 || zero > 2)
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "ZeRO stage %d: training runs stages 0, 1 and 2 (`frugal estimate --ranks N "
+                       "--zero 3` shows stage 3's bytes per rank)",
+                       zero);
+    /* The shard rule splits tensors at any element: the int8 and bf16
+     * moments are encoded in blocks of 2048 values (bf16 too, beside int8,
+     * shares the block's layout), whose boundaries a shard would cut. */
+    if (zero >= 1 && s->o.optim_state != FR_OPTIM_STATE_FP32 && s->o.optim.kind != FR_OPTIM_SGD)
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "--zero %d shards Adam's state at any element, so it needs f32 state: "
+                       "drop --optim-state (block-encoded int8/bf16 state is not sharded yet)",
+                       zero);
     if (s->buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
     if (s->n_fused || fr_step_on_device(s))
@@ -931,6 +969,8 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
     if (!st) st = fr_comm_reserve(s->ctx, c, b->n);
     if (!st) {
         b->overlap = overlap;
+        fr_buckets_shard(b, zero, fr_comm_rank(c), fr_comm_size(c));
+        s->zero = zero;
         s->buckets = b, b = NULL;
         s->comm = c;
         /* rank 0 keeps the one process's stream */
@@ -951,9 +991,12 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
 /* After backward, on the host: the scaler's check, clipping, the optimizer
  * step and zero_grad, over the gradients in fr_param.grad/grad16 (on a
  * device with the optimizer offloaded, those downloaded into them). */
+static fr_status sharded_update(fr_step *s, float l);
+
 fr_status fr_step_host_update(fr_step *s, float l) {
     fr_model *m = s->m;
     fr_status st;
+    if (s->zero >= 1 && s->buckets) return sharded_update(s, l);
     if (s->inject_inf) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
             if (grad_data(&m->params[i]) && m->params[i].grad_valid) {
@@ -989,6 +1032,135 @@ fr_status fr_step_host_update(fr_step *s, float l) {
     return FR_OK;
 }
 
+/* ZeRO 1 and 2: this rank's gradients of param i from element a on (stage
+ * 1: in its bucket, where the reduce-scatter put the sums; stage 2: in the
+ * shard). */
+static float *owned_grad(const fr_step *s, size_t i, size_t a) {
+    const fr_buckets *b = s->buckets;
+    if (b->zero >= 2) return b->shard + (fr_buckets_flat(b, (int)i) + a - b->lo);
+    return s->m->params[i].grad + a;
+}
+
+/* After the reduce-scatter, each rank holds the summed gradients of its
+ * shard only: the scaler's inf/NaN check and clipping's sum of squares run
+ * over the shard and are combined by one small allreduce each; each rank
+ * steps its shard (the updates are elementwise), then the parameters are
+ * all-gathered, so every rank has the whole updated weights. */
+static fr_status sharded_update(fr_step *s, float l) {
+    fr_model *m = s->m;
+    fr_status st;
+    size_t a, b;
+    if (s->inject_inf) { /* testing: an overflow in backward, in the first owned gradient */
+        for (size_t i = 0; i < m->n_params; i++)
+            if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b)) {
+                owned_grad(s, i, a)[0] = INFINITY;
+                break;
+            }
+        s->inject_inf = 0;
+    }
+    double flag = 0;
+    if (s->scaler.enabled) {
+        float inv = fr_scaler_inv_scale(&s->scaler);
+        for (size_t i = 0; i < m->n_params && !flag; i++)
+            if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+                flag = fr_k_grad_unscale(owned_grad(s, i, a), FR_F32, b - a, inv);
+        if ((st = fr_comm_sum_f64(s->ctx, s->comm, &flag, 1, "the loss scaler's inf/NaN flag")))
+            return st;
+    }
+    if (!isfinite(l) || flag > 0) {
+        fr_scaler_update(&s->scaler, 1); /* skip the step on every rank */
+    } else {
+        if (s->o.clip_grad_norm > 0) {
+            double total = 0;
+            for (size_t i = 0; i < m->n_params; i++)
+                if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+                    total += fr_k_grad_sumsq(owned_grad(s, i, a), FR_F32, b - a);
+            if ((st = fr_comm_sum_f64(s->ctx, s->comm, &total, 1, "the gradients' squared norm")))
+                return st;
+            float coef = s->o.clip_grad_norm / ((float)sqrt(total) + 1e-6f);
+            for (size_t i = 0; i < m->n_params && coef < 1.0f; i++)
+                if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+                    fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);
+        }
+        const fr_optim_opts *o = &s->o.optim;
+        s->t++;
+        for (size_t i = 0; i < m->n_params; i++) {
+            fr_param *p = &m->params[i];
+            if (!p->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
+            float *w = (float *)p->data + a, *g = owned_grad(s, i, a);
+            if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], b - a, o, s->t == 1);
+            else
+                fr_k_adam(w, g, p->state[0], p->state[1], b - a, o, s->t,
+                          o->kind == FR_OPTIM_ADAMW);
+        }
+        for (size_t i = 0; i < m->n_params; i++) {
+            fr_param *p = &m->params[i];
+            if (s->gv[i] < 0 || !p->grad_valid || s->buckets->bucket_of[i] < 0) continue;
+            char what[160];
+            snprintf(what, sizeof what, "the updated shards of %.100s", p->name);
+            if ((st = fr_comm_allgather_shards_f32(
+                     s->ctx, s->comm, p->data, fr_buckets_flat(s->buckets, (int)i),
+                     (size_t)fr_shape_numel(&p->shape), s->buckets->total, what)))
+                return st;
+        }
+        if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
+    }
+    for (size_t i = 0; i < m->n_params; i++) { /* zero_grad */
+        fr_param *p = &m->params[i];
+        p->grad_valid = 0;
+        if (s->zero >= 2 && p->grad == fr_buckets_grad(s->buckets, (int)i)) p->grad = NULL;
+    }
+    if (s->zero >= 2) fr_buckets_drop(s->ctx, s->buckets); /* only the shard outlives the step */
+    return FR_OK;
+}
+
+fr_status fr_step_state_whole(fr_step *s, int on) {
+    fr_model *m = s->m;
+    int ns = fr_step_optim_states(&s->o.optim), root = fr_comm_rank(s->comm) == 0;
+    fr_status st = FR_OK;
+    if (s->zero < 1 || !s->buckets || !ns) return FR_OK;
+    if (!on) {
+        for (size_t i = 0; s->whole_state && i < m->n_params; i++)
+            for (int k = 0; k < ns; k++) {
+                if (s->whole_state[2 * i + k] == (void *)s) continue; /* not swapped */
+                fr_free(s->ctx, m->params[i].state[k]);
+                m->params[i].state[k] = s->whole_state[2 * i + k];
+            }
+        fr_free(s->ctx, s->whole_state);
+        s->whole_state = NULL;
+        return FR_OK;
+    }
+    if (root && !(s->whole_state =
+                      fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof(void *), FR_MEM_WORKSPACE)))
+        return FR_ERR_NOMEM; /* (every rank returns here only if rank 0's fails: see below) */
+    for (size_t i = 0; root && i < 2 * m->n_params; i++) s->whole_state[i] = s;
+    fr_mem_set_tag(s->ctx, "checkpoint: whole optimizer state");
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || s->buckets->bucket_of[i] < 0) continue;
+        size_t n = (size_t)fr_shape_numel(&p->shape);
+        for (int k = 0; k < ns && !st; k++) {
+            float *full = root ? fr_alloc(s->ctx, n * sizeof(float), FR_MEM_WORKSPACE) : NULL;
+            if (root && !full) {
+                st = FR_ERR_NOMEM;
+                break;
+            }
+            char what[160];
+            snprintf(what, sizeof what, "the optimizer state of %.100s", p->name);
+            st = fr_comm_gather_shards_f32(s->ctx, s->comm, p->state[k], full,
+                                           fr_buckets_flat(s->buckets, (int)i), n,
+                                           s->buckets->total, what);
+            if (root) {
+                s->whole_state[2 * i + k] = p->state[k];
+                p->state[k] = full;
+            }
+        }
+    }
+    fr_mem_set_tag(s->ctx, NULL);
+    if (st) fr_step_state_whole(s, 0);
+    return st;
+}
+
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     const fr_model *m = s->m;
     memset(out, 0, FR_MEM_CAT_COUNT * sizeof out[0]);
@@ -1000,9 +1172,11 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
             int kind;
             out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
             out[FR_MEM_OPTIM] +=
-                (size_t)fr_step_optim_states(&s->o.optim) * fr_step_state_bytes(s, p, &kind);
+                (size_t)fr_step_optim_states(&s->o.optim) * state_bytes_here(s, i, &kind);
         }
     }
+    if (s->buckets && s->zero >= 2) /* the gradient shard beside the buckets */
+        out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * sizeof(float);
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
@@ -1032,11 +1206,14 @@ size_t fr_step_reserved(const fr_step *s) {
         if (g && !s->buckets) r += fr_mem_block_bytes(g);
         if (s->gv[i] >= 0 && s->o.training) {
             int kind;
-            r += (size_t)ns * fr_mem_block_bytes(fr_step_state_bytes(s, p, &kind));
+            size_t sb = state_bytes_here(s, i, &kind);
+            if (sb) r += (size_t)ns * fr_mem_block_bytes(sb);
         }
     }
     if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
     if (s->buckets) r += fr_buckets_reserved(s->buckets); /* the gradients, one block a bucket */
+    if (s->buckets && s->zero >= 2 && s->buckets->hi > s->buckets->lo)
+        r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time
      * (SGD on 16-bit weights; Adam there is one fused pass without them) */
     size_t widest = 0;

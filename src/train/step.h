@@ -48,6 +48,8 @@ struct fr_step {
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
     int global_batch;           /* the global --batch (0: one process) */
     uint64_t rank_seed;         /* added to the seed of the dropout streams: differs per rank */
+    int zero;                   /* ZeRO stage (0: every rank holds everything) */
+    void **whole_state;         /* zero >= 1, saving on rank 0: the shards set aside */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the
@@ -114,7 +116,16 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);
  * Needs f32 gradients and no step inside backward (the trainer keeps every
  * gradient: the step needs the sums). */
 fr_status fr_step_distribute(fr_step *s, struct fr_comm *c, size_t first_cap, size_t cap,
-                             int overlap);
+                             int overlap, int zero);
+/* ZeRO stages 1 and 2 (zero >= 1, dist/shard.h's rule over the flat vector
+ * of the buckets): this rank owns the elements [*a, *b) of param i (all of
+ * a trainable one without sharding); 0 when it owns none. Its optimizer
+ * state holds those elements only. */
+int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b);
+/* For a checkpoint at ZeRO >= 1 (every rank calls it): on 1, the optimizer
+ * state of every parameter is gathered whole on rank 0 (blocks of category
+ * workspace) and set in place of its shards; on 0, the shards come back. */
+fr_status fr_step_state_whole(fr_step *s, int on);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 

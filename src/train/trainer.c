@@ -193,7 +193,10 @@ static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr
                              int epoch, int64_t batches) {
     fr_status st = fr_comm_size(c) > 1 ? weights_agree(ctx, c, s->m) : FR_OK;
     if (st) return st;
-    if (fr_comm_rank(c) == 0) st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
+    /* ZeRO: the optimizer state is gathered whole on rank 0 for the file */
+    if (!st && s->zero >= 1) st = fr_step_state_whole(s, 1);
+    if (!st && fr_comm_rank(c) == 0) st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
+    if (s->zero >= 1) fr_step_state_whole(s, 0);
     double failed = st != FR_OK;
     fr_status cs = fr_comm_sum_f64(ctx, c, &failed, 1, "the checkpoint's outcome");
     if (st || cs) return st ? st : cs;
@@ -496,7 +499,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->budget); /* a device's budget */
         else fr_mem_set_limit(ctx, cfg->budget);
         if (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
-                                                  !cfg->no_overlap)))
+                                                  !cfg->no_overlap, cfg->zero)))
             goto done;
         if ((st = fr_step_materialize(s))) goto done;
     } else {
@@ -506,7 +509,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         }
         if ((st = check_device_memory(ctx, cfg, m, &so, &s, &src)) ||
             (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
-                                                   !cfg->no_overlap))) ||
+                                                   !cfg->no_overlap, cfg->zero))) ||
             (st = fr_step_materialize(s)))
             goto done;
     }
@@ -515,13 +518,19 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         char bk[256];
         fr_buckets_describe(s->buckets, bk, sizeof bk);
         fprintf(stderr,
-                "%d ranks (data parallel, ZeRO stage 0): global batch %d, each rank a slice of "
-                "%d or %d samples in %d micro-batch%s; gradients summed in %s, %s; the "
-                "optimizer steps after backward on every rank (no step inside backward: it "
+                "%d ranks (data parallel, ZeRO stage %d): global batch %d, each rank a slice of "
+                "%d or %d samples in %d micro-batch%s; gradients %s in %s, %s; the "
+                "optimizer steps after backward %s (no step inside backward: it "
                 "needs the sums)\n",
-                ranks, cfg->batch, cfg->batch / ranks, (cfg->batch + ranks - 1) / ranks,
-                s->accumulate, s->accumulate == 1 ? "" : "es", bk,
-                cfg->no_overlap ? "all after backward" : "each started as backward completes it");
+                ranks, s->zero, cfg->batch, cfg->batch / ranks, (cfg->batch + ranks - 1) / ranks,
+                s->accumulate, s->accumulate == 1 ? "" : "es",
+                s->zero ? "reduce-scattered" : "summed", bk,
+                cfg->no_overlap ? "all after backward" : "each started as backward completes it",
+                s->zero == 0   ? "on every rank"
+                : s->zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
+                                 "all-gathered"
+                               : "on each rank's shard (optimizer state and gradients sharded), "
+                                 "the weights all-gathered");
     }
     if (!cfg->json && cfg->progress >= 0 &&
         (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {

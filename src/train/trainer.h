@@ -49,6 +49,7 @@ typedef struct fr_train_cfg {
     struct fr_comm *comm;
     size_t bucket_first_cap, bucket_cap;
     int no_overlap;
+    int zero; /* ZeRO stage under mpirun: 0, 1 (optimizer state sharded) or 2 (gradients too) */
 /* A language model evaluates this many validation windows unless --test-limit
  * says otherwise (nanoGPT estimates its loss on a sample of batches too). */
 #define FR_LM_EVAL_WINDOWS 128

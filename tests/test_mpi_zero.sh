@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# test_mpi_zero.sh — `mpirun -np N frugal train --zero 1|2` (optimizer
+# state sharded; at 2, gradients too) against one process with the same
+# global batch: the MLP of test_mpi.sh, 10 steps of SGD with momentum, Adam
+# and AdamW, on 2 and 3 ranks. Losses, weights and the optimizer state of
+# the checkpoint (gathered from the shards) within test_mpi.sh's bound,
+# T*2(B-1)*u*100 of each tensor's scale (the sums are the same B terms in
+# another order; the update is elementwise, so sharding it changes no
+# arithmetic); two runs bit-identical; per-rank bytes measured, predicted
+# by `frugal estimate --ranks N --zero K` and ZeRO's formulas by hand
+# (E = 52650 trainable floats, P = G = 4E, each rank's shard ceil(E/N)
+# elements: optimizer state 4*states*ceil(E/N); gradients G at stage 1,
+# G/N + one bucket (here all of G) at stage 2); a checkpoint saved by 3
+# ranks at stage 1 resumed on 2 (stages 1 and 2) and on 1 with an
+# uninterrupted run's losses; accumulation, clipping and the dynamic loss
+# scaler composed with several buckets (a shard crossing buckets);
+# --zero 3 refused. Skipped (77) without mpirun or an MPI build.
+source "$(dirname "$0")/lib.sh"
+if [ "${FR_HAVE_MPI:-0}" != 1 ] || ! command -v mpirun >/dev/null; then
+    echo "skipped: frugal built without MPI or no mpirun (install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+[ -d "$data" ] || { echo "no dataset at $data: skipping"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export OMPI_MCA_btl=self,vader,tcp
+mpi_asan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 # see test_mpi.sh
+mpi() { ASAN_OPTIONS=$mpi_asan mpirun --oversubscribe -np "$@"; }
+
+cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
+E=$((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10))
+P=$((E * 4))
+
+cat >"$tmp/st.py" <<'PY'
+import json, struct, sys
+def read(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    d = b[8 + n:]
+    return {k: (v["dtype"], v["shape"], d[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items()}
+def floats(t):
+    return struct.unpack("<%df" % (len(t[2]) // 4), t[2])
+if sys.argv[1] == "tensors":  # a b rel: same names and layouts, every F32 tensor within rel
+    a, b, rel = read(sys.argv[2]), read(sys.argv[3]), float(sys.argv[4])
+    if sorted(a) != sorted(b):
+        sys.exit("names differ: %s vs %s" % (sorted(a), sorted(b)))
+    for k in a:
+        if a[k][:2] != b[k][:2]:
+            sys.exit("%s: dtype/shape %s vs %s" % (k, a[k][:2], b[k][:2]))
+        if a[k][0] != "F32":
+            continue
+        x, y = floats(a[k]), floats(b[k])
+        scale = max(abs(v) for v in x)
+        worst = max(abs(p - q) for p, q in zip(x, y))
+        if worst > rel * scale:
+            sys.exit("%s: max |x_N - x_1| = %g > %g * %g" % (k, worst, rel, scale))
+elif sys.argv[1] == "field":  # file event key.path
+    ev = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+    v = [e for e in ev if e.get("event") == sys.argv[3]][-1]
+    for key in sys.argv[4].split("."):
+        v = v[key]
+    print(repr(v))
+elif sys.argv[1] == "stage":  # estimate-json zero: parameters, gradients+buckets, optimizer
+    d = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+    s = [s for s in d["stages"] if s["zero"] == int(sys.argv[3])][0]
+    print(s["parameters"], s["gradients"] + s["buckets"], s["optimizer"])
+elif sys.argv[1] == "close":
+    a, b, rel = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
+PY
+st() { python3 "$tmp/st.py" "$@"; }
+REL=$(python3 -c 'print(10 * 2 * 63 * 2.0**-24 * 100)')
+common=(train --model "$tmp/m.model" --data "$data" --epochs 1 --batch 64 --limit 640
+    --test-limit 200 --threads 1 --json)
+
+# ---- N ranks at stages 1 and 2 against one process; bytes per rank
+for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
+    tag=${opt%% *}
+    states=$([ "$tag" = sgd ] && echo 1 || echo 2)
+    # shellcheck disable=SC2086
+    if ! "$bin" "${common[@]}" --optimizer $opt --save "$tmp/$tag.1.st" >"$tmp/$tag.1.json" 2>"$tmp/err"; then
+        no "$tag, one process: $(head -3 "$tmp/err")"
+        continue
+    fi
+    for n in 2 3; do
+        c=$(((E + n - 1) / n)) # the shard: ceil(E/N) elements
+        # shellcheck disable=SC2086
+        "$bin" estimate --model "$tmp/m.model" --batch 64 --ranks $n --optimizer ${opt% --lr*} --json \
+            >"$tmp/est.json" 2>"$tmp/err" || no "estimate --ranks $n: $(head -2 "$tmp/err")"
+        for z in 1 2; do
+            run=$tag.$n.z$z
+            # shellcheck disable=SC2086
+            if ! mpi $n "$bin" "${common[@]}" --optimizer $opt --zero $z --save "$tmp/$run.st" \
+                >"$tmp/$run.json" 2>"$tmp/err"; then
+                no "$run: $(head -5 "$tmp/err")"
+                continue
+            fi
+            for f in train_loss test_loss; do
+                a=$(st field "$tmp/$tag.1.json" epoch $f) b=$(st field "$tmp/$run.json" epoch $f)
+                if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$run $f: $msg"; fi
+            done
+            [ "$(st field "$tmp/$run.json" summary steps)" = 10 ] && ok || no "$run: not 10 steps"
+            # weights and the gathered optimizer state, names and layouts a single process's
+            if msg=$(st tensors "$tmp/$tag.1.st" "$tmp/$run.st" "$REL" 2>&1); then ok; else
+                no "$run checkpoint: $msg"
+            fi
+            # ZeRO's formulas by hand
+            g=$([ $z = 1 ] && echo $P || echo $((4 * c + P)))
+            hand="$P $g $((4 * states * c))"
+            [ "$(st stage "$tmp/est.json" $z)" = "$hand" ] && ok ||
+                no "$run: estimate '$(st stage "$tmp/est.json" $z)', by hand '$hand'"
+            set -- $hand
+            for cat in parameters:$1 gradients:$2 optimizer:$3; do
+                name=${cat%%:*} want=${cat#*:}
+                hi=$(st field "$tmp/$run.json" summary "rank_peaks.$name.max")
+                lo=$(st field "$tmp/$run.json" summary "rank_peaks.$name.min")
+                # E is a multiple of 2 and 3: every rank's shard is c elements
+                [ "$hi" = "$want" ] && [ "$lo" = "$want" ] && ok ||
+                    no "$run: $name per rank min $lo max $hi, predicted $want"
+            done
+        done
+    done
+done
+
+# ---- the same run twice: the same bits
+for z in 1 2; do
+    if mpi 3 "$bin" "${common[@]}" --optimizer adam --zero $z --save "$tmp/again.st" \
+        >"$tmp/again.json" 2>"$tmp/err" && cmp -s "$tmp/adam.3.z$z.st" "$tmp/again.st"; then
+        ok
+    else
+        no "two 3-rank runs at --zero $z differ: $(head -2 "$tmp/err")"
+    fi
+done
+
+# ---- a checkpoint of 3 ranks at stage 1 resumed on 2 (stages 1, 2) and on 1
+two=(--optimizer adam --epochs 2)
+"$bin" "${common[@]}" "${two[@]}" >"$tmp/straight.json" 2>"$tmp/err" ||
+    no "two epochs: $(head -3 "$tmp/err")"
+for how in "2 1" "2 2" "1 0"; do
+    set -- $how
+    cp "$tmp/adam.3.z1.st" "$tmp/r.st"
+    if [ "$1" = 1 ]; then
+        "$bin" "${common[@]}" "${two[@]}" --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
+    else
+        mpi "$1" "$bin" "${common[@]}" "${two[@]}" --zero "$2" --resume "$tmp/r.st" \
+            >"$tmp/res.json" 2>"$tmp/err"
+    fi || no "resume on $1 at --zero $2: $(head -3 "$tmp/err")"
+    for f in train_loss test_loss; do
+        a=$(st field "$tmp/straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
+        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "resumed on $1 at --zero $2, $f: $msg"; fi
+    done
+done
+
+# ---- composed: accumulation, clipping (acting: the norm is above 0.5), the
+# dynamic loss scaler, and buckets of 5 KB (shards crossing buckets)
+opts=("${common[@]}" --test-limit 128 --optimizer sgd --momentum 0.9 --lr 0.05 --accumulate 2
+    --clip-grad-norm 0.5 --loss-scale dynamic)
+"$bin" "${opts[@]}" --save "$tmp/c1.st" >"$tmp/c1.json" 2>"$tmp/err" || no "composed, one process"
+for z in 1 2; do
+    mpi 3 "$bin" "${opts[@]}" --zero $z --bucket-cap-mb 0.005 --save "$tmp/c3.st" \
+        >"$tmp/c3.json" 2>"$tmp/err" || no "composed at --zero $z: $(head -3 "$tmp/err")"
+    grep -q '"buckets": [2-9]' "$tmp/c3.json" && ok || no "composed: not several buckets"
+    if msg=$(st tensors "$tmp/c1.st" "$tmp/c3.st" "$REL" 2>&1); then ok; else no "composed --zero $z: $msg"; fi
+    a=$(st field "$tmp/c1.json" epoch train_loss) b=$(st field "$tmp/c3.json" epoch train_loss)
+    if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "composed --zero $z loss: $msg"; fi
+done
+
+expect_fail "train --zero 3" 2 "estimate --ranks N --zero 3" \
+    "$bin" train --model "$tmp/m.model" --zero 3
+finish
