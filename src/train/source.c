@@ -73,6 +73,7 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
     bd->queue = cfg->queue;
     bd->eval_batch = cfg->eval_batch;
     bd->handles = s->handles;
+    bd->ranks = s->ranks; /* under mpirun: the budget is this rank's, at stage 0 (what trains) */
 }
 
 fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,
