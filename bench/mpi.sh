@@ -9,11 +9,20 @@
 # (about 1.7 MB) make two buckets with DDP's caps (1 MiB, then 25 MiB);
 # BUCKET_MB=0.25 gives more, smaller ones.
 #
-#   bench/mpi.sh                 # writes bench/out/mpi.md
+#   bench/mpi.sh                 # writes bench/out/mpi.md and bench/out/mpi_gpt.md
 #   LIMIT=2560 BATCH=128 bench/mpi.sh
+#   PARTS=gpt bench/mpi.sh       # the GPT only
+#
+# The GPT part: gpt-tiny (6 layers, d 384: 10.7 M parameters, 43 MB of
+# gradients, two buckets) on byte-level text, the same three runs for
+# GPT_STEPS steps of global batch GPT_BATCH windows of GPT_SEQ tokens (AdamW);
+# seconds are rank 0's training run (the summary's, a small validation at the
+# end included), into bench/out/mpi_gpt.md.
 #
 # Environment: BIN [build/frugal], MODEL [cnn], LIMIT [3840], BATCH [128],
-# REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out].
+# REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out],
+# PARTS [cnn gpt], GPT_STEPS [6], GPT_BATCH [8], GPT_SEQ [128], TEXT [the
+# fortunes joined, as bench/gpt.sh makes them: /tmp/frugal-gpt-fortunes.txt].
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -22,6 +31,7 @@ model=${MODEL:-cnn}
 limit=${LIMIT:-3840}
 batch=${BATCH:-128}
 repeats=${REPEATS:-3}
+parts=${PARTS:-cnn gpt}
 bucket=${BUCKET_MB:-25}
 out=${OUT:-$root/bench/out}
 mkdir -p "$out"
@@ -42,7 +52,7 @@ best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
     for _ in $(seq "$repeats"); do
         "$@" >"$tmp/run.json" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
         local s
-        s=$(field "$tmp/run.json" epoch seconds)
+        s=$(field "$tmp/run.json" "$event" seconds)
         if [ -z "$b" ] || python3 -c "import sys; sys.exit(not $s < $b)"; then
             b=$s
             w=$(field "$tmp/run.json" summary comm_wait_seconds)
@@ -51,6 +61,58 @@ best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
     echo "$b $w"
 }
 
+# the three runs of one model: sets one, ov, wov, no, wno
+three() {
+    read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
+    read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+        "${common[@]}" --threads 1)
+    read -r no wno < <(best no-overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+        "${common[@]}" --threads 1 --no-overlap)
+}
+
+rows() { # the two 2-rank rows of the table
+    python3 - "$one" "$ov" "$wov" "$no" "$wno" <<'PY'
+import sys
+one, ov, wov, no, wno = map(float, sys.argv[1:])
+for name, s, w in (("2 ranks x 1 thread, overlap", ov, wov), ("2 ranks x 1 thread, --no-overlap", no, wno)):
+    print("| %s | %.3f | %.2f | %.3f s | %.1f%% |" % (name, s, s / one, w, 100 * w / s if s else 0))
+PY
+}
+
+if [[ " $parts " == *" gpt "* ]]; then
+    text=${TEXT:-/tmp/frugal-gpt-fortunes.txt}
+    if [ ! -s "$text" ]; then
+        [ -d /usr/share/games/fortunes ] || {
+            echo "mpi.sh: no TEXT and no /usr/share/games/fortunes (apt-get install fortunes)" >&2
+            exit 1
+        }
+        find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z |
+            xargs -0 cat >"$text.tmp"
+        mv "$text.tmp" "$text"
+    fi
+    gsteps=${GPT_STEPS:-6} gbatch=${GPT_BATCH:-8} gseq=${GPT_SEQ:-128}
+    saved=("${common[@]}")
+    common=(train --model gpt-tiny --data "$text" --seq "$gseq" --batch "$gbatch" --steps "$gsteps"
+        --test-limit 8 --optimizer adamw --lr 6e-4 --json --bucket-cap-mb "$bucket")
+    event=summary
+    three
+    {
+        echo "# Data parallelism on one machine ($(nproc) cores): gpt-tiny, AdamW, global batch $gbatch x $gseq tokens, $gsteps steps"
+        echo
+        echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
+        echo "seconds are rank 0's training run (the summary's: $gsteps steps and a validation"
+        echo "of 8 windows), wait is rank 0's time in MPI_Waitall for the gradient buckets"
+        echo "(bucket cap $bucket MiB); text: $(basename "$text"), byte-level."
+        echo
+        echo "| run | s / run | ratio to 1 process | waiting for sums | share of the run |"
+        echo "|---|---:|---:|---:|---:|"
+        echo "| 1 process x 2 threads | $one | 1.00 | - | - |"
+        rows
+    } | tee "$out/mpi_gpt.md"
+    common=("${saved[@]}")
+fi
+[[ " $parts " == *" cnn "* ]] || exit 0
+event=epoch
 read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
 read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
     "${common[@]}" --threads 1)
