@@ -9,7 +9,8 @@
 # every weight of the saved checkpoints, within the bound below; two 2-rank
 # runs bit-identical (checkpoint and losses); each rank's data bytes are its
 # slice's, not the global batch's (the batch slots of the loaders hold
-# ceil(B/N) windows: less data per rank than one process holds). Skipped
+# ceil(B/N) windows: less data per rank than one process holds); a rank
+# started with another --seq refused on every rank. Skipped
 # (77) without mpirun or an MPI build. python3 (no numpy) reads the JSON
 # and the checkpoints.
 #
@@ -128,4 +129,12 @@ if mpi 2 "$bin" "${common[@]}" --save "$tmp/again.st" >"$tmp/again.json" 2>"$tmp
 evals() { grep '"eval"' "$1" | sed 's/"seconds": [0-9.]*//'; }
 [ "$(evals "$tmp/r2.json")" = "$(evals "$tmp/again.json")" ] && ok ||
     no "two 2-rank runs: different losses"
+
+# ---- ranks that disagree on the window: one given another --seq, refused on all
+ASAN_OPTIONS=$mpi_asan command mpirun --oversubscribe -np 1 "$bin" "${common[@]}" : \
+    -np 1 "$bin" "${common[@]}" --seq 16 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "ranks disagree on the data .*seq 32.*seq 16" "$tmp/err"; then ok; else
+    no "--seq mismatch: exit $rc, $(grep -m2 frugal "$tmp/err")"
+fi
 finish

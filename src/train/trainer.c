@@ -122,7 +122,7 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "the optimizer (--optimizer, --lr, --momentum, --weight-decay, --eps, ...)",
         "--seed",
         "--precision and --optimizer-state",
-        "the data (--data and its sample counts, --limit, --test-limit)",
+        "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
         "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
     const fr_optim_opts *o = &cfg->optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
@@ -139,11 +139,12 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->seed);
     snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->precision,
              (int)cfg->optim_state, (int)cfg->loss_scaling);
-    snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld",
+    /* (a token stream: its length and split, and the window's T, --seq) */
+    snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld, seq %d",
              cfg->train_images ? cfg->train_images : cfg->data,
-             (long long)(src->train ? fr_dataset_len(src->train) : 0),
-             (long long)(src->test ? fr_dataset_len(src->test) : 0), (long long)cfg->limit_train,
-             (long long)cfg->limit_test);
+             (long long)(src->train ? fr_dataset_len(src->train) : src->split.n_train),
+             (long long)(src->test ? fr_dataset_len(src->test) : src->split.n_val),
+             (long long)cfg->limit_train, (long long)cfg->limit_test, src->seq);
     uint64_t files = fnv1a(0xcbf29ce484222325ull, cfg->resume ? cfg->resume : "",
                            cfg->resume ? strlen(cfg->resume) : 0);
     files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
