@@ -95,14 +95,19 @@ if [[ " $parts " == *" gpt "* ]]; then
     common=(train --model gpt-tiny --data "$text" --seq "$gseq" --batch "$gbatch" --steps "$gsteps"
         --test-limit 8 --optimizer adamw --lr 6e-4 --json --bucket-cap-mb "$bucket")
     event=summary
+    load0=$(cut -d' ' -f1 /proc/loadavg)
     three
+    load1=$(cut -d' ' -f1 /proc/loadavg)
     {
         echo "# Data parallelism on one machine ($(nproc) cores): gpt-tiny, AdamW, global batch $gbatch x $gseq tokens, $gsteps steps"
         echo
         echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
         echo "seconds are rank 0's training run (the summary's: $gsteps steps and a validation"
         echo "of 8 windows), wait is rank 0's time in MPI_Waitall for the gradient buckets"
-        echo "(bucket cap $bucket MiB); text: $(basename "$text"), byte-level."
+        echo "(bucket cap $bucket MiB); text: $(basename "$text"), byte-level. The load average"
+        echo "(1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores: other"
+        echo "work shared the machine, which punishes two OpenMP threads most (their barriers"
+        echo "wait for a descheduled thread), so the ratio flatters the 2-rank runs."
         echo
         echo "| run | s / run | ratio to 1 process | waiting for sums | share of the run |"
         echo "|---|---:|---:|---:|---:|"
