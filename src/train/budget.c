@@ -71,25 +71,24 @@ static size_t perm_bytes(const fr_budget_data *d) {
     return fr_mem_block_bytes((size_t)n * sizeof(int64_t));
 }
 
-/* What a loader of n samples (token windows for a token model) at this
- * batch reserves: fr_loader_reserved or fr_token_loader_reserved; with
- * ranks > 1 a rank's, whose buffers hold ceil(batch/ranks). */
+/* What a loader of n samples (token windows for a token model) whose
+ * buffers hold `batch` reserves: fr_loader_reserved or
+ * fr_token_loader_reserved (a rank's: batch is its slice's). */
 static size_t loader_bytes(const fr_budget_data *d, int64_t n, int batch, int shuffle, int queue,
-                           int64_t limit, int ranks) {
+                           int64_t limit) {
     if (d->seq) {
         if (limit > 0 && limit < n) n = limit;
-        fr_token_loader_opts to = {batch, d->seq, shuffle,        0, queue,
-                                   0,     0,      n * d->seq + 1, 0, ranks};
+        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1, 0, 0};
         return fr_token_loader_reserved(&to);
     }
-    fr_loader_opts lo = {batch, shuffle, 0, 0, queue, limit, 0, ranks};
+    fr_loader_opts lo = {batch, shuffle, 0, 0, queue, limit, 0, 0};
     return fr_loader_reserved(n, d->sample, &lo);
 }
 
 /* and the rest of it: (queue + 1) batch buffers and its handle (batch: the
  * rank's step's, already its slice) */
 static size_t train_loader(const fr_budget_data *d, int batch) {
-    return loader_bytes(d, d->n_train, batch, 1, d->queue, d->limit_train, 0) - perm_bytes(d);
+    return loader_bytes(d, d->n_train, batch, 1, d->queue, d->limit_train) - perm_bytes(d);
 }
 
 /* What the planner may give the step at this batch: the user's budget less
@@ -129,15 +128,18 @@ static fr_status zero_saving(fr_model *m, const fr_step_opts *opts, const fr_bud
  * need beyond it. */
 static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data *d,
                             const fr_budget *b, size_t *extra) {
+    /* one rank scores its slice of each eval batch, and its eval step and
+     * loader buffers hold the largest slice: of --eval-batch, or of the
+     * global micro-batch, about the rank's own (the trainer's evaluate_test) */
     int eb = d->eval_batch > 0 ? d->eval_batch : s->micro;
+    if (d->ranks > 1 && d->eval_batch > 0) eb = (eb + d->ranks - 1) / d->ranks;
     fr_step_opts eo = {0};
     eo.batch = eb;
     eo.training = 0;
     fr_step *e = fr_step_build(m, &eo);
     if (!e) return FR_ERR_NOMEM; /* (the message is set) */
     size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) +
-                  loader_bytes(d, d->n_test, eb, 0, FR_EVAL_QUEUE, d->limit_test,
-                               d->ranks > 1 ? d->ranks : 0); /* each rank loads its slices */
+                  loader_bytes(d, d->n_test, eb, 0, FR_EVAL_QUEUE, d->limit_test);
     fr_step_free(e);
     size_t arena = s->plan.arena_bytes ? fr_mem_block_bytes(s->plan.arena_bytes) : 0;
     *extra = need > arena ? need - arena : 0;

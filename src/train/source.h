@@ -53,8 +53,8 @@ fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done);
 void fr_batches_set_hand(fr_batches *b, fr_hand_fn hand, void *user, int lag);
 
 /* An evaluation's totals over the batches this process scored (with ranks,
- * its slices): summed over the ranks element by element, they are the one
- * process's. Doubles, so that one fr_comm_sum_f64 adds them. */
+ * its slices, with an eval step of the largest slice): summed over the ranks
+ * element by element, they are the one process's. Doubles, so that one fr_comm_sum_f64 adds them. */
 typedef struct fr_eval_sums {
     double loss; /* sum over samples of the sample's mean loss (per token for a token model) */
     double hits; /* argmax hits: samples, or token positions */

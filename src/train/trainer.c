@@ -214,8 +214,14 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
     fr_step_arena_release(s);
     fr_mem_empty_cache(ctx);
     /* Evaluate at the training micro-batch: the eval arena then fits in
-     * the training arena's place (a larger eval batch would raise the peak). */
-    int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
+     * the training arena's place (a larger eval batch would raise the peak).
+     * With ranks, at the global batch's micro-batch (B over the micro-batches
+     * a step takes), each rank scoring its slice of every eval batch, about
+     * its own micro-batch: the eval batches are one process's, so a token
+     * model (whose last partial batch is dropped) scores the same windows. */
+    int eb = cfg->eval_batch > 0 ? cfg->eval_batch
+             : src->ranks > 1    ? cfg->batch / s->accumulate
+                                 : s->micro;
     int64_t limit = cfg->limit_test ? cfg->limit_test : src->tokens ? FR_LM_EVAL_WINDOWS : 0;
     fr_eval_sums t;
     if ((st = fr_source_evaluate_sums(src, s->m, eb, limit, &t))) return st;
