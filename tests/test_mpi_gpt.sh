@@ -21,7 +21,7 @@
 # the amplification A = 100 over the S = 10 steps, per loss
 #     |L_N - L_1| <= S * 2*(B*T-1)*u * A * L     (B*T = 256: 3.0e-2 * L)
 # and per weight the same factor times the tensor's largest |w|. (Measured
-# here: about 2e-8 relative on the losses; a rank's slice missing or
+# here: at most 5e-8 relative on the losses; a rank's slice missing or
 # counted twice, or the evaluation averaged per rank instead of per token,
 # moves the losses by 1e-3 to 1e-1.)
 source "$(dirname "$0")/lib.sh"
