@@ -11,17 +11,26 @@
 #
 # Then ZeRO: each rank's peak bytes of parameters, gradients and optimizer
 # state (min and max over the ranks) at stages 0, 1 and 2 on 2 and 4 ranks
-# (4 oversubscribed), for ZMODEL (the largest model ranks can train: the
-# ResNet; the GPTs are language models, not sliced over ranks yet), against
+# (4 oversubscribed), for ZMODEL (the ResNet by default: the GPT part above
+# times gpt-tiny), against
 # `frugal estimate --ranks N --zero K` (ZeRO's formulas).
 #
-#   bench/mpi.sh                 # writes bench/out/mpi.md
+# The GPT part: gpt-tiny (6 layers, d 384: 10.7 M parameters, 43 MB of
+# gradients, two buckets) on byte-level text, the same three runs for
+# GPT_STEPS steps of global batch GPT_BATCH windows of GPT_SEQ tokens (AdamW);
+# seconds are rank 0's training run (the summary's, a small validation at the
+# end included), into bench/out/mpi_gpt.md.
+#
+#   bench/mpi.sh                 # writes bench/out/mpi.md and bench/out/mpi_gpt.md
 #   LIMIT=2560 BATCH=128 bench/mpi.sh
+#   PARTS=gpt bench/mpi.sh       # the GPT only
 #   ONLY=zero bench/mpi.sh       # the ZeRO table only (the timings kept)
 #
 # Environment: BIN [build/frugal], MODEL [cnn], LIMIT [3840], BATCH [128],
 # REPEATS [3] (the fastest run of each counts), BUCKET_MB [25], OUT [bench/out],
-# ZMODEL [resnet], ZBATCH [32], ONLY [all; zero].
+# ZMODEL [resnet], ZBATCH [32], ONLY [all; zero], PARTS [cnn gpt], GPT_STEPS [6],
+# GPT_BATCH [8], GPT_SEQ [128], TEXT [the fortunes joined, as bench/gpt.sh makes
+# them: /tmp/frugal-gpt-fortunes.txt].
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -30,6 +39,8 @@ model=${MODEL:-cnn}
 limit=${LIMIT:-3840}
 batch=${BATCH:-128}
 repeats=${REPEATS:-3}
+parts=${PARTS:-cnn gpt}
+event=epoch
 bucket=${BUCKET_MB:-25}
 out=${OUT:-$root/bench/out}
 mkdir -p "$out"
@@ -50,7 +61,7 @@ best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
     for _ in $(seq "$repeats"); do
         "$@" >"$tmp/run.json" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
         local s
-        s=$(field "$tmp/run.json" epoch seconds)
+        s=$(field "$tmp/run.json" "$event" seconds)
         if [ -z "$b" ] || python3 -c "import sys; sys.exit(not $s < $b)"; then
             b=$s
             w=$(field "$tmp/run.json" summary comm_wait_seconds)
@@ -59,14 +70,65 @@ best() { # label, command...: the fastest of REPEATS runs; prints "seconds wait"
     echo "$b $w"
 }
 
-timings() {
-read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
-read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
-    "${common[@]}" --threads 1)
-read -r no wno < <(best no-overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
-    "${common[@]}" --threads 1 --no-overlap)
+# the three runs of one model: sets one, ov, wov, no, wno
+three() {
+    read -r one _ < <(best one env OMP_NUM_THREADS=2 "$bin" "${common[@]}" --threads 2)
+    read -r ov wov < <(best overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+        "${common[@]}" --threads 1)
+    read -r no wno < <(best no-overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bin" \
+        "${common[@]}" --threads 1 --no-overlap)
+}
 
-{
+rows() { # the two 2-rank rows of the table
+    python3 - "$one" "$ov" "$wov" "$no" "$wno" <<'PY'
+import sys
+one, ov, wov, no, wno = map(float, sys.argv[1:])
+for name, s, w in (("2 ranks x 1 thread, overlap", ov, wov), ("2 ranks x 1 thread, --no-overlap", no, wno)):
+    print("| %s | %.3f | %.2f | %.3f s | %.1f%% |" % (name, s, s / one, w, 100 * w / s if s else 0))
+PY
+}
+
+gpt_part() {
+    text=${TEXT:-/tmp/frugal-gpt-fortunes.txt}
+    if [ ! -s "$text" ]; then
+        [ -d /usr/share/games/fortunes ] || {
+            echo "mpi.sh: no TEXT and no /usr/share/games/fortunes (apt-get install fortunes)" >&2
+            exit 1
+        }
+        find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z |
+            xargs -0 cat >"$text.tmp"
+        mv "$text.tmp" "$text"
+    fi
+    gsteps=${GPT_STEPS:-6} gbatch=${GPT_BATCH:-8} gseq=${GPT_SEQ:-128}
+    saved=("${common[@]}")
+    common=(train --model gpt-tiny --data "$text" --seq "$gseq" --batch "$gbatch" --steps "$gsteps"
+        --test-limit 8 --optimizer adamw --lr 6e-4 --json --bucket-cap-mb "$bucket")
+    event=summary
+    load0=$(cut -d' ' -f1 /proc/loadavg)
+    three
+    load1=$(cut -d' ' -f1 /proc/loadavg)
+    {
+        echo "# Data parallelism on one machine ($(nproc) cores): gpt-tiny, AdamW, global batch $gbatch x $gseq tokens, $gsteps steps"
+        echo
+        echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
+        echo "seconds are rank 0's training run (the summary's: $gsteps steps and a validation"
+        echo "of 8 windows), wait is rank 0's time in MPI_Waitall for the gradient buckets"
+        echo "(bucket cap $bucket MiB); text: $(basename "$text"), byte-level. The load average"
+        echo "(1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores: other"
+        echo "work shared the machine, which punishes two OpenMP threads most (their barriers"
+        echo "wait for a descheduled thread), so the ratio flatters the 2-rank runs."
+        echo
+        echo "| run | s / run | ratio to 1 process | waiting for sums | share of the run |"
+        echo "|---|---:|---:|---:|---:|"
+        echo "| 1 process x 2 threads | $one | 1.00 | - | - |"
+        rows
+    } | tee "$out/mpi_gpt.md"
+    common=("${saved[@]}")
+    event=epoch
+}
+
+timings() {
+    three
     echo "# Data parallelism on one machine ($(nproc) cores): $model, Adam, global batch $batch, $limit samples"
     echo
     echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
@@ -76,13 +138,7 @@ read -r no wno < <(best no-overlap mpirun --oversubscribe -np 2 -x OMP_NUM_THREA
     echo "| run | s / epoch | ratio to 1 process | waiting for sums | share of the epoch |"
     echo "|---|---:|---:|---:|---:|"
     echo "| 1 process x 2 threads | $one | 1.00 | - | - |"
-    python3 - "$one" "$ov" "$wov" "$no" "$wno" <<'PY'
-import sys
-one, ov, wov, no, wno = map(float, sys.argv[1:])
-for name, s, w in (("2 ranks x 1 thread, overlap", ov, wov), ("2 ranks x 1 thread, --no-overlap", no, wno)):
-    print("| %s | %.3f | %.2f | %.3f s | %.1f%% |" % (name, s, s / one, w, 100 * w / s if s else 0))
-PY
-} | tee "$out/mpi.md"
+    rows
 }
 
 zero_table() {
@@ -126,5 +182,6 @@ if [ "${ONLY:-all}" = zero ]; then
     cp "$tmp/md" "$out/mpi.md"
     cat "$out/mpi.md"
 else
-    { timings; zero_table; } | tee "$out/mpi.md"
+    if [[ " $parts " == *" gpt "* ]]; then gpt_part; fi
+    if [[ " $parts " == *" cnn "* ]]; then { timings; zero_table; } | tee "$out/mpi.md"; fi
 fi

@@ -65,8 +65,8 @@ add precision      tspf  bf16-mixed
 add optimizer-state tspf int8
 add loss-scale     tspf  none
 add clip-grad-norm tspf  1
-add ranks          s     2
-add zero           ts    0
+add ranks          sp    2
+add zero           tsp   0
 add bucket-cap-mb  t     1
 add no-overlap     t     -
 letter() { case $1 in train) echo t ;; eval) echo e ;; estimate) echo s ;; plan) echo p ;; profile) echo f ;; generate) echo g ;; esac; }

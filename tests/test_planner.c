@@ -714,7 +714,7 @@ static void test_plans_allocate_nothing(void) {
  * (SQLite's way): each run either plans and materializes, or returns NULL
  * with a message; nothing leaks (ASan) and nothing is half-made. */
 static void test_budget_plan_faults(void) {
-    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1, 0};
+    fr_budget_data d = {784, 600, 100, 0, 0, 2, 0, 0, 1, 0, 0, 0};
     int ok_runs = 0, failed_runs = 0;
     for (uint64_t k = 1; k < 100000; k++) {
         fr_ctx *ctx = fr_ctx_new();

@@ -353,13 +353,14 @@ static const opt_row opts[] = {
     {"no-overlap", NULL, O_NO_OVERLAP, C_TRAIN,
      "start the buckets' sums after backward instead of as backward\n"
      "completes each (to measure what the overlap saves)"},
-    {"ranks", "N", O_RANKS, C_ESTIMATE,
-     "estimate one rank of N: its slice of --batch, and per-rank bytes\n"
-     "by category at each ZeRO stage (no process started)"},
-    {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE,
-     "ZeRO stage under mpirun: 0 (everything replicated), 1 (optimizer\n"
-     "state sharded), 2 (+ gradients); estimate also shows 3 (+ parameters)\n"
-     "[train: 0, estimate: all]"},
+    {"ranks", "N", O_RANKS, C_ESTIMATE | C_PLAN,
+     "estimate or plan one rank of N: its slice of --batch, and per-rank\n"
+     "bytes by category at each ZeRO stage (no process started); plan:\n"
+     "--budget is one rank's"},
+    {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE | C_PLAN,
+     "ZeRO stage: under mpirun 0 (everything replicated), 1 (optimizer\n"
+     "state sharded), 2 (+ gradients); estimate and plan also 3 (+\n"
+     "parameters) [train and plan: 0; estimate: all]"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -1001,7 +1002,9 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
                                c->t.eval_batch,
                                FR_PLAN_ASSUMED_HANDLES,
                                1,
-                               fr_model_seq(m)};
+                               fr_model_seq(m),
+                               0,
+                               0};
         fprintf(stderr,
                 "frugal plan: %s\nfrugal plan: counting the data as 100000 training and 10000 "
                 "validation windows of %d tokens would take\n",
@@ -1017,8 +1020,8 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
                 : NULL;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m1);
-    *bd = (fr_budget_data){0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch,
-                           0, 0, 0};
+    *bd = (fr_budget_data){
+        0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch, 0, 0, 0, 0, 0};
     if (*test) {
         int ch, h, w;
         fr_dataset_sample_shape(*train, &ch, &h, &w);
@@ -1041,8 +1044,35 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
     bd->assumed = 1;
 }
 
-/* The plan's JSON object with the budget's split added as "budget_split". */
-static void plan_json(const fr_step *s, const fr_budget *b) {
+/* One rank of `ranks` plans its slice of the global batch in as many
+ * micro-batches as one process would use, every gradient kept (the sum over
+ * the ranks comes before the update): the trainer's rank step. */
+static void rank_step(fr_step_opts *so, int ranks) {
+    if (ranks <= 1 || !so->batch) return;
+    int local = (so->batch + ranks - 1) / ranks;
+    int k = so->micro_batch ? so->batch / so->micro_batch : 1;
+    int micro = (local + k - 1) / k;
+    so->batch = micro * k;
+    so->micro_batch = so->micro_batch ? micro : 0;
+    so->keep_grads = 1;
+}
+
+/* fr_step_ranks_table's JSON object for one stage, without its newline. */
+static void ranks_json(const fr_step *s, int ranks, int zero) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return;
+    fr_step_ranks_table(s, ranks, zero, f, 1);
+    fclose(f);
+    while (len && buf[len - 1] == '\n') buf[--len] = 0;
+    fputs(buf, stdout);
+    free(buf);
+}
+
+/* The plan's JSON object with the budget's split added as "budget_split"
+ * and, for one rank of several, its bytes as "per_rank". */
+static void plan_json(const fr_step *s, const fr_budget *b, int ranks, int zero) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -1058,6 +1088,10 @@ static void plan_json(const fr_step *s, const fr_budget *b) {
     if (b) {
         printf(", \"budget_split\": ");
         fr_budget_describe(b, stdout, 1);
+    }
+    if (ranks > 1 || zero >= 0) {
+        printf(", \"per_rank\": ");
+        ranks_json(s, ranks > 1 ? ranks : 1, zero >= 0 ? zero : 0);
     }
     printf("}\n");
     free(buf);
@@ -1076,28 +1110,40 @@ static int cmd_plan(int argc, char **argv) {
     fr_source src = {0};
     fr_step *s = NULL;
     fr_budget bud;
-    if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
+    int ranks = c.ranks > 1 ? c.ranks : 1, zero = c.zero >= 0 ? c.zero : 0;
+    if (m && ranks > 1 && c.t.batch_auto) {
+        fprintf(stderr, "frugal plan: --batch auto with --ranks %d: give the global --batch\n",
+                ranks);
+        fr_model_free(m);
+        m = NULL;
+    } else if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
         fr_budget_data bd;
         default_text(ctx, &c);
         plan_data(ctx, &c, m, &bd, &train, &test, &src);
+        /* one rank of several: the budget is the rank's, its step the slice's */
+        bd.ranks = ranks, bd.zero = zero;
         fr_step_opts so = step_opts(&c, NULL);
+        rank_step(&so, ranks);
         s = fr_budget_plan(m, &so, &bd, c.t.batch_auto, &bud);
         if (s && c.t.batch_auto)
             fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n",
                     s->o.batch);
     } else if (m) {
         fr_step_opts so = step_opts(&c, NULL);
+        rank_step(&so, ranks);
         s = fr_step_prepare(m, &so); /* planned on shapes: nothing of the model allocated */
     }
     if (m && !s) fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
+    int per_rank = c.ranks > 1 || c.zero >= 0;
     if (s && c.t.json) {
-        plan_json(s, c.t.budget ? &bud : NULL);
+        plan_json(s, c.t.budget ? &bud : NULL, ranks, per_rank ? zero : -1);
     } else if (s) {
         fr_step_describe_plan(s, stdout, 0);
         if (c.t.budget) {
             fputc('\n', stdout);
             fr_budget_describe(&bud, stdout, 0);
         }
+        if (per_rank) fr_step_ranks_table(s, ranks, zero, stdout, 0);
     }
     int rc = s ? 0 : 1;
     fr_step_free(s);
@@ -1200,14 +1246,7 @@ static int cmd_estimate(int argc, char **argv) {
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
-        if (c.ranks > 1 && so.batch) { /* one rank: its slice, every gradient kept */
-            int local = (so.batch + c.ranks - 1) / c.ranks;
-            int k = so.micro_batch ? so.batch / so.micro_batch : 1;
-            int micro = (local + k - 1) / k;
-            so.batch = micro * k;
-            so.micro_batch = so.micro_batch ? micro : 0;
-            so.keep_grads = 1;
-        }
+        rank_step(&so, c.ranks); /* one rank: its slice, every gradient kept */
         /* planned on shapes: nothing of the model is allocated, so a model
          * far larger than the machine can be estimated */
         if (!so.batch)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "data/loader.h"
 #include "data/prefetch.h"
 #include "data/tokens.h"
 #include "io/file.h"
@@ -629,7 +630,9 @@ struct fr_token_loader {
     int64_t nw;    /* windows in the part */
     int64_t nb;    /* batches an epoch */
     int nslots;    /* queue + 1 */
-    size_t slot;   /* int32 a slot: x (B*T, and one past it), then y (B*T) */
+    int first, n;  /* this rank's windows of each batch: [first, first + n) */
+    int rows;      /* windows a slot holds: B, or ceil(B/ranks) */
+    size_t slot;   /* int32 a slot: x (rows*T, and one past it), then y (rows*T) */
     int32_t *buf;  /* nslots * slot (DATA) */
     int64_t *perm; /* nw window indices (OTHER); NULL without shuffle */
     fr_prefetch pf;
@@ -640,10 +643,11 @@ static int32_t *slot_x(const fr_token_loader *l, int64_t k) {
 }
 
 static int32_t *slot_y(const fr_token_loader *l, int64_t k) {
-    return slot_x(l, k) + (size_t)l->o.batch * (size_t)l->o.T + 1;
+    return slot_x(l, k) + (size_t)l->rows * (size_t)l->o.T + 1;
 }
 
-/* Fills batch k: row r is window w = perm[k*B + r] (or k*B + r), its T + 1
+/* Fills batch k (this rank's slice): row r is window w = perm[k*B + first + r]
+ * (or k*B + first + r), its T + 1
  * tokens read into x from row r on (the last spills into row r + 1's first
  * place, or the spare one past x, until row r + 1 is read over it), and y's
  * row r copied from x's one place on. */
@@ -651,8 +655,8 @@ static fr_status fill(void *user, int64_t k, char *err, size_t errlen) {
     fr_token_loader *l = user;
     int B = l->o.batch, T = l->o.T;
     int32_t *x = slot_x(l, k), *y = slot_y(l, k);
-    for (int r = 0; r < B; r++) {
-        int64_t i = k * B + r, w = l->perm ? l->perm[i] : i;
+    for (int r = 0; r < l->n; r++) {
+        int64_t i = k * B + l->first + r, w = l->perm ? l->perm[i] : i;
         int64_t s = l->o.begin + w * T;
         int32_t *row = x + (size_t)r * T;
         fr_status st = fr_tokens_read(l->t, s, T + 1, row, err, errlen);
@@ -673,15 +677,21 @@ static fr_status fill(void *user, int64_t k, char *err, size_t errlen) {
     return FR_OK;
 }
 
+/* windows a slot holds: the largest slice of a batch, ceil(B/ranks) */
+static int slot_rows(const fr_token_loader_opts *o) {
+    return o->ranks > 1 ? (o->batch + o->ranks - 1) / o->ranks : o->batch;
+}
+
 /* Windows in o's part, or -1 for options new() refuses on their own
  * (before the stream's length is known); *slot_bytes the bytes of the
  * (queue + 1) slots. */
 static int64_t plan_sizes(const fr_token_loader_opts *o, size_t *slot_bytes) {
     if (!o || o->batch < 1 || o->T < 1 || o->T == INT_MAX || o->queue < 0 || o->vocab < 0 ||
-        o->begin < 0 || o->end <= o->begin)
+        o->begin < 0 || o->end <= o->begin || o->ranks < 0 ||
+        (o->ranks > 0 && (o->rank < 0 || o->rank >= o->ranks)))
         return -1;
     size_t bt, slot, all;
-    if (__builtin_mul_overflow((size_t)o->batch, (size_t)o->T, &bt) ||
+    if (__builtin_mul_overflow((size_t)slot_rows(o), (size_t)o->T, &bt) ||
         __builtin_mul_overflow(bt, (size_t)2, &slot) || __builtin_add_overflow(slot, 1, &slot) ||
         __builtin_mul_overflow(slot, (size_t)o->queue + 1, &all) ||
         __builtin_mul_overflow(all, sizeof(int32_t), &all))
@@ -703,7 +713,7 @@ size_t fr_token_loader_reserved(const fr_token_loader_opts *o) {
 static void view(void *user, int64_t k, fr_batch *out) {
     const fr_token_loader *l = user;
     memset(out, 0, sizeof *out);
-    out->n = l->o.batch;
+    out->n = l->n;
     out->idx = slot_x(l, k);
     out->y = slot_y(l, k);
 }
@@ -714,9 +724,9 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
     if (!t || nw < 0) {
         fr_fail(ctx, FR_ERR_ARG,
                 "token loader: bad options (batch %d, T %d, queue %d, vocab %d, part [%" PRId64
-                ", %" PRId64 "))",
+                ", %" PRId64 "), rank %d of %d)",
                 o ? o->batch : 0, o ? o->T : 0, o ? o->queue : 0, o ? o->vocab : 0,
-                o ? o->begin : 0, o ? o->end : 0);
+                o ? o->begin : 0, o ? o->end : 0, o ? o->rank : 0, o ? o->ranks : 0);
         return NULL;
     }
     if (o->end > t->len) {
@@ -740,7 +750,9 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
     l->nw = nw;
     l->nb = nw / o->batch;
     l->nslots = o->queue + 1;
-    l->slot = 2 * (size_t)o->batch * (size_t)o->T + 1;
+    l->n = fr_loader_slice(o->batch, o->rank, o->ranks, &l->first);
+    l->rows = slot_rows(o);
+    l->slot = 2 * (size_t)l->rows * (size_t)o->T + 1;
     if (o->shuffle && !(l->perm = fr_alloc(ctx, (size_t)nw * sizeof *l->perm, FR_MEM_OTHER)))
         goto fail;
     if (!(l->buf = fr_alloc(ctx, slots, FR_MEM_DATA))) goto fail;
@@ -776,7 +788,8 @@ fr_status fr_token_loader_start(fr_token_loader *l, int epoch, int64_t skip) {
                        epoch, skip, l->nb);
     fr_prefetch_stop(&l->pf); /* before the order changes under it */
     if (l->perm) fr_shuffle(l->perm, l->nw, 1, l->o.seed, epoch);
-    return fr_prefetch_start(&l->pf, l->nb, skip);
+    /* a rank without windows in a batch has none in any: an empty epoch */
+    return fr_prefetch_start(&l->pf, l->n ? l->nb : 0, l->n ? skip : 0);
 }
 
 fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *done) {
@@ -788,7 +801,7 @@ fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *don
     int64_t k = 0;
     fr_status st = fr_prefetch_next(&l->pf, &k, done);
     if (st || *done) return st;
-    out->B = l->o.batch;
+    out->B = l->n;
     out->T = l->o.T;
     out->x = slot_x(l, k);
     out->y = slot_y(l, k);

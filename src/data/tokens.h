@@ -101,11 +101,17 @@ typedef struct fr_token_loader_opts {
     int vocab;          /* > 0: an id >= vocab read from disk is an error (the file changed
                            since fr_tokens_check); 0: no check */
     int64_t begin, end; /* the part: tokens [begin, end) of the stream */
+    /* Data parallel: this process is rank `rank` of `ranks` (0: one) and
+     * reads only windows [rank*B/ranks, (rank+1)*B/ranks) of each batch of B
+     * in the loader's order (fr_loader_slice, the image loader's rule);
+     * every batch is whole (drop_last), so a rank's slice is the same size
+     * in every batch, and a slot holds ceil(B/ranks) windows. */
+    int rank, ranks;
 } fr_token_loader_opts;
 
 /* B windows of T tokens: x[b*T + t] is the input at position t of row b,
- * y[b*T + t] its next-token target. Valid until the next call to
- * next/start/free. */
+ * y[b*T + t] its next-token target (with ranks: B is this rank's slice).
+ * Valid until the next call to next/start/free. */
 typedef struct fr_token_batch {
     int B, T;
     const int32_t *x, *y;
@@ -116,7 +122,8 @@ typedef struct fr_token_batch {
 fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_loader_opts *o);
 /* What fr_token_loader_new reserves, as the allocator rounds it: the loader,
  * the permutation (8 bytes a window, only with shuffle) and (queue + 1) batch
- * slots of (2*B*T + 1) int32 (category DATA). For budgets, before any loader
+ * slots of (2*S*T + 1) int32 (category DATA), S = B, or ceil(B/ranks) with
+ * ranks. For budgets, before any loader
  * exists; 0 for options that are bad whatever the stream (B, T, queue,
  * vocab, begin >= end). */
 size_t fr_token_loader_reserved(const fr_token_loader_opts *o);
@@ -125,7 +132,8 @@ int64_t fr_token_loader_num_windows(const fr_token_loader *l);
 int64_t fr_token_loader_num_batches(const fr_token_loader *l);
 /* Start epoch `epoch` (0-based), skipping its first `skip` batches (resume). */
 fr_status fr_token_loader_start(fr_token_loader *l, int epoch, int64_t skip);
-/* Next batch of the epoch; *done = 1 and no batch at its end. */
+/* Next batch of the epoch (this rank's slice of it); *done = 1 and no batch
+ * at its end, and at once for a rank whose slice is empty (B < ranks). */
 fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *done);
 /* fr_loader_set_hand's twin (batches as fr_batch: n = B, idx, y). */
 void fr_token_loader_set_hand(fr_token_loader *l, fr_hand_fn hand, void *user, int lag);

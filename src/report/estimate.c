@@ -205,19 +205,19 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  * workspace, data and metadata are the rank's own plan's, the same at every
  * stage. */
 
-void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int json) {
+void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *out) {
     const fr_model *m = s->m;
     size_t per[FR_MEM_CAT_COUNT], pred[FR_MEM_CAT_COUNT], total;
     fr_step_persistent(s, per);
     fr_step_predicted(s, pred, &total);
     size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
-    size_t rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */
-    size_t E = 0;                    /* the trainable gradient elements: what the shards split */
+    if (ranks < 1) ranks = 1;
+    size_t E = 0; /* the trainable gradient elements: what the shards split */
     for (size_t i = 0; i < m->n_params; i++)
         if (s->gv[i] >= 0) E += (size_t)fr_shape_numel(&m->params[i].shape);
     /* stage 3 gathers a unit and prefetches the next: the largest pair */
     size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, units = 0, prev = 0;
-    for (int u = 0; u < m->n_units; u++) {
+    for (int u = 0; zero == 3 && u < m->n_units; u++) {
         size_t b = 0;
         for (size_t i = 0; i < m->n_params; i++)
             if (m->layers[m->params[i].layer].unit == u)
@@ -227,6 +227,20 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
         prev = b;
     }
     if (units > P) units = P;
+    out->params = zero < 3 ? P : fr_shard_bytes(P, E ? E : P, ranks) + units;
+    out->grads = zero < 2 ? G : fr_shard_bytes(G, E, ranks);
+    out->optim = zero < 1 ? O : fr_shard_bytes(O, E, ranks);
+    out->buckets = zero < 2 ? 0 : bucket;
+    out->rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */
+    out->total = out->params + out->grads + out->optim + out->buckets + out->rest;
+    size_t kept = out->params + out->grads + out->optim + out->buckets;
+    out->saving = P + G + O > kept ? P + G + O - kept : 0;
+}
+
+void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int json) {
+    size_t per[FR_MEM_CAT_COUNT];
+    fr_step_persistent(s, per);
+    size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
     char h[6][32];
     if (!json)
         fprintf(out,
@@ -239,21 +253,18 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     int first = 1;
     for (int k = 0; k <= 3; k++) {
         if (zero >= 0 && k != zero) continue;
-        size_t p = k < 3 ? P : fr_shard_bytes(P, E ? E : P, ranks) + units;
-        size_t g = k < 2 ? G : fr_shard_bytes(G, E, ranks);
-        size_t o = k < 1 ? O : fr_shard_bytes(O, E, ranks);
-        size_t b = k < 2 ? 0 : bucket;
-        size_t t = p + g + o + b + rest;
+        fr_rank_bytes r;
+        fr_step_rank_bytes(s, ranks, k, &r);
         if (json)
             fprintf(out,
                     "%s{\"zero\": %d, \"parameters\": %zu, \"gradients\": %zu, \"optimizer\": "
                     "%zu, \"buckets\": %zu, \"rest\": %zu, \"total\": %zu}",
-                    first ? "" : ", ", k, p, g, o, b, rest, t);
+                    first ? "" : ", ", k, r.params, r.grads, r.optim, r.buckets, r.rest, r.total);
         else
-            fprintf(out, "%-6d %14s %14s %14s %14s %14s %14s\n", k, fr_human_bytes(p, h[0], 32),
-                    fr_human_bytes(g, h[1], 32), fr_human_bytes(o, h[2], 32),
-                    fr_human_bytes(b, h[3], 32), fr_human_bytes(rest, h[4], 32),
-                    fr_human_bytes(t, h[5], 32));
+            fprintf(out, "%-6d %14s %14s %14s %14s %14s %14s\n", k,
+                    fr_human_bytes(r.params, h[0], 32), fr_human_bytes(r.grads, h[1], 32),
+                    fr_human_bytes(r.optim, h[2], 32), fr_human_bytes(r.buckets, h[3], 32),
+                    fr_human_bytes(r.rest, h[4], 32), fr_human_bytes(r.total, h[5], 32));
         first = 0;
     }
     if (json) fprintf(out, "]}\n");

@@ -15,7 +15,15 @@
  * parameters and the batch it reads (fr_step_reserved); that batch is one of
  * the loader's buffers and the parameters are the model's term, so the
  * planner is given the step's share plus those two and nothing is counted
- * twice. A refusal names the user's budget and what takes it. */
+ * twice. A refusal names the user's budget and what takes it.
+ *
+ * One rank of a data-parallel run (d->ranks > 1): the budget is the rank's.
+ * The caller plans the rank's step (its slice of the global batch, every
+ * gradient kept), so the loader's batch buffers and the step's data are the
+ * slice's; at ZeRO stage K the step's share is the planner's candidate less
+ * what the stage shards away (fr_step_rank_bytes' saving: ZeRO's formulas
+ * for parameters, gradients and optimizer state, the bucket buffers added),
+ * so the planner is given the share plus that saving. */
 #include <stdlib.h>
 #include <string.h>
 #include "data/loader.h"
@@ -63,20 +71,22 @@ static size_t perm_bytes(const fr_budget_data *d) {
     return fr_mem_block_bytes((size_t)n * sizeof(int64_t));
 }
 
-/* What a loader of n samples (token windows for a token model) at this
- * batch reserves: fr_loader_reserved or fr_token_loader_reserved. */
+/* What a loader of n samples (token windows for a token model) whose
+ * buffers hold `batch` reserves: fr_loader_reserved or
+ * fr_token_loader_reserved (a rank's: batch is its slice's). */
 static size_t loader_bytes(const fr_budget_data *d, int64_t n, int batch, int shuffle, int queue,
                            int64_t limit) {
     if (d->seq) {
         if (limit > 0 && limit < n) n = limit;
-        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1};
+        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1, 0, 0};
         return fr_token_loader_reserved(&to);
     }
     fr_loader_opts lo = {batch, shuffle, 0, 0, queue, limit, 0, 0};
     return fr_loader_reserved(n, d->sample, &lo);
 }
 
-/* and the rest of it: (queue + 1) batch buffers and its handle. */
+/* and the rest of it: (queue + 1) batch buffers and its handle (batch: the
+ * rank's step's, already its slice) */
 static size_t train_loader(const fr_budget_data *d, int batch) {
     return loader_bytes(d, d->n_train, batch, 1, d->queue, d->limit_train) - perm_bytes(d);
 }
@@ -91,12 +101,38 @@ static size_t step_budget(const fr_model *m, const fr_budget *b, const fr_budget
     return b->total - out + b->model + data_bytes(m, batch);
 }
 
+/* What ZeRO's stage d->zero on d->ranks takes off one rank's step at this
+ * batch: the same for every schedule and micro-batch (parameters, gradients
+ * and optimizer state do not depend on them), so it is read from the step
+ * that keeps everything. 0 for one process or stage 0. */
+static fr_status zero_saving(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                             int batch, size_t *saving) {
+    *saving = 0;
+    if (d->ranks <= 1 || d->zero <= 0) return FR_OK;
+    fr_step_opts o = *opts;
+    o.batch = batch;
+    o.budget = 0;
+    o.checkpoint = FR_CKPT_NONE, o.ckpt_arg = 0, o.micro_batch = 0;
+    if (o.precision == FR_PREC_AUTO) o.precision = FR_PREC_FP32;
+    fr_step *s = fr_step_build(m, &o);
+    if (!s) return FR_ERR_NOMEM; /* (the message is set) */
+    fr_rank_bytes r;
+    fr_step_rank_bytes(s, d->ranks, d->zero, &r);
+    fr_step_free(s);
+    *saving = r.saving;
+    return FR_OK;
+}
+
 /* While evaluating, the training arena is released and the eval loader
  * (FR_EVAL_QUEUE) and an eval step at the eval batch take its place: what they
  * need beyond it. */
 static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data *d,
                             const fr_budget *b, size_t *extra) {
+    /* one rank scores its slice of each eval batch, and its eval step and
+     * loader buffers hold the largest slice: of --eval-batch, or of the
+     * global micro-batch, about the rank's own (the trainer's evaluate_test) */
     int eb = d->eval_batch > 0 ? d->eval_batch : s->micro;
+    if (d->ranks > 1 && d->eval_batch > 0) eb = (eb + d->ranks - 1) / d->ranks;
     fr_step_opts eo = {0};
     eo.batch = eb;
     eo.training = 0;
@@ -117,6 +153,7 @@ static size_t outside(const fr_budget *b) {
 
 static void fill(fr_budget *b, const fr_budget_data *d, int batch, size_t eval) {
     b->batch = batch;
+    b->ranks = d->ranks, b->zero = d->zero;
     b->queue = train_loader(d, batch);
     b->eval = eval;
     b->step = b->total > outside(b) ? b->total - outside(b) : 0;
@@ -170,19 +207,22 @@ static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_
  * (message set). No message for a plan that does not fit. */
 static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d, int batch,
                         fr_budget *b, fr_plan_need *need) {
-    size_t extra = 0;
+    size_t extra = 0, save;
     memset(need, 0, sizeof *need);
+    if (zero_saving(m, opts, d, batch, &save)) return NULL;
+    b->zero_saving = save;
     for (int round = 0; round < 4; round++) {
         fr_step_opts o = *opts;
         o.batch = batch;
         fill(b, d, batch, extra);
         o.budget = step_budget(m, b, d, batch, extra);
-        if (!o.budget)
-            o.budget = 1; /* nothing left (0 would mean no limit): the smallest, for the message */
+        /* nothing left (0 would mean no limit): 1, the smallest, for the message */
+        o.budget = o.budget ? o.budget + save : 1;
         fr_step *s = fr_step_plan_choose(m, &o, need);
         if (!s) {
             if (!need->reserved) return NULL;
             b->step_need = need->reserved - b->model - data_bytes(m, batch);
+            b->step_need = b->step_need > save ? b->step_need - save : 0;
             /* the smallest plan's own evaluation, for the smallest budget */
             o.checkpoint = need->mode, o.ckpt_arg = need->arg, o.micro_batch = need->micro;
             o.precision = need->prec;
@@ -198,7 +238,7 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
             return NULL;
         }
         if (e <= extra) {
-            b->step_need = fr_step_reserved(s) - b->model - data_bytes(m, batch);
+            b->step_need = fr_step_reserved(s) - b->model - data_bytes(m, batch) - save;
             s->o.budget = b->total;
             return s;
         }
@@ -274,7 +314,9 @@ fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_d
     /* Refuse before anything is planned or allocated when the parameters
      * and the least data loading (a batch of 1) alone exceed the budget. */
     fill(b, d, 1, 0);
-    if (b->datasets + b->queue + b->meta + b->model > b->total) {
+    /* (ZeRO stage 3 shards the parameters too: the planner judges them) */
+    int sharded = d->ranks > 1 && d->zero == 3;
+    if (!sharded && b->datasets + b->queue + b->meta + b->model > b->total) {
         char what[256], a[32], p[32], t[32], n[32];
         data_words(b, what, sizeof what);
         fr_fail(
@@ -318,13 +360,20 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
         fprintf(out,
                 "{\"budget\": %zu, \"datasets\": %zu, \"queue\": %zu, \"queue_batches\": %d, "
                 "\"evaluation\": %zu, \"parameters\": %zu, \"metadata\": %zu, \"step\": %zu, "
-                "\"step_needs\": %zu, \"total\": %zu}",
+                "\"step_needs\": %zu, \"ranks\": %d, \"zero\": %d, \"zero_saving\": %zu, "
+                "\"total\": %zu}",
                 b->total, b->datasets, b->queue, b->queue_batches, b->eval, b->model, b->meta,
-                b->step, b->step_need, outside(b) + b->step_need);
+                b->step, b->step_need, b->ranks > 1 ? b->ranks : 1, b->ranks > 1 ? b->zero : 0,
+                b->zero_saving, outside(b) + b->step_need);
         return;
     }
     char h[9][32];
-    fprintf(out, "the budget of %s (batch %d):\n", fr_human_bytes(b->total, h[0], 32), b->batch);
+    if (b->ranks > 1)
+        fprintf(out, "the budget of %s for one rank of %d at ZeRO stage %d (its batch %d):\n",
+                fr_human_bytes(b->total, h[0], 32), b->ranks, b->zero, b->batch);
+    else
+        fprintf(out, "the budget of %s (batch %d):\n", fr_human_bytes(b->total, h[0], 32),
+                b->batch);
     fprintf(out, "  %-22s %12s\n", "datasets", fr_human_bytes(b->datasets, h[1], 32));
     char q[64];
     snprintf(q, sizeof q, "loader queue (%d)", b->queue_batches);
@@ -334,5 +383,8 @@ void fr_budget_describe(const fr_budget *b, FILE *out, int json) {
     fprintf(out, "  %-22s %12s\n", "metadata", fr_human_bytes(b->meta, h[5], 32));
     fprintf(out, "  %-22s %12s  (of %s left for it)\n", "the step",
             fr_human_bytes(b->step_need, h[6], 32), fr_human_bytes(b->step, h[7], 32));
+    if (b->zero_saving)
+        fprintf(out, "  %-22s %12s  (sharded away by ZeRO stage %d: not in the step's figure)\n",
+                "", fr_human_bytes(b->zero_saving, h[1], 32), b->zero);
     fprintf(out, "  %-22s %12s\n", "total", fr_human_bytes(outside(b) + b->step_need, h[8], 32));
 }

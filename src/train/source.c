@@ -73,6 +73,7 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
     bd->queue = cfg->queue;
     bd->eval_batch = cfg->eval_batch;
     bd->handles = s->handles;
+    bd->ranks = s->ranks; /* under mpirun: the budget is this rank's, at stage 0 (what trains) */
 }
 
 fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,
@@ -90,7 +91,7 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
     /* validation takes what windows there are, even fewer than a batch */
     int64_t w = windows(s, end - begin);
     if (!train && w < batch) batch = (int)w;
-    fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0, begin, end};
+    fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0, begin, end, s->rank, s->ranks};
     b->tok = fr_token_loader_new(s->ctx, s->tokens, &to);
     b->batch = batch;
     return b->tok ? FR_OK : FR_ERR_ARG;
@@ -100,6 +101,10 @@ void fr_batches_close(fr_batches *b) {
     fr_loader_free(b->img);
     fr_token_loader_free(b->tok);
     memset(b, 0, sizeof *b);
+}
+
+int fr_batches_global_n(const fr_batches *b) {
+    return b->img ? fr_loader_global_n(b->img) : b->batch; /* token batches are all whole */
 }
 
 int64_t fr_batches_count(const fr_batches *b) {
@@ -129,22 +134,22 @@ fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done) {
     return st;
 }
 
-fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit, double *acc,
-                             double *loss) {
+fr_status fr_source_evaluate_sums(fr_source *s, fr_model *m, int batch, int64_t limit,
+                                  fr_eval_sums *out) {
+    memset(out, 0, sizeof *out);
     fr_batches b;
     fr_status st = fr_batches_open(s, 0, batch, 0, FR_EVAL_QUEUE, limit, &b);
     if (st) return st;
     fr_step_opts so = {0};
-    so.batch = b.batch;
+    so.batch = b.batch; /* with ranks: the largest slice of it, ceil(batch/ranks) */
+    if (s->ranks > 1) so.batch = (b.batch + s->ranks - 1) / s->ranks;
     fr_step *e = fr_step_compile(m, &so);
     if (!e) {
         fr_batches_close(&b);
         return FR_ERR_NOMEM;
     }
     st = fr_batches_start(&b, 0, 0);
-    double sum = 0;
-    int64_t hits = 0, seen = 0;
-    int64_t per = s->tokens ? s->seq : 1; /* rows a sample scores */
+    out->rows = s->tokens ? s->seq : 1;
     while (!st) {
         fr_batch bt;
         int done = 0;
@@ -152,15 +157,25 @@ fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit
         float L;
         int c;
         if ((st = fr_step_run(e, &bt, &L, &c))) break;
-        sum += (double)L * bt.n;
-        hits += c;
-        seen += bt.n;
+        out->loss += (double)L * bt.n;
+        out->hits += c;
+        out->seen += bt.n;
     }
     fr_batches_close(&b);
     fr_step_free(e);
-    if (st) return st;
+    return st;
+}
+
+void fr_eval_sums_result(const fr_model *m, const fr_eval_sums *t, double *acc, double *loss) {
     /* an MSE model has no classes: its accuracy is not a number */
-    *acc = m->loss != FR_LOSS_CROSS_ENTROPY ? NAN : seen ? (double)hits / (seen * per) : 0;
-    *loss = seen ? sum / seen : 0;
-    return FR_OK;
+    *acc = m->loss != FR_LOSS_CROSS_ENTROPY ? NAN : t->seen ? t->hits / (t->seen * t->rows) : 0;
+    *loss = t->seen ? t->loss / t->seen : 0;
+}
+
+fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit, double *acc,
+                             double *loss) {
+    fr_eval_sums t;
+    fr_status st = fr_source_evaluate_sums(s, m, batch, limit, &t);
+    if (!st) fr_eval_sums_result(m, &t, acc, loss);
+    return st;
 }

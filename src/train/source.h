@@ -44,14 +44,30 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
                           int64_t limit, fr_batches *b);
 void fr_batches_close(fr_batches *b);
 int64_t fr_batches_count(const fr_batches *b);
+/* The global batch the last fr_batches_next's slice is of (its n with one
+ * rank; a token loader's batches are all whole). */
+int fr_batches_global_n(const fr_batches *b);
 fr_status fr_batches_start(fr_batches *b, int epoch, int64_t skip);
 fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done);
 /* Hand each batch on from the loader's thread (loader.h); between epochs. */
 void fr_batches_set_hand(fr_batches *b, fr_hand_fn hand, void *user, int lag);
 
-/* Mean loss (nats per sample, or per token) and accuracy (per sample, or
- * per token; NaN for MSE) over the test or validation split, with an eval
- * step of `batch`. */
+/* An evaluation's totals over the batches this process scored (with ranks,
+ * its slices, with an eval step of the largest slice): summed over the ranks
+ * element by element, they are the one process's. Doubles, so that one fr_comm_sum_f64 adds them. */
+typedef struct fr_eval_sums {
+    double loss; /* sum over samples of the sample's mean loss (per token for a token model) */
+    double hits; /* argmax hits: samples, or token positions */
+    double seen; /* samples (token windows) */
+    double rows; /* positions a sample scores: 1, or the window's T (the same on every rank) */
+} fr_eval_sums;
+fr_status fr_source_evaluate_sums(fr_source *s, fr_model *m, int batch, int64_t limit,
+                                  fr_eval_sums *out);
+/* Mean loss (nats per sample, or per token, weighted by the tokens: every
+ * window has T) and accuracy (per sample, or per token; NaN for MSE). */
+void fr_eval_sums_result(const fr_model *m, const fr_eval_sums *t, double *acc, double *loss);
+/* Mean loss and accuracy as above over the test or validation split, with
+ * an eval step of `batch` (this process's batches only). */
 fr_status fr_source_evaluate(fr_source *s, fr_model *m, int batch, int64_t limit, double *acc,
                              double *loss);
 

@@ -122,7 +122,7 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "the optimizer (--optimizer, --lr, --momentum, --weight-decay, --eps, ...)",
         "--seed",
         "--precision and --optimizer-state",
-        "the data (--data and its sample counts, --limit, --test-limit)",
+        "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
         "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
     const fr_optim_opts *o = &cfg->optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
@@ -139,11 +139,12 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->seed);
     snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->precision,
              (int)cfg->optim_state, (int)cfg->loss_scaling);
-    snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld",
+    /* (a token stream: its length and split, and the window's T, --seq) */
+    snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld, seq %d",
              cfg->train_images ? cfg->train_images : cfg->data,
-             (long long)(src->train ? fr_dataset_len(src->train) : 0),
-             (long long)(src->test ? fr_dataset_len(src->test) : 0), (long long)cfg->limit_train,
-             (long long)cfg->limit_test);
+             (long long)(src->train ? fr_dataset_len(src->train) : src->split.n_train),
+             (long long)(src->test ? fr_dataset_len(src->test) : src->split.n_val),
+             (long long)cfg->limit_train, (long long)cfg->limit_test, src->seq);
     uint64_t files = fnv1a(0xcbf29ce484222325ull, cfg->resume ? cfg->resume : "",
                            cfg->resume ? strlen(cfg->resume) : 0);
     files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
@@ -216,19 +217,26 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
     fr_step_arena_release(s);
     fr_mem_empty_cache(ctx);
     /* Evaluate at the training micro-batch: the eval arena then fits in
-     * the training arena's place (a larger eval batch would raise the peak). */
-    int eb = cfg->eval_batch > 0 ? cfg->eval_batch : s->micro;
+     * the training arena's place (a larger eval batch would raise the peak).
+     * With ranks, at the global batch's micro-batch (B over the micro-batches
+     * a step takes), each rank scoring its slice of every eval batch, about
+     * its own micro-batch: the eval batches are one process's, so a token
+     * model (whose last partial batch is dropped) scores the same windows. */
+    int eb = cfg->eval_batch > 0 ? cfg->eval_batch
+             : src->ranks > 1    ? cfg->batch / s->accumulate
+                                 : s->micro;
     int64_t limit = cfg->limit_test ? cfg->limit_test : src->tokens ? FR_LM_EVAL_WINDOWS : 0;
-    if ((st = fr_source_evaluate(src, s->m, eb, limit, acc, loss))) return st;
-    if (src->ranks > 1) { /* each rank scored its slices: the totals are summed */
-        int64_t n = fr_dataset_len(src->test);
-        if (limit > 0 && limit < n) n = limit;
-        double seen = (double)fr_loader_rank_samples(n, eb, src->rank, src->ranks);
-        double t[3] = {*loss * seen, isnan(*acc) ? 0 : round(*acc * seen), seen};
-        if ((st = fr_comm_sum_f64(ctx, cfg->comm, t, 3, "the evaluation's totals"))) return st;
-        *loss = t[2] ? t[0] / t[2] : 0;
-        if (!isnan(*acc)) *acc = t[2] ? t[1] / t[2] : 0;
+    fr_eval_sums t;
+    if ((st = fr_source_evaluate_sums(src, s->m, eb, limit, &t))) return st;
+    /* each rank scored its slices: the totals (loss times samples, hits,
+     * samples) are summed, so the mean is weighted by samples, by tokens for
+     * a token model (every window holds T) */
+    if (src->ranks > 1) {
+        double v[3] = {t.loss, t.hits, t.seen};
+        if ((st = fr_comm_sum_f64(ctx, cfg->comm, v, 3, "the evaluation's totals"))) return st;
+        t.loss = v[0], t.hits = v[1], t.seen = v[2];
     }
+    fr_eval_sums_result(s->m, &t, acc, loss);
     fr_mem_empty_cache(ctx);
     return fr_step_arena_acquire(s);
 }
@@ -385,11 +393,6 @@ static fr_status dist_check(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_sourc
                        "%d ranks with --device: data parallelism runs on the CPU backend only "
                        "for now (drop --device, or run one process)",
                        ranks);
-    if (src->tokens)
-        return fr_fail(ctx, FR_ERR_ARG,
-                       "%d ranks with a language model: data parallelism slices image batches "
-                       "only for now (run one process)",
-                       ranks);
     if (cfg->batch_auto)
         return fr_fail(ctx, FR_ERR_ARG, "--batch auto with %d ranks: give the global --batch",
                        ranks);
@@ -397,6 +400,7 @@ static fr_status dist_check(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_sourc
         return fr_fail(ctx, FR_ERR_ARG,
                        "--batch %d is the global batch: %d ranks need at least one sample each",
                        cfg->batch, ranks);
+    if (src->tokens) return FR_OK; /* token batches are all whole (drop_last) */
     int64_t n = fr_dataset_len(src->train);
     if (cfg->limit_train > 0 && cfg->limit_train < n) n = cfg->limit_train;
     if (n % cfg->batch && n % cfg->batch < ranks)
@@ -607,7 +611,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                      s->feed ? fr_feed_next(s->feed, &b, &done_) : fr_batches_next(&l, &b, &done_)))
                 goto done;
             if (done_) break;
-            if (ranks > 1) s->global_n = fr_loader_global_n(l.img);
+            if (ranks > 1) s->global_n = fr_batches_global_n(&l);
             if ((st = fr_step_run(s, &b, &L, &c))) goto done;
             int gn = ranks > 1 ? s->global_n : b.n; /* L and c are the global batch's */
             sum += (double)L * gn;

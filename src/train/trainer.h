@@ -71,6 +71,9 @@ typedef struct fr_budget_data {
     size_t handles;                  /* bytes the open datasets hold (measured) */
     int assumed;                     /* 1: the datasets are not open; the above are assumptions */
     int seq; /* token data: tokens a window; n_train, n_test count windows, sample is unused */
+    /* data parallel: the budget is one rank's of `ranks` at ZeRO stage
+     * `zero` (ranks 0 or 1: one process), the step planned for its slice */
+    int ranks, zero;
 } fr_budget_data;
 
 /* The user's budget and what takes it, as the allocator reserves it. */
@@ -79,11 +82,13 @@ typedef struct fr_budget {
     size_t datasets; /* the open datasets and the training permutation */
     size_t queue;    /* the training loader's (queue + 1) batch buffers */
     int queue_batches, batch;
-    size_t eval;      /* while evaluating: eval loader and step beyond the arena they replace */
-    size_t model;     /* parameters and buffers, from their shapes */
-    size_t meta;      /* the model's description and what else is held before planning */
-    size_t step;      /* what is left for the step */
-    size_t step_need; /* what its plan needs (the smallest plan's, when nothing fits) */
+    size_t eval;        /* while evaluating: eval loader and step beyond the arena they replace */
+    size_t model;       /* parameters and buffers, from their shapes */
+    size_t meta;        /* the model's description and what else is held before planning */
+    size_t step;        /* what is left for the step */
+    size_t step_need;   /* what its plan needs (the smallest plan's, when nothing fits) */
+    int ranks, zero;    /* one rank's budget (fr_budget_data's) */
+    size_t zero_saving; /* bytes ZeRO's sharding takes off the rank's step (in step_need) */
 } fr_budget;
 
 /* Split opts->budget (the user's) and plan the step in what is left; with
