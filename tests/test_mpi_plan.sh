@@ -6,9 +6,11 @@
 # 2.0 MB: the loader's three batches of 64 samples alone take 0.6 MB) and
 # planned for one rank of 4 at ZeRO stage 2, whose figures are ZeRO's
 # formulas worked out by hand (test_mpi_estimate.sh's): the rank's batch
-# ceil(64/4) = 16, parameters P, gradients ceil(G/4), optimizer ceil(O/4),
-# one bucket min(25 MiB, G) = G, the saving against stage 0
-# O - ceil(O/4) - ceil(G/4) taken off the step's share, and the rank's
+# ceil(64/4) = 16, parameters P, gradients and optimizer state the largest
+# shard of dist/shard.h's rule (the E = P/4 trainable elements end to end,
+# ceil(E/4) of them a rank: x/4 is x/E * ceil(E/4), rounded up), one bucket
+# min(25 MiB, G) = G, the saving against stage 0 O - O/4 - G/4 taken off
+# the step's share, and the rank's
 # total (the table's and the budget split's) within the budget. Without
 # --zero the stage is 0 (no saving). Under mpirun (when there is one and
 # frugal is built with MPI): 2 ranks trained with a --budget that `plan
@@ -18,7 +20,6 @@ source "$(dirname "$0")/lib.sh"
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 P=$(((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10) * 4))
 G=$P O=$((2 * P)) N=4 X=1500000
-sh() { echo $((($1 + N - 1) / N)); }
 plan=(plan --model "$tmp/m.model" --batch 64 --optimizer adam --threads 1)
 if [ -d "$data" ]; then plan+=(--data "$data"); fi
 
@@ -33,7 +34,9 @@ python3 - "$tmp/p.json" $X $N $P $G $O >"$tmp/out" 2>&1 <<'PY' && ok || no "rank
 import json, sys
 d = json.loads(open(sys.argv[1]).read())
 X, N, P, G, O = map(int, sys.argv[2:])
-sh = lambda x: (x + N - 1) // N
+E = P // 4  # f32 elements
+c = (E + N - 1) // N
+sh = lambda x: (x * c + E - 1) // E
 b, r = d["budget_split"], d["per_rank"]
 assert d["batch"] == 16 and r["rank_batch"] == 16 and r["ranks"] == N, (d["batch"], r)
 assert (b["ranks"], b["zero"]) == (N, 2), b
