@@ -25,23 +25,11 @@
 # machine: 1.5e-8 for SGD, 3e-6 for Adam at lr 1e-3; a wrong loss share or a
 # missing rank's slice moves SGD's weights by about lr * |g| ~ 1e-2.)
 source "$(dirname "$0")/lib.sh"
-if [ "${FR_HAVE_MPI:-0}" != 1 ] || ! command -v mpirun >/dev/null; then
-    echo "skipped: frugal built without MPI or no mpirun (install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
+source "$(dirname "$0")/mpi_lib.sh"
 if [ ! -d "$data" ]; then
     echo "no dataset at $data: skipping"
     exit 77
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export OMPI_MCA_btl=self,vader,tcp # no InfiniBand probing in CI
-# Under the sanitizers, ranks run without LeakSanitizer: OpenMPI's
-# components (dlopen'd, unloaded by MPI_Finalize) leak at exit and show as
-# "<unknown module>", which no suppression can name. frugal's own code is the
-# one process's, leak-checked by the single-process runs here and elsewhere.
-mpi_asan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-mpirun() { ASAN_OPTIONS=$mpi_asan command mpirun "$@"; }
-mpi() { mpirun --oversubscribe -np "$@"; }
 
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 # parameters: 784*64+64 + 64*32+32 + 32*10+10 floats

@@ -8,14 +8,8 @@
 # buckets (--bucket-cap-mb 0.005: two buckets) the same as one. Skipped (77)
 # without mpirun or an MPI build.
 source "$(dirname "$0")/lib.sh"
-if [ "${FR_HAVE_MPI:-0}" != 1 ] || ! command -v mpirun >/dev/null; then
-    echo "skipped: frugal built without MPI or no mpirun"
-    exit 77
-fi
+source "$(dirname "$0")/mpi_lib.sh"
 [ -d "$data" ] || { echo "no dataset at $data: skipping"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export OMPI_MCA_btl=self,vader,tcp
-mpi_asan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 # see test_mpi.sh
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 cat >"$tmp/cmp.py" <<'PY'
 import json, struct, sys

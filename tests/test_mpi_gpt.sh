@@ -25,15 +25,7 @@
 # counted twice, or the evaluation averaged per rank instead of per token,
 # moves the losses by 1e-3 to 1e-1.)
 source "$(dirname "$0")/lib.sh"
-if [ "${FR_HAVE_MPI:-0}" != 1 ] || ! command -v mpirun >/dev/null; then
-    echo "skipped: frugal built without MPI or no mpirun (install openmpi-bin libopenmpi-dev)"
-    exit 77
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export OMPI_MCA_btl=self,vader,tcp # no InfiniBand probing in CI
-# (ranks run without LeakSanitizer: see test_mpi.sh)
-mpi_asan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-mpi() { ASAN_OPTIONS=$mpi_asan command mpirun --oversubscribe -np "$@"; }
+source "$(dirname "$0")/mpi_lib.sh"
 
 cp "$src/tests/data/small_gpt.model" "$tmp/g.model" # 2 layers, context 32, d 32
 # A text that is not one sentence repeated, so that every window differs.
