@@ -26,21 +26,10 @@ int main(void) {
 
 enum { N = 256, D = 144 };
 
-static fr_model *small_cnn(fr_ctx *ctx) {
-    fr_model *m = fr_model_new(ctx, 1, 12, 12);
-    if (!m) return NULL;
-    if (fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_batchnorm(m) || fr_model_relu(m) ||
-        fr_model_maxpool2d(m, 2, 2) || fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
-        fr_model_free(m);
-        return NULL;
-    }
-    return m;
-}
-
 /* The correct answers of one step over the first n samples. */
 static int correct(fr_ctx *ctx, int training, int n, int micro, const float *x, const int32_t *y,
                    float *loss) {
-    fr_model *m = small_cnn(ctx);
+    fr_model *m = cl_small_cnn(ctx);
     fr_step *s = NULL;
     int c = -1;
     fr_status st = m ? fr_model_init(m, 3) : FR_ERR_NOMEM;

@@ -126,24 +126,13 @@ static void test_queues(fr_ctx *ctx) {
     fr_cl_queue_free(q);
 }
 
-/* A small CNN and two alternating batches of N samples. */
+/* Two alternating batches of N samples for cl_small_cnn. */
 enum { N = 8, D = 144 };
-
-static fr_model *small_cnn(fr_ctx *ctx) {
-    fr_model *m = fr_model_new(ctx, 1, 12, 12);
-    if (!m) return NULL;
-    if (fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_batchnorm(m) || fr_model_relu(m) ||
-        fr_model_maxpool2d(m, 2, 2) || fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
-        fr_model_free(m);
-        return NULL;
-    }
-    return m;
-}
 
 /* Six Adam steps on batches 0, 1, 0, 1, ... (micro-batches of micro). */
 static fr_status run(fr_ctx *ctx, int sync, int micro, const float *x, const int32_t *y,
                      float *losses) {
-    fr_model *m = small_cnn(ctx);
+    fr_model *m = cl_small_cnn(ctx);
     fr_step *s = NULL;
     fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
     fr_step_opts o = {.batch = N,

@@ -81,11 +81,12 @@ for x in x xs; do
 done
 
 # Portable: every source compiles for a non-x86 target (clang's aarch64, a
-# syntax check with this machine's x86-64 headers). Two things of those
-# headers do not apply to aarch64 and are supplied here: on a non-x86-64
-# target glibc's gnu/stubs.h includes gnu/stubs-32.h, the list of functions
-# glibc lacks there, and for a syntax check an empty list serves; and
-# pthread.h's __regparm__ attribute is x86-only (defined away).
+# syntax check with this machine's x86-64 headers). Two things in those
+# headers do not apply to aarch64, and this test supplies them:
+#  - On a non-x86-64 target, glibc's gnu/stubs.h includes gnu/stubs-32.h
+#    (which names the functions glibc lacks on that target). An empty file
+#    is enough for a syntax check.
+#  - pthread.h's __regparm__ attribute is x86-only, so it is defined away.
 # No x86 intrinsic outside its guard, no x86 target attribute where the
 # compiler has no such target.
 if command -v clang >/dev/null; then

@@ -298,7 +298,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
                 st = be->grad_sumsq(ctx, &g, &part);
                 total += part;
             }
-            float coef = s->o.clip_grad_norm / ((float)sqrt(total) + 1e-6f);
+            float coef = fr_step_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; coef < 1.0f && i < m->n_params && !st; i++) {
                 fr_param *p = &m->params[i];
                 if (s->gv[i] < 0 || !p->grad_valid) continue;

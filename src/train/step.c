@@ -724,6 +724,10 @@ static int unscale_grads(fr_step *s, float inv_scale) {
 /* torch.nn.utils.clip_grad_norm_(max_norm, 2): total = ||(||g_i||)||; the
  * gradients are multiplied by min(1, max_norm / (total + 1e-6)). The squares
  * are summed in double (fr_k_grad_sumsq's fixed blocks), tensors in order. */
+float fr_step_clip_coef(double sumsq, float max_norm) {
+    return max_norm / ((float)sqrt(sumsq) + 1e-6f);
+}
+
 static void clip_grads(fr_step *s, float max_norm) {
     fr_model *m = s->m;
     double total = 0;
@@ -732,8 +736,7 @@ static void clip_grads(fr_step *s, float max_norm) {
         if (s->gv[i] < 0 || !grad_data(p) || !p->grad_valid) continue;
         total += fr_k_grad_sumsq(grad_data(p), grad_dtype(p), (size_t)fr_shape_numel(&p->shape));
     }
-    float norm = (float)sqrt(total);
-    float coef = max_norm / (norm + 1e-6f);
+    float coef = fr_step_clip_coef(total, max_norm);
     if (coef >= 1.0f) return;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
@@ -1077,7 +1080,7 @@ static fr_status sharded_update(fr_step *s, float l) {
                     total += fr_k_grad_sumsq(owned_grad(s, i, a), FR_F32, b - a);
             if ((st = fr_comm_sum_f64(s->ctx, s->comm, &total, 1, "the gradients' squared norm")))
                 return st;
-            float coef = s->o.clip_grad_norm / ((float)sqrt(total) + 1e-6f);
+            float coef = fr_step_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; i < m->n_params && coef < 1.0f; i++)
                 if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
                     fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);

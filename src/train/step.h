@@ -90,6 +90,10 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i);
 /* Bytes of one optimizer-state buffer of p (its format in *kind). */
 size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
 
+/* clip_grad_norm_'s factor for gradients whose squares sum to sumsq:
+ * max_norm / (norm + 1e-6), as PyTorch computes it (applied below 1). */
+float fr_step_clip_coef(double sumsq, float max_norm);
+
 /* What the materialized step reserves, as the allocator rounds each block:
  * parameters, gradients, optimizer state, update tiles, the arena, the
  * executor's tables and the step's metadata, plus one batch of data (held
