@@ -359,8 +359,9 @@ static const opt_row opts[] = {
      "--budget is one rank's"},
     {"zero", "K", O_ZERO_STAGE, C_TRAIN | C_ESTIMATE | C_PLAN,
      "ZeRO stage: under mpirun 0 (everything replicated), 1 (optimizer\n"
-     "state sharded), 2 (+ gradients); estimate and plan also 3 (+\n"
-     "parameters) [train and plan: 0; estimate: all]"},
+     "state sharded), 2 (+ gradients), 3 (+ parameters: each unit's\n"
+     "weights gathered just before its forward and its backward, the\n"
+     "next one's prefetched) [train and plan: 0; estimate: all]"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -834,12 +835,6 @@ static int cmd_train(int argc, char **argv) {
     if (c.t.offload && c.device < 0)
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s", "--offload needs --device opencl[:N]");
-    if (c.zero > 2)
-        return fr_comm_finalize(comm), ctx_done(ctx),
-               bad("train", "%s",
-                   "--zero 3 (sharded parameters) is not built yet: train runs stages 0, 1 "
-                   "(sharded optimizer state) and 2 (gradients too); `frugal estimate --ranks N "
-                   "--zero 3` shows its bytes per rank");
     c.t.zero = c.zero > 0 ? c.zero : 0;
     default_text(ctx, &c);
     if (rank > 0) c.t.json = 0, c.t.progress = -1; /* rank 0 speaks for the run */

@@ -203,6 +203,25 @@ fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size
     return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Allgatherv", what);
 }
 
+fr_status fr_comm_iallgather_shards_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                        size_t n, size_t total, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy", what, slot, c->n_req);
+    int *cnt = c->counts + (size_t)slot * 2 * (size_t)c->size, *dsp = cnt + c->size;
+    if (pieces(c, at, n, total, cnt, dsp))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu floats too many", what, n);
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, c->comm,
+                             &c->req[slot]);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Iallgatherv", what);
+}
+
+fr_status fr_comm_wait(fr_ctx *ctx, fr_comm *c, int slot, const char *what) {
+    if (!c || c->size == 1 || slot < 0 || slot >= c->n_req) return FR_OK;
+    int rc = MPI_Wait(&c->req[slot], MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Wait", what);
+}
+
 fr_status fr_comm_gather_shards_f32(fr_ctx *ctx, fr_comm *c, const float *mine, float *full,
                                     size_t at, size_t n, size_t total, const char *what) {
     if (!c || c->size == 1) {
@@ -288,6 +307,17 @@ fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf
 fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size_t at, size_t n,
                                        size_t total, const char *what) {
     (void)ctx, (void)c, (void)buf, (void)at, (void)n, (void)total, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_iallgather_shards_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                        size_t n, size_t total, const char *what) {
+    (void)ctx, (void)c, (void)slot, (void)buf, (void)at, (void)n, (void)total, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_wait(fr_ctx *ctx, fr_comm *c, int slot, const char *what) {
+    (void)ctx, (void)c, (void)slot, (void)what;
     return FR_OK;
 }
 

@@ -64,6 +64,12 @@ fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf
                                    size_t n, size_t total, const char *what);
 fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size_t at, size_t n,
                                        size_t total, const char *what);
+/* iallgather_shards: allgather_shards started in slot k (MPI_Iallgatherv,
+ * in place: this rank's share must already sit at its place in buf);
+ * wait: wait for slot k alone (MPI_Wait). */
+fr_status fr_comm_iallgather_shards_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
+                                        size_t n, size_t total, const char *what);
+fr_status fr_comm_wait(fr_ctx *ctx, fr_comm *c, int slot, const char *what);
 fr_status fr_comm_gather_shards_f32(fr_ctx *ctx, fr_comm *c, const float *mine, float *full,
                                     size_t at, size_t n, size_t total, const char *what);
 

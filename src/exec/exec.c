@@ -156,9 +156,14 @@ void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off) {
 
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step) {
     fr_graph *g = e->g;
+    fr_status st0;
     for (int i = from; i < to; i++) {
         const fr_node *node = &g->nodes[e->plan->order[i]];
         const fr_op_info *info = fr_op_get(node->op);
+        if (e->pre_node) {
+            fr_status ps = e->pre_node(e->post_arg, i);
+            if (ps) return ps;
+        }
         fr_mem_set_tag(e->ctx, info->name);
         apply_events(e, i);
         if (e->copy_ev) {
@@ -171,6 +176,7 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
                 e->buf[node->out[0]] = e->buf[node->in[0]];
                 e->off[node->out[0]] = e->off[node->in[0]];
             }
+            if (e->post_node && (st0 = e->post_node(e->post_arg, i))) return st0;
             continue;
         }
         fr_kernel_call c = {0};

@@ -33,8 +33,11 @@ typedef struct fr_exec {
     int *wait_start, *wait;
     /* Called after the node at each plan position has run (NULL: none):
      * data parallelism starts a gradient bucket's sum once its last writer
-     * has run; a failure stops the run with its status. */
+     * has run; a failure stops the run with its status. pre_node, called
+     * with the same arg before the node's inputs are read, may rebind them
+     * (ZeRO 3 gathers a unit's weights there). */
     fr_status (*post_node)(void *arg, int pos);
+    fr_status (*pre_node)(void *arg, int pos);
     void *post_arg;
 } fr_exec;
 

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "backend/backend.h"
 #include "model/model.h"
+#include "dist/pshard.h"
 
 static const char *layer_names[FR_L_COUNT] = {
     "linear",   "conv2d", "maxpool2d", "avgpool2d",     "global_avgpool", "relu",    "gelu",
@@ -712,7 +713,7 @@ fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
 fr_status fr_model_alloc_params(fr_model *m) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (p->data) continue;
+        if (p->data || fr_pshard_holds(m->shard, (int)i)) continue;
         size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
         p->data = fr_calloc(m->ctx, bytes, FR_MEM_PARAMS);
         if (!p->data) return FR_ERR_NOMEM;
@@ -762,6 +763,14 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
         float sd = l->std > 0.0f ? l->std : 1.0f;
         int normal = (embed || l->std > 0.0f) && p->role == FR_P_WEIGHT;
         if (l->std > 0.0f && p->role == FR_P_BIAS) constant = 1, c = 0.0f;
+        /* ZeRO 3: the whole tensor made in a scratch block, this rank's slice kept */
+        int sharded = fr_pshard_holds(m->shard, (int)i);
+        if (sharded) {
+            fr_mem_set_tag(m->ctx, "initialising a weight shard");
+            p->data = fr_alloc(m->ctx, (size_t)n * sizeof(float), FR_MEM_WORKSPACE);
+            fr_mem_set_tag(m->ctx, NULL);
+            if (!p->data) return FR_ERR_NOMEM;
+        }
         fr_rng r = fr_rng_make(seed, i);
         float bound = 1.0f / sqrtf((float)p->fan_in);
         for (int64_t j0 = 0; j0 < n; j0 += 1024) {
@@ -771,6 +780,11 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
                        : normal ? sd * normal_sample(&r)
                                 : (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
             init_store(p, j0, v, k);
+        }
+        if (sharded) {
+            fr_pshard_keep(m->shard, (int)i, p->data);
+            fr_free(m->ctx, p->data);
+            p->data = NULL;
         }
     }
     m->initialised = 1;

@@ -196,12 +196,15 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  *   stage 1: P + G + O/N               (optimizer state sharded)
  *   stage 2: P + G/N + bucket + O/N    (gradients sharded: a bucket's full
  *                                       gradients live until reduce-scattered)
- *   stage 3: P/N + units + G/N + bucket + O/N (parameters sharded: one
- *                                       unit gathered, the next prefetched)
+ *   stage 3: Pt/N + (P - Pt) + gathered + G/N + bucket + O/N (the Pt
+ *                                       trainable parameter bytes sharded)
  * each shard the largest one of dist/shard.h's rule (the one the run
  * uses): the E trainable gradient elements end to end, ceil(E/N) of them
- * a rank, so x/N means x/E * ceil(E/N); bucket = min(25 MiB, G), units = the largest
- * parameters of two consecutive planner units. The step's activations,
+ * a rank, so x/N means x/E * ceil(E/N); bucket = min(25 MiB, G); gathered
+ * = the bytes of units' weights gathered at the step's worst position, by
+ * the walk the run makes over its plan (dist/pshard.h: each unit's weights
+ * from just before its first use to right after its last, in forward and
+ * again in backward, the next unit's prefetched). The step's activations,
  * workspace, data and metadata are the rank's own plan's, the same at every
  * stage. */
 
@@ -215,19 +218,12 @@ void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *ou
     size_t E = 0; /* the trainable gradient elements: what the shards split */
     for (size_t i = 0; i < m->n_params; i++)
         if (s->gv[i] >= 0) E += (size_t)fr_shape_numel(&m->params[i].shape);
-    /* stage 3 gathers a unit and prefetches the next: the largest pair */
-    size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, units = 0, prev = 0;
-    for (int u = 0; zero == 3 && u < m->n_units; u++) {
-        size_t b = 0;
-        for (size_t i = 0; i < m->n_params; i++)
-            if (m->layers[m->params[i].layer].unit == u)
-                b +=
-                    (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
-        if (b + prev > units) units = b + prev;
-        prev = b;
-    }
-    if (units > P) units = P;
-    out->params = zero < 3 ? P : fr_shard_bytes(P, E ? E : P, ranks) + units;
+    size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, gathered = 0, res, Pt = 0;
+    for (size_t i = 0; zero == 3 && i < m->n_params; i++)
+        if (s->gv[i] >= 0)
+            Pt += (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
+    if (zero == 3) fr_step_gathered_peak(s, &gathered, &res);
+    out->params = zero < 3 ? P : fr_shard_bytes(Pt, E ? E : 1, ranks) + (P - Pt) + gathered;
     out->grads = zero < 2 ? G : fr_shard_bytes(G, E, ranks);
     out->optim = zero < 1 ? O : fr_shard_bytes(O, E, ranks);
     out->buckets = zero < 2 ? 0 : bucket;
@@ -268,9 +264,5 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
         first = 0;
     }
     if (json) fprintf(out, "]}\n");
-    else
-        fprintf(out,
-                "(`mpirun -np %d frugal train --zero K` runs stages 0-2; stage 3 is a "
-                "formula, not built yet)\n",
-                ranks);
+    else fprintf(out, "(`mpirun -np %d frugal train --zero K` runs each stage)\n", ranks);
 }

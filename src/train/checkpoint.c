@@ -21,6 +21,7 @@
 #include <string.h>
 #include "backend/cpu/optim_state.h"
 #include "core/half.h"
+#include "dist/pshard.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
 
@@ -374,8 +375,21 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
         if ((st = param_in(ctx, path, f, &l, &m->params[i], 0))) return st;
     for (size_t i = 0; i < m->n_alias; i++)
         if ((st = check_alias(ctx, path, f, &l, m, &m->alias[i]))) return st;
-    for (size_t i = 0; i < m->n_params; i++)
-        if ((st = param_in(ctx, path, f, &l, &m->params[i], 1))) return st;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (!fr_pshard_holds(m->shard, (int)i)) {
+            if ((st = param_in(ctx, path, f, &l, p, 1))) return st;
+            continue;
+        }
+        /* ZeRO 3: the tensor read whole into scratch, this rank's slice kept */
+        if (!(p->data = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * sizeof(float),
+                                 FR_MEM_WORKSPACE)))
+            return FR_ERR_NOMEM;
+        if (!(st = param_in(ctx, path, f, &l, p, 1))) fr_pshard_keep(m->shard, (int)i, p->data);
+        fr_free(ctx, p->data);
+        p->data = NULL;
+        if (st) return st;
+    }
     m->initialised = 1;
     return FR_OK;
 }

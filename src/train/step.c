@@ -9,6 +9,7 @@
 #include "autodiff/autodiff.h"
 #include "core/half.h"
 #include "dist/buckets.h"
+#include "dist/pshard.h"
 #include "dist/shard.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
@@ -139,6 +140,15 @@ void fr_step_free(fr_step *s) {
                 s->m->params[i].grad = NULL;
         fr_buckets_release(ctx, s->buckets);
         fr_free(ctx, s->buckets);
+    }
+    if (s->gathers) {
+        fr_gathers_release(ctx, s->gathers);
+        fr_free(ctx, s->gathers);
+    }
+    if (s->pshard) { /* the weights' shards go with the step that made them */
+        if (s->m->shard == s->pshard) s->m->shard = NULL;
+        fr_pshard_release(ctx, s->pshard);
+        fr_free(ctx, s->pshard);
     }
     fr_dev_step_free(s);
     fr_exec_release(&s->ex);
@@ -598,6 +608,127 @@ fail:
     return NULL;
 }
 
+/* The flat vector of ZeRO's shards: the trainable gradients end to end in
+ * reverse parameter order (dist/buckets.h's layout, whatever the caps);
+ * flat[i] = FR_PSHARD_NONE for a parameter without a gradient. Its length. */
+static size_t flat_layout(const fr_step *s, size_t *flat, size_t *numel, int *unit) {
+    const fr_model *m = s->m;
+    size_t at = 0;
+    for (size_t k = m->n_params; k-- > 0;) {
+        numel[k] = (size_t)fr_shape_numel(&m->params[k].shape);
+        unit[k] = m->layers[m->params[k].layer].unit;
+        flat[k] = FR_PSHARD_NONE;
+        if (!fr_step_grad_bytes(s, k)) continue;
+        flat[k] = at, at += numel[k];
+    }
+    return at;
+}
+
+/* ZeRO 3's gathers of this step: the groups each plan position reads (a
+ * view reads what its input reads; forward ends at the loss). */
+static fr_status plan_gathers(fr_step *s, const fr_pshard *ps, fr_gathers *out) {
+    fr_model *m = s->m;
+    const fr_graph *g = &s->g;
+    int n = s->plan.n_nodes;
+    size_t nv = g->n_vals + 1, cap = 0;
+    for (int k = 0; k < n; k++) cap += (size_t)g->nodes[s->plan.order[k]].n_in;
+    int *root = fr_alloc(s->ctx, nv * sizeof *root, FR_MEM_OTHER);
+    int *off = fr_alloc(s->ctx, ((size_t)n + 1) * sizeof *off, FR_MEM_OTHER);
+    int *grp = fr_alloc(s->ctx, (cap + 1) * sizeof *grp, FR_MEM_OTHER);
+    fr_status st = !root || !off || !grp ? FR_ERR_NOMEM : FR_OK;
+    for (size_t v = 0; v < nv && !st; v++) root[v] = -1;
+    for (size_t i = 0; i < m->n_params && !st; i++)
+        if (fr_pshard_holds(ps, (int)i)) root[s->pv[i]] = ps->group[i];
+    int u = 0;
+    for (int k = 0; k < n && !st; k++) {
+        const fr_node *nd = &g->nodes[s->plan.order[k]];
+        off[k] = u;
+        for (int j = 0; j < nd->n_in; j++) {
+            int v = nd->in[j];
+            if (v < 0 || root[v] < 0) continue;
+            int dup = 0;
+            for (int q = off[k]; q < u; q++) dup |= grp[q] == root[v];
+            if (!dup) grp[u++] = root[v];
+        }
+        if (fr_op_get(nd->op)->view && nd->in[0] >= 0 && root[nd->in[0]] >= 0)
+            st = fr_fail(s->ctx, FR_ERR_ARG,
+                         "ZeRO 3 gathers weights for the nodes that read them, but node %d (%s) "
+                         "makes a view of one",
+                         s->plan.order[k], fr_op_get(nd->op)->name);
+    }
+    if (!st) {
+        off[n] = u;
+        st = fr_gathers_plan(s->ctx, ps, n, off, grp, s->o.training ? s->loss_pos : n, out);
+    }
+    fr_free(s->ctx, root);
+    fr_free(s->ctx, off);
+    fr_free(s->ctx, grp);
+    return st;
+}
+
+void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved) {
+    *peak = *reserved = 0;
+    if (s->gathers) {
+        *peak = s->gathers->peak, *reserved = s->gathers->peak_reserved;
+        return;
+    }
+    /* one process: the layout alone (no shard block), the same walk */
+    size_t np = s->m->n_params + 1;
+    size_t *flat = fr_alloc(s->ctx, np * sizeof *flat, FR_MEM_OTHER);
+    size_t *numel = fr_alloc(s->ctx, np * sizeof *numel, FR_MEM_OTHER);
+    int *unit = fr_alloc(s->ctx, np * sizeof *unit, FR_MEM_OTHER);
+    fr_pshard ps;
+    fr_gathers g;
+    if (flat && numel && unit) {
+        size_t total = flat_layout(s, flat, numel, unit);
+        if (!fr_pshard_init(s->ctx, NULL, (int)s->m->n_params, flat, numel, unit, total, 0, 0, 0,
+                            &ps)) {
+            if (!plan_gathers((fr_step *)s, &ps, &g)) {
+                *peak = g.peak, *reserved = g.peak_reserved;
+                fr_gathers_release(s->ctx, &g);
+            }
+            fr_pshard_release(s->ctx, &ps);
+        }
+    }
+    fr_free(s->ctx, flat);
+    fr_free(s->ctx, numel);
+    fr_free(s->ctx, unit);
+}
+
+/* ZeRO 3 (in fr_step_distribute): the model's trainable weights become this
+ * rank's shard; weights already made keep only their slice. */
+static fr_status shard_weights(fr_step *s, fr_comm *c) {
+    fr_model *m = s->m;
+    size_t np = m->n_params + 1;
+    size_t *flat = fr_alloc(s->ctx, np * sizeof *flat, FR_MEM_OTHER);
+    size_t *numel = fr_alloc(s->ctx, np * sizeof *numel, FR_MEM_OTHER);
+    int *unit = fr_alloc(s->ctx, np * sizeof *unit, FR_MEM_OTHER);
+    fr_pshard *ps = fr_calloc(s->ctx, sizeof *ps, FR_MEM_OTHER);
+    fr_status st = !flat || !numel || !unit || !ps ? FR_ERR_NOMEM : FR_OK;
+    if (!st) {
+        size_t total = flat_layout(s, flat, numel, unit);
+        st = fr_pshard_init(s->ctx, c, (int)m->n_params, flat, numel, unit, total, fr_comm_rank(c),
+                            fr_comm_size(c), s->buckets->n, ps);
+        if (!st && (st = fr_comm_reserve(s->ctx, c, s->buckets->n + 2 * ps->n_groups)))
+            fr_pshard_release(s->ctx, ps);
+    }
+    if (!st) {
+        for (size_t i = 0; i < m->n_params; i++) {
+            fr_param *p = &m->params[i];
+            if (!fr_pshard_holds(ps, (int)i) || !p->data) continue;
+            fr_pshard_keep(ps, (int)i, p->data);
+            fr_free(s->ctx, p->data);
+            p->data = NULL;
+        }
+        m->shard = s->pshard = ps, ps = NULL;
+    }
+    fr_free(s->ctx, ps);
+    fr_free(s->ctx, flat);
+    fr_free(s->ctx, numel);
+    fr_free(s->ctx, unit);
+    return st;
+}
+
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
     if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
@@ -606,6 +737,20 @@ fr_status fr_step_materialize(fr_step *s) {
     } else {
         if (s->o.training && (st = alloc_grads(s))) return st;
         if (s->o.training && (st = alloc_state(s))) return st;
+    }
+    if (s->m->shard && !s->gathers) { /* ZeRO 3: this step's gathers, its metadata */
+        fr_mem_stats before, after;
+        fr_mem_get_stats(s->ctx, &before);
+        if (!(s->gathers = fr_calloc(s->ctx, sizeof *s->gathers, FR_MEM_OTHER)))
+            return FR_ERR_NOMEM;
+        if ((st = plan_gathers(s, s->m->shard, s->gathers))) {
+            fr_free(s->ctx, s->gathers);
+            s->gathers = NULL;
+            return st;
+        }
+        fr_mem_get_stats(s->ctx, &after);
+        s->meta_bytes += after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
+        s->meta_reserved += (after.reserved - after.cached) - (before.reserved - before.cached);
     }
     return fr_exec_init(&s->ex, &s->g, &s->plan);
 }
@@ -804,6 +949,20 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
 }
 
 static fr_status after_node(void *arg, int pos);
+static fr_status before_node(void *arg, int pos);
+
+/* ZeRO 3: group grp's weights are at block (NULL: gone) for the model and
+ * the executor. */
+static void bind_group(void *arg, int grp, float *block) {
+    fr_step *s = arg;
+    const fr_pshard *ps = s->m->shard;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        if (ps->group[i] != grp) continue;
+        fr_param *p = &s->m->params[i];
+        p->data = block ? block + (ps->flat[i] - ps->g_at[grp]) : NULL;
+        s->ex.ptr[s->pv[i]] = p->data;
+    }
+}
 
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
@@ -874,15 +1033,16 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         /* the buckets are sent during the last micro-batch's backward only:
          * before it, the gradients are partial sums of this rank */
         int last = off + s->micro >= b->n;
-        e->post_node = NULL;
-        if (ranks > 1 && last) {
-            fr_buckets_begin(s->buckets);
-            e->post_node = after_node, e->post_arg = s;
-        }
+        s->dp_active = ranks > 1 && last;
+        if (s->dp_active) fr_buckets_begin(s->buckets);
+        if (s->gathers) fr_gathers_begin(s->gathers);
+        e->post_node = s->dp_active || s->gathers ? after_node : NULL;
+        e->pre_node = s->gathers ? before_node : NULL;
+        e->post_arg = s;
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
         st = fr_exec_run(e, 0, split, n, seed, s->runs);            /* check the loss first */
         float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];
-        if (!st && split < s->plan.n_nodes && !isfinite(lm)) {
+        if (!st && split < s->plan.n_nodes && !isfinite(lm)) { /* (never sharded: no gathers) */
             fr_exec_finish(e);
             s->runs++;
             if (loss) *loss = lm;
@@ -890,7 +1050,11 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             return fr_step_nonfinite(s, lm, s->runs);
         }
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->runs);
-        e->post_node = NULL;
+        e->post_node = NULL, e->pre_node = NULL;
+        if (s->gathers) {
+            fr_status gs = fr_gathers_end(s->ctx, s->m->shard, s->gathers, !st, bind_group, s);
+            if (!st) st = gs;
+        }
         if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->comm, s->buckets);
         s->runs++;
         if (!st) {
@@ -918,21 +1082,28 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
 }
 
 /* The executor's post-node hook under data parallelism: start the buckets
- * whose last gradient the node at plan position pos wrote. */
+ * whose last gradient the node at plan position pos wrote (on the micro-
+ * batch that sends them); at ZeRO 3, free the weights whose last use in
+ * this interval it was. */
 static fr_status after_node(void *arg, int pos) {
     fr_step *s = arg;
-    return fr_buckets_after_node(s->ctx, s->comm, s->buckets, pos);
+    fr_status st = s->dp_active ? fr_buckets_after_node(s->ctx, s->comm, s->buckets, pos) : FR_OK;
+    if (!st && s->gathers) fr_gathers_post(s->ctx, s->gathers, pos, bind_group, s);
+    return st;
+}
+
+/* ZeRO 3's pre-node hook: the weights the node reads gathered and bound. */
+static fr_status before_node(void *arg, int pos) {
+    fr_step *s = arg;
+    return fr_gathers_pre(s->ctx, s->m->shard, s->gathers, pos, bind_group, s);
 }
 
 fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t cap, int overlap,
                              int zero) {
     fr_model *m = s->m;
     if (!c || !s->o.training) return FR_OK;
-    if (zero < 0 || zero > 2)
-        return fr_fail(s->ctx, FR_ERR_ARG,
-                       "ZeRO stage %d: training runs stages 0, 1 and 2 (`frugal estimate --ranks N "
-                       "--zero 3` shows stage 3's bytes per rank)",
-                       zero);
+    if (zero < 0 || zero > 3)
+        return fr_fail(s->ctx, FR_ERR_ARG, "ZeRO stage %d: the stages are 0, 1, 2 and 3", zero);
     /* The shard rule splits tensors at any element: the int8 and bf16
      * moments are encoded in blocks of 2048 values (bf16 too, beside int8,
      * shares the block's layout), whose boundaries a shard would cut. */
@@ -976,6 +1147,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
         s->zero = zero;
         s->buckets = b, b = NULL;
         s->comm = c;
+        if (zero == 3) st = shard_weights(s, c);
         /* rank 0 keeps the one process's stream */
         s->rank_seed = (uint64_t)fr_comm_rank(c) * 0x9E3779B97F4A7C15ull;
     }
@@ -1090,13 +1262,16 @@ static fr_status sharded_update(fr_step *s, float l) {
         for (size_t i = 0; i < m->n_params; i++) {
             fr_param *p = &m->params[i];
             if (!p->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
-            float *w = (float *)p->data + a, *g = owned_grad(s, i, a);
+            size_t a3, b3; /* ZeRO 3: the same elements, in the weights' shard */
+            float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3)
+                                   : (float *)p->data + a,
+                  *g = owned_grad(s, i, a);
             if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], b - a, o, s->t == 1);
             else
                 fr_k_adam(w, g, p->state[0], p->state[1], b - a, o, s->t,
                           o->kind == FR_OPTIM_ADAMW);
         }
-        for (size_t i = 0; i < m->n_params; i++) {
+        for (size_t i = 0; i < m->n_params && !s->m->shard; i++) { /* ZeRO 3 keeps shards */
             fr_param *p = &m->params[i];
             if (s->gv[i] < 0 || !p->grad_valid || s->buckets->bucket_of[i] < 0) continue;
             char what[160];
@@ -1164,13 +1339,36 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
     return st;
 }
 
+fr_status fr_step_params_whole(fr_step *s, int on) {
+    fr_model *m = s->m;
+    fr_pshard *ps = m->shard;
+    int root = fr_comm_rank(s->comm) == 0;
+    fr_status st = FR_OK;
+    if (!ps) return FR_OK;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (!fr_pshard_holds(ps, (int)i)) continue;
+        if (!on || st) {
+            if (root) fr_free(s->ctx, p->data), p->data = NULL;
+            continue;
+        }
+        fr_mem_set_tag(s->ctx, "checkpoint: whole weights");
+        if (root && !(p->data = fr_alloc(s->ctx, ps->numel[i] * sizeof(float), FR_MEM_WORKSPACE)))
+            st = FR_ERR_NOMEM; /* the others wait in the gather: the job ends on the failure */
+        fr_mem_set_tag(s->ctx, NULL);
+        if (!st) st = fr_pshard_gather_root(s->ctx, ps, (int)i, p->data);
+    }
+    if (st) fr_step_params_whole(s, 0);
+    return st;
+}
+
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     const fr_model *m = s->m;
     memset(out, 0, FR_MEM_CAT_COUNT * sizeof out[0]);
+    const fr_pshard *ps = m->shard;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        size_t b = param_bytes(p);
-        out[FR_MEM_PARAMS] += b;
+        if (!fr_pshard_holds(ps, (int)i)) out[FR_MEM_PARAMS] += param_bytes(p);
         if (s->gv[i] >= 0) {
             int kind;
             out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
@@ -1180,6 +1378,11 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     }
     if (s->buckets && s->zero >= 2) /* the gradient shard beside the buckets */
         out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * sizeof(float);
+    if (ps) { /* ZeRO 3: the weights' shard and what the step gathers at its worst */
+        size_t peak, res;
+        fr_step_gathered_peak(s, &peak, &res);
+        out[FR_MEM_PARAMS] += (ps->hi - ps->lo) * sizeof(float) + peak;
+    }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
@@ -1202,9 +1405,16 @@ size_t fr_step_reserved(const fr_step *s) {
     const fr_model *m = s->m;
     size_t r = 0;
     int ns = fr_step_optim_states(&s->o.optim);
+    const fr_pshard *ps = m->shard;
+    if (ps) { /* ZeRO 3: the weights' shard and the gathered blocks at the worst position */
+        size_t peak, res;
+        fr_step_gathered_peak(s, &peak, &res);
+        if (ps->hi > ps->lo) r += fr_mem_block_bytes((ps->hi - ps->lo) * sizeof(float));
+        r += res;
+    }
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        r += fr_mem_block_bytes(param_bytes(p));
+        if (!fr_pshard_holds(ps, (int)i)) r += fr_mem_block_bytes(param_bytes(p));
         size_t g = fr_step_grad_bytes(s, i);
         if (g && !s->buckets) r += fr_mem_block_bytes(g);
         if (s->gv[i] >= 0 && s->o.training) {

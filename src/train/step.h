@@ -50,6 +50,9 @@ struct fr_step {
     uint64_t rank_seed;         /* added to the seed of the dropout streams: differs per rank */
     int zero;                   /* ZeRO stage (0: every rank holds everything) */
     void **whole_state;         /* zero >= 1, saving on rank 0: the shards set aside */
+    struct fr_pshard *pshard;   /* zero 3: the weights' shards this step made (m->shard) */
+    struct fr_gathers *gathers; /* a model with sharded weights: this step's gathers */
+    int dp_active;              /* this micro-batch sends its buckets (post-node hook) */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the
@@ -121,7 +124,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);
  * gradient: the step needs the sums). */
 fr_status fr_step_distribute(fr_step *s, struct fr_comm *c, size_t first_cap, size_t cap,
                              int overlap, int zero);
-/* ZeRO stages 1 and 2 (zero >= 1, dist/shard.h's rule over the flat vector
+/* ZeRO stages 1, 2 and 3 (zero >= 1, dist/shard.h's rule over the flat vector
  * of the buckets): this rank owns the elements [*a, *b) of param i (all of
  * a trainable one without sharding); 0 when it owns none. Its optimizer
  * state holds those elements only. */
@@ -130,6 +133,14 @@ int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b);
  * state of every parameter is gathered whole on rank 0 (blocks of category
  * workspace) and set in place of its shards; on 0, the shards come back. */
 fr_status fr_step_state_whole(fr_step *s, int on);
+/* For a checkpoint at ZeRO 3 (every rank calls it): on 1, every sharded
+ * weight is gathered whole on rank 0 (blocks of category workspace) into
+ * its data; on 0, those blocks are freed. */
+fr_status fr_step_params_whole(fr_step *s, int on);
+/* ZeRO 3: the bytes of weights gathered at the step's worst position
+ * (allocated; as the allocator rounds the blocks), 0 without; for a step
+ * of one process, what ZeRO 3 would gather (the same walk on its plan). */
+void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 

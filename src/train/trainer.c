@@ -192,11 +192,14 @@ static fr_status weights_agree(fr_ctx *ctx, const fr_comm *c, const fr_model *m)
  * others wait for it, and every rank learns whether it was written. */
 static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr_train_cfg *cfg,
                              int epoch, int64_t batches) {
-    fr_status st = fr_comm_size(c) > 1 ? weights_agree(ctx, c, s->m) : FR_OK;
+    /* (at ZeRO 3 each rank holds its own slice of the weights: nothing to compare) */
+    fr_status st = fr_comm_size(c) > 1 && s->zero < 3 ? weights_agree(ctx, c, s->m) : FR_OK;
     if (st) return st;
-    /* ZeRO: the optimizer state is gathered whole on rank 0 for the file */
+    /* ZeRO: the optimizer state (at 3, the weights too) gathered whole on rank 0 */
     if (!st && s->zero >= 1) st = fr_step_state_whole(s, 1);
+    if (!st && s->zero >= 3) st = fr_step_params_whole(s, 1);
     if (!st && fr_comm_rank(c) == 0) st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
+    if (s->zero >= 3) fr_step_params_whole(s, 0);
     if (s->zero >= 1) fr_step_state_whole(s, 0);
     double failed = st != FR_OK;
     fr_status cs = fr_comm_sum_f64(ctx, c, &failed, 1, "the checkpoint's outcome");
@@ -533,8 +536,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 s->zero == 0   ? "on every rank"
                 : s->zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
                                  "all-gathered"
-                               : "on each rank's shard (optimizer state and gradients sharded), "
-                                 "the weights all-gathered");
+                : s->zero == 2 ? "on each rank's shard (optimizer state and gradients sharded), "
+                                 "the weights all-gathered"
+                               : "on each rank's shard of everything (weights too: each unit's "
+                                 "gathered before its forward and its backward, the next one's "
+                                 "prefetched)");
     }
     if (!cfg->json && cfg->progress >= 0 &&
         (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
