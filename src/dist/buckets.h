@@ -15,8 +15,15 @@
  * (MPI_Ireduce_scatter: each rank receives the sum of its own elements of
  * it only) and, once waited for, that share is moved to its place in the
  * bucket (stage 1: the rest of the bucket is stale) or copied into the
- * rank's gradient shard, after which the bucket blocks are freed (stage 2:
- * only the shard, category grads, outlives the step). */
+ * rank's gradient shard (stages 2 and 3: only the shard, category grads,
+ * outlives the step). There a bucket's block is taken just before the
+ * first node writing one of its gradients (fr_buckets_take, at first_pos)
+ * and given back once its share is in the shard: when a later position
+ * starts another bucket, the buckets started at earlier positions are
+ * waited for and freed first (so the freeing points are the plan's, not
+ * MPI's timing); the rest at finish. With accumulation the blocks stay
+ * through the micro-batches before the last (they hold the partial sums).
+ * fr_buckets_peak walks the same rule over the plan positions. */
 #ifndef FR_BUCKETS_H
 #define FR_BUCKETS_H
 
@@ -32,7 +39,12 @@ typedef struct fr_buckets {
     size_t *off;    /* per param: float offset of its gradient in its bucket */
     size_t *len;    /* per bucket: floats */
     int *ready_pos; /* per bucket: the plan position after which it is complete */
-    float **buf;    /* per bucket: the block (category grads), NULL until allocated */
+    int *first_pos; /* per bucket: the plan position of the first node writing into it */
+    uint8_t *done;  /* per bucket, stages 2 and 3: its share is in the shard, its block freed */
+    /* called when bucket k's block is freed (its gradients' views are gone) */
+    void (*on_free)(void *arg, int k);
+    void *free_arg;
+    float **buf; /* per bucket: the block (category grads), NULL until allocated */
     uint8_t *started;
     size_t *start;      /* per bucket: its first element in the flat vector */
     size_t total;       /* elements of all buckets */
@@ -48,17 +60,24 @@ typedef struct fr_buckets {
  * gradient) whose last writer runs at plan position last_pos[i]; caps in
  * bytes (0: DDP's). Nothing allocated but the tables (category other). */
 fr_status fr_buckets_plan(fr_ctx *ctx, int n, const size_t *grad_floats, const int *last_pos,
-                          size_t first_cap, size_t cap, fr_buckets *b);
+                          const int *first_pos, size_t first_cap, size_t cap, fr_buckets *b);
+/* Stages 2 and 3: the bytes of bucket blocks held at the worst plan
+ * position of n_pos (allocated; as the allocator rounds them), with
+ * `accumulate` micro-batches a step and overlap as set. */
+void fr_buckets_peak(const fr_buckets *b, int n_pos, int accumulate, size_t *peak,
+                     size_t *reserved);
+/* Stages 2 and 3: bucket k's block, zeroed, if it has none (tag "grad buckets"). */
+fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k);
 /* ZeRO stage `zero` for rank `rank` of `ranks`: its range of the flat
  * vector (and, at stage 2, its shard block on fr_buckets_alloc). */
 void fr_buckets_shard(fr_buckets *b, int zero, int rank, int ranks);
-/* The blocks, zeroed (category grads, tag "grad buckets"), and at stage 2
- * the shard's block. */
+/* The blocks, zeroed (category grads, tag "grad buckets"); at stages 2
+ * and 3 the shard's block only (the buckets come with fr_buckets_take). */
 fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b);
 /* What the blocks reserve, as the allocator rounds them. */
 size_t fr_buckets_reserved(const fr_buckets *b);
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b);
-/* Stage 2: free the bucket blocks (the shard stays). */
+/* Stages 2 and 3: free the bucket blocks left (the shard stays). */
 void fr_buckets_drop(fr_ctx *ctx, fr_buckets *b);
 /* Param i's first element in the flat vector. */
 size_t fr_buckets_flat(const fr_buckets *b, int i);

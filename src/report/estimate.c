@@ -195,12 +195,15 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  *                                       views of the gradients: no extra)
  *   stage 1: P + G + O/N               (optimizer state sharded)
  *   stage 2: P + G/N + bucket + O/N    (gradients sharded: a bucket's full
- *                                       gradients live until reduce-scattered)
+ *                                       gradients live from their first writer
+ *                                       until reduce-scattered)
  *   stage 3: Pt/N + (P - Pt) + gathered + G/N + bucket + O/N (the Pt
  *                                       trainable parameter bytes sharded)
  * each shard the largest one of dist/shard.h's rule (the one the run
  * uses): the E trainable gradient elements end to end, ceil(E/N) of them
- * a rank, so x/N means x/E * ceil(E/N); bucket = min(25 MiB, G); gathered
+ * a rank, so x/N means x/E * ceil(E/N); bucket = the bucket blocks held
+ * at the step's worst position by dist/buckets.h's rule (DDP's caps: at
+ * most two of 25 MiB without accumulation, all of G with it); gathered
  * = the bytes of units' weights gathered at the step's worst position, by
  * the walk the run makes over its plan (dist/pshard.h: each unit's weights
  * from just before its first use to right after its last, in forward and
@@ -218,7 +221,8 @@ void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *ou
     size_t E = 0; /* the trainable gradient elements: what the shards split */
     for (size_t i = 0; i < m->n_params; i++)
         if (s->gv[i] >= 0) E += (size_t)fr_shape_numel(&m->params[i].shape);
-    size_t bucket = G < ((size_t)25 << 20) ? G : (size_t)25 << 20, gathered = 0, res, Pt = 0;
+    size_t bucket = 0, gathered = 0, res, Pt = 0;
+    fr_step_bucket_peak(s, zero, &bucket, &res);
     for (size_t i = 0; zero == 3 && i < m->n_params; i++)
         if (s->gv[i] >= 0)
             Pt += (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);

@@ -950,6 +950,7 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
 
 static fr_status after_node(void *arg, int pos);
 static fr_status before_node(void *arg, int pos);
+static fr_status take_buckets(fr_step *s, int pos);
 
 /* ZeRO 3: group grp's weights are at block (NULL: gone) for the model and
  * the executor. */
@@ -1036,8 +1037,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         s->dp_active = ranks > 1 && last;
         if (s->dp_active) fr_buckets_begin(s->buckets);
         if (s->gathers) fr_gathers_begin(s->gathers);
+        int lazy = s->buckets && s->zero >= 2; /* buckets taken before their first writer */
         e->post_node = s->dp_active || s->gathers ? after_node : NULL;
-        e->pre_node = s->gathers ? before_node : NULL;
+        e->pre_node = s->gathers || lazy ? before_node : NULL;
         e->post_arg = s;
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
         st = fr_exec_run(e, 0, split, n, seed, s->runs);            /* check the loss first */
@@ -1095,7 +1097,87 @@ static fr_status after_node(void *arg, int pos) {
 /* ZeRO 3's pre-node hook: the weights the node reads gathered and bound. */
 static fr_status before_node(void *arg, int pos) {
     fr_step *s = arg;
-    return fr_gathers_pre(s->ctx, s->m->shard, s->gathers, pos, bind_group, s);
+    fr_status st = s->buckets && s->zero >= 2 ? take_buckets(s, pos) : FR_OK;
+    if (!st && s->gathers) st = fr_gathers_pre(s->ctx, s->m->shard, s->gathers, pos, bind_group, s);
+    return st;
+}
+
+/* The gradients' buckets of this step (dist/buckets.h): sizes, and the plan
+ * positions of each gradient's first and last writer. */
+static fr_status bucket_layout(const fr_step *s, size_t first_cap, size_t cap, fr_buckets *b) {
+    const fr_model *m = s->m;
+    size_t np = m->n_params + 1;
+    size_t *len = fr_calloc(s->ctx, np * sizeof *len, FR_MEM_OTHER);
+    int *pos = fr_alloc(s->ctx, 2 * np * sizeof *pos, FR_MEM_OTHER), *first = pos + np;
+    int *param_of = fr_alloc(s->ctx, (s->g.n_vals + 1) * sizeof *param_of, FR_MEM_OTHER);
+    order_uses u = {0};
+    fr_status st = !len || !pos || !param_of
+                       ? FR_ERR_NOMEM
+                       : uses_of(s->ctx, &s->g, s->plan.order, s->plan.n_nodes, &u);
+    for (size_t v = 0; v < s->g.n_vals && !st; v++) param_of[v] = -1;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        pos[i] = first[i] = -1;
+        if (!fr_step_grad_bytes(s, i)) continue;
+        len[i] = (size_t)fr_shape_numel(&m->params[i].shape);
+        pos[i] = u.pos[s->gv[i]];
+        param_of[s->gv[i]] = (int)i;
+    }
+    for (int k = 0; k < s->plan.n_nodes && !st; k++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[k]];
+        for (int j = 0; j < nd->n_out; j++) {
+            int v = nd->out[j], i = v >= 0 ? param_of[v] : -1;
+            if (i >= 0 && first[i] < 0) first[i] = k;
+        }
+    }
+    if (!st) st = fr_buckets_plan(s->ctx, (int)m->n_params, len, pos, first, first_cap, cap, b);
+    fr_free(s->ctx, u.writers);
+    fr_free(s->ctx, len);
+    fr_free(s->ctx, pos);
+    fr_free(s->ctx, param_of);
+    return st;
+}
+
+void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved) {
+    *peak = *reserved = 0;
+    if (zero < 2) return;
+    if (s->buckets) {
+        fr_buckets_peak(s->buckets, s->plan.n_nodes, s->accumulate, peak, reserved);
+        return;
+    }
+    fr_buckets b; /* one process: DDP's caps, the same walk */
+    if (bucket_layout(s, 0, 0, &b)) return;
+    b.zero = zero;
+    fr_buckets_peak(&b, s->plan.n_nodes, s->accumulate, peak, reserved);
+    fr_buckets_release(s->ctx, &b);
+}
+
+/* Stages 2 and 3: bucket k's block is gone; its gradients' views with it. */
+static void bucket_freed(void *arg, int k) {
+    fr_step *s = arg;
+    for (size_t i = 0; i < s->m->n_params; i++)
+        if (s->buckets->bucket_of[i] == k) {
+            s->m->params[i].grad = NULL;
+            if (s->ex.ptr) s->ex.ptr[s->gv[i]] = NULL;
+        }
+}
+
+/* Stages 2 and 3: the buckets whose first writer is at pos (or before it)
+ * take their blocks; their gradients are views of them. */
+static fr_status take_buckets(fr_step *s, int pos) {
+    fr_buckets *b = s->buckets;
+    for (int k = 0; k < b->n; k++) {
+        if (b->buf[k] || b->done[k] || b->first_pos[k] > pos) continue;
+        fr_status st = fr_buckets_take(s->ctx, b, k);
+        if (st) return st;
+        for (size_t i = 0; i < s->m->n_params; i++)
+            if (b->bucket_of[i] == k) {
+                s->m->params[i].grad = fr_buckets_grad(b, (int)i);
+                s->m->params[i].grad_valid = 0;
+                s->ex.ptr[s->gv[i]] = s->m->params[i].grad;
+                s->ex.written[s->gv[i]] = 0;
+            }
+    }
+    return FR_OK;
 }
 
 fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t cap, int overlap,
@@ -1119,32 +1201,24 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
                        "data parallel training needs every gradient stored on the host (%s)",
                        s->n_fused ? "the step updates parameters inside backward"
                                   : "the step runs on a device");
-    fr_mem_stats before, after;
-    fr_mem_get_stats(s->ctx, &before);
-    size_t *len = fr_calloc(s->ctx, (m->n_params + 1) * sizeof *len, FR_MEM_OTHER);
-    int *pos = fr_alloc(s->ctx, (m->n_params + 1) * sizeof *pos, FR_MEM_OTHER);
-    order_uses u = {0};
-    fr_status st =
-        !len || !pos ? FR_ERR_NOMEM : uses_of(s->ctx, &s->g, s->plan.order, s->plan.n_nodes, &u);
-    for (size_t i = 0; i < m->n_params && !st; i++) {
-        pos[i] = -1;
-        if (!fr_step_grad_bytes(s, i)) continue;
-        if (s->g.vals[s->gv[i]].dtype != FR_F32)
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++)
+        if (fr_step_grad_bytes(s, i) && s->g.vals[s->gv[i]].dtype != FR_F32)
             st = fr_fail(s->ctx, FR_ERR_ARG,
                          "data parallel training sums f32 gradients; %s has %s gradients (pure "
                          "16-bit weights): use --precision fp32, bf16-mixed or fp16-mixed",
                          m->params[i].name, fr_dtype_name(s->g.vals[s->gv[i]].dtype));
-        len[i] = (size_t)fr_shape_numel(&m->params[i].shape);
-        pos[i] = u.pos[s->gv[i]];
-    }
-    fr_buckets *b = st ? NULL : fr_calloc(s->ctx, sizeof *b, FR_MEM_OTHER);
-    if (!st && !b) st = FR_ERR_NOMEM;
-    if (!st) st = fr_buckets_plan(s->ctx, (int)m->n_params, len, pos, first_cap, cap, b);
+    if (st) return st;
+    fr_mem_stats before, after;
+    fr_mem_get_stats(s->ctx, &before);
+    fr_buckets *b = fr_calloc(s->ctx, sizeof *b, FR_MEM_OTHER);
+    st = b ? bucket_layout(s, first_cap, cap, b) : FR_ERR_NOMEM;
     if (!st) st = fr_comm_reserve(s->ctx, c, b->n);
     if (!st) {
         b->overlap = overlap;
         fr_buckets_shard(b, zero, fr_comm_rank(c), fr_comm_size(c));
         s->zero = zero;
+        b->on_free = bucket_freed, b->free_arg = s;
         s->buckets = b, b = NULL;
         s->comm = c;
         if (zero == 3) st = shard_weights(s, c);
@@ -1153,9 +1227,6 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
     }
     if (b) fr_buckets_release(s->ctx, b);
     fr_free(s->ctx, b);
-    fr_free(s->ctx, u.writers);
-    fr_free(s->ctx, len);
-    fr_free(s->ctx, pos);
     /* the buckets' tables and the requests are the step's metadata now */
     fr_mem_get_stats(s->ctx, &after);
     s->meta_bytes += after.allocated[FR_MEM_OTHER] - before.allocated[FR_MEM_OTHER];
@@ -1376,8 +1447,11 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
                 (size_t)fr_step_optim_states(&s->o.optim) * state_bytes_here(s, i, &kind);
         }
     }
-    if (s->buckets && s->zero >= 2) /* the gradient shard beside the buckets */
-        out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * sizeof(float);
+    if (s->buckets && s->zero >= 2) { /* the gradient shard, and the buckets at their worst */
+        size_t peak, res;
+        fr_step_bucket_peak(s, s->zero, &peak, &res);
+        out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * sizeof(float) + peak;
+    }
     if (ps) { /* ZeRO 3: the weights' shard and what the step gathers at its worst */
         size_t peak, res;
         fr_step_gathered_peak(s, &peak, &res);
@@ -1424,9 +1498,14 @@ size_t fr_step_reserved(const fr_step *s) {
         }
     }
     if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
-    if (s->buckets) r += fr_buckets_reserved(s->buckets); /* the gradients, one block a bucket */
-    if (s->buckets && s->zero >= 2 && s->buckets->hi > s->buckets->lo)
-        r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
+    if (s->buckets && s->zero < 2) r += fr_buckets_reserved(s->buckets); /* a block a bucket */
+    if (s->buckets && s->zero >= 2) { /* the shard, and the bucket blocks at their worst */
+        size_t peak, res;
+        fr_step_bucket_peak(s, s->zero, &peak, &res);
+        r += res;
+        if (s->buckets->hi > s->buckets->lo)
+            r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
+    }
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time
      * (SGD on 16-bit weights; Adam there is one fused pass without them) */
     size_t widest = 0;

@@ -141,6 +141,10 @@ fr_status fr_step_params_whole(fr_step *s, int on);
  * (allocated; as the allocator rounds the blocks), 0 without; for a step
  * of one process, what ZeRO 3 would gather (the same walk on its plan). */
 void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved);
+/* ZeRO 2 and 3 (zero >= 2): the bytes of gradient buckets held at the
+ * step's worst position (dist/buckets.h's rule; a step of one process:
+ * DDP's caps on its plan); 0 below stage 2. */
+void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 
