@@ -5,8 +5,11 @@
 # bytes, O = 2P; shards by elements: the E = P/4 trainable floats, ceil(E/N)
 # a rank, so x/N is x/E * ceil(E/N); stage 2 and 3 hold one bucket,
 # min(25 MiB, G); stage 3 gathers the two largest consecutive units, here
-# fc1 and fc2); the rank's batch is ceil(B/N); `train --zero 3` is refused
-# with what to use instead. Needs no MPI.
+# fc1 and fc2: the gather walk of dist/pshard.h holds fc1's block while
+# fc2's is prefetched, and fc2's with fc3's, the larger pair being fc1 and
+# fc2); the rank's batch is ceil(B/N); `train --zero 4` is refused and
+# `--zero 3` without mpirun says that one process holds everything. Needs
+# no MPI.
 source "$(dirname "$0")/lib.sh"
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4)) fc3=$(((32 * 10 + 10) * 4))
@@ -38,6 +41,10 @@ done
 sed -n '/^per rank on 2 ranks/,$p' "$tmp/out" >"$tmp/ranks"
 [ "$(grep -c '^[0-3] ' "$tmp/ranks")" = 1 ] && grep -q '^2 ' "$tmp/ranks" && ok ||
     no "--zero 2: $(tail -3 "$tmp/out")"
-expect_fail "train --zero 3" 2 "estimate --ranks N --zero 3" \
-    "$bin" train --model "$tmp/m.model" --zero 3
+expect_fail "train --zero 4" 2 "from 0 to 3" "$bin" train --model "$tmp/m.model" --zero 4
+if [ -d "$data" ]; then # (the dataset, which the scripts install)
+    "$bin" train --model "$tmp/m.model" --data "$data" --zero 3 --limit 128 --test-limit 64 \
+        --epochs 1 >"$tmp/out" 2>"$tmp/err" || no "--zero 3 on one process: $(head -2 "$tmp/err")"
+    grep -q "one process holds everything" "$tmp/err" && ok || no "--zero 3 alone: no word of it"
+fi
 finish

@@ -159,6 +159,4 @@ for z in 1 2; do
     if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "composed --zero $z loss: $msg"; fi
 done
 
-expect_fail "train --zero 3" 2 "estimate --ranks N --zero 3" \
-    "$bin" train --model "$tmp/m.model" --zero 3
 finish

@@ -1035,7 +1035,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
          * before it, the gradients are partial sums of this rank */
         int last = off + s->micro >= b->n;
         s->dp_active = ranks > 1 && last;
-        if (s->dp_active) fr_buckets_begin(s->buckets);
+        if (s->buckets && s->o.training && (off == 0 || s->dp_active)) /* a step's first or */
+            fr_buckets_begin(s->buckets); /* sending micro-batch: none started nor freed yet */
         if (s->gathers) fr_gathers_begin(s->gathers);
         int lazy = s->buckets && s->zero >= 2; /* buckets taken before their first writer */
         e->post_node = s->dp_active || s->gathers ? after_node : NULL;

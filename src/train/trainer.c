@@ -521,6 +521,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             goto done;
     }
     if (ranks > 1) s->global_batch = cfg->batch;
+    if (ranks <= 1 && cfg->zero > 0 && cfg->progress >= 0)
+        fprintf(stderr,
+                "note: --zero %d shards over the ranks of an mpirun launch; one process holds "
+                "everything (`frugal estimate --ranks N --zero %d` shows a rank's bytes)\n",
+                cfg->zero, cfg->zero);
     if (ranks > 1 && !cfg->json && cfg->progress >= 0) {
         char bk[256];
         fr_buckets_describe(s->buckets, bk, sizeof bk);
