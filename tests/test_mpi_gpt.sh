@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_mpi_gpt.sh — a language model under `mpirun -np N frugal train`
-# (data parallel, ZeRO stage 0) against one process with the same global
+# (data parallel, ZeRO stages 0 and 3) against one process with the same global
 # batch: the small byte GPT (tests/data/small_gpt.model, no dropout) on a
 # generated text, --seq 32, global batch 8, 10 steps of Adam, validation
 # every 5 steps; on 2 ranks (slices of 4 windows) and 3 (slices of 2, 3
@@ -113,6 +113,36 @@ for n in 2 3; do
     one=$(j field "$tmp/one.json" summary memory.allocated_peak.data)
     hi=$(j field "$tmp/r$n.json" summary rank_peaks.data.max)
     [ "$hi" -lt "$one" ] && ok || no "$n ranks: a rank's data peak $hi, one process's $one"
+done
+
+# ---- ZeRO 3 (weights, gradients and AdamW state sharded; each unit's
+# weights gathered for its forward and its backward, the tied embedding
+# held from the first forward use to the last backward one): the same
+# losses and weights within the bound (sharding changes no arithmetic:
+# the sums are stage 0's), and each rank's measured peaks of weights,
+# gradients and optimizer state equal `estimate --ranks N --zero 3`'s
+# prediction for the same run (the same walks over the same plan)
+for n in 2 3; do
+    if ! mpi $n "$bin" "${common[@]}" --zero 3 --save "$tmp/z$n.st" >"$tmp/z$n.json" 2>"$tmp/err"; then
+        no "$n ranks at --zero 3: $(head -5 "$tmp/err")"
+        continue
+    fi
+    if msg=$(j losses "$tmp/one.json" "$tmp/z$n.json" "$REL" 2>&1); then ok; else
+        no "$n ranks at --zero 3, losses: $(echo "$msg" | tail -1)"
+    fi
+    if msg=$(j weights "$tmp/one.st" "$tmp/z$n.st" "$REL" 2>&1); then ok; else
+        no "$n ranks at --zero 3, weights: $(echo "$msg" | tail -1)"
+    fi
+    "$bin" estimate --model "$tmp/g.model" --seq 32 --batch 8 --ranks $n --zero 3 \
+        --optimizer adam --json >"$tmp/est.json" 2>"$tmp/err" || no "estimate: $(head -2 "$tmp/err")"
+    want=$(tail -1 "$tmp/est.json" | python3 -c 'import json, sys
+s = json.loads(sys.stdin.read())["stages"][0]
+print(s["parameters"], s["gradients"] + s["buckets"], s["optimizer"])')
+    got=""
+    for cat in parameters gradients optimizer; do
+        got="$got $(j field "$tmp/z$n.json" summary "rank_peaks.$cat.max")"
+    done
+    [ "${got# }" = "$want" ] && ok || no "$n ranks at --zero 3: per-rank peaks '${got# }', predicted '$want'"
 done
 
 # ---- the same N twice: the same bits

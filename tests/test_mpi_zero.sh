@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_mpi_zero.sh — `mpirun -np N frugal train --zero 1|2` (optimizer
-# state sharded; at 2, gradients too) against one process with the same
+# test_mpi_zero.sh — `mpirun -np N frugal train --zero 1|2|3` (optimizer
+# state sharded; at 2, gradients too; at 3, weights too) against one process with the same
 # global batch: the MLP of test_mpi.sh, 10 steps of SGD with momentum, Adam
 # and AdamW, on 2 and 3 ranks. Losses, weights and the optimizer state of
 # the checkpoint (gathered from the shards) within test_mpi.sh's bound,
@@ -10,11 +10,18 @@
 # by `frugal estimate --ranks N --zero K` and ZeRO's formulas by hand
 # (E = 52650 trainable floats, P = G = 4E, each rank's shard ceil(E/N)
 # elements: optimizer state 4*states*ceil(E/N); gradients G at stage 1,
-# G/N + one bucket (here all of G) at stage 2); a checkpoint saved by 3
-# ranks at stage 1 resumed on 2 (stages 1 and 2) and on 1 with an
+# G/N + one bucket (here all of G: DDP's first cap, 1 MiB, holds it) at
+# stages 2 and 3; weights P below stage 3, at 3 the shard 4*ceil(E/N) plus
+# the gathered blocks at the step's worst position: fc1's (200960 B) while
+# fc2's (8320 B) is prefetched — the walk, unit by unit: forward holds fc1
+# with fc2 prefetched, then fc2 with fc3, fc3 stays into backward (its
+# backward gather would start while its forward block is held), then fc3
+# with fc2, fc2 with fc1, fc1 alone: the worst is fc1 + fc2); a checkpoint saved by 3
+# ranks at stage 1 resumed on 2 (stages 1, 2 and 3) and on 1, and one saved
+# at stage 3 resumed on 2 at stage 3 and on 1, with an
 # uninterrupted run's losses; accumulation, clipping and the dynamic loss
-# scaler composed with several buckets (a shard crossing buckets);
-# --zero 3 refused. Skipped (77) without mpirun or an MPI build.
+# scaler composed with several buckets (a shard crossing buckets) at each
+# stage. Skipped (77) without mpirun or an MPI build.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/mpi_lib.sh"
 [ -d "$data" ] || { echo "no dataset at $data: skipping"; exit 77; }
@@ -22,6 +29,7 @@ source "$(dirname "$0")/mpi_lib.sh"
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 E=$((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10))
 P=$((E * 4))
+fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4))
 
 cat >"$tmp/st.py" <<'PY'
 import json, struct, sys
@@ -81,7 +89,7 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
         # shellcheck disable=SC2086
         "$bin" estimate --model "$tmp/m.model" --batch 64 --ranks $n --optimizer ${opt% --lr*} --json \
             >"$tmp/est.json" 2>"$tmp/err" || no "estimate --ranks $n: $(head -2 "$tmp/err")"
-        for z in 1 2; do
+        for z in 1 2 3; do
             run=$tag.$n.z$z
             # shellcheck disable=SC2086
             if ! mpi $n "$bin" "${common[@]}" --optimizer $opt --zero $z --save "$tmp/$run.st" \
@@ -100,7 +108,8 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
             fi
             # ZeRO's formulas by hand
             g=$([ $z = 1 ] && echo $P || echo $((4 * c + P)))
-            hand="$P $g $((4 * states * c))"
+            w=$([ $z = 3 ] && echo $((4 * c + fc1 + fc2)) || echo $P)
+            hand="$w $g $((4 * states * c))"
             [ "$(st stage "$tmp/est.json" $z)" = "$hand" ] && ok ||
                 no "$run: estimate '$(st stage "$tmp/est.json" $z)', by hand '$hand'"
             set -- $hand
@@ -117,7 +126,7 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
 done
 
 # ---- the same run twice: the same bits
-for z in 1 2; do
+for z in 1 2 3; do
     if mpi 3 "$bin" "${common[@]}" --optimizer adam --zero $z --save "$tmp/again.st" \
         >"$tmp/again.json" 2>"$tmp/err" && cmp -s "$tmp/adam.3.z$z.st" "$tmp/again.st"; then
         ok
@@ -126,22 +135,23 @@ for z in 1 2; do
     fi
 done
 
-# ---- a checkpoint of 3 ranks at stage 1 resumed on 2 (stages 1, 2) and on 1
+# ---- a checkpoint of 3 ranks at stage 1 resumed on 2 (stages 1, 2, 3) and
+# on 1; one of 3 ranks at stage 3 resumed on 2 at stage 3 and on 1
 two=(--optimizer adam --epochs 2)
 "$bin" "${common[@]}" "${two[@]}" >"$tmp/straight.json" 2>"$tmp/err" ||
     no "two epochs: $(head -3 "$tmp/err")"
-for how in "2 1" "2 2" "1 0"; do
+for how in "2 1 1" "2 2 1" "2 3 1" "1 0 1" "2 3 3" "1 0 3"; do
     set -- $how
-    cp "$tmp/adam.3.z1.st" "$tmp/r.st"
+    cp "$tmp/adam.3.z$3.st" "$tmp/r.st"
     if [ "$1" = 1 ]; then
         "$bin" "${common[@]}" "${two[@]}" --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
     else
         mpi "$1" "$bin" "${common[@]}" "${two[@]}" --zero "$2" --resume "$tmp/r.st" \
             >"$tmp/res.json" 2>"$tmp/err"
-    fi || no "resume on $1 at --zero $2: $(head -3 "$tmp/err")"
+    fi || no "resume of stage $3 on $1 at --zero $2: $(head -3 "$tmp/err")"
     for f in train_loss test_loss; do
         a=$(st field "$tmp/straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
-        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "resumed on $1 at --zero $2, $f: $msg"; fi
+        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "stage $3 resumed on $1 at --zero $2, $f: $msg"; fi
     done
 done
 
@@ -150,7 +160,7 @@ done
 opts=("${common[@]}" --test-limit 128 --optimizer sgd --momentum 0.9 --lr 0.05 --accumulate 2
     --clip-grad-norm 0.5 --loss-scale dynamic)
 "$bin" "${opts[@]}" --save "$tmp/c1.st" >"$tmp/c1.json" 2>"$tmp/err" || no "composed, one process"
-for z in 1 2; do
+for z in 1 2 3; do
     mpi 3 "$bin" "${opts[@]}" --zero $z --bucket-cap-mb 0.005 --save "$tmp/c3.st" \
         >"$tmp/c3.json" 2>"$tmp/err" || no "composed at --zero $z: $(head -3 "$tmp/err")"
     grep -q '"buckets": [2-9]' "$tmp/c3.json" && ok || no "composed: not several buckets"
