@@ -15,7 +15,8 @@
 # --zero the stage is 0 (no saving). Under mpirun (when there is one and
 # frugal is built with MPI): 2 ranks trained with a --budget that `plan
 # --ranks 2` fits and one process does not, every rank's measured reserved
-# peak within it (the budget is per rank).
+# peak within it (the budget is per rank), and planned at the stage
+# --zero gives (a budget that stage 1 fits and stage 0 does not).
 source "$(dirname "$0")/lib.sh"
 cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 P=$(((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10) * 4))
@@ -91,5 +92,29 @@ assert hi <= int(sys.argv[2]), (hi, sys.argv[2])
     else
         no "2 ranks with --budget $Y: $(grep -m2 frugal "$tmp/err")"
     fi
+    # --budget under mpirun is planned at the stage that trains: 1.16 MB
+    # holds a rank of 2 at stage 1 (its optimizer state halved; the
+    # smallest budget `plan --ranks 2 --zero 1` names here is 1.149 MB)
+    # and not at stage 0 (1.179 MB); stage 2 needs 1.3 MB (it holds the
+    # gradient shard beside the one bucket of all of G). Each rank's
+    # measured reserved peak stays within its budget.
+    for zb in "0 1160000 no" "1 1160000 yes" "2 1300000 yes"; do
+        set -- $zb
+        if ASAN_OPTIONS=$mpi_asan command mpirun --oversubscribe -np 2 "$bin" "${train[@]}" \
+            --zero $1 --budget $2 >"$tmp/m.json" 2>"$tmp/err"; then
+            [ $3 = yes ] || no "2 ranks at stage $1 trained in $2 bytes: planned stage 0's bytes?"
+            python3 -c '
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+assert s["event"] == "summary" and s["ranks"] == 2, s
+hi = s["rank_peaks"]["reserved"]["max"]
+assert hi <= int(sys.argv[2]), (hi, sys.argv[2])
+' "$tmp/m.json" $2 2>"$tmp/err2" && ok || no "2 ranks at stage $1 in $2: $(tail -1 "$tmp/err2")"
+        elif [ $3 = no ] && grep -q "no plan fits the budget" "$tmp/err"; then
+            ok
+        else
+            no "2 ranks at stage $1 with --budget $2: $(grep -m2 frugal "$tmp/err")"
+        fi
+    done
 fi
 finish
