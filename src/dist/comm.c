@@ -180,14 +180,23 @@ static int pieces(const fr_comm *c, size_t at, size_t n, size_t total, int *cnt,
     return 0;
 }
 
+/* A free request slot k and its pieces of [at, at+n) in the slot's counts. */
+static fr_status slot_pieces(fr_ctx *ctx, fr_comm *c, int slot, size_t at, size_t n, size_t total,
+                             const char *what, int **cnt, int **dsp) {
+    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy", what, slot, c->n_req);
+    *cnt = c->counts + (size_t)slot * 2 * (size_t)c->size, *dsp = *cnt + c->size;
+    if (pieces(c, at, n, total, *cnt, *dsp))
+        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu floats too many", what, n);
+    return FR_OK;
+}
+
 fr_status fr_comm_isum_scatter_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
                                    size_t n, size_t total, const char *what) {
     if (!c || c->size == 1) return FR_OK;
-    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL)
-        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy", what, slot, c->n_req);
-    int *cnt = c->counts + (size_t)slot * 2 * (size_t)c->size, *dsp = cnt + c->size;
-    if (pieces(c, at, n, total, cnt, dsp))
-        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu floats too many", what, n);
+    int *cnt, *dsp;
+    fr_status st = slot_pieces(ctx, c, slot, at, n, total, what, &cnt, &dsp);
+    if (st) return st;
     int rc =
         MPI_Ireduce_scatter(MPI_IN_PLACE, buf, cnt, MPI_FLOAT, MPI_SUM, c->comm, &c->req[slot]);
     return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Ireduce_scatter (sum)", what);
@@ -206,11 +215,9 @@ fr_status fr_comm_allgather_shards_f32(fr_ctx *ctx, fr_comm *c, float *buf, size
 fr_status fr_comm_iallgather_shards_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t at,
                                         size_t n, size_t total, const char *what) {
     if (!c || c->size == 1) return FR_OK;
-    if (slot < 0 || slot >= c->n_req || c->req[slot] != MPI_REQUEST_NULL)
-        return fr_fail(ctx, FR_ERR_ARG, "%s: request slot %d of %d busy", what, slot, c->n_req);
-    int *cnt = c->counts + (size_t)slot * 2 * (size_t)c->size, *dsp = cnt + c->size;
-    if (pieces(c, at, n, total, cnt, dsp))
-        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu floats too many", what, n);
+    int *cnt, *dsp;
+    fr_status st = slot_pieces(ctx, c, slot, at, n, total, what, &cnt, &dsp);
+    if (st) return st;
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, c->comm,
                              &c->req[slot]);
     return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Iallgatherv", what);
