@@ -320,6 +320,13 @@ typedef struct fr_step_opts {
      * slot while the step runs (fr_feed); 1 writes each micro-batch when its
      * step starts, nothing ahead (the same losses, bit for bit). */
     int sync_upload;
+    /* One rank's step under data parallelism (keep_grads forced to 1: the
+     * sums come before any update): 1 when the run keeps the step inside
+     * backward. At ZeRO stage 2 or 3, without a loss scaler, clipping or
+     * micro-batches, each gradient bucket's owned share then takes its
+     * optimizer step as soon as its reduce-scatter arrives, during backward,
+     * and no gradient shard is kept; the same bits as after backward. */
+    int rank_step_in_backward;
 } fr_step_opts;
 
 #define FR_OFFLOAD_OPTIMIZER 1

@@ -4,7 +4,9 @@
 # formulas worked out by hand for a small MLP with Adam (P = G = parameter
 # bytes, O = 2P; shards by elements: the E = P/4 trainable floats, ceil(E/N)
 # a rank, so x/N is x/E * ceil(E/N); stage 2 and 3 hold one bucket,
-# min(25 MiB, G); stage 3 gathers the two largest consecutive units, here
+# min(25 MiB, G), and no gradient shard (the rank steps each bucket's
+# share inside backward as its sums arrive; with --keep-grads, G/N);
+# stage 3 gathers the two largest consecutive units, here
 # fc1 and fc2: the gather walk of dist/pshard.h holds fc1's block while
 # fc2's is prefetched, and fc2's with fc3's, the larger pair being fc1 and
 # fc2); the rank's batch is ceil(B/N); `train --zero 4` is refused and
@@ -19,8 +21,8 @@ E=$((P / 4))
 sh() { echo $(($1 / E * ((E + N - 1) / N))); }
 want=("0 $P $P $((2 * P)) 0"
     "1 $P $P $(sh $((2 * P))) 0"
-    "2 $P $(sh $P) $(sh $((2 * P))) $P"
-    "3 $(($(sh $P) + fc1 + fc2)) $(sh $P) $(sh $((2 * P))) $P")
+    "2 $P 0 $(sh $((2 * P))) $P"
+    "3 $(($(sh $P) + fc1 + fc2)) 0 $(sh $((2 * P))) $P")
 if "$bin" estimate --model "$tmp/m.model" --batch 62 --ranks $N --optimizer adam --json \
     >"$tmp/out" 2>"$tmp/err"; then ok; else no "estimate --ranks: $(head -2 "$tmp/err")"; fi
 tail -1 "$tmp/out" | python3 -c '
@@ -36,6 +38,12 @@ for k in 0 1 2 3; do
     got=$(sed -n "$((k + 2))p" "$tmp/got")
     [ "$got" = "${want[$k]}" ] && ok || no "stage $k: got '$got', formula '${want[$k]}'"
 done
+# --keep-grads: the rank keeps its gradient shard, G/N, at stages 2 and 3
+"$bin" estimate --model "$tmp/m.model" --batch 62 --ranks $N --optimizer adam --keep-grads \
+    --json >"$tmp/out" 2>"$tmp/err" || no "estimate --keep-grads: $(head -2 "$tmp/err")"
+kg=$(tail -1 "$tmp/out" | python3 -c 'import json, sys
+print(*[s["gradients"] for s in json.loads(sys.stdin.read())["stages"]])')
+[ "$kg" = "$P $P $(sh $P) $(sh $P)" ] && ok || no "--keep-grads gradients: '$kg'"
 # one stage alone, as a table
 "$bin" estimate --model "$tmp/m.model" --batch 64 --ranks 2 --zero 2 >"$tmp/out" 2>&1
 sed -n '/^per rank on 2 ranks/,$p' "$tmp/out" >"$tmp/ranks"

@@ -6,10 +6,12 @@
 # 2.0 MB: the loader's three batches of 64 samples alone take 0.6 MB) and
 # planned for one rank of 4 at ZeRO stage 2, whose figures are ZeRO's
 # formulas worked out by hand (test_mpi_estimate.sh's): the rank's batch
-# ceil(64/4) = 16, parameters P, gradients and optimizer state the largest
+# ceil(64/4) = 16, parameters P, optimizer state the largest
 # shard of dist/shard.h's rule (the E = P/4 trainable elements end to end,
 # ceil(E/4) of them a rank: x/4 is x/E * ceil(E/4), rounded up), one bucket
-# min(25 MiB, G) = G, the saving against stage 0 O - O/4 - G/4 taken off
+# min(25 MiB, G) = G and no gradient shard (the rank steps each bucket's
+# share inside backward as its sums arrive), the saving against stage 0
+# O - O/4 taken off
 # the step's share, and the rank's
 # total (the table's and the budget split's) within the budget. Without
 # --zero the stage is 0 (no saving). Under mpirun (when there is one and
@@ -44,12 +46,13 @@ assert (b["ranks"], b["zero"]) == (N, 2), b
 s = r["stages"]
 assert len(s) == 1 and s[0]["zero"] == 2, s
 s = s[0]
-want = {"parameters": P, "gradients": sh(G), "optimizer": sh(O), "buckets": min(25 << 20, G)}
+# (no gradient shard: the rank steps each bucket's share as its sums arrive)
+want = {"parameters": P, "gradients": 0, "optimizer": sh(O), "buckets": min(25 << 20, G)}
 for k, v in want.items():
     assert s[k] == v, (k, s[k], v)
 assert s["total"] == sum(want.values()) + s["rest"], s
 assert s["total"] <= X, (s["total"], X)
-assert b["zero_saving"] == O - sh(O) - sh(G), (b["zero_saving"], O - sh(O) - sh(G))
+assert b["zero_saving"] == O - sh(O), (b["zero_saving"], O - sh(O))
 assert b["total"] <= X and b["budget"] == X, b
 assert b["total"] == b["datasets"] + b["queue"] + b["evaluation"] + b["parameters"] + \
     b["metadata"] + b["step_needs"], b

@@ -10,8 +10,9 @@
 # by `frugal estimate --ranks N --zero K` and ZeRO's formulas by hand
 # (E = 52650 trainable floats, P = G = 4E, each rank's shard ceil(E/N)
 # elements: optimizer state 4*states*ceil(E/N); gradients G at stage 1,
-# G/N + one bucket (here all of G: DDP's first cap, 1 MiB, holds it) at
-# stages 2 and 3; weights P below stage 3, at 3 the shard 4*ceil(E/N) plus
+# one bucket (here all of G: DDP's first cap, 1 MiB, holds it) at stages
+# 2 and 3, where each bucket's share takes its step as its sums arrive
+# (with --keep-grads G/N + the bucket, the same bits); weights P below stage 3, at 3 the shard 4*ceil(E/N) plus
 # the gathered blocks at the step's worst position: fc1's (200960 B) while
 # fc2's (8320 B) is prefetched — the walk, unit by unit: forward holds fc1
 # with fc2 prefetched, then fc2 with fc3, fc3 stays into backward (its
@@ -107,7 +108,7 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
                 no "$run checkpoint: $msg"
             fi
             # ZeRO's formulas by hand
-            g=$([ $z = 1 ] && echo $P || echo $((4 * c + P)))
+            g=$P # stage 1: G; 2 and 3: the one bucket, no shard (stepped as its sums arrive)
             w=$([ $z = 3 ] && echo $((4 * c + fc1 + fc2)) || echo $P)
             hand="$w $g $((4 * states * c))"
             [ "$(st stage "$tmp/est.json" $z)" = "$hand" ] && ok ||
@@ -123,6 +124,22 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
             done
         done
     done
+done
+
+# ---- --keep-grads at stages 2 and 3: the gradient shard kept (G/N + the
+# bucket), the update after backward: the same bits as the step inside
+# backward of each bucket's share
+n=3 c=$(((E + n - 1) / n))
+for z in 2 3; do
+    if mpi $n "$bin" "${common[@]}" --optimizer adam --zero $z --keep-grads --save "$tmp/kg.st" \
+        >"$tmp/kg.json" 2>"$tmp/err"; then
+        cmp -s "$tmp/kg.st" "$tmp/adam.$n.z$z.st" && ok ||
+            no "--keep-grads at --zero $z: not the bits of the step inside backward"
+        hi=$(st field "$tmp/kg.json" summary "rank_peaks.gradients.max")
+        [ "$hi" = $((4 * c + P)) ] && ok || no "--keep-grads at --zero $z: gradients $hi, want $((4 * c + P))"
+    else
+        no "--keep-grads at --zero $z: $(head -3 "$tmp/err")"
+    fi
 done
 
 # ---- the same run twice: the same bits

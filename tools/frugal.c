@@ -312,7 +312,9 @@ static const opt_row opts[] = {
      "scaler or accumulation, each f32 parameter is stepped inside\n"
      "backward as soon as its gradient is made, which then dies\n"
      "(plain SGD in the Linear kernel; momentum SGD, Adam and AdamW\n"
-     "by a step node), so gradients are never all stored at once"},
+     "by a step node), so gradients are never all stored at once;\n"
+     "under mpirun at --zero 2|3, each bucket's owned share is stepped\n"
+     "as its sums arrive and no gradient shard is kept"},
 
     {"memory (the planner; see `frugal plan --help`):", NULL, O_SECTION, 0, NULL},
     {"budget", "SIZE", O_BUDGET, C_STEP,
@@ -1049,6 +1051,7 @@ static void rank_step(fr_step_opts *so, int ranks) {
     int micro = (local + k - 1) / k;
     so->batch = micro * k;
     so->micro_batch = so->micro_batch ? micro : 0;
+    so->rank_step_in_backward = !so->keep_grads;
     so->keep_grads = 1;
 }
 

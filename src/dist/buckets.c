@@ -81,9 +81,8 @@ fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k) {
     return b->buf[k] ? FR_OK : FR_ERR_NOMEM;
 }
 
-/* The position after whose node bucket k's block is freed (n_pos: at
- * finish): the first later position where another bucket starts. */
-static int free_pos(const fr_buckets *b, int k, int n_pos) {
+/* The first later position where another bucket starts. */
+int fr_buckets_free_pos(const fr_buckets *b, int k, int n_pos) {
     if (!b->overlap) return n_pos;
     int at = n_pos;
     for (int j = 0; j < b->n; j++)
@@ -98,7 +97,8 @@ void fr_buckets_peak(const fr_buckets *b, int n_pos, int accumulate, size_t *pea
         size_t live = 0, res = 0;
         for (int k = 0; k < b->n; k++) {
             /* with accumulation every block is held from the first micro-batch on */
-            int held = accumulate > 1 || (b->first_pos[k] <= q && q <= free_pos(b, k, n_pos));
+            int held =
+                accumulate > 1 || (b->first_pos[k] <= q && q <= fr_buckets_free_pos(b, k, n_pos));
             if (!held) continue;
             live += b->len[k] * sizeof(float);
             res += fr_mem_block_bytes(b->len[k] * sizeof(float));
@@ -109,7 +109,7 @@ void fr_buckets_peak(const fr_buckets *b, int n_pos, int accumulate, size_t *pea
 }
 
 fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b) {
-    if (b->zero >= 2 && !b->shard && b->hi > b->lo) {
+    if (b->zero >= 2 && !b->shard && b->hi > b->lo && !b->on_share) {
         fr_mem_set_tag(ctx, "grad shard");
         b->shard = fr_calloc(ctx, (b->hi - b->lo) * sizeof(float), FR_MEM_GRADS);
         fr_mem_set_tag(ctx, NULL);
@@ -166,8 +166,10 @@ static fr_status complete(fr_ctx *ctx, fr_comm *c, fr_buckets *b, int k) {
     if (st) return st;
     size_t s0 = b->start[k], s1 = s0 + b->len[k];
     size_t a = b->lo > s0 ? b->lo : s0, e = b->hi < s1 ? b->hi : s1;
-    if (fr_comm_size(c) == 1) memcpy(b->shard + s0, b->buf[k], b->len[k] * sizeof(float));
+    if (fr_comm_size(c) == 1) a = s0, e = s1; /* (one rank: the whole bucket is its share) */
+    if (b->on_share && e > a) st = b->on_share(b->free_arg, k, b->buf[k], a, e);
     else if (e > a) memcpy(b->shard + (a - b->lo), b->buf[k], (e - a) * sizeof(float));
+    if (st) return st;
     if (b->on_free) b->on_free(b->free_arg, k);
     fr_free(ctx, b->buf[k]);
     b->buf[k] = NULL;

@@ -44,6 +44,10 @@ typedef struct fr_buckets {
     /* called when bucket k's block is freed (its gradients' views are gone) */
     void (*on_free)(void *arg, int k);
     void *free_arg;
+    /* stages 2 and 3, when set: called with bucket k's share of the sums
+     * (the flat elements [a, e), at share) once it arrives, instead of
+     * copying it into the shard (which then is not kept: shard stays NULL) */
+    fr_status (*on_share)(void *arg, int k, const float *share, size_t a, size_t e);
     float **buf; /* per bucket: the block (category grads), NULL until allocated */
     uint8_t *started;
     size_t *start;      /* per bucket: its first element in the flat vector */
@@ -66,6 +70,9 @@ fr_status fr_buckets_plan(fr_ctx *ctx, int n, const size_t *grad_floats, const i
  * `accumulate` micro-batches a step and overlap as set. */
 void fr_buckets_peak(const fr_buckets *b, int n_pos, int accumulate, size_t *peak,
                      size_t *reserved);
+/* Stages 2 and 3: the plan position after whose node bucket k's block is
+ * freed (n_pos: at finish). */
+int fr_buckets_free_pos(const fr_buckets *b, int k, int n_pos);
 /* Stages 2 and 3: bucket k's block, zeroed, if it has none (tag "grad buckets"). */
 fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k);
 /* ZeRO stage `zero` for rank `rank` of `ranks`: its range of the flat

@@ -199,6 +199,9 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  *                                       until reduce-scattered)
  *   stage 3: Pt/N + (P - Pt) + gathered + G/N + bucket + O/N (the Pt
  *                                       trainable parameter bytes sharded)
+ * G/N is 0 at stages 2 and 3 when the rank steps each bucket's share as
+ * its sums arrive (fr_step_shard_steps: the step inside backward, no
+ * gradient shard kept);
  * each shard the largest one of dist/shard.h's rule (the one the run
  * uses): the E trainable gradient elements end to end, ceil(E/N) of them
  * a rank, so x/N means x/E * ceil(E/N); bucket = the bucket blocks held
@@ -228,7 +231,7 @@ void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *ou
             Pt += (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
     if (zero == 3) fr_step_gathered_peak(s, &gathered, &res);
     out->params = zero < 3 ? P : fr_shard_bytes(Pt, E ? E : 1, ranks) + (P - Pt) + gathered;
-    out->grads = zero < 2 ? G : fr_shard_bytes(G, E, ranks);
+    out->grads = zero < 2 ? G : fr_step_shard_steps(s, zero) ? 0 : fr_shard_bytes(G, E, ranks);
     out->optim = zero < 1 ? O : fr_shard_bytes(O, E, ranks);
     out->buckets = zero < 2 ? 0 : bucket;
     out->rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */

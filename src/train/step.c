@@ -160,6 +160,7 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->fused);
     fr_free(ctx, s->upd_ws);
     fr_free(ctx, s->slots);
+    fr_free(ctx, s->stepped);
     fr_free(ctx, s);
 }
 
@@ -1138,6 +1139,52 @@ static fr_status bucket_layout(const fr_step *s, size_t first_cap, size_t cap, f
     return st;
 }
 
+int fr_step_shard_steps(const fr_step *s, int zero) {
+    if (zero < 2 || !s->o.training || !s->o.rank_step_in_backward || s->scaler.enabled ||
+        s->o.clip_grad_norm > 0 || s->accumulate != 1)
+        return 0;
+    if (zero >= 3) return 1; /* the steps change the shard, never a gathered block */
+    /* stage 2: a bucket steps its owned share of the replicated weights after
+     * the node at its freeing position: no later node may read them */
+    fr_buckets tmp, *b = s->buckets;
+    if (!b && bucket_layout(s, 0, 0, &tmp)) return 0;
+    if (!b) b = &tmp;
+    order_uses u = {0};
+    int ok = !uses_of(s->ctx, &s->g, s->plan.order, s->plan.n_nodes, &u);
+    for (size_t i = 0; ok && i < s->m->n_params; i++)
+        if (b->bucket_of[i] >= 0 &&
+            u.last_read[s->pv[i]] > fr_buckets_free_pos(b, b->bucket_of[i], s->plan.n_nodes))
+            ok = 0;
+    fr_free(s->ctx, u.writers);
+    if (b == &tmp) fr_buckets_release(s->ctx, &tmp);
+    return ok;
+}
+
+/* The step inside backward of a rank (fr_step_shard_steps): bucket k's
+ * share of the sums, the flat elements [a, e) at share, steps the owned
+ * elements of its parameters now (Adam's t is the step's, t + 1). */
+static fr_status share_step(void *arg, int k, const float *share, size_t a, size_t e) {
+    fr_step *s = arg;
+    fr_model *m = s->m;
+    const fr_optim_opts *o = &s->o.optim;
+    (void)e;
+    for (size_t i = 0; i < m->n_params; i++) {
+        size_t pa, pb, a3, b3;
+        if (s->buckets->bucket_of[i] != k || !s->ex.written[s->gv[i]] ||
+            !fr_step_owned(s, i, &pa, &pb))
+            continue;
+        fr_param *p = &m->params[i];
+        const float *g = share + (fr_buckets_flat(s->buckets, (int)i) + pa - a);
+        float *w = m->shard ? fr_pshard_slice(m->shard, (int)i, &a3, &b3) : (float *)p->data + pa;
+        if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], pb - pa, o, s->t + 1 == 1);
+        else
+            fr_k_adam(w, g, p->state[0], p->state[1], pb - pa, o, s->t + 1,
+                      o->kind == FR_OPTIM_ADAMW);
+        s->stepped[i] = 1;
+    }
+    return FR_OK;
+}
+
 void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved) {
     *peak = *reserved = 0;
     if (zero < 2) return;
@@ -1222,6 +1269,10 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
         b->on_free = bucket_freed, b->free_arg = s;
         s->buckets = b, b = NULL;
         s->comm = c;
+        if (fr_step_shard_steps(s, zero)) { /* each share steps as it arrives: no shard */
+            s->buckets->on_share = share_step;
+            if (!(s->stepped = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER))) st = FR_ERR_NOMEM;
+        }
         if (zero == 3) st = shard_weights(s, c);
         /* rank 0 keeps the one process's stream */
         s->rank_seed = (uint64_t)fr_comm_rank(c) * 0x9E3779B97F4A7C15ull;
@@ -1297,7 +1348,7 @@ static fr_status sharded_update(fr_step *s, float l) {
     fr_model *m = s->m;
     fr_status st;
     size_t a, b;
-    if (s->inject_inf) { /* testing: an overflow in backward, in the first owned gradient */
+    if (s->inject_inf && !s->buckets->on_share) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
             if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b)) {
                 owned_grad(s, i, a)[0] = INFINITY;
@@ -1334,6 +1385,10 @@ static fr_status sharded_update(fr_step *s, float l) {
         for (size_t i = 0; i < m->n_params; i++) {
             fr_param *p = &m->params[i];
             if (!p->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
+            if (s->stepped && s->stepped[i]) { /* stepped in backward as its sums arrived */
+                s->stepped[i] = 0;
+                continue;
+            }
             size_t a3, b3; /* ZeRO 3: the same elements, in the weights' shard */
             float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3)
                                    : (float *)p->data + a,
@@ -1451,7 +1506,8 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     if (s->buckets && s->zero >= 2) { /* the gradient shard, and the buckets at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->zero, &peak, &res);
-        out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * sizeof(float) + peak;
+        out[FR_MEM_GRADS] += peak;
+        if (!s->buckets->on_share) out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * 4;
     }
     if (ps) { /* ZeRO 3: the weights' shard and what the step gathers at its worst */
         size_t peak, res;
@@ -1504,7 +1560,7 @@ size_t fr_step_reserved(const fr_step *s) {
         size_t peak, res;
         fr_step_bucket_peak(s, s->zero, &peak, &res);
         r += res;
-        if (s->buckets->hi > s->buckets->lo)
+        if (s->buckets->hi > s->buckets->lo && !s->buckets->on_share)
             r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
     }
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time

@@ -53,6 +53,7 @@ struct fr_step {
     struct fr_pshard *pshard;   /* zero 3: the weights' shards this step made (m->shard) */
     struct fr_gathers *gathers; /* a model with sharded weights: this step's gathers */
     int dp_active;              /* this micro-batch sends its buckets (post-node hook) */
+    uint8_t *stepped;           /* per param: stepped in backward this step (fr_step_shard_steps) */
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the
@@ -145,6 +146,12 @@ void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved);
  * step's worst position (dist/buckets.h's rule; a step of one process:
  * DDP's caps on its plan); 0 below stage 2. */
 void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved);
+/* 1 when this rank's step at ZeRO stage `zero` steps each bucket's owned
+ * share as its sum arrives (the step inside backward of a rank, no gradient
+ * shard): stage 2 or 3, opts.rank_step_in_backward, no scaler, clipping or
+ * micro-batches, and (stage 2) no node reading a weight after its bucket's
+ * freeing position. For a step of one process, what its rank would do. */
+int fr_step_shard_steps(const fr_step *s, int zero);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 

@@ -477,6 +477,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         int micro = (local + k - 1) / k;
         so.batch = micro * k;
         so.micro_batch = cfg->micro_batch ? micro : 0;
+        so.rank_step_in_backward = !cfg->keep_grads;
         so.keep_grads = 1;
     }
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
@@ -532,12 +533,14 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fprintf(stderr,
                 "%d ranks (data parallel, ZeRO stage %d): global batch %d, each rank a slice of "
                 "%d or %d samples in %d micro-batch%s; gradients %s in %s, %s; the "
-                "optimizer steps after backward %s (no step inside backward: it "
-                "needs the sums)\n",
+                "optimizer steps %s %s\n",
                 ranks, s->zero, cfg->batch, cfg->batch / ranks, (cfg->batch + ranks - 1) / ranks,
                 s->accumulate, s->accumulate == 1 ? "" : "es",
                 s->zero ? "reduce-scattered" : "summed", bk,
                 cfg->no_overlap ? "all after backward" : "each started as backward completes it",
+                s->buckets->on_share ? "inside backward, each bucket's owned share as its sums "
+                                       "arrive (no gradient shard kept),"
+                                     : "after backward (the sums come first),",
                 s->zero == 0   ? "on every rank"
                 : s->zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
                                  "all-gathered"
