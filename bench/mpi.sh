@@ -16,8 +16,8 @@
 # ZMODEL is GPT-2 124M by default, the largest model that runs here: gpt2-xl
 # (1.5B) would need 16 x 1.56e9 = 25 GB a rank at stage 0 on this machine's
 # 24 GiB. A language model runs ZSTEPS steps of global batch ZBATCH windows
-# of ZSEQ tokens with AdamW (on 4 ranks one window each; about 4 GB a rank
-# at most, 20-40 s a run); an image model (ZMODEL=resnet or cnn) one epoch
+# of ZSEQ tokens with AdamW (on 4 ranks one window each; at most 2.2 GiB
+# a rank, 15-35 s a run); an image model (ZMODEL=resnet or cnn) one epoch
 # of 2 x ZBATCH samples with Adam.
 #
 # On paper: `frugal estimate --ranks 64` for GPT-2 1.5B
@@ -193,11 +193,14 @@ zero_table() {
     echo "O / total, the total a sum of the categories' peaks, which need not coincide)"
     echo "and ZeRO's formulas by hand: Ψ trainable values, 4Ψ bytes of fp32 weights P,"
     echo "4Ψ of gradients G, 8Ψ of Adam moments O: P + G + O at stage 0, P + G + O/N at 1,"
-    echo "P + (G + O)/N at 2, (P + G + O)/N at 3."
+    echo "P + (G + O)/N at 2, (P + G + O)/N at 3 (weights without gradients, such as"
+    echo "BatchNorm's statistics, added whole). The last column is the run's final"
+    echo "validation (test) loss: every stage trains the same model, so it agrees to"
+    echo "the summation order's rounding."
     echo
-    echo "| ranks | stage | parameters | gradients | optimizer | allocated total | predicted P / G+B / O | predicted total | ZeRO P+G+O |"
+    echo "| ranks | stage | parameters | gradients | optimizer | allocated total | predicted P / G+B / O | predicted total | ZeRO P+G+O | loss |"
+    echo "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
     : >"$out/mpi_zero_runs.jsonl"
-    echo "|---:|---:|---:|---:|---:|---:|---|---:|---:|"
     for n in 2 4; do
         "$bin" estimate --model "$zmodel" "${est[@]}" --ranks "$n" --threads 1 --json >"$tmp/est.json"
         for z in 0 1 2 3; do
@@ -218,9 +221,10 @@ with open(sys.argv[6], "a") as f:  # the raw figures: the run's summary and the 
                         "rank0_seconds": summ["seconds"], "test_loss": summ["test_loss"],
                         "estimate": st}) + "\n")
 s0 = [s for s in est["stages"] if s["zero"] == 0][0]
-psi = s0["parameters"] / 4  # fp32 weights: the trainable values
+psi = s0["gradients"] / 4  # fp32 gradients: one a trainable value
 P, G, O = 4 * psi, 4 * psi, 8 * psi
-zero = (P + G + O, P + G + O / n, P + (G + O) / n, (P + G + O) / n)[z]
+fixed = s0["parameters"] - P  # weights without gradients (BatchNorm's statistics): replicated
+zero = fixed + (P + G + O, P + G + O / n, P + (G + O) / n, (P + G + O) / n)[z]
 def mm(k):
     lo, hi = rp[k]["min"], rp[k]["max"]
     return "%d" % hi if lo == hi else "%d-%d" % (lo, hi)
@@ -228,7 +232,9 @@ mib = lambda b: "%.1f MiB" % (b / 2**20)
 pred = (st["parameters"], st["gradients"] + st["buckets"], st["optimizer"])
 meas = (rp["parameters"]["max"], rp["gradients"]["max"], rp["optimizer"]["max"])
 tot = rp["allocated_total"]
-tots = mib(tot["max"]) if tot["min"] == tot["max"] else "%s-%s" % (mib(tot["min"]), mib(tot["max"]))
+tots = mib(tot["max"])
+if mib(tot["min"]) != tots:
+    tots = "%s-%s" % (mib(tot["min"]), tots)
 print("| %d | %d | %s | %s | %s | %s | %d / %d / %d%s | %s | %s | %.6f |" % (n, z,
       mm("parameters"), mm("gradients"), mm("optimizer"), tots, *pred,
       "" if pred == meas else " (differs)", mib(st["total"]), mib(zero), summ["test_loss"]))
@@ -284,7 +290,12 @@ PY
 case ${ONLY:-all} in
 paper) ;;
 zero)
-    { sed '/^## ZeRO/,$d' "$out/mpi.md" 2>/dev/null | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'; zero_table; } >"$tmp/md"
+    { # the timings above the ZeRO part kept, if there are any
+        if [ -f "$out/mpi.md" ]; then
+            sed '/^## ZeRO/,$d' "$out/mpi.md" | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'
+        fi
+        zero_table
+    } >"$tmp/md"
     cp "$tmp/md" "$out/mpi.md"
     cat "$out/mpi.md"
     ;;
