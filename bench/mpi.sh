@@ -16,8 +16,8 @@
 # ZMODEL is GPT-2 124M by default, the largest model that runs here: gpt2-xl
 # (1.5B) would need 16 x 1.56e9 = 25 GB a rank at stage 0 on this machine's
 # 24 GiB. A language model runs ZSTEPS steps of global batch ZBATCH windows
-# of ZSEQ tokens with AdamW (on 4 ranks one window each; at most 2.2 GiB
-# a rank, 15-35 s a run); an image model (ZMODEL=resnet or cnn) one epoch
+# of ZSEQ tokens with AdamW (on 4 ranks one window each; at most 2.3 GiB
+# a rank, 7-17 s a run); an image model (ZMODEL=resnet or cnn) one epoch
 # of 2 x ZBATCH samples with Adam.
 #
 # On paper: `frugal estimate --ranks 64` for GPT-2 1.5B
@@ -131,9 +131,10 @@ gpt_part() {
         echo "seconds are rank 0's training run (the summary's: $gsteps steps and a validation"
         echo "of 8 windows), wait is rank 0's time in MPI_Waitall for the gradient buckets"
         echo "(bucket cap $bucket MiB); text: $(basename "$text"), byte-level. The load average"
-        echo "(1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores: other"
-        echo "work shared the machine, which punishes two OpenMP threads most (their barriers"
-        echo "wait for a descheduled thread), so the ratio flatters the 2-rank runs."
+        echo "(1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores (these"
+        echo "runs add up to 2). A load above that means other work shared the machine, which"
+        echo "punishes two OpenMP threads most (their barriers wait for a descheduled thread),"
+        echo "so then the ratio flatters the 2-rank runs."
         echo
         echo "| run | s / run | ratio to 1 process | waiting for sums | share of the run |"
         echo "|---|---:|---:|---:|---:|"
@@ -154,7 +155,8 @@ timings() {
     echo "$(date -u +%Y-%m-%d), $(mpirun --version | head -1), fastest of $repeats runs each;"
     echo "seconds are the training loop's for the epoch (the epoch event), wait is rank 0's"
     echo "time in MPI_Waitall for the gradient buckets (bucket cap $bucket MiB). The load"
-    echo "average (1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores."
+    echo "average (1 min) was $load0 at the start and $load1 at the end on these $(nproc) cores"
+    echo "(these runs add up to 2; above that, other work shared the machine)."
     echo
     echo "| run | s / epoch | ratio to 1 process | waiting for sums | share of the epoch |"
     echo "|---|---:|---:|---:|---:|"
