@@ -1240,7 +1240,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
     if (zero >= 1 && s->o.optim_state != FR_OPTIM_STATE_FP32 && s->o.optim.kind != FR_OPTIM_SGD)
         return fr_fail(s->ctx, FR_ERR_ARG,
                        "--zero %d shards Adam's state at any element, so it needs f32 state: "
-                       "drop --optim-state (block-encoded int8/bf16 state is not sharded yet)",
+                       "drop --optimizer-state (block-encoded int8/bf16 state is not sharded yet)",
                        zero);
     if (s->buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
