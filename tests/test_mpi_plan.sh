@@ -72,6 +72,20 @@ assert b["zero"] == 0 and b["zero_saving"] == 0 and s[0]["zero"] == 0, (b, s)
 expect_fail "--batch auto with --ranks" 1 "give the global --batch" \
     "$bin" "${plan[@]/64/auto}" --budget $X --ranks $N
 
+# ---- the smallest budget a refusal names fits, one byte less does not, and
+# every refusal names the same one (the smallest plan counted with its own
+# evaluation: a plan with a smaller arena leaves more for the eval step to
+# need, which once made the named budget too small to fit)
+if [ -d "$data" ]; then
+    small=("${plan[@]}" --limit 640 --test-limit 128 --ranks 2 --zero 1)
+    named() { "$bin" "${small[@]}" --budget "$1" 2>&1 | sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p'; }
+    Z=$(named 400000)
+    if [ -n "$Z" ] && [ "$(named $((Z - 1)))" = "$Z" ] && [ "$(named $((Z - 50000)))" = "$Z" ]; then ok; else
+        no "refusals name different smallest budgets: $Z, $(named $((Z - 1))), $(named $((Z - 50000)))"
+    fi
+    expect "plan in the named $Z" "$bin" "${small[@]}" --budget "$Z"
+fi
+
 # ---- under mpirun: --budget is each rank's
 if [ "${FR_HAVE_MPI:-0}" = 1 ] && command -v mpirun >/dev/null && [ -d "$data" ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

@@ -225,10 +225,20 @@ static fr_step *plan_at(fr_model *m, const fr_step_opts *opts, const fr_budget_d
             b->step_need = b->step_need > save ? b->step_need - save : 0;
             /* the smallest plan's own evaluation, for the smallest budget */
             o.checkpoint = need->mode, o.ckpt_arg = need->arg, o.micro_batch = need->micro;
-            o.precision = need->prec;
+            o.precision = need->prec, o.offload = need->offload;
             fr_step *small = fr_step_build(m, &o);
             size_t e;
-            if (small && !eval_extra(m, small, d, b, &e) && e > extra) fill(b, d, batch, e);
+            if (small && !eval_extra(m, small, d, b, &e)) {
+                fill(b, d, batch, e);
+                /* The rounds raise the room for evaluation by the eval of the
+                 * plans they chose (a smaller arena leaves more to replace),
+                 * which can squeeze out the smallest plan that fits with its
+                 * own: at the budget named for it, that plan is the answer. */
+                if (outside(b) + b->step_need <= b->total) {
+                    small->o.budget = b->total;
+                    return small;
+                }
+            }
             fr_step_free(small);
             return NULL;
         }
