@@ -1041,20 +1041,6 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
     bd->assumed = 1;
 }
 
-/* One rank of `ranks` plans its slice of the global batch in as many
- * micro-batches as one process would use, every gradient kept (the sum over
- * the ranks comes before the update): the trainer's rank step. */
-static void rank_step(fr_step_opts *so, int ranks) {
-    if (ranks <= 1 || !so->batch) return;
-    int local = (so->batch + ranks - 1) / ranks;
-    int k = so->micro_batch ? so->batch / so->micro_batch : 1;
-    int micro = (local + k - 1) / k;
-    so->batch = micro * k;
-    so->micro_batch = so->micro_batch ? micro : 0;
-    so->rank_step_in_backward = !so->keep_grads;
-    so->keep_grads = 1;
-}
-
 /* fr_step_ranks_table's JSON object for one stage, without its newline. */
 static void ranks_json(const fr_step *s, int ranks, int zero) {
     char *buf = NULL;
@@ -1121,14 +1107,14 @@ static int cmd_plan(int argc, char **argv) {
         /* one rank of several: the budget is the rank's, its step the slice's */
         bd.ranks = ranks, bd.zero = zero;
         fr_step_opts so = step_opts(&c, NULL);
-        rank_step(&so, ranks);
+        fr_rank_step_opts(&so, ranks);
         s = fr_budget_plan(m, &so, &bd, c.t.batch_auto, &bud);
         if (s && c.t.batch_auto)
             fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n",
                     s->o.batch);
     } else if (m) {
         fr_step_opts so = step_opts(&c, NULL);
-        rank_step(&so, ranks);
+        fr_rank_step_opts(&so, ranks);
         s = fr_step_prepare(m, &so); /* planned on shapes: nothing of the model allocated */
     }
     if (m && !s) fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
@@ -1244,7 +1230,7 @@ static int cmd_estimate(int argc, char **argv) {
     if (m) {
         fr_step_opts so = step_opts(&c, m);
         so.training = !c.eval_only;
-        rank_step(&so, c.ranks); /* one rank: its slice, every gradient kept */
+        fr_rank_step_opts(&so, c.ranks); /* one rank: its slice, every gradient kept */
         /* planned on shapes: nothing of the model is allocated, so a model
          * far larger than the machine can be estimated */
         if (!so.batch)

@@ -69,10 +69,6 @@ size_t fr_buckets_flat(const fr_buckets *b, int i) {
     return b->bucket_of[i] < 0 ? 0 : b->start[b->bucket_of[i]] + b->off[i];
 }
 
-void fr_buckets_drop(fr_ctx *ctx, fr_buckets *b) {
-    for (int k = 0; k < b->n; k++) fr_free(ctx, b->buf[k]), b->buf[k] = NULL;
-}
-
 fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k) {
     if (b->buf[k]) return FR_OK;
     fr_mem_set_tag(ctx, "grad buckets");
@@ -166,7 +162,6 @@ static fr_status complete(fr_ctx *ctx, fr_comm *c, fr_buckets *b, int k) {
     if (st) return st;
     size_t s0 = b->start[k], s1 = s0 + b->len[k];
     size_t a = b->lo > s0 ? b->lo : s0, e = b->hi < s1 ? b->hi : s1;
-    if (fr_comm_size(c) == 1) a = s0, e = s1; /* (one rank: the whole bucket is its share) */
     if (b->on_share && e > a) st = b->on_share(b->free_arg, k, b->buf[k], a, e);
     else if (e > a) memcpy(b->shard + (a - b->lo), b->buf[k], (e - a) * sizeof(float));
     if (st) return st;

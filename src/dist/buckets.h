@@ -14,11 +14,12 @@
  * dist/shard.h shards; each bucket is reduce-scattered instead of summed
  * (MPI_Ireduce_scatter: each rank receives the sum of its own elements of
  * it only) and, once waited for, that share is moved to its place in the
- * bucket (stage 1: the rest of the bucket is stale) or copied into the
- * rank's gradient shard (stages 2 and 3: only the shard, category grads,
- * outlives the step). There a bucket's block is taken just before the
- * first node writing one of its gradients (fr_buckets_take, at first_pos)
- * and given back once its share is in the shard: when a later position
+ * bucket (stage 1: the rest of the bucket is stale) or, at stages 2 and
+ * 3, handed to on_share (the rank steps it at once: no gradient shard) or
+ * copied into the rank's gradient shard (category grads: then only the
+ * shard outlives the step). There a bucket's block is taken just before
+ * the first node writing one of its gradients (fr_buckets_take, at
+ * first_pos) and given back once its share has arrived: when a later position
  * starts another bucket, the buckets started at earlier positions are
  * waited for and freed first (so the freeing points are the plan's, not
  * MPI's timing); the rest at finish. With accumulation the blocks stay
@@ -54,7 +55,7 @@ typedef struct fr_buckets {
     size_t total;       /* elements of all buckets */
     int zero;           /* ZeRO stage (0: buckets summed whole) */
     size_t lo, hi;      /* zero >= 1: this rank's elements [lo, hi) of the flat vector */
-    float *shard;       /* zero 2: the gradients of [lo, hi) (category grads) */
+    float *shard;       /* zero >= 2 without on_share: the gradients of [lo, hi) (grads) */
     int overlap;        /* 1: start each bucket during backward; 0: all after it */
     double wait_s;      /* seconds waiting for the sums, over the run */
     int64_t reductions; /* steps reduced */
@@ -76,7 +77,8 @@ int fr_buckets_free_pos(const fr_buckets *b, int k, int n_pos);
 /* Stages 2 and 3: bucket k's block, zeroed, if it has none (tag "grad buckets"). */
 fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k);
 /* ZeRO stage `zero` for rank `rank` of `ranks`: its range of the flat
- * vector (and, at stage 2, its shard block on fr_buckets_alloc). */
+ * vector (and, at stages 2 and 3, its shard block on fr_buckets_alloc
+ * unless on_share is set). */
 void fr_buckets_shard(fr_buckets *b, int zero, int rank, int ranks);
 /* The blocks, zeroed (category grads, tag "grad buckets"); at stages 2
  * and 3 the shard's block only (the buckets come with fr_buckets_take). */
@@ -84,8 +86,6 @@ fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b);
 /* What the blocks reserve, as the allocator rounds them. */
 size_t fr_buckets_reserved(const fr_buckets *b);
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b);
-/* Stages 2 and 3: free the bucket blocks left (the shard stays). */
-void fr_buckets_drop(fr_ctx *ctx, fr_buckets *b);
 /* Param i's first element in the flat vector. */
 size_t fr_buckets_flat(const fr_buckets *b, int i);
 /* Param i's gradient storage inside its bucket (NULL: none or not allocated). */

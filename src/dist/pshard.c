@@ -1,15 +1,8 @@
 /* pshard.c — ZeRO stage 3's weight shards and per-unit gathers (see pshard.h). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include "dist/pshard.h"
 #include "dist/shard.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 fr_status fr_pshard_init(fr_ctx *ctx, fr_comm *c, int n, const size_t *flat, const size_t *numel,
                          const int *unit, size_t total, int rank, int ranks, int slot0,
@@ -268,10 +261,7 @@ fr_status fr_gathers_pre(fr_ctx *ctx, fr_pshard *s, fr_gathers *g, int pos, fr_g
     while (!st && g->next < g->n && g->first[g->next] == pos) {
         int j = g->next++;
         if (!g->started[j] && (st = start(ctx, s, g, j))) break;
-        double t0 = now_s();
-        st = fr_comm_wait(ctx, s->comm, slot_of(s, g, j), "a unit's weights");
-        g->wait_s += now_s() - t0;
-        if (st) break;
+        if ((st = fr_comm_wait(ctx, s->comm, slot_of(s, g, j), "a unit's weights"))) break;
         g->ready[j] = 1;
         bind(arg, g->grp[j], g->buf[j]);
         if (j + 1 < g->n && !g->started[j + 1]) st = start(ctx, s, g, j + 1); /* prefetch */

@@ -72,7 +72,6 @@ typedef struct fr_gathers {
     size_t peak, peak_reserved;      /* bytes gathered at the worst position (allocated, as
                                           the allocator rounds the blocks) */
     int64_t gathers;                 /* intervals gathered over the run */
-    double wait_s;                   /* seconds waiting for them */
 } fr_gathers;
 
 fr_status fr_gathers_plan(fr_ctx *ctx, const fr_pshard *s, int n_pos, const int *use_off,

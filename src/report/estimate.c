@@ -221,16 +221,16 @@ void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *ou
     fr_step_predicted(s, pred, &total);
     size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
     if (ranks < 1) ranks = 1;
-    size_t E = 0; /* the trainable gradient elements: what the shards split */
+    size_t E = 0, Pt = 0; /* the trainable elements (what the shards split) and their bytes */
     for (size_t i = 0; i < m->n_params; i++)
-        if (s->gv[i] >= 0) E += (size_t)fr_shape_numel(&m->params[i].shape);
-    size_t bucket = 0, gathered = 0, res, Pt = 0;
+        if (s->gv[i] >= 0) {
+            size_t n = (size_t)fr_shape_numel(&m->params[i].shape);
+            E += n, Pt += n * fr_dtype_size(m->params[i].dtype);
+        }
+    size_t bucket = 0, gathered = 0, res;
     fr_step_bucket_peak(s, zero, &bucket, &res);
-    for (size_t i = 0; zero == 3 && i < m->n_params; i++)
-        if (s->gv[i] >= 0)
-            Pt += (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
     if (zero == 3) fr_step_gathered_peak(s, &gathered, &res);
-    out->params = zero < 3 ? P : fr_shard_bytes(Pt, E ? E : 1, ranks) + (P - Pt) + gathered;
+    out->params = zero < 3 ? P : fr_shard_bytes(Pt, E, ranks) + (P - Pt) + gathered;
     out->grads = zero < 2 ? G : fr_step_shard_steps(s, zero) ? 0 : fr_shard_bytes(G, E, ranks);
     out->optim = zero < 1 ? O : fr_shard_bytes(O, E, ranks);
     out->buckets = zero < 2 ? 0 : bucket;

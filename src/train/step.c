@@ -667,6 +667,26 @@ static fr_status plan_gathers(fr_step *s, const fr_pshard *ps, fr_gathers *out) 
     return st;
 }
 
+/* The weights' shards of this step's flat layout (flat_layout), rank
+ * `rank` of `ranks` (0: the layout alone), request slots from slot0. */
+static fr_status pshard_of(const fr_step *s, fr_comm *c, int rank, int ranks, int slot0,
+                           fr_pshard *ps) {
+    size_t np = s->m->n_params + 1;
+    size_t *flat = fr_alloc(s->ctx, np * sizeof *flat, FR_MEM_OTHER);
+    size_t *numel = fr_alloc(s->ctx, np * sizeof *numel, FR_MEM_OTHER);
+    int *unit = fr_alloc(s->ctx, np * sizeof *unit, FR_MEM_OTHER);
+    fr_status st = !flat || !numel || !unit ? FR_ERR_NOMEM : FR_OK;
+    if (!st) {
+        size_t total = flat_layout(s, flat, numel, unit);
+        st = fr_pshard_init(s->ctx, c, (int)s->m->n_params, flat, numel, unit, total, rank, ranks,
+                            slot0, ps);
+    }
+    fr_free(s->ctx, flat);
+    fr_free(s->ctx, numel);
+    fr_free(s->ctx, unit);
+    return st;
+}
+
 void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved) {
     *peak = *reserved = 0;
     if (s->gathers) {
@@ -674,45 +694,25 @@ void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved) {
         return;
     }
     /* one process: the layout alone (no shard block), the same walk */
-    size_t np = s->m->n_params + 1;
-    size_t *flat = fr_alloc(s->ctx, np * sizeof *flat, FR_MEM_OTHER);
-    size_t *numel = fr_alloc(s->ctx, np * sizeof *numel, FR_MEM_OTHER);
-    int *unit = fr_alloc(s->ctx, np * sizeof *unit, FR_MEM_OTHER);
     fr_pshard ps;
     fr_gathers g;
-    if (flat && numel && unit) {
-        size_t total = flat_layout(s, flat, numel, unit);
-        if (!fr_pshard_init(s->ctx, NULL, (int)s->m->n_params, flat, numel, unit, total, 0, 0, 0,
-                            &ps)) {
-            if (!plan_gathers((fr_step *)s, &ps, &g)) {
-                *peak = g.peak, *reserved = g.peak_reserved;
-                fr_gathers_release(s->ctx, &g);
-            }
-            fr_pshard_release(s->ctx, &ps);
-        }
+    if (pshard_of(s, NULL, 0, 0, 0, &ps)) return;
+    if (!plan_gathers((fr_step *)s, &ps, &g)) {
+        *peak = g.peak, *reserved = g.peak_reserved;
+        fr_gathers_release(s->ctx, &g);
     }
-    fr_free(s->ctx, flat);
-    fr_free(s->ctx, numel);
-    fr_free(s->ctx, unit);
+    fr_pshard_release(s->ctx, &ps);
 }
 
 /* ZeRO 3 (in fr_step_distribute): the model's trainable weights become this
  * rank's shard; weights already made keep only their slice. */
 static fr_status shard_weights(fr_step *s, fr_comm *c) {
     fr_model *m = s->m;
-    size_t np = m->n_params + 1;
-    size_t *flat = fr_alloc(s->ctx, np * sizeof *flat, FR_MEM_OTHER);
-    size_t *numel = fr_alloc(s->ctx, np * sizeof *numel, FR_MEM_OTHER);
-    int *unit = fr_alloc(s->ctx, np * sizeof *unit, FR_MEM_OTHER);
     fr_pshard *ps = fr_calloc(s->ctx, sizeof *ps, FR_MEM_OTHER);
-    fr_status st = !flat || !numel || !unit || !ps ? FR_ERR_NOMEM : FR_OK;
-    if (!st) {
-        size_t total = flat_layout(s, flat, numel, unit);
-        st = fr_pshard_init(s->ctx, c, (int)m->n_params, flat, numel, unit, total, fr_comm_rank(c),
-                            fr_comm_size(c), s->buckets->n, ps);
-        if (!st && (st = fr_comm_reserve(s->ctx, c, s->buckets->n + 2 * ps->n_groups)))
-            fr_pshard_release(s->ctx, ps);
-    }
+    fr_status st =
+        ps ? pshard_of(s, c, fr_comm_rank(c), fr_comm_size(c), s->buckets->n, ps) : FR_ERR_NOMEM;
+    if (!st && (st = fr_comm_reserve(s->ctx, c, s->buckets->n + 2 * ps->n_groups)))
+        fr_pshard_release(s->ctx, ps);
     if (!st) {
         for (size_t i = 0; i < m->n_params; i++) {
             fr_param *p = &m->params[i];
@@ -724,9 +724,6 @@ static fr_status shard_weights(fr_step *s, fr_comm *c) {
         m->shard = s->pshard = ps, ps = NULL;
     }
     fr_free(s->ctx, ps);
-    fr_free(s->ctx, flat);
-    fr_free(s->ctx, numel);
-    fr_free(s->ctx, unit);
     return st;
 }
 
@@ -1160,26 +1157,30 @@ int fr_step_shard_steps(const fr_step *s, int zero) {
     return ok;
 }
 
+/* ZeRO >= 1: the optimizer's step t on param i's owned elements [a, b)
+ * with their summed gradients g (the update is elementwise); the weights
+ * are the replica's at stages 1 and 2, the shard's at 3. */
+static void step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g, int64_t t) {
+    fr_param *p = &s->m->params[i];
+    const fr_optim_opts *o = &s->o.optim;
+    size_t a3, b3;
+    float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3) : (float *)p->data + a;
+    if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], b - a, o, t == 1);
+    else fr_k_adam(w, g, p->state[0], p->state[1], b - a, o, t, o->kind == FR_OPTIM_ADAMW);
+}
+
 /* The step inside backward of a rank (fr_step_shard_steps): bucket k's
  * share of the sums, the flat elements [a, e) at share, steps the owned
  * elements of its parameters now (Adam's t is the step's, t + 1). */
 static fr_status share_step(void *arg, int k, const float *share, size_t a, size_t e) {
     fr_step *s = arg;
-    fr_model *m = s->m;
-    const fr_optim_opts *o = &s->o.optim;
     (void)e;
-    for (size_t i = 0; i < m->n_params; i++) {
-        size_t pa, pb, a3, b3;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        size_t pa, pb;
         if (s->buckets->bucket_of[i] != k || !s->ex.written[s->gv[i]] ||
             !fr_step_owned(s, i, &pa, &pb))
             continue;
-        fr_param *p = &m->params[i];
-        const float *g = share + (fr_buckets_flat(s->buckets, (int)i) + pa - a);
-        float *w = m->shard ? fr_pshard_slice(m->shard, (int)i, &a3, &b3) : (float *)p->data + pa;
-        if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], pb - pa, o, s->t + 1 == 1);
-        else
-            fr_k_adam(w, g, p->state[0], p->state[1], pb - pa, o, s->t + 1,
-                      o->kind == FR_OPTIM_ADAMW);
+        step_owned(s, i, pa, pb, share + (fr_buckets_flat(s->buckets, (int)i) + pa - a), s->t + 1);
         s->stepped[i] = 1;
     }
     return FR_OK;
@@ -1330,9 +1331,9 @@ fr_status fr_step_host_update(fr_step *s, float l) {
     return FR_OK;
 }
 
-/* ZeRO 1 and 2: this rank's gradients of param i from element a on (stage
- * 1: in its bucket, where the reduce-scatter put the sums; stage 2: in the
- * shard). */
+/* ZeRO >= 1: this rank's gradients of param i from element a on (stage
+ * 1: in its bucket, where the reduce-scatter put the sums; stages 2 and 3:
+ * in the shard). */
 static float *owned_grad(const fr_step *s, size_t i, size_t a) {
     const fr_buckets *b = s->buckets;
     if (b->zero >= 2) return b->shard + (fr_buckets_flat(b, (int)i) + a - b->lo);
@@ -1380,23 +1381,14 @@ static fr_status sharded_update(fr_step *s, float l) {
                 if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
                     fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);
         }
-        const fr_optim_opts *o = &s->o.optim;
         s->t++;
         for (size_t i = 0; i < m->n_params; i++) {
-            fr_param *p = &m->params[i];
-            if (!p->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
+            if (!m->params[i].grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
             if (s->stepped && s->stepped[i]) { /* stepped in backward as its sums arrived */
                 s->stepped[i] = 0;
                 continue;
             }
-            size_t a3, b3; /* ZeRO 3: the same elements, in the weights' shard */
-            float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3)
-                                   : (float *)p->data + a,
-                  *g = owned_grad(s, i, a);
-            if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], b - a, o, s->t == 1);
-            else
-                fr_k_adam(w, g, p->state[0], p->state[1], b - a, o, s->t,
-                          o->kind == FR_OPTIM_ADAMW);
+            step_owned(s, i, a, b, owned_grad(s, i, a), s->t);
         }
         for (size_t i = 0; i < m->n_params && !s->m->shard; i++) { /* ZeRO 3 keeps shards */
             fr_param *p = &m->params[i];
@@ -1410,12 +1402,9 @@ static fr_status sharded_update(fr_step *s, float l) {
         }
         if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
     }
-    for (size_t i = 0; i < m->n_params; i++) { /* zero_grad */
-        fr_param *p = &m->params[i];
-        p->grad_valid = 0;
-        if (s->zero >= 2 && p->grad == fr_buckets_grad(s->buckets, (int)i)) p->grad = NULL;
-    }
-    if (s->zero >= 2) fr_buckets_drop(s->ctx, s->buckets); /* only the shard outlives the step */
+    /* zero_grad (at stages 2 and 3 the buckets, and the gradients' views,
+     * went as their shares arrived) */
+    for (size_t i = 0; i < m->n_params; i++) m->params[i].grad_valid = 0;
     return FR_OK;
 }
 

@@ -415,6 +415,17 @@ static fr_status dist_check(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_sourc
     return FR_OK;
 }
 
+void fr_rank_step_opts(fr_step_opts *so, int ranks) {
+    if (ranks <= 1 || !so->batch) return;
+    int local = (so->batch + ranks - 1) / ranks;
+    int k = so->micro_batch ? so->batch / so->micro_batch : 1;
+    int micro = (local + k - 1) / k;
+    so->batch = micro * k;
+    so->micro_batch = so->micro_batch ? micro : 0;
+    so->rank_step_in_backward = !so->keep_grads;
+    so->keep_grads = 1;
+}
+
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     memset(res, 0, sizeof *res);
     /* data parallel: progress, logs and JSON from rank 0 only */
@@ -468,18 +479,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .offload = cfg->offload,
                        .sync_upload = cfg->sync_upload,
                        .budget = cfg->budget};
-    if (ranks > 1) {
-        /* this rank's step: the largest slice, ceil(B / N), in as many
-         * micro-batches as the one process would use for B; every gradient
-         * is stored (the sum over the ranks comes before the update) */
-        int local = (cfg->batch + ranks - 1) / ranks;
-        int k = cfg->micro_batch ? cfg->batch / cfg->micro_batch : 1;
-        int micro = (local + k - 1) / k;
-        so.batch = micro * k;
-        so.micro_batch = cfg->micro_batch ? micro : 0;
-        so.rank_step_in_backward = !cfg->keep_grads;
-        so.keep_grads = 1;
-    }
+    fr_rank_step_opts(&so, ranks); /* this rank's step */
     if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "

@@ -132,6 +132,11 @@ typedef struct fr_train_result {
 fr_status fr_data_check(fr_ctx *ctx, const fr_model *m, const fr_dataset *ds);
 
 fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res);
+/* One rank of `ranks` (> 1; else nothing changes): so's global batch becomes
+ * the rank's step, the largest slice ceil(B / N) in as many micro-batches
+ * as one process would use for B, every gradient stored (the sums come
+ * before the update; rank_step_in_backward keeps what keep_grads said). */
+void fr_rank_step_opts(fr_step_opts *so, int ranks);
 /* The eval loader's prefetch depth (fr_source_evaluate; the budget counts it). */
 #define FR_EVAL_QUEUE 1
 size_t fr_peak_rss_kib(void);
