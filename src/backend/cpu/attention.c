@@ -17,6 +17,7 @@
 #include "backend/cpu/attention.h"
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <omp.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
@@ -78,6 +79,91 @@ static int visible(int q, int k0, int rk) {
     return n < 0 ? 0 : n > rk ? rk : n;
 }
 
+/* e^x for the softmax's arguments (x <= 0 but for rounding): Cephes' expf,
+ * Cody-Waite reduction x = n ln2 + g with |g| <= ln2/2 and a degree-5
+ * minimax polynomial for e^g, scaled by 2^n through the exponent bits;
+ * within 2 ulp of exp over [-87.3, 88] (test_attention checks it against
+ * double exp). 0 below -87.3, where e^x < 1.2e-38 (and for -inf); NaN
+ * passes through. Plain arithmetic, no call: the loops around it vectorize. */
+static inline float exp_soft(float x) {
+    float c =
+        x >= -87.3f ? x : -87.3f; /* NaN too: n stays an integer (no UB), NaN returned below */
+    c = c <= 88.0f ? c : 88.0f;
+    const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c log2 e) */
+    const float g = (c - n * 0.693359375f) + n * 2.12194440e-4f;            /* c - n ln2 */
+    const float p = ((((((1.9875691500e-4f * g + 1.3981999507e-3f) * g + 8.3334519073e-3f) * g +
+                        4.1665795894e-2f) *
+                           g +
+                       1.6666665459e-1f) *
+                          g +
+                      5.0000001201e-1f) *
+                     (g * g)) +
+                    g + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } b = {((int32_t)n + 127) * (1 << 23)};
+    return x < -87.3f ? 0.0f : x == x ? p * b.f : x;
+}
+
+float fr_attention_exp(float x) { return exp_soft(x); }
+
+/* Sum of n floats, eight chains in a fixed order whatever the vector width. */
+static inline float sum8(const float *x, int n) {
+    float a[8] = {0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int j = 0; j < 8; j++) a[j] += x[c + j];
+    for (; c < n; c++) a[0] += x[c];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* The forward's online softmax over one tile of scores S (rq x rk, row
+ * stride ldS; query rows q0.., keys k0..): per row, with m and l its running
+ * max and sum, m' = max(m, max_u S), S becomes P = e^(S - m') (0 where
+ * masked), l' = l e^(m - m') + sum_u P, and the row of O (HS wide, row
+ * stride ot) is multiplied by e^(m - m'). */
+FR_V3_CLONES static void online_softmax(float *S, int ldS, int rq, int rk, int q0, int k0, float *m,
+                                        float *l, float *O, size_t ot, int HS) {
+    for (int r = 0; r < rq; r++) {
+        float *Sr = S + (size_t)r * ldS;
+        const int n = visible(q0 + r, k0, rk);
+        float mx = m[r];
+#pragma omp simd reduction(max : mx)
+        for (int c = 0; c < n; c++) mx = Sr[c] > mx ? Sr[c] : mx;
+#pragma omp simd
+        for (int c = 0; c < n; c++) Sr[c] = exp_soft(Sr[c] - mx);
+        for (int c = n; c < rk; c++) Sr[c] = 0.0f;
+        const float sum = sum8(Sr, n);
+        if (mx != m[r]) { /* m was -inf before the first tile: alpha 0 */
+            const float alpha = exp_soft(m[r] - mx);
+            float *Or = O + (size_t)r * ot;
+#pragma omp simd
+            for (int d = 0; d < HS; d++) Or[d] *= alpha;
+            l[r] *= alpha;
+        }
+        l[r] += sum;
+        m[r] = mx;
+    }
+}
+
+/* The backward's tile: P (scores s Q K^T on entry) becomes e^(P - lse), and
+ * dS (dO V^T on entry) becomes P o (dS - D); both 0 where masked. */
+FR_V3_CLONES static void probs_and_dscores(float *P, float *dS, int ld, int rq, int rk, int q0,
+                                           int k0, const float *lse, const float *D) {
+    for (int r = 0; r < rq; r++) {
+        float *Pr = P + (size_t)r * ld, *dSr = dS + (size_t)r * ld;
+        const int n = visible(q0 + r, k0, rk);
+        const float lr = lse[r], Dr = D[r];
+#pragma omp simd
+        for (int c = 0; c < n; c++) {
+            Pr[c] = exp_soft(Pr[c] - lr);
+            dSr[c] = Pr[c] * (dSr[c] - Dr);
+        }
+        for (int c = n; c < rk; c++) Pr[c] = 0.0f, dSr[c] = 0.0f;
+    }
+}
+
 /* Offsets of (batch, head) bh's first row in q-like and out-like tensors. */
 static size_t qbase(const fr_attn_layout *L, size_t bh) {
     return bh / (size_t)L->NH * L->qb + bh % (size_t)L->NH * L->qh;
@@ -125,26 +211,7 @@ int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, co
             for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
                 scores(S, BK, Qi, k + base + (size_t)k0 * qt, (int)qt, rq, rk, HS, s);
-                for (int r = 0; r < rq; r++) {
-                    float *Sr = S + (size_t)r * BK;
-                    const int n = visible(q0 + r, k0, rk);
-                    float mx = m[r];
-                    for (int c = 0; c < n; c++) mx = Sr[c] > mx ? Sr[c] : mx;
-                    float sum = 0.0f;
-                    for (int c = 0; c < n; c++) {
-                        Sr[c] = expf(Sr[c] - mx);
-                        sum += Sr[c];
-                    }
-                    for (int c = n; c < rk; c++) Sr[c] = 0.0f;
-                    if (mx != m[r]) { /* m was -inf before the first tile: alpha 0 */
-                        const float alpha = expf(m[r] - mx);
-                        float *Or = Oi + (size_t)r * ot;
-                        for (int d = 0; d < HS; d++) Or[d] *= alpha;
-                        l[r] *= alpha;
-                    }
-                    l[r] += sum;
-                    m[r] = mx;
-                }
+                online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, ot, HS);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK,
                             v + base + (size_t)k0 * qt, (int)qt, 1.0f, Oi, (int)ot);
             }
@@ -168,15 +235,7 @@ static void tile_grads(float *P, float *dS, int ld, const float *Qi, const float
     scores(P, ld, Qi, Kj, ldq, rq, rk, HS, s);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, 1.0f, dOi, ldo, Vj, ldq, 0.0f,
                 dS, ld);
-    for (int r = 0; r < rq; r++) {
-        float *Pr = P + (size_t)r * ld, *dSr = dS + (size_t)r * ld;
-        const int n = visible(q0 + r, k0, rk);
-        for (int c = 0; c < n; c++) {
-            Pr[c] = expf(Pr[c] - lse_i[r]);
-            dSr[c] = Pr[c] * (dSr[c] - D[r]);
-        }
-        for (int c = n; c < rk; c++) Pr[c] = 0.0f, dSr[c] = 0.0f;
-    }
+    probs_and_dscores(P, dS, ld, rq, rk, q0, k0, lse_i, D);
 }
 
 // q, k, v, dq, dk, dv are (B,NH,T,HS) and out, dout too, seen through L's strides;

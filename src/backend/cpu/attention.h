@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #define FR_ATTN_BQ 64 /* query rows per tile */
-#define FR_ATTN_BK 32 /* key rows per tile */
+#define FR_ATTN_BK 64 /* key rows per tile */
 
 typedef struct fr_attn_layout {
     int B, NH, T, HS;
@@ -37,7 +37,7 @@ fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS);
 
 /* Floats of workspace for `threads` threads: per thread two score tiles
  * (BQ x BK) and two values per query row (BQ), with BQ = min(T, 64) and
- * BK = min(T, 32): at most 2*64*32 + 2*64 = 4224 floats per thread, whatever
+ * BK = min(T, 64): at most 2*64*64 + 2*64 = 8320 floats per thread, whatever
  * T and HS. The tiles shrink for T below them, so size ws with the T of the
  * calls. */
 size_t fr_attention_ws_floats(int T, int HS, int threads);
@@ -56,5 +56,9 @@ int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, co
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats);
+
+/* The exponential the kernels' softmax uses (e^x within 2 ulp over
+ * [-87.3, 88], 0 below -87.3, NaN kept), for its test. */
+float fr_attention_exp(float x);
 
 #endif
