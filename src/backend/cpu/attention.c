@@ -17,9 +17,9 @@
 #include "backend/cpu/attention.h"
 #include <cblas.h>
 #include <math.h>
-#include <stdint.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/exp_poly.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "frugal.h"
@@ -79,34 +79,7 @@ static int visible(int q, int k0, int rk) {
     return n < 0 ? 0 : n > rk ? rk : n;
 }
 
-/* e^x for the softmax's arguments (x <= 0 but for rounding): Cephes' expf,
- * Cody-Waite reduction x = n ln2 + g with |g| <= ln2/2 and a degree-5
- * minimax polynomial for e^g, scaled by 2^n through the exponent bits;
- * within 2 ulp of exp over [-87.3, 88] (test_attention checks it against
- * double exp). 0 below -87.3, where e^x < 1.2e-38 (and for -inf); NaN
- * passes through. Plain arithmetic, no call: the loops around it vectorize. */
-static inline float exp_soft(float x) {
-    float c =
-        x >= -87.3f ? x : -87.3f; /* NaN too: n stays an integer (no UB), NaN returned below */
-    c = c <= 88.0f ? c : 88.0f;
-    const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c log2 e) */
-    const float g = (c - n * 0.693359375f) + n * 2.12194440e-4f;            /* c - n ln2 */
-    const float p = ((((((1.9875691500e-4f * g + 1.3981999507e-3f) * g + 8.3334519073e-3f) * g +
-                        4.1665795894e-2f) *
-                           g +
-                       1.6666665459e-1f) *
-                          g +
-                      5.0000001201e-1f) *
-                     (g * g)) +
-                    g + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } b = {((int32_t)n + 127) * (1 << 23)};
-    return x < -87.3f ? 0.0f : x == x ? p * b.f : x;
-}
-
-float fr_attention_exp(float x) { return exp_soft(x); }
+float fr_attention_exp(float x) { return fr_exp_poly(x); }
 
 /* Sum of n floats, eight chains in a fixed order whatever the vector width. */
 static inline float sum8(const float *x, int n) {
@@ -132,11 +105,11 @@ FR_V3_CLONES static void online_softmax(float *S, int ldS, int rq, int rk, int q
 #pragma omp simd reduction(max : mx)
         for (int c = 0; c < n; c++) mx = Sr[c] > mx ? Sr[c] : mx;
 #pragma omp simd
-        for (int c = 0; c < n; c++) Sr[c] = exp_soft(Sr[c] - mx);
+        for (int c = 0; c < n; c++) Sr[c] = fr_exp_poly(Sr[c] - mx);
         for (int c = n; c < rk; c++) Sr[c] = 0.0f;
         const float sum = sum8(Sr, n);
         if (mx != m[r]) { /* m was -inf before the first tile: alpha 0 */
-            const float alpha = exp_soft(m[r] - mx);
+            const float alpha = fr_exp_poly(m[r] - mx);
             float *Or = O + (size_t)r * ot;
 #pragma omp simd
             for (int d = 0; d < HS; d++) Or[d] *= alpha;
@@ -157,7 +130,7 @@ FR_V3_CLONES static void probs_and_dscores(float *P, float *dS, int ld, int rq, 
         const float lr = lse[r], Dr = D[r];
 #pragma omp simd
         for (int c = 0; c < n; c++) {
-            Pr[c] = exp_soft(Pr[c] - lr);
+            Pr[c] = fr_exp_poly(Pr[c] - lr);
             dSr[c] = Pr[c] * (dSr[c] - Dr);
         }
         for (int c = n; c < rk; c++) Pr[c] = 0.0f, dSr[c] = 0.0f;

@@ -4,6 +4,7 @@
  * FR_ERR_ARG naming the sample. Sums are in double over fixed blocks added in
  * block order, so the loss is the same bits at any thread count. */
 #include <math.h>
+#include "backend/cpu/exp_poly.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "ops/kcheck.h"
@@ -22,15 +23,39 @@ static int ce_check(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C) {
     return FR_OK;
 }
 
-/* logsumexp of one row, max-shifted so that logits of 1000 do not overflow */
-static double row_lse(const float *z, int64_t C, double *zmax) {
-    double m = z[0];
-    for (int64_t j = 1; j < C; j++)
-        if (z[j] > m) m = z[j];
-    double s = 0.0;
-    for (int64_t j = 0; j < C; j++) s += exp((double)z[j] - m);
+/* Row statistics of logits z (C of them): *zmax = max_j z[j] and the
+ * returned log sum_j e^(z[j] - zmax) (max-shifted, so logits of 1000 do not
+ * overflow), the logsumexp being their sum. Each e^ is fr_exp_poly's (one
+ * float ulp), summed in double over eight chains in a fixed order: the same
+ * bits in every clone. */
+FR_V3_CLONES static double row_lse(const float *z, int64_t C, float *zmax) {
+    float m = z[0];
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < C; j++) m = z[j] > m ? z[j] : m;
+    double a[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= C; j += 8) {
+        float e[8];
+        for (int k = 0; k < 8; k++) e[k] = fr_exp_poly(z[j + k] - m);
+        for (int k = 0; k < 8; k++) a[k] += e[k];
+    }
+    for (; j < C; j++) a[0] += fr_exp_poly(z[j] - m);
     *zmax = m;
-    return m + log(s);
+    return log(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+}
+
+/* dz[j] = k (softmax(z)_j - [j == y]) for one row (or added into dz), the
+ * softmax as e^((z[j] - zmax) - shift) with shift = log sum e^(z - zmax). */
+FR_V3_CLONES static void row_dlogits(const float *z, float *dz, int64_t C, float zmax, float shift,
+                                     float k, int64_t y, int acc) {
+    if (acc) {
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) dz[j] += k * fr_exp_poly((z[j] - zmax) - shift);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) dz[j] = k * fr_exp_poly((z[j] - zmax) - shift);
+    }
+    dz[y] -= k;
 }
 
 // logits z is (N,C) or (B,T,C) (N = B T rows), labels y is (N) or (B,T) i32, loss is (1)
@@ -49,9 +74,12 @@ int fr_k_cross_entropy(fr_kernel_call *c) {
     double part[LOSS_BLOCKS];
 #pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
     for (int b = 0; b < LOSS_BLOCKS; b++) {
-        double s = 0.0, m;
-        for (int64_t n = N * b / LOSS_BLOCKS; n < N * (b + 1) / LOSS_BLOCKS; n++)
-            s += row_lse(z + n * C, C, &m) - (double)z[n * C + y[n]];
+        double s = 0.0;
+        float m;
+        for (int64_t n = N * b / LOSS_BLOCKS; n < N * (b + 1) / LOSS_BLOCKS; n++) {
+            const double shift = row_lse(z + n * C, C, &m);
+            s += ((double)m + shift) - (double)z[n * C + y[n]];
+        }
         part[b] = s;
     }
     double s = 0.0;
@@ -71,17 +99,13 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     const int32_t *y = (const int32_t *)c->in[1].data;
     float *dz = fr_f32(&c->out[0]);
     if (!dz || N == 0 || C == 0) return FR_OK;
-    const double k = (double)c->node->attr.scale / (double)N;
+    const float k = (float)((double)c->node->attr.scale / (double)N);
     const int acc = acc_bit(c, 0);
 #pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
-        const float *zr = z + n * C;
-        float *dr = dz + n * C;
-        double m, lse = row_lse(zr, C, &m);
-        for (int64_t j = 0; j < C; j++) {
-            double g = k * (exp((double)zr[j] - lse) - (j == y[n] ? 1.0 : 0.0));
-            dr[j] = (float)(acc ? dr[j] + g : g);
-        }
+        float m;
+        const float shift = (float)row_lse(z + n * C, C, &m);
+        row_dlogits(z + n * C, dz + n * C, C, m, shift, k, y[n], acc);
     }
     return FR_OK;
 }
