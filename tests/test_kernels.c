@@ -1256,6 +1256,54 @@ static void test_mse(void) {
     tfree_all();
 }
 
+/* Accuracy's count against a left-to-right strict > scan written here:
+ * random rows, ties (the first wins), NaNs (passed over; first: class 0),
+ * -inf rows, and rows long and many enough for the threads and vector
+ * lanes. */
+static int64_t naive_argmax(const float *z, int64_t C) {
+    int64_t best = 0;
+    for (int64_t k = 1; k < C; k++)
+        if (z[k] > z[best]) best = k;
+    return best;
+}
+static void test_argmax_hits(void) {
+    const int64_t Cs[] = {1, 3, 10, 37, 1000};
+    for (int ci = 0; ci < 5; ci++) {
+        const int64_t C = Cs[ci], rows = 70;
+        float *z = frand(rows * C, -3, 3);
+        int32_t *y = malloc((size_t)rows * sizeof *y);
+        for (int64_t n = 0; n < rows; n++) {
+            float *r = z + n * C;
+            switch (n % 7) {
+            case 1: r[C / 2] = r[C - 1] = 9.0f; break;       /* a tie */
+            case 2: r[0] = NAN; break;                       /* NaN first */
+            case 3: r[C / 3] = NAN, r[C - 1] = 10.0f; break; /* NaN inside */
+            case 4:
+                for (int64_t j = 0; j < C; j++) r[j] = -INFINITY;
+                break;
+            case 5: r[C - 1] = 0.0f, r[0] = -0.0f; break;
+            default: break;
+            }
+        }
+        int64_t want = 0;
+        for (int64_t n = 0; n < rows; n++) {
+            int64_t b = naive_argmax(z + n * C, C);
+            y[n] = (int32_t)(n % 3 == 0 ? b : (b + 1) % C); /* about a third right */
+            want += y[n] == b;
+        }
+        int64_t got = fr_k_argmax_hits(z, y, rows, C);
+        CHECK(got == want, "argmax hits at C=%lld: %lld, a strict > scan %lld", (long long)C,
+              (long long)got, (long long)want);
+        free(y);
+    }
+    float big[3 * 20000];
+    int32_t yb[3] = {19999, 0, 5};
+    for (int i = 0; i < 3 * 20000; i++) big[i] = (float)(i % 20000) * (i < 20000 ? 1.0f : -1.0f);
+    big[2 * 20000 + 5] = 1.0f;
+    CHECK(fr_k_argmax_hits(big, yb, 3, 20000) == 3, "argmax hits over long rows");
+    tfree_all();
+}
+
 /* The CPU backend's table has a kernel for every op but the views, which
  * share their input's storage and run nothing. */
 static void test_table(void) {
@@ -1280,6 +1328,7 @@ int main(void) {
     test_dropout();
     test_cross_entropy();
     test_mse();
+    test_argmax_hits();
     fr_ctx_free(g_ctx);
     return check_done();
 }

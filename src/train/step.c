@@ -904,15 +904,8 @@ static int64_t rows_per_sample(const fr_step *s) {
 int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n) {
     const fr_shape *zs = &s->g.vals[s->g.logits].shape;
     int64_t c = zs->d[zs->ndim - 1], r = rows_per_sample(s);
-    int hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
-    for (int64_t i = 0; i < n * r; i++) {
-        int best = 0;
-        for (int64_t k = 1; k < c; k++)
-            if (z[i * c + k] > z[i * c + best]) best = (int)k;
-        hits += best == b->y[off * r + i];
-    }
-    return hits;
+    return (int)fr_k_argmax_hits(z, b->y + off * r, n * r, c);
 }
 
 static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {

@@ -151,6 +151,10 @@ int fr_k_cross_entropy(fr_kernel_call *c);
 int fr_k_cross_entropy_bwd(fr_kernel_call *c);
 int fr_k_mse(fr_kernel_call *c);
 int fr_k_mse_bwd(fr_kernel_call *c);
+/* Accuracy's count on the host: the rows n of z (rows, C) whose first
+ * maximum (strict >: ties go to the earliest, NaNs are passed over; a row
+ * starting with NaN counts as class 0) is at y[n]. */
+int64_t fr_k_argmax_hits(const float *z, const int32_t *y, int64_t rows, int64_t C);
 
 /* embedding.c — a GPT's input lookups. Ids outside the table are an
  * FR_ERR_ARG naming the sample and position.

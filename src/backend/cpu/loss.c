@@ -110,6 +110,28 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
+/* The first index of the row's maximum, as a left-to-right strict > scan
+ * finds it: the max first (NaNs never win a >), then its first position; 0
+ * for a row starting with NaN (nothing is > it) and when none equals the max. */
+FR_V3_CLONES static int64_t row_argmax(const float *z, int64_t C) {
+    float m = z[0];
+    if (m != m) return 0; /* the scan's first element never loses to a > */
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < C; j++) m = z[j] > m ? z[j] : m;
+    for (int64_t j = 0; j < C; j++)
+        if (z[j] == m) return j;
+    return 0;
+}
+
+// z is (rows,C), y is (rows) i32: the rows whose argmax is their label
+int64_t fr_k_argmax_hits(const float *z, const int32_t *y, int64_t rows, int64_t C) {
+    int64_t hits = 0;
+    if (C <= 0) return 0;
+#pragma omp parallel for schedule(static) reduction(+ : hits) if (rows * C >= LOSS_PAR_MIN)
+    for (int64_t n = 0; n < rows; n++) hits += row_argmax(z + n * C, C) == y[n];
+    return hits;
+}
+
 // pred, target are (N,D); loss is (1) = (1/(N D)) sum (pred - target)^2
 int fr_k_mse(fr_kernel_call *c) {
     int64_t n;
