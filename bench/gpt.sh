@@ -27,7 +27,8 @@
 # SWEEP_STEPS [2] (after 1 warm-up), THREADS [2], BUILD [/tmp/build-gpt],
 # OUT [bench/out], DATA [the fortunes in /usr/share/games/fortunes joined into
 # one file, /tmp/frugal-gpt-fortunes.txt], PARTS [tiny sweep gpt2] (which
-# parts run), OMP_WAIT_POLICY [passive] (idle OpenMP threads sleep instead of spinning,
+# parts run), FRUGAL_ARGS [none] (more options for frugal's gpt-tiny and
+# sweep runs, e.g. "--budget 236MiB"), OMP_WAIT_POLICY [passive] (idle OpenMP threads sleep instead of spinning,
 # which on this shared 2-core machine made steps scatter several-fold).
 # About 3 minutes for the PyTorch side on 2 quiet cores.
 set -euo pipefail
@@ -125,9 +126,10 @@ model_for() { # seq
 run_frugal() { # seq batch steps warmup [--json]: frugal runs warmup + steps steps
     local seq=$1 batch=$2 steps=$(($3 + $4))
     shift 4
+    # shellcheck disable=SC2086 # FRUGAL_ARGS: split into its words
     OMP_NUM_THREADS=$THREADS "$FRUGAL" train --model "$(model_for "$seq")" --data "$DATA" --seq "$seq" \
         --batch "$batch" --steps "$steps" --optimizer adamw --lr 3e-4 --weight-decay 0.1 \
-        --threads "$THREADS" --test-limit 8 "$@" 2>&1
+        --threads "$THREADS" --test-limit 8 ${FRUGAL_ARGS:-} "$@" 2>&1
 }
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -183,7 +185,7 @@ fi
     echo
     echo "$started, commit $commit, $THREADS threads on $(nproc) cores, OMP_WAIT_POLICY=$OMP_WAIT_POLICY;" \
         "load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end;" \
-        "$((SECONDS - t0)) s; data $DATA ($(stat -c %s "$DATA") bytes)."
+        "$((SECONDS - t0)) s; data $DATA ($(stat -c %s "$DATA") bytes)${FRUGAL_ARGS:+; the frugal runs with $FRUGAL_ARGS}."
     echo
     "$PY" bench/gpt_report.py --runs "$RUNS" --warmup "$WARMUP" --json-out "$OUT/gpt.json"
 } | tee "$OUT/gpt.md"

@@ -81,16 +81,6 @@ static int visible(int q, int k0, int rk) {
 
 float fr_attention_exp(float x) { return fr_exp_poly(x); }
 
-/* Sum of n floats, eight chains in a fixed order whatever the vector width. */
-static inline float sum8(const float *x, int n) {
-    float a[8] = {0};
-    int c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int j = 0; j < 8; j++) a[j] += x[c + j];
-    for (; c < n; c++) a[0] += x[c];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 /* The forward's online softmax over one tile of scores S (rq x rk, row
  * stride ldS; query rows q0.., keys k0..): per row, with m and l its running
  * max and sum, m' = max(m, max_u S), S becomes P = e^(S - m') (0 where
@@ -107,7 +97,7 @@ FR_V3_CLONES static void online_softmax(float *S, int ldS, int rq, int rk, int q
 #pragma omp simd
         for (int c = 0; c < n; c++) Sr[c] = fr_exp_poly(Sr[c] - mx);
         for (int c = n; c < rk; c++) Sr[c] = 0.0f;
-        const float sum = sum8(Sr, n);
+        const float sum = sum_f32(Sr, n);
         if (mx != m[r]) { /* m was -inf before the first tile: alpha 0 */
             const float alpha = fr_exp_poly(m[r] - mx);
             float *Or = O + (size_t)r * ot;

@@ -23,4 +23,15 @@ static inline double sum_f64(const float *p, int64_t n) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* Sum of n floats in float, eight chains in a fixed order whatever the
+ * vector width (so the same bits in every clone). */
+static inline float sum_f32(const float *p, int64_t n) {
+    float a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    for (; i < n; i++) a[0] += p[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 #endif
