@@ -20,9 +20,9 @@
 # with fc2, fc2 with fc1, fc1 alone: the worst is fc1 + fc2); a checkpoint saved by 3
 # ranks at stage 1 resumed on 2 (stages 1, 2 and 3) and on 1, and one saved
 # at stage 3 resumed on 2 at stage 3 and on 1, with an
-# uninterrupted run's losses; accumulation, clipping and the dynamic loss
-# scaler composed with several buckets (a shard crossing buckets) at each
-# stage. Skipped (77) without mpirun or an MPI build.
+# uninterrupted run's losses; bf16 Adam state at each stage (int8's blocks
+# refused); accumulation, clipping and the dynamic loss scaler composed with
+# several buckets (a shard crossing buckets) at each stage. Skipped (77) without mpirun or an MPI build.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/mpi_lib.sh"
 [ -d "$data" ] || { echo "no dataset at $data: skipping"; exit 77; }
@@ -171,6 +171,61 @@ for how in "2 1 1" "2 2 1" "2 3 1" "1 0 1" "2 3 3" "1 0 3"; do
         if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "stage $3 resumed on $1 at --zero $2, $f: $msg"; fi
     done
 done
+
+# ---- bf16 Adam state (encoded element by element, so sharded at any
+# element): N ranks at stages 1-3 against one process with bf16 state, the
+# per-rank state 2 moments x 2 bytes x ceil(E/N) by hand and by estimate; a
+# 3-rank checkpoint at stage 2 resumed on 2 at stage 1 and on 1 with the
+# losses of an uninterrupted run; int8 state refused at stages 1-3
+b16=(--optimizer adam --optimizer-state bf16)
+"$bin" "${common[@]}" "${b16[@]}" --save "$tmp/b16.1.st" >"$tmp/b16.1.json" 2>"$tmp/err" ||
+    no "bf16 state, one process: $(head -3 "$tmp/err")"
+for n in 2 3; do
+    c=$(((E + n - 1) / n))
+    "$bin" estimate --model "$tmp/m.model" --batch 64 --ranks $n --optimizer adam \
+        --optimizer-state bf16 --json >"$tmp/est.json" 2>"$tmp/err" || no "estimate bf16: $(head -2 "$tmp/err")"
+    for z in 1 2 3; do
+        run=b16.$n.z$z
+        if ! mpi $n "$bin" "${common[@]}" "${b16[@]}" --zero $z --save "$tmp/$run.st" \
+            >"$tmp/$run.json" 2>"$tmp/err"; then
+            no "$run: $(head -5 "$tmp/err")"
+            continue
+        fi
+        for f in train_loss test_loss; do
+            a=$(st field "$tmp/b16.1.json" epoch $f) b=$(st field "$tmp/$run.json" epoch $f)
+            if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$run $f: $msg"; fi
+        done
+        if msg=$(st tensors "$tmp/b16.1.st" "$tmp/$run.st" "$REL" 2>&1); then ok; else
+            no "$run checkpoint: $msg"
+        fi
+        o=$(st field "$tmp/$run.json" summary "rank_peaks.optimizer.max")
+        [ "$o" = $((2 * 2 * c)) ] && ok || no "$run: optimizer state per rank $o, by hand $((2 * 2 * c))"
+        set -- $(st stage "$tmp/est.json" $z)
+        [ "$3" = $((2 * 2 * c)) ] && ok || no "$run: estimate's optimizer state $3, by hand $((2 * 2 * c))"
+    done
+done
+"$bin" "${common[@]}" "${b16[@]}" --epochs 2 >"$tmp/b16.straight.json" 2>"$tmp/err" ||
+    no "bf16 state, two epochs: $(head -3 "$tmp/err")"
+for how in "2 1" "1 0"; do
+    set -- $how
+    cp "$tmp/b16.3.z2.st" "$tmp/r.st"
+    if [ "$1" = 1 ]; then
+        "$bin" "${common[@]}" "${b16[@]}" --epochs 2 --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
+    else
+        mpi "$1" "$bin" "${common[@]}" "${b16[@]}" --epochs 2 --zero "$2" --resume "$tmp/r.st" \
+            >"$tmp/res.json" 2>"$tmp/err"
+    fi || no "bf16 state: resume of stage 2 on $1 at --zero $2: $(head -3 "$tmp/err")"
+    for f in train_loss test_loss; do
+        a=$(st field "$tmp/b16.straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
+        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "bf16 state resumed on $1, $f: $msg"; fi
+    done
+done
+if mpi 2 "$bin" "${common[@]}" --optimizer adam --optimizer-state int8 --zero 1 >/dev/null 2>"$tmp/err"; then
+    no "int8 state at --zero 1 was not refused"
+else
+    grep -q "int8 state is encoded by blocks of 2048 values" "$tmp/err" && ok ||
+        no "int8 at --zero 1: $(head -3 "$tmp/err")"
+fi
 
 # ---- composed: accumulation, clipping (acting: the norm is above 0.5), the
 # dynamic loss scaler, and buckets of 5 KB (shards crossing buckets)

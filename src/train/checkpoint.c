@@ -548,7 +548,8 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
                 float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
                 if (!t) return FR_ERR_NOMEM;
                 if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t)))
-                    memcpy(p->state[k], t + a, (b - a) * sizeof(float));
+                    fr_state_encode(t + a, (fr_state_kind)p->state_kind, b - a, k == 0,
+                                    p->state[k]);
                 fr_free(ctx, t);
                 if (st) return st;
                 continue;

@@ -93,12 +93,13 @@ int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b) {
     return 1;
 }
 
-/* Bytes of one optimizer-state buffer of param i on this rank: its shard's
- * at ZeRO >= 1 (f32 state only there). */
+/* Bytes of one optimizer-state buffer of param i on this rank: at ZeRO >= 1
+ * its owned elements' (the kind is the whole tensor's: f32 or bf16, whose
+ * elements are encoded one by one). */
 static size_t state_bytes_here(const fr_step *s, size_t i, int *kind) {
     size_t bytes = fr_step_state_bytes(s, &s->m->params[i], kind), a, b;
     if (s->zero >= 1 && s->buckets)
-        bytes = fr_step_owned(s, i, &a, &b) ? (b - a) * sizeof(float) : 0;
+        bytes = fr_step_owned(s, i, &a, &b) ? fr_state_bytes((fr_state_kind)*kind, b - a) : 0;
     return bytes;
 }
 
@@ -1159,6 +1160,9 @@ static void step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g,
     size_t a3, b3;
     float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3) : (float *)p->data + a;
     if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, p->state[0], b - a, o, t == 1);
+    else if (p->state_kind != FR_STATE_F32) /* bf16 moments: element by element */
+        fr_k_adam_state(w, g, p->state[0], p->state[1], b - a, o, t, o->kind == FR_OPTIM_ADAMW,
+                        (fr_state_kind)p->state_kind);
     else fr_k_adam(w, g, p->state[0], p->state[1], b - a, o, t, o->kind == FR_OPTIM_ADAMW);
 }
 
@@ -1228,13 +1232,14 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c, size_t first_cap, size_t ca
     if (!c || !s->o.training) return FR_OK;
     if (zero < 0 || zero > 3)
         return fr_fail(s->ctx, FR_ERR_ARG, "ZeRO stage %d: the stages are 0, 1, 2 and 3", zero);
-    /* The shard rule splits tensors at any element: the int8 and bf16
-     * moments are encoded in blocks of 2048 values (bf16 too, beside int8,
-     * shares the block's layout), whose boundaries a shard would cut. */
-    if (zero >= 1 && s->o.optim_state != FR_OPTIM_STATE_FP32 && s->o.optim.kind != FR_OPTIM_SGD)
+    /* The shard rule splits tensors at any element: bf16 moments are
+     * encoded element by element, int8 ones by blocks of 2048 values whose
+     * scale a shard boundary would cut. */
+    if (zero >= 1 && s->o.optim_state == FR_OPTIM_STATE_INT8 && s->o.optim.kind != FR_OPTIM_SGD)
         return fr_fail(s->ctx, FR_ERR_ARG,
-                       "--zero %d shards Adam's state at any element, so it needs f32 state: "
-                       "drop --optimizer-state (block-encoded int8/bf16 state is not sharded yet)",
+                       "--zero %d shards Adam's state at any element, and int8 state is encoded "
+                       "by blocks of 2048 values that a shard would cut: use --optimizer-state "
+                       "bf16 or fp32 with --zero 1 to 3",
                        zero);
     if (s->buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
@@ -1425,21 +1430,40 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
     for (size_t i = 0; i < m->n_params && !st; i++) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || s->buckets->bucket_of[i] < 0) continue;
-        size_t n = (size_t)fr_shape_numel(&p->shape);
+        size_t n = (size_t)fr_shape_numel(&p->shape), a, b;
+        const fr_state_kind kind = (fr_state_kind)p->state_kind;
+        const size_t mine = fr_step_owned(s, i, &a, &b) ? b - a : 0;
         for (int k = 0; k < ns && !st; k++) {
+            /* bf16 moments travel as f32 (decoded here, encoded back on
+             * rank 0: the same bits) */
+            float *dec = kind == FR_STATE_F32 || !mine
+                             ? NULL
+                             : fr_alloc(s->ctx, mine * sizeof(float), FR_MEM_WORKSPACE);
             float *full = root ? fr_alloc(s->ctx, n * sizeof(float), FR_MEM_WORKSPACE) : NULL;
-            if (root && !full) {
-                st = FR_ERR_NOMEM;
+            void *whole = root && kind != FR_STATE_F32
+                              ? fr_alloc(s->ctx, fr_state_bytes(kind, n), FR_MEM_WORKSPACE)
+                              : full;
+            if ((root && (!full || !whole)) || (kind != FR_STATE_F32 && mine && !dec)) {
+                fr_free(s->ctx, dec);
+                if (whole != full) fr_free(s->ctx, whole);
+                fr_free(s->ctx, full);
+                st = FR_ERR_NOMEM; /* the others wait in the gather: the job ends on the failure */
                 break;
             }
+            if (dec) fr_state_decode(p->state[k], kind, mine, k == 0, dec);
             char what[160];
             snprintf(what, sizeof what, "the optimizer state of %.100s", p->name);
-            st = fr_comm_gather_shards_f32(s->ctx, s->comm, p->state[k], full,
+            st = fr_comm_gather_shards_f32(s->ctx, s->comm, dec ? dec : p->state[k], full,
                                            fr_buckets_flat(s->buckets, (int)i), n,
                                            s->buckets->total, what);
+            fr_free(s->ctx, dec);
+            if (root && whole != full) {
+                if (!st) fr_state_encode(full, kind, n, k == 0, whole);
+                fr_free(s->ctx, full);
+            }
             if (root) {
                 s->whole_state[2 * i + k] = p->state[k];
-                p->state[k] = full;
+                p->state[k] = whole;
             }
         }
     }
