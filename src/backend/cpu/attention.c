@@ -79,8 +79,6 @@ static int visible(int q, int k0, int rk) {
     return n < 0 ? 0 : n > rk ? rk : n;
 }
 
-float fr_attention_exp(float x) { return fr_exp_poly(x); }
-
 /* The forward's online softmax over one tile of scores S (rq x rk, row
  * stride ldS; query rows q0.., keys k0..): per row, with m and l its running
  * max and sum, m' = max(m, max_u S), S becomes P = e^(S - m') (0 where

@@ -57,8 +57,4 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats);
 
-/* The exponential the kernels' softmax uses (e^x within 2 ulp over
- * [-87.3, 88], 0 below -87.3, NaN kept), for its test. */
-float fr_attention_exp(float x);
-
 #endif
