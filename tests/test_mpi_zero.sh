@@ -72,6 +72,17 @@ elif sys.argv[1] == "close":
     sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
 PY
 st() { python3 "$tmp/st.py" "$@"; }
+like_one() { # one run: run's losses and checkpoint (weights, the gathered optimizer
+    # state; names and layouts a single process's) within REL of the one process's
+    local one=$1 run=$2 f a b msg
+    for f in train_loss test_loss; do
+        a=$(st field "$tmp/$one.json" epoch $f) b=$(st field "$tmp/$run.json" epoch $f)
+        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$run $f: $msg"; fi
+    done
+    if msg=$(st tensors "$tmp/$one.st" "$tmp/$run.st" "$REL" 2>&1); then ok; else
+        no "$run checkpoint: $msg"
+    fi
+}
 REL=$(python3 -c 'print(10 * 2 * 63 * 2.0**-24 * 100)')
 common=(train --model "$tmp/m.model" --data "$data" --epochs 1 --batch 64 --limit 640
     --test-limit 200 --threads 1 --json)
@@ -98,15 +109,8 @@ for opt in "sgd --momentum 0.9 --lr 0.05" "adam" "adamw"; do
                 no "$run: $(head -5 "$tmp/err")"
                 continue
             fi
-            for f in train_loss test_loss; do
-                a=$(st field "$tmp/$tag.1.json" epoch $f) b=$(st field "$tmp/$run.json" epoch $f)
-                if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$run $f: $msg"; fi
-            done
+            like_one "$tag.1" "$run"
             [ "$(st field "$tmp/$run.json" summary steps)" = 10 ] && ok || no "$run: not 10 steps"
-            # weights and the gathered optimizer state, names and layouts a single process's
-            if msg=$(st tensors "$tmp/$tag.1.st" "$tmp/$run.st" "$REL" 2>&1); then ok; else
-                no "$run checkpoint: $msg"
-            fi
             # ZeRO's formulas by hand
             g=$P # stage 1: G; 2 and 3: the one bucket, no shard (stepped as its sums arrive)
             w=$([ $z = 3 ] && echo $((4 * c + fc1 + fc2)) || echo $P)
@@ -191,13 +195,7 @@ for n in 2 3; do
             no "$run: $(head -5 "$tmp/err")"
             continue
         fi
-        for f in train_loss test_loss; do
-            a=$(st field "$tmp/b16.1.json" epoch $f) b=$(st field "$tmp/$run.json" epoch $f)
-            if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$run $f: $msg"; fi
-        done
-        if msg=$(st tensors "$tmp/b16.1.st" "$tmp/$run.st" "$REL" 2>&1); then ok; else
-            no "$run checkpoint: $msg"
-        fi
+        like_one b16.1 "$run"
         o=$(st field "$tmp/$run.json" summary "rank_peaks.optimizer.max")
         [ "$o" = $((2 * 2 * c)) ] && ok || no "$run: optimizer state per rank $o, by hand $((2 * 2 * c))"
         set -- $(st stage "$tmp/est.json" $z)
