@@ -72,6 +72,22 @@ elif sys.argv[1] == "close":
     sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
 PY
 st() { python3 "$tmp/st.py" "$@"; }
+resumed() { # saved ranks zero straight what args...: the checkpoint saved.st resumed on
+    # `ranks` (1: one process; else at --zero `zero`) with args, its losses within REL of
+    # the uninterrupted run straight.json's
+    local saved=$1 n=$2 z=$3 straight=$4 what=$5 f a b msg
+    shift 5
+    cp "$tmp/$saved.st" "$tmp/r.st"
+    if [ "$n" = 1 ]; then
+        "$bin" "${common[@]}" "$@" --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
+    else
+        mpi "$n" "$bin" "${common[@]}" "$@" --zero "$z" --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
+    fi || no "$what resumed on $n at --zero $z: $(head -3 "$tmp/err")"
+    for f in train_loss test_loss; do
+        a=$(st field "$tmp/$straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
+        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "$what resumed on $n at --zero $z, $f: $msg"; fi
+    done
+}
 like_one() { # one run: run's losses and checkpoint (weights, the gathered optimizer
     # state; names and layouts a single process's) within REL of the one process's
     local one=$1 run=$2 f a b msg
@@ -163,17 +179,7 @@ two=(--optimizer adam --epochs 2)
     no "two epochs: $(head -3 "$tmp/err")"
 for how in "2 1 1" "2 2 1" "2 3 1" "1 0 1" "2 3 3" "1 0 3"; do
     set -- $how
-    cp "$tmp/adam.3.z$3.st" "$tmp/r.st"
-    if [ "$1" = 1 ]; then
-        "$bin" "${common[@]}" "${two[@]}" --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
-    else
-        mpi "$1" "$bin" "${common[@]}" "${two[@]}" --zero "$2" --resume "$tmp/r.st" \
-            >"$tmp/res.json" 2>"$tmp/err"
-    fi || no "resume of stage $3 on $1 at --zero $2: $(head -3 "$tmp/err")"
-    for f in train_loss test_loss; do
-        a=$(st field "$tmp/straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
-        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "stage $3 resumed on $1 at --zero $2, $f: $msg"; fi
-    done
+    resumed "adam.3.z$3" "$1" "$2" straight "stage $3" "${two[@]}"
 done
 
 # ---- bf16 Adam state (encoded element by element, so sharded at any
@@ -206,17 +212,7 @@ done
     no "bf16 state, two epochs: $(head -3 "$tmp/err")"
 for how in "2 1" "1 0"; do
     set -- $how
-    cp "$tmp/b16.3.z2.st" "$tmp/r.st"
-    if [ "$1" = 1 ]; then
-        "$bin" "${common[@]}" "${b16[@]}" --epochs 2 --resume "$tmp/r.st" >"$tmp/res.json" 2>"$tmp/err"
-    else
-        mpi "$1" "$bin" "${common[@]}" "${b16[@]}" --epochs 2 --zero "$2" --resume "$tmp/r.st" \
-            >"$tmp/res.json" 2>"$tmp/err"
-    fi || no "bf16 state: resume of stage 2 on $1 at --zero $2: $(head -3 "$tmp/err")"
-    for f in train_loss test_loss; do
-        a=$(st field "$tmp/b16.straight.json" epoch $f) b=$(st field "$tmp/res.json" epoch $f)
-        if msg=$(st close "$a" "$b" "$REL" 2>&1); then ok; else no "bf16 state resumed on $1, $f: $msg"; fi
-    done
+    resumed b16.3.z2 "$1" "$2" b16.straight "bf16 state, stage 2" "${b16[@]}" --epochs 2
 done
 if mpi 2 "$bin" "${common[@]}" --optimizer adam --optimizer-state int8 --zero 1 >/dev/null 2>"$tmp/err"; then
     no "int8 state at --zero 1 was not refused"
