@@ -6,9 +6,9 @@
 # images must be within 0.5 points of fp32's with the same seeds and
 # epochs, both as the mean over the seeds 0, 1 and 2.
 #
-# Why a mean: one run's accuracy is one draw. fp32 alone gave 90.32, 89.82
-# and 90.62% at seeds 0-2 (AMD EPYC, OpenBLAS's Cooperlake kernels), a
-# spread of 0.8 points, and a host whose OpenBLAS picks other kernels gets
+# Why a mean: one run's accuracy is one draw. At 2 epochs fp32 alone gave
+# 90.27, 89.63 and 90.62% at seeds 0-2 (AMD EPYC, OpenBLAS's Cooperlake
+# kernels), a spread of 1.0 point, and a host whose OpenBLAS picks other kernels gets
 # other bits: the single-seed test written first passed where it was
 # written (fp32 90.13, bf16-mixed 90.27) and failed on that EPYC (90.32
 # against 89.68). At 2 epochs the paired differences (the same seed in both
