@@ -3,10 +3,11 @@
 # missing. Sourced by run.sh and test.sh. Pass extra package names to add.
 set -euo pipefail
 # OpenCL (the device backend): headers, the ICD loader, CLBlast, PoCL (a CPU
-# device, so the device tests run anywhere) and clinfo; MPI for the next step.
+# device, so the device tests run anywhere) and clinfo; MPI for many processes;
+# oneDNN for bf16 GEMMs under mixed precision.
 need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
       ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
-      openmpi-bin libopenmpi-dev "$@")
+      openmpi-bin libopenmpi-dev libdnnl-dev "$@")
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

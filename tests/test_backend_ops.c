@@ -30,7 +30,10 @@
  * read back by CASTs or by kernels that widen them as they read (activation
  * backwards, pooling, BatchNorm backward, the convolution's unroll), GEMM
  * inputs rounded through 16 bits. Both backends run the same rewritten
- * graph; f32 reassociation (the bound above) can move a value across a
+ * graph, except that a CPU with a native bf16 GEMM (gemm16.h) takes its
+ * linear layers' operands in bf16, dy too (a rounding the device's f32 GEMMs
+ * do not make: the linear cases stay within 2.3e-3 of max|cpu| here); f32
+ * reassociation (the bound above) can move a value across a
  * 16-bit rounding boundary, changing it by one 16-bit ulp of its magnitude
  * (2^-11 for f16, 2^-8 for bf16, relative), which the next ops carry on. The
  * bound is four such ulps of the tensor's largest value: 2e-3 (f16) and
@@ -81,6 +84,7 @@ typedef struct side {
     int ndbuf;
     float *out, *grad[5], lossv;
     size_t out_n;
+    void *gemm_ws; /* on the CPU: the 16-bit GEMMs' scratch (gemm16.h) */
 } side;
 
 static void make_data(const gcase *c, data *d) {
@@ -213,7 +217,17 @@ static int build(side *s, const gcase *c, const data *d) {
     int st = fr_plan_build(&s->g, keep, order, n_order, &s->plan);
     fr_free(s->ctx, order);
     if (st) return FR_ERR_ARG;
-    return fr_exec_init(&s->ex, &s->g, &s->plan);
+    if ((st = fr_exec_init(&s->ex, &s->g, &s->plan)) || fr_backend_of(s->ctx)->alloc) return st;
+    /* on the CPU, the scratch of its bf16 GEMMs, the most a node asks, as the step plans it */
+    int64_t most = 0;
+    for (int k = 0; k < s->plan.n_nodes; k++) {
+        int64_t f = fr_backend_ws(&s->g, &s->g.nodes[s->plan.order[k]], -1);
+        most = f > most ? f : most;
+    }
+    if (most && !(s->gemm_ws = malloc((size_t)most * sizeof(float)))) return FR_ERR_NOMEM;
+    s->ex.gemm_ws = s->gemm_ws;
+    s->ex.gemm_ws_len = (size_t)most * sizeof(float);
+    return FR_OK;
 }
 
 /* Bind the case's data, run the whole graph once and read the results. */
@@ -266,6 +280,8 @@ static void release(side *s) {
         fr_graph_release(&s->g);
     }
     free(s->out);
+    free(s->gemm_ws);
+    s->gemm_ws = NULL;
     for (int i = 0; i < 5; i++) free(s->grad[i]);
     s->built = 0;
     s->out = NULL;

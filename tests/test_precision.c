@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/gemm16.h"
 #include "check.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -278,7 +279,9 @@ static void test_mixed_grads(fr_precision p, double unit) {
  * net whose weights and saved hidden values are rounded to 16 bits (forward
  * and backward read the rounded weights; the data input stays f32), within
  * f32 accumulation error, and measurably away from the unrounded reference
- * (so a pass that forgot the rounding fails). */
+ * (so a pass that forgot the rounding fails). Where the CPU has a native
+ * bf16 GEMM (gemm16.h) every operand of the linear layers' GEMMs is bf16:
+ * the data input and, in backward, the gradients dz and dh are rounded too. */
 static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     enum { N = 8, K = 48, H = 32, O = 10 };
     fr_ctx *ctx = fr_ctx_new();
@@ -313,16 +316,18 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
               fr_shape_numel(&m->params[2].shape) == O * H,
           "parameter order: 0.weight, 0.bias, 1.weight, 1.bias");
     double l_ref[2], gw1[2][H * K], gw2[2][O * H];
+    const int native = fr_gemm16_native(dt);
     for (int r = 0; r < 2; r++) { /* r = 1: operands rounded as the mixed mode must */
 #define RND(v)                                                               \
     (r ? (double)(dt == FR_F16 ? fr_f16_to_f32(fr_f32_to_f16((float)(v)))    \
                                : fr_bf16_to_f32(fr_f32_to_bf16((float)(v)))) \
        : (double)(v))
+#define RND16(v) (native ? RND(v) : (double)(v)) /* rounded only by a native GEMM */
         double h[N * H], z[N * O], dz[N * O], dh[N * H], l = 0;
         for (int n = 0; n < N; n++)
             for (int j = 0; j < H; j++) {
                 double a = b1[j];
-                for (int k = 0; k < K; k++) a += (double)x[n * K + k] * RND(W1[j * K + k]);
+                for (int k = 0; k < K; k++) a += RND16(x[n * K + k]) * RND(W1[j * K + k]);
                 h[n * H + j] = RND((float)a);
             }
         for (int n = 0; n < N; n++) {
@@ -336,19 +341,19 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
             for (int c = 0; c < O; c++) se += exp(z[n * O + c] - mx);
             l += (log(se) + mx - z[n * O + y[n]]) / N;
             for (int c = 0; c < O; c++)
-                dz[n * O + c] = (exp(z[n * O + c] - mx) / se - (c == y[n])) / N;
+                dz[n * O + c] = RND16((exp(z[n * O + c] - mx) / se - (c == y[n])) / N);
         }
         l_ref[r] = l;
         for (int n = 0; n < N; n++)
             for (int j = 0; j < H; j++) {
                 double a = 0;
                 for (int c = 0; c < O; c++) a += dz[n * O + c] * RND(W2[c * H + j]);
-                dh[n * H + j] = a;
+                dh[n * H + j] = RND16((float)a);
             }
         for (int j = 0; j < H; j++)
             for (int k = 0; k < K; k++) {
                 double a = 0;
-                for (int n = 0; n < N; n++) a += dh[n * H + j] * x[n * K + k];
+                for (int n = 0; n < N; n++) a += dh[n * H + j] * RND16(x[n * K + k]);
                 gw1[r][j * K + k] = a;
             }
         for (int c = 0; c < O; c++)
@@ -357,6 +362,7 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
                 for (int n = 0; n < N; n++) a += dz[n * O + c] * h[n * H + j];
                 gw2[r][c * H + j] = a;
             }
+#undef RND16
 #undef RND
     }
     /* relative L2 distance of a gradient from reference r */

@@ -39,6 +39,8 @@ typedef struct fr_kernel_call {
     float *upd_ws;             /* scratch for one tile of an updated weight's gradient; on a
                                   device the step's scratch buffer (a cl_mem, opencl/gemm.c) */
     size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
+    void *gemm_ws;             /* on the CPU, the step's 16-bit GEMM scratch (gemm16.h) */
+    size_t gemm_ws_len;        /* its length in bytes (the most any node's GEMM needs) */
     const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
     uint64_t seed;             /* run seed (dropout) */
     uint64_t step;             /* step counter (dropout stream) */
@@ -53,9 +55,13 @@ typedef struct fr_backend {
     const fr_kernel_fn *kernels; /* [FR_OP_COUNT]; NULL only for a view op (fr_op_info.view) */
     /* Elements (f32) of workspace output j of node n, whose inputs' values
      * are in g (a backward node's forward is g->nodes[n->fwd]); j = -1: of
-     * the step's scratch the node's kernel takes from upd_ws on a device
-     * (the step plans the largest over its nodes; 0 on the CPU). */
+     * the step's GEMM scratch (the step plans the largest over its nodes):
+     * on a device what the kernel takes from upd_ws, on the CPU gemm_ws. */
     int64_t (*ws_elems)(const fr_graph *g, const fr_node *n, int j);
+    /* Whether LINEAR and LINEAR_BWD take their GEMM operands in 16-bit
+     * format dt natively (f32 accumulation); NULL or 0: they take f32, and
+     * mixed precision hands them f32 copies rounded through 16 bits. */
+    int (*gemm16)(fr_dtype dt);
     /* A device's memory; all NULL on the CPU, whose tensors are host memory.
      * Buffers are opaque handles (an OpenCL cl_mem) accounted in the device's
      * own fr_mem; a refusal is NULL with the error set, as on the host. */

@@ -188,6 +188,8 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
         c.upd_wd = e->upd_wd;
         c.upd_ws = e->upd_ws;
         c.upd_ws_len = e->upd_ws_len;
+        c.gemm_ws = e->gemm_ws;
+        c.gemm_ws_len = e->gemm_ws_len;
         c.optim = e->optim;
         for (int j = 0; j < node->n_in; j++) c.in[j] = bind(e, node->in[j], n);
         for (int j = 0; j < node->n_out; j++) {

@@ -23,6 +23,8 @@ typedef struct fr_exec {
     float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
     float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
     size_t upd_ws_len;
+    void *gemm_ws; /* the CPU's 16-bit GEMM scratch (fr_kernel_call.gemm_ws) */
+    size_t gemm_ws_len;
     const struct fr_optim_ctx *optim; /* for OPTIM_STEP nodes (fr_kernel_call.optim) */
     /* A backend whose copies run beside its kernels (fr_backend.wait_copy):
      * per position, the event of the OFFLOAD or FETCH there until waited

@@ -1,5 +1,6 @@
 /* precision.c — the mixed-precision pass (see precision.h). */
 #include <string.h>
+#include "backend/backend.h"
 #include "plan/precision.h"
 
 /* Forward work: the original forward nodes and recomputed clones. */
@@ -11,10 +12,21 @@ static int is_loss_bwd(fr_op op) { return op == FR_OP_CROSS_ENTROPY_BWD || op ==
 
 /* Whether forward reader `op` reads its input j rounded to 16 bits: matmuls
  * and convolutions (as a 16-bit GEMM would), max pooling (so that its
- * backward, comparing rounded values, finds the same maximum). */
+ * backward, comparing rounded values, finds the same maximum), GELU (as it
+ * would read a linear layer's 16-bit output under autocast; so its clone
+ * before backward, fr_remat_cheap, reads the saved 16-bit x as the forward
+ * did and the f32 x is not held for it). */
 static int rounded_fwd(fr_op op, int j) {
-    return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D);
+    return j == 0 &&
+           (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D || op == FR_OP_GELU);
 }
+/* Whether input j of node n is an operand of its GEMM that the backend
+ * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear
+ * layer, and dy too in its backward; not the bias. */
+static int gemm16_slot(int g16, const fr_node *n, int j) {
+    return g16 && ((n->op == FR_OP_LINEAR && j < 2) || (n->op == FR_OP_LINEAR_BWD && j < 3));
+}
+
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.
  * Returns the node id, or -1 with g->status set. */
 static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
@@ -29,6 +41,10 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
     fr_ctx *ctx = g->ctx;
+    const fr_backend *be = fr_backend_of(ctx);
+    /* A backend with a native 16-bit GEMM gets its linear layers' operands in
+     * 16 bits (saved halves as they are, casts of the rest), not f32 copies */
+    int g16 = store_half && be->gemm16 && be->gemm16(half);
     int n = *n_io, *order = *order_io;
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER), *f32_read = NULL; /* cast: store in half */
@@ -111,7 +127,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                  * rounded values, finds the same maximum. */
                 fr_op op = g->nodes[i].op;
                 if (x < 0 || (size_t)x >= nv0 ||
-                    (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)))
+                    (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)) ||
+                    gemm16_slot(g16, &g->nodes[i], j))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[origin[r]] || hv[r] < 0) continue;
@@ -141,6 +158,26 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 g->nodes[i].in[j] = up;
             }
         }
+        for (int j = 0; j < g->nodes[i].n_in; j++) { /* a native 16-bit GEMM's operands */
+            int x = g->nodes[i].in[j];
+            if (x < 0 || !gemm16_slot(g16, &g->nodes[i], j) ||
+                g->vals[x].dtype != FR_F32) /* a 16-bit one is taken as it is */
+                continue;
+            int r = (size_t)x < nv0 && g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x;
+            if ((size_t)r < nv0 && cast[origin[r]] && hv[r] >= 0) {
+                g->nodes[i].in[j] = hv[r]; /* the saved half; a view of it reads alike */
+                continue;
+            }
+            /* a weight, dy, or an input saved in f32: a 16-bit copy for this
+             * reader alone (a weight's is made from the master right before) */
+            int h, c = cast_node(g, x, half, g->nodes[i].layer, &h);
+            if (c < 0) {
+                st = g->status;
+                goto done;
+            }
+            g->nodes[i].in[j] = h;
+            EMIT(c);
+        }
         if (store_half) { /* mixed: weights of matmuls and convolutions rounded to 16 bits */
             fr_op op = g->nodes[i].op;
             int j = (op == FR_OP_LINEAR || op == FR_OP_CONV2D)           ? 1
@@ -165,7 +202,9 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
             int x = g->nodes[i].in[j];
-            if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32) continue;
+            if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32 ||
+                (gemm16_slot(g16, &g->nodes[i], j) && g->vals[x].dtype == half))
+                continue;
             int up, c = cast_node(g, x, FR_F32, g->nodes[i].layer, &up);
             if (c < 0) {
                 st = g->status;

@@ -261,10 +261,12 @@ done:
     return FR_OK;
 }
 
-static int cheap_op(fr_op op) { return op == FR_OP_GELU || op == FR_OP_LAYERNORM; }
+static int cheap_op(fr_op op, int half) {
+    return op == FR_OP_GELU || (op == FR_OP_LAYERNORM && !half);
+}
 
 fr_status fr_remat_cheap(fr_graph *g, int **order_io, int *n_io, int **origin_io,
-                         double *extra_flops) {
+                         double *extra_flops, int half) {
     fr_ctx *ctx = g->ctx;
     int n = *n_io, *order = *order_io, loss_pos = -1;
     for (int k = 0; k < n && loss_pos < 0; k++)
@@ -298,7 +300,7 @@ fr_status fr_remat_cheap(fr_graph *g, int **order_io, int *n_io, int **origin_io
         int p = order[k];
         const fr_node *nd = &g->nodes[p];
         int v = nd->out[0];
-        if (!cheap_op(nd->op) || nd->attr.recompute || v < 0 || first_late[v] < 0) continue;
+        if (!cheap_op(nd->op, half) || nd->attr.recompute || v < 0 || first_late[v] < 0) continue;
         int fl = first_late[v], inputs_live = at[fl] < 0;
         for (int j = 0; j < nd->n_in; j++) {
             int x = nd->in[j];

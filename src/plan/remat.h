@@ -64,7 +64,14 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
  * kernel on the same inputs, so the bits are the same; a GPT block then holds
  * its MLP's GELU output and its LayerNorm outputs for no time at all, for
  * about 1% more compute. Updates order, origin (for the new values) and the
- * clones' FLOPs in *extra_flops. */
-fr_status fr_remat_cheap(fr_graph *g, int **order, int *n_order, int **origin, double *extra_flops);
+ * clones' FLOPs in *extra_flops.
+ * half: saved activations will be stored in 16 bits (mixed precision,
+ * precision.h). LayerNorm's backward then reads a 16-bit copy of its x, so a
+ * clone would hold the f32 x for itself alone (2 bytes a value more than
+ * keeping the output in 16 bits): LayerNorm is not remade. GELU is, its x
+ * read rounded by the forward and the clone alike (the mixed pass rounds
+ * it, as the 16-bit output of a linear layer under autocast would be). */
+fr_status fr_remat_cheap(fr_graph *g, int **order, int *n_order, int **origin, double *extra_flops,
+                         int half);
 
 #endif

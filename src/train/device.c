@@ -31,7 +31,7 @@ static fr_tensor dev_grad(const fr_step *s, size_t i) {
 
 /* The step's GEMM scratch: its GEMMs' temporary buffers, then the fused SGD
  * step's weight gradient (opencl/gemm.c), in floats. */
-static size_t scratch_floats(const fr_step *s) { return s->dev_gemm_ws + s->upd_ws_len; }
+static size_t scratch_floats(const fr_step *s) { return s->gemm_ws + s->upd_ws_len; }
 
 fr_status fr_dev_scratch(fr_step *s, int take) {
     const fr_backend *be = fr_backend_of(s->ctx);
@@ -44,19 +44,8 @@ fr_status fr_dev_scratch(fr_step *s, int take) {
     /* workspace (CLBlast's buffers), or gradients when it holds only the
      * fused step's (fr_step_persistent's categories) */
     s->dev_ws = be->alloc(s->ctx, scratch_floats(s) * sizeof(float),
-                          s->dev_gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
+                          s->gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
     return s->dev_ws ? FR_OK : FR_ERR_NOMEM;
-}
-
-void fr_dev_plan_scratch(fr_step *s) {
-    const fr_graph *g = &s->g;
-    const fr_backend *be = fr_backend_of(s->ctx);
-    int64_t most = 0;
-    for (int k = 0; k < s->plan.n_nodes; k++) {
-        int64_t f = be->ws_elems(g, &g->nodes[s->plan.order[k]], -1);
-        if (f > most) most = f;
-    }
-    s->dev_gemm_ws = (size_t)most;
 }
 
 /* A device buffer of `bytes` in category cat, holding src (or zeros). */

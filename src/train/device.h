@@ -12,9 +12,6 @@
 
 /* Whether the step's context runs on a device. */
 int fr_step_on_device(const fr_step *s);
-/* At plan time: the step's GEMM scratch (s->dev_gemm_ws), the most any of
- * its nodes asks (the backend's ws_elems, j = -1). */
-void fr_dev_plan_scratch(fr_step *s);
 /* Allocate (take) or release the step's GEMM scratch on the device; it is
  * released with the arena (an eval step then takes its place). */
 fr_status fr_dev_scratch(fr_step *s, int take);

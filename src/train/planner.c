@@ -100,6 +100,19 @@ static int has_batchnorm(const fr_model *m) {
     return 0;
 }
 
+/* What --precision auto charges a plan for storing activations in bf16,
+ * as a share of the step: where the linear layers' GEMMs run on f32 copies
+ * of the rounded operands, 10% (the casts, measured 4-9% here, and the
+ * rounding); where the backend has a native bf16 GEMM (twice an f32 GEMM's
+ * rate with oneDNN on AVX512_BF16) the step is faster, not slower, and 2%
+ * stands for the rounding alone: fp32 still wins when it fits without
+ * recomputation, bf16 against any fp32 plan that recomputes more. */
+static double mixed_cost(const fr_model *m, const fr_step_opts *o, fr_precision p) {
+    if (p != FR_PREC_BF16_MIXED || o->precision != FR_PREC_AUTO) return 0.0;
+    const fr_backend *be = fr_backend_of(m->ctx);
+    return be->gemm16 && be->gemm16(FR_BF16) ? 0.02 : 0.10;
+}
+
 static const char *mode_name(fr_ckpt_mode m) {
     static const char *names[] = {"marks", "none",     "all",     "sqrt",
                                   "every", "segments", "revolve", "auto"};
@@ -130,8 +143,7 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     c->offload = o.offload;
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
               (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0) +
-              (c->prec == FR_PREC_BF16_MIXED && base->precision == FR_PREC_AUTO ? 0.10 : 0.0) +
-              offload_cost(s, plain);
+              mixed_cost(m, base, c->prec) + offload_cost(s, plain);
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
         for (int i = 0; i < s->g.n_forward; i++)
@@ -299,8 +311,8 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
     for (int micro = opts->micro_batch > 0 ? opts->micro_batch : opts->batch; micro >= 1 && !oom;
          micro--) {
         if (opts->batch % micro) continue;
-        /* --precision auto may store activations in bf16 (costed at 10%: the
-         * casts, measured 4-9% here, and the rounding) when that fits. */
+        /* --precision auto may store activations in bf16 (mixed_cost) when
+         * that fits. */
         fr_precision precs[2] = {opts->precision, opts->precision};
         int np = 1;
         if (opts->precision == FR_PREC_AUTO)
@@ -310,9 +322,8 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             lv.prec = precs[q];
             lv.found = 0;
             int k = opts->batch / micro;
-            double floor_cost =
-                (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
-                (lv.prec == FR_PREC_BF16_MIXED && opts->precision == FR_PREC_AUTO ? 0.10 : 0.0);
+            double floor_cost = (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
+                                mixed_cost(m, opts, lv.prec);
             if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {

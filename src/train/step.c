@@ -132,6 +132,34 @@ fr_status fr_step_alloc_host_update(fr_step *s) {
     return st ? st : alloc_state(s);
 }
 
+/* The step's GEMM scratch: the most any of its nodes asks (the backend's
+ * ws_elems, j = -1), planned with the arena's values. */
+static void plan_gemm_scratch(fr_step *s) {
+    const fr_graph *g = &s->g;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    int64_t most = 0;
+    for (int k = 0; k < s->plan.n_nodes; k++) {
+        int64_t f = be->ws_elems(g, &g->nodes[s->plan.order[k]], -1);
+        if (f > most) most = f;
+    }
+    s->gemm_ws = (size_t)most;
+}
+
+/* Allocate (take) or release the GEMM scratch: a device buffer (with the
+ * fused step's tiles, train/device.c), or a host block; it goes and comes
+ * with the arena (an eval step then takes its place). */
+static fr_status gemm_scratch(fr_step *s, int take) {
+    if (fr_step_on_device(s)) return fr_dev_scratch(s, take);
+    if (!take) {
+        fr_free(s->ctx, s->gemm_host);
+        s->gemm_host = NULL;
+        return FR_OK;
+    }
+    if (!s->gemm_ws || s->gemm_host) return FR_OK;
+    s->gemm_host = fr_alloc(s->ctx, s->gemm_ws * sizeof(float), FR_MEM_WORKSPACE);
+    return s->gemm_host ? FR_OK : FR_ERR_NOMEM;
+}
+
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
@@ -160,6 +188,7 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->unit);
     fr_free(ctx, s->fused);
     fr_free(ctx, s->upd_ws);
+    fr_free(ctx, s->gemm_host);
     fr_free(ctx, s->slots);
     fr_free(ctx, s->stepped);
     fr_free(ctx, s);
@@ -554,13 +583,15 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
                              &s->extra_flops)))
         goto fail;
-    if (opts->training && (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->extra_flops)))
-        goto fail;
     fr_precision prec = opts->precision;
+    int store16 = opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO;
+    if (opts->training &&
+        (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->extra_flops, store16)))
+        goto fail;
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
         half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;
-    if ((opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO) || half_weights) {
+    if (store16 || half_weights) {
         fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
         if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
         if ((st = fr_precision_apply(&s->g, half, n_nodes0, origin, &order, &n_order))) goto fail;
@@ -580,7 +611,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     keep[s->g.loss] = keep[s->g.logits] = 1;
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
     if ((st = plan_fused_updates(s))) goto fail;
-    if (fr_step_on_device(s)) fr_dev_plan_scratch(s);
+    plan_gemm_scratch(s);
     for (int i = 0; i < n_order; i++) {
         const fr_node *n = &s->g.nodes[order[i]];
         s->flops += fr_op_get(n->op)->flops(&s->g, n);
@@ -736,6 +767,7 @@ fr_status fr_step_materialize(fr_step *s) {
     } else {
         if (s->o.training && (st = alloc_grads(s))) return st;
         if (s->o.training && (st = alloc_state(s))) return st;
+        if ((st = gemm_scratch(s, 1))) return st;
     }
     if (s->m->shard && !s->gathers) { /* ZeRO 3: this step's gathers, its metadata */
         fr_mem_stats before, after;
@@ -776,13 +808,12 @@ fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
 
 fr_status fr_step_arena_release(fr_step *s) {
     fr_exec_release(&s->ex);
-    if (fr_step_on_device(s)) fr_dev_scratch(s, 0); /* the GEMM scratch goes with it */
-    return FR_OK;
+    return gemm_scratch(s, 0); /* the GEMM scratch goes with it */
 }
 
 fr_status fr_step_arena_acquire(fr_step *s) {
     if (s->ex.ctx) return FR_OK;
-    fr_status st = fr_step_on_device(s) ? fr_dev_scratch(s, 1) : FR_OK;
+    fr_status st = gemm_scratch(s, 1);
     return st ? st : fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
@@ -1006,6 +1037,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     e->upd_wd = s->o.optim.weight_decay;
     e->upd_ws = s->upd_ws;
     e->upd_ws_len = s->upd_ws_len;
+    e->gemm_ws = s->gemm_host;
+    e->gemm_ws_len = s->gemm_host ? s->gemm_ws * sizeof(float) : 0;
     int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
     int64_t y_per = fr_shape_numel(&g->vals[g->label].shape) / s->micro;
     double total = 0;
@@ -1523,7 +1556,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
                  (size_t)s->micro;
     out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
-    out[FR_MEM_WORKSPACE] += s->dev_gemm_ws * sizeof(float); /* a device's GEMM scratch */
+    out[FR_MEM_WORKSPACE] += s->gemm_ws * sizeof(float);                 /* the GEMM scratch */
     out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     out[FR_MEM_OTHER] = s->meta_bytes;
@@ -1561,6 +1594,7 @@ size_t fr_step_reserved(const fr_step *s) {
         }
     }
     if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
+    if (s->gemm_ws) r += fr_mem_block_bytes(s->gemm_ws * sizeof(float));
     if (s->buckets && s->zero < 2) r += fr_buckets_reserved(s->buckets); /* a block a bucket */
     if (s->buckets && s->zero >= 2) { /* the shard, and the bucket blocks at their worst */
         size_t peak, res;

@@ -34,8 +34,10 @@ struct fr_step {
     int n_fused;          /* how many params are */
     size_t upd_ws_len;    /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
-    size_t dev_gemm_ws;   /* on a device: floats of GEMM scratch (CLBlast's temporary buffers) */
-    void *dev_ws;         /* and the device buffer of dev_gemm_ws + upd_ws_len floats */
+    size_t gemm_ws;       /* floats of GEMM scratch: CLBlast's temporary buffers on a device,
+                             oneDNN's scratchpad for 16-bit GEMMs on the CPU (category workspace) */
+    void *gemm_host;      /* on the CPU, its buffer */
+    void *dev_ws;         /* on a device, the buffer of gemm_ws + upd_ws_len floats */
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;

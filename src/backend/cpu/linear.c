@@ -4,11 +4,35 @@
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "ops/kcheck.h"
 
 #define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
+
+/* The GEMM operands of a call: all f32 (OpenBLAS), or all bf16 (a 16-bit
+ * GEMM, gemm16.c), as the mixed-precision pass binds them when the CPU has
+ * one. Returns 1 for bf16, 0 for f32, -1 with the error set. */
+static int operands16(fr_kernel_call *c, const char *op, const fr_tensor *const *t, int n) {
+    int n16 = 0, used = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i]->data) used++, n16 += t[i]->dtype == FR_BF16;
+    for (int i = 0; i < n; i++)
+        if (t[i]->data && t[i]->dtype != FR_F32 && t[i]->dtype != FR_BF16) n16 = -1;
+    if (n16 == 0) return 0;
+    if (n16 == used) return 1;
+    fr_fail(c->ctx, FR_ERR_ARG, "%s: the GEMM's operands must be all f32 or all bf16", op);
+    return -1;
+}
+
+static inline float bf16_at(const uint16_t *p, int64_t i) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)p[i] << 16};
+    return v.f;
+}
 
 // x is (N,K) (N = numel / K: (B,T,K) is B T rows), W is (O,K), b is (O) or absent, y is (N,O)
 // y[n,o] = sum_k x[n,k] W[o,k] + b[o]
@@ -31,6 +55,12 @@ int fr_k_linear(fr_kernel_call *c) {
         if (!bp) memset(yp, 0, (size_t)(N * O) * sizeof(float));
         return FR_OK;
     }
+    const fr_tensor *ops[2] = {x, w};
+    int h = operands16(c, "linear", ops, 2);
+    if (h < 0) return FR_ERR_ARG;
+    if (h)
+        return fr_gemm16(c->ctx, 0, 1, N, O, K, x->data, K, w->data, K, beta, yp, O, c->gemm_ws,
+                         c->gemm_ws_len);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)K, 1.0f, fr_f32(x),
                 (int)K, fr_f32(w), (int)K, beta, yp, (int)O);
     return FR_OK;
@@ -110,6 +140,45 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
     return FR_OK;
 }
 
+/* weight_grad of bf16 dy and x: the same tiles, one after another, each a
+ * 16-bit GEMM on all the threads (into upd_ws's first slot when updating). */
+static int weight_grad16(fr_kernel_call *c, const uint16_t *dyp, const uint16_t *xp, float *dw,
+                         int64_t N, int64_t O, int64_t K, int update, float beta) {
+    int64_t rows = upd_tile_rows(O, K, N, omp_get_max_threads());
+    if (update && (!c->upd_ws || c->upd_ws_len < (size_t)(rows * K)))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "linear_bwd: the weight update needs %lld floats of scratch, %zu given",
+                       (long long)(rows * K), c->upd_ws_len);
+    for (int64_t o0 = 0; o0 < O; o0 += rows) {
+        int64_t r = O - o0 < rows ? O - o0 : rows;
+        float *g = update ? c->upd_ws : dw + o0 * K;
+        int st = fr_gemm16(c->ctx, 1, 0, r, K, N, dyp + o0, O, xp, K, update ? 0.0f : beta, g, K,
+                           c->gemm_ws, c->gemm_ws_len);
+        if (st) return st;
+        if (update) sgd_tile(dw + o0 * K, g, r * K, c->upd_lr, c->upd_wd);
+    }
+    return FR_OK;
+}
+
+size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads) {
+    if (!backward) {
+        size_t a = fr_gemm16_ws(0, 1, N, O, K, K, K, 0.0f, O),
+               b = fr_gemm16_ws(0, 1, N, O, K, K, K, 1.0f, O);
+        return a > b ? a : b;
+    }
+    size_t most = 0;
+    for (int beta = 0; beta < 2; beta++) {
+        size_t dx = fr_gemm16_ws(0, 0, N, K, O, O, K, (float)beta, K);
+        if (dx > most) most = dx;
+        int64_t rows = upd_tile_rows(O, K, N, threads), last = O % rows ? O % rows : rows;
+        size_t full = fr_gemm16_ws(1, 0, rows, K, N, O, K, (float)beta, K),
+               tail = fr_gemm16_ws(1, 0, last, K, N, O, K, (float)beta, K);
+        if (full > most) most = full;
+        if (tail > most) most = tail;
+    }
+    return most;
+}
+
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
 // each added into its output when its accumulate bit (0, 1, 2) is set.
@@ -126,10 +195,18 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     int st = fr_kcheck_linear_bwd(c, &d);
     if (st) return st;
     const int64_t K = d.K, O = d.O, N = d.N;
+    const fr_tensor *ops[3] = {dy, x, w};
+    int h = operands16(c, "linear_bwd", ops, 3);
+    if (h < 0) return FR_ERR_ARG;
     const float *dyp = fr_f32(dy);
+    const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
+        } else if (h) {
+            st = fr_gemm16(c->ctx, 0, 0, N, K, O, dyh, O, w->data, K, acc_bit(c, 0) ? 1.0f : 0.0f,
+                           dx, K, c->gemm_ws, c->gemm_ws_len);
+            if (st) return st;
         } else {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
                         dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
@@ -137,9 +214,10 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     }
     if (dw && O * K > 0) {
         int update = (c->update & 2u) != 0;
+        float beta = acc_bit(c, 1) ? 1.0f : 0.0f;
         if (N > 0) {
-            int st =
-                weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, acc_bit(c, 1) ? 1.0f : 0.0f);
+            st = h ? weight_grad16(c, dyh, x->data, dw, N, O, K, update, beta)
+                   : weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, beta);
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {
             memset(dw, 0, (size_t)(O * K) * sizeof(float));
@@ -157,8 +235,10 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
             double s[BLK] = {0};
             int64_t o0 = bi * BLK, m = O - o0 < BLK ? O - o0 : BLK;
             for (int64_t n = 0; n < N; n++) {
-                const float *row = dyp + n * O + o0;
-                for (int64_t j = 0; j < m; j++) s[j] += row[j];
+                if (dyh)
+                    for (int64_t j = 0; j < m; j++) s[j] += bf16_at(dyh, n * O + o0 + j);
+                else
+                    for (int64_t j = 0; j < m; j++) s[j] += dyp[n * O + o0 + j];
             }
             if (upd) {
                 for (int64_t j = 0; j < m; j++) {

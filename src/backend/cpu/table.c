@@ -1,5 +1,6 @@
 /* table.c — the CPU backend: its kernel table and its workspace sizes. */
 #include "backend/cpu/attention.h"
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "core/ctx.h"
 #include "ops/ops.h"
@@ -14,9 +15,23 @@
 static const fr_kernel_fn cpu_kernels[FR_OP_COUNT] = {FR_OPS(FR_CPU_ROW)};
 #undef FR_CPU_ROW
 
+/* j = -1: the step's GEMM scratch, oneDNN's scratchpad for a linear layer
+ * on bf16 operands (gemm16.h), in floats */
+static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
+    int bwd = n->op == FR_OP_LINEAR_BWD;
+    if ((n->op != FR_OP_LINEAR && !bwd) || g->vals[n->in[bwd]].dtype != FR_BF16) return 0;
+    const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
+    int64_t O = w->d[0], K = w->ndim == 2 ? w->d[1] : 0;
+    if (O < 1 || K < 1) return 0;
+    int64_t N = fr_shape_numel(&g->vals[n->in[bwd]].shape) / K;
+    size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx));
+    return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
+}
+
 static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
     const fr_shape *x = &g->vals[f->in[0]].shape;
+    if (j == -1) return gemm16_ws(g, n);
     switch (n->op) {
     case FR_OP_CONV2D:
     case FR_OP_CONV2D_BWD:
@@ -32,7 +47,8 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     }
 }
 
-const fr_backend fr_cpu_backend = {.name = "cpu", .kernels = cpu_kernels, .ws_elems = cpu_ws};
+const fr_backend fr_cpu_backend = {
+    .name = "cpu", .kernels = cpu_kernels, .ws_elems = cpu_ws, .gemm16 = fr_gemm16_native};
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {
     return ctx && ctx->be ? ctx->be : &fr_cpu_backend;

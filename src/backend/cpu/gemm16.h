@@ -1,0 +1,39 @@
+/* gemm16.h — GEMMs of 16-bit operands with f32 accumulation and an f32
+ * result, through oneDNN's matmul (Debian's libdnnl), for the linear layer
+ * under mixed precision. OpenBLAS (Debian's build) has no 16-bit GEMM; on a
+ * CPU with AVX512_BF16 oneDNN's bf16 kernels do twice the FLOPs of an f32
+ * GEMM (bench/bench_gemm16.c measures both).
+ *
+ * Products of bf16 values are exact in f32, so the result is the GEMM of the
+ * operands' exact values with f32 sums, as the f32 GEMM of their widened
+ * copies, up to the order of the sums. Bits depend on the shapes and the
+ * thread count, not on scheduling (oneDNN's kernels split work statically). */
+#ifndef FR_GEMM16_H
+#define FR_GEMM16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ctx.h"
+
+/* Whether this build and this CPU run 16-bit GEMMs of dtype dt natively:
+ * bf16 with oneDNN, when its kernel for bf16 is not its reference C loop
+ * (a CPU without AVX-512: the mixed-precision pass then keeps f32 GEMMs of
+ * rounded operands). FRUGAL_GEMM16=0 in the environment turns it off (to
+ * compare the two). Decided once per process. */
+int fr_gemm16_native(fr_dtype dt);
+
+/* C (M,N) = op(A) op(B) + beta C, row-major, beta 0 or 1. op(A) is (M,K): A
+ * stored (M,K) with row stride lda, or (K,M) when ta; op(B) is (K,N): B
+ * stored (K,N) with row stride ldb, or (N,K) when tb. A and B bf16, C f32.
+ * ws: scratch of fr_gemm16_ws() bytes (oneDNN's scratchpad, planned by the
+ * step so that it is counted). Uses the OpenMP threads of the caller. */
+int fr_gemm16(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+              int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc,
+              void *ws, size_t ws_bytes);
+
+/* The scratch bytes fr_gemm16 needs for these arguments (0 if none). */
+size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                    float beta, int64_t ldc);
+
+#endif

@@ -1,0 +1,223 @@
+/* test_gemm16.c — the 16-bit GEMMs (backend/cpu/gemm16.c, oneDNN's bf16
+ * matmul) and the linear layer on bf16 operands, against float64 sums of the
+ * same bf16 values: every transpose, sizes that fill no block (1, 7, 33,
+ * 130), leading dimensions wider than the rows, beta 0 and 1. A product of
+ * two bf16 values is exact in f32, so the only error is the f32 sums':
+ * at most K u sum |a b| (u = 2^-24), checked at 2 K u sum |a b|. Also: the
+ * same call twice gives the same bits; the linear kernels' dx, dW, db and
+ * bias; the SGD step inside backward gives the kept gradient's step bit for
+ * bit; operands of mixed formats and too little scratch are refused.
+ * Skipped (77) where the CPU has no native bf16 GEMM. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/gemm16.h"
+#include "backend/cpu/kernels.h"
+#include "check.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+static fr_ctx *g_ctx;
+static uint64_t g_seed = 7;
+
+/* n bf16 values uniform in [-1, 1) (bits in h, widened in w) */
+static void rand16(int64_t n, uint16_t **h, double **w) {
+    *h = malloc((size_t)(n ? n : 1) * 2);
+    *w = malloc((size_t)(n ? n : 1) * sizeof(double));
+    fr_rng r = fr_rng_make(g_seed++, 3);
+    for (int64_t i = 0; i < n; i++) {
+        (*h)[i] = fr_f32_to_bf16(-1.0f + 2.0f * fr_rng_next_uniform(&r));
+        (*w)[i] = fr_bf16_to_f32((*h)[i]);
+    }
+}
+
+/* op(A)[m,k] and op(B)[k,n] of gemm16.h's layouts */
+static double at_a(const double *A, int ta, int64_t lda, int64_t m, int64_t k) {
+    return ta ? A[k * lda + m] : A[m * lda + k];
+}
+static double at_b(const double *B, int tb, int64_t ldb, int64_t k, int64_t n) {
+    return tb ? B[n * ldb + k] : B[k * ldb + n];
+}
+
+static void check_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, int pad, float beta) {
+    int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    int64_t arows = ta ? K : M, brows = tb ? N : K;
+    uint16_t *A, *B;
+    double *Aw, *Bw;
+    rand16(arows * lda, &A, &Aw);
+    rand16(brows * ldb, &B, &Bw);
+    float *C = malloc((size_t)(M * ldc) * sizeof(float)), *C2 = malloc((size_t)(M * ldc) * 4);
+    float *C0 = malloc((size_t)(M * ldc) * sizeof(float));
+    fr_rng r = fr_rng_make(g_seed++, 4);
+    for (int64_t i = 0; i < M * ldc; i++) C0[i] = fr_rng_next_uniform(&r);
+    memcpy(C, C0, (size_t)(M * ldc) * sizeof(float));
+    memcpy(C2, C0, (size_t)(M * ldc) * sizeof(float));
+    size_t wsb = fr_gemm16_ws(ta, tb, M, N, K, lda, ldb, beta, ldc);
+    void *ws = malloc(wsb ? wsb : 1);
+    int st = fr_gemm16(g_ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, ws, wsb);
+    CHECK(st == FR_OK, "ta %d tb %d %lldx%lldx%lld: status %d", ta, tb, (long long)M, (long long)N,
+          (long long)K, st);
+    int64_t bad = 0;
+    double worst = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = beta != 0.0f ? (double)C0[m * ldc + n] : 0.0, mag = fabs(s);
+            for (int64_t k = 0; k < K; k++) {
+                double p = at_a(Aw, ta, lda, m, k) * at_b(Bw, tb, ldb, k, n);
+                s += p;
+                mag += fabs(p);
+            }
+            double err = fabs((double)C[m * ldc + n] - s),
+                   tol = 2.0 * (double)(K + 1) * 0x1p-24 * mag;
+            if (err > tol + 1e-30) bad++;
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    for (int64_t m = 0; m < M; m++) /* the padding between rows is not written */
+        for (int64_t n = N; n < ldc; n++) bad += C[m * ldc + n] != C0[m * ldc + n];
+    CHECK(bad == 0, "ta %d tb %d %lldx%lldx%lld beta %g: %lld values off (worst %.3g of sum|ab|)",
+          ta, tb, (long long)M, (long long)N, (long long)K, beta, (long long)bad, worst);
+    fr_gemm16(g_ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C2, ldc, ws, wsb);
+    CHECK(memcmp(C, C2, (size_t)(M * ldc) * sizeof(float)) == 0,
+          "ta %d tb %d %lldx%lldx%lld: two calls differ", ta, tb, (long long)M, (long long)N,
+          (long long)K);
+    if (wsb > 0) {
+        st = fr_gemm16(g_ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C2, ldc, ws, wsb - 1);
+        CHECK(st == FR_ERR_ARG, "a byte less scratch than asked: status %d", st);
+    }
+    free(A), free(B), free(Aw), free(Bw), free(C), free(C2), free(C0), free(ws);
+}
+
+static fr_tensor t16(uint16_t *p, fr_shape s) {
+    return (fr_tensor){.dtype = FR_BF16, .shape = s, .data = p};
+}
+static fr_tensor t32(float *p, fr_shape s) {
+    return (fr_tensor){.dtype = FR_F32, .shape = s, .data = p};
+}
+
+/* LINEAR and LINEAR_BWD on bf16 x (B,T,K), W (O,K), dy: y, dx, dW, db
+ * against float64; the step inside backward against the kept gradient's. */
+static void check_linear(int64_t B, int64_t T, int64_t K, int64_t O) {
+    int64_t N = B * T;
+    uint16_t *x, *w, *dy;
+    double *xw, *ww, *dyw;
+    rand16(N * K, &x, &xw);
+    rand16(O * K, &w, &ww);
+    rand16(N * O, &dy, &dyw);
+    float *b = malloc((size_t)O * 4), *y = malloc((size_t)(N * O) * 4);
+    for (int64_t o = 0; o < O; o++) b[o] = 0.25f * (float)(o % 5) - 0.5f;
+    fr_shape xs = fr_shape3(B, T, K), ws = fr_shape2(O, K), ys = fr_shape3(B, T, O);
+    size_t fwb = fr_k_linear_gemm16_ws(N, O, K, 0, omp_get_max_threads()),
+           bwb = fr_k_linear_gemm16_ws(N, O, K, 1, omp_get_max_threads());
+    void *scratch = malloc((fwb > bwb ? fwb : bwb) + 1);
+    fr_node node = {.op = FR_OP_LINEAR, .fwd = -1};
+    fr_kernel_call c = {.ctx = g_ctx, .node = &node, .gemm_ws = scratch, .gemm_ws_len = fwb};
+    c.in[0] = t16(x, xs), c.in[1] = t16(w, ws), c.in[2] = t32(b, fr_shape1(O));
+    c.out[0] = t32(y, ys);
+    int st = fr_k_linear(&c);
+    CHECK(st == FR_OK, "linear %lldx%lldx%lld: status %d", (long long)N, (long long)O, (long long)K,
+          st);
+    int64_t bad = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++) {
+            double s = b[o], mag = fabs(b[o]);
+            for (int64_t k = 0; k < K; k++)
+                s += xw[n * K + k] * ww[o * K + k], mag += fabs(xw[n * K + k] * ww[o * K + k]);
+            bad += fabs(y[n * O + o] - s) > 2.0 * (double)(K + 1) * 0x1p-24 * mag + 1e-30;
+        }
+    CHECK(bad == 0, "linear %lldx%lldx%lld: %lld outputs off", (long long)N, (long long)O,
+          (long long)K, (long long)bad);
+    /* one operand in f32: refused */
+    float *wf = malloc((size_t)(O * K) * 4);
+    for (int64_t i = 0; i < O * K; i++) wf[i] = (float)ww[i];
+    c.in[1] = t32(wf, ws);
+    CHECK(fr_k_linear(&c) == FR_ERR_ARG, "bf16 x with an f32 W is refused");
+
+    /* backward */
+    float *dx = malloc((size_t)(N * K) * 4), *dw = malloc((size_t)(O * K) * 4),
+          *db = malloc((size_t)O * 4);
+    fr_node bn = {.op = FR_OP_LINEAR_BWD, .fwd = -1};
+    fr_kernel_call d = {.ctx = g_ctx, .node = &bn, .gemm_ws = scratch, .gemm_ws_len = bwb};
+    d.in[0] = t16(dy, ys), d.in[1] = t16(x, xs), d.in[2] = t16(w, ws);
+    d.out[0] = t32(dx, xs), d.out[1] = t32(dw, ws), d.out[2] = t32(db, fr_shape1(O));
+    st = fr_k_linear_bwd(&d);
+    CHECK(st == FR_OK, "linear_bwd: status %d", st);
+    int64_t bx = 0, bw = 0, bb = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0, mag = 0;
+            for (int64_t o = 0; o < O; o++)
+                s += dyw[n * O + o] * ww[o * K + k], mag += fabs(dyw[n * O + o] * ww[o * K + k]);
+            bx += fabs(dx[n * K + k] - s) > 2.0 * (double)O * 0x1p-24 * mag + 1e-30;
+        }
+    for (int64_t o = 0; o < O; o++) {
+        double sb = 0;
+        for (int64_t n = 0; n < N; n++) sb += dyw[n * O + o];
+        bb += fabs(db[o] - sb) > 0x1p-24 * fabs(sb) + 1e-30; /* summed in double, rounded once */
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0, mag = 0;
+            for (int64_t n = 0; n < N; n++)
+                s += dyw[n * O + o] * xw[n * K + k], mag += fabs(dyw[n * O + o] * xw[n * K + k]);
+            bw += fabs(dw[o * K + k] - s) > 2.0 * (double)N * 0x1p-24 * mag + 1e-30;
+        }
+    }
+    CHECK(bx == 0 && bw == 0 && bb == 0, "linear_bwd %lldx%lldx%lld: dx %lld, dW %lld, db %lld off",
+          (long long)N, (long long)O, (long long)K, (long long)bx, (long long)bw, (long long)bb);
+    /* accumulate: dW += dy^T x again doubles it to within the sums' rounding */
+    float *dw1 = malloc((size_t)(O * K) * 4);
+    memcpy(dw1, dw, (size_t)(O * K) * 4);
+    d.accumulate = 2u;
+    st = fr_k_linear_bwd(&d);
+    int64_t ba = 0;
+    for (int64_t i = 0; i < O * K; i++)
+        ba += fabs(dw[i] - 2.0 * dw1[i]) > 4.0 * (double)N * 0x1p-24 * fabs(dw1[i]) + 1e-6;
+    CHECK(st == FR_OK && ba == 0, "accumulated dW: status %d, %lld off", st, (long long)ba);
+    /* the step inside backward: W - lr (g + wd W) with g the kept gradient's bits */
+    size_t tile = fr_k_linear_upd_ws(O, K, N, omp_get_max_threads());
+    float *upd = malloc(tile * 4), *p = malloc((size_t)(O * K) * 4),
+          *want = malloc((size_t)(O * K) * 4);
+    const float lr = 0.125f, wd = 0.01f;
+    for (int64_t i = 0; i < O * K; i++) {
+        p[i] = (float)ww[i] * 0.5f;
+        want[i] = p[i] + (-lr) * (dw1[i] + wd * p[i]);
+    }
+    d.accumulate = 0;
+    d.update = 2u, d.upd_lr = lr, d.upd_wd = wd, d.upd_ws = upd, d.upd_ws_len = tile;
+    d.out[0].data = NULL, d.out[2].data = NULL, d.out[1] = t32(p, ws);
+    st = fr_k_linear_bwd(&d);
+    CHECK(st == FR_OK && memcmp(p, want, (size_t)(O * K) * 4) == 0,
+          "the step inside backward differs from the kept gradient's step (status %d)", st);
+    if (bwb > 0) { /* dx's GEMM and the tiles' together ask bwb bytes */
+        d.out[0] = t32(dx, xs);
+        d.gemm_ws_len = 0;
+        CHECK(fr_k_linear_bwd(&d) == FR_ERR_ARG, "linear_bwd without its scratch is refused");
+    }
+    free(x), free(w), free(dy), free(xw), free(ww), free(dyw), free(b), free(y), free(wf);
+    free(dx), free(dw), free(db), free(dw1), free(upd), free(p), free(want), free(scratch);
+}
+
+int main(void) {
+    if (!fr_gemm16_native(FR_BF16)) {
+        printf("skipped: no native bf16 GEMM here (oneDNN missing or no AVX-512 BF16)\n");
+        return 77;
+    }
+    g_ctx = fr_ctx_new();
+    static const int64_t sz[] = {1, 7, 33, 130};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    int64_t M = sz[i], N = sz[(i + j) % 4], K = sz[j];
+                    check_gemm(ta, tb, M, N, K, (i + j) % 3, (i + j) % 2 ? 1.0f : 0.0f);
+                }
+    check_gemm(0, 1, 512, 384, 1152, 0, 0.0f); /* gpt-tiny's shapes, over several blocks */
+    check_gemm(1, 0, 288, 384, 2048, 0, 1.0f);
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        check_linear(2, 5, 7, 3);
+        check_linear(4, 33, 64, 130);
+        check_linear(2, 256, 96, 384);
+    }
+    fr_ctx_free(g_ctx);
+    return check_done();
+}
