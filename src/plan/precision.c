@@ -37,6 +37,17 @@ static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
     return c;
 }
 
+/* Make node i read input j through CAST(-> dt), rounded through `round`
+ * (FR_F32: not) when dt is f32. Returns the CAST's id, or -1 with
+ * g->status set. */
+static int cast_input(fr_graph *g, int i, int j, fr_dtype dt, fr_dtype round) {
+    int up, c = cast_node(g, g->nodes[i].in[j], dt, g->nodes[i].layer, &up);
+    if (c < 0) return -1;
+    if (round != FR_F32) g->nodes[c].attr.round = round;
+    g->nodes[i].in[j] = up;
+    return c;
+}
+
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
@@ -170,12 +181,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             }
             /* a weight, dy, or an input saved in f32: a 16-bit copy for this
              * reader alone (a weight's is made from the master right before) */
-            int h, c = cast_node(g, x, half, g->nodes[i].layer, &h);
+            int c = cast_input(g, i, j, half, FR_F32);
             if (c < 0) {
                 st = g->status;
                 goto done;
             }
-            g->nodes[i].in[j] = h;
             EMIT(c);
         }
         if (store_half) { /* mixed: weights of matmuls and convolutions rounded to 16 bits */
@@ -190,13 +200,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                  * weight right before it and dropped right after: nothing
                  * 16-bit is held through the step (the weight does not
                  * change between its forward and its backward reader) */
-                int up, c = cast_node(g, w, FR_F32, g->nodes[i].layer, &up);
+                int c = cast_input(g, i, j, FR_F32, half);
                 if (c < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->nodes[c].attr.round = half;
-                g->nodes[i].in[j] = up;
                 EMIT(c);
             }
         }
@@ -205,12 +213,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32 ||
                 (gemm16_slot(g16, &g->nodes[i], j) && g->vals[x].dtype == half))
                 continue;
-            int up, c = cast_node(g, x, FR_F32, g->nodes[i].layer, &up);
+            int c = cast_input(g, i, j, FR_F32, FR_F32);
             if (c < 0) {
                 st = g->status;
                 goto done;
             }
-            g->nodes[i].in[j] = up;
             EMIT(c);
         }
         EMIT(i);
