@@ -653,7 +653,13 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fprintf(out,
             " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
             info.recomputed_units, 100 * frac);
-    fprintf(out, "precision: %s\n", fr_precision_name(s->o.precision));
+    fprintf(out, "precision: %s", fr_precision_name(s->o.precision));
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (s->o.precision == FR_PREC_BF16_MIXED)
+        fprintf(out, be->gemm16 && be->gemm16(FR_BF16)
+                         ? " (the linear layers' GEMMs in bf16, oneDNN)\n"
+                         : " (GEMMs in f32 on bf16-rounded operands: no native bf16 GEMM here)\n");
+    else fputc('\n', out);
     if (fr_backend_is_device(fr_backend_of(s->ctx)))
         describe_offload(s, base, info.recomputed_units > 0, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
