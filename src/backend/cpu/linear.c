@@ -179,6 +179,25 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
     return most;
 }
 
+#define COL_BLK 64 /* the bias gradient's columns per block */
+
+/* s[j] += dy[n, o0 + j] for n = 0 .. N-1 in order, j < m <= COL_BLK: the
+ * bias gradient's sums of one block of columns, dy f32 (dyp) or bf16 (dyh,
+ * a row widened first), in double; cloned for AVX2, the same sums. */
+FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t N, int64_t O,
+                                  int64_t o0, int64_t m, double *s) {
+    float w[COL_BLK];
+    for (int64_t n = 0; n < N; n++) {
+        if (dyh) {
+#pragma omp simd
+            for (int64_t j = 0; j < m; j++) w[j] = bf16_at(dyh, n * O + o0 + j);
+        }
+        const float *row = dyh ? w : dyp + n * O + o0;
+#pragma omp simd
+        for (int64_t j = 0; j < m; j++) s[j] += row[j];
+    }
+}
+
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
 // each added into its output when its accumulate bit (0, 1, 2) is set.
@@ -226,7 +245,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     if (db && O > 0) {
         /* Columns in blocks of 64: one thread owns a block and sums its rows in
          * order (double accumulators), so the bits do not depend on scheduling. */
-        enum { BLK = 64 };
+        enum { BLK = COL_BLK };
         int acc = acc_bit(c, 2), upd = (c->update & 4u) != 0;
         const float lr = c->upd_lr, wd = c->upd_wd;
         int64_t nblk = (O + BLK - 1) / BLK;
@@ -234,12 +253,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         for (int64_t bi = 0; bi < nblk; bi++) {
             double s[BLK] = {0};
             int64_t o0 = bi * BLK, m = O - o0 < BLK ? O - o0 : BLK;
-            for (int64_t n = 0; n < N; n++) {
-                if (dyh)
-                    for (int64_t j = 0; j < m; j++) s[j] += bf16_at(dyh, n * O + o0 + j);
-                else
-                    for (int64_t j = 0; j < m; j++) s[j] += dyp[n * O + o0 + j];
-            }
+            col_sums(dyp, dyh, N, O, o0, m, s);
             if (upd) {
                 for (int64_t j = 0; j < m; j++) {
                     float g = (float)s[j], bj = db[o0 + j];
