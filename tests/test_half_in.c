@@ -294,6 +294,37 @@ static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n, int
     free(yh);
 }
 
+/* Cross-entropy's dlogits written in 16 bits (for a bf16 GEMM) a span of a
+ * row at a time: the f32 call's values rounded, with rows wider than a span
+ * (labels in every span) and narrower; adding into a 16-bit dlogits is
+ * refused. */
+static void test_ce_bwd_out(fr_dtype dt, int64_t N, int64_t C) {
+    float *z = frand(N * C, -6, 6), *dz = malloc((size_t)(N * C) * 4);
+    uint16_t *dh = malloc((size_t)(N * C) * 2);
+    int32_t *y = malloc((size_t)N * sizeof *y);
+    for (int64_t n = 0; n < N; n++) y[n] = (int32_t)((n * 2039 + 7) % C);
+    fr_shape zs = fr_shape2(N, C);
+    call k;
+    fr_attr at = {.scale = 1.0f};
+    call_init(&k, FR_OP_CROSS_ENTROPY_BWD, &at);
+    k.c.in[0] = tf(z, zs);
+    k.c.in[1] = (fr_tensor){.dtype = FR_I32, .shape = fr_shape1(N), .data = y};
+    k.c.out[0] = tf(dz, zs);
+    CHECK(fr_k_cross_entropy_bwd(&k.c) == FR_OK, "cross_entropy_bwd f32");
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = zs, .data = dh};
+    CHECK(fr_k_cross_entropy_bwd(&k.c) == FR_OK, "cross_entropy_bwd 16-bit out: %s",
+          fr_last_error(g_ctx));
+    CHECK(fr_op_get(FR_OP_CROSS_ENTROPY_BWD)->half_out &&
+              fr_op_get(FR_OP_CROSS_ENTROPY_BWD)->half_out(NULL, NULL),
+          "cross_entropy_bwd offers a 16-bit output");
+    char what[64];
+    snprintf(what, sizeof what, "cross_entropy_bwd %lld x %lld", (long long)N, (long long)C);
+    same_rounded(what, dt, dz, dh, N * C);
+    k.c.accumulate = 1;
+    CHECK(fr_k_cross_entropy_bwd(&k.c) == FR_ERR_ARG, "adding into 16-bit dlogits is refused");
+    free(z), free(dz), free(dh), free(y);
+}
+
 static void test_maxpool_out(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
     const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
@@ -365,6 +396,8 @@ int main(void) {
         test_maxpool(dt, 8, 8, 2, 2);
         test_maxpool(dt, 9, 7, 3, 2);
         test_maxpool(dt, 64, 80, 2, 2); /* the thread team */
+        test_ce_bwd_out(dt, 5, 10);
+        test_ce_bwd_out(dt, 64, 5003); /* 3 spans a row, the thread team */
         test_maxpool_out(dt, 7, 9, 2, 2);
         test_maxpool_out(dt, 9, 7, 3, 2);
         test_maxpool_out(dt, 64, 80, 2, 2);

@@ -390,6 +390,17 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
           fr_precision_name(p), loss, l_ref[1]);
     CHECK(d1[1] <= tol && d2[1] <= tol, "%s: gradients vs the rounded reference: %.2e, %.2e",
           fr_precision_name(p), d1[1], d2[1]);
+    if (native) { /* the loss's backward writes its dlogits in 16 bits for the GEMM itself */
+        int made16 = 0, made32 = 0;
+        for (int k = 0; k < s->plan.n_nodes; k++) {
+            const fr_node *nd = &s->g.nodes[s->plan.order[k]];
+            if (nd->op != FR_OP_CROSS_ENTROPY_BWD || nd->out[0] < 0) continue;
+            made16 += s->g.vals[nd->out[0]].dtype == dt;
+            made32 += s->g.vals[nd->out[0]].dtype == FR_F32;
+        }
+        CHECK(made16 == 1 && made32 == 0, "%s: dlogits made in 16 bits (%d) not f32 (%d)",
+              fr_precision_name(p), made16, made32);
+    }
     CHECK(d1[0] >= 10 * tol && d2[0] >= 10 * tol,
           "%s: the rounding must show: gradients vs the unrounded reference %.2e, %.2e",
           fr_precision_name(p), d1[0], d2[0]);

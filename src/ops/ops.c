@@ -397,7 +397,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(CAST, "cast", sh_cast, NULL, -1, 0, fl_none),
     ROW(VIEW, "view", sh_view, fr_bw_view, -1, 1, fl_none),
     ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_bw_loss, -1, 0, fl_loss),
-    ROW(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, NULL, -1, 0, fl_loss),
+    ROWHO(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, NULL, -1, 0, fl_loss, NULL, ho_any),
     ROW(MSE, "mse", sh_loss, fr_bw_loss, -1, 0, fl_elem),
     ROW(MSE_BWD, "mse_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROW(OPTIM_STEP, "optim_step", sh_optim_step, NULL, -1, 0, fl_none),

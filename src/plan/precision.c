@@ -59,6 +59,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     int n = *n_io, *order = *order_io;
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER), *f32_read = NULL; /* cast: store in half */
+    uint8_t *g16_only = NULL;
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
@@ -119,6 +120,25 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     }
     for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v] & store_half;
     fr_free(ctx, read_back);
+    /* g16: backward values (dy) whose every reader takes them as a 16-bit
+     * GEMM operand, read directly (no view): their producer may write the
+     * 16-bit value itself (the op table's half_out), no f32 copy is made */
+    if (g16) {
+        if (!(g16_only = fr_calloc(ctx, nv0, FR_MEM_OTHER))) {
+            st = FR_ERR_NOMEM;
+            goto done;
+        }
+        for (size_t v = 0; v < nv0; v++) g16_only[v] = 1;
+        for (int pos = 0; pos < n; pos++) {
+            const fr_node *nd = &g->nodes[order[pos]];
+            for (int j = 0; j < nd->n_in; j++) {
+                int x = nd->in[j];
+                if (x >= 0 && (size_t)x < nv0 && !gemm16_slot(g16, nd, j)) g16_only[x] = 0;
+                if (x >= 0 && (size_t)x < nv0 && g->vals[x].alias_of >= 0)
+                    g16_only[g->vals[x].alias_of] = 0;
+            }
+        }
+    }
 #define EMIT(id)                                                                   \
     do {                                                                           \
         if (fr_grow(ctx, (void **)&out, &cap, k + 1, sizeof *out, FR_MEM_OTHER)) { \
@@ -175,7 +195,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 g->vals[x].dtype != FR_F32) /* a 16-bit one is taken as it is */
                 continue;
             int r = (size_t)x < nv0 && g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x;
-            if ((size_t)r < nv0 && cast[origin[r]] && hv[r] >= 0) {
+            if ((size_t)r < nv0 && (cast[origin[r]] || (g16_only && g16_only[r])) && hv[r] >= 0) {
                 g->nodes[i].in[j] = hv[r]; /* the saved half; a view of it reads alike */
                 continue;
             }
@@ -221,6 +241,24 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             EMIT(c);
         }
         EMIT(i);
+        if (g16_only && !is_forward(g, i, n_nodes0)) { /* dy made in 16 bits for its GEMMs */
+            int v = g->nodes[i].out[0];
+            const fr_op_info *pi = fr_op_get(g->nodes[i].op);
+            if (v >= 0 && (size_t)v < nv0 && g16_only[v] && g->vals[v].kind == FR_VAL_STEP &&
+                g->vals[v].dtype == FR_F32 && g->vals[v].alias_of < 0 &&
+                !(g->nodes[i].accumulate & 1u) && pi->half_out && pi->half_out(g, &g->nodes[i])) {
+                int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
+                if (h < 0) {
+                    st = g->status;
+                    goto done;
+                }
+                g->vals[h].batched = g->vals[v].batched;
+                g->vals[h].producer = i;
+                g->vals[v].producer = -1;
+                g->nodes[i].out[0] = h;
+                hv[v] = h;
+            }
+        }
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
             int v = g->nodes[i].out[0];
             const fr_op_info *pi = fr_op_get(g->nodes[i].op);
@@ -256,6 +294,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
 done:
     fr_free(ctx, cast);
     fr_free(ctx, f32_read);
+    fr_free(ctx, g16_only);
     fr_free(ctx, hv);
     if (st) {
         fr_free(ctx, out);

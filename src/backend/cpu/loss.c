@@ -5,6 +5,7 @@
  * block order, so the loss is the same bits at any thread count. */
 #include <math.h>
 #include "backend/cpu/exp_poly.h"
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "ops/kcheck.h"
@@ -55,8 +56,10 @@ FR_V3_CLONES static void row_dlogits(const float *z, float *dz, int64_t C, float
 #pragma omp simd
         for (int64_t j = 0; j < C; j++) dz[j] = k * fr_exp_poly((z[j] - zmax) - shift);
     }
-    dz[y] -= k;
+    if (y >= 0 && y < C) dz[y] -= k; /* (a span of a row may not hold the label) */
 }
+
+#define CE_SPAN 2048 /* a row's dlogits made in f32 this many at a time, then rounded */
 
 // logits z is (N,C) or (B,T,C) (N = B T rows), labels y is (N) or (B,T) i32, loss is (1)
 // loss = (1/N) sum_n (logsumexp(z[n,:]) - z[n, y[n]])
@@ -101,6 +104,22 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
     if (!dz || N == 0 || C == 0) return FR_OK;
     const float k = (float)((double)c->node->attr.scale / (double)N);
     const int acc = acc_bit(c, 0);
+    if (c->out[0].dtype != FR_F32) { /* 16-bit dlogits (for a bf16 GEMM): spans rounded */
+        if (acc)
+            return fr_fail(c->ctx, FR_ERR_ARG,
+                           "cross_entropy_bwd: 16-bit dlogits cannot be added into");
+#pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
+        for (int64_t n = 0; n < N; n++) {
+            float m, buf[CE_SPAN];
+            const float shift = (float)row_lse(z + n * C, C, &m);
+            for (int64_t c0 = 0; c0 < C; c0 += CE_SPAN) {
+                int64_t len = C - c0 < CE_SPAN ? C - c0 : CE_SPAN;
+                row_dlogits(z + n * C + c0, buf, len, m, shift, k, y[n] - c0, 0);
+                out_store(&c->out[0], n * C + c0, buf, len);
+            }
+        }
+        return FR_OK;
+    }
 #pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         float m;
