@@ -294,6 +294,36 @@ static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n, int
     free(yh);
 }
 
+/* The tanh GELU's backward writing a 16-bit dx (the dy of a bf16 GEMM), from
+ * an f32 or a 16-bit saved x: the f32 call's dx rounded; adding into a
+ * 16-bit dx is refused. */
+static void test_gelu_bwd_out(fr_dtype dt, int64_t n) {
+    float *dy = frand(n, -1, 1), *x0 = frand(n, -3, 3), *dx = malloc((size_t)n * 4);
+    uint16_t *dh = malloc((size_t)n * 2);
+    half_in x = make_half(dt, x0, n);
+    fr_shape sh = fr_shape1(n);
+    for (int xh = 0; xh < 2; xh++) {
+        call k;
+        fr_attr at = {.approx = 1};
+        call_init(&k, FR_OP_GELU_BWD, &at);
+        k.c.in[0] = tf(dy, sh);
+        k.c.in[1] = xh ? th(&x, sh) : tf(x.w, sh);
+        k.c.out[0] = tf(dx, sh);
+        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd f32 dx");
+        k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = dh};
+        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd 16-bit dx: %s", fr_last_error(g_ctx));
+        char what[64];
+        snprintf(what, sizeof what, "gelu_bwd (tanh) dx, x %s, n=%lld", xh ? "16-bit" : "f32",
+                 (long long)n);
+        same_rounded(what, dt, dx, dh, n);
+        k.c.accumulate = 1;
+        CHECK(fr_k_gelu_bwd(&k.c) == FR_ERR_ARG, "adding into a 16-bit dx is refused");
+    }
+    CHECK(fr_op_get(FR_OP_GELU_BWD)->half_out, "gelu_bwd offers a 16-bit dx");
+    free(dy), free(x0), free(dx), free(dh);
+    free_half(&x);
+}
+
 /* Cross-entropy's dlogits written in 16 bits (for a bf16 GEMM) a span of a
  * row at a time: the f32 call's values rounded, with rows wider than a span
  * (labels in every span) and narrower; adding into a 16-bit dlogits is
@@ -396,6 +426,8 @@ int main(void) {
         test_maxpool(dt, 8, 8, 2, 2);
         test_maxpool(dt, 9, 7, 3, 2);
         test_maxpool(dt, 64, 80, 2, 2); /* the thread team */
+        test_gelu_bwd_out(dt, 5003);
+        test_gelu_bwd_out(dt, 70001);
         test_ce_bwd_out(dt, 5, 10);
         test_ce_bwd_out(dt, 64, 5003); /* 3 spans a row, the thread team */
         test_maxpool_out(dt, 7, 9, 2, 2);

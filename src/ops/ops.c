@@ -332,6 +332,12 @@ static int ho_any(const fr_graph *g, const fr_node *n) {
     return 1;
 }
 
+/* the tanh GELU's backward writes a 16-bit dx (for a bf16 GEMM's dy) */
+static int ho_gelu_bwd(const fr_graph *g, const fr_node *n) {
+    (void)g;
+    return n->attr.approx == 1;
+}
+
 static int ho_maxpool(const fr_graph *g, const fr_node *n) {
     const fr_shape *y = &g->vals[n->out[0]].shape;
     return y->ndim == 4 && y->d[2] * y->d[3] <= FR_HALF_OUT_PLANE_MAX;
@@ -381,7 +387,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
     ROWH(RELU_BWD, "relu_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(GELU, "gelu", sh_same, fr_bw_by_input, -1, 0, fl_gelu, NULL, ho_any),
-    ROWH(GELU_BWD, "gelu_bwd", sh_grads, NULL, 0, 0, fl_gelu, hi_act_bwd),
+    ROWHO(GELU_BWD, "gelu_bwd", sh_grads, NULL, 0, 0, fl_gelu, hi_act_bwd, ho_gelu_bwd),
     ROWHO(SIGMOID, "sigmoid", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(TANH, "tanh", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),

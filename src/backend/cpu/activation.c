@@ -219,16 +219,20 @@ static int gelu_tanh_half_out(fr_kernel_call *c, int64_t n) {
     }
     return FR_OK;
 }
-static int gelu_tanh_bwd_half_in(fr_kernel_call *c, int64_t n) {
+/* x f32 or 16 bits (widened), dx f32 or 16 bits (rounded: the dy of a bf16
+ * GEMM, never added into) */
+static int gelu_tanh_bwd_half(fr_kernel_call *c, int64_t n) {
     const float *dy = fr_f32(&c->in[0]);
-    float *dx = fr_f32(&c->out[0]);
-    const int acc = acc_bit(c, 0);
+    const int acc = acc_bit(c, 0), out16 = c->out[0].dtype != FR_F32;
+    if (out16 && acc) return fr_fail(c->ctx, FR_ERR_ARG, "gelu_bwd: a 16-bit dx cannot be added into");
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
-        float buf[ACT_CHUNK];
+        float buf[ACT_CHUNK], dbuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-        gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx + o, m, acc);
+        float *dx = out16 ? dbuf : fr_f32(&c->out[0]) + o;
+        gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx, m, acc);
+        if (out16) out_store(&c->out[0], o, dbuf, m);
     }
     return FR_OK;
 }
@@ -254,10 +258,9 @@ int fr_k_gelu_bwd(fr_kernel_call *c) {
     if (!(c->node && c->node->attr.approx)) return gelu_erf_bwd(c);
     int64_t n;
     if (!fr_f32(&c->out[0]) || fr_kcheck_same_numel(c, "gelu_bwd", &n) ||
-        fr_shape_numel(&c->in[1].shape) != n || c->in[0].dtype != FR_F32 ||
-        c->out[0].dtype != FR_F32)
+        fr_shape_numel(&c->in[1].shape) != n || c->in[0].dtype != FR_F32)
         return gelu_tanh_bwd(c);
-    if (c->in[1].dtype != FR_F32) return gelu_tanh_bwd_half_in(c, n);
+    if (c->in[1].dtype != FR_F32 || c->out[0].dtype != FR_F32) return gelu_tanh_bwd_half(c, n);
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
     float *dx = fr_f32(&c->out[0]);
     const int acc = acc_bit(c, 0);
