@@ -10,7 +10,10 @@
  * spike checks the thinning (bounded size, the spike still reaches the peak
  * line). Failure paths: an empty trace, an unwritable path, and every
  * allocation failing in turn, each reported with nothing leaked, the trace
- * left as it was and no file left behind.
+ * left as it was and no file left behind. Kernel time by op
+ * (fr_timeline_op_times): spans between hand-placed time marks against the
+ * test's own clock, runs not ended by a mark left out; and a traced training
+ * step of a small MLP marks every kernel of its plan once a step.
  * Prints "N passed, M failed"; exits non-zero on any failure. */
 #include <ctype.h>
 #include <stdint.h>
@@ -18,9 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <time.h>
 #include "check.h"
 #include "core/ctx.h"
+#include "ops/ops.h"
 #include "report/timeline.h"
+#include "train/step.h"
 
 #define NCAT FR_MEM_CAT_COUNT
 
@@ -470,7 +476,97 @@ static void test_failures(void) {
     fr_ctx_free(ctx);
 }
 
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* a span of about ms under tag: its mark, a busy wait, the NULL mark; the
+ * time between the two marks lies within [inner, outer] of the test's clock */
+static void span(fr_ctx *ctx, const char *tag, double ms, double *inner, double *outer) {
+    double t0 = now_ms();
+    fr_mem_mark(ctx, tag);
+    double t1 = now_ms();
+    while (now_ms() - t1 < ms) {
+    }
+    double t2 = now_ms();
+    fr_mem_mark(ctx, NULL);
+    double t3 = now_ms();
+    *inner += t2 - t1, *outer += t3 - t0;
+}
+
+static void test_op_times(void) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_mem_trace(ctx, 1);
+    double ain = 0, aout = 0, bin = 0, bout = 0;
+    span(ctx, "opA", 3, &ain, &aout);
+    span(ctx, "opB", 1, &bin, &bout);
+    fr_mem_set_tag(ctx, "setup"); /* a run no mark ends: not a kernel */
+    void *p = fr_alloc(ctx, 1000, FR_MEM_OTHER);
+    span(ctx, "opA", 2, &ain, &aout);
+    fr_free(ctx, p);
+    fr_op_time t[8];
+    int n = fr_timeline_op_times(ctx, t, 8);
+    CHECK(n == 2, "two ops timed, got %d", n);
+    if (n == 2) {
+        CHECK(!strcmp(t[0].name, "opA") && t[0].calls == 2 && !strcmp(t[1].name, "opB") &&
+                  t[1].calls == 1,
+              "opA twice then opB once: %s %d, %s %d", t[0].name, t[0].calls, t[1].name,
+              t[1].calls);
+        CHECK(t[0].ms >= ain - 1e-3 && t[0].ms <= aout + 1e-3, "opA %.3f ms within [%.3f, %.3f]",
+              t[0].ms, ain, aout);
+        CHECK(t[1].ms >= bin - 1e-3 && t[1].ms <= bout + 1e-3, "opB %.3f ms within [%.3f, %.3f]",
+              t[1].ms, bin, bout);
+    }
+    fr_mem_trace(ctx, 0);
+    fr_ctx_free(ctx);
+
+    /* the executor: every kernel of a traced step, once a step */
+    ctx = fr_ctx_new();
+    fr_set_threads(ctx, 1);
+    fr_model *m = fr_model_new(ctx, 6, 1, 1);
+    fr_model_linear(m, 5, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 3, 1);
+    fr_model_init(m, 1);
+    fr_step_opts o = {
+        .batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    if (s) {
+        float x[24];
+        int32_t y[4] = {0, 1, 2, 0};
+        for (int i = 0; i < 24; i++) x[i] = (float)(i % 7) / 7.0f;
+        fr_batch b = {.n = 4, .x = x, .y = y};
+        fr_mem_trace(ctx, 1);
+        float loss;
+        for (int k = 0; k < 2; k++)
+            CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+        int want[FR_OP_COUNT] = {0}, nwant = 0;
+        for (int k = 0; k < s->plan.n_nodes; k++) {
+            fr_op op = s->g.nodes[s->plan.order[k]].op;
+            if (fr_op_get(op)->view) continue; /* no kernel */
+            nwant += !want[op]++;
+        }
+        fr_op_time ops[FR_OP_COUNT];
+        int got = fr_timeline_op_times(ctx, ops, FR_OP_COUNT), bad = 0;
+        for (int i = 0; i < got; i++) {
+            int op = 0;
+            while (op < FR_OP_COUNT && strcmp(fr_op_get((fr_op)op)->name, ops[i].name)) op++;
+            bad += op == FR_OP_COUNT || ops[i].calls != 2 * want[op] || ops[i].ms < 0;
+        }
+        CHECK(got == nwant && bad == 0, "%d ops timed (%d in the plan), %d with wrong calls", got,
+              nwant, bad);
+        fr_mem_trace(ctx, 0);
+        fr_step_free(s);
+    }
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 int main(void) {
+    test_op_times();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;

@@ -1196,13 +1196,33 @@ static int cmd_profile(int argc, char **argv) {
         fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
         goto out;
     }
+    fr_op_time ops[FR_OP_COUNT];
+    int nops = fr_timeline_op_times(ctx, ops, FR_OP_COUNT);
+    if (nops < 0) {
+        fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
+        goto out;
+    }
+    double kernel_ms = 0;
+    for (int i = 0; i < nops; i++) kernel_ms += ops[i].ms;
     if (c.t.json) { /* the host's memory, and a device's beside it */
-        printf("{\"event\": \"summary\", \"steps\": %d, \"ms_per_step\": %.3f, \"memory\": ", steps,
+        printf("{\"event\": \"summary\", \"steps\": %d, \"ms_per_step\": %.3f, \"ops\": [", steps,
                steps > 1 ? 1e3 * (t1 - t0) / (steps - 1) : 0.0);
+        for (int i = 0; i < nops; i++)
+            printf("%s{\"op\": \"%s\", \"calls\": %d, \"ms\": %.3f}", i ? ", " : "", ops[i].name,
+                   ops[i].calls, ops[i].ms);
+        printf("], \"memory\": ");
         mem_json_inline(ctx);
         printf("}\n");
         rc = 0;
         goto out;
+    }
+    if (nops > 0) { /* where the time goes: each op's kernels, summed over the steps */
+        printf("kernel time by op over %d steps (the first included), %.1f ms a step:\n", steps,
+               kernel_ms / steps);
+        printf("  %-22s %8s %12s %7s\n", "op", "calls", "ms a step", "share");
+        for (int i = 0; i < nops; i++)
+            printf("  %-22s %8d %12.2f %6.1f%%\n", ops[i].name, ops[i].calls, ops[i].ms / steps,
+                   kernel_ms > 0 ? 100.0 * ops[i].ms / kernel_ms : 0.0);
     }
     fr_mem_stats ms;
     fr_mem_get_stats(ctx, &ms);

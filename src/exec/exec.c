@@ -209,7 +209,9 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
             if (ws) return ws;
             c.copy_event = &e->copy_ev[i];
         }
+        fr_mem_mark(e->ctx, info->name); /* the kernel's span in a trace */
         int st = e->kernels[node->op](&c);
+        fr_mem_mark(e->ctx, NULL);
         if (st) return (fr_status)st;
         if (e->post_node && (st = e->post_node(e->post_arg, i))) return (fr_status)st;
     }

@@ -407,6 +407,13 @@ void fr_mem_set_tag_of(fr_mem *m, const char *tag) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void fr_mem_mark_of(fr_mem *m, const char *tag) {
+    pthread_mutex_lock(&m->lock);
+    m->tag = tag;
+    trace(m, 0, FR_MEM_OTHER);
+    pthread_mutex_unlock(&m->lock);
+}
+
 void fr_mem_trace_of(fr_mem *m, int on) {
     pthread_mutex_lock(&m->lock);
     m->tracing = on;
@@ -457,6 +464,7 @@ void fr_mem_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta) {
     fr_mem_track_of(&ctx->mem, cat, delta);
 }
 void fr_mem_set_tag(fr_ctx *ctx, const char *tag) { fr_mem_set_tag_of(&ctx->mem, tag); }
+void fr_mem_mark(fr_ctx *ctx, const char *tag) { fr_mem_mark_of(&ctx->mem, tag); }
 void fr_mem_trace(fr_ctx *ctx, int on) { fr_mem_trace_of(&ctx->mem, on); }
 void fr_mem_get_stats(const fr_ctx *ctx, fr_mem_stats *out) { fr_mem_stats_of(&ctx->mem, out); }
 void fr_mem_reset_peak(fr_ctx *ctx) { fr_mem_reset_peak_of(&ctx->mem); }

@@ -116,6 +116,7 @@ void fr_mem_empty_cache_of(fr_mem *m); /* cached blocks back to the source */
 void fr_mem_set_limit_of(fr_mem *m, size_t bytes);
 void fr_mem_fail_at_of(fr_mem *m, uint64_t n);
 void fr_mem_set_tag_of(fr_mem *m, const char *tag);
+void fr_mem_mark_of(fr_mem *m, const char *tag);
 void fr_mem_trace_of(fr_mem *m, int on);
 /* Bytes the side table holds (outside the stats), and testing: make the n-th
  * growth of the table from now fail (1 = the next; 0 disables). */
@@ -143,6 +144,10 @@ void fr_arena_free(fr_ctx *ctx, void *p);
 void fr_mem_track(fr_ctx *ctx, fr_mem_cat cat, int64_t delta);
 
 void fr_mem_set_tag(fr_ctx *ctx, const char *tag);
+/* Set the tag and, when tracing, record a zero-byte event at this moment: a
+ * time mark. The executor marks each kernel's start (its op's name) and end
+ * (NULL), so the trace's op spans are the kernels' own times. */
+void fr_mem_mark(fr_ctx *ctx, const char *tag);
 void fr_mem_trace(fr_ctx *ctx, int on); /* on: clears and starts a trace */
 
 #endif

@@ -215,6 +215,7 @@ fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path) {
     memcpy(s, tr.base, sizeof s);
     put_counter(&b, 0.0, s);
     for (size_t i = 0; i < tr.n; i++) {
+        if (!tr.ev[i].delta) continue; /* a time mark (fr_mem_mark) */
         s[tr.ev[i].cat % NCAT] += tr.ev[i].delta;
         put_counter(&b, tr.ev[i].t_us, s);
     }
@@ -529,4 +530,35 @@ fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size
     st = text_write(&b, path, "SVG");
     trace_resume(ctx, &tr);
     return st;
+}
+
+/* ---- kernel time by op ----------------------------------------------------- */
+
+int fr_timeline_op_times(fr_ctx *ctx, fr_op_time *out, int max) {
+    if (!ctx || !out || max < 1) return 0;
+    tl_trace tr;
+    if (trace_take(ctx, &tr, "op times")) return -1;
+    int n = 0;
+    for (size_t i = 0; i < tr.n;) {
+        size_t j = i;
+        while (j < tr.n && tr.ev[j].tag == tr.ev[i].tag) j++;
+        /* a kernel's span: a run under its op's name that the executor's
+         * NULL mark ends (fr_mem_mark), not the tags of setup or copies */
+        if (tr.ev[i].tag && j < tr.n && !tr.ev[j].tag && !tr.ev[j].delta) {
+            double ms = (tr.ev[j].t_us - tr.ev[i].t_us) / 1e3;
+            int k = 0;
+            while (k < n && strcmp(out[k].name, tr.ev[i].tag)) k++;
+            if (k == n && n < max) out[n++] = (fr_op_time){tr.ev[i].tag, 0, 0.0};
+            if (k < n) out[k].calls++, out[k].ms += ms > 0 ? ms : 0.0;
+        }
+        i = j;
+    }
+    trace_resume(ctx, &tr);
+    for (int a = 1; a < n; a++) /* the largest first (insertion sort: a few dozen ops) */
+        for (int b = a; b > 0 && out[b].ms > out[b - 1].ms; b--) {
+            fr_op_time t = out[b];
+            out[b] = out[b - 1];
+            out[b - 1] = t;
+        }
+    return n;
 }

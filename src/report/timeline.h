@@ -22,9 +22,10 @@
  * microseconds since the trace started. One counter event ("ph": "C",
  * name "memory") holding the allocated bytes of every category as args for
  * the start of the trace and after each memory event (a stacked counter
- * track, one series per category); one complete event ("ph": "X", tid 1)
- * per run of consecutive events under the same op tag, from its first
- * event to the next run's, with the bytes it allocated and freed; and one
+ * track, one series per category; time marks, fr_mem_mark, add none); one
+ * complete event ("ph": "X", tid 1) per run of consecutive events under the
+ * same op tag, from its first event to the next run's (for a kernel, the
+ * mark that ends it), with the bytes it allocated and freed; and one
  * instant event ("ph": "i") at the peak of the total. */
 fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
 
@@ -37,5 +38,17 @@ fr_status fr_timeline_chrome(fr_ctx *ctx, const char *path);
  * column per pixel, each drawn at the highest total it reaches, so the peak
  * is never lost. title may be NULL. */
 fr_status fr_timeline_svg(fr_ctx *ctx, const char *path, const char *title, size_t budget);
+
+/* Kernel time by op, from the trace's time marks (fr_mem_mark: the
+ * executor marks each kernel's start and end): for each op name its calls
+ * and the sum of its kernels' spans in ms, the largest first, at most max
+ * ops. On a device a span is the time to enqueue, not to run. Returns the
+ * number of ops (0: none traced), -1 with the error set. */
+typedef struct fr_op_time {
+    const char *name;
+    int calls;
+    double ms;
+} fr_op_time;
+int fr_timeline_op_times(fr_ctx *ctx, fr_op_time *out, int max);
 
 #endif
