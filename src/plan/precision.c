@@ -48,6 +48,19 @@ static int cast_input(fr_graph *g, int i, int j, fr_dtype dt, fr_dtype round) {
     return c;
 }
 
+/* Node i writes its out[0] (value v) in 16 bits itself: a new value of
+ * dtype half takes v's place as the output. Returns it, or -1 with
+ * g->status set. */
+static int half_output(fr_graph *g, int i, int v, fr_dtype half) {
+    int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
+    if (h < 0) return -1;
+    g->vals[h].batched = g->vals[v].batched;
+    g->vals[h].producer = i;
+    g->vals[v].producer = -1;
+    g->nodes[i].out[0] = h;
+    return h;
+}
+
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
@@ -147,6 +160,16 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }                                                                          \
         out[k++] = (id);                                                           \
     } while (0)
+/* node i reads its input j through a CAST (cast_input), emitted before it */
+#define CAST_INPUT(j, dt, round)                       \
+    do {                                               \
+        int c_ = cast_input(g, i, (j), (dt), (round)); \
+        if (c_ < 0) {                                  \
+            st = g->status;                            \
+            goto done;                                 \
+        }                                              \
+        EMIT(c_);                                      \
+    } while (0)
     for (int pos = 0; pos < n; pos++) {
         int i = order[pos];
         { /* bring saved halves back to f32 for late readers (and max pooling) */
@@ -201,12 +224,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             }
             /* a weight, dy, or an input saved in f32: a 16-bit copy for this
              * reader alone (a weight's is made from the master right before) */
-            int c = cast_input(g, i, j, half, FR_F32);
-            if (c < 0) {
-                st = g->status;
-                goto done;
-            }
-            EMIT(c);
+            CAST_INPUT(j, half, FR_F32);
         }
         if (store_half) { /* mixed: weights of matmuls and convolutions rounded to 16 bits */
             fr_op op = g->nodes[i].op;
@@ -220,12 +238,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                  * weight right before it and dropped right after: nothing
                  * 16-bit is held through the step (the weight does not
                  * change between its forward and its backward reader) */
-                int c = cast_input(g, i, j, FR_F32, half);
-                if (c < 0) {
-                    st = g->status;
-                    goto done;
-                }
-                EMIT(c);
+                CAST_INPUT(j, FR_F32, half);
             }
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
@@ -233,12 +246,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32 ||
                 (gemm16_slot(g16, &g->nodes[i], j) && g->vals[x].dtype == half))
                 continue;
-            int c = cast_input(g, i, j, FR_F32, FR_F32);
-            if (c < 0) {
-                st = g->status;
-                goto done;
-            }
-            EMIT(c);
+            CAST_INPUT(j, FR_F32, FR_F32);
         }
         EMIT(i);
         if (g16_only && !is_forward(g, i, n_nodes0)) { /* dy made in 16 bits for its GEMMs */
@@ -247,16 +255,10 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             if (v >= 0 && (size_t)v < nv0 && g16_only[v] && g->vals[v].kind == FR_VAL_STEP &&
                 g->vals[v].dtype == FR_F32 && g->vals[v].alias_of < 0 &&
                 !(g->nodes[i].accumulate & 1u) && pi->half_out && pi->half_out(g, &g->nodes[i])) {
-                int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
-                if (h < 0) {
+                if ((hv[v] = half_output(g, i, v, half)) < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->vals[h].batched = g->vals[v].batched;
-                g->vals[h].producer = i;
-                g->vals[v].producer = -1;
-                g->nodes[i].out[0] = h;
-                hv[v] = h;
             }
         }
         if (is_forward(g, i, n_nodes0)) { /* store what backward will read in half */
@@ -265,18 +267,12 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             if (v >= 0 && (size_t)v < nv0 && cast[origin[v]] && pi->half_out &&
                 pi->half_out(g, &g->nodes[i]) && !f32_read[origin[v]]) {
                 /* nobody reads the f32 value: the producer writes the half */
-                int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
-                if (h < 0) {
+                if ((hv[v] = half_output(g, i, v, half)) < 0) {
                     st = g->status;
                     goto done;
                 }
-                g->vals[h].batched = g->vals[v].batched;
-                g->vals[h].producer = i;
-                g->vals[h].saved = 1;
+                g->vals[hv[v]].saved = 1;
                 g->vals[v].saved = 0;
-                g->vals[v].producer = -1;
-                g->nodes[i].out[0] = h;
-                hv[v] = h;
             } else if (v >= 0 && (size_t)v < nv0 && cast[origin[v]]) {
                 int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
                 if (c < 0) {
@@ -290,6 +286,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             }
         }
     }
+#undef CAST_INPUT
 #undef EMIT
 done:
     fr_free(ctx, cast);
