@@ -146,9 +146,9 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             const fr_node *nd = &g->nodes[order[pos]];
             for (int j = 0; j < nd->n_in; j++) {
                 int x = nd->in[j];
-                if (x >= 0 && (size_t)x < nv0 && !gemm16_slot(g16, nd, j)) g16_only[x] = 0;
-                if (x >= 0 && (size_t)x < nv0 && g->vals[x].alias_of >= 0)
-                    g16_only[g->vals[x].alias_of] = 0;
+                if (x < 0 || (size_t)x >= nv0) continue;
+                if (!gemm16_slot(g16, nd, j)) g16_only[x] = 0;
+                if (g->vals[x].alias_of >= 0) g16_only[g->vals[x].alias_of] = 0;
             }
         }
     }

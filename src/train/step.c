@@ -592,8 +592,9 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     for (size_t i = 0; i < m->n_params; i++)
         half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;
     if (store16 || half_weights) {
-        fr_dtype half = (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16 : FR_BF16;
-        if (!opts->training || prec == FR_PREC_FP32 || prec == FR_PREC_AUTO) half = FR_F32;
+        fr_dtype half = !store16                                               ? FR_F32
+                        : (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED) ? FR_F16
+                                                                               : FR_BF16;
         if ((st = fr_precision_apply(&s->g, half, n_nodes0, origin, &order, &n_order))) goto fail;
     }
     if (opts->training && half_weights && (st = narrow_half_grads(s, &order, &n_order))) goto fail;

@@ -15,12 +15,10 @@
  * GEMM, gemm16.c), as the mixed-precision pass binds them when the CPU has
  * one. Returns 1 for bf16, 0 for f32, -1 with the error set. */
 static int operands16(fr_kernel_call *c, const char *op, const fr_tensor *const *t, int n) {
-    int n16 = 0, used = 0;
+    int n32 = 0, n16 = 0, used = 0;
     for (int i = 0; i < n; i++)
-        if (t[i]->data) used++, n16 += t[i]->dtype == FR_BF16;
-    for (int i = 0; i < n; i++)
-        if (t[i]->data && t[i]->dtype != FR_F32 && t[i]->dtype != FR_BF16) n16 = -1;
-    if (n16 == 0) return 0;
+        if (t[i]->data) used++, n32 += t[i]->dtype == FR_F32, n16 += t[i]->dtype == FR_BF16;
+    if (n32 == used) return 0;
     if (n16 == used) return 1;
     fr_fail(c->ctx, FR_ERR_ARG, "%s: the GEMM's operands must be all f32 or all bf16", op);
     return -1;
