@@ -16,7 +16,11 @@
  * (c) the kv_cache category holds 2 layers x 2 (K, V) x T x C x 4 bytes
  * while generating and 0 after; (d) bad models and inputs fail with a
  * message, and every allocation failing in turn fails cleanly, leaking
- * nothing. */
+ * nothing; (e) the two rules past the context against a float64 GPT written
+ * out in this file: window_slide 1 decodes as nanoGPT (the last T tokens
+ * at positions 0.. at every step), the default as generate.h says (the last
+ * T/2, positions restarted), both with the same cache bytes, and the two
+ * agree exactly until the first window move. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,18 +122,25 @@ static void on_logits(void *user, const float *z, int vocab) {
     s->n_logits++;
 }
 
-static fr_status gen(fr_model *m, const int32_t *prompt, int n_prompt, int tokens, double temp,
-                     int top_k, uint64_t seed, seen *s, int *cropped) {
+static fr_status gen_window(fr_model *m, const int32_t *prompt, int n_prompt, int tokens,
+                            double temp, int top_k, uint64_t seed, int slide, seen *s,
+                            int *cropped) {
     memset(s, 0, sizeof *s);
     s->ctx = m->ctx;
     fr_gen_opts o = {.tokens = tokens,
                      .temperature = temp,
                      .top_k = top_k,
                      .seed = seed,
+                     .window_slide = slide,
                      .emit = on_token,
                      .logits = on_logits,
                      .user = s};
     return fr_generate(m, prompt, n_prompt, &o, cropped);
+}
+
+static fr_status gen(fr_model *m, const int32_t *prompt, int n_prompt, int tokens, double temp,
+                     int top_k, uint64_t seed, seen *s, int *cropped) {
+    return gen_window(m, prompt, n_prompt, tokens, temp, top_k, seed, 0, s, cropped);
 }
 
 /* The full forward on a window of n <= T tokens: the last position's logits. */
@@ -197,6 +208,239 @@ static void test_greedy(fr_ctx *ctx, fr_model *m, fr_step *e, const int32_t *pro
     free(s);
 }
 
+/* ---- (e): a float64 GPT, the reference decode of both window rules ----
+ * gpt_text's GPT written out from its parameters, found by their state_dict
+ * names (nanoGPT's): x = wte[tok] + wpe[0..n); per block x += proj(attn(
+ * ln_1(x))), x += fc2(gelu_tanh(fc(ln_2(x)))); logits = ln_f(x) wte^T. The
+ * attention is the textbook one (scores q.k / sqrt(HS), masked to u <= t, a
+ * softmax, the weighted values), nothing of the tiled kernel or the cache. */
+#define NH 4
+#define HS (C / NH)
+#define FF (4 * C)
+#define REF_TOL 1e-4 /* |logit f32 - logit f64| */
+
+typedef struct ref_block {
+    const float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    const float *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} ref_block;
+
+typedef struct ref_gpt {
+    const float *wte, *wpe, *lnf_w, *lnf_b;
+    ref_block h[NLAYER];
+} ref_gpt;
+
+/* The parameter named fmt (with the block's number), checked for its size. */
+static const float *ref_param(const fr_model *m, const char *fmt, int block, int64_t numel,
+                              int *missing) {
+    char name[FR_ST_NAME_MAX];
+    snprintf(name, sizeof name, fmt, block);
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) {
+            const fr_param *p = &m->params[i];
+            int64_t n = 1;
+            for (int d = 0; d < p->shape.ndim; d++) n *= p->shape.d[d];
+            if (n == numel && p->dtype == FR_F32) return p->data;
+            CHECK(0, "reference: %s has %lld elements, want %lld", name, (long long)n,
+                  (long long)numel);
+            ++*missing;
+            return NULL;
+        }
+    CHECK(0, "reference: the model has no parameter %s", name);
+    ++*missing;
+    return NULL;
+}
+
+static int ref_bind(const fr_model *m, ref_gpt *r) {
+    int miss = 0;
+    r->wte = ref_param(m, "wte.weight", 0, V * C, &miss);
+    r->wpe = ref_param(m, "wpe.weight", 0, T * C, &miss);
+    r->lnf_w = ref_param(m, "ln_f.weight", 0, C, &miss);
+    r->lnf_b = ref_param(m, "ln_f.bias", 0, C, &miss);
+    for (int l = 0; l < NLAYER; l++) {
+        ref_block *b = &r->h[l];
+        b->ln1_w = ref_param(m, "h.%d.ln_1.weight", l, C, &miss);
+        b->ln1_b = ref_param(m, "h.%d.ln_1.bias", l, C, &miss);
+        b->attn_w = ref_param(m, "h.%d.attn.c_attn.weight", l, 3 * C * C, &miss);
+        b->attn_b = ref_param(m, "h.%d.attn.c_attn.bias", l, 3 * C, &miss);
+        b->proj_w = ref_param(m, "h.%d.attn.c_proj.weight", l, C * C, &miss);
+        b->proj_b = ref_param(m, "h.%d.attn.c_proj.bias", l, C, &miss);
+        b->ln2_w = ref_param(m, "h.%d.ln_2.weight", l, C, &miss);
+        b->ln2_b = ref_param(m, "h.%d.ln_2.bias", l, C, &miss);
+        b->fc_w = ref_param(m, "h.%d.mlp.c_fc.weight", l, FF * C, &miss);
+        b->fc_b = ref_param(m, "h.%d.mlp.c_fc.bias", l, FF, &miss);
+        b->fc2_w = ref_param(m, "h.%d.mlp.c_proj.weight", l, C * FF, &miss);
+        b->fc2_b = ref_param(m, "h.%d.mlp.c_proj.bias", l, C, &miss);
+    }
+    return miss == 0;
+}
+
+// x (C) -> y (C) = (x - mean) / sqrt(var + 1e-5) w + b, var the biased one
+static void ref_layernorm(const double *x, const float *w, const float *b, double *y) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < C; c++) mean += x[c];
+    mean /= C;
+    for (int c = 0; c < C; c++) var += (x[c] - mean) * (x[c] - mean);
+    var /= C;
+    for (int c = 0; c < C; c++) y[c] = (x[c] - mean) / sqrt(var + 1e-5) * w[c] + b[c];
+}
+
+// x (K) -> y (N) = W x + b, W (N, K) as PyTorch's Linear keeps it
+static void ref_linear(const double *x, const float *W, const float *b, int N, int K, double *y) {
+    for (int o = 0; o < N; o++) {
+        double acc = b ? b[o] : 0.0;
+        for (int k = 0; k < K; k++) acc += (double)W[(size_t)o * K + k] * x[k];
+        y[o] = acc;
+    }
+}
+
+static double ref_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* The logits z (V) at the last of tok[0..n) (n <= T), run at positions 0..n-1. */
+static void ref_logits(const ref_gpt *r, const int32_t *tok, int n, double *z) {
+    static double x[T][C], h[T][C], qkv[T][3 * C], y[T][C], f[T][FF], o[C];
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < C; c++)
+            x[t][c] = (double)r->wte[tok[t] * C + c] + (double)r->wpe[t * C + c];
+    for (int l = 0; l < NLAYER; l++) {
+        const ref_block *b = &r->h[l];
+        for (int t = 0; t < n; t++) {
+            ref_layernorm(x[t], b->ln1_w, b->ln1_b, h[t]);
+            ref_linear(h[t], b->attn_w, b->attn_b, 3 * C, C, qkv[t]);
+        }
+        for (int t = 0; t < n; t++)
+            for (int hd = 0; hd < NH; hd++) { /* q at [hd HS], k at C + hd HS, v at 2C + hd HS */
+                double s[T], mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    s[u] = 0;
+                    for (int j = 0; j < HS; j++)
+                        s[u] += qkv[t][hd * HS + j] * qkv[u][C + hd * HS + j];
+                    s[u] /= sqrt((double)HS);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
+                for (int j = 0; j < HS; j++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++) acc += s[u] / sum * qkv[u][2 * C + hd * HS + j];
+                    y[t][hd * HS + j] = acc;
+                }
+            }
+        for (int t = 0; t < n; t++) {
+            ref_linear(y[t], b->proj_w, b->proj_b, C, C, o);
+            for (int c = 0; c < C; c++) x[t][c] += o[c];
+            ref_layernorm(x[t], b->ln2_w, b->ln2_b, h[t]);
+            ref_linear(h[t], b->fc_w, b->fc_b, FF, C, f[t]);
+            for (int k = 0; k < FF; k++) f[t][k] = ref_gelu_tanh(f[t][k]);
+            ref_linear(f[t], b->fc2_w, b->fc2_b, C, FF, o);
+            for (int c = 0; c < C; c++) x[t][c] += o[c];
+        }
+    }
+    ref_layernorm(x[n - 1], r->lnf_w, r->lnf_b, o);
+    ref_linear(o, r->wte, NULL, V, C, z); /* the head tied to wte */
+}
+
+/* Greedy decoding under one window rule against the float64 GPT. The
+ * reference's window, from the whole sequence so far (prompt, then the
+ * tokens made):
+ *   slide (nanoGPT): its last min(len, T) tokens, at positions 0..;
+ *   half (the default, generate.h): the prompt's last T tokens; a token
+ *     made when T are held starts a new window of the last T/2 (itself
+ *     included) at position 0, which then grows one token a step again.
+ * Each step: the logits within REF_TOL of the reference's, and the token its
+ * argmax wherever the top two differ by more than 2 REF_TOL (elsewhere a
+ * near tie: the token's reference logit within 2 REF_TOL of the top). The
+ * sequence goes on with the token made, which is the reference's own choice
+ * at every step with a clear margin. *out gets the tokens. */
+static void test_window(fr_ctx *ctx, fr_model *m, const ref_gpt *r, const int32_t *prompt,
+                        int n_prompt, int tokens, int slide, int32_t *out, const char *what) {
+    seen *s = calloc(1, sizeof *s);
+    int32_t seq[T + 5 + MAXGEN];
+    int cropped = -1;
+    fr_status st = gen_window(m, prompt, n_prompt, tokens, 0.0, 0, 1, slide, s, &cropped);
+    CHECK(!st && s->n == tokens && s->n_logits == tokens,
+          "%s: fr_generate: %d tokens, %d logits: %s", what, s->n, s->n_logits,
+          st ? fr_last_error(ctx) : "ok");
+    CHECK(cropped == (n_prompt > T ? n_prompt - T : 0), "%s: cropped %d", what, cropped);
+    const size_t kv = (size_t)2 * NLAYER * T * C * sizeof(float);
+    int len = n_prompt, start = n_prompt > T ? n_prompt - T : 0; /* the window: seq[start, len) */
+    int crops = 0, ties = 0, kv_ok = 0;
+    double worst = 0, min_gap = INFINITY;
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    for (int i = 0; i < tokens && i < s->n && !st; i++) {
+        double z[V];
+        ref_logits(r, seq + start, len - start, z);
+        int want = 0;
+        for (int v = 1; v < V; v++)
+            if (z[v] > z[want]) want = v;
+        double gap = INFINITY, d = 0;
+        for (int v = 0; v < V; v++) {
+            if (v != want) gap = fmin(gap, z[want] - z[v]);
+            d = fmax(d, fabs((double)s->logits[i][v] - z[v]));
+        }
+        worst = fmax(worst, d);
+        min_gap = fmin(min_gap, gap);
+        CHECK(d <= REF_TOL,
+              "%s: token %d (window [%d, %d) of the sequence): logits differ from "
+              "the float64 GPT's by %g (tolerance %g)",
+              what, i, start, len, d, REF_TOL);
+        const int32_t tok = s->tok[i];
+        if (gap > 2 * REF_TOL)
+            CHECK(tok == want,
+                  "%s: token %d: generated %d, the float64 GPT's argmax %d (margin %g)", what, i,
+                  tok, want, gap);
+        else {
+            ties++;
+            CHECK(tok >= 0 && tok < V && z[tok] >= z[want] - 2 * REF_TOL,
+                  "%s: token %d: generated %d, not within %g of the float64 GPT's top (%d)", what,
+                  i, tok, 2 * REF_TOL, want);
+        }
+        kv_ok += s->kv_bytes[i] == kv;
+        seq[len++] = tok;
+        if (slide) {
+            if (len - T > start) crops++;
+            start = len > T ? len - T : 0;
+        } else if (len - start > T) {
+            start = len - T / 2;
+            crops++;
+        }
+    }
+    CHECK(kv_ok == tokens, "%s: kv_cache held %zu bytes at %d of %d tokens", what, kv, kv_ok,
+          tokens);
+    memcpy(out, s->tok, (size_t)tokens * sizeof *out);
+    printf("%s: %d tokens, %d window moves, max |logit - float64| %.3g, smallest top-1 margin "
+           "%.3g, %d near ties\n",
+           what, tokens, crops, worst, min_gap, ties);
+    free(s);
+}
+
+/* (e) */
+static void test_windows(fr_ctx *ctx, fr_model *m, const int32_t *prompt) {
+    ref_gpt r;
+    if (!ref_bind(m, &r)) return;
+    int32_t slide[MAXGEN], half[MAXGEN];
+    const int np = 5, n = 60; /* the window passes T at token T - np + 1, then 3 contexts more */
+    test_window(ctx, m, &r, prompt, np, n, 1, slide, "slide, prompt 5, 60 tokens");
+    test_window(ctx, m, &r, prompt, np, n, 0, half, "half, prompt 5, 60 tokens");
+    /* the two agree while the sequence fits the context (tokens 0 .. T - np,
+     * the last one made from a full window), and no further */
+    int same = 0;
+    while (same < n && slide[same] == half[same]) same++;
+    CHECK(same == T - np + 1,
+          "slide and half agree on the first %d tokens, want %d (the first "
+          "window move is at token %d)",
+          same, T - np + 1, T - np + 1);
+    printf("slide and half: the first %d of %d tokens equal\n", same, n);
+    int32_t tmp[MAXGEN];
+    test_window(ctx, m, &r, prompt, T + 5, 40, 1, tmp, "slide, prompt longer than the context");
+    test_window(ctx, m, &r, prompt, T, 40, 1, tmp, "slide, prompt = context");
+    test_window(ctx, m, &r, prompt, 1, 40, 1, tmp, "slide, prompt 1");
+    fr_set_threads(ctx, 1);
+    test_window(ctx, m, &r, prompt, 3, 40, 1, tmp, "slide, 1 thread");
+    fr_set_threads(ctx, 2);
+    test_window(ctx, m, &r, prompt, T + 5, 40, 0, tmp, "half, prompt longer than the context");
+}
+
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 /* (d) */
@@ -228,6 +472,9 @@ static void test_bad(fr_ctx *ctx, fr_model *m) {
           fr_last_error(ctx));
     st = gen(m, p, 3, 0, 1.0, 0, 1, s, NULL);
     CHECK(st == FR_OK && s->n == 0, "zero tokens: nothing emitted, no error");
+    st = gen_window(m, p, 3, 4, 0.0, 0, 1, 2, s, NULL);
+    CHECK(st == FR_ERR_ARG && contains(fr_last_error(ctx), "window_slide 2"),
+          "window_slide 2: '%s'", fr_last_error(ctx));
 
     /* a model without token input */
     fr_model *mlp = fr_model_new(ctx, 8, 1, 1);
@@ -358,6 +605,9 @@ int main(void) {
     free(a);
     free(b);
     free(g);
+
+    /* (e) */
+    test_windows(ctx, m, prompt);
 
     /* (d) */
     test_bad(ctx, m);

@@ -1,8 +1,8 @@
 /* generate.c — fr_generate: a token model run position by position with a
  * KV cache, and the sampler (generate.h has the contract: the cache, the
- * context wrap, the sampling rules). It walks the model's layers by kind and
- * calls the CPU kernels on the rows at hand; the one loop of its own is the
- * attention of one new query over the cached keys. It owns no graph, plan or
+ * two rules past the context, the sampling rules). It walks the model's
+ * layers by kind and calls the CPU kernels on the rows at hand; the one loop
+ * of its own is the attention of one new query over the cached keys. It owns no graph, plan or
  * arena: the buffers are sized once, when generation starts, for the
  * largest chunk (the whole context in a prefill).
  *
@@ -455,11 +455,12 @@ fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr
     if (cropped) *cropped = 0;
     if (!m || !o) return FR_ERR_ARG;
     fr_ctx *ctx = m->ctx;
-    if (o->tokens < 0 || !(o->temperature >= 0.0 && o->temperature <= 1e6) || o->top_k < 0)
+    if (o->tokens < 0 || !(o->temperature >= 0.0 && o->temperature <= 1e6) || o->top_k < 0 ||
+        (o->window_slide != 0 && o->window_slide != 1))
         return fr_fail(ctx, FR_ERR_ARG,
-                       "generate: tokens %d, temperature %g, top-k %d: need tokens >= 0, "
-                       "temperature >= 0, top-k >= 0",
-                       o->tokens, o->temperature, o->top_k);
+                       "generate: tokens %d, temperature %g, top-k %d, window_slide %d: need "
+                       "tokens >= 0, temperature >= 0, top-k >= 0, window_slide 0 or 1",
+                       o->tokens, o->temperature, o->top_k, o->window_slide);
     if (!prompt || n_prompt < 1)
         return fr_fail(ctx, FR_ERR_ARG, "generate: the prompt is empty (give at least one token)");
     gen g = {.m = m, .ctx = ctx};
@@ -491,10 +492,10 @@ fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr
             break;
         }
         g.window[n] = tok;
-        if (n == T) { /* the cache is full: keep the last half, prefill it again */
-            memmove(g.window, g.window + (n + 1 - keep_on_wrap),
-                    (size_t)keep_on_wrap * sizeof(int32_t));
-            n = keep_on_wrap;
+        if (n == T) { /* the cache is full: the window's last T (slide) or T/2, prefilled again */
+            const int keep = o->window_slide ? T : keep_on_wrap;
+            memmove(g.window, g.window + (n + 1 - keep), (size_t)keep * sizeof(int32_t));
+            n = keep;
             st = run_chunk(&g, g.window, n, 0, &z);
         } else {
             st = run_chunk(&g, g.window + n, 1, n, &z);

@@ -7,10 +7,20 @@
  * fr_generate runs.
  *
  * The context is the model's (its pos_embedding's table, `input tokens T`).
- * When the sequence reaches it, the oldest half is dropped: the last
- * context/2 tokens are prefilled again at positions 0.. (what nanoGPT's
- * generate does when it crops idx to the last block_size tokens, done once
- * per context/2 new tokens instead of every token).
+ * Past it, two rules (window_slide):
+ *   0, the default: when the sequence would pass T, the oldest half is
+ *      dropped: the last T/2 tokens are prefilled again at positions 0..
+ *      and the cache goes on from there. One prefill per T/2 new tokens, so
+ *      a token still costs O(T) on average; but the positions restart, so
+ *      the tokens from the first wrap on are not nanoGPT's.
+ *   1, slide: nanoGPT's rule (idx[:, -block_size:] at every step). Until
+ *      the sequence passes T the cache runs as above; from then on each new
+ *      token drops the oldest and the whole window of the last T tokens is
+ *      run again at positions 0..T-1 (the cache cannot be kept: every
+ *      token's position moves down by one), O(T^2) attention and T rows of
+ *      every layer per token. Each token is then chosen from nanoGPT's
+ *      logits: greedy decoding equals nanoGPT's.
+ * A prompt longer than T keeps its last T tokens under both rules.
  *
  * Sampling: logits / temperature, the top_k largest kept (0: all; ties at
  * the k-th value are kept too, as nanoGPT's `logits < v[-1]` mask), softmax
@@ -32,6 +42,10 @@ typedef struct fr_gen_opts {
     double temperature; /* 0: greedy; else > 0 */
     int top_k;          /* 0: the whole vocabulary */
     uint64_t seed;
+    /* past the context: 0 keeps the last T/2 tokens and restarts positions (a
+     * prefill per T/2 tokens); 1 slides the window a token a step as nanoGPT
+     * does (a prefill of T positions per token) */
+    int window_slide;
     /* called with each new token as it is chosen (may be NULL) */
     void (*emit)(void *user, int32_t token);
     /* called with the logits (vocab f32) each new token is chosen from, before
