@@ -5,8 +5,11 @@
 # same seed the same bytes, greedy (temperature 0) continuing the sentence it
 # learnt; tokens/s and the kv cache bytes (2 layers x K, V x 32 positions x 32
 # x 4 bytes = 16384, worked out by hand) on stderr; a prompt longer than the
-# context cropped with a note naming the count; ids: prompts; and the bad
-# inputs: no --weights, a model that does not read tokens, an id past the
+# context cropped with a note naming the count; ids: prompts; the two rules
+# past the context, --window half (the default) and slide, against a float64
+# decode of the checkpoint in plain Python (ref.py below): the same bytes
+# while the sequence fits the context, each rule's own bytes past it; and the
+# bad inputs: no --weights, a model that does not read tokens, an id past the
 # vocabulary, a malformed ids: list.
 source "$(dirname "$0")/lib.sh"
 
@@ -51,6 +54,123 @@ grep -qF "the prompt has 48 tokens, the context 32: the first 16 are dropped" "$
 # ids: a byte model takes them too (116 104 101 = "the"), and prints bytes
 gen --prompt ids:116,104,101 --tokens 4 --temperature 0 >"$tmp/i.out" 2>"$tmp/i.err" || no "ids: $(cat "$tmp/i.err")"
 head -c 3 "$tmp/i.out" | grep -qx "the" && ok || no "ids prompt echoed: $(cat "$tmp/i.out")"
+
+# ---- past the context: --window half (the default) and slide ----
+cat >"$tmp/ref.py" <<'PY'
+# A float64 decode of small_gpt.model from its checkpoint, in plain Python:
+# for each byte frugal made, the reference's window under the rule, its
+# logits, and the byte checked to be their argmax (a near tie, top two within
+# TIE, may go either way). Usage: ref.py CKPT half|slide PROMPT_LEN OUT
+import json, math, struct, sys
+from operator import mul
+
+T, C, NH, L, V, TIE = 32, 32, 2, 2, 256, 2e-3
+HS = C // NH
+ckpt, rule, n_prompt, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+raw = open(ckpt, "rb").read()
+hlen = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + hlen])
+
+def tensor(name):  # a list of rows (2-d) or a list (1-d)
+    e = head[name]
+    a, b = e["data_offsets"]
+    v = struct.unpack("<%df" % ((b - a) // 4), raw[8 + hlen + a:8 + hlen + b])
+    if len(e["shape"]) == 1:
+        return list(v)
+    n = e["shape"][1]
+    return [list(v[i:i + n]) for i in range(0, len(v), n)]
+
+p = "transformer."
+wte, wpe, head_w = tensor(p + "wte.weight"), tensor(p + "wpe.weight"), tensor("lm_head.weight")
+lnf = tensor(p + "ln_f.weight"), tensor(p + "ln_f.bias")
+blocks = []
+for l in range(L):
+    q = "%sh.%d." % (p, l)
+    blocks.append({k: tensor(q + k) for k in (
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+        "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+        "mlp.c_proj.weight", "mlp.c_proj.bias")})
+
+def layernorm(x, w, b):  # biased variance, eps 1e-5
+    m = sum(x) / len(x)
+    r = 1.0 / math.sqrt(sum((v - m) ** 2 for v in x) / len(x) + 1e-5)
+    return [(v - m) * r * wi + bi for v, wi, bi in zip(x, w, b)]
+
+def linear(x, W, b=None):  # W (out, in) as PyTorch's Linear
+    y = [sum(map(mul, row, x)) for row in W]
+    return [v + bi for v, bi in zip(y, b)] if b else y
+
+def gelu(v):
+    return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+
+def logits(tok):  # tok at positions 0..len-1; the last position's logits
+    x = [[a + b for a, b in zip(wte[t], wpe[i])] for i, t in enumerate(tok)]
+    for B in blocks:
+        qkv = [linear(layernorm(r, B["ln_1.weight"], B["ln_1.bias"]), B["attn.c_attn.weight"],
+                      B["attn.c_attn.bias"]) for r in x]
+        for t in range(len(x)):
+            y = []
+            for h in range(NH):
+                q = qkv[t][h * HS:(h + 1) * HS]
+                s = [sum(map(mul, q, qkv[u][C + h * HS:C + (h + 1) * HS])) / math.sqrt(HS)
+                     for u in range(t + 1)]
+                mx = max(s)
+                e = [math.exp(v - mx) for v in s]
+                z = sum(e)
+                y += [sum(e[u] / z * qkv[u][2 * C + h * HS + j] for u in range(t + 1))
+                      for j in range(HS)]
+            x[t] = [a + b for a, b in zip(x[t], linear(y, B["attn.c_proj.weight"],
+                                                       B["attn.c_proj.bias"]))]
+        for t in range(len(x)):
+            f = [gelu(v) for v in linear(layernorm(x[t], B["ln_2.weight"], B["ln_2.bias"]),
+                                         B["mlp.c_fc.weight"], B["mlp.c_fc.bias"])]
+            x[t] = [a + b for a, b in zip(x[t], linear(f, B["mlp.c_proj.weight"],
+                                                       B["mlp.c_proj.bias"]))]
+    return linear(layernorm(x[-1], *lnf), head_w)
+
+seq = list(open(out, "rb").read()[:-1])  # the prompt, then the bytes made (then a newline)
+start = max(0, n_prompt - T)  # the window is seq[start:k]
+ties = moves = 0
+for k in range(n_prompt, len(seq)):
+    z = logits(seq[start:k])
+    want = max(range(V), key=lambda v: z[v])
+    gap = min(z[want] - z[v] for v in range(V) if v != want)
+    got = seq[k]
+    if gap > TIE:
+        assert got == want, "byte %d: frugal made %d, the reference's argmax is %d (margin %.3g), " \
+            "window [%d, %d)" % (k - n_prompt, got, want, gap, start, k)
+    else:
+        ties += 1
+        assert z[got] >= z[want] - TIE, "byte %d: %d is not within %g of the top" % (k, got, TIE)
+    # the window for the next byte
+    if rule == "slide":
+        moves += k + 1 - start > T
+        start = max(start, k + 1 - T)
+    elif k + 1 - start > T:  # half: the last T/2, positions from 0 again
+        start, moves = k + 1 - T // 2, moves + 1
+print("%s: %d bytes as the reference, %d window moves, %d near ties" %
+      (rule, len(seq) - n_prompt, moves, ties))
+PY
+# 10 + 23 bytes: the last made from a full window of 32, none past it: the same
+gen --prompt 'the quick ' --tokens 23 --temperature 0 >"$tmp/h0.out" 2>/dev/null
+gen --prompt 'the quick ' --tokens 23 --temperature 0 --window slide >"$tmp/s0.out" 2>"$tmp/s0.err" ||
+    no "--window slide: $(cat "$tmp/s0.err")"
+cmp -s "$tmp/h0.out" "$tmp/s0.out" && ok || no "within the context, slide and half differ"
+# a prompt of 34 (cropped to 32) and 30 bytes more: half moves its window
+# twice, slide at every byte; each against the reference's decode
+p='dog. the lazy over jumps fox brown'
+gen --prompt "$p" --tokens 30 --temperature 0 >"$tmp/h1.out" 2>/dev/null
+gen --prompt "$p" --tokens 30 --temperature 0 --window half >"$tmp/h2.out" 2>/dev/null
+cmp -s "$tmp/h1.out" "$tmp/h2.out" && ok || no "--window half is not the default"
+gen --prompt "$p" --tokens 30 --temperature 0 --window slide >"$tmp/s1.out" 2>/dev/null
+for rule in half slide; do
+    python3 "$tmp/ref.py" "$tmp/g.st" $rule ${#p} "$tmp/${rule:0:1}1.out" >"$tmp/r" 2>&1 && ok ||
+        no "--window $rule against the float64 decode: $(tail -1 "$tmp/r")"
+done
+# and past the context the two rules part for this prompt (a scrambled sentence)
+cmp -s "$tmp/h1.out" "$tmp/s1.out" && no "past the context, slide made half's bytes: $(cat "$tmp/s1.out")" || ok
+python3 "$tmp/ref.py" "$tmp/g.st" slide 10 "$tmp/s0.out" >"$tmp/r" 2>&1 && ok ||
+    no "within the context against the float64 decode: $(tail -1 "$tmp/r")"
 
 # ---- bad input ----
 expect_fail "no --weights" 2 "--weights CKPT is required" \
