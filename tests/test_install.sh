@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# test_install.sh — libfrugal as a C user gets it: `cmake --install` of the
-# build tree into a scratch prefix; libfrugal.so with its soname exporting
-# exactly the functions include/frugal.h declares FR_API; every example
-# compiled against the installed library with pkg-config (shared, and static
-# from a moved copy of the prefix) and one run; a CMake project using
+# test_install.sh — libfrugal as a C user gets it: the targets that
+# scripts/run.sh builds are all that `cmake --install` needs; `cmake
+# --install` of the build tree into a scratch prefix; libfrugal.so with its
+# soname exporting exactly the functions include/frugal.h declares FR_API;
+# every example compiled against the installed library with pkg-config
+# (frugal.pc: the shared library, run without LD_LIBRARY_PATH; and
+# frugal-static.pc from a moved copy of the prefix, the .so beside the .a,
+# needing no libfrugal.so) and one run; a CMake project using
 # find_package(frugal) with frugal::frugal and frugal::frugal_static; the
 # installed `frugal --version`; and every source compiling for aarch64.
 source "$(dirname "$0")/lib.sh"
@@ -18,9 +21,50 @@ flags=()
 run() { "$@" >"$tmp/out" 2>&1; }
 version=$(sed -n 's/^#define FR_VERSION "\(.*\)"$/\1/p' "$src/include/frugal.h")
 
+# The README installs from the build that scripts/run.sh makes, which builds
+# only the targets its `--target` list names. CMake's file API, in a scratch
+# tree configured with run.sh's own cmake line, lists every installed target
+# and what each target depends on: all installed targets must be among
+# run.sh's and their dependencies. (Building them again here would take
+# minutes; what they produce is checked below, installed from $build.)
+configure=$(sed -n 's/^\(cmake -S \. -B build .*\) >\/dev\/null$/\1/p' "$src/scripts/run.sh")
+targets=$(sed -n 's/^cmake --build build .*--target \(.*\)$/\1/p' "$src/scripts/run.sh")
+if [ -n "$configure" ] && [ -n "$targets" ]; then
+    ok
+    mkdir -p "$tmp/runsh/.cmake/api/v1/query"
+    : >"$tmp/runsh/.cmake/api/v1/query/codemodel-v2"
+    (cd "$src" && run ${configure/-B build/-B $tmp/runsh}) && ok || no "run.sh's cmake line: $(tail -5 "$tmp/out")"
+    python3 - "$tmp/runsh/.cmake/api/v1/reply" $targets >"$tmp/missing" 2>&1 <<'PY'
+import glob, json, os, sys
+reply, wanted = sys.argv[1], sys.argv[2:]
+index = json.load(open(max(glob.glob(os.path.join(reply, "index-*.json")))))
+model = json.load(open(os.path.join(reply, index["reply"]["codemodel-v2"]["jsonFile"])))
+targets = {}
+for ref in model["configurations"][0]["targets"]:
+    t = json.load(open(os.path.join(reply, ref["jsonFile"])))
+    targets[t["name"]] = t
+by_id = {t["id"]: name for name, t in targets.items()}
+built, todo = set(), list(wanted)
+while todo:
+    name = todo.pop()
+    if name in built: continue
+    if name not in targets: print(f"run.sh builds {name}: no such target"); continue
+    built.add(name)
+    todo += [by_id[d["id"]] for d in targets[name].get("dependencies", [])]
+installed = sorted(n for n, t in targets.items() if "install" in t)
+if not installed: print("no installed target in the file API's reply")
+for name in installed:
+    if name not in built: print(f"installed target {name} is not built by run.sh's --target {' '.join(wanted)}")
+PY
+    [ $? -eq 0 ] && [ ! -s "$tmp/missing" ] && ok || no "$(cat "$tmp/missing")"
+else
+    no "scripts/run.sh: no 'cmake -S . -B build ... >/dev/null' line or no 'cmake --build build ... --target' line"
+fi
+
 run cmake --install "$build" --prefix "$prefix" && ok || no "cmake --install: $(tail -5 "$tmp/out")"
 for f in "$libdir/libfrugal.a" "$libdir/libfrugal.so.$version" "$libdir/libfrugal.so.0" "$libdir/libfrugal.so" \
-    include/frugal.h bin/frugal "$libdir/pkgconfig/frugal.pc" "$libdir/cmake/frugal/frugalConfig.cmake" \
+    include/frugal.h bin/frugal "$libdir/pkgconfig/frugal.pc" "$libdir/pkgconfig/frugal-static.pc" \
+    "$libdir/cmake/frugal/frugalConfig.cmake" \
     "$libdir/cmake/frugal/frugalConfigVersion.cmake" "$libdir/cmake/frugal/frugalTargets.cmake"; do
     [ -e "$prefix/$f" ] && ok || no "installed $f"
 done
@@ -35,7 +79,8 @@ if diff "$tmp/declared" "$tmp/exported" >"$tmp/diff"; then ok; else
     no "libfrugal.so exports what frugal.h declares (< declared only, > exported only): $(grep '^[<>]' "$tmp/diff" | head -20 | tr '\n' ' ')"
 fi
 
-# pkg-config: every example, strict, against the shared library; one run.
+# pkg-config: every example, strict, against the shared library; one run,
+# with no LD_LIBRARY_PATH: frugal.pc gives the program a run path to it.
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 [ "$(pkg-config --modversion frugal)" = "$version" ] && ok || no "pkg-config --modversion: $(pkg-config --modversion frugal 2>&1)"
 for ex in "$src"/examples/*.c; do
@@ -43,21 +88,25 @@ for ex in "$src"/examples/*.c; do
     run "$cc" -std=c11 -Wall -Wextra -Werror -pedantic "${flags[@]}" "$ex" -o "$tmp/$name" \
         $(pkg-config --cflags --libs frugal) && ok || no "pkg-config build of $name: $(head -20 "$tmp/out")"
 done
-LD_LIBRARY_PATH=$prefix/$libdir ldd "$tmp/train_mlp" | grep -q "libfrugal.so.0 => $prefix/$libdir/" && ok ||
-    no "train_mlp links the installed libfrugal.so.0: $(ldd "$tmp/train_mlp" | grep frugal)"
-run env LD_LIBRARY_PATH="$prefix/$libdir" "$tmp/train_mlp" 20
+env -u LD_LIBRARY_PATH ldd "$tmp/train_mlp" | grep -q "libfrugal.so.0 => $prefix/$libdir/pkgconfig/../../$libdir/" && ok ||
+    no "train_mlp finds the installed libfrugal.so.0 by its run path: $(env -u LD_LIBRARY_PATH ldd "$tmp/train_mlp" | grep frugal)"
+run env -u LD_LIBRARY_PATH "$tmp/train_mlp" 20
 [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (shared): $(tail -5 "$tmp/out")"
 
-# Static: a moved copy of the prefix without the shared library; the .pc
-# finds its new place and --static brings the dependencies.
+# Static: a moved copy of the prefix, libfrugal.so still beside libfrugal.a
+# (as a user has it); frugal-static.pc finds its new place, names the
+# archive and brings the dependencies. The program needs no libfrugal.so.
 cp -r "$prefix" "$tmp/moved"
-rm -f "$tmp/moved/$libdir"/libfrugal.so*
-run "$cc" "${flags[@]}" "$src/examples/train_mlp.c" -o "$tmp/train_mlp_static" \
-    $(PKG_CONFIG_PATH=$tmp/moved/$libdir/pkgconfig pkg-config --static --cflags --libs frugal) && ok ||
-    no "static pkg-config build: $(head -20 "$tmp/out")"
-readelf -d "$tmp/train_mlp_static" 2>/dev/null | grep -q 'NEEDED.*libfrugal' && no "static build needs libfrugal.so" || ok
-run "$tmp/train_mlp_static" 20
-[ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (static): $(tail -5 "$tmp/out")"
+[ -e "$tmp/moved/$libdir/libfrugal.so" ] && ok || no "the moved prefix has no libfrugal.so"
+for static in "" --static; do
+    run "$cc" "${flags[@]}" "$src/examples/train_mlp.c" -o "$tmp/train_mlp_static" \
+        $(PKG_CONFIG_PATH=$tmp/moved/$libdir/pkgconfig pkg-config $static --cflags --libs frugal-static) && ok ||
+        no "pkg-config $static frugal-static build: $(head -20 "$tmp/out")"
+    readelf -d "$tmp/train_mlp_static" >"$tmp/dyn" 2>&1
+    grep -q 'NEEDED.*libfrugal' "$tmp/dyn" && no "pkg-config $static frugal-static: the program needs libfrugal.so" || ok
+    run env -u LD_LIBRARY_PATH "$tmp/train_mlp_static" 20
+    [ $? -eq 0 ] && grep -q "predicted peak of a step" "$tmp/out" && ok || no "train_mlp (static): $(tail -5 "$tmp/out")"
+done
 
 # CMake: find_package(frugal) and both imported targets.
 mkdir -p "$tmp/proj"
