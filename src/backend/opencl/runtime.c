@@ -4,6 +4,7 @@
  * transfers. It owns no op and no tensor layout. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "backend/opencl/runtime.h"
 
 #define FR_CL_MAX_PLATFORMS 16
@@ -26,6 +27,8 @@ struct fr_cl {
     cl_program *programs; /* fr_cl_n_sources, NULL until first built */
     cl_cached_kernel *kernels;
     size_t n_kernels, cap_kernels;
+    int n_compiled;      /* programs built since the compiling notice, 0 before it */
+    double compiling_t0; /* when the first slow build began (CLOCK_MONOTONIC) */
 };
 
 const char *fr_cl_errstr(cl_int err) {
@@ -273,6 +276,40 @@ cl_command_queue fr_cl_queue(fr_cl *cl) { return cl->queue; }
 
 /* ---- programs and kernels ---------------------------------------------- */
 
+/* A build that found its binary in the driver's cache (PoCL's kcache, a GPU
+ * driver's own) takes a few hundredths of a second of this thread's CPU
+ * time; one that compiles takes from a third of a second to several. CPU
+ * time, not wall time: a busy machine does not make a cached build look
+ * slow. */
+#define FR_CL_COMPILING_CPU_S 0.25
+
+static double seconds(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Tell a waiting user (ctx->notices) that the driver is compiling: once,
+ * at the first build that compiled, then a line per program built after
+ * it. The kernels' first runs compile more (PoCL specializes each for its
+ * work-group size, CLBlast builds its own programs), so the first step
+ * waits longer than these builds; the next run finds it all cached. */
+static void compiling_notice(fr_ctx *ctx, fr_cl *cl, const char *file, double t0, double cpu) {
+    if (!ctx->notices) return;
+    if (!cl->n_compiled) {
+        if (cpu < FR_CL_COMPILING_CPU_S) return;
+        cl->compiling_t0 = t0;
+        fprintf(stderr,
+                "compiling OpenCL kernels for %s (first run only: the driver caches them; "
+                "the first step waits for it, up to a minute on a CPU device)\n",
+                cl->info.name);
+    }
+    cl->n_compiled++;
+    fprintf(stderr, "  compiled %s.cl (program %d, %.1f s so far)\n", file, cl->n_compiled,
+            seconds(CLOCK_MONOTONIC) - cl->compiling_t0);
+    fflush(stderr);
+}
+
 /* Build the program of the n texts one after the other (FILE names it in
  * messages). */
 static int build(fr_ctx *ctx, fr_cl *cl, const char *file, const char **texts, cl_uint n,
@@ -284,8 +321,10 @@ static int build(fr_ctx *ctx, fr_cl *cl, const char *file, const char **texts, c
     snprintf(what, sizeof what, "clCreateProgramWithSource %s.cl", file);
     int st = fr_cl_check(ctx, err, what);
     if (st != FR_OK) return st;
+    double t0 = seconds(CLOCK_MONOTONIC), cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID);
     err = clBuildProgram(p, 1, &cl->device, "-cl-std=CL1.2", NULL, NULL);
     if (err == CL_SUCCESS) {
+        compiling_notice(ctx, cl, file, t0, seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0);
         *out = p;
         return FR_OK;
     }
