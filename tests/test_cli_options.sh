@@ -22,7 +22,8 @@ add device         tespf cpu
 add offload        tspf  optimizer
 add sync-upload    t     -
 add json           tespf -
-add no-progress    t     -
+add no-progress    te    -
+add quiet          t     -
 add data           tep   /nonexistent
 add train-images   tp    a.npy
 add train-labels   tp    b.npy
@@ -39,7 +40,10 @@ add prompt         g     hello
 add tokens         g     5
 add temperature    g     0.5
 add top-k          g     3
+add window         g     slide
 add save           t     x.safetensors
+add save-every     t     10
+add save-weights-only t  -
 add resume         t     x.safetensors
 add init           t     x.safetensors
 add eval           s     -

@@ -483,7 +483,7 @@ static void reference_order(uint64_t seed, int epoch, int64_t n, int64_t *perm) 
 
 static fr_token_loader_opts lopts(int B, int T, int shuffle, uint64_t seed, int queue,
                                   int64_t begin, int64_t end) {
-    fr_token_loader_opts o = {B, T, shuffle, seed, queue, 0, begin, end, 0, 0};
+    fr_token_loader_opts o = {B, T, shuffle, seed, queue, 0, begin, end, 0, 0, 0};
     return o;
 }
 

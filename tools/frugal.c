@@ -211,6 +211,10 @@ enum {
     O_SVG,
     O_JSON,
     O_NOPROG,
+    O_QUIET,
+    O_SAVE_EVERY,
+    O_SAVE_WEIGHTS,
+    O_WINDOW,
     O_BUCKET_CAP,
     O_NO_OVERLAP,
     O_RANKS,
@@ -228,13 +232,20 @@ typedef struct opt_row {
 
 /* In --help order; a heading is printed when a command takes an option under it. */
 static const opt_row opts[] = {
-    {"model", "FILE|NAME", O_MODEL, C_ALL,
+    {"model", "FILE|NAME", O_MODEL, C_ALL & ~C_GENERATE,
      "model file (see models/README.md) or built-in: mlp, cnn, resnet,\n"
      "gpt-tiny, gpt2 [cnn]"},
+    {"model", "FILE|NAME", O_MODEL, C_GENERATE,
+     "a language model's file or built-in: gpt-tiny, gpt2 [gpt-tiny]"},
     {"weights", "CKPT", O_WEIGHTS, C_EVAL | C_GENERATE,
      "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
-    {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE, "samples per step [128]"},
-    {"threads", "N", O_THREADS, C_ALL, "threads for OpenMP and OpenBLAS [all cores]"},
+    {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE,
+     "samples per step [128, or the model file's `default batch N`:\n"
+     "gpt-tiny 8, gpt2 4, models/gpt2-xl.model 1]"},
+    {"threads", "N", O_THREADS, C_ALL,
+     "threads for OpenMP and OpenBLAS (0: all cores) [all cores];\n"
+     "idle threads sleep (OMP_WAIT_POLICY=passive) unless the\n"
+     "environment sets OMP_WAIT_POLICY"},
     {"device", "NAME", O_DEVICE, C_STEP | C_EVAL,
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
@@ -248,7 +259,12 @@ static const opt_row opts[] = {
     {"eval", NULL, O_EVAL, C_ESTIMATE, "an eval step (forward only, no backward state)"},
     {"json", NULL, O_JSON, C_TRAIN | C_EVAL | C_ESTIMATE | C_PLAN | C_PROFILE,
      "JSON on stdout instead of text"},
-    {"no-progress", NULL, O_NOPROG, C_TRAIN, "no progress bar or log lines"},
+    {"no-progress", NULL, O_NOPROG, C_TRAIN | C_EVAL,
+     "no progress bar and no per-step log lines (results, notes,\n"
+     "the memory summary and warnings still print)"},
+    {"quiet", NULL, O_QUIET, C_TRAIN,
+     "print nothing but warnings and errors (implies --no-progress;\n"
+     "with --json the JSON lines still print)"},
     {"help", NULL, O_HELP, C_ALL, "this text"},
 
     {"data (see the layout below):", NULL, O_SECTION, 0, NULL},
@@ -269,15 +285,25 @@ static const opt_row opts[] = {
      "the test labels (or float32 .npy targets)"},
     {"limit", "N", O_LIMIT, C_TRAIN | C_PLAN, "use only the first N training samples"},
     {"test-limit", "N", O_TLIMIT, C_TRAIN | C_EVAL | C_PLAN,
-     "use only the first N test samples (language models: validation\n"
-     "windows; train evaluates the first 128 unless told)"},
+     "score only the first N test samples (0: all) [all; language\n"
+     "models: the first 128 validation windows, every one of them\n"
+     "whatever --batch, the last batch a partial one]"},
 
     {"training:", NULL, O_SECTION, 0, NULL},
     {"epochs", "N", O_EPOCHS, C_TRAIN, "passes over the training set [3]"},
-    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE | C_GENERATE,
+    {"seed", "N", O_SEED, C_TRAIN | C_PROFILE,
      "seed for initialisation, shuffling and dropout [0]"},
     {"save", "PATH", O_SAVE, C_TRAIN,
-     "write weights + optimizer state (safetensors) after each epoch"},
+     "write weights + optimizer state (safetensors, atomically) after\n"
+     "each epoch, and at the next step boundary on SIGINT or SIGTERM\n"
+     "(Ctrl-C; a second one stops at once), then exit 128+signal"},
+    {"save-every", "N", O_SAVE_EVERY, C_TRAIN,
+     "with --save: also every N optimizer steps (the position inside\n"
+     "the epoch is saved: --resume continues bit for bit)"},
+    {"save-weights-only", NULL, O_SAVE_WEIGHTS, C_TRAIN,
+     "with --save: weights and buffers only (a PyTorch state_dict that\n"
+     "load_state_dict(strict=True) takes: no optimizer.* entries; a GPT's\n"
+     "also has nanoGPT's attn.bias masks); not resumable"},
     {"resume", "PATH", O_RESUME, C_TRAIN,
      "continue from a checkpoint; losses equal an uninterrupted run"},
     {"init", "WEIGHTS", O_INIT, C_TRAIN,
@@ -293,7 +319,13 @@ static const opt_row opts[] = {
     {"prompt", "TEXT", O_PROMPT, C_GENERATE, "the text to continue [\"\\n\"]"},
     {"tokens", "N", O_TOKENS, C_GENERATE, "new tokens to generate [256]"},
     {"temperature", "X", O_TEMP, C_GENERATE, "0: greedy (argmax); else sample [1.0]"},
+    {"seed", "N", O_SEED, C_GENERATE, "seed of the sampling [0]"},
     {"top-k", "K", O_TOPK, C_GENERATE, "sample among the K likeliest (0: all) [0]"},
+    {"window", "MODE", O_WINDOW, C_GENERATE,
+     "past the context: half (keep the last context/2 tokens, restart\n"
+     "positions, go on with the KV cache: cheap) | slide (nanoGPT's\n"
+     "crop to the last context tokens at every step: its output, a\n"
+     "full forward over the window a token) [half]"},
 
     {"optimizer:", NULL, O_SECTION, 0, NULL},
     {"optimizer", "NAME", O_OPT, C_STEP, "sgd | adam | adamw [adam]"},
@@ -410,6 +442,8 @@ typedef struct cli {
     int eps_set;
     int nesterov, zero_keep;
     int ranks, zero; /* estimate --ranks N; --zero K (-1: not given) */
+    int batch_set, model_set, help, window_slide, save_weights_only;
+    char batch_from[96]; /* where the batch came from, when not the command line */
 } cli;
 
 static int bad(const char *cmd, const char *fmt, const char *arg) {
@@ -467,24 +501,35 @@ static int parse_real(const char *cmd, const char *name, const char *s, double l
         if (parse_int(cmd->name, r->name, val, (lo), (hi), &v_)) return 2; \
         dst = v_;                                                          \
     } while (0)
-#define REAL_OPT(lo, hi, dst)                                               \
-    do {                                                                    \
-        double v_;                                                          \
-        if (parse_real(cmd->name, r->name, val, (lo), (hi), &v_)) return 2; \
-        dst = (float)v_;                                                    \
-    } while (0)
-
-#define REAL_OPT_D(lo, hi, dst)                                              \
+/* A number kept as the user's double, as Python keeps it (--lr 5e-4 is
+ * 0.0005 in the update rule's arithmetic and in the checkpoint). */
+#define REAL_OPT(lo, hi, dst)                                                \
     do {                                                                     \
         if (parse_real(cmd->name, r->name, val, (lo), (hi), &dst)) return 2; \
     } while (0)
 
-static const opt_row *find_opt(const char *name, size_t len) {
+/* The row of --name for the command `bit` (an option may have a row of
+ * its own for some commands, with their own help), else its first row. */
+static const opt_row *find_opt(const char *name, size_t len, unsigned bit) {
+    const opt_row *first = NULL;
     for (size_t i = 0; i < N_OPTS; i++)
         if (opts[i].id > O_BATCH_AUTO && strlen(opts[i].name) == len &&
-            !strncmp(opts[i].name, name, len))
-            return &opts[i];
-    return NULL;
+            !strncmp(opts[i].name, name, len)) {
+            if (opts[i].cmds & bit) return &opts[i];
+            if (!first) first = &opts[i];
+        }
+    return first;
+}
+
+/* The model's `default batch N` (0: none, or it does not load: the
+ * command says why when it loads it). */
+static int model_default_batch(const char *model) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = ctx ? fr_model_load(ctx, model) : NULL;
+    int b = m ? m->default_batch : 0;
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return b;
 }
 
 /* Reads argv (argv[0] is the command) into c. Options are spelled in full,
@@ -492,7 +537,7 @@ static const opt_row *find_opt(const char *name, size_t len) {
  * a usage error (with its message printed) or -1 after printing --help. */
 static int parse(int argc, char **argv, const command *cmd, cli *c) {
     memset(c, 0, sizeof *c);
-    c->t.model = "cnn";
+    c->t.model = cmd->bit == C_GENERATE ? "gpt-tiny" : "cnn";
     c->t.data = DEFAULT_DATA;
     c->t.epochs = 3;
     c->t.batch = 128;
@@ -513,7 +558,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         if (strncmp(a, "--", 2) || !a[2]) return bad(cn, "unexpected argument '%s'", a);
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-        const opt_row *r = find_opt(a + 2, len);
+        const opt_row *r = find_opt(a + 2, len, cmd->bit);
         if (!r) {
             const opt_row *like = NULL; /* the one option this is the start of, if any */
             int n_like = 0;
@@ -527,15 +572,18 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             fprintf(stderr, "\n(see `frugal %s --help`)\n", cn);
             return 2;
         }
+        unsigned takers = 0; /* the commands any row of this option serves */
+        for (size_t k = 0; k < N_OPTS; k++)
+            if (opts[k].id == r->id) takers |= opts[k].cmds;
         if (!(r->cmds & cmd->bit)) {
             fprintf(
                 stderr,
                 "frugal %s: --%s is not an option of %s (see `frugal %s --help`); it belongs to ",
                 cn, r->name, cn, cn);
             int left = 0, k;
-            for (k = 0; k < (int)N_COMMANDS; k++) left += !!(r->cmds & commands[k].bit);
+            for (k = 0; k < (int)N_COMMANDS; k++) left += !!(takers & commands[k].bit);
             for (k = 0; k < (int)N_COMMANDS; k++)
-                if (r->cmds & commands[k].bit)
+                if (takers & commands[k].bit)
                     fprintf(stderr, "%s%s", commands[k].name,
                             --left > 1  ? ", "
                             : left == 1 ? " and "
@@ -546,7 +594,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         if (r->arg) {
             if (eq) val = eq + 1;
             else if (i + 1 < argc && !(strncmp(argv[i + 1], "--", 2) == 0 &&
-                                       find_opt(argv[i + 1] + 2, strcspn(argv[i + 1] + 2, "="))))
+                                       find_opt(argv[i + 1] + 2, strcspn(argv[i + 1] + 2, "="), 0)))
                 val = argv[++i];
             else {
                 fprintf(stderr, "frugal %s: --%s needs a value (%s)\n(see `frugal %s --help`)\n",
@@ -565,17 +613,20 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             return 2;
         }
         switch (r->id) {
-        case O_MODEL: c->t.model = val; break;
+        case O_MODEL:
+            c->t.model = val;
+            c->model_set = 1;
+            break;
         case O_DATA:
             c->t.data = val;
             c->data_set = 1;
             break;
         case O_SEQ: INT_OPT(1, 1 << 20, c->t.seq); break;
-        case O_VALFRAC: REAL_OPT_D(0, 0.9, c->t.val_fraction); break;
+        case O_VALFRAC: REAL_OPT(0, 0.9, c->t.val_fraction); break;
         case O_EVALINT: INT_OPT(1, 1000000000, c->t.eval_interval); break;
         case O_PROMPT: c->prompt = val; break;
         case O_TOKENS: INT_OPT(0, 1 << 24, c->tokens); break;
-        case O_TEMP: REAL_OPT_D(0, 100, c->temperature); break;
+        case O_TEMP: REAL_OPT(0, 100, c->temperature); break;
         case O_TOPK: INT_OPT(0, 1 << 24, c->top_k); break;
         case O_TRAIN_IMAGES: c->t.train_images = val; break;
         case O_TRAIN_LABELS: c->t.train_labels = val; break;
@@ -585,6 +636,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_BATCH:
             if (!strcmp(val, "auto") && (cmd->bit & C_STEP)) c->t.batch_auto = 1;
             else INT_OPT(1, 1 << 20, c->t.batch);
+            c->batch_set = 1;
             break;
         case O_OPT: opt_name = val; break;
         case O_LR:
@@ -622,9 +674,23 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_RESUME: c->t.resume = val; break;
         case O_INIT: c->t.init = val; break;
         case O_LIMIT: INT_OPT(1, 1000000000000, c->t.limit_train); break;
-        case O_TLIMIT: INT_OPT(1, 1000000000000, c->t.limit_test); break;
+        case O_TLIMIT:
+            INT_OPT(0, 1000000000000, c->t.limit_test);
+            if (!c->t.limit_test) c->t.limit_test = -1; /* 0: all */
+            break;
         case O_JSON: c->t.json = 1; break;
         case O_NOPROG: c->t.progress = -1; break;
+        case O_QUIET:
+            c->t.progress = -1;
+            c->t.quiet = 1;
+            break;
+        case O_SAVE_EVERY: INT_OPT(1, 1000000000, c->t.save_every); break;
+        case O_SAVE_WEIGHTS: c->save_weights_only = 1; break;
+        case O_WINDOW:
+            if (!strcmp(val, "slide")) c->window_slide = 1;
+            else if (!strcmp(val, "half")) c->window_slide = 0;
+            else return bad(cn, "--window '%s': choose half or slide", val);
+            break;
         case O_WEIGHTS: c->weights = val; break;
         case O_EVAL: c->eval_only = 1; break;
         case O_EPS:
@@ -644,7 +710,12 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             else return bad(cn, "--optimizer-state '%s': choose fp32, bf16 or int8", val);
             break;
         case O_KEEPG: c->t.keep_grads = 1; break;
-        case O_CLIP: REAL_OPT(0, 1e30, c->t.clip_grad_norm); break;
+        case O_CLIP: {
+            double v;
+            REAL_OPT(0, 1e30, v);
+            c->t.clip_grad_norm = (float)v; /* fr_step_opts' is a float */
+            break;
+        }
         case O_LSCALE:
             if (!strcmp(val, "dynamic")) c->t.loss_scaling = FR_LOSS_SCALE_DYNAMIC;
             else if (!strcmp(val, "none")) c->t.loss_scaling = FR_LOSS_SCALE_NONE;
@@ -684,7 +755,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_BUCKET_CAP: {
             double mb;
-            REAL_OPT_D(1e-3, 1024, mb);
+            REAL_OPT(1e-3, 1024, mb);
             c->t.bucket_cap = (size_t)(mb * 1048576.0);
             c->t.bucket_first_cap =
                 c->t.bucket_cap < ((size_t)1 << 20) ? c->t.bucket_cap : (size_t)1 << 20;
@@ -693,8 +764,26 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_NO_OVERLAP: c->t.no_overlap = 1; break;
         case O_RANKS: INT_OPT(1, 1 << 20, c->ranks); break;
         case O_ZERO_STAGE: INT_OPT(0, 3, c->zero); break;
-        case O_HELP: print_usage(cmd); return -1;
+        case O_HELP: c->help = 1; break;
         }
+    }
+    c->t.data_default = !c->data_set; /* no test split from a directory nobody named */
+    /* a model file may state its own batch (a language model's windows
+     * cost far more than an image): used when the command line gives none */
+    if (!c->batch_set && (cmd->bit & ~C_GENERATE)) {
+        int b = model_default_batch(c->t.model);
+        if (b > 0) {
+            c->t.batch = b;
+            snprintf(c->batch_from, sizeof c->batch_from, "%s's model file: default batch %d",
+                     c->t.model, b);
+        }
+    }
+    if (c->help) {
+        print_usage(cmd);
+        if (c->model_set && c->batch_from[0] && (cmd->bit & ~C_GENERATE))
+            printf("\nwith --model %s: --batch defaults to %d (%s)\n", c->t.model, c->t.batch,
+                   c->batch_from);
+        return -1;
     }
     if (!c->t.train_images != !c->t.train_labels)
         return bad(cn, "%s", "give --train-images and --train-labels together (or neither)");
@@ -775,6 +864,7 @@ static int use_device(fr_ctx *ctx, const cli *c, const char *cmd) {
     (void)ctx; /* used only by the OpenCL build */
     if (c->device < 0) return 0;
 #ifdef FR_HAVE_OPENCL
+    ctx->notices = !c->t.json && c->t.progress >= 0; /* "compiling OpenCL kernels" */
     if (fr_cl_use(ctx, c->device) == FR_OK) return 0;
     fprintf(stderr, "frugal %s: --device opencl:%d: %s\n", cmd, c->device, fr_last_error(ctx));
 #else
@@ -820,6 +910,23 @@ static void stop_handlers(int rank, int ranks) {
     sigaction(SIGHUP, &sa, NULL);
 }
 
+/* One process: SIGINT or SIGTERM asks the trainer to save at the next
+ * step boundary and stop (cfg.stop); the handler then steps aside, so a
+ * second one stops at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void save_on_signal(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[0], &c);
@@ -833,6 +940,10 @@ static int cmd_train(int argc, char **argv) {
     }
     int rank = fr_comm_rank(comm), ranks = fr_comm_size(comm);
     if (ranks > 1) stop_handlers(rank, ranks);
+    else {
+        save_on_signal();
+        c.t.stop = &stop_signal;
+    }
     c.t.comm = comm;
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "train")) return fr_comm_finalize(comm), ctx_done(ctx), 1;
@@ -841,10 +952,14 @@ static int cmd_train(int argc, char **argv) {
                bad("train", "%s", "--offload needs --device opencl[:N]");
     c.t.zero = c.zero > 0 ? c.zero : 0;
     default_text(ctx, &c);
-    if (rank > 0) c.t.json = 0, c.t.progress = -1; /* rank 0 speaks for the run */
-    if (!c.t.json && c.t.progress >= 0)
-        fprintf(stderr, "training %s on %s: %d epochs, batch %d, %s lr %g, %d threads%s\n",
+    if (rank > 0) c.t.json = 0, c.t.progress = -1, c.t.quiet = 2; /* rank 0 speaks for the run */
+    ctx->notices = !c.t.json && c.t.progress >= 0;
+    char from[128] = "";
+    if (c.batch_from[0]) snprintf(from, sizeof from, " (%s)", c.batch_from);
+    if (!c.t.json && !c.t.quiet)
+        fprintf(stderr, "training %s on %s: %d epochs, batch %d%s, %s lr %g, %d threads%s\n",
                 c.t.model, c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
+                from,
                 c.t.optim.kind == FR_OPTIM_SGD    ? "sgd"
                 : c.t.optim.kind == FR_OPTIM_ADAM ? "adam"
                                                   : "adamw",
@@ -885,8 +1000,11 @@ static int cmd_train(int argc, char **argv) {
             printf(", \"buckets\": %d, \"comm_wait_seconds\": %.6f", res.buckets, res.comm_wait_s);
         }
         printf("}\n");
-    } else if (c.t.progress >= 0) {
-        if (res.tokens)
+    } else if (!c.t.quiet && !res.stopped_by) {
+        if (!res.tokens && isnan(res.test_loss))
+            printf("done in %.1f s: train loss %.4f (no test split)\n", res.seconds,
+                   res.final_loss);
+        else if (res.tokens)
             printf("done in %.1f s, %lld steps: validation loss %.4f nats\n", res.seconds,
                    (long long)res.steps_done, res.test_loss);
         else if (isnan(res.test_acc))
@@ -896,7 +1014,7 @@ static int cmd_train(int argc, char **argv) {
     fflush(stdout);
     fr_comm_finalize(comm);
     ctx_done(ctx);
-    return 0;
+    return res.stopped_by ? 128 + res.stopped_by : 0;
 }
 
 static int cmd_eval(int argc, char **argv) {
@@ -911,29 +1029,39 @@ static int cmd_eval(int argc, char **argv) {
     default_text(ctx, &c);
     fr_model *m = load_for("eval", ctx, &c);
     fr_source src = {0};
+    fr_eval_sums t = {0};
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
     if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
-    if (!st) st = fr_source_evaluate(&src, m, c.t.batch, c.t.limit_test, &acc, &loss);
+    src.eval_progress = c.t.progress > 0 && !c.t.json;
+    /* train's rule: every test sample of an image set, the first 128
+     * windows of a token stream, unless --test-limit says (0: all) */
+    if (!st)
+        st = fr_source_evaluate_sums(&src, m, c.t.batch, fr_eval_limit(&c.t, src.tokens != NULL),
+                                     &t);
     if (!st) {
+        fr_eval_sums_result(m, &t, &acc, &loss);
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
+        long long n = (long long)t.seen, toks = (long long)(t.seen * t.rows);
         if (c.t.json) {
             char ab[32];
-            printf("{\"accuracy\": %s, \"loss\": %.9g, \"gradients_bytes_peak\": %zu, "
+            printf("{\"accuracy\": %s, \"loss\": %.9g, \"samples\": %lld, \"tokens\": %lld, "
+                   "\"precision\": \"fp32\", \"gradients_bytes_peak\": %zu, "
                    "\"optimizer_bytes_peak\": %zu, \"memory\": ",
-                   json_acc(acc, ab, sizeof ab), loss, ms.allocated_peak[FR_MEM_GRADS],
-                   ms.allocated_peak[FR_MEM_OPTIM]);
+                   json_acc(acc, ab, sizeof ab), loss, n, src.tokens ? toks : 0,
+                   ms.allocated_peak[FR_MEM_GRADS], ms.allocated_peak[FR_MEM_OPTIM]);
             mem_json_inline(ctx);
             printf("}\n");
         } else if (src.tokens) {
             const char *unit = fr_tokens_get_kind(src.tokens) == FR_TOKENS_TEXT ? "byte" : "token";
-            printf("validation loss %.4f nats, %.4f bits per %s (%lld tokens held out), token "
-                   "accuracy %.2f%%\n",
-                   loss, loss / log(2.0), unit, (long long)src.split.n_val, 100 * acc);
+            long long held = (long long)((src.split.n_val - 1) / src.seq);
+            printf("validation loss %.4f nats, %.4f bits per %s, token accuracy %.2f%%: %lld "
+                   "windows of %d (%lld tokens) scored of the %lld held out%s\n",
+                   loss, loss / log(2.0), unit, 100 * acc, n, src.seq, toks, held,
+                   n < held ? " (--test-limit 0 scores all)" : "");
             fr_mem_summary(ctx, stdout);
         } else {
-            long long n = (long long)(c.t.limit_test ? c.t.limit_test : fr_dataset_len(src.test));
             if (isnan(acc)) printf("test loss %.6g (%lld samples)\n", loss, n);
             else printf("test accuracy %.2f%%, loss %.4f (%lld samples)\n", 100 * acc, loss, n);
             fr_mem_summary(ctx, stdout);

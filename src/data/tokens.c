@@ -627,14 +627,15 @@ struct fr_token_loader {
     fr_ctx *ctx;
     fr_tokens *t;
     fr_token_loader_opts o;
-    int64_t nw;    /* windows in the part */
-    int64_t nb;    /* batches an epoch */
-    int nslots;    /* queue + 1 */
-    int first, n;  /* this rank's windows of each batch: [first, first + n) */
-    int rows;      /* windows a slot holds: B, or ceil(B/ranks) */
-    size_t slot;   /* int32 a slot: x (rows*T, and one past it), then y (rows*T) */
-    int32_t *buf;  /* nslots * slot (DATA) */
-    int64_t *perm; /* nw window indices (OTHER); NULL without shuffle */
+    int64_t nw;             /* windows in the part */
+    int64_t nb;             /* batches an epoch */
+    int nslots;             /* queue + 1 */
+    int first, n;           /* this rank's windows of each whole batch: [first, first + n) */
+    int last_n, last_first; /* and of the last batch, a partial one under keep_last */
+    int rows;               /* windows a slot holds: B, or ceil(B/ranks) */
+    size_t slot;            /* int32 a slot: x (rows*T, and one past it), then y (rows*T) */
+    int32_t *buf;           /* nslots * slot (DATA) */
+    int64_t *perm;          /* nw window indices (OTHER); NULL without shuffle */
     fr_prefetch pf;
 };
 
@@ -651,12 +652,19 @@ static int32_t *slot_y(const fr_token_loader *l, int64_t k) {
  * tokens read into x from row r on (the last spills into row r + 1's first
  * place, or the spare one past x, until row r + 1 is read over it), and y's
  * row r copied from x's one place on. */
+/* this rank's windows of batch k: [*first, *first + n) of the batch */
+static int batch_rows(const fr_token_loader *l, int64_t k, int *first) {
+    int last = k == l->nb - 1;
+    *first = last ? l->last_first : l->first;
+    return last ? l->last_n : l->n;
+}
+
 static fr_status fill(void *user, int64_t k, char *err, size_t errlen) {
     fr_token_loader *l = user;
-    int B = l->o.batch, T = l->o.T;
+    int B = l->o.batch, T = l->o.T, first, n = batch_rows(l, k, &first);
     int32_t *x = slot_x(l, k), *y = slot_y(l, k);
-    for (int r = 0; r < l->n; r++) {
-        int64_t i = k * B + l->first + r, w = l->perm ? l->perm[i] : i;
+    for (int r = 0; r < n; r++) {
+        int64_t i = k * B + first + r, w = l->perm ? l->perm[i] : i;
         int64_t s = l->o.begin + w * T;
         int32_t *row = x + (size_t)r * T;
         fr_status st = fr_tokens_read(l->t, s, T + 1, row, err, errlen);
@@ -712,8 +720,9 @@ size_t fr_token_loader_reserved(const fr_token_loader_opts *o) {
 /* batch k as next() hands it out (fr_batches_next's form: n windows, idx, y) */
 static void view(void *user, int64_t k, fr_batch *out) {
     const fr_token_loader *l = user;
+    int first;
     memset(out, 0, sizeof *out);
-    out->n = l->n;
+    out->n = batch_rows(l, k, &first);
     out->idx = slot_x(l, k);
     out->y = slot_y(l, k);
 }
@@ -748,9 +757,15 @@ fr_token_loader *fr_token_loader_new(fr_ctx *ctx, fr_tokens *t, const fr_token_l
     l->t = t;
     l->o = *o;
     l->nw = nw;
-    l->nb = nw / o->batch;
+    l->nb = o->keep_last ? (nw + o->batch - 1) / o->batch : nw / o->batch;
     l->nslots = o->queue + 1;
     l->n = fr_loader_slice(o->batch, o->rank, o->ranks, &l->first);
+    /* the last batch: whole, or under keep_last the windows left over,
+     * sliced over the ranks as a batch of that size (a rank may get none) */
+    l->last_n = l->n, l->last_first = l->first;
+    if (o->keep_last)
+        l->last_n =
+            fr_loader_slice((int)(nw - (l->nb - 1) * o->batch), o->rank, o->ranks, &l->last_first);
     l->rows = slot_rows(o);
     l->slot = 2 * (size_t)l->rows * (size_t)o->T + 1;
     if (o->shuffle && !(l->perm = fr_alloc(ctx, (size_t)nw * sizeof *l->perm, FR_MEM_OTHER)))
@@ -789,7 +804,7 @@ fr_status fr_token_loader_start(fr_token_loader *l, int epoch, int64_t skip) {
     fr_prefetch_stop(&l->pf); /* before the order changes under it */
     if (l->perm) fr_shuffle(l->perm, l->nw, 1, l->o.seed, epoch);
     /* a rank without windows in a batch has none in any: an empty epoch */
-    return fr_prefetch_start(&l->pf, l->n ? l->nb : 0, l->n ? skip : 0);
+    return fr_prefetch_start(&l->pf, l->n || l->last_n ? l->nb : 0, l->n || l->last_n ? skip : 0);
 }
 
 fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *done) {
@@ -801,7 +816,8 @@ fr_status fr_token_loader_next(fr_token_loader *l, fr_token_batch *out, int *don
     int64_t k = 0;
     fr_status st = fr_prefetch_next(&l->pf, &k, done);
     if (st || *done) return st;
-    out->B = l->n;
+    int first;
+    out->B = batch_rows(l, k, &first);
     out->T = l->o.T;
     out->x = slot_x(l, k);
     out->y = slot_y(l, k);

@@ -107,6 +107,9 @@ typedef struct fr_token_loader_opts {
      * every batch is whole (drop_last), so a rank's slice is the same size
      * in every batch, and a slot holds ceil(B/ranks) windows. */
     int rank, ranks;
+    /* 1: the windows past the last whole batch make one more, smaller batch
+     * (drop_last=False: evaluation scores every window); 0: they are dropped */
+    int keep_last;
 } fr_token_loader_opts;
 
 /* B windows of T tokens: x[b*T + t] is the input at position t of row b,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "core/ctx.h"
 #include "io/file.h"
+#include "model/model.h"
 #include "model/modelfile.h"
 
 #define MF_MAX_LINE 1024       /* bytes in one line, comment included */
@@ -54,7 +55,8 @@ typedef enum mf_kind {
     S_SHORTCUT,
     S_END,
     S_LOSS,
-    S_REPEAT
+    S_REPEAT,
+    S_DEFAULT
 } mf_kind;
 /* What the positional arguments are. */
 typedef enum mf_pos { P_NONE = 0, P_INT, P_PROB, P_LOSS } mf_pos;
@@ -177,6 +179,7 @@ static const mf_stmt mf_stmts[] = {
     {"repeat", S_REPEAT, P_INT, 1, 1, {"N"}, KB(K_NAME), 0, NULL,
      "repeat N [name=PREFIX]  ... end  (layer names inside: PREFIX.i.NAME)"},
     {"loss", S_LOSS, P_LOSS, 1, 1, {"LOSS"}, 0, 0, NULL, "loss cross_entropy|mse"},
+    {"default", S_DEFAULT, P_NONE, 0, 0, {0}, 0, 0, NULL, "default batch N"},
 };
 /* clang-format on */
 #define MF_N_STMTS (sizeof mf_stmts / sizeof mf_stmts[0])
@@ -566,6 +569,25 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
         p->input_line = p->line;
         return FR_OK;
     }
+    /* "default batch N": the batch the command line uses when it gives
+     * none (a language model's windows are costlier than images). */
+    if (st->kind == S_DEFAULT) {
+        int v = 0;
+        if (!p->m)
+            return mf_fail(p, w->col, "'default' before 'input': a model file starts with 'input'");
+        if (n_tok != 3 || !mf_eq(&tok[1], "batch"))
+            return mf_fail(p, n_tok > 1 ? tok[1].col : w->col,
+                           "default takes one setting: default batch N (the samples a step "
+                           "takes when the command line gives no --batch)");
+        if (mf_int(tok[2].s, tok[2].len, &v) != 0 || v < 1 || v > (1 << 20))
+            return mf_fail(p, tok[2].col,
+                           "default batch '%.*s%s': expected a whole number from 1 "
+                           "to %d",
+                           MF_Q(tok[2]), 1 << 20);
+        if (p->m->default_batch) return mf_fail(p, w->col, "second 'default batch' line");
+        p->m->default_batch = v;
+        return FR_OK;
+    }
     mf_args a;
     memset(&a, 0, sizeof a);
     for (int i = 1; i < n_tok; i++) {
@@ -663,6 +685,7 @@ static fr_status mf_statement(mf_parser *p, const mf_tok *tok, int n_tok) {
     case S_LAYER:
     case S_INPUT:
     case S_LOSS:
+    case S_DEFAULT:
     case S_REPEAT: break;
     }
     return FR_OK;
@@ -917,6 +940,7 @@ static const char mf_gpt_tiny_text[] =
     "# GPT unchanged), with GPT-2's initialisation: N(0, 0.02), the residual\n"
     "# projections N(0, 0.02/sqrt(2*layers)), biases 0.\n"
     "input tokens 256\n"
+    "default batch 8                                 # 8 windows of 256 bytes a step\n"
     "embedding 256 384 std=0.02 name=transformer.wte\n"
     "pos_embedding 256 std=0.02 name=transformer.wpe\n"
     "repeat 6 name=transformer.h                    # one checkpointing unit a block\n"
@@ -944,6 +968,7 @@ static const char mf_gpt2_text[] =
     "# GPT unchanged), with GPT-2's initialisation: N(0, 0.02), the residual\n"
     "# projections N(0, 0.02/sqrt(2*layers)), biases 0.\n"
     "input tokens 1024\n"
+    "default batch 4                                 # 4 windows of 1024 tokens a step\n"
     "embedding 50257 768 std=0.02 name=transformer.wte\n"
     "pos_embedding 1024 std=0.02 name=transformer.wpe\n"
     "repeat 12 name=transformer.h                    # one checkpointing unit a block\n"

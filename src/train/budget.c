@@ -78,7 +78,7 @@ static size_t loader_bytes(const fr_budget_data *d, int64_t n, int batch, int sh
                            int64_t limit) {
     if (d->seq) {
         if (limit > 0 && limit < n) n = limit;
-        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1, 0, 0};
+        fr_token_loader_opts to = {batch, d->seq, shuffle, 0, queue, 0, 0, n * d->seq + 1, 0, 0, 0};
         return fr_token_loader_reserved(&to);
     }
     fr_loader_opts lo = {batch, shuffle, 0, 0, queue, limit, 0, 0};

@@ -1,7 +1,9 @@
 /* source.c — a run's data for the trainer: image datasets or a token
  * stream, opened, checked against the model and cut into batches. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "train/source.h"
 
 static fr_status open_tokens(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m,
@@ -18,6 +20,15 @@ static fr_status open_tokens(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_mode
     return fr_tokens_split(ctx, s->tokens, cfg->val_fraction, s->seq, &s->split);
 }
 
+/* Training files named without test files and without a directory the
+ * user chose: the test split is not taken from elsewhere (the default
+ * directory holds another dataset); there is none, as in PyTorch without a
+ * test loader. */
+static int no_test_split(const fr_train_cfg *cfg, int train) {
+    return train && cfg->train_images && !cfg->test_images && !cfg->test_labels &&
+           (!cfg->data || cfg->data_default);
+}
+
 fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, int train,
                          fr_source *s) {
     memset(s, 0, sizeof *s);
@@ -28,21 +39,26 @@ fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m0);
     fr_status st = FR_OK;
+    int no_test = no_test_split(cfg, train);
     if (fr_model_seq(m)) {
         st = open_tokens(ctx, cfg, m, s);
     } else if ((train && !(s->train = fr_dataset_open_split(
                                ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) ||
-               !(s->test = fr_dataset_open_split(ctx, cfg->data, "t10k", cfg->test_images,
-                                                 cfg->test_labels))) {
+               (!no_test && !(s->test = fr_dataset_open_split(ctx, cfg->data, "t10k",
+                                                              cfg->test_images, cfg->test_labels)))) {
         st = FR_ERR_IO;
     } else if (!train || !(st = fr_data_check(ctx, m, s->train))) {
-        st = fr_data_check(ctx, m, s->test);
+        if (s->test) st = fr_data_check(ctx, m, s->test);
     }
+    if (!st && no_test)
+        fprintf(stderr, "no test split given: no evaluation; give --test-images/--test-labels\n");
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m1);
     s->handles = (m1.reserved - m1.cached) - (m0.reserved - m0.cached);
     return st;
 }
+
+int fr_source_has_test(const fr_source *s) { return s->tokens || s->test; }
 
 void fr_source_close(fr_source *s) {
     fr_dataset_close(s->train);
@@ -66,10 +82,10 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
         fr_dataset_sample_shape(s->train, &c, &h, &w);
         bd->sample = (size_t)c * h * w;
         bd->n_train = fr_dataset_len(s->train);
-        bd->n_test = fr_dataset_len(s->test);
+        bd->n_test = s->test ? fr_dataset_len(s->test) : 0;
     }
     bd->limit_train = cfg->limit_train;
-    bd->limit_test = cfg->limit_test;
+    bd->limit_test = fr_eval_limit(cfg, s->tokens != NULL);
     bd->queue = cfg->queue;
     bd->eval_batch = cfg->eval_batch;
     bd->handles = s->handles;
@@ -80,6 +96,9 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
 fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,
                           int64_t limit, fr_batches *b) {
     memset(b, 0, sizeof *b);
+    if (!s->tokens && !train && !s->test)
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "no test split to evaluate on: give --test-images/--test-labels");
     if (!s->tokens) {
         fr_loader_opts lo = {batch, train, 0, seed, queue, limit, s->rank, s->ranks};
         b->img = fr_loader_new(s->ctx, train ? s->train : s->test, &lo);
@@ -92,7 +111,8 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
     /* validation takes what windows there are, even fewer than a batch */
     int64_t w = windows(s, end - begin);
     if (!train && w < batch) batch = (int)w;
-    fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0, begin, end, s->rank, s->ranks};
+    fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0,
+                               begin, end, s->rank, s->ranks, !train};
     b->tok = fr_token_loader_new(s->ctx, s->tokens, &to);
     b->batch = batch;
     return b->tok ? FR_OK : FR_ERR_ARG;
@@ -105,7 +125,7 @@ void fr_batches_close(fr_batches *b) {
 }
 
 int fr_batches_global_n(const fr_batches *b) {
-    return b->img ? fr_loader_global_n(b->img) : b->batch; /* token batches are all whole */
+    return b->img ? fr_loader_global_n(b->img) : b->batch; /* training token batches are whole */
 }
 
 int64_t fr_batches_count(const fr_batches *b) {
@@ -151,16 +171,30 @@ fr_status fr_source_evaluate_sums(fr_source *s, fr_model *m, int batch, int64_t 
     }
     st = fr_batches_start(&b, 0, 0);
     out->rows = s->tokens ? s->seq : 1;
+    int64_t nb = fr_batches_count(&b), k = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double shown = 0;
     while (!st) {
         fr_batch bt;
         int done = 0;
         if ((st = fr_batches_next(&b, &bt, &done)) || done) break;
+        if (!bt.n) continue; /* this rank's slice of a last batch smaller than the ranks */
         float L;
         int c;
         if ((st = fr_step_run(e, &bt, &L, &c))) break;
         out->loss += (double)L * bt.n;
         out->hits += c;
         out->seen += bt.n;
+        k++;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (s->eval_progress && (el - shown > 0.25 || k == nb) && el > 1.0) {
+            shown = el;
+            fprintf(stderr, "\revaluating: batch %lld/%lld, %.0f s, ETA %.0f s   ",
+                    (long long)k, (long long)nb, el, el / (double)k * (double)(nb - k));
+            if (k == nb) fputc('\n', stderr);
+        }
     }
     fr_batches_close(&b);
     fr_step_free(e);

@@ -18,16 +18,25 @@ typedef struct fr_source {
     int seq;         /* tokens a window (the model's --seq); 0 for image data */
     size_t handles;  /* bytes the open data holds, measured */
     int rank, ranks; /* data parallel: the loaders give this rank's slice (0 ranks: all) */
+    int eval_progress; /* 1: an evaluation redraws its progress on stderr (a terminal) */
 } fr_source;
 
 /* Open what cfg names for model m (a token model reads cfg->data as text,
  * shards or .npy, split at cfg->val_fraction) and check it against the
  * model: sample shapes and labels, or every token id below the vocabulary
  * and both parts at least one window plus one. train = 0: only the test
- * split (image data; a token stream is opened whole either way). */
+ * split (image data; a token stream is opened whole either way). Training
+ * files without test files and without a directory the user named
+ * (cfg->data NULL or cfg->data_default): no test split (see
+ * fr_source_has_test), never the default directory's. */
 fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m, int train,
                          fr_source *s);
 void fr_source_close(fr_source *s);
+/* Whether there is a test (or validation) split to evaluate on: not when
+ * training files were named without test files and without a --data the
+ * user chose (cfg->data_default); fr_source_open then said so on stderr,
+ * s->test is NULL, and fr_batches_open refuses the test split (FR_ERR_ARG). */
+int fr_source_has_test(const fr_source *s);
 /* The data's terms of a budget (sizes, counts, the open handles). */
 void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_data *bd);
 

@@ -166,13 +166,17 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     return st;
 }
 
-/* The weights of every rank the same before rank 0 saves them (stage 0
- * keeps a full copy on each): a difference is a fault, not a checkpoint. */
+/* The parameters of every rank the same before rank 0 saves them (stage 0
+ * keeps a full copy on each): a difference is a fault, not a checkpoint.
+ * Buffers (BatchNorm's running statistics) are not compared: each rank
+ * updates them from its own samples, as under PyTorch's DDP, and rank 0's
+ * are the ones broadcast before each forward and saved. */
 static fr_status weights_agree(fr_ctx *ctx, const fr_comm *c, const fr_model *m) {
     int n = fr_comm_size(c);
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
+        if (p->role != FR_P_WEIGHT && p->role != FR_P_BIAS) continue;
         h = fnv1a(h, p->data, (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype));
     }
     uint64_t *all = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
@@ -217,18 +221,22 @@ static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr
 static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s, fr_source *src,
                                double *acc, double *loss) {
     fr_status st;
+    if (!fr_source_has_test(src)) { /* training files named without test files */
+        *acc = NAN, *loss = NAN;
+        return FR_OK;
+    }
     fr_step_arena_release(s);
     fr_mem_empty_cache(ctx);
     /* Evaluate at the training micro-batch: the eval arena then fits in
      * the training arena's place (a larger eval batch would raise the peak).
      * With ranks, at the global batch's micro-batch (B over the micro-batches
      * a step takes), each rank scoring its slice of every eval batch, about
-     * its own micro-batch: the eval batches are one process's, so a token
-     * model (whose last partial batch is dropped) scores the same windows. */
+     * its own micro-batch: the eval batches are one process's, so every
+     * window is scored once, the last partial batch's too. */
     int eb = cfg->eval_batch > 0 ? cfg->eval_batch
              : src->ranks > 1    ? cfg->batch / s->accumulate
                                  : s->micro;
-    int64_t limit = cfg->limit_test ? cfg->limit_test : src->tokens ? FR_LM_EVAL_WINDOWS : 0;
+    int64_t limit = fr_eval_limit(cfg, src->tokens != NULL);
     fr_eval_sums t;
     if ((st = fr_source_evaluate_sums(src, s->m, eb, limit, &t))) return st;
     /* each rank scored its slices: the totals (loss times samples, hits,
@@ -254,7 +262,7 @@ static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t st
         printf("{\"event\": \"eval\", \"step\": %lld, \"train_loss\": %.17g, \"val_loss\": "
                "%.17g, \"val_bits_per_%s\": %.17g, \"seconds\": %.3f}\n",
                (long long)step, train_loss, val_loss, unit, bits, secs);
-    else if (cfg->progress >= 0)
+    else if (!cfg->quiet)
         printf("step %lld: train loss %.4f | val loss %.4f nats, %.4f bits per %s | %.1f s\n",
                (long long)step, train_loss, val_loss, bits, unit, secs);
     fflush(stdout);
@@ -434,7 +442,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_train_cfg quiet;
     if (rank > 0) {
         quiet = *cfg;
-        quiet.progress = -1, quiet.json = 0;
+        quiet.progress = -1, quiet.json = 0, quiet.quiet = 2;
         cfg = &quiet;
     }
     res->ranks = ranks;
@@ -480,7 +488,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                        .sync_upload = cfg->sync_upload,
                        .budget = cfg->budget};
     fr_rank_step_opts(&so, ranks); /* this rank's step */
-    if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->progress >= 0)
+    if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->quiet < 2)
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
                 "below 2.4e-4 underflow to 0 (smallest subnormal 6e-8) and eps=%g is not "
@@ -499,7 +507,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             goto done;
         }
         so.batch = s->o.batch;
-        if (cfg->batch_auto && !cfg->json && cfg->progress >= 0)
+        if (cfg->batch_auto && !cfg->json && !cfg->quiet)
             fprintf(stderr, "--batch auto: %d is the largest batch whose whole footprint fits\n",
                     so.batch);
         /* From here the budget is a hard limit: the allocator refuses past
@@ -522,12 +530,12 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             goto done;
     }
     if (ranks > 1) s->global_batch = cfg->batch;
-    if (ranks <= 1 && cfg->zero > 0 && cfg->progress >= 0)
+    if (ranks <= 1 && cfg->zero > 0 && !cfg->quiet)
         fprintf(stderr,
                 "note: --zero %d shards over the ranks of an mpirun launch; one process holds "
                 "everything (`frugal estimate --ranks N --zero %d` shows a rank's bytes)\n",
                 cfg->zero, cfg->zero);
-    if (ranks > 1 && !cfg->json && cfg->progress >= 0) {
+    if (ranks > 1 && !cfg->json && !cfg->quiet) {
         char bk[256];
         fr_buckets_describe(s->buckets, bk, sizeof bk);
         fprintf(stderr,
@@ -550,12 +558,12 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                                  "gathered before its forward and its backward, the next one's "
                                  "prefetched)");
     }
-    if (!cfg->json && cfg->progress >= 0 &&
+    if (!cfg->json && !cfg->quiet &&
         (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
         fr_step_describe_plan(s, stderr, 0);
         if (cfg->budget) fr_budget_describe(&bud, stderr, 0);
         fputc('\n', stderr);
-    } else if (!cfg->json && cfg->progress >= 0 && s->n_fused) {
+    } else if (!cfg->json && !cfg->quiet && s->n_fused) {
         fprintf(stderr,
                 "optimizer step inside backward for %d tensors: their gradients are never "
                 "all stored (--keep-grads to store them)\n",
@@ -567,12 +575,12 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     fr_ckpt_pos pos = {0};
     if (cfg->resume) {
         if ((st = fr_ckpt_resume(s, cfg->resume, cfg->freeze, &pos))) goto done;
-        if (pos.lr_differs && cfg->progress >= 0)
+        if (pos.lr_differs && cfg->quiet < 2)
             fprintf(stderr,
                     "warning: --lr %g differs from the checkpoint's %g: resuming with %g "
                     "(the run is no longer the one the checkpoint continues)\n",
                     (double)cfg->optim.lr, pos.saved_lr, (double)cfg->optim.lr);
-        if (!cfg->json && cfg->progress >= 0 && pos.epoch < cfg->epochs)
+        if (!cfg->json && !cfg->quiet && pos.epoch < cfg->epochs)
             fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, pos.epoch + 1);
     }
     int start_epoch = pos.epoch;
@@ -591,7 +599,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     }
     if (cfg->resume && start_epoch >= cfg->epochs) {
         /* Nothing to train: say so and report the checkpoint's test accuracy. */
-        if (cfg->progress >= 0)
+        if (!cfg->quiet)
             fprintf(stderr, "nothing left to train: %s is at epoch %d of %d\n", cfg->resume,
                     start_epoch, cfg->epochs);
         double acc = 0, tl = 0;
@@ -599,7 +607,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         res->test_acc = acc;
         res->test_loss = tl;
         res->epochs_done = start_epoch;
-        if (!cfg->json && cfg->progress >= 0)
+        if (!cfg->json && !cfg->quiet)
             printf("epoch %d/%d: test loss %.4f acc %.2f%%\n", start_epoch, cfg->epochs, tl,
                    100 * acc);
     }
@@ -635,6 +643,33 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             run_seen += gn;
             step++;
             progress(cfg, epoch, ++i, ep_steps, sum / seen, t0, tokens ? t_rows * gn : 0);
+            /* a signal: save where the run is (the epoch's position is in the
+             * checkpoint) and stop; --save-every: save and go on. The end of
+             * an epoch saves below. */
+            int stop = cfg->stop && *cfg->stop;
+            if (cfg->save && i < ep_steps &&
+                (stop || (cfg->save_every > 0 && step % cfg->save_every == 0))) {
+                if ((st = save_ranked(ctx, comm, s, cfg, epoch, i))) goto done;
+                if (!cfg->json && !cfg->quiet && !stop)
+                    fprintf(stderr, "%ssaved %s at step %lld (epoch %d, batch %lld of %lld)\n",
+                            cfg->progress > 0 ? "\n" : "", cfg->save, (long long)step, epoch + 1,
+                            (long long)i, (long long)nb);
+            }
+            if (stop && i < ep_steps) {
+                res->stopped_by = (int)*cfg->stop;
+                res->steps_done = step;
+                res->epochs_done = epoch;
+                if (cfg->quiet < 2)
+                    fprintf(stderr,
+                            "%sstopped by signal %d at step %lld (epoch %d, batch %lld of "
+                            "%lld)%s%s%s\n",
+                            cfg->progress > 0 ? "\n" : "", res->stopped_by, (long long)step,
+                            epoch + 1, (long long)i, (long long)nb,
+                            cfg->save ? ": saved to " : ": nothing saved (no --save)",
+                            cfg->save ? cfg->save : "",
+                            cfg->save ? "; --resume continues from here" : "");
+                goto done;
+            }
             if (tokens && cfg->eval_interval > 0 && step % cfg->eval_interval == 0 &&
                 step < step_end) {
                 double acc = 0, vl = 0;
@@ -670,13 +705,28 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 "{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, \"train_acc\": %.6f, "
                 "\"test_loss\": %.17g, \"test_acc\": %.6f, \"seconds\": %.3f, \"samples\": %lld}\n",
                 epoch + 1, train_loss, train_acc, tl, acc, secs, (long long)seen);
-        else if (cfg->progress >= 0 && isnan(acc))
+        else if (!cfg->quiet && !fr_source_has_test(&src))
+            if (s->m->loss == FR_LOSS_CROSS_ENTROPY)
+                printf("epoch %d/%d: train loss %.4f acc %.2f%% | no test split | %.1f s\n",
+                       epoch + 1, cfg->epochs, train_loss, 100 * train_acc, secs);
+            else
+                printf("epoch %d/%d: train loss %.6g | no test split | %.1f s\n", epoch + 1,
+                       cfg->epochs, train_loss, secs);
+        else if (!cfg->quiet && isnan(acc))
             printf("epoch %d/%d: train loss %.6g | test loss %.6g | %.1f s\n", epoch + 1,
                    cfg->epochs, train_loss, tl, secs);
-        else if (cfg->progress >= 0)
+        else if (!cfg->quiet)
             printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s\n",
                    epoch + 1, cfg->epochs, train_loss, 100 * train_acc, tl, 100 * acc, secs);
         fflush(stdout);
+        if (cfg->stop && *cfg->stop && epoch + 1 < cfg->epochs && step < step_end) {
+            res->stopped_by = (int)*cfg->stop; /* at an epoch's end: saved above */
+            if (cfg->quiet < 2)
+                fprintf(stderr, "stopped by signal %d at the end of epoch %d%s%s\n",
+                        res->stopped_by, epoch + 1, cfg->save ? ": saved to " : "",
+                        cfg->save ? cfg->save : "");
+            goto done;
+        }
     }
 done:;
     char oom[FR_ERR_LEN], oom_what[320];
@@ -714,7 +764,7 @@ done:;
         res->comm_wait_s = s->buckets->wait_s;
         res->buckets = s->buckets->n;
     }
-    if (!st && !cfg->json && cfg->progress >= 0) {
+    if (!st && !cfg->json && !cfg->quiet && !res->stopped_by) {
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
         fr_mem_stats ms;
@@ -742,7 +792,7 @@ done:;
     if (s && s->feed) {
         fr_feed_stats fs;
         fr_feed_get_stats(s->feed, &fs);
-        if (!st && !cfg->json && cfg->progress >= 0)
+        if (!st && !cfg->json && !cfg->quiet)
             printf("batch uploads: %lld into two device slots, %lld of them before the step "
                    "beside them ended (%.2f ms uploading, %.2f ms of it during a step); %lld "
                    "enqueued by the loader's thread; the steps waited %lld times, each for its "

@@ -6,6 +6,7 @@
 #ifndef FR_TRAINER_H
 #define FR_TRAINER_H
 
+#include <signal.h>
 #include "data/dataset.h"
 #include "train/step.h"
 
@@ -15,10 +16,15 @@ typedef struct fr_train_cfg {
     int epochs, batch;
     fr_optim_opts optim;
     uint64_t seed;
-    const char *save;                /* checkpoint written after every epoch (atomically) */
-    const char *resume;              /* checkpoint to continue from */
-    int json;                        /* JSON lines on stdout instead of text */
-    int progress;                    /* 1 bar (terminal), 0 log lines, -1 nothing */
+    const char *save;   /* checkpoint written after every epoch (atomically) */
+    const char *resume; /* checkpoint to continue from */
+    int json;           /* JSON lines on stdout instead of text */
+    int progress;       /* 1 bar (terminal), 0 log lines, -1 none */
+    int quiet; /* 0: results, notes and the summary; 1: warnings only; 2: nothing (another rank) */
+    int64_t save_every; /* > 0: also save every N optimizer steps (mid-epoch) */
+    /* set (by a signal handler) to a signal's number: save at the next step
+     * boundary, then stop (res->stopped_by); NULL: never */
+    volatile sig_atomic_t *stop;
     int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
     int eval_batch;
     int queue;     /* prefetch depth */
@@ -37,6 +43,8 @@ typedef struct fr_train_cfg {
     const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
+    int data_default;      /* 1: data is the CLI's default directory, not one the user named: with
+                       * train_images and no test_images there is then no test split */
     int seq;               /* token models: positions a window (0: the model's context) */
     double val_fraction;   /* token data: the held-out tail (default 0.1) */
     int64_t steps;         /* stop after this many optimizer steps (0: the epochs decide) */
@@ -54,6 +62,15 @@ typedef struct fr_train_cfg {
  * says otherwise (nanoGPT estimates its loss on a sample of batches too). */
 #define FR_LM_EVAL_WINDOWS 128
 } fr_train_cfg;
+
+/* The test samples (validation windows) an evaluation scores, 0 for all:
+ * limit_test when given (-1: all, `--test-limit 0`), else every test
+ * sample of an image set and FR_LM_EVAL_WINDOWS windows of a token stream. */
+static inline int64_t fr_eval_limit(const fr_train_cfg *cfg, int tokens) {
+    return cfg->limit_test > 0              ? cfg->limit_test
+           : cfg->limit_test < 0 || !tokens ? 0
+                                            : FR_LM_EVAL_WINDOWS;
+}
 
 /* "48MiB", "1.5GiB", "500MB", "64M" (binary), "123456" (bytes). */
 fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen);
@@ -124,6 +141,7 @@ typedef struct fr_train_result {
     size_t rank_peak_min[FR_MEM_CAT_COUNT + 2], rank_peak_max[FR_MEM_CAT_COUNT + 2];
     double comm_wait_s; /* seconds this rank waited for the gradient sums */
     int buckets;        /* how many */
+    int stopped_by;     /* the signal cfg->stop named, after saving (0: ran to the end) */
 } fr_train_result;
 
 /* Check a dataset against the model before the first step: the per-sample
