@@ -122,6 +122,14 @@ fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what) {
     return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Barrier", what);
 }
 
+fr_status fr_comm_bcast(fr_ctx *ctx, const fr_comm *c, void *buf, size_t bytes, const char *what) {
+    if (!c || c->size == 1) return FR_OK;
+    if (bytes > (size_t)INT32_MAX)
+        return fr_fail(ctx, FR_ERR_ARG, "%s: %zu bytes too many for one MPI_Bcast", what, bytes);
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, c->comm);
+    return rc == MPI_SUCCESS ? FR_OK : mpi_fail(ctx, c, rc, "MPI_Bcast", what);
+}
+
 fr_status fr_comm_reserve(fr_ctx *ctx, fr_comm *c, int n) {
     if (!c || n <= c->n_req) return FR_OK;
     MPI_Request *r = fr_alloc(ctx, (size_t)n * sizeof *r, FR_MEM_OTHER);
@@ -282,6 +290,11 @@ fr_status fr_comm_allgather(fr_ctx *ctx, const fr_comm *c, const void *mine, voi
 
 fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what) {
     (void)ctx, (void)c, (void)what;
+    return FR_OK;
+}
+
+fr_status fr_comm_bcast(fr_ctx *ctx, const fr_comm *c, void *buf, size_t bytes, const char *what) {
+    (void)ctx, (void)c, (void)buf, (void)bytes, (void)what;
     return FR_OK;
 }
 

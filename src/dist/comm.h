@@ -40,6 +40,8 @@ fr_status fr_comm_minmax_u64(fr_ctx *ctx, const fr_comm *c, const uint64_t *buf,
 fr_status fr_comm_allgather(fr_ctx *ctx, const fr_comm *c, const void *mine, void *all,
                             size_t bytes, const char *what);
 fr_status fr_comm_barrier(fr_ctx *ctx, const fr_comm *c, const char *what);
+/* rank 0's `bytes` bytes of buf into every other rank's buf (MPI_Bcast). */
+fr_status fr_comm_bcast(fr_ctx *ctx, const fr_comm *c, void *buf, size_t bytes, const char *what);
 
 /* Non-blocking sums in place (MPI_Iallreduce), in numbered slots: reserve
  * n slots once (category other), start slot k on n floats, then wait for
