@@ -95,6 +95,73 @@ if [ -d "$data" ]; then
     boundary --batch 32 --precision bf16 --optimizer sgd
 fi
 
+# The table says what the plan recomputes, from the same decision as the
+# count: gpt-tiny keeping every block (its selective pass still remakes the
+# GELU and LayerNorm outputs, which are no unit recomputation) shows no layer
+# recomputed; with every:2 exactly the units of all segments but the last
+# (checkpoint_sequential: segments of 2 units from the first unit with a
+# backward) are, each once.
+for ck in none every:2; do
+    if run "$bin" plan --model gpt-tiny --batch 8 --seq 32 --checkpoint $ck --threads 2 --json; then
+        python3 - "$tmp/out" "$ck" <<'PY' && ok || no "gpt-tiny --checkpoint $ck: the table against the count: $(head -c 600 "$tmp/out")"
+import json, sys
+p, ck = json.load(open(sys.argv[1])), sys.argv[2]
+layers = p["layers"]
+units = sorted({l["unit"] for l in layers})
+first = min(l["unit"] for l in layers if l["activations"] != "none")
+n = units[-1] + 1
+if ck == "none":
+    want = set()
+else:
+    size = int(ck.split(":")[1])
+    segs = -(-(n - first) // size)
+    want = set(range(first, first + size * (segs - 1)))
+shown = {l["unit"] for l in layers if l["activations"] == "recomputed"}
+assert shown == want, (sorted(shown), sorted(want))
+assert p["recomputed_unit_forwards"] == len(want), (p["recomputed_unit_forwards"], len(want))
+# every layer of a recomputed unit is shown recomputed, none of another
+assert all((l["activations"] == "recomputed") == (l["unit"] in want) for l in layers if l["activations"] != "none")
+# the selective pass remakes outputs in blocks it does not recompute, and says so apart
+remade = [l["name"] for l in layers if l["output_remade"]]
+assert remade and p["remade_ops"] >= len(remade), (remade, p["remade_ops"])
+assert all(l["unit"] not in want for l in layers if l["output_remade"]), remade
+PY
+    else
+        no "plan gpt-tiny --checkpoint $ck: $(cat "$tmp/err")"
+    fi
+done
+run "$bin" plan --model gpt-tiny --batch 8 --seq 32 --threads 2
+grep -q "^checkpointing: marks -> 0 unit forwards recomputed" "$tmp/out" && ! grep -q "recomputed before its backward" "$tmp/out" &&
+    grep -q "output remade before its backward (selective)" "$tmp/out" && ok ||
+    no "gpt-tiny's text table lists no recomputed layer under 0 recomputed units: $(head -20 "$tmp/out")"
+
+# What splitting the batch costs (planner.c's split_cost): the CNN at batch
+# 128 under 10 MiB runs in k micro-batches. Every node runs k times and each
+# linear GEMM has k times fewer rows; with a node run costing F0 = 8e6 FLOPs
+# and a GEMM of M rows running at M / (M + H) of its rate, H = 48 rows:
+#   split = (k - 1) (H G + N F0) / (S + H G + N F0)
+# where S is the whole step's FLOPs, N = 26 nodes (13 forward: conv1 bn1
+# relu pool conv2 bn2 relu pool flatten fc1 relu fc2 loss; 13 backward) and
+# G the linear layers' FLOPs per GEMM row, forward (2 in out) and backward
+# (4 in out): 6 (3136 x 128 + 128 x 10) = 2,416,128.
+if run "$bin" plan --model cnn --batch 128 --budget 10MiB --threads 2 --json; then
+    python3 - "$tmp/out" <<'PY' && ok || no "the CNN in micro-batches: split cost against the formula: $(head -c 600 "$tmp/out")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+k, S = p["accumulate"], p["step_flops"]
+assert k > 1 and p["micro_batch"] * k == 128, p
+H, F0, N, G = 48.0, 8e6, 26, 6 * (3136 * 128 + 128 * 10)
+want = (k - 1) * (H * G + N * F0) / (S + H * G + N * F0)
+assert want > 0 and abs(p["split_cost"] - want) <= 1e-5 * want + 1e-6, (p["split_cost"], want)
+assert abs(p["extra_cost"] - (p["extra_compute"] + want)) <= 1e-5 * want + 1e-6, p
+PY
+else
+    no "plan the CNN under 10 MiB: $(cat "$tmp/err")"
+fi
+run "$bin" plan --model cnn --batch 128 --budget 10MiB --threads 2
+grep -q "^extra cost: [0-9.]*% of the whole-batch step's time: 0.0% more FLOPs (recomputed) + [1-9][0-9.]*% from splitting" "$tmp/out" && ok ||
+    no "the text names the split's cost: $(head -4 "$tmp/out")"
+
 run "$bin" profile --model "$model" --batch 32 --steps 2 --trace "$tmp/t.json" --svg "$tmp/m.svg"
 [ $? -eq 0 ] && ok || no "profile: $(cat "$tmp/err")"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); assert any(e.get('ph')=='C' for e in t['traceEvents'])" "$tmp/t.json" && ok || no "trace is Chrome Trace Event JSON with counters"

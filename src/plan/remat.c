@@ -200,7 +200,7 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
             for (int j = 0; j < orig.n_out; j++)
                 if (orig.out[j] < 0) skip |= 1u << j;
             fr_attr a = orig.attr;
-            a.recompute = 1;
+            a.recompute = FR_REMAT_UNIT;
             int c = fr_graph_node(g, orig.op, in, orig.n_in, &a, -1, skip, out);
             if (c < 0) {
                 st = g->status;
@@ -311,7 +311,7 @@ fr_status fr_remat_cheap(fr_graph *g, int **order_io, int *n_io, int **origin_io
         if (!inputs_live) continue;
         fr_node orig = *nd;
         fr_attr a = orig.attr;
-        a.recompute = 1;
+        a.recompute = FR_REMAT_CHEAP;
         int out[FR_MAX_OUT], skip = 0;
         for (int j = 0; j < orig.n_out; j++)
             if (orig.out[j] < 0) skip |= 1 << j;

@@ -21,6 +21,11 @@
 
 #include "graph/graph.h"
 
+/* What a clone's attr.recompute says (0: not a clone): made by fr_remat_apply
+ * for a unit forward the schedule runs again, or by fr_remat_cheap for one
+ * cheap op's output. Both leave BatchNorm's running statistics alone. */
+enum { FR_REMAT_UNIT = 1, FR_REMAT_CHEAP = 2 };
+
 typedef struct fr_action {
     int back; /* 0: FWD(unit), 1: BACK(unit) */
     int unit;
@@ -64,7 +69,8 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
  * kernel on the same inputs, so the bits are the same; a GPT block then holds
  * its MLP's GELU output and its LayerNorm outputs for no time at all, for
  * about 1% more compute. Updates order, origin (for the new values) and the
- * clones' FLOPs in *extra_flops.
+ * clones' FLOPs in *extra_flops; its clones carry attr.recompute =
+ * FR_REMAT_CHEAP (fr_remat_apply's FR_REMAT_UNIT).
  * half: saved activations will be stored in 16 bits (mixed precision,
  * precision.h). LayerNorm's backward then reads a 16-bit copy of its x, so a
  * clone would hold the f32 x for itself alone (2 bytes a value more than

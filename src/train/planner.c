@@ -4,12 +4,12 @@
  * micro-batches, the least costly whose exact plan (the same plan the
  * executor runs) fits. Each family is searched, not enumerated, when it is
  * long (plan_search). Cost is the extra FLOPs as a fraction of the step's,
- * plus 3% per halving of the micro-batch (smaller GEMMs run less
- * efficiently: measured 2-5% per halving on the seed MLP here) and a whole
- * step more when the model has BatchNorm (micro-batches change its batch
- * statistics, so it is the last resort). Nothing fits: the error names the
- * smallest budget found that does and the plan that gets there. Also the
- * plan description of `frugal plan`. */
+ * plus what splitting the batch costs in time (split_cost: a fixed cost per
+ * node run and smaller GEMMs, measured) and a whole step more when the model
+ * has BatchNorm (micro-batches change its batch statistics, so it is the
+ * last resort). Nothing fits: the error names the smallest budget found
+ * that does and the plan that gets there. Also the plan description of
+ * `frugal plan`. */
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
@@ -21,7 +21,7 @@ typedef struct candidate {
     fr_ckpt_mode mode;
     int arg, micro;
     fr_precision prec;
-    double cost;
+    double cost, split; /* split: split_cost, part of cost */
     size_t reserved;
     size_t
         fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
@@ -94,6 +94,53 @@ static const char *offload_name(int offload) {
     return names[offload & 3];
 }
 
+/* What splitting the batch into k micro-batches costs in time, as a share
+ * of the whole-batch step: the FLOPs are the same, but every node runs k
+ * times and each linear GEMM has k times fewer rows. A node of f FLOPs whose
+ * GEMM has M rows (LINEAR and LINEAR_BWD: the samples times the positions;
+ * other ops, convolutions included, run per image or per element and do not
+ * depend on the split) takes the time of
+ *   t(f, M) = f (M + SPLIT_GEMM_HALF_ROWS) / M + SPLIT_NODE_FLOPS
+ * FLOPs at the large-GEMM rate: the GEMM reaches half its rate at
+ * SPLIT_GEMM_HALF_ROWS rows, and a node run (dispatch, OpenMP fork and join,
+ * the kernel's set-up) costs as much as SPLIT_NODE_FLOPS FLOPs. Over the
+ * step's nodes (a clone's cost is recomputation, counted apart), each node
+ * of a micro-batch plan at f, M:
+ *   split = sum k t(f, M) / sum t(k f, k M) - 1.
+ * Fitted to the CPU time a step of `frugal profile --threads 2` takes on
+ * the 2-core dev machine (loaded), the CNN and the MLP at batch 128 whole
+ * and in 4 and 32 micro-batches: CNN 1.9x and 5.6x measured (model 1.27x
+ * and 3.75x), MLP 1.6x and 7.8x (1.88x, 10.1x); one thread alone fits
+ * H = 12, F0 = 0. Commands and numbers: bench/out/microbatch.md. */
+#define SPLIT_GEMM_HALF_ROWS 48.0
+#define SPLIT_NODE_FLOPS 8.0e6
+
+static double gemm_rows(const fr_graph *g, const fr_node *nd) {
+    int x, w;
+    if (nd->op == FR_OP_LINEAR) x = nd->in[0], w = nd->in[1];
+    else if (nd->op == FR_OP_LINEAR_BWD) x = nd->in[1], w = nd->in[2];
+    else return 0;
+    if (x < 0 || w < 0 || g->vals[w].shape.d[1] <= 0) return 0;
+    return (double)fr_shape_numel(&g->vals[x].shape) / (double)g->vals[w].shape.d[1];
+}
+
+static double node_time(double flops, double rows) {
+    return (rows > 0 ? flops * (rows + SPLIT_GEMM_HALF_ROWS) / rows : flops) + SPLIT_NODE_FLOPS;
+}
+
+static double split_cost(const fr_step *s) {
+    double k = s->accumulate, split = 0, whole = 0;
+    if (k <= 1) return 0.0;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->attr.recompute) continue;
+        double f = fr_op_get(nd->op)->flops(&s->g, nd), r = gemm_rows(&s->g, nd);
+        split += k * node_time(f, r);
+        whole += node_time(k * f, k * r);
+    }
+    return whole > 0 ? split / whole - 1 : 0.0;
+}
+
 static int has_batchnorm(const fr_model *m) {
     for (size_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].kind == FR_L_BATCHNORM) return 1;
@@ -141,8 +188,8 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     int k = info.accumulate;
     double plain = info.flops - info.extra_flops;
     c->offload = o.offload;
-    c->cost = info.extra_flops / (plain > 0 ? plain : 1) +
-              (k > 1 ? 0.03 * log2((double)k) + (bn ? 1.0 : 0.0) : 0.0) +
+    c->split = split_cost(s);
+    c->cost = info.extra_flops / (plain > 0 ? plain : 1) + c->split + (k > 1 && bn ? 1.0 : 0.0) +
               mixed_cost(m, base, c->prec) + offload_cost(s, plain);
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
@@ -191,8 +238,8 @@ static void consider(level *lv, const candidate *c) {
 static const candidate *eval(level *lv, int fam, int arg) {
     candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + arg];
     if (c->reserved) return c;
-    *c = (candidate){fam_mode[fam], arg,      lv->micro, lv->prec,
-                     INFINITY,      SIZE_MAX, 0,         lv->opts->offload};
+    *c = (candidate){fam_mode[fam], arg, lv->micro, lv->prec, INFINITY, 0, SIZE_MAX, 0,
+                     lv->opts->offload};
     if (!try_candidate(lv->m, lv->opts, c, lv->bn, NULL, NULL, NULL)) {
         if (lv->m->ctx->mem.st.num_ooms > lv->ooms0) lv->oom = 1; /* a real allocation failure */
         c->reserved = SIZE_MAX;
@@ -322,19 +369,20 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             lv.prec = precs[q];
             lv.found = 0;
             int k = opts->batch / micro;
-            double floor_cost = (k > 1 ? 0.03 * log2((double)k) + (lv.bn ? 1.0 : 0.0) : 0.0) +
-                                mixed_cost(m, opts, lv.prec);
+            /* the level's split cost is added once its first plan is built:
+             * it is the same for every schedule (it counts no clone) */
+            double floor_cost = (k > 1 && lv.bn ? 1.0 : 0.0) + mixed_cost(m, opts, lv.prec);
             if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
-                candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0,
+                candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0, 0,
                                opts->offload};
                 if (try_candidate(m, opts, &c, lv.bn, NULL, NULL, NULL)) consider(&lv, &c);
                 else if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 found |= lv.found;
                 continue;
             }
-            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0, opts->offload};
+            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0, 0, opts->offload};
             if (!try_candidate(m, opts, &none, lv.bn, lv.flops_to, &lv.plain, &lv.first)) {
                 if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 continue;
@@ -343,6 +391,8 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             found |= lv.found;
             if (none.reserved <= lv.budget)
                 continue; /* keeping everything fits: nothing here costs less */
+            floor_cost += none.split;
+            if (found && floor_cost >= best->cost) continue;
             /* Nothing at this level fits when what every schedule holds does
              * not; the whole batch (no gradient buffers when the step runs in
              * backward) and the last level are still searched for the
@@ -473,13 +523,17 @@ static size_t fused_bytes(const fr_step *s) {
     return b;
 }
 
-/* Whether unit u is recomputed (a clone of one of its nodes runs): from the
- * per-unit table, or by a scan of the plan when it could not be allocated. */
-static int unit_recomputed(const fr_step *s, const uint8_t *table, int u) {
-    if (table) return table[u];
-    for (int i = 0; i < s->plan.n_nodes; i++) {
-        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
-        if (nd->attr.recompute && nd->layer >= 0 && s->m->layers[nd->layer].unit == u) return 1;
+/* Whether the plan runs a clone of this kind for i: FR_REMAT_UNIT, unit i
+ * recomputed by the schedule (the decision recomputed_units counts);
+ * FR_REMAT_CHEAP, layer i's output remade by the selective pass (the unit
+ * itself is not recomputed). From the table (per unit or per layer), or by a
+ * scan of the plan when it could not be allocated. */
+static int has_clone(const fr_step *s, const uint8_t *table, int kind, int i) {
+    if (table) return table[i];
+    for (int j = 0; j < s->plan.n_nodes; j++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[j]];
+        if (nd->attr.recompute != kind || nd->layer < 0) continue;
+        if (kind == FR_REMAT_CHEAP ? nd->layer == i : s->m->layers[nd->layer].unit == i) return 1;
     }
     return 0;
 }
@@ -574,12 +628,17 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     /* Which units keep their activations and which are recomputed; what runs in place. */
     int n = m->n_units;
     uint8_t *recomputed = fr_calloc(s->ctx, (size_t)n + 1, FR_MEM_OTHER); /* per unit; NULL: scan */
+    uint8_t *remade = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER);   /* per layer; NULL: scan */
     uint8_t *offloaded = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER); /* per layer */
     if (offloaded) act_offloaded(s, offloaded);
-    int inplace = 0;
-    for (int i = 0; i < s->plan.n_nodes && recomputed; i++) { /* clones carry attr.recompute */
+    int inplace = 0, n_remade = 0;
+    for (int i = 0; i < s->plan.n_nodes; i++) { /* clones carry attr.recompute (remat.h) */
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
-        if (nd->attr.recompute && nd->layer >= 0) recomputed[m->layers[nd->layer].unit] = 1;
+        n_remade += nd->attr.recompute == FR_REMAT_CHEAP;
+        if (nd->layer < 0) continue;
+        if (nd->attr.recompute == FR_REMAT_UNIT && recomputed)
+            recomputed[m->layers[nd->layer].unit] = 1;
+        if (nd->attr.recompute == FR_REMAT_CHEAP && remade) remade[nd->layer] = 1;
     }
     for (int i = 0; i < s->plan.n_nodes; i++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
@@ -591,18 +650,22 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     double base = info.flops - info.extra_flops;
     double frac =
         info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
+    double split = split_cost(s);                 /* relative to the whole-batch step */
     char h[8][32];
     if (json) {
         fprintf(out,
                 "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, "
                 "\"checkpoint\": \"%s\", "
                 "\"checkpoint_arg\": %d, \"units\": %d, \"recomputed_unit_forwards\": %d, "
-                "\"extra_compute\": %.6f, \"inplace_ops\": %d, \"arena_bytes\": %zu, "
+                "\"remade_ops\": %d, \"extra_compute\": %.6f, \"split_cost\": %.6f, "
+                "\"extra_cost\": %.6f, \"step_flops\": %.6g, \"inplace_ops\": %d, "
+                "\"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
                 "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", ",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
-                mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, frac, inplace,
+                mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, n_remade, frac,
+                split, frac + split, base, inplace,
                 info.arena, info.reserved, total, s->o.budget, s->n_fused, fused_bytes(s),
                 s->upd_ws_len * sizeof(float), offload_name(s->o.offload));
         if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
@@ -625,12 +688,17 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
             int u = l->unit;
             fprintf(out,
-                    "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", \"frozen\": %s}",
+                    "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", "
+                    "\"output_remade\": %s, \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit                   ? "none"
-                    : unit_recomputed(s, recomputed, u) ? "recomputed"
-                    : offloaded && offloaded[i]         ? "offloaded"
-                                                        : "kept",
+                    u < s->first_unit                                ? "none"
+                    : has_clone(s, recomputed, FR_REMAT_UNIT, u)     ? "recomputed"
+                    : offloaded && offloaded[i]                      ? "offloaded"
+                                                                     : "kept",
+                    u >= s->first_unit && !has_clone(s, recomputed, FR_REMAT_UNIT, u) &&
+                            has_clone(s, remade, FR_REMAT_CHEAP, (int)i)
+                        ? "true"
+                        : "false",
                     l->frozen ? "true" : "false");
             first = 0;
         }
@@ -639,6 +707,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
         fprintf(out, "}}\n");
         fr_free(s->ctx, recomputed);
+        fr_free(s->ctx, remade);
         fr_free(s->ctx, offloaded);
         return;
     }
@@ -650,9 +719,18 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     else fprintf(out, "the whole batch at once\n");
     fprintf(out, "checkpointing: %s", mode_name(info.mode));
     if (info.ckpt_arg) fprintf(out, " %d", info.ckpt_arg);
-    fprintf(out,
-            " -> %d unit forwards recomputed per micro-batch, extra compute %.1f%% of a step\n",
-            info.recomputed_units, 100 * frac);
+    fprintf(out, " -> %d unit forwards recomputed per micro-batch", info.recomputed_units);
+    if (n_remade)
+        fprintf(out, "; %d cheap ops' outputs remade before their backward (selective)", n_remade);
+    fprintf(out, "\nextra cost: %.1f%% of the whole-batch step's time: %.1f%% more FLOPs (recomputed)",
+            100 * (frac + split), 100 * frac);
+    if (info.accumulate > 1)
+        fprintf(out,
+                " + %.1f%% from splitting (every node runs %d times, each linear GEMM with %d "
+                "times fewer rows)%s",
+                100 * split, info.accumulate, info.accumulate,
+                has_batchnorm(m) ? "; BatchNorm normalizes over each micro-batch alone" : "");
+    fputc('\n', out);
     fprintf(out, "precision: %s", fr_precision_name(s->o.precision));
     const fr_backend *be = fr_backend_of(s->ctx);
     if (s->o.precision == FR_PREC_BF16_MIXED)
@@ -684,9 +762,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         int u = l->unit;
         fprintf(out, "%-6d %-*s %-14s %s%s\n", u, nw, l->name, fr_layer_kind_name(l->kind),
                 u < s->first_unit ? "no backward (below the lowest trainable layer)"
-                : unit_recomputed(s, recomputed, u) ? "recomputed before its backward"
+                : has_clone(s, recomputed, FR_REMAT_UNIT, u) ? "recomputed before its backward"
                 : offloaded && offloaded[i] ? "kept on the host between forward and backward"
-                                            : "kept",
+                : has_clone(s, remade, FR_REMAT_CHEAP, (int)i)
+                    ? "input kept, output remade before its backward (selective)"
+                    : "kept",
                 l->frozen ? ", frozen" : "");
     }
     fprintf(out, "\npredicted peak by category:\n");
@@ -704,5 +784,6 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 fr_human_bytes(s->o.budget, h[4], sizeof h[4]),
                 info.reserved <= s->o.budget ? "fits" : "does NOT fit");
     fr_free(s->ctx, recomputed);
+    fr_free(s->ctx, remade);
     fr_free(s->ctx, offloaded);
 }
