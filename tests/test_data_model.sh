@@ -4,7 +4,10 @@
 # targets; test sets of 10x10 and 30x30 images against a 28x28 model, a label
 # past the model's classes, a gzip bomb and a FIFO as a data file are refused
 # before the first step with a message naming the file (and the label's
-# index in it).
+# index in it). float64 .npy files (numpy's default) train exactly as their
+# float32 casts by numpy do, with one note a file; an .npz renamed .npy gets
+# a .npy message; training files without test files and without --data
+# evaluate on nothing (a note), never on the default Fashion-MNIST.
 # Small IDX and .npy files are made here with numpy.
 source "$(dirname "$0")/lib.sh"
 
@@ -56,6 +59,19 @@ for split, n in (("train", 256), ("t10k", 64)):
     x = r.standard_normal((n, 8)).astype(np.float32)
     np.save(f"{d}/{split}-images.npy", x)
     np.save(f"{d}/{split}-targets.npy", (x @ W).astype(np.float32))
+# reg64: float64 files as np.save writes them by default; reg32: numpy's casts of them
+os.mkdir(f"{t}/reg64"); os.mkdir(f"{t}/reg32")
+W64 = r.standard_normal((8, 2))
+for split, n in (("train", 256), ("t10k", 64)):
+    x = r.standard_normal((n, 8)) / 3
+    for dd, dt in (("reg64", np.float64), ("reg32", np.float32)):
+        np.save(f"{t}/{dd}/{split}-images.npy", x.astype(dt))
+        np.save(f"{t}/{dd}/{split}-targets.npy", (x @ W64).astype(dt))
+assert np.load(f"{t}/reg64/train-images.npy").dtype == np.float64
+# an .npz renamed .npy
+os.mkdir(f"{t}/npz")
+np.savez(f"{t}/npz/x.npz", a=np.zeros((4, 8), np.float32))
+os.rename(f"{t}/npz/x.npz", f"{t}/npz/train-images.npy")
 PY
 
 model="$src/tests/data/tiny.model"
@@ -76,6 +92,43 @@ assert last["test_loss"] < 0.1 * first["test_loss"], (first, last)
 assert "test_acc" not in last  # no accuracy for a regression model
 s = [json.loads(l) for l in open(sys.argv[1]) if '"event": "summary"' in l][0]
 assert s["test_acc"] is None and s["test_loss"] == last["test_loss"], s  # JSON null, not nan
+PY
+
+# float64 files: each value rounded to f32 as numpy's astype(np.float32)
+# rounds it, so training on them is bit for bit training on reg32; one note
+# for each of the four files.
+f64run=(--model "$tmp/reg.model" --epochs 2 --batch 16 --optimizer sgd --lr 0.05 --seed 1 --threads 1 --json)
+if "$bin" train "${f64run[@]}" --data "$tmp/reg64" >"$tmp/out64" 2>"$tmp/err64"; then ok; else no "f64 train: $(head -3 "$tmp/err64")"; fi
+if "$bin" train "${f64run[@]}" --data "$tmp/reg32" >"$tmp/out32" 2>"$tmp/err32"; then ok; else no "f32 train: $(head -3 "$tmp/err32")"; fi
+"$py" - "$tmp/out64" "$tmp/out32" <<'PY' && ok || no "f64 run differs from the f32 one: $(grep '"epoch"' "$tmp/out64" "$tmp/out32")"
+import json, sys
+def losses(path):
+    return [(e["train_loss"], e["test_loss"]) for e in map(json.loads, open(path)) if e.get("event") == "epoch"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == 2 and a == b, (a, b)
+PY
+for f in train-images train-targets t10k-images t10k-targets; do
+    n=$(grep -cF "$tmp/reg64/$f.npy: float64 converted to float32 on load" "$tmp/err64")
+    [ "$n" -eq 1 ] && ok || no "$f.npy: $n float64 notes, not 1: $(cat "$tmp/err64")"
+done
+grep -q "float64" "$tmp/err32" && no "a note for float32 files: $(cat "$tmp/err32")" || ok
+
+# An .npz renamed .npy: a .npy message with the zip magic's bytes, not an IDX one.
+refused ".npz named .npy" "npz/train-images.npy: byte 0: not a .npy file: its first bytes are 50 4b 03 04"     "$bin" train "${run[@]}" --train-images "$tmp/npz/train-images.npy" --train-labels "$tmp/img28/train-labels-idx1-ubyte"     --test-images "$tmp/img28/t10k-images-idx3-ubyte" --test-labels "$tmp/img28/t10k-labels-idx1-ubyte"
+grep -q "IDX" "$tmp/err" && no ".npz named .npy: an IDX message: $(cat "$tmp/err")" || ok
+
+# Training files alone (no --test-images, no --data): no evaluation, said
+# once; nothing read from the default directory (Fashion-MNIST, whose 28x28
+# images this 8-input model would refuse).
+"$bin" train --model "$tmp/reg.model" --train-images "$tmp/reg/train-images.npy"     --train-labels "$tmp/reg/train-targets.npy" --epochs 1 --batch 16 --seed 1 --threads 1 --json >"$tmp/out" 2>"$tmp/err"
+rc=$?
+n=$(grep -cF "no test split given: no evaluation; give --test-images/--test-labels" "$tmp/err")
+[ "$rc" -eq 0 ] && [ "$n" -eq 1 ] && ok || no "train files only: exit $rc, $n notes: $(head -3 "$tmp/err")"
+grep -qi "t10k\|fashion" "$tmp/out" "$tmp/err" && no "train files only: the default directory was read: $(cat "$tmp/err")" || ok
+"$py" - "$tmp/out" <<'PY' && ok || no "train files only: a test loss: $(cat "$tmp/out")"
+import json, sys
+e = [json.loads(l) for l in open(sys.argv[1]) if '"event": "epoch"' in l]
+assert len(e) == 1 and e[0].get("test_loss") is None, e  # trained, evaluated on nothing
 PY
 
 # Test images of another size: refused before the first step, naming the test file.

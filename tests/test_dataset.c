@@ -6,8 +6,10 @@
  * Fashion-MNIST files when present (first labels, class counts and pixel sums
  * worked out with Python's gzip module); datasets against a model's spec
  * (shape, label range by index in the file, labels vs targets), regression
- * targets read back, a gzip bomb stopped at its header's size, and a FIFO
- * refused without waiting. */
+ * targets read back, a gzip bomb stopped at its header's size, a FIFO
+ * refused without waiting; float64 images and targets rounded to f32 on
+ * read (against the test's own (float) casts), and a bad magic described in
+ * the terms of the format the file's name claims. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include "check.h"
 #include "data/dataset.h"
 #include "scratch.h"
+#include "train/source.h"
 #include "train/trainer.h"
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
@@ -399,8 +402,8 @@ static void test_npy(fr_ctx *ctx) {
          "a.npy: byte 44: fortran_order True is not supported"},
         {"big-endian", patch(F4IMG, "<f4", ">f4"), f4, sizeof f4,
          "big-endian dtype '>f4' is not supported"},
-        {"unknown descr", patch(F4IMG, "<f4", "<f8"), f4, sizeof f4,
-         "a.npy: byte 20: unsupported dtype '<f8'"},
+        {"unknown descr", patch(F4IMG, "<f4", "<f2"), f4, sizeof f4,
+         "a.npy: byte 20: unsupported dtype '<f2' (supported: |u1, <f4, <f8, <i4, <i8)"},
         {"too little data", F4IMG, f4, sizeof f4 - 4,
          "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 196"},
         {"too much data", I8LAB, l8, sizeof l8 + 0, NULL},
@@ -458,7 +461,7 @@ static void test_npy(fr_ctx *ctx) {
                 "fortran_order True");
     npy_file(pb, sizeof pb, "bad.npy", patch(F4IMG, "<f4", "<i4"), f4, sizeof f4);
     expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "integer images", "bad.npy",
-                "images must be u8 or f32");
+                "images must be u8, f32 or f64");
     npy_file(pb, sizeof pb, "bad.npy", F4IMG, f4, 40);
     expect_fail(ctx, fr_dataset_open(ctx, pb, p8), "short npy", "bad.npy",
                 "expected 200 bytes for f32 of shape (3, 1, 2, 3), found 168");
@@ -470,6 +473,259 @@ static void test_npy(fr_ctx *ctx) {
     spit_gz(pz, raw, nr);
     fr_dataset *ds = fr_dataset_open(ctx, pz, p4);
     CHECK(ds && fr_dataset_len(ds) == 3, "gz npy: %s", fr_last_error(ctx));
+    fr_dataset_close(ds);
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+static void expect_unfit(fr_ctx *ctx, fr_status st, const char *what, const char *file,
+                         const char *msg);
+
+/* A .npy of any dtype and shape, with a header as numpy writes it (the
+ * dict padded with spaces to 128 bytes, ending in a newline). */
+static void npy_any(char *path, size_t cap, const char *name, const char *descr, const char *shape,
+                    const void *data, size_t n) {
+    char hdr[NPY_HDR + 1];
+    int len = snprintf(hdr, sizeof hdr,
+                       "\x93NUMPY\x01%c%c%c{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                       0, 0, 0, descr, shape); /* version 1.0, then the length set below */
+    memset(hdr + len, ' ', NPY_HDR - (size_t)len);
+    hdr[8] = (char)(NPY_HDR - 10), hdr[9] = 0; /* the dict's length, little-endian */
+    hdr[NPY_HDR - 1] = '\n';
+    path_in(path, cap, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(hdr, 1, NPY_HDR, f);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* stderr into a file between capture_begin and capture_end, which returns
+ * how many lines printed in between hold `text`. */
+static int capture_saved = -1;
+static FILE *capture_file;
+static void capture_begin(void) {
+    char pe[512];
+    path_in(pe, sizeof pe, "stderr.txt");
+    fflush(stderr);
+    capture_saved = dup(2);
+    capture_file = fopen(pe, "w+");
+    if (capture_file) dup2(fileno(capture_file), 2);
+}
+static int capture_end(const char *text) {
+    char line[1024];
+    int lines = 0;
+    fflush(stderr);
+    dup2(capture_saved, 2);
+    close(capture_saved);
+    if (!capture_file) return -1;
+    rewind(capture_file);
+    while (fgets(line, sizeof line, capture_file)) lines += strstr(line, text) != NULL;
+    fclose(capture_file);
+    return lines;
+}
+
+/* fr_dataset_open with stderr captured: *lines holding `text`. */
+static fr_dataset *open_counting(fr_ctx *ctx, const char *img, const char *lab, const char *text,
+                                 int *lines) {
+    capture_begin();
+    fr_dataset *ds = fr_dataset_open(ctx, img, lab);
+    *lines = capture_end(text);
+    return ds;
+}
+
+/* The run's splits (fr_source_open): training files without test files and
+ * without a directory the user named (data NULL, or the CLI's default
+ * directory: data_default) give no test split, said once on stderr, never
+ * the directory's t10k (3 samples here, the training files 5); a directory
+ * the user named, or test files, give their split; eval (train = 0) reads
+ * the directory's. */
+static void test_source_split(fr_ctx *ctx) {
+    char dir[512], p[600], pi[512], pl[512];
+    unsigned char b[16 + N * H * W];
+    path_in(dir, sizeof dir, "split");
+    mkdir(dir, 0700);
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", dir);
+    spit(p, b, idx_images(b, 3, H, W));
+    snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte", dir);
+    spit(p, b, idx_labels(b, labels5, 3));
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    fr_model *m = fr_model_new(ctx, H * W, 1, 1);
+    if (!m) return;
+    fr_model_linear(m, 8, 1);
+    const char *note = "no test split given: no evaluation; give --test-images/--test-labels";
+    struct {
+        const char *what, *data, *test_images;
+        int data_default, train;
+        int64_t n_test; /* -1: no test split */
+    } cases[] = {
+        {"default dir, train files only", dir, NULL, 1, 1, -1},
+        {"no dir, train files only", NULL, NULL, 0, 1, -1},
+        {"a dir the user named", dir, NULL, 0, 1, 3},
+        {"default dir, test files given", dir, pi, 1, 1, N},
+        {"eval from the default dir", dir, NULL, 1, 0, 3},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        fr_train_cfg cfg = {0};
+        cfg.data = cases[k].data;
+        cfg.data_default = cases[k].data_default;
+        cfg.train_images = pi, cfg.train_labels = pl;
+        cfg.test_images = cases[k].test_images;
+        cfg.test_labels = cases[k].test_images ? pl : NULL;
+        fr_source src;
+        capture_begin();
+        fr_status st = fr_source_open(ctx, &cfg, m, cases[k].train, &src);
+        int notes = capture_end(note);
+        CHECK(st == FR_OK, "%s: %s", cases[k].what, fr_last_error(ctx));
+        if (st) {
+            fr_source_close(&src);
+            continue;
+        }
+        int none = cases[k].n_test < 0;
+        CHECK(fr_source_has_test(&src) == !none && (src.test == NULL) == none, "%s: test split %s",
+              cases[k].what, src.test ? "opened" : "absent");
+        CHECK(notes == none, "%s: %d notes", cases[k].what, notes);
+        if (src.test)
+            CHECK(fr_dataset_len(src.test) == cases[k].n_test, "%s: %lld test samples",
+                  cases[k].what, (long long)fr_dataset_len(src.test));
+        if (none) {
+            fr_budget_data bd;
+            fr_source_budget(&src, &cfg, &bd);
+            CHECK(bd.n_train == N && bd.n_test == 0, "%s: budget counts %lld test samples",
+                  cases[k].what, (long long)bd.n_test);
+            fr_batches bt;
+            CHECK(fr_batches_open(&src, 0, 4, 0, 1, 0, &bt) == FR_ERR_ARG &&
+                      strstr(fr_last_error(ctx), "no test split to evaluate on"),
+                  "%s: test batches: %s", cases[k].what, fr_last_error(ctx));
+        }
+        fr_source_close(&src);
+    }
+    fr_model_free(m);
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte", dir);
+    unlink(p);
+    rmdir(dir);
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* float64 .npy files (numpy's default float): images and targets rounded
+ * to f32 as they are read, each value equal to the C cast (float)v of the
+ * double the test wrote, with one note a file on stderr and no data bytes
+ * held; a sample of 900 values (more than one conversion buffer); float64
+ * labels are targets, refused for cross-entropy with the way to save them
+ * as integers; a target finite in f64 but not in f32 refused. */
+static void test_f64(fr_ctx *ctx) {
+    enum { NS = 3, D = 900 }; /* 3 samples of 1x30x30 */
+    static double img[NS * D];
+    double tg[NS * 2], lab[NS] = {1, 0, 2};
+    for (int k = 0; k < NS * D; k++) img[k] = k / 3.0 - 0.7 + 1e-9 * k;
+    for (int k = 0; k < NS * 2; k++) tg[k] = 1.0 / (k + 3) - 0.1;
+    char pimg[512], ptg[512], plab[512];
+    npy_any(pimg, sizeof pimg, "f8img.npy", "<f8", "(3, 30, 30)", img, sizeof img);
+    npy_any(ptg, sizeof ptg, "f8tg.npy", "<f8", "(3, 2)", tg, sizeof tg);
+    npy_any(plab, sizeof plab, "f8lab.npy", "<f8", "(3,)", lab, sizeof lab);
+    int notes = 0, img_notes = 0;
+    fr_dataset *ds = open_counting(ctx, pimg, ptg, "float64 converted to float32 on load", &notes);
+    CHECK(ds != NULL, "f64 set: %s", fr_last_error(ctx));
+    CHECK(notes == 2, "%d notes for two float64 files", notes);
+    fr_dataset_close(ds);
+    ds = open_counting(ctx, pimg, ptg, "f8img.npy: float64 converted to float32 on load",
+                       &img_notes);
+    CHECK(img_notes == 1, "%d notes naming f8img.npy", img_notes);
+    if (!ds) return;
+    int c, h, w;
+    fr_dataset_sample_shape(ds, &c, &h, &w);
+    CHECK(fr_dataset_len(ds) == NS && c == 1 && h == 30 && w == 30 && fr_dataset_outputs(ds) == 2 &&
+              fr_dataset_dtype(ds) == FR_F32,
+          "f64 set: %d %d %d, outputs %d", c, h, w, fr_dataset_outputs(ds));
+    CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "f64: data bytes held after open");
+    CHECK(fr_dataset_check(ctx, ds, &(fr_data_spec){1, 30, 30, 0, 2}) == FR_OK, "%s",
+          fr_last_error(ctx));
+    static float x[2 * D];
+    float t[2 * 2];
+    int64_t idx[2] = {2, 0};
+    CHECK(fr_dataset_read(ds, idx, 2, x, NULL, t) == FR_OK, "%s", fr_last_error(ctx));
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < D; j++) bad += x[i * D + j] != (float)img[idx[i] * D + j];
+        for (int j = 0; j < 2; j++) bad += t[i * 2 + j] != (float)tg[idx[i] * 2 + j];
+    }
+    CHECK(bad == 0, "f64: %d values differ from (float)v", bad);
+    CHECK(x[D + 1] == (float)(1 / 3.0 - 0.7 + 1e-9) && x[D + 1] != 0, "f64: sample 0 value 1 %g",
+          (double)x[D + 1]);
+    CHECK(stats(ctx).allocated[FR_MEM_DATA] == 0, "f64: data bytes held after reading");
+    fr_dataset_close(ds);
+
+    /* float64 labels are float targets: refused for a cross-entropy model. */
+    ds = fr_dataset_open(ctx, pimg, plab);
+    CHECK(ds && fr_dataset_outputs(ds) == 1, "f64 (n,): %s", fr_last_error(ctx));
+    if (ds) {
+        expect_unfit(ctx, fr_dataset_check(ctx, ds, &(fr_data_spec){1, 30, 30, 3, 0}),
+                     "f64 labels for ce", "f8lab.npy",
+                     "needs integer class labels: save them with labels.astype(np.int64)");
+        fr_dataset_close(ds);
+    }
+    /* Finite in f64, infinite in f32; NaN. */
+    npy_any(plab, sizeof plab, "f8big.npy", "<f8", "(3,)", (double[]){1, 1e300, 2}, 24);
+    expect_fail(ctx, fr_dataset_open(ctx, pimg, plab), "f64 overflow", "f8big.npy",
+                "f64 target 1e+300 at index 1 (column 0) overflows float32");
+    npy_any(plab, sizeof plab, "f8nan.npy", "<f8", "(3,)", (double[]){1, 2, NAN}, 24);
+    expect_fail(ctx, fr_dataset_open(ctx, pimg, plab), "f64 NaN", "f8nan.npy",
+                "target nan at index 2 (column 0) is not finite");
+    /* In memory: a whole f64 array, then one cut short (128 + 18 * 8 = 272 bytes). */
+    unsigned char buf[NPY_HDR + 18 * 8];
+    memcpy(buf, patch(F4IMG, "<f4", "<f8"), NPY_HDR);
+    memcpy(buf + NPY_HDR, img, 18 * 8);
+    CHECK(fr_npy_check(ctx, "m.npy", buf, sizeof buf) == FR_OK, "%s", fr_last_error(ctx));
+    CHECK(fr_npy_check(ctx, "m.npy", buf, NPY_HDR + 72) == FR_ERR_FORMAT &&
+              strstr(fr_last_error(ctx),
+                     "expected 272 bytes for f64 of shape (3, 1, 2, 3), found 200"),
+          "f64 short: %s", fr_last_error(ctx));
+    CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
+}
+
+/* A file whose magic is neither format is described as the format its name
+ * claims: a *.npy (or *.npy.gz) as .npy, with its first bytes (the zip
+ * magic 50 4b 03 04 of an .npz renamed, say), not as a bad IDX magic; an IDX
+ * name as IDX. A valid file of the other format opens whatever its name. */
+static void test_claimed_format(fr_ctx *ctx) {
+    static const unsigned char zip[32] = {0x50, 0x4b, 0x03, 0x04, 0x14, 0x00, 0x00, 0x00, 0x08};
+    char pz[512], pzg[512], pt[512], pe[512], pi[512], pl[512], pidx[512], pnpy[512];
+    path_in(pz, sizeof pz, "npz-renamed.npy");
+    spit(pz, zip, sizeof zip);
+    path_in(pzg, sizeof pzg, "npz-renamed.npy.gz");
+    spit_gz(pzg, zip, sizeof zip);
+    path_in(pt, sizeof pt, "three.npy");
+    spit(pt, "abc", 3);
+    path_in(pe, sizeof pe, "empty.npy");
+    spit(pe, "", 0);
+    path_in(pi, sizeof pi, "img.idx");
+    path_in(pl, sizeof pl, "lab.idx");
+    const char *npy_msg = "byte 0: not a .npy file: its first bytes are 50 4b 03 04 14 00, not the "
+                          "magic 93 4e 55 4d 50 59";
+    expect_fail(ctx, fr_dataset_open(ctx, pz, pl), "zip named .npy", "npz-renamed.npy", npy_msg);
+    CHECK(!strstr(fr_last_error(ctx), "IDX"), "zip named .npy: %s", fr_last_error(ctx));
+    expect_fail(ctx, fr_dataset_open(ctx, pi, pz), "zip named .npy as labels", "npz-renamed.npy",
+                npy_msg);
+    expect_fail(ctx, fr_dataset_open(ctx, pzg, pl), "zip named .npy.gz", "npz-renamed.npy.gz",
+                npy_msg);
+    expect_fail(ctx, fr_dataset_open(ctx, pt, pl), "3-byte .npy", "three.npy",
+                "its first bytes are 61 62 63 (the file ends there)");
+    expect_fail(ctx, fr_dataset_open(ctx, pe, pl), "empty .npy", "empty.npy",
+                "empty file: not a .npy file");
+    /* An IDX name with the zip bytes: an IDX message. */
+    path_in(pidx, sizeof pidx, "bad-images-idx3-ubyte");
+    spit(pidx, zip, sizeof zip);
+    expect_fail(ctx, fr_dataset_open(ctx, pidx, pl), "zip named IDX", "bad-images-idx3-ubyte",
+                "byte 0: IDX magic 0x504b0304 is not 0x00000803");
+    /* Valid IDX under a .npy name, and valid .npy under an IDX name: opened. */
+    unsigned char raw[1024];
+    size_t n = slurp(pi, raw, sizeof raw);
+    path_in(pnpy, sizeof pnpy, "idx-inside.npy");
+    spit(pnpy, raw, n);
+    fr_dataset *ds = fr_dataset_open(ctx, pnpy, pl);
+    CHECK(ds && fr_dataset_len(ds) == N, "IDX named .npy: %s", fr_last_error(ctx));
     fr_dataset_close(ds);
     CHECK(stats(ctx).allocated_total == 0, "leak: %zu", stats(ctx).allocated_total);
 }
@@ -845,6 +1101,9 @@ int main(void) {
     test_npy(ctx);
     test_open_dir(ctx);
     test_model_fit(ctx);
+    test_f64(ctx);
+    test_claimed_format(ctx);
+    test_source_split(ctx);
     test_data_check(ctx);
     test_gzip_bomb(ctx);
     test_not_regular(ctx);

@@ -6,12 +6,17 @@
  *
  * Accepted files: IDX u8 images (magic 0x00000803, n x h x w) and labels
  * (0x00000801, n), raw or gzip; .npy v1/v2/v3, C order, little-endian:
- * images '|u1' or '<f4' of shape (n, d), (n, h, w) or (n, c, h, w), labels
- * '|u1', '<i4' or '<i8' of shape (n), or regression targets '<f4' of shape
- * (n,) or (n, outputs). u8 pixels come out as x / 255.0f, f32 pixels and
- * targets as they are. Labels must lie in [0, 256), targets be finite. A
- * gzip stream is stopped at the first byte past the size its header implies,
- * so a small .gz cannot fill the temporary directory. */
+ * images '|u1', '<f4' or '<f8' of shape (n, d), (n, h, w) or (n, c, h, w),
+ * labels '|u1', '<i4' or '<i8' of shape (n), or regression targets '<f4' or
+ * '<f8' of shape (n,) or (n, outputs). u8 pixels come out as x / 255.0f, f32
+ * pixels and targets as they are, f64 ones (numpy's default float) rounded
+ * to f32 as they are read, as `torch.from_numpy(a).float()` would (a note
+ * on stderr says so once per file; nothing is converted ahead). Labels must
+ * lie in [0, 256), targets be finite, in f32 too. A file whose magic is
+ * neither format is described as the format its name claims (a *.npy as
+ * .npy, anything else as IDX). A gzip stream is stopped at the first byte
+ * past the size its header implies, so a small .gz cannot fill the
+ * temporary directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -37,6 +42,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "f32 .npy pixels are r
 typedef struct layout {
     int npy;        /* 0: IDX, 1: .npy */
     fr_dtype dtype; /* FR_U8, FR_F32, FR_I32 or FR_I64 */
+    int f64;        /* '<f8' on disk: dtype is FR_F32, each value rounded as it is read */
     int ndim;
     int64_t d[4];
     uint64_t off;   /* byte of element 0 */
@@ -75,9 +81,13 @@ static uint32_t be32(const unsigned char *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
+/* Bytes an element takes on disk, and the dtype's name as the file has it. */
+static size_t disk_size(const layout *L) { return L->f64 ? 8 : fr_dtype_size(L->dtype); }
+static const char *disk_name(const layout *L) { return L->f64 ? "f64" : fr_dtype_name(L->dtype); }
+
 /* numel * element size + off, or an overflow fault. */
 static fr_status layout_bytes(fr_ctx *ctx, const char *name, layout *L) {
-    uint64_t b = fr_dtype_size(L->dtype);
+    uint64_t b = disk_size(L);
     for (int k = 0; k < L->ndim; k++)
         if (__builtin_mul_overflow(b, (uint64_t)L->d[k], &b))
             return ffail(ctx, name, FR_ERR_FORMAT, "dimensions overflow 64 bits");
@@ -124,7 +134,7 @@ static fr_status size_fault(fr_ctx *ctx, const char *name, const layout *L, uint
     char sh[96];
     return ffail(ctx, name, FR_ERR_FORMAT,
                  "expected %" PRIu64 " bytes for %s of shape %s, found %" PRIu64, L->bytes,
-                 fr_dtype_name(L->dtype), fr_shape_str(&s, sh, sizeof sh), size);
+                 disk_name(L), fr_shape_str(&s, sh, sizeof sh), size);
 }
 
 /* ---- .npy --------------------------------------------------------------- */
@@ -238,8 +248,18 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
                             layout *L) {
     memset(L, 0, sizeof *L);
     L->npy = 1;
-    if (have < 10 || memcmp(b, "\x93NUMPY", 6))
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 0: not a .npy file (no \\x93NUMPY magic)");
+    if (have == 0) return ffail(ctx, name, FR_ERR_FORMAT, "empty file: not a .npy file");
+    if (have < 6 || memcmp(b, "\x93NUMPY", 6)) {
+        char seen[32] = "";
+        for (size_t k = 0, len = 0; k < have && k < 6; k++)
+            len += (size_t)snprintf(seen + len, sizeof seen - len, "%s%02x", k ? " " : "", b[k]);
+        return ffail(ctx, name, FR_ERR_FORMAT,
+                     "byte 0: not a .npy file: its first bytes are %s%s, not the magic "
+                     "93 4e 55 4d 50 59 (\\x93NUMPY)",
+                     seen, have < 6 ? " (the file ends there)" : "");
+    }
+    if (have < 10)
+        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: .npy preamble cut short", have);
     if (b[6] < 1 || b[6] > 3 || b[7] != 0)
         return ffail(ctx, name, FR_ERR_FORMAT, "byte 6: unsupported .npy version %u.%u", b[6],
                      b[7]);
@@ -286,14 +306,20 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
             static const struct {
                 const char *descr;
                 fr_dtype dt;
-            } known[] = {{"|u1", FR_U8}, {"<f4", FR_F32}, {"<i4", FR_I32}, {"<i8", FR_I64}};
+                int f64;
+            } known[] = {{"|u1", FR_U8, 0},
+                         {"<f4", FR_F32, 0},
+                         {"<f8", FR_F32, 1},
+                         {"<i4", FR_I32, 0},
+                         {"<i8", FR_I64, 0}};
             int found = 0;
             for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-                if (!strcmp(val, known[k].descr)) L->dtype = known[k].dt, found = 1;
+                if (!strcmp(val, known[k].descr))
+                    L->dtype = known[k].dt, L->f64 = known[k].f64, found = 1;
             if (!found) {
                 p.i = vat;
                 if (val[0] == '>') return perr(&p, "big-endian dtype '%s' is not supported", val);
-                return perr(&p, "unsupported dtype '%s' (supported: |u1, <f4, <i4, <i8)", val);
+                return perr(&p, "unsupported dtype '%s' (supported: |u1, <f4, <f8, <i4, <i8)", val);
             }
         } else if (!strcmp(key, "fortran_order")) {
             if (have_fortran++) return perr(&p, "duplicate 'fortran_order'");
@@ -329,6 +355,29 @@ static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *
                      : !have_fortran ? "fortran_order"
                                      : "shape");
     return layout_bytes(ctx, name, L);
+}
+
+/* ---- either format ------------------------------------------------------ */
+
+/* Whether path's name claims .npy: it ends in ".npy" or ".npy.gz". */
+static int claims_npy(const char *path) {
+    size_t n = strlen(path);
+    if (n >= 3 && !strcmp(path + n - 3, ".gz")) n -= 3;
+    return n >= 4 && !memcmp(path + n - 4, ".npy", 4);
+}
+
+static int idx_magic(const unsigned char *b, size_t have) {
+    return have >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 8 && (b[3] == 1 || b[3] == 3);
+}
+
+/* The header of either format from its first `have` bytes, told apart by
+ * the magic; a magic of neither is a fault in the terms of the format the
+ * name claims (a *.npy named as .npy, anything else as IDX). */
+static fr_status any_header(fr_ctx *ctx, const char *name, const unsigned char *b, size_t have,
+                            layout *L) {
+    if ((have >= 6 && !memcmp(b, "\x93NUMPY", 6)) || (claims_npy(name) && !idx_magic(b, have)))
+        return npy_header(ctx, name, b, have, L);
+    return idx_header(ctx, name, b, have, L);
 }
 
 /* ---- roles -------------------------------------------------------------- */
@@ -380,17 +429,30 @@ static fr_status check_labels(fr_ctx *ctx, const char *name, const unsigned char
     return FR_OK;
 }
 
-/* Checks `count` f32 targets held in b, value `first` onwards, for NaN and
- * infinities; a fault names the sample (value / width) and the column. */
+/* Checks `count` f32 (f64: f64) targets held in b, value `first` onwards,
+ * for NaN and infinities, and an f64 one for overflowing f32; a fault names
+ * the sample (value / width) and the column. */
 static fr_status check_targets(fr_ctx *ctx, const char *name, const unsigned char *b, int64_t first,
-                               int64_t count, int64_t width) {
+                               int64_t count, int64_t width, int f64) {
     for (int64_t k = 0; k < count; k++) {
-        float v;
-        memcpy(&v, b + (size_t)k * 4, 4);
+        double v;
+        float f;
+        if (f64) {
+            memcpy(&v, b + (size_t)k * 8, 8);
+            f = (float)v;
+        } else {
+            memcpy(&f, b + (size_t)k * 4, 4);
+            v = f;
+        }
         if (!isfinite(v))
             return ffail(ctx, name, FR_ERR_FORMAT,
-                         "target %g at index %" PRId64 " (column %" PRId64 ") is not finite",
-                         (double)v, (first + k) / width, (first + k) % width);
+                         "target %g at index %" PRId64 " (column %" PRId64 ") is not finite", v,
+                         (first + k) / width, (first + k) % width);
+        if (!isfinite(f))
+            return ffail(ctx, name, FR_ERR_FORMAT,
+                         "f64 target %g at index %" PRId64 " (column %" PRId64
+                         ") overflows float32",
+                         v, (first + k) / width, (first + k) % width);
     }
     return FR_OK;
 }
@@ -437,10 +499,11 @@ static fr_status kind_fits(fr_ctx *ctx, const char *name, const layout *L,
                      "holds class labels but the model's loss (mse) needs "
                      "float targets: a f32 .npy of shape (n, %d)",
                      spec->outputs);
-    if (!is_labels(L) && spec->outputs <= 0)
+    if (!is_labels(L) && spec->outputs <= 0) /* as torch's cross_entropy refuses float indices */
         return ffail(ctx, name, FR_ERR_SHAPE,
-                     "holds float targets but the model's loss "
-                     "(cross_entropy) needs integer class labels");
+                     "holds float targets but the model's loss (cross_entropy) needs integer "
+                     "class labels%s",
+                     L->ndim == 1 ? ": save them with labels.astype(np.int64)" : "");
     if (!is_labels(L) && target_width(L) != spec->outputs)
         return ffail(ctx, name, FR_ERR_SHAPE,
                      "targets have %" PRId64 " values a sample but the "
@@ -462,13 +525,14 @@ static fr_status check_whole(fr_ctx *ctx, const char *name, const unsigned char 
             ctx, name, FR_ERR_FORMAT,
             "%d dimensions of %s are neither images (2 to 4 dims, u8 or f32), labels (1 dim, "
             "integer) nor targets (1 or 2 dims, f32)",
-            L->ndim, fr_dtype_name(L->dtype));
+            L->ndim, disk_name(L));
     }
     int64_t max = -1;
     fr_status st = FR_OK;
     if (is_labels(L)) st = check_labels(ctx, name, b + L->off, 0, L->d[0], L->dtype, 0, &max);
     else if (is_targets(L) && (L->ndim == 1 || L->d[1] > 0))
-        st = check_targets(ctx, name, b + L->off, 0, L->d[0] * target_width(L), target_width(L));
+        st = check_targets(ctx, name, b + L->off, 0, L->d[0] * target_width(L), target_width(L),
+                           L->f64);
     if (st || !spec) return st;
     if (role == FR_ROLE_IMAGES) {
         if (!is_images(L))
@@ -553,8 +617,8 @@ static fr_status stream_limit(fr_ctx *ctx, const char *name, int fd, uint64_t pr
     }
     memcpy(hb + ff, out, need - ff);
     layout L;
-    *npy = !memcmp(hb, "\x93NUMPY", 6);
-    fr_status st = *npy ? npy_header(ctx, name, hb, need, &L) : idx_header(ctx, name, hb, need, &L);
+    fr_status st = any_header(ctx, name, hb, need, &L);
+    *npy = L.npy;
     fr_free(ctx, hb);
     if (!st) *limit = L.bytes;
     return st;
@@ -744,7 +808,7 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
         st = npy_header(ctx, path, hb, (size_t)want, &s->L);
         fr_free(ctx, hb);
     } else {
-        st = idx_header(ctx, path, head, have, &s->L);
+        st = any_header(ctx, path, head, have, &s->L);
     }
     if (st) return st;
     if (s->L.bytes != s->size) return size_fault(ctx, path, &s->L, s->size);
@@ -758,14 +822,14 @@ static fr_status scan_labels(fr_ctx *ctx, const src *s, int classes, int64_t *ma
     unsigned char buf[8192];
     int targets = is_targets(&s->L);
     int64_t width = targets ? target_width(&s->L) : 1;
-    size_t es = fr_dtype_size(s->L.dtype);
+    size_t es = disk_size(&s->L);
     int64_t per = (int64_t)(sizeof buf / es), n = s->L.d[0] * width;
     for (int64_t k = 0; k < n; k += per) {
         int64_t m = n - k < per ? n - k : per;
         if (fr_pread_full(s->fd, buf, (size_t)m * es, s->L.off + (uint64_t)k * es))
             return ffail(ctx, s->path, FR_ERR_IO, "cannot read %s at index %" PRId64,
                          targets ? "targets" : "labels", k / width);
-        fr_status st = targets ? check_targets(ctx, s->path, buf, k, m, width)
+        fr_status st = targets ? check_targets(ctx, s->path, buf, k, m, width, s->L.f64)
                                : check_labels(ctx, s->path, buf, k, m, s->L.dtype, classes, max);
         if (st) return st;
     }
@@ -791,8 +855,8 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
             ffail(ctx, images, FR_ERR_FORMAT, "IDX magic 0x00000801 holds labels, not images");
         else
             ffail(ctx, images, FR_ERR_FORMAT,
-                  "images must be u8 or f32 with 2 to 4 dimensions, not %s with %d",
-                  fr_dtype_name(I->dtype), I->ndim);
+                  "images must be u8, f32 or f64 with 2 to 4 dimensions, not %s with %d",
+                  disk_name(I), I->ndim);
         goto fail;
     }
     int64_t c, h, w;
@@ -820,7 +884,7 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
                 ctx, labels, FR_ERR_FORMAT,
                 "labels must be integers of shape (n) or f32 targets of shape (n) or (n, outputs), "
                 "not %s with %d dimensions",
-                fr_dtype_name(Y->dtype), Y->ndim);
+                disk_name(Y), Y->ndim);
         goto fail;
     }
     if (Y->d[0] != ds->n) {
@@ -837,6 +901,10 @@ fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels)
     if (scan_labels(ctx, &ds->lab, 0, &max)) goto fail;
     ds->classes = (int)max + 1;
     ds->outputs = is_targets(Y) ? (int)target_width(Y) : 0;
+    /* what torch.from_numpy(a).float() does, said once per file */
+    if (I->f64) fprintf(stderr, "%s: float64 converted to float32 on load\n", images);
+    if (Y->f64 && strcmp(images, labels) != 0)
+        fprintf(stderr, "%s: float64 converted to float32 on load\n", labels);
     return ds;
 fail:
     fr_dataset_close(ds);
@@ -940,11 +1008,24 @@ fr_status fr_dataset_check(fr_ctx *ctx, const fr_dataset *ds, const fr_data_spec
     return FR_OK;
 }
 
+/* n f64 values at file position off into out as f32, through a buffer on
+ * the stack: the conversion takes no memory that grows with the data. */
+static int pread_f64(int fd, float *out, size_t n, uint64_t off) {
+    double buf[512];
+    for (size_t k = 0; k < n;) {
+        size_t m = n - k < 512 ? n - k : 512;
+        if (fr_pread_full(fd, buf, m * 8, off + (uint64_t)k * 8)) return -1;
+        for (size_t j = 0; j < m; j++) out[k + j] = (float)buf[j];
+        k += m;
+    }
+    return 0;
+}
+
 /* fr_dataset_read with the message written to err instead of the context,
  * so the loader's prefetch thread never touches ctx->err. */
 fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x, int32_t *y,
                             float *t, char *err, size_t errlen) {
-    size_t xb = ds->sample * fr_dtype_size(ds->img.L.dtype), yb = fr_dtype_size(ds->lab.L.dtype);
+    size_t xb = ds->sample * disk_size(&ds->img.L), yb = disk_size(&ds->lab.L);
     if (ds->outputs) {
         yb *= (size_t)ds->outputs;
         y = NULL;
@@ -960,7 +1041,9 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         }
         if (x) {
             float *xs = x + (size_t)i * ds->sample;
-            if (fr_pread_full(ds->img.fd, xs, xb, ds->img.L.off + (uint64_t)k * xb)) {
+            uint64_t at = ds->img.L.off + (uint64_t)k * xb;
+            if (ds->img.L.f64 ? pread_f64(ds->img.fd, xs, ds->sample, at)
+                              : fr_pread_full(ds->img.fd, xs, xb, at)) {
                 snprintf(err, errlen, "%s: cannot read sample %" PRId64 ": %s", ds->img.path, k,
                          errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;
@@ -974,7 +1057,9 @@ fr_status fr_dataset_read_r(fr_dataset *ds, const int64_t *idx, int n, float *x,
         }
         if (t) {
             float *ts = t + (size_t)i * (size_t)ds->outputs;
-            if (fr_pread_full(ds->lab.fd, ts, yb, ds->lab.L.off + (uint64_t)k * yb)) {
+            uint64_t at = ds->lab.L.off + (uint64_t)k * yb;
+            if (ds->lab.L.f64 ? pread_f64(ds->lab.fd, ts, (size_t)ds->outputs, at)
+                              : fr_pread_full(ds->lab.fd, ts, yb, at)) {
                 snprintf(err, errlen, "%s: cannot read the targets at index %" PRId64 ": %s",
                          ds->lab.path, k, errno ? strerror(errno) : "file shrank");
                 return FR_ERR_IO;

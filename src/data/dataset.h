@@ -4,21 +4,23 @@
  * the size its header implies), so memory does not grow with the dataset.
  * Images come out as f32 in [0, 1], NCHW. The second file holds integer
  * class labels (a cross-entropy model) or f32 regression targets (an MSE
- * model); which one is decided by its dtype.
+ * model); which one is decided by its dtype. f64 (numpy's default float) is
+ * rounded to f32 as each sample is read, with a note on stderr at open.
  *
  * A data directory (`frugal train --data DIR`) holds, for each split
  * (`train` and `t10k`), one images file and one labels or targets file:
  *
  *   images   {split}-images-idx3-ubyte[.gz]  IDX u8 (n, h, w)  (Fashion-MNIST's names)
- *            {split}-images.npy              u8 or f32 (n, d), (n, h, w) or (n, c, h, w)
+ *            {split}-images.npy              u8, f32 or f64 (n, d), (n, h, w) or (n, c, h, w)
  *   classes  {split}-labels-idx1-ubyte[.gz]  IDX u8 (n)
  *            {split}-labels.npy              u8, i32 or i64 (n), each in [0, classes)
- *   targets  {split}-targets.npy             f32 (n, outputs), or (n,) for one output
+ *   targets  {split}-targets.npy             f32 or f64 (n, outputs), or (n,) for one output
  *
  * Any images file goes with any labels file; two candidates for the same
  * role are refused. A cross-entropy model needs labels, an MSE (`loss mse`)
- * model targets. u8 pixels are scaled to [0, 1]; f32 pixels and targets are
- * used as they are. Samples must match the model's input exactly ((c, h, w);
+ * model targets; float labels are targets, refused for cross-entropy as
+ * torch's cross_entropy refuses float class indices. u8 pixels are scaled
+ * to [0, 1]; f32 pixels and targets are used as they are. Samples must match the model's input exactly ((c, h, w);
  * a flat input of d values takes any sample of d values). */
 #ifndef FR_DATASET_H
 #define FR_DATASET_H
@@ -28,10 +30,11 @@
 
 typedef struct fr_dataset fr_dataset;
 
-/* images: IDX3 u8 (n, h, w) or npy u8/f32 (n, h, w) / (n, c, h, w) / (n, d);
- * labels: IDX1 u8 (n) or npy integer (n), or npy f32 targets (n) / (n, k).
- * Checks magic, sizes against the file length, labels in [0, 256), targets
- * finite and n(images) == n(labels). Outside files are opened with
+/* images: IDX3 u8 (n, h, w) or npy u8/f32/f64 (n, h, w) / (n, c, h, w) / (n, d);
+ * labels: IDX1 u8 (n) or npy integer (n), or npy f32/f64 targets (n) / (n, k).
+ * Checks magic (a *.npy that is neither format gets a .npy message, any
+ * other an IDX one), sizes against the file length, labels in [0, 256),
+ * targets finite (in f32 too) and n(images) == n(labels). Outside files are opened with
  * fr_open_regular: a FIFO or a directory is refused, never waited on. */
 fr_dataset *fr_dataset_open(fr_ctx *ctx, const char *images, const char *labels);
 /* A directory laid out as above; the error names every file it looked for. */
