@@ -2,7 +2,8 @@
 # test_resume.sh — checkpoints as a user meets them: --init from a
 # weights-only file (with --freeze: the frozen layers keep the file's bytes),
 # --resume refusing a weights-only file, any changed setting (named, both
-# values) and malformed metadata (key and value named), a checkpoint already
+# values), malformed metadata (key and value named) and a counter or the
+# position missing from it (named), a checkpoint already
 # at the final epoch evaluated, --save checked before training, stale
 # temporaries of a killed save removed, FIFOs and directories refused
 # without hanging, and a huge sparse file refused without reading it.
@@ -202,6 +203,20 @@ corrupt scaler "65536 -1 0" "growth tracker '-1' is not an integer"
 corrupt scaler "65536 0 99999999999999999999" "skipped steps '99999999999999999999' is not an integer in [0, 2^62]"
 corrupt batch_size sixty "metadata 'batch_size' = 'sixty': not an integer"
 corrupt lr fast "metadata 'lr' = 'fast': not a finite number"
+# A counter or the position removed from a checkpoint with optimizer state:
+# refused by name (without optimizer.step Adam's bias correction would
+# restart at step 1; without epoch and batch the run would restart at 0).
+for key in optimizer.step runs epoch batch; do
+    st "$ck" "$tmp/lacks.safetensors" "$key" <<'PY'
+import sys, st
+h, meta, t = st.read(sys.argv[1])
+del meta[sys.argv[3]]
+st.write(sys.argv[2], h, meta, t)
+PY
+    expect_fail "metadata without $key" 1 "lacks.safetensors: metadata '$key' is missing" \
+        "$bin" train "${adam[@]}" --epochs 2 --resume "$tmp/lacks.safetensors"
+    grep -q '"event": "epoch"' "$tmp/out" && no "resume without $key trained an epoch" || ok
+done
 
 # ---- FIFOs and directories are refused at once, with the right reason ----
 mkfifo "$tmp/fifo"

@@ -7,7 +7,11 @@
  * the lazy reader (a sparse 8 GiB file costs its header only; offsets are
  * checked against the file's size; a file that shrinks after opening is an
  * error), FIFOs and directories refused without blocking, the check before
- * a save, and the removal of stale temporaries of dead writers. */
+ * a save, and the removal of stale temporaries of dead writers; a
+ * weights-only file (fr_ckpt_save_weights) read back by hand: nanoGPT's
+ * state_dict names and shapes written out below, no optimizer entry, the
+ * tied lm_head's bytes, and with nanoGPT's masks their (1, 1, T, T)
+ * lower-triangular ones. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +24,10 @@
 #include <unistd.h>
 #include "check.h"
 #include "io/safetensors.h"
+#include "model/model.h"
+#include "model/modelfile.h"
 #include "scratch.h"
+#include "train/checkpoint.h"
 
 static void path_in(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/%s", tmpdir, name);
@@ -627,6 +634,167 @@ static void test_alloc_failures(fr_ctx *ctx) {
     CHECK(count_tmp_files() == 0, "temporary left");
 }
 
+/* A nanoGPT GPT (bias=True) of 2 layers, 2 heads, n_embd 16, block_size 8,
+ * vocab_size 32, as a model file. */
+static const char gpt_text[] = "input tokens 8\n"
+                               "embedding 32 16 name=transformer.wte\n"
+                               "pos_embedding 8 name=transformer.wpe\n"
+                               "repeat 2 name=transformer.h\n"
+                               "  residual\n"
+                               "    layernorm 16 name=ln_1\n"
+                               "    linear 48 name=attn.c_attn\n"
+                               "    attention heads=2\n"
+                               "    linear 16 name=attn.c_proj\n"
+                               "  end\n"
+                               "  residual\n"
+                               "    layernorm 16 name=ln_2\n"
+                               "    linear 64 name=mlp.c_fc\n"
+                               "    gelu approximate=tanh\n"
+                               "    linear 16 name=mlp.c_proj\n"
+                               "  end\n"
+                               "end\n"
+                               "layernorm 16 name=transformer.ln_f\n"
+                               "linear 32 bias=false tie=transformer.wte name=lm_head\n";
+
+/* The header's entry for name: its JSON from the opening quote, the start
+ * of its data in the file (8 + header length + offset) and its length. */
+static const char *st_entry(const char *json, const char *name, size_t *at, size_t *len,
+                            size_t data_at) {
+    char key[160];
+    snprintf(key, sizeof key, "\"%s\":{", name);
+    const char *e = strstr(json, key);
+    if (!e) return NULL;
+    const char *o = strstr(e, "\"data_offsets\":[");
+    unsigned long a = 0, b = 0;
+    if (!o || sscanf(o, "\"data_offsets\":[%lu,%lu]", &a, &b) != 2) return NULL;
+    *at = data_at + a;
+    *len = b - a;
+    return e;
+}
+
+/* fr_ckpt_save_weights: nanoGPT's state_dict keys for the model above, from
+ * its GPT class (transformer.wte, wpe, h.N.{ln_1, attn.c_attn, attn.c_proj,
+ * ln_2, mlp.c_fc, mlp.c_proj}, ln_f, lm_head without bias), with their
+ * shapes; attn.bias (1, 1, 8, 8) only when asked. Each entry is checked in
+ * the file's JSON as written, and nothing else is there. */
+static void test_weights_only(fr_ctx *ctx) {
+    fr_model *m = fr_model_parse(ctx, "gpt.model", gpt_text, sizeof gpt_text - 1);
+    CHECK(m != NULL, "%s", fr_last_error(ctx));
+    if (!m) return;
+    CHECK(fr_model_init(m, 3) == FR_OK, "%s", fr_last_error(ctx));
+    static const struct {
+        const char *name, *shape;
+    } top[] = {{"transformer.wte.weight", "[32,16]"},
+               {"transformer.wpe.weight", "[8,16]"},
+               {"transformer.ln_f.weight", "[16]"},
+               {"transformer.ln_f.bias", "[16]"},
+               {"lm_head.weight", "[32,16]"}},
+      block[] = {{"ln_1.weight", "[16]"},           {"ln_1.bias", "[16]"},
+                 {"attn.c_attn.weight", "[48,16]"}, {"attn.c_attn.bias", "[48]"},
+                 {"attn.c_proj.weight", "[16,16]"}, {"attn.c_proj.bias", "[16]"},
+                 {"ln_2.weight", "[16]"},           {"ln_2.bias", "[16]"},
+                 {"mlp.c_fc.weight", "[64,16]"},    {"mlp.c_fc.bias", "[64]"},
+                 {"mlp.c_proj.weight", "[16,64]"},  {"mlp.c_proj.bias", "[16]"}};
+    for (int masks = 0; masks <= 1; masks++) {
+        char p[512];
+        path_in(p, sizeof p, masks ? "nanogpt-pt1.safetensors" : "weights.safetensors");
+        CHECK(fr_ckpt_save_weights(m, p, masks) == FR_OK, "%s", fr_last_error(ctx));
+        CHECK(count_tmp_files() == 0, "a temporary remains");
+        static unsigned char file[1 << 16];
+        size_t n = slurp(p, file, sizeof file);
+        CHECK(n != (size_t)-1 && n > 8 && n < sizeof file, "%s: %zu bytes", p, n);
+        if (n == (size_t)-1 || n <= 8) continue;
+        uint64_t hl = 0;
+        for (int k = 7; k >= 0; k--) hl = hl << 8 | file[k];
+        CHECK(8 + hl <= n, "header length %llu", (unsigned long long)hl);
+        if (8 + hl > n) continue;
+        static char json[1 << 16]; /* the header as a string */
+        memcpy(json, file + 8, hl);
+        json[hl] = 0;
+        const char *meta = "{\"__metadata__\":{\"format\":\"pt\"},";
+        CHECK(strncmp(json, meta, strlen(meta)) == 0, "metadata: %.60s", json);
+        CHECK(!strstr(json, "optimizer") && !strstr(json, "\"runs\"") && !strstr(json, "epoch"),
+              "an optimizer entry or counter: %s", json);
+        int want = 5 + 2 * 12 + (masks ? 2 : 0), seen = 0, bad = 0;
+        for (const char *q = json; (q = strstr(q, "\"dtype\"")); q++) seen++;
+        CHECK(seen == want, "masks %d: %d entries, nanoGPT has %d", masks, seen, want);
+        size_t at, len;
+        char name[160], expect[200];
+        for (int b = -1; b < 2; b++) {
+            int count = b < 0 ? 5 : 12 + 1;
+            for (int k = 0; k < count; k++) {
+                const char *shape;
+                if (b < 0) {
+                    snprintf(name, sizeof name, "%s", top[k].name);
+                    shape = top[k].shape;
+                } else if (k < 12) {
+                    snprintf(name, sizeof name, "transformer.h.%d.%s", b, block[k].name);
+                    shape = block[k].shape;
+                } else {
+                    snprintf(name, sizeof name, "transformer.h.%d.attn.bias", b);
+                    shape = "[1,1,8,8]";
+                }
+                const char *e = st_entry(json, name, &at, &len, 8 + hl);
+                if (k == 12 && !masks) {
+                    CHECK(e == NULL, "%s without masks asked", name);
+                    continue;
+                }
+                snprintf(expect, sizeof expect, "\"%s\":{\"dtype\":\"F32\",\"shape\":%s,", name,
+                         shape);
+                CHECK(e && !strncmp(e, expect, strlen(expect)), "%s: %.80s", name,
+                      e ? e : "absent");
+                if (!e || k != 12) continue;
+                /* torch.tril(torch.ones(8, 8)): 1 where key <= query, else 0 */
+                CHECK(len == 64 * 4 && at + len <= n, "%s: %zu bytes", name, len);
+                for (int q = 0; q < 8 && len == 256; q++)
+                    for (int kk = 0; kk < 8; kk++) {
+                        float v;
+                        memcpy(&v, file + at + (size_t)(q * 8 + kk) * 4, 4);
+                        bad += v != (kk <= q ? 1.0f : 0.0f);
+                    }
+            }
+        }
+        CHECK(bad == 0, "%d mask values wrong", bad);
+        /* The bytes: every parameter's, and lm_head's are wte's (one tied parameter). */
+        size_t at2, len2;
+        for (size_t i = 0; i < m->n_params; i++) {
+            const fr_param *pa = &m->params[i];
+            size_t nb = (size_t)fr_shape_numel(&pa->shape) * 4;
+            CHECK(st_entry(json, pa->name, &at, &len, 8 + hl) && len == nb && at + len <= n &&
+                      !memcmp(file + at, pa->data, nb),
+                  "%s: bytes differ", pa->name);
+        }
+        CHECK(st_entry(json, "lm_head.weight", &at, &len, 8 + hl) &&
+                  st_entry(json, "transformer.wte.weight", &at2, &len2, 8 + hl) && len == len2 &&
+                  !memcmp(file + at, file + at2, len),
+              "lm_head.weight is not wte's bytes");
+        /* frugal reads it back (the masks ignored), into a model of other values. */
+        fr_model *m2 = fr_model_parse(ctx, "gpt.model", gpt_text, sizeof gpt_text - 1);
+        CHECK(m2 && fr_model_init(m2, 4) == FR_OK && fr_model_load_weights(m2, p) == FR_OK, "%s",
+              fr_last_error(ctx));
+        for (size_t i = 0; m2 && i < m->n_params; i++)
+            CHECK(!memcmp(m->params[i].data, m2->params[i].data,
+                          (size_t)fr_shape_numel(&m->params[i].shape) * 4),
+                  "%s differs after loading", m->params[i].name);
+        fr_model_free(m2);
+    }
+    /* Masks for a model without nanoGPT blocks: refused, nothing written. */
+    fr_model *mlp = fr_model_parse(ctx, "mlp.model", "input 4\nlinear 3\n", 17);
+    CHECK(mlp && fr_model_init(mlp, 1) == FR_OK, "%s", fr_last_error(ctx));
+    char p[512];
+    path_in(p, sizeof p, "mlp.safetensors");
+    CHECK(mlp && fr_ckpt_save_weights(mlp, p, 1) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "mlp.safetensors: nanoGPT masks asked for") && !exists(p),
+          "masks for an MLP: %s", fr_last_error(ctx));
+    CHECK(mlp && fr_ckpt_save_weights(mlp, p, 0) == FR_OK && exists(p), "%s", fr_last_error(ctx));
+    /* Into a directory that does not exist: an error, no temporary. */
+    path_in(p, sizeof p, "no/such/dir/w.safetensors");
+    CHECK(fr_ckpt_save_weights(m, p, 0) != FR_OK && count_tmp_files() == 0, "missing directory");
+    fr_model_free(mlp);
+    fr_model_free(m);
+    CHECK(live_bytes(ctx) == 0, "leak: %zu", live_bytes(ctx));
+}
+
 int main(void) {
     if (scratch_make("frugal-st")) {
         perror("mkdtemp");
@@ -643,6 +811,7 @@ int main(void) {
     test_not_regular(ctx);
     test_check_writable(ctx);
     test_stale_temporaries(ctx);
+    test_weights_only(ctx);
     fr_ctx_free(ctx);
     CHECK(open_fds() == fds, "%d file descriptors leaked", open_fds() - fds);
     remove_tree();

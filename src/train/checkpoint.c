@@ -404,6 +404,85 @@ fr_status fr_model_load_weights(fr_model *m, const char *path) {
     return st;
 }
 
+/* ---- weights only --------------------------------------------------------- */
+
+/* The mask entry of the attention block whose c_attn weight is param `name`
+ * ("transformer.h.N.attn.c_attn.weight" -> "transformer.h.N.attn.bias");
+ * 0 when name is not one. */
+static int mask_name(const char *name, char *out, size_t cap) {
+    if (strncmp(name, HF_PREFIX, HF_PREFIX_LEN) != 0) return 0;
+    const char *rest = block_rest(name);
+    if (!rest || strcmp(rest, "attn.c_attn.weight") != 0) return 0;
+    return snprintf(out, cap, "%.*sattn.bias", (int)(rest - name), name) < (int)cap;
+}
+
+fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks) {
+    fr_ctx *ctx = m->ctx;
+    fr_status st = fr_model_to_host(m); /* a device's current values */
+    if (st) return st;
+    int64_t T = fr_model_context(m);
+    size_t blocks = 0;
+    char nm[FR_ST_NAME_MAX];
+    for (size_t i = 0; i < m->n_params; i++) {
+        if (!m->params[i].data)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "%s: parameter '%s' is not held whole in this process (ZeRO-3 shards "
+                           "it): gather the weights before saving them",
+                           path, m->params[i].name);
+        blocks += mask_name(m->params[i].name, nm, sizeof nm);
+    }
+    if (nanogpt_masks && (!blocks || T <= 0))
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%s: nanoGPT masks asked for, but the model has no nanoGPT attention "
+                       "block (a parameter transformer.h.N.attn.c_attn.weight in a token model)",
+                       path);
+    if (!nanogpt_masks) blocks = 0;
+    size_t cap = m->n_params + m->n_alias + blocks;
+    fr_st_entry *e = fr_calloc(ctx, (cap + 1) * sizeof *e, FR_MEM_OTHER);
+    /* the one (1, 1, T, T) mask every block's entry points at:
+     * torch.tril(torch.ones(T, T)), 1 where key <= query */
+    float *mask = blocks ? fr_alloc(ctx, (size_t)(T * T) * sizeof *mask, FR_MEM_WORKSPACE) : NULL;
+    if (!e || (blocks && !mask)) {
+        fr_free(ctx, mask);
+        fr_free(ctx, e);
+        return fr_fail(ctx, FR_ERR_NOMEM, "%s: out of memory for the weights' table", path);
+    }
+    for (int64_t q = 0; q < T && mask; q++)
+        for (int64_t k = 0; k < T; k++) mask[q * T + k] = k <= q ? 1.0f : 0.0f;
+    int n = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", p->name);
+        e[n].dtype = p->dtype;
+        e[n].shape = p->shape;
+        e[n].data = p->data;
+        e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        n++;
+        if (blocks && mask_name(p->name, nm, sizeof nm)) {
+            snprintf(e[n].name, FR_ST_NAME_MAX, "%s", nm);
+            e[n].dtype = FR_F32;
+            e[n].shape = (fr_shape){4, {1, 1, T, T}};
+            e[n].data = mask;
+            e[n].nbytes = (size_t)(T * T) * sizeof *mask;
+            n++;
+        }
+    }
+    for (size_t i = 0; i < m->n_alias; i++) { /* a tied parameter under its second name */
+        const fr_param *p = &m->params[m->alias[i].param];
+        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
+        e[n].dtype = p->dtype;
+        e[n].shape = p->shape;
+        e[n].data = p->data;
+        e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        n++;
+    }
+    fr_st_meta meta = {"format", "pt"}; /* what safetensors.torch.save_file's callers write */
+    st = fr_st_write(ctx, path, e, n, &meta, 1);
+    fr_free(ctx, mask);
+    fr_free(ctx, e);
+    return st;
+}
+
 fr_status fr_model_load_weights_file(fr_model *m, const char *path, const fr_st_file *f) {
     fr_status st = fr_model_alloc_params(m);
     return st ? st : load_weights(m, path, f);
@@ -793,7 +872,23 @@ fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ck
                      path, path);
         goto done;
     }
-    /* Everything is checked before anything is loaded. */
+    /* Everything is checked before anything is loaded. A file with optimizer
+     * state that lacks a counter or the position was edited: its absence
+     * would silently restart it at 0. */
+    static const struct {
+        const char *key, *why;
+    } needed[] = {{"optimizer.step", "the steps taken, which Adam's bias correction divides by"},
+                  {"runs", "the micro-batches run, which the dropout stream continues from"},
+                  {"epoch", "the epochs done"},
+                  {"batch", "the batches done inside the next epoch"}};
+    for (size_t k = 0; k < sizeof needed / sizeof needed[0]; k++)
+        if (!fr_st_meta_get(&f, needed[k].key)) {
+            st = fr_fail(ctx, FR_ERR_FORMAT,
+                         "%s: metadata '%s' is missing (%s): a checkpoint frugal saves has it; "
+                         "this one cannot be resumed exactly (--init starts from its weights)",
+                         path, needed[k].key, needed[k].why);
+            goto done;
+        }
     if ((st = read_counters(ctx, path, &f, &c))) goto done;
     if ((st = meta_uint(ctx, path, &f, "epoch", INT_MAX, &epoch))) goto done;
     if ((st = meta_uint(ctx, path, &f, "batch", META_COUNT_MAX, &batches))) goto done;

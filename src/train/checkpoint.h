@@ -23,12 +23,28 @@ fr_status fr_ckpt_save(fr_step *s, const char *path, const char *freeze, int epo
                        int64_t batches_done);
 
 /* Resume s from path: refuse a file without optimizer state (a weights-only
- * file: use --init), a metadata value that is not a well-formed number in
- * its range, and a setting that differs from the checkpoint's (naming the
- * option and both values); then load weights, state and counters. Files
+ * file: use --init), one with state but without a counter or its position
+ * (optimizer.step, runs, epoch, batch: named), a metadata value that is not
+ * a well-formed number in its range, and a setting that differs from the
+ * checkpoint's (naming the option and both values); then load weights, state and counters. Files
  * written before the settings were stored carry none of their keys and are
  * accepted without that check. */
 fr_status fr_ckpt_resume(fr_step *s, const char *path, const char *freeze, fr_ckpt_pos *pos);
+
+/* The model's weights alone, as safetensors written atomically (temporary,
+ * fsync, rename) like every save: each parameter and buffer under its
+ * state_dict name (a tied one under each of its names, as state_dict lists
+ * both), dtype and shape, metadata {"format": "pt"}, no optimizer entry and
+ * no counter. Loads with load_state_dict(strict=True) into a PyTorch module
+ * of the same names, nanoGPT's GPT on PyTorch >= 2.0 among them (flash
+ * attention: no mask buffers). nanogpt_masks = 1 adds, after each block's
+ * transformer.h.N.attn.c_attn.weight, the buffer transformer.h.N.attn.bias
+ * nanoGPT registers without flash attention (PyTorch < 2.0): f32 of shape
+ * (1, 1, T, T), T the model's context, 1 on and below the diagonal, 0
+ * above; FR_ERR_ARG when the model has no such block. frugal's own loaders
+ * ignore those buffers. On a device the current values are fetched first;
+ * a parameter not held whole (ZeRO-3) is refused (FR_ERR_ARG). */
+fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks);
 
 /* fr_model_load_weights from a file already open or parsed (path names it
  * in messages): the fuzz target's entry point. */
