@@ -2,7 +2,9 @@
  * file:line:col message and a NULL model with nothing left allocated (also
  * under injected allocation failures); the built-in models parse, have the
  * parameter counts derived by hand below, and equal the files in models/
- * (found through FR_SOURCE_DIR, default "."). */
+ * (found through FR_SOURCE_DIR, default "."); --freeze lists, ranges of a
+ * repeat's blocks (transformer.h.0-1) among them, against the block each
+ * layer's name says it is in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +231,97 @@ static void test_names(void) {
               "names 0, blk.body.0, head");
         fr_model_free(m);
     }
+    CHECK(allocated(ctx) == 0, "%zu bytes left", allocated(ctx));
+    fr_ctx_free(ctx);
+}
+
+/* The frozen layers with parameters of a 3-block GPT after freeze(list),
+ * as a bit mask over blocks (bit b: block b's layers all frozen, none of
+ * them unfrozen) plus bit 3 for transformer.ln_f and bit 4 for the
+ * embeddings; -1 when freeze refused the list, -2 for a mixed block. */
+static int frozen_mask(const char *list) {
+    static const char text[] = "input tokens 8\n"
+                               "embedding 32 16 name=transformer.wte\n"
+                               "pos_embedding 8 name=transformer.wpe\n"
+                               "repeat 3 name=transformer.h\n"
+                               "  residual\n"
+                               "    layernorm 16 name=ln_1\n"
+                               "    linear 48 name=attn.c_attn\n"
+                               "    attention heads=2\n"
+                               "    linear 16 name=attn.c_proj\n"
+                               "  end\n"
+                               "end\n"
+                               "layernorm 16 name=transformer.ln_f\n"
+                               "linear 32 bias=false tie=transformer.wte name=lm_head\n";
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = fr_model_parse(ctx, "g.model", text, sizeof text - 1);
+    CHECK(m != NULL, "%s", fr_last_error(ctx));
+    int mask = -1;
+    if (m && fr_model_freeze(m, list) == FR_OK) {
+        int on[5] = {0}, off[5] = {0};
+        for (size_t i = 0; i < m->n_layers; i++) {
+            const fr_layer *l = &m->layers[i];
+            int b = -1;
+            if (l->n_params == 0) continue;
+            if (sscanf(l->name, "transformer.h.%d.", &b) != 1)
+                b = strstr(l->name, "ln_f") ? 3 : strstr(l->name, "transformer.w") ? 4 : -1;
+            CHECK(b >= 0 && b < 5, "layer %s", l->name);
+            if (b < 0 || b >= 5) continue;
+            on[b] += l->frozen != 0;
+            off[b] += l->frozen == 0;
+        }
+        mask = 0;
+        for (int b = 0; b < 5; b++) {
+            if (on[b] && off[b]) mask = -2;
+            if (mask >= 0 && on[b]) mask |= 1 << b;
+        }
+    }
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return mask;
+}
+
+/* --freeze: ranges of a named repeat's blocks ("transformer.h.0-1"), and
+ * every older form (a prefix, a top-level index or range) as before. */
+static void test_freeze(void) {
+    static const struct {
+        const char *list;
+        int mask;
+    } cases[] = {
+        {"transformer.h.0-1", 0x3},
+        {"transformer.h.1-2", 0x6},
+        {"transformer.h.2-2", 0x4},
+        {"transformer.h.0-7", 0x7}, /* past the last block: the blocks there are */
+        {"transformer.h.1", 0x2},
+        {"transformer.h", 0x7},
+        {"transformer.h.0-1,transformer.ln_f", 0xB},
+        {"transformer.h.0.attn.c_attn,transformer.h.0.ln_1,transformer.h.0.attn.c_proj", 0x1},
+        {"transformer.wte,transformer.wpe", 0x10},
+        {"transformer.h.1-0", -1}, /* an empty range */
+        {"transformer.h.3-5", -1}, /* no such block */
+        {"transformer.h.0-", -1},
+        {"transformer.h.-1", -1},
+        {"transformer.h.01-2", 0x6}, /* as the top-level "01-2" reads */
+        {"transformer.h.0-1x", -1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int got = frozen_mask(cases[k].list);
+        CHECK(got == cases[k].mask, "--freeze %s: mask %d, expected %d", cases[k].list, got,
+              cases[k].mask);
+    }
+    /* Top-level indices and ranges still name nn.Sequential positions. */
+    fr_ctx *ctx = fr_ctx_new();
+    const char *text = "input 4\nlinear 4\nrelu\nlinear 4\nlinear 2 name=head\n";
+    fr_model *m = fr_model_parse(ctx, "t.model", text, strlen(text));
+    CHECK(m && fr_model_freeze(m, "0-2") == FR_OK, "%s", fr_last_error(ctx));
+    for (size_t i = 0; m && i < m->n_layers; i++)
+        CHECK(m->layers[i].frozen == (m->layers[i].index <= 2), "layer %zu (%s)", i,
+              m->layers[i].name);
+    CHECK(m && fr_model_freeze(m, "head") == FR_OK && m->layers[m->n_layers - 1].frozen, "head");
+    CHECK(m && fr_model_freeze(m, "head.0-1") == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "transformer.h.0-3"),
+          "a range under an unrepeated name: %s", fr_last_error(ctx));
+    fr_model_free(m);
     CHECK(allocated(ctx) == 0, "%zu bytes left", allocated(ctx));
     fr_ctx_free(ctx);
 }
@@ -559,6 +652,7 @@ static void test_files(void) {
 int main(void) {
     test_builtins();
     test_names();
+    test_freeze();
     test_syntax_ok();
     test_errors();
     test_nested_residual();

@@ -631,9 +631,34 @@ fr_status fr_model_checkpoint_last(fr_model *m) {
     return FR_OK;
 }
 
+/* Whether name is prefix, then a block number in [a, b], then "." or its
+ * end: "transformer.h.0-3" names blocks 0 to 3 of the repeat transformer.h
+ * (prefix "transformer.h.", the range as written after it). */
+static int in_block_range(const char *name, const char *prefix, size_t plen, long a, long b) {
+    if (strncmp(name, prefix, plen) != 0) return 0;
+    const char *d = name + plen;
+    if (*d < '0' || *d > '9' || (d[0] == '0' && d[1] >= '0' && d[1] <= '9')) return 0;
+    long v = 0;
+    for (; *d >= '0' && *d <= '9'; d++)
+        if (v > b / 10 || (v = v * 10 + (*d - '0')) > b) return 0;
+    return v >= a && (*d == 0 || *d == '.');
+}
+
+/* s is exactly "<digits>-<digits>": the range's ends in *a, *b. */
+static int block_range(const char *s, long *a, long *b) {
+    char *e;
+    if (*s < '0' || *s > '9') return 0;
+    *a = strtol(s, &e, 10);
+    if (e[0] != '-' || e[1] < '0' || e[1] > '9') return 0;
+    *b = strtol(e + 1, &e, 10);
+    return *e == 0;
+}
+
 /* Does layer l match one item of a freeze list? Numbers and ranges ("3",
  * "0-2") name top-level nn.Sequential positions (a residual block is one);
- * anything else is a state_dict prefix ("fc1", "3.body.0"). */
+ * a name ending in a range names those blocks of a repeat ("transformer.h.0-3":
+ * transformer.h.0 to transformer.h.3); anything else is a state_dict prefix
+ * ("fc1", "3.body.0", "transformer.h.1"). */
 static int freeze_match(const fr_layer *l, const char *item, size_t len) {
     char buf[FR_ST_NAME_MAX];
     if (len == 0 || len >= sizeof buf) return 0;
@@ -643,6 +668,11 @@ static int freeze_match(const fr_layer *l, const char *item, size_t len) {
     if (sscanf(buf, "%d-%d%n", &a, &b, &k) == 2 && (size_t)k == len)
         return l->index >= a && l->index <= b;
     if (sscanf(buf, "%d%n", &a, &k) == 1 && (size_t)k == len) return l->index == a;
+    const char *dot = strrchr(buf, '.');
+    long ra, rb;
+    if (dot && block_range(dot + 1, &ra, &rb) &&
+        in_block_range(l->name, buf, (size_t)(dot + 1 - buf), ra, rb))
+        return 1;
     size_t n = strlen(buf);
     return strncmp(l->name, buf, n) == 0 && (l->name[n] == 0 || l->name[n] == '.');
 }
@@ -661,7 +691,7 @@ fr_status fr_model_freeze(fr_model *m, const char *layers) {
         if (!hit)
             return fr_fail(m->ctx, FR_ERR_ARG,
                            "--freeze: no layer with parameters matches '%.*s' (layers are named "
-                           "by index or name=, e.g. 0, 3-5, fc1)",
+                           "by index or name=, e.g. 0, 3-5, fc1, transformer.h.0-3)",
                            (int)len, p);
         p = e ? e + 1 : p + len;
     }
