@@ -44,6 +44,7 @@ add window         g     slide
 add save           t     x.safetensors
 add save-every     t     10
 add save-weights-only t  -
+add nanogpt-masks  t     -
 add resume         t     x.safetensors
 add init           t     x.safetensors
 add eval           s     -

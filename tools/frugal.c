@@ -101,7 +101,14 @@ static const command commands[] = {
     {"eval", C_EVAL, "eval --model FILE|NAME --weights CKPT [options]",
      "Runs the forward pass only: no gradients, no saved activations, no optimizer state\n"
      "(PyTorch's model.eval() under torch.no_grad()). BatchNorm uses its running stats and\n"
-     "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n"},
+     "dropout is off. Reports test-set accuracy and mean loss, and the memory it took.\n"
+     "A language model scores the first 128 validation windows (train's rule; --test-limit\n"
+     "N, 0 for all), every one of them whatever --batch, and says how many it scored.\n"
+     "\n"
+     "Evaluation runs in fp32, whatever precision the model trained in (train's validation\n"
+     "too): the weights a run keeps are fp32 (the master copy under *-mixed), so the loss is\n"
+     "the model's and not the rounding's, comparable across precisions; and a forward pass\n"
+     "without backward keeps no activations, so 16 bits would save little memory there.\n"},
     {"estimate", C_ESTIMATE, "estimate --model FILE|NAME [options]",
      "Builds and plans one step without running it and prints, per layer, the bytes of\n"
      "weights, biases and buffers, gradients, optimizer state, the layer's output, what is\n"
@@ -124,10 +131,15 @@ static const command commands[] = {
      "recomputation for s stored states), each at the full batch or split into\n"
      "micro-batches. A candidate is planned exactly, as it would run; a family of more\n"
      "than 48 arguments is sampled and bisected for the range that fits instead of\n"
-     "enumerated. Of those that fit, the one with the least extra compute wins. Splitting the "
-     "batch costs no FLOPs but smaller GEMMs run slower (counted as 3%\n"
-     "per halving) and it changes BatchNorm's statistics (a model with BatchNorm splits\n"
-     "only when nothing else fits).\n"},
+     "enumerated. Of those that fit, the one with the least extra cost wins: the recomputed\n"
+     "FLOPs as a fraction of the step's, plus what splitting the batch costs in time.\n"
+     "Splitting costs no FLOPs, but every node then runs once per micro-batch (counted as\n"
+     "8e6 FLOPs a run) and each linear layer's GEMM gets proportionally fewer rows (a GEMM\n"
+     "of M rows counted at M/(M+48) of its rate), fitted to measured steps of the CNN and\n"
+     "the MLP on two threads (bench/out/microbatch.md). Splitting also changes BatchNorm's\n"
+     "statistics, so a model with BatchNorm splits only when nothing else fits. The plan\n"
+     "reports both parts (\"extra cost\"; JSON extra_compute, split_cost, extra_cost), and its\n"
+     "table marks a layer recomputed only where the plan recomputes it.\n"},
     {"profile", C_PROFILE, "profile --model FILE|NAME [options]",
      "Runs N training steps (default 3) on random data and writes every allocation and\n"
      "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
@@ -152,10 +164,12 @@ static const char *data_layout =
     "  {split}-images.npy + {split}-labels.npy    integer class labels (cross-entropy models)\n"
     "  {split}-images.npy + {split}-targets.npy   float32 (n, outputs) targets (`loss mse` "
     "models)\n"
-    "Images are IDX u8 (n,h,w) or .npy u8/f32 (n,h,w), (n,c,h,w) or (n,d). --train-images with\n"
+    "Images are IDX u8 (n,h,w) or .npy u8/f32/f64 (n,h,w), (n,c,h,w) or (n,d) (float64,\n"
+    "numpy's default, is converted to float32 as it is read, with a note). --train-images with\n"
     "--train-labels, and --test-images with --test-labels, name a split's two files instead\n"
-    "(both of a pair or neither; the labels may be a float32 .npy of targets for an MSE model);\n"
-    "--data then serves only the other split.\n";
+    "(both of a pair or neither; the labels may be a float .npy of targets for an MSE model);\n"
+    "--data DIR then serves the other split. Training files without test files and without\n"
+    "--data: no test split and no evaluation (said once), never another dataset's.\n";
 
 enum {
     O_SECTION = 1, /* a heading in --help, not an option */
@@ -215,6 +229,7 @@ enum {
     O_SAVE_EVERY,
     O_SAVE_WEIGHTS,
     O_WINDOW,
+    O_NANOGPT_MASKS,
     O_BUCKET_CAP,
     O_NO_OVERLAP,
     O_RANKS,
@@ -301,9 +316,14 @@ static const opt_row opts[] = {
      "with --save: also every N optimizer steps (the position inside\n"
      "the epoch is saved: --resume continues bit for bit)"},
     {"save-weights-only", NULL, O_SAVE_WEIGHTS, C_TRAIN,
-     "with --save: weights and buffers only (a PyTorch state_dict that\n"
-     "load_state_dict(strict=True) takes: no optimizer.* entries; a GPT's\n"
-     "also has nanoGPT's attn.bias masks); not resumable"},
+     "with --save: weights and buffers only, a PyTorch state_dict\n"
+     "(no optimizer.* entries): a GPT loads into nanoGPT with\n"
+     "load_state_dict(strict=True) on PyTorch >= 2.0; not resumable\n"
+     "(--init starts from it)"},
+    {"nanogpt-masks", NULL, O_NANOGPT_MASKS, C_TRAIN,
+     "with --save-weights-only: add nanoGPT's transformer.h.N.attn.bias\n"
+     "causal masks, which its GPT registers on PyTorch < 2.0 (Debian 12's\n"
+     "1.13): then strict=True loads there, and only there"},
     {"resume", "PATH", O_RESUME, C_TRAIN,
      "continue from a checkpoint; losses equal an uninterrupted run"},
     {"init", "WEIGHTS", O_INIT, C_TRAIN,
@@ -364,7 +384,8 @@ static const opt_row opts[] = {
     {"micro-batch", "M", O_MICRO, C_STEP, "the same, by micro-batch size (must divide --batch)"},
     {"freeze", "LAYERS", O_FREEZE, C_STEP,
      "no gradients, no optimizer state, nothing saved for these layers:\n"
-     "indices, ranges or names, e.g. 0-3,fc1"},
+     "top-level indices or ranges, names, or a range of a repeat's\n"
+     "blocks, e.g. 0-3,fc1 or transformer.h.0-3"},
 
     {"precision:", NULL, O_SECTION, 0, NULL},
     {"precision", "P", O_PREC, C_STEP,
@@ -442,7 +463,7 @@ typedef struct cli {
     int eps_set;
     int nesterov, zero_keep;
     int ranks, zero; /* estimate --ranks N; --zero K (-1: not given) */
-    int batch_set, model_set, help, window_slide, save_weights_only;
+    int batch_set, model_set, help, window_slide;
     char batch_from[96]; /* where the batch came from, when not the command line */
 } cli;
 
@@ -685,7 +706,8 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             c->t.quiet = 1;
             break;
         case O_SAVE_EVERY: INT_OPT(1, 1000000000, c->t.save_every); break;
-        case O_SAVE_WEIGHTS: c->save_weights_only = 1; break;
+        case O_SAVE_WEIGHTS: c->t.save_weights_only = 1; break;
+        case O_NANOGPT_MASKS: c->t.nanogpt_masks = 1; break;
         case O_WINDOW:
             if (!strcmp(val, "slide")) c->window_slide = 1;
             else if (!strcmp(val, "half")) c->window_slide = 0;
@@ -804,6 +826,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         if (c->t.batch % c->accumulate) return bad(cn, "%s", msg);
         c->t.micro_batch = c->t.batch / c->accumulate;
     }
+    if ((c->t.save_weights_only || c->t.nanogpt_masks) && !c->t.save)
+        return bad(cn, "%s", "--save-weights-only and --nanogpt-masks need --save PATH");
+    if (c->t.nanogpt_masks && !c->t.save_weights_only)
+        return bad(cn, "%s", "--nanogpt-masks goes with --save-weights-only");
     if (c->t.batch_auto && !c->t.budget)
         return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     fr_optim_kind kind;
@@ -845,6 +871,13 @@ static void mem_json_inline(fr_ctx *ctx) {
 static const char *json_acc(double acc, char *buf, size_t len) {
     if (isnan(acc)) return "null";
     snprintf(buf, len, "%.6f", acc);
+    return buf;
+}
+
+/* A number for JSON: null where there is none (no test split). */
+static const char *json_real(double v, char *buf, size_t len) {
+    if (isnan(v)) return "null";
+    snprintf(buf, len, "%.17g", v);
     return buf;
 }
 
@@ -981,18 +1014,19 @@ static int cmd_train(int argc, char **argv) {
     if (c.t.json) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
-        char ab[32];
-        printf("{\"event\": \"summary\", \"epochs\": %d, \"steps\": %lld, \"batch\": %d, "
-               "\"test_acc\": %s, "
-               "\"test_loss\": %.17g, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
-               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
-               "\"%s\", "
-               "\"loss_scale\": %g, \"skipped_steps\": %llu, \"memory\": ",
-               res.epochs_done, (long long)res.steps_done, res.batch,
-               json_acc(res.test_acc, ab, sizeof ab), res.test_loss, res.seconds,
-               res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
-               res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
-               (unsigned long long)res.skipped_steps);
+        char ab[32], lb[32];
+        printf(
+            "{\"event\": \"summary\", \"epochs\": %d, \"steps\": %lld, \"batch\": %d, "
+            "\"test_acc\": %s, "
+            "\"test_loss\": %s, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
+            "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
+            "\"%s\", "
+            "\"loss_scale\": %g, \"skipped_steps\": %llu, \"stopped_by_signal\": %d, \"memory\": ",
+            res.epochs_done, (long long)res.steps_done, res.batch,
+            json_acc(res.test_acc, ab, sizeof ab), json_real(res.test_loss, lb, sizeof lb),
+            res.seconds, res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
+            res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
+            (unsigned long long)res.skipped_steps, res.stopped_by);
         mem_json_inline(ctx);
         if (ranks > 1) {
             printf(", ");
@@ -1124,7 +1158,7 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
                                100000,
                                10000,
                                c->t.limit_train,
-                               c->t.limit_test,
+                               fr_eval_limit(&c->t, 1),
                                c->t.queue,
                                c->t.eval_batch,
                                FR_PLAN_ASSUMED_HANDLES,
@@ -1141,20 +1175,23 @@ static void plan_data(fr_ctx *ctx, const cli *c, const fr_model *m, fr_budget_da
     fr_mem_stats m0, m1;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m0);
+    /* training files alone, no --data: no test split (train's rule) */
+    int no_test = c->t.train_images && !c->t.test_images && c->t.data_default;
     *train = fr_dataset_open_split(ctx, c->t.data, "train", c->t.train_images, c->t.train_labels);
-    *test = *train
+    *test = *train && !no_test
                 ? fr_dataset_open_split(ctx, c->t.data, "t10k", c->t.test_images, c->t.test_labels)
                 : NULL;
     fr_mem_empty_cache(ctx);
     fr_mem_get_stats(ctx, &m1);
     *bd = (fr_budget_data){
-        0, 0, 0, c->t.limit_train, c->t.limit_test, c->t.queue, c->t.eval_batch, 0, 0, 0, 0, 0};
-    if (*test) {
+        0, 0, 0, c->t.limit_train, fr_eval_limit(&c->t, 0), c->t.queue, c->t.eval_batch, 0, 0,
+        0, 0, 0};
+    if (*train && (*test || no_test)) {
         int ch, h, w;
         fr_dataset_sample_shape(*train, &ch, &h, &w);
         bd->sample = (size_t)ch * h * w;
         bd->n_train = fr_dataset_len(*train);
-        bd->n_test = fr_dataset_len(*test);
+        bd->n_test = *test ? fr_dataset_len(*test) : 0;
         bd->handles = (m1.reserved - m1.cached) - (m0.reserved - m0.cached);
         return;
     }
@@ -1367,6 +1404,45 @@ out:
     return rc;
 }
 
+/* estimate --ranks N [--zero K] --json: one document whose answer is one
+ * rank's bytes at stage K (0 when not given, what `train` runs), every
+ * stage's (or K's) under "stages", and the unsharded step's estimate (one
+ * process's document) under "unsharded". */
+static void estimate_ranks_json(const fr_step *s, const cli *c) {
+    int ranks = c->ranks > 1 ? c->ranks : 1, zero = c->zero >= 0 ? c->zero : 0;
+    fr_rank_bytes r;
+    fr_step_rank_bytes(s, ranks, zero, &r);
+    printf("{\"ranks\": %d, \"zero\": %d, \"rank_batch\": %d, \"predicted_peak\": "
+           "{\"parameters\": %zu, \"gradients\": %zu, \"optimizer\": %zu, \"buckets\": %zu, "
+           "\"rest\": %zu}, \"predicted_peak_total\": %zu, \"stages\": ",
+           ranks, zero, s->o.batch, r.params, r.grads, r.optim, r.buckets, r.rest, r.total);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f) {
+        fr_step_ranks_table(s, ranks, c->zero, f, 1);
+        fclose(f);
+        char *st = buf ? strstr(buf, "\"stages\": ") : NULL;
+        if (st) { /* its array, without the enclosing object */
+            st += strlen("\"stages\": ");
+            char *end = strrchr(st, ']');
+            if (end) fwrite(st, 1, (size_t)(end - st + 1), stdout);
+        }
+        free(buf);
+    }
+    printf(", \"unsharded\": ");
+    buf = NULL, len = 0;
+    f = open_memstream(&buf, &len);
+    if (f) {
+        fr_step_estimate_table(s, f, 1);
+        fclose(f);
+        while (len && buf[len - 1] == '\n') buf[--len] = 0;
+        fputs(buf ? buf : "null", stdout);
+        free(buf);
+    }
+    printf("}\n");
+}
+
 static int cmd_estimate(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[2], &c);
@@ -1396,9 +1472,12 @@ static int cmd_estimate(int argc, char **argv) {
     if (!c.t.json) {
         printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
     }
-    fr_step_estimate_table(s, stdout, c.t.json);
-    if (c.ranks > 1 || c.zero >= 0)
-        fr_step_ranks_table(s, c.ranks > 1 ? c.ranks : 1, c.zero, stdout, c.t.json);
+    if (c.t.json && (c.ranks > 1 || c.zero >= 0)) estimate_ranks_json(s, &c);
+    else {
+        fr_step_estimate_table(s, stdout, c.t.json);
+        if (c.ranks > 1 || c.zero >= 0)
+            fr_step_ranks_table(s, c.ranks > 1 ? c.ranks : 1, c.zero, stdout, c.t.json);
+    }
     fr_step_free(s);
     fr_model_free(m);
     ctx_done(ctx);
@@ -1487,6 +1566,7 @@ static int cmd_generate(int argc, char **argv) {
         fr_gen_opts o = {.tokens = c.tokens,
                          .temperature = c.temperature,
                          .top_k = c.top_k,
+                         .window_slide = c.window_slide,
                          .seed = c.t.seed,
                          .emit = gen_emit,
                          .user = &out};
@@ -1631,7 +1711,19 @@ static int cmd_devices(int argc, char **argv) {
 #endif
 }
 
+/* OpenMP's idle threads sleep instead of spinning unless the user chose:
+ * on a shared or loaded host, spinning threads take the cores the working
+ * ones need (bench/out/omp_wait.md measures both). libgomp reads
+ * OMP_WAIT_POLICY once, when it is loaded, so the policy is set and the
+ * program started again; if that fails it runs on as it is. */
+static void passive_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    passive_wait(argv);
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
         fputs(usage_main, stdout);

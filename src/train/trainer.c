@@ -202,7 +202,9 @@ static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr
     /* ZeRO: the optimizer state (at 3, the weights too) gathered whole on rank 0 */
     if (!st && s->zero >= 1) st = fr_step_state_whole(s, 1);
     if (!st && s->zero >= 3) st = fr_step_params_whole(s, 1);
-    if (!st && fr_comm_rank(c) == 0) st = fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
+    if (!st && fr_comm_rank(c) == 0)
+        st = cfg->save_weights_only ? fr_ckpt_save_weights(s->m, cfg->save, cfg->nanogpt_masks)
+                                    : fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
     if (s->zero >= 3) fr_step_params_whole(s, 0);
     if (s->zero >= 1) fr_step_state_whole(s, 0);
     double failed = st != FR_OK;
@@ -696,7 +698,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             report_val(cfg, &src, step, run_seen ? run_sum / run_seen : train_loss, tl,
                        now_s() - t_start);
             run_sum = 0, run_seen = 0;
-        } else if (cfg->json && isnan(acc)) /* MSE: no accuracy */
+        } else if (cfg->json && !fr_source_has_test(&src))
+            printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, "
+                   "\"test_loss\": null, \"seconds\": %.3f, \"samples\": %lld}\n",
+                   epoch + 1, train_loss, secs, (long long)seen);
+        else if (cfg->json && isnan(acc)) /* MSE: no accuracy */
             printf("{\"event\": \"epoch\", \"epoch\": %d, \"train_loss\": %.17g, "
                    "\"test_loss\": %.17g, \"seconds\": %.3f, \"samples\": %lld}\n",
                    epoch + 1, train_loss, tl, secs, (long long)seen);

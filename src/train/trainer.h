@@ -21,7 +21,9 @@ typedef struct fr_train_cfg {
     int json;           /* JSON lines on stdout instead of text */
     int progress;       /* 1 bar (terminal), 0 log lines, -1 none */
     int quiet; /* 0: results, notes and the summary; 1: warnings only; 2: nothing (another rank) */
-    int64_t save_every; /* > 0: also save every N optimizer steps (mid-epoch) */
+    int64_t save_every;    /* > 0: also save every N optimizer steps (mid-epoch) */
+    int save_weights_only; /* save a state_dict without optimizer state (fr_ckpt_save_weights) */
+    int nanogpt_masks;     /* and with nanoGPT's attn.bias masks */
     /* set (by a signal handler) to a signal's number: save at the next step
      * boundary, then stop (res->stopped_by); NULL: never */
     volatile sig_atomic_t *stop;
