@@ -191,6 +191,12 @@ assert "lm_head.weight" in h' "$tmp/ng.st" && ok || no "--nanogpt-masks: the mas
 expect_fail "--nanogpt-masks alone" 2 "--nanogpt-masks goes with --save-weights-only" \
     "$bin" train --model "$m" --save "$tmp/x.st" --nanogpt-masks
 
+# ---- 16. sizes up to the 1024 TiB the README promises ----------------------
+expect "--budget 1TiB" "$bin" estimate --model mlp --batch 32 --budget 1TiB
+expect "--budget 1024TiB" "$bin" estimate --model mlp --batch 32 --budget 1024TiB
+expect_fail "--budget 1025TiB" 2 "is too large: a size is at most 1024 TiB" \
+    "$bin" estimate --model mlp --batch 32 --budget 1025TiB
+
 # ---- 3. a model file's default batch ----------------------------------------
 batch_of() { "$bin" estimate "$@" --json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["batch"])'; }
 [ "$(batch_of --model gpt-tiny)" = 8 ] && ok || no "gpt-tiny's default batch: $(batch_of --model gpt-tiny)"

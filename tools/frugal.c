@@ -267,7 +267,10 @@ static const opt_row opts[] = {
      "activations in its memory [cpu]"},
     {"offload", "WHAT", O_OFFLOAD, C_STEP,
      "with --device: optimizer keeps the optimizer's state and step\n"
-     "on the host (ZeRO-Offload: gradients down, weights up each step)"},
+     "on the host (ZeRO-Offload: gradients down, weights up each step);\n"
+     "activations moves what is saved for backward to the host after\n"
+     "its forward and back before its backward; optimizer,activations\n"
+     "both"},
     {"sync-upload", NULL, O_SYNC_UPLOAD, C_TRAIN,
      "with --device: upload each batch when its step starts, instead\n"
      "of into a second device slot while the step before runs"},

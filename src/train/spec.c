@@ -55,7 +55,10 @@ fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
                  {"MB", 1e6},
                  {"G", 1073741824.0},
                  {"GiB", 1073741824.0},
-                 {"GB", 1e9}};
+                 {"GB", 1e9},
+                 {"T", 1099511627776.0},
+                 {"TiB", 1099511627776.0},
+                 {"TB", 1e12}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (!strcasecmp(p, units[i].unit)) {
             double b = v * units[i].mult; /* strtod's overflow is inf, which fails below */
@@ -67,7 +70,7 @@ fr_status fr_parse_bytes(const char *s, size_t *out, char *err, size_t errlen) {
             *out = (size_t)b;
             return FR_OK;
         }
-    snprintf(err, errlen, "'%s': unknown unit '%s' (B, KiB, MiB, GiB, KB, MB, GB)", s, p);
+    snprintf(err, errlen, "'%s': unknown unit '%s' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s, p);
     return FR_ERR_ARG;
 }
 
