@@ -56,6 +56,15 @@ static void state_encode(fr_param *p, int k, const float *in) {
     else fr_state_encode(in, (fr_state_kind)p->state_kind, n, k == 0, p->state[k]);
 }
 
+/* A parameter as a file entry: its state_dict name, dtype, shape and bytes. */
+static void param_entry(fr_st_entry *e, const fr_param *p) {
+    snprintf(e->name, FR_ST_NAME_MAX, "%s", p->name);
+    e->dtype = p->dtype;
+    e->shape = p->shape;
+    e->data = p->data;
+    e->nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+}
+
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta) {
     fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
@@ -72,15 +81,7 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
         return FR_ERR_NOMEM;
     }
     int n = 0;
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", p->name);
-        e[n].dtype = p->dtype;
-        e[n].shape = p->shape;
-        e[n].data = p->data;
-        e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        n++;
-    }
+    for (size_t i = 0; i < m->n_params; i++) param_entry(&e[n++], &m->params[i]);
     for (size_t i = 0; i < m->n_alias; i++) { /* a tied parameter under its second name */
         e[n] = e[m->alias[i].param];
         snprintf(e[n].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
@@ -452,12 +453,7 @@ fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks)
     int n = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", p->name);
-        e[n].dtype = p->dtype;
-        e[n].shape = p->shape;
-        e[n].data = p->data;
-        e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        n++;
+        param_entry(&e[n++], p);
         if (blocks && mask_name(p->name, nm, sizeof nm)) {
             snprintf(e[n].name, FR_ST_NAME_MAX, "%s", nm);
             e[n].dtype = FR_F32;
