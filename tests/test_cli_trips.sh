@@ -197,6 +197,19 @@ expect "--budget 1024TiB" "$bin" estimate --model mlp --batch 32 --budget 1024Ti
 expect_fail "--budget 1025TiB" 2 "is too large: a size is at most 1024 TiB" \
     "$bin" estimate --model mlp --batch 32 --budget 1025TiB
 
+# ---- 5, 16. what --help and the README say ----------------------------------
+"$bin" eval --help >"$tmp/h" 2>&1
+grep -q "^Evaluation runs in fp32, whatever precision the model trained in" "$tmp/h" && ok ||
+    no "eval --help does not say evaluation is fp32"
+"$bin" generate --help >"$tmp/h" 2>&1
+sed -n '/^generation:/,/^$/p' "$tmp/h" | grep -q -- "--seed N" && ok || no "generate --help: --seed is not under generation"
+grep -q -- "--model FILE|NAME.*\[gpt-tiny\]" "$tmp/h" && ok || no "generate --help: --model's default is not gpt-tiny"
+grep -q "^training:" "$tmp/h" && no "generate --help has a training section" || ok
+# the README's CNN listing is the model file
+awk '/^The default CNN|the default CNN:$/ { f = 1 } f && /^```text$/ { g = 1; next } g && /^```$/ { exit } g' \
+    "$src/README.md" >"$tmp/readme_cnn"
+cmp -s "$tmp/readme_cnn" "$src/models/cnn.model" && ok || no "the README's CNN listing differs from models/cnn.model"
+
 # ---- 3. a model file's default batch ----------------------------------------
 batch_of() { "$bin" estimate "$@" --json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["batch"])'; }
 [ "$(batch_of --model gpt-tiny)" = 8 ] && ok || no "gpt-tiny's default batch: $(batch_of --model gpt-tiny)"
