@@ -25,7 +25,7 @@ want=("0 $P $P $((2 * P)) 0"
     "3 $(($(sh $P) + fc1 + fc2)) 0 $(sh $((2 * P))) $P")
 if "$bin" estimate --model "$tmp/m.model" --batch 62 --ranks $N --optimizer adam --json \
     >"$tmp/out" 2>"$tmp/err"; then ok; else no "estimate --ranks: $(head -2 "$tmp/err")"; fi
-tail -1 "$tmp/out" | python3 -c '
+cat "$tmp/out" | python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read())
 print(d["ranks"], d["rank_batch"])
@@ -41,7 +41,7 @@ done
 # --keep-grads: the rank keeps its gradient shard, G/N, at stages 2 and 3
 "$bin" estimate --model "$tmp/m.model" --batch 62 --ranks $N --optimizer adam --keep-grads \
     --json >"$tmp/out" 2>"$tmp/err" || no "estimate --keep-grads: $(head -2 "$tmp/err")"
-kg=$(tail -1 "$tmp/out" | python3 -c 'import json, sys
+kg=$(cat "$tmp/out" | python3 -c 'import json, sys
 print(*[s["gradients"] for s in json.loads(sys.stdin.read())["stages"]])')
 [ "$kg" = "$P $P $(sh $P) $(sh $P)" ] && ok || no "--keep-grads gradients: '$kg'"
 # one stage alone, as a table

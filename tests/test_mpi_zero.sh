@@ -64,7 +64,7 @@ elif sys.argv[1] == "field":  # file event key.path
         v = v[key]
     print(repr(v))
 elif sys.argv[1] == "stage":  # estimate-json zero: parameters, gradients+buckets, optimizer
-    d = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+    d = json.loads(open(sys.argv[2]).read())  # one document
     s = [s for s in d["stages"] if s["zero"] == int(sys.argv[3])][0]
     print(s["parameters"], s["gradients"] + s["buckets"], s["optimizer"])
 elif sys.argv[1] == "close":

@@ -16,7 +16,7 @@ struct fr_ctx {
     void *dev;                   /* the backend's open device, if any */
     fr_mem *dmem;                /* and its memory (NULL on the CPU) */
     char dev_name[192];          /* "opencl:0 (NAME)" */
-    int notices; /* 1: the library may tell a waiting user on stderr what it waits
+    int notices;                 /* 1: the library may tell a waiting user on stderr what it waits
                     for (the OpenCL driver compiling kernels); 0 (fr_ctx_new's
                     default): it prints nothing */
 };

@@ -238,8 +238,8 @@ static void consider(level *lv, const candidate *c) {
 static const candidate *eval(level *lv, int fam, int arg) {
     candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + arg];
     if (c->reserved) return c;
-    *c = (candidate){fam_mode[fam], arg, lv->micro, lv->prec, INFINITY, 0, SIZE_MAX, 0,
-                     lv->opts->offload};
+    *c = (candidate){fam_mode[fam], arg, lv->micro,        lv->prec, INFINITY, 0,
+                     SIZE_MAX,      0,   lv->opts->offload};
     if (!try_candidate(lv->m, lv->opts, c, lv->bn, NULL, NULL, NULL)) {
         if (lv->m->ctx->mem.st.num_ooms > lv->ooms0) lv->oom = 1; /* a real allocation failure */
         c->reserved = SIZE_MAX;
@@ -628,7 +628,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     /* Which units keep their activations and which are recomputed; what runs in place. */
     int n = m->n_units;
     uint8_t *recomputed = fr_calloc(s->ctx, (size_t)n + 1, FR_MEM_OTHER); /* per unit; NULL: scan */
-    uint8_t *remade = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER);   /* per layer; NULL: scan */
+    uint8_t *remade = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER); /* per layer; NULL: scan */
     uint8_t *offloaded = fr_calloc(s->ctx, m->n_layers + 1, FR_MEM_OTHER); /* per layer */
     if (offloaded) act_offloaded(s, offloaded);
     int inplace = 0, n_remade = 0;
@@ -665,9 +665,9 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", ",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, n_remade, frac,
-                split, frac + split, base, inplace,
-                info.arena, info.reserved, total, s->o.budget, s->n_fused, fused_bytes(s),
-                s->upd_ws_len * sizeof(float), offload_name(s->o.offload));
+                split, frac + split, base, inplace, info.arena, info.reserved, total, s->o.budget,
+                s->n_fused, fused_bytes(s), s->upd_ws_len * sizeof(float),
+                offload_name(s->o.offload));
         if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
             double bw, fl, w, copy, exposed;
             rates(s, &bw, &fl, &w);
@@ -691,10 +691,10 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", "
                     "\"output_remade\": %s, \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit                                ? "none"
-                    : has_clone(s, recomputed, FR_REMAT_UNIT, u)     ? "recomputed"
-                    : offloaded && offloaded[i]                      ? "offloaded"
-                                                                     : "kept",
+                    u < s->first_unit                            ? "none"
+                    : has_clone(s, recomputed, FR_REMAT_UNIT, u) ? "recomputed"
+                    : offloaded && offloaded[i]                  ? "offloaded"
+                                                                 : "kept",
                     u >= s->first_unit && !has_clone(s, recomputed, FR_REMAT_UNIT, u) &&
                             has_clone(s, remade, FR_REMAT_CHEAP, (int)i)
                         ? "true"
@@ -722,7 +722,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fprintf(out, " -> %d unit forwards recomputed per micro-batch", info.recomputed_units);
     if (n_remade)
         fprintf(out, "; %d cheap ops' outputs remade before their backward (selective)", n_remade);
-    fprintf(out, "\nextra cost: %.1f%% of the whole-batch step's time: %.1f%% more FLOPs (recomputed)",
+    fprintf(out,
+            "\nextra cost: %.1f%% of the whole-batch step's time: %.1f%% more FLOPs (recomputed)",
             100 * (frac + split), 100 * frac);
     if (info.accumulate > 1)
         fprintf(out,

@@ -44,8 +44,8 @@ fr_status fr_source_open(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m
         st = open_tokens(ctx, cfg, m, s);
     } else if ((train && !(s->train = fr_dataset_open_split(
                                ctx, cfg->data, "train", cfg->train_images, cfg->train_labels))) ||
-               (!no_test && !(s->test = fr_dataset_open_split(ctx, cfg->data, "t10k",
-                                                              cfg->test_images, cfg->test_labels)))) {
+               (!no_test && !(s->test = fr_dataset_open_split(
+                                  ctx, cfg->data, "t10k", cfg->test_images, cfg->test_labels)))) {
         st = FR_ERR_IO;
     } else if (!train || !(st = fr_data_check(ctx, m, s->train))) {
         if (s->test) st = fr_data_check(ctx, m, s->test);
@@ -111,8 +111,8 @@ fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int
     /* validation takes what windows there are, even fewer than a batch */
     int64_t w = windows(s, end - begin);
     if (!train && w < batch) batch = (int)w;
-    fr_token_loader_opts to = {batch, s->seq, train, seed, queue, 0,
-                               begin, end, s->rank, s->ranks, !train};
+    fr_token_loader_opts to = {batch, s->seq, train,   seed,     queue, 0,
+                               begin, end,    s->rank, s->ranks, !train};
     b->tok = fr_token_loader_new(s->ctx, s->tokens, &to);
     b->batch = batch;
     return b->tok ? FR_OK : FR_ERR_ARG;
@@ -191,8 +191,8 @@ fr_status fr_source_evaluate_sums(fr_source *s, fr_model *m, int batch, int64_t 
         double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (s->eval_progress && (el - shown > 0.25 || k == nb) && el > 1.0) {
             shown = el;
-            fprintf(stderr, "\revaluating: batch %lld/%lld, %.0f s, ETA %.0f s   ",
-                    (long long)k, (long long)nb, el, el / (double)k * (double)(nb - k));
+            fprintf(stderr, "\revaluating: batch %lld/%lld, %.0f s, ETA %.0f s   ", (long long)k,
+                    (long long)nb, el, el / (double)k * (double)(nb - k));
             if (k == nb) fputc('\n', stderr);
         }
     }

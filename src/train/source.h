@@ -15,9 +15,9 @@ typedef struct fr_source {
     fr_dataset *train, *test; /* image data */
     fr_tokens *tokens;        /* token data */
     fr_token_split split;
-    int seq;         /* tokens a window (the model's --seq); 0 for image data */
-    size_t handles;  /* bytes the open data holds, measured */
-    int rank, ranks; /* data parallel: the loaders give this rank's slice (0 ranks: all) */
+    int seq;           /* tokens a window (the model's --seq); 0 for image data */
+    size_t handles;    /* bytes the open data holds, measured */
+    int rank, ranks;   /* data parallel: the loaders give this rank's slice (0 ranks: all) */
     int eval_progress; /* 1: an evaluation redraws its progress on stderr (a terminal) */
 } fr_source;
 
