@@ -11,7 +11,8 @@
 #  - SIGINT saves at the next step boundary and exits 130; --save-every saves
 #    mid-epoch; --resume from either equals the uninterrupted run bit for bit;
 #  - --no-progress keeps results and the summary, --quiet keeps warnings only;
-#  - OpenMP's idle threads sleep unless the user set OMP_WAIT_POLICY.
+#  - OpenMP's idle threads spin briefly, then sleep, unless the user set
+#    OMP_WAIT_POLICY or GOMP_SPINCOUNT.
 source "$(dirname "$0")/lib.sh"
 
 # A bigram language model: logits(t) = W e[x_t] + b, so each position's loss
@@ -251,13 +252,14 @@ wait_for() { # file pattern: up to 60 s
     for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
     return 1
 }
-unset OMP_WAIT_POLICY
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT
 "$bin" "${args[@]}" --save "$tmp/sig.st" >"$tmp/sig.out" 2>"$tmp/sig.err" &
 pid=$!
 wait_for "$tmp/sig.err" " step [0-9]*/" || no "no step: $(tail -c 300 "$tmp/sig.err")"
 # 11. the process runs with passive waiting (set before OpenMP started)
-tr '\0' '\n' </proc/$pid/environ 2>/dev/null | grep -qx "OMP_WAIT_POLICY=passive" && ok ||
-    no "OMP_WAIT_POLICY=passive is not in the running process's environment"
+tr '\0' '\n' </proc/$pid/environ 2>/dev/null >"$tmp/environ"
+grep -qx "OMP_WAIT_POLICY=passive" "$tmp/environ" && grep -qx "GOMP_SPINCOUNT=10000" "$tmp/environ" && ok ||
+    no "OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=10000 are not in the running process's environment"
 kill -INT $pid
 wait $pid
 rc=$?

@@ -259,8 +259,8 @@ static const opt_row opts[] = {
      "gpt-tiny 8, gpt2 4, models/gpt2-xl.model 1]"},
     {"threads", "N", O_THREADS, C_ALL,
      "threads for OpenMP and OpenBLAS (0: all cores) [all cores];\n"
-     "idle threads sleep (OMP_WAIT_POLICY=passive) unless the\n"
-     "environment sets OMP_WAIT_POLICY"},
+     "idle threads spin 0.1 ms, then sleep (OMP_WAIT_POLICY=passive,\n"
+     "GOMP_SPINCOUNT=10000) unless the environment sets either"},
     {"device", "NAME", O_DEVICE, C_STEP | C_EVAL,
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
@@ -1714,14 +1714,15 @@ static int cmd_devices(int argc, char **argv) {
 #endif
 }
 
-/* OpenMP's idle threads sleep instead of spinning unless the user chose:
+/* OpenMP's idle threads spin briefly, then sleep, unless the user chose:
  * on a shared or loaded host, spinning threads take the cores the working
- * ones need (bench/out/omp_wait.md measures both). libgomp reads
- * OMP_WAIT_POLICY once, when it is loaded, so the policy is set and the
- * program started again; if that fails it runs on as it is. */
+ * ones need; a spin of about 0.1 ms (GOMP_SPINCOUNT, libgomp's) keeps the
+ * idle host's speed (bench/out/omp_wait.md). libgomp reads both once, when
+ * it is loaded, so they are set and the program started again; if that
+ * fails it runs on as it is. */
 static void passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) || setenv("GOMP_SPINCOUNT", "10000", 1)) return;
     execv("/proc/self/exe", argv);
 }
 
