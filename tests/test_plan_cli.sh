@@ -137,8 +137,8 @@ grep -q "^checkpointing: marks -> 0 unit forwards recomputed" "$tmp/out" && ! gr
 
 # What splitting the batch costs (planner.c's split_cost): the CNN at batch
 # 128 under 10 MiB runs in k micro-batches. Every node runs k times and each
-# linear GEMM has k times fewer rows; with a node run costing F0 = 8e6 FLOPs
-# and a GEMM of M rows running at M / (M + H) of its rate, H = 48 rows:
+# linear GEMM has k times fewer rows; with a node run costing F0 = 2e5 FLOPs
+# and a GEMM of M rows running at M / (M + H) of its rate, H = 8 rows:
 #   split = (k - 1) (H G + N F0) / (S + H G + N F0)
 # where S is the whole step's FLOPs, N = 26 nodes (13 forward: conv1 bn1
 # relu pool conv2 bn2 relu pool flatten fc1 relu fc2 loss; 13 backward) and
@@ -150,7 +150,7 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 k, S = p["accumulate"], p["step_flops"]
 assert k > 1 and p["micro_batch"] * k == 128, p
-H, F0, N, G = 48.0, 8e6, 26, 6 * (3136 * 128 + 128 * 10)
+H, F0, N, G = 8.0, 2e5, 26, 6 * (3136 * 128 + 128 * 10)
 want = (k - 1) * (H * G + N * F0) / (S + H * G + N * F0)
 assert want > 0 and abs(p["split_cost"] - want) <= 1e-5 * want + 1e-6, (p["split_cost"], want)
 assert abs(p["extra_cost"] - (p["extra_compute"] + want)) <= 1e-5 * want + 1e-6, p

@@ -134,9 +134,10 @@ static const command commands[] = {
      "enumerated. Of those that fit, the one with the least extra cost wins: the recomputed\n"
      "FLOPs as a fraction of the step's, plus what splitting the batch costs in time.\n"
      "Splitting costs no FLOPs, but every node then runs once per micro-batch (counted as\n"
-     "8e6 FLOPs a run) and each linear layer's GEMM gets proportionally fewer rows (a GEMM\n"
-     "of M rows counted at M/(M+48) of its rate), fitted to measured steps of the CNN and\n"
-     "the MLP on two threads (bench/out/microbatch.md). Splitting also changes BatchNorm's\n"
+     "2e5 FLOPs a run) and each linear layer's GEMM gets proportionally fewer rows (a GEMM\n"
+     "of M rows counted at M/(M+8) of its rate), fitted to measured steps of the CNN, the\n"
+     "MLP and gpt-tiny on two threads (bench/out/microbatch.md). Splitting also changes "
+     "BatchNorm's\n"
      "statistics, so a model with BatchNorm splits only when nothing else fits. The plan\n"
      "reports both parts (\"extra cost\"; JSON extra_compute, split_cost, extra_cost), and its\n"
      "table marks a layer recomputed only where the plan recomputes it.\n"},

@@ -107,13 +107,14 @@ static const char *offload_name(int offload) {
  * step's nodes (a clone's cost is recomputation, counted apart), each node
  * of a micro-batch plan at f, M:
  *   split = sum k t(f, M) / sum t(k f, k M) - 1.
- * Fitted to the CPU time a step of `frugal profile --threads 2` takes on
- * the 2-core dev machine (loaded), the CNN and the MLP at batch 128 whole
- * and in 4 and 32 micro-batches: CNN 1.9x and 5.6x measured (model 1.27x
- * and 3.75x), MLP 1.6x and 7.8x (1.88x, 10.1x); one thread alone fits
- * H = 12, F0 = 0. Commands and numbers: bench/out/microbatch.md. */
-#define SPLIT_GEMM_HALF_ROWS 48.0
-#define SPLIT_NODE_FLOPS 8.0e6
+ * Fitted (least squares on the log ratios) to the time a step of `frugal
+ * profile --threads 2` takes on the idle 2-core dev machine (AMD EPYC,
+ * OpenMP's short spin), whole and in micro-batches: CNN at batch 128 in 4
+ * and 32, 0.92x and 1.23x measured (model 1.02x, 1.23x); MLP 1.02x and
+ * 3.20x (1.18x, 2.85x); gpt-tiny at T 64, batch 8 in 8, 1.27x (1.11x).
+ * Commands and numbers: bench/out/microbatch.md. */
+#define SPLIT_GEMM_HALF_ROWS 8.0
+#define SPLIT_NODE_FLOPS 2.0e5
 
 static double gemm_rows(const fr_graph *g, const fr_node *nd) {
     int x, w;
