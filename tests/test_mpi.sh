@@ -36,49 +36,11 @@ cp "$(dirname "$0")/data/mlp3.model" "$tmp/m.model" # 784-64-32-10, no BatchNorm
 P=$(((784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10) * 4))
 
 cat >"$tmp/st.py" <<'PY'
-import json, struct, sys
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    d = b[8 + n:]
-    out = {}
-    for k, v in h.items():
-        o0, o1 = v["data_offsets"]
-        out[k] = (v["dtype"], v["shape"], d[o0:o1])
-    return out
-def floats(t):
-    return struct.unpack("<%df" % (len(t[2]) // 4), t[2])
-# weights: argv[1] and argv[2] hold the same names and shapes, and every
-# weight (not optimizer state) is within the bound of the header comment
-if sys.argv[1] == "weights":
-    a, b, rel = read(sys.argv[2]), read(sys.argv[3]), float(sys.argv[4])
-    if sorted(a) != sorted(b):
-        sys.exit("names differ: %s vs %s" % (sorted(a), sorted(b)))
-    for k in a:
-        if a[k][:2] != b[k][:2]:
-            sys.exit("%s: dtype/shape %s vs %s" % (k, a[k][:2], b[k][:2]))
-        if k.startswith("optimizer."):
-            continue
-        x, y = floats(a[k]), floats(b[k])
-        scale = max(abs(v) for v in x)
-        worst = max(abs(p - q) for p, q in zip(x, y))
-        if worst > rel * scale:
-            sys.exit("%s: max |w_N - w_1| = %g > %g * %g" % (k, worst, rel, scale))
-# json: field of the last line with an event
-elif sys.argv[1] == "field":
-    last = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-    ev = [l for l in last if l.get("event") == sys.argv[3]][-1]
-    v = ev
-    for key in sys.argv[4].split("."):
-        v = v[key]
-    print(repr(v))
-elif sys.argv[1] == "close":  # close A B rel: |A - B| <= rel * |A|
-    a, b, rel = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
+import sys
+from st_tools import run  # weights, field, close
+run(sys.argv)
 PY
-st() { python3 "$tmp/st.py" "$@"; }
+st() { PYTHONPATH="$src/tests" python3 "$tmp/st.py" "$@"; }
 # T * 2*(B-1) * u * A with T = 10, B = 64, u = 2^-24, A = 100
 REL=$(python3 -c 'print(10 * 2 * 63 * 2.0**-24 * 100)')
 

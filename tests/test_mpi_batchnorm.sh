@@ -44,18 +44,8 @@ source "$(dirname "$0")/mpi_lib.sh"
 
 cat >"$tmp/st.py" <<'PY'
 import gzip, json, math, os, struct, sys
+from st_tools import read, run, vals  # run: tensors, field, close
 M64 = (1 << 64) - 1
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    d = b[8 + n:]
-    return {k: (v["dtype"], v["shape"], d[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in h.items()}
-def vals(t):
-    if t[0] == "I64":
-        return struct.unpack("<%dq" % (len(t[2]) // 8), t[2])
-    return struct.unpack("<%df" % (len(t[2]) // 4), t[2])
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 def mix(z):  # splitmix64's finaliser (core/rng.c, as data/prefetch.h states)
@@ -130,30 +120,12 @@ elif cmd == "moved":  # ckpt steps: every BatchNorm buffer finite, moved from it
         n = vals(t[base + ".num_batches_tracked"])[0]
         if n != steps:
             sys.exit("%s.num_batches_tracked %d, want %d" % (base, n, steps))
-elif cmd == "tensors":  # a b rel: same names and layouts, every F32 tensor within rel of a's scale
-    a, b, rel = read(sys.argv[2]), read(sys.argv[3]), float(sys.argv[4])
-    if sorted(a) != sorted(b):
-        sys.exit("names differ: %s vs %s" % (sorted(a), sorted(b)))
-    for k in a:
-        if a[k][:2] != b[k][:2]:
-            sys.exit("%s: dtype/shape %s vs %s" % (k, a[k][:2], b[k][:2]))
-        if a[k][0] != "F32":
-            continue
-        x, y = vals(a[k]), vals(b[k])
-        scale = max(abs(v) for v in x)
-        worst = max(abs(p - q) for p, q in zip(x, y))
-        if worst > rel * scale:
-            sys.exit("%s: max |x_z - x_0| = %g > %g * %g" % (k, worst, rel, scale))
-elif cmd == "field":  # file event key
-    ev = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-    print(repr([e for e in ev if e.get("event") == sys.argv[3]][-1][sys.argv[4]]))
 elif cmd == "evalloss":  # frugal eval --json output: its loss
     print(repr(json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["loss"]))
-elif cmd == "close":
-    a, b, rel = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
+else:
+    run(sys.argv)
 PY
-st() { python3 "$tmp/st.py" "$@"; }
+st() { PYTHONPATH="$src/tests" python3 "$tmp/st.py" "$@"; }
 EVAL_REL=$(python3 -c 'print(10 * 2 * 63 * 2.0**-24)')
 REL=$(python3 -c 'print(32 * 2 * 7 * 2.0**-24 * 100)')
 

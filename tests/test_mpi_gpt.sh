@@ -42,19 +42,10 @@ open(sys.argv[1], "w").write(" ".join(out))
 PY
 
 cat >"$tmp/j.py" <<'PY'
-import json, struct, sys
+import json, sys
+from st_tools import run  # weights, field
 def lines(path):
     return [json.loads(l) for l in open(path) if l.startswith("{")]
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    d = b[8 + n:]
-    return {k: (v["dtype"], v["shape"], d[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in h.items()}
-def floats(t):
-    return struct.unpack("<%df" % (len(t[2]) // 4), t[2])
 cmd = sys.argv[1]
 if cmd == "losses":  # losses ONE N REL: every eval line's losses within REL
     a, b, rel = lines(sys.argv[2]), lines(sys.argv[3]), float(sys.argv[4])
@@ -70,24 +61,10 @@ if cmd == "losses":  # losses ONE N REL: every eval line's losses within REL
     assert sa["steps"] == sb["steps"] == 10, (sa["steps"], sb["steps"])
     assert sb["batch"] == 8, sb["batch"]
     assert abs(sa["test_acc"] - sb["test_acc"]) <= 1e-6, (sa["test_acc"], sb["test_acc"])
-elif cmd == "weights":  # weights ONE N REL
-    a, b, rel = read(sys.argv[2]), read(sys.argv[3]), float(sys.argv[4])
-    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-    for k in a:
-        assert a[k][:2] == b[k][:2], (k, a[k][:2], b[k][:2])
-        if k.startswith("optimizer."):
-            continue
-        x, y = floats(a[k]), floats(b[k])
-        scale = max(abs(v) for v in x)
-        worst = max(abs(p - q) for p, q in zip(x, y))
-        assert worst <= rel * scale, (k, worst, rel, scale)
-elif cmd == "field":  # field FILE EVENT KEY.KEY: of the last such event
-    v = [e for e in lines(sys.argv[2]) if e["event"] == sys.argv[3]][-1]
-    for key in sys.argv[4].split("."):
-        v = v[key]
-    print(repr(v))
+else:
+    run(sys.argv)
 PY
-j() { python3 "$tmp/j.py" "$@"; }
+j() { PYTHONPATH="$src/tests" python3 "$tmp/j.py" "$@"; }
 # S * 2*(B*T-1) * u * A with S = 10, B*T = 8*32, u = 2^-24, A = 100
 REL=$(python3 -c 'print(10 * 2 * (8 * 32 - 1) * 2.0**-24 * 100)')
 

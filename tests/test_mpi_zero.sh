@@ -33,45 +33,16 @@ P=$((E * 4))
 fc1=$(((784 * 64 + 64) * 4)) fc2=$(((64 * 32 + 32) * 4))
 
 cat >"$tmp/st.py" <<'PY'
-import json, struct, sys
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    d = b[8 + n:]
-    return {k: (v["dtype"], v["shape"], d[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in h.items()}
-def floats(t):
-    return struct.unpack("<%df" % (len(t[2]) // 4), t[2])
-if sys.argv[1] == "tensors":  # a b rel: same names and layouts, every F32 tensor within rel
-    a, b, rel = read(sys.argv[2]), read(sys.argv[3]), float(sys.argv[4])
-    if sorted(a) != sorted(b):
-        sys.exit("names differ: %s vs %s" % (sorted(a), sorted(b)))
-    for k in a:
-        if a[k][:2] != b[k][:2]:
-            sys.exit("%s: dtype/shape %s vs %s" % (k, a[k][:2], b[k][:2]))
-        if a[k][0] != "F32":
-            continue
-        x, y = floats(a[k]), floats(b[k])
-        scale = max(abs(v) for v in x)
-        worst = max(abs(p - q) for p, q in zip(x, y))
-        if worst > rel * scale:
-            sys.exit("%s: max |x_N - x_1| = %g > %g * %g" % (k, worst, rel, scale))
-elif sys.argv[1] == "field":  # file event key.path
-    ev = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-    v = [e for e in ev if e.get("event") == sys.argv[3]][-1]
-    for key in sys.argv[4].split("."):
-        v = v[key]
-    print(repr(v))
-elif sys.argv[1] == "stage":  # estimate-json zero: parameters, gradients+buckets, optimizer
+import json, sys
+from st_tools import run  # tensors, field, close
+if sys.argv[1] == "stage":  # estimate-json zero: parameters, gradients+buckets, optimizer
     d = json.loads(open(sys.argv[2]).read())  # one document
     s = [s for s in d["stages"] if s["zero"] == int(sys.argv[3])][0]
     print(s["parameters"], s["gradients"] + s["buckets"], s["optimizer"])
-elif sys.argv[1] == "close":
-    a, b, rel = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    sys.exit(0 if abs(a - b) <= rel * abs(a) else "%r vs %r (rel %g)" % (a, b, rel))
+else:
+    run(sys.argv)
 PY
-st() { python3 "$tmp/st.py" "$@"; }
+st() { PYTHONPATH="$src/tests" python3 "$tmp/st.py" "$@"; }
 resumed() { # saved ranks zero straight what args...: the checkpoint saved.st resumed on
     # `ranks` (1: one process; else at --zero `zero`) with args, its losses within REL of
     # the uninterrupted run straight.json's
