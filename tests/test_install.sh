@@ -44,13 +44,13 @@ for ref in model["configurations"][0]["targets"]:
     t = json.load(open(os.path.join(reply, ref["jsonFile"])))
     targets[t["name"]] = t
 by_id = {t["id"]: name for name, t in targets.items()}
-built, todo = set(), list(wanted)
-while todo:
-    name = todo.pop()
+built, pending = set(), list(wanted)  # the targets run.sh builds, with what they need
+while pending:
+    name = pending.pop()
     if name in built: continue
     if name not in targets: print(f"run.sh builds {name}: no such target"); continue
     built.add(name)
-    todo += [by_id[d["id"]] for d in targets[name].get("dependencies", [])]
+    pending += [by_id[d["id"]] for d in targets[name].get("dependencies", [])]
 installed = sorted(n for n, t in targets.items() if "install" in t)
 if not installed: print("no installed target in the file API's reply")
 for name in installed:

@@ -546,15 +546,23 @@ static const opt_row *find_opt(const char *name, size_t len, unsigned bit) {
     return first;
 }
 
-/* The model's `default batch N` (0: none, or it does not load: the
- * command says why when it loads it). */
-static int model_default_batch(const char *model) {
+/* What the model decides when the command line does not: its file's
+ * `default batch N` (a language model's windows cost far more than an
+ * image), and a language model's text (Debian's fortunes). A model that
+ * does not load changes nothing: the command says why when it loads it. */
+static void model_defaults(cli *c, unsigned bit) {
+    int batch = !c->batch_set && bit != C_GENERATE;
+    if (!batch && c->data_set) return;
     fr_ctx *ctx = fr_ctx_new();
-    fr_model *m = ctx ? fr_model_load(ctx, model) : NULL;
-    int b = m ? m->default_batch : 0;
+    fr_model *m = ctx ? fr_model_load(ctx, c->t.model) : NULL;
+    if (m && batch && m->default_batch > 0) {
+        c->t.batch = m->default_batch;
+        snprintf(c->batch_from, sizeof c->batch_from, "%s's model file: default batch %d",
+                 c->t.model, m->default_batch);
+    }
+    if (m && !c->data_set && fr_model_context(m)) c->t.data = DEFAULT_TEXT;
     fr_model_free(m);
     fr_ctx_free(ctx);
-    return b;
 }
 
 /* Reads argv (argv[0] is the command) into c. Options are spelled in full,
@@ -794,19 +802,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         }
     }
     c->t.data_default = !c->data_set; /* no test split from a directory nobody named */
-    /* a model file may state its own batch (a language model's windows
-     * cost far more than an image): used when the command line gives none */
-    if (!c->batch_set && (cmd->bit & ~C_GENERATE)) {
-        int b = model_default_batch(c->t.model);
-        if (b > 0) {
-            c->t.batch = b;
-            snprintf(c->batch_from, sizeof c->batch_from, "%s's model file: default batch %d",
-                     c->t.model, b);
-        }
-    }
+    model_defaults(c, cmd->bit);
     if (c->help) {
         print_usage(cmd);
-        if (c->model_set && c->batch_from[0] && (cmd->bit & ~C_GENERATE))
+        if (c->model_set && c->batch_from[0])
             printf("\nwith --model %s: --batch defaults to %d (%s)\n", c->t.model, c->t.batch,
                    c->batch_from);
         return -1;
@@ -886,14 +885,6 @@ static const char *json_real(double v, char *buf, size_t len) {
 }
 
 static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c);
-
-/* A language model without --data reads Debian's fortunes. */
-static void default_text(fr_ctx *ctx, cli *c) {
-    if (c->data_set) return;
-    fr_model *m = fr_model_load(ctx, c->t.model);
-    if (m && fr_model_context(m)) c->t.data = DEFAULT_TEXT;
-    fr_model_free(m);
-}
 
 /* --device: run ctx on the OpenCL device the command line names (0: done,
  * 1: the error printed). */
@@ -988,7 +979,6 @@ static int cmd_train(int argc, char **argv) {
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s", "--offload needs --device opencl[:N]");
     c.t.zero = c.zero > 0 ? c.zero : 0;
-    default_text(ctx, &c);
     if (rank > 0) c.t.json = 0, c.t.progress = -1, c.t.quiet = 2; /* rank 0 speaks for the run */
     ctx->notices = !c.t.json && c.t.progress >= 0;
     char from[128] = "";
@@ -1064,7 +1054,6 @@ static int cmd_eval(int argc, char **argv) {
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "eval")) return ctx_done(ctx), 1;
-    default_text(ctx, &c);
     fr_model *m = load_for("eval", ctx, &c);
     fr_source src = {0};
     fr_eval_sums t = {0};
@@ -1273,7 +1262,6 @@ static int cmd_plan(int argc, char **argv) {
         m = NULL;
     } else if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
         fr_budget_data bd;
-        default_text(ctx, &c);
         plan_data(ctx, &c, m, &bd, &train, &test, &src);
         /* one rank of several: the budget is the rank's, its step the slice's */
         bd.ranks = ranks, bd.zero = zero;

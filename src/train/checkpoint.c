@@ -464,13 +464,8 @@ fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks)
         }
     }
     for (size_t i = 0; i < m->n_alias; i++) { /* a tied parameter under its second name */
-        const fr_param *p = &m->params[m->alias[i].param];
-        snprintf(e[n].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
-        e[n].dtype = p->dtype;
-        e[n].shape = p->shape;
-        e[n].data = p->data;
-        e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        n++;
+        param_entry(&e[n], &m->params[m->alias[i].param]);
+        snprintf(e[n++].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
     }
     fr_st_meta meta = {"format", "pt"}; /* what safetensors.torch.save_file's callers write */
     st = fr_st_write(ctx, path, e, n, &meta, 1);

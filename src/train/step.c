@@ -9,6 +9,7 @@
 #include "autodiff/autodiff.h"
 #include "core/half.h"
 #include "dist/buckets.h"
+#include "dist/buffers.h"
 #include "dist/pshard.h"
 #include "dist/shard.h"
 #include "backend/cpu/kernels.h"
@@ -989,29 +990,6 @@ static void bind_group(void *arg, int grp, float *block) {
     }
 }
 
-/* Data parallel: every rank takes rank 0's buffers (BatchNorm's running
- * statistics and batch count), as PyTorch's DDP does with broadcast_buffers
- * (its default). Each rank updates them in forward from its own slice, so
- * they drift apart; DDP broadcasts rank 0's before the first forward of an
- * optimizer step (under no_sync the later micro-batches' forwards skip it).
- * Here the broadcast ends each step instead: nothing touches the buffers
- * between two steps, so every forward starts from the buffers DDP's would,
- * and between steps (evaluation, the checkpoint, the next step) every rank
- * holds rank 0's. Buffers are whole on every rank at any ZeRO stage (they
- * have no gradient, so no place in the shards' flat vector). */
-static fr_status broadcast_buffers(fr_step *s) {
-    fr_status st = FR_OK;
-    for (size_t i = 0; i < s->m->n_params && !st; i++) {
-        fr_param *p = &s->m->params[i];
-        if (p->role == FR_P_WEIGHT || p->role == FR_P_BIAS) continue;
-        char what[160];
-        snprintf(what, sizeof what, "rank 0's buffer %.100s", p->name);
-        st = fr_comm_bcast(s->ctx, s->comm, p->data,
-                           (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype), what);
-    }
-    return st;
-}
-
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
     fr_graph *g = &s->g;
@@ -1115,7 +1093,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         }
         fr_exec_finish(e);
     }
-    if (st || (ranks > 1 && (st = broadcast_buffers(s)))) return st;
+    if (st || (ranks > 1 && (st = fr_buffers_bcast(s->ctx, s->comm, m)))) return st;
     fr_batch gb = *b; /* the global batch: its loss and hits summed over the ranks */
     if (ranks > 1) {
         double sums[2] = {total, (double)hits};

@@ -176,7 +176,7 @@ static fr_status weights_agree(fr_ctx *ctx, const fr_comm *c, const fr_model *m)
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        if (p->role != FR_P_WEIGHT && p->role != FR_P_BIAS) continue;
+        if (!p->trainable) continue; /* a buffer */
         h = fnv1a(h, p->data, (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype));
     }
     uint64_t *all = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
