@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "backend/backend.h"
 #include "model/model.h"
-#include "dist/pshard.h"
+#include "parallel/pshard.h"
 
 static const char *layer_names[FR_L_COUNT] = {
     "linear",   "conv2d", "maxpool2d", "avgpool2d",     "global_avgpool", "relu",    "gelu",

@@ -117,7 +117,7 @@ struct fr_model {
     int initialised;
     int n_units;
     int default_batch; /* the model file's `default batch N` (0: none) */
-    /* ZeRO 3 (dist/pshard.h): the trainable weights it holds live as this
+    /* ZeRO 3 (parallel/pshard.h): the trainable weights it holds live as this
      * rank's shard, their data NULL outside a step's gather (NULL: none) */
     struct fr_pshard *shard;
     fr_status status; /* why the last layer could not be added */

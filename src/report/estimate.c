@@ -5,7 +5,7 @@
  * graph and plan; changes nothing. */
 #include <string.h>
 #include "backend/cpu/optim_state.h"
-#include "dist/shard.h"
+#include "parallel/shard.h"
 #include "report/report.h"
 #include "model/model.h"
 #include "train/step.h"
@@ -202,13 +202,13 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
  * G/N is 0 at stages 2 and 3 when the rank steps each bucket's share as
  * its sums arrive (fr_step_shard_steps: the step inside backward, no
  * gradient shard kept);
- * each shard the largest one of dist/shard.h's rule (the one the run
+ * each shard the largest one of parallel/shard.h's rule (the one the run
  * uses): the E trainable gradient elements end to end, ceil(E/N) of them
  * a rank, so x/N means x/E * ceil(E/N); bucket = the bucket blocks held
- * at the step's worst position by dist/buckets.h's rule (DDP's caps: at
+ * at the step's worst position by parallel/buckets.h's rule (DDP's caps: at
  * most two of 25 MiB without accumulation, all of G with it); gathered
  * = the bytes of units' weights gathered at the step's worst position, by
- * the walk the run makes over its plan (dist/pshard.h: each unit's weights
+ * the walk the run makes over its plan (parallel/pshard.h: each unit's weights
  * from just before its first use to right after its last, in forward and
  * again in backward, the next unit's prefetched). The step's activations,
  * workspace, data and metadata are the rank's own plan's, the same at every

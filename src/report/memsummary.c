@@ -11,22 +11,6 @@
 #include "core/ctx.h"
 #include "report/report.h"
 
-const char *fr_human_bytes(size_t b, char *buf, int len) {
-    static const char *units[] = {"KiB", "MiB", "GiB"};
-    if (!buf || len <= 0) return buf;
-    if (b < 1024) {
-        snprintf(buf, (size_t)len, "%zu B", b);
-        return buf;
-    }
-    double v = (double)b / 1024.0;
-    int u = 0;
-    while (v >= 1023.95 && u < 2) { /* would print as 1024.0: use the next unit */
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, (size_t)len, "%.1f %s", v, units[u]);
-    return buf;
-}
 
 #define LABEL_W 28
 #define VALUE_W 14

@@ -1,5 +1,5 @@
 /* report.h — the reporting side of frugal: turning memory statistics (and
- * later traces and timelines) into text and JSON for people and tools. The
+ * per-rank peaks and ZeRO's predicted bytes) into text and JSON for people and tools. The
  * public entry points (fr_mem_summary, fr_mem_json) are in frugal.h; the
  * helpers here are shared by the report modules and the command line. */
 #ifndef FR_REPORT_H
@@ -7,12 +7,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-
-/* Bytes in human units into buf (len bytes, always terminated) and return
- * buf: "512 B" below 1 KiB, else one decimal in KiB, MiB or GiB
- * ("1.5 KiB", "3.0 MiB", "2048.0 GiB"); a value that would print as 1024.0
- * of a unit moves up to the next ("1.0 MiB"). */
-const char *fr_human_bytes(size_t b, char *buf, int len);
+#include "core/names.h"
 
 /* Every rank's peak by category, as the min and max over the ranks of a
  * data-parallel run (lo and hi: FR_MEM_CAT_COUNT categories, then the

@@ -16,7 +16,7 @@
 #ifndef FR_FEED_H
 #define FR_FEED_H
 
-#include "train/source.h"
+#include "run/source.h"
 #include "train/step.h"
 
 typedef struct fr_feed fr_feed;

@@ -8,10 +8,10 @@
 #include <string.h>
 #include "autodiff/autodiff.h"
 #include "core/half.h"
-#include "dist/buckets.h"
-#include "dist/buffers.h"
-#include "dist/pshard.h"
-#include "dist/shard.h"
+#include "parallel/buckets.h"
+#include "parallel/buffers.h"
+#include "parallel/pshard.h"
+#include "parallel/shard.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
 #include "plan/offload.h"
@@ -644,7 +644,7 @@ fail:
 }
 
 /* The flat vector of ZeRO's shards: the trainable gradients end to end in
- * reverse parameter order (dist/buckets.h's layout, whatever the caps);
+ * reverse parameter order (parallel/buckets.h's layout, whatever the caps);
  * flat[i] = FR_PSHARD_NONE for a parameter without a gradient. Its length. */
 static size_t flat_layout(const fr_step *s, size_t *flat, size_t *numel, int *unit) {
     const fr_model *m = s->m;
@@ -786,26 +786,6 @@ fr_status fr_step_materialize(fr_step *s) {
         s->meta_reserved += (after.reserved - after.cached) - (before.reserved - before.cached);
     }
     return fr_exec_init(&s->ex, &s->g, &s->plan);
-}
-
-fr_step *fr_step_prepare(fr_model *m, const fr_step_opts *opts) {
-    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) {
-        fr_plan_need need;
-        fr_step *s = fr_step_plan_choose(m, opts, &need);
-        if (!s && need.reserved) fr_plan_refuse(m->ctx, opts, &need);
-        return s;
-    }
-    return fr_step_build(m, opts);
-}
-
-fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
-    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) return fr_step_plan_budget(m, opts);
-    fr_step *s = fr_step_build(m, opts);
-    if (s && fr_step_materialize(s)) {
-        fr_step_free(s);
-        return NULL;
-    }
-    return s;
 }
 
 fr_status fr_step_arena_release(fr_step *s) {
@@ -1130,7 +1110,7 @@ static fr_status before_node(void *arg, int pos) {
     return st;
 }
 
-/* The gradients' buckets of this step (dist/buckets.h): sizes, and the plan
+/* The gradients' buckets of this step (parallel/buckets.h): sizes, and the plan
  * positions of each gradient's first and last writer. */
 static fr_status bucket_layout(const fr_step *s, size_t first_cap, size_t cap, fr_buckets *b) {
     const fr_model *m = s->m;

@@ -45,7 +45,7 @@ struct fr_step {
     struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
     int n_offloaded;        /* --offload activations: saved values moved to the host */
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
-    struct fr_comm *comm;   /* data parallel over ranks (dist/comm.h); NULL: one process */
+    struct fr_comm *comm;   /* data parallel over ranks (parallel/comm.h); NULL: one process */
     struct fr_buckets *buckets; /* the gradients' buckets, summed over the ranks */
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
     int global_batch;           /* the global --batch (0: one process) */
@@ -121,13 +121,13 @@ void fr_step_set_loss_scale(fr_step *s, float scale);
  * one data batch); step values come from the plan. */
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);
 /* Data parallelism (before fr_step_materialize): gradients summed over the
- * ranks of c in buckets (dist/buckets.h; caps in bytes, 0: DDP's 1 and 25
+ * ranks of c in buckets (parallel/buckets.h; caps in bytes, 0: DDP's 1 and 25
  * MiB) started as backward makes them (overlap 1) or all after it (0).
  * Needs f32 gradients and no step inside backward (the trainer keeps every
  * gradient: the step needs the sums). */
 fr_status fr_step_distribute(fr_step *s, struct fr_comm *c, size_t first_cap, size_t cap,
                              int overlap, int zero);
-/* ZeRO stages 1, 2 and 3 (zero >= 1, dist/shard.h's rule over the flat vector
+/* ZeRO stages 1, 2 and 3 (zero >= 1, parallel/shard.h's rule over the flat vector
  * of the buckets): this rank owns the elements [*a, *b) of param i (all of
  * a trainable one without sharding); 0 when it owns none. Its optimizer
  * state holds those elements only. */
@@ -145,7 +145,7 @@ fr_status fr_step_params_whole(fr_step *s, int on);
  * of one process, what ZeRO 3 would gather (the same walk on its plan). */
 void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved);
 /* ZeRO 2 and 3 (zero >= 2): the bytes of gradient buckets held at the
- * step's worst position (dist/buckets.h's rule; a step of one process:
+ * step's worst position (parallel/buckets.h's rule; a step of one process:
  * DDP's caps on its plan); 0 below stage 2. */
 void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved);
 /* 1 when this rank's step at ZeRO stage `zero` steps each bucket's owned

@@ -1,5 +1,5 @@
 /* shard.c — ZeRO's shard rule (see shard.h). */
-#include "dist/shard.h"
+#include "parallel/shard.h"
 
 size_t fr_shard_chunk(size_t total, int n) {
     return n > 0 ? (total + (size_t)n - 1) / (size_t)n : total;

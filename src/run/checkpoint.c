@@ -21,8 +21,9 @@
 #include <string.h>
 #include "backend/cpu/optim_state.h"
 #include "core/half.h"
-#include "dist/pshard.h"
-#include "train/checkpoint.h"
+#include "core/names.h"
+#include "parallel/pshard.h"
+#include "run/checkpoint.h"
 #include "train/device.h"
 
 static const char *state_name(const fr_step *s, int k) {

@@ -4,8 +4,8 @@
  * the link to it, as a file's read fails. */
 #include <stdlib.h>
 #include <string.h>
-#include "dist/comm.h"
-#include "dist/shard.h"
+#include "parallel/comm.h"
+#include "parallel/shard.h"
 #ifdef FR_HAVE_MPI
 #include <mpi.h>
 #endif

@@ -29,7 +29,7 @@
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "report/report.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 /* Parameter blocks as they will be allocated: in 16 bits for trainable
  * tensors under pure fp16/bf16 (fr_model_to_dtype), else in their dtype. */

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "plan/remat.h"
-#include "report/report.h"
+#include "core/names.h"
 #include "train/step.h"
 
 typedef struct candidate {
@@ -788,4 +788,27 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fr_free(s->ctx, recomputed);
     fr_free(s->ctx, remade);
     fr_free(s->ctx, offloaded);
+}
+
+/* The public fr_step_compile and what it runs, built but not materialized:
+ * within opts->budget (or checkpoint auto) the planner's choice, else the
+ * step as given. */
+fr_step *fr_step_prepare(fr_model *m, const fr_step_opts *opts) {
+    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) {
+        fr_plan_need need;
+        fr_step *s = fr_step_plan_choose(m, opts, &need);
+        if (!s && need.reserved) fr_plan_refuse(m->ctx, opts, &need);
+        return s;
+    }
+    return fr_step_build(m, opts);
+}
+
+fr_step *fr_step_compile(fr_model *m, const fr_step_opts *opts) {
+    if (opts->checkpoint == FR_CKPT_AUTO || opts->budget) return fr_step_plan_budget(m, opts);
+    fr_step *s = fr_step_build(m, opts);
+    if (s && fr_step_materialize(s)) {
+        fr_step_free(s);
+        return NULL;
+    }
+    return s;
 }

@@ -1,5 +1,5 @@
 /* pshard.h — ZeRO stage 3: the trainable weights live as this rank's shard
- * of the flat vector (dist/shard.h's rule, the gradients' layout of dist/
+ * of the flat vector (parallel/shard.h's rule, the gradients' layout of parallel/
  * buckets.h), and a step sees a weight only while its unit's weights are
  * gathered. A gather group is the trainable weights of one checkpointing
  * unit (a weighted layer or residual block and what follows it); its
@@ -25,7 +25,7 @@
 #define FR_PSHARD_H
 
 #include <stdint.h>
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #define FR_PSHARD_NONE ((size_t)-1)
 

@@ -51,9 +51,9 @@ typedef struct fr_train_cfg {
     double val_fraction;   /* token data: the held-out tail (default 0.1) */
     int64_t steps;         /* stop after this many optimizer steps (0: the epochs decide) */
     int64_t eval_interval; /* token models: evaluate every N steps too (0: at the end) */
-    /* Data parallel (dist/comm.h; NULL: one process): batch is the global
+    /* Data parallel (parallel/comm.h; NULL: one process): batch is the global
      * batch, each rank trains on its slice of it (fr_loader_opts' rule) and
-     * the gradients are summed in buckets (dist/buckets.h) of these caps in
+     * the gradients are summed in buckets (parallel/buckets.h) of these caps in
      * bytes (0: DDP's 1 MiB first, 25 MiB after), started during backward
      * unless no_overlap. */
     struct fr_comm *comm;

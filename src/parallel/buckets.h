@@ -11,7 +11,7 @@
  * it (train/step.c).
  *
  * ZeRO (zero >= 1): the buckets laid end to end are the flat vector that
- * dist/shard.h shards; each bucket is reduce-scattered instead of summed
+ * parallel/shard.h shards; each bucket is reduce-scattered instead of summed
  * (MPI_Ireduce_scatter: each rank receives the sum of its own elements of
  * it only) and, once waited for, that share is moved to its place in the
  * bucket (stage 1: the rest of the bucket is stale) or, at stages 2 and
@@ -28,7 +28,7 @@
 #ifndef FR_BUCKETS_H
 #define FR_BUCKETS_H
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #define FR_BUCKET_FIRST_CAP ((size_t)1 << 20) /* DDP's first bucket: 1 MiB */
 #define FR_BUCKET_CAP ((size_t)25 << 20)      /* DDP's bucket_cap_mb = 25 */

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include "train/source.h"
+#include "run/source.h"
 
 static fr_status open_tokens(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m,
                              fr_source *s) {

@@ -6,14 +6,14 @@
 #include <time.h>
 #include <unistd.h>
 #include "data/loader.h"
-#include "dist/buckets.h"
-#include "dist/comm.h"
+#include "parallel/buckets.h"
+#include "parallel/comm.h"
 #include "report/report.h"
 #include "io/safetensors.h"
-#include "train/checkpoint.h"
+#include "run/checkpoint.h"
 #include "train/feed.h"
-#include "train/source.h"
-#include "train/trainer.h"
+#include "run/source.h"
+#include "run/trainer.h"
 
 size_t fr_peak_rss_kib(void) {
     struct rusage ru;

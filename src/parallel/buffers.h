@@ -12,7 +12,7 @@
 #ifndef FR_DIST_BUFFERS_H
 #define FR_DIST_BUFFERS_H
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/model.h"
 
 /* Every non-trainable parameter of m gets rank 0's bytes (one process: nothing). */

@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include "dist/buckets.h"
-#include "dist/shard.h"
-#include "report/report.h"
+#include "parallel/buckets.h"
+#include "parallel/shard.h"
+#include "core/names.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -1,8 +1,8 @@
 /* pshard.c — ZeRO stage 3's weight shards and per-unit gathers (see pshard.h). */
 #include <stdio.h>
 #include <string.h>
-#include "dist/pshard.h"
-#include "dist/shard.h"
+#include "parallel/pshard.h"
+#include "parallel/shard.h"
 
 fr_status fr_pshard_init(fr_ctx *ctx, fr_comm *c, int n, const size_t *flat, const size_t *numel,
                          const int *unit, size_t total, int rank, int ranks, int slot0,

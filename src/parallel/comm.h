@@ -53,7 +53,7 @@ fr_status fr_comm_isum_f32(fr_ctx *ctx, fr_comm *c, int slot, float *buf, size_t
 fr_status fr_comm_test_all(fr_ctx *ctx, fr_comm *c);
 fr_status fr_comm_wait_all(fr_ctx *ctx, fr_comm *c, const char *what);
 
-/* ZeRO (the shard rule of dist/shard.h): buf holds the elements [at, at+n)
+/* ZeRO (the shard rule of parallel/shard.h): buf holds the elements [at, at+n)
  * of a flat vector of `total` f32 sharded over the ranks.
  * isum_scatter: slot k's non-blocking sum of buf over the ranks, scattered
  * (MPI_Ireduce_scatter, in place): once waited for, this rank's share of

@@ -8,7 +8,7 @@
 
 #include "data/loader.h"
 #include "data/tokens.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 typedef struct fr_source {
     fr_ctx *ctx;

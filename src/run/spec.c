@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 /* The largest size a budget can name: 2^50 bytes (1 PiB), far above any
  * machine, and small enough that size_t and the planner's sums never wrap. */
@@ -156,22 +156,4 @@ fr_status fr_batch_auto(fr_model *m, const fr_step_opts *opts, int max_batch, in
     }
     *batch = lo;
     return FR_OK;
-}
-
-static const char *precision_names[] = {"fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed", "auto"};
-
-const char *fr_precision_name(fr_precision p) {
-    return (unsigned)p <= FR_PREC_AUTO ? precision_names[p] : "?";
-}
-
-fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out) {
-    for (int i = 0; name && i <= FR_PREC_AUTO; i++)
-        if (!strcmp(name, precision_names[i])) {
-            *out = (fr_precision)i;
-            return FR_OK;
-        }
-    return fr_fail(
-        ctx, FR_ERR_ARG,
-        "unknown precision '%s' (choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto)",
-        name ? name : "");
 }
