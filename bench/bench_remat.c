@@ -61,7 +61,7 @@
 #include "frugal.h"
 #include "model/model.h"
 #include "train/step.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 #define MIB (1024.0 * 1024.0)
 #define MAX_CFG 48

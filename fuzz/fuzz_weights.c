@@ -10,7 +10,7 @@
 #include "fuzz_common.h"
 #include "model/model.h"
 #include "model/modelfile.h"
-#include "train/checkpoint.h"
+#include "run/checkpoint.h"
 
 static const char model_text[] = "input tokens 4\n"
                                  "embedding 8 8 name=transformer.wte\n"

@@ -20,8 +20,8 @@
 #include "check.h"
 #include "data/dataset.h"
 #include "scratch.h"
-#include "train/source.h"
-#include "train/trainer.h"
+#include "run/source.h"
+#include "run/trainer.h"
 
 /* .npy headers as numpy 1.24 writes them for 3 samples (np.save; version
  * (2,0) and (3,0) via np.lib.format.write_array). Each is 128 bytes. */

@@ -15,7 +15,7 @@
 #include "core/ctx.h"
 #include "frugal.h"
 #include "mem/mem.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 #ifndef FR_HAVE_OPENCL
 int main(void) {

@@ -7,7 +7,7 @@
 # min(25 MiB, G), and no gradient shard (the rank steps each bucket's
 # share inside backward as its sums arrive; with --keep-grads, G/N);
 # stage 3 gathers the two largest consecutive units, here
-# fc1 and fc2: the gather walk of dist/pshard.h holds fc1's block while
+# fc1 and fc2: the gather walk of parallel/pshard.h holds fc1's block while
 # fc2's is prefetched, and fc2's with fc3's, the larger pair being fc1 and
 # fc2); the rank's batch is ceil(B/N); `train --zero 4` is refused and
 # `--zero 3` without mpirun says that one process holds everything. Needs

@@ -7,7 +7,7 @@
 # planned for one rank of 4 at ZeRO stage 2, whose figures are ZeRO's
 # formulas worked out by hand (test_mpi_estimate.sh's): the rank's batch
 # ceil(64/4) = 16, parameters P, optimizer state the largest
-# shard of dist/shard.h's rule (the E = P/4 trainable elements end to end,
+# shard of parallel/shard.h's rule (the E = P/4 trainable elements end to end,
 # ceil(E/4) of them a rank: x/4 is x/E * ceil(E/4), rounded up), one bucket
 # min(25 MiB, G) = G and no gradient shard (the rank steps each bucket's
 # share inside backward as its sums arrive), the saving against stage 0

@@ -13,7 +13,7 @@
 #include "core/rng.h"
 #include "plan/remat.h"
 #include "train/step.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 /* ---- revolve against an exhaustive search -------------------------------
  * State: which positions are stored (a bit set, position 0 always), where

@@ -1,9 +1,9 @@
 /* test_pshard.c — ZeRO stage 3's weight shards and gather schedule
- * (dist/pshard.h), on one process (comm NULL: fr_comm_* treat it as one
+ * (parallel/pshard.h), on one process (comm NULL: fr_comm_* treat it as one
  * rank, so the gathers' MPI calls are no-ops). Checked against values
  * worked out by hand in the comments:
  *  - the layout: gather groups numbered by their ranges, each rank's
- *    elements by dist/shard.h's rule (ceil(total / ranks) per rank), the
+ *    elements by parallel/shard.h's rule (ceil(total / ranks) per rank), the
  *    slices of parameters that cross rank boundaries, keep writing exactly
  *    the owned slice; a unit whose weights are not one range is refused;
  *  - the schedule: intervals, prefetch positions, the merge of a backward
@@ -19,7 +19,7 @@
 #include <string.h>
 #include "check.h"
 #include "core/ctx.h"
-#include "dist/pshard.h"
+#include "parallel/pshard.h"
 #include "mem/mem.h"
 
 static size_t params_now(fr_ctx *ctx) {

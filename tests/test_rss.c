@@ -12,7 +12,7 @@
 #include <string.h>
 #include "check.h"
 #include "core/rng.h"
-#include "train/trainer.h"
+#include "run/trainer.h"
 
 int main(void) {
     if (getenv("FR_SANITIZED")) {

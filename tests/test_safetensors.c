@@ -27,7 +27,7 @@
 #include "model/model.h"
 #include "model/modelfile.h"
 #include "scratch.h"
-#include "train/checkpoint.h"
+#include "run/checkpoint.h"
 
 static void path_in(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/%s", tmpdir, name);
