@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 #include "data/dataset.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "infer/generate.h"
 #include "report/report.h"
 #include "report/timeline.h"
-#include "train/source.h"
-#include "train/trainer.h"
+#include "run/source.h"
+#include "run/trainer.h"
 #ifdef FR_HAVE_OPENCL
 #include "backend/opencl/backend.h"
 #endif
