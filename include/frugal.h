@@ -287,6 +287,13 @@ typedef enum fr_loss_scaling {
     FR_LOSS_SCALE_NONE = -1,   /* never */
 } fr_loss_scaling;
 
+/* What --offload moves to the host on a device (flags, or'd). */
+typedef enum fr_offload {
+    FR_OFFLOAD_NONE = 0,
+    FR_OFFLOAD_OPTIMIZER = 1,  /* the optimizer's state and step (ZeRO-Offload) */
+    FR_OFFLOAD_ACTIVATIONS = 2 /* values saved for backward (save_on_cpu) */
+} fr_offload;
+
 typedef struct fr_step_opts {
     int batch;    /* samples per step */
     int training; /* 1: forward+backward+update; 0: eval (no backward state at all) */
@@ -315,7 +322,7 @@ typedef struct fr_step_opts {
      * right before its first backward reader: the step's arena shrinks by
      * them, the host holds them (category activations). Same losses, bit for
      * bit; on the CPU backend both copies are host memory. */
-    int offload;
+    fr_offload offload;
     /* On a device, training: 0 uploads the next batch into a second device
      * slot while the step runs (fr_feed); 1 writes each micro-batch when its
      * step starts, nothing ahead (the same losses, bit for bit). */
@@ -327,10 +334,15 @@ typedef struct fr_step_opts {
      * optimizer step as soon as its reduce-scatter arrives, during backward,
      * and no gradient shard is kept; the same bits as after backward. */
     int rank_step_in_backward;
+    /* Data parallel (mpirun): the ranks the global batch is split over (0 or
+     * 1: one process), the ZeRO stage (0: every rank holds everything; 1:
+     * optimizer state sharded; 2: gradients too; 3: weights too), the
+     * gradient buckets' caps in bytes (0: DDP's 1 MiB first, 25 MiB after)
+     * and no_overlap (1: the buckets are summed after backward, not during). */
+    int ranks, zero;
+    size_t bucket_first_cap, bucket_cap;
+    int no_overlap;
 } fr_step_opts;
-
-#define FR_OFFLOAD_OPTIMIZER 1
-#define FR_OFFLOAD_ACTIVATIONS 2
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */
 FR_API void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped);

@@ -31,9 +31,9 @@ static fr_train_cfg config(const char *data) {
     c.model = "cnn";
     c.data = data;
     c.epochs = 1;
-    c.batch = 32;
-    c.optim = fr_optim_defaults(FR_OPTIM_ADAM);
-    c.seed = 5;
+    c.step.batch = 32;
+    c.step.optim = fr_optim_defaults(FR_OPTIM_ADAM);
+    c.step.seed = 5;
     c.progress = -1;
     c.limit_train = 64;
     c.limit_test = 32;
@@ -107,7 +107,7 @@ int main(void) {
     printf("device allocation failure in a training run: %d points\n", n - 1);
 
     /* the smallest budget named: a run under it fits, one byte less is refused */
-    cfg.budget = smallest;
+    cfg.step.budget = smallest;
     fr_mem_reset_peak_of(ctx->dmem);
     fr_status st = fr_train(ctx, &cfg, &res);
     CHECK(st == FR_OK, "a run under the smallest budget named (%zu): %s", smallest,
@@ -116,7 +116,7 @@ int main(void) {
           res.measured_reserved_peak, smallest);
     fr_mem_set_limit_of(ctx->dmem, 0);
     fr_mem_empty_cache(ctx);
-    cfg.budget = smallest - 1;
+    cfg.step.budget = smallest - 1;
     st = fr_train(ctx, &cfg, &res);
     CHECK(st == FR_ERR_BUDGET, "a budget one byte below the smallest: status %d, '%s'", st,
           fr_last_error(ctx));

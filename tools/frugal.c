@@ -556,7 +556,7 @@ static void model_defaults(cli *c, unsigned bit) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = ctx ? fr_model_load(ctx, c->t.model) : NULL;
     if (m && batch && m->default_batch > 0) {
-        c->t.batch = m->default_batch;
+        c->t.step.batch = m->default_batch;
         snprintf(c->batch_from, sizeof c->batch_from, "%s's model file: default batch %d",
                  c->t.model, m->default_batch);
     }
@@ -573,8 +573,8 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->t.model = cmd->bit == C_GENERATE ? "gpt-tiny" : "cnn";
     c->t.data = DEFAULT_DATA;
     c->t.epochs = 3;
-    c->t.batch = 128;
-    c->t.optim = fr_optim_defaults(FR_OPTIM_ADAM);
+    c->t.step.batch = 128;
+    c->t.step.optim = fr_optim_defaults(FR_OPTIM_ADAM);
     c->t.progress = isatty(STDERR_FILENO) ? 1 : 0;
     c->t.queue = 2;
     c->device = -1;
@@ -668,7 +668,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_EPOCHS: INT_OPT(1, 1000000, c->t.epochs); break;
         case O_BATCH:
             if (!strcmp(val, "auto") && (cmd->bit & C_STEP)) c->t.batch_auto = 1;
-            else INT_OPT(1, 1 << 20, c->t.batch);
+            else INT_OPT(1, 1 << 20, c->t.step.batch);
             c->batch_set = 1;
             break;
         case O_OPT: opt_name = val; break;
@@ -683,14 +683,14 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             REAL_OPT(0, 1e6, c->wd);
             c->wd_set = 1;
             break;
-        case O_SEED: INT_OPT(0, UINT64_MAX, c->t.seed); break;
+        case O_SEED: INT_OPT(0, UINT64_MAX, c->t.step.seed); break;
         case O_THREADS: INT_OPT(0, 1024, c->threads); break;
-        case O_SYNC_UPLOAD: c->t.sync_upload = 1; break;
+        case O_SYNC_UPLOAD: c->t.step.sync_upload = 1; break;
         case O_OFFLOAD:
-            if (!strcmp(val, "optimizer")) c->t.offload = FR_OFFLOAD_OPTIMIZER;
-            else if (!strcmp(val, "activations")) c->t.offload = FR_OFFLOAD_ACTIVATIONS;
+            if (!strcmp(val, "optimizer")) c->t.step.offload = FR_OFFLOAD_OPTIMIZER;
+            else if (!strcmp(val, "activations")) c->t.step.offload = FR_OFFLOAD_ACTIVATIONS;
             else if (!strcmp(val, "optimizer,activations") || !strcmp(val, "activations,optimizer"))
-                c->t.offload = FR_OFFLOAD_OPTIMIZER | FR_OFFLOAD_ACTIVATIONS;
+                c->t.step.offload = FR_OFFLOAD_OPTIMIZER | FR_OFFLOAD_ACTIVATIONS;
             else return bad(cmd->name, "--offload '%s': expected optimizer or activations", val);
             break;
         case O_DEVICE: {
@@ -732,49 +732,50 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             c->eps_set = 1;
             break;
         case O_PREC:
-            if (fr_precision_parse(NULL, val, &c->t.precision))
+            if (fr_precision_parse(NULL, val, &c->t.step.precision))
                 return bad(
                     cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto",
                     val);
             break;
         case O_OSTATE:
-            if (!strcmp(val, "fp32")) c->t.optim_state = FR_OPTIM_STATE_FP32;
-            else if (!strcmp(val, "bf16")) c->t.optim_state = FR_OPTIM_STATE_BF16;
-            else if (!strcmp(val, "int8")) c->t.optim_state = FR_OPTIM_STATE_INT8;
+            if (!strcmp(val, "fp32")) c->t.step.optim_state = FR_OPTIM_STATE_FP32;
+            else if (!strcmp(val, "bf16")) c->t.step.optim_state = FR_OPTIM_STATE_BF16;
+            else if (!strcmp(val, "int8")) c->t.step.optim_state = FR_OPTIM_STATE_INT8;
             else return bad(cn, "--optimizer-state '%s': choose fp32, bf16 or int8", val);
             break;
-        case O_KEEPG: c->t.keep_grads = 1; break;
+        case O_KEEPG: c->t.step.keep_grads = 1; break;
         case O_CLIP: {
             double v;
             REAL_OPT(0, 1e30, v);
-            c->t.clip_grad_norm = (float)v; /* fr_step_opts' is a float */
+            c->t.step.clip_grad_norm = (float)v; /* fr_step_opts' is a float */
             break;
         }
         case O_LSCALE:
-            if (!strcmp(val, "dynamic")) c->t.loss_scaling = FR_LOSS_SCALE_DYNAMIC;
-            else if (!strcmp(val, "none")) c->t.loss_scaling = FR_LOSS_SCALE_NONE;
+            if (!strcmp(val, "dynamic")) c->t.step.loss_scaling = FR_LOSS_SCALE_DYNAMIC;
+            else if (!strcmp(val, "none")) c->t.step.loss_scaling = FR_LOSS_SCALE_NONE;
             else return bad(cn, "--loss-scale '%s': choose dynamic or none", val);
             break;
         case O_BUDGET: {
             char err[160];
-            if (fr_parse_bytes(val, &c->t.budget, err, sizeof err))
+            if (fr_parse_bytes(val, &c->t.step.budget, err, sizeof err))
                 return bad(cn, "--budget %s", err);
-            if (!c->t.budget)
+            if (!c->t.step.budget)
                 return bad(cn, "--budget '%s': a budget must be at least one byte", val);
             break;
         }
         case O_CKPT: {
             char err[160];
-            if (fr_parse_checkpoint(val, &c->t.checkpoint, &c->t.ckpt_arg, err, sizeof err))
+            if (fr_parse_checkpoint(val, &c->t.step.checkpoint, &c->t.step.ckpt_arg, err,
+                                    sizeof err))
                 return bad(cn, "--checkpoint %s", err);
             break;
         }
         case O_SEGMENTS:
-            INT_OPT(1, 1000000, c->t.ckpt_arg);
-            c->t.checkpoint = FR_CKPT_SEGMENTS;
+            INT_OPT(1, 1000000, c->t.step.ckpt_arg);
+            c->t.step.checkpoint = FR_CKPT_SEGMENTS;
             break;
         case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
-        case O_MICRO: INT_OPT(1, 1 << 20, c->t.micro_batch); break;
+        case O_MICRO: INT_OPT(1, 1 << 20, c->t.step.micro_batch); break;
         case O_FREEZE: c->t.freeze = val; break;
         case O_TRACE: c->trace = val; break;
         case O_SVG: c->svg = val; break;
@@ -790,12 +791,12 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_BUCKET_CAP: {
             double mb;
             REAL_OPT(1e-3, 1024, mb);
-            c->t.bucket_cap = (size_t)(mb * 1048576.0);
-            c->t.bucket_first_cap =
-                c->t.bucket_cap < ((size_t)1 << 20) ? c->t.bucket_cap : (size_t)1 << 20;
+            c->t.step.bucket_cap = (size_t)(mb * 1048576.0);
+            c->t.step.bucket_first_cap =
+                c->t.step.bucket_cap < ((size_t)1 << 20) ? c->t.step.bucket_cap : (size_t)1 << 20;
             break;
         }
-        case O_NO_OVERLAP: c->t.no_overlap = 1; break;
+        case O_NO_OVERLAP: c->t.step.no_overlap = 1; break;
         case O_RANKS: INT_OPT(1, 1 << 20, c->ranks); break;
         case O_ZERO_STAGE: INT_OPT(0, 3, c->zero); break;
         case O_HELP: c->help = 1; break;
@@ -806,7 +807,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (c->help) {
         print_usage(cmd);
         if (c->model_set && c->batch_from[0])
-            printf("\nwith --model %s: --batch defaults to %d (%s)\n", c->t.model, c->t.batch,
+            printf("\nwith --model %s: --batch defaults to %d (%s)\n", c->t.model, c->t.step.batch,
                    c->batch_from);
         return -1;
     }
@@ -820,32 +821,33 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             "give --init or --resume, not both (--resume restores the weights and the optimizer)");
     if (c->accumulate) {
         char msg[96];
-        if (c->t.micro_batch) return bad(cn, "%s", "give --accumulate or --micro-batch, not both");
+        if (c->t.step.micro_batch)
+            return bad(cn, "%s", "give --accumulate or --micro-batch, not both");
         if (c->t.batch_auto)
             return bad(cn, "%s",
                        "--accumulate needs a fixed --batch; with --batch auto give --micro-batch");
         snprintf(msg, sizeof msg, "--accumulate %d does not divide the batch %d", c->accumulate,
-                 c->t.batch);
-        if (c->t.batch % c->accumulate) return bad(cn, "%s", msg);
-        c->t.micro_batch = c->t.batch / c->accumulate;
+                 c->t.step.batch);
+        if (c->t.step.batch % c->accumulate) return bad(cn, "%s", msg);
+        c->t.step.micro_batch = c->t.step.batch / c->accumulate;
     }
     if ((c->t.save_weights_only || c->t.nanogpt_masks) && !c->t.save)
         return bad(cn, "%s", "--save-weights-only and --nanogpt-masks need --save PATH");
     if (c->t.nanogpt_masks && !c->t.save_weights_only)
         return bad(cn, "%s", "--nanogpt-masks goes with --save-weights-only");
-    if (c->t.batch_auto && !c->t.budget)
+    if (c->t.batch_auto && !c->t.step.budget)
         return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     fr_optim_kind kind;
     if (fr_optim_parse(NULL, opt_name, &kind))
         return bad(cn, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
-    c->t.optim = fr_optim_defaults(kind);
-    if (c->lr_set) c->t.optim.lr = c->lr;
-    if (c->wd_set) c->t.optim.weight_decay = c->wd;
-    if (c->eps_set) c->t.optim.eps = c->eps;
-    c->t.optim.momentum = c->momentum;
-    c->t.optim.dampening = c->dampening;
-    c->t.optim.nesterov = c->nesterov;
-    c->t.optim.zero_grad_to_none = !c->zero_keep;
+    c->t.step.optim = fr_optim_defaults(kind);
+    if (c->lr_set) c->t.step.optim.lr = c->lr;
+    if (c->wd_set) c->t.step.optim.weight_decay = c->wd;
+    if (c->eps_set) c->t.step.optim.eps = c->eps;
+    c->t.step.optim.momentum = c->momentum;
+    c->t.step.optim.dampening = c->dampening;
+    c->t.step.optim.nesterov = c->nesterov;
+    c->t.step.optim.zero_grad_to_none = !c->zero_keep;
     if (kind != FR_OPTIM_SGD && (c->momentum || c->nesterov || c->dampening))
         return bad(cn, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
     if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
@@ -975,22 +977,22 @@ static int cmd_train(int argc, char **argv) {
     c.t.comm = comm;
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "train")) return fr_comm_finalize(comm), ctx_done(ctx), 1;
-    if (c.t.offload && c.device < 0)
+    if (c.t.step.offload && c.device < 0)
         return fr_comm_finalize(comm), ctx_done(ctx),
                bad("train", "%s", "--offload needs --device opencl[:N]");
-    c.t.zero = c.zero > 0 ? c.zero : 0;
+    c.t.step.zero = c.zero > 0 ? c.zero : 0;
     if (rank > 0) c.t.json = 0, c.t.progress = -1, c.t.quiet = 2; /* rank 0 speaks for the run */
     ctx->notices = !c.t.json && c.t.progress >= 0;
     char from[128] = "";
     if (c.batch_from[0]) snprintf(from, sizeof from, " (%s)", c.batch_from);
     if (!c.t.json && !c.t.quiet)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d%s, %s lr %g, %d threads%s\n",
-                c.t.model, c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs, c.t.batch,
-                from,
-                c.t.optim.kind == FR_OPTIM_SGD    ? "sgd"
-                : c.t.optim.kind == FR_OPTIM_ADAM ? "adam"
-                                                  : "adamw",
-                (double)c.t.optim.lr, fr_get_threads(ctx), ranks > 1 ? " a rank" : "");
+                c.t.model, c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs,
+                c.t.step.batch, from,
+                c.t.step.optim.kind == FR_OPTIM_SGD    ? "sgd"
+                : c.t.step.optim.kind == FR_OPTIM_ADAM ? "adam"
+                                                       : "adamw",
+                (double)c.t.step.optim.lr, fr_get_threads(ctx), ranks > 1 ? " a rank" : "");
     fr_train_result res;
     fr_status st = fr_train(ctx, &c.t, &res);
     if (st) {
@@ -1018,9 +1020,9 @@ static int cmd_train(int argc, char **argv) {
             "\"loss_scale\": %g, \"skipped_steps\": %llu, \"stopped_by_signal\": %d, \"memory\": ",
             res.epochs_done, (long long)res.steps_done, res.batch,
             json_acc(res.test_acc, ab, sizeof ab), json_real(res.test_loss, lb, sizeof lb),
-            res.seconds, res.peak_rss_kib * 1024, c.t.budget, res.predicted_reserved,
-            res.measured_reserved_peak, fr_precision_name(c.t.precision), (double)res.loss_scale,
-            (unsigned long long)res.skipped_steps, res.stopped_by);
+            res.seconds, res.peak_rss_kib * 1024, c.t.step.budget, res.predicted_reserved,
+            res.measured_reserved_peak, fr_precision_name(c.t.step.precision),
+            (double)res.loss_scale, (unsigned long long)res.skipped_steps, res.stopped_by);
         mem_json_inline(ctx);
         if (ranks > 1) {
             printf(", ");
@@ -1064,8 +1066,8 @@ static int cmd_eval(int argc, char **argv) {
     /* train's rule: every test sample of an image set, the first 128
      * windows of a token stream, unless --test-limit says (0: all) */
     if (!st)
-        st = fr_source_evaluate_sums(&src, m, c.t.batch, fr_eval_limit(&c.t, src.tokens != NULL),
-                                     &t);
+        st = fr_source_evaluate_sums(&src, m, c.t.step.batch,
+                                     fr_eval_limit(&c.t, src.tokens != NULL), &t);
     if (!st) {
         fr_eval_sums_result(m, &t, &acc, &loss);
         fr_mem_stats ms;
@@ -1114,20 +1116,8 @@ static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
 }
 
 static fr_step_opts step_opts(const cli *c, fr_model *m) {
-    fr_step_opts so = {.batch = c->t.batch,
-                       .training = 1,
-                       .optim = c->t.optim,
-                       .seed = c->t.seed,
-                       .checkpoint = c->t.checkpoint,
-                       .ckpt_arg = c->t.ckpt_arg,
-                       .micro_batch = c->t.micro_batch,
-                       .budget = c->t.budget,
-                       .precision = c->t.precision,
-                       .optim_state = c->t.optim_state,
-                       .clip_grad_norm = c->t.clip_grad_norm,
-                       .loss_scaling = c->t.loss_scaling,
-                       .keep_grads = c->t.keep_grads,
-                       .offload = c->t.offload};
+    fr_step_opts so = c->t.step;
+    so.training = 1;
     if (c->t.batch_auto && m) {
         if (fr_batch_auto(m, &so, 1 << 16, &so.batch)) so.batch = 0;
         else fprintf(stderr, "--batch auto: %d is the largest batch that fits\n", so.batch);
@@ -1260,7 +1250,7 @@ static int cmd_plan(int argc, char **argv) {
                 ranks);
         fr_model_free(m);
         m = NULL;
-    } else if (m && c.t.budget) { /* the same accounting as `frugal train --budget` */
+    } else if (m && c.t.step.budget) { /* the same accounting as `frugal train --budget` */
         fr_budget_data bd;
         plan_data(ctx, &c, m, &bd, &train, &test, &src);
         /* one rank of several: the budget is the rank's, its step the slice's */
@@ -1279,10 +1269,10 @@ static int cmd_plan(int argc, char **argv) {
     if (m && !s) fprintf(stderr, "frugal plan: %s\n", fr_last_error(ctx));
     int per_rank = c.ranks > 1 || c.zero >= 0;
     if (s && c.t.json) {
-        plan_json(s, c.t.budget ? &bud : NULL, ranks, per_rank ? zero : -1);
+        plan_json(s, c.t.step.budget ? &bud : NULL, ranks, per_rank ? zero : -1);
     } else if (s) {
         fr_step_describe_plan(s, stdout, 0);
-        if (c.t.budget) {
+        if (c.t.step.budget) {
             fputc('\n', stdout);
             fr_budget_describe(&bud, stdout, 0);
         }
@@ -1318,7 +1308,8 @@ static int cmd_profile(int argc, char **argv) {
     int32_t *y = NULL;
     int rc = 1;
     if (!m) goto out;
-    if (c.t.budget) fr_mem_set_limit(ctx, c.t.budget); /* the model is allocated within it too */
+    if (c.t.step.budget)
+        fr_mem_set_limit(ctx, c.t.step.budget); /* the model is allocated within it too */
     fr_mem_trace(ctx, 1);
     fr_step_opts so = step_opts(&c, m);
     if (!(s = fr_step_compile(m, &so))) {
@@ -1349,7 +1340,7 @@ static int cmd_profile(int argc, char **argv) {
     t1 = now_seconds();
     const char *trace = c.trace ? c.trace : "memory-trace.json";
     const char *svg = c.svg ? c.svg : "memory.svg";
-    if (fr_timeline_chrome(ctx, trace) || fr_timeline_svg(ctx, svg, c.t.model, c.t.budget)) {
+    if (fr_timeline_chrome(ctx, trace) || fr_timeline_svg(ctx, svg, c.t.model, c.t.step.budget)) {
         fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
         goto out;
     }
@@ -1452,7 +1443,8 @@ static int cmd_estimate(int argc, char **argv) {
         /* planned on shapes: nothing of the model is allocated, so a model
          * far larger than the machine can be estimated */
         if (!so.batch)
-            fprintf(stderr, "frugal estimate: not even a batch of 1 fits %zu bytes\n", c.t.budget);
+            fprintf(stderr, "frugal estimate: not even a batch of 1 fits %zu bytes\n",
+                    c.t.step.budget);
         else if (!(s = fr_step_prepare(m, &so)))
             fprintf(stderr, "frugal estimate: %s\n", fr_last_error(ctx));
     }
@@ -1559,7 +1551,7 @@ static int cmd_generate(int argc, char **argv) {
                          .temperature = c.temperature,
                          .top_k = c.top_k,
                          .window_slide = c.window_slide,
-                         .seed = c.t.seed,
+                         .seed = c.t.step.seed,
                          .emit = gen_emit,
                          .user = &out};
         int cropped = 0;

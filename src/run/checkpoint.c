@@ -615,7 +615,7 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
             char nm[FR_ST_NAME_MAX];
             snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
             size_t a, b;
-            if (s->zero >= 1 && fr_step_owned(s, i, &a, &b)) { /* ZeRO: this rank's shard */
+            if (s->o.zero >= 1 && fr_step_owned(s, i, &a, &b)) { /* ZeRO: this rank's shard */
                 float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
                 if (!t) return FR_ERR_NOMEM;
                 if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t)))

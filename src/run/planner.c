@@ -25,7 +25,7 @@ typedef struct candidate {
     size_t reserved;
     size_t
         fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
-    int offload; /* FR_OFFLOAD_* the candidate was planned with */
+    fr_offload offload; /* what the candidate was planned with */
 } candidate;
 
 /* Bytes an offloaded optimizer copies a step: every trainable weight's

@@ -90,7 +90,7 @@ void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_dat
     bd->eval_batch = cfg->eval_batch;
     bd->handles = s->handles;
     bd->ranks = s->ranks; /* under mpirun: the budget is this rank's, at the stage it trains */
-    bd->zero = s->ranks > 1 ? cfg->zero : 0;
+    bd->zero = s->ranks > 1 ? cfg->step.zero : 0;
 }
 
 fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,

@@ -124,21 +124,21 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "--precision and --optimizer-state",
         "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
         "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
-    const fr_optim_opts *o = &cfg->optim;
+    const fr_optim_opts *o = &cfg->step.optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
              (unsigned long long)file_hash(cfg->model));
     snprintf(mine[1], AGREE_LEN, "%zu tensors (%016llx)", m->n_params,
              (unsigned long long)shapes_hash(m));
-    snprintf(mine[2], AGREE_LEN, "%d", cfg->batch);
-    snprintf(mine[3], AGREE_LEN, "%d", cfg->micro_batch);
+    snprintf(mine[2], AGREE_LEN, "%d", cfg->step.batch);
+    snprintf(mine[3], AGREE_LEN, "%d", cfg->step.micro_batch);
     snprintf(mine[4], AGREE_LEN,
              "kind %d lr %.9g momentum %.9g dampening %.9g nesterov %d wd %.9g betas %.9g,%.9g eps "
              "%.9g clip %.9g",
              (int)o->kind, o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay, o->beta1,
-             o->beta2, o->eps, (double)cfg->clip_grad_norm);
-    snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->seed);
-    snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->precision,
-             (int)cfg->optim_state, (int)cfg->loss_scaling);
+             o->beta2, o->eps, (double)cfg->step.clip_grad_norm);
+    snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->step.seed);
+    snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->step.precision,
+             (int)cfg->step.optim_state, (int)cfg->step.loss_scaling);
     /* (a token stream: its length and split, and the window's T, --seq) */
     snprintf(mine[7], AGREE_LEN, "%s: %lld train, %lld test, limits %lld %lld, seq %d",
              cfg->train_images ? cfg->train_images : cfg->data,
@@ -197,16 +197,16 @@ static fr_status weights_agree(fr_ctx *ctx, const fr_comm *c, const fr_model *m)
 static fr_status save_ranked(fr_ctx *ctx, const fr_comm *c, fr_step *s, const fr_train_cfg *cfg,
                              int epoch, int64_t batches) {
     /* (at ZeRO 3 each rank holds its own slice of the weights: nothing to compare) */
-    fr_status st = fr_comm_size(c) > 1 && s->zero < 3 ? weights_agree(ctx, c, s->m) : FR_OK;
+    fr_status st = fr_comm_size(c) > 1 && s->o.zero < 3 ? weights_agree(ctx, c, s->m) : FR_OK;
     if (st) return st;
     /* ZeRO: the optimizer state (at 3, the weights too) gathered whole on rank 0 */
-    if (!st && s->zero >= 1) st = fr_step_state_whole(s, 1);
-    if (!st && s->zero >= 3) st = fr_step_params_whole(s, 1);
+    if (!st && s->o.zero >= 1) st = fr_step_state_whole(s, 1);
+    if (!st && s->o.zero >= 3) st = fr_step_params_whole(s, 1);
     if (!st && fr_comm_rank(c) == 0)
         st = cfg->save_weights_only ? fr_ckpt_save_weights(s->m, cfg->save, cfg->nanogpt_masks)
                                     : fr_ckpt_save(s, cfg->save, cfg->freeze, epoch, batches);
-    if (s->zero >= 3) fr_step_params_whole(s, 0);
-    if (s->zero >= 1) fr_step_state_whole(s, 0);
+    if (s->o.zero >= 3) fr_step_params_whole(s, 0);
+    if (s->o.zero >= 1) fr_step_state_whole(s, 0);
     double failed = st != FR_OK;
     fr_status cs = fr_comm_sum_f64(ctx, c, &failed, 1, "the checkpoint's outcome");
     if (st || cs) return st ? st : cs;
@@ -236,7 +236,7 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
      * its own micro-batch: the eval batches are one process's, so every
      * window is scored once, the last partial batch's too. */
     int eb = cfg->eval_batch > 0 ? cfg->eval_batch
-             : src->ranks > 1    ? cfg->batch / s->accumulate
+             : src->ranks > 1    ? cfg->step.batch / s->accumulate
                                  : s->micro;
     int64_t limit = fr_eval_limit(cfg, src->tokens != NULL);
     fr_eval_sums t;
@@ -409,19 +409,19 @@ static fr_status dist_check(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_sourc
     if (cfg->batch_auto)
         return fr_fail(ctx, FR_ERR_ARG, "--batch auto with %d ranks: give the global --batch",
                        ranks);
-    if (cfg->batch < ranks)
+    if (cfg->step.batch < ranks)
         return fr_fail(ctx, FR_ERR_ARG,
                        "--batch %d is the global batch: %d ranks need at least one sample each",
-                       cfg->batch, ranks);
+                       cfg->step.batch, ranks);
     if (src->tokens) return FR_OK; /* token batches are all whole (drop_last) */
     int64_t n = fr_dataset_len(src->train);
     if (cfg->limit_train > 0 && cfg->limit_train < n) n = cfg->limit_train;
-    if (n % cfg->batch && n % cfg->batch < ranks)
+    if (n % cfg->step.batch && n % cfg->step.batch < ranks)
         return fr_fail(ctx, FR_ERR_ARG,
                        "the last batch of an epoch has %lld samples (%lld %% %d), fewer than the "
                        "%d ranks: every rank needs a sample of every batch; change --batch or "
                        "--limit",
-                       (long long)(n % cfg->batch), (long long)n, cfg->batch, ranks);
+                       (long long)(n % cfg->step.batch), (long long)n, cfg->step.batch, ranks);
     return FR_OK;
 }
 
@@ -475,32 +475,22 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
-    fr_step_opts so = {.batch = cfg->batch,
-                       .training = 1,
-                       .optim = cfg->optim,
-                       .seed = cfg->seed,
-                       .checkpoint = cfg->checkpoint,
-                       .ckpt_arg = cfg->ckpt_arg,
-                       .micro_batch = cfg->micro_batch,
-                       .precision = cfg->precision,
-                       .optim_state = cfg->optim_state,
-                       .clip_grad_norm = cfg->clip_grad_norm,
-                       .loss_scaling = cfg->loss_scaling,
-                       .keep_grads = cfg->keep_grads,
-                       .offload = cfg->offload,
-                       .sync_upload = cfg->sync_upload,
-                       .budget = cfg->budget};
+    fr_step_opts so = cfg->step;
+    so.training = 1;
+    so.ranks = ranks;
+    so.zero = ranks > 1 ? so.zero : 0;
     fr_rank_step_opts(&so, ranks); /* this rank's step */
-    if (cfg->precision == FR_PREC_FP16 && cfg->optim.kind != FR_OPTIM_SGD && cfg->quiet < 2)
+    if (cfg->step.precision == FR_PREC_FP16 && cfg->step.optim.kind != FR_OPTIM_SGD &&
+        cfg->quiet < 2)
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
                 "below 2.4e-4 underflow to 0 (smallest subnormal 6e-8) and eps=%g is not "
                 "representable: steps blow up (the seeds' \"Adam may report an error with "
                 "half\"). Use --precision fp16-mixed (fp32 master weights and state) or bf16, or "
                 "raise --eps to 1e-4.\n",
-                (double)cfg->optim.eps);
+                (double)cfg->step.optim.eps);
     fr_budget bud;
-    if (cfg->budget) {
+    if (cfg->step.budget) {
         /* One accounting of the budget (budget.c), the same `frugal plan`
          * uses: planned on shapes, nothing of the model allocated yet. */
         fr_budget_data bd;
@@ -515,11 +505,9 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                     so.batch);
         /* From here the budget is a hard limit: the allocator refuses past
          * it, and the parameters are allocated only now. */
-        if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->budget); /* a device's budget */
-        else fr_mem_set_limit(ctx, cfg->budget);
-        if (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
-                                                  !cfg->no_overlap, cfg->zero)))
-            goto done;
+        if (ctx->dmem) fr_mem_set_limit_of(ctx->dmem, cfg->step.budget); /* a device's budget */
+        else fr_mem_set_limit(ctx, cfg->step.budget);
+        if (ranks > 1 && (st = fr_step_distribute(s, comm))) goto done;
         if ((st = fr_step_materialize(s))) goto done;
     } else {
         if (!(s = fr_step_prepare(m, &so))) {
@@ -527,17 +515,15 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             goto done;
         }
         if ((st = check_device_memory(ctx, cfg, m, &so, &s, &src)) ||
-            (ranks > 1 && (st = fr_step_distribute(s, comm, cfg->bucket_first_cap, cfg->bucket_cap,
-                                                   !cfg->no_overlap, cfg->zero))) ||
-            (st = fr_step_materialize(s)))
+            (ranks > 1 && (st = fr_step_distribute(s, comm))) || (st = fr_step_materialize(s)))
             goto done;
     }
-    if (ranks > 1) s->global_batch = cfg->batch;
-    if (ranks <= 1 && cfg->zero > 0 && !cfg->quiet)
+    if (ranks > 1) s->global_batch = cfg->step.batch;
+    if (ranks <= 1 && cfg->step.zero > 0 && !cfg->quiet)
         fprintf(stderr,
                 "note: --zero %d shards over the ranks of an mpirun launch; one process holds "
                 "everything (`frugal estimate --ranks N --zero %d` shows a rank's bytes)\n",
-                cfg->zero, cfg->zero);
+                cfg->step.zero, cfg->step.zero);
     if (ranks > 1 && !cfg->json && !cfg->quiet) {
         char bk[256];
         fr_buckets_describe(s->buckets, bk, sizeof bk);
@@ -545,26 +531,27 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 "%d ranks (data parallel, ZeRO stage %d): global batch %d, each rank a slice of "
                 "%d or %d samples in %d micro-batch%s; gradients %s in %s, %s; the "
                 "optimizer steps %s %s\n",
-                ranks, s->zero, cfg->batch, cfg->batch / ranks, (cfg->batch + ranks - 1) / ranks,
-                s->accumulate, s->accumulate == 1 ? "" : "es",
-                s->zero ? "reduce-scattered" : "summed", bk,
-                cfg->no_overlap ? "all after backward" : "each started as backward completes it",
+                ranks, s->o.zero, cfg->step.batch, cfg->step.batch / ranks,
+                (cfg->step.batch + ranks - 1) / ranks, s->accumulate,
+                s->accumulate == 1 ? "" : "es", s->o.zero ? "reduce-scattered" : "summed", bk,
+                cfg->step.no_overlap ? "all after backward"
+                                     : "each started as backward completes it",
                 s->buckets->on_share ? "inside backward, each bucket's owned share as its sums "
                                        "arrive (no gradient shard kept),"
                                      : "after backward (the sums come first),",
-                s->zero == 0   ? "on every rank"
-                : s->zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
-                                 "all-gathered"
-                : s->zero == 2 ? "on each rank's shard (optimizer state and gradients sharded), "
-                                 "the weights all-gathered"
-                               : "on each rank's shard of everything (weights too: each unit's "
-                                 "gathered before its forward and its backward, the next one's "
-                                 "prefetched)");
+                s->o.zero == 0   ? "on every rank"
+                : s->o.zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
+                                   "all-gathered"
+                : s->o.zero == 2 ? "on each rank's shard (optimizer state and gradients sharded), "
+                                   "the weights all-gathered"
+                                 : "on each rank's shard of everything (weights too: each unit's "
+                                   "gathered before its forward and its backward, the next one's "
+                                   "prefetched)");
     }
     if (!cfg->json && !cfg->quiet &&
-        (cfg->budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
+        (cfg->step.budget || so.checkpoint != FR_CKPT_MARKS || so.micro_batch)) {
         fr_step_describe_plan(s, stderr, 0);
-        if (cfg->budget) fr_budget_describe(&bud, stderr, 0);
+        if (cfg->step.budget) fr_budget_describe(&bud, stderr, 0);
         fputc('\n', stderr);
     } else if (!cfg->json && !cfg->quiet && s->n_fused) {
         fprintf(stderr,
@@ -582,15 +569,15 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             fprintf(stderr,
                     "warning: --lr %g differs from the checkpoint's %g: resuming with %g "
                     "(the run is no longer the one the checkpoint continues)\n",
-                    (double)cfg->optim.lr, pos.saved_lr, (double)cfg->optim.lr);
+                    (double)cfg->step.optim.lr, pos.saved_lr, (double)cfg->step.optim.lr);
         if (!cfg->json && !cfg->quiet && pos.epoch < cfg->epochs)
             fprintf(stderr, "resuming from %s at epoch %d\n", cfg->resume, pos.epoch + 1);
     }
     int start_epoch = pos.epoch;
     int64_t skip = pos.batches_done;
     /* the loader cuts global batches (with ranks, this rank's slice of each) */
-    if ((st = fr_batches_open(&src, 1, ranks > 1 ? cfg->batch : so.batch, cfg->seed, cfg->queue,
-                              cfg->limit_train, &l)))
+    if ((st = fr_batches_open(&src, 1, ranks > 1 ? cfg->step.batch : so.batch, cfg->step.seed,
+                              cfg->queue, cfg->limit_train, &l)))
         goto done;
     int64_t nb = fr_batches_count(&l);
     if (skip > nb) {
@@ -756,7 +743,7 @@ done:;
         step_memory(ctx, &ms);
         res->predicted_reserved = info.reserved;
         res->measured_reserved_peak = ms.reserved_peak;
-        res->batch = ranks > 1 ? cfg->batch : s->o.batch; /* the global batch */
+        res->batch = ranks > 1 ? cfg->step.batch : s->o.batch; /* the global batch */
     }
     if (!st && s && ranks > 1) { /* every rank's peaks, as min and max over the ranks */
         fr_mem_stats ms;
@@ -782,9 +769,9 @@ done:;
                ctx->dmem ? " on " : "", ctx->dmem ? ctx->dev_name : "",
                res->predicted_reserved / 1048576.0, total / 1048576.0, ms.reserved_peak / 1048576.0,
                ms.allocated_total_peak / 1048576.0, res->peak_rss_kib / 1024.0,
-               cfg->budget ? (ms.reserved_peak <= cfg->budget ? " (within the budget)"
-                                                              : " (OVER the budget)")
-                           : "");
+               cfg->step.budget ? (ms.reserved_peak <= cfg->step.budget ? " (within the budget)"
+                                                                        : " (OVER the budget)")
+                                : "");
         if (s->scaler.enabled)
             printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
                    (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);
@@ -793,7 +780,7 @@ done:;
             fr_mem_ranks_summary(ranks, res->rank_peak_min, res->rank_peak_max, stdout, 0);
             printf("rank 0 waited %.3f s for the gradient sums over %lld steps (%s)\n",
                    res->comm_wait_s, (long long)s->buckets->reductions,
-                   cfg->no_overlap ? "started after backward" : "overlapping backward");
+                   cfg->step.no_overlap ? "started after backward" : "overlapping backward");
         }
     }
     if (s && s->feed) {

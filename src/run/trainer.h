@@ -13,9 +13,13 @@
 typedef struct fr_train_cfg {
     const char *model; /* file or built-in name */
     const char *data;  /* directory with {train,t10k}-{images,labels}-idx?-ubyte[.gz] */
-    int epochs, batch;
-    fr_optim_opts optim;
-    uint64_t seed;
+    /* The step: batch (the global batch), optimizer, seed, budget (bytes the
+     * engine may reserve, 0: no limit), checkpointing, micro-batches,
+     * precision, optimizer state format, loss scaling, clipping, keep_grads,
+     * offload, sync_upload, and under mpirun the ZeRO stage and the bucket
+     * caps: one struct from the command line to the step. */
+    fr_step_opts step;
+    int epochs;
     const char *save;   /* checkpoint written after every epoch (atomically) */
     const char *resume; /* checkpoint to continue from */
     int json;           /* JSON lines on stdout instead of text */
@@ -29,20 +33,10 @@ typedef struct fr_train_cfg {
     volatile sig_atomic_t *stop;
     int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
     int eval_batch;
-    int queue;     /* prefetch depth */
-    size_t budget; /* bytes the engine may reserve (0: no limit) */
-    fr_ckpt_mode checkpoint;
-    int ckpt_arg, micro_batch;
+    int queue;          /* prefetch depth */
     const char *freeze; /* layers to freeze (fr_model_freeze) */
     int batch_auto;     /* the largest batch that fits the budget */
-    fr_precision precision;
-    fr_optim_state optim_state;
-    fr_loss_scaling loss_scaling;
-    float clip_grad_norm;
-    int keep_grads;   /* store every gradient (no SGD step inside backward) */
-    int offload;      /* on a device: FR_OFFLOAD_* */
-    int sync_upload;  /* on a device: no batch uploaded ahead (fr_step_opts) */
-    const char *init; /* weights-only safetensors to start from, with a fresh optimizer */
+    const char *init;   /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
     int data_default;      /* 1: data is the CLI's default directory, not one the user named: with
@@ -51,15 +45,10 @@ typedef struct fr_train_cfg {
     double val_fraction;   /* token data: the held-out tail (default 0.1) */
     int64_t steps;         /* stop after this many optimizer steps (0: the epochs decide) */
     int64_t eval_interval; /* token models: evaluate every N steps too (0: at the end) */
-    /* Data parallel (parallel/comm.h; NULL: one process): batch is the global
-     * batch, each rank trains on its slice of it (fr_loader_opts' rule) and
-     * the gradients are summed in buckets (parallel/buckets.h) of these caps in
-     * bytes (0: DDP's 1 MiB first, 25 MiB after), started during backward
-     * unless no_overlap. */
+    /* Data parallel (parallel/comm.h; NULL: one process): step.batch is the
+     * global batch, each rank trains on its slice of it (fr_loader_opts'
+     * rule); the step's ranks, ZeRO stage and bucket caps are step's. */
     struct fr_comm *comm;
-    size_t bucket_first_cap, bucket_cap;
-    int no_overlap;
-    int zero; /* ZeRO stage under mpirun: 0, 1 (optimizer state sharded) or 2 (gradients too) */
 /* A language model evaluates this many validation windows unless --test-limit
  * says otherwise (nanoGPT estimates its loss on a sample of batches too). */
 #define FR_LM_EVAL_WINDOWS 128

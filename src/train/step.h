@@ -50,7 +50,6 @@ struct fr_step {
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
     int global_batch;           /* the global --batch (0: one process) */
     uint64_t rank_seed;         /* added to the seed of the dropout streams: differs per rank */
-    int zero;                   /* ZeRO stage (0: every rank holds everything) */
     void **whole_state;         /* zero >= 1, saving on rank 0: the shards set aside */
     struct fr_pshard *pshard;   /* zero 3: the weights' shards this step made (m->shard) */
     struct fr_gathers *gathers; /* a model with sharded weights: this step's gathers */
@@ -72,7 +71,7 @@ typedef struct fr_plan_need {
     fr_ckpt_mode mode;
     int arg, micro;
     fr_precision prec;
-    int offload; /* FR_OFFLOAD_* */
+    fr_offload offload;
 } fr_plan_need;
 /* The planner's choice built but not materialized (nothing of the model
  * allocated); NULL with *need set when nothing fits (no message: the caller
@@ -121,12 +120,12 @@ void fr_step_set_loss_scale(fr_step *s, float scale);
  * one data batch); step values come from the plan. */
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]);
 /* Data parallelism (before fr_step_materialize): gradients summed over the
- * ranks of c in buckets (parallel/buckets.h; caps in bytes, 0: DDP's 1 and 25
- * MiB) started as backward makes them (overlap 1) or all after it (0).
- * Needs f32 gradients and no step inside backward (the trainer keeps every
+ * ranks of c in buckets (parallel/buckets.h; caps s->o.bucket_first_cap and
+ * bucket_cap in bytes, 0: DDP's 1 and 25 MiB) started as backward makes
+ * them (or all after it: s->o.no_overlap), at ZeRO stage s->o.zero. Needs
+ * f32 gradients and no step inside backward (the trainer keeps every
  * gradient: the step needs the sums). */
-fr_status fr_step_distribute(fr_step *s, struct fr_comm *c, size_t first_cap, size_t cap,
-                             int overlap, int zero);
+fr_status fr_step_distribute(fr_step *s, struct fr_comm *c);
 /* ZeRO stages 1, 2 and 3 (zero >= 1, parallel/shard.h's rule over the flat vector
  * of the buckets): this rank owns the elements [*a, *b) of param i (all of
  * a trainable one without sharding); 0 when it owns none. Its optimizer
