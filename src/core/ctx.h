@@ -1,5 +1,12 @@
-/* ctx.h — the context every call carries: allocator state, thread count and
- * the last error message. No global mutable state lives anywhere else. */
+/* ctx.h — the context every call carries: allocator state, thread count,
+ * the last error message and the backend's open device. ctx.c itself keeps
+ * no static state, but not all state is the context's: fr_set_threads also
+ * sets OpenMP's thread count (of the calling thread) and OpenBLAS's (of the
+ * whole process), and the CPU backend keeps process-wide caches, each made
+ * once under pthread_once or an atomic (the SIMD probes of core/half.c and
+ * backend/cpu/optim_state.c, the latter's quantization-map tables, oneDNN's
+ * engine and stream in backend/cpu/gemm16.c), plus optim_state.c's switch
+ * for the AVX-512 paths that tests flip (fr_state_simd). */
 #ifndef FR_CTX_H
 #define FR_CTX_H
 

@@ -1,10 +1,16 @@
-/* kernels.h — the CPU kernels, one op family per file (linear.c, conv.c,
- * pool.c, activation.c, norm.c, dropout.c, loss.c, embedding.c,
- * attention.c, optim.c). Layout is
- * row-major NCHW, f32 storage with f32 accumulation; GEMM goes through
- * OpenBLAS (cblas_sgemm) and loops are parallel with OpenMP. A kernel knows
- * pointers and shapes, nothing of policy: it never allocates (workspace comes
- * in as an output planned by the arena) and never decides what to keep.
+/* kernels.h — the CPU kernels, one op family per file, declared below in
+ * this order: linear.c, conv.c, pool.c, activation.c (ADD too), norm.c,
+ * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c,
+ * embedding.c, attention.c, optim.c (SGD and Adam on flat arrays), grad.c
+ * (unscale, sum of squares and scale of a whole gradient) and optim_state.c
+ * (OPTIM_STEP). Layout is row-major NCHW, f32 storage with f32 accumulation
+ * (16-bit storage: below); f32 GEMMs go through OpenBLAS (cblas_sgemm), bf16
+ * ones through oneDNN (gemm16.c), and loops are parallel with OpenMP. A
+ * kernel never allocates (workspace comes in as an output planned by the
+ * arena) and never decides what to keep; it does decide how to run: which
+ * GEMM, how work is split (so that the bits do not depend on scheduling),
+ * and, where the update bits ask (LINEAR_BWD, OPTIM_STEP), the optimizer
+ * step in place.
  *
  * Every kernel takes one fr_kernel_call. in[i]/out[i] follow the op's row in
  * ops.h; a tensor whose data is NULL is absent (an optional bias, or an

@@ -1,6 +1,13 @@
-/* linear.c — the fully connected layer, forward and backward, on OpenBLAS
- * GEMMs. It owns LINEAR and LINEAR_BWD and nothing else: no allocation, no
- * policy (whether dx is wanted is decided by the caller through data NULL). */
+/* linear.c — the fully connected layer, LINEAR and LINEAR_BWD, and nothing
+ * else; it allocates nothing (its scratch, gemm_ws and upd_ws, is planned by
+ * the caller). The policy it holds: the GEMM follows the operands' dtype (all
+ * f32: OpenBLAS; all bf16: oneDNN through gemm16.c; a mix is refused; which
+ * dtype they have is the mixed-precision pass's choice); the weight gradient
+ * is formed in tiles of rows sized here (upd_tile_rows), so its bits do not
+ * depend on scheduling; with update bit 1 (2) set the plain SGD step is
+ * fused into the backward, W (b) stepped in place from each tile, its
+ * gradient never stored; a thread team only above LIN_PAR_MIN elements.
+ * Whether dx, dW and db are wanted is the caller's (data NULL). */
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
