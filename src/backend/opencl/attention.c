@@ -6,7 +6,7 @@
 #include "backend/opencl/attention.h"
 #include <math.h>
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define ATTN_QT 32      /* rows per work-group at most: attention.cl's KT */
 #define ATTN_TILE 1536  /* floats of one local tile: attention.cl's ATTN_TILE */

@@ -13,7 +13,7 @@
 
 #include "backend/opencl/backend.h"
 #include "core/ctx.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define PROG "elementwise"
 

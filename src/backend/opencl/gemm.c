@@ -28,7 +28,7 @@
  * float operations: the bits of --keep-grads. */
 #include "backend/opencl/gemm.h"
 #include <clblast_c.h>
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 /* ---- helpers ---- */
 

@@ -4,7 +4,7 @@
 #include "backend/opencl/optim.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define OPTIM_WG 64     /* work-items per group; the global size is n rounded up to it */
 #define OPTIM_I8_WG 256 /* optim.cl's I8_WG: a work-group per int8 block */

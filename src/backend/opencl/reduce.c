@@ -2,12 +2,12 @@
  * the embeddings on an OpenCL device, with the CPU kernels' semantics and
  * messages (src/backend/cpu/norm.c, loss.c, pool.c, embedding.c); their
  * OpenCL C is kernels/reduce.cl. Shapes are checked by the CPU's own checks
- * (ops/kcheck.h); labels and ids are read back a block at a time and checked
+ * (backend/kcheck.h); labels and ids are read back a block at a time and checked
  * on the host before anything is enqueued, so a bad one fails with the CPU's
  * message and writes nothing. Kernels are enqueued without waiting. */
 #include "backend/opencl/reduce.h"
 #include <string.h>
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define WG 64       /* reduce.cl's work-group size for the kernels that reduce */
 #define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns (reduce.cl) */

@@ -1,6 +1,6 @@
 /* kcheck.c — the backend-independent checks of a kernel call (kcheck.h):
  * one function per op family, called by the CPU and the OpenCL kernels. */
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 /* Rows of x seen as (N, K): N = numel / K, whether x is (N, K), (B, T, K) or
  * an image batch (N, C, H, W) whose sample of K = C H W values is flattened. */
