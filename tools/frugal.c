@@ -262,7 +262,7 @@ static const opt_row opts[] = {
      "threads for OpenMP and OpenBLAS (0: all cores) [all cores];\n"
      "idle threads spin 0.1 ms, then sleep (OMP_WAIT_POLICY=passive,\n"
      "GOMP_SPINCOUNT=10000) unless the environment sets either"},
-    {"device", "NAME", O_DEVICE, C_STEP | C_EVAL,
+    {"device", "NAME", O_DEVICE, C_STEP | C_EVAL | C_GENERATE,
      "cpu, or opencl[:N]: the whole step on OpenCL device N (see\n"
      "`frugal devices`): weights, gradients, optimizer state and\n"
      "activations in its memory [cpu]"},
@@ -1513,6 +1513,7 @@ static int cmd_generate(int argc, char **argv) {
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
+    if (use_device(ctx, &c, "generate")) return ctx_done(ctx), 1;
     fr_model *m = load_for("generate", ctx, &c);
     int32_t *ids = NULL;
     int n = 0, rc = 1, vocab = m ? fr_generate_vocab(m) : 0;
@@ -1580,12 +1581,25 @@ static int cmd_generate(int argc, char **argv) {
                     ms.allocated_peak[FR_MEM_KV_CACHE],
                     fr_human_bytes(ms.allocated_peak[FR_MEM_WORKSPACE], w, sizeof w),
                     fr_human_bytes(ms.allocated_total_peak, t, sizeof t));
+#ifdef FR_HAVE_OPENCL
+            if (c.device >= 0) { /* the caches, the weights' copy and the arena live there */
+                fr_mem_stats_of(fr_cl_memory(ctx), &ms);
+                fprintf(stderr,
+                        "device memory peak: parameters %s, kv_cache %s (%zu bytes), workspace "
+                        "%s, total %s\n",
+                        fr_human_bytes(ms.allocated_peak[FR_MEM_PARAMS], a, sizeof a),
+                        fr_human_bytes(ms.allocated_peak[FR_MEM_KV_CACHE], b, sizeof b),
+                        ms.allocated_peak[FR_MEM_KV_CACHE],
+                        fr_human_bytes(ms.allocated_peak[FR_MEM_WORKSPACE], w, sizeof w),
+                        fr_human_bytes(ms.allocated_total_peak, t, sizeof t));
+            }
+#endif
             rc = 0;
         }
     }
     free(ids);
     fr_model_free(m);
-    fr_ctx_free(ctx);
+    ctx_done(ctx);
     return rc;
 }
 

@@ -1,233 +1,101 @@
-/* generate.c — fr_generate: a token model run position by position with a
- * KV cache, and the sampler (generate.h has the contract: the cache, the
- * two rules past the context, the sampling rules). It walks the model's
- * layers by kind and calls the CPU kernels on the rows at hand; the one loop
- * of its own is the attention of one new query over the cached keys. It owns no graph, plan or
- * arena: the buffers are sized once, when generation starts, for the
- * largest chunk (the whole context in a prefill).
+/* generate.c — fr_generate: a token model run a chunk of positions at a time
+ * through the same graph, plan, executor and backend as a training step,
+ * and the sampler (generate.h has the contract: the cache, the two rules
+ * past the context, the sampling rules).
  *
- * Rows: a chunk is P positions (a prefill: the window at positions 0..P-1;
- * a step: one new token at position pos). Every kind but attention works
- * row by row, so the layers after the last attention layer compute the last
- * row only: it is the one whose logits are sampled. A value records the
- * first row it holds (row0) and is addressed by absolute row of the chunk. */
+ * A chunk is P positions from pos: a prefill (the window at positions
+ * 0..P-1) or a step (one new token at pos). Its forward is the model's own
+ * graph (fr_model_build_chunk_graph): attention layers run ATTENTION_KV
+ * over the layers' caches, the layers after the last attention layer the
+ * last row only (the one whose logits are sampled), and the plan gives its
+ * step values offsets in one arena as it does a step's. A run makes at most
+ * three chunk sizes (the prompt's prefill, a step, the prefill after a
+ * window move), each compiled once when generation starts; one executor,
+ * of the chunk size running, holds an arena at a time.
+ *
+ * The persistent values live in the backend's memory: the caches (one
+ * block, FR_MEM_KV_CACHE), and on a device the weights' copies
+ * (FR_MEM_PARAMS) and the chunk's ids (FR_MEM_DATA); on the CPU the graph
+ * reads the model's weights and the window itself. The runtime position
+ * reaches ATTENTION_KV as the executor's step argument and the position
+ * table through the binding of its rows (pos_rows). */
 #include "infer/generate.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/attention.h"
-#include "backend/cpu/kernels.h"
+#include "backend/backend.h"
 #include "core/ctx.h"
 #include "core/rng.h"
+#include "exec/exec.h"
 #include "model/model.h"
 
 #define GEN_RNG_STREAM 0x67656e65726174ull /* "generat": the sampler's stream of the seed */
+#define MAX_CHUNKS 3                       /* the prompt's prefill, a step, a window's */
+
+/* The compiled forward of a chunk of P positions. */
+typedef struct chunk {
+    int P;
+    fr_graph g;
+    fr_plan plan;
+    int *pv;       /* per parameter: its value (n_params) */
+    int *kv;       /* per layer: its K cache's value, V the next (-1: not attention) */
+    int *pos_rows; /* per layer: the position table's rows the chunk reads (-1: none) */
+} chunk;
 
 typedef struct gen {
     fr_model *m;
     fr_ctx *ctx;
-    int T;           /* the context: positions the cache holds */
-    int vocab_in;    /* rows of the embedding: ids the model reads */
-    int vocab_out;   /* the logits' width */
-    int last_attn;   /* the last attention layer, -1 if none */
-    int n_slots;     /* activation buffers, reused once a value's last reader ran */
-    int *res;        /* layer -> the layer whose output it is (markers: their source's), or INPUT */
-    int *slot;       /* layer -> its buffer (-1: markers) */
-    int *row0;       /* layer -> the first row of the chunk it holds (this chunk) */
-    int *kv_index;   /* layer -> its attention cache (-1: not attention) */
-    float **slots;   /* FR_MEM_WORKSPACE */
-    float *kv;       /* FR_MEM_KV_CACHE: per attention layer K then V, each (NH, T, HS) */
-    size_t kv_layer; /* floats of one layer's K (= of its V): T C */
-    float *attn_ws;  /* the tiled kernel's workspace (prefill) */
-    size_t attn_ws_len;
-    float *scores;         /* (NH, T): one query's scores over the cache (a step) */
+    const fr_backend *be;
+    int dev;       /* the backend is a device: persistent values are its buffers */
+    int T;         /* the context: positions the cache holds */
+    int vocab_in;  /* rows of the embedding: ids the model reads */
+    int vocab_out; /* the logits' width */
+    chunk ch[MAX_CHUNKS];
+    int n_ch;
+    fr_exec ex;
+    int live;              /* the chunk ex runs, -1: none */
+    void *kv;              /* the caches: per attention layer K then V (FR_MEM_KV_CACHE) */
+    size_t *kv_off;        /* per layer: its K's byte offset in kv (V follows) */
+    size_t kv_bytes;       /* all of them */
+    void **wbuf;           /* on a device: each parameter's copy (FR_MEM_PARAMS) */
+    void *ids;             /* on a device: the chunk's ids, T i32 (FR_MEM_DATA) */
+    float *logits;         /* the last position's, vocab_out */
     int32_t *window;       /* the tokens the cache holds, and one more */
     double *prob, *sorted; /* vocab_out each: the sampler */
 } gen;
-
-static int width_of(const fr_layer *l) { return (int)l->out_shape.d[l->out_shape.ndim - 1]; }
 
 static int is_marker(fr_layer_kind k) {
     return k == FR_L_RES_BEGIN || k == FR_L_RES_SHORTCUT || k == FR_L_DROPOUT; /* eval dropout */
 }
 
-static fr_tensor f32_rows(float *p, int64_t rows, int64_t cols) {
-    return (fr_tensor){.dtype = FR_F32, .shape = fr_shape2(rows, cols), .data = p};
+/* The kinds generation runs (markers pass their value on); any other is refused. */
+static const unsigned char runs_kind[FR_L_COUNT] = {
+    [FR_L_EMBEDDING] = 1, [FR_L_POS_EMBEDDING] = 1, [FR_L_LAYERNORM] = 1,
+    [FR_L_LINEAR] = 1,    [FR_L_GELU] = 1,          [FR_L_RELU] = 1,
+    [FR_L_ADD] = 1,       [FR_L_RES_END] = 1,       [FR_L_ATTENTION] = 1};
+
+/* ---- the backend's memory: a device's buffers, or the host's blocks ---- */
+
+static void *mem_take(gen *g, size_t bytes, fr_mem_cat cat) {
+    return g->dev ? g->be->alloc(g->ctx, bytes, cat) : fr_alloc(g->ctx, bytes, cat);
 }
 
-static fr_tensor param_t(const fr_model *m, int i) {
-    if (i < 0) return (fr_tensor){.dtype = FR_F32, .shape = {0}, .data = NULL};
-    const fr_param *p = &m->params[i];
-    return (fr_tensor){.dtype = p->dtype, .shape = p->shape, .data = p->data};
+static void mem_give(gen *g, void *buf) {
+    if (g->dev) g->be->release(g->ctx, buf);
+    else fr_free(g->ctx, buf);
 }
 
-/* Row r of the chunk in the value layer li made (li resolved through markers). */
-static float *row_of(const gen *g, int li, int r) {
-    int v = g->res[li];
-    return g->slots[g->slot[v]] + (size_t)(r - g->row0[v]) * (size_t)width_of(&g->m->layers[v]);
+/* Value v of the running chunk at byte off of buf (a device's buffer, or a host block). */
+static void bind_at(gen *g, int v, void *buf, size_t off) {
+    if (g->dev) fr_exec_bind_dev(&g->ex, v, buf, off);
+    else fr_exec_bind(&g->ex, v, (char *)buf + off);
 }
 
-/* The attention of a chunk: qkv (P, 3C) -> y (P, C), its keys and values
- * written into the cache at positions pos .. pos+P-1. A prefill (pos 0)
- * runs the tiled causal kernel; a step (P 1) the loop below. */
-static fr_status attention(gen *g, const fr_layer *l, int li, const float *qkv, float *y, int P,
-                           int pos) {
-    const int C = width_of(l), NH = l->heads, HS = C / NH, T = g->T;
-    float *K = g->kv + 2 * (size_t)g->kv_index[li] * g->kv_layer, *V = K + g->kv_layer;
-    /* K, V are (NH, T, HS): K[h, t, j] = qkv[t - pos, C + h HS + j], V at 2C + h HS + j */
-    for (int t = 0; t < P; t++)
-        for (int h = 0; h < NH; h++) {
-            const float *src = qkv + (size_t)t * 3 * C + h * HS;
-            memcpy(K + ((size_t)h * T + pos + t) * HS, src + C, (size_t)HS * sizeof(float));
-            memcpy(V + ((size_t)h * T + pos + t) * HS, src + 2 * C, (size_t)HS * sizeof(float));
-        }
-    if (pos == 0) {
-        fr_attn_layout L = fr_attn_fused(1, NH, P, HS);
-        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, y, NULL, g->attn_ws, g->attn_ws_len))
-            return fr_fail(g->ctx, FR_ERR_ARG, "generate: attention workspace too small");
-        return FR_OK;
-    }
-    if (P != 1)
-        return fr_fail(g->ctx, FR_ERR_ARG, "generate: a chunk after position 0 is one position");
-    /* one query at position pos against the cached keys 0..pos, head by head:
-     * q (HS) = qkv[h HS ..], s[t] = scale q . K[h, t] (t <= pos),
-     * y[h HS + j] = sum_t softmax(s)[t] V[h, t, j]: O(pos HS) per head */
-    const float scale = 1.0f / sqrtf((float)HS);
-    const int n = pos + 1;
-#pragma omp parallel for schedule(static) if ((size_t)NH * n * HS >= 65536)
-    for (int h = 0; h < NH; h++) {
-        const float *q = qkv + (size_t)h * HS, *Kh = K + (size_t)h * T * HS;
-        const float *Vh = V + (size_t)h * T * HS;
-        float *s = g->scores + (size_t)h * T, *yh = y + (size_t)h * HS;
-        float mx = -INFINITY;
-        for (int t = 0; t < n; t++) {
-            const float *k = Kh + (size_t)t * HS;
-            float d = 0.0f;
-            for (int j = 0; j < HS; j++) d += q[j] * k[j];
-            s[t] = d * scale;
-            if (s[t] > mx) mx = s[t];
-        }
-        double sum = 0.0;
-        for (int t = 0; t < n; t++) {
-            s[t] = expf(s[t] - mx);
-            sum += s[t];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int j = 0; j < HS; j++) yh[j] = 0.0f;
-        for (int t = 0; t < n; t++) {
-            const float p = s[t] * inv, *v = Vh + (size_t)t * HS;
-            for (int j = 0; j < HS; j++) yh[j] += p * v[j];
-        }
-    }
-    return FR_OK;
-}
+/* ---- the model and the chunks ---- */
 
-/* One layer on the rows at hand: rows r0 .. P-1 of the chunk, whose first
- * position is pos. c holds x (rows, width in) as in[0] and y (rows, C) as
- * out[0]; each kind sets what else its kernel reads. */
-typedef struct gen_layer {
-    gen *g;
-    const fr_layer *l;
-    int li, r0, rows, P, pos, C;
-    const int32_t *tok; /* the chunk's ids */
-    fr_node node;       /* the kernel's attributes */
-    fr_kernel_call c;
-} gen_layer;
-
-// ids (1, rows) -> y (1, rows, C) = W[ids]
-static int run_embedding(gen_layer *s) {
-    s->c.in[0] = (fr_tensor){
-        .dtype = FR_I32, .shape = fr_shape2(1, s->rows), .data = (void *)(s->tok + s->r0)};
-    s->c.in[1] = param_t(s->g->m, s->l->wparam);
-    s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
-    return fr_k_embedding(&s->c);
-}
-
-// x (1, rows, C) -> y = x + W[pos + r0 + t]: the table seen from the chunk's first position
-static int run_pos_embedding(gen_layer *s) {
-    fr_tensor w = param_t(s->g->m, s->l->wparam);
-    const int64_t off = s->pos + s->r0;
-    s->c.in[0].shape = s->c.out[0].shape = fr_shape3(1, s->rows, s->C);
-    s->c.in[1] = (fr_tensor){.dtype = FR_F32,
-                             .shape = fr_shape2(w.shape.d[0] - off, s->C),
-                             .data = (float *)w.data + off * s->C};
-    return fr_k_pos_embedding(&s->c);
-}
-
-// x (rows, C), gamma, beta (C); the mean and rstd outputs absent
-static int run_layernorm(gen_layer *s) {
-    s->node.attr.eps = 1e-5f;
-    s->c.in[1] = param_t(s->g->m, s->l->first_param);
-    s->c.in[2] = param_t(s->g->m, s->l->first_param + 1);
-    return fr_k_layernorm(&s->c);
-}
-
-// x (rows, K), W (C, K) (maybe another layer's: tied), b (C) or absent -> y (rows, C)
-static int run_linear(gen_layer *s) {
-    s->c.in[1] = param_t(s->g->m, s->l->wparam);
-    s->c.in[2] = param_t(s->g->m, s->l->bparam);
-    return fr_k_linear(&s->c);
-}
-
-static int run_gelu(gen_layer *s) {
-    s->node.attr.approx = s->l->approx;
-    return fr_k_gelu(&s->c);
-}
-
-static int run_relu(gen_layer *s) { return fr_k_relu(&s->c); }
-
-// a (rows, C) + b (rows, C): an add, or a residual block's end
-static int run_add(gen_layer *s) {
-    s->c.in[1] = f32_rows(row_of(s->g, s->l->src[1], s->r0), s->rows, s->C);
-    return fr_k_add(&s->c);
-}
-
-static int run_attention(gen_layer *s) {
-    return attention(s->g, s->l, s->li, fr_f32(&s->c.in[0]), fr_f32(&s->c.out[0]), s->P, s->pos);
-}
-
-/* The kinds generation runs; markers pass their value on. Any other kind is refused. */
-typedef int (*gen_layer_fn)(gen_layer *s);
-static const gen_layer_fn layer_fn[FR_L_COUNT] = {[FR_L_EMBEDDING] = run_embedding,
-                                                  [FR_L_POS_EMBEDDING] = run_pos_embedding,
-                                                  [FR_L_LAYERNORM] = run_layernorm,
-                                                  [FR_L_LINEAR] = run_linear,
-                                                  [FR_L_GELU] = run_gelu,
-                                                  [FR_L_RELU] = run_relu,
-                                                  [FR_L_ADD] = run_add,
-                                                  [FR_L_RES_END] = run_add,
-                                                  [FR_L_ATTENTION] = run_attention};
-
-/* Runs tokens tok[0..P) at positions pos..pos+P-1 through the model;
- * *logits: the last position's (vocab_out). */
-static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos, const float **logits) {
-    fr_model *m = g->m;
-    gen_layer s = {.g = g, .P = P, .pos = pos, .tok = tok};
-    for (size_t i = 0; i < m->n_layers; i++) {
-        const fr_layer *l = &m->layers[i];
-        if (is_marker(l->kind)) continue;
-        s.l = l;
-        s.li = (int)i;
-        s.r0 = s.li > g->last_attn ? P - 1 : 0;
-        s.rows = P - s.r0;
-        s.C = width_of(l);
-        g->row0[i] = s.r0;
-        s.node.attr = (fr_attr){0};
-        s.c = (fr_kernel_call){.ctx = g->ctx, .node = &s.node};
-        s.c.out[0] = f32_rows(g->slots[g->slot[i]], s.rows, s.C);
-        if (l->src[0] != FR_MODEL_INPUT)
-            s.c.in[0] = f32_rows(row_of(g, l->src[0], s.r0), s.rows,
-                                 width_of(&m->layers[g->res[l->src[0]]]));
-        int st = layer_fn[l->kind](&s);
-        if (st) return (fr_status)st;
-    }
-    *logits = row_of(g, (int)m->n_layers - 1, P - 1);
-    return FR_OK;
-}
-
-/* Checks the model and fills res, kv_index, last_attn, the vocabularies. */
+/* Checks the model and fills the vocabularies and the context. */
 static fr_status check_model(gen *g) {
     fr_model *m = g->m;
     fr_ctx *ctx = g->ctx;
@@ -250,42 +118,41 @@ static fr_status check_model(gen *g) {
                            "model turned to 16 bits with .half() is refused)",
                            m->params[p].name, fr_dtype_name(m->params[p].dtype));
     g->T = (int)m->in.d[0];
-    g->last_attn = -1;
-    int n_attn = 0;
-    for (size_t li = 0; li < m->n_layers; li++) {
+    /* res[li]: the layer whose value li passes on (itself but for markers), or the input */
+    int *res = fr_alloc(ctx, m->n_layers * sizeof *res, FR_MEM_OTHER);
+    if (!res) return FR_ERR_NOMEM;
+    fr_status st = FR_OK;
+    for (size_t li = 0; li < m->n_layers && !st; li++) {
         const fr_layer *l = &m->layers[li];
-        if (!layer_fn[l->kind] && !is_marker(l->kind))
-            return fr_fail(ctx, FR_ERR_ARG,
-                           "generate: layer %zu (%s, '%s') is a kind generation cannot run (it "
-                           "runs embedding, pos_embedding, layernorm, linear, gelu, relu, add, "
-                           "residual, dropout and attention)",
-                           li, fr_layer_kind_name(l->kind), l->name);
-        if (l->kind == FR_L_EMBEDDING && !g->vocab_in)
-            g->vocab_in = (int)m->params[l->wparam].shape.d[0];
-        if (l->kind == FR_L_ATTENTION) {
-            g->kv_index[li] = n_attn++;
-            g->last_attn = (int)li;
-        }
-        if (l->src[0] == FR_NO_VAL)
-            return fr_fail(ctx, FR_ERR_ARG, "generate: layer %zu reads no value", li);
+        if (!runs_kind[l->kind] && !is_marker(l->kind))
+            st = fr_fail(ctx, FR_ERR_ARG,
+                         "generate: layer %zu (%s, '%s') is a kind generation cannot run (it "
+                         "runs embedding, pos_embedding, layernorm, linear, gelu, relu, add, "
+                         "residual, dropout and attention)",
+                         li, fr_layer_kind_name(l->kind), l->name);
+        else if (l->src[0] == FR_NO_VAL)
+            st = fr_fail(ctx, FR_ERR_ARG, "generate: layer %zu reads no value", li);
         /* the token ids feed embeddings only; every other layer reads floats */
-        for (int k = 0; k < 2; k++) {
-            int s = l->src[k], r = s >= 0 ? g->res[s] : s;
+        for (int k = 0; k < 2 && !st; k++) {
+            int s = l->src[k], r = s >= 0 ? res[s] : s;
             if (r == FR_MODEL_INPUT && l->kind != FR_L_EMBEDDING && !is_marker(l->kind))
-                return fr_fail(ctx, FR_ERR_SHAPE,
-                               "generate: layer %zu (%s) reads the token ids; only an "
-                               "embedding can",
-                               li, fr_layer_kind_name(l->kind));
+                st = fr_fail(ctx, FR_ERR_SHAPE,
+                             "generate: layer %zu (%s) reads the token ids; only an "
+                             "embedding can",
+                             li, fr_layer_kind_name(l->kind));
         }
-        if (l->kind == FR_L_EMBEDDING && l->src[0] != FR_MODEL_INPUT)
-            return fr_fail(ctx, FR_ERR_SHAPE, "generate: embedding %zu does not read the tokens",
-                           li);
-        g->res[li] = !is_marker(l->kind)           ? (int)li
-                     : l->src[0] == FR_MODEL_INPUT ? FR_MODEL_INPUT
-                                                   : g->res[l->src[0]];
+        if (!st && l->kind == FR_L_EMBEDDING && l->src[0] != FR_MODEL_INPUT)
+            st = fr_fail(ctx, FR_ERR_SHAPE, "generate: embedding %zu does not read the tokens", li);
+        if (!st && l->kind == FR_L_EMBEDDING && !g->vocab_in)
+            g->vocab_in = (int)m->params[l->wparam].shape.d[0];
+        res[li] = !is_marker(l->kind)           ? (int)li
+                  : l->src[0] == FR_MODEL_INPUT ? FR_MODEL_INPUT
+                                                : res[l->src[0]];
     }
+    fr_free(ctx, res);
+    if (st) return st;
     const fr_layer *last = &m->layers[m->n_layers - 1];
-    g->vocab_out = width_of(last);
+    g->vocab_out = (int)last->out_shape.d[last->out_shape.ndim - 1];
     if (!g->vocab_in)
         return fr_fail(ctx, FR_ERR_SHAPE, "generate: the model has no embedding of token ids");
     if (last->out_shape.ndim != 2)
@@ -294,114 +161,181 @@ static fr_status check_model(gen *g) {
     return FR_OK;
 }
 
-/* Buffers: a slot per value live at once (a value's slot is free again
- * after its last reader), each as large as the largest value it holds
- * (T rows up to the last attention layer, one row after it). */
-static fr_status plan_buffers(gen *g) {
+/* The chunk sizes a run makes, in the order it first makes them: the
+ * prompt's window (n0 positions), then per new token past the first a step
+ * of one, or, when the cache is full, the window kept (T or T/2) again. */
+static int chunk_sizes(int T, int n0, int tokens, int slide, int *P) {
+    int n = 0, have = 0, keep = slide ? T : (T / 2 > 0 ? T / 2 : 1);
+    for (int i = -1; i < tokens - 1 && have < MAX_CHUNKS; i++) {
+        int p = i < 0 ? n0 : n == T ? keep : 1;
+        n = i < 0 ? n0 : n == T ? keep : n + 1;
+        int known = 0;
+        for (int k = 0; k < have; k++) known |= P[k] == p;
+        if (!known) P[have++] = p;
+    }
+    return tokens > 0 ? have : 0;
+}
+
+static fr_status compile_chunk(gen *g, chunk *c, int P) {
     fr_model *m = g->m;
-    fr_ctx *ctx = g->ctx;
-    const int n = (int)m->n_layers;
-    int *last_use = fr_alloc(ctx, 2 * (size_t)n * sizeof(int), FR_MEM_OTHER);
-    size_t *slot_floats = fr_calloc(ctx, (size_t)n * sizeof(size_t), FR_MEM_OTHER);
-    fr_status st = FR_OK;
-    if (!last_use || !slot_floats) {
-        st = FR_ERR_NOMEM;
-        goto out;
-    }
-    int *free_list = last_use + n, n_free = 0;
-    for (int li = 0; li < n; li++) last_use[li] = -1;
-    last_use[n - 1] = n; /* the logits stay */
-    for (int li = 0; li < n; li++) {
-        const fr_layer *l = &m->layers[li];
-        if (is_marker(l->kind)) continue;
-        for (int k = 0; k < 2; k++)
-            if (l->src[k] >= 0 && last_use[g->res[l->src[k]]] < li)
-                last_use[g->res[l->src[k]]] = li;
-    }
-    g->n_slots = 0;
-    for (int li = 0; li < n; li++) {
-        const fr_layer *l = &m->layers[li];
-        g->slot[li] = -1;
-        if (is_marker(l->kind)) continue;
-        int s = n_free ? free_list[--n_free] : g->n_slots++;
-        size_t rows = li > g->last_attn ? 1 : (size_t)g->T;
-        size_t need = rows * (size_t)width_of(l);
-        if (slot_floats[s] < need) slot_floats[s] = need;
-        g->slot[li] = s;
-        /* the values whose last reader this is, and this one if nobody reads it */
-        for (int k = 0; k < 2; k++) {
-            int r = l->src[k] >= 0 ? g->res[l->src[k]] : -1;
-            if (r >= 0 && last_use[r] == li &&
-                (k == 0 || l->src[0] < 0 || g->res[l->src[0]] != r)) /* a + a: once */
-                free_list[n_free++] = g->slot[r];
-        }
-        if (last_use[li] < 0) free_list[n_free++] = s;
-    }
-    g->slots = fr_calloc(ctx, (size_t)g->n_slots * sizeof *g->slots, FR_MEM_OTHER);
-    if (!g->slots) {
-        st = FR_ERR_NOMEM;
-        goto out;
-    }
-    for (int s = 0; s < g->n_slots && !st; s++)
-        if (!(g->slots[s] = fr_alloc(ctx, slot_floats[s] * sizeof(float), FR_MEM_WORKSPACE)))
-            st = FR_ERR_NOMEM;
-out:
-    fr_free(ctx, last_use);
-    fr_free(ctx, slot_floats);
+    c->P = P;
+    fr_graph_init(&c->g, g->ctx);
+    c->pv = fr_alloc(g->ctx, (m->n_params + 2 * m->n_layers + 1) * sizeof(int), FR_MEM_OTHER);
+    if (!c->pv) return FR_ERR_NOMEM;
+    c->kv = c->pv + m->n_params;
+    c->pos_rows = c->kv + m->n_layers;
+    fr_chunk_graph cg = {.P = P, .kv = c->kv, .pos_rows = c->pos_rows};
+    fr_status st = fr_model_build_chunk_graph(m, &c->g, &cg, c->pv);
+    if (st) return st;
+    uint8_t *keep = fr_calloc(g->ctx, c->g.n_vals, FR_MEM_OTHER);
+    if (!keep) return FR_ERR_NOMEM;
+    keep[c->g.logits] = 1; /* read after the last node */
+    st = fr_plan_build(&c->g, keep, NULL, 0, &c->plan);
+    fr_free(g->ctx, keep);
     return st;
 }
 
+static void release_chunk(gen *g, chunk *c) {
+    fr_plan_release(&c->plan);
+    if (c->g.ctx) fr_graph_release(&c->g);
+    fr_free(g->ctx, c->pv);
+    memset(c, 0, sizeof *c);
+}
+
+/* Checks the model, compiles the chunks a run of n0 prompt tokens and o
+ * makes, and lays out the caches (kv_off, kv_bytes); allocates nothing of
+ * the run itself. */
+static fr_status prepare(gen *g, int n0, const fr_gen_opts *o) {
+    fr_model *m = g->m;
+    g->be = fr_backend_of(g->ctx);
+    g->dev = fr_backend_is_device(g->be);
+    g->live = -1;
+    fr_status st = check_model(g);
+    if (st) return st;
+    int P[MAX_CHUNKS];
+    g->n_ch = 0;
+    int n = chunk_sizes(g->T, n0 < g->T ? n0 : g->T, o->tokens, o->window_slide, P);
+    for (int k = 0; k < n; k++) {
+        g->n_ch = k + 1;
+        if ((st = compile_chunk(g, &g->ch[k], P[k]))) return st;
+    }
+    g->kv_off = fr_alloc(g->ctx, (m->n_layers + 1) * sizeof *g->kv_off, FR_MEM_OTHER);
+    if (!g->kv_off) return FR_ERR_NOMEM;
+    g->kv_bytes = 0;
+    for (size_t li = 0; li < m->n_layers; li++) {
+        g->kv_off[li] = g->kv_bytes;
+        if (g->n_ch && g->ch[0].kv[li] >= 0) /* K and V: the same shape in every chunk */
+            g->kv_bytes += 2 * fr_value_bytes(&g->ch[0].g.vals[g->ch[0].kv[li]]);
+    }
+    return FR_OK;
+}
+
+/* The run's persistent buffers: the caches, the host's scratch, and on a
+ * device the weights' copies and the ids. */
 static fr_status setup(gen *g) {
     fr_model *m = g->m;
     fr_ctx *ctx = g->ctx;
-    const size_t n = m->n_layers;
-    fr_status st;
-    g->res = fr_alloc(ctx, 4 * n * sizeof(int), FR_MEM_OTHER);
-    if (!g->res) return FR_ERR_NOMEM;
-    g->slot = g->res + n;
-    g->row0 = g->slot + n;
-    g->kv_index = g->row0 + n;
-    for (size_t i = 0; i < n; i++) g->kv_index[i] = -1;
-    if ((st = check_model(g)) || (st = plan_buffers(g))) return st;
-    /* the cache, and the widest head's scratch */
-    int n_attn = 0, max_nh = 1;
-    size_t max_c = 0;
-    for (size_t li = 0; li < n; li++) {
-        const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_ATTENTION) continue;
-        n_attn++;
-        size_t c = (size_t)width_of(l);
-        if (c > max_c) max_c = c;
-        if (l->heads > max_nh) max_nh = l->heads;
-    }
-    g->kv_layer = (size_t)g->T * max_c;
-    if (n_attn) {
-        /* every layer's K and V at the largest C: exact for a GPT, whose layers share C */
-        g->kv = fr_alloc(ctx, 2 * (size_t)n_attn * g->kv_layer * sizeof(float), FR_MEM_KV_CACHE);
-        g->attn_ws_len = fr_attention_ws_floats(g->T, 1, fr_get_threads(ctx));
-        g->attn_ws = fr_alloc(ctx, g->attn_ws_len * sizeof(float), FR_MEM_WORKSPACE);
-        g->scores = fr_alloc(ctx, (size_t)max_nh * g->T * sizeof(float), FR_MEM_WORKSPACE);
-        if (!g->kv || !g->attn_ws || !g->scores) return FR_ERR_NOMEM;
-    }
-    g->window = fr_alloc(ctx, ((size_t)g->T + 1) * sizeof(int32_t), FR_MEM_WORKSPACE);
-    g->prob = fr_alloc(ctx, 2 * (size_t)g->vocab_out * sizeof(double), FR_MEM_WORKSPACE);
-    if (!g->window || !g->prob) return FR_ERR_NOMEM;
+    g->window = fr_alloc(ctx, ((size_t)g->T + 1) * sizeof(int32_t), FR_MEM_OTHER);
+    g->prob = fr_alloc(ctx, 2 * (size_t)g->vocab_out * sizeof(double), FR_MEM_OTHER);
+    g->logits = fr_alloc(ctx, (size_t)g->vocab_out * sizeof(float), FR_MEM_OTHER);
+    if (!g->window || !g->prob || !g->logits) return FR_ERR_NOMEM;
     g->sorted = g->prob + g->vocab_out;
-    return FR_OK;
+    fr_mem_set_tag(ctx, "kv cache");
+    if (g->kv_bytes && !(g->kv = mem_take(g, g->kv_bytes, FR_MEM_KV_CACHE))) return FR_ERR_NOMEM;
+    fr_mem_set_tag(ctx, NULL);
+    if (!g->dev) return FR_OK;
+    g->wbuf = fr_calloc(ctx, m->n_params * sizeof *g->wbuf, FR_MEM_OTHER);
+    if (!g->wbuf) return FR_ERR_NOMEM;
+    fr_mem_set_tag(ctx, "generation's weights");
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+        if (!(g->wbuf[i] = mem_take(g, bytes, FR_MEM_PARAMS))) return FR_ERR_NOMEM;
+        int st = g->be->write(ctx, g->wbuf[i], 0, p->data, bytes);
+        if (st) return (fr_status)st;
+    }
+    fr_mem_set_tag(ctx, NULL);
+    g->ids = mem_take(g, (size_t)g->T * sizeof(int32_t), FR_MEM_DATA);
+    return g->ids ? FR_OK : FR_ERR_NOMEM;
 }
 
 static void teardown(gen *g) {
     fr_ctx *ctx = g->ctx;
-    if (g->slots)
-        for (int s = 0; s < g->n_slots; s++) fr_free(ctx, g->slots[s]);
-    fr_free(ctx, g->slots);
-    fr_free(ctx, g->kv);
-    fr_free(ctx, g->attn_ws);
-    fr_free(ctx, g->scores);
+    fr_exec_release(&g->ex);
+    for (int k = 0; k < MAX_CHUNKS; k++) release_chunk(g, &g->ch[k]);
+    if (g->dev && g->kv) g->be->finish(ctx); /* nothing may still use a buffer */
+    if (g->kv) mem_give(g, g->kv);
+    if (g->wbuf)
+        for (size_t i = 0; i < g->m->n_params; i++)
+            if (g->wbuf[i]) mem_give(g, g->wbuf[i]);
+    if (g->ids) mem_give(g, g->ids);
+    fr_free(ctx, g->wbuf);
+    fr_free(ctx, g->kv_off);
     fr_free(ctx, g->window);
     fr_free(ctx, g->prob);
-    fr_free(ctx, g->res);
+    fr_free(ctx, g->logits);
 }
+
+/* The executor of chunk k, its arena held and its persistent values bound:
+ * the weights, the caches and (on a device) the ids' buffer. */
+static fr_status make_live(gen *g, int k) {
+    if (g->live == k) return FR_OK;
+    fr_exec_release(&g->ex);
+    g->live = -1;
+    chunk *c = &g->ch[k];
+    fr_status st = fr_exec_init(&g->ex, &c->g, &c->plan);
+    if (st) return st;
+    g->live = k;
+    const fr_model *m = g->m;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (g->dev) fr_exec_bind_dev(&g->ex, c->pv[i], g->wbuf[i], 0);
+        else fr_exec_bind(&g->ex, c->pv[i], m->params[i].data);
+    for (size_t li = 0; li < m->n_layers; li++) {
+        if (c->kv[li] < 0) continue;
+        size_t half = fr_value_bytes(&c->g.vals[c->kv[li]]);
+        bind_at(g, c->kv[li], g->kv, g->kv_off[li]);
+        bind_at(g, c->kv[li] + 1, g->kv, g->kv_off[li] + half);
+    }
+    if (g->dev) fr_exec_bind_dev(&g->ex, c->g.input, g->ids, 0);
+    return FR_OK;
+}
+
+/* Runs tokens tok[0..P) at positions pos..pos+P-1 through the model;
+ * g->logits receives the last position's. */
+static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos) {
+    int k = 0;
+    while (k < g->n_ch && g->ch[k].P != P) k++;
+    if (k == g->n_ch)
+        return fr_fail(g->ctx, FR_ERR_ARG, "generate: no chunk of %d positions was compiled", P);
+    fr_status st = make_live(g, k);
+    if (st) return st;
+    const chunk *c = &g->ch[k];
+    const fr_model *m = g->m;
+    if (!g->dev) fr_exec_bind(&g->ex, c->g.input, (void *)tok);
+    else if ((st = (fr_status)g->be->write(g->ctx, g->ids, 0, tok, (size_t)P * sizeof *tok)))
+        return st;
+    for (size_t li = 0; li < m->n_layers; li++) { /* rows pos + P - rows .. of the table */
+        int v = c->pos_rows[li];
+        if (v < 0) continue;
+        const fr_shape *s = &c->g.vals[v].shape;
+        const int w = m->layers[li].wparam;
+        size_t off = (size_t)(pos + P - s->d[0]) * (size_t)s->d[1] * sizeof(float);
+        bind_at(g, v, g->dev ? g->wbuf[w] : m->params[w].data, off);
+    }
+    if ((st = fr_exec_run(&g->ex, 0, c->plan.n_nodes, 1, 0, (uint64_t)pos))) return st;
+    /* the logits (1, rows, V): the last row */
+    const int z = c->g.logits;
+    const fr_shape *zs = &c->g.vals[z].shape;
+    const size_t V = (size_t)g->vocab_out, row = (size_t)(zs->d[1] - 1) * V * sizeof(float);
+    if (g->dev)
+        st = (fr_status)g->be->read(g->ctx, g->ex.buf[z], g->ex.off[z] + row, g->logits,
+                                    V * sizeof(float));
+    else memcpy(g->logits, (const char *)g->ex.ptr[z] + row, V * sizeof(float));
+    fr_exec_finish(&g->ex);
+    return st;
+}
+
+/* ---- the sampler ---- */
 
 static int cmp_desc(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -450,22 +384,50 @@ int fr_generate_vocab(const fr_model *m) {
     return 0;
 }
 
-fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr_gen_opts *o,
-                      int *cropped) {
-    if (cropped) *cropped = 0;
-    if (!m || !o) return FR_ERR_ARG;
-    fr_ctx *ctx = m->ctx;
+static fr_status check_opts(fr_ctx *ctx, int n_prompt, const fr_gen_opts *o) {
     if (o->tokens < 0 || !(o->temperature >= 0.0 && o->temperature <= 1e6) || o->top_k < 0 ||
         (o->window_slide != 0 && o->window_slide != 1))
         return fr_fail(ctx, FR_ERR_ARG,
                        "generate: tokens %d, temperature %g, top-k %d, window_slide %d: need "
                        "tokens >= 0, temperature >= 0, top-k >= 0, window_slide 0 or 1",
                        o->tokens, o->temperature, o->top_k, o->window_slide);
-    if (!prompt || n_prompt < 1)
+    if (n_prompt < 1)
         return fr_fail(ctx, FR_ERR_ARG, "generate: the prompt is empty (give at least one token)");
+    return FR_OK;
+}
+
+fr_status fr_generate_predict(fr_model *m, int n_prompt, const fr_gen_opts *o,
+                              size_t peak[FR_MEM_CAT_COUNT]) {
+    if (!m || !o || !peak) return FR_ERR_ARG;
+    memset(peak, 0, FR_MEM_CAT_COUNT * sizeof *peak);
+    gen g = {.m = m, .ctx = m->ctx};
+    fr_status st = check_opts(m->ctx, n_prompt, o);
+    if (!st) st = prepare(&g, n_prompt, o);
+    if (!st) {
+        peak[FR_MEM_KV_CACHE] = g.n_ch ? g.kv_bytes : 0;
+        for (int k = 0; k < g.n_ch; k++)
+            for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
+                if (g.ch[k].plan.peak[c] > peak[c]) peak[c] = g.ch[k].plan.peak[c];
+        if (g.dev && g.n_ch) {
+            for (size_t i = 0; i < m->n_params; i++)
+                peak[FR_MEM_PARAMS] +=
+                    (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
+            peak[FR_MEM_DATA] = (size_t)g.T * sizeof(int32_t);
+        }
+    }
+    teardown(&g);
+    return st;
+}
+
+fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr_gen_opts *o,
+                      int *cropped) {
+    if (cropped) *cropped = 0;
+    if (!m || !o) return FR_ERR_ARG;
+    fr_ctx *ctx = m->ctx;
+    fr_status st = check_opts(ctx, prompt ? n_prompt : 0, o);
+    if (st) return st;
     gen g = {.m = m, .ctx = ctx};
-    fr_status st = setup(&g);
-    if (st) goto out;
+    if ((st = prepare(&g, n_prompt, o)) || (st = setup(&g))) goto out;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= g.vocab_in) {
             st = fr_fail(ctx, FR_ERR_ARG,
@@ -478,11 +440,10 @@ fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr
     if (cropped) *cropped = n_prompt - n;
     memcpy(g.window, prompt + (n_prompt - n), (size_t)n * sizeof(int32_t));
     fr_rng rng = fr_rng_make(o->seed, GEN_RNG_STREAM);
-    const float *z = NULL;
-    if (o->tokens > 0) st = run_chunk(&g, g.window, n, 0, &z);
+    if (o->tokens > 0) st = run_chunk(&g, g.window, n, 0);
     for (int i = 0; i < o->tokens && !st; i++) {
-        if (o->logits) o->logits(o->user, z, g.vocab_out);
-        const int32_t tok = sample(&g, z, o, &rng);
+        if (o->logits) o->logits(o->user, g.logits, g.vocab_out);
+        const int32_t tok = sample(&g, g.logits, o, &rng);
         if (o->emit) o->emit(o->user, tok);
         if (i == o->tokens - 1) break;
         if (tok >= g.vocab_in) {
@@ -496,9 +457,9 @@ fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr
             const int keep = o->window_slide ? T : keep_on_wrap;
             memmove(g.window, g.window + (n + 1 - keep), (size_t)keep * sizeof(int32_t));
             n = keep;
-            st = run_chunk(&g, g.window, n, 0, &z);
+            st = run_chunk(&g, g.window, n, 0);
         } else {
-            st = run_chunk(&g, g.window + n, 1, n, &z);
+            st = run_chunk(&g, g.window + n, 1, n);
             n++;
         }
     }

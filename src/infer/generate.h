@@ -1,10 +1,15 @@
 /* generate.h — text from a token model (`input tokens T`), one position at a
  * time, with a cache of every attention layer's keys and values: the prompt
  * in one pass (prefill), then each new token as one position whose attention
- * reads the cached keys (O(T) per layer, not O(T^2)). The cache is its own
- * memory category, FR_MEM_KV_CACHE: 2 x (NH, context, HS) f32 per attention
- * layer, 2 * layers * context * C * 4 bytes in all, held only while
- * fr_generate runs.
+ * reads the cached keys (O(T) per layer, not O(T^2)). It runs on the
+ * context's backend (the CPU, or an OpenCL device after fr_cl_use) through
+ * the graph, plan and executor a training step runs through: a chunk of
+ * positions is the model's forward graph with ATTENTION_KV for attention,
+ * its step values planned in one arena (FR_MEM_WORKSPACE). The cache is its
+ * own memory category, FR_MEM_KV_CACHE, in the backend's memory: 2 x (NH,
+ * context, HS) f32 per attention layer, 2 * layers * context * C * 4 bytes
+ * for a GPT, held only while fr_generate runs; on a device the weights are
+ * copied there too (FR_MEM_PARAMS) with the chunk's ids (FR_MEM_DATA).
  *
  * The context is the model's (its pos_embedding's table, `input tokens T`).
  * Past it, two rules (window_slide):
@@ -62,6 +67,16 @@ typedef struct fr_gen_opts {
  * layer it cannot run, 16-bit weights, a bad id or option), FR_ERR_NOMEM. */
 fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr_gen_opts *o,
                       int *cropped);
+
+/* What fr_generate(m, a prompt of n_prompt tokens, o) will hold in the
+ * backend's memory, by category, predicted from its plans before anything
+ * runs: peak[FR_MEM_KV_CACHE] the caches, peak[FR_MEM_WORKSPACE] the largest
+ * peak of a chunk's step values, and on a device peak[FR_MEM_PARAMS] the
+ * weights' copy and peak[FR_MEM_DATA] the ids (the CPU reads the model's
+ * weights and the prompt in place: 0). fr_mem_stats' allocated_peak of the
+ * same categories, taken from zero, measures the same bytes. */
+fr_status fr_generate_predict(fr_model *m, int n_prompt, const fr_gen_opts *o,
+                              size_t peak[FR_MEM_CAT_COUNT]);
 
 /* The vocabulary of a token model (rows of its first embedding), 0 if it has
  * none. */

@@ -838,7 +838,22 @@ static fr_shape batched(int n, fr_shape s) {
     return b;
 }
 
-fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv) {
+/* A chunk's value v as layer li reads it: its last row once li is past the
+ * last attention layer (fr_chunk_graph), one LAST_ROW per value, made at its
+ * first such reader and listed in cut (pairs: value, its row). */
+static int chunk_src(fr_graph *g, int v, int past, int *cut, int *n_cut) {
+    if (!past || v < 0 || g->vals[v].shape.ndim < 2 || g->vals[v].shape.d[1] == 1) return v;
+    for (int i = 0; i < *n_cut; i++)
+        if (cut[2 * i] == v) return cut[2 * i + 1];
+    int row;
+    if (fr_graph_node(g, FR_OP_LAST_ROW, &v, 1, &(fr_attr){0}, -1, 0, &row) < 0) return -1;
+    cut[2 * *n_cut] = v, cut[2 * *n_cut + 1] = row;
+    ++*n_cut;
+    return row;
+}
+
+static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv,
+                             const fr_chunk_graph *ch) {
     fr_ctx *ctx = m->ctx;
     if (m->depth) return fr_fail(ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
     if (m->block) return fr_fail(ctx, FR_ERR_ARG, "a block is still open (missing end)");
@@ -849,15 +864,24 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         g->vals[pv[i]].param = (int)i;
     }
     int tokens = m->in_dtype == FR_I32;
-    fr_shape in_shape = tokens ? fr_shape2(n, m->seq) : batched(n, m->in);
+    fr_shape in_shape = ch       ? fr_shape2(1, ch->P)
+                        : tokens ? fr_shape2(n, m->seq)
+                                 : batched(n, m->in);
     int x = fr_graph_value(g, FR_VAL_INPUT, m->in_dtype, in_shape);
     if (x < 0) return FR_ERR_NOMEM;
     g->vals[x].batched = 1;
     g->input = x;
-    /* val[i]: the graph value of layer i's output (markers pass theirs on) */
-    int *val = fr_alloc(ctx, (m->n_layers + 1) * sizeof *val, FR_MEM_OTHER);
+    /* val[i]: the graph value of layer i's output (markers pass theirs on);
+     * a chunk's cut: the values read past its last attention layer, and their last rows */
+    int *val = fr_alloc(ctx, 3 * (m->n_layers + 1) * sizeof *val, FR_MEM_OTHER);
     if (!val) return FR_ERR_NOMEM;
-#define SRC(l, k) ((l)->src[k] == FR_MODEL_INPUT ? x : val[(l)->src[k]])
+    int *cut = val + m->n_layers + 1, n_cut = 0, last_attn = -1;
+    for (size_t li = 0; ch && li < m->n_layers; li++) {
+        ch->kv[li] = ch->pos_rows[li] = -1;
+        if (m->layers[li].kind == FR_L_ATTENTION) last_attn = (int)li;
+    }
+#define RAW(l, k) ((l)->src[k] == FR_MODEL_INPUT ? x : val[(l)->src[k]])
+#define SRC(l, k) (ch ? chunk_src(g, RAW(l, k), (int)li > last_attn, cut, &n_cut) : RAW(l, k))
     uint32_t salt = 1;
     fr_status st = FR_OK;
     for (size_t li = 0; li < m->n_layers && !st; li++) {
@@ -870,6 +894,10 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         a.training = training;
         int in[5], out[FR_MAX_OUT], node = -2, src = SRC(l, 0);
         val[li] = src;
+        if (src < 0 && l->src[0] != FR_NO_VAL) { /* a chunk's LAST_ROW refused */
+            st = g->status;
+            break;
+        }
         switch (l->kind) {
         case FR_L_LINEAR:
         case FR_L_CONV2D:
@@ -907,6 +935,7 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
             node = fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &a, -1, 0, out);
             break;
         case FR_L_DROPOUT:
+            if (ch) break; /* generation: eval dropout passes its input on */
             a.p = l->p;
             a.salt = salt++;
             node = fr_graph_node(g, FR_OP_DROPOUT, &src, 1, &a, -1, training ? 0 : 2u, out);
@@ -921,11 +950,35 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
             break;
         case FR_L_POS_EMBEDDING:
             in[0] = src, in[1] = pv[l->wparam];
+            if (ch) { /* the table's rows at the chunk's positions, bound when it runs */
+                const fr_shape *xs = &g->vals[src].shape, *ws = &m->params[l->wparam].shape;
+                in[1] = ch->pos_rows[li] = fr_graph_value(
+                    g, FR_VAL_PARAM, FR_F32, fr_shape2(xs->ndim == 3 ? xs->d[1] : 0, ws->d[1]));
+                if (in[1] < 0) {
+                    st = FR_ERR_NOMEM;
+                    break;
+                }
+                g->vals[in[1]].param = l->wparam;
+            }
             node = fr_graph_node(g, FR_OP_POS_EMBEDDING, in, 2, &a, -1, 0, out);
             break;
         case FR_L_ATTENTION:
             a.heads = l->heads;
             a.causal = 1;
+            if (ch) { /* over the caches: K and V (1, NH, context, HS) */
+                const fr_shape *xs = &g->vals[src].shape;
+                int64_t C = xs->ndim == 3 ? xs->d[2] / 3 : 0, nh = l->heads > 0 ? l->heads : 1;
+                fr_shape cs = fr_shape4(1, nh, m->in.d[0], C / nh);
+                in[0] = src;
+                in[1] = ch->kv[li] = fr_graph_value(g, FR_VAL_BUFFER, FR_F32, cs);
+                in[2] = fr_graph_value(g, FR_VAL_BUFFER, FR_F32, cs);
+                if (in[1] < 0 || in[2] < 0 || in[2] != in[1] + 1) {
+                    st = FR_ERR_NOMEM;
+                    break;
+                }
+                node = fr_graph_node(g, FR_OP_ATTENTION_KV, in, 3, &a, -1, 0, out);
+                break;
+            }
             node = fr_graph_node(g, FR_OP_ATTENTION, &src, 1, &a, -1, 0, out);
             break;
         case FR_L_RES_END:
@@ -945,6 +998,7 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
     }
     x = m->n_layers ? val[m->n_layers - 1] : x;
 #undef SRC
+#undef RAW
     fr_free(ctx, val);
     if (st) return st;
     g->logits = x;
@@ -953,6 +1007,7 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
         return fr_fail(ctx, FR_ERR_SHAPE,
                        tokens ? "a token model must end in (batch, positions, vocabulary) outputs"
                               : "the model must end in flat outputs (batch, classes)");
+    if (ch) return FR_OK; /* generation: no label, no loss */
     /* cross-entropy: one class id per row of outputs (per sample, or per position) */
     fr_shape rows = *z;
     rows.ndim--;
@@ -970,4 +1025,17 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
     g->nodes[node].layer = -1;
     g->loss = out[0];
     return FR_OK;
+}
+
+fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv) {
+    return build_graph(m, g, n, training, pv, NULL);
+}
+
+fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c, int *pv) {
+    if (c->P < 1 || m->in_dtype != FR_I32 || c->P > m->in.d[0])
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "a chunk of %d positions: the model must read tokens, a chunk 1 .. its "
+                       "context",
+                       c->P);
+    return build_graph(m, g, 1, 0, pv, c);
 }

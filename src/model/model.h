@@ -127,6 +127,22 @@ struct fr_model {
  * g->label and g->loss. training selects BatchNorm/Dropout modes. The
  * parameter value of model param i is param_value[i] (length n_params). */
 fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *param_value);
+/* The forward graph of a chunk of generation (infer/generate.c): P positions
+ * of one sequence, eval, no label or loss (g->logits is the last layer's
+ * value). An attention layer li runs ATTENTION_KV over its caches, FR_VAL_BUFFER
+ * values (1, heads, context, C / heads) the builder adds: kv[li] the keys,
+ * kv[li] + 1 the values (-1 for other layers). A position table is read
+ * through pos_rows[li], a value of the rows the chunk adds, (rows, C), which
+ * the caller binds at the chunk's first position. The layers after the last
+ * attention layer compute the last row only: what they read from before it
+ * goes through LAST_ROW. Dropout passes its input on. */
+typedef struct fr_chunk_graph {
+    int P;         /* positions in the chunk */
+    int *kv;       /* [n_layers], filled */
+    int *pos_rows; /* [n_layers], filled */
+} fr_chunk_graph;
+fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c,
+                                     int *param_value);
 fr_status fr_model_alloc_params(fr_model *m);
 /* The longest layer name, at least `min`: a table's name column. */
 int fr_model_name_width(const fr_model *m, int min);

@@ -234,6 +234,42 @@ static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
     return 0;
 }
 
+/* qkv (B, P, 3C), K and V caches (B, NH, Tc, HS) with P <= Tc -> y (B, P, C),
+ * ws (the backend's): generation's chunk of P positions */
+static int sh_attention_kv(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *k = &V(1)->shape;
+    const int nh = n->attr.heads;
+    if (x->ndim != 3 || x->d[2] % 3)
+        return fail_shape(g, n, "input must be (batch, positions, 3 x channels): q, k, v");
+    if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
+    const int64_t C = x->d[2] / 3;
+    if (nh < 1 || C % nh || C == 0)
+        return fail_shape(g, n, "the number of heads must divide the channels");
+    if (k->ndim != 4 || k->d[0] != x->d[0] || k->d[1] != nh || k->d[3] != C / nh ||
+        k->d[2] < x->d[1] || !fr_shape_eq(k, &V(2)->shape) || V(1)->dtype != FR_F32 ||
+        V(2)->dtype != FR_F32)
+        return fail_shape(g, n,
+                          "the caches must be f32 (batch, heads, positions, head size), both "
+                          "alike, with room for the chunk");
+    o[0] = fr_shape3(x->d[0], x->d[1], C);
+    o[1] = fr_shape1(fr_backend_ws(g, n, 1));
+    dt[0] = dt[1] = FR_F32;
+    b[0] = V(0)->batched;
+    b[1] = 0;
+    return 0;
+}
+
+/* x (B, T, ...) -> y (B, 1, ...): its last row along dimension 1, any dtype */
+static int sh_last_row(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    if (V(0)->shape.ndim < 2 || V(0)->shape.d[1] < 1)
+        return fail_shape(g, n, "input must have rows along its second dimension");
+    o[0] = V(0)->shape;
+    o[0].d[1] = 1;
+    dt[0] = V(0)->dtype;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
 /* Backward ops: out[i] is the gradient of the forward node's input i. */
 static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_node *f = &g->nodes[n->fwd];
@@ -302,6 +338,13 @@ static double fl_out(const fr_graph *g, const fr_node *n) {
 static double fl_attention(const fr_graph *g, const fr_node *n) {
     const fr_shape *x = &V(0)->shape;
     return 2.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * (double)(x->d[2] / 3);
+}
+/* a chunk of P queries at positions pos.. over pos+t+1 keys each: 2 GEMM-like
+ * passes of 2 B NH HS per query and key; pos is known only when it runs, so
+ * counted as the largest, the cache full (Tc keys for every query) */
+static double fl_attention_kv(const fr_graph *g, const fr_node *n) {
+    const fr_shape *x = &V(0)->shape, *k = &V(1)->shape;
+    return 4.0 * (double)x->d[0] * (double)x->d[1] * (double)k->d[2] * (double)(x->d[2] / 3);
 }
 /* qkv is in[1]: recomputing the scores and four more GEMMs, about 2.5 the forward */
 static double fl_attention_bwd(const fr_graph *g, const fr_node *n) {
@@ -372,7 +415,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 41, "fr_op_table has 41 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 43, "fr_op_table has 43 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -415,4 +458,6 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, NULL, -1, 0, fl_attention_bwd),
     ROW(OFFLOAD, "offload", sh_move, NULL, -1, 0, fl_none),
     ROW(FETCH, "fetch", sh_move, NULL, -1, 0, fl_none),
+    ROW(ATTENTION_KV, "attention_kv", sh_attention_kv, NULL, -1, 0, fl_attention_kv),
+    ROW(LAST_ROW, "last_row", sh_last_row, NULL, -1, 0, fl_out),
 };

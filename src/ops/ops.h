@@ -19,7 +19,14 @@
  * LINEAR, LAYERNORM and CROSS_ENTROPY take (B,T,C) as B T rows.
  * OFFLOAD x -> h copies a device value to host memory (h is FR_VAL_HOST,
  * outside the arena); FETCH h -> x' copies it back into a fresh arena value.
- * Both are inserted after autodiff (plan/offload.c): no backward rule. */
+ * Both are inserted after autodiff (plan/offload.c): no backward rule.
+ * Generation's ops (infer/generate.c), forward only (no backward rule):
+ *   ATTENTION_KV  qkv (B,P,3C), K, V (B,NH,Tc,HS)  -> y (B,P,C), ws
+ *                 a chunk of P positions from pos = fr_kernel_call.step (the
+ *                 executor's step argument): its keys and values written into
+ *                 the caches K, V (persistent values, rows pos .. pos+P-1),
+ *                 query row t attending positions 0 .. pos+t of the caches
+ *   LAST_ROW      x (B,T,...)                      -> y (B,1,...) = x[:, T-1] */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -62,7 +69,9 @@
     X(ATTENTION, attention, 1, 3)                   \
     X(ATTENTION_BWD, attention_bwd, 4, 3)           \
     X(OFFLOAD, offload, 1, 1)                       \
-    X(FETCH, fetch, 1, 1)
+    X(FETCH, fetch, 1, 1)                           \
+    X(ATTENTION_KV, attention_kv, 3, 2)             \
+    X(LAST_ROW, last_row, 1, 1)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,

@@ -4,7 +4,10 @@
  * queries x a tile of keys at a time by OpenBLAS GEMMs, an online softmax in
  * the forward, the tiles recomputed from lse in the backward. It owns the
  * math and the tiling, and the op table's ATTENTION / ATTENTION_BWD kernels
- * on a GPT's fused qkv: no allocation (the workspace is planned).
+ * on a GPT's fused qkv: no allocation (the workspace is planned). Also
+ * generation's two ops (attention.h): ATTENTION_KV, a chunk of positions
+ * over the KV caches, and LAST_ROW, the row the layers after the last
+ * attention compute.
  *
  * For one (batch, head), with Q, K, V, O (T, HS) and s = 1/sqrt(HS):
  *   S = s Q K^T, masked to S[t,u] = -inf for u > t
@@ -371,5 +374,114 @@ int fr_k_attention_bwd(fr_kernel_call *c) {
                          fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + 2 * C, ws, wsn))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: a workspace of %zu floats holds no tile",
                        wsn);
+    return FR_OK;
+}
+
+/* ---- generation: a chunk of positions over the caches (attention.h) ---- */
+
+int64_t fr_attention_kv_ws(int P, int NH, int Tc, int HS, int threads) {
+    const int64_t tiles = (int64_t)fr_attention_ws_floats(P, HS, threads);
+    const int64_t scores = (int64_t)NH * Tc;
+    return tiles > scores ? tiles : scores;
+}
+
+/* One query q (HS) of one head over positions 0 .. n-1 of its cache Kh, Vh
+ * (rows of HS): s[u] = scale q.Kh[u], y = sum_u softmax(s)[u] Vh[u], the
+ * softmax's sum in double; s holds n floats. O(n HS). */
+static void attend_cached(const float *q, const float *Kh, const float *Vh, int n, int HS,
+                          float scale, float *s, float *y) {
+    float mx = -INFINITY;
+    for (int u = 0; u < n; u++) {
+        const float *k = Kh + (size_t)u * HS;
+        float d = 0.0f;
+        for (int j = 0; j < HS; j++) d += q[j] * k[j];
+        s[u] = d * scale;
+        if (s[u] > mx) mx = s[u];
+    }
+    double sum = 0.0;
+    for (int u = 0; u < n; u++) {
+        s[u] = expf(s[u] - mx);
+        sum += s[u];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int j = 0; j < HS; j++) y[j] = 0.0f;
+    for (int u = 0; u < n; u++) {
+        const float p = s[u] * inv, *v = Vh + (size_t)u * HS;
+        for (int j = 0; j < HS; j++) y[j] += p * v[j];
+    }
+}
+
+// qkv is (B,P,3C), K and V are (B,NH,Tc,HS), y is (B,P,C), ws fr_attention_kv_ws floats;
+// pos = c->step. K[b,h,pos+t] = qkv[b,t,C + h HS ..], V[b,h,pos+t] = qkv[b,t,2C + h HS ..];
+// y[b,t,h HS ..] attends positions 0 .. pos+t of K[b,h], V[b,h].
+int fr_k_attention_kv(fr_kernel_call *c) {
+    fr_attn_dims d;
+    int st = fr_kcheck_attention(c, "attention_kv", &c->in[0], &d);
+    if (st) return st;
+    const int B = d.B, P = d.T, NH = d.NH, HS = d.HS;
+    const fr_shape *ks = &c->in[1].shape;
+    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NH || ks->d[3] != HS ||
+        !fr_shape_eq(ks, &c->in[2].shape) || ks->d[2] < P || c->step > (uint64_t)(ks->d[2] - P))
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "attention_kv: positions %llu .. %llu do not fit caches of (%d, %d, %lld, "
+                       "%d) (batch, heads, positions, head size)",
+                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NH,
+                       ks->ndim == 4 ? (long long)ks->d[2] : 0LL, HS);
+    float *K = fr_f32(&c->in[1]), *Vc = fr_f32(&c->in[2]), *y = fr_f32(&c->out[0]);
+    float *ws = fr_f32(&c->out[1]);
+    const float *qkv = fr_f32(&c->in[0]);
+    if (!K || !Vc || !qkv || !y)
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_kv: a cache, qkv or y is not bound");
+    const size_t C = (size_t)NH * HS, Tc = (size_t)ks->d[2], pos = (size_t)c->step;
+    const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[1].shape) : 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < P; t++)
+            for (int h = 0; h < NH; h++) {
+                const float *src = qkv + ((size_t)b * P + t) * 3 * C + (size_t)h * HS;
+                const size_t row = (((size_t)b * NH + h) * Tc + pos + t) * HS;
+                memcpy(K + row, src + C, (size_t)HS * sizeof(float));
+                memcpy(Vc + row, src + 2 * C, (size_t)HS * sizeof(float));
+            }
+    if (pos == 0) { /* nothing cached before the chunk: its own q, k, v */
+        fr_attn_layout L = fr_attn_fused(B, NH, P, HS);
+        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, y, NULL, ws, wsn))
+            return fr_fail(c->ctx, FR_ERR_ARG,
+                           "attention_kv: a workspace of %zu floats holds no tile", wsn);
+        return FR_OK;
+    }
+    if (wsn < (size_t)NH * Tc)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "attention_kv: a workspace of %zu floats, %zu needed for the scores", wsn,
+                       (size_t)NH * Tc);
+    const float scale = 1.0f / sqrtf((float)HS);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < P; t++) {
+            const int n = (int)pos + t + 1;
+            const float *q = qkv + ((size_t)b * P + t) * 3 * C;
+            float *yt = y + ((size_t)b * P + t) * C;
+#pragma omp parallel for schedule(static) if ((size_t)NH * n * HS >= 65536)
+            for (int h = 0; h < NH; h++) {
+                const size_t kh = ((size_t)b * NH + h) * Tc * HS;
+                attend_cached(q + (size_t)h * HS, K + kh, Vc + kh, n, HS, scale, ws + h * Tc,
+                              yt + (size_t)h * HS);
+            }
+        }
+    return FR_OK;
+}
+
+// x is (B,T,...) of any dtype, y is (B,1,...): y[b] = x[b, T-1]
+int fr_k_last_row(fr_kernel_call *c) {
+    const fr_shape *x = &c->in[0].shape;
+    const int64_t n = fr_shape_numel(x);
+    if (x->ndim < 2 || x->d[1] < 1 || c->out[0].dtype != c->in[0].dtype ||
+        fr_shape_numel(&c->out[0].shape) * x->d[1] != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "last_row: y must be x's last row along dimension 1, of its dtype");
+    const int64_t B = x->d[0], T = x->d[1];
+    if (n == 0) return FR_OK;
+    const size_t row = (size_t)(n / (B * T)) * fr_dtype_size(c->in[0].dtype);
+    const char *xp = c->in[0].data;
+    char *yp = c->out[0].data;
+    for (int64_t b = 0; b < B; b++) memcpy(yp + b * row, xp + (size_t)(b * T + T - 1) * row, row);
     return FR_OK;
 }

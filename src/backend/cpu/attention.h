@@ -20,6 +20,7 @@
 #define FR_ATTENTION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define FR_ATTN_BQ 64 /* query rows per tile */
 #define FR_ATTN_BK 64 /* key rows per tile */
@@ -56,5 +57,22 @@ int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, co
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats);
+
+/* ---- generation (ATTENTION_KV, LAST_ROW) ----
+ * fr_k_attention_kv: a chunk of P positions from pos (fr_kernel_call.step),
+ * qkv (B,P,3C) in the fused layout, the caches K, V (B,NH,Tc,HS): the
+ * chunk's keys and values go to rows pos .. pos+P-1 of the caches, then
+ * y (B,P,C) is the causal attention of query row t over positions 0 ..
+ * pos+t. At pos 0 the chunk is all there is: fr_attention_fwd on qkv itself
+ * (the tiled kernel a prefill has always run). Past it, row by row, each
+ * head's scores over the cached keys into ws (Tc floats a head), then their
+ * softmax (the sum in double) and the weighted values.
+ * fr_k_last_row: y (B,1,...) = x[:, T-1] of x (B,T,...), any dtype. */
+struct fr_kernel_call;
+int fr_k_attention_kv(struct fr_kernel_call *c);
+int fr_k_last_row(struct fr_kernel_call *c);
+/* ATTENTION_KV's workspace in floats: the tiled kernel's for a chunk of P
+ * rows and `threads` threads, or NH Tc scores, whichever is larger. */
+int64_t fr_attention_kv_ws(int P, int NH, int Tc, int HS, int threads);
 
 #endif

@@ -43,6 +43,10 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
         if (j != 2 || f->attr.heads < 1) return 0;
         return (int64_t)fr_attention_ws_floats((int)x->d[1], (int)(x->d[2] / 3 / f->attr.heads),
                                                fr_get_threads(g->ctx));
+    case FR_OP_ATTENTION_KV:
+        if (j != 1 || n->attr.heads < 1) return 0;
+        return fr_attention_kv_ws((int)x->d[1], n->attr.heads, (int)g->vals[n->in[1]].shape.d[2],
+                                  (int)(x->d[2] / 3 / n->attr.heads), fr_get_threads(g->ctx));
     default: return 0;
     }
 }

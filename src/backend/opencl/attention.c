@@ -2,9 +2,12 @@
  * backend: shape checks and error messages as the CPU's, then
  * kernels/attention.cl (forward: a work-group per (b, head, query tile),
  * online softmax; backward: D, then dk/dv a key row per work-item and dq a
- * query row per work-item). No workspace. */
+ * query row per work-item). No workspace. Also generation's ATTENTION_KV
+ * (a chunk of positions over the KV caches) and LAST_ROW, as the CPU's
+ * (backend/cpu/attention.h). */
 #include "backend/opencl/attention.h"
 #include <math.h>
+#include <stdint.h>
 #include "backend/cpu/reduce.h"
 #include "backend/kcheck.h"
 
@@ -39,18 +42,16 @@ static int tile_rows(int tile, int HS) {
     return r < ATTN_QT ? r : ATTN_QT;
 }
 
-// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T) (may be absent), ws unused
-int fr_cl_k_attention(fr_kernel_call *c) {
-    cl_int B, T, NH, HS;
-    int st = attn_dims(c, "attention", &c->in[0], &B, &T, &NH, &HS);
-    if (st) return st;
-    if (B <= 0 || T <= 0 || HS <= 0) return FR_OK;
+/* attn_fwd: y (B,T,C) and, when lse is given, lse (B,NH,T) from qkv (B,T,3C). */
+static int run_fwd(fr_kernel_call *c, const fr_tensor *qkv_t, const fr_tensor *y_t,
+                   const fr_tensor *lse_t, cl_int B, cl_int T, cl_int NH, cl_int HS) {
+    int st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", "attn_fwd");
     if (!k) return FR_ERR_ARG;
-    const cl_mem qkv = fr_cl_mem(&c->in[0]), y = fr_cl_mem(&c->out[0]), lse = fr_cl_mem(&c->out[1]);
-    const cl_ulong qkv_off = fr_cl_off(&c->in[0]), y_off = fr_cl_off(&c->out[0]);
-    const cl_ulong lse_off = lse ? fr_cl_off(&c->out[1]) : 0;
+    const cl_mem qkv = fr_cl_mem(qkv_t), y = fr_cl_mem(y_t), lse = lse_t ? fr_cl_mem(lse_t) : NULL;
+    const cl_ulong qkv_off = fr_cl_off(qkv_t), y_off = fr_cl_off(y_t);
+    const cl_ulong lse_off = lse ? fr_cl_off(lse_t) : 0;
     const cl_int has_lse = lse != NULL;
     const float s = 1.0f / sqrtf((float)HS);
     const cl_int R = tile_rows(ATTN_TILE, HS + 1); /* O rows are HS + 1 apart */
@@ -62,6 +63,15 @@ int fr_cl_k_attention(fr_kernel_call *c) {
                     sizeof has_lse, &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS,
                     sizeof s, &s, sizeof R, &R);
     return st ? st : run_rows(c->ctx, cl, k, B, NH, T, R);
+}
+
+// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T) (may be absent), ws unused
+int fr_cl_k_attention(fr_kernel_call *c) {
+    cl_int B, T, NH, HS;
+    int st = attn_dims(c, "attention", &c->in[0], &B, &T, &NH, &HS);
+    if (st) return st;
+    if (B <= 0 || T <= 0 || HS <= 0) return FR_OK;
+    return run_fwd(c, &c->in[0], &c->out[0], &c->out[1], B, T, NH, HS);
 }
 
 // dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws unused
@@ -106,5 +116,77 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
                         sizeof R, &R);
         if (!st) st = run_rows(c->ctx, cl, k, B, NH, T, R);
     }
+    return st;
+}
+
+/* ---- generation (ops.h: ATTENTION_KV, LAST_ROW) ---- */
+
+// qkv is (B,P,3C), K and V are (B,NH,Tc,HS), y is (B,P,C), ws unused; pos = c->step.
+// attn_kv_store writes the chunk's keys and values at rows pos .. pos+P-1; at
+// pos 0 the chunk attends over itself (attn_fwd, the forward's kernel), past
+// it each row over the caches (attn_kv_fwd).
+int fr_cl_k_attention_kv(fr_kernel_call *c) {
+    cl_int B, P, NH, HS;
+    int st = attn_dims(c, "attention_kv", &c->in[0], &B, &P, &NH, &HS);
+    if (st) return st;
+    const fr_shape *ks = &c->in[1].shape;
+    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NH || ks->d[3] != HS ||
+        !fr_shape_eq(ks, &c->in[2].shape) || ks->d[2] < P || ks->d[2] > INT32_MAX ||
+        c->step > (uint64_t)(ks->d[2] - P))
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "attention_kv: positions %llu .. %llu do not fit caches of (%d, %d, %lld, "
+                       "%d) (batch, heads, positions, head size)",
+                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NH,
+                       ks->ndim == 4 ? (long long)ks->d[2] : 0LL, HS);
+    if (!fr_cl_mem(&c->in[1]) || !fr_cl_mem(&c->in[2]) || !fr_cl_mem(&c->in[0]) ||
+        !fr_cl_mem(&c->out[0]))
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_kv: a cache, qkv or y is not bound");
+    if (B <= 0 || P <= 0 || HS <= 0) return FR_OK;
+    fr_cl *cl = fr_cl_of(c->ctx);
+    const cl_mem qkv = fr_cl_mem(&c->in[0]), K = fr_cl_mem(&c->in[1]), V = fr_cl_mem(&c->in[2]);
+    const cl_ulong qkv_off = fr_cl_off(&c->in[0]), k_off = fr_cl_off(&c->in[1]),
+                   v_off = fr_cl_off(&c->in[2]);
+    const cl_int Tc = (cl_int)ks->d[2], pos = (cl_int)c->step;
+    cl_kernel ks_k = fr_cl_kernel(c->ctx, cl, "attention", "attn_kv_store");
+    if (!ks_k) return FR_ERR_ARG;
+    st = FR_CL_ARGS(c->ctx, ks_k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof K, &K,
+                    sizeof k_off, &k_off, sizeof V, &V, sizeof v_off, &v_off, sizeof P, &P,
+                    sizeof NH, &NH, sizeof HS, &HS, sizeof Tc, &Tc, sizeof pos, &pos);
+    const size_t store[2] = {(size_t)B * (size_t)P, (size_t)NH * (size_t)HS};
+    if (!st) st = fr_cl_run(c->ctx, cl, ks_k, 2, store, NULL);
+    if (st) return st;
+    if (pos == 0) return run_fwd(c, &c->in[0], &c->out[0], NULL, B, P, NH, HS);
+    const cl_int R = tile_rows(ATTN_TILE, HS + 1);
+    if (R < 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention_kv: head size %d is over %d", HS,
+                       ATTN_TILE - 1);
+    cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", "attn_kv_fwd");
+    if (!k) return FR_ERR_ARG;
+    const cl_mem y = fr_cl_mem(&c->out[0]);
+    const cl_ulong y_off = fr_cl_off(&c->out[0]);
+    const float s = 1.0f / sqrtf((float)HS);
+    st = FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof K, &K,
+                    sizeof k_off, &k_off, sizeof V, &V, sizeof v_off, &v_off, sizeof y, &y,
+                    sizeof y_off, &y_off, sizeof P, &P, sizeof NH, &NH, sizeof HS, &HS, sizeof Tc,
+                    &Tc, sizeof pos, &pos, sizeof s, &s, sizeof R, &R);
+    return st ? st : run_rows(c->ctx, cl, k, B, NH, P, R);
+}
+
+// x is (B,T,...) of any dtype, y is (B,1,...): y[b] = x[b, T-1], one copy a batch row
+int fr_cl_k_last_row(fr_kernel_call *c) {
+    const fr_shape *x = &c->in[0].shape;
+    const int64_t n = fr_shape_numel(x);
+    if (x->ndim < 2 || x->d[1] < 1 || c->out[0].dtype != c->in[0].dtype ||
+        fr_shape_numel(&c->out[0].shape) * x->d[1] != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "last_row: y must be x's last row along dimension 1, of its dtype");
+    const int64_t B = x->d[0], T = x->d[1];
+    if (n == 0) return FR_OK;
+    const size_t row = (size_t)(n / (B * T)) * fr_dtype_size(c->in[0].dtype);
+    fr_cl *cl = fr_cl_of(c->ctx);
+    int st = FR_OK;
+    for (int64_t b = 0; b < B && !st; b++)
+        st = fr_cl_copy(c->ctx, cl, fr_cl_mem(&c->out[0]), c->out[0].off + (size_t)b * row,
+                        fr_cl_mem(&c->in[0]), c->in[0].off + (size_t)(b * T + T - 1) * row, row);
     return st;
 }

@@ -247,3 +247,60 @@ __kernel void attn_bwd_q(__global const float *dy, ulong dy_off, __global const 
     __global float *dqt = dqkv + dqkv_off + row0 + (long)t * C3;
     for (int d = 0; d < HS; d++) dqt[d] = dQ[d];
 }
+
+/* ---- generation: a chunk of P positions from pos over the KV caches ----
+ * K, V caches (B, NH, Tc, HS): position u of head h at ((b NH + h) Tc + u) HS.
+ * attn_kv_store: the chunk's keys and values into rows pos .. pos+P-1 of the
+ * caches. Global size (B P, C), one element each. */
+__kernel void attn_kv_store(__global const float *qkv, ulong qkv_off, __global float *K,
+                            ulong k_off, __global float *V, ulong v_off, int P, int NH, int HS,
+                            int Tc, int pos) {
+    const int bt = (int)get_global_id(0), c = (int)get_global_id(1);
+    const int b = bt / P, t = bt % P, h = c / HS, j = c % HS;
+    const long C = (long)NH * HS;
+    __global const float *src = qkv + qkv_off + (long)bt * 3 * C + c;
+    const long row = (((long)b * NH + h) * Tc + pos + t) * HS + j;
+    K[k_off + row] = src[C];
+    V[v_off + row] = src[2 * C];
+}
+
+/* y (B, P, C): query row t of the chunk (position pos + t) over the cached
+ * positions 0 .. pos+t, an online softmax over the keys in increasing order
+ * (the forward's rule, a key at a time). A work-item per (b, head, row);
+ * work-groups (1, R) as attn_fwd's, each row's output accumulated in local
+ * memory (rows HS + 1 apart). Global size (B NH, ceil(P / R) R). */
+__kernel void attn_kv_fwd(__global const float *qkv, ulong qkv_off, __global const float *K,
+                          ulong k_off, __global const float *V, ulong v_off, __global float *y,
+                          ulong y_off, int P, int NH, int HS, int Tc, int pos, float s, int R) {
+    __local float Os[ATTN_TILE];
+    const int bh = (int)get_group_id(0), r = (int)get_local_id(1);
+    const int t = (int)get_group_id(1) * R + r;
+    if (t >= P) return;
+    const int b = bh / NH, h = bh % NH;
+    const long C = (long)NH * HS;
+    __global const float *q = qkv + qkv_off + ((long)b * P + t) * 3 * C + (long)h * HS;
+    __global const float *Kh = K + k_off + (long)bh * Tc * HS;
+    __global const float *Vh = V + v_off + (long)bh * Tc * HS;
+    __local float *O = Os + r * (HS + 1);
+    for (int d = 0; d < HS; d++) O[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int n = pos + t + 1;
+    for (int u = 0; u < n; u++) {
+        __global const float *k = Kh + (long)u * HS, *v = Vh + (long)u * HS;
+        float sc = 0.0f;
+        for (int d = 0; d < HS; d++) sc += q[d] * k[d];
+        sc = s * sc;
+        if (sc > m) { /* m = -inf before the first key: alpha 0 */
+            const float alpha = exp(m - sc);
+            for (int d = 0; d < HS; d++) O[d] *= alpha;
+            l *= alpha;
+            m = sc;
+        }
+        const float p = exp(sc - m);
+        l += p;
+        for (int d = 0; d < HS; d++) O[d] += p * v[d];
+    }
+    __global float *yt = y + y_off + ((long)b * P + t) * C + (long)h * HS;
+    const float inv = 1.0f / l;
+    for (int d = 0; d < HS; d++) yt[d] = O[d] * inv;
+}
