@@ -20,7 +20,8 @@
  * out in this file: window_slide 1 decodes as nanoGPT (the last T tokens
  * at positions 0.. at every step), the default as generate.h says (the last
  * T/2, positions restarted), both with the same cache bytes, and the two
- * agree exactly until the first window move. */
+ * agree exactly until the first window move; (f) fr_generate_predict's
+ * kv_cache and workspace bytes are the peaks the run measures. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -602,6 +603,33 @@ int main(void) {
           "kv_cache 0 after (%zu), peak %zu (want %zu)", ms.allocated[FR_MEM_KV_CACHE],
           ms.allocated_peak[FR_MEM_KV_CACHE], kv);
     CHECK(!strcmp(fr_mem_cat_name(FR_MEM_KV_CACHE), "kv_cache"), "the category is named kv_cache");
+    /* (f) the plans' prediction is what the run holds: the caches and the
+     * largest chunk's step values (three chunk sizes: 5, 1, and T/2 after
+     * the window moves), measured from zero */
+    for (int slide = 0; slide < 2; slide++) {
+        fr_gen_opts po = {.tokens = 30, .temperature = 1.0, .seed = 1, .window_slide = slide};
+        size_t want[FR_MEM_CAT_COUNT];
+        fr_mem_stats m0, m1;
+        CHECK(!fr_generate_predict(m, 5, &po, want), "predict: %s", fr_last_error(ctx));
+        fr_mem_reset_peak(ctx);
+        fr_mem_get_stats(ctx, &m0);
+        CHECK(!fr_generate(m, prompt, 5, &po, NULL), "generate: %s", fr_last_error(ctx));
+        fr_mem_get_stats(ctx, &m1);
+        CHECK(want[FR_MEM_KV_CACHE] == kv, "predicted kv_cache %zu, want %zu",
+              want[FR_MEM_KV_CACHE], kv);
+        const fr_mem_cat cats[2] = {FR_MEM_WORKSPACE, FR_MEM_KV_CACHE};
+        for (int k = 0; k < 2; k++) {
+            const fr_mem_cat c = cats[k];
+            CHECK(m1.allocated_peak[c] - m0.allocated[c] == want[c] && want[c] > 0,
+                  "%s (window_slide %d): measured peak %zu, predicted %zu", fr_mem_cat_name(c),
+                  slide, m1.allocated_peak[c] - m0.allocated[c], want[c]);
+        }
+        CHECK(want[FR_MEM_PARAMS] == 0 && want[FR_MEM_DATA] == 0,
+              "the CPU reads the weights and ids in place: predicted %zu, %zu", want[FR_MEM_PARAMS],
+              want[FR_MEM_DATA]);
+        printf("window_slide %d: kv_cache %zu and workspace %zu bytes, measured as predicted\n",
+               slide, want[FR_MEM_KV_CACHE], want[FR_MEM_WORKSPACE]);
+    }
     free(a);
     free(b);
     free(g);

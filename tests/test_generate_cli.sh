@@ -10,7 +10,9 @@
 # decode of the checkpoint in plain Python (ref.py below): the same bytes
 # while the sequence fits the context, each rule's own bytes past it; and the
 # bad inputs: no --weights, a model that does not read tokens, an id past the
-# vocabulary, a malformed ids: list.
+# vocabulary, a malformed ids: list. With an OpenCL device, --device opencl
+# makes the CPU's greedy bytes under both rules, its caches in the device's
+# memory.
 source "$(dirname "$0")/lib.sh"
 
 cp "$src/tests/data/small_gpt.model" "$tmp/g.model" # 2 layers, context 32, d 32
@@ -174,6 +176,21 @@ done
 cmp -s "$tmp/h1.out" "$tmp/s1.out" && no "past the context, slide made half's bytes: $(cat "$tmp/s1.out")" || ok
 python3 "$tmp/ref.py" "$tmp/g.st" slide 10 "$tmp/s0.out" >"$tmp/r" 2>&1 && ok ||
     no "within the context against the float64 decode: $(tail -1 "$tmp/r")"
+
+# ---- on an OpenCL device: the same greedy bytes as the CPU (both rules),
+# the caches in the device's memory (its own line: 16384 bytes, as above)
+if "$bin" devices >/dev/null 2>&1; then
+    for rule in half slide; do
+        gen --prompt "$p" --tokens 30 --temperature 0 --window $rule --device opencl \
+            >"$tmp/d.out" 2>"$tmp/d.err" || no "generate --device opencl: $(tail -1 "$tmp/d.err")"
+        cmp -s "$tmp/${rule:0:1}1.out" "$tmp/d.out" && ok ||
+            no "--device opencl --window $rule: $(cat "$tmp/d.out"), the cpu: $(cat "$tmp/${rule:0:1}1.out")"
+    done
+    grep -q "^device memory peak: .*kv_cache 16.0 KiB (16384 bytes)" "$tmp/d.err" && ok ||
+        no "the device's kv_cache line: $(cat "$tmp/d.err")"
+else
+    echo "no OpenCL device: the --device opencl runs are skipped"
+fi
 
 # ---- bad input ----
 expect_fail "no --weights" 2 "--weights CKPT is required" \
