@@ -1,11 +1,14 @@
 /* dataset.c — IDX and NumPy .npy datasets read lazily from disk (see
- * dataset.h). Owns the two header parsers, the size and label checks done
- * once at open, the inflation of a .gz into an unlinked temporary file, and
- * reading samples with pread. It keeps no sample in memory: a dataset holds
- * two file descriptors and its shapes. Shuffling and batching are loader.c's.
+ * dataset.h). Owns the IDX header parser, which .npy element types and
+ * shapes a dataset takes (io/npy.c parses the .npy header), the size and
+ * label checks done once at open, the inflation of a .gz into an unlinked
+ * temporary file, and reading samples with pread. It keeps no sample in
+ * memory: a dataset holds two file descriptors and its shapes. Shuffling
+ * and batching are loader.c's.
  *
  * Accepted files: IDX u8 images (magic 0x00000803, n x h x w) and labels
- * (0x00000801, n), raw or gzip; .npy v1/v2/v3, C order, little-endian:
+ * (0x00000801, n), raw or gzip; .npy v1/v2/v3, C order (Fortran order only
+ * for 1-D labels and targets, the same bytes), little-endian:
  * images '|u1', '<f4' or '<f8' of shape (n, d), (n, h, w) or (n, c, h, w),
  * labels '|u1', '<i4' or '<i8' of shape (n), or regression targets '<f4' or
  * '<f8' of shape (n,) or (n, outputs). u8 pixels come out as x / 255.0f, f32
@@ -31,11 +34,11 @@
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "io/file.h"
+#include "io/npy.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "f32 .npy pixels are read as they lie");
 
 #define LABEL_LIMIT 256
-#define NPY_HEADER_MAX (1u << 20)
 #define GZ_CHUNK (64u << 10)
 
 /* What a header says: element type, shape and where the elements start. */
@@ -139,222 +142,32 @@ static fr_status size_fault(fr_ctx *ctx, const char *name, const layout *L, uint
 
 /* ---- .npy --------------------------------------------------------------- */
 
-typedef struct pyscan {
-    fr_ctx *ctx;
-    const char *name;
-    const unsigned char *s;
-    size_t n, i, base; /* base: file position of s[0] */
-} pyscan;
-
-static fr_status perr(pyscan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static fr_status perr(pyscan *p, const char *fmt, ...) {
-    char msg[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return fr_fail(p->ctx, FR_ERR_FORMAT, "%s: byte %zu: %s", p->name, p->base + p->i, msg);
-}
-
-static void pws(pyscan *p) {
-    while (p->i < p->n &&
-           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-        p->i++;
-}
-
-static int ppeek(pyscan *p) { return p->i < p->n ? p->s[p->i] : -1; }
-
-/* A quoted Python string literal without escapes. */
-static fr_status pstring(pyscan *p, char *out, size_t cap) {
-    pws(p);
-    int q = ppeek(p);
-    if (q != '\'' && q != '"') return perr(p, "expected a quoted string in the header dict");
-    size_t len = 0, start = p->i++;
-    for (;;) {
-        int c = ppeek(p);
-        if (c < 0) {
-            p->i = start;
-            return perr(p, "unterminated string in the header dict");
-        }
-        p->i++;
-        if (c == q) break;
-        if (c == '\\' || c < 0x20 || c >= 0x7F) {
-            p->i--;
-            return perr(p, "unexpected character 0x%02x in a header string", (unsigned)c);
-        }
-        if (len + 1 >= cap) {
-            p->i = start;
-            return perr(p, "string longer than %zu bytes in the header dict", cap - 1);
-        }
-        out[len++] = (char)c;
-    }
-    out[len] = 0;
-    return FR_OK;
-}
-
-static int pword(pyscan *p, const char *w) {
-    size_t k = strlen(w);
-    if (p->i + k > p->n || memcmp(p->s + p->i, w, k)) return 0;
-    int c = p->i + k < p->n ? p->s[p->i + k] : ' ';
-    if (c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return 0;
-    p->i += k;
-    return 1;
-}
-
-/* (a, b, ...) of non-negative integers; a one-element tuple needs its comma. */
-static fr_status pshape(pyscan *p, layout *L) {
-    pws(p);
-    if (ppeek(p) != '(') return perr(p, "'shape' is not a tuple");
-    p->i++;
-    int commas = 0;
-    L->ndim = 0;
-    for (;;) {
-        pws(p);
-        int c = ppeek(p);
-        if (c == ')') {
-            p->i++;
-            break;
-        }
-        if (c == '-') return perr(p, "negative dimension in 'shape'");
-        if (c < '0' || c > '9') return perr(p, "expected a dimension or ')' in 'shape'");
-        if (L->ndim == 4) return perr(p, "'shape' has more than 4 dimensions");
-        if (c == '0' && p->i + 1 < p->n && p->s[p->i + 1] >= '0' && p->s[p->i + 1] <= '9')
-            return perr(p, "dimension with a leading zero in 'shape'");
-        uint64_t v = 0;
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-            unsigned d = p->s[p->i] - '0';
-            if (v > ((uint64_t)INT64_MAX - d) / 10)
-                return perr(p, "dimension too large in 'shape'");
-            v = v * 10 + d;
-            p->i++;
-        }
-        if (ppeek(p) == 'L') p->i++; /* Python 2 longs, as old numpy wrote them */
-        L->d[L->ndim++] = (int64_t)v;
-        pws(p);
-        c = ppeek(p);
-        if (c == ',') {
-            p->i++;
-            commas++;
-        } else if (c != ')') {
-            return perr(p, "expected ',' or ')' in 'shape'");
-        }
-    }
-    if (L->ndim == 1 && commas == 0) return perr(p, "'shape' (n) is not a tuple: write (n,)");
-    return FR_OK;
-}
-
-/* The magic, version, header length and dict from the first `have` bytes. */
+/* The layout of a .npy from its first `have` bytes (io/npy.c parses the
+ * header; the element types an array here may have are decided here). */
 static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *b, size_t have,
                             layout *L) {
     memset(L, 0, sizeof *L);
     L->npy = 1;
-    if (have == 0) return ffail(ctx, name, FR_ERR_FORMAT, "empty file: not a .npy file");
-    if (have < 6 || memcmp(b, "\x93NUMPY", 6)) {
-        char seen[32] = "";
-        for (size_t k = 0, len = 0; k < have && k < 6; k++)
-            len += (size_t)snprintf(seen + len, sizeof seen - len, "%s%02x", k ? " " : "", b[k]);
+    fr_npy h;
+    fr_status st = fr_npy_parse(ctx, name, b, have, FR_NPY_HEADER_MAX, &h);
+    if (st) return st;
+    switch (h.type) {
+    case FR_NPY_U1: L->dtype = FR_U8; break;
+    case FR_NPY_F4: L->dtype = FR_F32; break;
+    case FR_NPY_F8: L->dtype = FR_F32, L->f64 = 1; break;
+    case FR_NPY_I4: L->dtype = FR_I32; break;
+    case FR_NPY_I8: L->dtype = FR_I64; break;
+    case FR_NPY_U2:
+    case FR_NPY_OTHER:
         return ffail(ctx, name, FR_ERR_FORMAT,
-                     "byte 0: not a .npy file: its first bytes are %s%s, not the magic "
-                     "93 4e 55 4d 50 59 (\\x93NUMPY)",
-                     seen, have < 6 ? " (the file ends there)" : "");
+                     "byte %zu: unsupported dtype '%s' (supported: |u1, <f4, <f8, <i4, <i8)",
+                     h.descr_at, h.descr);
     }
-    if (have < 10)
-        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: .npy preamble cut short", have);
-    if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 6: unsupported .npy version %u.%u", b[6],
-                     b[7]);
-    size_t pre = b[6] == 1 ? 10 : 12;
-    if (have < pre)
-        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: .npy preamble cut short", have);
-    uint32_t hl = b[8] | (uint32_t)b[9] << 8;
-    if (b[6] > 1) hl |= (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
-    if (hl > NPY_HEADER_MAX)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 8: header length %u exceeds %u", hl,
-                     NPY_HEADER_MAX);
-    if (have < pre + hl)
-        return ffail(ctx, name, FR_ERR_FORMAT,
-                     "byte 8: header length %u runs past the end (%zu bytes)", hl, have);
-    L->off = pre + hl;
-
-    pyscan p = {ctx, name, b + pre, hl, 0, pre};
-    fr_status st;
-    int have_descr = 0, have_fortran = 0, have_shape = 0;
-    pws(&p);
-    if (ppeek(&p) != '{') return perr(&p, "expected '{' to open the header dict");
-    p.i++;
-    for (;;) {
-        pws(&p);
-        if (ppeek(&p) == '}') {
-            p.i++;
-            break;
-        }
-        char key[32], val[32];
-        size_t at = p.i;
-        if ((st = pstring(&p, key, sizeof key))) return st;
-        pws(&p);
-        if (ppeek(&p) != ':') return perr(&p, "expected ':' after '%s'", key);
-        p.i++;
-        pws(&p);
-        if (!strcmp(key, "descr")) {
-            if (have_descr++) return perr(&p, "duplicate 'descr'");
-            size_t vat = p.i;
-            if (ppeek(&p) != '\'' && ppeek(&p) != '"')
-                return perr(
-                    &p,
-                    "'descr' is not a simple dtype string (structured arrays are not supported)");
-            if ((st = pstring(&p, val, sizeof val))) return st;
-            static const struct {
-                const char *descr;
-                fr_dtype dt;
-                int f64;
-            } known[] = {{"|u1", FR_U8, 0},
-                         {"<f4", FR_F32, 0},
-                         {"<f8", FR_F32, 1},
-                         {"<i4", FR_I32, 0},
-                         {"<i8", FR_I64, 0}};
-            int found = 0;
-            for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-                if (!strcmp(val, known[k].descr))
-                    L->dtype = known[k].dt, L->f64 = known[k].f64, found = 1;
-            if (!found) {
-                p.i = vat;
-                if (val[0] == '>') return perr(&p, "big-endian dtype '%s' is not supported", val);
-                return perr(&p, "unsupported dtype '%s' (supported: |u1, <f4, <f8, <i4, <i8)", val);
-            }
-        } else if (!strcmp(key, "fortran_order")) {
-            if (have_fortran++) return perr(&p, "duplicate 'fortran_order'");
-            if (pword(&p, "True")) {
-                p.i -= 4;
-                return perr(&p, "fortran_order True is not supported (save a C-ordered array)");
-            }
-            if (!pword(&p, "False")) return perr(&p, "'fortran_order' is not True or False");
-        } else if (!strcmp(key, "shape")) {
-            if (have_shape++) return perr(&p, "duplicate 'shape'");
-            if ((st = pshape(&p, L))) return st;
-        } else {
-            p.i = at;
-            return perr(&p, "unknown key '%s' in the header dict", key);
-        }
-        pws(&p);
-        int c = ppeek(&p);
-        if (c == ',') {
-            p.i++;
-            continue;
-        }
-        if (c == '}') {
-            p.i++;
-            break;
-        }
-        return perr(&p, "expected ',' or '}' in the header dict");
-    }
-    pws(&p);
-    if (p.i != p.n) return perr(&p, "unexpected characters after the header dict");
-    if (!have_descr || !have_fortran || !have_shape)
-        return ffail(ctx, name, FR_ERR_FORMAT, "header dict lacks '%s'",
-                     !have_descr     ? "descr"
-                     : !have_fortran ? "fortran_order"
-                                     : "shape");
-    return layout_bytes(ctx, name, L);
+    L->ndim = h.ndim;
+    for (int k = 0; k < h.ndim; k++) L->d[k] = h.shape[k];
+    L->off = h.off;
+    L->bytes = h.bytes;
+    return FR_OK;
 }
 
 /* ---- either format ------------------------------------------------------ */
@@ -583,14 +396,11 @@ static void z_free(voidpf opaque, voidpf p) { fr_free((fr_ctx *)opaque, p); }
 /* How many leading bytes the header starting with b (have bytes of it seen)
  * needs before the file's implied size is known: 6 to tell the formats
  * apart, then the IDX magic and dimensions, or the .npy preamble and dict
- * (a dict longer than NPY_HEADER_MAX is refused by npy_header itself). */
+ * (a dict longer than FR_NPY_HEADER_MAX is refused by fr_npy_parse itself). */
 static size_t header_need(const unsigned char *b, size_t have) {
     if (have < 12) return 12; /* every valid header is longer */
     if (memcmp(b, "\x93NUMPY", 6)) return 4 + 4 * (size_t)b[3];
-    size_t pre = b[6] == 1 ? 10 : 12;
-    uint32_t hl = b[8] | (uint32_t)b[9] << 8;
-    if (pre == 12) hl |= (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
-    return pre + (hl < NPY_HEADER_MAX ? hl : NPY_HEADER_MAX);
+    return (size_t)fr_npy_header_bytes(b, have, FR_NPY_HEADER_MAX);
 }
 
 /* The size the header of an inflating stream implies, once enough of it is
@@ -793,12 +603,8 @@ static fr_status src_open(fr_ctx *ctx, const char *path, const char *what, src *
     fr_status st;
     if (have >= 6 && !memcmp(head, "\x93NUMPY", 6)) {
         /* Read the whole .npy header: preamble plus the dict's declared length. */
-        size_t pre = head[6] == 1 ? 10 : 12;
-        uint64_t hl = have >= pre ? (uint64_t)(head[8] | (uint32_t)head[9] << 8) : 0;
-        if (have >= pre && pre == 12) hl |= (uint64_t)head[10] << 16 | (uint64_t)head[11] << 24;
-        uint64_t want = pre + hl;
+        uint64_t want = fr_npy_header_bytes(head, have, FR_NPY_HEADER_MAX);
         if (want > s->size) want = s->size;
-        if (want > pre + NPY_HEADER_MAX) want = pre + NPY_HEADER_MAX;
         unsigned char *hb = fr_alloc(ctx, (size_t)want, FR_MEM_OTHER);
         if (!hb) return ffail(ctx, path, FR_ERR_NOMEM, "out of memory for the .npy header");
         if (fr_pread_full(fd, hb, (size_t)want, 0)) {

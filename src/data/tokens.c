@@ -1,12 +1,12 @@
 /* tokens.c — token streams for language models (see tokens.h). Owns the
  * walk of a source (file, directory, glob) into an index of pieces (one per
  * non-empty file: its descriptor, element type, byte of token 0 and place in
- * the stream), the llm.c shard and token .npy header parsers, reads of a
- * window across pieces with pread, the id check, the split, and the token
- * loader (window permutation, batch slots, prefetch thread: loader.c's
- * pattern). It keeps no token in memory beyond the loader's batch slots.
- * The image datasets (IDX, image .npy) are dataset.c's; dataset.c's .npy
- * parser takes no u2 and stays private to it, hence the small one here. */
+ * the stream), the llm.c shard header parser, which .npy element types a
+ * token file takes (io/npy.c parses the .npy header), reads of a window
+ * across pieces with pread, the id check, the split, and the token loader
+ * (window permutation, batch slots, prefetch thread: loader.c's pattern).
+ * It keeps no token in memory beyond the loader's batch slots. The image
+ * datasets (IDX, image .npy) are dataset.c's. */
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
@@ -21,6 +21,7 @@
 #include "data/prefetch.h"
 #include "data/tokens.h"
 #include "io/file.h"
+#include "io/npy.h"
 
 #define NPY_TOKEN_HEADER_MAX 4096 /* a 1-D array's dict is about 80 bytes */
 #define WALK_DEPTH_MAX 64
@@ -30,10 +31,7 @@
 
 typedef enum elem { E_U8, E_U16, E_I32, E_I64 } elem;
 
-static const struct {
-    const char *descr; /* as numpy writes it */
-    unsigned size;
-} elems[] = {{"|u1", 1}, {"<u2", 2}, {"<i4", 4}, {"<i8", 8}};
+static const unsigned elem_size[] = {1, 2, 4, 8}; /* bytes, by elem */
 
 /* A file's tokens: n elements of type e from byte off of fd. */
 typedef struct piece {
@@ -118,149 +116,36 @@ fr_status fr_shard_check(fr_ctx *ctx, const char *name, const void *buf, size_t 
 
 /* ---- token .npy --------------------------------------------------------- */
 
-typedef struct scan {
-    const unsigned char *s;
-    size_t n, i;
-} scan;
-
-static void ws(scan *c) {
-    while (c->i < c->n &&
-           (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r'))
-        c->i++;
-}
-
-static int at(scan *c, char ch) {
-    ws(c);
-    if (c->i < c->n && c->s[c->i] == ch) {
-        c->i++;
-        return 1;
-    }
-    return 0;
-}
-
-static int word(scan *c, const char *w) {
-    size_t k = strlen(w);
-    ws(c);
-    if (c->i + k > c->n || memcmp(c->s + c->i, w, k)) return 0;
-    c->i += k;
-    return 1;
-}
-
-/* A quoted string without escapes, at most cap - 1 bytes. */
-static int qstring(scan *c, char *out, size_t cap) {
-    ws(c);
-    if (c->i >= c->n || (c->s[c->i] != '\'' && c->s[c->i] != '"')) return 0;
-    unsigned char q = c->s[c->i++];
-    size_t len = 0;
-    while (c->i < c->n && c->s[c->i] != q) {
-        unsigned char ch = c->s[c->i++];
-        if (ch == '\\' || ch < 0x20 || ch >= 0x7F || len + 1 >= cap) return 0;
-        out[len++] = (char)ch;
-    }
-    if (c->i >= c->n) return 0;
-    c->i++;
-    out[len] = 0;
-    return 1;
-}
-
-/* The header of a token .npy of `size` bytes from its first `have` bytes:
+/* The header of a token .npy of `size` bytes from its first `have` bytes
+ * (io/npy.c parses it; the element types and the rank are checked here):
  * element type, byte of token 0 and count, or the first fault. */
 static fr_status npy_header(fr_ctx *ctx, const char *name, const unsigned char *b, size_t have,
                             uint64_t size, elem *e, uint64_t *off, int64_t *n) {
-    if (have < 10 || memcmp(b, "\x93NUMPY", 6))
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 0: not a .npy file (no \\x93NUMPY magic)");
-    if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte 6: unsupported .npy version %u.%u", b[6],
-                     b[7]);
-    size_t pre = b[6] == 1 ? 10 : 12;
-    if (have < pre)
-        return ffail(ctx, name, FR_ERR_FORMAT, "%zu bytes: the .npy preamble is cut short", have);
-    uint32_t hl = b[8] | (uint32_t)b[9] << 8;
-    if (pre == 12) hl |= (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
-    if (hl > NPY_TOKEN_HEADER_MAX)
+    fr_npy h;
+    fr_status st = fr_npy_parse(ctx, name, b, have, NPY_TOKEN_HEADER_MAX, &h);
+    if (st) return st;
+    switch (h.type) {
+    case FR_NPY_U1: *e = E_U8; break;
+    case FR_NPY_U2: *e = E_U16; break;
+    case FR_NPY_I4: *e = E_I32; break;
+    case FR_NPY_I8: *e = E_I64; break;
+    case FR_NPY_F4:
+    case FR_NPY_F8:
+    case FR_NPY_OTHER:
         return ffail(ctx, name, FR_ERR_FORMAT,
-                     "byte 8: header length %" PRIu32 " exceeds %d (a 1-D array needs ~80)", hl,
-                     NPY_TOKEN_HEADER_MAX);
-    if (have < pre + hl)
-        return ffail(ctx, name, FR_ERR_FORMAT,
-                     "byte 8: header length %" PRIu32 " runs past the end (%zu bytes)", hl, have);
-    scan c = {b + pre, hl, 0};
-    char key[32], descr[32] = "";
-    int have_descr = 0, have_order = 0, ndim = -1;
-    int64_t dim0 = 0;
-    if (!at(&c, '{')) goto bad;
-    while (!at(&c, '}')) {
-        if (!qstring(&c, key, sizeof key) || !at(&c, ':')) goto bad;
-        if (!strcmp(key, "descr") && !have_descr++) {
-            size_t v = c.i;
-            if (!qstring(&c, descr, sizeof descr)) {
-                c.i = v;
-                goto bad;
-            }
-        } else if (!strcmp(key, "fortran_order") && !have_order++) {
-            /* Either order lays a 1-D array out the same way. */
-            if (!word(&c, "False") && !word(&c, "True")) goto bad;
-        } else if (!strcmp(key, "shape") && ndim < 0) {
-            if (!at(&c, '(')) goto bad;
-            int commas = 0;
-            ndim = 0;
-            while (!at(&c, ')')) {
-                ws(&c);
-                uint64_t v = 0;
-                size_t d0 = c.i;
-                while (c.i < c.n && c.s[c.i] >= '0' && c.s[c.i] <= '9') {
-                    if (v > ((uint64_t)INT64_MAX - 9) / 10) goto bad;
-                    v = v * 10 + (c.s[c.i++] - '0');
-                }
-                if (c.i == d0) goto bad;
-                if (ndim++ == 0) dim0 = (int64_t)v;
-                if (at(&c, ',')) commas++;
-                else if (!at(&c, ')')) goto bad;
-                else break;
-            }
-            if (ndim == 1 && !commas) goto bad; /* (n) is an int, not a tuple */
-        } else {
-            goto bad;
-        }
-        if (!at(&c, ',')) {
-            if (!at(&c, '}')) goto bad;
-            break;
-        }
+                     "dtype '%s'%s: token ids are integers ('|u1', '<u2', '<i4' or '<i8')", h.descr,
+                     h.descr[0] && h.descr[1] == 'f' ? " holds floats" : " is not supported");
     }
-    ws(&c);
-    if (c.i != c.n) goto bad;
-    if (!have_descr || !have_order || ndim < 0)
-        return ffail(ctx, name, FR_ERR_FORMAT, "byte %zu: the header dict lacks '%s'", pre,
-                     !have_descr   ? "descr"
-                     : !have_order ? "fortran_order"
-                                   : "shape");
-    int found = 0;
-    for (size_t k = 0; k < sizeof elems / sizeof elems[0]; k++)
-        if (!strcmp(descr, elems[k].descr)) *e = (elem)k, found = 1;
-    if (!found) {
-        int flt = descr[0] && descr[1] == 'f';
+    if (h.ndim != 1)
         return ffail(ctx, name, FR_ERR_FORMAT,
-                     "dtype '%s'%s: token ids are integers ('|u1', '<u2', '<i4' or '<i8')", descr,
-                     descr[0] == '>' ? " is big-endian"
-                     : flt           ? " holds floats"
-                                     : " is not supported");
-    }
-    if (ndim != 1)
-        return ffail(ctx, name, FR_ERR_FORMAT,
-                     "the array has %d dimensions: token ids are a 1-D array (n,)", ndim);
-    *off = pre + hl;
-    *n = dim0;
-    uint64_t want;
-    if (__builtin_mul_overflow((uint64_t)dim0, (uint64_t)elems[*e].size, &want) ||
-        __builtin_add_overflow(want, *off, &want))
-        return ffail(ctx, name, FR_ERR_FORMAT, "shape (%" PRId64 ",) overflows 64 bits", dim0);
-    if (size != want)
+                     "the array has %d dimensions: token ids are a 1-D array (n,)", h.ndim);
+    *off = h.off;
+    *n = h.shape[0];
+    if (size != h.bytes)
         return ffail(ctx, name, FR_ERR_FORMAT,
                      "%s: %" PRId64 " tokens of %s need %" PRIu64 " bytes, the file has %" PRIu64,
-                     size < want ? "truncated" : "trailing bytes", dim0, descr, want, size);
+                     size < h.bytes ? "truncated" : "trailing bytes", *n, h.descr, h.bytes, size);
     return FR_OK;
-bad:
-    return ffail(ctx, name, FR_ERR_FORMAT, "byte %zu: malformed .npy header dict", pre + c.i);
 }
 
 /* Token k of a little-endian array of type e at b. */
@@ -287,7 +172,7 @@ fr_status fr_token_npy_check(fr_ctx *ctx, const char *name, const void *buf, siz
             return ffail(ctx, name, FR_ERR_FORMAT,
                          "token %" PRId64 " (byte %" PRIu64 "): id %" PRId64
                          " is not in [0, 2^31 - 1]",
-                         k, off + (uint64_t)k * elems[e].size, v);
+                         k, off + (uint64_t)k * elem_size[e], v);
     }
     return FR_OK;
 }
@@ -510,7 +395,7 @@ static void where(const fr_tokens *t, int64_t pos, char *buf, size_t len) {
     const piece *p = &t->p[find_piece(t, pos)];
     int64_t k = pos - p->first;
     snprintf(buf, len, "%s: token %" PRId64 " (byte %" PRIu64 ")", p->path, k,
-             p->off + (uint64_t)k * elems[p->e].size);
+             p->off + (uint64_t)k * elem_size[p->e]);
 }
 
 /* Tokens [k, k + m) of piece p into out. u1 and u2 bytes are read into out
@@ -519,7 +404,7 @@ static void where(const fr_tokens *t, int64_t pos, char *buf, size_t len) {
  * through a small buffer on the stack. */
 static fr_status read_piece(const piece *p, int64_t k, int64_t m, int32_t *out, char *err,
                             size_t errlen) {
-    unsigned es = elems[p->e].size;
+    unsigned es = elem_size[p->e];
     unsigned char stage[2048];
     int64_t step = es == 8 ? (int64_t)(sizeof stage / 8) : m;
     for (int64_t d = 0; d < m; d += step) {
