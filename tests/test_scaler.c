@@ -3,7 +3,7 @@
  * default constants, and a scale at 2^127 that must not grow to inf. */
 #include <math.h>
 #include "check.h"
-#include "train/scaler.h"
+#include "optim/scaler.h"
 
 int main(void) {
     fr_scaler s = fr_scaler_default();

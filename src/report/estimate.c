@@ -8,6 +8,7 @@
 #include "parallel/shard.h"
 #include "report/report.h"
 #include "model/model.h"
+#include "optim/optim.h"
 #include "train/step.h"
 
 static fr_shape with_batch(int n, fr_shape s) {
@@ -23,7 +24,7 @@ typedef struct layer_row {
 static void fill_rows(const fr_step *s, layer_row *rows) {
     const fr_model *m = s->m;
     const fr_graph *g = &s->g;
-    size_t buffers = (size_t)fr_step_optim_states(&s->o.optim);
+    size_t buffers = (size_t)fr_optim_states(&s->o.optim);
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         size_t b = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
@@ -33,7 +34,7 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
         if (s->gv[i] >= 0) {
             int kind;
             r->grads += fr_step_grad_bytes(s, i);
-            r->optim += buffers * fr_step_state_bytes(s, p, &kind);
+            r->optim += buffers * fr_optim_state_bytes(&s->o.optim, s->o.optim_state, p, &kind);
         }
     }
     for (size_t i = 0; i < (size_t)g->n_forward; i++) {

@@ -31,7 +31,7 @@ static const char *state_name(const fr_step *s, int k) {
     return k == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
-static int n_states(const fr_step *s) { return fr_step_optim_states(&s->o.optim); }
+static int n_states(const fr_step *s) { return fr_optim_states(&s->o.optim); }
 
 /* Optimizer state is saved as f32 when its storage is 16-bit (with 16-bit
  * weights, or Adam's moments in bf16): a checkpoint then reads the same in

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "plan/remat.h"
 #include "core/names.h"
+#include "optim/optim.h"
 #include "train/step.h"
 
 typedef struct candidate {
@@ -575,8 +576,8 @@ static void describe_offload(const fr_step *s, double step_flops, int recomputed
     int kind;
     for (size_t i = 0; i < s->m->n_params; i++) {
         if (s->gv[i] < 0) continue;
-        state += (size_t)fr_step_optim_states(&s->o.optim) *
-                 fr_step_state_bytes(s, &s->m->params[i], &kind);
+        state += (size_t)fr_optim_states(&s->o.optim) *
+                 fr_optim_state_bytes(&s->o.optim, s->o.optim_state, &s->m->params[i], &kind);
     }
     double bw, fl, w;
     rates(s, &bw, &fl, &w);

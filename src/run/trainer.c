@@ -322,7 +322,7 @@ static int refused_cat(const char *msg) {
  * refused (allocation stops at the first refusal). */
 static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
     const fr_model *m = s->m;
-    int ns = s->o.offload & FR_OFFLOAD_OPTIMIZER ? 0 : fr_step_optim_states(&s->o.optim);
+    int ns = s->o.offload & FR_OFFLOAD_OPTIMIZER ? 0 : fr_optim_states(&s->o.optim);
     snprintf(buf, len, "a buffer of %s", cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "the step");
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];

@@ -61,7 +61,7 @@ fr_status fr_dev_materialize(fr_step *s) {
     fr_status st;
     const fr_optim_opts *o = &s->o.optim;
     const int offload = s->o.offload & FR_OFFLOAD_OPTIMIZER;
-    int ns = offload ? 0 : fr_step_optim_states(o);
+    int ns = offload ? 0 : fr_optim_states(o);
     if (s->o.training && offload && (st = fr_step_alloc_host_update(s))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
@@ -69,7 +69,7 @@ fr_status fr_dev_materialize(fr_step *s) {
             return st;
         if (!s->o.training || s->gv[i] < 0) continue;
         int kind; /* (a parameter stepped inside backward keeps no gradient buffer) */
-        size_t sb = fr_step_state_bytes(s, p, &kind);
+        size_t sb = fr_optim_state_bytes(&s->o.optim, s->o.optim_state, p, &kind);
         p->state_kind = kind;        /* f32, bf16 or int8 blocks: the device's kernels take each */
         for (int k = 0; k < ns; k++) /* a resumed run's host state, or zeros */
             if (!p->dstate[k] && (st = upload(ctx, &p->dstate[k], p->state[k], sb, FR_MEM_OPTIM)))
@@ -287,7 +287,7 @@ fr_status fr_dev_update(fr_step *s, float loss) {
                 st = be->grad_sumsq(ctx, &g, &part);
                 total += part;
             }
-            float coef = fr_step_clip_coef(total, s->o.clip_grad_norm);
+            float coef = fr_optim_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; coef < 1.0f && i < m->n_params && !st; i++) {
                 fr_param *p = &m->params[i];
                 if (s->gv[i] < 0 || !p->grad_valid) continue;
@@ -382,7 +382,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
     const fr_backend *be = fr_backend_of(s->ctx);
     if (s->plan.arena_bytes > be->max_buffer(s->ctx)) return SIZE_MAX; /* cannot be one buffer */
     size_t r = 0;
-    int ns = fr_step_optim_states(&s->o.optim);
+    int ns = fr_optim_states(&s->o.optim);
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         r += fr_mem_class_bytes(dm, bytes_of(p));
@@ -391,7 +391,8 @@ size_t fr_dev_step_reserved(const fr_step *s) {
             r += fr_mem_class_bytes(dm, fr_step_grad_bytes(s, i));
         int kind;
         if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
-            r += (size_t)ns * fr_mem_class_bytes(dm, fr_step_state_bytes(s, p, &kind));
+            r += (size_t)ns * fr_mem_class_bytes(dm, fr_optim_state_bytes(
+                                                         &s->o.optim, s->o.optim_state, p, &kind));
     }
     const fr_graph *g = &s->g;
     if (fr_feed_used(s)) r += fr_feed_reserved(s);

@@ -7,7 +7,8 @@
 #include "backend/cpu/kernels.h"
 #include "exec/exec.h"
 #include "model/model.h"
-#include "train/scaler.h"
+#include "optim/optim.h"
+#include "optim/scaler.h"
 
 struct fr_step {
     fr_ctx *ctx;
@@ -89,15 +90,11 @@ int fr_plan_fits(fr_model *m, const fr_step_opts *opts);
 /* Give the arena back (e.g. while an eval step runs) and take it again. */
 fr_status fr_step_arena_release(fr_step *s);
 fr_status fr_step_arena_acquire(fr_step *s);
-int fr_step_optim_states(const fr_optim_opts *o);
+/* Bytes of one optimizer-state buffer of param i on this rank: at ZeRO >= 1
+ * its owned elements' (its format in *kind). */
+size_t fr_step_state_here(const fr_step *s, size_t i, int *kind);
 /* Bytes of param i's gradient buffer: 0 if frozen or updated inside backward. */
 size_t fr_step_grad_bytes(const fr_step *s, size_t i);
-/* Bytes of one optimizer-state buffer of p (its format in *kind). */
-size_t fr_step_state_bytes(const fr_step *s, const fr_param *p, int *kind);
-
-/* clip_grad_norm_'s factor for gradients whose squares sum to sumsq:
- * max_norm / (norm + 1e-6), as PyTorch computes it (applied below 1). */
-float fr_step_clip_coef(double sumsq, float max_norm);
 
 /* What the materialized step reserves, as the allocator rounds each block:
  * parameters, gradients, optimizer state, update tiles, the arena, the

@@ -1,0 +1,126 @@
+/* account.c — what a step holds, predicted from its plan and options before
+ * anything is allocated: persistent bytes by category (parameters,
+ * gradients, optimizer state, one data batch), the predicted peak, and the
+ * bytes reserved as the allocator rounds each block; fr_plan_info for the
+ * public API. The same numbers the run then measures. */
+#include <string.h>
+#include "backend/backend.h"
+#include "parallel/buckets.h"
+#include "parallel/pshard.h"
+#include "plan/offload.h"
+#include "train/device.h"
+#include "train/feed.h"
+#include "train/zero.h"
+
+static size_t param_bytes(const fr_param *p) {
+    return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+}
+
+void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
+    const fr_model *m = s->m;
+    memset(out, 0, FR_MEM_CAT_COUNT * sizeof out[0]);
+    const fr_pshard *ps = m->shard;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (!fr_pshard_holds(ps, (int)i)) out[FR_MEM_PARAMS] += param_bytes(p);
+        if (s->gv[i] >= 0) {
+            int kind;
+            out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
+            out[FR_MEM_OPTIM] +=
+                (size_t)fr_optim_states(&s->o.optim) * fr_step_state_here(s, i, &kind);
+        }
+    }
+    if (s->buckets && s->o.zero >= 2) { /* the gradient shard, and the buckets at their worst */
+        size_t peak, res;
+        fr_step_bucket_peak(s, s->o.zero, &peak, &res);
+        out[FR_MEM_GRADS] += peak;
+        if (!s->buckets->on_share) out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * 4;
+    }
+    if (ps) { /* ZeRO 3: the weights' shard and what the step gathers at its worst */
+        size_t peak, res;
+        fr_step_gathered_peak(s, &peak, &res);
+        out[FR_MEM_PARAMS] += (ps->hi - ps->lo) * sizeof(float) + peak;
+    }
+    size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
+                 (size_t)s->micro;
+    out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
+    out[FR_MEM_WORKSPACE] += s->gemm_ws * sizeof(float);                 /* the GEMM scratch */
+    out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
+    out[FR_MEM_DATA] = per * (size_t)s->o.batch;
+    out[FR_MEM_OTHER] = s->meta_bytes;
+}
+
+void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total) {
+    fr_step_persistent(s, out);
+    size_t persistent = 0;
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) persistent += out[c];
+    for (int c = 0; c < FR_MEM_CAT_COUNT; c++) out[c] += s->plan.peak[c];
+    if (peak_total) *peak_total = persistent + s->plan.peak_total;
+}
+
+size_t fr_step_reserved(const fr_step *s) {
+    if (fr_step_on_device(s)) return fr_dev_step_reserved(s); /* the budget is the device's */
+    const fr_model *m = s->m;
+    size_t r = 0;
+    int ns = fr_optim_states(&s->o.optim);
+    const fr_pshard *ps = m->shard;
+    if (ps) { /* ZeRO 3: the weights' shard and the gathered blocks at the worst position */
+        size_t peak, res;
+        fr_step_gathered_peak(s, &peak, &res);
+        if (ps->hi > ps->lo) r += fr_mem_block_bytes((ps->hi - ps->lo) * sizeof(float));
+        r += res;
+    }
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (!fr_pshard_holds(ps, (int)i)) r += fr_mem_block_bytes(param_bytes(p));
+        size_t g = fr_step_grad_bytes(s, i);
+        if (g && !s->buckets) r += fr_mem_block_bytes(g);
+        if (s->gv[i] >= 0 && s->o.training) {
+            int kind;
+            size_t sb = fr_step_state_here(s, i, &kind);
+            if (sb) r += (size_t)ns * fr_mem_block_bytes(sb);
+        }
+    }
+    if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
+    if (s->gemm_ws) r += fr_mem_block_bytes(s->gemm_ws * sizeof(float));
+    if (s->buckets && s->o.zero < 2) r += fr_buckets_reserved(s->buckets); /* a block a bucket */
+    if (s->buckets && s->o.zero >= 2) { /* the shard, and the bucket blocks at their worst */
+        size_t peak, res;
+        fr_step_bucket_peak(s, s->o.zero, &peak, &res);
+        r += res;
+        if (s->buckets->hi > s->buckets->lo && !s->buckets->on_share)
+            r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
+    }
+    /* optimizer_update's f32 working copies of one 16-bit tensor at a time
+     * (SGD on 16-bit weights; Adam there is one fused pass without them) */
+    size_t widest = 0;
+    for (size_t i = 0; s->o.training && s->o.optim.kind == FR_OPTIM_SGD && i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->fused && s->fused[i])) continue;
+        size_t w = (size_t)fr_shape_numel(&p->shape) * sizeof(float) * (size_t)(2 + ns);
+        if (w > widest) widest = w;
+    }
+    if (widest) r += fr_mem_block_bytes(widest);
+    if (s->plan.arena_bytes) r += fr_mem_block_bytes(s->plan.arena_bytes);
+    size_t host = fr_offload_host_place(&s->g, NULL, NULL); /* offloaded activations */
+    if (host) r += fr_mem_block_bytes(host);
+    r += fr_mem_block_bytes(s->g.n_vals * sizeof(void *)) +
+         fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
+    size_t per[FR_MEM_CAT_COUNT];
+    fr_step_persistent(s, per);
+    return r + s->meta_reserved + per[FR_MEM_DATA];
+}
+
+void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
+    memset(o, 0, sizeof *o);
+    o->micro_batch = s->micro;
+    o->accumulate = s->accumulate;
+    o->units = s->m->n_units;
+    o->recomputed_units = s->recomputed_units;
+    o->flops = s->flops;
+    o->extra_flops = s->extra_flops;
+    o->arena = s->plan.arena_bytes;
+    o->mode = s->o.checkpoint;
+    o->ckpt_arg = s->o.ckpt_arg;
+    o->reserved = fr_step_reserved(s);
+}
