@@ -8,7 +8,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define ACT_PAR_MIN 32768
 #define ACT_CHUNK 2048 /* a 16-bit saved value is widened this many at a time */

@@ -24,7 +24,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 /* Workspace budget: at most this many floats (8 MiB), but always one image. */
 #define CONV_WS_BUDGET ((int64_t)2 << 20)

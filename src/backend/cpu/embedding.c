@@ -7,7 +7,7 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define EMB_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
 #define EMB_ROWS 1024     /* rows of dW one task owns in the backward scatter */

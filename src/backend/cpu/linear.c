@@ -14,7 +14,7 @@
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define LIN_PAR_MIN 16384 /* elements below which a thread team costs more than it saves */
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 /* x86 only: the AVX-512 block passes (compiled with target attributes, run
  * when the CPU has AVX-512F and BW) and AVX2 clones of the plain loops (glibc

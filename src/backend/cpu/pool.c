@@ -8,7 +8,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 #define POOL_PAR_MIN 16384
 
