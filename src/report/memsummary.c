@@ -11,7 +11,6 @@
 #include "core/ctx.h"
 #include "report/report.h"
 
-
 #define LABEL_W 28
 #define VALUE_W 14
 #define TABLE_W (1 + 1 + LABEL_W + 3 + VALUE_W + 3 + VALUE_W + 1 + 1) /* "| l | c | p |" */
