@@ -18,7 +18,7 @@ add model          tespfg mlp
 add weights        eg    w.safetensors
 add batch          tespf 32
 add threads        tespfg 1
-add device         tespf cpu
+add device         tespfg cpu
 add offload        tspf  optimizer
 add sync-upload    t     -
 add json           tespf -
