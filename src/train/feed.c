@@ -30,6 +30,7 @@
  *     waiting for the upload queue, so nothing is enqueued behind that
  *     wait. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "train/device.h"
 #include "train/feed.h"
@@ -50,34 +51,34 @@ size_t fr_feed_reserved(const fr_step *s) {
     return 2 * (fr_mem_class_bytes(dm, xb) + fr_mem_class_bytes(dm, yb));
 }
 
-#if FR_HAVE_OPENCL
-#include "backend/opencl/backend.h"
-
+/* The feed over any backend's members (fr_backend's uploads and events): a
+ * device's are asynchronous; the CPU's copy at once with NULL events, on
+ * which every wait returns. */
 struct fr_feed {
     fr_ctx *ctx;
-    fr_cl *cl;
-    cl_command_queue q; /* the uploads' queue (profiled) */
-    void *x[2], *y[2];  /* the slots: cl_mem from the backend's allocator (data) */
-    size_t xs, ys;      /* bytes per sample */
+    const fr_backend *be;
+    void *q;           /* the uploads' queue (profiled) */
+    void *x[2], *y[2]; /* the slots: buffers from the backend's allocator (data) */
+    size_t xs, ys;     /* bytes per sample */
     int ce, tokens;
     fr_batches *l;     /* the epoch's loader (between fr_feed_start and the drain) */
     pthread_t stepper; /* the step's thread (fr_feed_start's caller) */
     /* slot j's upload, written by hand() */
-    cl_event upx[2], up[2]; /* its inputs' write, its labels' (the last) */
-    int n[2];               /* samples */
-    int64_t k[2];           /* the batch's index in the epoch */
-    int by_loader[2];       /* enqueued on a thread other than the step's */
+    void *upx[2], *up[2]; /* its inputs' write, its labels' (the last): events */
+    int n[2];             /* samples */
+    int64_t k[2];         /* the batch's index in the epoch */
+    int by_loader[2];     /* enqueued on a thread other than the step's */
     /* the step's thread's */
-    cl_event begin[2], end[2]; /* the last step on a slot: after its barrier, after its reads */
-    int64_t ran[2];            /* that step's batch, or -1 */
-    int64_t next_k;            /* the batch fr_feed_next takes next */
-    int cur;                   /* the slot of the batch handed out last, or -1 */
-    int64_t cur_k;             /* that batch */
+    void *begin[2], *end[2]; /* the last step on a slot: after its barrier, after its reads */
+    int64_t ran[2];          /* that step's batch, or -1 */
+    int64_t next_k;          /* the batch fr_feed_next takes next */
+    int cur;                 /* the slot of the batch handed out last, or -1 */
+    int64_t cur_k;           /* that batch */
     fr_feed_stats stats;
 };
 
-static void drop(cl_event *e) {
-    if (*e) clReleaseEvent(*e);
+static void drop(const fr_feed *f, void **e) {
+    f->be->event_release(*e);
     *e = NULL;
 }
 
@@ -89,7 +90,7 @@ fr_status fr_feed_new(fr_step *s, fr_feed **out) {
     fr_feed *f = fr_calloc(ctx, sizeof *f, FR_MEM_DATA);
     if (!f) return FR_ERR_NOMEM;
     f->ctx = ctx;
-    f->cl = fr_cl_of(ctx);
+    f->be = be;
     f->cur = -1;
     f->ran[0] = f->ran[1] = -1;
     f->ce = s->m->loss == FR_LOSS_CROSS_ENTROPY;
@@ -104,7 +105,7 @@ fr_status fr_feed_new(fr_step *s, fr_feed **out) {
             return FR_ERR_NOMEM;
         }
     }
-    if ((st = fr_cl_queue_new(ctx, f->cl, &f->q))) {
+    if ((st = be->upload_open(ctx, &f->q))) {
         fr_feed_free(f);
         return st;
     }
@@ -114,10 +115,10 @@ fr_status fr_feed_new(fr_step *s, fr_feed **out) {
 
 void fr_feed_free(fr_feed *f) {
     if (!f) return;
-    const fr_backend *be = fr_backend_of(f->ctx);
-    fr_cl_queue_free(f->q); /* finishes what is in flight first */
+    const fr_backend *be = f->be;
+    be->upload_close(f->ctx, f->q); /* finishes what is in flight first */
     for (int i = 0; i < 2; i++) {
-        drop(&f->upx[i]), drop(&f->up[i]), drop(&f->begin[i]), drop(&f->end[i]);
+        drop(f, &f->upx[i]), drop(f, &f->up[i]), drop(f, &f->begin[i]), drop(f, &f->end[i]);
         be->release(f->ctx, f->x[i]);
         be->release(f->ctx, f->y[i]);
     }
@@ -132,21 +133,17 @@ static fr_status hand(void *user, const fr_batch *b, int64_t k, char *err, size_
     int j = (int)(k & 1);
     const char *x = f->tokens ? (const char *)b->idx : (const char *)b->x;
     const char *y = f->ce ? (const char *)b->y : (const char *)b->target;
-    cl_uint nw = f->end[j] ? 1 : 0;
-    drop(&f->upx[j]), drop(&f->up[j]);
-    cl_int e = clEnqueueWriteBuffer(f->q, (cl_mem)f->x[j], CL_FALSE, 0, (size_t)b->n * f->xs, x, nw,
-                                    nw ? &f->end[j] : NULL, &f->upx[j]);
-    if (e == CL_SUCCESS)
-        e = clEnqueueWriteBuffer(f->q, (cl_mem)f->y[j], CL_FALSE, 0, (size_t)b->n * f->ys, y, 0,
-                                 NULL, &f->up[j]);
-    if (e == CL_SUCCESS) e = clFlush(f->q);
-    if (e != CL_SUCCESS) {
-        snprintf(err, errlen, "uploading batch %lld (%d samples) into device slot %d: %s (%d)",
-                 (long long)k, b->n, j, fr_cl_errstr(e), (int)e);
-        return e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES ||
-                       e == CL_OUT_OF_HOST_MEMORY
-                   ? FR_ERR_NOMEM
-                   : FR_ERR_IO;
+    char why[FR_ERR_LEN / 2] = "";
+    drop(f, &f->upx[j]), drop(f, &f->up[j]);
+    fr_status st = f->be->upload(f->q, f->x[j], 0, x, (size_t)b->n * f->xs, f->end[j], &f->upx[j],
+                                 why, sizeof why);
+    if (!st)
+        st = f->be->upload(f->q, f->y[j], 0, y, (size_t)b->n * f->ys, NULL, &f->up[j], why,
+                           sizeof why);
+    if (st) {
+        snprintf(err, errlen, "uploading batch %lld (%d samples) into device slot %d: %s",
+                 (long long)k, b->n, j, why);
+        return st;
     }
     f->n[j] = b->n;
     f->k[j] = k;
@@ -160,7 +157,7 @@ static fr_status drain(fr_feed *f) {
     if (f->l) fr_batches_set_hand(f->l, NULL, NULL, 0);
     f->l = NULL;
     f->cur = -1;
-    return fr_cl_check(f->ctx, clFinish(f->q), "clFinish (the upload queue)");
+    return f->be->upload_finish(f->ctx, f->q);
 }
 
 fr_status fr_feed_start(fr_feed *f, fr_batches *l, int epoch, int64_t skip) {
@@ -178,26 +175,22 @@ fr_status fr_feed_start(fr_feed *f, fr_batches *l, int epoch, int64_t skip) {
     return FR_OK;
 }
 
-static double at_us(cl_event e, cl_profiling_info what) {
-    cl_ulong t = 0;
-    clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
-    return (double)t * 1e-3;
-}
-
 /* Slot p's upload (batch k[p]) has completed: count it, and whether it ran
  * beside the step of batch k[p] - 1 (on the other slot, if that step ran
  * this epoch): it overlapped when it started before that step ended (a
- * synchronous upload starts only after), for the time both intervals share. */
+ * synchronous upload starts only after), for the time both intervals share
+ * (the device's clock: 0 where the backend cannot tell). */
 static void account(fr_feed *f, int p) {
-    double u0 = at_us(f->upx[p], CL_PROFILING_COMMAND_START);
-    double u1 = at_us(f->up[p], CL_PROFILING_COMMAND_END);
+    double u0, u1, s0, s1, unused;
+    f->be->event_times(f->upx[p], &u0, &unused);
+    f->be->event_times(f->up[p], &unused, &u1);
     f->stats.uploads++;
     f->stats.upload_us += u1 - u0;
     f->stats.from_loader += f->by_loader[p];
     int o = 1 - p;
-    if (f->ran[o] != f->k[p] - 1 || clWaitForEvents(1, &f->end[o]) != CL_SUCCESS) return;
-    double s0 = at_us(f->begin[o], CL_PROFILING_COMMAND_END);
-    double s1 = at_us(f->end[o], CL_PROFILING_COMMAND_END);
+    if (f->ran[o] != f->k[p] - 1 || f->be->event_wait(f->ctx, f->end[o])) return;
+    f->be->event_times(f->begin[o], &unused, &s0);
+    f->be->event_times(f->end[o], &unused, &s1);
     if (u0 >= s1) return;
     double lo = u0 > s0 ? u0 : s0, hi = u1 < s1 ? u1 : s1;
     f->stats.overlapped++;
@@ -222,8 +215,7 @@ fr_status fr_feed_next(fr_feed *f, fr_batch *out, int *done) {
                        "device slot %d holds batch %lld (%d samples) where batch %lld (%d) was due",
                        j, (long long)f->k[j], f->n[j], (long long)f->next_k, b.n);
     /* the loader's host batch goes back with the next call: its upload done */
-    if ((st = fr_cl_check(f->ctx, clWaitForEvents(1, &f->up[j]), "an upload into a slot")))
-        return st;
+    if ((st = f->be->event_wait(f->ctx, f->up[j]))) return st;
     account(f, j);
     f->cur = j;
     f->cur_k = f->next_k++;
@@ -249,7 +241,7 @@ fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
             return fr_fail(s->ctx, FR_ERR_ARG,
                            "device slot %d holds the upload of batch %lld, not the step's %lld", c,
                            (long long)f->k[c], (long long)f->cur_k);
-        st = fr_cl_wait_for(s->ctx, f->cl, 1, &f->up[c]);
+        st = f->be->event_order(s->ctx, f->up[c]);
     } else { /* a host batch: into slot 0 on the step's queue, outside an epoch */
         const char *x = f->tokens ? (const char *)b->idx : (const char *)b->x;
         const char *y = f->ce ? (const char *)b->y : (const char *)b->target;
@@ -263,12 +255,11 @@ fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
                            !x ? "inputs" : "labels");
         c = 0;
         f->cur_k = -1;
-        const fr_backend *be = fr_backend_of(s->ctx);
-        st = be->write(s->ctx, f->x[c], 0, x, (size_t)b->n * f->xs);
-        if (!st) st = be->write(s->ctx, f->y[c], 0, y, (size_t)b->n * f->ys);
+        st = f->be->write(s->ctx, f->x[c], 0, x, (size_t)b->n * f->xs);
+        if (!st) st = f->be->write(s->ctx, f->y[c], 0, y, (size_t)b->n * f->ys);
     }
-    drop(&f->begin[c]);
-    if (!st) st = fr_cl_mark(s->ctx, f->cl, &f->begin[c]);
+    drop(f, &f->begin[c]);
+    if (!st) st = f->be->event_mark(s->ctx, &f->begin[c]);
     *slot = c;
     return st;
 }
@@ -281,50 +272,9 @@ void fr_feed_bind(fr_step *s, int slot, int off) {
 
 fr_status fr_feed_release(fr_step *s, int slot) {
     fr_feed *f = s->feed;
-    drop(&f->end[slot]);
+    drop(f, &f->end[slot]);
     f->ran[slot] = f->cur_k;
-    return fr_cl_mark(s->ctx, f->cl, &f->end[slot]);
+    return f->be->event_mark(s->ctx, &f->end[slot]);
 }
 
 void fr_feed_get_stats(const fr_feed *f, fr_feed_stats *out) { *out = f->stats; }
-
-#else /* built without OpenCL: no step runs on a device, so none is fed
-         * (fr_feed_used is 0); fr_feed_new refuses, and no fr_feed exists
-         * for the others to be given */
-
-fr_status fr_feed_new(fr_step *s, fr_feed **out) {
-    *out = NULL;
-    return fr_fail(s->ctx, FR_ERR_ARG, "batch uploads need a device: built without OpenCL");
-}
-void fr_feed_free(fr_feed *f) { (void)f; }
-fr_status fr_feed_start(fr_feed *f, fr_batches *l, int epoch, int64_t skip) {
-    (void)f;
-    return fr_batches_start(l, epoch, skip);
-}
-fr_status fr_feed_next(fr_feed *f, fr_batch *out, int *done) {
-    (void)f, (void)out;
-    *done = 1;
-    return FR_OK;
-}
-fr_status fr_feed_drain(fr_feed *f) {
-    (void)f;
-    return FR_OK;
-}
-fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
-    (void)b, (void)slot;
-    return fr_fail(s->ctx, FR_ERR_ARG, "batch uploads need a device: built without OpenCL");
-}
-int fr_feed_holds(const fr_feed *f, const fr_batch *b) {
-    (void)f, (void)b;
-    return 0;
-}
-void fr_feed_bind(fr_step *s, int slot, int off) { (void)s, (void)slot, (void)off; }
-fr_status fr_feed_release(fr_step *s, int slot) {
-    (void)s, (void)slot;
-    return FR_OK;
-}
-void fr_feed_get_stats(const fr_feed *f, fr_feed_stats *out) {
-    (void)f;
-    memset(out, 0, sizeof *out);
-}
-#endif

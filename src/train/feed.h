@@ -2,7 +2,8 @@
  * (the side-stream prefetch of PyTorch users: the next batch copied while the
  * current step runs). Two device slots, each one whole batch of inputs and
  * labels (category data): while the step reads slot i on the device's queue,
- * the next batch is written into slot 1-i on an upload queue of its own,
+ * the next batch is written into slot 1-i on an upload queue of its own
+ * (fr_backend's upload and event members: this file calls no device API),
  * enqueued by the loader's prefetch thread as soon as it has filled the
  * batch and the step before has let go of the slot, so the step's thread
  * only waits for the upload's event. The step's queue waits for its slot's

@@ -1,6 +1,8 @@
-/* table.c — the CPU backend: its kernel table and its workspace sizes. */
+/* table.c — the CPU backend: its kernel table, its workspace sizes and its
+ * fr_backend (every member but the optional wait_copy). */
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/host.h"
 #include "backend/cpu/kernels.h"
 #include "core/ctx.h"
 #include "ops/ops.h"
@@ -51,8 +53,43 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     }
 }
 
+/* Every member but wait_copy (optional: its copies are done on return);
+ * the memory, copies and uploads in memory.c, the passes in passes.c. */
 const fr_backend fr_cpu_backend = {
-    .name = "cpu", .kernels = cpu_kernels, .ws_elems = cpu_ws, .gemm16 = fr_gemm16_native};
+    .name = "cpu",
+    .kernels = cpu_kernels,
+    .ws_elems = cpu_ws,
+    .gemm16 = fr_gemm16_native,
+    .host_memory = 1,
+    .alloc = fr_cpu_alloc,
+    .release = fr_cpu_release,
+    .arena_alloc = fr_cpu_arena_alloc,
+    .arena_free = fr_cpu_arena_free,
+    .track = fr_cpu_track,
+    .write = fr_cpu_write,
+    .read = fr_cpu_read,
+    .zero = fr_cpu_zero,
+    .finish = fr_cpu_finish,
+    .max_buffer = fr_cpu_max_buffer,
+    .global_mem = fr_cpu_global_mem,
+    .copy_rate = fr_cpu_rate,
+    .flop_rate = fr_cpu_rate,
+    .copy_overlap = fr_cpu_rate,
+    .optim_update = fr_cpu_optim_update,
+    .grad_unscale = fr_cpu_grad_unscale,
+    .grad_sumsq = fr_cpu_grad_sumsq,
+    .grad_scale = fr_cpu_grad_scale,
+    .hits = fr_cpu_hits,
+    .upload_open = fr_cpu_upload_open,
+    .upload_close = fr_cpu_upload_close,
+    .upload = fr_cpu_upload,
+    .upload_finish = fr_cpu_upload_finish,
+    .event_mark = fr_cpu_event_mark,
+    .event_order = fr_cpu_event_order,
+    .event_wait = fr_cpu_event_wait,
+    .event_release = fr_cpu_event_release,
+    .event_times = fr_cpu_event_times,
+};
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {
     return ctx && ctx->be ? ctx->be : &fr_cpu_backend;

@@ -1,5 +1,6 @@
 /* backend.c — the OpenCL backend (see backend.h): its table, its workspace
- * sizes and the device's memory, an fr_mem over buffers of the device. */
+ * sizes, the device's memory (an fr_mem over buffers of the device) and
+ * the uploads beside the step on a queue of their own. */
 #include "backend/opencl/backend.h"
 #include "backend/opencl/attention.h"
 #include "backend/opencl/elementwise.h"
@@ -39,6 +40,12 @@ static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
 
 static int cl_optim_update(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_tensor *p,
                            const fr_tensor *g, fr_tensor *state, int state_kind) {
+    for (int k = 0; k < 2; k++) /* optim.cl reads each moment from byte 0 of its buffer */
+        if (state[k].buf && state[k].off)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "opencl: optimizer state %d at byte %zu of its buffer: the device "
+                           "takes it from byte 0",
+                           k, state[k].off);
     fr_optim_slot slot = {.state_buf = {state[0].buf, state[1].buf}, .state_kind = state_kind};
     const fr_optim_ctx oc = {o, t, &slot};
     return fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, p, g);
@@ -193,6 +200,78 @@ static size_t cl_global_mem(fr_ctx *ctx) {
     return g;
 }
 
+/* ---- uploads beside the step (train/feed.c): a profiled queue of their
+ * own, ordered against the step's queue by cl_events ---- */
+
+static int cl_upload_open(fr_ctx *ctx, void **queue) {
+    cl_command_queue q = NULL;
+    int st = fr_cl_queue_new(ctx, fr_cl_of(ctx), &q);
+    *queue = q;
+    return st;
+}
+
+static void cl_upload_close(fr_ctx *ctx, void *queue) {
+    (void)ctx;
+    fr_cl_queue_free((cl_command_queue)queue);
+}
+
+/* Flushed, so it starts now. No context: the message goes into err. */
+static int cl_upload(void *queue, void *buf, size_t off, const void *src, size_t n, void *after,
+                     void **done, char *err, size_t errlen) {
+    cl_command_queue q = queue;
+    cl_event wait = after, ev = NULL;
+    cl_int e = clEnqueueWriteBuffer(q, (cl_mem)buf, CL_FALSE, off, n, src, wait ? 1 : 0,
+                                    wait ? &wait : NULL, &ev);
+    if (e == CL_SUCCESS) e = clFlush(q);
+    *done = ev;
+    if (e == CL_SUCCESS) return FR_OK;
+    snprintf(err, errlen, "clEnqueueWriteBuffer of %zu bytes at %zu on the upload queue: %s (%d)",
+             n, off, fr_cl_errstr(e), (int)e);
+    return e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES ||
+                   e == CL_OUT_OF_HOST_MEMORY
+               ? FR_ERR_NOMEM
+               : FR_ERR_IO;
+}
+
+static int cl_upload_finish(fr_ctx *ctx, void *queue) {
+    return fr_cl_check(ctx, clFinish((cl_command_queue)queue), "clFinish (the upload queue)");
+}
+
+static int cl_event_mark(fr_ctx *ctx, void **out) {
+    cl_event ev = NULL;
+    int st = fr_cl_mark(ctx, fr_cl_of(ctx), &ev);
+    *out = ev;
+    return st;
+}
+
+static int cl_event_order(fr_ctx *ctx, void *event) {
+    if (!event) return FR_OK;
+    const cl_event ev = event;
+    return fr_cl_wait_for(ctx, fr_cl_of(ctx), 1, &ev);
+}
+
+static int cl_event_wait(fr_ctx *ctx, void *event) {
+    if (!event) return FR_OK;
+    const cl_event ev = event;
+    return fr_cl_check(ctx, clWaitForEvents(1, &ev), "clWaitForEvents");
+}
+
+static void cl_event_release(void *event) {
+    if (event) clReleaseEvent((cl_event)event);
+}
+
+static double event_us(cl_event e, cl_profiling_info what) {
+    cl_ulong t = 0;
+    if (e) clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
+    return (double)t * 1e-3;
+}
+
+static void cl_event_times(void *event, double *start_us, double *end_us) {
+    *start_us = event_us((cl_event)event, CL_PROFILING_COMMAND_START);
+    *end_us = event_us((cl_event)event, CL_PROFILING_COMMAND_END);
+}
+
+
 const fr_backend fr_cl_backend = {
     .name = "opencl",
     .kernels = cl_kernels,
@@ -217,6 +296,15 @@ const fr_backend fr_cl_backend = {
     .grad_sumsq = cl_grad_sumsq,
     .grad_scale = cl_grad_scale,
     .hits = cl_hits,
+    .upload_open = cl_upload_open,
+    .upload_close = cl_upload_close,
+    .upload = cl_upload,
+    .upload_finish = cl_upload_finish,
+    .event_mark = cl_event_mark,
+    .event_order = cl_event_order,
+    .event_wait = cl_event_wait,
+    .event_release = cl_event_release,
+    .event_times = cl_event_times,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {
