@@ -3,7 +3,7 @@
  * one row here, one X() line in ops.h and one kernel file; the generic
  * gradient test picks it up from this table. */
 #include "autodiff/autodiff.h"
-#include "backend/cpu/kernels.h"
+#include "backend/backend.h"
 #include "ops/ops.h"
 
 #define V(i) (&g->vals[n->in[i]])
@@ -354,22 +354,23 @@ static double fl_attention_bwd(const fr_graph *g, const fr_node *n) {
 
 /* ---- 16-bit inputs read directly (the mixed-precision pass, precision.c) ---- */
 
-static int64_t plane_of(const fr_shape *s) { return s->ndim == 4 ? s->d[2] * s->d[3] : 1; }
-
 /* the saved y (or x) of ReLU/GELU/sigmoid/tanh backward */
 static int hi_act_bwd(const fr_graph *g, const fr_node *n, int j) {
     (void)g, (void)n;
     return j == 1;
 }
 
-/* max pooling's x, a plane at a time (the kernel widens one plane on its stack) */
-static int hi_maxpool(const fr_graph *g, const fr_node *n, int j) {
-    int x = n->op == FR_OP_MAXPOOL2D ? 0 : 1;
-    return j == x && plane_of(&V(x)->shape) <= FR_HALF_PLANE_MAX;
+/* max pooling's x and y, BatchNorm backward's x and a convolution's image:
+ * where the context's backend says its kernel takes them, a limit of the
+ * kernel (fr_backend.half_io; j = -1: out[0]) */
+static int hi_backend(const fr_graph *g, const fr_node *n, int j) {
+    const fr_backend *be = fr_backend_of(g->ctx);
+    return be->half_io && be->half_io(g, n, j);
 }
 
-/* 16-bit outputs: any size for the activations; max pooling rounds a plane
- * at a time on the stack */
+static int ho_backend(const fr_graph *g, const fr_node *n) { return hi_backend(g, n, -1); }
+
+/* 16-bit outputs: any size for the activations */
 static int ho_any(const fr_graph *g, const fr_node *n) {
     (void)g, (void)n;
     return 1;
@@ -379,22 +380,6 @@ static int ho_any(const fr_graph *g, const fr_node *n) {
 static int ho_gelu_bwd(const fr_graph *g, const fr_node *n) {
     (void)g;
     return n->attr.approx == 1;
-}
-
-static int ho_maxpool(const fr_graph *g, const fr_node *n) {
-    const fr_shape *y = &g->vals[n->out[0]].shape;
-    return y->ndim == 4 && y->d[2] * y->d[3] <= FR_HALF_OUT_PLANE_MAX;
-}
-
-static int hi_bn_bwd(const fr_graph *g, const fr_node *n, int j) {
-    return j == 1 && plane_of(&V(1)->shape) <= FR_HALF_PLANE_MAX;
-}
-
-/* the image of a convolution on the shifted-GEMM path (its padded copy widens) */
-static int hi_conv(const fr_graph *g, const fr_node *n, int j) {
-    int x = n->op == FR_OP_CONV2D ? 0 : 1, w = x + 1;
-    return j == x && fr_conv2d_reads_half(&V(x)->shape, V(w)->shape.d[0], n->attr.kernel,
-                                          n->attr.stride, n->attr.pad);
 }
 
 /* ---- the table ---- */
@@ -419,10 +404,10 @@ _Static_assert(FR_OP_COUNT == 43, "fr_op_table has 43 rows: add the new op's row
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
-    ROWH(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_conv),
-    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd, hi_conv),
-    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_maxpool, ho_maxpool),
-    ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, NULL, -1, 0, fl_pool, hi_maxpool),
+    ROWH(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_backend),
+    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd, hi_backend),
+    ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_backend, ho_backend),
+    ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, NULL, -1, 0, fl_pool, hi_backend),
     ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_bw_avgpool2d, -1, 0, fl_pool),
     ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_bw_global_avgpool, -1, 0, fl_elem),
@@ -436,7 +421,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(TANH, "tanh", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(TANH_BWD, "tanh_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
-    ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_bn_bwd),
+    ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),
     ROW(LAYERNORM, "layernorm", sh_layernorm, fr_bw_layernorm, -1, 0, fl_norm),
     ROW(LAYERNORM_BWD, "layernorm_bwd", sh_grads, NULL, -1, 0, fl_norm),
     ROW(DROPOUT, "dropout", sh_dropout, fr_bw_dropout, -1, 0, fl_elem),

@@ -100,7 +100,9 @@ typedef double (*fr_flops_fn)(const struct fr_graph *g, const struct fr_node *n)
  * as it goes), so the mixed-precision pass may hand it the 16-bit value. */
 typedef int (*fr_half_in_fn)(const struct fr_graph *g, const struct fr_node *n, int j);
 /* Whether node n's kernel can write out[0] as f16/bf16 (rounding its f32
- * result), so the pass may bind the saved 16-bit value there directly. */
+ * result), so the pass may bind the saved 16-bit value there directly.
+ * Where either is a limit of the kernel (a plane on its stack, one path of
+ * a convolution), the context's backend answers (fr_backend.half_io). */
 typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n);
 
 typedef struct fr_op_info {

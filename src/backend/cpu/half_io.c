@@ -1,0 +1,36 @@
+/* half_io.c — the CPU backend's fr_backend.half_io: whether a kernel reads
+ * input j (j >= 0) or writes out[0] (j = -1) in f16/bf16 itself, for the ops
+ * whose answer is a limit of the kernel (the op table asks here at plan time,
+ * for the mixed-precision pass). Not the kernels themselves (pool.c, norm.c,
+ * conv.c), nor the ops every backend reads in 16 bits at any size (ops.c). */
+#include "backend/cpu/half_io.h"
+#include "backend/cpu/kernels.h"
+
+/* values in one (H,W) plane of a 4-d tensor; 1 for (N,C) */
+static int64_t plane_of(const fr_shape *s) { return s->ndim == 4 ? s->d[2] * s->d[3] : 1; }
+
+int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
+    const fr_value *v = g->vals;
+    switch (n->op) {
+    /* max pooling widens a plane of x on its stack (pool.c), and rounds a
+     * plane of y there when y is 16-bit */
+    case FR_OP_MAXPOOL2D:
+        if (j == -1) {
+            const fr_shape *y = &v[n->out[0]].shape;
+            return y->ndim == 4 && y->d[2] * y->d[3] <= FR_HALF_OUT_PLANE_MAX;
+        }
+        return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
+    case FR_OP_MAXPOOL2D_BWD: /* dy, x, y: x */
+    case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
+        return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;
+    /* the image of a convolution on the shifted-GEMM path, whose padded
+     * copy widens it (conv.c); the weight (OC,C,K,K) follows the image */
+    case FR_OP_CONV2D:
+    case FR_OP_CONV2D_BWD: {
+        int x = n->op == FR_OP_CONV2D ? 0 : 1;
+        return j == x && fr_conv2d_reads_half(&v[n->in[x]].shape, v[n->in[x + 1]].shape.d[0],
+                                              n->attr.kernel, n->attr.stride, n->attr.pad);
+    }
+    default: return 0;
+    }
+}
