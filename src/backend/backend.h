@@ -149,6 +149,12 @@ typedef struct fr_backend {
      * microseconds of the device's clock (its queue profiled); 0 for what
      * the backend cannot tell (the CPU: both). */
     void (*event_times)(void *event, double *start_us, double *end_us);
+    /* Whether node n's kernel reads input j (j >= 0), or writes out[0]
+     * (j = -1), in f16/bf16 itself, for the ops whose answer is a limit of
+     * the backend's kernels: max pooling and its backward, BatchNorm's
+     * backward, convolution and its backward (the op table's half_in and
+     * half_out ask here; ops.c). NULL: never. */
+    int (*half_io)(const fr_graph *g, const fr_node *n, int j);
 } fr_backend;
 
 #define FR_HITS_SCRATCH 8 /* the count, as fr_backend.hits keeps it on the device */

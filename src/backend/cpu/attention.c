@@ -26,7 +26,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "frugal.h"
-#include "ops/kcheck.h"
+#include "backend/kcheck.h"
 
 static int imin(int a, int b) { return a < b ? a : b; }
 

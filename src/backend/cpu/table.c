@@ -2,6 +2,7 @@
  * fr_backend (every member but the optional wait_copy). */
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/half_io.h"
 #include "backend/cpu/host.h"
 #include "backend/cpu/kernels.h"
 #include "core/ctx.h"
@@ -89,6 +90,7 @@ const fr_backend fr_cpu_backend = {
     .event_wait = fr_cpu_event_wait,
     .event_release = fr_cpu_event_release,
     .event_times = fr_cpu_event_times,
+    .half_io = fr_cpu_half_io,
 };
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {

@@ -271,6 +271,13 @@ static void cl_event_times(void *event, double *start_us, double *end_us) {
     *end_us = event_us((cl_event)event, CL_PROFILING_COMMAND_END);
 }
 
+/* The device's kernels take 16 bits more widely than the CPU's (reduce.c's
+ * pooling and BatchNorm at any plane size, gemm.c's im2col, though not its
+ * direct 1x1 path); answering as the CPU does keeps a device step's plan,
+ * values and memory those of the host's step (tests/test_golden.sh). */
+static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
+    return fr_cpu_backend.half_io(g, n, j);
+}
 
 const fr_backend fr_cl_backend = {
     .name = "opencl",
@@ -305,6 +312,7 @@ const fr_backend fr_cl_backend = {
     .event_wait = cl_event_wait,
     .event_release = cl_event_release,
     .event_times = cl_event_times,
+    .half_io = cl_half_io,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {
