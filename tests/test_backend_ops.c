@@ -217,7 +217,8 @@ static int build(side *s, const gcase *c, const data *d) {
     int st = fr_plan_build(&s->g, keep, order, n_order, &s->plan);
     fr_free(s->ctx, order);
     if (st) return FR_ERR_ARG;
-    if ((st = fr_exec_init(&s->ex, &s->g, &s->plan)) || fr_backend_of(s->ctx)->alloc) return st;
+    if ((st = fr_exec_init(&s->ex, &s->g, &s->plan)) || fr_backend_is_device(fr_backend_of(s->ctx)))
+        return st;
     /* on the CPU, the scratch of its bf16 GEMMs, the most a node asks, as the step plans it */
     int64_t most = 0;
     for (int k = 0; k < s->plan.n_nodes; k++) {

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "optim/optim.h"
 #include "check.h"
 #include "core/rng.h"
 #include "backend/cpu/optim_state.h"
@@ -93,7 +94,8 @@ static void test_one_step_by_hand(void) {
         }
     }
     CHECK(worst < 1e-6, "updated weights vs float64: worst difference %.3g", worst);
-    CHECK(m->params[0].grad == NULL && m->params[1].grad == NULL, "no gradient buffers");
+    CHECK(fr_optim_host_grad(m, 0) == NULL && fr_optim_host_grad(m, 1) == NULL,
+          "no gradient buffers");
     fr_mem_stats st;
     fr_mem_get_stats(ctx, &st);
     /* the weight's gradient passes through a tile of rows per thread */
@@ -227,12 +229,13 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
     for (size_t i = 0; i < m[0]->n_params; i++) /* and the optimizer state, byte for byte */
         for (int k = 0; k < 2; k++) {
             const fr_param *pa = &m[0]->params[i], *pb = &m[1]->params[i];
-            if (!pa->state[k] || !pb->state[k]) continue;
-            size_t bytes =
-                fr_state_bytes((fr_state_kind)pa->state_kind, (size_t)fr_shape_numel(&pa->shape));
+            void *sa = fr_state_of(m[0], pa, k), *sb = fr_state_of(m[1], pb, k);
+            if (!sa || !sb) continue;
+            size_t bytes = fr_state_bytes((fr_state_kind)fr_state_kind_of(m[0], pa),
+                                          (size_t)fr_shape_numel(&pa->shape));
             if (opt->kind == FR_OPTIM_SGD) bytes = (size_t)fr_shape_numel(&pa->shape) * 4;
-            CHECK(pa->state_kind == pb->state_kind &&
-                      memcmp(pa->state[k], pb->state[k], bytes) == 0,
+            CHECK(fr_state_kind_of(m[0], pa) == fr_state_kind_of(m[1], pb) &&
+                      memcmp(sa, sb, bytes) == 0,
                   "%s: %s state %d differs from the kept-gradient run", what, pa->name, k);
         }
     for (int k = 0; k < 2; k++) {

@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "optim/optim.h"
 #include "check.h"
 #include "core/ctx.h"
 #include "model/model.h"
@@ -303,8 +304,8 @@ static int run(fr_ctx *ctx, const ref *r, fr_step *s, float *loss) {
     return st == FR_OK;
 }
 
-static const void *grad_of(const fr_param *p) {
-    return p->grad ? (const void *)p->grad : (const void *)p->grad16;
+static const void *grad_of(const fr_model *m, const fr_param *p) {
+    return fr_grad32(m, p) ? (const void *)fr_grad32(m, p) : (const void *)fr_grad16(m, p);
 }
 
 /* Forward, gradients and three AdamW steps against PyTorch. */
@@ -329,7 +330,7 @@ static void test_against_torch(fr_ctx *ctx, const ref *r) {
             const fr_param *p = &m->params[i];
             if (!p->trainable) continue;
             snprintf(nm, sizeof nm, "grad.%s", p->name);
-            compare(r, Q_GRAD, "gradient", nm, p->grad, fr_shape_numel(&p->shape));
+            compare(r, Q_GRAD, "gradient", nm, fr_grad32(m, p), fr_shape_numel(&p->shape));
         }
     }
     int n_trainable = 0;
@@ -379,9 +380,10 @@ static void same_bits(fr_ctx *ctx, const ref *r, const char *what, run_opts a, r
         if (!pa->trainable) continue;
         size_t n = (size_t)fr_shape_numel(&pa->shape);
         if (steps == 1) { /* the gradients */
-            size_t bytes = n * (pa->grad ? 4 : 2);
-            const void *ga = grad_of(pa), *gb = grad_of(pb);
-            CHECK(ga && gb && !pa->grad == !pb->grad && memcmp(ga, gb, bytes) == 0,
+            size_t bytes = n * (fr_grad32(ma, pa) ? 4 : 2);
+            const void *ga = grad_of(ma, pa), *gb = grad_of(mb, pb);
+            CHECK(ga && gb && !fr_grad32(ma, pa) == !fr_grad32(mb, pb) &&
+                      memcmp(ga, gb, bytes) == 0,
                   "%s: %s: gradient of %s differs", r->name, what, pa->name);
         } else { /* the weights */
             CHECK(memcmp(pa->data, pb->data, n * fr_dtype_size(pa->dtype)) == 0,
@@ -410,10 +412,10 @@ static void test_bf16_against_torch(fr_ctx *ctx, const ref *r) {
         const fr_param *p = &s->m->params[i];
         if (!p->trainable) continue;
         snprintf(nm, sizeof nm, "grad.%s", p->name);
-        compare_tol(r, Q_BF16, "bf16-mixed gradient", nm, p->grad, fr_shape_numel(&p->shape),
-                    BF16_RTOL);
-        differs |= p->grad && f->m->params[i].grad &&
-                   memcmp(p->grad, f->m->params[i].grad, (size_t)fr_shape_numel(&p->shape) * 4);
+        compare_tol(r, Q_BF16, "bf16-mixed gradient", nm, fr_grad32(s->m, p),
+                    fr_shape_numel(&p->shape), BF16_RTOL);
+        const float *gs = fr_grad32(s->m, p), *gf = fr_grad32(f->m, &f->m->params[i]);
+        differs |= gs && gf && memcmp(gs, gf, (size_t)fr_shape_numel(&p->shape) * 4);
     }
     CHECK(differs, "%s: bf16-mixed gave fp32's gradients bit for bit: is bf16 in use?", r->name);
 done:

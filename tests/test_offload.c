@@ -43,7 +43,7 @@
 #include "frugal.h"
 #include "mem/mem.h"
 #include "plan/offload.h"
-#include "train/device.h"
+#include "train/place.h"
 #include "train/step.h"
 #ifdef FR_HAVE_OPENCL
 #include "backend/opencl/backend.h"

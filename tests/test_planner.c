@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "optim/optim.h"
 #include "check.h"
 #include "core/rng.h"
 #include "plan/remat.h"
@@ -279,7 +280,7 @@ static float *train_copy(fr_model *(*make)(fr_ctx *), fr_ckpt_mode mode, int arg
         size_t k = fr_shape_numel(&m->params[i].shape);
         if (m->params[i].dtype == FR_F32) memcpy(p, m->params[i].data, k * 4);
         p += k;
-        if (m->params[i].grad) memcpy(p, m->params[i].grad, k * 4);
+        if (fr_grad32(m, &m->params[i])) memcpy(p, fr_grad32(m, &m->params[i]), k * 4);
         p += k;
     }
     *len = n;

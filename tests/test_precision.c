@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "optim/optim.h"
 #include "backend/cpu/gemm16.h"
 #include "check.h"
 #include "core/half.h"
@@ -169,12 +170,14 @@ static void test_direct_conv(fr_precision p, double unit) {
 }
 
 /* ||g_b - g_a|| / ||g_a|| of one parameter's gradient in two runs. */
-static double grad_rel_l2(const fr_param *pa, const fr_param *pb) {
+static double grad_rel_l2(const fr_model *ma, const fr_param *pa, const fr_model *mb,
+                          const fr_param *pb) {
     size_t n = fr_shape_numel(&pa->shape);
+    const float *ga = fr_grad32(ma, pa), *gb = fr_grad32(mb, pb);
     double num = 0, den = 0;
     for (size_t k = 0; k < n; k++) {
-        num += ((double)pa->grad[k] - pb->grad[k]) * ((double)pa->grad[k] - pb->grad[k]);
-        den += (double)pa->grad[k] * pa->grad[k];
+        num += ((double)ga[k] - gb[k]) * ((double)ga[k] - gb[k]);
+        den += (double)ga[k] * ga[k];
     }
     return sqrt(num / (den > 0 ? den : 1));
 }
@@ -206,8 +209,8 @@ static void test_mixed_resnet(fr_precision p, double unit, int arch) {
     double worst = 0;
     for (size_t i = 0; i < a.m->n_params; i++) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
-        if (!pa->grad) continue;
-        double rel = grad_rel_l2(pa, pb);
+        if (!fr_grad32(a.m, pa)) continue;
+        double rel = grad_rel_l2(a.m, pa, b.m, pb);
         if (getenv("FR_TEST_VERBOSE"))
             printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         worst = rel > worst ? rel : worst;
@@ -241,8 +244,8 @@ static void test_mixed_grads(fr_precision p, double unit) {
     const char *worst_name = "";
     for (size_t i = 0; i < a.m->n_params; i++) {
         const fr_param *pa = &a.m->params[i], *pb = &b.m->params[i];
-        if (!pa->grad) continue;
-        double rel = grad_rel_l2(pa, pb);
+        if (!fr_grad32(a.m, pa)) continue;
+        double rel = grad_rel_l2(a.m, pa, b.m, pb);
         if (getenv("FR_TEST_VERBOSE"))
             printf("  %s %s: %.2e\n", fr_precision_name(p), pa->name, rel);
         if (strcmp(pa->name, "0.weight") == 0) rel /= 4; /* its 64 u, in units of 16 u */
@@ -370,13 +373,15 @@ static void test_mixed_rounding(fr_precision p, fr_dtype dt) {
     for (int r = 0; r < 2; r++) {
         double num = 0, den = 0;
         for (int i = 0; i < H * K; i++) {
-            num += (m->params[0].grad[i] - gw1[r][i]) * (m->params[0].grad[i] - gw1[r][i]);
+            num += (fr_grad32(m, &m->params[0])[i] - gw1[r][i]) *
+                   (fr_grad32(m, &m->params[0])[i] - gw1[r][i]);
             den += gw1[r][i] * gw1[r][i];
         }
         d1[r] = sqrt(num / den);
         num = den = 0;
         for (int i = 0; i < O * H; i++) {
-            num += (m->params[2].grad[i] - gw2[r][i]) * (m->params[2].grad[i] - gw2[r][i]);
+            num += (fr_grad32(m, &m->params[2])[i] - gw2[r][i]) *
+                   (fr_grad32(m, &m->params[2])[i] - gw2[r][i]);
             den += gw2[r][i] * gw2[r][i];
         }
         d2[r] = sqrt(num / den);
@@ -438,7 +443,7 @@ static void test_overflow_skip(void) {
     size_t n0 = fr_shape_numel(&r.m->params[0].shape);
     float *w = malloc(n0 * 4), *m0 = malloc(n0 * 4);
     memcpy(w, r.m->params[0].data, n0 * 4);
-    memcpy(m0, r.m->params[0].state[0], n0 * 4);
+    memcpy(m0, fr_state_of(r.m, &r.m->params[0], 0), n0 * 4);
     int64_t t = r.s->t;
     r.s->inject_inf = 1;
     CHECK(step(&r, &l) == FR_OK, "a skipped step is not an error: %s", fr_last_error(r.ctx));
@@ -447,8 +452,8 @@ static void test_overflow_skip(void) {
     fr_step_scaler(r.s, &scale, &skipped);
     CHECK(skipped == 1 && scale == 32768.0f, "skipped %llu, scale %g", (unsigned long long)skipped,
           (double)scale);
-    CHECK(!memcmp(w, r.m->params[0].data, n0 * 4) && !memcmp(m0, r.m->params[0].state[0], n0 * 4) &&
-              r.s->t == t,
+    CHECK(!memcmp(w, r.m->params[0].data, n0 * 4) &&
+              !memcmp(m0, fr_state_of(r.m, &r.m->params[0], 0), n0 * 4) && r.s->t == t,
           "weights, optimizer state and step count untouched");
     CHECK(step(&r, &l) == FR_OK && memcmp(w, r.m->params[0].data, n0 * 4) && r.s->t == t + 1,
           "the next step trains");
@@ -548,15 +553,16 @@ static void test_pure_grads(fr_precision p, double unit) {
         int n16 = 0;
         for (size_t i = 0; i < a.m->n_params; i++) {
             const fr_param *qa = &a.m->params[i], *qr = &r.m->params[i];
-            if (!qa->grad || qr->dtype != dt) continue;
-            n16 += qr->grad16 != NULL && qr->grad == NULL;
-            if (!qr->grad16) continue;
+            const float *ga = fr_grad32(a.m, qa);
+            const uint16_t *g16 = fr_grad16(r.m, qr);
+            if (!ga || qr->dtype != dt) continue;
+            n16 += g16 != NULL && fr_grad32(r.m, qr) == NULL;
+            if (!g16) continue;
             double num = 0, den = 0;
             for (int64_t k = 0; k < fr_shape_numel(&qa->shape); k++) {
-                double g =
-                    dt == FR_F16 ? fr_f16_to_f32(qr->grad16[k]) : fr_bf16_to_f32(qr->grad16[k]);
-                num += (g - qa->grad[k]) * (g - qa->grad[k]);
-                den += (double)qa->grad[k] * qa->grad[k];
+                double g = dt == FR_F16 ? fr_f16_to_f32(g16[k]) : fr_bf16_to_f32(g16[k]);
+                num += (g - ga[k]) * (g - ga[k]);
+                den += (double)ga[k] * ga[k];
             }
             double rel = sqrt(num / (den > 0 ? den : 1));
             if (strcmp(qa->name, "0.weight") == 0) rel /= 4; /* 64 u below BatchNorm, as above */

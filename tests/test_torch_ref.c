@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "optim/optim.h"
 #include "check.h"
 #include "core/ctx.h"
 #include "model/model.h"
@@ -403,13 +404,13 @@ static void test_one_step(fr_ctx *ctx, const ref *r, fr_optim_kind kind) {
         const fr_param *p = &m->params[i];
         if (!p->trainable) continue;
         snprintf(nm, sizeof nm, "grad.%s", p->name);
-        compare(r, Q_GRAD, "gradient", nm, p->grad, numel(p));
+        compare(r, Q_GRAD, "gradient", nm, fr_grad32(m, p), numel(p));
         snprintf(nm, sizeof nm, "%s%s", prefix[kind], p->name);
         compare(r, Q_WEIGHT, what, nm, p->data, numel(p));
         compare_update(r, what, nm, p->name, p->data, numel(p));
         if (kind == FR_OPTIM_SGD) {
             snprintf(nm, sizeof nm, "sgd.momentum_buffer.%s", p->name);
-            compare(r, Q_STATE, "SGD momentum buffer", nm, p->state[0], numel(p));
+            compare(r, Q_STATE, "SGD momentum buffer", nm, fr_state_of(m, p, 0), numel(p));
         }
     }
     compare_buffers(r, m, "step1.", 1);
@@ -461,9 +462,10 @@ static void test_adam_three_steps(fr_ctx *ctx, const ref *r) {
         compare(r, Q_WEIGHT, "weight after three Adam steps", nm, p->data, numel(p));
         compare_update(r, "weight after three Adam steps", nm, p->name, p->data, numel(p));
         snprintf(nm, sizeof nm, "adam3.exp_avg.%s", p->name);
-        compare(r, Q_STATE, "Adam exp_avg after three steps", nm, p->state[0], numel(p));
+        compare(r, Q_STATE, "Adam exp_avg after three steps", nm, fr_state_of(m, p, 0), numel(p));
         snprintf(nm, sizeof nm, "adam3.exp_avg_sq.%s", p->name);
-        compare(r, Q_STATE, "Adam exp_avg_sq after three steps", nm, p->state[1], numel(p));
+        compare(r, Q_STATE, "Adam exp_avg_sq after three steps", nm, fr_state_of(m, p, 1),
+                numel(p));
     }
     compare_buffers(r, m, "adam3.", 3);
     check_saved(ctx, r, s, "adam3.", 3);

@@ -149,9 +149,25 @@ static fr_tensor bind(const fr_exec *e, int v, int n) {
 void fr_exec_bind(fr_exec *e, int v, void *p) { e->ptr[v] = p; }
 
 void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off) {
-    if (!e->buf) return; /* a CPU run: nothing lives on a device */
+    if (!e->buf) { /* host memory: the handle is the pointer */
+        e->ptr[v] = buf ? (char *)buf + off : NULL;
+        return;
+    }
     e->buf[v] = buf;
     e->off[v] = off;
+}
+
+fr_tensor fr_exec_tensor(const fr_exec *e, int v) {
+    const fr_value *x = &e->g->vals[v];
+    fr_tensor t = {.dtype = x->dtype, .shape = x->shape, .data = e->ptr[v]};
+    if (e->buf) t.buf = e->buf[v], t.off = e->off[v];
+    return t;
+}
+
+fr_status fr_exec_read(const fr_exec *e, int v, void *dst, size_t n) {
+    if (e->buf) return e->be->read(e->ctx, e->buf[v], e->off[v], dst, n);
+    memcpy(dst, e->ptr[v], n);
+    return FR_OK;
 }
 
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step) {

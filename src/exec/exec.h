@@ -48,7 +48,13 @@ void fr_exec_release(fr_exec *e);
 /* Bind value v to host storage p (CPU backend) or to device buffer buf at
  * byte offset off (device backend). */
 void fr_exec_bind(fr_exec *e, int v, void *p);
+/* Bind value v to a buffer of the backend's memory at byte off (a device's
+ * handle; the host's pointer on the CPU). */
 void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off);
+/* Value v as a kernel sees it (.data on the host; .buf and .off on a
+ * device), and n bytes of it read to the host. */
+fr_tensor fr_exec_tensor(const fr_exec *e, int v);
+fr_status fr_exec_read(const fr_exec *e, int v, void *dst, size_t n);
 /* Run the nodes at plan positions [from, to) with batch size n (<= the compiled batch). */
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step);
 /* Apply the end-of-step events (kept values die). */

@@ -73,18 +73,10 @@ void fr_model_free(fr_model *m) {
     const fr_backend *be = fr_backend_of(ctx);
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (fr_backend_is_device(be)) { /* the device's copies (train/device.c) */
-            be->release(ctx, p->ddata);
-            be->release(ctx, p->dgrad);
-            be->release(ctx, p->dstate[0]);
-            be->release(ctx, p->dstate[1]);
-        }
+        be->release(ctx, p->ddata); /* a device's copy (NULL on the CPU) */
         fr_free(ctx, m->params[i].data);
-        fr_free(ctx, m->params[i].grad);
-        fr_free(ctx, m->params[i].grad16);
-        fr_free(ctx, m->params[i].state[0]);
-        fr_free(ctx, m->params[i].state[1]);
     }
+    if (m->optim_free) m->optim_free(m); /* gradients and optimizer state */
     fr_free(ctx, m->params);
     fr_free(ctx, m->layers);
     fr_free(ctx, m->alias);
@@ -711,6 +703,7 @@ int fr_model_num_classes(const fr_model *m) {
 }
 
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
+    int converted = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         if (!p->trainable || p->dtype == dt) continue;
@@ -732,11 +725,10 @@ fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
         fr_free(m->ctx, p->data);
         p->data = h;
         p->dtype = dt;
-        for (int k = 0; k < 2; k++) { /* optimizer state follows the weights */
-            fr_free(m->ctx, p->state[k]);
-            p->state[k] = NULL;
-        }
+        converted = 1;
     }
+    /* optimizer state follows the weights: made anew */
+    if (converted && m->optim_free) m->optim_free(m);
     return FR_OK;
 }
 
@@ -781,7 +773,6 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
         int64_t n = fr_shape_numel(&p->shape);
         const fr_layer *l = &m->layers[p->layer];
         int affine_norm = l->kind == FR_L_BATCHNORM || l->kind == FR_L_LAYERNORM;
-        p->grad_valid = 0;
         if (p->role == FR_P_NUM_BATCHES) {
             *(int64_t *)p->data = 0;
             continue;

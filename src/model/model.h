@@ -68,17 +68,12 @@ typedef struct fr_param {
     int trainable; /* 0 for buffers */
     int layer;
     int64_t fan_in;
-    void *data;       /* FR_MEM_PARAMS */
-    float *grad;      /* FR_MEM_GRADS, NULL until needed */
-    uint16_t *grad16; /* FR_MEM_GRADS: instead of grad, the gradient in the weights' own 16-bit
-                         format (pure half precision, as model.half() keeps it) */
-    int grad_valid;   /* 0: the next backward overwrites instead of adding */
-    float *state[2];  /* FR_MEM_OPTIM: momentum buffer, or Adam's exp_avg, exp_avg_sq */
-    int state_kind;   /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
-    /* On a device backend (train/device.c): the same tensors in the device's
-     * memory, handles of its fr_mem; the device's copies are the current
-     * ones while a step runs there (fr_model_to_host brings them back). */
-    void *ddata, *dgrad, *dstate[2];
+    void *data; /* FR_MEM_PARAMS */
+    /* On a device backend: the same tensor in the device's memory (a handle
+     * of its fr_mem), the current copy while a step runs there
+     * (fr_model_to_host brings it back); NULL on the CPU. Its gradient and
+     * optimizer state are the optimizer's (optim/optim.h, model->optim). */
+    void *ddata;
 } fr_param;
 
 #define FR_RES_MAX_DEPTH 4
@@ -121,6 +116,11 @@ struct fr_model {
      * rank's shard, their data NULL outside a step's gather (NULL: none) */
     struct fr_pshard *shard;
     fr_status status; /* why the last layer could not be added */
+    /* The optimizer's gradients and state (optim/optim.h), made by the first
+     * training step and kept for the next one compiled on the model; freed
+     * with it through optim_free. */
+    struct fr_optim *optim;
+    void (*optim_free)(struct fr_model *m);
 };
 
 /* Forward graph for a batch of n: returns the logits value; sets g->input,

@@ -13,7 +13,69 @@
 #ifndef FR_OPTIM_H
 #define FR_OPTIM_H
 
+#include "backend/backend.h"
 #include "model/model.h"
+#include "optim/scaler.h"
+
+/* The optimizer's part of one parameter: its gradient as backward writes
+ * it and its state, each a buffer of a backend's memory (fr_backend's
+ * handles: host pointers on the CPU). The parameter itself keeps its name,
+ * shape, role and data (model.h). */
+typedef struct fr_optim_param {
+    void *grad;          /* in the step's backend (NULL until backward needs it) */
+    fr_dtype grad_dt;    /* FR_F32, or the weights' 16-bit format (pure half precision) */
+    int grad_valid;      /* 0: the next backward overwrites instead of adding */
+    int grad_view;       /* grad is a view of a gradient bucket (parallel/buckets.h), not owned */
+    void *state[2];      /* in the optimizer's backend: momentum, or exp_avg, exp_avg_sq */
+    int state_kind;      /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
+    void *host_grad;     /* --offload optimizer: the gradient brought to the host for the update */
+    void *host_state[2]; /* a device's state brought to the host (fr_model_to_host) */
+} fr_optim_param;
+
+/* Every parameter's, by index (fr_optim_of). */
+struct fr_optim {
+    size_t n;
+    fr_optim_param *p;
+    int grad_host;  /* grad[] is host memory (a CPU step) */
+    int state_host; /* state[] is host memory (a CPU step, or the optimizer offloaded) */
+};
+
+/* m's optimizer records, made (all empty) on the first call; NULL when out
+ * of memory (the error set). Freed with the model, buffers and all. */
+struct fr_optim *fr_optim_of(fr_model *m);
+/* What those records take of category other: bytes (reserved 0), or as the
+ * allocator rounds their blocks (reserved 1). */
+size_t fr_optim_meta_bytes(const fr_model *m, int reserved);
+static inline fr_optim_param *fr_optp(const fr_model *m, size_t i) { return &m->optim->p[i]; }
+/* Param i's gradient and state on the host (a CPU run: the buffers
+ * themselves; a device's: what fr_model_to_host brought back); NULL: none. */
+void *fr_optim_host_grad(const fr_model *m, size_t i);
+void *fr_optim_host_state(const fr_model *m, size_t i, int k);
+/* Introspection by parameter (tests, tools): p's host gradient as f32 or
+ * 16-bit (NULL when it is the other format or has none), its host state k
+ * and its state format. */
+static inline size_t fr_param_index(const fr_model *m, const fr_param *p) {
+    return (size_t)(p - m->params);
+}
+static inline float *fr_grad32(const fr_model *m, const fr_param *p) {
+    if (!m->optim) return NULL;
+    const fr_optim_param *q = fr_optp(m, fr_param_index(m, p));
+    return q->grad_dt == FR_F32 ? (float *)fr_optim_host_grad(m, fr_param_index(m, p)) : NULL;
+}
+static inline uint16_t *fr_grad16(const fr_model *m, const fr_param *p) {
+    if (!m->optim) return NULL;
+    const fr_optim_param *q = fr_optp(m, fr_param_index(m, p));
+    return q->grad_dt != FR_F32 ? (uint16_t *)fr_optim_host_grad(m, fr_param_index(m, p)) : NULL;
+}
+static inline void *fr_state_of(const fr_model *m, const fr_param *p, int k) {
+    return fr_optim_host_state(m, fr_param_index(m, p), k);
+}
+static inline int fr_state_kind_of(const fr_model *m, const fr_param *p) {
+    return m->optim ? fr_optp(m, fr_param_index(m, p))->state_kind : 0;
+}
+/* Bytes of one state buffer param i holds now, in its format (a 16-bit
+ * weight's state in the weight's format). */
+size_t fr_optim_held_bytes(const fr_model *m, size_t i);
 
 /* State buffers a rule keeps per parameter: SGD 1 with momentum (else 0),
  * Adam and AdamW 2 (exp_avg, exp_avg_sq). */
@@ -24,30 +86,38 @@ int fr_optim_states(const fr_optim_opts *o);
 size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
                             int *kind);
 
-/* A parameter's gradient storage, f32 or in the weights' 16-bit format
- * (pure half), NULL while it has none; its format; one element set
- * (testing: an overflow injected). */
-void *fr_grad_data(const fr_param *p);
-fr_dtype fr_grad_dtype(const fr_param *p);
-void fr_grad_set(fr_param *p, int64_t k, float x);
-
 /* optimizer.step() at step t (1-based) over every parameter i of m with a
  * gradient (gv[i] >= 0 and grad_valid) that was not updated inside
- * backward (fused NULL or fused[i] == 0), in parameter order. */
-fr_status fr_optim_update(fr_ctx *ctx, const fr_optim_opts *o, fr_model *m, const int *gv,
-                          const uint8_t *fused, int64_t t);
-/* The step of p's elements [a, a + n) at t: weights w, f32 gradients g
- * (the update is elementwise, so a ZeRO rank steps its range; its state
- * holds those elements only). */
-void fr_optim_step_range(const fr_optim_opts *o, fr_param *p, float *w, const float *g, size_t n,
-                         int64_t t);
+ * backward (fused NULL or fused[i] == 0), in parameter order, by be's
+ * optim_update on the weights (.data on the host, .buf on a device), the
+ * gradient (the host's copy when offloaded) and the state. */
+fr_status fr_optim_update(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts *o, fr_model *m,
+                          const int *gv, const uint8_t *fused, int64_t t, int offloaded);
+/* The step of q's parameter's elements [a, a + n) at t on the host:
+ * weights w, f32 gradients g (the update is elementwise, so a ZeRO rank
+ * steps its range; its state holds those elements only). */
+void fr_optim_step_range(const fr_optim_opts *o, fr_optim_param *q, float *w, const float *g,
+                         size_t n, int64_t t);
 /* The scaler's unscale: every gradient times inv, in one pass that looks for
- * inf or NaN; 1 if it found one (the rest is left: the step is skipped). */
-int fr_optim_unscale(fr_model *m, const int *gv, float inv);
+ * inf or NaN; *found_inf 1 if it found one (the rest is left: the step is
+ * skipped). */
+fr_status fr_optim_unscale(fr_ctx *ctx, const fr_backend *be, fr_model *m, const int *gv, float inv,
+                           int offloaded, int *found_inf);
 /* clip_grad_norm_(max_norm, 2): the squares summed in double (fixed
  * blocks), tensors in order; the gradients scaled by the coefficient when
  * it is below 1. fr_optim_clip_coef is PyTorch's max_norm / (norm + 1e-6). */
-void fr_optim_clip(fr_model *m, const int *gv, float max_norm);
+fr_status fr_optim_clip(fr_ctx *ctx, const fr_backend *be, fr_model *m, const int *gv,
+                        float max_norm, int offloaded);
 float fr_optim_clip_coef(double sumsq, float max_norm);
+/* After backward: the loss scaler's unscale and check (a non-finite loss
+ * or gradient skips the step and backs the scale off), clipping (max_norm >
+ * 0), the rule at ++*t, the scaler's growth. */
+fr_status fr_optim_after_backward(fr_ctx *ctx, const fr_backend *be, fr_model *m,
+                                  const fr_optim_opts *o, const int *gv, const uint8_t *fused,
+                                  fr_scaler *sc, float max_norm, float loss, int64_t *t,
+                                  int offloaded);
+/* zero_grad: every gradient stale; with set_to_none (to_none) the buffers
+ * released, but for buckets' views. */
+void fr_optim_zero_grad(fr_model *m, int to_none);
 
 #endif

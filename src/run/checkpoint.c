@@ -24,7 +24,7 @@
 #include "core/names.h"
 #include "parallel/pshard.h"
 #include "run/checkpoint.h"
-#include "train/device.h"
+#include "train/place.h"
 
 static const char *state_name(const fr_step *s, int k) {
     if (s->o.optim.kind == FR_OPTIM_SGD) return "momentum_buffer";
@@ -39,22 +39,30 @@ static int n_states(const fr_step *s) { return fr_optim_states(&s->o.optim); }
  * their raw bytes (U8, "<name>.int8_blockwise": codes then per-block absmax)
  * because decoding and re-encoding would re-derive each block's scale. k = 0
  * is the first moment (signed). */
-static int state_is_f32(const fr_param *p) {
-    return p->dtype == FR_F32 && p->state_kind == FR_STATE_F32;
+/* Param i's optimizer state k on the host (optim/optim.h) and its format. */
+static void *state_of(const fr_model *m, size_t i, int k) { return fr_optim_host_state(m, i, k); }
+static int kind_of(const fr_model *m, size_t i) {
+    return m->optim ? fr_optp(m, i)->state_kind : FR_STATE_F32;
 }
 
-static void state_decode(const fr_param *p, int k, float *out) {
-    size_t n = (size_t)fr_shape_numel(&p->shape);
-    if (p->dtype == FR_F16) fr_f16_to_f32_n((const uint16_t *)p->state[k], out, n);
-    else if (p->dtype == FR_BF16) fr_bf16_to_f32_n((const uint16_t *)p->state[k], out, n);
-    else fr_state_decode(p->state[k], (fr_state_kind)p->state_kind, n, k == 0, out);
+static int state_is_f32(const fr_model *m, size_t i) {
+    return m->params[i].dtype == FR_F32 && kind_of(m, i) == FR_STATE_F32;
 }
 
-static void state_encode(fr_param *p, int k, const float *in) {
+static void state_decode(const fr_model *m, size_t i, int k, float *out) {
+    const fr_param *p = &m->params[i];
     size_t n = (size_t)fr_shape_numel(&p->shape);
-    if (p->dtype == FR_F16) fr_f32_to_f16_n(in, (uint16_t *)p->state[k], n);
-    else if (p->dtype == FR_BF16) fr_f32_to_bf16_n(in, (uint16_t *)p->state[k], n);
-    else fr_state_encode(in, (fr_state_kind)p->state_kind, n, k == 0, p->state[k]);
+    if (p->dtype == FR_F16) fr_f16_to_f32_n((const uint16_t *)state_of(m, i, k), out, n);
+    else if (p->dtype == FR_BF16) fr_bf16_to_f32_n((const uint16_t *)state_of(m, i, k), out, n);
+    else fr_state_decode(state_of(m, i, k), (fr_state_kind)kind_of(m, i), n, k == 0, out);
+}
+
+static void state_encode(fr_model *m, size_t i, int k, const float *in) {
+    const fr_param *p = &m->params[i];
+    size_t n = (size_t)fr_shape_numel(&p->shape);
+    if (p->dtype == FR_F16) fr_f32_to_f16_n(in, (uint16_t *)state_of(m, i, k), n);
+    else if (p->dtype == FR_BF16) fr_f32_to_bf16_n(in, (uint16_t *)state_of(m, i, k), n);
+    else fr_state_encode(in, (fr_state_kind)kind_of(m, i), n, k == 0, state_of(m, i, k));
 }
 
 /* A parameter as a file entry: its state_dict name, dtype, shape and bytes. */
@@ -91,25 +99,25 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     for (size_t i = 0; i < m->n_params && s->o.training; i++) {
         const fr_param *p = &m->params[i];
         for (int k = 0; k < ns; k++) {
-            if (!p->state[k]) continue;
+            if (!state_of(m, i, k)) continue;
             snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s", p->name, state_name(s, k));
             e[n].dtype = FR_F32;
             e[n].shape = p->shape;
-            e[n].data = p->state[k];
+            e[n].data = state_of(m, i, k);
             e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * 4;
-            if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
+            if (p->dtype == FR_F32 && kind_of(m, i) == FR_STATE_INT8) {
                 size_t nb = fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape));
                 snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s.int8_blockwise", p->name,
                          state_name(s, k));
                 e[n].dtype = FR_U8;
                 e[n].shape = fr_shape1((int64_t)nb);
                 e[n].nbytes = nb;
-            } else if (!state_is_f32(p)) {
+            } else if (!state_is_f32(m, i)) {
                 if (!(tmp[n] = fr_alloc(ctx, e[n].nbytes, FR_MEM_WORKSPACE))) {
                     st = FR_ERR_NOMEM;
                     goto done;
                 }
-                state_decode(p, k, tmp[n]);
+                state_decode(m, i, k, tmp[n]);
                 e[n].data = tmp[n];
             }
             n++;
@@ -611,7 +619,7 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
     int ns = n_states(s);
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        for (int k = 0; k < ns && p->state[k]; k++) {
+        for (int k = 0; k < ns && state_of(m, i, k); k++) {
             char nm[FR_ST_NAME_MAX];
             snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
             size_t a, b;
@@ -619,27 +627,28 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
                 float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
                 if (!t) return FR_ERR_NOMEM;
                 if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t)))
-                    fr_state_encode(t + a, (fr_state_kind)p->state_kind, b - a, k == 0,
-                                    p->state[k]);
+                    fr_state_encode(t + a, (fr_state_kind)kind_of(m, i), b - a, k == 0,
+                                    state_of(m, i, k));
                 fr_free(ctx, t);
                 if (st) return st;
                 continue;
             }
-            if (state_is_f32(p)) {
-                if ((st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, p->state[k]))) return st;
+            if (state_is_f32(m, i)) {
+                if ((st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, state_of(m, i, k))))
+                    return st;
                 continue;
             }
-            if (p->dtype == FR_F32 && p->state_kind == FR_STATE_INT8) {
+            if (p->dtype == FR_F32 && kind_of(m, i) == FR_STATE_INT8) {
                 fr_shape raw = fr_shape1(
                     (int64_t)fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape)));
                 size_t len = strlen(nm);
                 snprintf(nm + len, sizeof nm - len, ".int8_blockwise");
-                if ((st = copy_in(ctx, path, f, nm, FR_U8, &raw, p->state[k]))) return st;
+                if ((st = copy_in(ctx, path, f, nm, FR_U8, &raw, state_of(m, i, k)))) return st;
                 continue;
             }
             float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
             if (!t) return FR_ERR_NOMEM;
-            if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t))) state_encode(p, k, t);
+            if (!(st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, t))) state_encode(m, i, k, t);
             fr_free(ctx, t);
             if (st) return st;
         }

@@ -331,12 +331,13 @@ static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
             snprintf(buf, len, "the parameter %s", p->name);
             return;
         }
+        const fr_optim_param *q = m->optim ? fr_optp(m, i) : NULL;
         for (int k = 0; cat == FR_MEM_OPTIM && trained && k < ns; k++)
-            if (!p->dstate[k]) {
+            if (!q || !q->state[k]) {
                 snprintf(buf, len, "optimizer state %d of %s", k, p->name);
                 return;
             }
-        if (cat == FR_MEM_GRADS && trained && !(s->fused && s->fused[i]) && !p->dgrad) {
+        if (cat == FR_MEM_GRADS && trained && !(s->fused && s->fused[i]) && (!q || !q->grad)) {
             snprintf(buf, len, "the gradient of %s", p->name);
             return;
         }

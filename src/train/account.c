@@ -8,7 +8,7 @@
 #include "parallel/buckets.h"
 #include "parallel/pshard.h"
 #include "plan/offload.h"
-#include "train/device.h"
+#include "train/place.h"
 #include "train/feed.h"
 #include "train/zero.h"
 
@@ -47,7 +47,8 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     out[FR_MEM_WORKSPACE] += s->gemm_ws * sizeof(float);                 /* the GEMM scratch */
     out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
-    out[FR_MEM_OTHER] = s->meta_bytes;
+    /* the step's metadata, and a training step's optimizer records (kept with the model) */
+    out[FR_MEM_OTHER] = s->meta_bytes + (s->o.training ? fr_optim_meta_bytes(m, 0) : 0);
 }
 
 void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *peak_total) {
@@ -108,6 +109,7 @@ size_t fr_step_reserved(const fr_step *s) {
          fr_mem_block_bytes(s->g.n_vals); /* fr_exec_init */
     size_t per[FR_MEM_CAT_COUNT];
     fr_step_persistent(s, per);
+    if (s->o.training) r += fr_optim_meta_bytes(m, 1); /* the optimizer's records */
     return r + s->meta_reserved + per[FR_MEM_DATA];
 }
 
@@ -123,4 +125,37 @@ void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
     o->mode = s->o.checkpoint;
     o->ckpt_arg = s->o.ckpt_arg;
     o->reserved = fr_step_reserved(s);
+}
+
+/* What the step reserves in a device's memory (its classes' rounding);
+ * SIZE_MAX when its arena exceeds the device's largest buffer. */
+size_t fr_dev_step_reserved(const fr_step *s) {
+    const fr_model *m = s->m;
+    const fr_mem *dm = s->ctx->dmem;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (s->plan.arena_bytes > be->max_buffer(s->ctx)) return SIZE_MAX; /* cannot be one buffer */
+    size_t r = 0;
+    int ns = fr_optim_states(&s->o.optim);
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        r += fr_mem_class_bytes(dm, param_bytes(p));
+        if (!s->o.training || s->gv[i] < 0) continue;
+        if (!(s->fused && s->fused[i])) /* its gradient, unless stepped inside backward */
+            r += fr_mem_class_bytes(dm, fr_step_grad_bytes(s, i));
+        int kind;
+        if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
+            r += (size_t)ns * fr_mem_class_bytes(dm, fr_optim_state_bytes(
+                                                         &s->o.optim, s->o.optim_state, p, &kind));
+    }
+    const fr_graph *g = &s->g;
+    if (fr_feed_used(s)) r += fr_feed_reserved(s);
+    else
+        r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
+             fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
+    if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
+    if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_dev_hits' count */
+        r += fr_mem_class_bytes(dm, FR_HITS_SCRATCH);
+    if (fr_place_scratch_floats(s))
+        r += fr_mem_class_bytes(dm, fr_place_scratch_floats(s) * sizeof(float));
+    return r;
 }

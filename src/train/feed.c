@@ -32,7 +32,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include "train/device.h"
+#include "train/place.h"
 #include "train/feed.h"
 
 int fr_feed_used(const fr_step *s) {

@@ -22,7 +22,7 @@
 #include "plan/remat.h"
 #include "optim/optim.h"
 #include "train/step.h"
-#include "train/device.h"
+#include "train/place.h"
 #include "train/feed.h"
 #include "train/zero.h"
 
@@ -32,9 +32,23 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
            fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
 
+int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend_of(s->ctx)); }
+
+/* Whether the optimizer lives on the host while the step runs on a device
+ * (--offload optimizer: ZeRO-Offload). */
+static int offloaded(const fr_step *s) {
+    return (s->o.offload & FR_OFFLOAD_OPTIMIZER) && fr_step_on_device(s);
+}
+
+/* The gradients backward writes, in the step's backend (the CPU's: host
+ * blocks; under data parallelism, views of the buckets). */
 static fr_status alloc_grads(fr_step *s) {
     fr_model *m = s->m;
-    if (s->upd_ws_len && !s->upd_ws) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    struct fr_optim *opt = fr_optim_of(m);
+    if (!opt) return FR_ERR_NOMEM;
+    opt->grad_host = be->host_memory;
+    if (s->upd_ws_len && !s->upd_ws && be->host_memory) { /* a device's is in its scratch */
         s->upd_ws = fr_alloc(s->ctx, s->upd_ws_len * sizeof(float), FR_MEM_GRADS);
         if (!s->upd_ws) return FR_ERR_NOMEM;
     }
@@ -42,20 +56,33 @@ static fr_status alloc_grads(fr_step *s) {
         fr_status st = fr_buckets_alloc(s->ctx, s->buckets);
         if (st) return st;
         for (size_t i = 0; i < m->n_params; i++)
-            if (fr_step_grad_bytes(s, i) && !m->params[i].grad) {
-                m->params[i].grad = fr_buckets_grad(s->buckets, (int)i);
-                m->params[i].grad_valid = 0;
+            if (fr_step_grad_bytes(s, i) && !fr_optp(m, i)->grad) {
+                fr_optim_param *q = fr_optp(m, i);
+                q->grad = fr_buckets_grad(s->buckets, (int)i);
+                q->grad_dt = FR_F32, q->grad_view = 1, q->grad_valid = 0;
             }
         return FR_OK;
     }
     for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
+        fr_optim_param *q = fr_optp(m, i);
         size_t bytes = fr_step_grad_bytes(s, i);
-        if (!bytes || fr_grad_data(p)) continue;
-        if (s->g.vals[s->gv[i]].dtype == FR_F32) p->grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
-        else p->grad16 = fr_alloc(s->ctx, bytes, FR_MEM_GRADS);
-        if (!fr_grad_data(p)) return FR_ERR_NOMEM;
-        p->grad_valid = 0;
+        if (!bytes || q->grad) continue;
+        if (!(q->grad = be->alloc(s->ctx, bytes, FR_MEM_GRADS))) return FR_ERR_NOMEM;
+        q->grad_dt = s->g.vals[s->gv[i]].dtype;
+        q->grad_valid = 0;
+    }
+    return FR_OK;
+}
+
+/* --offload optimizer: the gradients' host copies the update reads. */
+static fr_status alloc_host_grads(fr_step *s) {
+    fr_model *m = s->m;
+    if (!fr_optim_of(m)) return FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_optim_param *q = fr_optp(m, i);
+        size_t bytes = fr_step_grad_bytes(s, i);
+        if (!bytes || q->host_grad) continue;
+        if (!(q->host_grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS))) return FR_ERR_NOMEM;
     }
     return FR_OK;
 }
@@ -71,33 +98,34 @@ size_t fr_step_state_here(const fr_step *s, size_t i, int *kind) {
     return bytes;
 }
 
+/* The optimizer's state, zeros, in the optimizer's backend: the step's, or
+ * the host's when offloaded; a device's takes a resumed run's host state
+ * (fr_model_to_host's, loaded from a checkpoint). */
 static fr_status alloc_state(fr_step *s) {
     fr_model *m = s->m;
+    struct fr_optim *opt = fr_optim_of(m);
+    if (!opt) return FR_ERR_NOMEM;
+    const fr_backend *be = offloaded(s) ? &fr_cpu_backend : fr_backend_of(s->ctx);
+    opt->state_host = be->host_memory;
     int ns = fr_optim_states(&s->o.optim);
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_optim_param *q = fr_optp(m, i);
         if (s->gv[i] < 0) continue;
         int kind;
         size_t bytes = fr_step_state_here(s, i, &kind);
         if (!bytes) continue;
-        if (p->state[0] && p->state_kind != kind) { /* resumed with another format: start over */
-            fr_free(s->ctx, p->state[0]);
-            fr_free(s->ctx, p->state[1]);
-            p->state[0] = p->state[1] = NULL;
+        if (q->state[0] && q->state_kind != kind) /* resumed with another format: start over */
+            for (int k = 0; k < 2; k++) be->release(s->ctx, q->state[k]), q->state[k] = NULL;
+        q->state_kind = kind;
+        for (int k = 0; k < ns && !st; k++) {
+            if (q->state[k]) continue;
+            if (!(q->state[k] = be->alloc(s->ctx, bytes, FR_MEM_OPTIM))) return FR_ERR_NOMEM;
+            st = q->host_state[k] ? be->write(s->ctx, q->state[k], 0, q->host_state[k], bytes)
+                                  : be->zero(s->ctx, q->state[k], 0, bytes);
         }
-        p->state_kind = kind;
-        for (int k = 0; k < ns; k++)
-            if (!p->state[k] && !(p->state[k] = fr_calloc(s->ctx, bytes, FR_MEM_OPTIM)))
-                return FR_ERR_NOMEM;
     }
-    return FR_OK;
-}
-
-/* The host's gradients and optimizer state (a device with the optimizer
- * offloaded keeps them here). */
-fr_status fr_step_alloc_host_update(fr_step *s) {
-    fr_status st = alloc_grads(s);
-    return st ? st : alloc_state(s);
+    return st;
 }
 
 /* The step's GEMM scratch: the most any of its nodes asks (the backend's
@@ -113,28 +141,13 @@ static void plan_gemm_scratch(fr_step *s) {
     s->gemm_ws = (size_t)most;
 }
 
-/* Allocate (take) or release the GEMM scratch: a device buffer (with the
- * fused step's tiles, train/device.c), or a host block; it goes and comes
- * with the arena (an eval step then takes its place). */
-static fr_status gemm_scratch(fr_step *s, int take) {
-    if (fr_step_on_device(s)) return fr_dev_scratch(s, take);
-    if (!take) {
-        fr_free(s->ctx, s->gemm_host);
-        s->gemm_host = NULL;
-        return FR_OK;
-    }
-    if (!s->gemm_ws || s->gemm_host) return FR_OK;
-    s->gemm_host = fr_alloc(s->ctx, s->gemm_ws * sizeof(float), FR_MEM_WORKSPACE);
-    return s->gemm_host ? FR_OK : FR_ERR_NOMEM;
-}
-
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
     if (s->buckets) { /* the gradients were views: the model must not free them */
-        for (size_t i = 0; i < s->m->n_params; i++)
-            if (s->m->params[i].grad == fr_buckets_grad(s->buckets, (int)i))
-                s->m->params[i].grad = NULL;
+        for (size_t i = 0; s->m->optim && i < s->m->n_params; i++)
+            if (fr_optp(s->m, i)->grad_view)
+                fr_optp(s->m, i)->grad = NULL, fr_optp(s->m, i)->grad_view = 0;
         fr_buckets_release(ctx, s->buckets);
         fr_free(ctx, s->buckets);
     }
@@ -147,7 +160,7 @@ void fr_step_free(fr_step *s) {
         fr_pshard_release(ctx, s->pshard);
         fr_free(ctx, s->pshard);
     }
-    fr_dev_step_free(s);
+    fr_place_free(s);
     fr_exec_release(&s->ex);
     fr_plan_release(&s->plan);
     fr_graph_release(&s->g);
@@ -156,7 +169,6 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->unit);
     fr_free(ctx, s->fused);
     fr_free(ctx, s->upd_ws);
-    fr_free(ctx, s->gemm_host);
     fr_free(ctx, s->slots);
     fr_free(ctx, s->stepped);
     fr_free(ctx, s);
@@ -431,13 +443,10 @@ fail:
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
     if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
-    if (fr_step_on_device(s)) {
-        if ((st = fr_dev_materialize(s))) return st;
-    } else {
-        if (s->o.training && (st = alloc_grads(s))) return st;
-        if (s->o.training && (st = alloc_state(s))) return st;
-        if ((st = gemm_scratch(s, 1))) return st;
-    }
+    if (s->o.training && offloaded(s) && (st = alloc_host_grads(s))) return st;
+    if (s->o.training && (st = alloc_grads(s))) return st;
+    if (s->o.training && (st = alloc_state(s))) return st;
+    if ((st = fr_place_materialize(s)) || (st = fr_place_scratch_take(s, 1))) return st;
     if (s->m->shard && !s->gathers) { /* ZeRO 3: this step's gathers, its metadata */
         fr_mem_stats before, after;
         fr_mem_get_stats(s->ctx, &before);
@@ -457,12 +466,12 @@ fr_status fr_step_materialize(fr_step *s) {
 
 fr_status fr_step_arena_release(fr_step *s) {
     fr_exec_release(&s->ex);
-    return gemm_scratch(s, 0); /* the GEMM scratch goes with it */
+    return fr_place_scratch_take(s, 0); /* the GEMM scratch goes with it */
 }
 
 fr_status fr_step_arena_acquire(fr_step *s) {
     if (s->ex.ctx) return FR_OK;
-    fr_status st = gemm_scratch(s, 1);
+    fr_status st = fr_place_scratch_take(s, 1);
     return st ? st : fr_exec_init(&s->ex, &s->g, &s->plan);
 }
 
@@ -484,10 +493,6 @@ int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, i
     int64_t c = zs->d[zs->ndim - 1], r = rows_per_sample(s);
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
     return (int)fr_k_argmax_hits(z, b->y + off * r, n * r, c);
-}
-
-static int count_hits(const fr_step *s, const fr_batch *b, int off, int n) {
-    return fr_step_hits(s, s->ex.ptr[s->g.logits], b, off, n);
 }
 
 void fr_step_set_loss_scale(fr_step *s, float scale) {
@@ -533,6 +538,39 @@ static void bind_group(void *arg, int grp, float *block) {
     }
 }
 
+/* The step's parameters, gradients and the optimizer's state bound where
+ * its backend reads them (a parameter's buffer: its device copy, else its
+ * host data), and OPTIM_STEP's slots at step t + 1. */
+static fr_status bind(fr_step *s) {
+    fr_model *m = s->m;
+    fr_exec *e = &s->ex;
+    fr_status st = s->o.training ? alloc_grads(s) : FR_OK; /* zero_grad may have freed them */
+    if (st) return st;
+    if (s->slots) {
+        for (size_t i = 0; i < m->n_params; i++) {
+            const fr_optim_param *q = fr_optp(m, i);
+            s->slots[i] = (fr_optim_slot){.state = {q->state[0], q->state[1]},
+                                          .state_buf = {q->state[0], q->state[1]},
+                                          .state_kind = q->state_kind};
+        }
+        s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
+        e->optim = &s->optim_ctx;
+    }
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        void *w = p->ddata ? p->ddata : p->data;
+        fr_exec_bind_dev(e, s->pv[i], w, 0);
+        if (s->gv[i] < 0 || (s->fused && s->fused[i] == 2)) continue; /* an arena value */
+        int f = s->fused && s->fused[i]; /* 1: LINEAR_BWD steps the weight itself */
+        fr_exec_bind_dev(e, s->gv[i], f ? w : fr_optp(m, i)->grad, 0);
+        e->written[s->gv[i]] = (uint8_t)(!f && fr_optp(m, i)->grad_valid);
+    }
+    e->upd_lr = s->o.optim.lr; /* the plain SGD step inside LINEAR_BWD */
+    e->upd_wd = s->o.optim.weight_decay;
+    fr_place_scratch(s);
+    return FR_OK;
+}
+
 fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) {
     fr_model *m = s->m;
     fr_graph *g = &s->g;
@@ -559,33 +597,10 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             return fr_fail(s->ctx, FR_ERR_ARG,
                            "label %d at position %lld of the batch is outside [0, %lld)",
                            (int)b->y[i], (long long)i, (long long)classes);
-    if (fr_step_on_device(s)) return fr_dev_run(s, b, loss, correct);
-    fr_status st = FR_OK;
-    if (s->o.training && (st = alloc_grads(s))) return st;
-    if (s->slots) { /* OPTIM_STEP nodes take step t + 1, as optimizer_update will */
-        for (size_t i = 0; i < m->n_params; i++)
-            s->slots[i] = (fr_optim_slot){.state = {m->params[i].state[0], m->params[i].state[1]},
-                                          .state_kind = m->params[i].state_kind};
-        s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
-        e->optim = &s->optim_ctx;
-    }
-    for (size_t i = 0; i < m->n_params; i++) {
-        e->ptr[s->pv[i]] = m->params[i].data;
-        if (s->gv[i] >= 0 && s->fused && s->fused[i] == 2) continue; /* an arena value */
-        if (s->gv[i] >= 0) {
-            int f = s->fused && s->fused[i];
-            e->ptr[s->gv[i]] = f ? m->params[i].data : fr_grad_data(&m->params[i]);
-            e->written[s->gv[i]] = (uint8_t)(!f && m->params[i].grad_valid);
-        }
-    }
-    e->upd_lr = s->o.optim.lr;
-    e->upd_wd = s->o.optim.weight_decay;
-    e->upd_ws = s->upd_ws;
-    e->upd_ws_len = s->upd_ws_len;
-    e->gemm_ws = s->gemm_host;
-    e->gemm_ws_len = s->gemm_host ? s->gemm_ws * sizeof(float) : 0;
-    int64_t x_per = fr_shape_numel(&g->vals[g->input].shape) / s->micro;
-    int64_t y_per = fr_shape_numel(&g->vals[g->label].shape) / s->micro;
+    fr_status st = bind(s);
+    int slot = -1;
+    if (!st && s->feed) st = fr_feed_acquire(s, b, &slot);
+    if (st) return st;
     double total = 0;
     int hits = 0;
     /* Data parallel: b is this rank's slice of a global batch of global_n
@@ -596,10 +611,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     int global = ranks > 1 && s->global_n > 0 ? s->global_n : b->n;
     uint64_t seed = s->o.seed + s->rank_seed; /* dropout: a stream per rank */
     for (int off = 0; off < b->n && !st; off += s->micro) {
-        int n = b->n - off < s->micro ? b->n - off : s->micro;
-        e->ptr[g->input] = tokens ? (void *)(b->idx + off * x_per) : (void *)(b->x + off * x_per);
-        e->ptr[g->label] = ce ? (void *)(b->y + off * y_per) : (void *)(b->target + off * y_per);
-        float share = (float)n / (float)global;
+        int n = b->n - off < s->micro ? b->n - off : s->micro, h = 0;
+        if ((st = fr_place_batch(s, b, slot, off, n))) break;
+        float share = (float)n / (float)global, lm = 0;
         fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
         /* the buckets are sent during the last micro-batch's backward only:
          * before it, the gradients are partial sums of this rank */
@@ -614,13 +628,15 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         e->post_arg = s;
         int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
         st = fr_exec_run(e, 0, split, n, seed, s->runs);            /* check the loss first */
-        float lm = st ? 0.0f : *(const float *)e->ptr[g->loss];
+        if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) { /* (never sharded: no gathers) */
+            st = fr_step_hits_of(s, n, &h);
             fr_exec_finish(e);
             s->runs++;
             if (loss) *loss = lm;
-            if (correct) *correct = hits + count_hits(s, b, off, n);
-            return fr_step_nonfinite(s, lm, s->runs);
+            if (correct) *correct = hits + h;
+            if (!st) st = fr_step_nonfinite(s, lm, s->runs);
+            break;
         }
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->runs);
         e->post_node = NULL, e->pre_node = NULL;
@@ -630,11 +646,15 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         }
         if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->comm, s->buckets);
         s->runs++;
-        if (!st) {
-            total += (double)*(const float *)e->ptr[g->loss] * n;
-            hits += count_hits(s, b, off, n);
-        }
+        if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
+        if (!st) st = fr_step_hits_of(s, n, &h);
+        total += (double)lm * n;
+        hits += h;
         fr_exec_finish(e);
+    }
+    if (slot >= 0) { /* its last read of the slot is enqueued */
+        fr_status rs = fr_feed_release(s, slot);
+        if (!st) st = rs;
     }
     if (st || (ranks > 1 && (st = fr_buffers_bcast(s->ctx, s->comm, m)))) return st;
     fr_batch gb = *b; /* the global batch: its loss and hits summed over the ranks */
@@ -646,12 +666,9 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     }
     float l;
     if ((st = fr_step_report(s, &gb, total, hits, loss, correct, &l)) || !s->o.training) return st;
-    for (size_t i = 0; i < m->n_params; i++) {
-        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
-            m->params[i].grad_valid = e->written[s->gv[i]];
+    for (size_t i = 0; i < m->n_params; i++)
         if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
-    }
-    return fr_step_host_update(s, l);
+    return fr_step_update(s, l);
 }
 
 /* The executor's post-node hook under data parallelism: start the buckets
@@ -677,43 +694,40 @@ static fr_status before_node(void *arg, int pos) {
  * step and zero_grad, over the gradients in fr_param.grad/grad16 (on a
  * device with the optimizer offloaded, those downloaded into them). */
 
-fr_status fr_step_host_update(fr_step *s, float l) {
+/* After backward: the scaler's check, clipping, the optimizer step and
+ * zero_grad (optim/), where the optimizer lives: the step's backend, or
+ * the host with the gradients brought down and the weights sent back
+ * (--offload optimizer); a ZeRO rank's over its shard (zero.c). */
+fr_status fr_step_update(fr_step *s, float l) {
     fr_model *m = s->m;
-    fr_status st;
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
+            fr_optp(m, i)->grad_valid = s->ex.written[s->gv[i]];
     if (s->o.zero >= 1 && s->buckets) return fr_zero_update(s, l);
-    if (s->inject_inf) { /* testing: an overflow in backward */
+    if (s->inject_inf) { /* testing: an overflow in backward, in the first gradient */
         for (size_t i = 0; i < m->n_params; i++)
-            if (fr_grad_data(&m->params[i]) && m->params[i].grad_valid) {
-                fr_grad_set(&m->params[i], 0, INFINITY);
+            if (fr_optp(m, i)->grad && fr_optp(m, i)->grad_valid) {
+                const fr_optim_param *q = fr_optp(m, i);
+                float inf = INFINITY;
+                uint16_t h = q->grad_dt == FR_F16 ? fr_f32_to_f16(inf) : fr_f32_to_bf16(inf);
+                const void *x = q->grad_dt == FR_F32 ? (const void *)&inf : (const void *)&h;
+                fr_status is =
+                    fr_backend_of(s->ctx)->write(s->ctx, q->grad, 0, x, fr_dtype_size(q->grad_dt));
+                if (is) return is;
                 break;
             }
         s->inject_inf = 0;
     }
-    /* Scanning every gradient is the scaler's job (an overflow in a scaled
-     * backward shows as inf/NaN); without one, as in PyTorch, a non-finite
-     * gradient reaches the weights and the next loss reports it. */
-    int found_inf =
-        !isfinite(l) ||
-        (s->scaler.enabled && fr_optim_unscale(s->m, s->gv, fr_scaler_inv_scale(&s->scaler)));
-    if (found_inf) {
-        fr_scaler_update(&s->scaler, 1); /* skip the step: the weights stay as they were */
-    } else {
-        if (s->o.clip_grad_norm > 0) fr_optim_clip(s->m, s->gv, s->o.clip_grad_norm);
-        s->t++;
-        if ((st = fr_optim_update(s->ctx, &s->o.optim, s->m, s->gv, s->fused, s->t))) return st;
-        if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
-    }
+    const fr_backend *be = fr_backend_of(s->ctx);
+    int off = offloaded(s);
+    if (off && (st = fr_place_grads_down(s))) return st;
+    st = fr_optim_after_backward(s->ctx, off ? &fr_cpu_backend : be, m, &s->o.optim, s->gv,
+                                 s->fused, &s->scaler, s->o.clip_grad_norm, l, &s->t, off);
+    if (!st && off) st = fr_place_params_up(s);
+    if (st) return st;
     /* zero_grad: set_to_none releases the buffers, otherwise the next backward
-     * overwrites them (the same as zeroing, without the memset). */
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
-        p->grad_valid = 0;
-        if (s->o.optim.zero_grad_to_none && !s->buckets) { /* buckets stay: they are sent */
-            fr_free(s->ctx, p->grad);
-            fr_free(s->ctx, p->grad16);
-            p->grad = NULL;
-            p->grad16 = NULL;
-        }
-    }
+     * overwrites them (the same as zeroing, without the memset) */
+    fr_optim_zero_grad(m, s->o.optim.zero_grad_to_none);
     return FR_OK;
 }

@@ -37,16 +37,16 @@ struct fr_step {
     float *upd_ws;
     size_t gemm_ws;       /* floats of GEMM scratch: CLBlast's temporary buffers on a device,
                              oneDNN's scratchpad for 16-bit GEMMs on the CPU (category workspace) */
-    void *gemm_host;      /* on the CPU, its buffer */
-    void *dev_ws;         /* on a device, the buffer of gemm_ws + upd_ws_len floats */
+    void *scratch;        /* its buffer in the backend's memory (a device's: gemm_ws + upd_ws_len
+                             floats, train/place.c) */
     int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
-    void *dev_x, *dev_y;    /* on a device: a micro-batch's inputs and labels (train/device.c) */
-    struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
-    int n_offloaded;        /* --offload activations: saved values moved to the host */
-    size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
-    struct fr_comm *comm;   /* data parallel over ranks (parallel/comm.h); NULL: one process */
+    void *dev_x, *dev_y;        /* on a device: a micro-batch's inputs and labels (train/place.c) */
+    struct fr_feed *feed;       /* or two whole-batch slots uploaded ahead (train/feed.c) */
+    int n_offloaded;            /* --offload activations: saved values moved to the host */
+    size_t offloaded_bytes;     /* and their bytes (plan/offload.c) */
+    struct fr_comm *comm;       /* data parallel over ranks (parallel/comm.h); NULL: one process */
     struct fr_buckets *buckets; /* the gradients' buckets, summed over the ranks */
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
     int global_batch;           /* the global --batch (0: one process) */
@@ -101,6 +101,9 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i);
  * executor's tables and the step's metadata, plus one batch of data (held
  * by the caller, e.g. the loader). fr_plan_info.reserved is this. */
 size_t fr_step_reserved(const fr_step *s);
+/* Its device part: what it reserves in a device's memory (its classes'
+ * rounding); SIZE_MAX when its arena exceeds the device's largest buffer. */
+size_t fr_dev_step_reserved(const fr_step *s);
 /* Argmax hits of samples off..off+n from their logits z (every position of a
  * token model; the first maximum wins); 0 unless the loss is cross-entropy. */
 int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n);
@@ -108,9 +111,12 @@ int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, i
 fr_status fr_step_nonfinite(fr_step *s, float l, uint64_t step);
 fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,
                          int *correct, float *l);
-/* After backward on the host: scaler, clipping, optimizer, zero_grad. */
-fr_status fr_step_host_update(fr_step *s, float loss);
-fr_status fr_step_alloc_host_update(fr_step *s);
+/* After backward: scaler, clipping, optimizer, zero_grad (optim/), where
+ * the optimizer lives (the host's when offloaded; a ZeRO rank's shard). */
+fr_status fr_step_update(fr_step *s, float loss);
+/* Whether the step's context runs on a device (its tensors outside host
+ * memory). */
+int fr_step_on_device(const fr_step *s);
 /* Set the loss gradient's scale (the share of this micro-batch in the batch). */
 void fr_step_set_loss_scale(fr_step *s, float scale);
 /* Predicted persistent bytes by category (params, grads, optimizer state,

@@ -16,7 +16,7 @@
 #include "parallel/pshard.h"
 #include "parallel/shard.h"
 #include "plan/insert.h"
-#include "train/device.h"
+#include "train/place.h"
 #include "train/zero.h"
 
 int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b) {
@@ -213,7 +213,7 @@ static void step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g,
     fr_param *p = &s->m->params[i];
     size_t a3, b3;
     float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3) : (float *)p->data + a;
-    fr_optim_step_range(&s->o.optim, p, w, g, b - a, t);
+    fr_optim_step_range(&s->o.optim, fr_optp(s->m, i), w, g, b - a, t);
 }
 
 /* The step inside backward of a rank (fr_step_shard_steps): bucket k's
@@ -252,7 +252,7 @@ static void bucket_freed(void *arg, int k) {
     fr_step *s = arg;
     for (size_t i = 0; i < s->m->n_params; i++)
         if (s->buckets->bucket_of[i] == k) {
-            s->m->params[i].grad = NULL;
+            fr_optp(s->m, i)->grad = NULL;
             if (s->ex.ptr) s->ex.ptr[s->gv[i]] = NULL;
         }
 }
@@ -267,9 +267,10 @@ fr_status fr_zero_take_buckets(fr_step *s, int pos) {
         if (st) return st;
         for (size_t i = 0; i < s->m->n_params; i++)
             if (b->bucket_of[i] == k) {
-                s->m->params[i].grad = fr_buckets_grad(b, (int)i);
-                s->m->params[i].grad_valid = 0;
-                s->ex.ptr[s->gv[i]] = s->m->params[i].grad;
+                fr_optim_param *q = fr_optp(s->m, i);
+                q->grad = fr_buckets_grad(b, (int)i);
+                q->grad_dt = FR_F32, q->grad_view = 1, q->grad_valid = 0;
+                s->ex.ptr[s->gv[i]] = q->grad;
                 s->ex.written[s->gv[i]] = 0;
             }
     }
@@ -340,7 +341,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
 static float *owned_grad(const fr_step *s, size_t i, size_t a) {
     const fr_buckets *b = s->buckets;
     if (b->zero >= 2) return b->shard + (fr_buckets_flat(b, (int)i) + a - b->lo);
-    return s->m->params[i].grad + a;
+    return (float *)fr_optp(s->m, i)->grad + a;
 }
 
 /* After the reduce-scatter, each rank holds the summed gradients of its
@@ -354,7 +355,7 @@ fr_status fr_zero_update(fr_step *s, float l) {
     size_t a, b;
     if (s->inject_inf && !s->buckets->on_share) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
-            if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b)) {
+            if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b)) {
                 owned_grad(s, i, a)[0] = INFINITY;
                 break;
             }
@@ -364,7 +365,7 @@ fr_status fr_zero_update(fr_step *s, float l) {
     if (s->scaler.enabled) {
         float inv = fr_scaler_inv_scale(&s->scaler);
         for (size_t i = 0; i < m->n_params && !flag; i++)
-            if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+            if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                 flag = fr_k_grad_unscale(owned_grad(s, i, a), FR_F32, b - a, inv);
         if ((st = fr_comm_sum_f64(s->ctx, s->comm, &flag, 1, "the loss scaler's inf/NaN flag")))
             return st;
@@ -375,18 +376,18 @@ fr_status fr_zero_update(fr_step *s, float l) {
         if (s->o.clip_grad_norm > 0) {
             double total = 0;
             for (size_t i = 0; i < m->n_params; i++)
-                if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+                if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                     total += fr_k_grad_sumsq(owned_grad(s, i, a), FR_F32, b - a);
             if ((st = fr_comm_sum_f64(s->ctx, s->comm, &total, 1, "the gradients' squared norm")))
                 return st;
             float coef = fr_optim_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; i < m->n_params && coef < 1.0f; i++)
-                if (m->params[i].grad_valid && fr_step_owned(s, i, &a, &b))
+                if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                     fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);
         }
         s->t++;
         for (size_t i = 0; i < m->n_params; i++) {
-            if (!m->params[i].grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
+            if (!fr_optp(m, i)->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
             if (s->stepped && s->stepped[i]) { /* stepped in backward as its sums arrived */
                 s->stepped[i] = 0;
                 continue;
@@ -395,7 +396,8 @@ fr_status fr_zero_update(fr_step *s, float l) {
         }
         for (size_t i = 0; i < m->n_params && !s->m->shard; i++) { /* ZeRO 3 keeps shards */
             fr_param *p = &m->params[i];
-            if (s->gv[i] < 0 || !p->grad_valid || s->buckets->bucket_of[i] < 0) continue;
+            if (s->gv[i] < 0 || !fr_optp(m, i)->grad_valid || s->buckets->bucket_of[i] < 0)
+                continue;
             char what[160];
             snprintf(what, sizeof what, "the updated shards of %.100s", p->name);
             if ((st = fr_comm_allgather_shards_f32(
@@ -407,7 +409,7 @@ fr_status fr_zero_update(fr_step *s, float l) {
     }
     /* zero_grad (at stages 2 and 3 the buckets, and the gradients' views,
      * went as their shares arrived) */
-    for (size_t i = 0; i < m->n_params; i++) m->params[i].grad_valid = 0;
+    for (size_t i = 0; i < m->n_params; i++) fr_optp(m, i)->grad_valid = 0;
     return FR_OK;
 }
 
@@ -420,8 +422,8 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
         for (size_t i = 0; s->whole_state && i < m->n_params; i++)
             for (int k = 0; k < ns; k++) {
                 if (s->whole_state[2 * i + k] == (void *)s) continue; /* not swapped */
-                fr_free(s->ctx, m->params[i].state[k]);
-                m->params[i].state[k] = s->whole_state[2 * i + k];
+                fr_free(s->ctx, fr_optp(m, i)->state[k]);
+                fr_optp(m, i)->state[k] = s->whole_state[2 * i + k];
             }
         fr_free(s->ctx, s->whole_state);
         s->whole_state = NULL;
@@ -436,7 +438,7 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
         fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || s->buckets->bucket_of[i] < 0) continue;
         size_t n = (size_t)fr_shape_numel(&p->shape), a, b;
-        const fr_state_kind kind = (fr_state_kind)p->state_kind;
+        const fr_state_kind kind = (fr_state_kind)fr_optp(m, i)->state_kind;
         const size_t mine = fr_step_owned(s, i, &a, &b) ? b - a : 0;
         for (int k = 0; k < ns && !st; k++) {
             /* bf16 moments travel as f32 (decoded here, encoded back on
@@ -455,11 +457,11 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
                 st = FR_ERR_NOMEM; /* the others wait in the gather: the job ends on the failure */
                 break;
             }
-            if (dec) fr_state_decode(p->state[k], kind, mine, k == 0, dec);
+            if (dec) fr_state_decode(fr_optp(m, i)->state[k], kind, mine, k == 0, dec);
             char what[160];
             snprintf(what, sizeof what, "the optimizer state of %.100s", p->name);
-            st = fr_comm_gather_shards_f32(s->ctx, s->comm, dec ? dec : p->state[k], full,
-                                           fr_buckets_flat(s->buckets, (int)i), n,
+            st = fr_comm_gather_shards_f32(s->ctx, s->comm, dec ? dec : fr_optp(m, i)->state[k],
+                                           full, fr_buckets_flat(s->buckets, (int)i), n,
                                            s->buckets->total, what);
             fr_free(s->ctx, dec);
             if (root && whole != full) {
@@ -467,8 +469,8 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
                 fr_free(s->ctx, full);
             }
             if (root) {
-                s->whole_state[2 * i + k] = p->state[k];
-                p->state[k] = whole;
+                s->whole_state[2 * i + k] = fr_optp(m, i)->state[k];
+                fr_optp(m, i)->state[k] = whole;
             }
         }
     }

@@ -1,0 +1,190 @@
+/* place.c — where a step's tensors live: the model's parameters in the
+ * backend's memory (a device's copies, uploaded when a step is made and
+ * brought back for a checkpoint; on the CPU the host data itself), a
+ * micro-batch's inputs and labels (bound in place on the host, written into
+ * the step's buffers or read from the feed's slot on a device), the GEMM
+ * scratch, the gradients brought down and the weights sent back when the
+ * optimizer is offloaded, and the accuracy counted where the logits are. */
+#include <string.h>
+#include "core/ctx.h"
+#include "train/place.h"
+#include "train/feed.h"
+
+static size_t bytes_of(const fr_param *p) {
+    return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
+}
+
+/* A device buffer of `bytes` in category cat, holding src (or zeros). */
+static fr_status upload(fr_ctx *ctx, void **buf, const void *src, size_t bytes, fr_mem_cat cat) {
+    const fr_backend *be = fr_backend_of(ctx);
+    if (!*buf && !(*buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
+    return src ? be->write(ctx, *buf, 0, src, bytes) : be->zero(ctx, *buf, 0, bytes);
+}
+
+size_t fr_place_scratch_floats(const fr_step *s) {
+    return fr_step_on_device(s) ? s->gemm_ws + s->upd_ws_len : s->gemm_ws;
+}
+
+fr_status fr_place_scratch_take(fr_step *s, int take) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    if (!take) {
+        be->release(s->ctx, s->scratch);
+        s->scratch = NULL;
+        return FR_OK;
+    }
+    size_t n = fr_place_scratch_floats(s);
+    if (!n || s->scratch) return FR_OK;
+    /* a device's: its GEMMs' temporary buffers, then the fused SGD step's
+     * weight gradient (opencl/gemm.c), gradients when it holds only those;
+     * the CPU's: oneDNN's 16-bit GEMM scratchpad */
+    s->scratch = be->alloc(s->ctx, n * sizeof(float), s->gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
+    return s->scratch ? FR_OK : FR_ERR_NOMEM;
+}
+
+void fr_place_scratch(fr_step *s) {
+    fr_exec *e = &s->ex;
+    if (fr_step_on_device(s)) { /* one device buffer: opencl/gemm.c reads it so */
+        e->upd_ws = s->scratch;
+        e->upd_ws_len = s->scratch ? fr_place_scratch_floats(s) : 0;
+        return;
+    }
+    e->upd_ws = s->upd_ws;
+    e->upd_ws_len = s->upd_ws_len;
+    e->gemm_ws = s->scratch;
+    e->gemm_ws_len = s->scratch ? s->gemm_ws * sizeof(float) : 0;
+}
+
+fr_status fr_place_materialize(fr_step *s) {
+    fr_model *m = s->m;
+    fr_ctx *ctx = s->ctx;
+    fr_status st;
+    if (!fr_step_on_device(s)) return FR_OK; /* the CPU's tensors are the host's */
+    for (size_t i = 0; i < m->n_params; i++) {
+        fr_param *p = &m->params[i];
+        if (!p->ddata && (st = upload(ctx, &p->ddata, p->data, bytes_of(p), FR_MEM_PARAMS)))
+            return st;
+    }
+    /* the batch's device buffers: two whole batches uploaded ahead, or a
+     * micro-batch of inputs and of labels */
+    if (fr_feed_used(s)) return s->feed ? FR_OK : fr_feed_new(s, &s->feed);
+    const fr_graph *g = &s->g;
+    size_t xb = fr_value_bytes(&g->vals[g->input]), yb = fr_value_bytes(&g->vals[g->label]);
+    if (!s->dev_x && !(s->dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
+        return FR_ERR_NOMEM;
+    if (!s->dev_y && !(s->dev_y = fr_backend_of(ctx)->alloc(ctx, yb, FR_MEM_DATA)))
+        return FR_ERR_NOMEM;
+    return FR_OK;
+}
+
+fr_status fr_place_batch(fr_step *s, const fr_batch *b, int slot, int off, int n) {
+    const fr_graph *g = &s->g;
+    fr_exec *e = &s->ex;
+    if (s->feed) { /* uploaded ahead into the slot */
+        fr_feed_bind(s, slot, off);
+        return FR_OK;
+    }
+    int ce = s->m->loss == FR_LOSS_CROSS_ENTROPY, tokens = s->m->in_dtype == FR_I32;
+    size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->micro;
+    size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->micro;
+    const char *x = tokens ? (const char *)b->idx : (const char *)b->x;
+    const char *y = ce ? (const char *)b->y : (const char *)b->target;
+    if (!s->dev_x) { /* host memory: the batch itself */
+        fr_exec_bind(e, g->input, (void *)(x + (size_t)off * xs));
+        fr_exec_bind(e, g->label, (void *)(y + (size_t)off * ys));
+        return FR_OK;
+    }
+    const fr_backend *be = fr_backend_of(s->ctx);
+    fr_status st = be->write(s->ctx, s->dev_x, 0, x + (size_t)off * xs, (size_t)n * xs);
+    if (!st) st = be->write(s->ctx, s->dev_y, 0, y + (size_t)off * ys, (size_t)n * ys);
+    fr_exec_bind_dev(e, g->input, s->dev_x, 0);
+    fr_exec_bind_dev(e, g->label, s->dev_y, 0);
+    return st;
+}
+
+fr_status fr_step_hits_of(fr_step *s, int n, int *hits) {
+    const fr_graph *g = &s->g;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    *hits = 0;
+    if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return FR_OK;
+    fr_tensor z = fr_exec_tensor(&s->ex, g->logits), y = fr_exec_tensor(&s->ex, g->label);
+    if (z.dtype != FR_F32 || y.dtype != FR_I32)
+        return fr_fail(s->ctx, FR_ERR_ARG,
+                       "accuracy takes f32 logits and i32 labels, not %s and %s",
+                       fr_dtype_name(z.dtype), fr_dtype_name(y.dtype));
+    z.shape.d[0] = n, y.shape.d[0] = n; /* the first n samples' rows: (n, K) or (n, T, K) */
+    int64_t h = 0;
+    fr_status st = be->hits(s->ctx, &z, &y, &h);
+    *hits = (int)h;
+    return st;
+}
+
+fr_status fr_place_grads_down(fr_step *s) {
+    fr_model *m = s->m;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_optim_param *q = fr_optp(m, i);
+        size_t bytes = fr_step_grad_bytes(s, i);
+        if (!bytes || !q->grad_valid) continue;
+        if (!q->host_grad && !(q->host_grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS)))
+            return FR_ERR_NOMEM;
+        st = be->read(s->ctx, q->grad, 0, q->host_grad, bytes);
+    }
+    return st;
+}
+
+fr_status fr_place_params_up(fr_step *s) {
+    fr_model *m = s->m;
+    const fr_backend *be = fr_backend_of(s->ctx);
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++)
+        if (s->gv[i] >= 0)
+            st = be->write(s->ctx, m->params[i].ddata, 0, m->params[i].data,
+                           bytes_of(&m->params[i]));
+    return st;
+}
+
+void fr_place_free(fr_step *s) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    be->release(s->ctx, s->dev_x);
+    be->release(s->ctx, s->dev_y);
+    be->release(s->ctx, s->scratch);
+    s->dev_x = s->dev_y = s->scratch = NULL;
+    fr_feed_free(s->feed);
+    s->feed = NULL;
+}
+
+fr_status fr_model_to_host(fr_model *m) {
+    const fr_backend *be = fr_backend_of(m->ctx);
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (p->role == FR_P_NUM_BATCHES) continue; /* a host counter no kernel reads */
+        if (p->ddata) st = be->read(m->ctx, p->ddata, 0, p->data, bytes_of(p));
+        if (!m->optim || m->optim->state_host) continue; /* the state is the host's */
+        fr_optim_param *q = fr_optp(m, i);
+        for (int k = 0; k < 2 && !st; k++) {
+            if (!q->state[k]) continue;
+            size_t sb = fr_optim_held_bytes(m, i);
+            if (!q->host_state[k] && !(q->host_state[k] = fr_alloc(m->ctx, sb, FR_MEM_OPTIM)))
+                return FR_ERR_NOMEM;
+            st = be->read(m->ctx, q->state[k], 0, q->host_state[k], sb);
+        }
+    }
+    return st;
+}
+
+fr_status fr_model_to_device(fr_model *m) {
+    const fr_backend *be = fr_backend_of(m->ctx);
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        fr_param *p = &m->params[i];
+        if (p->ddata) st = be->write(m->ctx, p->ddata, 0, p->data, bytes_of(p));
+        if (!m->optim || m->optim->state_host) continue;
+        fr_optim_param *q = fr_optp(m, i);
+        for (int k = 0; k < 2 && !st; k++)
+            if (q->state[k] && q->host_state[k])
+                st = be->write(m->ctx, q->state[k], 0, q->host_state[k], fr_optim_held_bytes(m, i));
+    }
+    return st;
+}
