@@ -1,5 +1,6 @@
-/* names.c — the words frugal prints for sizes and modes, shared by every
- * floor that reports (the step, the run, the ranks, the report modules). */
+/* names.c — the words frugal prints for sizes and precisions: bytes in
+ * human units, the precision names and their parser, shared by the floors
+ * that print them (parallel/, run/, report/, the CLI). */
 #include <stdio.h>
 #include <string.h>
 #include "core/ctx.h"

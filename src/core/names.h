@@ -1,6 +1,6 @@
-/* names.h — the words frugal prints for sizes and modes: bytes in human
- * units, precision names (fr_precision_name and fr_precision_parse are
- * public, in frugal.h). */
+/* names.h — the words frugal prints for sizes and precisions: bytes in
+ * human units here, the precision names (fr_precision_name and
+ * fr_precision_parse, defined in names.c) public in frugal.h. */
 #ifndef FR_NAMES_H
 #define FR_NAMES_H
 

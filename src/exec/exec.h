@@ -45,8 +45,7 @@ typedef struct fr_exec {
 
 fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan);
 void fr_exec_release(fr_exec *e);
-/* Bind value v to host storage p (CPU backend) or to device buffer buf at
- * byte offset off (device backend). */
+/* Bind value v to host storage p. */
 void fr_exec_bind(fr_exec *e, int v, void *p);
 /* Bind value v to a buffer of the backend's memory at byte off (a device's
  * handle; the host's pointer on the CPU). */

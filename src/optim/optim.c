@@ -1,6 +1,8 @@
-/* optim.c — the optimizer's rules over a model's parameters (optim.h): which
- * tensors, in which format, at which step; the arithmetic of one tensor is
- * the CPU backend's kernels. */
+/* optim.c — the optimizer over a model's parameters (optim.h): its records
+ * on model->optim, and which tensors are stepped, unscaled and clipped, in
+ * which format, at which step. The arithmetic of one tensor is the
+ * backend's members (optim_update, grad_*), the host's when the optimizer
+ * is offloaded; a ZeRO rank's range calls the CPU kernels itself. */
 #include "optim/optim.h"
 
 #include <math.h>

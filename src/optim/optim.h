@@ -3,13 +3,20 @@
  * parameters, with their state formats (fp32; bf16 or int8 for Adam's
  * moments; a 16-bit weight's state in its own format), the loss scaler's
  * unscale with its inf/NaN check, clip_grad_norm_, and the bytes each takes.
- * The arithmetic of one tensor is the backend's kernels (backend/cpu/
- * optim.c, optim_state.c); which tensors, in which order, in which format
- * and with which step count is here. The step (train/) says which
+ * Its records live on the model (model->optim), one per parameter: the
+ * gradient, its format and validity, the state and its format, the host
+ * copies of --offload optimizer and of a checkpoint; each a buffer of its
+ * own in a backend's memory (a gradient may be a view into a data-parallel
+ * bucket), not one flat buffer. The arithmetic of one tensor is the
+ * backend's (fr_backend's optim_update, grad_unscale, grad_sumsq and
+ * grad_scale: the CPU's kernels in backend/cpu/optim.c and optim_state.c,
+ * a device's own); which tensors, in which order, in which format and with
+ * which step count is here. The step (train/) makes the buffers, says which
  * parameters have a gradient this step (gv[i] >= 0) and which it already
  * updated inside backward (fused[i]); a ZeRO rank steps its range of a
- * parameter (fr_optim_step_range). A new rule is a kind in frugal.h, its
- * defaults in opts.c and its branch in fr_optim_step_range. */
+ * parameter on the host (fr_optim_step_range). A new rule is a kind in
+ * frugal.h, its defaults in opts.c, its kernels in each backend (their
+ * optim_update and OPTIM_STEP) and its branch in fr_optim_step_range. */
 #ifndef FR_OPTIM_H
 #define FR_OPTIM_H
 

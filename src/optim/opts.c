@@ -1,7 +1,7 @@
 /* opts.c — the optimizer options: PyTorch's defaults for each kind and
- * the parser of an optimizer's name. The update arithmetic lives in
- * src/backend/cpu/optim.c (the kernels) and optim/optim.c (the rules over
- * a model's parameters). */
+ * the parser of an optimizer's name. The update arithmetic lives in each
+ * backend's kernels (backend/cpu/optim.c, backend/opencl/optim.c) and the
+ * rules over a model's parameters in optim/optim.c. */
 #include <ctype.h>
 #include <string.h>
 #include "backend/cpu/optim_state.h"

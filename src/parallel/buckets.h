@@ -7,8 +7,8 @@
  * no byte beyond the gradients themselves. A bucket is ready after the plan
  * position of the last node writing any of its gradients; its MPI_Iallreduce
  * starts there (on the last micro-batch) and all are waited for before the
- * optimizer steps. The layout knows sizes and positions only; the step binds
- * it (train/step.c).
+ * optimizer steps. The layout knows sizes and positions only: train/zero.c
+ * lays it out, train/step.c binds the gradients into it and starts its sums.
  *
  * ZeRO (zero >= 1): the buckets laid end to end are the flat vector that
  * parallel/shard.h shards; each bucket is reduce-scattered instead of summed

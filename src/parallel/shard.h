@@ -1,8 +1,9 @@
-/* shard.h — ZeRO's shard rule, the one definition that the run (parallel/,
- * train/step.c, run/checkpoint.c) and the prediction (report/estimate.c)
- * share. The trainable gradients, laid end to end in bucket order (parallel/
- * buckets.h: parameters in reverse order), form one flat vector of `total`
- * f32 elements; on n ranks rank r owns the elements [r*c, min((r+1)*c,
+/* shard.h — ZeRO's shard rule, the one definition that the run (parallel/'s
+ * buckets, weight shards and collectives, through which train/zero.c
+ * shards) and the prediction (report/estimate.c) share. The trainable
+ * gradients, laid end to end in bucket order (parallel/buckets.h:
+ * parameters in reverse order), form one flat vector of `total` f32
+ * elements; on n ranks rank r owns the elements [r*c, min((r+1)*c,
  * total)), c = ceil(total / n): every rank but the last holds c elements,
  * the last what is left (possibly none). A parameter may be split between
  * ranks; its optimizer state, its sharded gradient and its share of the

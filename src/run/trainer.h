@@ -1,8 +1,11 @@
 /* trainer.h — the training loop: data loader -> step -> optimizer ->
  * metrics -> atomic checkpoint, with progress on a terminal, log lines
  * otherwise, JSON lines for scripts, test accuracy after each epoch and the
- * memory summary at the end. Metrics are plain numbers: nothing from a
- * finished step stays allocated (the seeds' `.item()` lesson). */
+ * memory summary at the end, one loop for every backend. Metrics are plain
+ * numbers: nothing from a finished step stays allocated (the seeds'
+ * `.item()` lesson). Declared here too, for the run's other files and the
+ * CLI: the user's words for sizes and checkpoint modes (spec.c) and the
+ * budget's split (budget.c). */
 #ifndef FR_TRAINER_H
 #define FR_TRAINER_H
 

@@ -10,10 +10,11 @@
  * upload (a barrier on the upload's event) and marks when it is done with
  * it; the upload into a slot waits for that mark, so neither side sees the
  * other half-way. Micro-batches bind offsets into the slot. Only the loss
- * and the count of correct answers come back (fr_dev_hits counts them on
- * the device). Training steps on a device only; on the CPU, in an eval
- * step, or with fr_step_opts.sync_upload, batches are written by the step
- * itself into a micro-batch's buffers (fr_dev_batch). */
+ * and the count of correct answers come back (fr_backend's hits counts them
+ * on the device). Training steps on a device only; on the CPU, in an eval
+ * step, or with fr_step_opts.sync_upload, the step binds each micro-batch
+ * itself (fr_place_batch, train/place.c: the host's batch in place, or
+ * written into a micro-batch's device buffers). */
 #ifndef FR_FEED_H
 #define FR_FEED_H
 
@@ -25,7 +26,7 @@ typedef struct fr_feed fr_feed;
 /* Whether a materialized s uploads through a feed (a device training step
  * without sync_upload). */
 int fr_feed_used(const fr_step *s);
-/* The feed's slots and queue for s (fr_dev_materialize calls it), the slots
+/* The feed's slots and queue for s (fr_place_materialize calls it), the slots
  * in the device's memory. */
 fr_status fr_feed_new(fr_step *s, fr_feed **out);
 void fr_feed_free(fr_feed *f); /* NULL: nothing */
@@ -47,7 +48,7 @@ fr_status fr_feed_drain(fr_feed *f);
 /* Whether b is the batch fr_feed_next handed out last: n samples and no
  * host data. */
 int fr_feed_holds(const fr_feed *f, const fr_batch *b);
-/* In the step (fr_dev_run): the slot holding b with the queue told to wait
+/* In the step (fr_step_run): the slot holding b with the queue told to wait
  * for its upload, refused if the slot holds another batch's (a host batch,
  * outside a fed epoch, is written into slot 0 on the step's queue first),
  * and samples off..off+n bound as the graph's input and label; then the

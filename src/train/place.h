@@ -1,7 +1,10 @@
 /* place.h — where a step's tensors live (place.c): the model's parameters
- * and the optimizer's state in the backend's memory and back, a
- * micro-batch's inputs and labels, the GEMM scratch, the gradients and
- * weights crossing when the optimizer is offloaded, the accuracy count. */
+ * in the backend's memory, they and a device's optimizer state brought to
+ * the host and sent back, a micro-batch's inputs and labels, the GEMM
+ * scratch, the gradients and weights crossing when the optimizer is
+ * offloaded, the accuracy count. The gradients' and the state's buffers
+ * themselves are the step's to make (step.c), in the optimizer's records
+ * (optim/optim.h). */
 #ifndef FR_PLACE_H
 #define FR_PLACE_H
 
