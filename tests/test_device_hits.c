@@ -1,5 +1,5 @@
 /* test_device_hits.c — accuracy counted on the OpenCL device (PoCL in CI;
- * fr_dev_hits through fr_backend.hits: only the count comes back, not the
+ * fr_backend.hits: only the count comes back, not the
  * logits) against the CPU backend's count (fr_step_hits on the host's
  * logits) for the same model, weights and batch: an eval step of 256
  * samples, and the first training step of 64 in micro-batches of 16 (the

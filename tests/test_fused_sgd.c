@@ -53,7 +53,7 @@ static void test_one_step_by_hand(void) {
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
     if (!s) return;
-    CHECK(s->n_fused == 2, "weight and bias updated in backward: %d", s->n_fused);
+    CHECK(s->opt.n_fused == 2, "weight and bias updated in backward: %d", s->opt.n_fused);
     float x[N * D];
     int32_t y[N] = {0, 2, 1, 2};
     fill(x, N * D, 1);
@@ -172,8 +172,8 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
         fr_step *s = fr_step_compile(m[keep], &o);
         CHECK(s != NULL, "%s compile: %s", what, fr_last_error(ctx[keep]));
         if (!s) return;
-        CHECK(s->n_fused == (keep ? 0 : want_fused), "%s keep_grads %d: %d tensors fused", what,
-              keep, s->n_fused);
+        CHECK(s->opt.n_fused == (keep ? 0 : want_fused), "%s keep_grads %d: %d tensors fused", what,
+              keep, s->opt.n_fused);
         size_t pred[FR_MEM_CAT_COUNT], total;
         fr_step_predicted(s, pred, &total);
         int nt = fr_get_threads(ctx[keep]);
@@ -183,10 +183,10 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
                arena = 0;
         for (size_t i = 0; i < m[keep]->n_params; i++) {
             size_t bytes = (size_t)fr_shape_numel(&m[keep]->params[i].shape) * 4;
-            if (!s->fused || !s->fused[i]) grads += bytes;
+            if (!s->opt.fused || !s->opt.fused[i]) grads += bytes;
             /* stepped by OPTIM_STEP: a layer's weight and bias gradients are
              * made by one node and live together in the arena, briefly */
-            if (s->fused && s->fused[i] == 2) {
+            if (s->opt.fused && s->opt.fused[i] == 2) {
                 size_t layer = 0;
                 for (size_t j = 0; j < m[keep]->n_params; j++)
                     if (m[keep]->params[j].layer == m[keep]->params[i].layer)
@@ -296,7 +296,7 @@ static void test_only_where_safe(void) {
         fr_step *s = fr_step_compile(m, &cases[c].o);
         CHECK(s != NULL, "%s: %s", cases[c].what, fr_last_error(ctx));
         if (!s) continue;
-        CHECK(s->n_fused == 0, "%s: %d tensors fused", cases[c].what, s->n_fused);
+        CHECK(s->opt.n_fused == 0, "%s: %d tensors fused", cases[c].what, s->opt.n_fused);
         fr_step_free(s);
     }
     fr_model_free(m);
@@ -310,7 +310,7 @@ static void test_nonfinite_loss(void) {
     fr_step_opts o = {
         .batch = 4, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_SGD), .seed = 1};
     fr_step *s = fr_step_compile(m, &o);
-    CHECK(s && s->n_fused == 4, "all four Linear tensors fused: %d", s ? s->n_fused : -1);
+    CHECK(s && s->opt.n_fused == 4, "all four Linear tensors fused: %d", s ? s->opt.n_fused : -1);
     if (!s) return;
     float x[4 * 50];
     int32_t y[4] = {1, 2, 3, 4};

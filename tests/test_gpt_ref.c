@@ -364,9 +364,9 @@ static void same_bits(fr_ctx *ctx, const ref *r, const char *what, run_opts a, r
               "%s: %s: %d of %d units recomputed, then %d of %d", r->name, what,
               ia.recomputed_units, ia.units, ib.recomputed_units, ib.units);
     if (a.keep_grads != b.keep_grads)
-        CHECK(sa->n_fused == 0 && sb->n_fused > 0,
-              "%s: %s: %d then %d parameters stepped in backward", r->name, what, sa->n_fused,
-              sb->n_fused);
+        CHECK(sa->opt.n_fused == 0 && sb->opt.n_fused > 0,
+              "%s: %s: %d then %d parameters stepped in backward", r->name, what, sa->opt.n_fused,
+              sb->opt.n_fused);
     for (int t = 0; t < steps; t++) {
         float la = NAN, lb = NAN;
         if (!run(ctx, r, sa, &la) || !run(ctx, r, sb, &lb)) goto done;

@@ -301,7 +301,7 @@ static int run_case(int device, int gpt, int offload, result *r) {
     if (s) {
         count_graph(s, r);
         if (getenv("FR_OFFLOAD_DEBUG")) dump(s);
-        r->n_off = s->n_offloaded;
+        r->n_off = s->place.n_offloaded;
         r->arena = s->plan.arena_bytes;
         r->plan_peak = s->plan.peak_total;
         r->plan_act = s->plan.peak[FR_MEM_ACTIVATIONS];
@@ -314,8 +314,8 @@ static int run_case(int device, int gpt, int offload, result *r) {
             st = fr_step_run(s, &b, &r->loss[k], NULL);
             CHECK(!st, "step %d: %s", k, fr_last_error(ctx));
         }
-        CHECK(s->offloaded_bytes == r->off_bytes, "the pass tallies %zu bytes, the graph %zu",
-              s->offloaded_bytes, r->off_bytes);
+        CHECK(s->place.offloaded_bytes == r->off_bytes, "the pass tallies %zu bytes, the graph %zu",
+              s->place.offloaded_bytes, r->off_bytes);
         fr_mem_stats hs, ds;
         fr_mem_get_stats(ctx, &hs);
         r->host_act_peak = hs.allocated_peak[FR_MEM_ACTIVATIONS];

@@ -412,7 +412,7 @@ static void test_freeze(void) {
         below |= l >= 0 && m->layers[l].unit < u4;
     }
     CHECK(!below, "no backward below the lowest trainable layer");
-    CHECK(s->first_unit == u4, "first unit with backward: %d", s->first_unit);
+    CHECK(s->sched.first_unit == u4, "first unit with backward: %d", s->sched.first_unit);
     free(b.x);
     free(b.y);
     fr_step_free(s);
@@ -560,7 +560,7 @@ static void test_plan_scales(void) {
     if (!r) return;
     fr_plan_info ri, info;
     fr_step_plan_info(r, &ri);
-    int L = m->n_units - r->first_unit;
+    int L = m->n_units - r->sched.first_unit;
     fr_step_free(r);
     CHECK(L == 2001, "%d units", L);
     o.checkpoint = FR_CKPT_AUTO;

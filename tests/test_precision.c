@@ -444,8 +444,8 @@ static void test_overflow_skip(void) {
     float *w = malloc(n0 * 4), *m0 = malloc(n0 * 4);
     memcpy(w, r.m->params[0].data, n0 * 4);
     memcpy(m0, fr_state_of(r.m, &r.m->params[0], 0), n0 * 4);
-    int64_t t = r.s->t;
-    r.s->inject_inf = 1;
+    int64_t t = r.s->opt.t;
+    r.s->opt.inject_inf = 1;
     CHECK(step(&r, &l) == FR_OK, "a skipped step is not an error: %s", fr_last_error(r.ctx));
     float scale;
     uint64_t skipped;
@@ -453,9 +453,9 @@ static void test_overflow_skip(void) {
     CHECK(skipped == 1 && scale == 32768.0f, "skipped %llu, scale %g", (unsigned long long)skipped,
           (double)scale);
     CHECK(!memcmp(w, r.m->params[0].data, n0 * 4) &&
-              !memcmp(m0, fr_state_of(r.m, &r.m->params[0], 0), n0 * 4) && r.s->t == t,
+              !memcmp(m0, fr_state_of(r.m, &r.m->params[0], 0), n0 * 4) && r.s->opt.t == t,
           "weights, optimizer state and step count untouched");
-    CHECK(step(&r, &l) == FR_OK && memcmp(w, r.m->params[0].data, n0 * 4) && r.s->t == t + 1,
+    CHECK(step(&r, &l) == FR_OK && memcmp(w, r.m->params[0].data, n0 * 4) && r.s->opt.t == t + 1,
           "the next step trains");
     free(w);
     free(m0);
@@ -463,7 +463,7 @@ static void test_overflow_skip(void) {
     /* Without a scaler (as in PyTorch) the inf reaches the weights, and the
      * next step's loss reports it as an error that names what to do. */
     run q = start(FR_PREC_FP32, FR_OPTIM_SGD, -1, 0);
-    q.s->inject_inf = 1;
+    q.s->opt.inject_inf = 1;
     CHECK(step(&q, &l) == FR_OK, "the poisoned step itself is not checked without a scaler");
     CHECK(step(&q, &l) == FR_ERR_NUMERIC && strstr(fr_last_error(q.ctx), "non-finite loss"), "%s",
           fr_last_error(q.ctx));
@@ -575,7 +575,7 @@ static void test_pure_grads(fr_precision p, double unit) {
         size_t nb = (size_t)fr_shape_numel(&r.m->params[0].shape) * 2;
         uint16_t *before = malloc(nb);
         memcpy(before, r.m->params[0].data, nb);
-        r.s->inject_inf = 1;
+        r.s->opt.inject_inf = 1;
         uint64_t skipped0, skipped1;
         fr_step_scaler(r.s, NULL, &skipped0);
         CHECK(step(&r, &lr) == FR_OK, "step with inf: %s", fr_last_error(r.ctx));

@@ -1317,8 +1317,8 @@ static int cmd_profile(int argc, char **argv) {
         goto out;
     }
     fr_step_describe_plan(s, stderr, 0);
-    size_t per = (size_t)fr_shape_numel(&s->g.vals[s->g.input].shape) / (size_t)s->micro;
-    size_t rows = (size_t)fr_shape_numel(&s->g.vals[s->g.label].shape) / (size_t)s->micro;
+    size_t per = (size_t)fr_shape_numel(&s->g.vals[s->g.input].shape) / (size_t)s->sched.micro;
+    size_t rows = (size_t)fr_shape_numel(&s->g.vals[s->g.label].shape) / (size_t)s->sched.micro;
     x = malloc(per * (size_t)so.batch * sizeof *x);
     y = malloc((per > rows ? per : rows) * (size_t)so.batch * sizeof *y);
     if (!x || !y) goto out;

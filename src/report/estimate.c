@@ -153,18 +153,19 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
     fprintf(out, "  %-12s %14zu B  %10s   (arena %s)\n", "total", total,
             fr_human_bytes(total, b[1], sizeof b[1]),
             fr_human_bytes(s->plan.arena_bytes, b[2], sizeof b[2]));
-    if (s->n_fused) {
+    if (s->opt.n_fused) {
         size_t kept = 0;
         for (size_t i = 0; i < m->n_params; i++)
-            if (s->fused[i]) kept += (size_t)fr_shape_numel(&m->params[i].shape) * sizeof(float);
-        if (s->upd_ws_len)
+            if (s->opt.fused[i])
+                kept += (size_t)fr_shape_numel(&m->params[i].shape) * sizeof(float);
+        if (s->opt.upd_ws_len)
             fprintf(
                 out,
                 "\ngradients: plain SGD updates %d Linear tensors inside backward, so their %s\n"
                 "of gradients are never stored, only a %s tile of scratch (--keep-grads stores "
                 "them)\n",
-                s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
-                fr_human_bytes(s->upd_ws_len * sizeof(float), b[6], sizeof b[6]));
+                s->opt.n_fused, fr_human_bytes(kept, b[5], sizeof b[5]),
+                fr_human_bytes(s->opt.upd_ws_len * sizeof(float), b[6], sizeof b[6]));
         else
             fprintf(
                 out,
@@ -174,7 +175,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 s->o.optim.kind == FR_OPTIM_SGD    ? "SGD"
                 : s->o.optim.kind == FR_OPTIM_ADAM ? "Adam"
                                                    : "AdamW",
-                s->n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
+                s->opt.n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
     }
     state_row sr[5];
     size_t tp;

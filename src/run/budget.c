@@ -131,7 +131,7 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     /* one rank scores its slice of each eval batch, and its eval step and
      * loader buffers hold the largest slice: of --eval-batch, or of the
      * global micro-batch, about the rank's own (the trainer's evaluate_test) */
-    int eb = d->eval_batch > 0 ? d->eval_batch : s->micro;
+    int eb = d->eval_batch > 0 ? d->eval_batch : s->sched.micro;
     if (d->ranks > 1 && d->eval_batch > 0) eb = (eb + d->ranks - 1) / d->ranks;
     fr_step_opts eo = {0};
     eo.batch = eb;

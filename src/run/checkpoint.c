@@ -131,12 +131,12 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     snprintf(all[nm].key, sizeof all[nm].key, "optimizer");
     snprintf(all[nm++].value, sizeof all[0].value, "%s", kinds[s->o.optim.kind]);
     snprintf(all[nm].key, sizeof all[nm].key, "optimizer.step");
-    snprintf(all[nm++].value, sizeof all[0].value, "%" PRId64, s->t);
+    snprintf(all[nm++].value, sizeof all[0].value, "%" PRId64, s->opt.t);
     snprintf(all[nm].key, sizeof all[nm].key, "runs");
-    snprintf(all[nm++].value, sizeof all[0].value, "%" PRIu64, s->runs);
+    snprintf(all[nm++].value, sizeof all[0].value, "%" PRIu64, s->sched.runs);
     snprintf(all[nm].key, sizeof all[nm].key, "scaler");
-    snprintf(all[nm++].value, sizeof all[0].value, "%.9g %d %llu", (double)s->scaler.scale,
-             s->scaler.growth_tracker, (unsigned long long)s->scaler.skipped);
+    snprintf(all[nm++].value, sizeof all[0].value, "%.9g %d %llu", (double)s->opt.scaler.scale,
+             s->opt.scaler.growth_tracker, (unsigned long long)s->opt.scaler.skipped);
     for (int i = 0; i < n_meta && nm < FR_ST_META_MAX; i++) all[nm++] = meta[i];
     st = fr_st_write(ctx, path, e, n, all, nm);
 done:
@@ -590,12 +590,12 @@ static fr_status read_counters(fr_ctx *ctx, const char *path, const fr_st_file *
 }
 
 static void apply_counters(fr_step *s, const counters *c) {
-    s->t = c->t;
-    s->runs = (uint64_t)c->runs;
+    s->opt.t = c->t;
+    s->sched.runs = (uint64_t)c->runs;
     if (c->have_scaler) {
-        s->scaler.scale = c->scale;
-        s->scaler.growth_tracker = (int)c->tracker;
-        s->scaler.skipped = (uint64_t)c->skipped;
+        s->opt.scaler.scale = c->scale;
+        s->opt.scaler.growth_tracker = (int)c->tracker;
+        s->opt.scaler.skipped = (uint64_t)c->skipped;
     }
 }
 
@@ -737,10 +737,10 @@ static int run_settings(const fr_step *s, run_setting *r) {
     } while (0)
     /* data parallel: the one process's settings (global batch, its micro-batch),
      * so that a checkpoint resumes on any number of ranks */
-    int batch = s->global_batch ? s->global_batch : s->o.batch;
+    int batch = s->dp.global_batch ? s->dp.global_batch : s->o.batch;
     RS("batch_size", "--batch", RS_INT, i, batch);
     RS("micro_batch", "--micro-batch", RS_INT, i,
-       s->global_batch ? s->global_batch / s->accumulate : s->micro);
+       s->dp.global_batch ? s->dp.global_batch / s->sched.accumulate : s->sched.micro);
     RS("seed", "--seed", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%" PRIu64, s->o.seed);
     RS("precision", "--precision", RS_WORD, i, 0);
@@ -749,7 +749,7 @@ static int run_settings(const fr_step *s, run_setting *r) {
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s",
              s->o.optim_state >= 0 && s->o.optim_state < 3 ? states[s->o.optim_state] : "?");
     RS("loss_scaling", "--loss-scale", RS_WORD, i, 0);
-    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", s->scaler.enabled ? "dynamic" : "none");
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", s->opt.scaler.enabled ? "dynamic" : "none");
     RS("clip_grad_norm", "--clip-grad-norm", RS_REAL, r, (double)s->o.clip_grad_norm);
     RS("frozen", "--freeze", RS_WORD, i, 0);
     frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);

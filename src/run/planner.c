@@ -1,15 +1,18 @@
 /* planner.c — give it a budget and it chooses: among plans that keep
  * everything, recompute segments (checkpoint_sequential, every:N), or use
  * binomial checkpointing with s slots, each at the full batch or split into
- * micro-batches, the least costly whose exact plan (the same plan the
+ * micro-batches (and, under --precision auto, with activations stored in
+ * fp32 or bf16), the least costly whose exact plan (the same plan the
  * executor runs) fits. Each family is searched, not enumerated, when it is
  * long (plan_search). Cost is the extra FLOPs as a fraction of the step's,
  * plus what splitting the batch costs in time (split_cost: a fixed cost per
- * node run and smaller GEMMs, measured) and a whole step more when the model
- * has BatchNorm (micro-batches change its batch statistics, so it is the
- * last resort). Nothing fits: the error names the smallest budget found
- * that does and the plan that gets there. Also the plan description of
- * `frugal plan`. */
+ * node run and smaller GEMMs, measured), what bf16 activations and
+ * --offload's copies cost (mixed_cost, offload_cost), and a whole step more
+ * when the model has BatchNorm (micro-batches change its batch statistics,
+ * so it is the last resort). Nothing fits: the error names the smallest
+ * budget found that does and the plan that gets there. Also the public
+ * fr_step_compile (through fr_step_prepare: under a budget the planner's
+ * choice, else the step as given) and what `frugal plan` prints. */
 #include <math.h>
 #include <string.h>
 #include "backend/backend.h"
@@ -69,8 +72,8 @@ static void act_copy_times(const fr_step *s, double step_flops, double *copy, do
         *copy = -1;
         return;
     }
-    double t = step_flops / fl, k = s->accumulate > 0 ? s->accumulate : 1;
-    *copy = 2.0 * (double)s->offloaded_bytes * k / bw;
+    double t = step_flops / fl, k = s->sched.accumulate > 0 ? s->sched.accumulate : 1;
+    *copy = 2.0 * (double)s->place.offloaded_bytes * k / bw;
     *exposed = fmax(0.0, *copy / 2 - w * t / 3) + fmax(0.0, *copy / 2 - 2 * w * t / 3);
 }
 
@@ -131,7 +134,7 @@ static double node_time(double flops, double rows) {
 }
 
 static double split_cost(const fr_step *s) {
-    double k = s->accumulate, split = 0, whole = 0;
+    double k = s->sched.accumulate, split = 0, whole = 0;
     if (k <= 1) return 0.0;
     for (int i = 0; i < s->plan.n_nodes; i++) {
         const fr_node *nd = &s->g.nodes[s->plan.order[i]];
@@ -196,10 +199,11 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
         for (int i = 0; i < s->g.n_forward; i++)
-            flops_to[s->unit[i] + 1] += fr_op_get(s->g.nodes[i].op)->flops(&s->g, &s->g.nodes[i]);
+            flops_to[s->sched.unit[i] + 1] +=
+                fr_op_get(s->g.nodes[i].op)->flops(&s->g, &s->g.nodes[i]);
         for (int u = 0; u < m->n_units; u++) flops_to[u + 1] += flops_to[u];
         *plain_out = plain / (k > 0 ? k : 1);
-        *first = s->first_unit;
+        *first = s->sched.first_unit;
     }
     fr_step_free(s);
     return 1;
@@ -520,8 +524,8 @@ fr_step *fr_step_plan_budget(fr_model *m, const fr_step_opts *opts) {
 /* Gradient bytes the SGD step inside backward saves (step.c). */
 static size_t fused_bytes(const fr_step *s) {
     size_t b = 0;
-    for (size_t i = 0; i < s->m->n_params && s->fused; i++)
-        if (s->fused[i]) b += (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
+    for (size_t i = 0; i < s->m->n_params && s->opt.fused; i++)
+        if (s->opt.fused[i]) b += (size_t)fr_shape_numel(&s->m->params[i].shape) * sizeof(float);
     return b;
 }
 
@@ -604,7 +608,7 @@ static void describe_offload(const fr_step *s, double step_flops, int recomputed
     }
     double copy, exposed, t = fl > 0 ? step_flops / fl : 0;
     act_copy_times(s, step_flops, &copy, &exposed);
-    double k = s->accumulate > 0 ? s->accumulate : 1;
+    double k = s->sched.accumulate > 0 ? s->sched.accumulate : 1;
     double remake = step_flops > 0 ? act_offloaded(s, NULL) * k / step_flops : 0;
     double cost = t > 0 && copy >= 0 ? exposed / t : 0;
     fprintf(out,
@@ -613,8 +617,8 @@ static void describe_offload(const fr_step *s, double step_flops, int recomputed
             "below): %.2f ms of copies a step at %.2f GB/s, %.2f ms of it not hidden by compute "
             "(overlap share %.0f%%): like %.1f%% more compute; recomputing them instead costs "
             "about %.1f%% (their units' forwards, again)%s\n",
-            s->n_offloaded, fr_human_bytes(s->offloaded_bytes, a, sizeof a), 1e3 * fmax(copy, 0),
-            bw / 1e9, 1e3 * exposed, 100 * w, 100 * cost, 100 * remake,
+            s->place.n_offloaded, fr_human_bytes(s->place.offloaded_bytes, a, sizeof a),
+            1e3 * fmax(copy, 0), bw / 1e9, 1e3 * exposed, 100 * w, 100 * cost, 100 * remake,
             !s->o.budget     ? ""
             : cost <= remake ? " (chosen under the budget: cheaper than recomputing)"
                              : " (chosen under the budget: no plan that recomputes instead fits "
@@ -668,7 +672,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, n_remade, frac,
                 split, frac + split, base, inplace, info.arena, info.reserved, total, s->o.budget,
-                s->n_fused, fused_bytes(s), s->upd_ws_len * sizeof(float),
+                s->opt.n_fused, fused_bytes(s), s->opt.upd_ws_len * sizeof(float),
                 offload_name(s->o.offload));
         if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
             double bw, fl, w, copy, exposed;
@@ -679,8 +683,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     "\"offload_activations\": {\"values\": %d, \"bytes\": %zu, \"copy_ms\": %.4f, "
                     "\"exposed_ms\": %.4f, \"cost\": %.6g, \"recompute_cost\": %.6g, "
                     "\"copy_rate\": %.6g, \"flop_rate\": %.6g, \"overlap\": %.3f}, ",
-                    s->n_offloaded, s->offloaded_bytes, 1e3 * fmax(copy, 0), 1e3 * exposed,
-                    t > 0 && copy >= 0 ? exposed / t : 0,
+                    s->place.n_offloaded, s->place.offloaded_bytes, 1e3 * fmax(copy, 0),
+                    1e3 * exposed, t > 0 && copy >= 0 ? exposed / t : 0,
                     base > 0 ? act_offloaded(s, NULL) * k / base : 0, bw, fl, w);
         }
         fprintf(out, "\"layers\": [");
@@ -693,11 +697,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     "%s{\"name\": \"%s\", \"unit\": %d, \"activations\": \"%s\", "
                     "\"output_remade\": %s, \"frozen\": %s}",
                     first ? "" : ", ", l->name, u,
-                    u < s->first_unit                            ? "none"
+                    u < s->sched.first_unit                      ? "none"
                     : has_clone(s, recomputed, FR_REMAT_UNIT, u) ? "recomputed"
                     : offloaded && offloaded[i]                  ? "offloaded"
                                                                  : "kept",
-                    u >= s->first_unit && !has_clone(s, recomputed, FR_REMAT_UNIT, u) &&
+                    u >= s->sched.first_unit && !has_clone(s, recomputed, FR_REMAT_UNIT, u) &&
                             has_clone(s, remade, FR_REMAT_CHEAP, (int)i)
                         ? "true"
                         : "false",
@@ -744,18 +748,18 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     if (fr_backend_is_device(fr_backend_of(s->ctx)))
         describe_offload(s, base, info.recomputed_units > 0, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
-    if (s->n_fused && !s->upd_ws_len)
+    if (s->opt.n_fused && !s->opt.upd_ws_len)
         fprintf(out,
                 "optimizer step inside backward: %d tensors stepped as their gradient is made, "
                 "%s of gradients never all stored (--keep-grads to store them)\n",
-                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
-    else if (s->n_fused)
+                s->opt.n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]));
+    else if (s->opt.n_fused)
         fprintf(out,
                 "SGD step inside backward: %d Linear tensors updated as their gradient is "
                 "computed, %s of gradients never stored, a %s tile of scratch instead "
                 "(--keep-grads to store them)\n",
-                s->n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
-                fr_human_bytes(s->upd_ws_len * sizeof(float), h[6], sizeof h[6]));
+                s->opt.n_fused, fr_human_bytes(fused_bytes(s), h[5], sizeof h[5]),
+                fr_human_bytes(s->opt.upd_ws_len * sizeof(float), h[6], sizeof h[6]));
     fprintf(out, "\n");
     int nw = fr_model_name_width(m, 16);
     fprintf(out, "%-6s %-*s %-14s %s\n", "unit", nw, "layer", "type", "activations");
@@ -764,7 +768,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         if (l->kind == FR_L_RES_SHORTCUT || l->kind == FR_L_RES_END) continue;
         int u = l->unit;
         fprintf(out, "%-6d %-*s %-14s %s%s\n", u, nw, l->name, fr_layer_kind_name(l->kind),
-                u < s->first_unit ? "no backward (below the lowest trainable layer)"
+                u < s->sched.first_unit ? "no backward (below the lowest trainable layer)"
                 : has_clone(s, recomputed, FR_REMAT_UNIT, u) ? "recomputed before its backward"
                 : offloaded && offloaded[i] ? "kept on the host between forward and backward"
                 : has_clone(s, remade, FR_REMAT_CHEAP, (int)i)

@@ -236,8 +236,8 @@ static fr_status evaluate_test(fr_ctx *ctx, const fr_train_cfg *cfg, fr_step *s,
      * its own micro-batch: the eval batches are one process's, so every
      * window is scored once, the last partial batch's too. */
     int eb = cfg->eval_batch > 0 ? cfg->eval_batch
-             : src->ranks > 1    ? cfg->step.batch / s->accumulate
-                                 : s->micro;
+             : src->ranks > 1    ? cfg->step.batch / s->sched.accumulate
+                                 : s->sched.micro;
     int64_t limit = fr_eval_limit(cfg, src->tokens != NULL);
     fr_eval_sums t;
     if ((st = fr_source_evaluate_sums(src, s->m, eb, limit, &t))) return st;
@@ -337,15 +337,16 @@ static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
                 snprintf(buf, len, "optimizer state %d of %s", k, p->name);
                 return;
             }
-        if (cat == FR_MEM_GRADS && trained && !(s->fused && s->fused[i]) && (!q || !q->grad)) {
+        if (cat == FR_MEM_GRADS && trained && !(s->opt.fused && s->opt.fused[i]) &&
+            (!q || !q->grad)) {
             snprintf(buf, len, "the gradient of %s", p->name);
             return;
         }
     }
     if (cat == FR_MEM_DATA)
         snprintf(buf, len, "%s",
-                 s->feed || !fr_feed_used(s) ? "the batch's inputs and labels"
-                                             : "the two batch slots");
+                 s->place.feed || !fr_feed_used(s) ? "the batch's inputs and labels"
+                                                   : "the two batch slots");
     else if (s->plan.arena_bytes && !s->ex.arena)
         snprintf(buf, len, "the step's arena (%zu bytes of activations and workspace)",
                  s->plan.arena_bytes);
@@ -519,7 +520,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             (ranks > 1 && (st = fr_step_distribute(s, comm))) || (st = fr_step_materialize(s)))
             goto done;
     }
-    if (ranks > 1) s->global_batch = cfg->step.batch;
+    if (ranks > 1) s->dp.global_batch = cfg->step.batch;
     if (ranks <= 1 && cfg->step.zero > 0 && !cfg->quiet)
         fprintf(stderr,
                 "note: --zero %d shards over the ranks of an mpirun launch; one process holds "
@@ -527,19 +528,19 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 cfg->step.zero, cfg->step.zero);
     if (ranks > 1 && !cfg->json && !cfg->quiet) {
         char bk[256];
-        fr_buckets_describe(s->buckets, bk, sizeof bk);
+        fr_buckets_describe(s->dp.buckets, bk, sizeof bk);
         fprintf(stderr,
                 "%d ranks (data parallel, ZeRO stage %d): global batch %d, each rank a slice of "
                 "%d or %d samples in %d micro-batch%s; gradients %s in %s, %s; the "
                 "optimizer steps %s %s\n",
                 ranks, s->o.zero, cfg->step.batch, cfg->step.batch / ranks,
-                (cfg->step.batch + ranks - 1) / ranks, s->accumulate,
-                s->accumulate == 1 ? "" : "es", s->o.zero ? "reduce-scattered" : "summed", bk,
+                (cfg->step.batch + ranks - 1) / ranks, s->sched.accumulate,
+                s->sched.accumulate == 1 ? "" : "es", s->o.zero ? "reduce-scattered" : "summed", bk,
                 cfg->step.no_overlap ? "all after backward"
                                      : "each started as backward completes it",
-                s->buckets->on_share ? "inside backward, each bucket's owned share as its sums "
-                                       "arrive (no gradient shard kept),"
-                                     : "after backward (the sums come first),",
+                s->dp.buckets->on_share ? "inside backward, each bucket's owned share as its sums "
+                                          "arrive (no gradient shard kept),"
+                                        : "after backward (the sums come first),",
                 s->o.zero == 0   ? "on every rank"
                 : s->o.zero == 1 ? "on each rank's shard (optimizer state sharded), the weights "
                                    "all-gathered"
@@ -554,11 +555,11 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         fr_step_describe_plan(s, stderr, 0);
         if (cfg->step.budget) fr_budget_describe(&bud, stderr, 0);
         fputc('\n', stderr);
-    } else if (!cfg->json && !cfg->quiet && s->n_fused) {
+    } else if (!cfg->json && !cfg->quiet && s->opt.n_fused) {
         fprintf(stderr,
                 "optimizer step inside backward for %d tensors: their gradients are never "
                 "all stored (--keep-grads to store them)\n",
-                s->n_fused);
+                s->opt.n_fused);
     }
     /* --init: the weights of a state_dict (strict names and shapes, optimizer
      * tensors ignored) over the initialised ones; the optimizer starts fresh. */
@@ -611,8 +612,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     for (int epoch = start_epoch; epoch < cfg->epochs && step < step_end; epoch++) {
         double t0 = now_s(), sum = 0;
         int64_t seen = 0, hits = 0, i = skip;
-        if ((st = s->feed ? fr_feed_start(s->feed, &l, epoch, skip)
-                          : fr_batches_start(&l, epoch, skip)))
+        if ((st = s->place.feed ? fr_feed_start(s->place.feed, &l, epoch, skip)
+                                : fr_batches_start(&l, epoch, skip)))
             goto done;
         skip = 0;
         int64_t ep_steps = nb < i + (step_end - step) ? nb : i + (step_end - step);
@@ -620,13 +621,13 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             fr_batch b;
             int done_ = 0, c = 0;
             float L;
-            if ((st =
-                     s->feed ? fr_feed_next(s->feed, &b, &done_) : fr_batches_next(&l, &b, &done_)))
+            if ((st = s->place.feed ? fr_feed_next(s->place.feed, &b, &done_)
+                                    : fr_batches_next(&l, &b, &done_)))
                 goto done;
             if (done_) break;
-            if (ranks > 1) s->global_n = fr_batches_global_n(&l);
+            if (ranks > 1) s->dp.global_n = fr_batches_global_n(&l);
             if ((st = fr_step_run(s, &b, &L, &c))) goto done;
-            int gn = ranks > 1 ? s->global_n : b.n; /* L and c are the global batch's */
+            int gn = ranks > 1 ? s->dp.global_n : b.n; /* L and c are the global batch's */
             sum += (double)L * gn;
             seen += gn;
             hits += c;
@@ -728,7 +729,7 @@ done:;
     if (st == FR_ERR_NOMEM && ctx->dmem && s &&
         device_refusal(s, fr_last_error(ctx), oom_what, sizeof oom_what)) {
         snprintf(oom, sizeof oom, "%s", fr_last_error(ctx));
-        if (s->feed) fr_feed_drain(s->feed); /* before the loader's batches go */
+        if (s->place.feed) fr_feed_drain(s->place.feed); /* before the loader's batches go */
         fr_batches_close(&l);
         fr_step_free(s);
         fr_model_free(m);
@@ -756,8 +757,8 @@ done:;
         st = fr_comm_minmax_u64(ctx, comm, mine, lo, hi, FR_MEM_CAT_COUNT + 2, "the memory peaks");
         for (int c = 0; c < FR_MEM_CAT_COUNT + 2; c++)
             res->rank_peak_min[c] = lo[c], res->rank_peak_max[c] = hi[c];
-        res->comm_wait_s = s->buckets->wait_s;
-        res->buckets = s->buckets->n;
+        res->comm_wait_s = s->dp.buckets->wait_s;
+        res->buckets = s->dp.buckets->n;
     }
     if (!st && !cfg->json && !cfg->quiet && !res->stopped_by) {
         size_t pred[FR_MEM_CAT_COUNT], total;
@@ -773,20 +774,20 @@ done:;
                cfg->step.budget ? (ms.reserved_peak <= cfg->step.budget ? " (within the budget)"
                                                                         : " (OVER the budget)")
                                 : "");
-        if (s->scaler.enabled)
+        if (s->opt.scaler.enabled)
             printf("loss scaler: scale %g, %llu steps skipped for inf/NaN gradients\n",
-                   (double)s->scaler.scale, (unsigned long long)s->scaler.skipped);
+                   (double)s->opt.scaler.scale, (unsigned long long)s->opt.scaler.skipped);
         fr_mem_summary(ctx, stdout);
         if (ranks > 1) {
             fr_mem_ranks_summary(ranks, res->rank_peak_min, res->rank_peak_max, stdout, 0);
             printf("rank 0 waited %.3f s for the gradient sums over %lld steps (%s)\n",
-                   res->comm_wait_s, (long long)s->buckets->reductions,
+                   res->comm_wait_s, (long long)s->dp.buckets->reductions,
                    cfg->step.no_overlap ? "started after backward" : "overlapping backward");
         }
     }
-    if (s && s->feed) {
+    if (s && s->place.feed) {
         fr_feed_stats fs;
-        fr_feed_get_stats(s->feed, &fs);
+        fr_feed_get_stats(s->place.feed, &fs);
         if (!st && !cfg->json && !cfg->quiet)
             printf("batch uploads: %lld into two device slots, %lld of them before the step "
                    "beside them ended (%.2f ms uploading, %.2f ms of it during a step); %lld "
@@ -794,12 +795,12 @@ done:;
                    "own batch\n",
                    (long long)fs.uploads, (long long)fs.overlapped, fs.upload_us / 1e3,
                    fs.overlap_us / 1e3, (long long)fs.from_loader, (long long)fs.waits);
-        fr_status ds = fr_feed_drain(s->feed); /* before the loader's batches go */
+        fr_status ds = fr_feed_drain(s->place.feed); /* before the loader's batches go */
         if (!st) st = ds;
     }
     if (s) {
-        res->loss_scale = s->scaler.enabled ? s->scaler.scale : 1.0f;
-        res->skipped_steps = s->scaler.skipped;
+        res->loss_scale = s->opt.scaler.enabled ? s->opt.scaler.scale : 1.0f;
+        res->skipped_steps = s->opt.scaler.skipped;
     }
     fr_batches_close(&l);
     fr_step_free(s);

@@ -1,8 +1,9 @@
 /* account.c — what a step holds, predicted from its plan and options before
  * anything is allocated: persistent bytes by category (parameters,
  * gradients, optimizer state, one data batch), the predicted peak, and the
- * bytes reserved as the allocator rounds each block; fr_plan_info for the
- * public API. The same numbers the run then measures. */
+ * bytes reserved as the allocator rounds each block (in the host's memory,
+ * and in a device's: fr_dev_step_reserved); fr_plan_info for the public
+ * API. The same numbers the run then measures. */
 #include <string.h>
 #include "backend/backend.h"
 #include "parallel/buckets.h"
@@ -30,11 +31,12 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
                 (size_t)fr_optim_states(&s->o.optim) * fr_step_state_here(s, i, &kind);
         }
     }
-    if (s->buckets && s->o.zero >= 2) { /* the gradient shard, and the buckets at their worst */
+    if (s->dp.buckets && s->o.zero >= 2) { /* the gradient shard, and the buckets at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->o.zero, &peak, &res);
         out[FR_MEM_GRADS] += peak;
-        if (!s->buckets->on_share) out[FR_MEM_GRADS] += (s->buckets->hi - s->buckets->lo) * 4;
+        if (!s->dp.buckets->on_share)
+            out[FR_MEM_GRADS] += (s->dp.buckets->hi - s->dp.buckets->lo) * 4;
     }
     if (ps) { /* ZeRO 3: the weights' shard and what the step gathers at its worst */
         size_t peak, res;
@@ -42,9 +44,9 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
         out[FR_MEM_PARAMS] += (ps->hi - ps->lo) * sizeof(float) + peak;
     }
     size_t per = (fr_value_bytes(&s->g.vals[s->g.input]) + fr_value_bytes(&s->g.vals[s->g.label])) /
-                 (size_t)s->micro;
-    out[FR_MEM_GRADS] += s->upd_ws_len * sizeof(float);
-    out[FR_MEM_WORKSPACE] += s->gemm_ws * sizeof(float);                 /* the GEMM scratch */
+                 (size_t)s->sched.micro;
+    out[FR_MEM_GRADS] += s->opt.upd_ws_len * sizeof(float);
+    out[FR_MEM_WORKSPACE] += s->place.gemm_ws * sizeof(float);           /* the GEMM scratch */
     out[FR_MEM_ACTIVATIONS] += fr_offload_host_place(&s->g, NULL, NULL); /* host block */
     out[FR_MEM_DATA] = per * (size_t)s->o.batch;
     /* the step's metadata, and a training step's optimizer records (kept with the model) */
@@ -75,29 +77,30 @@ size_t fr_step_reserved(const fr_step *s) {
         const fr_param *p = &m->params[i];
         if (!fr_pshard_holds(ps, (int)i)) r += fr_mem_block_bytes(param_bytes(p));
         size_t g = fr_step_grad_bytes(s, i);
-        if (g && !s->buckets) r += fr_mem_block_bytes(g);
+        if (g && !s->dp.buckets) r += fr_mem_block_bytes(g);
         if (s->gv[i] >= 0 && s->o.training) {
             int kind;
             size_t sb = fr_step_state_here(s, i, &kind);
             if (sb) r += (size_t)ns * fr_mem_block_bytes(sb);
         }
     }
-    if (s->upd_ws_len) r += fr_mem_block_bytes(s->upd_ws_len * sizeof(float));
-    if (s->gemm_ws) r += fr_mem_block_bytes(s->gemm_ws * sizeof(float));
-    if (s->buckets && s->o.zero < 2) r += fr_buckets_reserved(s->buckets); /* a block a bucket */
-    if (s->buckets && s->o.zero >= 2) { /* the shard, and the bucket blocks at their worst */
+    if (s->opt.upd_ws_len) r += fr_mem_block_bytes(s->opt.upd_ws_len * sizeof(float));
+    if (s->place.gemm_ws) r += fr_mem_block_bytes(s->place.gemm_ws * sizeof(float));
+    if (s->dp.buckets && s->o.zero < 2)
+        r += fr_buckets_reserved(s->dp.buckets); /* a block a bucket */
+    if (s->dp.buckets && s->o.zero >= 2) { /* the shard, and the bucket blocks at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->o.zero, &peak, &res);
         r += res;
-        if (s->buckets->hi > s->buckets->lo && !s->buckets->on_share)
-            r += fr_mem_block_bytes((s->buckets->hi - s->buckets->lo) * sizeof(float));
+        if (s->dp.buckets->hi > s->dp.buckets->lo && !s->dp.buckets->on_share)
+            r += fr_mem_block_bytes((s->dp.buckets->hi - s->dp.buckets->lo) * sizeof(float));
     }
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time
      * (SGD on 16-bit weights; Adam there is one fused pass without them) */
     size_t widest = 0;
     for (size_t i = 0; s->o.training && s->o.optim.kind == FR_OPTIM_SGD && i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->fused && s->fused[i])) continue;
+        if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->opt.fused && s->opt.fused[i])) continue;
         size_t w = (size_t)fr_shape_numel(&p->shape) * sizeof(float) * (size_t)(2 + ns);
         if (w > widest) widest = w;
     }
@@ -115,12 +118,12 @@ size_t fr_step_reserved(const fr_step *s) {
 
 void fr_step_plan_info(const fr_step *s, fr_plan_info *o) {
     memset(o, 0, sizeof *o);
-    o->micro_batch = s->micro;
-    o->accumulate = s->accumulate;
+    o->micro_batch = s->sched.micro;
+    o->accumulate = s->sched.accumulate;
     o->units = s->m->n_units;
-    o->recomputed_units = s->recomputed_units;
-    o->flops = s->flops;
-    o->extra_flops = s->extra_flops;
+    o->recomputed_units = s->sched.recomputed_units;
+    o->flops = s->sched.flops;
+    o->extra_flops = s->sched.extra_flops;
     o->arena = s->plan.arena_bytes;
     o->mode = s->o.checkpoint;
     o->ckpt_arg = s->o.ckpt_arg;
@@ -140,7 +143,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         const fr_param *p = &m->params[i];
         r += fr_mem_class_bytes(dm, param_bytes(p));
         if (!s->o.training || s->gv[i] < 0) continue;
-        if (!(s->fused && s->fused[i])) /* its gradient, unless stepped inside backward */
+        if (!(s->opt.fused && s->opt.fused[i])) /* its gradient, unless stepped inside backward */
             r += fr_mem_class_bytes(dm, fr_step_grad_bytes(s, i));
         int kind;
         if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
@@ -153,7 +156,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
              fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
     if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
-    if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_dev_hits' count */
+    if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_backend.hits' count */
         r += fr_mem_class_bytes(dm, FR_HITS_SCRATCH);
     if (fr_place_scratch_floats(s))
         r += fr_mem_class_bytes(dm, fr_place_scratch_floats(s) * sizeof(float));

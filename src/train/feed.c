@@ -41,9 +41,11 @@ int fr_feed_used(const fr_step *s) {
 
 /* Bytes a sample takes of the graph's input and label values. */
 static size_t sample_bytes(const fr_step *s, int v) {
-    return fr_value_bytes(&s->g.vals[v]) / (size_t)s->micro;
+    return fr_value_bytes(&s->g.vals[v]) / (size_t)s->sched.micro;
 }
-static size_t whole(const fr_step *s) { return (size_t)s->micro * (size_t)s->accumulate; }
+static size_t whole(const fr_step *s) {
+    return (size_t)s->sched.micro * (size_t)s->sched.accumulate;
+}
 
 size_t fr_feed_reserved(const fr_step *s) {
     const fr_mem *dm = s->ctx->dmem;
@@ -231,7 +233,7 @@ int fr_feed_holds(const fr_feed *f, const fr_batch *b) {
 }
 
 fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
-    fr_feed *f = s->feed;
+    fr_feed *f = s->place.feed;
     int c = f->cur;
     fr_status st;
     if (fr_feed_holds(f, b)) {
@@ -265,13 +267,13 @@ fr_status fr_feed_acquire(fr_step *s, const fr_batch *b, int *slot) {
 }
 
 void fr_feed_bind(fr_step *s, int slot, int off) {
-    fr_feed *f = s->feed;
+    fr_feed *f = s->place.feed;
     fr_exec_bind_dev(&s->ex, s->g.input, f->x[slot], (size_t)off * f->xs);
     fr_exec_bind_dev(&s->ex, s->g.label, f->y[slot], (size_t)off * f->ys);
 }
 
 fr_status fr_feed_release(fr_step *s, int slot) {
-    fr_feed *f = s->feed;
+    fr_feed *f = s->place.feed;
     drop(f, &f->end[slot]);
     f->ran[slot] = f->cur_k;
     return f->be->event_mark(s->ctx, &f->end[slot]);

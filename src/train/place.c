@@ -1,10 +1,11 @@
 /* place.c — where a step's tensors live: the model's parameters in the
  * backend's memory (a device's copies, uploaded when a step is made and
- * brought back for a checkpoint; on the CPU the host data itself), a
- * micro-batch's inputs and labels (bound in place on the host, written into
- * the step's buffers or read from the feed's slot on a device), the GEMM
- * scratch, the gradients brought down and the weights sent back when the
- * optimizer is offloaded, and the accuracy counted where the logits are. */
+ * brought back, with a device's optimizer state, for a checkpoint; on the
+ * CPU the host data itself), a micro-batch's inputs and labels (bound in
+ * place on the host, written into the step's buffers or read from the
+ * feed's slot on a device), the GEMM scratch, the gradients brought down
+ * and the weights sent back when the optimizer is offloaded, and the
+ * accuracy counted where the logits are. */
 #include <string.h>
 #include "core/ctx.h"
 #include "train/place.h"
@@ -22,36 +23,37 @@ static fr_status upload(fr_ctx *ctx, void **buf, const void *src, size_t bytes, 
 }
 
 size_t fr_place_scratch_floats(const fr_step *s) {
-    return fr_step_on_device(s) ? s->gemm_ws + s->upd_ws_len : s->gemm_ws;
+    return fr_step_on_device(s) ? s->place.gemm_ws + s->opt.upd_ws_len : s->place.gemm_ws;
 }
 
 fr_status fr_place_scratch_take(fr_step *s, int take) {
     const fr_backend *be = fr_backend_of(s->ctx);
     if (!take) {
-        be->release(s->ctx, s->scratch);
-        s->scratch = NULL;
+        be->release(s->ctx, s->place.scratch);
+        s->place.scratch = NULL;
         return FR_OK;
     }
     size_t n = fr_place_scratch_floats(s);
-    if (!n || s->scratch) return FR_OK;
+    if (!n || s->place.scratch) return FR_OK;
     /* a device's: its GEMMs' temporary buffers, then the fused SGD step's
      * weight gradient (opencl/gemm.c), gradients when it holds only those;
      * the CPU's: oneDNN's 16-bit GEMM scratchpad */
-    s->scratch = be->alloc(s->ctx, n * sizeof(float), s->gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
-    return s->scratch ? FR_OK : FR_ERR_NOMEM;
+    s->place.scratch =
+        be->alloc(s->ctx, n * sizeof(float), s->place.gemm_ws ? FR_MEM_WORKSPACE : FR_MEM_GRADS);
+    return s->place.scratch ? FR_OK : FR_ERR_NOMEM;
 }
 
 void fr_place_scratch(fr_step *s) {
     fr_exec *e = &s->ex;
     if (fr_step_on_device(s)) { /* one device buffer: opencl/gemm.c reads it so */
-        e->upd_ws = s->scratch;
-        e->upd_ws_len = s->scratch ? fr_place_scratch_floats(s) : 0;
+        e->upd_ws = s->place.scratch;
+        e->upd_ws_len = s->place.scratch ? fr_place_scratch_floats(s) : 0;
         return;
     }
-    e->upd_ws = s->upd_ws;
-    e->upd_ws_len = s->upd_ws_len;
-    e->gemm_ws = s->scratch;
-    e->gemm_ws_len = s->scratch ? s->gemm_ws * sizeof(float) : 0;
+    e->upd_ws = s->opt.upd_ws;
+    e->upd_ws_len = s->opt.upd_ws_len;
+    e->gemm_ws = s->place.scratch;
+    e->gemm_ws_len = s->place.scratch ? s->place.gemm_ws * sizeof(float) : 0;
 }
 
 fr_status fr_place_materialize(fr_step *s) {
@@ -66,12 +68,12 @@ fr_status fr_place_materialize(fr_step *s) {
     }
     /* the batch's device buffers: two whole batches uploaded ahead, or a
      * micro-batch of inputs and of labels */
-    if (fr_feed_used(s)) return s->feed ? FR_OK : fr_feed_new(s, &s->feed);
+    if (fr_feed_used(s)) return s->place.feed ? FR_OK : fr_feed_new(s, &s->place.feed);
     const fr_graph *g = &s->g;
     size_t xb = fr_value_bytes(&g->vals[g->input]), yb = fr_value_bytes(&g->vals[g->label]);
-    if (!s->dev_x && !(s->dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
+    if (!s->place.dev_x && !(s->place.dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
         return FR_ERR_NOMEM;
-    if (!s->dev_y && !(s->dev_y = fr_backend_of(ctx)->alloc(ctx, yb, FR_MEM_DATA)))
+    if (!s->place.dev_y && !(s->place.dev_y = fr_backend_of(ctx)->alloc(ctx, yb, FR_MEM_DATA)))
         return FR_ERR_NOMEM;
     return FR_OK;
 }
@@ -79,25 +81,25 @@ fr_status fr_place_materialize(fr_step *s) {
 fr_status fr_place_batch(fr_step *s, const fr_batch *b, int slot, int off, int n) {
     const fr_graph *g = &s->g;
     fr_exec *e = &s->ex;
-    if (s->feed) { /* uploaded ahead into the slot */
+    if (s->place.feed) { /* uploaded ahead into the slot */
         fr_feed_bind(s, slot, off);
         return FR_OK;
     }
     int ce = s->m->loss == FR_LOSS_CROSS_ENTROPY, tokens = s->m->in_dtype == FR_I32;
-    size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->micro;
-    size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->micro;
+    size_t xs = fr_value_bytes(&g->vals[g->input]) / (size_t)s->sched.micro;
+    size_t ys = fr_value_bytes(&g->vals[g->label]) / (size_t)s->sched.micro;
     const char *x = tokens ? (const char *)b->idx : (const char *)b->x;
     const char *y = ce ? (const char *)b->y : (const char *)b->target;
-    if (!s->dev_x) { /* host memory: the batch itself */
+    if (!s->place.dev_x) { /* host memory: the batch itself */
         fr_exec_bind(e, g->input, (void *)(x + (size_t)off * xs));
         fr_exec_bind(e, g->label, (void *)(y + (size_t)off * ys));
         return FR_OK;
     }
     const fr_backend *be = fr_backend_of(s->ctx);
-    fr_status st = be->write(s->ctx, s->dev_x, 0, x + (size_t)off * xs, (size_t)n * xs);
-    if (!st) st = be->write(s->ctx, s->dev_y, 0, y + (size_t)off * ys, (size_t)n * ys);
-    fr_exec_bind_dev(e, g->input, s->dev_x, 0);
-    fr_exec_bind_dev(e, g->label, s->dev_y, 0);
+    fr_status st = be->write(s->ctx, s->place.dev_x, 0, x + (size_t)off * xs, (size_t)n * xs);
+    if (!st) st = be->write(s->ctx, s->place.dev_y, 0, y + (size_t)off * ys, (size_t)n * ys);
+    fr_exec_bind_dev(e, g->input, s->place.dev_x, 0);
+    fr_exec_bind_dev(e, g->label, s->place.dev_y, 0);
     return st;
 }
 
@@ -146,12 +148,12 @@ fr_status fr_place_params_up(fr_step *s) {
 
 void fr_place_free(fr_step *s) {
     const fr_backend *be = fr_backend_of(s->ctx);
-    be->release(s->ctx, s->dev_x);
-    be->release(s->ctx, s->dev_y);
-    be->release(s->ctx, s->scratch);
-    s->dev_x = s->dev_y = s->scratch = NULL;
-    fr_feed_free(s->feed);
-    s->feed = NULL;
+    be->release(s->ctx, s->place.dev_x);
+    be->release(s->ctx, s->place.dev_y);
+    be->release(s->ctx, s->place.scratch);
+    s->place.dev_x = s->place.dev_y = s->place.scratch = NULL;
+    fr_feed_free(s->place.feed);
+    s->place.feed = NULL;
 }
 
 fr_status fr_model_to_host(fr_model *m) {

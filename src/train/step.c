@@ -1,9 +1,13 @@
-/* step.c — compiling and running one step: model -> graph -> autodiff ->
- * rematerialization schedule -> plan -> exec, then the optimizer update with
- * PyTorch's formulas. A step may split its batch into micro-batches whose
+/* step.c — building, materializing and running one step, one run for
+ * every backend: model -> graph -> autodiff -> rematerialization schedule
+ * -> graph passes (precision, half gradients, activation offload, the
+ * optimizer step inside backward) -> plan -> exec, then the update through
+ * optim/ (the scaler, clipping, PyTorch's rules) on the backend where the
+ * optimizer lives. A step may split its batch into micro-batches whose
  * gradients accumulate (the loss of each scaled by its share of the batch),
  * and may recompute activations instead of keeping them; with a budget the
- * planner (planner.c) picks both. */
+ * planner (run/planner.c) picks both. Where tensors live is place.c's, the
+ * ranks' buckets and shards zero.c's, the predicted bytes account.c's. */
 #include <math.h>
 #include <string.h>
 #include "autodiff/autodiff.h"
@@ -27,7 +31,7 @@
 #include "train/zero.h"
 
 size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
-    if (s->gv[i] < 0 || (s->fused && s->fused[i])) return 0;
+    if (s->gv[i] < 0 || (s->opt.fused && s->opt.fused[i])) return 0;
     return (size_t)fr_shape_numel(&s->m->params[i].shape) *
            fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
@@ -48,17 +52,17 @@ static fr_status alloc_grads(fr_step *s) {
     struct fr_optim *opt = fr_optim_of(m);
     if (!opt) return FR_ERR_NOMEM;
     opt->grad_host = be->host_memory;
-    if (s->upd_ws_len && !s->upd_ws && be->host_memory) { /* a device's is in its scratch */
-        s->upd_ws = fr_alloc(s->ctx, s->upd_ws_len * sizeof(float), FR_MEM_GRADS);
-        if (!s->upd_ws) return FR_ERR_NOMEM;
+    if (s->opt.upd_ws_len && !s->opt.upd_ws && be->host_memory) { /* a device's is in its scratch */
+        s->opt.upd_ws = fr_alloc(s->ctx, s->opt.upd_ws_len * sizeof(float), FR_MEM_GRADS);
+        if (!s->opt.upd_ws) return FR_ERR_NOMEM;
     }
-    if (s->buckets) { /* data parallel: the gradients are views of their buckets */
-        fr_status st = fr_buckets_alloc(s->ctx, s->buckets);
+    if (s->dp.buckets) { /* data parallel: the gradients are views of their buckets */
+        fr_status st = fr_buckets_alloc(s->ctx, s->dp.buckets);
         if (st) return st;
         for (size_t i = 0; i < m->n_params; i++)
             if (fr_step_grad_bytes(s, i) && !fr_optp(m, i)->grad) {
                 fr_optim_param *q = fr_optp(m, i);
-                q->grad = fr_buckets_grad(s->buckets, (int)i);
+                q->grad = fr_buckets_grad(s->dp.buckets, (int)i);
                 q->grad_dt = FR_F32, q->grad_view = 1, q->grad_valid = 0;
             }
         return FR_OK;
@@ -93,7 +97,7 @@ static fr_status alloc_host_grads(fr_step *s) {
 size_t fr_step_state_here(const fr_step *s, size_t i, int *kind) {
     size_t bytes = fr_optim_state_bytes(&s->o.optim, s->o.optim_state, &s->m->params[i], kind), a,
            b;
-    if (s->o.zero >= 1 && s->buckets)
+    if (s->o.zero >= 1 && s->dp.buckets)
         bytes = fr_step_owned(s, i, &a, &b) ? fr_state_bytes((fr_state_kind)*kind, b - a) : 0;
     return bytes;
 }
@@ -138,27 +142,27 @@ static void plan_gemm_scratch(fr_step *s) {
         int64_t f = be->ws_elems(g, &g->nodes[s->plan.order[k]], -1);
         if (f > most) most = f;
     }
-    s->gemm_ws = (size_t)most;
+    s->place.gemm_ws = (size_t)most;
 }
 
 void fr_step_free(fr_step *s) {
     if (!s) return;
     fr_ctx *ctx = s->ctx;
-    if (s->buckets) { /* the gradients were views: the model must not free them */
+    if (s->dp.buckets) { /* the gradients were views: the model must not free them */
         for (size_t i = 0; s->m->optim && i < s->m->n_params; i++)
             if (fr_optp(s->m, i)->grad_view)
                 fr_optp(s->m, i)->grad = NULL, fr_optp(s->m, i)->grad_view = 0;
-        fr_buckets_release(ctx, s->buckets);
-        fr_free(ctx, s->buckets);
+        fr_buckets_release(ctx, s->dp.buckets);
+        fr_free(ctx, s->dp.buckets);
     }
-    if (s->gathers) {
-        fr_gathers_release(ctx, s->gathers);
-        fr_free(ctx, s->gathers);
+    if (s->dp.gathers) {
+        fr_gathers_release(ctx, s->dp.gathers);
+        fr_free(ctx, s->dp.gathers);
     }
-    if (s->pshard) { /* the weights' shards go with the step that made them */
-        if (s->m->shard == s->pshard) s->m->shard = NULL;
-        fr_pshard_release(ctx, s->pshard);
-        fr_free(ctx, s->pshard);
+    if (s->dp.pshard) { /* the weights' shards go with the step that made them */
+        if (s->m->shard == s->dp.pshard) s->m->shard = NULL;
+        fr_pshard_release(ctx, s->dp.pshard);
+        fr_free(ctx, s->dp.pshard);
     }
     fr_place_free(s);
     fr_exec_release(&s->ex);
@@ -166,11 +170,11 @@ void fr_step_free(fr_step *s) {
     fr_graph_release(&s->g);
     fr_free(ctx, s->pv);
     fr_free(ctx, s->gv);
-    fr_free(ctx, s->unit);
-    fr_free(ctx, s->fused);
-    fr_free(ctx, s->upd_ws);
-    fr_free(ctx, s->slots);
-    fr_free(ctx, s->stepped);
+    fr_free(ctx, s->sched.unit);
+    fr_free(ctx, s->opt.fused);
+    fr_free(ctx, s->opt.upd_ws);
+    fr_free(ctx, s->opt.slots);
+    fr_free(ctx, s->dp.stepped);
     fr_free(ctx, s);
 }
 
@@ -179,26 +183,26 @@ void fr_step_free(fr_step *s) {
  * the backward node before them. */
 static fr_status assign_units(fr_step *s) {
     fr_graph *g = &s->g;
-    s->unit = fr_alloc(s->ctx, (g->n_nodes + 1) * sizeof *s->unit, FR_MEM_OTHER);
-    if (!s->unit) return FR_ERR_NOMEM;
+    s->sched.unit = fr_alloc(s->ctx, (g->n_nodes + 1) * sizeof *s->sched.unit, FR_MEM_OTHER);
+    if (!s->sched.unit) return FR_ERR_NOMEM;
     int last = s->m->n_units - 1;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         int layer = n->fwd >= 0 ? g->nodes[n->fwd].layer : n->layer;
-        if (n->fwd < 0 && (int)i >= g->n_forward && i > 0) s->unit[i] = s->unit[i - 1];
-        else s->unit[i] = layer >= 0 ? s->m->layers[layer].unit : last;
+        if (n->fwd < 0 && (int)i >= g->n_forward && i > 0) s->sched.unit[i] = s->sched.unit[i - 1];
+        else s->sched.unit[i] = layer >= 0 ? s->m->layers[layer].unit : last;
     }
     /* The chain starts at the first unit that has backward work. */
-    s->first_unit = s->m->n_units;
+    s->sched.first_unit = s->m->n_units;
     for (size_t i = (size_t)g->n_forward; i < g->n_nodes; i++)
-        if (s->unit[i] < s->first_unit) s->first_unit = s->unit[i];
-    if (s->first_unit >= s->m->n_units) s->first_unit = s->m->n_units - 1;
+        if (s->sched.unit[i] < s->sched.first_unit) s->sched.first_unit = s->sched.unit[i];
+    if (s->sched.first_unit >= s->m->n_units) s->sched.first_unit = s->m->n_units - 1;
     return FR_OK;
 }
 
 /* Segment starts for the segment modes; NULL-equivalent (all -1) keeps all. */
 static void segments_for(const fr_step *s, fr_ckpt_mode mode, int arg, int *seg) {
-    int n = s->m->n_units, f = s->first_unit, L = n - f;
+    int n = s->m->n_units, f = s->sched.first_unit, L = n - f;
     for (int u = 0; u < n; u++) seg[u] = -1;
     int size = 0;
     switch (mode) {
@@ -228,8 +232,8 @@ static void segments_for(const fr_step *s, fr_ckpt_mode mode, int arg, int *seg)
  * offloaded, the step runs on the host). */
 static int steps_in_backward(const fr_step *s) {
     return s->o.training && !s->o.keep_grads &&
-           !(fr_step_on_device(s) && (s->o.offload & FR_OFFLOAD_OPTIMIZER)) && !s->scaler.enabled &&
-           !(s->o.clip_grad_norm > 0) && s->accumulate == 1;
+           !(fr_step_on_device(s) && (s->o.offload & FR_OFFLOAD_OPTIMIZER)) &&
+           !s->opt.scaler.enabled && !(s->o.clip_grad_norm > 0) && s->sched.accumulate == 1;
 }
 
 /* SGD without momentum: an update that needs nothing but the gradient. */
@@ -250,12 +254,13 @@ static size_t upd_tile(int64_t out, int64_t in, int64_t rows, void *arg) {
  * (plan/fuse.h), whose weights' tiles take upd_ws_len floats. */
 static fr_status plan_fused_updates(fr_step *s) {
     const fr_plan *pl = &s->plan;
-    s->loss_pos = fr_order_last_writer(&s->g, pl->order, pl->n_nodes, s->g.loss);
-    if (!steps_in_backward(s) || !plain_sgd(&s->o.optim) || s->loss_pos < 0) return FR_OK;
-    s->fused = fr_calloc(s->ctx, s->m->n_params + 1, FR_MEM_OTHER);
-    if (!s->fused) return FR_ERR_NOMEM;
-    s->n_fused += fr_fuse_linear_updates(&s->g, pl->order, pl->n_nodes, s->loss_pos, s->m->n_params,
-                                         s->pv, s->gv, upd_tile, s, s->fused, &s->upd_ws_len);
+    s->sched.loss_pos = fr_order_last_writer(&s->g, pl->order, pl->n_nodes, s->g.loss);
+    if (!steps_in_backward(s) || !plain_sgd(&s->o.optim) || s->sched.loss_pos < 0) return FR_OK;
+    s->opt.fused = fr_calloc(s->ctx, s->m->n_params + 1, FR_MEM_OTHER);
+    if (!s->opt.fused) return FR_ERR_NOMEM;
+    s->opt.n_fused +=
+        fr_fuse_linear_updates(&s->g, pl->order, pl->n_nodes, s->sched.loss_pos, s->m->n_params,
+                               s->pv, s->gv, upd_tile, s, s->opt.fused, &s->opt.upd_ws_len);
     return FR_OK;
 }
 
@@ -266,11 +271,12 @@ static fr_status fuse_optim_steps(fr_step *s, int **order, int *n_order) {
     int loss_pos = fr_order_last_writer(&s->g, *order, *n_order, s->g.loss);
     if (loss_pos < 0) return FR_OK;
     size_t np = s->m->n_params;
-    if (!(s->fused = fr_calloc(s->ctx, np + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
-    fr_status st = fr_fuse_optim_steps(&s->g, order, n_order, loss_pos, np, s->pv, s->gv, s->fused,
-                                       &s->n_fused);
+    if (!(s->opt.fused = fr_calloc(s->ctx, np + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
+    fr_status st = fr_fuse_optim_steps(&s->g, order, n_order, loss_pos, np, s->pv, s->gv,
+                                       s->opt.fused, &s->opt.n_fused);
     if (st) return st;
-    if (s->n_fused && !(s->slots = fr_calloc(s->ctx, np * sizeof *s->slots, FR_MEM_OTHER)))
+    if (s->opt.n_fused &&
+        !(s->opt.slots = fr_calloc(s->ctx, np * sizeof *s->opt.slots, FR_MEM_OTHER)))
         return FR_ERR_NOMEM;
     return FR_OK;
 }
@@ -322,8 +328,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->ctx = ctx;
     s->m = m;
     s->o = *opts;
-    s->micro = micro;
-    s->accumulate = opts->batch / micro;
+    s->sched.micro = micro;
+    s->sched.accumulate = opts->batch / micro;
     fr_graph_init(&s->g, ctx);
     fr_status st = FR_ERR_NOMEM;
     int *grad_of = NULL, *seg = NULL, *order = NULL, *origin = NULL, n_order = 0;
@@ -363,7 +369,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (!opts->training) {
         st = fr_schedule_segments(ctx, m->n_units, NULL, &sched);
     } else if (opts->checkpoint == FR_CKPT_REVOLVE) {
-        st = fr_schedule_revolve(ctx, s->first_unit, m->n_units, opts->ckpt_arg, &sched);
+        st = fr_schedule_revolve(ctx, s->sched.first_unit, m->n_units, opts->ckpt_arg, &sched);
     } else {
         if ((opts->checkpoint == FR_CKPT_EVERY || opts->checkpoint == FR_CKPT_SEGMENTS) &&
             opts->ckpt_arg < 1) {
@@ -374,15 +380,15 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         st = fr_schedule_segments(ctx, m->n_units, seg, &sched);
     }
     if (st) goto fail;
-    s->recomputed_units = fr_schedule_recomputed(&sched);
+    s->sched.recomputed_units = fr_schedule_recomputed(&sched);
     int n_nodes0 = (int)s->g.n_nodes;
-    if ((st = fr_remat_apply(&s->g, s->unit, m->n_units, &sched, &order, &n_order, &origin,
-                             &s->extra_flops)))
+    if ((st = fr_remat_apply(&s->g, s->sched.unit, m->n_units, &sched, &order, &n_order, &origin,
+                             &s->sched.extra_flops)))
         goto fail;
     fr_precision prec = opts->precision;
     int store16 = opts->training && prec != FR_PREC_FP32 && prec != FR_PREC_AUTO;
     if (opts->training &&
-        (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->extra_flops, store16)))
+        (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->sched.extra_flops, store16)))
         goto fail;
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
@@ -397,13 +403,13 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         (st = fr_narrow_half_grads(&s->g, &order, &n_order, m->n_params, s->pv, s->gv)))
         goto fail;
     if (opts->training && (opts->offload & FR_OFFLOAD_ACTIVATIONS) &&
-        (st = fr_offload_saved(&s->g, &order, &n_order, FR_OFFLOAD_MIN_BYTES, &s->n_offloaded,
-                               &s->offloaded_bytes)))
+        (st = fr_offload_saved(&s->g, &order, &n_order, FR_OFFLOAD_MIN_BYTES, &s->place.n_offloaded,
+                               &s->place.offloaded_bytes)))
         goto fail;
-    s->scaler = fr_scaler_default();
-    s->scaler.enabled = opts->loss_scaling == FR_LOSS_SCALE_DYNAMIC ||
-                        (opts->loss_scaling == FR_LOSS_SCALE_AUTO &&
-                         (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
+    s->opt.scaler = fr_scaler_default();
+    s->opt.scaler.enabled = opts->loss_scaling == FR_LOSS_SCALE_DYNAMIC ||
+                            (opts->loss_scaling == FR_LOSS_SCALE_AUTO &&
+                             (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
@@ -413,10 +419,10 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     plan_gemm_scratch(s);
     for (int i = 0; i < n_order; i++) {
         const fr_node *n = &s->g.nodes[order[i]];
-        s->flops += fr_op_get(n->op)->flops(&s->g, n);
+        s->sched.flops += fr_op_get(n->op)->flops(&s->g, n);
     }
-    s->flops *= s->accumulate;
-    s->extra_flops *= s->accumulate;
+    s->sched.flops *= s->sched.accumulate;
+    s->sched.extra_flops *= s->sched.accumulate;
     fr_free(ctx, grad_of);
     fr_free(ctx, seg);
     fr_free(ctx, order);
@@ -447,14 +453,14 @@ fr_status fr_step_materialize(fr_step *s) {
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->o.training && (st = alloc_state(s))) return st;
     if ((st = fr_place_materialize(s)) || (st = fr_place_scratch_take(s, 1))) return st;
-    if (s->m->shard && !s->gathers) { /* ZeRO 3: this step's gathers, its metadata */
+    if (s->m->shard && !s->dp.gathers) { /* ZeRO 3: this step's gathers, its metadata */
         fr_mem_stats before, after;
         fr_mem_get_stats(s->ctx, &before);
-        if (!(s->gathers = fr_calloc(s->ctx, sizeof *s->gathers, FR_MEM_OTHER)))
+        if (!(s->dp.gathers = fr_calloc(s->ctx, sizeof *s->dp.gathers, FR_MEM_OTHER)))
             return FR_ERR_NOMEM;
-        if ((st = fr_zero_plan_gathers(s, s->m->shard, s->gathers))) {
-            fr_free(s->ctx, s->gathers);
-            s->gathers = NULL;
+        if ((st = fr_zero_plan_gathers(s, s->m->shard, s->dp.gathers))) {
+            fr_free(s->ctx, s->dp.gathers);
+            s->dp.gathers = NULL;
             return st;
         }
         fr_mem_get_stats(s->ctx, &after);
@@ -476,8 +482,8 @@ fr_status fr_step_arena_acquire(fr_step *s) {
 }
 
 void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
-    if (scale) *scale = s->scaler.enabled ? s->scaler.scale : 1.0f;
-    if (skipped) *skipped = s->scaler.skipped;
+    if (scale) *scale = s->opt.scaler.enabled ? s->opt.scaler.scale : 1.0f;
+    if (skipped) *skipped = s->opt.scaler.skipped;
 }
 
 /* Rows of outputs a sample has: 1, or its positions (a token model). */
@@ -517,8 +523,8 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
     *l = (float)(total / b->n);
     if (correct) *correct = hits;
     if (loss) *loss = *l;
-    if (!isfinite(*l) && !(s->o.training && s->scaler.enabled))
-        return fr_step_nonfinite(s, *l, s->runs);
+    if (!isfinite(*l) && !(s->o.training && s->opt.scaler.enabled))
+        return fr_step_nonfinite(s, *l, s->sched.runs);
     return FR_OK;
 }
 
@@ -546,22 +552,22 @@ static fr_status bind(fr_step *s) {
     fr_exec *e = &s->ex;
     fr_status st = s->o.training ? alloc_grads(s) : FR_OK; /* zero_grad may have freed them */
     if (st) return st;
-    if (s->slots) {
+    if (s->opt.slots) {
         for (size_t i = 0; i < m->n_params; i++) {
             const fr_optim_param *q = fr_optp(m, i);
-            s->slots[i] = (fr_optim_slot){.state = {q->state[0], q->state[1]},
-                                          .state_buf = {q->state[0], q->state[1]},
-                                          .state_kind = q->state_kind};
+            s->opt.slots[i] = (fr_optim_slot){.state = {q->state[0], q->state[1]},
+                                              .state_buf = {q->state[0], q->state[1]},
+                                              .state_kind = q->state_kind};
         }
-        s->optim_ctx = (fr_optim_ctx){&s->o.optim, s->t + 1, s->slots};
-        e->optim = &s->optim_ctx;
+        s->opt.optim_ctx = (fr_optim_ctx){&s->o.optim, s->opt.t + 1, s->opt.slots};
+        e->optim = &s->opt.optim_ctx;
     }
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         void *w = p->ddata ? p->ddata : p->data;
         fr_exec_bind_dev(e, s->pv[i], w, 0);
-        if (s->gv[i] < 0 || (s->fused && s->fused[i] == 2)) continue; /* an arena value */
-        int f = s->fused && s->fused[i]; /* 1: LINEAR_BWD steps the weight itself */
+        if (s->gv[i] < 0 || (s->opt.fused && s->opt.fused[i] == 2)) continue; /* an arena value */
+        int f = s->opt.fused && s->opt.fused[i]; /* 1: LINEAR_BWD steps the weight itself */
         fr_exec_bind_dev(e, s->gv[i], f ? w : fr_optp(m, i)->grad, 0);
         e->written[s->gv[i]] = (uint8_t)(!f && fr_optp(m, i)->grad_valid);
     }
@@ -582,7 +588,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
     int ce = m->loss == FR_LOSS_CROSS_ENTROPY, tokens = m->in_dtype == FR_I32;
     const void *labels = ce ? (const void *)b->y : (const void *)b->target;
     const void *inputs = tokens ? (const void *)b->idx : (const void *)b->x;
-    if ((!inputs || !labels) && !(s->feed && fr_feed_holds(s->feed, b))) /* else on the device */
+    if ((!inputs || !labels) &&
+        !(s->place.feed && fr_feed_holds(s->place.feed, b))) /* else on the device */
         return fr_fail(s->ctx, FR_ERR_ARG, "batch without %s",
                        inputs   ? "labels"
                        : tokens ? "token ids (idx)"
@@ -599,7 +606,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
                            (int)b->y[i], (long long)i, (long long)classes);
     fr_status st = bind(s);
     int slot = -1;
-    if (!st && s->feed) st = fr_feed_acquire(s, b, &slot);
+    if (!st && s->place.feed) st = fr_feed_acquire(s, b, &slot);
     if (st) return st;
     double total = 0;
     int hits = 0;
@@ -607,45 +614,46 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
      * samples; each micro-batch's loss is seeded with its share of the
      * global batch, so the sum over the ranks of the gradients is the one
      * process's gradient of the whole batch. */
-    int ranks = s->o.training && s->buckets ? fr_comm_size(s->comm) : 1;
-    int global = ranks > 1 && s->global_n > 0 ? s->global_n : b->n;
-    uint64_t seed = s->o.seed + s->rank_seed; /* dropout: a stream per rank */
-    for (int off = 0; off < b->n && !st; off += s->micro) {
-        int n = b->n - off < s->micro ? b->n - off : s->micro, h = 0;
+    int ranks = s->o.training && s->dp.buckets ? fr_comm_size(s->dp.comm) : 1;
+    int global = ranks > 1 && s->dp.global_n > 0 ? s->dp.global_n : b->n;
+    uint64_t seed = s->o.seed + s->dp.rank_seed; /* dropout: a stream per rank */
+    for (int off = 0; off < b->n && !st; off += s->sched.micro) {
+        int n = b->n - off < s->sched.micro ? b->n - off : s->sched.micro, h = 0;
         if ((st = fr_place_batch(s, b, slot, off, n))) break;
         float share = (float)n / (float)global, lm = 0;
-        fr_step_set_loss_scale(s, s->scaler.enabled ? share * s->scaler.scale : share);
+        fr_step_set_loss_scale(s, s->opt.scaler.enabled ? share * s->opt.scaler.scale : share);
         /* the buckets are sent during the last micro-batch's backward only:
          * before it, the gradients are partial sums of this rank */
-        int last = off + s->micro >= b->n;
-        s->dp_active = ranks > 1 && last;
-        if (s->buckets && s->o.training && (off == 0 || s->dp_active)) /* a step's first or */
-            fr_buckets_begin(s->buckets); /* sending micro-batch: none started nor freed yet */
-        if (s->gathers) fr_gathers_begin(s->gathers);
-        int lazy = s->buckets && s->o.zero >= 2; /* buckets taken before their first writer */
-        e->post_node = s->dp_active || s->gathers ? after_node : NULL;
-        e->pre_node = s->gathers || lazy ? before_node : NULL;
+        int last = off + s->sched.micro >= b->n;
+        s->dp.active = ranks > 1 && last;
+        if (s->dp.buckets && s->o.training && (off == 0 || s->dp.active)) /* a step's first or */
+            fr_buckets_begin(s->dp.buckets); /* sending micro-batch: none started nor freed yet */
+        if (s->dp.gathers) fr_gathers_begin(s->dp.gathers);
+        int lazy = s->dp.buckets && s->o.zero >= 2; /* buckets taken before their first writer */
+        e->post_node = s->dp.active || s->dp.gathers ? after_node : NULL;
+        e->pre_node = s->dp.gathers || lazy ? before_node : NULL;
         e->post_arg = s;
-        int split = s->n_fused ? s->loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
-        st = fr_exec_run(e, 0, split, n, seed, s->runs);            /* check the loss first */
+        int split =
+            s->opt.n_fused ? s->sched.loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
+        st = fr_exec_run(e, 0, split, n, seed, s->sched.runs);        /* check the loss first */
         if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) { /* (never sharded: no gathers) */
             st = fr_step_hits_of(s, n, &h);
             fr_exec_finish(e);
-            s->runs++;
+            s->sched.runs++;
             if (loss) *loss = lm;
             if (correct) *correct = hits + h;
-            if (!st) st = fr_step_nonfinite(s, lm, s->runs);
+            if (!st) st = fr_step_nonfinite(s, lm, s->sched.runs);
             break;
         }
-        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->runs);
+        if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->sched.runs);
         e->post_node = NULL, e->pre_node = NULL;
-        if (s->gathers) {
-            fr_status gs = fr_gathers_end(s->ctx, s->m->shard, s->gathers, !st, bind_group, s);
+        if (s->dp.gathers) {
+            fr_status gs = fr_gathers_end(s->ctx, s->m->shard, s->dp.gathers, !st, bind_group, s);
             if (!st) st = gs;
         }
-        if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->comm, s->buckets);
-        s->runs++;
+        if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->dp.comm, s->dp.buckets);
+        s->sched.runs++;
         if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
         if (!st) st = fr_step_hits_of(s, n, &h);
         total += (double)lm * n;
@@ -656,18 +664,19 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         fr_status rs = fr_feed_release(s, slot);
         if (!st) st = rs;
     }
-    if (st || (ranks > 1 && (st = fr_buffers_bcast(s->ctx, s->comm, m)))) return st;
+    if (st || (ranks > 1 && (st = fr_buffers_bcast(s->ctx, s->dp.comm, m)))) return st;
     fr_batch gb = *b; /* the global batch: its loss and hits summed over the ranks */
     if (ranks > 1) {
         double sums[2] = {total, (double)hits};
-        if ((st = fr_comm_sum_f64(s->ctx, s->comm, sums, 2, "the loss and hits of a step")))
+        if ((st = fr_comm_sum_f64(s->ctx, s->dp.comm, sums, 2, "the loss and hits of a step")))
             return st;
         total = sums[0], hits = (int)sums[1], gb.n = global;
     }
     float l;
     if ((st = fr_step_report(s, &gb, total, hits, loss, correct, &l)) || !s->o.training) return st;
     for (size_t i = 0; i < m->n_params; i++)
-        if (m->params[i].role == FR_P_NUM_BATCHES) (*(int64_t *)m->params[i].data) += s->accumulate;
+        if (m->params[i].role == FR_P_NUM_BATCHES)
+            (*(int64_t *)m->params[i].data) += s->sched.accumulate;
     return fr_step_update(s, l);
 }
 
@@ -677,22 +686,20 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
  * this interval it was. */
 static fr_status after_node(void *arg, int pos) {
     fr_step *s = arg;
-    fr_status st = s->dp_active ? fr_buckets_after_node(s->ctx, s->comm, s->buckets, pos) : FR_OK;
-    if (!st && s->gathers) fr_gathers_post(s->ctx, s->gathers, pos, bind_group, s);
+    fr_status st =
+        s->dp.active ? fr_buckets_after_node(s->ctx, s->dp.comm, s->dp.buckets, pos) : FR_OK;
+    if (!st && s->dp.gathers) fr_gathers_post(s->ctx, s->dp.gathers, pos, bind_group, s);
     return st;
 }
 
 /* ZeRO 3's pre-node hook: the weights the node reads gathered and bound. */
 static fr_status before_node(void *arg, int pos) {
     fr_step *s = arg;
-    fr_status st = s->buckets && s->o.zero >= 2 ? fr_zero_take_buckets(s, pos) : FR_OK;
-    if (!st && s->gathers) st = fr_gathers_pre(s->ctx, s->m->shard, s->gathers, pos, bind_group, s);
+    fr_status st = s->dp.buckets && s->o.zero >= 2 ? fr_zero_take_buckets(s, pos) : FR_OK;
+    if (!st && s->dp.gathers)
+        st = fr_gathers_pre(s->ctx, s->m->shard, s->dp.gathers, pos, bind_group, s);
     return st;
 }
-
-/* After backward, on the host: the scaler's check, clipping, the optimizer
- * step and zero_grad, over the gradients in fr_param.grad/grad16 (on a
- * device with the optimizer offloaded, those downloaded into them). */
 
 /* After backward: the scaler's check, clipping, the optimizer step and
  * zero_grad (optim/), where the optimizer lives: the step's backend, or
@@ -702,10 +709,10 @@ fr_status fr_step_update(fr_step *s, float l) {
     fr_model *m = s->m;
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params; i++)
-        if (s->gv[i] >= 0 && !(s->fused && s->fused[i]))
+        if (s->gv[i] >= 0 && !(s->opt.fused && s->opt.fused[i]))
             fr_optp(m, i)->grad_valid = s->ex.written[s->gv[i]];
-    if (s->o.zero >= 1 && s->buckets) return fr_zero_update(s, l);
-    if (s->inject_inf) { /* testing: an overflow in backward, in the first gradient */
+    if (s->o.zero >= 1 && s->dp.buckets) return fr_zero_update(s, l);
+    if (s->opt.inject_inf) { /* testing: an overflow in backward, in the first gradient */
         for (size_t i = 0; i < m->n_params; i++)
             if (fr_optp(m, i)->grad && fr_optp(m, i)->grad_valid) {
                 const fr_optim_param *q = fr_optp(m, i);
@@ -717,13 +724,14 @@ fr_status fr_step_update(fr_step *s, float l) {
                 if (is) return is;
                 break;
             }
-        s->inject_inf = 0;
+        s->opt.inject_inf = 0;
     }
     const fr_backend *be = fr_backend_of(s->ctx);
     int off = offloaded(s);
     if (off && (st = fr_place_grads_down(s))) return st;
     st = fr_optim_after_backward(s->ctx, off ? &fr_cpu_backend : be, m, &s->o.optim, s->gv,
-                                 s->fused, &s->scaler, s->o.clip_grad_norm, l, &s->t, off);
+                                 s->opt.fused, &s->opt.scaler, s->o.clip_grad_norm, l, &s->opt.t,
+                                 off);
     if (!st && off) st = fr_place_params_up(s);
     if (st) return st;
     /* zero_grad: set_to_none releases the buffers, otherwise the next backward

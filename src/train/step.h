@@ -1,6 +1,8 @@
 /* step.h — a compiled training (or eval) step: the model's graph, its
  * backward, the memory plan and the executor, plus the optimizer update.
- * This is what fr_step in the public API is. */
+ * This is what fr_step in the public API is. Its calls live in train/
+ * (step.c, account.c, place.c, zero.c) and in run/ (planner.c: the
+ * budget's choice and fr_step_prepare; checkpoint.c: save and load). */
 #ifndef FR_STEP_H
 #define FR_STEP_H
 
@@ -10,43 +12,47 @@
 #include "optim/optim.h"
 #include "optim/scaler.h"
 
-struct fr_step {
-    fr_ctx *ctx;
-    fr_model *m;
-    fr_step_opts o;
-    fr_graph g;
-    fr_plan plan;
-    fr_exec ex;
-    int *pv;               /* per model param: its graph value */
-    int *gv;               /* per model param: its gradient value, -1 if none */
-    int64_t t;             /* optimizer steps taken (Adam's t) */
-    uint64_t runs;         /* micro-batches run (dropout stream) */
+/* The step's schedule: micro-batches, the units of checkpointing and what
+ * recomputing costs, the loss's position, the runs so far. */
+typedef struct fr_step_sched {
     int micro, accumulate; /* micro-batch size and how many make a batch */
     int *unit;             /* per node: its unit (top-level layer) */
     int first_unit;        /* the first unit with backward work */
     int recomputed_units;  /* unit forwards run again by the schedule */
     double flops, extra_flops;
-    size_t meta_bytes;    /* graph and plan metadata (category other) */
-    size_t meta_reserved; /* the same as the allocator reserves it (headers, rounding) */
-    fr_scaler scaler;     /* dynamic loss scaling (enabled or not) */
-    int inject_inf;       /* testing: poison a gradient in the next step */
-    uint8_t *fused;       /* per model param: updated inside backward, no gradient kept
-                               (1: by LINEAR_BWD, plain SGD; 2: by an OPTIM_STEP node) */
-    int n_fused;          /* how many params are */
-    size_t upd_ws_len;    /* floats of scratch for their gradient tiles (category grads) */
+    int loss_pos;  /* plan position of the loss node (forward ends there) */
+    uint64_t runs; /* micro-batches run (dropout stream) */
+} fr_step_sched;
+
+/* The optimizer's side of the step: its step count, the loss scaler, and
+ * the steps taken inside backward (plan/fuse.h). */
+typedef struct fr_step_opt {
+    int64_t t;         /* optimizer steps taken (Adam's t) */
+    fr_scaler scaler;  /* dynamic loss scaling (enabled or not) */
+    int inject_inf;    /* testing: poison a gradient in the next step */
+    uint8_t *fused;    /* per model param: updated inside backward, no gradient kept
+                         (1: by LINEAR_BWD, plain SGD; 2: by an OPTIM_STEP node) */
+    int n_fused;       /* how many params are */
+    size_t upd_ws_len; /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
-    size_t gemm_ws;       /* floats of GEMM scratch: CLBlast's temporary buffers on a device,
-                             oneDNN's scratchpad for 16-bit GEMMs on the CPU (category workspace) */
-    void *scratch;        /* its buffer in the backend's memory (a device's: gemm_ws + upd_ws_len
-                             floats, train/place.c) */
-    int loss_pos;         /* plan position of the loss node (forward ends there) */
     fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
     fr_optim_ctx optim_ctx;
-    void *dev_x, *dev_y;        /* on a device: a micro-batch's inputs and labels (train/place.c) */
-    struct fr_feed *feed;       /* or two whole-batch slots uploaded ahead (train/feed.c) */
-    int n_offloaded;            /* --offload activations: saved values moved to the host */
-    size_t offloaded_bytes;     /* and their bytes (plan/offload.c) */
-    struct fr_comm *comm;       /* data parallel over ranks (parallel/comm.h); NULL: one process */
+} fr_step_opt;
+
+/* Where the step's own buffers live (train/place.c). */
+typedef struct fr_step_place {
+    size_t gemm_ws;      /* floats of GEMM scratch: CLBlast's temporary buffers on a device,
+                       oneDNN's scratchpad for 16-bit GEMMs on the CPU (category workspace) */
+    void *scratch;       /* its buffer in the backend's memory (a device's: gemm_ws + upd_ws_len) */
+    void *dev_x, *dev_y; /* on a device: a micro-batch's inputs and labels */
+    struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
+    int n_offloaded;        /* --offload activations: saved values moved to the host */
+    size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
+} fr_step_place;
+
+/* Data parallelism over ranks (train/zero.c). */
+typedef struct fr_step_dp {
+    struct fr_comm *comm;       /* parallel/comm.h; NULL: one process */
     struct fr_buckets *buckets; /* the gradients' buckets, summed over the ranks */
     int global_n;               /* samples of the global batch this rank's slice is of (0: b->n) */
     int global_batch;           /* the global --batch (0: one process) */
@@ -54,8 +60,25 @@ struct fr_step {
     void **whole_state;         /* zero >= 1, saving on rank 0: the shards set aside */
     struct fr_pshard *pshard;   /* zero 3: the weights' shards this step made (m->shard) */
     struct fr_gathers *gathers; /* a model with sharded weights: this step's gathers */
-    int dp_active;              /* this micro-batch sends its buckets (post-node hook) */
+    int active;                 /* this micro-batch sends its buckets (post-node hook) */
     uint8_t *stepped;           /* per param: stepped in backward this step (fr_step_shard_steps) */
+} fr_step_dp;
+
+struct fr_step {
+    fr_ctx *ctx;
+    fr_model *m;
+    fr_step_opts o;
+    fr_graph g;
+    fr_plan plan;
+    fr_exec ex;
+    int *pv;              /* per model param: its graph value */
+    int *gv;              /* per model param: its gradient value, -1 if none */
+    size_t meta_bytes;    /* graph and plan metadata (category other) */
+    size_t meta_reserved; /* the same as the allocator reserves it (headers, rounding) */
+    fr_step_sched sched;
+    fr_step_opt opt;
+    fr_step_place place;
+    fr_step_dp dp;
 };
 
 /* Build without allocating parameters, gradients, optimizer state or the

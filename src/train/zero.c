@@ -23,8 +23,8 @@ int fr_step_owned(const fr_step *s, size_t i, size_t *a, size_t *b) {
     size_t n = (size_t)fr_shape_numel(&s->m->params[i].shape);
     *a = 0, *b = n;
     if (s->gv[i] < 0) return *a = *b = 0, 0;
-    if (!s->buckets || s->o.zero < 1) return n > 0;
-    const fr_buckets *bk = s->buckets;
+    if (!s->dp.buckets || s->o.zero < 1) return n > 0;
+    const fr_buckets *bk = s->dp.buckets;
     size_t f = fr_buckets_flat(bk, (int)i);
     size_t lo = bk->lo > f ? bk->lo : f, hi = bk->hi < f + n ? bk->hi : f + n;
     if (bk->bucket_of[i] < 0 || hi <= lo) return *a = *b = 0, 0;
@@ -82,7 +82,7 @@ fr_status fr_zero_plan_gathers(fr_step *s, const fr_pshard *ps, fr_gathers *out)
     }
     if (!st) {
         off[n] = u;
-        st = fr_gathers_plan(s->ctx, ps, n, off, grp, s->o.training ? s->loss_pos : n, out);
+        st = fr_gathers_plan(s->ctx, ps, n, off, grp, s->o.training ? s->sched.loss_pos : n, out);
     }
     fr_free(s->ctx, root);
     fr_free(s->ctx, off);
@@ -112,8 +112,8 @@ static fr_status pshard_of(const fr_step *s, fr_comm *c, int rank, int ranks, in
 
 void fr_step_gathered_peak(const fr_step *s, size_t *peak, size_t *reserved) {
     *peak = *reserved = 0;
-    if (s->gathers) {
-        *peak = s->gathers->peak, *reserved = s->gathers->peak_reserved;
+    if (s->dp.gathers) {
+        *peak = s->dp.gathers->peak, *reserved = s->dp.gathers->peak_reserved;
         return;
     }
     /* one process: the layout alone (no shard block), the same walk */
@@ -133,8 +133,8 @@ static fr_status shard_weights(fr_step *s, fr_comm *c) {
     fr_model *m = s->m;
     fr_pshard *ps = fr_calloc(s->ctx, sizeof *ps, FR_MEM_OTHER);
     fr_status st =
-        ps ? pshard_of(s, c, fr_comm_rank(c), fr_comm_size(c), s->buckets->n, ps) : FR_ERR_NOMEM;
-    if (!st && (st = fr_comm_reserve(s->ctx, c, s->buckets->n + 2 * ps->n_groups)))
+        ps ? pshard_of(s, c, fr_comm_rank(c), fr_comm_size(c), s->dp.buckets->n, ps) : FR_ERR_NOMEM;
+    if (!st && (st = fr_comm_reserve(s->ctx, c, s->dp.buckets->n + 2 * ps->n_groups)))
         fr_pshard_release(s->ctx, ps);
     if (!st) {
         for (size_t i = 0; i < m->n_params; i++) {
@@ -144,7 +144,7 @@ static fr_status shard_weights(fr_step *s, fr_comm *c) {
             fr_free(s->ctx, p->data);
             p->data = NULL;
         }
-        m->shard = s->pshard = ps, ps = NULL;
+        m->shard = s->dp.pshard = ps, ps = NULL;
     }
     fr_free(s->ctx, ps);
     return st;
@@ -186,13 +186,13 @@ static fr_status bucket_layout(const fr_step *s, size_t first_cap, size_t cap, f
 }
 
 int fr_step_shard_steps(const fr_step *s, int zero) {
-    if (zero < 2 || !s->o.training || !s->o.rank_step_in_backward || s->scaler.enabled ||
-        s->o.clip_grad_norm > 0 || s->accumulate != 1)
+    if (zero < 2 || !s->o.training || !s->o.rank_step_in_backward || s->opt.scaler.enabled ||
+        s->o.clip_grad_norm > 0 || s->sched.accumulate != 1)
         return 0;
     if (zero >= 3) return 1; /* the steps change the shard, never a gathered block */
     /* stage 2: a bucket steps its owned share of the replicated weights after
      * the node at its freeing position: no later node may read them */
-    fr_buckets tmp, *b = s->buckets;
+    fr_buckets tmp, *b = s->dp.buckets;
     if (!b && bucket_layout(s, 0, 0, &tmp)) return 0;
     if (!b) b = &tmp;
     fr_order_uses u = {0};
@@ -224,11 +224,12 @@ static fr_status share_step(void *arg, int k, const float *share, size_t a, size
     (void)e;
     for (size_t i = 0; i < s->m->n_params; i++) {
         size_t pa, pb;
-        if (s->buckets->bucket_of[i] != k || !s->ex.written[s->gv[i]] ||
+        if (s->dp.buckets->bucket_of[i] != k || !s->ex.written[s->gv[i]] ||
             !fr_step_owned(s, i, &pa, &pb))
             continue;
-        step_owned(s, i, pa, pb, share + (fr_buckets_flat(s->buckets, (int)i) + pa - a), s->t + 1);
-        s->stepped[i] = 1;
+        step_owned(s, i, pa, pb, share + (fr_buckets_flat(s->dp.buckets, (int)i) + pa - a),
+                   s->opt.t + 1);
+        s->dp.stepped[i] = 1;
     }
     return FR_OK;
 }
@@ -236,14 +237,14 @@ static fr_status share_step(void *arg, int k, const float *share, size_t a, size
 void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved) {
     *peak = *reserved = 0;
     if (zero < 2) return;
-    if (s->buckets) {
-        fr_buckets_peak(s->buckets, s->plan.n_nodes, s->accumulate, peak, reserved);
+    if (s->dp.buckets) {
+        fr_buckets_peak(s->dp.buckets, s->plan.n_nodes, s->sched.accumulate, peak, reserved);
         return;
     }
     fr_buckets b; /* one process: DDP's caps, the same walk */
     if (bucket_layout(s, 0, 0, &b)) return;
     b.zero = zero;
-    fr_buckets_peak(&b, s->plan.n_nodes, s->accumulate, peak, reserved);
+    fr_buckets_peak(&b, s->plan.n_nodes, s->sched.accumulate, peak, reserved);
     fr_buckets_release(s->ctx, &b);
 }
 
@@ -251,7 +252,7 @@ void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reser
 static void bucket_freed(void *arg, int k) {
     fr_step *s = arg;
     for (size_t i = 0; i < s->m->n_params; i++)
-        if (s->buckets->bucket_of[i] == k) {
+        if (s->dp.buckets->bucket_of[i] == k) {
             fr_optp(s->m, i)->grad = NULL;
             if (s->ex.ptr) s->ex.ptr[s->gv[i]] = NULL;
         }
@@ -260,7 +261,7 @@ static void bucket_freed(void *arg, int k) {
 /* Stages 2 and 3: the buckets whose first writer is at pos (or before it)
  * take their blocks; their gradients are views of them. */
 fr_status fr_zero_take_buckets(fr_step *s, int pos) {
-    fr_buckets *b = s->buckets;
+    fr_buckets *b = s->dp.buckets;
     for (int k = 0; k < b->n; k++) {
         if (b->buf[k] || b->done[k] || b->first_pos[k] > pos) continue;
         fr_status st = fr_buckets_take(s->ctx, b, k);
@@ -292,13 +293,13 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
                        "by blocks of 2048 values that a shard would cut: use --optimizer-state "
                        "bf16 or fp32 with --zero 1 to 3",
                        zero);
-    if (s->buckets || s->ex.ctx)
+    if (s->dp.buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
-    if (s->n_fused || fr_step_on_device(s))
+    if (s->opt.n_fused || fr_step_on_device(s))
         return fr_fail(s->ctx, FR_ERR_ARG,
                        "data parallel training needs every gradient stored on the host (%s)",
-                       s->n_fused ? "the step updates parameters inside backward"
-                                  : "the step runs on a device");
+                       s->opt.n_fused ? "the step updates parameters inside backward"
+                                      : "the step runs on a device");
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params && !st; i++)
         if (fr_step_grad_bytes(s, i) && s->g.vals[s->gv[i]].dtype != FR_F32)
@@ -316,15 +317,16 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
         b->overlap = !s->o.no_overlap;
         fr_buckets_shard(b, zero, fr_comm_rank(c), fr_comm_size(c));
         b->on_free = bucket_freed, b->free_arg = s;
-        s->buckets = b, b = NULL;
-        s->comm = c;
+        s->dp.buckets = b, b = NULL;
+        s->dp.comm = c;
         if (fr_step_shard_steps(s, zero)) { /* each share steps as it arrives: no shard */
-            s->buckets->on_share = share_step;
-            if (!(s->stepped = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER))) st = FR_ERR_NOMEM;
+            s->dp.buckets->on_share = share_step;
+            if (!(s->dp.stepped = fr_calloc(s->ctx, m->n_params + 1, FR_MEM_OTHER)))
+                st = FR_ERR_NOMEM;
         }
         if (zero == 3) st = shard_weights(s, c);
         /* rank 0 keeps the one process's stream */
-        s->rank_seed = (uint64_t)fr_comm_rank(c) * 0x9E3779B97F4A7C15ull;
+        s->dp.rank_seed = (uint64_t)fr_comm_rank(c) * 0x9E3779B97F4A7C15ull;
     }
     if (b) fr_buckets_release(s->ctx, b);
     fr_free(s->ctx, b);
@@ -339,7 +341,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
  * 1: in its bucket, where the reduce-scatter put the sums; stages 2 and 3:
  * in the shard). */
 static float *owned_grad(const fr_step *s, size_t i, size_t a) {
-    const fr_buckets *b = s->buckets;
+    const fr_buckets *b = s->dp.buckets;
     if (b->zero >= 2) return b->shard + (fr_buckets_flat(b, (int)i) + a - b->lo);
     return (float *)fr_optp(s->m, i)->grad + a;
 }
@@ -353,59 +355,60 @@ fr_status fr_zero_update(fr_step *s, float l) {
     fr_model *m = s->m;
     fr_status st;
     size_t a, b;
-    if (s->inject_inf && !s->buckets->on_share) { /* testing: an overflow in backward */
+    if (s->opt.inject_inf && !s->dp.buckets->on_share) { /* testing: an overflow in backward */
         for (size_t i = 0; i < m->n_params; i++)
             if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b)) {
                 owned_grad(s, i, a)[0] = INFINITY;
                 break;
             }
-        s->inject_inf = 0;
+        s->opt.inject_inf = 0;
     }
     double flag = 0;
-    if (s->scaler.enabled) {
-        float inv = fr_scaler_inv_scale(&s->scaler);
+    if (s->opt.scaler.enabled) {
+        float inv = fr_scaler_inv_scale(&s->opt.scaler);
         for (size_t i = 0; i < m->n_params && !flag; i++)
             if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                 flag = fr_k_grad_unscale(owned_grad(s, i, a), FR_F32, b - a, inv);
-        if ((st = fr_comm_sum_f64(s->ctx, s->comm, &flag, 1, "the loss scaler's inf/NaN flag")))
+        if ((st = fr_comm_sum_f64(s->ctx, s->dp.comm, &flag, 1, "the loss scaler's inf/NaN flag")))
             return st;
     }
     if (!isfinite(l) || flag > 0) {
-        fr_scaler_update(&s->scaler, 1); /* skip the step on every rank */
+        fr_scaler_update(&s->opt.scaler, 1); /* skip the step on every rank */
     } else {
         if (s->o.clip_grad_norm > 0) {
             double total = 0;
             for (size_t i = 0; i < m->n_params; i++)
                 if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                     total += fr_k_grad_sumsq(owned_grad(s, i, a), FR_F32, b - a);
-            if ((st = fr_comm_sum_f64(s->ctx, s->comm, &total, 1, "the gradients' squared norm")))
+            if ((st =
+                     fr_comm_sum_f64(s->ctx, s->dp.comm, &total, 1, "the gradients' squared norm")))
                 return st;
             float coef = fr_optim_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; i < m->n_params && coef < 1.0f; i++)
                 if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
                     fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);
         }
-        s->t++;
+        s->opt.t++;
         for (size_t i = 0; i < m->n_params; i++) {
             if (!fr_optp(m, i)->grad_valid || !fr_step_owned(s, i, &a, &b)) continue;
-            if (s->stepped && s->stepped[i]) { /* stepped in backward as its sums arrived */
-                s->stepped[i] = 0;
+            if (s->dp.stepped && s->dp.stepped[i]) { /* stepped in backward as its sums arrived */
+                s->dp.stepped[i] = 0;
                 continue;
             }
-            step_owned(s, i, a, b, owned_grad(s, i, a), s->t);
+            step_owned(s, i, a, b, owned_grad(s, i, a), s->opt.t);
         }
         for (size_t i = 0; i < m->n_params && !s->m->shard; i++) { /* ZeRO 3 keeps shards */
             fr_param *p = &m->params[i];
-            if (s->gv[i] < 0 || !fr_optp(m, i)->grad_valid || s->buckets->bucket_of[i] < 0)
+            if (s->gv[i] < 0 || !fr_optp(m, i)->grad_valid || s->dp.buckets->bucket_of[i] < 0)
                 continue;
             char what[160];
             snprintf(what, sizeof what, "the updated shards of %.100s", p->name);
             if ((st = fr_comm_allgather_shards_f32(
-                     s->ctx, s->comm, p->data, fr_buckets_flat(s->buckets, (int)i),
-                     (size_t)fr_shape_numel(&p->shape), s->buckets->total, what)))
+                     s->ctx, s->dp.comm, p->data, fr_buckets_flat(s->dp.buckets, (int)i),
+                     (size_t)fr_shape_numel(&p->shape), s->dp.buckets->total, what)))
                 return st;
         }
-        if (s->scaler.enabled) fr_scaler_update(&s->scaler, 0);
+        if (s->opt.scaler.enabled) fr_scaler_update(&s->opt.scaler, 0);
     }
     /* zero_grad (at stages 2 and 3 the buckets, and the gradients' views,
      * went as their shares arrived) */
@@ -415,28 +418,28 @@ fr_status fr_zero_update(fr_step *s, float l) {
 
 fr_status fr_step_state_whole(fr_step *s, int on) {
     fr_model *m = s->m;
-    int ns = fr_optim_states(&s->o.optim), root = fr_comm_rank(s->comm) == 0;
+    int ns = fr_optim_states(&s->o.optim), root = fr_comm_rank(s->dp.comm) == 0;
     fr_status st = FR_OK;
-    if (s->o.zero < 1 || !s->buckets || !ns) return FR_OK;
+    if (s->o.zero < 1 || !s->dp.buckets || !ns) return FR_OK;
     if (!on) {
-        for (size_t i = 0; s->whole_state && i < m->n_params; i++)
+        for (size_t i = 0; s->dp.whole_state && i < m->n_params; i++)
             for (int k = 0; k < ns; k++) {
-                if (s->whole_state[2 * i + k] == (void *)s) continue; /* not swapped */
+                if (s->dp.whole_state[2 * i + k] == (void *)s) continue; /* not swapped */
                 fr_free(s->ctx, fr_optp(m, i)->state[k]);
-                fr_optp(m, i)->state[k] = s->whole_state[2 * i + k];
+                fr_optp(m, i)->state[k] = s->dp.whole_state[2 * i + k];
             }
-        fr_free(s->ctx, s->whole_state);
-        s->whole_state = NULL;
+        fr_free(s->ctx, s->dp.whole_state);
+        s->dp.whole_state = NULL;
         return FR_OK;
     }
-    if (root && !(s->whole_state =
+    if (root && !(s->dp.whole_state =
                       fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof(void *), FR_MEM_WORKSPACE)))
         return FR_ERR_NOMEM; /* (every rank returns here only if rank 0's fails: see below) */
-    for (size_t i = 0; root && i < 2 * m->n_params; i++) s->whole_state[i] = s;
+    for (size_t i = 0; root && i < 2 * m->n_params; i++) s->dp.whole_state[i] = s;
     fr_mem_set_tag(s->ctx, "checkpoint: whole optimizer state");
     for (size_t i = 0; i < m->n_params && !st; i++) {
         fr_param *p = &m->params[i];
-        if (s->gv[i] < 0 || s->buckets->bucket_of[i] < 0) continue;
+        if (s->gv[i] < 0 || s->dp.buckets->bucket_of[i] < 0) continue;
         size_t n = (size_t)fr_shape_numel(&p->shape), a, b;
         const fr_state_kind kind = (fr_state_kind)fr_optp(m, i)->state_kind;
         const size_t mine = fr_step_owned(s, i, &a, &b) ? b - a : 0;
@@ -460,16 +463,16 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
             if (dec) fr_state_decode(fr_optp(m, i)->state[k], kind, mine, k == 0, dec);
             char what[160];
             snprintf(what, sizeof what, "the optimizer state of %.100s", p->name);
-            st = fr_comm_gather_shards_f32(s->ctx, s->comm, dec ? dec : fr_optp(m, i)->state[k],
-                                           full, fr_buckets_flat(s->buckets, (int)i), n,
-                                           s->buckets->total, what);
+            st = fr_comm_gather_shards_f32(s->ctx, s->dp.comm, dec ? dec : fr_optp(m, i)->state[k],
+                                           full, fr_buckets_flat(s->dp.buckets, (int)i), n,
+                                           s->dp.buckets->total, what);
             fr_free(s->ctx, dec);
             if (root && whole != full) {
                 if (!st) fr_state_encode(full, kind, n, k == 0, whole);
                 fr_free(s->ctx, full);
             }
             if (root) {
-                s->whole_state[2 * i + k] = fr_optp(m, i)->state[k];
+                s->dp.whole_state[2 * i + k] = fr_optp(m, i)->state[k];
                 fr_optp(m, i)->state[k] = whole;
             }
         }
@@ -482,7 +485,7 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
 fr_status fr_step_params_whole(fr_step *s, int on) {
     fr_model *m = s->m;
     fr_pshard *ps = m->shard;
-    int root = fr_comm_rank(s->comm) == 0;
+    int root = fr_comm_rank(s->dp.comm) == 0;
     fr_status st = FR_OK;
     if (!ps) return FR_OK;
     for (size_t i = 0; i < m->n_params; i++) {
