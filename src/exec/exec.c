@@ -70,16 +70,14 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     e->ptr = fr_calloc(ctx, g->n_vals * sizeof *e->ptr, FR_MEM_OTHER);
     e->written = fr_calloc(ctx, g->n_vals, FR_MEM_OTHER);
     if (!e->ptr || !e->written) goto fail;
-    const int dev = fr_backend_is_device(e->be);
-    if (dev) {
+    if (fr_backend_is_device(e->be)) { /* its tensors are .buf and .off, not pointers */
         e->buf = fr_calloc(ctx, g->n_vals * sizeof *e->buf, FR_MEM_OTHER);
         e->off = fr_calloc(ctx, g->n_vals * sizeof *e->off, FR_MEM_OTHER);
         if (!e->buf || !e->off) goto fail;
     }
     if (plan->arena_bytes) {
         fr_mem_set_tag(ctx, "arena");
-        e->arena = dev ? e->be->arena_alloc(ctx, plan->arena_bytes)
-                       : fr_arena_alloc(ctx, plan->arena_bytes);
+        e->arena = e->be->arena_alloc(ctx, plan->arena_bytes);
         if (!e->arena) goto fail;
     }
     /* values offloaded between forward and backward: one host block for
@@ -93,8 +91,7 @@ fr_status fr_exec_init(fr_exec *e, fr_graph *g, fr_plan *plan) {
     }
     for (size_t v = 0; v < g->n_vals; v++) {
         if (plan->offset[v] < 0) continue;
-        if (dev) e->buf[v] = e->arena, e->off[v] = (size_t)plan->offset[v];
-        else e->ptr[v] = e->arena + plan->offset[v];
+        fr_exec_bind_dev(e, (int)v, e->arena, (size_t)plan->offset[v]);
     }
     return FR_OK;
 fail:
@@ -111,8 +108,7 @@ void fr_exec_release(fr_exec *e) {
     fr_free(e->ctx, e->copy_ev);
     fr_free(e->ctx, e->wait_start);
     fr_free(e->ctx, e->wait);
-    if (e->arena && fr_backend_is_device(e->be)) e->be->arena_free(e->ctx, e->arena);
-    else fr_arena_free(e->ctx, e->arena);
+    if (e->arena) e->be->arena_free(e->ctx, e->arena);
     fr_free(e->ctx, e->host);
     fr_free(e->ctx, e->buf);
     fr_free(e->ctx, e->off);
@@ -126,8 +122,7 @@ static void apply_events(fr_exec *e, int i) {
     for (int k = p->ev_start[i]; k < p->ev_start[i + 1]; k++) {
         int ev = p->ev[k], v = (ev > 0 ? ev : -ev) - 1;
         int64_t b = (int64_t)fr_value_bytes(&e->g->vals[v]);
-        if (e->be->track) e->be->track(e->ctx, p->cat[v], ev > 0 ? b : -b);
-        else fr_mem_track(e->ctx, p->cat[v], ev > 0 ? b : -b);
+        e->be->track(e->ctx, p->cat[v], ev > 0 ? b : -b);
     }
 }
 
@@ -164,9 +159,9 @@ fr_tensor fr_exec_tensor(const fr_exec *e, int v) {
     return t;
 }
 
-fr_status fr_exec_read(const fr_exec *e, int v, void *dst, size_t n) {
-    if (e->buf) return e->be->read(e->ctx, e->buf[v], e->off[v], dst, n);
-    memcpy(dst, e->ptr[v], n);
+fr_status fr_exec_read(const fr_exec *e, int v, size_t off, void *dst, size_t n) {
+    if (e->buf) return e->be->read(e->ctx, e->buf[v], e->off[v] + off, dst, n);
+    memcpy(dst, (const char *)e->ptr[v] + off, n);
     return FR_OK;
 }
 

@@ -51,9 +51,9 @@ void fr_exec_bind(fr_exec *e, int v, void *p);
  * handle; the host's pointer on the CPU). */
 void fr_exec_bind_dev(fr_exec *e, int v, void *buf, size_t off);
 /* Value v as a kernel sees it (.data on the host; .buf and .off on a
- * device), and n bytes of it read to the host. */
+ * device), and n bytes of it from byte off read to the host. */
 fr_tensor fr_exec_tensor(const fr_exec *e, int v);
-fr_status fr_exec_read(const fr_exec *e, int v, void *dst, size_t n);
+fr_status fr_exec_read(const fr_exec *e, int v, size_t off, void *dst, size_t n);
 /* Run the nodes at plan positions [from, to) with batch size n (<= the compiled batch). */
 fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64_t step);
 /* Apply the end-of-step events (kept values die). */

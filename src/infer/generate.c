@@ -48,7 +48,6 @@ typedef struct gen {
     fr_model *m;
     fr_ctx *ctx;
     const fr_backend *be;
-    int dev;       /* the backend is a device: persistent values are its buffers */
     int T;         /* the context: positions the cache holds */
     int vocab_in;  /* rows of the embedding: ids the model reads */
     int vocab_out; /* the logits' width */
@@ -79,19 +78,13 @@ static const unsigned char runs_kind[FR_L_COUNT] = {
 /* ---- the backend's memory: a device's buffers, or the host's blocks ---- */
 
 static void *mem_take(gen *g, size_t bytes, fr_mem_cat cat) {
-    return g->dev ? g->be->alloc(g->ctx, bytes, cat) : fr_alloc(g->ctx, bytes, cat);
+    return g->be->alloc(g->ctx, bytes, cat);
 }
 
-static void mem_give(gen *g, void *buf) {
-    if (g->dev) g->be->release(g->ctx, buf);
-    else fr_free(g->ctx, buf);
-}
+static void mem_give(gen *g, void *buf) { g->be->release(g->ctx, buf); }
 
 /* Value v of the running chunk at byte off of buf (a device's buffer, or a host block). */
-static void bind_at(gen *g, int v, void *buf, size_t off) {
-    if (g->dev) fr_exec_bind_dev(&g->ex, v, buf, off);
-    else fr_exec_bind(&g->ex, v, (char *)buf + off);
-}
+static void bind_at(gen *g, int v, void *buf, size_t off) { fr_exec_bind_dev(&g->ex, v, buf, off); }
 
 /* ---- the model and the chunks ---- */
 
@@ -208,7 +201,6 @@ static void release_chunk(gen *g, chunk *c) {
 static fr_status prepare(gen *g, int n0, const fr_gen_opts *o) {
     fr_model *m = g->m;
     g->be = fr_backend_of(g->ctx);
-    g->dev = fr_backend_is_device(g->be);
     g->live = -1;
     fr_status st = check_model(g);
     if (st) return st;
@@ -243,7 +235,7 @@ static fr_status setup(gen *g) {
     fr_mem_set_tag(ctx, "kv cache");
     if (g->kv_bytes && !(g->kv = mem_take(g, g->kv_bytes, FR_MEM_KV_CACHE))) return FR_ERR_NOMEM;
     fr_mem_set_tag(ctx, NULL);
-    if (!g->dev) return FR_OK;
+    if (!fr_backend_is_device(g->be)) return FR_OK; /* the host's weights and ids serve */
     g->wbuf = fr_calloc(ctx, m->n_params * sizeof *g->wbuf, FR_MEM_OTHER);
     if (!g->wbuf) return FR_ERR_NOMEM;
     fr_mem_set_tag(ctx, "generation's weights");
@@ -263,7 +255,7 @@ static void teardown(gen *g) {
     fr_ctx *ctx = g->ctx;
     fr_exec_release(&g->ex);
     for (int k = 0; k < MAX_CHUNKS; k++) release_chunk(g, &g->ch[k]);
-    if (g->dev && g->kv) g->be->finish(ctx); /* nothing may still use a buffer */
+    if (g->kv) g->be->finish(ctx); /* nothing may still use a buffer */
     if (g->kv) mem_give(g, g->kv);
     if (g->wbuf)
         for (size_t i = 0; i < g->m->n_params; i++)
@@ -288,15 +280,14 @@ static fr_status make_live(gen *g, int k) {
     g->live = k;
     const fr_model *m = g->m;
     for (size_t i = 0; i < m->n_params; i++)
-        if (g->dev) fr_exec_bind_dev(&g->ex, c->pv[i], g->wbuf[i], 0);
-        else fr_exec_bind(&g->ex, c->pv[i], m->params[i].data);
+        fr_exec_bind_dev(&g->ex, c->pv[i], g->wbuf ? g->wbuf[i] : m->params[i].data, 0);
     for (size_t li = 0; li < m->n_layers; li++) {
         if (c->kv[li] < 0) continue;
         size_t half = fr_value_bytes(&c->g.vals[c->kv[li]]);
         bind_at(g, c->kv[li], g->kv, g->kv_off[li]);
         bind_at(g, c->kv[li] + 1, g->kv, g->kv_off[li] + half);
     }
-    if (g->dev) fr_exec_bind_dev(&g->ex, c->g.input, g->ids, 0);
+    if (g->ids) fr_exec_bind_dev(&g->ex, c->g.input, g->ids, 0);
     return FR_OK;
 }
 
@@ -311,7 +302,7 @@ static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos) {
     if (st) return st;
     const chunk *c = &g->ch[k];
     const fr_model *m = g->m;
-    if (!g->dev) fr_exec_bind(&g->ex, c->g.input, (void *)tok);
+    if (!g->ids) fr_exec_bind(&g->ex, c->g.input, (void *)tok);
     else if ((st = (fr_status)g->be->write(g->ctx, g->ids, 0, tok, (size_t)P * sizeof *tok)))
         return st;
     for (size_t li = 0; li < m->n_layers; li++) { /* rows pos + P - rows .. of the table */
@@ -320,17 +311,14 @@ static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos) {
         const fr_shape *s = &c->g.vals[v].shape;
         const int w = m->layers[li].wparam;
         size_t off = (size_t)(pos + P - s->d[0]) * (size_t)s->d[1] * sizeof(float);
-        bind_at(g, v, g->dev ? g->wbuf[w] : m->params[w].data, off);
+        bind_at(g, v, g->wbuf ? g->wbuf[w] : m->params[w].data, off);
     }
     if ((st = fr_exec_run(&g->ex, 0, c->plan.n_nodes, 1, 0, (uint64_t)pos))) return st;
     /* the logits (1, rows, V): the last row */
     const int z = c->g.logits;
     const fr_shape *zs = &c->g.vals[z].shape;
     const size_t V = (size_t)g->vocab_out, row = (size_t)(zs->d[1] - 1) * V * sizeof(float);
-    if (g->dev)
-        st = (fr_status)g->be->read(g->ctx, g->ex.buf[z], g->ex.off[z] + row, g->logits,
-                                    V * sizeof(float));
-    else memcpy(g->logits, (const char *)g->ex.ptr[z] + row, V * sizeof(float));
+    st = fr_exec_read(&g->ex, z, row, g->logits, V * sizeof(float));
     fr_exec_finish(&g->ex);
     return st;
 }
@@ -408,7 +396,7 @@ fr_status fr_generate_predict(fr_model *m, int n_prompt, const fr_gen_opts *o,
         for (int k = 0; k < g.n_ch; k++)
             for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
                 if (g.ch[k].plan.peak[c] > peak[c]) peak[c] = g.ch[k].plan.peak[c];
-        if (g.dev && g.n_ch) {
+        if (fr_backend_is_device(g.be) && g.n_ch) { /* a device holds copies */
             for (size_t i = 0; i < m->n_params; i++)
                 peak[FR_MEM_PARAMS] +=
                     (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);

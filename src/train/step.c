@@ -636,7 +636,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         int split =
             s->opt.n_fused ? s->sched.loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
         st = fr_exec_run(e, 0, split, n, seed, s->sched.runs);        /* check the loss first */
-        if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
+        if (!st) st = fr_exec_read(e, g->loss, 0, &lm, sizeof lm);
         if (!st && split < s->plan.n_nodes && !isfinite(lm)) { /* (never sharded: no gathers) */
             st = fr_step_hits_of(s, n, &h);
             fr_exec_finish(e);
@@ -654,7 +654,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         }
         if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->dp.comm, s->dp.buckets);
         s->sched.runs++;
-        if (!st) st = fr_exec_read(e, g->loss, &lm, sizeof lm);
+        if (!st) st = fr_exec_read(e, g->loss, 0, &lm, sizeof lm);
         if (!st) st = fr_step_hits_of(s, n, &h);
         total += (double)lm * n;
         hits += h;
