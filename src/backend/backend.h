@@ -155,6 +155,10 @@ typedef struct fr_backend {
      * backward, convolution and its backward (the op table's half_in and
      * half_out ask here; ops.c). NULL: never. */
     int (*half_io)(const fr_graph *g, const fr_node *n, int j);
+    /* Floats of scratch LINEAR_BWD takes to update an out x in weight inside
+     * backward (fr_kernel_call.update) over `rows` rows: the CPU's kernel
+     * tiles the weight's gradient, a device computes it whole. */
+    size_t (*upd_tile)(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows);
 } fr_backend;
 
 #define FR_HITS_SCRATCH 8 /* the count, as fr_backend.hits keeps it on the device */

@@ -7,8 +7,7 @@
 
 #include <math.h>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "core/half.h"
 
 int fr_optim_states(const fr_optim_opts *o) {
@@ -117,13 +116,36 @@ fr_status fr_optim_update(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts
     return st;
 }
 
-void fr_optim_step_range(const fr_optim_opts *o, fr_optim_param *q, float *w, const float *g,
-                         size_t n, int64_t t) {
-    if (o->kind == FR_OPTIM_SGD) fr_k_sgd(w, g, q->state[0], n, o, t == 1);
-    else if (q->state_kind != FR_STATE_F32) /* bf16 moments: element by element */
-        fr_k_adam_state(w, g, q->state[0], q->state[1], n, o, t, o->kind == FR_OPTIM_ADAMW,
-                        (fr_state_kind)q->state_kind);
-    else fr_k_adam(w, g, q->state[0], q->state[1], n, o, t, o->kind == FR_OPTIM_ADAMW);
+/* n host f32 values at x as a tensor (a ZeRO rank's range). */
+static fr_tensor range_t(const float *x, size_t n) {
+    return (fr_tensor){
+        .dtype = FR_F32, .shape = fr_shape1((int64_t)n), .data = (void *)x, .buf = (void *)x};
+}
+
+fr_status fr_optim_step_range(fr_ctx *ctx, const fr_optim_opts *o, fr_optim_param *q, float *w,
+                              const float *g, size_t n, int64_t t) {
+    fr_tensor wt = range_t(w, n), gt = range_t(g, n);
+    fr_tensor st[2] = {range_t(q->state[0], n), range_t(q->state[1], n)};
+    return fr_cpu_backend.optim_update(ctx, o, t, &wt, &gt, st, q->state_kind);
+}
+
+int fr_optim_range_unscale(fr_ctx *ctx, float *g, size_t n, float inv) {
+    fr_tensor t = range_t(g, n);
+    int found = 0;
+    fr_cpu_backend.grad_unscale(ctx, &t, inv, &found);
+    return found;
+}
+
+double fr_optim_range_sumsq(fr_ctx *ctx, const float *g, size_t n) {
+    fr_tensor t = range_t(g, n);
+    double out = 0;
+    fr_cpu_backend.grad_sumsq(ctx, &t, &out);
+    return out;
+}
+
+void fr_optim_range_scale(fr_ctx *ctx, float *g, size_t n, float f) {
+    fr_tensor t = range_t(g, n);
+    fr_cpu_backend.grad_scale(ctx, &t, f);
 }
 
 fr_status fr_optim_unscale(fr_ctx *ctx, const fr_backend *be, fr_model *m, const int *gv, float inv,

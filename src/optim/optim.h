@@ -102,9 +102,14 @@ fr_status fr_optim_update(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts
                           const int *gv, const uint8_t *fused, int64_t t, int offloaded);
 /* The step of q's parameter's elements [a, a + n) at t on the host:
  * weights w, f32 gradients g (the update is elementwise, so a ZeRO rank
- * steps its range; its state holds those elements only). */
-void fr_optim_step_range(const fr_optim_opts *o, fr_optim_param *q, float *w, const float *g,
-                         size_t n, int64_t t);
+ * steps its range; its state holds those elements only); and a range's
+ * unscale (1: inf or NaN found), sum of squares and scaling. Through the
+ * CPU backend's passes, as the whole-tensor ones. */
+fr_status fr_optim_step_range(fr_ctx *ctx, const fr_optim_opts *o, fr_optim_param *q, float *w,
+                              const float *g, size_t n, int64_t t);
+int fr_optim_range_unscale(fr_ctx *ctx, float *g, size_t n, float inv);
+double fr_optim_range_sumsq(fr_ctx *ctx, const float *g, size_t n);
+void fr_optim_range_scale(fr_ctx *ctx, float *g, size_t n, float f);
 /* The scaler's unscale: every gradient times inv, in one pass that looks for
  * inf or NaN; *found_inf 1 if it found one (the rest is left: the step is
  * skipped). */

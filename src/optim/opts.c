@@ -4,7 +4,7 @@
  * rules over a model's parameters in optim/optim.c. */
 #include <ctype.h>
 #include <string.h>
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "core/ctx.h"
 
 /* fr_step_opts.optim_state reaches the kernels as an fr_state_kind. */

@@ -4,7 +4,7 @@
  * and the predicted peak of one step by category. Reads the compiled step's
  * graph and plan; changes nothing. */
 #include <string.h>
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "parallel/shard.h"
 #include "report/report.h"
 #include "model/model.h"

@@ -19,7 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "core/half.h"
 #include "core/names.h"
 #include "parallel/pshard.h"

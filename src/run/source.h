@@ -6,6 +6,7 @@
 #ifndef FR_SOURCE_H
 #define FR_SOURCE_H
 
+#include "data/batches.h"
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "run/trainer.h"
@@ -40,26 +41,10 @@ int fr_source_has_test(const fr_source *s);
 /* The data's terms of a budget (sizes, counts, the open handles). */
 void fr_source_budget(const fr_source *s, const fr_train_cfg *cfg, fr_budget_data *bd);
 
-/* A loader of batches over one split. */
-typedef struct fr_batches {
-    fr_loader *img;
-    fr_token_loader *tok;
-    int batch; /* samples a batch: the one asked, or a validation split's windows if fewer */
-} fr_batches;
-
 /* train = 1: the training split, shuffled with seed; 0: the test or
  * validation split, in order. limit: the first N samples or windows (0: all). */
 fr_status fr_batches_open(fr_source *s, int train, int batch, uint64_t seed, int queue,
                           int64_t limit, fr_batches *b);
-void fr_batches_close(fr_batches *b);
-int64_t fr_batches_count(const fr_batches *b);
-/* The global batch the last fr_batches_next's slice is of (its n with one
- * rank; a token loader's batches are all whole). */
-int fr_batches_global_n(const fr_batches *b);
-fr_status fr_batches_start(fr_batches *b, int epoch, int64_t skip);
-fr_status fr_batches_next(fr_batches *b, fr_batch *out, int *done);
-/* Hand each batch on from the loader's thread (loader.h); between epochs. */
-void fr_batches_set_hand(fr_batches *b, fr_hand_fn hand, void *user, int lag);
 
 /* An evaluation's totals over the batches this process scored (with ranks,
  * its slices, with an eval step of the largest slice): summed over the ranks

@@ -18,7 +18,7 @@
 #ifndef FR_FEED_H
 #define FR_FEED_H
 
-#include "run/source.h"
+#include "data/batches.h"
 #include "train/step.h"
 
 typedef struct fr_feed fr_feed;

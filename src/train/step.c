@@ -13,11 +13,10 @@
 #include "autodiff/autodiff.h"
 #include "core/half.h"
 #include "parallel/buckets.h"
-#include "parallel/buffers.h"
+#include "train/buffers.h"
 #include "parallel/pshard.h"
 #include "parallel/shard.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "plan/fuse.h"
 #include "plan/insert.h"
 #include "plan/narrow.h"
@@ -241,13 +240,11 @@ static int plain_sgd(const fr_optim_opts *o) {
     return o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
 }
 
-/* The scratch of LINEAR_BWD's fused update of an out x in weight: on a
- * device the whole gradient (the kept gradient's one GEMM), on the CPU the
- * kernel's tile. */
+/* The scratch of LINEAR_BWD's fused update of an out x in weight, as the
+ * backend sizes it (fr_backend.upd_tile). */
 static size_t upd_tile(int64_t out, int64_t in, int64_t rows, void *arg) {
     const fr_step *s = arg;
-    return fr_step_on_device(s) ? (size_t)(out * in)
-                                : fr_k_linear_upd_ws(out, in, rows, fr_get_threads(s->ctx));
+    return fr_backend_of(s->ctx)->upd_tile(s->ctx, out, in, rows);
 }
 
 /* The loss's plan position; with plain SGD, the step inside LINEAR_BWD
@@ -490,15 +487,6 @@ void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
 static int64_t rows_per_sample(const fr_step *s) {
     const fr_shape *z = &s->g.vals[s->g.logits].shape;
     return fr_shape_numel(z) / z->d[z->ndim - 1] / z->d[0];
-}
-
-/* Argmax hits over the rows of samples off..off+n (every position of a
- * token model). */
-int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n) {
-    const fr_shape *zs = &s->g.vals[s->g.logits].shape;
-    int64_t c = zs->d[zs->ndim - 1], r = rows_per_sample(s);
-    if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
-    return (int)fr_k_argmax_hits(z, b->y + off * r, n * r, c);
 }
 
 void fr_step_set_loss_scale(fr_step *s, float scale) {

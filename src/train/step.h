@@ -6,7 +6,6 @@
 #ifndef FR_STEP_H
 #define FR_STEP_H
 
-#include "backend/cpu/kernels.h"
 #include "exec/exec.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -127,9 +126,6 @@ size_t fr_step_reserved(const fr_step *s);
 /* Its device part: what it reserves in a device's memory (its classes'
  * rounding); SIZE_MAX when its arena exceeds the device's largest buffer. */
 size_t fr_dev_step_reserved(const fr_step *s);
-/* Argmax hits of samples off..off+n from their logits z (every position of a
- * token model; the first maximum wins); 0 unless the loss is cross-entropy. */
-int fr_step_hits(const fr_step *s, const float *z, const fr_batch *b, int off, int n);
 /* The error of a non-finite loss at micro-batch run `step` (1-based). */
 fr_status fr_step_nonfinite(fr_step *s, float l, uint64_t step);
 fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, float *loss,

@@ -9,8 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/optim_state.h"
+#include "backend/state.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 #include "parallel/pshard.h"
@@ -209,11 +208,11 @@ int fr_step_shard_steps(const fr_step *s, int zero) {
 /* ZeRO >= 1: the optimizer's step t on param i's owned elements [a, b)
  * with their summed gradients g; the weights are the replica's at stages 1
  * and 2, the shard's at 3. */
-static void step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g, int64_t t) {
+static fr_status step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g, int64_t t) {
     fr_param *p = &s->m->params[i];
     size_t a3, b3;
     float *w = s->m->shard ? fr_pshard_slice(s->m->shard, (int)i, &a3, &b3) : (float *)p->data + a;
-    fr_optim_step_range(&s->o.optim, fr_optp(s->m, i), w, g, b - a, t);
+    return fr_optim_step_range(s->ctx, &s->o.optim, fr_optp(s->m, i), w, g, b - a, t);
 }
 
 /* The step inside backward of a rank (fr_step_shard_steps): bucket k's
@@ -222,16 +221,17 @@ static void step_owned(fr_step *s, size_t i, size_t a, size_t b, const float *g,
 static fr_status share_step(void *arg, int k, const float *share, size_t a, size_t e) {
     fr_step *s = arg;
     (void)e;
-    for (size_t i = 0; i < s->m->n_params; i++) {
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < s->m->n_params && !st; i++) {
         size_t pa, pb;
         if (s->dp.buckets->bucket_of[i] != k || !s->ex.written[s->gv[i]] ||
             !fr_step_owned(s, i, &pa, &pb))
             continue;
-        step_owned(s, i, pa, pb, share + (fr_buckets_flat(s->dp.buckets, (int)i) + pa - a),
-                   s->opt.t + 1);
+        st = step_owned(s, i, pa, pb, share + (fr_buckets_flat(s->dp.buckets, (int)i) + pa - a),
+                        s->opt.t + 1);
         s->dp.stepped[i] = 1;
     }
-    return FR_OK;
+    return st;
 }
 
 void fr_step_bucket_peak(const fr_step *s, int zero, size_t *peak, size_t *reserved) {
@@ -368,7 +368,7 @@ fr_status fr_zero_update(fr_step *s, float l) {
         float inv = fr_scaler_inv_scale(&s->opt.scaler);
         for (size_t i = 0; i < m->n_params && !flag; i++)
             if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
-                flag = fr_k_grad_unscale(owned_grad(s, i, a), FR_F32, b - a, inv);
+                flag = fr_optim_range_unscale(s->ctx, owned_grad(s, i, a), b - a, inv);
         if ((st = fr_comm_sum_f64(s->ctx, s->dp.comm, &flag, 1, "the loss scaler's inf/NaN flag")))
             return st;
     }
@@ -379,14 +379,14 @@ fr_status fr_zero_update(fr_step *s, float l) {
             double total = 0;
             for (size_t i = 0; i < m->n_params; i++)
                 if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
-                    total += fr_k_grad_sumsq(owned_grad(s, i, a), FR_F32, b - a);
+                    total += fr_optim_range_sumsq(s->ctx, owned_grad(s, i, a), b - a);
             if ((st =
                      fr_comm_sum_f64(s->ctx, s->dp.comm, &total, 1, "the gradients' squared norm")))
                 return st;
             float coef = fr_optim_clip_coef(total, s->o.clip_grad_norm);
             for (size_t i = 0; i < m->n_params && coef < 1.0f; i++)
                 if (fr_optp(m, i)->grad_valid && fr_step_owned(s, i, &a, &b))
-                    fr_k_grad_scale(owned_grad(s, i, a), FR_F32, b - a, coef);
+                    fr_optim_range_scale(s->ctx, owned_grad(s, i, a), b - a, coef);
         }
         s->opt.t++;
         for (size_t i = 0; i < m->n_params; i++) {
@@ -395,7 +395,7 @@ fr_status fr_zero_update(fr_step *s, float l) {
                 s->dp.stepped[i] = 0;
                 continue;
             }
-            step_owned(s, i, a, b, owned_grad(s, i, a), s->opt.t);
+            if ((st = step_owned(s, i, a, b, owned_grad(s, i, a), s->opt.t))) return st;
         }
         for (size_t i = 0; i < m->n_params && !s->m->shard; i++) { /* ZeRO 3 keeps shards */
             fr_param *p = &m->params[i];

@@ -56,6 +56,10 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
 
 /* Every member but wait_copy (optional: its copies are done on return);
  * the memory, copies and uploads in memory.c, the passes in passes.c. */
+static size_t cpu_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
+    return fr_k_linear_upd_ws(out, in, rows, fr_get_threads(ctx));
+}
+
 const fr_backend fr_cpu_backend = {
     .name = "cpu",
     .kernels = cpu_kernels,
@@ -91,6 +95,7 @@ const fr_backend fr_cpu_backend = {
     .event_release = fr_cpu_event_release,
     .event_times = fr_cpu_event_times,
     .half_io = fr_cpu_half_io,
+    .upd_tile = cpu_upd_tile,
 };
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {

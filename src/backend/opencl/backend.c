@@ -275,6 +275,12 @@ static void cl_event_times(void *event, double *start_us, double *end_us) {
  * pooling and BatchNorm at any plane size, gemm.c's im2col, though not its
  * direct 1x1 path); answering as the CPU does keeps a device step's plan,
  * values and memory those of the host's step (tests/test_golden.sh). */
+/* The fused SGD step's weight gradient, whole (opencl/gemm.c). */
+static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
+    (void)ctx, (void)rows;
+    return (size_t)(out * in);
+}
+
 static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
     return fr_cpu_backend.half_io(g, n, j);
 }
@@ -313,6 +319,7 @@ const fr_backend fr_cl_backend = {
     .event_release = cl_event_release,
     .event_times = cl_event_times,
     .half_io = cl_half_io,
+    .upd_tile = cl_upd_tile,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {

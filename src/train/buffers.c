@@ -1,6 +1,6 @@
 /* buffers.c — rank 0's buffers to every rank (buffers.h says why and when). */
 #include <stdio.h>
-#include "parallel/buffers.h"
+#include "train/buffers.h"
 
 fr_status fr_buffers_bcast(fr_ctx *ctx, const fr_comm *c, fr_model *m) {
     fr_status st = FR_OK;

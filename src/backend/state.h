@@ -1,0 +1,58 @@
+/* state.h — the optimizer state's storage formats, shared by every backend
+ * and by the host code that saves, loads and shards state (checkpoints,
+ * ZeRO): fp32, bf16 (round to nearest even), or int8 by block-wise dynamic
+ * quantization (Dettmers et al., "8-bit Optimizers via Block-wise
+ * Quantization", 2022; the bitsandbytes scheme): each kind, its size rule,
+ * the bytes of one buffer and the whole-buffer conversions (implemented on
+ * the host, in backend/cpu/optim_state.c; the update kernels are each
+ * backend's).
+ *
+ * Buffer layouts for n elements (one moment):
+ *   FR_STATE_F32   float[n]
+ *   FR_STATE_BF16  uint16_t[n], bf16 bit patterns
+ *   FR_STATE_INT8  uint8_t codes[n], zero padding to a multiple of 4 bytes,
+ *                  then float absmax[ceil(n / FR_STATE_INT8_BLOCK)];
+ *                  element i is map[codes[i]] * absmax[i / BLOCK], where map
+ *                  is the signed dynamic map for the first moment and the
+ *                  unsigned one for the second. An absmax of 0 decodes the
+ *                  block as zeros, so an all-zero (calloc) buffer is a zero
+ *                  state for every kind; a NaN absmax marks a block that held
+ *                  a non-finite value and decodes as NaN.
+ * The buffers must be 4-byte aligned (any malloc or arena block is). */
+#ifndef FR_BACKEND_STATE_H
+#define FR_BACKEND_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "frugal.h"
+
+typedef enum fr_state_kind { FR_STATE_F32 = 0, FR_STATE_BF16, FR_STATE_INT8 } fr_state_kind;
+#define FR_STATE_KIND_COUNT 3
+
+#define FR_STATE_INT8_BLOCK 2048
+/* Tensors smaller than one quantization block keep fp32 state (bitsandbytes'
+ * min_8bit_size, which defaults to 4096 there; one block here). */
+#define FR_STATE_INT8_MIN FR_STATE_INT8_BLOCK
+
+/* The kind a tensor of n elements gets when `requested` is asked for: int8
+ * falls back to f32 below FR_STATE_INT8_MIN; the others are kept. */
+fr_state_kind fr_state_kind_for(fr_state_kind requested, size_t n);
+
+/* Bytes of ONE moment buffer of n elements: f32 4n; bf16 2n; int8
+ * round_up(n, 4) + 4 ceil(n / FR_STATE_INT8_BLOCK). */
+size_t fr_state_bytes(fr_state_kind k, size_t n);
+
+/* "fp32", "bf16", "int8"; NULL for an unknown kind. */
+const char *fr_state_kind_name(fr_state_kind k);
+/* The inverse of fr_state_kind_name, any letter case; FR_ERR_ARG for anything else. */
+fr_status fr_state_kind_parse(const char *s, fr_state_kind *out);
+
+/* Whole-buffer conversions (checkpoints, tests). is_signed picks the int8
+ * map: 1 for a first moment, 0 for a second (whose values must be >= 0);
+ * it is ignored by the other kinds. Encoding int8 sets each block's absmax
+ * to max |x| over the block and each code to the map entry nearest
+ * x / absmax (ties to the lower entry). */
+void fr_state_decode(const void *buf, fr_state_kind k, size_t n, int is_signed, float *out);
+void fr_state_encode(const float *in, fr_state_kind k, size_t n, int is_signed, void *buf);
+
+#endif
