@@ -1,11 +1,12 @@
-/* fault_sweep.h — the host allocation-failure sweep of the engine tests
- * (test_engine.c, test_offload.c) and the small residual CNN that
- * test_engine.c and test_device_faults.c step. A scenario
- * builds what it needs on the context it is given and frees it all before
- * returning; fault_sweep runs it once per host allocation n, on a fresh
- * context whose allocation n fails, until a run never reaches n, and checks
- * that every point failed cleanly (FR_ERR_NOMEM saying "out of memory") and
- * leaked nothing. Include after check.h. */
+/* fault_sweep.h — the host allocation-failure sweep of the tests
+ * (test_engine.c, test_offload.c, test_plan_fuse.c, test_plan_narrow.c),
+ * the end-of-test leak check of a test's own context (ctx_free_done), and
+ * the small residual CNN that test_engine.c and test_device_faults.c step.
+ * A scenario builds what it needs on the context it is given and frees it
+ * all before returning; fault_sweep runs it once per host allocation n, on a
+ * fresh context whose allocation n fails, until a run never reaches n, and
+ * checks that every point failed cleanly (FR_ERR_NOMEM saying "out of
+ * memory") and leaked nothing. Include after check.h. */
 #ifndef FR_FAULT_SWEEP_H
 #define FR_FAULT_SWEEP_H
 
@@ -29,10 +30,11 @@ static inline fr_model *residual_cnn(fr_ctx *ctx) {
     return m;
 }
 
-/* Runs scenario(ctx, arg) with host allocation n = 1, 2, ... failing; `what`
- * names the sweep in the summary line. */
-static inline void fault_sweep(const char *what, fr_status (*scenario)(fr_ctx *, void *),
-                               void *arg) {
+/* Runs scenario(ctx, arg) with host allocation n = 1, 2, ... failing, and
+ * checks that it made at least `least` allocations; `what` names the sweep
+ * in the summary line. */
+static inline void fault_sweep_least(const char *what, int least,
+                                     fr_status (*scenario)(fr_ctx *, void *), void *arg) {
     int n, failures = 0, bad = 0;
     for (n = 1; n < 100000; n++) {
         fr_ctx *ctx = fr_ctx_new();
@@ -53,9 +55,25 @@ static inline void fault_sweep(const char *what, fr_status (*scenario)(fr_ctx *,
         if (!injected) break; /* the whole scenario ran without reaching allocation n */
     }
     CHECK(bad == 0, "%d failure points misbehaved", bad);
-    CHECK(failures == n - 1 && n > 20,
+    CHECK(failures == n - 1 && n - 1 >= least,
           "every one of the %d allocations was made to fail (%d failures seen)", n - 1, failures);
     printf("%s: %d points tested\n", what, n - 1);
+}
+
+/* The end of a test's main: nothing is left allocated on the test's own
+ * context, which is freed; returns check_done()'s exit status. */
+static inline int ctx_free_done(fr_ctx *ctx) {
+    fr_mem_stats ms;
+    fr_mem_get_stats(ctx, &ms);
+    CHECK(ms.allocated_total == 0, "%zu bytes leaked", ms.allocated_total);
+    fr_ctx_free(ctx);
+    return check_done();
+}
+
+/* The sweep of a scenario that makes more than 20 allocations (a step). */
+static inline void fault_sweep(const char *what, fr_status (*scenario)(fr_ctx *, void *),
+                               void *arg) {
+    fault_sweep_least(what, 20, scenario, arg);
 }
 
 #endif

@@ -35,34 +35,10 @@ int main(void) {
 #include "mem/mem.h"
 #include "model/model.h"
 #include "model/modelfile.h"
+#include "gen_model.h" /* last: its T, V, C are macros */
 
-#define T 16 /* context */
-#define V 37 /* vocabulary */
-#define C 24
-#define NLAYER 2
 #define MAXGEN 64
 #define LOGIT_TOL 1e-4
-
-static const char *gpt_text = "input tokens 16\n"
-                              "embedding 37 24 std=0.5 name=wte\n"
-                              "pos_embedding 16 std=0.5 name=wpe\n"
-                              "repeat 2 name=h\n"
-                              "  residual\n"
-                              "    layernorm 24 name=ln_1\n"
-                              "    linear 72 std=0.4 name=attn.c_attn\n"
-                              "    attention heads=4\n"
-                              "    linear 24 std=0.3 name=attn.c_proj\n"
-                              "  end\n"
-                              "  residual\n"
-                              "    layernorm 24 name=ln_2\n"
-                              "    linear 96 std=0.3 name=mlp.c_fc\n"
-                              "    gelu approximate=tanh\n"
-                              "    linear 24 std=0.3 name=mlp.c_proj\n"
-                              "  end\n"
-                              "end\n"
-                              "layernorm 24 name=ln_f\n"
-                              "linear 37 bias=false tie=wte name=lm_head\n"
-                              "loss cross_entropy\n";
 
 typedef struct seen {
     int n, n_logits;

@@ -27,6 +27,7 @@
 #include "autodiff/autodiff.h"
 #include "check.h"
 #include "core/ctx.h"
+#include "fault_sweep.h"
 #include "frugal.h"
 #include "plan/fuse.h"
 
@@ -356,35 +357,18 @@ static void test_optim_steps(void) {
     net_release(g_ctx, &t);
 }
 
-/* Allocation n of building the graph and running the pass fails, n = 1,
- * 2, ... until a run never reaches n: each fails cleanly, nothing leaks. */
-static void test_optim_steps_faults(void) {
-    int n, bad = 0, failures = 0;
-    for (n = 1; n < 10000; n++) {
-        fr_ctx *ctx = fr_ctx_new();
-        fr_mem_fail_at(ctx, (uint64_t)n);
-        net t;
-        uint8_t fused[NP + 1] = {0};
-        int n_fused = 0;
-        fr_status st = build_mlp(ctx, &t);
-        if (!st)
-            st = fr_fuse_optim_steps(&t.g, &t.order, &t.n, LOSS_POS, NP, t.pv, t.gv, fused,
-                                     &n_fused);
-        net_release(ctx, &t);
-        int injected = ctx->mem.fail_at == 0;
-        if (st) failures++;
-        if (st && (st != FR_ERR_NOMEM || !strstr(fr_last_error(ctx), "out of memory")) && bad++ < 3)
-            fprintf(stderr, "allocation %d: status %d, '%s'\n", n, st, fr_last_error(ctx));
-        fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
-        if (ms.allocated_total && bad++ < 3)
-            fprintf(stderr, "allocation %d: %zu bytes leaked\n", n, ms.allocated_total);
-        fr_ctx_free(ctx);
-        if (!injected) break;
-    }
-    CHECK(bad == 0, "%d failure points misbehaved", bad);
-    CHECK(failures == n - 1, "%d of %d failing allocations reported", failures, n - 1);
-    printf("optim steps: %d allocation failures tested\n", n - 1);
+/* Building the graph and running the pass with allocation n failing (the
+ * sweep in fault_sweep.h): each fails cleanly, nothing leaks. */
+static fr_status optim_steps_scenario(fr_ctx *ctx, void *arg) {
+    (void)arg;
+    net t;
+    uint8_t fused[NP + 1] = {0};
+    int n_fused = 0;
+    fr_status st = build_mlp(ctx, &t);
+    if (!st)
+        st = fr_fuse_optim_steps(&t.g, &t.order, &t.n, LOSS_POS, NP, t.pv, t.gv, fused, &n_fused);
+    net_release(ctx, &t);
+    return st;
 }
 
 int main(void) {
@@ -392,10 +376,6 @@ int main(void) {
     check_structure();
     test_linear_updates();
     test_optim_steps();
-    test_optim_steps_faults();
-    fr_mem_stats ms;
-    fr_mem_get_stats(g_ctx, &ms);
-    CHECK(ms.allocated_total == 0, "%zu bytes leaked", ms.allocated_total);
-    fr_ctx_free(g_ctx);
-    return check_done();
+    fault_sweep_least("optim steps", 1, optim_steps_scenario, NULL);
+    return ctx_free_done(g_ctx);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include "check.h"
 #include "core/ctx.h"
+#include "fault_sweep.h"
 #include "frugal.h"
 #include "plan/narrow.h"
 
@@ -115,40 +116,20 @@ static void test_narrow(void) {
     release(g_ctx, &h);
 }
 
-/* Allocation n of building and narrowing fails, n = 1, 2, ... until a run
- * never reaches n: each fails cleanly, nothing leaks. */
-static void test_faults(void) {
-    int n, bad = 0, failures = 0;
-    for (n = 1; n < 10000; n++) {
-        fr_ctx *ctx = fr_ctx_new();
-        fr_mem_fail_at(ctx, (uint64_t)n);
-        hand h;
-        fr_status st = build(ctx, &h);
-        if (!st) st = fr_narrow_half_grads(&h.g, &h.order, &h.n, NP, h.pv, h.gv);
-        release(ctx, &h);
-        int injected = ctx->mem.fail_at == 0;
-        if (st) failures++;
-        if (st && (st != FR_ERR_NOMEM || !strstr(fr_last_error(ctx), "out of memory")) && bad++ < 3)
-            fprintf(stderr, "allocation %d: status %d, '%s'\n", n, st, fr_last_error(ctx));
-        fr_mem_stats ms;
-        fr_mem_get_stats(ctx, &ms);
-        if (ms.allocated_total && bad++ < 3)
-            fprintf(stderr, "allocation %d: %zu bytes leaked\n", n, ms.allocated_total);
-        fr_ctx_free(ctx);
-        if (!injected) break;
-    }
-    CHECK(bad == 0, "%d failure points misbehaved", bad);
-    CHECK(failures == n - 1, "%d of %d failing allocations reported", failures, n - 1);
-    printf("narrowing: %d allocation failures tested\n", n - 1);
+/* Building and narrowing with allocation n failing (the sweep in
+ * fault_sweep.h): each fails cleanly, nothing leaks. */
+static fr_status narrow_scenario(fr_ctx *ctx, void *arg) {
+    (void)arg;
+    hand h;
+    fr_status st = build(ctx, &h);
+    if (!st) st = fr_narrow_half_grads(&h.g, &h.order, &h.n, NP, h.pv, h.gv);
+    release(ctx, &h);
+    return st;
 }
 
 int main(void) {
     g_ctx = fr_ctx_new();
     test_narrow();
-    test_faults();
-    fr_mem_stats ms;
-    fr_mem_get_stats(g_ctx, &ms);
-    CHECK(ms.allocated_total == 0, "%zu bytes leaked", ms.allocated_total);
-    fr_ctx_free(g_ctx);
-    return check_done();
+    fault_sweep_least("narrowing", 1, narrow_scenario, NULL);
+    return ctx_free_done(g_ctx);
 }

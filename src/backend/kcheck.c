@@ -222,6 +222,18 @@ int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv,
     return FR_OK;
 }
 
+int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row) {
+    const fr_shape *x = &c->in[0].shape;
+    const int64_t n = fr_shape_numel(x);
+    if (x->ndim < 2 || x->d[1] < 1 || c->out[0].dtype != c->in[0].dtype ||
+        fr_shape_numel(&c->out[0].shape) * x->d[1] != n)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "last_row: y must be x's last row along dimension 1, of its dtype");
+    *B = x->d[0], *T = x->d[1];
+    *row = n ? (size_t)(n / (*B * *T)) * fr_dtype_size(c->in[0].dtype) : 0;
+    return FR_OK;
+}
+
 int fr_kcheck_optim_step(fr_kernel_call *c, size_t *n) {
     if (!c->optim || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG,

@@ -215,16 +215,26 @@ static int sh_pos_embedding(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, 
     return sh_same(g, n, o, dt, b);
 }
 
-/* qkv (B, T, 3C) -> y (B, T, C), lse (B, NH, T), ws (a tile per thread) */
-static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
-    const fr_shape *x = &V(0)->shape;
+/* qkv (B, T, 3C), causal, with heads dividing C: the checks of ATTENTION
+ * and ATTENTION_KV; C in *C */
+static int sh_qkv(fr_graph *g, fr_node *n, const fr_shape *x, int64_t *C) {
     const int nh = n->attr.heads;
     if (x->ndim != 3 || x->d[2] % 3)
         return fail_shape(g, n, "input must be (batch, positions, 3 x channels): q, k, v");
     if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
-    const int64_t C = x->d[2] / 3;
-    if (nh < 1 || C % nh || C == 0)
+    *C = x->d[2] / 3;
+    if (nh < 1 || *C % nh || *C == 0)
         return fail_shape(g, n, "the number of heads must divide the channels");
+    return 0;
+}
+
+/* qkv (B, T, 3C) -> y (B, T, C), lse (B, NH, T), ws (a tile per thread) */
+static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    const int nh = n->attr.heads;
+    int64_t C;
+    const int st = sh_qkv(g, n, x, &C);
+    if (st) return st;
     o[0] = fr_shape3(x->d[0], x->d[1], C);
     o[1] = fr_shape3(x->d[0], nh, x->d[1]);
     o[2] = fr_shape1(fr_backend_ws(g, n, 2));
@@ -239,12 +249,9 @@ static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
 static int sh_attention_kv(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *x = &V(0)->shape, *k = &V(1)->shape;
     const int nh = n->attr.heads;
-    if (x->ndim != 3 || x->d[2] % 3)
-        return fail_shape(g, n, "input must be (batch, positions, 3 x channels): q, k, v");
-    if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
-    const int64_t C = x->d[2] / 3;
-    if (nh < 1 || C % nh || C == 0)
-        return fail_shape(g, n, "the number of heads must divide the channels");
+    int64_t C;
+    const int st = sh_qkv(g, n, x, &C);
+    if (st) return st;
     if (k->ndim != 4 || k->d[0] != x->d[0] || k->d[1] != nh || k->d[3] != C / nh ||
         k->d[2] < x->d[1] || !fr_shape_eq(k, &V(2)->shape) || V(1)->dtype != FR_F32 ||
         V(2)->dtype != FR_F32)

@@ -471,15 +471,10 @@ int fr_k_attention_kv(fr_kernel_call *c) {
 
 // x is (B,T,...) of any dtype, y is (B,1,...): y[b] = x[b, T-1]
 int fr_k_last_row(fr_kernel_call *c) {
-    const fr_shape *x = &c->in[0].shape;
-    const int64_t n = fr_shape_numel(x);
-    if (x->ndim < 2 || x->d[1] < 1 || c->out[0].dtype != c->in[0].dtype ||
-        fr_shape_numel(&c->out[0].shape) * x->d[1] != n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "last_row: y must be x's last row along dimension 1, of its dtype");
-    const int64_t B = x->d[0], T = x->d[1];
-    if (n == 0) return FR_OK;
-    const size_t row = (size_t)(n / (B * T)) * fr_dtype_size(c->in[0].dtype);
+    int64_t B, T;
+    size_t row;
+    const int st = fr_kcheck_last_row(c, &B, &T, &row);
+    if (st || row == 0) return st;
     const char *xp = c->in[0].data;
     char *yp = c->out[0].data;
     for (int64_t b = 0; b < B; b++) memcpy(yp + b * row, xp + (size_t)(b * T + T - 1) * row, row);
