@@ -516,22 +516,6 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
     return FR_OK;
 }
 
-static fr_status after_node(void *arg, int pos);
-static fr_status before_node(void *arg, int pos);
-
-/* ZeRO 3: group grp's weights are at block (NULL: gone) for the model and
- * the executor. */
-static void bind_group(void *arg, int grp, float *block) {
-    fr_step *s = arg;
-    const fr_pshard *ps = s->m->shard;
-    for (size_t i = 0; i < s->m->n_params; i++) {
-        if (ps->group[i] != grp) continue;
-        fr_param *p = &s->m->params[i];
-        p->data = block ? block + (ps->flat[i] - ps->g_at[grp]) : NULL;
-        s->ex.ptr[s->pv[i]] = p->data;
-    }
-}
-
 /* The step's parameters, gradients and the optimizer's state bound where
  * its backend reads them (a parameter's buffer: its device copy, else its
  * host data), and OPTIM_STEP's slots at step t + 1. */
@@ -618,8 +602,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
             fr_buckets_begin(s->dp.buckets); /* sending micro-batch: none started nor freed yet */
         if (s->dp.gathers) fr_gathers_begin(s->dp.gathers);
         int lazy = s->dp.buckets && s->o.zero >= 2; /* buckets taken before their first writer */
-        e->post_node = s->dp.active || s->dp.gathers ? after_node : NULL;
-        e->pre_node = s->dp.gathers || lazy ? before_node : NULL;
+        e->post_node = s->dp.active || s->dp.gathers ? fr_zero_after_node : NULL;
+        e->pre_node = s->dp.gathers || lazy ? fr_zero_before_node : NULL;
         e->post_arg = s;
         int split =
             s->opt.n_fused ? s->sched.loss_pos + 1 : s->plan.n_nodes; /* updates in backward: */
@@ -637,7 +621,8 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         if (!st) st = fr_exec_run(e, split, s->plan.n_nodes, n, seed, s->sched.runs);
         e->post_node = NULL, e->pre_node = NULL;
         if (s->dp.gathers) {
-            fr_status gs = fr_gathers_end(s->ctx, s->m->shard, s->dp.gathers, !st, bind_group, s);
+            fr_status gs =
+                fr_gathers_end(s->ctx, s->m->shard, s->dp.gathers, !st, fr_zero_bind_group, s);
             if (!st) st = gs;
         }
         if (!st && ranks > 1 && last) st = fr_buckets_finish(s->ctx, s->dp.comm, s->dp.buckets);
@@ -666,27 +651,6 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
         if (m->params[i].role == FR_P_NUM_BATCHES)
             (*(int64_t *)m->params[i].data) += s->sched.accumulate;
     return fr_step_update(s, l);
-}
-
-/* The executor's post-node hook under data parallelism: start the buckets
- * whose last gradient the node at plan position pos wrote (on the micro-
- * batch that sends them); at ZeRO 3, free the weights whose last use in
- * this interval it was. */
-static fr_status after_node(void *arg, int pos) {
-    fr_step *s = arg;
-    fr_status st =
-        s->dp.active ? fr_buckets_after_node(s->ctx, s->dp.comm, s->dp.buckets, pos) : FR_OK;
-    if (!st && s->dp.gathers) fr_gathers_post(s->ctx, s->dp.gathers, pos, bind_group, s);
-    return st;
-}
-
-/* ZeRO 3's pre-node hook: the weights the node reads gathered and bound. */
-static fr_status before_node(void *arg, int pos) {
-    fr_step *s = arg;
-    fr_status st = s->dp.buckets && s->o.zero >= 2 ? fr_zero_take_buckets(s, pos) : FR_OK;
-    if (!st && s->dp.gathers)
-        st = fr_gathers_pre(s->ctx, s->m->shard, s->dp.gathers, pos, bind_group, s);
-    return st;
 }
 
 /* After backward: the scaler's check, clipping, the optimizer step and

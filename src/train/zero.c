@@ -504,3 +504,37 @@ fr_status fr_step_params_whole(fr_step *s, int on) {
     if (st) fr_step_params_whole(s, 0);
     return st;
 }
+
+/* ZeRO 3: group grp's weights are at block (NULL: gone) for the model and
+ * the executor. */
+void fr_zero_bind_group(void *arg, int grp, float *block) {
+    fr_step *s = arg;
+    const fr_pshard *ps = s->m->shard;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        if (ps->group[i] != grp) continue;
+        fr_param *p = &s->m->params[i];
+        p->data = block ? block + (ps->flat[i] - ps->g_at[grp]) : NULL;
+        s->ex.ptr[s->pv[i]] = p->data;
+    }
+}
+
+/* The executor's post-node hook under data parallelism: start the buckets
+ * whose last gradient the node at plan position pos wrote (on the micro-
+ * batch that sends them); at ZeRO 3, free the weights whose last use in
+ * this interval it was. */
+fr_status fr_zero_after_node(void *arg, int pos) {
+    fr_step *s = arg;
+    fr_status st =
+        s->dp.active ? fr_buckets_after_node(s->ctx, s->dp.comm, s->dp.buckets, pos) : FR_OK;
+    if (!st && s->dp.gathers) fr_gathers_post(s->ctx, s->dp.gathers, pos, fr_zero_bind_group, s);
+    return st;
+}
+
+/* ZeRO 3's pre-node hook: the weights the node reads gathered and bound. */
+fr_status fr_zero_before_node(void *arg, int pos) {
+    fr_step *s = arg;
+    fr_status st = s->dp.buckets && s->o.zero >= 2 ? fr_zero_take_buckets(s, pos) : FR_OK;
+    if (!st && s->dp.gathers)
+        st = fr_gathers_pre(s->ctx, s->m->shard, s->dp.gathers, pos, fr_zero_bind_group, s);
+    return st;
+}
