@@ -230,9 +230,8 @@ static void segments_for(const fr_step *s, fr_ckpt_mode mode, int arg, int *seg)
  * and the optimizer where backward runs (on a device with the optimizer
  * offloaded, the step runs on the host). */
 static int steps_in_backward(const fr_step *s) {
-    return s->o.training && !s->o.keep_grads &&
-           !(fr_step_on_device(s) && (s->o.offload & FR_OFFLOAD_OPTIMIZER)) &&
-           !s->opt.scaler.enabled && !(s->o.clip_grad_norm > 0) && s->sched.accumulate == 1;
+    return s->o.training && !s->o.keep_grads && !offloaded(s) && !s->opt.scaler.enabled &&
+           !(s->o.clip_grad_norm > 0) && s->sched.accumulate == 1;
 }
 
 /* SGD without momentum: an update that needs nothing but the gradient. */
