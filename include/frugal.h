@@ -120,6 +120,12 @@ FR_API void fr_mem_fail_at(fr_ctx *ctx, uint64_t n);
 /* Human summary in the spirit of torch.cuda.memory_summary(), and JSON. */
 FR_API void fr_mem_summary(const fr_ctx *ctx, FILE *out);
 FR_API void fr_mem_json(const fr_ctx *ctx, FILE *out);
+/* Every rank's peak by category, as the min and max over the ranks of a
+ * data-parallel run (lo and hi: FR_MEM_CAT_COUNT categories, then the
+ * total allocated and the reserved peak): a table, or a JSON object's
+ * members ("ranks": N, "rank_peaks": {...}) without braces. */
+FR_API void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *out,
+                                 int json);
 
 /* ---- models ------------------------------------------------------------ */
 

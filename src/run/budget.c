@@ -28,7 +28,7 @@
 #include <string.h>
 #include "data/loader.h"
 #include "data/tokens.h"
-#include "report/report.h"
+#include "core/names.h"
 #include "run/trainer.h"
 
 /* Parameter blocks as they will be allocated: in 16 bits for trainable

@@ -8,7 +8,7 @@
 #include "data/loader.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
-#include "report/report.h"
+#include "core/names.h"
 #include "io/safetensors.h"
 #include "run/checkpoint.h"
 #include "train/feed.h"

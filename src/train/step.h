@@ -178,4 +178,14 @@ int fr_step_shard_steps(const fr_step *s, int zero);
 fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta, int n_meta);
 fr_status fr_step_load_meta(fr_step *s, const char *path, fr_st_meta *meta, int *n_meta);
 
+/* One rank's bytes at ZeRO stage `zero` (0-3) on `ranks` ranks, from a
+ * rank's step s (its batch the rank's slice, every gradient kept): ZeRO's
+ * formulas over s's parameter, gradient and optimizer bytes, the bucket
+ * buffers, and the rest of s's predicted peak (train/zero.c). */
+typedef struct fr_rank_bytes {
+    size_t params, grads, optim, buckets, rest, total;
+    size_t saving; /* what stage `zero` saves against keeping everything (stage 0) */
+} fr_rank_bytes;
+void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *out);
+
 #endif

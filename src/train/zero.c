@@ -538,3 +538,33 @@ fr_status fr_zero_before_node(void *arg, int pos) {
         st = fr_gathers_pre(s->ctx, s->m->shard, s->dp.gathers, pos, fr_zero_bind_group, s);
     return st;
 }
+
+/* One rank's bytes at ZeRO stage `zero`: the stages' formulas (written out
+ * above fr_step_ranks_table in report/estimate.c) over the step's
+ * persistent bytes, buckets and gathers; the budget and the estimate share
+ * them. */
+void fr_step_rank_bytes(const fr_step *s, int ranks, int zero, fr_rank_bytes *out) {
+    const fr_model *m = s->m;
+    size_t per[FR_MEM_CAT_COUNT], pred[FR_MEM_CAT_COUNT], total;
+    fr_step_persistent(s, per);
+    fr_step_predicted(s, pred, &total);
+    size_t P = per[FR_MEM_PARAMS], G = per[FR_MEM_GRADS], O = per[FR_MEM_OPTIM];
+    if (ranks < 1) ranks = 1;
+    size_t E = 0, Pt = 0; /* the trainable elements (what the shards split) and their bytes */
+    for (size_t i = 0; i < m->n_params; i++)
+        if (s->gv[i] >= 0) {
+            size_t n = (size_t)fr_shape_numel(&m->params[i].shape);
+            E += n, Pt += n * fr_dtype_size(m->params[i].dtype);
+        }
+    size_t bucket = 0, gathered = 0, res;
+    fr_step_bucket_peak(s, zero, &bucket, &res);
+    if (zero == 3) fr_step_gathered_peak(s, &gathered, &res);
+    out->params = zero < 3 ? P : fr_shard_bytes(Pt, E, ranks) + (P - Pt) + gathered;
+    out->grads = zero < 2 ? G : fr_step_shard_steps(s, zero) ? 0 : fr_shard_bytes(G, E, ranks);
+    out->optim = zero < 1 ? O : fr_shard_bytes(O, E, ranks);
+    out->buckets = zero < 2 ? 0 : bucket;
+    out->rest = total - P - G - O; /* the rank's step: activations, workspace, data, other */
+    out->total = out->params + out->grads + out->optim + out->buckets + out->rest;
+    size_t kept = out->params + out->grads + out->optim + out->buckets;
+    out->saving = P + G + O > kept ? P + G + O - kept : 0;
+}
