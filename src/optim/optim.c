@@ -2,13 +2,12 @@
  * on model->optim, and which tensors are stepped, unscaled and clipped, in
  * which format, at which step. The arithmetic of one tensor is the
  * backend's members (optim_update, grad_*), the host's when the optimizer
- * is offloaded; a ZeRO rank's range calls the CPU kernels itself. */
+ * is offloaded; a ZeRO rank's range goes through the CPU backend's. */
 #include "optim/optim.h"
 
 #include <math.h>
 
 #include "backend/state.h"
-#include "core/half.h"
 
 int fr_optim_states(const fr_optim_opts *o) {
     if (o->kind == FR_OPTIM_SGD) return o->momentum != 0.0f ? 1 : 0;

@@ -15,8 +15,8 @@
  * parameters have a gradient this step (gv[i] >= 0) and which it already
  * updated inside backward (fused[i]); a ZeRO rank steps its range of a
  * parameter on the host (fr_optim_step_range). A new rule is a kind in
- * frugal.h, its defaults in opts.c, its kernels in each backend (their
- * optim_update and OPTIM_STEP) and its branch in fr_optim_step_range. */
+ * frugal.h, its defaults in opts.c and its kernels in each backend (their
+ * optim_update and OPTIM_STEP). */
 #ifndef FR_OPTIM_H
 #define FR_OPTIM_H
 

@@ -6,7 +6,6 @@
  * feed's slot on a device), the GEMM scratch, the gradients brought down
  * and the weights sent back when the optimizer is offloaded, and the
  * accuracy counted where the logits are. */
-#include <string.h>
 #include "core/ctx.h"
 #include "train/place.h"
 #include "train/feed.h"
@@ -15,11 +14,11 @@ static size_t bytes_of(const fr_param *p) {
     return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
 }
 
-/* A device buffer of `bytes` in category cat, holding src (or zeros). */
+/* A device buffer of `bytes` in category cat, holding src. */
 static fr_status upload(fr_ctx *ctx, void **buf, const void *src, size_t bytes, fr_mem_cat cat) {
     const fr_backend *be = fr_backend_of(ctx);
     if (!*buf && !(*buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
-    return src ? be->write(ctx, *buf, 0, src, bytes) : be->zero(ctx, *buf, 0, bytes);
+    return be->write(ctx, *buf, 0, src, bytes);
 }
 
 size_t fr_place_scratch_floats(const fr_step *s) {
@@ -127,10 +126,7 @@ fr_status fr_place_grads_down(fr_step *s) {
     for (size_t i = 0; i < m->n_params && !st; i++) {
         fr_optim_param *q = fr_optp(m, i);
         size_t bytes = fr_step_grad_bytes(s, i);
-        if (!bytes || !q->grad_valid) continue;
-        if (!q->host_grad && !(q->host_grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS)))
-            return FR_ERR_NOMEM;
-        st = be->read(s->ctx, q->grad, 0, q->host_grad, bytes);
+        if (bytes && q->grad_valid) st = be->read(s->ctx, q->grad, 0, q->host_grad, bytes);
     }
     return st;
 }

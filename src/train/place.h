@@ -28,7 +28,8 @@ void fr_place_free(fr_step *s);
 /* The argmax hits of the n samples just run, counted by the backend where
  * the logits are (only the count comes back from a device). */
 fr_status fr_step_hits_of(fr_step *s, int n, int *hits);
-/* --offload optimizer: the valid gradients read into their host copies;
+/* --offload optimizer: the valid gradients read into their host copies
+ * (made by the step);
  * the updated weights written back to the device. */
 fr_status fr_place_grads_down(fr_step *s);
 fr_status fr_place_params_up(fr_step *s);

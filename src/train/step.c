@@ -658,6 +658,7 @@ fr_status fr_step_run(fr_step *s, const fr_batch *b, float *loss, int *correct) 
  * (--offload optimizer); a ZeRO rank's over its shard (zero.c). */
 fr_status fr_step_update(fr_step *s, float l) {
     fr_model *m = s->m;
+    const fr_backend *be = fr_backend_of(s->ctx);
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params; i++)
         if (s->gv[i] >= 0 && !(s->opt.fused && s->opt.fused[i]))
@@ -670,16 +671,13 @@ fr_status fr_step_update(fr_step *s, float l) {
                 float inf = INFINITY;
                 uint16_t h = q->grad_dt == FR_F16 ? fr_f32_to_f16(inf) : fr_f32_to_bf16(inf);
                 const void *x = q->grad_dt == FR_F32 ? (const void *)&inf : (const void *)&h;
-                fr_status is =
-                    fr_backend_of(s->ctx)->write(s->ctx, q->grad, 0, x, fr_dtype_size(q->grad_dt));
-                if (is) return is;
+                if ((st = be->write(s->ctx, q->grad, 0, x, fr_dtype_size(q->grad_dt)))) return st;
                 break;
             }
         s->opt.inject_inf = 0;
     }
-    const fr_backend *be = fr_backend_of(s->ctx);
-    int off = offloaded(s);
-    if (off && (st = fr_place_grads_down(s))) return st;
+    int off = offloaded(s); /* zero_grad may have freed the host copies */
+    if (off && ((st = alloc_host_grads(s)) || (st = fr_place_grads_down(s)))) return st;
     st = fr_optim_after_backward(s->ctx, off ? &fr_cpu_backend : be, m, &s->o.optim, s->gv,
                                  s->opt.fused, &s->opt.scaler, s->o.clip_grad_norm, l, &s->opt.t,
                                  off);
