@@ -235,20 +235,21 @@ static fr_status setup(gen *g) {
     fr_mem_set_tag(ctx, "kv cache");
     if (g->kv_bytes && !(g->kv = mem_take(g, g->kv_bytes, FR_MEM_KV_CACHE))) return FR_ERR_NOMEM;
     fr_mem_set_tag(ctx, NULL);
-    if (!fr_backend_is_device(g->be)) return FR_OK; /* the host's weights and ids serve */
+    size_t ids = (size_t)g->T * sizeof(int32_t);
+    /* where the backend's kernels read the host's memory, no copy is made:
+     * the host's weights and ids serve */
+    if (!g->be->mirror_bytes(ctx, ids)) return FR_OK;
     g->wbuf = fr_calloc(ctx, m->n_params * sizeof *g->wbuf, FR_MEM_OTHER);
     if (!g->wbuf) return FR_ERR_NOMEM;
     fr_mem_set_tag(ctx, "generation's weights");
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        if (!(g->wbuf[i] = mem_take(g, bytes, FR_MEM_PARAMS))) return FR_ERR_NOMEM;
-        int st = g->be->write(ctx, g->wbuf[i], 0, p->data, bytes);
+        int st = g->be->mirror(ctx, &g->wbuf[i], p->data, bytes, FR_MEM_PARAMS);
         if (st) return (fr_status)st;
     }
     fr_mem_set_tag(ctx, NULL);
-    g->ids = mem_take(g, (size_t)g->T * sizeof(int32_t), FR_MEM_DATA);
-    return g->ids ? FR_OK : FR_ERR_NOMEM;
+    return (fr_status)g->be->mirror(ctx, &g->ids, NULL, ids, FR_MEM_DATA);
 }
 
 static void teardown(gen *g) {
@@ -396,11 +397,13 @@ fr_status fr_generate_predict(fr_model *m, int n_prompt, const fr_gen_opts *o,
         for (int k = 0; k < g.n_ch; k++)
             for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
                 if (g.ch[k].plan.peak[c] > peak[c]) peak[c] = g.ch[k].plan.peak[c];
-        if (fr_backend_is_device(g.be) && g.n_ch) { /* a device holds copies */
+        size_t ids = g.be->mirror_bytes(m->ctx, (size_t)g.T * sizeof(int32_t));
+        if (ids && g.n_ch) { /* the backend's memory holds copies (setup's) */
             for (size_t i = 0; i < m->n_params; i++)
                 peak[FR_MEM_PARAMS] +=
-                    (size_t)fr_shape_numel(&m->params[i].shape) * fr_dtype_size(m->params[i].dtype);
-            peak[FR_MEM_DATA] = (size_t)g.T * sizeof(int32_t);
+                    g.be->mirror_bytes(m->ctx, (size_t)fr_shape_numel(&m->params[i].shape) *
+                                                   fr_dtype_size(m->params[i].dtype));
+            peak[FR_MEM_DATA] = ids;
         }
     }
     teardown(&g);

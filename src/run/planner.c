@@ -19,6 +19,7 @@
 #include "plan/remat.h"
 #include "core/names.h"
 #include "optim/optim.h"
+#include "train/place.h"
 #include "train/step.h"
 
 typedef struct candidate {
@@ -462,8 +463,7 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
      * the cheapest plan kept (offload_cost against recomputation's FLOPs). */
     static const int ways[] = {FR_OFFLOAD_OPTIMIZER, FR_OFFLOAD_ACTIVATIONS,
                                FR_OFFLOAD_OPTIMIZER | FR_OFFLOAD_ACTIVATIONS};
-    for (int w = 0;
-         w < 3 && fr_backend_is_device(fr_backend_of(m->ctx)) && opts->training && !opts->offload;
+    for (int w = 0; w < 3 && fr_place_second_memory(m->ctx) && opts->training && !opts->offload;
          w++) {
         fr_step_opts o2 = *opts;
         o2.offload = ways[w];
@@ -745,7 +745,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                          ? " (the linear layers' GEMMs in bf16, oneDNN)\n"
                          : " (GEMMs in f32 on bf16-rounded operands: no native bf16 GEMM here)\n");
     else fputc('\n', out);
-    if (fr_backend_is_device(fr_backend_of(s->ctx)))
+    if (fr_place_second_memory(s->ctx)) /* what offload would move to the host */
         describe_offload(s, base, info.recomputed_units > 0, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->opt.n_fused && !s->opt.upd_ws_len)

@@ -35,14 +35,20 @@
 #include "train/place.h"
 #include "train/feed.h"
 
-int fr_feed_used(const fr_step *s) {
-    return fr_step_on_device(s) && s->o.training && !s->o.sync_upload;
-}
-
 /* Bytes a sample takes of the graph's input and label values. */
 static size_t sample_bytes(const fr_step *s, int v) {
     return fr_value_bytes(&s->g.vals[v]) / (size_t)s->sched.micro;
 }
+
+/* The pipeline hides the batch's copy into the backend's memory: where the
+ * backend's kernels read the host's batch in place (the CPU), there is no
+ * copy (fr_backend.mirror_bytes) to hide. */
+int fr_feed_used(const fr_step *s) {
+    const fr_backend *be = fr_backend_of(s->ctx);
+    return s->o.training && !s->o.sync_upload &&
+           be->mirror_bytes(s->ctx, fr_value_bytes(&s->g.vals[s->g.input])) > 0;
+}
+
 static size_t whole(const fr_step *s) {
     return (size_t)s->sched.micro * (size_t)s->sched.accumulate;
 }

@@ -23,8 +23,8 @@
 
 typedef struct fr_feed fr_feed;
 
-/* Whether a materialized s uploads through a feed (a device training step
- * without sync_upload). */
+/* Whether a materialized s uploads through a feed: a training step without
+ * sync_upload whose batch the backend copies into its memory (a device's). */
 int fr_feed_used(const fr_step *s);
 /* The feed's slots and queue for s (fr_place_materialize calls it), the slots
  * in the device's memory. */

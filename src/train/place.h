@@ -10,9 +10,16 @@
 
 #include "train/step.h"
 
-/* What the step needs in a device's memory beyond the optimizer's: the
- * parameters' copies (uploaded from the host's values) and the batch's
- * buffers (the feed's two slots, or a micro-batch's); nothing on the CPU. */
+/* Whether the backend's memory is a second one beside the host's (a
+ * device's), the one question the engine asks of where tensors live
+ * outside backend/: what a step holds there is reserved and checked in
+ * that memory, and the optimizer and the saved activations may be
+ * offloaded from it to the host; on the CPU both are the host's. */
+int fr_place_second_memory(const fr_ctx *ctx);
+/* What the step needs in the backend's memory beyond the optimizer's: the
+ * parameters' copies (fr_backend.mirror of the host's values) and the
+ * batch's buffers (the feed's two slots, or a micro-batch's); nothing on
+ * the CPU. */
 fr_status fr_place_materialize(fr_step *s);
 /* The GEMM scratch taken (take 1) or given back with the arena: floats of
  * it (a device's holds the fused SGD step's weight gradient too), and its

@@ -21,6 +21,8 @@ int fr_cpu_finish(fr_ctx *ctx);
 size_t fr_cpu_max_buffer(fr_ctx *ctx);
 size_t fr_cpu_global_mem(fr_ctx *ctx);
 double fr_cpu_rate(fr_ctx *ctx); /* copy_rate, flop_rate and copy_overlap: 0 */
+int fr_cpu_mirror(fr_ctx *ctx, void **buf, const void *src, size_t n, fr_mem_cat cat);
+size_t fr_cpu_mirror_bytes(fr_ctx *ctx, size_t n); /* 0: nothing copied */
 int fr_cpu_upload_open(fr_ctx *ctx, void **queue);
 void fr_cpu_upload_close(fr_ctx *ctx, void *queue);
 int fr_cpu_upload(void *queue, void *buf, size_t off, const void *src, size_t n, void *after,

@@ -60,6 +60,17 @@ double fr_cpu_rate(fr_ctx *ctx) {
     return 0.0;
 }
 
+/* The host's bytes are the kernels' own: no copy is made, none taken. */
+int fr_cpu_mirror(fr_ctx *ctx, void **buf, const void *src, size_t n, fr_mem_cat cat) {
+    (void)ctx, (void)buf, (void)src, (void)n, (void)cat;
+    return FR_OK;
+}
+
+size_t fr_cpu_mirror_bytes(fr_ctx *ctx, size_t n) {
+    (void)ctx, (void)n;
+    return 0;
+}
+
 /* ---- uploads: synchronous, no queue, NULL events ---- */
 
 int fr_cpu_upload_open(fr_ctx *ctx, void **queue) {
