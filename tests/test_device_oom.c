@@ -1,6 +1,7 @@
 /* test_device_oom.c — `frugal train` on the OpenCL device (PoCL in CI) when
  * the device refuses memory. The n-th device allocation of a whole training
- * run (fr_train: the model, the optimizer state, the two batch slots, the
+ * run (fr_train: the parameter block, the optimizer's gradient and state
+ * blocks, the two batch slots, the
  * arena, the accuracy count, the evaluation) is made to fail, for every n:
  * each failure is FR_ERR_NOMEM whose message names the tensor, its
  * category and the smallest budget that fits, and the device holds nothing
@@ -99,7 +100,9 @@ int main(void) {
         if (!injected) break; /* the whole run never reached allocation n */
     }
     CHECK(bad == 0, "%d device failure points misbehaved", bad);
-    CHECK(failures == n - 1 && n > 30, "every one of the %d device allocations failed (%d seen)",
+    /* the parameter block, the gradient and state blocks, the batch slots,
+     * the arena, the scratches, the hits count, evaluation's: over 10 */
+    CHECK(failures == n - 1 && n > 10, "every one of the %d device allocations failed (%d seen)",
           n - 1, failures);
     CHECK(named[0] && named[1] && named[2] && named[3],
           "messages named parameters %d, optimizer state %d, batch slots %d, arena %d times",

@@ -210,7 +210,7 @@ static void check_linear(int64_t B, int64_t T, int64_t K, int64_t O) {
         want[i] = p[i] + (-lr) * (dw1[i] + wd * p[i]);
     }
     d.accumulate = 0;
-    d.update = 2u, d.upd_lr = lr, d.upd_wd = wd, d.upd_ws = upd, d.upd_ws_len = tile;
+    bn.update = 2u, bn.attr.lr = lr, bn.attr.wd = wd, d.grad_ws = upd, d.grad_ws_len = tile;
     d.out[0].data = NULL, d.out[2].data = NULL, d.out[1] = t32(p, ws);
     st = fr_k_linear_bwd(&d);
     CHECK(st == FR_OK && memcmp(p, want, (size_t)(O * K) * 4) == 0,

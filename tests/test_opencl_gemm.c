@@ -95,13 +95,9 @@ static size_t nbytes(const fr_tensor *t) { return (size_t)numel(t) * fr_dtype_si
 
 /* CPU: out[j] (wanted) into res[j], starting from out[j].data or zeros */
 static int run_cpu(const opcall *k, float *res[4]) {
-    fr_node node = {.op = k->op, .fwd = -1, .attr = k->attr};
-    fr_kernel_call c = {.ctx = g_cpu,
-                        .node = &node,
-                        .accumulate = k->acc,
-                        .update = k->update,
-                        .upd_lr = k->lr,
-                        .upd_wd = k->wd};
+    fr_node node = {.op = k->op, .fwd = -1, .attr = k->attr, .update = k->update};
+    node.attr.lr = k->lr, node.attr.wd = k->wd; /* the SGD step of the update bits */
+    fr_kernel_call c = {.ctx = g_cpu, .node = &node, .accumulate = k->acc};
     for (int i = 0; i < 3; i++) c.in[i] = k->in[i];
     for (int j = 0; j < 4; j++) {
         c.out[j] = k->out[j];
@@ -116,7 +112,7 @@ static int run_cpu(const opcall *k, float *res[4]) {
 }
 
 static cl_mem g_bufs[16];
-static int64_t g_scratch; /* floats of GEMM scratch run_dev gives (fr_kernel_call.upd_ws) */
+static int64_t g_scratch; /* floats of GEMM scratch run_dev gives (fr_kernel_call.grad_ws) */
 static int g_nbufs;
 
 /* a device tensor GUARD bytes into a buffer of 0xFF bytes (a NaN in every
@@ -157,13 +153,9 @@ static void dev_free_all(void) {
 
 /* Device: as run_cpu; the workspace (out[ws_j]) of ws_elems floats. */
 static int run_dev(const opcall *k, int ws_j, int64_t ws_elems, float *res[4]) {
-    fr_node node = {.op = k->op, .fwd = -1, .attr = k->attr};
-    fr_kernel_call c = {.ctx = g_dev,
-                        .node = &node,
-                        .accumulate = k->acc,
-                        .update = k->update,
-                        .upd_lr = k->lr,
-                        .upd_wd = k->wd};
+    fr_node node = {.op = k->op, .fwd = -1, .attr = k->attr, .update = k->update};
+    node.attr.lr = k->lr, node.attr.wd = k->wd; /* the SGD step of the update bits */
+    fr_kernel_call c = {.ctx = g_dev, .node = &node, .accumulate = k->acc};
     for (int i = 0; i < 3; i++) {
         c.in[i] = k->in[i];
         c.in[i].data = NULL;
@@ -182,8 +174,8 @@ static int run_dev(const opcall *k, int ws_j, int64_t ws_elems, float *res[4]) {
     if (g_scratch > 0) {
         fr_tensor sc = {.dtype = FR_F32, .shape = fr_shape1(g_scratch)};
         sc = dev_put(&sc, NULL);
-        c.upd_ws = (float *)(void *)fr_cl_mem(&sc); /* a whole buffer, from 0 */
-        c.upd_ws_len = (size_t)g_scratch;
+        c.grad_ws = (float *)(void *)fr_cl_mem(&sc); /* a whole buffer, from 0 */
+        c.grad_ws_len = (size_t)g_scratch;
     }
     int st = fr_cl_backend.kernels[k->op](&c);
     if (st == FR_OK) CHECK(fr_cl_finish(g_dev, g_cl) == FR_OK, "%s", fr_last_error(g_dev));

@@ -1,6 +1,8 @@
-/* test_opencl_optim.c — OPTIM_STEP and fr_cl_optim_update on an OpenCL device
- * against the CPU kernel (fr_k_optim_step, itself checked against PyTorch in
- * test_optim.c and test_optim_state.c): SGD (plain, weight decay, momentum
+/* test_opencl_optim.c — the OpenCL backend's optimizer step (its
+ * optim_update member, which the step calls after backward and, for one
+ * parameter, inside backward; and fr_cl_optim_update behind it) against the
+ * CPU backend's (fr_k_sgd and fr_k_adam_state, themselves checked against
+ * PyTorch in test_optim.c and test_optim_state.c): SGD (plain, weight decay, momentum
  * with dampening, Nesterov), Adam (with and without L2) and AdamW, f32 and
  * bf16 moments, five steps each with fresh gradients, sizes 7, 13 and
  * 100003, the parameter at a nonzero offset in its buffer; and 16-bit (f16,
@@ -127,9 +129,10 @@ typedef struct run_out {
 } run_out;
 
 /* Five steps of o (state kind k) on n values from the same start, on the
- * CPU (dev 0) or the device (dev 1: through fr_cl_k_optim_step when
- * via_kernel, else fr_cl_optim_update), into out. */
-static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_kernel, const fr_optim_opts *o,
+ * CPU (dev 0: its backend's optim_update) or the device (dev 1: through the
+ * backend's optim_update when via_backend, else fr_cl_optim_update), into
+ * out. */
+static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_backend, const fr_optim_opts *o,
                       fr_state_kind k, size_t n, run_out *out) {
     const size_t sb = fr_state_bytes(k, n), pad = 192; /* p, g at byte 192 of their buffers */
     const int nstate = o->kind == FR_OPTIM_SGD ? (o->momentum != 0.0 ? 1 : 0) : 2;
@@ -142,30 +145,25 @@ static void run_steps(fr_ctx *cpu, fr_ctx *ctx, int dev, int via_kernel, const f
         gm = upload(ctx, g, n * sizeof *g, pad);
         for (int j = 0; j < nstate; j++) sm[j] = upload(ctx, s[j], sb, 0);
     }
-    fr_optim_slot slot[3] = {{{NULL, NULL}, 0, {NULL, NULL}}};
-    slot[2].state_kind = (int)k;
-    for (int j = 0; j < nstate; j++) {
-        if (dev) slot[2].state_buf[j] = sm[j];
-        else slot[2].state[j] = s[j];
-    }
-    fr_node node = {.op = FR_OP_OPTIM_STEP};
-    node.attr.param = 2;
+    fr_tensor state[2] = {{0}, {0}}; /* each from byte 0 of its buffer */
+    for (int j = 0; j < nstate; j++)
+        state[j] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : s[j], sm[j], 0};
+    const fr_shape sh = fr_shape1((int64_t)n);
+    fr_tensor gt = {FR_F32, sh, dev ? NULL : g, gm, dev ? pad : 0};
+    fr_tensor pt = {FR_F32, sh, dev ? NULL : p, pm, dev ? pad : 0};
     for (int64_t t = 1; t <= 5; t++) {
         for (size_t i = 0; i < n; i++) g[i] = urand(100 + (uint64_t)t, i) * (t == 3 ? 1e-3f : 1.0f);
         if (t == 4 && n > 4100) g[4100] = INFINITY; /* int8: block 2 becomes a NaN block */
-        fr_optim_ctx oc = {o, t, slot};
-        fr_kernel_call c = {.ctx = dev ? ctx : cpu, .node = &node, .update = 1u, .optim = &oc};
-        c.in[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : g, gm, dev ? pad : 0};
-        c.out[0] = (fr_tensor){FR_F32, fr_shape1((int64_t)n), dev ? NULL : p, pm, dev ? pad : 0};
         int st;
-        if (!dev) st = fr_cpu_backend.kernels[FR_OP_OPTIM_STEP](&c);
+        if (!dev) st = fr_cpu_backend.optim_update(cpu, o, t, &pt, &gt, state, (int)k);
         else {
             CHECK(fr_cl_write(ctx, fr_cl_of(ctx), gm, pad, g, n * sizeof *g) == FR_OK, "%s",
                   fr_last_error(ctx));
-            st = via_kernel ? fr_cl_k_optim_step(&c)
-                            : fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 2, &c.out[0], &c.in[0]);
+            st = via_backend
+                     ? fr_backend_of(ctx)->optim_update(ctx, o, t, &pt, &gt, state, (int)k)
+                     : fr_cl_optim_update(ctx, fr_cl_of(ctx), o, t, &pt, &gt, state, (int)k);
         }
-        CHECK(st == FR_OK, "step %lld: %s", (long long)t, fr_last_error(c.ctx));
+        CHECK(st == FR_OK, "step %lld: %s", (long long)t, fr_last_error(dev ? ctx : cpu));
     }
     if (dev) {
         download(ctx, pm, pad, p, n * sizeof *p);
@@ -255,12 +253,13 @@ static void run_half(fr_ctx *ctx, int dev, const fr_optim_opts *o, int is_f16, i
     else fr_f32_to_bf16_n(w, p, n);
     memset(s0, 0, hb), memset(s1, 0, hb);
     cl_mem pm = NULL, gm = NULL, sm[2] = {NULL, NULL};
-    fr_optim_slot slot = {{NULL, NULL}, FR_STATE_F32, {NULL, NULL}};
+    fr_tensor state[2] = {{0}, {0}};
     if (dev) {
         pm = upload(ctx, p, hb, pad);
         gm = upload(ctx, g, n * sizeof *g, pad);
         sm[0] = upload(ctx, s0, hb, 0), sm[1] = upload(ctx, s1, hb, 0);
-        slot.state_buf[0] = sm[0], slot.state_buf[1] = sm[1];
+        for (int j = 0; j < 2; j++)
+            state[j] = (fr_tensor){dt, fr_shape1((int64_t)n), NULL, sm[j], 0};
     }
     for (int64_t t = 1; t <= 5; t++) {
         for (size_t i = 0; i < n; i++) g[i] = urand(200 + (uint64_t)t, i);
@@ -270,11 +269,11 @@ static void run_half(fr_ctx *ctx, int dev, const fr_optim_opts *o, int is_f16, i
             CHECK(fr_cl_write(ctx, fr_cl_of(ctx), gm, pad, g_half ? (void *)g16 : (void *)g,
                               g_half ? hb : n * sizeof *g) == FR_OK,
                   "%s", fr_last_error(ctx));
-            fr_optim_ctx oc = {o, t, &slot};
             fr_tensor pt = {dt, fr_shape1((int64_t)n), NULL, pm, pad};
             fr_tensor gt = {g_half ? dt : FR_F32, fr_shape1((int64_t)n), NULL, gm, pad};
-            CHECK(fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, &pt, &gt) == FR_OK, "%s",
-                  fr_last_error(ctx));
+            CHECK(fr_cl_optim_update(ctx, fr_cl_of(ctx), o, t, &pt, &gt, state, FR_STATE_F32) ==
+                      FR_OK,
+                  "%s", fr_last_error(ctx));
         } else if (o->kind != FR_OPTIM_SGD) {
             fr_k_adam_half(p, g_half ? (const void *)g16 : (const void *)g, g_half, s0, s1, n, o, t,
                            o->kind == FR_OPTIM_ADAMW, is_f16);
@@ -348,29 +347,26 @@ static void test_errors(fr_ctx *ctx) {
     fr_cl_alloc(ctx, fr_cl_of(ctx), N * 4, &gm);
     fr_cl_alloc(ctx, fr_cl_of(ctx), fr_state_bytes(FR_STATE_INT8, N), &sm);
     fr_optim_opts o = fr_optim_defaults(FR_OPTIM_ADAM);
-    fr_optim_slot slot = {{NULL, NULL}, FR_STATE_INT8, {sm, sm}};
-    fr_optim_ctx oc = {&o, 1, &slot};
-    fr_node node = {.op = FR_OP_OPTIM_STEP};
-    fr_kernel_call c = {.ctx = ctx, .node = &node, .update = 1u, .optim = &oc};
-    c.in[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, gm, 0};
-    c.out[0] = (fr_tensor){FR_F32, fr_shape1(N), NULL, pm, 0};
-    slot.state_kind = 7;
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "kind 7"),
+    fr_tensor state[2] = {{FR_F32, fr_shape1(N), NULL, sm, 0}, {FR_F32, fr_shape1(N), NULL, sm, 0}};
+    fr_tensor g = {FR_F32, fr_shape1(N), NULL, gm, 0}, p = {FR_F32, fr_shape1(N), NULL, pm, 0};
+    const fr_backend *be = fr_backend_of(ctx);
+    CHECK(be->optim_update(ctx, &o, 1, &p, &g, state, 7) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "kind 7"),
           "unknown kind: %s", fr_last_error(ctx));
-    slot.state_kind = FR_STATE_F32, slot.state_buf[1] = NULL;
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "moments"),
+    state[1].buf = NULL;
+    CHECK(be->optim_update(ctx, &o, 1, &p, &g, state, FR_STATE_F32) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "moments"),
           "missing v: %s", fr_last_error(ctx));
-    c.update = 0;
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "in place"),
-          "no update bit: %s", fr_last_error(ctx));
-    c.update = 1u, c.out[0].shape = fr_shape1(N - 1);
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "4096"),
+    p.shape = fr_shape1(N - 1);
+    CHECK(be->optim_update(ctx, &o, 1, &p, &g, state, FR_STATE_F32) == FR_ERR_SHAPE &&
+              strstr(fr_last_error(ctx), "4096"),
           "numel mismatch: %s", fr_last_error(ctx));
-    c.out[0].shape = fr_shape1(N);
+    p.shape = fr_shape1(N);
     o = fr_optim_defaults(FR_OPTIM_SGD);
     o.momentum = 0.9;
-    slot.state_buf[0] = NULL;
-    CHECK(fr_cl_k_optim_step(&c) == FR_ERR_ARG && strstr(fr_last_error(ctx), "momentum"),
+    state[0].buf = NULL;
+    CHECK(be->optim_update(ctx, &o, 1, &p, &g, state, FR_STATE_F32) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "momentum"),
           "sgd without its buffer: %s", fr_last_error(ctx));
     fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm);
 }

@@ -14,38 +14,25 @@
 
 #include "graph/graph.h"
 
-/* The optimizer for OPTIM_STEP nodes (the step in backward): the options,
- * the step being taken (1-based), and each parameter's state buffers and
- * Adam state format (fr_state_kind), by parameter index. */
-typedef struct fr_optim_slot {
-    void *state[2];
-    int state_kind;
-    void *state_buf[2]; /* on a device: the backend's buffers (cl_mem) holding the state,
-                           each from byte 0 in fr_state_bytes' layout; state[] is then NULL */
-} fr_optim_slot;
-
-typedef struct fr_optim_ctx {
-    const fr_optim_opts *o;
-    int64_t t;
-    const fr_optim_slot *slot;
-} fr_optim_ctx;
-
+/* One node's kernel call. The node says what the kernel computes: its op,
+ * its attributes, and which outputs it updates in place (fr_node.update:
+ * LINEAR_BWD's plain SGD step, with attr.lr and attr.wd). The optimizer's
+ * own steps (OPTIM_STEP) are no kernel's: the executor hands them to the
+ * step (exec.h, param_step). */
 typedef struct fr_kernel_call {
     fr_ctx *ctx;
     const fr_node *node; /* attributes: node->attr */
     fr_tensor in[FR_MAX_IN];
     fr_tensor out[FR_MAX_OUT];
     uint32_t accumulate;
-    uint32_t update; /* bit i: out[i] is a parameter p, updated p -= upd_lr (grad_i + upd_wd p) */
-    float upd_lr, upd_wd;
-    float *upd_ws;             /* scratch for one tile of an updated weight's gradient; on a
-                                  device the step's scratch buffer (a cl_mem, opencl/gemm.c) */
-    size_t upd_ws_len;         /* its length in floats (fr_k_linear_upd_ws) */
-    void *gemm_ws;             /* on the CPU, the step's 16-bit GEMM scratch (gemm16.h) */
-    size_t gemm_ws_len;        /* its length in bytes (the most any node's GEMM needs) */
-    const fr_optim_ctx *optim; /* OPTIM_STEP: the optimizer and the parameters' state */
-    uint64_t seed;             /* run seed (dropout) */
-    uint64_t step;             /* step counter (dropout stream) */
+    float *grad_ws;     /* scratch for a weight's gradient formed a tile at a time (LINEAR_BWD
+                           with update bit 1); on a device the step's one scratch buffer (a
+                           cl_mem: CLBlast's temporaries, then that gradient, opencl/gemm.c) */
+    size_t grad_ws_len; /* its length in floats (fr_k_linear_upd_ws) */
+    void *gemm_ws;      /* on the CPU, the step's 16-bit GEMM scratch (gemm16.h) */
+    size_t gemm_ws_len; /* its length in bytes (the most any node's GEMM needs) */
+    uint64_t seed;      /* run seed (dropout) */
+    uint64_t step;      /* step counter (dropout stream) */
     /* OFFLOAD and FETCH on a backend with wait_copy: where the kernel puts the
      * event its enqueued copy completes (the executor waits on it where the
      * plan says, fr_offload_waits); NULL: the copy is done on return. */
@@ -54,11 +41,12 @@ typedef struct fr_kernel_call {
 
 typedef struct fr_backend {
     const char *name;            /* "cpu", "opencl" */
-    const fr_kernel_fn *kernels; /* [FR_OP_COUNT]; NULL only for a view op (fr_op_info.view) */
+    const fr_kernel_fn *kernels; /* [FR_OP_COUNT]; NULL only for a view op (fr_op_info.view)
+                                    and OPTIM_STEP (the optimizer's, exec.h) */
     /* Elements (f32) of workspace output j of node n, whose inputs' values
      * are in g (a backward node's forward is g->nodes[n->fwd]); j = -1: of
      * the step's GEMM scratch (the step plans the largest over its nodes):
-     * on a device what the kernel takes from upd_ws, on the CPU gemm_ws. */
+     * on a device what the kernel takes from grad_ws, on the CPU gemm_ws. */
     int64_t (*ws_elems)(const fr_graph *g, const fr_node *n, int j);
     /* Whether LINEAR and LINEAR_BWD take their GEMM operands in 16-bit
      * format dt natively (f32 accumulation); NULL or 0: they take f32, and
@@ -156,9 +144,18 @@ typedef struct fr_backend {
      * half_out ask here; ops.c). NULL: never. */
     int (*half_io)(const fr_graph *g, const fr_node *n, int j);
     /* Floats of scratch LINEAR_BWD takes to update an out x in weight inside
-     * backward (fr_kernel_call.update) over `rows` rows: the CPU's kernel
+     * backward (fr_node.update) over `rows` rows: the CPU's kernel
      * tiles the weight's gradient, a device computes it whole. */
     size_t (*upd_tile)(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows);
+    /* A copy in the backend's memory of n host bytes its kernels read (a
+     * parameter, a batch, generation's ids): *buf made in category cat
+     * when NULL, then written from src (NULL: made only); a refusal is
+     * FR_ERR_NOMEM with the error set. The CPU's kernels read the host's
+     * bytes themselves: it makes and writes nothing, *buf stays as it was
+     * (NULL: the caller binds the host's bytes). mirror_bytes: what the
+     * copy of n bytes takes in the backend's memory (the CPU: 0). */
+    int (*mirror)(fr_ctx *ctx, void **buf, const void *src, size_t n, fr_mem_cat cat);
+    size_t (*mirror_bytes)(fr_ctx *ctx, size_t n);
 } fr_backend;
 
 #define FR_HITS_SCRATCH 8 /* the count, as fr_backend.hits keeps it on the device */

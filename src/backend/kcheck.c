@@ -233,16 +233,3 @@ int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row) {
     *row = n ? (size_t)(n / (*B * *T)) * fr_dtype_size(c->in[0].dtype) : 0;
     return FR_OK;
 }
-
-int fr_kcheck_optim_step(fr_kernel_call *c, size_t *n) {
-    if (!c->optim || !(c->update & 1u) || c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "optim_step: needs the optimizer, an f32 gradient and "
-                       "the f32 parameter bound in place");
-    *n = (size_t)fr_shape_numel(&c->in[0].shape);
-    if ((size_t)fr_shape_numel(&c->out[0].shape) != *n)
-        return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "optim_step: gradient of %zu values for a parameter of %lld", *n,
-                       (long long)fr_shape_numel(&c->out[0].shape));
-    return FR_OK;
-}

@@ -90,8 +90,4 @@ int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv,
  * bytes of one x[b, t], 0 when x is empty. */
 int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row);
 
-/* OPTIM_STEP: the optimizer bound, update bit 0, grad in[0] and param out[0]
- * both f32 of *n values. */
-int fr_kcheck_optim_step(fr_kernel_call *c, size_t *n);
-
 #endif

@@ -190,26 +190,32 @@ fr_status fr_exec_run(fr_exec *e, int from, int to, int n, uint64_t seed, uint64
             if (e->post_node && (st0 = e->post_node(e->post_arg, i))) return st0;
             continue;
         }
+        if (node->op == FR_OP_OPTIM_STEP) { /* the optimizer's step, not a kernel */
+            if (!e->param_step)
+                return fr_fail(e->ctx, FR_ERR_ARG, "optim_step of parameter %d: no optimizer",
+                               node->attr.param);
+            fr_tensor grad = bind(e, node->in[0], n);
+            fr_mem_mark(e->ctx, info->name);
+            fr_status ps = e->param_step(e->param_arg, node, &grad);
+            fr_mem_mark(e->ctx, NULL);
+            if (ps) return ps;
+            if (e->post_node && (st0 = e->post_node(e->post_arg, i))) return st0;
+            continue;
+        }
         fr_kernel_call c = {0};
         c.ctx = e->ctx;
         c.node = node;
         c.seed = seed;
         c.step = step;
-        c.upd_lr = e->upd_lr;
-        c.upd_wd = e->upd_wd;
-        c.upd_ws = e->upd_ws;
-        c.upd_ws_len = e->upd_ws_len;
+        c.grad_ws = e->grad_ws;
+        c.grad_ws_len = e->grad_ws_len;
         c.gemm_ws = e->gemm_ws;
         c.gemm_ws_len = e->gemm_ws_len;
-        c.optim = e->optim;
         for (int j = 0; j < node->n_in; j++) c.in[j] = bind(e, node->in[j], n);
         for (int j = 0; j < node->n_out; j++) {
             int v = node->out[j];
             c.out[j] = bind(e, v, n);
-            if (v >= 0 && (node->update & (1u << j))) {
-                c.update |= 1u << j;
-                continue;
-            }
+            if (v >= 0 && (node->update & (1u << j))) continue; /* the parameter, stepped */
             if (v >= 0 && (node->accumulate & (1u << j))) {
                 if (e->written[v]) c.accumulate |= 1u << j;
                 e->written[v] = 1;

@@ -1,7 +1,8 @@
 /* exec.h — runs a planned graph on the context's backend. It knows kernels and
  * pointers, nothing of policy: the plan says where each value lives and when
  * it is born and dies; the executor binds pointers, calls each node's kernel
- * from the backend's table and reports the plan's events to the allocator. */
+ * from the backend's table (an OPTIM_STEP's step is the optimizer's, through
+ * param_step) and reports the plan's events to the allocator. */
 #ifndef FR_EXEC_H
 #define FR_EXEC_H
 
@@ -20,12 +21,16 @@ typedef struct fr_exec {
     void **buf;                  /* on a device backend, per value: the buffer holding it */
     size_t *off;                 /* and its byte offset there (fr_exec_bind_dev) */
     uint8_t *written;            /* per FR_VAL_GRAD value: already holds a gradient this step */
-    float upd_lr, upd_wd; /* SGD for nodes that update parameters in place (fr_node.update) */
-    float *upd_ws;        /* and their scratch (fr_kernel_call.upd_ws) */
-    size_t upd_ws_len;
-    void *gemm_ws; /* the CPU's 16-bit GEMM scratch (fr_kernel_call.gemm_ws) */
+    float *grad_ws;              /* the kernels' scratch (fr_kernel_call.grad_ws and gemm_ws) */
+    size_t grad_ws_len;
+    void *gemm_ws;
     size_t gemm_ws_len;
-    const struct fr_optim_ctx *optim; /* for OPTIM_STEP nodes (fr_kernel_call.optim) */
+    /* An OPTIM_STEP node, which no backend has a kernel for: the optimizer
+     * steps parameter node->attr.param (bound in place as out[0]) from its
+     * gradient grad, in[0] as a kernel would see it; the step sets it
+     * (train/step.c), with param_arg. A failure stops the run. */
+    fr_status (*param_step)(void *arg, const fr_node *node, const fr_tensor *grad);
+    void *param_arg;
     /* A backend whose copies run beside its kernels (fr_backend.wait_copy):
      * per position, the event of the OFFLOAD or FETCH there until waited
      * for; and per position, the copies waited for before its node runs,

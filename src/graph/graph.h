@@ -37,18 +37,26 @@ typedef struct fr_value {
 typedef struct fr_attr {
     int kernel, stride, pad; /* conv and pool */
     int training;            /* batchnorm, dropout: 1 in training mode */
-    float eps, momentum;     /* norms */
-    float p;                 /* dropout probability */
-    float scale;             /* losses: multiply the gradient (1/K under accumulation) */
-    uint32_t salt;           /* dropout: per-node random stream */
-    fr_shape shape;          /* view: the target shape (batch dim included) */
-    int recompute;           /* a rematerialized clone: BatchNorm leaves running stats alone */
-    fr_dtype dtype;          /* cast: the target dtype */
-    fr_dtype round;          /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
-    int param;               /* optim_step: the model parameter it updates */
-    int heads;               /* attention: number of heads NH (divides C) */
-    int causal;              /* attention: 1 = query t attends keys 0..t (the only mode) */
-    int approx;              /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
+    /* the norms' pair or LINEAR_BWD's, never both: the node keeps its size */
+    union {
+        struct {
+            float eps, momentum; /* norms */
+        };
+        struct {
+            float lr, wd; /* LINEAR_BWD with update bits: plain SGD's rate and weight decay */
+        };
+    };
+    float p;        /* dropout probability */
+    float scale;    /* losses: multiply the gradient (1/K under accumulation) */
+    uint32_t salt;  /* dropout: per-node random stream */
+    fr_shape shape; /* view: the target shape (batch dim included) */
+    int recompute;  /* a rematerialized clone: BatchNorm leaves running stats alone */
+    fr_dtype dtype; /* cast: the target dtype */
+    fr_dtype round; /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
+    int param;      /* optim_step: the model parameter it updates */
+    int heads;      /* attention: number of heads NH (divides C) */
+    int causal;     /* attention: 1 = query t attends keys 0..t (the only mode) */
+    int approx;     /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
 } fr_attr;
 
 typedef struct fr_node {
@@ -60,9 +68,10 @@ typedef struct fr_node {
     int fwd;             /* backward nodes: the forward node they differentiate; else -1 */
     int layer;           /* model layer index that emitted it (for per-layer tables) */
     uint32_t accumulate; /* bit i: out[i] is a parameter gradient to add into */
-    uint32_t update;     /* bit i: out[i] is bound to the parameter itself, which the kernel
-                            updates in place by plain SGD with the gradient it computes (the
-                            optimizer step in backward; lr and weight decay from the executor) */
+    uint32_t update;     /* bit i: out[i] is bound to the parameter itself, updated in place
+                            with the gradient the node computes (the optimizer step in
+                            backward, plan/fuse.h): LINEAR_BWD's kernel by plain SGD,
+                            p = p + (-attr.lr)(g + attr.wd p); OPTIM_STEP by the optimizer */
 } fr_node;
 
 typedef struct fr_graph {

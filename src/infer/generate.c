@@ -58,7 +58,7 @@ typedef struct gen {
     void *kv;              /* the caches: per attention layer K then V (FR_MEM_KV_CACHE) */
     size_t *kv_off;        /* per layer: its K's byte offset in kv (V follows) */
     size_t kv_bytes;       /* all of them */
-    void **wbuf;           /* on a device: each parameter's copy (FR_MEM_PARAMS) */
+    void *wbuf;            /* on a device: the parameter block's copy (FR_MEM_PARAMS) */
     void *ids;             /* on a device: the chunk's ids, T i32 (FR_MEM_DATA) */
     float *logits;         /* the last position's, vocab_out */
     int32_t *window;       /* the tokens the cache holds, and one more */
@@ -239,16 +239,10 @@ static fr_status setup(gen *g) {
     /* where the backend's kernels read the host's memory, no copy is made:
      * the host's weights and ids serve */
     if (!g->be->mirror_bytes(ctx, ids)) return FR_OK;
-    g->wbuf = fr_calloc(ctx, m->n_params * sizeof *g->wbuf, FR_MEM_OTHER);
-    if (!g->wbuf) return FR_ERR_NOMEM;
-    fr_mem_set_tag(ctx, "generation's weights");
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        int st = g->be->mirror(ctx, &g->wbuf[i], p->data, bytes, FR_MEM_PARAMS);
-        if (st) return (fr_status)st;
-    }
+    fr_mem_set_tag(ctx, "generation's weights"); /* each parameter at its offset */
+    int st = g->be->mirror(ctx, &g->wbuf, m->pblock, m->pblock_bytes, FR_MEM_PARAMS);
     fr_mem_set_tag(ctx, NULL);
+    if (st) return (fr_status)st;
     return (fr_status)g->be->mirror(ctx, &g->ids, NULL, ids, FR_MEM_DATA);
 }
 
@@ -258,11 +252,8 @@ static void teardown(gen *g) {
     for (int k = 0; k < MAX_CHUNKS; k++) release_chunk(g, &g->ch[k]);
     if (g->kv) g->be->finish(ctx); /* nothing may still use a buffer */
     if (g->kv) mem_give(g, g->kv);
-    if (g->wbuf)
-        for (size_t i = 0; i < g->m->n_params; i++)
-            if (g->wbuf[i]) mem_give(g, g->wbuf[i]);
+    if (g->wbuf) mem_give(g, g->wbuf);
     if (g->ids) mem_give(g, g->ids);
-    fr_free(ctx, g->wbuf);
     fr_free(ctx, g->kv_off);
     fr_free(ctx, g->window);
     fr_free(ctx, g->prob);
@@ -281,7 +272,8 @@ static fr_status make_live(gen *g, int k) {
     g->live = k;
     const fr_model *m = g->m;
     for (size_t i = 0; i < m->n_params; i++)
-        fr_exec_bind_dev(&g->ex, c->pv[i], g->wbuf ? g->wbuf[i] : m->params[i].data, 0);
+        fr_exec_bind_dev(&g->ex, c->pv[i], g->wbuf ? g->wbuf : m->params[i].data,
+                         g->wbuf ? m->params[i].off : 0);
     for (size_t li = 0; li < m->n_layers; li++) {
         if (c->kv[li] < 0) continue;
         size_t half = fr_value_bytes(&c->g.vals[c->kv[li]]);
@@ -312,7 +304,8 @@ static fr_status run_chunk(gen *g, const int32_t *tok, int P, int pos) {
         const fr_shape *s = &c->g.vals[v].shape;
         const int w = m->layers[li].wparam;
         size_t off = (size_t)(pos + P - s->d[0]) * (size_t)s->d[1] * sizeof(float);
-        bind_at(g, v, g->wbuf ? g->wbuf[w] : m->params[w].data, off);
+        bind_at(g, v, g->wbuf ? g->wbuf : m->params[w].data,
+                off + (g->wbuf ? m->params[w].off : 0));
     }
     if ((st = fr_exec_run(&g->ex, 0, c->plan.n_nodes, 1, 0, (uint64_t)pos))) return st;
     /* the logits (1, rows, V): the last row */
@@ -399,10 +392,7 @@ fr_status fr_generate_predict(fr_model *m, int n_prompt, const fr_gen_opts *o,
                 if (g.ch[k].plan.peak[c] > peak[c]) peak[c] = g.ch[k].plan.peak[c];
         size_t ids = g.be->mirror_bytes(m->ctx, (size_t)g.T * sizeof(int32_t));
         if (ids && g.n_ch) { /* the backend's memory holds copies (setup's) */
-            for (size_t i = 0; i < m->n_params; i++)
-                peak[FR_MEM_PARAMS] +=
-                    g.be->mirror_bytes(m->ctx, (size_t)fr_shape_numel(&m->params[i].shape) *
-                                                   fr_dtype_size(m->params[i].dtype));
+            peak[FR_MEM_PARAMS] += g.be->mirror_bytes(m->ctx, m->pblock_bytes);
             peak[FR_MEM_DATA] = ids;
         }
     }

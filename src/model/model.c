@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "backend/backend.h"
 #include "model/model.h"
+#include "core/flat.h"
 #include "parallel/pshard.h"
 
 static const char *layer_names[FR_L_COUNT] = {
@@ -67,15 +68,16 @@ fr_status fr_model_set_seq(fr_model *m, int seq) {
 
 fr_val fr_model_last_value(const fr_model *m) { return m->cur_val; }
 
+static int in_old(const fr_model *m, const void *p);
+
 void fr_model_free(fr_model *m) {
     if (!m) return;
     fr_ctx *ctx = m->ctx;
     const fr_backend *be = fr_backend_of(ctx);
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
-        be->release(ctx, p->ddata); /* a device's copy (NULL on the CPU) */
-        fr_free(ctx, m->params[i].data);
-    }
+    for (size_t i = 0; i < m->n_params; i++) /* a shard's whole values, made on their own */
+        if (!in_old(m, m->params[i].data)) fr_free(ctx, m->params[i].data);
+    be->release(ctx, m->dblock); /* a device's copy (NULL on the CPU) */
+    fr_free(ctx, m->pblock);
     if (m->optim_free) m->optim_free(m); /* gradients and optimizer state */
     fr_free(ctx, m->params);
     fr_free(ctx, m->layers);
@@ -702,45 +704,87 @@ int fr_model_num_classes(const fr_model *m) {
     return m->cur.ndim == 1 ? (int)m->cur.d[0] : (int)fr_shape_numel(&m->cur);
 }
 
-fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
-    int converted = 0;
+/* Whether param i holds its values in the parameter block (a ZeRO 3 shard's do not). */
+static int in_block(const fr_model *m, size_t i) { return !fr_pshard_holds(m->shard, (int)i); }
+
+static fr_dtype dtype_of(const fr_model *m, const fr_dtype *dt, size_t i) {
+    return dt ? dt[i] : m->params[i].dtype;
+}
+
+size_t fr_model_block_bytes(const fr_model *m, const fr_dtype *dt) {
+    size_t end = 0;
+    for (size_t i = m->n_params; i-- > 0;) {
+        if (!in_block(m, i)) continue;
+        size_t es = fr_dtype_size(dtype_of(m, dt, i));
+        fr_flat_place(&end, (size_t)fr_shape_numel(&m->params[i].shape) * es, es);
+    }
+    return end;
+}
+
+static int in_old(const fr_model *m, const void *p) {
+    const char *b = m->pblock;
+    return b && p && (const char *)p >= b && (const char *)p < b + m->pblock_bytes;
+}
+
+fr_status fr_model_relayout(fr_model *m, const fr_dtype *dt) {
     for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
-        if (!p->trainable || p->dtype == dt) continue;
-        if (!p->data) { /* not allocated yet (planning): fr_model_init will store dt directly */
-            p->dtype = dt;
-            continue;
-        }
-        size_t n = (size_t)fr_shape_numel(&p->shape);
-        uint16_t *h = fr_alloc(m->ctx, n * 2, FR_MEM_PARAMS);
-        if (!h) return FR_ERR_NOMEM;
-        if (p->dtype != FR_F32) {
-            fr_free(m->ctx, h);
+        const fr_param *p = &m->params[i];
+        fr_dtype to = dtype_of(m, dt, i);
+        if (in_block(m, i) && p->data && to != p->dtype &&
+            (p->dtype != FR_F32 || fr_dtype_size(to) != 2))
             return fr_fail(m->ctx, FR_ERR_ARG,
                            "%s is %s: convert 16-bit weights back to fp32 first", p->name,
                            fr_dtype_name(p->dtype));
-        }
-        if (dt == FR_F16) fr_f32_to_f16_n(p->data, h, n);
-        else fr_f32_to_bf16_n(p->data, h, n);
-        fr_free(m->ctx, p->data);
-        p->data = h;
-        p->dtype = dt;
-        converted = 1;
     }
-    /* optimizer state follows the weights: made anew */
-    if (converted && m->optim_free) m->optim_free(m);
+    size_t bytes = fr_model_block_bytes(m, dt), end = 0;
+    char *blk = bytes ? fr_calloc(m->ctx, bytes, FR_MEM_PARAMS) : NULL;
+    if (bytes && !blk) return FR_ERR_NOMEM;
+    for (size_t i = m->n_params; i-- > 0;) {
+        fr_param *p = &m->params[i];
+        if (!in_block(m, i)) { /* a shard's: the shard holds its values now */
+            if (in_old(m, p->data)) p->data = NULL;
+            continue;
+        }
+        fr_dtype to = dtype_of(m, dt, i);
+        size_t n = (size_t)fr_shape_numel(&p->shape), es = fr_dtype_size(to);
+        size_t at = fr_flat_place(&end, n * es, es);
+        if (p->data && to == p->dtype) memcpy(blk + at, p->data, n * es);
+        else if (p->data && to == FR_F16) fr_f32_to_f16_n(p->data, (uint16_t *)(blk + at), n);
+        else if (p->data) fr_f32_to_bf16_n(p->data, (uint16_t *)(blk + at), n);
+        if (p->data && !in_old(m, p->data)) fr_free(m->ctx, p->data); /* made on its own */
+        p->data = blk + at, p->off = at, p->dtype = to, p->ddata = NULL;
+    }
+    const fr_backend *be = fr_backend_of(m->ctx);
+    be->release(m->ctx, m->dblock); /* a device's copy has the old layout */
+    m->dblock = NULL;
+    fr_free(m->ctx, m->pblock);
+    m->pblock = blk, m->pblock_bytes = bytes;
     return FR_OK;
 }
 
-fr_status fr_model_alloc_params(fr_model *m) {
+fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
+    int converted = 0;
+    fr_dtype *want = fr_alloc(m->ctx, (m->n_params + 1) * sizeof *want, FR_MEM_WORKSPACE);
+    if (!want) return FR_ERR_NOMEM;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        if (p->data || fr_pshard_holds(m->shard, (int)i)) continue;
-        size_t bytes = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-        p->data = fr_calloc(m->ctx, bytes, FR_MEM_PARAMS);
-        if (!p->data) return FR_ERR_NOMEM;
+        want[i] = p->dtype;
+        if (!p->trainable || p->dtype == dt) continue;
+        want[i] = dt, converted = 1;
+        if (!m->pblock) p->dtype = dt; /* not allocated yet (planning): fr_model_init stores dt */
     }
-    return FR_OK;
+    /* the block anew: trainable f32 values narrowed, the rest copied */
+    fr_status st = converted && m->pblock ? fr_model_relayout(m, want) : FR_OK;
+    fr_free(m->ctx, want);
+    /* optimizer state follows the weights: made anew */
+    if (!st && converted && m->optim_free) m->optim_free(m);
+    return st;
+}
+
+fr_status fr_model_alloc_params(fr_model *m) {
+    for (size_t i = 0; i < m->n_params; i++)
+        if (in_block(m, i) && !in_old(m, m->params[i].data)) return fr_model_relayout(m, NULL);
+    return FR_OK; /* every one is in the block already */
 }
 
 /* Store f32 values v[0..n) at element j0 of p's data in p's dtype (a 16-bit

@@ -68,11 +68,16 @@ typedef struct fr_param {
     int trainable; /* 0 for buffers */
     int layer;
     int64_t fan_in;
-    void *data; /* FR_MEM_PARAMS */
-    /* On a device backend: the same tensor in the device's memory (a handle
-     * of its fr_mem), the current copy while a step runs there
-     * (fr_model_to_host brings it back); NULL on the CPU. Its gradient and
-     * optimizer state are the optimizer's (optim/optim.h, model->optim). */
+    /* Its values on the host: the model's parameter block at byte off
+     * (FR_MEM_PARAMS; core/flat.h's layout); at ZeRO 3 a trainable weight
+     * is this rank's shard instead, data NULL outside a step's gather. */
+    void *data;
+    size_t off;
+    /* On a device backend: the parameter block's copy in the device's
+     * memory (a handle of its fr_mem), holding it at off, the current copy
+     * while a step runs there (fr_model_to_host brings it back); NULL on the
+     * CPU. Its gradient and optimizer state are the optimizer's
+     * (optim/optim.h, model->optim). */
     void *ddata;
 } fr_param;
 
@@ -115,6 +120,11 @@ struct fr_model {
     /* ZeRO 3 (parallel/pshard.h): the trainable weights it holds live as this
      * rank's shard, their data NULL outside a step's gather (NULL: none) */
     struct fr_pshard *shard;
+    /* The parameter block: every parameter holding values, end to end
+     * (fr_model_alloc_params); its device copy (place.c) */
+    void *pblock;
+    size_t pblock_bytes;
+    void *dblock;
     fr_status status; /* why the last layer could not be added */
     /* The optimizer's gradients and state (optim/optim.h), made by the first
      * training step and kept for the next one compiled on the model; freed
@@ -143,7 +153,16 @@ typedef struct fr_chunk_graph {
 } fr_chunk_graph;
 fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c,
                                      int *param_value);
+/* The parameter block made for every parameter that holds values (not a
+ * ZeRO 3 shard's): zeros for those without values yet, the values of those
+ * with them copied in. fr_model_relayout does the same with each
+ * parameter's dtype dt[i] (f32 values narrowed to 16 bits; NULL: as is),
+ * after ZeRO 3 took its shards (their values dropped) or model.half(). */
 fr_status fr_model_alloc_params(fr_model *m);
+fr_status fr_model_relayout(fr_model *m, const fr_dtype *dt);
+/* The parameter block's bytes (padding included) with each parameter's
+ * dtype dt[i] (NULL: its own), every one but ZeRO 3's shards. */
+size_t fr_model_block_bytes(const fr_model *m, const fr_dtype *dt);
 /* The longest layer name, at least `min`: a table's name column. */
 int fr_model_name_width(const fr_model *m, int min);
 /* The per-sample shape of value v (a layer's output or the model input). */

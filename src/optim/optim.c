@@ -6,6 +6,7 @@
 #include "optim/optim.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "backend/state.h"
 
@@ -24,20 +25,39 @@ size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr
     return fr_state_bytes((fr_state_kind)*kind, n);
 }
 
+size_t fr_optim_grad_align(fr_dtype dt) { return fr_dtype_size(dt) < 4 ? fr_dtype_size(dt) : 4; }
+
+size_t fr_optim_state_align(int kind, int half_weight) {
+    return half_weight || kind == FR_STATE_BF16 ? 2 : 4; /* int8: its absmax floats */
+}
+
+static void block_free(fr_ctx *ctx, fr_optim_block *b) {
+    if (b->buf) b->be->release(ctx, b->buf);
+    memset(b, 0, sizeof *b);
+}
+
+/* A block of `bytes` in be's memory (category cat), zeros if `zero`. */
+static fr_status block_take(fr_ctx *ctx, const fr_backend *be, int host, size_t bytes,
+                            fr_mem_cat cat, int zero, fr_optim_block *b) {
+    memset(b, 0, sizeof *b);
+    if (!bytes) return FR_OK;
+    if (!(b->buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
+    b->bytes = bytes, b->be = be, b->host = host;
+    if (zero && be->zero(ctx, b->buf, 0, bytes)) {
+        block_free(ctx, b);
+        return FR_ERR_NOMEM;
+    }
+    return FR_OK;
+}
+
 static void optim_free(fr_model *m) {
     struct fr_optim *o = m->optim;
-    const fr_backend *be = fr_backend_of(m->ctx);
-    for (size_t i = 0; o && i < o->n; i++) {
-        fr_optim_param *q = &o->p[i];
-        if (!q->grad_view) be->release(m->ctx, q->grad);
-        for (int k = 0; k < 2; k++) {
-            if (o->state_host) fr_free(m->ctx, q->state[k]);
-            else be->release(m->ctx, q->state[k]);
-            fr_free(m->ctx, q->host_state[k]);
-        }
-        fr_free(m->ctx, q->host_grad);
-    }
-    if (o) fr_free(m->ctx, o->p);
+    if (!o) return;
+    block_free(m->ctx, &o->grads);
+    block_free(m->ctx, &o->host_grads);
+    for (int k = 0; k < 2; k++)
+        block_free(m->ctx, &o->state[k]), block_free(m->ctx, &o->host_state[k]);
+    fr_free(m->ctx, o->p);
     fr_free(m->ctx, o);
     m->optim = NULL;
 }
@@ -51,7 +71,6 @@ struct fr_optim *fr_optim_of(fr_model *m) {
     }
     if (!o) return NULL;
     o->n = m->n_params;
-    o->state_host = 1;
     m->optim = o;
     m->optim_free = optim_free;
     return o;
@@ -69,48 +88,161 @@ size_t fr_optim_meta_bytes(const fr_model *m, int reserved) {
     return reserved ? fr_mem_block_bytes(a) + fr_mem_block_bytes(b) : a + b;
 }
 
+size_t fr_optim_grads_bytes(const fr_model *m, fr_optim_size_fn size, const void *arg) {
+    size_t end = 0;
+    for (size_t i = m->n_params; i-- > 0;) {
+        fr_dtype dt = FR_F32;
+        size_t b = size(arg, i, &dt);
+        if (b) fr_flat_place(&end, b, fr_optim_grad_align(dt));
+    }
+    return end;
+}
+
+fr_status fr_optim_alloc_grads(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m,
+                               fr_optim_size_fn size, const void *arg, int zero) {
+    struct fr_optim *o = fr_optim_of(m);
+    if (!o) return FR_ERR_NOMEM;
+    if (o->grads.buf) return FR_OK;
+    fr_status st = block_take(ctx, be, host, fr_optim_grads_bytes(m, size, arg), FR_MEM_GRADS, zero,
+                              &o->grads);
+    if (st) return st;
+    size_t end = 0;
+    for (size_t i = m->n_params; i-- > 0;) {
+        fr_optim_param *q = &o->p[i];
+        fr_dtype dt = FR_F32;
+        size_t b = size(arg, i, &dt);
+        q->grad = NULL, q->grad_off = 0, q->grad_view = 0, q->grad_valid = 0;
+        if (!b) continue;
+        q->grad_off = fr_flat_place(&end, b, fr_optim_grad_align(dt));
+        q->grad = o->grads.buf, q->grad_dt = dt;
+    }
+    return FR_OK;
+}
+
+fr_status fr_optim_alloc_host_grads(fr_ctx *ctx, fr_model *m) {
+    struct fr_optim *o = fr_optim_of(m);
+    if (!o) return FR_ERR_NOMEM;
+    if (o->host_grads.buf || !o->grads.bytes) return FR_OK;
+    return block_take(ctx, &fr_cpu_backend, 1, o->grads.bytes, FR_MEM_GRADS, 0, &o->host_grads);
+}
+
+size_t fr_optim_state_block_bytes(const fr_model *m, fr_optim_state_fn size, const void *arg) {
+    size_t end = 0;
+    for (size_t i = m->n_params; i-- > 0;) {
+        int kind = 0;
+        size_t b = size(arg, i, &kind);
+        if (b) fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
+    }
+    return end;
+}
+
+fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m, int ns,
+                               fr_optim_state_fn size, const void *arg) {
+    struct fr_optim *o = fr_optim_of(m);
+    if (!o) return FR_ERR_NOMEM;
+    size_t end = 0;
+    int same = 1;
+    for (size_t i = m->n_params; i-- > 0;) {
+        int kind = 0;
+        size_t b = size(arg, i, &kind);
+        if (!b) continue;
+        size_t at =
+            fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
+        (void)at;
+        same &= o->p[i].state_kind == kind; /* (the offsets follow from the sizes and kinds) */
+    }
+    for (int k = 0; k < 2; k++) /* a resumed run with another format or layout starts over */
+        if (o->state[k].buf &&
+            (!same || o->state[k].bytes != end || o->state[k].be != be || k >= ns))
+            block_free(ctx, &o->state[k]);
+    fr_status st = FR_OK;
+    for (int k = 0; k < ns && !st; k++) {
+        if (o->state[k].buf) continue;
+        const fr_optim_block *h = &o->host_state[k]; /* a device's state loaded on the host */
+        int from_host = h->buf && h->bytes == end && same;
+        if ((st = block_take(ctx, be, host, end, FR_MEM_OPTIM, !from_host, &o->state[k]))) break;
+        if (from_host && end) st = (fr_status)be->write(ctx, o->state[k].buf, 0, h->buf, end);
+    }
+    end = 0;
+    for (size_t i = m->n_params; i-- > 0 && !st;) {
+        fr_optim_param *q = &o->p[i];
+        int kind = 0;
+        size_t b = size(arg, i, &kind);
+        q->state[0] = q->state[1] = NULL;
+        if (!b) continue;
+        q->state_off =
+            fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
+        q->state_kind = kind;
+        for (int k = 0; k < ns; k++) q->state[k] = o->state[k].buf;
+    }
+    return st;
+}
+
 void *fr_optim_host_grad(const fr_model *m, size_t i) {
-    if (!m->optim) return NULL;
-    return m->optim->grad_host ? m->optim->p[i].grad : m->optim->p[i].host_grad;
+    const struct fr_optim *o = m->optim;
+    if (!o || !o->p[i].grad) return NULL;
+    if (o->p[i].grad == o->grads.buf && !o->grads.host) /* a device's: the host copy */
+        return fr_optim_at(o->host_grads.buf, o->p[i].grad_off);
+    return fr_optim_at(o->p[i].grad, o->p[i].grad_off);
 }
 
 void *fr_optim_host_state(const fr_model *m, size_t i, int k) {
-    if (!m->optim) return NULL;
-    return m->optim->state_host ? m->optim->p[i].state[k] : m->optim->p[i].host_state[k];
+    const struct fr_optim *o = m->optim;
+    if (!o || !o->p[i].state[k]) return NULL;
+    if (o->p[i].state[k] == o->state[k].buf && !o->state[k].host) /* a device's */
+        return fr_optim_at(o->host_state[k].buf, o->p[i].state_off);
+    return fr_optim_at(o->p[i].state[k], o->p[i].state_off);
 }
 
 /* The tensors of param i the update reads and writes, in be's memory: the
  * weights (.data on the host, .buf on a device: each backend reads its
  * own), the gradient (the host's copy when offloaded) and the state. */
+/* A view (handle, off) of a backend's memory as a tensor: on the host its
+ * pointer (the CPU's handle is one), on a device .buf and .off. */
+static fr_tensor view_t(void *h, size_t off, fr_dtype dt, fr_shape shape) {
+    return (fr_tensor){
+        .dtype = dt, .shape = shape, .data = fr_optim_at(h, off), .buf = h, .off = off};
+}
+
 static fr_tensor weights_t(const fr_param *p) {
-    return (fr_tensor){.dtype = p->dtype, .shape = p->shape, .data = p->data, .buf = p->ddata};
+    return (fr_tensor){
+        .dtype = p->dtype, .shape = p->shape, .data = p->data, .buf = p->ddata, .off = p->off};
 }
 
 static fr_tensor grad_t(const fr_model *m, size_t i, int offloaded) {
     const fr_optim_param *q = fr_optp(m, i);
-    void *g = offloaded ? q->host_grad : q->grad;
-    return (fr_tensor){.dtype = q->grad_dt, .shape = m->params[i].shape, .data = g, .buf = g};
+    if (offloaded) { /* the host copy, at the block's offsets */
+        void *g = fr_optim_at(m->optim->host_grads.buf, q->grad_off);
+        return (fr_tensor){.dtype = q->grad_dt, .shape = m->params[i].shape, .data = g, .buf = g};
+    }
+    return view_t(q->grad, q->grad_off, q->grad_dt, m->params[i].shape);
 }
 
 static int has_grad(const fr_model *m, const int *gv, size_t i) {
     return gv[i] >= 0 && fr_optp(m, i)->grad && fr_optp(m, i)->grad_valid;
 }
 
+fr_status fr_optim_step_param(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts *o,
+                              fr_model *m, size_t i, const fr_tensor *g, int64_t t) {
+    if (!m->optim || i >= m->n_params)
+        return fr_fail(ctx, FR_ERR_ARG, "optimizer step of parameter %zu: the model has %s", i,
+                       m->optim ? "fewer parameters" : "no optimizer state");
+    const fr_optim_param *q = fr_optp(m, i);
+    fr_tensor w = weights_t(&m->params[i]), state[2];
+    for (int k = 0; k < 2; k++)
+        state[k] = view_t(q->state[k], q->state_off, FR_F32, m->params[i].shape);
+    return (fr_status)be->optim_update(ctx, o, t, &w, g, state, q->state_kind);
+}
+
 fr_status fr_optim_update(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts *o, fr_model *m,
                           const int *gv, const uint8_t *fused, int64_t t, int offloaded) {
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params && !st; i++) {
-        fr_optim_param *q = fr_optp(m, i);
+        const fr_optim_param *q = fr_optp(m, i);
         if (gv[i] < 0 || !q->grad_valid) continue; /* PyTorch skips params whose grad is None */
         if (fused && fused[i]) continue;           /* updated inside backward */
-        fr_tensor w = weights_t(&m->params[i]), g = grad_t(m, i, offloaded);
-        fr_tensor state[2];
-        for (int k = 0; k < 2; k++)
-            state[k] = (fr_tensor){.dtype = FR_F32,
-                                   .shape = m->params[i].shape,
-                                   .data = q->state[k],
-                                   .buf = q->state[k]};
-        st = be->optim_update(ctx, o, t, &w, &g, state, q->state_kind);
+        fr_tensor g = grad_t(m, i, offloaded);
+        st = fr_optim_step_param(ctx, be, o, m, i, &g, t);
     }
     return st;
 }
@@ -124,7 +256,8 @@ static fr_tensor range_t(const float *x, size_t n) {
 fr_status fr_optim_step_range(fr_ctx *ctx, const fr_optim_opts *o, fr_optim_param *q, float *w,
                               const float *g, size_t n, int64_t t) {
     fr_tensor wt = range_t(w, n), gt = range_t(g, n);
-    fr_tensor st[2] = {range_t(q->state[0], n), range_t(q->state[1], n)};
+    fr_tensor st[2] = {range_t(fr_optim_at(q->state[0], q->state_off), n),
+                       range_t(fr_optim_at(q->state[1], q->state_off), n)};
     return fr_cpu_backend.optim_update(ctx, o, t, &wt, &gt, st, q->state_kind);
 }
 
@@ -207,16 +340,43 @@ fr_status fr_optim_after_backward(fr_ctx *ctx, const fr_backend *be, fr_model *m
 }
 
 void fr_optim_zero_grad(fr_model *m, int to_none) {
-    const fr_backend *be = fr_backend_of(m->ctx);
-    for (size_t i = 0; m->optim && i < m->n_params; i++) {
+    struct fr_optim *o = m->optim;
+    for (size_t i = 0; o && i < m->n_params; i++) {
         fr_optim_param *q = fr_optp(m, i);
         q->grad_valid = 0;
-        if (!to_none) continue;
-        if (!q->grad_view) { /* a bucket's view stays: the buckets are sent */
-            be->release(m->ctx, q->grad);
-            q->grad = NULL;
-        }
-        fr_free(m->ctx, q->host_grad);
-        q->host_grad = NULL;
+        if (to_none && !q->grad_view)
+            q->grad = NULL; /* a bucket's view stays: the buckets are sent */
     }
+    if (o && to_none) block_free(m->ctx, &o->grads), block_free(m->ctx, &o->host_grads);
+}
+
+fr_status fr_optim_grads_down(fr_model *m) {
+    const struct fr_optim *o = m->optim;
+    if (!o || !o->grads.buf || !o->host_grads.buf) return FR_OK;
+    return (fr_status)o->grads.be->read(m->ctx, o->grads.buf, 0, o->host_grads.buf, o->grads.bytes);
+}
+
+fr_status fr_optim_state_down(fr_model *m) {
+    struct fr_optim *o = m->optim;
+    for (int k = 0; o && k < 2; k++) {
+        fr_optim_block *b = &o->state[k], *h = &o->host_state[k];
+        if (!b->buf || b->host) continue; /* the host's state is its own copy */
+        if (h->buf && h->bytes != b->bytes) block_free(m->ctx, h);
+        fr_status st =
+            h->buf ? FR_OK : block_take(m->ctx, &fr_cpu_backend, 1, b->bytes, FR_MEM_OPTIM, 0, h);
+        if (st) return st;
+        if ((st = (fr_status)b->be->read(m->ctx, b->buf, 0, h->buf, b->bytes))) return st;
+    }
+    return FR_OK;
+}
+
+fr_status fr_optim_state_up(fr_model *m) {
+    struct fr_optim *o = m->optim;
+    for (int k = 0; o && k < 2; k++) {
+        fr_optim_block *b = &o->state[k], *h = &o->host_state[k];
+        if (!b->buf || b->host || !h->buf || h->bytes != b->bytes) continue;
+        fr_status st = (fr_status)b->be->write(m->ctx, b->buf, 0, h->buf, b->bytes);
+        if (st) return st;
+    }
+    return FR_OK;
 }

@@ -3,49 +3,108 @@
  * parameters, with their state formats (fp32; bf16 or int8 for Adam's
  * moments; a 16-bit weight's state in its own format), the loss scaler's
  * unscale with its inf/NaN check, clip_grad_norm_, and the bytes each takes.
- * Its records live on the model (model->optim), one per parameter: the
- * gradient, its format and validity, the state and its format, the host
- * copies of --offload optimizer and of a checkpoint; each a buffer of its
- * own in a backend's memory (a gradient may be a view into a data-parallel
- * bucket), not one flat buffer. The arithmetic of one tensor is the
- * backend's (fr_backend's optim_update, grad_unscale, grad_sumsq and
- * grad_scale: the CPU's kernels in backend/cpu/optim.c and optim_state.c,
- * a device's own); which tensors, in which order, in which format and with
- * which step count is here. The step (train/) makes the buffers, says which
+ * It owns flat blocks in a backend's memory (core/flat.h's layout, the
+ * data-parallel flat vector's): the gradients (when kept), the state (a
+ * ZeRO rank's: its range of each tensor) and their host copies (--offload
+ * optimizer's gradients, a device's state for a checkpoint); its records
+ * on the model (model->optim), one per parameter, are views into them (the
+ * parameters' own block is the model's: model.h). The arithmetic of one
+ * tensor is the backend's (fr_backend's optim_update, grad_unscale,
+ * grad_sumsq and grad_scale: the CPU's kernels in backend/cpu/optim.c and
+ * optim_state.c, a device's own); which tensors, in which order, in which
+ * format and with which step count is here. The step (train/) says which
  * parameters have a gradient this step (gv[i] >= 0) and which it already
- * updated inside backward (fused[i]); a ZeRO rank steps its range of a
- * parameter on the host (fr_optim_step_range). A new rule is a kind in
- * frugal.h, its defaults in opts.c and its kernels in each backend (their
- * optim_update and OPTIM_STEP). */
+ * updated inside backward (fused[i], by fr_optim_step_param); a
+ * ZeRO rank steps its range of a parameter on the host
+ * (fr_optim_step_range). A new rule is a kind in frugal.h, its defaults in
+ * opts.c and its kernels in each backend (their optim_update, which also
+ * steps one parameter inside backward for an OPTIM_STEP node:
+ * fr_optim_step_param). */
 #ifndef FR_OPTIM_H
 #define FR_OPTIM_H
 
 #include "backend/backend.h"
 #include "model/model.h"
 #include "optim/scaler.h"
+#include "core/flat.h"
 
-/* The optimizer's part of one parameter: its gradient as backward writes
- * it and its state, each a buffer of a backend's memory (fr_backend's
- * handles: host pointers on the CPU). The parameter itself keeps its name,
- * shape, role and data (model.h). */
+/* The optimizer's part of one parameter: where its gradient and its state
+ * are, each a view (handle, byte offset) of a flat block in a backend's
+ * memory (fr_backend's handles: host pointers on the CPU; a device's
+ * buffers with their offsets, as fr_tensor's .buf and .off). The parameter
+ * itself keeps its name, shape, role and data (model.h). */
 typedef struct fr_optim_param {
-    void *grad;          /* in the step's backend (NULL until backward needs it) */
-    fr_dtype grad_dt;    /* FR_F32, or the weights' 16-bit format (pure half precision) */
-    int grad_valid;      /* 0: the next backward overwrites instead of adding */
-    int grad_view;       /* grad is a view of a gradient bucket (parallel/buckets.h), not owned */
-    void *state[2];      /* in the optimizer's backend: momentum, or exp_avg, exp_avg_sq */
-    int state_kind;      /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
-    void *host_grad;     /* --offload optimizer: the gradient brought to the host for the update */
-    void *host_state[2]; /* a device's state brought to the host (fr_model_to_host) */
+    void *grad;       /* the gradient block (or, at ZeRO 2 and 3, a bucket's); NULL: none */
+    size_t grad_off;  /* its byte offset there */
+    fr_dtype grad_dt; /* FR_F32, or the weights' 16-bit format (pure half precision) */
+    int grad_valid;   /* 0: the next backward overwrites instead of adding */
+    int grad_view;    /* grad is a transient bucket's (ZeRO 2 and 3), not the flat block */
+    void *state[2];   /* the state blocks (momentum, or exp_avg and exp_avg_sq); NULL: none */
+    size_t state_off; /* the byte offset of this parameter's state in each */
+    int state_kind;   /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
 } fr_optim_param;
 
-/* Every parameter's, by index (fr_optim_of). */
+/* One flat block of a backend's memory: every parameter's tensor of one
+ * category end to end (fr_flat_place). */
+typedef struct fr_optim_block {
+    void *buf;            /* the backend's handle; NULL: none */
+    size_t bytes;         /* its size, padding included */
+    const fr_backend *be; /* whose memory */
+    int host;             /* 1: host memory (buf is a pointer), 0: a device's */
+} fr_optim_block;
+
+/* Every parameter's records, by index (fr_optim_of), and the flat blocks
+ * they are views of: the gradients (when kept: not those stepped inside
+ * backward, not at ZeRO 2 and 3), their host copy under --offload
+ * optimizer, the state (a ZeRO rank's: its range of each tensor only) and
+ * a device's state brought to the host for a checkpoint. The host copies
+ * have the layout of the blocks they copy. */
 struct fr_optim {
     size_t n;
     fr_optim_param *p;
-    int grad_host;  /* grad[] is host memory (a CPU step) */
-    int state_host; /* state[] is host memory (a CPU step, or the optimizer offloaded) */
+    fr_optim_block grads, host_grads;
+    fr_optim_block state[2], host_state[2];
 };
+
+/* The blocks take core/flat.h's layout (fr_flat_place: reverse parameter
+ * order, each tensor at a multiple of its element: f32 4, 16-bit 2, int8
+ * state 4 for its absmax floats). */
+/* The alignment of a gradient in dt and of a state of kind (16-bit
+ * weights' state: wide 0, else 1). */
+size_t fr_optim_grad_align(fr_dtype dt);
+size_t fr_optim_state_align(int kind, int half_weight);
+/* A host block's bytes at a view (handle, off): the CPU's handle is its pointer. */
+static inline void *fr_optim_at(void *handle, size_t off) {
+    return handle ? (char *)handle + off : NULL;
+}
+
+/* Bytes of param i's gradient to keep (0: none) and its format *dt; of
+ * its state (0: none), its format in *kind. */
+typedef size_t (*fr_optim_size_fn)(const void *arg, size_t i, fr_dtype *dt);
+typedef size_t (*fr_optim_state_fn)(const void *arg, size_t i, int *kind);
+/* The gradient block's bytes (fr_flat_place's layout), and the block made
+ * in be's memory (host: 1 when that is the host's, its handles pointers)
+ * if there is none (zeros with `zero`: the data-parallel
+ * buckets, views of it, are summed whole), its records pointed into it,
+ * each to be overwritten by the next backward. */
+size_t fr_optim_grads_bytes(const fr_model *m, fr_optim_size_fn size, const void *arg);
+fr_status fr_optim_alloc_grads(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m,
+                               fr_optim_size_fn size, const void *arg, int zero);
+/* --offload optimizer: the gradient block's host copy (same layout). */
+fr_status fr_optim_alloc_host_grads(fr_ctx *ctx, fr_model *m);
+/* One state block's bytes; the ns blocks made in be's memory if absent
+ * (zeros, or a device's state loaded on the host: fr_model_to_host's
+ * copy), the records pointed into them. A layout or format other than the
+ * blocks' (a resumed run with another --optimizer-state) starts over. */
+size_t fr_optim_state_block_bytes(const fr_model *m, fr_optim_state_fn size, const void *arg);
+fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m, int ns,
+                               fr_optim_state_fn size, const void *arg);
+/* A device's blocks to their host copies (made if absent) and back:
+ * fr_model_to_host and fr_model_to_device. */
+fr_status fr_optim_state_down(fr_model *m);
+fr_status fr_optim_state_up(fr_model *m);
+/* --offload optimizer: the gradients brought to the host copy. */
+fr_status fr_optim_grads_down(fr_model *m);
 
 /* m's optimizer records, made (all empty) on the first call; NULL when out
  * of memory (the error set). Freed with the model, buffers and all. */
@@ -93,6 +152,15 @@ int fr_optim_states(const fr_optim_opts *o);
 size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
                             int *kind);
 
+/* optimizer.step() for parameter i of m alone at step t (1-based), from its
+ * gradient g as be's kernels see it (.data on the host; .buf and .off on a
+ * device), on the weights and the state: the step inside backward of an
+ * OPTIM_STEP node (plan/fuse.h), which the executor hands over once the
+ * gradient is complete (exec.h's param_step), and the one
+ * fr_optim_update takes for each parameter. The in-backward step steps one
+ * tensor, the ordinary step all of them. */
+fr_status fr_optim_step_param(fr_ctx *ctx, const fr_backend *be, const fr_optim_opts *o,
+                              fr_model *m, size_t i, const fr_tensor *g, int64_t t);
 /* optimizer.step() at step t (1-based) over every parameter i of m with a
  * gradient (gv[i] >= 0 and grad_valid) that was not updated inside
  * backward (fused NULL or fused[i] == 0), in parameter order, by be's

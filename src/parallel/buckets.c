@@ -104,7 +104,7 @@ void fr_buckets_peak(const fr_buckets *b, int n_pos, int accumulate, size_t *pea
     }
 }
 
-fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b) {
+fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b, float *flat) {
     if (b->zero >= 2 && !b->shard && b->hi > b->lo && !b->on_share) {
         fr_mem_set_tag(ctx, "grad shard");
         b->shard = fr_calloc(ctx, (b->hi - b->lo) * sizeof(float), FR_MEM_GRADS);
@@ -112,22 +112,15 @@ fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b) {
         if (!b->shard) return FR_ERR_NOMEM;
     }
     if (b->zero >= 2) return FR_OK; /* each bucket taken before its first writer */
-    fr_mem_set_tag(ctx, "grad buckets");
-    for (int k = 0; k < b->n; k++)
-        if (!b->buf[k] && !(b->buf[k] = fr_calloc(ctx, b->len[k] * sizeof(float), FR_MEM_GRADS)))
-            return FR_ERR_NOMEM;
-    fr_mem_set_tag(ctx, NULL);
+    if (!flat && b->total)
+        return fr_fail(ctx, FR_ERR_ARG, "gradient buckets without a gradient block");
+    b->views = 1; /* the flat gradient block's: bucket k is its elements from start[k] */
+    for (int k = 0; k < b->n; k++) b->buf[k] = flat + b->start[k];
     return FR_OK;
 }
 
-size_t fr_buckets_reserved(const fr_buckets *b) {
-    size_t r = 0;
-    for (int k = 0; k < b->n; k++) r += fr_mem_block_bytes(b->len[k] * sizeof(float));
-    return r;
-}
-
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b) {
-    for (int k = 0; b->buf && k < b->n; k++) fr_free(ctx, b->buf[k]);
+    for (int k = 0; b->buf && k < b->n && !b->views; k++) fr_free(ctx, b->buf[k]);
     fr_free(ctx, b->shard);
     fr_free(ctx, b->start);
     fr_free(ctx, b->bucket_of);

@@ -2,9 +2,11 @@
  * while backward still runs (PyTorch DDP's Reducer): parameters in reverse
  * order (backward makes the last layer's gradients first), a bucket closed
  * once it holds at least its cap (the first 1 MiB, the others 25 MiB;
- * a parameter is never split), each bucket one block of category grads in
- * which the gradients are views (DDP's gradient_as_bucket_view): no copy and
- * no byte beyond the gradients themselves. A bucket is ready after the plan
+ * a parameter is never split). The buckets end to end are the optimizer's
+ * flat gradient layout (optim/optim.h, fr_flat_place: the same reverse
+ * order, f32 without padding): at stages 0 and 1 each bucket is a view of
+ * the gradient block, in which the gradients are (DDP's
+ * gradient_as_bucket_view): no copy and no byte beyond the gradients. A bucket is ready after the plan
  * position of the last node writing any of its gradients; its MPI_Iallreduce
  * starts there (on the last micro-batch) and all are waited for before the
  * optimizer steps. The layout knows sizes and positions only: train/zero.c
@@ -17,7 +19,8 @@
  * bucket (stage 1: the rest of the bucket is stale) or, at stages 2 and
  * 3, handed to on_share (the rank steps it at once: no gradient shard) or
  * copied into the rank's gradient shard (category grads: then only the
- * shard outlives the step). There a bucket's block is taken just before
+ * shard outlives the step). There each bucket is a block of its own
+ * (category grads), the gradients views of it, taken just before
  * the first node writing one of its gradients (fr_buckets_take, at
  * first_pos) and given back once its share has arrived: when a later position
  * starts another bucket, the buckets started at earlier positions are
@@ -49,7 +52,9 @@ typedef struct fr_buckets {
      * (the flat elements [a, e), at share) once it arrives, instead of
      * copying it into the shard (which then is not kept: shard stays NULL) */
     fr_status (*on_share)(void *arg, int k, const float *share, size_t a, size_t e);
-    float **buf; /* per bucket: the block (category grads), NULL until allocated */
+    float **buf; /* per bucket: its elements (a view of the gradient block at stages 0
+                    and 1; at 2 and 3 a block of category grads), NULL until there */
+    int views;   /* buf[] are views of the optimizer's gradient block (not freed here) */
     uint8_t *started;
     size_t *start;      /* per bucket: its first element in the flat vector */
     size_t total;       /* elements of all buckets */
@@ -80,11 +85,11 @@ fr_status fr_buckets_take(fr_ctx *ctx, fr_buckets *b, int k);
  * vector (and, at stages 2 and 3, its shard block on fr_buckets_alloc
  * unless on_share is set). */
 void fr_buckets_shard(fr_buckets *b, int zero, int rank, int ranks);
-/* The blocks, zeroed (category grads, tag "grad buckets"); at stages 2
- * and 3 the shard's block only (the buckets come with fr_buckets_take). */
-fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b);
-/* What the blocks reserve, as the allocator rounds them. */
-size_t fr_buckets_reserved(const fr_buckets *b);
+/* Stages 0 and 1: the buckets as views of flat, the optimizer's gradient
+ * block (optim/optim.h: its layout is this flat vector's, zeros); at stages
+ * 2 and 3 the shard's block only (the buckets come with fr_buckets_take;
+ * flat NULL). */
+fr_status fr_buckets_alloc(fr_ctx *ctx, fr_buckets *b, float *flat);
 void fr_buckets_release(fr_ctx *ctx, fr_buckets *b);
 /* Param i's first element in the flat vector. */
 size_t fr_buckets_flat(const fr_buckets *b, int i);

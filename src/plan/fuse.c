@@ -1,6 +1,7 @@
 /* fuse.c — the optimizer step in backward, as graph passes (see fuse.h).
- * Works on the graph and the order; the update itself is the kernels'
- * (LINEAR_BWD's epilogue, OPTIM_STEP) and which rule runs is the caller's. */
+ * Works on the graph and the order; the update itself is LINEAR_BWD's
+ * epilogue or, for an OPTIM_STEP, the optimizer's, and which rule runs is
+ * the caller's. */
 #include "plan/fuse.h"
 #include "plan/insert.h"
 

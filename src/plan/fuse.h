@@ -4,10 +4,13 @@
  * stored, so the persistent gradient bytes of those parameters vanish. Two
  * graph passes, one per kind of update:
  *   - plain SGD (no momentum) needs nothing but the gradient, so LINEAR_BWD
- *     applies it itself (for the weight, in its GEMM's epilogue):
+ *     applies it itself (for the weight, in its GEMM's epilogue), with the
+ *     rate and weight decay the step writes into its attr (lr, wd):
  *     fr_fuse_linear_updates marks those outputs;
  *   - every other update (momentum SGD, Adam, AdamW) gets an OPTIM_STEP node
- *     right after the gradient's writer: fr_fuse_optim_steps.
+ *     right after the gradient's writer, which no kernel runs: the executor
+ *     hands it to the optimizer (exec.h's param_step, optim/optim.h's fr_optim_step_param),
+ *     the same update as after backward: fr_fuse_optim_steps.
  * Whether a step may run inside backward at all is the caller's decision:
  * only where nothing can tell the difference (training, gradients not kept,
  * no loss scaler, which must see every gradient before any update, no
@@ -34,7 +37,8 @@ typedef size_t (*fr_fuse_tile_fn)(int64_t out, int64_t in, int64_t rows, void *a
  *   - one node writes that gradient, after loss_pos: a LINEAR_BWD, through
  *     its weight (1) or bias (2) output;
  *   - no node after that one reads the parameter.
- * Then that node's update bit of the output is set, fused[i] = 1 (fused[]
+ * Then that node's update bit of the output is set (its attr.lr and attr.wd
+ * are the caller's to set before it runs), fused[i] = 1 (fused[]
  * is the caller's, n_params long, other entries left alone) and, for a
  * weight whose first dimension is not 0, *tile_len is raised to at least
  * tile(out, in, rows, arg), rows being the LINEAR_BWD input's numel / in.

@@ -29,20 +29,23 @@
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "core/names.h"
+#include "core/flat.h"
 #include "run/trainer.h"
 
-/* Parameter blocks as they will be allocated: in 16 bits for trainable
- * tensors under pure fp16/bf16 (fr_model_to_dtype), else in their dtype. */
+/* The parameter block as it will be allocated (model.h: one block, core/
+ * flat.h's layout): in 16 bits for trainable tensors under pure fp16/bf16
+ * (fr_model_to_dtype), else in their dtype; with allocated_only, the one
+ * the model holds now (0: none yet). */
 static size_t param_blocks(const fr_model *m, fr_precision prec, int allocated_only) {
+    if (allocated_only) return m->pblock ? fr_mem_block_bytes(m->pblock_bytes) : 0;
     int half = prec == FR_PREC_FP16 || prec == FR_PREC_BF16;
-    size_t r = 0;
-    for (size_t i = 0; i < m->n_params; i++) {
+    size_t end = 0;
+    for (size_t i = m->n_params; i-- > 0;) {
         const fr_param *p = &m->params[i];
-        if (allocated_only && !p->data) continue;
         size_t es = half && p->trainable && p->dtype == FR_F32 ? 2 : fr_dtype_size(p->dtype);
-        r += fr_mem_block_bytes((size_t)fr_shape_numel(&p->shape) * es);
+        fr_flat_place(&end, (size_t)fr_shape_numel(&p->shape) * es, es);
     }
-    return r;
+    return end ? fr_mem_block_bytes(end) : 0;
 }
 
 /* The same without the allocator's headers and rounding: the tensors' bytes. */

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "run/checkpoint.h"
 #include "train/feed.h"
+#include "train/place.h"
 #include "run/source.h"
 #include "run/trainer.h"
 
@@ -277,7 +278,7 @@ static void report_val(const fr_train_cfg *cfg, const fr_source *src, int64_t st
 static fr_status check_device_memory(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m,
                                      const fr_step_opts *so, fr_step **s, const fr_source *src) {
     const fr_backend *be = fr_backend_of(ctx);
-    if (!fr_backend_is_device(be) || !be->global_mem) return FR_OK;
+    if (!fr_place_second_memory(ctx) || !be->global_mem) return FR_OK;
     size_t want = fr_step_reserved(*s), have = be->global_mem(ctx);
     if (want <= have) return FR_OK;
     fr_step_free(*s); /* planned as a run under --budget plans at its start */
@@ -324,24 +325,21 @@ static void missing_tensor(const fr_step *s, int cat, char *buf, size_t len) {
     const fr_model *m = s->m;
     int ns = s->o.offload & FR_OFFLOAD_OPTIMIZER ? 0 : fr_optim_states(&s->o.optim);
     snprintf(buf, len, "a buffer of %s", cat >= 0 ? fr_mem_cat_name((fr_mem_cat)cat) : "the step");
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        int trained = s->o.training && s->gv[i] >= 0;
-        if (cat == FR_MEM_PARAMS && !p->ddata) {
-            snprintf(buf, len, "the parameter %s", p->name);
+    if (cat == FR_MEM_PARAMS && !m->dblock) {
+        snprintf(buf, len, "the parameter block (%zu bytes: every parameter)", m->pblock_bytes);
+        return;
+    }
+    /* the optimizer's: one block a category (optim/optim.h) */
+    const struct fr_optim *o = s->o.training ? m->optim : NULL;
+    for (int k = 0; cat == FR_MEM_OPTIM && k < ns; k++)
+        if (!o || !o->state[k].buf) {
+            snprintf(buf, len, "optimizer state %d (one block of %zu bytes for every parameter)", k,
+                     fr_step_state_block(s));
             return;
         }
-        const fr_optim_param *q = m->optim ? fr_optp(m, i) : NULL;
-        for (int k = 0; cat == FR_MEM_OPTIM && trained && k < ns; k++)
-            if (!q || !q->state[k]) {
-                snprintf(buf, len, "optimizer state %d of %s", k, p->name);
-                return;
-            }
-        if (cat == FR_MEM_GRADS && trained && !(s->opt.fused && s->opt.fused[i]) &&
-            (!q || !q->grad)) {
-            snprintf(buf, len, "the gradient of %s", p->name);
-            return;
-        }
+    if (cat == FR_MEM_GRADS && fr_step_grads_block(s) && (!o || !o->grads.buf)) {
+        snprintf(buf, len, "the gradients (one block of %zu bytes)", fr_step_grads_block(s));
+        return;
     }
     if (cat == FR_MEM_DATA)
         snprintf(buf, len, "%s",

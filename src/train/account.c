@@ -13,24 +13,18 @@
 #include "train/feed.h"
 #include "train/zero.h"
 
-static size_t param_bytes(const fr_param *p) {
-    return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
-}
-
 void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
     const fr_model *m = s->m;
     memset(out, 0, FR_MEM_CAT_COUNT * sizeof out[0]);
     const fr_pshard *ps = m->shard;
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        if (!fr_pshard_holds(ps, (int)i)) out[FR_MEM_PARAMS] += param_bytes(p);
-        if (s->gv[i] >= 0) {
-            int kind;
-            out[FR_MEM_GRADS] += fr_step_grad_bytes(s, i);
-            out[FR_MEM_OPTIM] +=
-                (size_t)fr_optim_states(&s->o.optim) * fr_step_state_here(s, i, &kind);
-        }
-    }
+    size_t grads = 0; /* the gradients' bytes, parameter by parameter */
+    for (size_t i = 0; i < m->n_params; i++)
+        if (s->gv[i] >= 0) grads += fr_step_grad_bytes(s, i);
+    out[FR_MEM_PARAMS] += fr_model_block_bytes(m, NULL); /* all but ZeRO 3's shards */
+    /* the optimizer's flat blocks (at ZeRO 2 and 3 the gradients are views
+     * of the buckets, counted as the tensors' bytes) */
+    out[FR_MEM_GRADS] += s->dp.buckets && s->o.zero >= 2 ? grads : fr_step_grads_block(s);
+    out[FR_MEM_OPTIM] += (size_t)fr_optim_states(&s->o.optim) * fr_step_state_block(s);
     if (s->dp.buckets && s->o.zero >= 2) { /* the gradient shard, and the buckets at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->o.zero, &peak, &res);
@@ -62,7 +56,7 @@ void fr_step_predicted(const fr_step *s, size_t out[FR_MEM_CAT_COUNT], size_t *p
 }
 
 size_t fr_step_reserved(const fr_step *s) {
-    if (fr_step_on_device(s)) return fr_dev_step_reserved(s); /* the budget is the device's */
+    if (fr_place_second_memory(s->ctx)) return fr_dev_step_reserved(s); /* the budget is its */
     const fr_model *m = s->m;
     size_t r = 0;
     int ns = fr_optim_states(&s->o.optim);
@@ -73,21 +67,13 @@ size_t fr_step_reserved(const fr_step *s) {
         if (ps->hi > ps->lo) r += fr_mem_block_bytes((ps->hi - ps->lo) * sizeof(float));
         r += res;
     }
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        if (!fr_pshard_holds(ps, (int)i)) r += fr_mem_block_bytes(param_bytes(p));
-        size_t g = fr_step_grad_bytes(s, i);
-        if (g && !s->dp.buckets) r += fr_mem_block_bytes(g);
-        if (s->gv[i] >= 0 && s->o.training) {
-            int kind;
-            size_t sb = fr_step_state_here(s, i, &kind);
-            if (sb) r += (size_t)ns * fr_mem_block_bytes(sb);
-        }
-    }
+    size_t pb = fr_model_block_bytes(m, NULL); /* the parameter block: all but ZeRO 3's shards */
+    if (pb) r += fr_mem_block_bytes(pb);
+    size_t gb = fr_step_grads_block(s), sb = s->o.training ? fr_step_state_block(s) : 0;
+    if (gb) r += fr_mem_block_bytes(gb); /* the gradient block (the buckets' at ZeRO 0 and 1) */
+    if (sb) r += (size_t)ns * fr_mem_block_bytes(sb);
     if (s->opt.upd_ws_len) r += fr_mem_block_bytes(s->opt.upd_ws_len * sizeof(float));
     if (s->place.gemm_ws) r += fr_mem_block_bytes(s->place.gemm_ws * sizeof(float));
-    if (s->dp.buckets && s->o.zero < 2)
-        r += fr_buckets_reserved(s->dp.buckets); /* a block a bucket */
     if (s->dp.buckets && s->o.zero >= 2) { /* the shard, and the bucket blocks at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->o.zero, &peak, &res);
@@ -139,17 +125,15 @@ size_t fr_dev_step_reserved(const fr_step *s) {
     if (s->plan.arena_bytes > be->max_buffer(s->ctx)) return SIZE_MAX; /* cannot be one buffer */
     size_t r = 0;
     int ns = fr_optim_states(&s->o.optim);
-    for (size_t i = 0; i < m->n_params; i++) {
-        const fr_param *p = &m->params[i];
-        r += fr_mem_class_bytes(dm, param_bytes(p));
-        if (!s->o.training || s->gv[i] < 0) continue;
-        if (!(s->opt.fused && s->opt.fused[i])) /* its gradient, unless stepped inside backward */
-            r += fr_mem_class_bytes(dm, fr_step_grad_bytes(s, i));
-        int kind;
-        if (!(s->o.offload & FR_OFFLOAD_OPTIMIZER)) /* else on the host */
-            r += (size_t)ns * fr_mem_class_bytes(dm, fr_optim_state_bytes(
-                                                         &s->o.optim, s->o.optim_state, p, &kind));
-    }
+    size_t pb = fr_model_block_bytes(m, NULL); /* the parameter block's copy */
+    if (pb) r += fr_mem_class_bytes(dm, pb);
+    /* the optimizer's flat blocks: the gradients (but those stepped inside
+     * backward) and, unless offloaded to the host, the state */
+    size_t gb = s->o.training ? fr_step_grads_block(s) : 0;
+    size_t sb =
+        s->o.training && !(s->o.offload & FR_OFFLOAD_OPTIMIZER) ? fr_step_state_block(s) : 0;
+    if (gb) r += fr_mem_class_bytes(dm, gb);
+    if (sb) r += (size_t)ns * fr_mem_class_bytes(dm, sb);
     const fr_graph *g = &s->g;
     if (fr_feed_used(s)) r += fr_feed_reserved(s);
     else

@@ -14,15 +14,11 @@ static size_t bytes_of(const fr_param *p) {
     return (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
 }
 
-/* A device buffer of `bytes` in category cat, holding src. */
-static fr_status upload(fr_ctx *ctx, void **buf, const void *src, size_t bytes, fr_mem_cat cat) {
-    const fr_backend *be = fr_backend_of(ctx);
-    if (!*buf && !(*buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
-    return be->write(ctx, *buf, 0, src, bytes);
-}
+/* The one place the engine asks whether the backend's memory is the host's. */
+int fr_place_second_memory(const fr_ctx *ctx) { return fr_backend_is_device(fr_backend_of(ctx)); }
 
 size_t fr_place_scratch_floats(const fr_step *s) {
-    return fr_step_on_device(s) ? s->place.gemm_ws + s->opt.upd_ws_len : s->place.gemm_ws;
+    return fr_place_second_memory(s->ctx) ? s->place.gemm_ws + s->opt.upd_ws_len : s->place.gemm_ws;
 }
 
 fr_status fr_place_scratch_take(fr_step *s, int take) {
@@ -44,13 +40,13 @@ fr_status fr_place_scratch_take(fr_step *s, int take) {
 
 void fr_place_scratch(fr_step *s) {
     fr_exec *e = &s->ex;
-    if (fr_step_on_device(s)) { /* one device buffer: opencl/gemm.c reads it so */
-        e->upd_ws = s->place.scratch;
-        e->upd_ws_len = s->place.scratch ? fr_place_scratch_floats(s) : 0;
+    if (fr_place_second_memory(s->ctx)) { /* one device buffer: opencl/gemm.c reads it so */
+        e->grad_ws = s->place.scratch;
+        e->grad_ws_len = s->place.scratch ? fr_place_scratch_floats(s) : 0;
         return;
     }
-    e->upd_ws = s->opt.upd_ws;
-    e->upd_ws_len = s->opt.upd_ws_len;
+    e->grad_ws = s->opt.upd_ws;
+    e->grad_ws_len = s->opt.upd_ws_len;
     e->gemm_ws = s->place.scratch;
     e->gemm_ws_len = s->place.scratch ? s->place.gemm_ws * sizeof(float) : 0;
 }
@@ -58,23 +54,23 @@ void fr_place_scratch(fr_step *s) {
 fr_status fr_place_materialize(fr_step *s) {
     fr_model *m = s->m;
     fr_ctx *ctx = s->ctx;
+    const fr_backend *be = fr_backend_of(ctx);
     fr_status st;
-    if (!fr_step_on_device(s)) return FR_OK; /* the CPU's tensors are the host's */
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_param *p = &m->params[i];
-        if (!p->ddata && (st = upload(ctx, &p->ddata, p->data, bytes_of(p), FR_MEM_PARAMS)))
-            return st;
-    }
-    /* the batch's device buffers: two whole batches uploaded ahead, or a
-     * micro-batch of inputs and of labels */
+    /* the backend's copy of the parameter block (none on the CPU, whose
+     * kernels read the host's), each parameter at its offset */
+    if (!m->dblock && m->pblock_bytes &&
+        (st = be->mirror(ctx, &m->dblock, m->pblock, m->pblock_bytes, FR_MEM_PARAMS)))
+        return st;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->params[i].data == (char *)m->pblock + m->params[i].off)
+            m->params[i].ddata = m->dblock;
+    /* the batch's: two whole batches uploaded ahead, or buffers for a
+     * micro-batch of inputs and of labels (none on the CPU) */
     if (fr_feed_used(s)) return s->place.feed ? FR_OK : fr_feed_new(s, &s->place.feed);
     const fr_graph *g = &s->g;
     size_t xb = fr_value_bytes(&g->vals[g->input]), yb = fr_value_bytes(&g->vals[g->label]);
-    if (!s->place.dev_x && !(s->place.dev_x = fr_backend_of(ctx)->alloc(ctx, xb, FR_MEM_DATA)))
-        return FR_ERR_NOMEM;
-    if (!s->place.dev_y && !(s->place.dev_y = fr_backend_of(ctx)->alloc(ctx, yb, FR_MEM_DATA)))
-        return FR_ERR_NOMEM;
-    return FR_OK;
+    if ((st = be->mirror(ctx, &s->place.dev_x, NULL, xb, FR_MEM_DATA))) return st;
+    return be->mirror(ctx, &s->place.dev_y, NULL, yb, FR_MEM_DATA);
 }
 
 fr_status fr_place_batch(fr_step *s, const fr_batch *b, int slot, int off, int n) {
@@ -119,17 +115,7 @@ fr_status fr_step_hits_of(fr_step *s, int n, int *hits) {
     return st;
 }
 
-fr_status fr_place_grads_down(fr_step *s) {
-    fr_model *m = s->m;
-    const fr_backend *be = fr_backend_of(s->ctx);
-    fr_status st = FR_OK;
-    for (size_t i = 0; i < m->n_params && !st; i++) {
-        fr_optim_param *q = fr_optp(m, i);
-        size_t bytes = fr_step_grad_bytes(s, i);
-        if (bytes && q->grad_valid) st = be->read(s->ctx, q->grad, 0, q->host_grad, bytes);
-    }
-    return st;
-}
+fr_status fr_place_grads_down(fr_step *s) { return fr_optim_grads_down(s->m); }
 
 fr_status fr_place_params_up(fr_step *s) {
     fr_model *m = s->m;
@@ -137,7 +123,7 @@ fr_status fr_place_params_up(fr_step *s) {
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params && !st; i++)
         if (s->gv[i] >= 0)
-            st = be->write(s->ctx, m->params[i].ddata, 0, m->params[i].data,
+            st = be->write(s->ctx, m->params[i].ddata, m->params[i].off, m->params[i].data,
                            bytes_of(&m->params[i]));
     return st;
 }
@@ -158,18 +144,9 @@ fr_status fr_model_to_host(fr_model *m) {
     for (size_t i = 0; i < m->n_params && !st; i++) {
         fr_param *p = &m->params[i];
         if (p->role == FR_P_NUM_BATCHES) continue; /* a host counter no kernel reads */
-        if (p->ddata) st = be->read(m->ctx, p->ddata, 0, p->data, bytes_of(p));
-        if (!m->optim || m->optim->state_host) continue; /* the state is the host's */
-        fr_optim_param *q = fr_optp(m, i);
-        for (int k = 0; k < 2 && !st; k++) {
-            if (!q->state[k]) continue;
-            size_t sb = fr_optim_held_bytes(m, i);
-            if (!q->host_state[k] && !(q->host_state[k] = fr_alloc(m->ctx, sb, FR_MEM_OPTIM)))
-                return FR_ERR_NOMEM;
-            st = be->read(m->ctx, q->state[k], 0, q->host_state[k], sb);
-        }
+        if (p->ddata) st = be->read(m->ctx, p->ddata, p->off, p->data, bytes_of(p));
     }
-    return st;
+    return st ? st : fr_optim_state_down(m); /* a device's state, one block each */
 }
 
 fr_status fr_model_to_device(fr_model *m) {
@@ -177,12 +154,7 @@ fr_status fr_model_to_device(fr_model *m) {
     fr_status st = FR_OK;
     for (size_t i = 0; i < m->n_params && !st; i++) {
         fr_param *p = &m->params[i];
-        if (p->ddata) st = be->write(m->ctx, p->ddata, 0, p->data, bytes_of(p));
-        if (!m->optim || m->optim->state_host) continue;
-        fr_optim_param *q = fr_optp(m, i);
-        for (int k = 0; k < 2 && !st; k++)
-            if (q->state[k] && q->host_state[k])
-                st = be->write(m->ctx, q->state[k], 0, q->host_state[k], fr_optim_held_bytes(m, i));
+        if (p->ddata) st = be->write(m->ctx, p->ddata, p->off, p->data, bytes_of(p));
     }
-    return st;
+    return st ? st : fr_optim_state_up(m);
 }

@@ -35,59 +35,42 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i) {
            fr_dtype_size(s->g.vals[s->gv[i]].dtype);
 }
 
-int fr_step_on_device(const fr_step *s) { return fr_backend_is_device(fr_backend_of(s->ctx)); }
-
 /* Whether the optimizer lives on the host while the step runs on a device
  * (--offload optimizer: ZeRO-Offload). */
 static int offloaded(const fr_step *s) {
-    return (s->o.offload & FR_OFFLOAD_OPTIMIZER) && fr_step_on_device(s);
+    return (s->o.offload & FR_OFFLOAD_OPTIMIZER) && fr_place_second_memory(s->ctx);
 }
 
-/* The gradients backward writes, in the step's backend (the CPU's: host
- * blocks; under data parallelism, views of the buckets). */
+/* Param i's gradient kept in the optimizer's gradient block (fr_optim_size_fn). */
+static size_t grad_size(const void *arg, size_t i, fr_dtype *dt) {
+    const fr_step *s = arg;
+    size_t bytes = fr_step_grad_bytes(s, i);
+    if (bytes) *dt = s->g.vals[s->gv[i]].dtype;
+    return bytes;
+}
+
+size_t fr_step_grads_block(const fr_step *s) {
+    if (s->dp.buckets && s->o.zero >= 2) return 0; /* views of the transient buckets */
+    return fr_optim_grads_bytes(s->m, grad_size, s);
+}
+
+/* The gradients backward writes: one block in the step's backend (under
+ * data parallelism at ZeRO 0 and 1, the buckets are views of it; at 2 and
+ * 3 the gradients are views of the buckets, taken as backward reaches
+ * them: fr_zero_take_buckets). */
 static fr_status alloc_grads(fr_step *s) {
     fr_model *m = s->m;
     const fr_backend *be = fr_backend_of(s->ctx);
-    struct fr_optim *opt = fr_optim_of(m);
-    if (!opt) return FR_ERR_NOMEM;
-    opt->grad_host = be->host_memory;
-    if (s->opt.upd_ws_len && !s->opt.upd_ws && be->host_memory) { /* a device's is in its scratch */
+    int host = !fr_place_second_memory(s->ctx);
+    if (s->opt.upd_ws_len && !s->opt.upd_ws && host) { /* a device's is in its scratch */
         s->opt.upd_ws = fr_alloc(s->ctx, s->opt.upd_ws_len * sizeof(float), FR_MEM_GRADS);
         if (!s->opt.upd_ws) return FR_ERR_NOMEM;
     }
-    if (s->dp.buckets) { /* data parallel: the gradients are views of their buckets */
-        fr_status st = fr_buckets_alloc(s->ctx, s->dp.buckets);
-        if (st) return st;
-        for (size_t i = 0; i < m->n_params; i++)
-            if (fr_step_grad_bytes(s, i) && !fr_optp(m, i)->grad) {
-                fr_optim_param *q = fr_optp(m, i);
-                q->grad = fr_buckets_grad(s->dp.buckets, (int)i);
-                q->grad_dt = FR_F32, q->grad_view = 1, q->grad_valid = 0;
-            }
-        return FR_OK;
-    }
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_optim_param *q = fr_optp(m, i);
-        size_t bytes = fr_step_grad_bytes(s, i);
-        if (!bytes || q->grad) continue;
-        if (!(q->grad = be->alloc(s->ctx, bytes, FR_MEM_GRADS))) return FR_ERR_NOMEM;
-        q->grad_dt = s->g.vals[s->gv[i]].dtype;
-        q->grad_valid = 0;
-    }
-    return FR_OK;
-}
-
-/* --offload optimizer: the gradients' host copies the update reads. */
-static fr_status alloc_host_grads(fr_step *s) {
-    fr_model *m = s->m;
-    if (!fr_optim_of(m)) return FR_ERR_NOMEM;
-    for (size_t i = 0; i < m->n_params; i++) {
-        fr_optim_param *q = fr_optp(m, i);
-        size_t bytes = fr_step_grad_bytes(s, i);
-        if (!bytes || q->host_grad) continue;
-        if (!(q->host_grad = fr_alloc(s->ctx, bytes, FR_MEM_GRADS))) return FR_ERR_NOMEM;
-    }
-    return FR_OK;
+    fr_buckets *b = s->dp.buckets;
+    if (b && s->o.zero >= 2) return fr_buckets_alloc(s->ctx, b, NULL);
+    fr_status st = fr_optim_alloc_grads(s->ctx, be, host, m, grad_size, s, b != NULL);
+    if (st || !b) return st;
+    return fr_buckets_alloc(s->ctx, b, (float *)m->optim->grads.buf);
 }
 
 /* Bytes of one optimizer-state buffer of param i on this rank: at ZeRO >= 1
@@ -101,34 +84,24 @@ size_t fr_step_state_here(const fr_step *s, size_t i, int *kind) {
     return bytes;
 }
 
-/* The optimizer's state, zeros, in the optimizer's backend: the step's, or
- * the host's when offloaded; a device's takes a resumed run's host state
- * (fr_model_to_host's, loaded from a checkpoint). */
-static fr_status alloc_state(fr_step *s) {
-    fr_model *m = s->m;
-    struct fr_optim *opt = fr_optim_of(m);
-    if (!opt) return FR_ERR_NOMEM;
-    const fr_backend *be = offloaded(s) ? &fr_cpu_backend : fr_backend_of(s->ctx);
-    opt->state_host = be->host_memory;
-    int ns = fr_optim_states(&s->o.optim);
-    fr_status st = FR_OK;
-    for (size_t i = 0; i < m->n_params && !st; i++) {
-        fr_optim_param *q = fr_optp(m, i);
-        if (s->gv[i] < 0) continue;
-        int kind;
-        size_t bytes = fr_step_state_here(s, i, &kind);
-        if (!bytes) continue;
-        if (q->state[0] && q->state_kind != kind) /* resumed with another format: start over */
-            for (int k = 0; k < 2; k++) be->release(s->ctx, q->state[k]), q->state[k] = NULL;
-        q->state_kind = kind;
-        for (int k = 0; k < ns && !st; k++) {
-            if (q->state[k]) continue;
-            if (!(q->state[k] = be->alloc(s->ctx, bytes, FR_MEM_OPTIM))) return FR_ERR_NOMEM;
-            st = q->host_state[k] ? be->write(s->ctx, q->state[k], 0, q->host_state[k], bytes)
-                                  : be->zero(s->ctx, q->state[k], 0, bytes);
-        }
-    }
-    return st;
+/* Param i's state on this rank (fr_optim_state_fn): none without a gradient. */
+static size_t state_size(const void *arg, size_t i, int *kind) {
+    const fr_step *s = arg;
+    return s->gv[i] < 0 ? 0 : fr_step_state_here(s, i, kind);
+}
+
+size_t fr_step_state_block(const fr_step *s) {
+    return fr_optim_states(&s->o.optim) ? fr_optim_state_block_bytes(s->m, state_size, s) : 0;
+}
+
+/* The optimizer's state, one block a buffer, in the optimizer's backend:
+ * the step's, or the host's when offloaded (zeros; a device's takes a
+ * resumed run's host state, fr_model_to_host's, loaded from a checkpoint). */
+fr_status fr_step_alloc_state(fr_step *s) {
+    int off = offloaded(s), host = off || !fr_place_second_memory(s->ctx);
+    const fr_backend *be = off ? &fr_cpu_backend : fr_backend_of(s->ctx);
+    return fr_optim_alloc_state(s->ctx, be, host, s->m, fr_optim_states(&s->o.optim), state_size,
+                                s);
 }
 
 /* The step's GEMM scratch: the most any of its nodes asks (the backend's
@@ -151,6 +124,8 @@ void fr_step_free(fr_step *s) {
         for (size_t i = 0; s->m->optim && i < s->m->n_params; i++)
             if (fr_optp(s->m, i)->grad_view)
                 fr_optp(s->m, i)->grad = NULL, fr_optp(s->m, i)->grad_view = 0;
+        /* the buckets were views of the gradient block: it goes with them */
+        if (s->o.zero < 2) fr_optim_zero_grad(s->m, 1);
         fr_buckets_release(ctx, s->dp.buckets);
         fr_free(ctx, s->dp.buckets);
     }
@@ -172,7 +147,6 @@ void fr_step_free(fr_step *s) {
     fr_free(ctx, s->sched.unit);
     fr_free(ctx, s->opt.fused);
     fr_free(ctx, s->opt.upd_ws);
-    fr_free(ctx, s->opt.slots);
     fr_free(ctx, s->dp.stepped);
     fr_free(ctx, s);
 }
@@ -260,21 +234,16 @@ static fr_status plan_fused_updates(fr_step *s) {
     return FR_OK;
 }
 
-/* With every other rule, OPTIM_STEP nodes in backward (plan/fuse.h); each
- * finds its parameter's state in s->slots. */
+/* With every other rule, OPTIM_STEP nodes in backward (plan/fuse.h), which
+ * the executor hands to the optimizer (bind: step_in_backward). */
 static fr_status fuse_optim_steps(fr_step *s, int **order, int *n_order) {
     if (!steps_in_backward(s) || plain_sgd(&s->o.optim)) return FR_OK;
     int loss_pos = fr_order_last_writer(&s->g, *order, *n_order, s->g.loss);
     if (loss_pos < 0) return FR_OK;
     size_t np = s->m->n_params;
     if (!(s->opt.fused = fr_calloc(s->ctx, np + 1, FR_MEM_OTHER))) return FR_ERR_NOMEM;
-    fr_status st = fr_fuse_optim_steps(&s->g, order, n_order, loss_pos, np, s->pv, s->gv,
-                                       s->opt.fused, &s->opt.n_fused);
-    if (st) return st;
-    if (s->opt.n_fused &&
-        !(s->opt.slots = fr_calloc(s->ctx, np * sizeof *s->opt.slots, FR_MEM_OTHER)))
-        return FR_ERR_NOMEM;
-    return FR_OK;
+    return fr_fuse_optim_steps(&s->g, order, n_order, loss_pos, np, s->pv, s->gv, s->opt.fused,
+                               &s->opt.n_fused);
 }
 
 /* Build graph, backward, schedule and plan for the given options; no
@@ -445,9 +414,9 @@ fail:
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
     if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
-    if (s->o.training && offloaded(s) && (st = alloc_host_grads(s))) return st;
     if (s->o.training && (st = alloc_grads(s))) return st;
-    if (s->o.training && (st = alloc_state(s))) return st;
+    if (s->o.training && offloaded(s) && (st = fr_optim_alloc_host_grads(s->ctx, s->m))) return st;
+    if (s->o.training && (st = fr_step_alloc_state(s))) return st;
     if ((st = fr_place_materialize(s)) || (st = fr_place_scratch_take(s, 1))) return st;
     if (s->m->shard && !s->dp.gathers) { /* ZeRO 3: this step's gathers, its metadata */
         fr_mem_stats before, after;
@@ -515,35 +484,43 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
     return FR_OK;
 }
 
-/* The step's parameters, gradients and the optimizer's state bound where
- * its backend reads them (a parameter's buffer: its device copy, else its
- * host data), and OPTIM_STEP's slots at step t + 1. */
+/* An OPTIM_STEP node (exec.h's param_step): the optimizer steps its
+ * parameter at t + 1, the step this backward's gradients are for, as the
+ * step after backward steps the others. */
+static fr_status step_in_backward(void *arg, const fr_node *n, const fr_tensor *grad) {
+    fr_step *s = arg;
+    return fr_optim_step_param(s->ctx, fr_backend_of(s->ctx), &s->o.optim, s->m,
+                               (size_t)n->attr.param, grad, s->opt.t + 1);
+}
+
+/* The step's parameters and gradients bound where its backend reads them
+ * (a parameter's buffer: its device copy, else its host data), and the
+ * optimizer's steps inside backward: OPTIM_STEP's, and LINEAR_BWD's plain
+ * SGD with this run's rate and weight decay in its node. */
 static fr_status bind(fr_step *s) {
     fr_model *m = s->m;
     fr_exec *e = &s->ex;
     fr_status st = s->o.training ? alloc_grads(s) : FR_OK; /* zero_grad may have freed them */
     if (st) return st;
-    if (s->opt.slots) {
-        for (size_t i = 0; i < m->n_params; i++) {
-            const fr_optim_param *q = fr_optp(m, i);
-            s->opt.slots[i] = (fr_optim_slot){.state = {q->state[0], q->state[1]},
-                                              .state_buf = {q->state[0], q->state[1]},
-                                              .state_kind = q->state_kind};
-        }
-        s->opt.optim_ctx = (fr_optim_ctx){&s->o.optim, s->opt.t + 1, s->opt.slots};
-        e->optim = &s->opt.optim_ctx;
-    }
+    e->param_step = step_in_backward;
+    e->param_arg = s;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        void *w = p->ddata ? p->ddata : p->data;
-        fr_exec_bind_dev(e, s->pv[i], w, 0);
+        void *w = p->ddata ? p->ddata : p->data; /* the block's copy at off, or the host's */
+        size_t w_off = p->ddata ? p->off : 0;
+        fr_exec_bind_dev(e, s->pv[i], w, w_off);
         if (s->gv[i] < 0 || (s->opt.fused && s->opt.fused[i] == 2)) continue; /* an arena value */
         int f = s->opt.fused && s->opt.fused[i]; /* 1: LINEAR_BWD steps the weight itself */
-        fr_exec_bind_dev(e, s->gv[i], f ? w : fr_optp(m, i)->grad, 0);
+        const fr_optim_param *q = fr_optp(m, i);
+        fr_exec_bind_dev(e, s->gv[i], f ? w : q->grad, f ? w_off : q->grad_off);
         e->written[s->gv[i]] = (uint8_t)(!f && fr_optp(m, i)->grad_valid);
     }
-    e->upd_lr = s->o.optim.lr; /* the plain SGD step inside LINEAR_BWD */
-    e->upd_wd = s->o.optim.weight_decay;
+    for (size_t k = 0; s->opt.fused && k < s->g.n_nodes; k++) {
+        fr_node *n = &s->g.nodes[k];
+        if (n->op != FR_OP_LINEAR_BWD || !n->update) continue;
+        n->attr.lr = (float)s->o.optim.lr;
+        n->attr.wd = (float)s->o.optim.weight_decay;
+    }
     fr_place_scratch(s);
     return FR_OK;
 }
@@ -671,13 +648,15 @@ fr_status fr_step_update(fr_step *s, float l) {
                 float inf = INFINITY;
                 uint16_t h = q->grad_dt == FR_F16 ? fr_f32_to_f16(inf) : fr_f32_to_bf16(inf);
                 const void *x = q->grad_dt == FR_F32 ? (const void *)&inf : (const void *)&h;
-                if ((st = be->write(s->ctx, q->grad, 0, x, fr_dtype_size(q->grad_dt)))) return st;
+                if ((st = be->write(s->ctx, q->grad, q->grad_off, x, fr_dtype_size(q->grad_dt))))
+                    return st;
                 break;
             }
         s->opt.inject_inf = 0;
     }
     int off = offloaded(s); /* zero_grad may have freed the host copies */
-    if (off && ((st = alloc_host_grads(s)) || (st = fr_place_grads_down(s)))) return st;
+    if (off && ((st = fr_optim_alloc_host_grads(s->ctx, m)) || (st = fr_place_grads_down(s))))
+        return st;
     st = fr_optim_after_backward(s->ctx, off ? &fr_cpu_backend : be, m, &s->o.optim, s->gv,
                                  s->opt.fused, &s->opt.scaler, s->o.clip_grad_norm, l, &s->opt.t,
                                  off);

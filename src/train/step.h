@@ -34,8 +34,6 @@ typedef struct fr_step_opt {
     int n_fused;       /* how many params are */
     size_t upd_ws_len; /* floats of scratch for their gradient tiles (category grads) */
     float *upd_ws;
-    fr_optim_slot *slots; /* per model param: its state, for OPTIM_STEP nodes */
-    fr_optim_ctx optim_ctx;
 } fr_step_opt;
 
 /* Where the step's own buffers live (train/place.c). */
@@ -117,6 +115,14 @@ fr_status fr_step_arena_acquire(fr_step *s);
 size_t fr_step_state_here(const fr_step *s, size_t i, int *kind);
 /* Bytes of param i's gradient buffer: 0 if frozen or updated inside backward. */
 size_t fr_step_grad_bytes(const fr_step *s, size_t i);
+/* The optimizer's flat blocks as this step makes them (optim/optim.h's
+ * layout, padding included): the gradient block (0 at ZeRO 2 and 3, whose
+ * gradients are views of the transient buckets) and one state block. */
+size_t fr_step_grads_block(const fr_step *s);
+size_t fr_step_state_block(const fr_step *s);
+/* The optimizer's state blocks made (or kept) and the records pointed
+ * into them: at materialize, and after a checkpoint's whole-state swap. */
+fr_status fr_step_alloc_state(fr_step *s);
 
 /* What the materialized step reserves, as the allocator rounds each block:
  * parameters, gradients, optimizer state, update tiles, the arena, the
@@ -135,7 +141,6 @@ fr_status fr_step_report(fr_step *s, const fr_batch *b, double total, int hits, 
 fr_status fr_step_update(fr_step *s, float loss);
 /* Whether the step's context runs on a device (its tensors outside host
  * memory). */
-int fr_step_on_device(const fr_step *s);
 /* Set the loss gradient's scale (the share of this micro-batch in the batch). */
 void fr_step_set_loss_scale(fr_step *s, float scale);
 /* Predicted persistent bytes by category (params, grads, optimizer state,

@@ -138,12 +138,10 @@ static fr_status shard_weights(fr_step *s, fr_comm *c) {
     if (!st) {
         for (size_t i = 0; i < m->n_params; i++) {
             fr_param *p = &m->params[i];
-            if (!fr_pshard_holds(ps, (int)i) || !p->data) continue;
-            fr_pshard_keep(ps, (int)i, p->data);
-            fr_free(s->ctx, p->data);
-            p->data = NULL;
+            if (fr_pshard_holds(ps, (int)i) && p->data) fr_pshard_keep(ps, (int)i, p->data);
         }
         m->shard = s->dp.pshard = ps, ps = NULL;
+        st = fr_model_relayout(m, NULL); /* the parameter block without the shards' tensors */
     }
     fr_free(s->ctx, ps);
     return st;
@@ -269,7 +267,7 @@ fr_status fr_zero_take_buckets(fr_step *s, int pos) {
         for (size_t i = 0; i < s->m->n_params; i++)
             if (b->bucket_of[i] == k) {
                 fr_optim_param *q = fr_optp(s->m, i);
-                q->grad = fr_buckets_grad(b, (int)i);
+                q->grad = fr_buckets_grad(b, (int)i), q->grad_off = 0;
                 q->grad_dt = FR_F32, q->grad_view = 1, q->grad_valid = 0;
                 s->ex.ptr[s->gv[i]] = q->grad;
                 s->ex.written[s->gv[i]] = 0;
@@ -295,7 +293,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
                        zero);
     if (s->dp.buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
-    if (s->opt.n_fused || fr_step_on_device(s))
+    if (s->opt.n_fused || fr_place_second_memory(s->ctx))
         return fr_fail(s->ctx, FR_ERR_ARG,
                        "data parallel training needs every gradient stored on the host (%s)",
                        s->opt.n_fused ? "the step updates parameters inside backward"
@@ -343,7 +341,8 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
 static float *owned_grad(const fr_step *s, size_t i, size_t a) {
     const fr_buckets *b = s->dp.buckets;
     if (b->zero >= 2) return b->shard + (fr_buckets_flat(b, (int)i) + a - b->lo);
-    return (float *)fr_optp(s->m, i)->grad + a;
+    const fr_optim_param *q = fr_optp(s->m, i);
+    return (float *)fr_optim_at(q->grad, q->grad_off) + a;
 }
 
 /* After the reduce-scatter, each rank holds the summed gradients of its
@@ -426,11 +425,11 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
             for (int k = 0; k < ns; k++) {
                 if (s->dp.whole_state[2 * i + k] == (void *)s) continue; /* not swapped */
                 fr_free(s->ctx, fr_optp(m, i)->state[k]);
-                fr_optp(m, i)->state[k] = s->dp.whole_state[2 * i + k];
+                fr_optp(m, i)->state[k] = NULL;
             }
         fr_free(s->ctx, s->dp.whole_state);
         s->dp.whole_state = NULL;
-        return FR_OK;
+        return fr_step_alloc_state(s); /* the records back to their views of the shard's blocks */
     }
     if (root && !(s->dp.whole_state =
                       fr_alloc(s->ctx, 2 * (m->n_params + 1) * sizeof(void *), FR_MEM_WORKSPACE)))
@@ -443,7 +442,10 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
         size_t n = (size_t)fr_shape_numel(&p->shape), a, b;
         const fr_state_kind kind = (fr_state_kind)fr_optp(m, i)->state_kind;
         const size_t mine = fr_step_owned(s, i, &a, &b) ? b - a : 0;
+        fr_optim_param *q = fr_optp(m, i);
+        void *wholes[2] = {NULL, NULL};
         for (int k = 0; k < ns && !st; k++) {
+            void *shard = fr_optim_at(q->state[k], q->state_off); /* this rank's range */
             /* bf16 moments travel as f32 (decoded here, encoded back on
              * rank 0: the same bits) */
             float *dec = kind == FR_STATE_F32 || !mine
@@ -460,21 +462,24 @@ fr_status fr_step_state_whole(fr_step *s, int on) {
                 st = FR_ERR_NOMEM; /* the others wait in the gather: the job ends on the failure */
                 break;
             }
-            if (dec) fr_state_decode(fr_optp(m, i)->state[k], kind, mine, k == 0, dec);
+            if (dec) fr_state_decode(shard, kind, mine, k == 0, dec);
             char what[160];
             snprintf(what, sizeof what, "the optimizer state of %.100s", p->name);
-            st = fr_comm_gather_shards_f32(s->ctx, s->dp.comm, dec ? dec : fr_optp(m, i)->state[k],
-                                           full, fr_buckets_flat(s->dp.buckets, (int)i), n,
+            st = fr_comm_gather_shards_f32(s->ctx, s->dp.comm, dec ? dec : shard, full,
+                                           fr_buckets_flat(s->dp.buckets, (int)i), n,
                                            s->dp.buckets->total, what);
             fr_free(s->ctx, dec);
             if (root && whole != full) {
                 if (!st) fr_state_encode(full, kind, n, k == 0, whole);
                 fr_free(s->ctx, full);
             }
-            if (root) {
-                s->dp.whole_state[2 * i + k] = fr_optp(m, i)->state[k];
-                fr_optp(m, i)->state[k] = whole;
-            }
+            wholes[k] = whole;
+        }
+        for (int k = 0; root && k < ns; k++) { /* the records see the whole tensors, from byte 0 */
+            if (!wholes[k]) continue;
+            s->dp.whole_state[2 * i + k] = q->state[k];
+            q->state[k] = wholes[k];
+            q->state_off = 0;
         }
     }
     fr_mem_set_tag(s->ctx, NULL);

@@ -3,14 +3,15 @@
  * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c,
  * embedding.c, attention.c, optim.c (SGD and Adam on flat arrays), grad.c
  * (unscale, sum of squares and scale of a whole gradient) and optim_state.c
- * (OPTIM_STEP). Layout is row-major NCHW, f32 storage with f32 accumulation
+ * (Adam over compressed moments). OPTIM_STEP has no kernel (the optimizer
+ * steps it, exec.h). Layout is row-major NCHW, f32 storage with f32 accumulation
  * (16-bit storage: below); f32 GEMMs go through OpenBLAS (cblas_sgemm), bf16
  * ones through oneDNN (gemm16.c), and loops are parallel with OpenMP. A
  * kernel never allocates (workspace comes in as an output planned by the
  * arena) and never decides what to keep; it does decide how to run: which
  * GEMM, how work is split (so that the bits do not depend on scheduling),
- * and, where the update bits ask (LINEAR_BWD, OPTIM_STEP), the optimizer
- * step in place.
+ * and, where the node's update bits ask (LINEAR_BWD), the plain SGD step
+ * in place.
  *
  * Every kernel takes one fr_kernel_call. in[i]/out[i] follow the op's row in
  * ops.h; a tensor whose data is NULL is absent (an optional bias, or an
@@ -45,7 +46,7 @@
  * LINEAR      in: x (N,K), W (O,K), b (O)|absent        out: y (N,O) = x W^T + b
  * LINEAR_BWD  in: dy (N,O), x (N,K), W (O,K)            out: dx (N,K) = dy W, dW (O,K) = dy^T x, db (O) = sum_n dy
  * A weight updated inside LINEAR_BWD (update bit 1) takes its gradient in
- * tiles of whole rows, one tile per thread in upd_ws:
+ * tiles of whole rows, one tile per thread in grad_ws:
  * fr_k_linear_upd_ws(O, K, N, threads) floats (N: the largest number of rows,
  * B T for a (B,T,K) input). */
 /* A function cloned for AVX2 + FMA (x86-64-v3) and a baseline, picked at
@@ -204,11 +205,6 @@ int fr_k_attention_bwd(fr_kernel_call *c);
 int fr_k_grad_unscale(void *g, fr_dtype dt, size_t n, float f);
 double fr_k_grad_sumsq(const void *g, fr_dtype dt, size_t n);
 void fr_k_grad_scale(void *g, fr_dtype dt, size_t n, float f);
-
-/* optim_state.c — OPTIM_STEP: in[0] is a parameter's f32 gradient, out[0]
- * the parameter (update bit 0), stepped in place by c->optim's optimizer
- * exactly as the step after backward would (fr_k_sgd, fr_k_adam_state). */
-int fr_k_optim_step(fr_kernel_call *c);
 
 void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opts *o,
               int first_step);

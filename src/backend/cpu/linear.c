@@ -1,12 +1,12 @@
 /* linear.c — the fully connected layer, LINEAR and LINEAR_BWD, and nothing
- * else; it allocates nothing (its scratch, gemm_ws and upd_ws, is planned by
+ * else; it allocates nothing (its scratch, gemm_ws and grad_ws, is planned by
  * the caller). The policy it holds: the GEMM follows the operands' dtype (all
  * f32: OpenBLAS; all bf16: oneDNN through gemm16.c; a mix is refused; which
  * dtype they have is the mixed-precision pass's choice); the weight gradient
  * is formed in tiles of rows sized here (upd_tile_rows), so its bits do not
- * depend on scheduling; with update bit 1 (2) set the plain SGD step is
- * fused into the backward, W (b) stepped in place from each tile, its
- * gradient never stored; a thread team only above LIN_PAR_MIN elements.
+ * depend on scheduling; with the node's update bit 1 (2) set the plain SGD
+ * step (attr.lr, attr.wd) is fused into the backward, W (b) stepped in place
+ * from each tile, its gradient never stored; a thread team only above LIN_PAR_MIN elements.
  * Whether dx, dW and db are wanted is the caller's (data NULL). */
 #include <cblas.h>
 #include <omp.h>
@@ -113,26 +113,26 @@ static void sgd_tile(float *restrict p, const float *restrict g, int64_t len, fl
  * at the same thread count the step gives the bits of the kept gradient's
  * update.
  * update 0: the tile goes into dw's rows (beta 0, or 1 to accumulate);
- * update 1: into the thread's slot of upd_ws, then W's rows take
- * W = W - lr (g + wd W). */
+ * update 1: into the thread's slot of grad_ws, then W's rows take
+ * W = W - lr (g + wd W), lr and wd the node's attr. */
 static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, float *dw, int64_t N,
                        int64_t O, int64_t K, int update, float beta) {
     int nt = omp_get_max_threads();
     int64_t rows = upd_tile_rows(O, K, N, nt), tile = rows * K, ntiles = (O + rows - 1) / rows;
     if (update) {
-        int64_t slots = tile ? (int64_t)(c->upd_ws_len / (size_t)tile) : 0;
-        if (!c->upd_ws || slots < 1)
+        int64_t slots = tile ? (int64_t)(c->grad_ws_len / (size_t)tile) : 0;
+        if (!c->grad_ws || slots < 1)
             return fr_fail(c->ctx, FR_ERR_ARG,
                            "linear_bwd: the weight update needs %lld floats of "
                            "scratch per thread, %zu given",
-                           (long long)tile, c->upd_ws_len);
+                           (long long)tile, c->grad_ws_len);
         if (nt > slots) nt = (int)slots;
     }
     if (nt > ntiles) nt = (int)ntiles;
-    const float lr = c->upd_lr, wd = c->upd_wd;
+    const float lr = c->node->attr.lr, wd = c->node->attr.wd;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        float *g = update ? c->upd_ws + (size_t)omp_get_thread_num() * (size_t)tile : NULL;
+        float *g = update ? c->grad_ws + (size_t)omp_get_thread_num() * (size_t)tile : NULL;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < ntiles; t++) {
             int64_t o0 = t * rows, r = O - o0 < rows ? O - o0 : rows;
@@ -146,21 +146,21 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
 }
 
 /* weight_grad of bf16 dy and x: the same tiles, one after another, each a
- * 16-bit GEMM on all the threads (into upd_ws's first slot when updating). */
+ * 16-bit GEMM on all the threads (into grad_ws's first slot when updating). */
 static int weight_grad16(fr_kernel_call *c, const uint16_t *dyp, const uint16_t *xp, float *dw,
                          int64_t N, int64_t O, int64_t K, int update, float beta) {
     int64_t rows = upd_tile_rows(O, K, N, omp_get_max_threads());
-    if (update && (!c->upd_ws || c->upd_ws_len < (size_t)(rows * K)))
+    if (update && (!c->grad_ws || c->grad_ws_len < (size_t)(rows * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "linear_bwd: the weight update needs %lld floats of scratch, %zu given",
-                       (long long)(rows * K), c->upd_ws_len);
+                       (long long)(rows * K), c->grad_ws_len);
     for (int64_t o0 = 0; o0 < O; o0 += rows) {
         int64_t r = O - o0 < rows ? O - o0 : rows;
-        float *g = update ? c->upd_ws : dw + o0 * K;
+        float *g = update ? c->grad_ws : dw + o0 * K;
         int st = fr_gemm16(c->ctx, 1, 0, r, K, N, dyp + o0, O, xp, K, update ? 0.0f : beta, g, K,
                            c->gemm_ws, c->gemm_ws_len);
         if (st) return st;
-        if (update) sgd_tile(dw + o0 * K, g, r * K, c->upd_lr, c->upd_wd);
+        if (update) sgd_tile(dw + o0 * K, g, r * K, c->node->attr.lr, c->node->attr.wd);
     }
     return FR_OK;
 }
@@ -206,10 +206,10 @@ FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
 // dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
 // each added into its output when its accumulate bit (0, 1, 2) is set.
-// With update bit 1 (2) the output is the weight (bias) itself and takes the
-// plain SGD step with its gradient instead, element by element in the order
-// of fr_k_sgd: p = p + (-lr)(g + wd p). The weight's gradient is formed a
-// tile of rows at a time in upd_ws (a GEMM's epilogue would add it to W in
+// With the node's update bit 1 (2) the output is the weight (bias) itself and
+// takes the plain SGD step with its gradient instead, element by element in
+// the order of fr_k_sgd: p = p + (-lr)(g + wd p), lr and wd the node's attr.
+// The weight's gradient is formed a tile of rows at a time in grad_ws (a GEMM's epilogue would add it to W in
 // pieces, one per block of the batch, and lose what each piece rounds away).
 // dx is computed first, from the weights before the step.
 int fr_k_linear_bwd(fr_kernel_call *c) {
@@ -237,7 +237,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         }
     }
     if (dw && O * K > 0) {
-        int update = (c->update & 2u) != 0;
+        int update = (c->node->update & 2u) != 0;
         float beta = acc_bit(c, 1) ? 1.0f : 0.0f;
         if (N > 0) {
             st = h ? weight_grad16(c, dyh, x->data, dw, N, O, K, update, beta)
@@ -251,8 +251,8 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         /* Columns in blocks of 64: one thread owns a block and sums its rows in
          * order (double accumulators), so the bits do not depend on scheduling. */
         enum { BLK = COL_BLK };
-        int acc = acc_bit(c, 2), upd = (c->update & 4u) != 0;
-        const float lr = c->upd_lr, wd = c->upd_wd;
+        int acc = acc_bit(c, 2), upd = (c->node->update & 4u) != 0;
+        const float lr = c->node->attr.lr, wd = c->node->attr.wd;
         int64_t nblk = (O + BLK - 1) / BLK;
 #pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {

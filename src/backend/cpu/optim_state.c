@@ -14,7 +14,6 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
-#include "backend/kcheck.h"
 
 /* x86 only: the AVX-512 block passes (compiled with target attributes, run
  * when the CPU has AVX-512F and BW) and AVX2 clones of the plain loops (glibc
@@ -589,20 +588,4 @@ void fr_k_adam_state(float *p, const float *g, void *m, void *v, size_t n, const
     const fr_adam_consts c = fr_adam_setup(o, step, decoupled);
     if (k == FR_STATE_BF16) adam_bf16(p, g, m, v, n, &c);
     else if (k == FR_STATE_INT8) adam_int8(p, g, m, v, n, &c);
-}
-
-int fr_k_optim_step(fr_kernel_call *c) {
-    const fr_optim_ctx *oc = c->optim;
-    const int i = c->node->attr.param;
-    size_t n;
-    int st = fr_kcheck_optim_step(c, &n);
-    if (st) return st;
-    const fr_optim_slot *sl = &oc->slot[i];
-    float *p = fr_f32(&c->out[0]);
-    const float *g = fr_f32(&c->in[0]);
-    if (oc->o->kind == FR_OPTIM_SGD) fr_k_sgd(p, g, sl->state[0], n, oc->o, oc->t == 1);
-    else
-        fr_k_adam_state(p, g, sl->state[0], sl->state[1], n, oc->o, oc->t,
-                        oc->o->kind == FR_OPTIM_ADAMW, (fr_state_kind)sl->state_kind);
-    return FR_OK;
 }

@@ -9,8 +9,10 @@
 #include "ops/ops.h"
 
 /* VIEW has no kernel on any backend: the executor binds its output to its
- * input's storage (fr_op_info.view). */
+ * input's storage (fr_op_info.view). Nor has OPTIM_STEP: the executor hands
+ * it to the optimizer (exec.h, param_step). */
 #define fr_k_view NULL
+#define fr_k_optim_step NULL
 
 /* One row per op of FR_OPS, each naming fr_k_<name>: an op added to ops.h
  * without a CPU kernel fails to compile here. */
@@ -96,6 +98,8 @@ const fr_backend fr_cpu_backend = {
     .event_times = fr_cpu_event_times,
     .half_io = fr_cpu_half_io,
     .upd_tile = cpu_upd_tile,
+    .mirror = fr_cpu_mirror,
+    .mirror_bytes = fr_cpu_mirror_bytes,
 };
 
 const fr_backend *fr_backend_of(const fr_ctx *ctx) {

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-/* VIEW has no kernel on any backend (fr_op_info.view). */
+/* VIEW has no kernel on any backend (fr_op_info.view), nor OPTIM_STEP: the
+ * executor hands it to the optimizer (exec.h, param_step). */
 #define fr_cl_k_view NULL
+#define fr_cl_k_optim_step NULL
 
 /* One row per op of FR_OPS, each naming fr_cl_k_<name>: an op without an
  * OpenCL kernel fails to link. */
@@ -40,15 +42,7 @@ static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
 
 static int cl_optim_update(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_tensor *p,
                            const fr_tensor *g, fr_tensor *state, int state_kind) {
-    for (int k = 0; k < 2; k++) /* optim.cl reads each moment from byte 0 of its buffer */
-        if (state[k].buf && state[k].off)
-            return fr_fail(ctx, FR_ERR_ARG,
-                           "opencl: optimizer state %d at byte %zu of its buffer: the device "
-                           "takes it from byte 0",
-                           k, state[k].off);
-    fr_optim_slot slot = {.state_buf = {state[0].buf, state[1].buf}, .state_kind = state_kind};
-    const fr_optim_ctx oc = {o, t, &slot};
-    return fr_cl_optim_update(ctx, fr_cl_of(ctx), &oc, 0, p, g);
+    return fr_cl_optim_update(ctx, fr_cl_of(ctx), o, t, p, g, state, state_kind);
 }
 
 static int cl_grad_unscale(fr_ctx *ctx, fr_tensor *g, float inv, int *found_inf) {
@@ -185,6 +179,15 @@ static int cl_zero(fr_ctx *ctx, void *buf, size_t off, size_t n) {
     return fr_cl_zero(ctx, fr_cl_of(ctx), (cl_mem)buf, off, n);
 }
 static int cl_finish(fr_ctx *ctx) { return fr_cl_finish(ctx, fr_cl_of(ctx)); }
+/* The host's bytes copied into a buffer of the device's own (made once). */
+static int cl_mirror(fr_ctx *ctx, void **buf, const void *src, size_t n, fr_mem_cat cat) {
+    if (!*buf && !(*buf = cl_alloc(ctx, n, cat))) return FR_ERR_NOMEM;
+    return src ? cl_write(ctx, *buf, 0, src, n) : FR_OK;
+}
+static size_t cl_mirror_bytes(fr_ctx *ctx, size_t n) {
+    (void)ctx;
+    return n;
+}
 static size_t cl_max_buffer(fr_ctx *ctx) { return fr_cl_info_of(fr_cl_of(ctx))->max_alloc; }
 
 /* CL_DEVICE_GLOBAL_MEM_SIZE; FRUGAL_CL_GLOBAL_MEM=<bytes> reports less (a
@@ -320,6 +323,8 @@ const fr_backend fr_cl_backend = {
     .event_times = cl_event_times,
     .half_io = cl_half_io,
     .upd_tile = cl_upd_tile,
+    .mirror = cl_mirror,
+    .mirror_bytes = cl_mirror_bytes,
 };
 
 int fr_cl_use(fr_ctx *ctx, int index) {

@@ -9,11 +9,11 @@
  * The step's GEMM scratch. CLBlast's indirect GEMM (large products) pads and
  * transposes its operands in temporary buffers that it would allocate itself
  * on every call, outside the device's accounting. On the device
- * fr_kernel_call.upd_ws is instead the step's planned scratch, a cl_mem (cast
- * to float *) of upd_ws_len floats: a GEMM whose shape needs temporary
+ * fr_kernel_call.grad_ws is instead the step's planned scratch, a cl_mem (cast
+ * to float *) of grad_ws_len floats: a GEMM whose shape needs temporary
  * buffers (CLBlastSGemmTempBufferSize > 0) takes them from its start
  * (CLBlastSgemmWithTempBuffer), and LINEAR_BWD's fused SGD step on the weight
- * (update bit 1) forms the weight's gradient, O*K floats, at its end. A GEMM
+ * (the node's update bit 1) forms the weight's gradient, O*K floats, at its end. A GEMM
  * whose shape needs none is called as before; one that needs more than the
  * scratch holds is refused. fr_cl_ws_gemm sizes the temporary part per node
  * at plan time with every operand offset non-zero, the most CLBlast asks for
@@ -89,8 +89,9 @@ typedef struct scratch {
 } scratch;
 
 static scratch scratch_of(const fr_kernel_call *c, size_t tail_floats) {
-    scratch s = {(cl_mem)(void *)c->upd_ws, 0};
-    if (s.m && c->upd_ws_len > tail_floats) s.bytes = (c->upd_ws_len - tail_floats) * sizeof(float);
+    scratch s = {(cl_mem)(void *)c->grad_ws, 0};
+    if (s.m && c->grad_ws_len > tail_floats)
+        s.bytes = (c->grad_ws_len - tail_floats) * sizeof(float);
     return s;
 }
 
@@ -202,11 +203,12 @@ int fr_cl_k_linear(fr_kernel_call *c) {
 }
 
 /* W (n values from its offset) = W + (-lr)(g + wd W), g the scratch's
- * tail: plain SGD in optim.cl's (and fr_k_sgd's) float operations */
+ * tail, lr and wd the node's attr: plain SGD in optim.cl's (and fr_k_sgd's)
+ * float operations */
 static int sgd_step(fr_kernel_call *c, const fr_tensor *w, cl_mem g, size_t g_off, int64_t n) {
     cl_mem wm = fr_cl_mem(w);
     cl_ulong wo = fr_cl_off(w), go = g_off, un = (cl_ulong)n;
-    cl_float lr = c->upd_lr, wd = c->upd_wd;
+    cl_float lr = c->node->attr.lr, wd = c->node->attr.wd;
     LAUNCH(c, "sgd_plain", n, sizeof wm, &wm, sizeof wo, &wo, sizeof g, &g, sizeof go, &go,
            sizeof un, &un, sizeof lr, &lr, sizeof wd, &wd);
     return FR_OK;
@@ -226,12 +228,12 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     int st = fr_kcheck_linear_bwd(c, &d);
     if (st) return st;
     const int64_t K = d.K, O = d.O, N = d.N;
-    const int upd_w = dw->buf && (c->update & 2u) && O * K > 0;
-    if (upd_w && (!c->upd_ws || c->upd_ws_len < (size_t)(O * K)))
+    const int upd_w = dw->buf && (c->node->update & 2u) && O * K > 0;
+    if (upd_w && (!c->grad_ws || c->grad_ws_len < (size_t)(O * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "opencl: linear_bwd: the weight's SGD step needs %lld floats of device "
                        "scratch for its gradient, %zu given",
-                       (long long)(O * K), c->upd_ws ? c->upd_ws_len : (size_t)0);
+                       (long long)(O * K), c->grad_ws ? c->grad_ws_len : (size_t)0);
     const scratch sc = scratch_of(c, upd_w ? (size_t)(O * K) : 0);
     for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_bwd", &c->in[i], "input");
     if (st) return st;
@@ -246,8 +248,8 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
         }
     }
     if (upd_w) { /* no rows (N == 0): no step, as the CPU's */
-        const size_t g_off = c->upd_ws_len - (size_t)(O * K);
-        const mat gm = {(cl_mem)(void *)c->upd_ws, g_off, (size_t)K};
+        const size_t g_off = c->grad_ws_len - (size_t)(O * K);
+        const mat gm = {(cl_mem)(void *)c->grad_ws, g_off, (size_t)K};
         if (N > 0 && ((st = gemm(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
                                  mat_of(dy, (size_t)O), mat_of(x, (size_t)K), 0.0f, gm)) ||
                       (st = sgd_step(c, dw, gm.m, g_off, O * K))))
@@ -265,8 +267,8 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     if (db->buf && O > 0) {
         cl_mem dym = fr_cl_mem(dy), dbm = fr_cl_mem(db);
         cl_ulong dyo = fr_cl_off(dy), dbo = fr_cl_off(db), un = (cl_ulong)N, uo = (cl_ulong)O;
-        cl_int acc = acc_bit(c, 2), upd = (c->update & 4u) != 0;
-        cl_float lr = c->upd_lr, wd = c->upd_wd;
+        cl_int acc = acc_bit(c, 2), upd = (c->node->update & 4u) != 0;
+        cl_float lr = c->node->attr.lr, wd = c->node->attr.wd;
         LAUNCH(c, "col_sums", O, sizeof dym, &dym, sizeof dyo, &dyo, sizeof un, &un, sizeof uo, &uo,
                sizeof dbm, &dbm, sizeof dbo, &dbo, sizeof acc, &acc, sizeof upd, &upd, sizeof lr,
                &lr, sizeof wd, &wd);

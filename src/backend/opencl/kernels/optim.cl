@@ -125,9 +125,10 @@ __kernel void sgd_half(ulong n, __global ushort *p, ulong p_off, __global const 
 
 __kernel void adam_half(ulong n, __global ushort *p, ulong p_off, __global const float *g32,
                         __global const ushort *g16, ulong g_off, __global ushort *m,
-                        __global ushort *v, int is_f16, ADAM_ARGS) {
+                        __global ushort *v, ulong s_off, int is_f16, ADAM_ARGS) {
     size_t i = get_global_id(0);
     if (i >= n) return;
+    m += s_off, v += s_off; /* the moments at element s_off of the state blocks */
     float pi = half_load(p, p_off + i, is_f16), mi = half_load(m, i, is_f16),
           vi = half_load(v, i, is_f16);
     adam_elem(ADAM_PASS, &pi, grad_at(g32, g16, g_off + i, is_f16), &mi, &vi);
@@ -339,8 +340,9 @@ static uchar nearest_code(__constant const float *thr, float y) {
 
 __kernel __attribute__((reqd_work_group_size(I8_WG, 1, 1))) void adam_int8(
     ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off,
-    __global uchar *m, __global uchar *v, ADAM_ARGS) {
+    __global uchar *m, __global uchar *v, ulong s_off, ADAM_ARGS) {
     __local float lm[I8_WG], lv[I8_WG];
+    m += s_off, v += s_off; /* the moments at byte s_off of the state blocks (a multiple of 4) */
     __local int lbad[I8_WG];
     const size_t blk = get_group_id(0), lid = get_local_id(0);
     const ulong lo = (ulong)blk * I8_BLOCK, cnt = min(n - lo, (ulong)I8_BLOCK);
