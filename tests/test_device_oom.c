@@ -15,7 +15,7 @@
 #include "check.h"
 #include "core/ctx.h"
 #include "frugal.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 #include "run/trainer.h"
 
 #ifndef FR_HAVE_OPENCL

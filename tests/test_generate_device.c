@@ -32,7 +32,7 @@ int main(void) {
 #else
 #include "cl_device.h"
 #include "infer/generate.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 #include "model/model.h"
 #include "model/modelfile.h"
 #include "gen_model.h" /* last: its T, V, C are macros */

@@ -1,4 +1,4 @@
-/* test_mem.c — the accounting allocator (src/mem/mem.c) and its reports
+/* test_mem.c — the accounting allocator (src/core/mem.c) and its reports
  * (src/report/memsummary.c): per-category current and peak bytes after a
  * known sequence of allocations (expected numbers worked out by hand below),
  * the peak of the total versus the sum of the peaks, the cache of large

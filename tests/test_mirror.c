@@ -20,7 +20,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "frugal.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 #include "train/place.h"
 #if FR_HAVE_OPENCL
 #include "cl_device.h"

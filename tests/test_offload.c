@@ -41,7 +41,7 @@
 #include "core/ctx.h"
 #include "core/rng.h"
 #include "frugal.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 #include "plan/offload.h"
 #include "train/place.h"
 #include "train/step.h"

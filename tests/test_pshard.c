@@ -20,7 +20,7 @@
 #include "check.h"
 #include "core/ctx.h"
 #include "parallel/pshard.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 
 static size_t params_now(fr_ctx *ctx) {
     fr_mem_stats st;

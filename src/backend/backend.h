@@ -167,7 +167,7 @@ extern const fr_backend fr_cpu_backend;
 
 /* The backend of g's context (the CPU's unless one was chosen). */
 const fr_backend *fr_backend_of(const fr_ctx *ctx);
-/* Workspace output j of node n as the context's backend sizes it. */
-int64_t fr_backend_ws(const fr_graph *g, const fr_node *n, int j);
+/* (fr_backend_ws and fr_backend_half_io, which the op table's shape rules
+ * ask, are declared in ops/ops.h and defined in cpu/table.c.) */
 
 #endif

@@ -11,7 +11,7 @@
 #define FR_CTX_H
 
 #include "frugal.h"
-#include "mem/mem.h"
+#include "core/mem.h"
 
 #define FR_ERR_LEN 512
 

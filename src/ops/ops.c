@@ -3,7 +3,6 @@
  * one row here, one X() line in ops.h and one kernel file; the generic
  * gradient test picks it up from this table. */
 #include "autodiff/autodiff.h"
-#include "backend/backend.h"
 #include "ops/ops.h"
 
 #define V(i) (&g->vals[n->in[i]])
@@ -371,8 +370,7 @@ static int hi_act_bwd(const fr_graph *g, const fr_node *n, int j) {
  * where the context's backend says its kernel takes them, a limit of the
  * kernel (fr_backend.half_io; j = -1: out[0]) */
 static int hi_backend(const fr_graph *g, const fr_node *n, int j) {
-    const fr_backend *be = fr_backend_of(g->ctx);
-    return be->half_io && be->half_io(g, n, j);
+    return fr_backend_half_io(g, n, j);
 }
 
 static int ho_backend(const fr_graph *g, const fr_node *n) { return hi_backend(g, n, -1); }

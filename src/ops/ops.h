@@ -104,6 +104,14 @@ typedef int (*fr_half_in_fn)(const struct fr_graph *g, const struct fr_node *n, 
  * Where either is a limit of the kernel (a plane on its stack, one path of
  * a convolution), the context's backend answers (fr_backend.half_io). */
 typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n);
+/* What the shape rules ask of the context's backend (fr_backend's ws_elems
+ * and half_io): the elements of node n's workspace output j (j = -1: the
+ * step's GEMM scratch), and whether its kernel takes input j (-1: writes
+ * out[0]) in 16 bits. Declared here, where they are asked, and defined by
+ * backend/ (cpu/table.c), which fills this table's kernels: the op table
+ * includes nothing of the backends. */
+int64_t fr_backend_ws(const struct fr_graph *g, const struct fr_node *n, int j);
+int fr_backend_half_io(const struct fr_graph *g, const struct fr_node *n, int j);
 
 typedef struct fr_op_info {
     const char *name;

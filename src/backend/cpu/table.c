@@ -109,3 +109,8 @@ const fr_backend *fr_backend_of(const fr_ctx *ctx) {
 int64_t fr_backend_ws(const fr_graph *g, const fr_node *n, int j) {
     return fr_backend_of(g->ctx)->ws_elems(g, n, j);
 }
+
+int fr_backend_half_io(const fr_graph *g, const fr_node *n, int j) {
+    const fr_backend *be = fr_backend_of(g->ctx);
+    return be->half_io && be->half_io(g, n, j);
+}
