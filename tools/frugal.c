@@ -352,7 +352,7 @@ static const opt_row opts[] = {
      "full forward over the window a token) [half]"},
 
     {"optimizer:", NULL, O_SECTION, 0, NULL},
-    {"optimizer", "NAME", O_OPT, C_STEP, "sgd | adam | adamw [adam]"},
+    {"optimizer", "NAME", O_OPT, C_STEP, "[adam]"}, /* after the rules' names: print_usage */
     {"lr", "X", O_LR, C_TRAIN | C_PROFILE, "learning rate [sgd 0.01, adam/adamw 0.001]"},
     {"momentum", "X", O_MOM, C_STEP, "SGD momentum (one state tensor per weight) [0]"},
     {"nesterov", NULL, O_NESTEROV, C_TRAIN | C_PROFILE, "SGD Nesterov momentum"},
@@ -442,7 +442,14 @@ static void print_usage(const command *cmd) {
         snprintf(left, sizeof left, "--%s%s%s", r->name, r->arg ? " " : "", r->arg ? r->arg : "");
         printf("  %-20s ", left);
         if (strlen(left) > 20) printf("\n  %-20s ", "");
-        for (const char *h = r->help; *h; h++) {
+        char names[128], list[160];
+        const char *help = r->help;
+        if (r->id == O_OPT) { /* the update rules' names, from their table (optim/rules.c) */
+            snprintf(list, sizeof list, "%s %s", fr_optim_names(names, sizeof names, " | ", " | "),
+                     r->help);
+            help = list;
+        }
+        for (const char *h = help; *h; h++) {
             putchar(*h);
             if (*h == '\n') printf("  %-20s ", "");
         }
@@ -838,8 +845,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (c->t.batch_auto && !c->t.step.budget)
         return bad(cn, "%s", "--batch auto needs --budget (the largest batch that fits it)");
     fr_optim_kind kind;
-    if (fr_optim_parse(NULL, opt_name, &kind))
-        return bad(cn, "unknown optimizer '%s' (choose sgd, adam or adamw)", opt_name);
+    char names[128], unknown[160]; /* the rules' names, from their table (optim/rules.c) */
+    snprintf(unknown, sizeof unknown, "unknown optimizer '%%s' (choose %s)",
+             fr_optim_names(names, sizeof names, ", ", " or "));
+    if (fr_optim_parse(NULL, opt_name, &kind)) return bad(cn, unknown, opt_name);
     c->t.step.optim = fr_optim_defaults(kind);
     if (c->lr_set) c->t.step.optim.lr = c->lr;
     if (c->wd_set) c->t.step.optim.weight_decay = c->wd;
@@ -848,7 +857,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->t.step.optim.dampening = c->dampening;
     c->t.step.optim.nesterov = c->nesterov;
     c->t.step.optim.zero_grad_to_none = !c->zero_keep;
-    if (kind != FR_OPTIM_SGD && (c->momentum || c->nesterov || c->dampening))
+    if (!fr_optim_takes_momentum(kind) && (c->momentum || c->nesterov || c->dampening))
         return bad(cn, "--momentum, --nesterov and --dampening are SGD options, not %s", opt_name);
     if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
         return bad(cn, "%s",
@@ -988,11 +997,8 @@ static int cmd_train(int argc, char **argv) {
     if (!c.t.json && !c.t.quiet)
         fprintf(stderr, "training %s on %s: %d epochs, batch %d%s, %s lr %g, %d threads%s\n",
                 c.t.model, c.t.train_images ? c.t.train_images : c.t.data, c.t.epochs,
-                c.t.step.batch, from,
-                c.t.step.optim.kind == FR_OPTIM_SGD    ? "sgd"
-                : c.t.step.optim.kind == FR_OPTIM_ADAM ? "adam"
-                                                       : "adamw",
-                (double)c.t.step.optim.lr, fr_get_threads(ctx), ranks > 1 ? " a rank" : "");
+                c.t.step.batch, from, fr_optim_name(c.t.step.optim.kind), (double)c.t.step.optim.lr,
+                fr_get_threads(ctx), ranks > 1 ? " a rank" : "");
     fr_train_result res;
     fr_status st = fr_train(ctx, &c.t, &res);
     if (st) {

@@ -10,21 +10,6 @@
 
 #include "backend/state.h"
 
-int fr_optim_states(const fr_optim_opts *o) {
-    if (o->kind == FR_OPTIM_SGD) return o->momentum != 0.0f ? 1 : 0;
-    return 2;
-}
-
-size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
-                            int *kind) {
-    size_t n = (size_t)fr_shape_numel(&p->shape);
-    *kind = FR_STATE_F32;
-    if (p->dtype != FR_F32) return n * fr_dtype_size(p->dtype);
-    if (o->kind == FR_OPTIM_SGD) return n * sizeof(float);
-    *kind = fr_state_kind_for((fr_state_kind)fmt, n);
-    return fr_state_bytes((fr_state_kind)*kind, n);
-}
-
 size_t fr_optim_grad_align(fr_dtype dt) { return fr_dtype_size(dt) < 4 ? fr_dtype_size(dt) : 4; }
 
 size_t fr_optim_state_align(int kind, int half_weight) {

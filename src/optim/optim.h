@@ -16,10 +16,12 @@
  * parameters have a gradient this step (gv[i] >= 0) and which it already
  * updated inside backward (fused[i], by fr_optim_step_param); a
  * ZeRO rank steps its range of a parameter on the host
- * (fr_optim_step_range). A new rule is a kind in frugal.h, its defaults in
- * opts.c and its kernels in each backend (their optim_update, which also
- * steps one parameter inside backward for an OPTIM_STEP node:
- * fr_optim_step_param). */
+ * (fr_optim_step_range). A new rule is a kind in frugal.h, one row of
+ * rules.c's table (its name, defaults, state and what the engine may do
+ * with it: the questions below) and its kernels in each backend (their
+ * optim_update, which also steps one parameter inside backward for an
+ * OPTIM_STEP node: fr_optim_step_param); nothing outside optim/ and the
+ * backends names a rule. */
 #ifndef FR_OPTIM_H
 #define FR_OPTIM_H
 
@@ -143,12 +145,37 @@ static inline int fr_state_kind_of(const fr_model *m, const fr_param *p) {
  * weight's state in the weight's format). */
 size_t fr_optim_held_bytes(const fr_model *m, size_t i);
 
-/* State buffers a rule keeps per parameter: SGD 1 with momentum (else 0),
- * Adam and AdamW 2 (exp_avg, exp_avg_sq). */
+/* The update rules' table (rules.c), one row per fr_optim_kind. */
+#define FR_OPTIM_KINDS (FR_OPTIM_ADAMW + 1) /* fr_optim_kind's count: the last kind + 1 */
+/* The rule's name ("sgd": --optimizer, a checkpoint's "optimizer") and its
+ * title in reports ("SGD"); "?" for a kind outside the table. */
+const char *fr_optim_name(fr_optim_kind kind);
+const char *fr_optim_title(fr_optim_kind kind);
+/* Every rule's name, in kind order, joined by sep and, before the last, by
+ * last ("sgd, adam or adamw"), into out (cap bytes, cut to fit); out. */
+const char *fr_optim_names(char *out, size_t cap, const char *sep, const char *last);
+/* State buffers the rule keeps per parameter under o (SGD 1 with momentum,
+ * else 0; Adam and AdamW 2), and buffer k's name in PyTorch's
+ * optimizer.state_dict() ("momentum_buffer"; "exp_avg", "exp_avg_sq"). */
 int fr_optim_states(const fr_optim_opts *o);
-/* The storage of one state buffer of p in format fmt (Adam's moments may be
- * compressed: bf16, int8 by blocks; small tensors keep fp32; a 16-bit
- * weight's state takes the weight's format); the kind in *kind. */
+const char *fr_optim_state_name(const fr_optim_opts *o, int k);
+/* 1: the rule's state may be stored bf16 or int8 (--optimizer-state: Adam's
+ * moments; SGD's momentum stays f32). */
+int fr_optim_compresses(const fr_optim_opts *o);
+/* 1: under o the step needs nothing but the gradient (SGD without
+ * momentum): LINEAR_BWD may make it in its GEMM epilogue (plan/fuse.h). */
+int fr_optim_in_gemm(const fr_optim_opts *o);
+/* 1: on 16-bit weights the backend's kernel steps f32 working copies of one
+ * tensor at a time (SGD; Adam is one fused pass without them). */
+int fr_optim_f32_copies(const fr_optim_opts *o);
+/* 1: the state holds squared gradients (exp_avg_sq), which underflow in
+ * pure fp16. */
+int fr_optim_squares(const fr_optim_opts *o);
+/* 1: the rule takes --momentum, --dampening and --nesterov (SGD). */
+int fr_optim_takes_momentum(fr_optim_kind kind);
+/* The storage of one state buffer of p in format fmt (a compressible
+ * rule's: bf16, int8 by blocks, small tensors keeping fp32; otherwise f32;
+ * a 16-bit weight's state takes the weight's format); the kind in *kind. */
 size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
                             int *kind);
 

@@ -172,10 +172,8 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 "\ngradients: %s steps %d tensors inside backward, each as its gradient is made,\n"
                 "so their %s of gradients are never all stored: each lives in the arena until\n"
                 "its step (--keep-grads stores them)\n",
-                s->o.optim.kind == FR_OPTIM_SGD    ? "SGD"
-                : s->o.optim.kind == FR_OPTIM_ADAM ? "Adam"
-                                                   : "AdamW",
-                s->opt.n_fused, fr_human_bytes(kept, b[5], sizeof b[5]));
+                fr_optim_title(s->o.optim.kind), s->opt.n_fused,
+                fr_human_bytes(kept, b[5], sizeof b[5]));
     }
     state_row sr[5];
     size_t tp;

@@ -2,8 +2,10 @@
  * state_dict names and layouts (Linear weight [out, in], Conv weight
  * [out, in, kh, kw], BatchNorm running_mean / running_var /
  * num_batches_tracked as int64). Optimizer state goes beside the weights as
- * "optimizer.<param>.momentum_buffer" (SGD) or ".exp_avg" / ".exp_avg_sq"
- * (Adam, AdamW). The metadata holds the step's counters (optimizer.step,
+ * "optimizer.<param>.<state>", the rule's PyTorch names (optim/rules.c:
+ * momentum_buffer for SGD, exp_avg and exp_avg_sq for Adam and AdamW), and
+ * the rule's name in the metadata's "optimizer". The metadata holds the
+ * step's counters (optimizer.step,
  * runs, scaler), the trainer's position (epoch, batch = batches done in the
  * next epoch) and the run's settings (see checkpoint.h); every number in it
  * is read whole and range-checked, a fault naming the key and the value.
@@ -27,8 +29,7 @@
 #include "train/place.h"
 
 static const char *state_name(const fr_step *s, int k) {
-    if (s->o.optim.kind == FR_OPTIM_SGD) return "momentum_buffer";
-    return k == 0 ? "exp_avg" : "exp_avg_sq";
+    return fr_optim_state_name(&s->o.optim, k);
 }
 
 static int n_states(const fr_step *s) { return fr_optim_states(&s->o.optim); }
@@ -125,11 +126,10 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     }
     fr_st_meta all[FR_ST_META_MAX];
     int nm = 0;
-    static const char *kinds[] = {"sgd", "adam", "adamw"};
     snprintf(all[nm].key, sizeof all[nm].key, "format");
     snprintf(all[nm++].value, sizeof all[0].value, "frugal-checkpoint-1");
     snprintf(all[nm].key, sizeof all[nm].key, "optimizer");
-    snprintf(all[nm++].value, sizeof all[0].value, "%s", kinds[s->o.optim.kind]);
+    snprintf(all[nm++].value, sizeof all[0].value, "%s", fr_optim_name(s->o.optim.kind));
     snprintf(all[nm].key, sizeof all[nm].key, "optimizer.step");
     snprintf(all[nm++].value, sizeof all[0].value, "%" PRId64, s->opt.t);
     snprintf(all[nm].key, sizeof all[nm].key, "runs");
@@ -601,11 +601,10 @@ static void apply_counters(fr_step *s, const counters *c) {
 
 /* The optimizer the file was saved with against the step's. */
 static fr_status check_kind(fr_step *s, const char *path, const fr_st_file *f) {
-    static const char *kinds[] = {"sgd", "adam", "adamw"};
-    const char *kind = fr_st_meta_get(f, "optimizer");
-    if (s->o.training && kind && strcmp(kind, kinds[s->o.optim.kind]) != 0)
+    const char *kind = fr_st_meta_get(f, "optimizer"), *mine = fr_optim_name(s->o.optim.kind);
+    if (s->o.training && kind && strcmp(kind, mine) != 0)
         return fr_fail(s->ctx, FR_ERR_ARG, "%s: saved with optimizer %s, resuming with %s", path,
-                       kind, kinds[s->o.optim.kind]);
+                       kind, mine);
     return FR_OK;
 }
 

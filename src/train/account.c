@@ -84,7 +84,7 @@ size_t fr_step_reserved(const fr_step *s) {
     /* optimizer_update's f32 working copies of one 16-bit tensor at a time
      * (SGD on 16-bit weights; Adam there is one fused pass without them) */
     size_t widest = 0;
-    for (size_t i = 0; s->o.training && s->o.optim.kind == FR_OPTIM_SGD && i < m->n_params; i++) {
+    for (size_t i = 0; s->o.training && fr_optim_f32_copies(&s->o.optim) && i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
         if (s->gv[i] < 0 || p->dtype == FR_F32 || (s->opt.fused && s->opt.fused[i])) continue;
         size_t w = (size_t)fr_shape_numel(&p->shape) * sizeof(float) * (size_t)(2 + ns);

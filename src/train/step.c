@@ -208,10 +208,9 @@ static int steps_in_backward(const fr_step *s) {
            !(s->o.clip_grad_norm > 0) && s->sched.accumulate == 1;
 }
 
-/* SGD without momentum: an update that needs nothing but the gradient. */
-static int plain_sgd(const fr_optim_opts *o) {
-    return o->kind == FR_OPTIM_SGD && o->momentum == 0.0f;
-}
+/* An update that needs nothing but the gradient (SGD without momentum):
+ * the rule's table says (optim/rules.c). */
+static int plain_sgd(const fr_optim_opts *o) { return fr_optim_in_gemm(o); }
 
 /* The scratch of LINEAR_BWD's fused update of an out x in weight, as the
  * backend sizes it (fr_backend.upd_tile). */

@@ -285,7 +285,7 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
     /* The shard rule splits tensors at any element: bf16 moments are
      * encoded element by element, int8 ones by blocks of 2048 values whose
      * scale a shard boundary would cut. */
-    if (zero >= 1 && s->o.optim_state == FR_OPTIM_STATE_INT8 && s->o.optim.kind != FR_OPTIM_SGD)
+    if (zero >= 1 && s->o.optim_state == FR_OPTIM_STATE_INT8 && fr_optim_compresses(&s->o.optim))
         return fr_fail(s->ctx, FR_ERR_ARG,
                        "--zero %d shards Adam's state at any element, and int8 state is encoded "
                        "by blocks of 2048 values that a shard would cut: use --optimizer-state "

@@ -1,0 +1,160 @@
+/* rules.c — the update rules' table: one row per fr_optim_kind with
+ * everything the engine asks of a rule but its arithmetic: its name (for
+ * --optimizer and the checkpoint's metadata) and title (for reports),
+ * PyTorch's defaults, its state buffers (how many for given options and
+ * their state_dict names), whether that state may be compressed, whether
+ * the step may be made in LINEAR_BWD's GEMM epilogue, and what it costs on
+ * 16-bit weights. A new rule is a kind in frugal.h, a row here and its
+ * kernels in each backend (their optim_update: backend/cpu/optim.c,
+ * backend/opencl/optim.c); train/ and run/ ask this table (optim.h) and
+ * name no rule. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include "backend/state.h"
+#include "core/ctx.h"
+#include "optim/optim.h"
+
+/* fr_step_opts.optim_state reaches the kernels as an fr_state_kind. */
+_Static_assert(FR_OPTIM_STATE_FP32 == (int)FR_STATE_F32 &&
+                   FR_OPTIM_STATE_BF16 == (int)FR_STATE_BF16 &&
+                   FR_OPTIM_STATE_INT8 == (int)FR_STATE_INT8,
+               "fr_optim_state and fr_state_kind number the formats alike");
+
+typedef struct fr_optim_rule {
+    const char *name;  /* --optimizer NAME (any letter case) and the checkpoint's "optimizer" */
+    const char *title; /* in reports */
+    /* torch.optim's defaults (PyTorch 2.x); fields the rule does not use stay 0 */
+    double lr, beta1, beta2, eps, weight_decay;
+    /* the state buffers it keeps for options o (at most 2), and their names
+     * in PyTorch's optimizer.state_dict()["state"][i] */
+    int (*states)(const fr_optim_opts *o);
+    const char *state_names[2];
+    int compressible; /* the state may be stored bf16 or int8 (--optimizer-state) */
+    /* for options o, the step needs nothing but the gradient: LINEAR_BWD may
+     * make it in its GEMM epilogue (plan/fuse.h); NULL: never */
+    int (*in_gemm)(const fr_optim_opts *o);
+    int f32_copies; /* on 16-bit weights the kernel works on f32 copies of one tensor */
+    int squares;    /* the state holds squared gradients, which pure fp16 underflows */
+    int momentum;   /* takes --momentum, --dampening and --nesterov */
+} fr_optim_rule;
+
+static int sgd_states(const fr_optim_opts *o) { return o->momentum != 0.0f ? 1 : 0; }
+static int sgd_in_gemm(const fr_optim_opts *o) { return o->momentum == 0.0f; }
+static int adam_states(const fr_optim_opts *o) {
+    (void)o;
+    return 2;
+}
+
+/* SGD has no default lr in PyTorch (it is required); 0.01 is ours. */
+static const fr_optim_rule rules[] = {
+    [FR_OPTIM_SGD] = {.name = "sgd",
+                      .title = "SGD",
+                      .lr = 0.01,
+                      .states = sgd_states,
+                      .state_names = {"momentum_buffer"},
+                      .in_gemm = sgd_in_gemm,
+                      .f32_copies = 1,
+                      .momentum = 1},
+    [FR_OPTIM_ADAM] = {.name = "adam",
+                       .title = "Adam",
+                       .lr = 1e-3,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .eps = 1e-8,
+                       .states = adam_states,
+                       .state_names = {"exp_avg", "exp_avg_sq"},
+                       .compressible = 1,
+                       .squares = 1},
+    [FR_OPTIM_ADAMW] = {.name = "adamw",
+                        .title = "AdamW",
+                        .lr = 1e-3,
+                        .beta1 = 0.9,
+                        .beta2 = 0.999,
+                        .eps = 1e-8,
+                        .weight_decay = 1e-2,
+                        .states = adam_states,
+                        .state_names = {"exp_avg", "exp_avg_sq"},
+                        .compressible = 1,
+                        .squares = 1},
+};
+_Static_assert(sizeof rules / sizeof rules[0] == FR_OPTIM_KINDS,
+               "one row per fr_optim_kind (FR_OPTIM_KINDS in optim.h)");
+
+/* A kind outside the table (a caller's bad value) reads as a rule of no
+ * name, no state and no capability. */
+static const fr_optim_rule *rule_of(fr_optim_kind kind) {
+    static const fr_optim_rule unknown = {.name = "?", .title = "?"};
+    return (unsigned)kind < FR_OPTIM_KINDS && rules[kind].name ? &rules[kind] : &unknown;
+}
+
+fr_optim_opts fr_optim_defaults(fr_optim_kind kind) {
+    const fr_optim_rule *r = rule_of(kind);
+    fr_optim_opts o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.zero_grad_to_none = 1; /* zero_grad(set_to_none=True), the 2.x default */
+    o.lr = r->lr, o.beta1 = r->beta1, o.beta2 = r->beta2, o.eps = r->eps;
+    o.weight_decay = r->weight_decay;
+    return o;
+}
+
+const char *fr_optim_name(fr_optim_kind kind) { return rule_of(kind)->name; }
+const char *fr_optim_title(fr_optim_kind kind) { return rule_of(kind)->title; }
+
+int fr_optim_states(const fr_optim_opts *o) {
+    const fr_optim_rule *r = rule_of(o->kind);
+    return r->states ? r->states(o) : 0;
+}
+
+const char *fr_optim_state_name(const fr_optim_opts *o, int k) {
+    return k >= 0 && k < 2 && rule_of(o->kind)->state_names[k] ? rule_of(o->kind)->state_names[k]
+                                                               : "?";
+}
+
+int fr_optim_compresses(const fr_optim_opts *o) { return rule_of(o->kind)->compressible; }
+
+int fr_optim_in_gemm(const fr_optim_opts *o) {
+    const fr_optim_rule *r = rule_of(o->kind);
+    return r->in_gemm && r->in_gemm(o);
+}
+
+int fr_optim_f32_copies(const fr_optim_opts *o) { return rule_of(o->kind)->f32_copies; }
+int fr_optim_squares(const fr_optim_opts *o) { return rule_of(o->kind)->squares; }
+int fr_optim_takes_momentum(fr_optim_kind kind) { return rule_of(kind)->momentum; }
+
+size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
+                            int *kind) {
+    size_t n = (size_t)fr_shape_numel(&p->shape);
+    *kind = FR_STATE_F32;
+    if (p->dtype != FR_F32) return n * fr_dtype_size(p->dtype);
+    if (!fr_optim_compresses(o)) return n * sizeof(float);
+    *kind = fr_state_kind_for((fr_state_kind)fmt, n);
+    return fr_state_bytes((fr_state_kind)*kind, n);
+}
+
+const char *fr_optim_names(char *out, size_t cap, const char *sep, const char *last) {
+    size_t len = 0;
+    if (cap) out[0] = '\0';
+    for (int k = 0; k < FR_OPTIM_KINDS; k++) {
+        const char *between = k == 0 ? "" : k == FR_OPTIM_KINDS - 1 ? last : sep;
+        int w = len < cap ? snprintf(out + len, cap - len, "%s%s", between, rules[k].name)
+                          : snprintf(NULL, 0, "%s%s", between, rules[k].name);
+        if (w > 0) len += (size_t)w;
+    }
+    return out;
+}
+
+fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out) {
+    for (int k = 0; name && k < FR_OPTIM_KINDS; k++) {
+        const char *a = name, *b = rules[k].name;
+        while (*a && *b && tolower((unsigned char)*a) == *b) a++, b++;
+        if (!*a && !*b) {
+            if (out) *out = (fr_optim_kind)k;
+            return FR_OK;
+        }
+    }
+    char names[128];
+    return fr_fail(ctx, FR_ERR_ARG, "unknown optimizer '%s' (choose %s)", name ? name : "",
+                   fr_optim_names(names, sizeof names, ", ", " or "));
+}
