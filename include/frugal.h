@@ -127,6 +127,67 @@ FR_API void fr_mem_json(const fr_ctx *ctx, FILE *out);
 FR_API void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, FILE *out,
                                  int json);
 
+/* ---- the CPU and its GEMM ----------------------------------------------
+ * f32 GEMMs run on OpenBLAS, bf16 GEMMs (mixed precision) on oneDNN's matmul.
+ * OpenBLAS (a DYNAMIC_ARCH build, as Debian's) picks its kernels by CPU model
+ * when it is loaded; on a model it does not know it falls back to generic
+ * SSE3 kernels (its "Prescott" core), at a quarter or less of an AVX-512
+ * CPU's speed, and only OPENBLAS_CORETYPE in the environment at start-up
+ * changes that. So a program that links frugal calls fr_cpu_setup(argv)
+ * first thing in main (frugal's CLI does): if OpenBLAS fell back on a CPU
+ * that can do better, it sets OPENBLAS_CORETYPE to the core the CPU's
+ * features call for (SkylakeX for AVX-512, Haswell for AVX2) and starts the
+ * program again, once.
+ * FRUGAL_BLAS_FIX=0 in the environment keeps the core OpenBLAS chose. */
+
+/* cpuid bits that the CPU has and the OS enables (saves their registers) */
+typedef enum fr_cpu_feature {
+    FR_CPU_SSE42 = 1 << 0,
+    FR_CPU_AVX = 1 << 1,
+    FR_CPU_FMA = 1 << 2,
+    FR_CPU_AVX2 = 1 << 3,
+    FR_CPU_AVX512F = 1 << 4,
+    FR_CPU_AVX512_BF16 = 1 << 5,
+    FR_CPU_AMX_TILE = 1 << 6,
+    FR_CPU_AMX_BF16 = 1 << 7,
+} fr_cpu_feature;
+
+typedef struct fr_cpu_info {
+    char model[64];        /* cpuid's brand string: "AMD EPYC", "Intel(R) Xeon(R) ..." */
+    int family, model_id;  /* cpuid's display family and model (6 and 207, say) */
+    unsigned features;     /* fr_cpu_feature bits */
+    char blas[32];         /* "OpenBLAS 0.3.21" */
+    char blas_core[32];    /* the kernels it runs: "SkylakeX", "Haswell", "Prescott" */
+    int blas_dynamic;      /* built with DYNAMIC_ARCH: OPENBLAS_CORETYPE chooses the core */
+    int blas_generic;      /* blas_core is a generic fallback on a CPU that can do more */
+    const char *best_core; /* the core for the CPU's features; NULL: none better than SSE */
+    char fell_back[32];    /* the generic core fr_cpu_setup restarted away from, or "" */
+    char onednn_isa[32];   /* oneDNN's instruction set: "avx512_core_bf16"; "" without it */
+    int bf16_native;       /* bf16 GEMMs run on oneDNN, not as f32 GEMMs of rounded operands */
+} fr_cpu_info;
+
+/* This process's CPU, described once (thread-safe) and never freed. */
+FR_API const fr_cpu_info *fr_cpu(void);
+/* A feature's name as /proc/cpuinfo spells it ("avx512_bf16"); NULL for a non-feature. */
+FR_API const char *fr_cpu_feature_name(fr_cpu_feature f);
+/* Returns 0 when nothing needs to change (or FRUGAL_BLAS_FIX=0, or this is
+ * the restart); otherwise restarts the program (execv of /proc/self/exe with
+ * argv, the environment changed as above) and returns -1 only if that failed. */
+FR_API int fr_cpu_setup(char **argv);
+/* One line saying what to set or install when OpenBLAS still runs a generic
+ * core on a CPU that can do better, or NULL; the CLI prints it on stderr. */
+FR_API const char *fr_cpu_warning(void);
+
+/* GFLOP/s of an n x n x n GEMM (n 512; the best of a few runs, about 0.2 s in
+ * all on the first call, then cached) on the threads OpenMP has: OpenBLAS's
+ * and oneDNN's f32 (dnnl_sgemm), and the bf16 GEMM of mixed precision (0
+ * where it is not native, or without oneDNN). */
+typedef struct fr_gemm_rates {
+    int n, threads;
+    double blas_f32, onednn_f32, bf16;
+} fr_gemm_rates;
+FR_API void fr_gemm_probe(fr_gemm_rates *out);
+
 /* ---- models ------------------------------------------------------------ */
 
 typedef struct fr_model fr_model;
@@ -226,7 +287,12 @@ FR_API void fr_model_describe(const fr_model *m, FILE *out);
 
 /* ---- optimizers -------------------------------------------------------- */
 
-typedef enum fr_optim_kind { FR_OPTIM_SGD = 0, FR_OPTIM_ADAM, FR_OPTIM_ADAMW } fr_optim_kind;
+typedef enum fr_optim_kind {
+    FR_OPTIM_SGD = 0,
+    FR_OPTIM_ADAM,
+    FR_OPTIM_ADAMW,
+    FR_OPTIM_KIND_COUNT /* the number of rules (src/optim/rules.c has a row for each) */
+} fr_optim_kind;
 
 /* Defaults match PyTorch: fr_optim_defaults() fills them. The values are
  * doubles, as PyTorch's are Python floats: the kernels form 1 - beta2,

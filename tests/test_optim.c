@@ -1,5 +1,5 @@
 /* test_optim.c — the optimizer kernels (src/backend/cpu/optim.c) and options
- * (src/train/optim_opts.c) against independent references:
+ * (src/optim/rules.c) against independent references:
  *   - closed forms derived by hand and evaluated in double (SGD on a constant
  *     gradient with momentum, dampening, Nesterov and weight decay; Adam's
  *     first step moving each weight by lr * g / (|g| + eps); Adam on a

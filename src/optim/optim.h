@@ -146,7 +146,7 @@ static inline int fr_state_kind_of(const fr_model *m, const fr_param *p) {
 size_t fr_optim_held_bytes(const fr_model *m, size_t i);
 
 /* The update rules' table (rules.c), one row per fr_optim_kind. */
-#define FR_OPTIM_KINDS (FR_OPTIM_ADAMW + 1) /* fr_optim_kind's count: the last kind + 1 */
+#define FR_OPTIM_KINDS FR_OPTIM_KIND_COUNT /* fr_optim_kind's count */
 /* The rule's name ("sgd": --optimizer, a checkpoint's "optimizer") and its
  * title in reports ("SGD"); "?" for a kind outside the table. */
 const char *fr_optim_name(fr_optim_kind kind);

@@ -208,10 +208,6 @@ static int steps_in_backward(const fr_step *s) {
            !(s->o.clip_grad_norm > 0) && s->sched.accumulate == 1;
 }
 
-/* An update that needs nothing but the gradient (SGD without momentum):
- * the rule's table says (optim/rules.c). */
-static int plain_sgd(const fr_optim_opts *o) { return fr_optim_in_gemm(o); }
-
 /* The scratch of LINEAR_BWD's fused update of an out x in weight, as the
  * backend sizes it (fr_backend.upd_tile). */
 static size_t upd_tile(int64_t out, int64_t in, int64_t rows, void *arg) {
@@ -224,7 +220,8 @@ static size_t upd_tile(int64_t out, int64_t in, int64_t rows, void *arg) {
 static fr_status plan_fused_updates(fr_step *s) {
     const fr_plan *pl = &s->plan;
     s->sched.loss_pos = fr_order_last_writer(&s->g, pl->order, pl->n_nodes, s->g.loss);
-    if (!steps_in_backward(s) || !plain_sgd(&s->o.optim) || s->sched.loss_pos < 0) return FR_OK;
+    if (!steps_in_backward(s) || !fr_optim_in_gemm(&s->o.optim) || s->sched.loss_pos < 0)
+        return FR_OK;
     s->opt.fused = fr_calloc(s->ctx, s->m->n_params + 1, FR_MEM_OTHER);
     if (!s->opt.fused) return FR_ERR_NOMEM;
     s->opt.n_fused +=
@@ -236,7 +233,7 @@ static fr_status plan_fused_updates(fr_step *s) {
 /* With every other rule, OPTIM_STEP nodes in backward (plan/fuse.h), which
  * the executor hands to the optimizer (bind: step_in_backward). */
 static fr_status fuse_optim_steps(fr_step *s, int **order, int *n_order) {
-    if (!steps_in_backward(s) || plain_sgd(&s->o.optim)) return FR_OK;
+    if (!steps_in_backward(s) || fr_optim_in_gemm(&s->o.optim)) return FR_OK;
     int loss_pos = fr_order_last_writer(&s->g, *order, *n_order, s->g.loss);
     if (loss_pos < 0) return FR_OK;
     size_t np = s->m->n_params;
