@@ -29,7 +29,7 @@ enum { N = 256, D = 144 };
 /* The correct answers of one step over the first n samples. */
 static int correct(fr_ctx *ctx, int training, int n, int micro, const float *x, const int32_t *y,
                    float *loss) {
-    fr_model *m = cl_small_cnn(ctx);
+    fr_model *m = small_cnn_new(ctx);
     fr_step *s = NULL;
     int c = -1;
     fr_status st = m ? fr_model_init(m, 3) : FR_ERR_NOMEM;

@@ -126,13 +126,13 @@ static void test_queues(fr_ctx *ctx) {
     fr_cl_queue_free(q);
 }
 
-/* Two alternating batches of N samples for cl_small_cnn. */
+/* Two alternating batches of N samples for small_cnn_new. */
 enum { N = 8, D = 144 };
 
 /* Six Adam steps on batches 0, 1, 0, 1, ... (micro-batches of micro). */
 static fr_status run(fr_ctx *ctx, int sync, int micro, const float *x, const int32_t *y,
                      float *losses) {
-    fr_model *m = cl_small_cnn(ctx);
+    fr_model *m = small_cnn_new(ctx);
     fr_step *s = NULL;
     fr_status st = m ? fr_model_init(m, 1) : FR_ERR_NOMEM;
     fr_step_opts o = {.batch = N,

@@ -22,30 +22,18 @@
 #include "frugal.h"
 #include "core/mem.h"
 #include "train/place.h"
+#include "small_cnn.h"
 #if FR_HAVE_OPENCL
 #include "cl_device.h"
 #endif
 
 enum { N = 64, D = 144 };
 
-/* cl_device.h's small CNN (1x12x12 images): conv2d 4 (3x3, padding 1),
- * BatchNorm, ReLU, max pool 2, linear 10 */
-static fr_model *small_cnn(fr_ctx *ctx) {
-    fr_model *m = fr_model_new(ctx, 1, 12, 12);
-    if (!m) return NULL;
-    if (fr_model_conv2d(m, 4, 3, 1, 1, 1) || fr_model_batchnorm(m) || fr_model_relu(m) ||
-        fr_model_maxpool2d(m, 2, 2) || fr_model_flatten(m) || fr_model_linear(m, 10, 1)) {
-        fr_model_free(m);
-        return NULL;
-    }
-    return m;
-}
-
 /* One training step of the small CNN on ctx; the step is left for the
  * caller to inspect and free. */
 static fr_step *one_step(fr_ctx *ctx, fr_model **mo, int sync_upload, const float *x,
                          const int32_t *y) {
-    fr_model *m = small_cnn(ctx);
+    fr_model *m = small_cnn_new(ctx);
     fr_step *s = NULL;
     fr_status st = m ? fr_model_init(m, 3) : FR_ERR_NOMEM;
     fr_step_opts o = {.batch = N,
