@@ -131,7 +131,7 @@ FR_API void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, 
  * f32 GEMMs run on OpenBLAS, bf16 GEMMs (mixed precision) on oneDNN's matmul.
  * OpenBLAS (a DYNAMIC_ARCH build, as Debian's) picks its kernels by CPU model
  * when it is loaded; on a model it does not know it falls back to generic
- * SSE3 kernels (its "Prescott" core), at a quarter or less of an AVX-512
+ * SSE3 kernels (its "Prescott" core), at a third or less of an AVX-512
  * CPU's speed, and only OPENBLAS_CORETYPE in the environment at start-up
  * changes that. So a program that links frugal calls fr_cpu_setup(argv)
  * first thing in main (frugal's CLI does): if OpenBLAS fell back on a CPU

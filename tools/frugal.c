@@ -12,6 +12,7 @@
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
+#include "backend/cpu/cpuinfo.h"
 #include "data/dataset.h"
 #include "parallel/comm.h"
 #include "infer/generate.h"
@@ -41,7 +42,7 @@ static const char *usage_main =
     "  plan      the plan that fits a memory budget: what is kept, recomputed, split\n"
     "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
     "  generate  stream text from a trained language model (KV cache: O(T) a token)\n"
-    "  devices   the OpenCL devices this machine has (platform, memory, fp16)\n"
+    "  devices   the CPU (features, GEMM kernels, GFLOP/s) and the OpenCL devices\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
@@ -1017,18 +1018,19 @@ static int cmd_train(int argc, char **argv) {
         fr_mem_stats ms;
         fr_mem_get_stats(ctx, &ms);
         char ab[32], lb[32];
-        printf(
-            "{\"event\": \"summary\", \"epochs\": %d, \"steps\": %lld, \"batch\": %d, "
-            "\"test_acc\": %s, "
-            "\"test_loss\": %s, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
-            "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
-            "\"%s\", "
-            "\"loss_scale\": %g, \"skipped_steps\": %llu, \"stopped_by_signal\": %d, \"memory\": ",
-            res.epochs_done, (long long)res.steps_done, res.batch,
-            json_acc(res.test_acc, ab, sizeof ab), json_real(res.test_loss, lb, sizeof lb),
-            res.seconds, res.peak_rss_kib * 1024, c.t.step.budget, res.predicted_reserved,
-            res.measured_reserved_peak, fr_precision_name(c.t.step.precision),
-            (double)res.loss_scale, (unsigned long long)res.skipped_steps, res.stopped_by);
+        printf("{\"event\": \"summary\", \"epochs\": %d, \"steps\": %lld, \"batch\": %d, "
+               "\"test_acc\": %s, "
+               "\"test_loss\": %s, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, \"budget\": %zu, "
+               "\"predicted_step_reserved\": %zu, \"measured_reserved_peak\": %zu, \"precision\": "
+               "\"%s\", "
+               "\"loss_scale\": %g, \"skipped_steps\": %llu, \"stopped_by_signal\": %d, \"cpu\": ",
+               res.epochs_done, (long long)res.steps_done, res.batch,
+               json_acc(res.test_acc, ab, sizeof ab), json_real(res.test_loss, lb, sizeof lb),
+               res.seconds, res.peak_rss_kib * 1024, c.t.step.budget, res.predicted_reserved,
+               res.measured_reserved_peak, fr_precision_name(c.t.step.precision),
+               (double)res.loss_scale, (unsigned long long)res.skipped_steps, res.stopped_by);
+        fr_cpu_json(stdout, NULL); /* features, BLAS core, GEMM providers: no probe */
+        printf(", \"memory\": ");
         mem_json_inline(ctx);
         if (ranks > 1) {
             printf(", ");
@@ -1364,12 +1366,17 @@ static int cmd_profile(int argc, char **argv) {
         for (int i = 0; i < nops; i++)
             printf("%s{\"op\": \"%s\", \"calls\": %d, \"ms\": %.3f}", i ? ", " : "", ops[i].name,
                    ops[i].calls, ops[i].ms);
-        printf("], \"memory\": ");
+        printf("], \"cpu\": ");
+        fr_cpu_json(stdout, NULL);
+        printf(", \"memory\": ");
         mem_json_inline(ctx);
         printf("}\n");
         rc = 0;
         goto out;
     }
+    char g32[96], g16[96];
+    printf("GEMM: f32 %s, bf16 %s\n", fr_cpu_gemm_f32(g32, sizeof g32),
+           fr_cpu_gemm_bf16(g16, sizeof g16));
     if (nops > 0) { /* where the time goes: each op's kernels, summed over the steps */
         printf("kernel time by op over %d steps (the first included), %.1f ms a step:\n", steps,
                kernel_ms / steps);
@@ -1614,15 +1621,18 @@ static int cmd_generate(int argc, char **argv) {
 static const char *usage_devices =
     "usage: frugal devices [--json]\n"
     "\n"
-    "Lists the OpenCL devices of every platform, in the order --device opencl:N counts\n"
-    "them: index, platform, device name, global memory, the largest single buffer, whether\n"
-    "it has half precision (cl_khr_fp16) and its compute units.\n"
+    "First a line for the CPU: its model, the features that choose GEMM kernels, the f32\n"
+    "GEMM (OpenBLAS and the kernels it runs) and the bf16 one (oneDNN's), with GFLOP/s\n"
+    "measured by a 512^3 GEMM of each (about 0.2 s). Then the OpenCL devices of every\n"
+    "platform, in the order --device opencl:N counts them: index, platform, device name,\n"
+    "global memory, the largest single buffer, whether it has half precision (cl_khr_fp16)\n"
+    "and its compute units.\n"
     "\n"
     "options:\n"
-    "  --json    one JSON object {\"devices\": [...]} on stdout, sizes in bytes\n"
+    "  --json    one JSON object {\"cpu\": {...}, \"devices\": [...]} on stdout, sizes in bytes\n"
     "  --help    this text\n"
     "\n"
-    "exit status: 0 when at least one device is listed; 1 when there is none (the message\n"
+    "exit status: 0 when at least one OpenCL device is listed; 1 when there is none (the message\n"
     "says what to install: pocl-opencl-icd is a CPU device, or your GPU's OpenCL driver)\n"
     "or this frugal was built without OpenCL; 2 for a usage error. So\n"
     "`frugal devices >/dev/null && ...` asks whether a device is there.\n"
@@ -1658,8 +1668,12 @@ static int cmd_devices(int argc, char **argv) {
             return 2;
         }
     }
+    fr_gemm_rates rates;
+    fr_gemm_probe(&rates);
+    if (json) fputs("{\"cpu\": ", stdout), fr_cpu_json(stdout, &rates), fputs(", ", stdout);
+    else fr_cpu_line(stdout, &rates), putchar('\n');
 #ifndef FR_HAVE_OPENCL
-    if (json) puts("{\"devices\": []}");
+    if (json) puts("\"devices\": []}");
     fputs("frugal devices: this frugal was built without OpenCL (FR_OPENCL=OFF, or OpenCL or "
           "CLBlast not found when it was built)\n",
           stderr);
@@ -1669,11 +1683,12 @@ static int cmd_devices(int argc, char **argv) {
     if (!ctx) return fputs("frugal devices: out of memory\n", stderr), 1;
     int n = 0, rc = 0;
     if (fr_cl_count(ctx, &n) != FR_OK) {
+        if (json) puts("\"devices\": []}");
         fprintf(stderr, "frugal devices: %s\n", fr_last_error(ctx));
         fr_ctx_free(ctx);
         return 1;
     }
-    if (json) fputs("{\"devices\": [", stdout);
+    if (json) fputs("\"devices\": [", stdout);
     else if (n > 0)
         printf("%-5s %-28s %-36s %10s %10s %4s %5s\n", "index", "platform", "device", "memory",
                "largest", "fp16", "units");
@@ -1718,17 +1733,23 @@ static int cmd_devices(int argc, char **argv) {
 /* OpenMP's idle threads spin briefly, then sleep, unless the user chose:
  * on a shared or loaded host, spinning threads take the cores the working
  * ones need; a spin of about 0.1 ms (GOMP_SPINCOUNT, libgomp's) keeps the
- * idle host's speed (bench/out/omp_wait.md). libgomp reads both once, when
- * it is loaded, so they are set and the program started again; if that
- * fails it runs on as it is. */
-static void passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) || setenv("GOMP_SPINCOUNT", "10000", 1)) return;
-    execv("/proc/self/exe", argv);
+ * idle host's speed (bench/out/omp_wait.md). Returns 1 when it set them. */
+static int passive_wait(void) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return 0;
+    return !setenv("OMP_WAIT_POLICY", "passive", 1) && !setenv("GOMP_SPINCOUNT", "10000", 1);
 }
 
 int main(int argc, char **argv) {
-    passive_wait(argv);
+    /* libgomp and OpenBLAS read their environment once, when they are
+     * loaded: what either needs (the wait policy; the BLAS core when
+     * OpenBLAS fell back to a generic one, fr_cpu_fix_env) is set and the
+     * program started again, once; if that fails it runs on as it is. */
+    int again = passive_wait();
+    if (fr_cpu_fix_env()) again = 1;
+    if (again) execv("/proc/self/exe", argv);
+    const char *warn = fr_cpu_warning(); /* a generic BLAS core that could not be fixed */
+    if (warn && argc >= 2 && strcmp(argv[1], "help") && argv[1][0] != '-')
+        fprintf(stderr, "%s\n", warn);
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
         fputs(usage_main, stdout);

@@ -1,0 +1,33 @@
+/* cpuinfo.h — what the CPU can do and which GEMM kernels run on it: cpuid's
+ * feature bits and brand string, OpenBLAS's core and build, whether that core
+ * is a generic fallback, oneDNN's instruction set; the restart that makes
+ * OpenBLAS use the right core; a short GEMM probe per provider. The public
+ * half (fr_cpu, fr_cpu_setup, fr_cpu_warning, fr_gemm_probe) is declared in
+ * frugal.h; this header adds what the CLI prints. It does not route GEMMs:
+ * fp32 GEMMs call OpenBLAS where they are (linear.c, conv.c, attention.c). */
+#ifndef FR_CPUINFO_H
+#define FR_CPUINFO_H
+
+#include <stdio.h>
+
+#include "frugal.h"
+
+/* When OpenBLAS runs a generic core on a CPU that can do better, set
+ * OPENBLAS_CORETYPE to the right core (and FRUGAL_BLAS_FELL_BACK to the
+ * generic one, the marker that stops a second restart) and return 1: the
+ * caller then starts the program again. 0: nothing to change, or
+ * FRUGAL_BLAS_FIX=0 in the environment, or this process is the restart. */
+int fr_cpu_fix_env(void);
+
+/* "OpenBLAS 0.3.21 SkylakeX"; the bf16 GEMM: "oneDNN matmul avx512_core_bf16",
+ * or "f32 GEMM of rounded operands" where oneDNN has no native bf16 kernel. */
+const char *fr_cpu_gemm_f32(char *buf, size_t n);
+const char *fr_cpu_gemm_bf16(char *buf, size_t n);
+
+/* One line for people (no newline at the end), and a JSON object's text
+ * ({"model": ..., "features": [...], ...}); rates NULL leaves the measured
+ * GFLOP/s out. */
+void fr_cpu_line(FILE *f, const fr_gemm_rates *rates);
+void fr_cpu_json(FILE *f, const fr_gemm_rates *rates);
+
+#endif

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# test_cpu_provider.sh — frugal says what the CPU can do and which GEMM runs,
+# and does not run OpenBLAS's generic kernels on a CPU that can do better:
+# (a) `devices --json` has a cpu object whose features, model name, family
+#     and model are /proc/cpuinfo's (an independent reader of cpuid);
+# (b) with OPENBLAS_CORETYPE=Prescott forced (what OpenBLAS picks on a CPU
+#     model it does not know), frugal restarts itself on the right core and
+#     says so; with FRUGAL_BLAS_FIX=0 it keeps Prescott and prints one
+#     warning naming what to set; a restart that did not help is not retried;
+# (c) the GFLOP/s of the fixed core against the generic one's, a ratio of
+#     rates measured in this test (never a time), with a wide margin;
+# (d) two trainings with the same provider, threads and seed give the same
+#     losses bit for bit, on the default core and on the restarted one.
+. "$(dirname "$0")/lib.sh"
+command -v python3 >/dev/null || { echo "skipped: no python3 to read the JSON"; exit 77; }
+
+# (a) the features against /proc/cpuinfo's flags
+"$bin" devices --json >"$tmp/dev.json" 2>"$tmp/dev.err"
+python3 - "$tmp/dev.json" <<'PY' && ok || no "devices --json: cpu object against /proc/cpuinfo"
+import json, sys
+cpu = json.load(open(sys.argv[1]))["cpu"]
+info = {}
+for line in open("/proc/cpuinfo"):
+    if ":" in line:
+        k, v = line.split(":", 1)
+        info.setdefault(k.strip(), v.strip())
+bad = []
+if "flags" in info:  # x86: the kernel lists what the CPU has and the OS enables
+    flags = set(info["flags"].split())
+    for f in ["sse4_2", "avx", "fma", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]:
+        if (f in flags) != (f in cpu["features"]):
+            bad.append("%s: /proc/cpuinfo %s, frugal %s" % (f, f in flags, f in cpu["features"]))
+    if cpu["model"] != info.get("model name"): bad.append("model %r vs %r" % (cpu["model"], info.get("model name")))
+    if str(cpu["family"]) != info.get("cpu family"): bad.append("family %r vs %r" % (cpu["family"], info.get("cpu family")))
+    if str(cpu["model_id"]) != info.get("model"): bad.append("model id %r vs %r" % (cpu["model_id"], info.get("model")))
+else:
+    print("no x86 flags in /proc/cpuinfo: features not compared")
+if not cpu["gemm_f32"].startswith(cpu["blas"] + " " + cpu["blas_core"]): bad.append("gemm_f32 %r" % cpu["gemm_f32"])
+p = cpu["probe"]
+if not p["gflops_blas_f32"] > 0: bad.append("no f32 rate measured: %r" % p)
+if bad:
+    print("\n".join(bad), file=sys.stderr)
+    sys.exit(1)
+PY
+head -c 300 "$tmp/dev.err" | grep -q "warning" && no "a warning on the default core: $(cat "$tmp/dev.err")" || ok
+"$bin" devices >"$tmp/dev.txt" 2>/dev/null
+head -1 "$tmp/dev.txt" | grep -q "^cpu .*GEMM f32 OpenBLAS .*GFLOP/s" && ok || no "devices' first line: $(head -1 "$tmp/dev.txt")"
+# the CPU part stands without any OpenCL device (the loader finds no vendor file)
+mkdir -p "$tmp/novendors"
+OCL_ICD_VENDORS="$tmp/novendors" "$bin" devices --json 2>/dev/null | python3 -c \
+    'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d["devices"]==[] and d["cpu"]["blas"] else 1)' &&
+    ok || no "devices --json without an OpenCL device: the cpu object and an empty list"
+
+# a field of the cpu object in a devices --json file
+field() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["cpu"]; v=eval(sys.argv[2], {}, c); print("null" if v is None else v)' "$@"; }
+
+flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+if grep -qw avx512f <<<"$flags"; then want=SkylakeX margin=1.5; level="AVX-512"
+elif grep -qw avx2 <<<"$flags" && grep -qw fma <<<"$flags"; then want=Haswell margin=1.3; level="AVX2"
+else want=""; fi
+if [ -z "$want" ]; then
+    echo "skipped (b) and (c): this CPU has neither AVX2 nor AVX-512, Prescott is no fallback here"
+elif [ "$(field "$tmp/dev.json" blas_dynamic)" != True ]; then
+    echo "skipped (b) and (c): this OpenBLAS is not a DYNAMIC_ARCH build (OPENBLAS_CORETYPE does nothing)"
+else
+    # (b) forced fallback: restarted on the right core, and said
+    for round in 1 2 3; do # alternated, so that the host's load falls on both
+        OPENBLAS_CORETYPE=Prescott "$bin" devices --json >"$tmp/fixed$round.json" 2>"$tmp/fixed.err"
+        FRUGAL_BLAS_FIX=0 OPENBLAS_CORETYPE=Prescott "$bin" devices --json >"$tmp/kept$round.json" 2>"$tmp/kept.err"
+    done
+    [ "$(field "$tmp/fixed1.json" fell_back_from)" = Prescott ] && ok || no "fixed: fell_back_from $(field "$tmp/fixed1.json" fell_back_from)"
+    [ "$(field "$tmp/fixed1.json" blas_core)" = "$want" ] && ok || no "fixed: core $(field "$tmp/fixed1.json" blas_core), want $want"
+    [ "$(field "$tmp/fixed1.json" "bool(blas_generic or warning)")" = False ] && ok || no "fixed: still generic or warned"
+    grep -q warning "$tmp/fixed.err" && no "fixed: a warning: $(cat "$tmp/fixed.err")" || ok
+    OPENBLAS_CORETYPE=Prescott "$bin" devices 2>/dev/null | head -1 >"$tmp/fixed.txt"
+    grep -q "OpenBLAS [0-9.]* $want (OpenBLAS chose Prescott: restarted)" "$tmp/fixed.txt" && ok ||
+        no "fixed: devices line: $(cat "$tmp/fixed.txt")"
+    # kept: generic, and one warning line naming what to set
+    [ "$(field "$tmp/kept1.json" blas_core)" = Prescott ] && ok || no "kept: core $(field "$tmp/kept1.json" blas_core)"
+    [ "$(field "$tmp/kept1.json" blas_generic)" = True ] && ok || no "kept: not called generic"
+    [ "$(grep -c "warning.*generic Prescott.*OPENBLAS_CORETYPE=$want" "$tmp/kept.err")" = 1 ] && ok ||
+        no "kept: one warning naming OPENBLAS_CORETYPE=$want: $(cat "$tmp/kept.err")"
+    # a restart that did not help (the marker says this process is one) is not tried again
+    FRUGAL_BLAS_FELL_BACK=Prescott OPENBLAS_CORETYPE=Prescott timeout 60 "$bin" devices --json \
+        >"$tmp/again.json" 2>"$tmp/again.err"
+    [ "$(field "$tmp/again.json" blas_core)" = Prescott ] && grep -q "kept its generic Prescott" "$tmp/again.err" &&
+        ok || no "no second restart: $(cat "$tmp/again.err")"
+    # profile names the GEMM that runs
+    OPENBLAS_CORETYPE=Prescott "$bin" profile --model "$src/tests/data/mlp3.model" --batch 16 --steps 2 \
+        --threads 2 --trace "$tmp/t.json" --svg "$tmp/t.svg" >"$tmp/prof" 2>/dev/null
+    grep -q "^GEMM: f32 OpenBLAS [0-9.]* $want, bf16 " "$tmp/prof" && ok || no "profile's GEMM line: $(grep GEMM "$tmp/prof")"
+
+    # (c) the fixed core's rate against the generic one's: a ratio of rates
+    # (the best of three alternated runs each), not a time. OpenBLAS's
+    # Prescott sgemm is SSE3, 4 floats a vector against 16 (AVX-512) or 8
+    # (AVX2) with FMA: 2.3-4x measured here (bench/out/gemm_providers.txt),
+    # so the margins (1.5x AVX-512, 1.3x AVX2) leave room for a loaded host.
+    python3 - "$margin" "$level" "$tmp"/fixed[123].json -- "$tmp"/kept[123].json <<'PY' && ok || no "(c) fixed against generic rate"
+import json, sys
+margin, level = float(sys.argv[1]), sys.argv[2]
+i = sys.argv.index("--")
+best = lambda files: max(json.load(open(f))["cpu"]["probe"]["gflops_blas_f32"] for f in files)
+fixed, kept = best(sys.argv[3:i]), best(sys.argv[i + 1:])
+print("f32 GEMM: fixed core %.1f GFLOP/s, generic %.1f GFLOP/s: ratio %.2f (want >= %.1f on %s)"
+      % (fixed, kept, fixed / kept if kept else 0, margin, level))
+sys.exit(0 if kept > 0 and fixed >= margin * kept else 1)
+PY
+fi
+
+# (d) determinism: same provider, threads and seed, same losses bit for bit
+if [ -d "$data" ]; then
+    train=(train --model "$src/tests/data/mlp3.model" --data "$data" --batch 64 --limit 1024
+           --test-limit 256 --epochs 2 --seed 5 --threads 2 --json)
+    for env in "" "OPENBLAS_CORETYPE=Prescott"; do
+        for k in 1 2; do
+            env $env "$bin" "${train[@]}" 2>/dev/null | grep '"epoch"' | sed 's/"seconds": [0-9.]*, //' >"$tmp/loss$k"
+        done
+        [ -s "$tmp/loss1" ] && cmp -s "$tmp/loss1" "$tmp/loss2" && ok ||
+            no "same provider (${env:-default core}), threads and seed: the losses differ"
+    done
+else
+    echo "skipped (d): no Fashion-MNIST at $data"
+fi
+finish
