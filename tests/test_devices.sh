@@ -31,8 +31,10 @@ if ! "$bin" devices >"$tmp/table" 2>"$tmp/err"; then
     exit 77
 fi
 "$bin" devices --json >"$tmp/json" && ok || no "devices --json failed"
-head -1 "$tmp/table" | grep -q "^index *platform *device *memory *largest *fp16 *units$" && ok ||
-    no "table header: $(head -1 "$tmp/table")"
+# the CPU's line first (test_cpu_provider checks it), then the devices' table
+head -1 "$tmp/table" | grep -q "^cpu " && ok || no "first line: $(head -1 "$tmp/table")"
+sed -n 2p "$tmp/table" | grep -q "^index *platform *device *memory *largest *fp16 *units$" && ok ||
+    no "table header: $(sed -n 2p "$tmp/table")"
 
 # The JSON against clinfo's own view (an independent reader of the same ICDs).
 if command -v clinfo >/dev/null; then
@@ -41,7 +43,7 @@ if command -v clinfo >/dev/null; then
 import json, re, sys
 devs = json.load(open(sys.argv[1]))["devices"]
 raw = open(sys.argv[2]).read()
-rows = open(sys.argv[3]).read().splitlines()[1:]
+rows = open(sys.argv[3]).read().splitlines()[2:]  # after the cpu line and the header
 def field(name):  # clinfo --raw lines: "[PLAT/DEV] CL_DEVICE_X  value"
     return [l.split(None, 2)[2] if len(l.split(None, 2)) > 2 else ""
             for l in raw.splitlines() if re.match(r"\s*\[[^\]]*/\d+\]\s+%s\s" % name, l + " ")]

@@ -5,7 +5,8 @@
  * whole process), and the CPU backend keeps process-wide caches, each made
  * once under pthread_once or an atomic (the SIMD probes of core/half.c and
  * backend/cpu/optim_state.c, the latter's quantization-map tables, oneDNN's
- * engine and stream in backend/cpu/gemm16.c), plus optim_state.c's switch
+ * engine and stream in backend/cpu/gemm16.c, the CPU's description and
+ * GEMM probe in backend/cpu/cpuinfo.c), plus optim_state.c's switch
  * for the AVX-512 paths that tests flip (fr_state_simd). */
 #ifndef FR_CTX_H
 #define FR_CTX_H
