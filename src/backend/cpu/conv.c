@@ -1,4 +1,7 @@
-/* conv.c — 2-D convolution, forward and backward, on GEMMs: "same"
+/* conv.c — 2-D convolution, forward and backward. Where the build has
+ * oneDNN its convolution primitives run them (conv_dnnl.c, the default:
+ * FRUGAL_CONV=gemm forces the GEMMs below); otherwise, or where oneDNN
+ * declines a geometry, GEMMs do, and they stay the reference: "same"
  * convolutions (stride 1, 2P = K - 1) with 8 or more input channels by one
  * GEMM per kernel tap over zero-padded planes (see "shifted GEMMs" below: no
  * unroll at all, 1.3-1.6x faster on the ResNet's layers), the rest by
@@ -21,6 +24,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/conv_dnnl.h"
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
@@ -138,17 +142,47 @@ static int64_t slots_fitting(int64_t have, int64_t col, int64_t part, int64_t ca
     return s < cap ? s : cap;
 }
 
+/* The budget of the oneDNN path's reordered copies: what the GEMM path
+ * needs for one slot (whatever the thread count), so that oneDNN's workspace
+ * stays that of the GEMMs. */
+static int64_t dnnl_budget(const conv_geom *g, int backward) {
+    if (shifted(g)) return shift_shared(g) + shift_slot(g, backward);
+    return col_elems(g) + (backward ? g->OC * g->ckk : 0);
+}
+
+/* The oneDNN path's workspace when it runs this geometry (0 if it does
+ * not): the most of its plans with and without a bias and for an f32, bf16
+ * or f16 image, the variants a kernel call may bring. */
+static int64_t dnnl_ws(const conv_geom *g, int backward, int threads) {
+    if (!fr_conv_dnnl_on()) return 0;
+    int64_t most = 0;
+    static const fr_dtype image[3] = {FR_F32, FR_BF16, FR_F16};
+    for (int bias = 0; bias <= !backward; bias++)
+        for (int i = 0; i < 3; i++) {
+            int64_t n =
+                fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, image[i], threads);
+            if (n == 0) return 0;
+            if (n > most) most = n;
+        }
+    return most;
+}
+
 int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
                            int backward) {
     conv_geom g;
     if (fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
+    /* oneDNN's, or on the shifted-GEMM path the most of both (the GEMMs take
+     * a 16-bit image there should oneDNN decline the call) */
+    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads());
+    if (dnnl > 0 && !shifted(&g)) return dnnl;
     int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
     if (shifted(&g)) {
         int64_t s = shift_slots(&g, backward, CONV_WS_BUDGET, cap);
         if (s < 1) s = 1;
-        return shift_shared(&g) + s * shift_slot(&g, backward);
+        int64_t gemm = shift_shared(&g) + s * shift_slot(&g, backward);
+        return dnnl > gemm ? dnnl : gemm;
     }
     int64_t s = slots_fitting(CONV_WS_BUDGET, col, part, cap);
     if (s < 1) s = 1;
@@ -387,6 +421,10 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
+    if (fr_conv_dnnl_on() && g.C > 0) {
+        st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
+        if (st != FR_CONV_DNNL_DECLINE) return st;
+    }
     if (shifted(&g)) return shift_fwd(c, &g);
     if (x->dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: a 16-bit input only on the shifted-GEMM path");
@@ -456,6 +494,10 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
+    if (fr_conv_dnnl_on()) {
+        st = fr_conv_dnnl_bwd(c, &g, dnnl_budget(&g, 1), dx, dw);
+        if (st != FR_CONV_DNNL_DECLINE) return st;
+    }
     if (shifted(&g)) return shift_bwd(c, &g, dx, dw);
     if (x->dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG,

@@ -20,13 +20,17 @@ static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
                    float beta, int64_t ldc, dnnl_primitive_desc_t *pd);
 
 static void init_once(void) {
-    const char *env = getenv("FRUGAL_GEMM16");
-    if (env && strcmp(env, "0") == 0) return;
-    if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
-    if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) {
-        dnnl_engine_destroy(g_engine);
+    if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
+        g_engine = NULL;
         return;
     }
+    if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(g_engine);
+        g_engine = NULL;
+        return;
+    }
+    const char *env = getenv("FRUGAL_GEMM16");
+    if (env && strcmp(env, "0") == 0) return;
     dnnl_primitive_desc_t pd;
     if (make_pd(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, &pd)) return;
     const char *impl = NULL;
@@ -35,10 +39,20 @@ static void init_once(void) {
     dnnl_primitive_desc_destroy(pd);
 }
 
+dnnl_engine_t fr_dnnl_engine(void) {
+    pthread_once(&g_once, init_once);
+    return g_engine;
+}
+
+dnnl_stream_t fr_dnnl_stream(void) {
+    pthread_once(&g_once, init_once);
+    return g_stream;
+}
+
 int fr_gemm16_native(fr_dtype dt) {
     if (dt != FR_BF16) return 0;
     pthread_once(&g_once, init_once);
-    return g_native;
+    return g_engine && g_native;
 }
 
 /* 2-D memory descriptors of op(A) (M,K), op(B) (K,N) and C (M,N) by strides */

@@ -36,4 +36,12 @@ int fr_gemm16(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, cons
 size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     float beta, int64_t ldc);
 
+#ifdef FR_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+/* The process's oneDNN CPU engine and in-order stream, made once (NULL when
+ * oneDNN could not make them), for every oneDNN primitive frugal runs. */
+dnnl_engine_t fr_dnnl_engine(void);
+dnnl_stream_t fr_dnnl_stream(void);
+#endif
+
 #endif

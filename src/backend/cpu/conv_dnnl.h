@@ -1,0 +1,54 @@
+/* conv_dnnl.h — CONV2D and CONV2D_BWD through oneDNN's convolution
+ * primitives (forward, backward-data, backward-weights; f32), the CPU
+ * backend's default convolution where the build has oneDNN. conv.c owns the
+ * ops and dispatches here; im2col + GEMM there stays the fallback and the
+ * reference. FRUGAL_CONV=gemm|dnnl in the environment (read once) forces a
+ * path, so that both can be run on any host.
+ *
+ * Layout: the user's tensors stay NCHW/OIHW (f32; the image may be bf16);
+ * the primitives take the formats oneDNN picks for the CPU (nChw16c on
+ * AVX-512), into which x, W and dy are reordered, and out of which y, dx and
+ * dW are reordered, all in the node's workspace. The batch is cut into
+ * chunks whose reordered copies fit the GEMM path's own workspace for one
+ * image slot (so the workspace does not grow with the blocked formats'
+ * padded channels); dW sums the chunks in
+ * chunk order. oneDNN's scratchpad is user-managed, in the same workspace,
+ * so the planner's arena holds all of it.
+ *
+ * Bits depend on the geometry and the thread count only (oneDNN's kernels
+ * split work statically). The primitives are made once per geometry and
+ * thread count and kept for the process. */
+#ifndef FR_CONV_DNNL_H
+#define FR_CONV_DNNL_H
+
+#include <stdint.h>
+
+#include "backend/cpu/kernels.h"
+#include "backend/kcheck.h"
+
+/* 1 when convolutions go to oneDNN: built with it, its engine made, and
+ * FRUGAL_CONV is not "gemm". Decided once per process. */
+int fr_conv_dnnl_on(void);
+
+/* The name of oneDNN's implementation for this geometry (forward), for
+ * reports and tests; "" when none. */
+const char *fr_conv_dnnl_impl(const fr_conv_dims *g);
+
+/* Floats of workspace the oneDNN path needs for this geometry on `threads`
+ * threads (scratchpad and reorder buffers, the batch cut so that the copies
+ * of x and y take at most `budget` floats, or one image); 0 when oneDNN has
+ * no primitive for it (the GEMM path runs). backward: CONV2D_BWD (both gradients); bias:
+ * the forward has one; xdt: the image's dtype (f32 or bf16). */
+int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,
+                        int threads);
+
+/* The kernels on the oneDNN path. They run on the caller's OpenMP thread
+ * count, or on fewer when the planned workspace was sized for fewer (a
+ * thread count raised after the step was compiled). FR_CONV_DNNL_DECLINE:
+ * no primitive fits; the caller runs the GEMM path. */
+#define FR_CONV_DNNL_DECLINE (-1)
+int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget);
+int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, float *dx,
+                     float *dw);
+
+#endif
