@@ -26,9 +26,14 @@
 static int g_on;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* Opt-in (FRUGAL_CONV=dnnl) until it measures faster: on the 2-core AMD
+ * EPYC of bench/out/conv_dnnl.txt the CNN's step took 2.5x and the
+ * ResNet's 4.6x the GEMM path's with it (its batch chunks are small: one
+ * image slot of the GEMM path's workspace); FRUGAL_CONV=gemm or unset keeps
+ * im2col / shifted GEMMs. */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
-    g_on = fr_dnnl_engine() != NULL && !(env && strcmp(env, "gemm") == 0);
+    g_on = fr_dnnl_engine() != NULL && env && strcmp(env, "dnnl") == 0;
 }
 
 int fr_conv_dnnl_on(void) {
