@@ -239,6 +239,31 @@ int main(void) {
                     check_gemm(ta, tb, M, N, K, (i + j) % 3, (i + j) % 2 ? 1.0f : 0.0f);
                 }
     check_gemm(0, 1, 512, 384, 1152, 0, 0.0f); /* gpt-tiny's shapes, over several blocks */
+    /* the scratch planned on 1 thread serves a run on 2 (fr_set_threads
+     * after a step was compiled): the same bits as one planned on 2 */
+    {
+        const int64_t M = 512, N = 384, K = 1152;
+        uint16_t *A, *B;
+        double *Aw, *Bw;
+        rand16(M * K, &A, &Aw);
+        rand16(K * N, &B, &Bw);
+        omp_set_num_threads(1);
+        size_t w1 = fr_gemm16_ws(0, 0, M, N, K, K, N, 0.0f, N);
+        omp_set_num_threads(2);
+        size_t w2 = fr_gemm16_ws(0, 0, M, N, K, K, N, 0.0f, N);
+        void *ws1 = malloc(w1 + 1), *ws2 = malloc(w2 + 1);
+        float *C1 = calloc((size_t)(M * N), 4), *C2 = calloc((size_t)(M * N), 4);
+        int s1 = fr_gemm16(g_ctx, 0, 0, M, N, K, A, K, B, N, 0.0f, C1, N, ws1, w1);
+        int s2 = fr_gemm16(g_ctx, 0, 0, M, N, K, A, K, B, N, 0.0f, C2, N, ws2, w2);
+        CHECK(s1 == FR_OK && s2 == FR_OK,
+              "scratch planned on 1 thread (%zu B), run on 2: status %d (%s); planned on 2 (%zu "
+              "B): %d",
+              w1, s1, fr_last_error(g_ctx), w2, s2);
+        CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0,
+              "run on 2 threads: planned on 1 and on 2 differ");
+        free(A), free(B), free(Aw), free(Bw), free(ws1), free(ws2), free(C1), free(C2);
+        omp_set_num_threads(omp_get_num_procs());
+    }
     check_gemm(1, 0, 288, 384, 2048, 0, 1.0f);
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);

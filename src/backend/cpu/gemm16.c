@@ -6,6 +6,7 @@
 
 #ifdef FR_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <pthread.h>
 
 /* One CPU engine and one in-order stream for the process; a primitive is
@@ -86,8 +87,15 @@ static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
 size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     float beta, int64_t ldc) {
     if (!fr_gemm16_native(FR_BF16) || M <= 0 || N <= 0 || K <= 0) return 0;
+    /* oneDNN sizes its scratchpad for the threads it will run on: planned
+     * for the most a later fr_set_threads may give (the cores, or more if
+     * asked now), so a step compiled on fewer threads still runs */
+    int now = omp_get_max_threads(), most = omp_get_num_procs() > now ? omp_get_num_procs() : now;
     dnnl_primitive_desc_t pd;
-    if (make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, &pd)) return 0;
+    omp_set_num_threads(most);
+    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, &pd);
+    omp_set_num_threads(now);
+    if (bad) return 0;
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t n = sp ? dnnl_memory_desc_get_size(sp) : 0;
     dnnl_primitive_desc_destroy(pd);
