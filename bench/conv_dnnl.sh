@@ -17,6 +17,7 @@ STEPS=${STEPS:-8}
 OUT=bench/out/conv_dnnl.txt
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cmake --build "$BUILD" -j2 --target bench_step > /dev/null
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
@@ -35,14 +36,18 @@ median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2
 {
     echo "# bench/conv_dnnl.sh: CNN and ResNet step, batch 128, Adam, $THREADS threads, $ROUNDS rounds"
     echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores;" \
-         "$(date -u +%Y-%m-%d)"
+         "load average before: $load0; $(date -u +%Y-%m-%d)"
     echo "# oneDNN: $(ls /usr/lib/x86_64-linux-gnu/libdnnl.so.* 2>/dev/null | sed -n 's/.*libdnnl.so.//p' | sort | tail -1);" \
          "each cell the median over rounds of the per-run median ms/step"
-    printf '%-8s %12s %12s %14s\n' model gemm_ms dnnl_ms dnnl/gemm
+    echo "# (the ranges: the fastest and slowest run of each path)"
+    printf '%-8s %12s %12s %10s %16s %16s\n' model gemm_ms dnnl_ms dnnl/gemm gemm_range dnnl_range
     for model in cnn resnet; do
-        g=$(awk -v m=$model '$1 == m && $2 == "gemm" {print $3}' "$tmp" | median)
-        d=$(awk -v m=$model '$1 == m && $2 == "dnnl" {print $3}' "$tmp" | median)
-        printf '%-8s %12.1f %12.1f %14.2f\n' "$model" "$g" "$d" "$(echo "$d / $g" | bc -l)"
+        runs() { awk -v m=$model -v p=$1 '$1 == m && $2 == p {print $3}' "$tmp"; }
+        g=$(runs gemm | median)
+        d=$(runs dnnl | median)
+        printf '%-8s %12.1f %12.1f %10.2f %16s %16s\n' "$model" "$g" "$d" "$(echo "$d / $g" | bc -l)" \
+            "$(runs gemm | sort -n | sed -n '1p;$p' | xargs printf '%.1f-' | sed 's/-$//')" \
+            "$(runs dnnl | sort -n | sed -n '1p;$p' | xargs printf '%.1f-' | sed 's/-$//')"
     done
     echo "# runs (model path ms):"
     sed 's/^/#   /' "$tmp"

@@ -143,12 +143,19 @@ static int64_t slots_fitting(int64_t have, int64_t col, int64_t part, int64_t ca
     return s < cap ? s : cap;
 }
 
-/* The budget of the oneDNN path's reordered copies: what the GEMM path
- * needs for one slot (whatever the thread count), so that oneDNN's workspace
- * stays that of the GEMMs. */
+/* The budget of the oneDNN path's reordered copies of a chunk of images
+ * (x's and y's in the blocked formats): 32 MiB, or what the GEMM path needs
+ * for one slot where that is more. Each primitive call and each reorder is
+ * a parallel region with a fixed cost, and oneDNN's kernels are slow on a
+ * few images: cut in one-slot chunks (1 to 13 images) the ResNet's step
+ * took 4.6x the GEMM path's, nearly all of it per-call cost; a batch of 128
+ * goes whole in this budget. */
+#define CONV_DNNL_BUDGET ((int64_t)8 << 20)
+
 static int64_t dnnl_budget(const conv_geom *g, int backward) {
-    if (shifted(g)) return shift_shared(g) + shift_slot(g, backward);
-    return col_elems(g) + (backward ? g->OC * g->ckk : 0);
+    int64_t slot = shifted(g) ? shift_shared(g) + shift_slot(g, backward)
+                              : col_elems(g) + (backward ? g->OC * g->ckk : 0);
+    return slot > CONV_DNNL_BUDGET ? slot : CONV_DNNL_BUDGET;
 }
 
 /* The oneDNN path's workspace when it runs this geometry (0 if it does

@@ -13,10 +13,8 @@
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/reduce.h"
 
-/* The reordered copies of one chunk of images (x's and y's) take at most
- * the caller's budget and this many floats (8 MiB, conv.c's im2col budget),
- * but always one image. */
-#define DNNL_CHUNK_BUDGET ((int64_t)2 << 20)
+/* The budget fr_conv_dnnl_impl's report plans with (32 MiB of copies). */
+#define DNNL_REPORT_BUDGET ((int64_t)8 << 20)
 /* Plans kept for the process; past this many a plan is made for its call only. */
 #define DNNL_CACHE_MAX 512
 #define DNNL_ALIGN 64
@@ -27,10 +25,10 @@ static int g_on;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* Opt-in (FRUGAL_CONV=dnnl) until it measures faster: on the 2-core AMD
- * EPYC of bench/out/conv_dnnl.txt the CNN's step took 2.5x and the
- * ResNet's 4.6x the GEMM path's with it (its batch chunks are small: one
- * image slot of the GEMM path's workspace); FRUGAL_CONV=gemm or unset keeps
- * im2col / shifted GEMMs. */
+ * EPYC of bench/out/conv_dnnl.txt it is level with the GEMM path (the
+ * primitives are faster than the GEMMs, the reorders NCHW <-> nChw16c
+ * around them take a quarter of their time); FRUGAL_CONV=gemm or unset
+ * keeps im2col / shifted GEMMs. */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
     g_on = fr_dnnl_engine() != NULL && env && strcmp(env, "dnnl") == 0;
@@ -40,6 +38,8 @@ int fr_conv_dnnl_on(void) {
     pthread_once(&g_once, decide);
     return g_on;
 }
+
+int fr_conv_dnnl_built(void) { return fr_dnnl_engine() != NULL; }
 
 /* ---- one primitive and the reorders around it ---------------------------- */
 
@@ -265,7 +265,7 @@ static conv_plan *plan_make(const plan_key *k, const fr_conv_dims *g) {
     if (!pl) return NULL;
     pl->key = *k;
     int64_t per = up16(g->C) * g->H * g->W + up16(g->OC) * g->OH * g->OW;
-    int64_t most = (k->budget < DNNL_CHUNK_BUDGET ? k->budget : DNNL_CHUNK_BUDGET) / per;
+    int64_t most = k->budget / per;
     if (most < 1) most = 1;
     pl->chunks = (g->N + most - 1) / most;
     pl->nb = (g->N + pl->chunks - 1) / pl->chunks;
@@ -371,7 +371,7 @@ int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g) {
     if (!fr_conv_dnnl_on()) return "";
     int own;
-    conv_plan *pl = plan_get(g, DNNL_CHUNK_BUDGET, 0, 0, FR_F32, omp_get_max_threads(), &own);
+    conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, FR_F32, omp_get_max_threads(), &own);
     if (!pl) return "";
     if (own) { /* a full cache: a static copy (a report's, not a kernel's) */
         static char name[64];
@@ -524,6 +524,7 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
 #else /* built without oneDNN: every convolution takes the GEMM path */
 
 int fr_conv_dnnl_on(void) { return 0; }
+int fr_conv_dnnl_built(void) { return 0; }
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g) {
     (void)g;
     return "";

@@ -1,19 +1,17 @@
 /* conv_dnnl.h — CONV2D and CONV2D_BWD through oneDNN's convolution
- * primitives (forward, backward-data, backward-weights; f32), the CPU
- * backend's default convolution where the build has oneDNN. conv.c owns the
- * ops and dispatches here; im2col + GEMM there stays the fallback and the
- * reference. FRUGAL_CONV=gemm|dnnl in the environment (read once) forces a
- * path, so that both can be run on any host.
+ * primitives (forward, backward-data, backward-weights; f32), opt-in with
+ * FRUGAL_CONV=dnnl in the environment (read once; bench/out/conv_dnnl.txt
+ * compares the paths). conv.c owns the ops and dispatches here; im2col +
+ * GEMM there stays the default, the fallback and the reference.
  *
  * Layout: the user's tensors stay NCHW/OIHW (f32; the image may be bf16);
  * the primitives take the formats oneDNN picks for the CPU (nChw16c on
  * AVX-512), into which x, W and dy are reordered, and out of which y, dx and
- * dW are reordered, all in the node's workspace. The batch is cut into
- * chunks whose reordered copies fit the GEMM path's own workspace for one
- * image slot (so the workspace does not grow with the blocked formats'
- * padded channels); dW sums the chunks in
- * chunk order. oneDNN's scratchpad is user-managed, in the same workspace,
- * so the planner's arena holds all of it.
+ * dW are reordered, all in the node's workspace. The batch is cut into as
+ * few chunks as the caller's budget for the reordered copies allows (conv.c
+ * gives 32 MiB: a batch of 128 small images goes whole); dW sums the chunks
+ * in chunk order. oneDNN's scratchpad is user-managed, in the same
+ * workspace, so the planner's arena holds all of it.
  *
  * Bits depend on the geometry and the thread count only (oneDNN's kernels
  * split work statically). The primitives are made once per geometry and
@@ -29,6 +27,10 @@
 /* 1 when convolutions go to oneDNN: built with it, its engine made, and
  * FRUGAL_CONV is not "gemm". Decided once per process. */
 int fr_conv_dnnl_on(void);
+
+/* 1 when the build has oneDNN and its CPU engine was made (the path can
+ * be turned on), whatever FRUGAL_CONV says. */
+int fr_conv_dnnl_built(void);
 
 /* The name of oneDNN's implementation for this geometry (forward), for
  * reports and tests; "" when none. */
