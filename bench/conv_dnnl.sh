@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # conv_dnnl.sh — the CNN and the ResNet training step (batch 128, Adam) with
 # convolutions on oneDNN's primitives against im2col / shifted GEMMs
-# (FRUGAL_CONV=dnnl|gemm), alternated in fresh processes (rounds AB, BA, ...)
+# (FRUGAL_CONV=dnnl|gemm), fp32 and the CNN in bf16-mixed (cnn-bf16: native
+# bf16 primitives on oneDNN's path where the CPU has them), alternated in fresh processes (rounds AB, BA, ...)
 # because medians of separate runs drift on shared machines. Each cell is the
 # median over rounds of bench_step's per-run median ms/step. Writes
 # bench/out/conv_dnnl.txt (the CPU named in its header). Not a test.
@@ -23,10 +24,12 @@ trap 'rm -f "$tmp"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
     order="gemm dnnl"
     [ $((r % 2)) -eq 0 ] && order="dnnl gemm"
-    for model in cnn resnet; do
+    for cfg in cnn:fp32 resnet:fp32 cnn:bf16-mixed; do
+        model=${cfg%%:*}
+        [ "${cfg#*:}" = fp32 ] || model=$model-bf16
         for path in $order; do
-            ms=$(FRUGAL_CONV=$path "$BUILD/bench_step" --model "$model" --batch 128 \
-                 --optimizer adam --threads "$THREADS" --steps "$STEPS" --json |
+            ms=$(FRUGAL_CONV=$path "$BUILD/bench_step" --model "${cfg%%:*}" --batch 128 \
+                 --optimizer adam --precision "${cfg#*:}" --threads "$THREADS" --steps "$STEPS" --json |
                  sed -n 's/.*"median_ms": *\([0-9.]*\).*/\1/p')
             echo "$model $path $ms" >> "$tmp"
         done
@@ -41,7 +44,7 @@ median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2
          "each cell the median over rounds of the per-run median ms/step"
     echo "# (the ranges: the fastest and slowest run of each path)"
     printf '%-8s %12s %12s %10s %16s %16s\n' model gemm_ms dnnl_ms dnnl/gemm gemm_range dnnl_range
-    for model in cnn resnet; do
+    for model in cnn resnet cnn-bf16; do
         runs() { awk -v m=$model -v p=$1 '$1 == m && $2 == p {print $3}' "$tmp"; }
         g=$(runs gemm | median)
         d=$(runs dnnl | median)

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
 #include "core/half.h"
@@ -63,21 +64,25 @@ static fr_shape shape4(const geo *g, int64_t c, int64_t h, int64_t w) {
     return fr_shape4(g->N, c, h, w);
 }
 
-/* worst-case rounding bound of a sum of n terms whose magnitudes add to mag */
-static double bound(int64_t n, double mag) { return (double)(n + 4) * U * mag + 1e-30; }
+/* worst-case rounding bound of a sum of n terms whose magnitudes add to mag,
+ * each term off by at most rel of itself before the sum (its operands'
+ * rounding to bf16: 0 for f32 operands) */
+static double bound(int64_t n, double mag, double rel) {
+    return (rel + (double)(n + 4) * U * (1.0 + rel)) * mag + 1e-30;
+}
 
 /* counts the outputs outside their bound, reports the first */
 static void compare(int line, const char *what, const geo *g, const float *got, const double *ref,
-                    const double *mag, int64_t count, int64_t n) {
+                    const double *mag, int64_t count, int64_t n, double rel) {
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; i < count; i++)
-        if (!(fabs(got[i] - ref[i]) <= bound(n, mag[i])) && bad++ == 0) first = i;
+        if (!(fabs(got[i] - ref[i]) <= bound(n, mag[i], rel)) && bad++ == 0) first = i;
     CHECK_AT(line, bad == 0,
              "%s of N%d C%d %dx%d OC%d K%d S%d P%d: %lld of %lld outside the bound, first [%lld] "
              "%.9g vs %.9g (bound %.3g)",
              what, g->N, g->C, g->H, g->W, g->OC, g->K, g->S, g->P, (long long)bad,
              (long long)count, (long long)first, first >= 0 ? got[first] : 0.0,
-             first >= 0 ? ref[first] : 0.0, first >= 0 ? bound(n, mag[first]) : 0.0);
+             first >= 0 ? ref[first] : 0.0, first >= 0 ? bound(n, mag[first], rel) : 0.0);
 }
 
 /* x (N,C,H,W), w (OC,C,K,K) at (n, oc, c, oh, ow, kh, kw): the input index
@@ -215,9 +220,10 @@ static void bufs_free(bufs *B) {
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 
-/* one geometry: the kernels against the reference (budget: run_conv's) */
+/* one geometry: the kernels against the reference (budget: run_conv's;
+ * rel: bound's, the operands' rounding) */
 static void check_budget(int line, const geo *g, int bias, int acc, int half, int ws_threads,
-                         int64_t budget) {
+                         int64_t budget, double rel) {
     bufs B;
     bufs_make(g, &B, half);
     reference(g, &B, bias, acc);
@@ -229,16 +235,17 @@ static void check_budget(int line, const geo *g, int bias, int acc, int half, in
         int64_t nx = (int64_t)g->N * g->C * g->H * g->W, ny = (int64_t)g->N * g->OC * OH * OW;
         int64_t nw = (int64_t)g->OC * g->C * g->K * g->K, ckk = (int64_t)g->C * g->K * g->K;
         /* dW's sums may add the chunks of the batch one by one: up to N more terms */
-        compare(line, "y", g, B.y, B.ry, B.my, ny, ckk + 1);
-        compare(line, "dx", g, B.dx, B.rdx, B.mdx, nx, (int64_t)g->OC * g->K * g->K + 1);
-        compare(line, "dW", g, B.dw, B.rdw, B.mdw, nw, (int64_t)g->N * OH * OW + g->N + 1);
-        if (!budget) compare(line, "db", g, B.db, B.rdb, B.mdb, g->OC, (int64_t)g->N * OH * OW + 1);
+        compare(line, "y", g, B.y, B.ry, B.my, ny, ckk + 1, rel);
+        compare(line, "dx", g, B.dx, B.rdx, B.mdx, nx, (int64_t)g->OC * g->K * g->K + 1, rel);
+        compare(line, "dW", g, B.dw, B.rdw, B.mdw, nw, (int64_t)g->N * OH * OW + g->N + 1, rel);
+        if (!budget)
+            compare(line, "db", g, B.db, B.rdb, B.mdb, g->OC, (int64_t)g->N * OH * OW + 1, 0.0);
     }
     bufs_free(&B);
 }
 
 static void check_case(int line, const geo *g, int bias, int acc, int half, int ws_threads) {
-    check_budget(line, g, bias, acc, half, ws_threads, 0);
+    check_budget(line, g, bias, acc, half, ws_threads, 0, 0.0);
 }
 
 /* the sweep: strides, paddings, kernels, batch, channel pairs, odd sizes */
@@ -259,13 +266,42 @@ static void test_geometries(void) {
     printf("%d geometries\n", cases);
 }
 
+/* Native bf16 convolutions round W and dy to bf16 (the image is bf16
+ * already): each product's operands are each within 2^-8 of their value,
+ * so the product within 2 2^-8 + 2^-16 of the exact one; then f32 sums. */
+static int bf16_native(void) { return fr_conv_dnnl_on() && fr_gemm16_native(FR_BF16); }
+static double bf16_rel(void) { return bf16_native() ? 2.0 / 256 + 1.0 / 65536 : 0.0; }
+
 /* the image in bf16 (the mixed-precision pass binds it so where the kernel
  * reads it: a "same" convolution on the GEMM path, any on oneDNN's): the
- * result is the f32 convolution of its exact widened values */
+ * f32 convolution of its exact widened values on the GEMM path, within
+ * bf16's rounding of W and dy on oneDNN's native bf16 kernels */
 static void test_bf16_image(void) {
     geo a = {3, 16, 11, 9, 16, 3, 1, 1}, b = {2, 5, 9, 9, 7, 3, 2, 1};
-    check_case(__LINE__, &a, 0, 0, 1, 0);
-    if (fr_conv_dnnl_on()) check_case(__LINE__, &b, 1, 1, 1, 0);
+    check_budget(__LINE__, &a, 0, 0, 1, 0, 0, bf16_rel());
+    if (fr_conv_dnnl_on()) check_budget(__LINE__, &b, 1, 1, 1, 0, 0, bf16_rel());
+}
+
+/* oneDNN's bf16 primitives (where the CPU has bf16 kernels): chosen for a
+ * bf16 image, and the sweep's strides, paddings, kernels, odd sizes and
+ * batch 1 within the bf16 bound */
+static void test_bf16_native(void) {
+    if (!fr_conv_dnnl_on()) return;
+    if (!bf16_native()) {
+        printf("skipped native bf16 convolutions: oneDNN has no bf16 kernels on this CPU\n");
+        return;
+    }
+    fr_shape xs = fr_shape4(2, 16, 9, 9);
+    fr_conv_dims d;
+    fr_conv_dims_make(&d, &xs, 32, 3, 1, 1);
+    const char *impl = fr_conv_dnnl_impl(&d, FR_BF16);
+    printf("oneDNN bf16 convolution: %s\n", impl);
+    CHECK(strstr(impl, "bf16") != NULL, "a bf16 image ran on %s, not a bf16 kernel", impl);
+    static const geo gs[] = {{2, 16, 9, 9, 32, 3, 1, 1},  {1, 3, 7, 9, 16, 3, 1, 1},
+                             {3, 17, 9, 7, 5, 5, 2, 2},   {1, 32, 8, 8, 17, 1, 2, 0},
+                             {2, 8, 11, 11, 16, 3, 2, 0}, {4, 64, 7, 7, 64, 3, 1, 1}};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
+        check_budget(__LINE__, &gs[i], (int)(i % 2), i % 3 == 0, 1, 0, 0, bf16_rel());
 }
 
 /* a batch whose reordered copies exceed oneDNN's chunk budget (an image's
@@ -275,9 +311,9 @@ static void test_bf16_image(void) {
 static void test_chunks(void) {
     if (!fr_conv_dnnl_on()) return;
     geo g = {5, 16, 9, 9, 16, 3, 1, 0};
-    check_budget(__LINE__, &g, 1, 0, 0, 0, 3 * 2080);
-    check_budget(__LINE__, &g, 0, 1, 0, 0, 3 * 2080);
-    check_budget(__LINE__, &g, 1, 1, 1, 0, 100);
+    check_budget(__LINE__, &g, 1, 0, 0, 0, 3 * 2080, 0.0);
+    check_budget(__LINE__, &g, 0, 1, 0, 0, 3 * 2080, 0.0);
+    check_budget(__LINE__, &g, 1, 1, 1, 0, 100, bf16_rel());
 }
 
 /* the same call twice: the same bits (2 threads, backward-weights summing
@@ -361,12 +397,13 @@ static int run_all(const char *mode) {
         fr_shape xs = fr_shape4(3, 17, 7, 9);
         fr_conv_dims g;
         fr_conv_dims_make(&g, &xs, 5, 5, 2, 2);
-        printf("oneDNN convolution: %s\n", fr_conv_dnnl_impl(&g));
+        printf("oneDNN convolution: %s\n", fr_conv_dnnl_impl(&g, FR_F32));
         CHECK(fr_conv_dnnl_ws(&g, 1 << 20, 1, 0, FR_F32, 1) > 0, "oneDNN declined a 5x5 stride 2");
     }
     omp_set_num_threads(2);
     test_geometries();
     test_bf16_image();
+    test_bf16_native();
     test_chunks();
     test_determinism();
     test_threads_changed();

@@ -154,18 +154,29 @@ static const dnnl_query_t md_query[3][T_COUNT] = {
 static const int out_of[3] = {[K_FWD] = T_Y, [K_BWD_W] = T_W, [K_BWD_D] = T_X};
 
 /* A primitive of kind for nb images, its image of dtype xdt; "ref" kernels
- * (oneDNN's plain C loops) are refused: the GEMM path is faster. */
+ * (oneDNN's plain C loops) are refused: the GEMM path is faster. native:
+ * the operands in bf16 (the image's, W and dy rounded to nearest even by
+ * the reorders), the results (y, dx, dW) in f32 with f32 sums; otherwise
+ * all f32 (a 16-bit image widened by its reorder). */
 static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int bias,
-                     dnnl_data_type_t xdt) {
+                     dnnl_data_type_t xdt, int native) {
     memset(p, 0, sizeof *p);
     p->kind = kind, p->out_t = out_of[kind];
     dnnl_dims_t xd = {nb, g->C, g->H, g->W}, wd = {g->OC, g->C, g->K, g->K},
                 yd = {nb, g->OC, g->OH, g->OW}, bd = {g->OC};
     dnnl_dims_t st = {g->S, g->S}, pad = {g->P, g->P};
-    dnnl_memory_desc_t x, w, y;
-    if (dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_format_tag_any) ||
-        dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_format_tag_any) ||
-        dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_format_tag_any) ||
+    /* each tensor's type: an operand's is c, a result's f32; the forward
+     * desc of a backward primitive (its hint) has c throughout */
+    const dnnl_data_type_t c = native ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
+    const dnnl_data_type_t ty[3][T_COUNT] = {
+        [K_FWD] = {c, c, f}, [K_BWD_W] = {c, f, c}, [K_BWD_D] = {f, c, c}};
+    dnnl_memory_desc_t x, w, y, hx, hw, hy;
+    if (dnnl_memory_desc_init_by_tag(&x, 4, xd, ty[kind][T_X], dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&w, 4, wd, ty[kind][T_W], dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&y, 4, yd, ty[kind][T_Y], dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&hx, 4, xd, c, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&hw, 4, wd, c, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&hy, 4, yd, kind == K_FWD ? f : c, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&p->user[T_X], 4, xd, kind == K_BWD_D ? dnnl_f32 : xdt,
                                      dnnl_nchw) ||
         dnnl_memory_desc_init_by_tag(&p->user[T_W], 4, wd, dnnl_f32, dnnl_oihw) ||
@@ -178,8 +189,8 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
     dnnl_convolution_desc_t fd, cd;
     dnnl_primitive_desc_t hint = NULL, pd = NULL;
     int bad = dnnl_convolution_forward_desc_init(
-                  &fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w,
-                  kind == K_FWD && bias ? &p->bias : NULL, &y, st, pad, pad) != dnnl_success;
+                  &fd, dnnl_forward_training, dnnl_convolution_direct, &hx, &hw,
+                  kind == K_FWD && bias ? &p->bias : NULL, &hy, st, pad, pad) != dnnl_success;
     if (!bad && kind == K_FWD) bad = dnnl_primitive_desc_create(&pd, &fd, at, e, NULL) != 0;
     else if (!bad) {
         bad = dnnl_primitive_desc_create(&hint, &fd, NULL, e, NULL) != 0;
@@ -241,7 +252,8 @@ typedef struct conv_plan {
     plan_key key;
     int64_t nb, chunks;
     prim a[2], b[2];
-    int nprim; /* 1: the last chunk is full (a[1], b[1] unused) */
+    int nprim;  /* 1: the last chunk is full (a[1], b[1] unused) */
+    int native; /* bf16 primitives (prim_make) */
     size_t x_off, y_off, w_off, dw_off, bytes;
     char impl[64];
 } conv_plan;
@@ -258,6 +270,27 @@ static size_t md_bytes(const dnnl_memory_desc_t *md) { return dnnl_memory_desc_g
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* pl's primitives for chunks of pl->nb images and a last of `last`; 1 if
+ * all were made (pl->native says whether they are bf16's), else 0 with
+ * none kept. */
+static int prims_make(conv_plan *pl, const plan_key *k, const fr_conv_dims *g, int64_t last,
+                      int native) {
+    dnnl_data_type_t xdt = k->xdt == FR_BF16 ? dnnl_bf16 : k->xdt == FR_F16 ? dnnl_f16 : dnnl_f32;
+    int n = last == pl->nb ? 1 : 2, ok = 1;
+    pl->native = native;
+    for (int i = 0; i < n && ok; i++) {
+        int64_t nb = i ? last : pl->nb;
+        ok = prim_make(&pl->a[i], k->backward ? K_BWD_W : K_FWD, g, nb, k->bias, xdt, native) == 0;
+        if (ok && k->backward) {
+            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt, native) == 0;
+            if (!ok) prim_free(&pl->a[i]);
+        }
+        if (!ok)
+            for (int j = 0; j < i; j++) prim_free(&pl->a[j]), prim_free(&pl->b[j]);
+    }
+    return ok;
+}
+
 /* Made on the key's thread count: oneDNN sizes its scratchpad and splits its
  * work for the OpenMP thread count at creation. */
 static conv_plan *plan_make(const plan_key *k, const fr_conv_dims *g) {
@@ -271,18 +304,10 @@ static conv_plan *plan_make(const plan_key *k, const fr_conv_dims *g) {
     pl->nb = (g->N + pl->chunks - 1) / pl->chunks;
     int64_t last = g->N - (pl->chunks - 1) * pl->nb;
     pl->nprim = last == pl->nb ? 1 : 2;
-    dnnl_data_type_t xdt = k->xdt == FR_BF16 ? dnnl_bf16 : k->xdt == FR_F16 ? dnnl_f16 : dnnl_f32;
-    int ok = 1;
-    for (int i = 0; i < pl->nprim && ok; i++) {
-        int64_t nb = i ? last : pl->nb;
-        ok = prim_make(&pl->a[i], k->backward ? K_BWD_W : K_FWD, g, nb, k->bias, xdt) == 0;
-        if (ok && k->backward) {
-            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt) == 0;
-            if (!ok) prim_free(&pl->a[i]);
-        }
-        if (!ok) pl->nprim = i;
-    }
-    if (!ok) {
+    /* a bf16 image: bf16 primitives where oneDNN has bf16 kernels for all
+     * of them, else f32 ones on the widened image */
+    if (!prims_make(pl, k, g, last, k->xdt == FR_BF16 && fr_gemm16_native(FR_BF16)) &&
+        !(pl->native && prims_make(pl, k, g, last, 0))) {
         plan_free(pl);
         return NULL;
     }
@@ -368,10 +393,10 @@ int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int
     return n;
 }
 
-const char *fr_conv_dnnl_impl(const fr_conv_dims *g) {
+const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
     if (!fr_conv_dnnl_on()) return "";
     int own;
-    conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, FR_F32, omp_get_max_threads(), &own);
+    conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, xdt, omp_get_max_threads(), &own);
     if (!pl) return "";
     if (own) { /* a full cache: a static copy (a report's, not a kernel's) */
         static char name[64];
@@ -525,8 +550,8 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
 
 int fr_conv_dnnl_on(void) { return 0; }
 int fr_conv_dnnl_built(void) { return 0; }
-const char *fr_conv_dnnl_impl(const fr_conv_dims *g) {
-    (void)g;
+const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
+    (void)g, (void)xdt;
     return "";
 }
 int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,

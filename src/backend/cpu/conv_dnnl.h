@@ -1,8 +1,14 @@
 /* conv_dnnl.h — CONV2D and CONV2D_BWD through oneDNN's convolution
- * primitives (forward, backward-data, backward-weights; f32), opt-in with
+ * primitives (forward, backward-data, backward-weights), opt-in with
  * FRUGAL_CONV=dnnl in the environment (read once; bench/out/conv_dnnl.txt
  * compares the paths). conv.c owns the ops and dispatches here; im2col +
  * GEMM there stays the default, the fallback and the reference.
+ *
+ * The primitives are f32, except for a bf16 image (bf16-mixed) where the
+ * CPU has bf16 kernels (fr_gemm16_native: AVX512_BF16 or AMX): their
+ * operands are then bf16 (W and dy rounded to nearest even by their
+ * reorders), products exact and summed in f32, y, dx and dW f32. An f16
+ * image, or a bf16 one elsewhere, is widened by its reorder.
  *
  * Layout: the user's tensors stay NCHW/OIHW (f32; the image may be bf16);
  * the primitives take the formats oneDNN picks for the CPU (nChw16c on
@@ -32,9 +38,10 @@ int fr_conv_dnnl_on(void);
  * be turned on), whatever FRUGAL_CONV says. */
 int fr_conv_dnnl_built(void);
 
-/* The name of oneDNN's implementation for this geometry (forward), for
- * reports and tests; "" when none. */
-const char *fr_conv_dnnl_impl(const fr_conv_dims *g);
+/* The name of oneDNN's implementation for this geometry's forward with an
+ * image of dtype xdt, for reports and tests ("jit:avx512_core_bf16" for a
+ * native bf16 one); "" when none. */
+const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt);
 
 /* Floats of workspace the oneDNN path needs for this geometry on `threads`
  * threads (scratchpad and reorder buffers, the batch cut so that the copies
