@@ -397,8 +397,9 @@ static const opt_row opts[] = {
      "fp32 | bf16-mixed | fp16-mixed (fp32 master weights and optimizer\n"
      "state, activations saved for backward in 16 bits; with oneDNN on a CPU\n"
      "with AVX512_BF16 the linear layers' GEMMs run in bf16, about twice as\n"
-     "fast) | bf16 | fp16 (weights in 16 bits too) | auto (bf16-mixed only\n"
-     "if it beats every fp32 plan within the budget)"},
+     "fast) | bf16 | fp16 (weights in 16 bits too) | auto (under --budget:\n"
+     "bf16-mixed if its step is faster at the host's measured GEMM rates,\n"
+     "FRUGAL_GEMM_RATES=F32,BF16 to give them, or a cheaper fit)"},
     {"optimizer-state", "S", O_OSTATE, C_STEP,
      "fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
      "quantization, tensors under 2048 values keep fp32) [fp32]"},

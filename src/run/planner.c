@@ -15,7 +15,9 @@
  * choice, else the step as given) and what `frugal plan` prints. */
 #include <math.h>
 #include <string.h>
+#include <stdlib.h>
 #include "backend/backend.h"
+#include "run/planner.h"
 #include "plan/remat.h"
 #include "core/names.h"
 #include "optim/optim.h"
@@ -153,17 +155,82 @@ static int has_batchnorm(const fr_model *m) {
     return 0;
 }
 
-/* What --precision auto charges a plan for storing activations in bf16,
- * as a share of the step: where the linear layers' GEMMs run on f32 copies
- * of the rounded operands, 10% (the casts, measured 4-9% here, and the
- * rounding); where the backend has a native bf16 GEMM (twice an f32 GEMM's
- * rate with oneDNN on AVX512_BF16) the step is faster, not slower, and 2%
- * stands for the rounding alone: fp32 still wins when it fits without
- * recomputation, bf16 against any fp32 plan that recomputes more. */
-static double mixed_cost(const fr_model *m, const fr_step_opts *o, fr_precision p) {
+/* --precision auto weighs bf16-mixed against fp32 by what each step costs
+ * in time, as a share of the fp32 step:
+ *   cost = MIXED_CAST_SHARE - g (1 - r32 / r16)
+ * g: the share of the step's FLOPs in LINEAR and LINEAR_BWD (clones not
+ * counted: the planner's unit is the step without recomputation), the ops
+ * whose GEMMs run native bf16 where the backend has them (convolutions stay
+ * f32 GEMMs on rounded operands: they gain nothing); r32, r16: the f32 and
+ * bf16 GEMM rates (mixed_rates; r16 0 where bf16 is not native: the g term
+ * is 0). A negative cost is a faster step: bf16-mixed then beats an fp32
+ * plan that fits as it is. The FLOP share counts element-wise ops at a FLOP
+ * or a few per value, so it is above the linear layers' share of the time
+ * (gpt-tiny at T 128: 96% of the FLOPs, 78% of the fp32 step's kernel time
+ * here), and the gain is an upper bound. */
+
+/* The casts to and from 16 bits (and the rounded weight copies) as a share
+ * of the fp32 step: `frugal profile --model gpt-tiny --batch 8 --seq 128
+ * --threads 2 --steps 5` on the 2-core dev machine (AMD EPYC, AVX512_BF16),
+ * cast's time in the bf16-mixed step against the fp32 step: 8-12% with
+ * native bf16 GEMMs, 11% with them emulated (FRUGAL_GEMM16=0); 10% on the
+ * Intel host of issue 23. */
+#define MIXED_CAST_SHARE 0.10
+
+/* The GEMM rates bf16-mixed is weighed with, GFLOP/s: FRUGAL_GEMM_RATES
+ * "F32,BF16" when it is set (assumed whatever the host and backend; BF16 0:
+ * no native bf16 GEMM), else, where the backend's linear layers take bf16
+ * natively (the CPU with oneDNN on AVX512_BF16 or AMX), the host's measured
+ * OpenBLAS f32 and oneDNN bf16 rates (fr_gemm_probe: once per process,
+ * about 0.2 s), else none (bf16 0, no probe: a device, or bf16 emulated). */
+static void mixed_rates(const fr_ctx *ctx, double *r32, double *r16, int *from_env) {
+    const char *env = getenv("FRUGAL_GEMM_RATES");
+    double a, b;
+    char end;
+    *r32 = *r16 = 0;
+    *from_env = 0;
+    if (env && sscanf(env, "%lf,%lf%c", &a, &b, &end) == 2 && a > 0 && b >= 0) {
+        *r32 = a, *r16 = b, *from_env = 1;
+        return;
+    }
+    const fr_backend *be = fr_backend_of(ctx);
+    if (!be->host_memory || !be->gemm16 || !be->gemm16(FR_BF16)) return;
+    fr_gemm_rates r;
+    fr_gemm_probe(&r);
+    *r32 = r.blas_f32, *r16 = r.blas_f32 > 0 ? r.bf16 : 0;
+}
+
+/* The GEMM term's largest gain, for a level's floor before any plan of it
+ * is built (g <= 1). */
+static double mixed_floor(const fr_ctx *ctx) {
+    double r32, r16;
+    int env;
+    mixed_rates(ctx, &r32, &r16, &env);
+    return MIXED_CAST_SHARE - (r16 > 0 ? fmax(0.0, 1 - r32 / r16) : 0.0);
+}
+
+void fr_plan_mixed_estimate(const fr_step *s, fr_mixed_estimate *e) {
+    double all = 0, gemm = 0;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->attr.recompute) continue;
+        double f = fr_op_get(nd->op)->flops(&s->g, nd);
+        all += f;
+        if (nd->op == FR_OP_LINEAR || nd->op == FR_OP_LINEAR_BWD) gemm += f;
+    }
+    mixed_rates(s->ctx, &e->f32, &e->bf16, &e->from_env);
+    e->linear_share = all > 0 ? gemm / all : 0;
+    e->cast_share = MIXED_CAST_SHARE;
+    e->cost = e->cast_share - (e->bf16 > 0 ? e->linear_share * (1 - e->f32 / e->bf16) : 0.0);
+}
+
+/* What --precision auto charges a candidate of precision p (0 for fp32 and
+ * for any precision given explicitly). */
+static double mixed_cost(const fr_step *s, const fr_step_opts *o, fr_precision p) {
     if (p != FR_PREC_BF16_MIXED || o->precision != FR_PREC_AUTO) return 0.0;
-    const fr_backend *be = fr_backend_of(m->ctx);
-    return be->gemm16 && be->gemm16(FR_BF16) ? 0.02 : 0.10;
+    fr_mixed_estimate e;
+    fr_plan_mixed_estimate(s, &e);
+    return e.cost;
 }
 
 static const char *mode_name(fr_ckpt_mode m) {
@@ -196,7 +263,7 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     c->offload = o.offload;
     c->split = split_cost(s);
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) + c->split + (k > 1 && bn ? 1.0 : 0.0) +
-              mixed_cost(m, base, c->prec) + offload_cost(s, plain);
+              mixed_cost(s, base, c->prec) + offload_cost(s, plain);
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
         for (int i = 0; i < s->g.n_forward; i++)
@@ -378,7 +445,10 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             int k = opts->batch / micro;
             /* the level's split cost is added once its first plan is built:
              * it is the same for every schedule (it counts no clone) */
-            double floor_cost = (k > 1 && lv.bn ? 1.0 : 0.0) + mixed_cost(m, opts, lv.prec);
+            double floor_cost =
+                (k > 1 && lv.bn ? 1.0 : 0.0) +
+                (lv.prec == FR_PREC_BF16_MIXED && opts->precision == FR_PREC_AUTO ? mixed_floor(ctx)
+                                                                                  : 0.0);
             if (found && floor_cost >= best->cost) continue; /* cannot beat the best so far */
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
@@ -625,6 +695,13 @@ static void describe_offload(const fr_step *s, double step_flops, int recomputed
                                "at less cost)");
 }
 
+/* Whether the plan says how bf16-mixed and fp32 compare: under a budget
+ * (where --precision auto chooses), for a training step in either. */
+static int weighs_precision(const fr_step *s) {
+    return s->o.budget && s->o.training &&
+           (s->o.precision == FR_PREC_FP32 || s->o.precision == FR_PREC_BF16_MIXED);
+}
+
 void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_model *m = s->m;
     fr_plan_info info;
@@ -687,6 +764,18 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     1e3 * exposed, t > 0 && copy >= 0 ? exposed / t : 0,
                     base > 0 ? act_offloaded(s, NULL) * k / base : 0, bw, fl, w);
         }
+        if (weighs_precision(s)) {
+            fr_mixed_estimate e;
+            fr_plan_mixed_estimate(s, &e);
+            fprintf(out,
+                    "\"bf16_mixed_vs_fp32\": {\"time_ratio\": %.6g, \"linear_flop_share\": %.6g, "
+                    "\"gflops_f32\": %.6g, \"gflops_bf16\": %.6g, \"cast_share\": %.6g, "
+                    "\"rates\": \"%s\"}, ",
+                    1 + e.cost, e.linear_share, e.f32, e.bf16, e.cast_share,
+                    e.from_env   ? "FRUGAL_GEMM_RATES"
+                    : e.bf16 > 0 ? "measured"
+                                 : "none");
+        }
         fprintf(out, "\"layers\": [");
         int first = 1;
         for (size_t i = 0; i < m->n_layers; i++) {
@@ -745,6 +834,24 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                          ? " (the linear layers' GEMMs in bf16, oneDNN)\n"
                          : " (GEMMs in f32 on bf16-rounded operands: no native bf16 GEMM here)\n");
     else fputc('\n', out);
+    if (weighs_precision(s)) {
+        fr_mixed_estimate e;
+        fr_plan_mixed_estimate(s, &e);
+        fprintf(out,
+                "  bf16-mixed against fp32 (what --precision auto weighs): %.2fx the step's time: ",
+                1 + e.cost);
+        if (e.bf16 > 0)
+            fprintf(out,
+                    "the linear layers' GEMMs (%.1f%% of the FLOPs) at %.0f GFLOP/s bf16 against "
+                    "%.0f f32 (%s), plus %.0f%% for the casts\n",
+                    100 * e.linear_share, e.bf16, e.f32,
+                    e.from_env ? "FRUGAL_GEMM_RATES" : "measured", 100 * e.cast_share);
+        else
+            fprintf(out, "%s (the GEMMs run f32 on rounded operands), the casts %.0f%% more\n",
+                    e.from_env ? "FRUGAL_GEMM_RATES gives bf16 0: no native bf16 GEMM"
+                               : "no native bf16 GEMM here",
+                    100 * e.cast_share);
+    }
     if (fr_place_second_memory(s->ctx)) /* what offload would move to the host */
         describe_offload(s, base, info.recomputed_units > 0, out);
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
