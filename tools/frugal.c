@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/cpu/cpuinfo.h"
+#include "core/names.h"
 #include "data/dataset.h"
 #include "parallel/comm.h"
 #include "infer/generate.h"
@@ -1642,21 +1643,6 @@ static const char *usage_devices =
     "global memory as that much (when less than it has), to exercise the check\n"
     "that refuses a plan larger than the device before anything is allocated.\n";
 
-#ifdef FR_HAVE_OPENCL
-/* s as a JSON string body (quotes and control characters escaped) */
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-#endif
-
 static int cmd_devices(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -1702,11 +1688,11 @@ static int cmd_devices(int argc, char **argv) {
         }
         if (json) {
             printf("%s\n  {\"index\": %d, \"platform\": ", i ? "," : "", i);
-            json_str(stdout, in.platform);
+            fr_json_str(stdout, in.platform);
             fputs(", \"name\": ", stdout);
-            json_str(stdout, in.name);
+            fr_json_str(stdout, in.name);
             fputs(", \"version\": ", stdout);
-            json_str(stdout, in.version);
+            fr_json_str(stdout, in.version);
             printf(", \"global_mem\": %zu, \"max_alloc\": %zu, \"base_align\": %zu, \"fp16\": %s, "
                    "\"fp64\": %s, \"compute_units\": %d}",
                    in.global_mem, in.max_alloc, in.base_align, in.fp16 ? "true" : "false",

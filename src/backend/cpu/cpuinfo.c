@@ -3,6 +3,7 @@
  * pthread_once; the only other state is the environment fr_cpu_fix_env sets
  * before a restart. */
 #include "backend/cpu/cpuinfo.h"
+#include "core/names.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -361,17 +362,6 @@ void fr_gemm_probe(fr_gemm_rates *out) {
 
 /* ---- what the CLI prints --------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 void fr_cpu_line(FILE *f, const fr_gemm_rates *r) {
     const fr_cpu_info *c = fr_cpu();
     char g32[96], g16[96];
@@ -395,32 +385,32 @@ void fr_cpu_json(FILE *f, const fr_gemm_rates *r) {
     const fr_cpu_info *c = fr_cpu();
     char buf[96];
     fputs("{\"model\": ", f);
-    json_str(f, c->model);
+    fr_json_str(f, c->model);
     fprintf(f, ", \"family\": %d, \"model_id\": %d, \"features\": [", c->family, c->model_id);
     int n = 0;
     for (size_t i = 0; i < NFEAT; i++)
         if (c->features & features[i].bit)
             fprintf(f, "%s\"%s\"", n++ ? ", " : "", features[i].name);
     fputs("], \"blas\": ", f);
-    json_str(f, c->blas);
+    fr_json_str(f, c->blas);
     fputs(", \"blas_core\": ", f);
-    json_str(f, c->blas_core);
+    fr_json_str(f, c->blas_core);
     fprintf(f, ", \"blas_dynamic\": %s, \"blas_generic\": %s, \"best_core\": ",
             c->blas_dynamic ? "true" : "false", c->blas_generic ? "true" : "false");
-    if (c->best_core) json_str(f, c->best_core);
+    if (c->best_core) fr_json_str(f, c->best_core);
     else fputs("null", f);
     fputs(", \"fell_back_from\": ", f);
-    if (c->fell_back[0]) json_str(f, c->fell_back);
+    if (c->fell_back[0]) fr_json_str(f, c->fell_back);
     else fputs("null", f);
     fputs(", \"onednn_isa\": ", f);
-    json_str(f, c->onednn_isa);
+    fr_json_str(f, c->onednn_isa);
     fputs(", \"gemm_f32\": ", f);
-    json_str(f, fr_cpu_gemm_f32(buf, sizeof buf));
+    fr_json_str(f, fr_cpu_gemm_f32(buf, sizeof buf));
     fputs(", \"gemm_bf16\": ", f);
-    json_str(f, fr_cpu_gemm_bf16(buf, sizeof buf));
+    fr_json_str(f, fr_cpu_gemm_bf16(buf, sizeof buf));
     fputs(", \"warning\": ", f);
     const char *w = fr_cpu_warning();
-    if (w) json_str(f, w);
+    if (w) fr_json_str(f, w);
     else fputs("null", f);
     if (r)
         fprintf(f,
