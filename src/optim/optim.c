@@ -28,11 +28,9 @@ static fr_status block_take(fr_ctx *ctx, const fr_backend *be, int host, size_t 
     if (!bytes) return FR_OK;
     if (!(b->buf = be->alloc(ctx, bytes, cat))) return FR_ERR_NOMEM;
     b->bytes = bytes, b->be = be, b->host = host;
-    if (zero && be->zero(ctx, b->buf, 0, bytes)) {
-        block_free(ctx, b);
-        return FR_ERR_NOMEM;
-    }
-    return FR_OK;
+    fr_status st = zero ? (fr_status)be->zero(ctx, b->buf, 0, bytes) : FR_OK;
+    if (st) block_free(ctx, b);
+    return st;
 }
 
 static void optim_free(fr_model *m) {
@@ -125,16 +123,11 @@ fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_m
                                fr_optim_state_fn size, const void *arg) {
     struct fr_optim *o = fr_optim_of(m);
     if (!o) return FR_ERR_NOMEM;
-    size_t end = 0;
-    int same = 1;
-    for (size_t i = m->n_params; i-- > 0;) {
+    size_t end = fr_optim_state_block_bytes(m, size, arg);
+    int same = 1; /* the records' formats (the offsets follow from the sizes and formats) */
+    for (size_t i = 0; i < m->n_params; i++) {
         int kind = 0;
-        size_t b = size(arg, i, &kind);
-        if (!b) continue;
-        size_t at =
-            fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
-        (void)at;
-        same &= o->p[i].state_kind == kind; /* (the offsets follow from the sizes and kinds) */
+        if (size(arg, i, &kind)) same &= o->p[i].state_kind == kind;
     }
     for (int k = 0; k < 2; k++) /* a resumed run with another format or layout starts over */
         if (o->state[k].buf &&
