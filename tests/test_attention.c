@@ -6,7 +6,9 @@
  * (B,NH,T,HS) tensors and in the fused layout a GPT holds (q, k, v column
  * blocks of qkv (B,T,3C) read through row strides, out (B,T,C)). Also: the
  * same bits at 1 and 3 threads in both layouts, a workspace that does not
- * grow with T, and a refused short workspace.
+ * grow with T, and a refused short workspace; 16-bit operands (qkv and out
+ * in f16 or bf16, mixed precision's): the bits of the f32 call on the
+ * widened values, out rounded from them, at 1 and 3 threads.
  * Prints "N passed, M failed".
  *
  * Tolerance: max|got - ref| / max(max|ref|, 1) per tensor. The kernel sums in f32
@@ -25,6 +27,8 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/exp_poly.h"
 #include "check.h"
+#include "core/half.h"
+#include "frugal.h"
 
 #define TOL 1e-5
 #define FD_H 1e-5
@@ -342,6 +346,64 @@ static void check_exp(void) {
     if (g_verbose) printf("exp: worst %.3f ulp at %.9g\n", worst, worst_x);
 }
 
+/* 16-bit q, k, v (a fused qkv of dt) and out: the forward's out must be the
+ * f32 call's out on the widened qkv, rounded (half.c's rounding), its lse
+ * those bits; the backward, given the 16-bit qkv and out, the f32 call's
+ * dq, dk, dv and D given their widened values, bit for bit (widening is
+ * exact and the same f32 GEMMs run on the same values). Two thread counts,
+ * so that both backward ways are taken. */
+static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
+    const size_t C = (size_t)NH * HS, nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
+                 nl = (size_t)B * NH * T;
+    uint16_t *qkvh = malloc(nq * 2), *outh = malloc(no * 2);
+    float *qkvw = malloc(nq * 4), *dout = malloc(no * 4);
+    for (size_t i = 0; i < nq; i++) {
+        float x = (float)(3.0 * urand());
+        qkvh[i] = dt == FR_F16 ? fr_f32_to_f16(x) : fr_f32_to_bf16(x);
+        qkvw[i] = dt == FR_F16 ? fr_f16_to_f32(qkvh[i]) : fr_bf16_to_f32(qkvh[i]);
+    }
+    for (size_t i = 0; i < no; i++) dout[i] = (float)urand();
+    float *out = malloc(no * 4), *outw = malloc(no * 4), *lse[2], *D[2], *g[2];
+    for (int r = 0; r < 2; r++)
+        lse[r] = malloc(nl * 4), D[r] = malloc(nl * 4), g[r] = malloc(nq * 4);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    fr_attn_layout L = fr_attn_fused(B, NH, T, HS);
+    size_t wsn = fr_attention_ws_floats_io(T, HS, threads, 1);
+    float *ws = malloc(wsn * 4);
+    const fr_attn_io io = {dt, dt}, io32 = {FR_F32, FR_F32};
+    int st = fr_attention_fwd_io(&L, &io32, qkvw, qkvw + C, qkvw + 2 * C, out, lse[0], ws, wsn);
+    st |= fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, lse[1], ws, wsn);
+    CHECK(st == 0, "16-bit attention forward: %d", st);
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++) {
+        uint16_t want = dt == FR_F16 ? fr_f32_to_f16(out[i]) : fr_f32_to_bf16(out[i]);
+        bad += want != outh[i];
+        outw[i] = dt == FR_F16 ? fr_f16_to_f32(outh[i]) : fr_bf16_to_f32(outh[i]);
+    }
+    const char *dn = dt == FR_F16 ? "f16" : "bf16";
+    CHECK(bad == 0,
+          "%s out (B=%d NH=%d T=%d HS=%d, %d threads): %zu of %zu values not the f32 out rounded",
+          dn, B, NH, T, HS, threads, bad, no);
+    CHECK(!memcmp(lse[0], lse[1], nl * 4), "%s lse differs from the f32 call's", dn);
+    st = fr_attention_bwd_io(&L, &io32, qkvw, qkvw + C, qkvw + 2 * C, outw, dout, lse[0], D[0],
+                             g[0], g[0] + C, g[0] + 2 * C, ws, wsn);
+    st |= fr_attention_bwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, dout, lse[0], D[1], g[1],
+                              g[1] + C, g[1] + 2 * C, ws, wsn);
+    CHECK(st == 0, "16-bit attention backward: %d", st);
+    CHECK(!memcmp(g[0], g[1], nq * 4),
+          "%s dqkv (B=%d NH=%d T=%d HS=%d, %d threads) differs from the f32 call's", dn, B, NH, T,
+          HS, threads);
+    CHECK(!memcmp(D[0], D[1], nl * 4), "%s D differs from the f32 call's", dn);
+    CHECK(fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, lse[1], ws,
+                              fr_attention_ws_floats(T, HS, 1)) != 0 ||
+              T * HS <= 0,
+          "a 16-bit forward took the f32 workspace of one thread");
+    omp_set_num_threads(saved);
+    free(qkvh), free(outh), free(qkvw), free(dout), free(out), free(outw), free(ws);
+    for (int r = 0; r < 2; r++) free(lse[r]), free(D[r]), free(g[r]);
+}
+
 int main(void) {
     const char *vb = getenv("FR_TEST_VERBOSE");
     g_verbose = vb && vb[0] == '1';
@@ -362,6 +424,11 @@ int main(void) {
         check_threads(1, 1, 65, 64, fused);
         /* one task: a team of one, GEMMs above OpenBLAS's threading threshold */
         check_threads(1, 1, 64, 256, fused);
+    }
+    for (int t = 1; t <= 3; t += 2) {
+        check_half(FR_BF16, 2, 3, 130, 16, t);
+        check_half(FR_F16, 1, 1, 65, 64, t);
+        check_half(FR_BF16, 1, 2, 1, 8, t);
     }
     printf("worst:");
     for (int i = 0; i < 6; i++) printf(" %s %.2e", g_names[i], g_worst[i]);

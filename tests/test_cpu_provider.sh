@@ -91,20 +91,35 @@ else
     grep -q "^GEMM: f32 OpenBLAS [0-9.]* $want, bf16 " "$tmp/prof" && ok || no "profile's GEMM line: $(grep GEMM "$tmp/prof")"
 
     # (c) the fixed core's rate against the generic one's: a ratio of rates
-    # (the best of three alternated runs each), not a time. OpenBLAS's
-    # Prescott sgemm is SSE3, 4 floats a vector against 16 (AVX-512) or 8
-    # (AVX2) with FMA: 2.3-4x measured here (bench/out/gemm_providers.txt),
-    # so the margins (1.5x AVX-512, 1.3x AVX2) leave room for a loaded host.
-    python3 - "$margin" "$level" "$tmp"/fixed[123].json -- "$tmp"/kept[123].json <<'PY' && ok || no "(c) fixed against generic rate"
+    # (the best of alternated runs each), not a time. OpenBLAS's Prescott
+    # sgemm is SSE3, 4 floats a vector against 16 (AVX-512) or 8 (AVX2) with
+    # FMA: 2.3-4x measured here (bench/out/gemm_providers.txt), so the
+    # margins (1.5x AVX-512, 1.3x AVX2) leave room for a loaded host. A host
+    # busy with other tests can squeeze the fast core more than the slow one
+    # (1.2x was seen with two compilers running): up to two more sets of
+    # three alternated rounds before the best rates are judged.
+    ratio() {
+        python3 - "$margin" "$level" "$tmp"/fixed[0-9]*.json -- "$tmp"/kept[0-9]*.json <<'PY'
 import json, sys
 margin, level = float(sys.argv[1]), sys.argv[2]
 i = sys.argv.index("--")
 best = lambda files: max(json.load(open(f))["cpu"]["probe"]["gflops_blas_f32"] for f in files)
 fixed, kept = best(sys.argv[3:i]), best(sys.argv[i + 1:])
-print("f32 GEMM: fixed core %.1f GFLOP/s, generic %.1f GFLOP/s: ratio %.2f (want >= %.1f on %s)"
-      % (fixed, kept, fixed / kept if kept else 0, margin, level))
+print("f32 GEMM: fixed core %.1f GFLOP/s, generic %.1f GFLOP/s: ratio %.2f (want >= %.1f on %s; best of %d rounds)"
+      % (fixed, kept, fixed / kept if kept else 0, margin, level, i - 3))
 sys.exit(0 if kept > 0 and fixed >= margin * kept else 1)
 PY
+    }
+    round=3
+    until ratio >"$tmp/ratio.txt" || [ "$round" -ge 9 ]; do
+        for _ in 1 2 3; do
+            round=$((round + 1))
+            OPENBLAS_CORETYPE=Prescott "$bin" devices --json >"$tmp/fixed$round.json" 2>/dev/null
+            FRUGAL_BLAS_FIX=0 OPENBLAS_CORETYPE=Prescott "$bin" devices --json >"$tmp/kept$round.json" 2>/dev/null
+        done
+    done
+    cat "$tmp/ratio.txt"
+    ratio >/dev/null && ok || no "(c) fixed against generic rate"
 fi
 
 # (d) determinism: same provider, threads and seed, same losses bit for bit

@@ -9,7 +9,13 @@
  * sum (bounded by the terms' magnitudes, as every sum here, never by |dW|);
  * the SGD step inside backward gives the kept gradient's step bit for bit;
  * operands of mixed formats and too little scratch are refused.
- * Skipped (77) where the CPU has no native bf16 GEMM. */
+ * Issue 23: oneDNN's f32 matmul (gemm16_out.ab32, which the linear layers'
+ * f32 x W^T and dy W use where fr_gemm32_onednn()), with and without a bias,
+ * beta 0 and 1, against float64 sums of the same f32 values (each product
+ * rounded too: checked at 2 (K + 2) u sum |a b|, + |bias|), run before the
+ * bf16 part on any CPU with oneDNN; and the f32 linear layer in whichever
+ * path this process takes, forward and dx, the same way.
+ * The bf16 part is skipped (77) where the CPU has no native bf16 GEMM. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -109,8 +115,8 @@ static void check_linear(int64_t B, int64_t T, int64_t K, int64_t O) {
     float *b = malloc((size_t)O * 4), *y = malloc((size_t)(N * O) * 4);
     for (int64_t o = 0; o < O; o++) b[o] = 0.25f * (float)(o % 5) - 0.5f;
     fr_shape xs = fr_shape3(B, T, K), ws = fr_shape2(O, K), ys = fr_shape3(B, T, O);
-    size_t fwb = fr_k_linear_gemm16_ws(N, O, K, 0, omp_get_max_threads()),
-           bwb = fr_k_linear_gemm16_ws(N, O, K, 1, omp_get_max_threads());
+    size_t fwb = fr_k_linear_gemm16_ws(N, O, K, 0, omp_get_max_threads(), 0),
+           bwb = fr_k_linear_gemm16_ws(N, O, K, 1, omp_get_max_threads(), 0);
     void *scratch = malloc((fwb > bwb ? fwb : bwb) + 1);
     fr_node node = {.op = FR_OP_LINEAR, .fwd = -1};
     fr_kernel_call c = {.ctx = g_ctx, .node = &node, .gemm_ws = scratch, .gemm_ws_len = fwb};
@@ -224,12 +230,125 @@ static void check_linear(int64_t B, int64_t T, int64_t K, int64_t O) {
     free(dx), free(dw), free(db), free(dw1), free(upd), free(p), free(want), free(scratch);
 }
 
-int main(void) {
-    if (!fr_gemm16_native(FR_BF16)) {
-        printf("skipped: no native bf16 GEMM here (oneDNN missing or no AVX-512 BF16)\n");
-        return 77;
+/* n f32 values uniform in [-1, 1) (as doubles in w too) */
+static float *rand32(int64_t n, double **w) {
+    float *p = malloc((size_t)(n ? n : 1) * 4);
+    *w = malloc((size_t)(n ? n : 1) * sizeof(double));
+    fr_rng r = fr_rng_make(g_seed++, 3);
+    for (int64_t i = 0; i < n; i++) (*w)[i] = p[i] = -1.0f + 2.0f * fr_rng_next_uniform(&r);
+    return p;
+}
+
+/* C = op(A) op(B) (+ bias) + beta C on oneDNN's f32 matmul; 0: no oneDNN */
+static int check_gemm32(int ta, int tb, int64_t M, int64_t N, int64_t K, int pad, float beta,
+                        int with_bias) {
+    int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    double *Aw, *Bw, *bw;
+    float *A = rand32((ta ? K : M) * lda, &Aw), *B = rand32((tb ? N : K) * ldb, &Bw);
+    float *bias = rand32(N, &bw), *C = malloc((size_t)(M * ldc) * 4),
+          *C0 = malloc((size_t)(M * ldc) * 4);
+    fr_rng r = fr_rng_make(g_seed++, 4);
+    for (int64_t i = 0; i < M * ldc; i++) C0[i] = C[i] = fr_rng_next_uniform(&r);
+    const fr_gemm16_out e = {with_bias ? bias : NULL, 0, 1};
+    size_t wsb = fr_gemm16_epi_ws(ta, tb, M, N, K, lda, ldb, beta, ldc, &e);
+    void *ws = malloc(wsb ? wsb : 1);
+    int st = fr_gemm16_epi(g_ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, &e, ws, wsb);
+    int ran = !(st && strstr(fr_last_error(g_ctx), "no oneDNN engine"));
+    if (ran) {
+        CHECK(st == FR_OK, "f32 ta %d tb %d %lldx%lldx%lld: %s", ta, tb, (long long)M, (long long)N,
+              (long long)K, fr_last_error(g_ctx));
+        int64_t bad = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = beta != 0.0f ? (double)C0[m * ldc + n] : 0.0, mag = fabs(s);
+                if (with_bias) s += bw[n], mag += fabs(bw[n]);
+                for (int64_t k = 0; k < K; k++) {
+                    double p = at_a(Aw, ta, lda, m, k) * at_b(Bw, tb, ldb, k, n);
+                    s += p, mag += fabs(p);
+                }
+                if (fabs((double)C[m * ldc + n] - s) >
+                    2.0 * (double)(K + 2) * 0x1p-24 * mag + 1e-30)
+                    bad++;
+            }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = N; n < ldc; n++) bad += C[m * ldc + n] != C0[m * ldc + n];
+        CHECK(bad == 0, "f32 ta %d tb %d %lldx%lldx%lld beta %g bias %d: %lld values off", ta, tb,
+              (long long)M, (long long)N, (long long)K, beta, with_bias, (long long)bad);
     }
+    free(A), free(B), free(bias), free(Aw), free(Bw), free(bw), free(C), free(C0), free(ws);
+    return ran;
+}
+
+/* The f32 linear layer, on whichever path this process takes: y = x W^T + b
+ * and dx = dy W against float64 sums. */
+static void check_linear32(int64_t N, int64_t K, int64_t O) {
+    double *xw, *ww, *bw, *dyw;
+    float *x = rand32(N * K, &xw), *w = rand32(O * K, &ww), *b = rand32(O, &bw),
+          *dy = rand32(N * O, &dyw);
+    float *y = malloc((size_t)(N * O) * 4), *dx = malloc((size_t)(N * K) * 4);
+    size_t wsb = fr_k_linear_gemm16_ws(N, O, K, 0, omp_get_max_threads(), 1),
+           wsb2 = fr_k_linear_gemm16_ws(N, O, K, 1, omp_get_max_threads(), 1);
+    if (wsb2 > wsb) wsb = wsb2;
+    void *ws = malloc(wsb ? wsb : 1);
+    fr_node node = {.op = FR_OP_LINEAR, .fwd = -1};
+    fr_kernel_call c = {.ctx = g_ctx, .node = &node, .gemm_ws = ws, .gemm_ws_len = wsb};
+    c.in[0] = t32(x, fr_shape2(N, K));
+    c.in[1] = t32(w, fr_shape2(O, K));
+    c.in[2] = t32(b, fr_shape1(O));
+    c.out[0] = t32(y, fr_shape2(N, O));
+    CHECK(fr_k_linear(&c) == FR_OK, "f32 linear: %s", fr_last_error(g_ctx));
+    node.op = FR_OP_LINEAR_BWD;
+    fr_kernel_call cb = {.ctx = g_ctx, .node = &node, .gemm_ws = ws, .gemm_ws_len = wsb};
+    cb.in[0] = t32(dy, fr_shape2(N, O));
+    cb.in[1] = t32(x, fr_shape2(N, K));
+    cb.in[2] = t32(w, fr_shape2(O, K));
+    cb.out[0] = t32(dx, fr_shape2(N, K));
+    CHECK(fr_k_linear_bwd(&cb) == FR_OK, "f32 linear_bwd: %s", fr_last_error(g_ctx));
+    int64_t bad = 0;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t o = 0; o < O; o++) {
+            double s = bw[o], mag = fabs(bw[o]);
+            for (int64_t k = 0; k < K; k++)
+                s += xw[n * K + k] * ww[o * K + k], mag += fabs(xw[n * K + k] * ww[o * K + k]);
+            bad += fabs(y[n * O + o] - s) > 2.0 * (double)(K + 2) * 0x1p-24 * mag;
+        }
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0, mag = 0;
+            for (int64_t o = 0; o < O; o++)
+                s += dyw[n * O + o] * ww[o * K + k], mag += fabs(dyw[n * O + o] * ww[o * K + k]);
+            bad += fabs(dx[n * K + k] - s) > 2.0 * (double)(O + 2) * 0x1p-24 * mag;
+        }
+    }
+    CHECK(bad == 0, "f32 linear %lldx%lldx%lld (linear f32 on %s): %lld values off", (long long)N,
+          (long long)K, (long long)O, fr_gemm32_onednn() ? "oneDNN" : "OpenBLAS", (long long)bad);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(xw), free(ww), free(bw), free(dyw),
+        free(ws);
+}
+
+int main(void) {
+    /* the linear layers' f32 GEMMs on oneDNN (opt-in; decided once per
+     * process), so that check_linear32 runs that path */
+    setenv("FRUGAL_GEMM", "onednn", 1);
     g_ctx = fr_ctx_new();
+    int f32 = 1;
+    for (int ta = 0; ta < 2 && f32; ta++)
+        for (int tb = 0; tb < 2 && f32; tb++)
+            for (int i = 0; i < 3 && f32; i++) {
+                static const int64_t sz[] = {1, 33, 130};
+                f32 = check_gemm32(ta, tb, sz[i], sz[(i + 1) % 3], sz[(i + 2) % 3], i % 2,
+                                   i == 1 ? 1.0f : 0.0f, i != 0);
+            }
+    if (f32) check_gemm32(0, 1, 1024, 200, 300, 0, 0.0f, 1);
+    else printf("skipped the f32 matmul: built without oneDNN\n");
+    check_linear32(32, 100, 70);
+    check_linear32(300, 130, 257);
+    if (!fr_gemm16_native(FR_BF16)) {
+        printf("skipped the bf16 part: no native bf16 GEMM here (oneDNN missing or no AVX-512 "
+               "BF16)\n");
+        int r = check_done();
+        fr_ctx_free(g_ctx);
+        return r;
+    }
     static const int64_t sz[] = {1, 7, 33, 130};
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)

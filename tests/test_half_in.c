@@ -6,11 +6,14 @@
  * convolution forward and backward; both accumulate modes, serial and
  * parallel sizes. Inputs they cannot read in 16 bits are refused. Kernels
  * that write a 16-bit output (the activations, max pooling) give the f32
- * call's result rounded, bit for bit. */
+ * call's result rounded, bit for bit. Added for issue 23: the tanh GELU's
+ * 16-bit x, LayerNorm's 16-bit y and its backward's 16-bit x, a bf16 linear
+ * layer's bias and bf16 y as its GEMM's epilogue. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
 #include "core/half.h"
@@ -253,6 +256,148 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
     omp_set_num_threads(2);
 }
 
+static void same_rounded(const char *what, fr_dtype dt, const float *y32, const uint16_t *yh,
+                         int64_t n);
+
+/* The tanh GELU reading a 16-bit x (a bf16 GEMM's output): the bits of the
+ * call on the widened x, into an f32 y and into a 16-bit y (rounded). */
+static void test_gelu_in(fr_dtype dt, int64_t n) {
+    float *x0 = frand(n, -4, 4), *a = frand(n, 0, 1), *b = frand(n, 0, 1);
+    uint16_t *ah = malloc((size_t)n * 2), *bh = malloc((size_t)n * 2);
+    half_in x = make_half(dt, x0, n);
+    fr_shape sh = fr_shape1(n);
+    call k;
+    fr_attr at = {.approx = 1};
+    call_init(&k, FR_OP_GELU, &at);
+    k.c.in[0] = tf(x.w, sh);
+    k.c.out[0] = tf(a, sh);
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu f32");
+    k.c.in[0] = th(&x, sh);
+    k.c.out[0] = tf(b, sh);
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x: %s", fr_last_error(g_ctx));
+    char what[64];
+    snprintf(what, sizeof what, "gelu (tanh) 16-bit x n=%lld", (long long)n);
+    same_bits(what, dt_name(dt), a, b, n);
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = bh};
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x, 16-bit y: %s", fr_last_error(g_ctx));
+    same_rounded(what, dt, a, bh, n);
+    free(x0), free(a), free(b), free(ah), free(bh);
+    free_half(&x);
+}
+
+/* LayerNorm writing a 16-bit y (the f32 call's y rounded), and its backward
+ * reading a 16-bit x (the bits of the call on the widened x: dx, dgamma and
+ * dbeta, both accumulate modes); rows over FR_HALF_PLANE_MAX refused. */
+static void test_layernorm(fr_dtype dt, int64_t N, int64_t D) {
+    const int64_t n = N * D;
+    float *x0 = frand(n, -2, 3), *gamma = frand(D, 0.5f, 1.5f), *beta = frand(D, -1, 1);
+    half_in x = make_half(dt, x0, n);
+    float *y = frand(n, 0, 1), *mean = frand(N, 0, 1), *rstd = frand(N, 0, 1);
+    uint16_t *yh = malloc((size_t)n * 2);
+    fr_shape xs = fr_shape2(N, D), gs = fr_shape1(D), ms = fr_shape1(N);
+    call k;
+    fr_attr at = {.eps = 1e-5};
+    call_init(&k, FR_OP_LAYERNORM, &at);
+    k.c.in[0] = tf(x.w, xs);
+    k.c.in[1] = tf(gamma, gs);
+    k.c.in[2] = tf(beta, gs);
+    k.c.out[0] = tf(y, xs);
+    k.c.out[1] = tf(mean, ms);
+    k.c.out[2] = tf(rstd, ms);
+    CHECK(fr_k_layernorm(&k.c) == FR_OK, "layernorm f32: %s", fr_last_error(g_ctx));
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = xs, .data = yh};
+    CHECK(fr_k_layernorm(&k.c) == FR_OK, "layernorm 16-bit y: %s", fr_last_error(g_ctx));
+    char what[96];
+    snprintf(what, sizeof what, "layernorm y N=%lld D=%lld", (long long)N, (long long)D);
+    same_rounded(what, dt, y, yh, n);
+    float *dy = frand(n, -1, 1);
+    for (int acc = 0; acc < 2; acc++) {
+        float *dx[2], *dg[2], *db[2];
+        dx[0] = frand(n, -1, 1), dg[0] = frand(D, -1, 1), db[0] = frand(D, -1, 1);
+        dx[1] = fcopy(dx[0], n), dg[1] = fcopy(dg[0], D), db[1] = fcopy(db[0], D);
+        for (int r = 0; r < 2; r++) {
+            call_init(&k, FR_OP_LAYERNORM_BWD, &at);
+            k.c.accumulate = acc ? 7u : 0u;
+            k.c.in[0] = tf(dy, xs);
+            k.c.in[1] = r ? th(&x, xs) : tf(x.w, xs);
+            k.c.in[2] = tf(gamma, gs);
+            k.c.in[3] = tf(mean, ms);
+            k.c.in[4] = tf(rstd, ms);
+            k.c.out[0] = tf(dx[r], xs);
+            k.c.out[1] = tf(dg[r], gs);
+            k.c.out[2] = tf(db[r], gs);
+            CHECK(fr_k_layernorm_bwd(&k.c) == FR_OK, "layernorm_bwd %s: %s", r ? "16-bit" : "f32",
+                  fr_last_error(g_ctx));
+        }
+        snprintf(what, sizeof what, "layernorm_bwd N=%lld D=%lld accumulate=%d", (long long)N,
+                 (long long)D, acc);
+        same_bits(what, dt_name(dt), dx[0], dx[1], n);
+        same_bits(what, dt_name(dt), dg[0], dg[1], D);
+        same_bits(what, dt_name(dt), db[0], db[1], D);
+        for (int r = 0; r < 2; r++) free(dx[r]), free(dg[r]), free(db[r]);
+    }
+    free(x0), free(gamma), free(beta), free(y), free(mean), free(rstd), free(yh), free(dy);
+    free_half(&x);
+}
+
+/* A linear layer on bf16 operands with its bias and a bf16 y as the GEMM's
+ * epilogue (where the CPU has a native bf16 GEMM): y f32 equals the f32 sums
+ * of the exact products plus b within f32 rounding (a float64 reference of
+ * the same bf16 values), and is bit for bit what seeding y with b and
+ * letting the GEMM add (beta 1) gives; the bf16 y is that y rounded. */
+static void test_linear_out(int64_t N, int64_t O, int64_t K) {
+    if (!fr_gemm16_native(FR_BF16)) {
+        printf("skipped linear's bf16 epilogue: no native bf16 GEMM on this CPU\n");
+        return;
+    }
+    float *x0 = frand(N * K, -1, 1), *w0 = frand(O * K, -1, 1), *bias = frand(O, -1, 1);
+    half_in x = make_half(FR_BF16, x0, N * K), w = make_half(FR_BF16, w0, O * K);
+    float *y = frand(N * O, 0, 1), *seeded = malloc((size_t)(N * O) * sizeof(float));
+    uint16_t *yh = malloc((size_t)(N * O) * 2);
+    size_t wsb = fr_k_linear_gemm16_ws(N, O, K, 0, omp_get_max_threads(), 0);
+    void *ws = malloc(wsb ? wsb : 1);
+    call k;
+    call_init(&k, FR_OP_LINEAR, NULL);
+    k.c.in[0] = th(&x, fr_shape2(N, K));
+    k.c.in[1] = th(&w, fr_shape2(O, K));
+    k.c.in[2] = tf(bias, fr_shape1(O));
+    k.c.out[0] = tf(y, fr_shape2(N, O));
+    k.c.gemm_ws = ws, k.c.gemm_ws_len = wsb;
+    CHECK(fr_k_linear(&k.c) == FR_OK, "linear bf16, bias epilogue: %s", fr_last_error(g_ctx));
+    int64_t far = 0;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t o = 0; o < O; o++) {
+            double ref = bias[o], mag = fabs(bias[o]);
+            for (int64_t j = 0; j < K; j++) {
+                ref += (double)x.w[i * K + j] * w.w[o * K + j];
+                mag += fabs((double)x.w[i * K + j] * w.w[o * K + j]);
+            }
+            /* K + 1 f32 additions, each off by at most half an ulp of |sum| <= mag */
+            if (fabs(y[i * O + o] - ref) > (double)(K + 1) * 0x1p-24 * mag) far++;
+        }
+    CHECK(far == 0, "linear bf16 %lldx%lldx%lld: %lld values off the float64 sums", (long long)N,
+          (long long)O, (long long)K, (long long)far);
+    for (int64_t i = 0; i < N; i++) memcpy(seeded + i * O, bias, (size_t)O * sizeof(float));
+    size_t wsb1 = fr_gemm16_ws(0, 1, N, O, K, K, K, 1.0f, O);
+    void *ws1 = malloc(wsb1 ? wsb1 : 1);
+    CHECK(fr_gemm16(g_ctx, 0, 1, N, O, K, x.h, K, w.h, K, 1.0f, seeded, O, ws1, wsb1) == FR_OK,
+          "gemm16 beta 1: %s", fr_last_error(g_ctx));
+    char what[64];
+    snprintf(what, sizeof what, "linear %lldx%lldx%lld", (long long)N, (long long)O, (long long)K);
+    same_bits(what, "bias epilogue vs seeded y", seeded, y, N * O);
+    k.c.out[0] = (fr_tensor){.dtype = FR_BF16, .shape = fr_shape2(N, O), .data = yh};
+    CHECK(fr_k_linear(&k.c) == FR_OK, "linear bf16 y: %s", fr_last_error(g_ctx));
+    same_rounded(what, FR_BF16, y, yh, N * O);
+    k.c.in[2] = (fr_tensor){0};
+    CHECK(fr_k_linear(&k.c) == FR_OK, "linear bf16 y, no bias: %s", fr_last_error(g_ctx));
+    CHECK(fr_gemm16(g_ctx, 0, 1, N, O, K, x.h, K, w.h, K, 0.0f, seeded, O, ws1, wsb1) == FR_OK,
+          "gemm16 beta 0");
+    same_rounded("linear, no bias", FR_BF16, seeded, yh, N * O);
+    free(x0), free(w0), free(bias), free(y), free(seeded), free(yh), free(ws), free(ws1);
+    free_half(&x);
+    free_half(&w);
+}
+
 /* What a kernel cannot read in 16 bits it refuses (the pass never asks). */
 /* A 16-bit output (the op table's half_out): the kernel's value must be the
  * f32 call's result rounded (half.c's scalar conversion, checked by
@@ -405,6 +550,9 @@ static void test_refusals(void) {
 }
 
 int main(void) {
+    /* the shifted-GEMM convolution's 16-bit image (oneDNN's path, the
+     * default, is test_conv_dnnl's) */
+    setenv("FRUGAL_CONV", "gemm", 1);
     g_ctx = fr_ctx_new();
     omp_set_num_threads(2);
     const fr_dtype dts[2] = {FR_BF16, FR_F16};
@@ -439,7 +587,13 @@ int main(void) {
         test_conv(dt, 3, 8, 6, 7, 5, 3, 2);
         test_conv(dt, 5, 9, 5, 5, 4, 5, 3);
         test_conv(dt, 2, 16, 9, 9, 8, 3, 1);
+        test_gelu_in(dt, 5003);
+        test_gelu_in(dt, 70001);
+        test_layernorm(dt, 7, 300);  /* two chunks of y a row */
+        test_layernorm(dt, 96, 384); /* the thread team */
     }
+    test_linear_out(5, 7, 9);
+    test_linear_out(64, 96, 130);
     test_refusals();
     fr_ctx_free(g_ctx);
     return check_done();

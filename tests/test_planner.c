@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/conv_dnnl.h"
 #include "optim/optim.h"
 #include "check.h"
 #include "core/rng.h"
@@ -354,9 +355,13 @@ static void test_bit_identical(void) {
                       names[k], fr_precision_name(precs[q]), modes[i].name);
                 /* Recomputation lowers the fp32 peak of the chain and the convnet
                  * (checkpointing every Linear+ReLU block keeps each block's input, which is
-                 * what backward keeps anyway: no gain there, and no loss). */
+                 * what backward keeps anyway: no gain there, and no loss). On oneDNN's
+                 * convolutions the convnet's peak is a convolution's reordered copies
+                 * (conv_dnnl.h), which recomputation cannot lower: never higher, then. */
+                int dnnl_conv = k == 1 && fr_conv_dnnl_on();
                 CHECK(q > 0 || k == 2 || peak1 < peak0 || modes[i].mode == FR_CKPT_REVOLVE ||
-                          (modes[i].mode == FR_CKPT_ALL && peak1 == peak0),
+                          (modes[i].mode == FR_CKPT_ALL && peak1 == peak0) ||
+                          (dnnl_conv && peak1 <= peak0),
                       "%s, %s, %s: planned peak %zu < %zu", names[k], fr_precision_name(precs[q]),
                       modes[i].name, peak1, peak0);
                 free(got);

@@ -1376,9 +1376,10 @@ static int cmd_profile(int argc, char **argv) {
         rc = 0;
         goto out;
     }
-    char g32[96], g16[96];
-    printf("GEMM: f32 %s, bf16 %s\n", fr_cpu_gemm_f32(g32, sizeof g32),
-           fr_cpu_gemm_bf16(g16, sizeof g16));
+    char g32[96], g16[96], gc[96], gl[96];
+    printf("GEMM: f32 %s, bf16 %s; conv %s; linear f32 %s\n", fr_cpu_gemm_f32(g32, sizeof g32),
+           fr_cpu_gemm_bf16(g16, sizeof g16), fr_cpu_conv(gc, sizeof gc),
+           fr_cpu_linear32(gl, sizeof gl));
     if (nops > 0) { /* where the time goes: each op's kernels, summed over the steps */
         printf("kernel time by op over %d steps (the first included), %.1f ms a step:\n", steps,
                kernel_ms / steps);

@@ -15,10 +15,12 @@ static int is_loss_bwd(fr_op op) { return op == FR_OP_CROSS_ENTROPY_BWD || op ==
  * backward, comparing rounded values, finds the same maximum), GELU (as it
  * would read a linear layer's 16-bit output under autocast; so its clone
  * before backward, fr_remat_cheap, reads the saved 16-bit x as the forward
- * did and the f32 x is not held for it). */
+ * did and the f32 x is not held for it), attention's qkv (its products are
+ * matmuls, in 16 bits under autocast; the qkv its backward reads is then
+ * the one its forward read, and no f32 qkv is held or made for either). */
 static int rounded_fwd(fr_op op, int j) {
-    return j == 0 &&
-           (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D || op == FR_OP_GELU);
+    return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D ||
+                      op == FR_OP_GELU || op == FR_OP_ATTENTION);
 }
 /* Whether input j of node n is an operand of its GEMM that the backend
  * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear

@@ -205,17 +205,19 @@ static int f32_call(const fr_kernel_call *c, int n_in) {
 }
 
 /* The same spans for mixed precision, ACT_CHUNK values at a time on the
- * stack: the f32 result rounded into a 16-bit y (the saved output), or a
- * 16-bit saved x widened first; the bits of the generic loops, faster. */
-static int gelu_tanh_half_out(fr_kernel_call *c, int64_t n) {
-    const float *x = fr_f32(&c->in[0]);
+ * stack: a 16-bit x (a bf16 GEMM's output, or the saved x) widened first,
+ * the f32 result rounded into a 16-bit y (the saved output, or the next
+ * GEMM's operand); the bits of the generic loops on the widened x, faster. */
+static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bits */
+    const int out16 = c->out[0].dtype != FR_F32;
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
-        float buf[ACT_CHUNK];
+        float buf[ACT_CHUNK], ybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-        gelu_tanh_span(x + o, buf, m);
-        out_store(&c->out[0], o, buf, m);
+        float *y = out16 ? ybuf : fr_f32(&c->out[0]) + o;
+        gelu_tanh_span(in_f32(&c->in[0], o, m, buf), y, m);
+        if (out16) out_store(&c->out[0], o, ybuf, m);
     }
     return FR_OK;
 }
@@ -242,8 +244,7 @@ int fr_k_gelu(fr_kernel_call *c) {
     if (!(c->node && c->node->attr.approx)) return gelu_erf(c);
     int64_t n;
     if (fr_kcheck_same_numel(c, "gelu", &n)) return gelu_tanh(c);
-    if (c->in[0].dtype == FR_F32 && c->out[0].dtype != FR_F32) return gelu_tanh_half_out(c, n);
-    if (!f32_call(c, 1)) return gelu_tanh(c);
+    if (!f32_call(c, 1)) return gelu_tanh_half(c, n);
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
     const int64_t spans = (n + GELU_SPAN - 1) / GELU_SPAN;

@@ -23,6 +23,7 @@
 #include <omp.h>
 #include <string.h>
 #include "backend/cpu/exp_poly.h"
+#include "core/half.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "frugal.h"
@@ -41,15 +42,51 @@ fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS) {
         B, NH, T, HS, (size_t)T * 3 * C, (size_t)HS, 3 * C, (size_t)T * C, (size_t)HS, C};
 }
 
-static size_t slot_floats(int T) {
+/* A thread's slot: two score tiles (BQ x BK) and two values per query row;
+ * with 16-bit operands (half) also the widened tiles of q (BQ x HS), k and v
+ * (BK x HS each) and the f32 accumulator of out's rows (BQ x HS). */
+static size_t slot_floats(int T, int HS, int half) {
     size_t bq = (size_t)imin(T, FR_ATTN_BQ), bk = (size_t)imin(T, FR_ATTN_BK);
-    return 2 * bq * bk + 2 * bq;
+    return 2 * bq * bk + 2 * bq + (half ? (2 * bq + 2 * bk) * (size_t)(HS > 0 ? HS : 0) : 0);
 }
 
 size_t fr_attention_ws_floats(int T, int HS, int threads) {
-    (void)HS; /* the tiles hold scores and row statistics only: no HS-long row */
+    return fr_attention_ws_floats_io(T, HS, threads, 0);
+}
+
+size_t fr_attention_ws_floats_io(int T, int HS, int threads, int half) {
     if (T < 1) T = 1;
-    return slot_floats(T) * (size_t)(threads > 0 ? threads : 1);
+    return slot_floats(T, HS, half) * (size_t)(threads > 0 ? threads : 1);
+}
+
+/* The thread's widened tiles (a slot's tail, when half). */
+typedef struct attn_bufs {
+    float *q, *k, *v, *o;
+} attn_bufs;
+
+static attn_bufs slot_bufs(float *slot, int BQ, int BK, int HS) {
+    attn_bufs b;
+    b.q = slot + 2 * (size_t)BQ * BK + 2 * (size_t)BQ;
+    b.k = b.q + (size_t)BQ * HS;
+    b.v = b.k + (size_t)BK * HS;
+    b.o = b.v + (size_t)BK * HS;
+    return b;
+}
+
+/* n rows of HS values of a q-like tensor p (dtype dt, row stride ld
+ * elements) from element off, as f32: p's own rows (*ldf = ld) when f32,
+ * else widened exactly into buf (*ldf = HS). */
+static const float *rows_f32(const void *p, fr_dtype dt, size_t off, size_t ld, int n, int HS,
+                             float *buf, size_t *ldf) {
+    if (dt == FR_F32) {
+        *ldf = ld;
+        return (const float *)p + off;
+    }
+    for (int r = 0; r < n; r++)
+        fr_half_to_f32_n_seq((const uint16_t *)p + off + (size_t)r * ld, buf + (size_t)r * HS,
+                             (size_t)HS, dt == FR_F16);
+    *ldf = (size_t)HS;
+    return buf;
 }
 
 /* Threads the kernel uses: as many as ws has slots, at most the maximum and
@@ -60,19 +97,19 @@ size_t fr_attention_ws_floats(int T, int HS, int threads) {
  * slot) is not an active region, so each thread also sets its own
  * nthreads-var to 1 (an ICV of the region's implicit task: the caller's
  * setting is untouched), which OpenBLAS's OpenMP build reads. */
-static int team(int T, size_t ws_floats, long long tasks) {
-    long long slots = (long long)(ws_floats / slot_floats(T)), nt = omp_get_max_threads();
+static int team(size_t slot, size_t ws_floats, long long tasks) {
+    long long slots = (long long)(ws_floats / slot), nt = omp_get_max_threads();
     if (slots < nt) nt = slots;
     if (tasks < nt) nt = tasks;
     return (int)nt;
 }
 
 /* The scores of one tile: S (rq, rk; row stride ldS) = s Qi Kj^T, with Qi the
- * tile's rq query rows and Kj its rk key rows (HS each, row stride ld). */
-static void scores(float *S, int ldS, const float *Qi, const float *Kj, int ld, int rq, int rk,
-                   int HS, float s) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, s, Qi, ld, Kj, ld, 0.0f, S,
-                ldS);
+ * tile's rq query rows and Kj its rk key rows (HS each, row strides lq, lk). */
+static void scores(float *S, int ldS, const float *Qi, size_t lq, const float *Kj, size_t lk,
+                   int rq, int rk, int HS, float s) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, s, Qi, (int)lq, Kj, (int)lk,
+                0.0f, S, ldS);
 }
 
 /* Keys of a tile starting at k0 (rk of them) that query row q may attend:
@@ -147,42 +184,59 @@ static size_t obase(const fr_attn_layout *L, size_t bh) {
 // masked. At the end out /= l and lse = m + log l.
 int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      float *out, float *lse, float *ws, size_t ws_floats) {
+    const fr_attn_io io = {FR_F32, FR_F32};
+    return fr_attention_fwd_io(L, &io, q, k, v, out, lse, ws, ws_floats);
+}
+
+int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
+                        const void *v, void *out, float *lse, float *ws, size_t ws_floats) {
     const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ;
     const long long tasks = (long long)B * NH * nq;
-    const int nt = team(T, ws_floats, tasks);
+    const fr_dtype qdt = io->qkv, odt = io->out;
+    const int half = qdt != FR_F32 || odt != FR_F32;
+    const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
+    const int nt = team(per, ws_floats, tasks);
     if (nt < 1) return FR_ERR_ARG;
     const float s = 1.0f / sqrtf((float)HS);
-    const size_t per = slot_floats(T), qt = L->qt, ot = L->ot;
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
         float *S = ws + (size_t)omp_get_thread_num() * per;
         float *m = S + 2 * (size_t)BQ * BK, *l = m + BQ;
+        const attn_bufs b = slot_bufs(S, BQ, BK, HS);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
-            const size_t base = qbase(L, bh);
-            const float *Qi = q + base + (size_t)q0 * qt;
-            float *Oi = out + obase(L, bh) + (size_t)q0 * ot;
+            const size_t base = qbase(L, bh), oof = obase(L, bh) + (size_t)q0 * ot;
+            size_t lq, lk, lv, lo = odt == FR_F32 ? ot : (size_t)HS;
+            const float *Qi = rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
+            /* out's rows are the accumulator: out itself when f32, else b.o */
+            float *Oi = odt == FR_F32 ? (float *)out + oof : b.o;
             for (int r = 0; r < rq; r++) {
-                memset(Oi + (size_t)r * ot, 0, (size_t)HS * sizeof(float));
+                memset(Oi + (size_t)r * lo, 0, (size_t)HS * sizeof(float));
                 m[r] = -INFINITY, l[r] = 0.0f;
             }
             for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
-                scores(S, BK, Qi, k + base + (size_t)k0 * qt, (int)qt, rq, rk, HS, s);
-                online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, ot, HS);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK,
-                            v + base + (size_t)k0 * qt, (int)qt, 1.0f, Oi, (int)ot);
+                const size_t kof = base + (size_t)k0 * qt;
+                const float *Kj = rows_f32(k, qdt, kof, qt, rk, HS, b.k, &lk);
+                const float *Vj = rows_f32(v, qdt, kof, qt, rk, HS, b.v, &lv);
+                scores(S, BK, Qi, lq, Kj, lk, rq, rk, HS, s);
+                online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, lo, HS);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK, Vj,
+                            (int)lv, 1.0f, Oi, (int)lo);
             }
             for (int r = 0; r < rq; r++) {
-                float *Or = Oi + (size_t)r * ot;
+                float *Or = Oi + (size_t)r * lo;
                 const float inv = 1.0f / l[r];
                 for (int d = 0; d < HS; d++) Or[d] *= inv;
+                if (odt != FR_F32) /* rounded to nearest even, as a CAST would */
+                    fr_f32_to_half_n_seq(Or, (uint16_t *)out + oof + (size_t)r * ot, (size_t)HS,
+                                         odt == FR_F16);
                 if (lse) lse[bh * (size_t)T + (size_t)q0 + r] = m[r] + logf(l[r]);
             }
         }
@@ -193,12 +247,13 @@ int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, co
 /* One tile of the backward's recomputation: S = s Qi Kj^T becomes
  * P = exp(S - lse) (0 where masked) in place, dP = dOi Vj^T becomes
  * dS = P o (dP - D) in place. Qi, Kj, Vj have row stride ldq, dOi ldo. */
-static void tile_grads(float *P, float *dS, int ld, const float *Qi, const float *Kj,
-                       const float *Vj, int ldq, const float *dOi, int ldo, const float *lse_i,
-                       const float *D, int q0, int k0, int rq, int rk, int HS, float s) {
-    scores(P, ld, Qi, Kj, ldq, rq, rk, HS, s);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, 1.0f, dOi, ldo, Vj, ldq, 0.0f,
-                dS, ld);
+static void tile_grads(float *P, float *dS, int ld, const float *Qi, size_t lq, const float *Kj,
+                       size_t lk, const float *Vj, size_t lv, const float *dOi, int ldo,
+                       const float *lse_i, const float *D, int q0, int k0, int rq, int rk, int HS,
+                       float s) {
+    scores(P, ld, Qi, lq, Kj, lk, rq, rk, HS, s);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, rk, HS, 1.0f, dOi, ldo, Vj, (int)lv,
+                0.0f, dS, ld);
     probs_and_dscores(P, dS, ld, rq, rk, q0, k0, lse_i, D);
 }
 
@@ -230,57 +285,75 @@ static void zero_rows(float *x, size_t ld, int rows, int HS) {
  * is given, dq_i += s dS K_j. */
 typedef struct attn_bwd_args {
     const fr_attn_layout *L;
-    const float *q, *k, *v, *dout, *lse, *D;
+    const void *q, *k, *v;
+    fr_dtype qdt;
+    const float *dout, *lse, *D;
     float *dq, *dk, *dv;
     float s;
     int BQ, BK;
 } attn_bwd_args;
 
-static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, size_t bh, int q0, int k0,
-                     int with_dq) {
+static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_bufs *b, size_t bh,
+                     int q0, int k0, int with_dq) {
     const fr_attn_layout *L = a->L;
     const size_t qt = L->qt, ot = L->ot, base = qbase(L, bh);
     const int T = L->T, HS = L->HS, BK = a->BK;
     const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0);
     const size_t qof = base + (size_t)q0 * qt, kof = base + (size_t)k0 * qt;
     const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
-    tile_grads(P, dS, BK, a->q + qof, a->k + kof, a->v + kof, (int)qt, a->dout + oof, (int)ot,
-               a->lse + lof, a->D + lof, q0, k0, rq, rk, HS, a->s);
+    size_t lq, lk, lv;
+    const float *Qi = rows_f32(a->q, a->qdt, qof, qt, rq, HS, b->q, &lq);
+    const float *Kj = rows_f32(a->k, a->qdt, kof, qt, rk, HS, b->k, &lk);
+    const float *Vj = rows_f32(a->v, a->qdt, kof, qt, rk, HS, b->v, &lv);
+    tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, a->dout + oof, (int)ot, a->lse + lof, a->D + lof,
+               q0, k0, rq, rk, HS, a->s);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, 1.0f, P, BK, a->dout + oof,
                 (int)ot, 1.0f, a->dv + kof, (int)qt);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, a->s, dS, BK, a->q + qof,
-                (int)qt, 1.0f, a->dk + kof, (int)qt);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, a->s, dS, BK, Qi, (int)lq,
+                1.0f, a->dk + kof, (int)qt);
     if (with_dq)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a->s, dS, BK, a->k + kof,
-                    (int)qt, 1.0f, a->dq + qof, (int)qt);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a->s, dS, BK, Kj,
+                    (int)lk, 1.0f, a->dq + qof, (int)qt);
 }
 
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats) {
+    const fr_attn_io io = {FR_F32, FR_F32};
+    return fr_attention_bwd_io(L, &io, q, k, v, out, dout, lse, D, dq, dk, dv, ws, ws_floats);
+}
+
+int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
+                        const void *v, const void *out, const float *dout, const float *lse,
+                        float *D, float *dq, float *dk, float *dv, float *ws, size_t ws_floats) {
     const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ, nk = (T + BK - 1) / BK;
     const long long heads = (long long)B * NH;
     const long long tasks_k = heads * nk, tasks_q = heads * nq;
-    const int nt = team(T, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
+    const int half = io->qkv != FR_F32 || io->out != FR_F32;
+    const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
+    const int nt = team(per, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
     const int per_head = heads >= nt;
-    const attn_bwd_args a = {L, q, k, v, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
-    const size_t per = slot_floats(T), qt = L->qt, ot = L->ot;
+    const attn_bwd_args a = {
+        L, q, k, v, io->qkv, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
         float *P = ws + (size_t)omp_get_thread_num() * per;
         float *dS = P + (size_t)BQ * BK;
+        const attn_bufs b = slot_bufs(P, BQ, BK, HS);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_q; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
             const size_t off = obase(L, bh) + (size_t)q0 * ot;
+            size_t lo;
+            const float *Oi = rows_f32(out, io->out, off, ot, rq, HS, b.o, &lo);
             for (int r = 0; r < rq; r++) {
-                const float *x = dout + off + (size_t)r * ot, *y = out + off + (size_t)r * ot;
+                const float *x = dout + off + (size_t)r * ot, *y = Oi + (size_t)r * lo;
                 double acc = 0.0;
                 for (int d = 0; d < HS; d++) acc += (double)x[d] * y[d];
                 D[bh * (size_t)T + (size_t)q0 + r] = (float)acc;
@@ -295,7 +368,7 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
                 zero_rows(dv + base, qt, T, HS);
                 for (int q0 = 0; q0 < T; q0 += BQ)
                     for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
-                        bwd_tile(&a, P, dS, (size_t)bh, q0, k0, 1);
+                        bwd_tile(&a, P, dS, &b, (size_t)bh, q0, k0, 1);
             }
         } else {
 #pragma omp for schedule(static)
@@ -305,7 +378,8 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
                 zero_rows(dk + kof + (size_t)k0 * qt, qt, rk, HS);
                 zero_rows(dv + kof + (size_t)k0 * qt, qt, rk, HS);
                 /* from the first query tile with a query >= k0 */
-                for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) bwd_tile(&a, P, dS, bh, q0, k0, 0);
+                for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ)
+                    bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
             }
 #pragma omp for schedule(static)
             for (long long task = 0; task < tasks_q; task++) {
@@ -314,14 +388,18 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
                 const size_t qof = qbase(L, bh) + (size_t)q0 * qt;
                 const size_t oof = obase(L, bh) + (size_t)q0 * ot,
                              lof = bh * (size_t)T + (size_t)q0;
+                size_t lq, lk, lv;
+                const float *Qi = rows_f32(q, io->qkv, qof, qt, rq, HS, b.q, &lq);
                 zero_rows(dq + qof, qt, rq, HS);
                 for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                     const int rk = imin(BK, T - k0);
-                    const float *Kj = k + qbase(L, bh) + (size_t)k0 * qt;
-                    tile_grads(P, dS, BK, q + qof, Kj, v + qbase(L, bh) + (size_t)k0 * qt, (int)qt,
-                               dout + oof, (int)ot, lse + lof, D + lof, q0, k0, rq, rk, HS, a.s);
+                    const size_t kof = qbase(L, bh) + (size_t)k0 * qt;
+                    const float *Kj = rows_f32(k, io->qkv, kof, qt, rk, HS, b.k, &lk);
+                    const float *Vj = rows_f32(v, io->qkv, kof, qt, rk, HS, b.v, &lv);
+                    tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, dout + oof, (int)ot, lse + lof,
+                               D + lof, q0, k0, rq, rk, HS, a.s);
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a.s, dS, BK,
-                                Kj, (int)qt, 1.0f, dq + qof, (int)qt);
+                                Kj, (int)lk, 1.0f, dq + qof, (int)qt);
                 }
             }
         }
@@ -338,40 +416,60 @@ static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr
     return st;
 }
 
-// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T), ws a tile per thread
+/* q, k, v's element offsets in a fused qkv of dtype dt */
+static const void *col(const fr_tensor *t, size_t off) {
+    return t->dtype == FR_F32 ? (const void *)((const float *)t->data + off)
+                              : (const void *)((const uint16_t *)t->data + off);
+}
+
+static int io_ok(fr_kernel_call *c, const char *op, fr_dtype a, fr_dtype b) {
+    if ((a == FR_F32 || a == FR_BF16 || a == FR_F16) &&
+        (b == FR_F32 || b == FR_BF16 || b == FR_F16))
+        return FR_OK;
+    return fr_fail(c->ctx, FR_ERR_ARG, "%s: qkv and y must be f32, f16 or bf16", op);
+}
+
+// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T), ws a tile per thread; qkv and y
+// f32 or 16 bits (y rounded from the f32 result)
 int fr_k_attention(fr_kernel_call *c) {
     fr_attn_layout L;
     int st = attn_dims(c, "attention", &c->in[0], &L);
-    if (st) return st;
+    if (st || (st = io_ok(c, "attention", c->in[0].dtype, c->out[0].dtype))) return st;
     const size_t C = (size_t)L.NH * L.HS;
-    const float *qkv = fr_f32(&c->in[0]);
+    const fr_tensor *qkv = &c->in[0];
+    const fr_attn_io io = {qkv->dtype, c->out[0].dtype};
     float *ws = fr_f32(&c->out[2]);
     const size_t wsn = (size_t)fr_shape_numel(&c->out[2].shape);
-    if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, fr_f32(&c->out[0]), fr_f32(&c->out[1]), ws,
-                         ws ? wsn : 0))
+    if (fr_attention_fwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, 2 * C), c->out[0].data,
+                            fr_f32(&c->out[1]), ws, ws ? wsn : 0))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention: a workspace of %zu floats holds no tile",
                        ws ? wsn : 0);
     return FR_OK;
 }
 
-// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws as the forward's
+// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws as the forward's;
+// qkv and y f32 or 16 bits
 int fr_k_attention_bwd(fr_kernel_call *c) {
     fr_attn_layout L;
     int st = attn_dims(c, "attention_bwd", &c->in[1], &L);
-    if (st) return st;
+    if (st || (st = io_ok(c, "attention_bwd", c->in[1].dtype, c->in[2].dtype))) return st;
     float *dqkv = fr_f32(&c->out[0]);
     if (!dqkv) return FR_OK;
     if (acc_bit(c, 0))
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "attention_bwd: dqkv is written whole, it cannot be added into");
+    if (c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: dy and dqkv must be f32");
     const size_t C = (size_t)L.NH * L.HS;
-    const float *qkv = fr_f32(&c->in[1]);
+    const fr_tensor *qkv = &c->in[1];
+    const fr_attn_io io = {qkv->dtype, c->in[2].dtype};
     float *ws = fr_f32(&c->out[2]), *D = fr_f32(&c->out[1]);
     const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[2].shape) : 0;
     if (!D || !fr_f32(&c->in[3]))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: the saved lse or D's buffer is missing");
-    if (fr_attention_bwd(&L, qkv, qkv + C, qkv + 2 * C, fr_f32(&c->in[2]), fr_f32(&c->in[0]),
-                         fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + 2 * C, ws, wsn))
+    if (fr_attention_bwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, 2 * C), c->in[2].data,
+                            fr_f32(&c->in[0]), fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + 2 * C,
+                            ws, wsn))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: a workspace of %zu floats holds no tile",
                        wsn);
     return FR_OK;

@@ -43,6 +43,18 @@ fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS);
  * calls. */
 size_t fr_attention_ws_floats(int T, int HS, int threads);
 
+/* 16-bit operands: q, k and v stored in qkv (f32, f16 or bf16; widened a
+ * tile at a time into the workspace, exactly, so the result is the f32
+ * call's on the widened values), out in `out` (f32, or 16 bits: the f32
+ * result rounded to nearest even, as a CAST would round it). */
+typedef struct fr_attn_io {
+    int qkv, out; /* fr_dtype */
+} fr_attn_io;
+
+/* The workspace with 16-bit operands (half): per thread also the widened
+ * q, k and v tiles and out's f32 rows, (2 BQ + 2 BK) HS floats more. */
+size_t fr_attention_ws_floats_io(int T, int HS, int threads, int half);
+
 /* out = softmax(scale q k^T + causal mask) v, and lse = the log of each
  * softmax's denominator (the max-shifted logsumexp of the row's scores;
  * lse may be NULL: not kept). Returns 0, or FR_ERR_ARG when ws holds less
@@ -50,6 +62,9 @@ size_t fr_attention_ws_floats(int T, int HS, int threads);
  * slots, at most the OpenMP maximum). */
 int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      float *out, float *lse, float *ws, size_t ws_floats);
+/* the same with io's dtypes (q, k, v of io->qkv, out of io->out) */
+int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
+                        const void *v, void *out, float *lse, float *ws, size_t ws_floats);
 
 /* dq, dk, dv (overwritten) from dout, given the forward's q, k, v, out and
  * lse; D (B, NH, T) receives rowsum(dout o out). The same workspace as the
@@ -57,6 +72,11 @@ int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, co
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats);
+/* the same with io's dtypes (q, k, v of io->qkv, out of io->out; dout and
+ * the gradients f32) */
+int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
+                        const void *v, const void *out, const float *dout, const float *lse,
+                        float *D, float *dq, float *dk, float *dv, float *ws, size_t ws_floats);
 
 /* ---- generation (ATTENTION_KV, LAST_ROW) ----
  * fr_k_attention_kv: a chunk of P positions from pos (fr_kernel_call.step),

@@ -24,14 +24,13 @@
 static int g_on;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Opt-in (FRUGAL_CONV=dnnl) until it measures faster: on the 2-core AMD
- * EPYC of bench/out/conv_dnnl.txt it is level with the GEMM path (the
- * primitives are faster than the GEMMs, the reorders NCHW <-> nChw16c
- * around them take a quarter of their time); FRUGAL_CONV=gemm or unset
- * keeps im2col / shifted GEMMs. */
+/* On by default where the build has oneDNN: on a quiet 2-core AMD EPYC
+ * (bench/out/conv_dnnl.txt) its steps take 0.90x (CNN), 0.82x (ResNet) and
+ * 0.70x (CNN, bf16-mixed) of the GEMM path's. FRUGAL_CONV=gemm keeps
+ * im2col / shifted GEMMs (the reference, and the golden record's path). */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
-    g_on = fr_dnnl_engine() != NULL && env && strcmp(env, "dnnl") == 0;
+    g_on = fr_dnnl_engine() != NULL && !(env && strcmp(env, "gemm") == 0);
 }
 
 int fr_conv_dnnl_on(void) {

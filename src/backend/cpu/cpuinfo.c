@@ -3,6 +3,7 @@
  * pthread_once; the only other state is the environment fr_cpu_fix_env sets
  * before a restart. */
 #include "backend/cpu/cpuinfo.h"
+#include "backend/cpu/conv_dnnl.h"
 #include "core/names.h"
 
 #include <cblas.h>
@@ -263,6 +264,18 @@ const char *fr_cpu_gemm_bf16(char *buf, size_t n) {
     return buf;
 }
 
+const char *fr_cpu_linear32(char *buf, size_t n) {
+    if (fr_gemm32_onednn()) snprintf(buf, n, "oneDNN matmul %.31s", fr_cpu()->onednn_isa);
+    else snprintf(buf, n, "OpenBLAS");
+    return buf;
+}
+
+const char *fr_cpu_conv(char *buf, size_t n) {
+    if (fr_conv_dnnl_on()) snprintf(buf, n, "oneDNN %.31s", fr_cpu()->onednn_isa);
+    else snprintf(buf, n, "im2col/shifted GEMMs");
+    return buf;
+}
+
 /* ---- the probe ----------------------------------------------------------- */
 
 #define PROBE_N 512
@@ -378,6 +391,8 @@ void fr_cpu_line(FILE *f, const fr_gemm_rates *r) {
     }
     fprintf(f, ", bf16 %s", fr_cpu_gemm_bf16(g16, sizeof g16));
     if (r && r->bf16 > 0) fprintf(f, " %.0f GFLOP/s", r->bf16);
+    fprintf(f, "; conv %s", fr_cpu_conv(g16, sizeof g16));
+    fprintf(f, "; linear f32 %s", fr_cpu_linear32(g16, sizeof g16));
     if (r) fprintf(f, "; %d threads, %d^3", r->threads, r->n);
 }
 
@@ -408,6 +423,10 @@ void fr_cpu_json(FILE *f, const fr_gemm_rates *r) {
     fr_json_str(f, fr_cpu_gemm_f32(buf, sizeof buf));
     fputs(", \"gemm_bf16\": ", f);
     fr_json_str(f, fr_cpu_gemm_bf16(buf, sizeof buf));
+    fputs(", \"conv\": ", f);
+    fr_json_str(f, fr_cpu_conv(buf, sizeof buf));
+    fputs(", \"linear_f32\": ", f);
+    fr_json_str(f, fr_cpu_linear32(buf, sizeof buf));
     fputs(", \"warning\": ", f);
     const char *w = fr_cpu_warning();
     if (w) fr_json_str(f, w);

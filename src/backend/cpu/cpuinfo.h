@@ -24,6 +24,14 @@ int fr_cpu_fix_env(void);
 const char *fr_cpu_gemm_f32(char *buf, size_t n);
 const char *fr_cpu_gemm_bf16(char *buf, size_t n);
 
+/* Where the linear layers' f32 GEMMs run: "oneDNN matmul avx512_core"
+ * (fr_gemm32_onednn) or "OpenBLAS" (their weight gradients always do). */
+const char *fr_cpu_linear32(char *buf, size_t n);
+
+/* The convolutions' path: "oneDNN avx512_core_bf16" (conv_dnnl.c, the
+ * default), or "im2col/shifted GEMMs" (FRUGAL_CONV=gemm, or no oneDNN). */
+const char *fr_cpu_conv(char *buf, size_t n);
+
 /* One line for people (no newline at the end), and a JSON object's text
  * ({"model": ..., "features": [...], ...}); rates NULL leaves the measured
  * GFLOP/s out. */

@@ -18,7 +18,7 @@ static int g_native; /* bf16 runs on a kernel other than oneDNN's reference loop
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   float beta, int64_t ldc, dnnl_primitive_desc_t *pd);
+                   float beta, int64_t ldc, const fr_gemm16_out *e, dnnl_primitive_desc_t *pd);
 
 static void init_once(void) {
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
@@ -33,7 +33,7 @@ static void init_once(void) {
     const char *env = getenv("FRUGAL_GEMM16");
     if (env && strcmp(env, "0") == 0) return;
     dnnl_primitive_desc_t pd;
-    if (make_pd(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, &pd)) return;
+    if (make_pd(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, NULL, &pd)) return;
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
         g_native = strncmp(impl, "ref", 3) != 0;
@@ -56,18 +56,23 @@ int fr_gemm16_native(fr_dtype dt) {
     return g_engine && g_native;
 }
 
-/* 2-D memory descriptors of op(A) (M,K), op(B) (K,N) and C (M,N) by strides */
+/* 2-D memory descriptors of op(A) (M,K), op(B) (K,N), C (M,N) by strides
+ * and the bias (1,N); e NULL: no bias, C f32 */
 static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   float beta, int64_t ldc, dnnl_primitive_desc_t *pd) {
-    dnnl_memory_desc_t a, b, c;
-    dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
-    dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, bs = {tb ? 1 : ldb, tb ? ldb : 1}, cs = {ldc, 1};
-    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) ||
-        dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) ||
-        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs))
+                   float beta, int64_t ldc, const fr_gemm16_out *e, dnnl_primitive_desc_t *pd) {
+    dnnl_memory_desc_t a, b, c, bias;
+    dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N}, biasd = {1, N};
+    dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, bs = {tb ? 1 : ldb, tb ? ldb : 1}, cs = {ldc, 1},
+                biass = {N, 1};
+    int c16 = e && e->c16, has_bias = e && e->bias;
+    dnnl_data_type_t ab = e && e->ab32 ? dnnl_f32 : dnnl_bf16;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, ab, as) ||
+        dnnl_memory_desc_init_by_strides(&b, 2, bd, ab, bs) ||
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, c16 ? dnnl_bf16 : dnnl_f32, cs) ||
+        (has_bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass)))
         return -1;
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)) return -1;
+    if (dnnl_matmul_desc_init(&md, &a, &b, has_bias ? &bias : NULL, &c)) return -1;
     dnnl_primitive_attr_t at;
     if (dnnl_primitive_attr_create(&at)) return -1;
     int bad = dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user) != 0;
@@ -84,16 +89,100 @@ static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
     return bad ? -1 : 0;
 }
 
+/* ---- the matmul primitives, made once per call shape ---- */
+
+/* Making a matmul's primitive descriptor and primitive costs far more than
+ * running a small one (the seed MLP's step at batch 32 took 2.7x as long
+ * with them made per call), so they are kept for the process by the call's
+ * shape, epilogue and thread count (oneDNN sizes its scratch and splits its
+ * work by the threads it will run on). Past MM_CACHE_MAX shapes a primitive
+ * is made for its call only. */
+#define MM_CACHE_MAX 256
+
+typedef struct mm_key {
+    int ta, tb, c16, ab32, bias, threads;
+    int64_t M, N, K, lda, ldb, ldc;
+    float beta;
+} mm_key;
+
+typedef struct mm_entry {
+    mm_key key;
+    dnnl_primitive_t p;
+    dnnl_memory_desc_t a, b, c, bias, sp;
+    size_t need; /* scratch bytes */
+} mm_entry;
+
+static mm_entry g_mm[MM_CACHE_MAX];
+static int g_nmm;
+static pthread_mutex_t g_mm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The entry for key (made and kept, or made into *own when the cache is
+ * full); NULL when oneDNN has no matmul for it. */
+static mm_entry *mm_get(const mm_key *key, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                        int64_t lda, int64_t ldb, float beta, int64_t ldc, const fr_gemm16_out *e,
+                        mm_entry *own) {
+    pthread_mutex_lock(&g_mm_lock);
+    for (int i = 0; i < g_nmm; i++)
+        if (memcmp(&g_mm[i].key, key, sizeof *key) == 0) {
+            pthread_mutex_unlock(&g_mm_lock);
+            return &g_mm[i];
+        }
+    mm_entry *en = g_nmm < MM_CACHE_MAX ? &g_mm[g_nmm] : own;
+    memset(en, 0, sizeof *en);
+    en->key = *key;
+    dnnl_primitive_desc_t pd;
+    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, e, &pd);
+    if (!bad) {
+        const dnnl_memory_desc_t *sp =
+            dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        en->need = sp ? dnnl_memory_desc_get_size(sp) : 0;
+        if (sp) en->sp = *sp;
+        en->a = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+        en->b = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        en->c = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        if (key->bias) en->bias = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
+        bad = dnnl_primitive_create(&en->p, pd) != dnnl_success;
+        dnnl_primitive_desc_destroy(pd);
+    }
+    if (!bad && en != own) g_nmm++;
+    pthread_mutex_unlock(&g_mm_lock);
+    return bad ? NULL : en;
+}
+
 size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     float beta, int64_t ldc) {
-    if (!fr_gemm16_native(FR_BF16) || M <= 0 || N <= 0 || K <= 0) return 0;
+    return fr_gemm16_epi_ws(ta, tb, M, N, K, lda, ldb, beta, ldc, NULL);
+}
+
+/* oneDNN runs this call: bf16 natively, or f32 operands on the engine */
+static int runs(const fr_gemm16_out *e) {
+    return e && e->ab32 ? fr_dnnl_engine() != NULL : fr_gemm16_native(FR_BF16);
+}
+
+static int g32;
+static pthread_once_t g32_once = PTHREAD_ONCE_INIT;
+
+static void decide32(void) {
+    const char *env = getenv("FRUGAL_GEMM");
+    if (!fr_dnnl_engine()) return;
+    g32 = env && strcmp(env, "onednn") == 0;
+}
+
+int fr_gemm32_onednn(void) {
+    pthread_once(&g32_once, decide32);
+    return g32;
+}
+
+size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                        float beta, int64_t ldc, const fr_gemm16_out *e) {
+    if (!runs(e) || M <= 0 || N <= 0 || K <= 0) return 0;
     /* oneDNN sizes its scratchpad for the threads it will run on: planned
      * for the most a later fr_set_threads may give (the cores, or more if
      * asked now), so a step compiled on fewer threads still runs */
     int now = omp_get_max_threads(), most = omp_get_num_procs() > now ? omp_get_num_procs() : now;
     dnnl_primitive_desc_t pd;
     omp_set_num_threads(most);
-    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, &pd);
+    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, e, &pd);
     omp_set_num_threads(now);
     if (bad) return 0;
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -105,50 +194,68 @@ size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda
 int fr_gemm16(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
               int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc,
               void *ws, size_t ws_bytes) {
-    if (!fr_gemm16_native(FR_BF16))
-        return fr_fail(ctx, FR_ERR_ARG, "gemm16: no native bf16 GEMM on this CPU");
+    return fr_gemm16_epi(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, ws, ws_bytes);
+}
+
+int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc,
+                  const fr_gemm16_out *e, void *ws, size_t ws_bytes) {
+    if (!runs(e))
+        return fr_fail(ctx, FR_ERR_ARG,
+                       e && e->ab32 ? "gemm16: no oneDNN engine for an f32 matmul"
+                                    : "gemm16: no native bf16 GEMM on this CPU");
     if (M <= 0 || N <= 0) return FR_OK;
-    if (K <= 0) { /* an empty sum */
+    if (K <= 0 && (!e || (!e->c16 && !e->bias))) { /* an empty sum */
         if (beta == 0.0f)
-            for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof(float));
+            for (int64_t m = 0; m < M; m++)
+                memset((float *)C + m * ldc, 0, (size_t)N * sizeof(float));
         return FR_OK;
     }
-    dnnl_primitive_desc_t pd;
-    if (make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, &pd))
-        return fr_fail(ctx, FR_ERR_ARG, "gemm16: oneDNN has no bf16 matmul for %lld x %lld x %lld",
-                       (long long)M, (long long)N, (long long)K);
-    const dnnl_memory_desc_t *spd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    size_t need = spd ? dnnl_memory_desc_get_size(spd) : 0;
+    if (K <= 0) return fr_fail(ctx, FR_ERR_ARG, "gemm16: an empty sum with a bias or a 16-bit C");
+    mm_key key;
+    memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
+    key.ta = ta, key.tb = tb, key.c16 = e && e->c16, key.ab32 = e && e->ab32;
+    key.bias = e && e->bias, key.threads = omp_get_max_threads();
+    key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.beta = beta;
+    mm_entry own, *en = mm_get(&key, ta, tb, M, N, K, lda, ldb, beta, ldc, e, &own);
+    if (!en)
+        return fr_fail(ctx, FR_ERR_ARG, "gemm16: oneDNN has no %s matmul for %lld x %lld x %lld",
+                       e && e->ab32 ? "f32" : "bf16", (long long)M, (long long)N, (long long)K);
+    size_t need = en->need;
     int st = FR_OK;
-    dnnl_primitive_t p = NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
+    if (need > ws_bytes && key.ab32) {
+        st = FR_GEMM16_DECLINE;
+        goto done;
+    }
     if (need > ws_bytes) {
         st = fr_fail(ctx, FR_ERR_ARG,
                      "gemm16: %lld x %lld x %lld needs %zu bytes of scratch, the plan gave %zu",
                      (long long)M, (long long)N, (long long)K, need, ws_bytes);
         goto done;
     }
-    const dnnl_memory_desc_t *a = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-                             *b = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
-                             *c = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    if (dnnl_primitive_create(&p, pd) || dnnl_memory_create(&ma, a, g_engine, (void *)A) ||
-        dnnl_memory_create(&mb, b, g_engine, (void *)B) ||
-        dnnl_memory_create(&mc, c, g_engine, C) ||
-        (need && dnnl_memory_create(&ms, spd, g_engine, ws))) {
+    if (dnnl_memory_create(&ma, &en->a, g_engine, (void *)A) ||
+        dnnl_memory_create(&mb, &en->b, g_engine, (void *)B) ||
+        dnnl_memory_create(&mc, &en->c, g_engine, C) ||
+        (need && dnnl_memory_create(&ms, &en->sp, g_engine, ws)) ||
+        (key.bias && dnnl_memory_create(&mbias, &en->bias, g_engine, (void *)e->bias))) {
         st = fr_fail(ctx, FR_ERR_NOMEM, "gemm16: oneDNN could not make its matmul");
         goto done;
     }
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-    if (dnnl_primitive_execute(p, g_stream, need ? 4 : 3, args) || dnnl_stream_wait(g_stream))
+    dnnl_primitive_t p = en->p;
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    int na = 3;
+    if (need) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
+    if (mbias) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
+    if (dnnl_primitive_execute(p, g_stream, na, args) || dnnl_stream_wait(g_stream))
         st = fr_fail(ctx, FR_ERR_ARG, "gemm16: oneDNN's matmul failed");
 done:
+    if (mbias) dnnl_memory_destroy(mbias);
     if (ms) dnnl_memory_destroy(ms);
     if (mc) dnnl_memory_destroy(mc);
     if (mb) dnnl_memory_destroy(mb);
     if (ma) dnnl_memory_destroy(ma);
-    if (p) dnnl_primitive_destroy(p);
-    dnnl_primitive_desc_destroy(pd);
+    if (en == &own) dnnl_primitive_destroy(own.p); /* a full cache: made for this call only */
     return st;
 }
 
@@ -172,5 +279,20 @@ int fr_gemm16(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, cons
     (void)beta, (void)C, (void)ldc, (void)ws, (void)ws_bytes;
     return fr_fail(ctx, FR_ERR_ARG, "gemm16: frugal was built without oneDNN");
 }
+
+size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                        float beta, int64_t ldc, const fr_gemm16_out *e) {
+    (void)e;
+    return fr_gemm16_ws(ta, tb, M, N, K, lda, ldb, beta, ldc);
+}
+
+int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc,
+                  const fr_gemm16_out *e, void *ws, size_t ws_bytes) {
+    (void)e;
+    return fr_gemm16(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, ws, ws_bytes);
+}
+
+int fr_gemm32_onednn(void) { return 0; }
 
 #endif

@@ -36,6 +36,41 @@ int fr_gemm16(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, cons
 size_t fr_gemm16_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     float beta, int64_t ldc);
 
+/* The GEMM's epilogue, done by oneDNN on the f32 sums before C is written:
+ * bias (f32, N values, or NULL) added to every row (y = A B + bias: one f32
+ * addition, as seeding C with the bias and beta 1 does), and C stored in
+ * bf16 when c16 (each value rounded to nearest even, as CAST rounds: the
+ * bits of the f32 result cast). */
+typedef struct fr_gemm16_out {
+    const float *bias;
+    int c16;
+    int ab32; /* A and B are f32 (oneDNN's f32 matmul, fr_gemm32_onednn), not bf16 */
+} fr_gemm16_out;
+
+/* fr_gemm16 with an epilogue (e NULL: none); C is float * or, with e->c16,
+ * uint16_t * (bf16), ldc in its elements; A and B uint16_t * (bf16) or,
+ * with e->ab32, float *. With e->ab32 and less scratch than the call needs
+ * (a caller that planned none: a kernel called directly, generation's
+ * plan) it returns FR_GEMM16_DECLINE, sets no error and writes nothing:
+ * the caller runs its OpenBLAS GEMM instead. */
+#define FR_GEMM16_DECLINE (-2)
+int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc,
+                  const fr_gemm16_out *e, void *ws, size_t ws_bytes);
+
+/* Whether the linear layers' f32 GEMMs x W^T and dy W run on oneDNN's f32
+ * matmul (its brgemm kernels, scratch planned like the bf16 one's) rather
+ * than on OpenBLAS: FRUGAL_GEMM=onednn in the environment (where the build
+ * has oneDNN). Opt-in: on this AVX-512 host it is faster
+ * (bench/out/gemm_f32_linear.txt), but its scratch, up to a megabyte a
+ * layer, raised the smallest budgets small models fit in by a third, and
+ * the planner does not yet weigh that against the time. Decided once per
+ * process. Weight gradients, convolutions' and attention's GEMMs stay
+ * OpenBLAS's. */
+int fr_gemm32_onednn(void);
+size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                        float beta, int64_t ldc, const fr_gemm16_out *e);
+
 #ifdef FR_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 /* The process's oneDNN CPU engine and in-order stream, made once (NULL when

@@ -4,6 +4,7 @@
  * for the mixed-precision pass). Not the kernels themselves (pool.c, norm.c,
  * conv.c), nor the ops every backend reads in 16 bits at any size (ops.c). */
 #include "backend/cpu/half_io.h"
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 
 /* values in one (H,W) plane of a 4-d tensor; 1 for (N,C) */
@@ -20,6 +21,20 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
             return y->ndim == 4 && y->d[2] * y->d[3] <= FR_HALF_OUT_PLANE_MAX;
         }
         return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
+    /* attention widens 16-bit q, k, v and y a tile at a time and rounds y
+     * from its f32 rows (attention.c) */
+    case FR_OP_ATTENTION: return j == -1 || j == 0;
+    case FR_OP_ATTENTION_BWD: return j == 1 || j == 2;
+    /* the tanh GELU widens a 16-bit x a chunk at a time (activation.c) */
+    case FR_OP_GELU: return j == 0 && n->attr.approx == 1;
+    /* LayerNorm rounds y from its stack (any size); its backward widens
+     * x a row at a time there (norm.c) */
+    case FR_OP_LAYERNORM: return j == -1;
+    case FR_OP_LAYERNORM_BWD: {
+        const fr_shape *gm = &v[n->in[2]].shape, *x = &v[n->in[1]].shape;
+        int64_t D = gm->ndim ? fr_shape_numel(gm) : (x->ndim ? x->d[x->ndim - 1] : 0);
+        return j == 1 && D <= FR_HALF_PLANE_MAX;
+    }
     case FR_OP_MAXPOOL2D_BWD: /* dy, x, y: x */
     case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
         return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;
@@ -30,6 +45,13 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         int x = n->op == FR_OP_CONV2D ? 0 : 1;
         return j == x && fr_conv2d_reads_half(&v[n->in[x]].shape, v[n->in[x + 1]].shape.d[0],
                                               n->attr.kernel, n->attr.stride, n->attr.pad);
+    }
+    /* a linear layer on bf16 operands writes a bf16 y as its GEMM's
+     * epilogue (linear.c, gemm16.h) */
+    case FR_OP_LINEAR: {
+        const fr_value *w = &v[n->in[1]];
+        return j == -1 && v[n->in[0]].dtype == FR_BF16 && w->dtype == FR_BF16 &&
+               w->shape.ndim == 2 && w->shape.d[1] > 0 && fr_gemm16_native(FR_BF16);
     }
     default: return 0;
     }

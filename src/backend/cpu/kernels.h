@@ -63,8 +63,11 @@ int fr_k_linear_bwd(fr_kernel_call *c);
 size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int64_t N, int threads);
 /* With bf16 operands (all of x, W, and dy for LINEAR_BWD) the GEMMs are
  * 16-bit ones with f32 accumulation (gemm16.h), the weight gradient in the
- * same tiles as above; their scratch, in bytes, for N rows: */
-size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads);
+ * same tiles as above; with f32 operands they run on oneDNN's f32 matmul
+ * where fr_gemm32_onednn() says so (the same tiles, the bias in the
+ * forward's epilogue), else on OpenBLAS. oneDNN's scratch, in bytes, for N
+ * rows (ab32: f32 operands): */
+size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads, int ab32);
 
 /* conv.c — im2col + GEMM; attr.kernel (square), attr.stride, attr.pad (zeros).
  * CONV2D      in: x (N,C,H,W), W (OC,C,K,K), b (OC)|absent   out: y (N,OC,OH,OW), ws (f32 workspace)

@@ -48,8 +48,22 @@ int fr_k_linear(fr_kernel_call *c) {
     if (st) return st;
     const int64_t K = d.K, O = d.O, N = d.N;
     if (N == 0 || O == 0) return FR_OK;
-    float *yp = fr_f32(y);
     const float *bp = fr_f32(b);
+    const fr_tensor *ops[2] = {x, w};
+    int h = operands16(c, "linear", ops, 2);
+    if (h < 0) return FR_ERR_ARG;
+    const int d32 = !h && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
+    if ((h || d32) && K > 0) { /* the bias and a 16-bit y are the GEMM's epilogue: no pass */
+        if (y->dtype != FR_F32 && (y->dtype != FR_BF16 || d32))
+            return fr_fail(c->ctx, FR_ERR_ARG, "linear: a bf16 GEMM writes y in f32 or bf16");
+        fr_gemm16_out e = {bp, y->dtype == FR_BF16, d32};
+        st = fr_gemm16_epi(c->ctx, 0, 1, N, O, K, x->data, K, w->data, K, 0.0f, y->data, O, &e,
+                           c->gemm_ws, c->gemm_ws_len);
+        if (st != FR_GEMM16_DECLINE) return st; /* else: no scratch planned, OpenBLAS */
+    }
+    if (y->dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "linear: y in 16 bits needs a bf16 GEMM (K > 0)");
+    float *yp = fr_f32(y);
     float beta = 0.0f;
     if (bp) { /* seed y with the bias, then let the GEMM add x W^T on top */
 #pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
@@ -60,12 +74,6 @@ int fr_k_linear(fr_kernel_call *c) {
         if (!bp) memset(yp, 0, (size_t)(N * O) * sizeof(float));
         return FR_OK;
     }
-    const fr_tensor *ops[2] = {x, w};
-    int h = operands16(c, "linear", ops, 2);
-    if (h < 0) return FR_ERR_ARG;
-    if (h)
-        return fr_gemm16(c->ctx, 0, 1, N, O, K, x->data, K, w->data, K, beta, yp, O, c->gemm_ws,
-                         c->gemm_ws_len);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)K, 1.0f, fr_f32(x),
                 (int)K, fr_f32(w), (int)K, beta, yp, (int)O);
     return FR_OK;
@@ -145,10 +153,13 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
     return FR_OK;
 }
 
-/* weight_grad of bf16 dy and x: the same tiles, one after another, each a
- * 16-bit GEMM on all the threads (into grad_ws's first slot when updating). */
-static int weight_grad16(fr_kernel_call *c, const uint16_t *dyp, const uint16_t *xp, float *dw,
-                         int64_t N, int64_t O, int64_t K, int update, float beta) {
+/* weight_grad on oneDNN's matmul, of bf16 dy and x (ab32 0) or f32 ones
+ * (ab32 1, unused: see fr_k_linear_bwd): the same tiles, one after another,
+ * each a GEMM on all the threads (into grad_ws's first slot when updating). */
+static int weight_grad_dnnl(fr_kernel_call *c, const void *dyp, const void *xp, float *dw,
+                            int64_t N, int64_t O, int64_t K, int update, float beta, int ab32) {
+    const fr_gemm16_out e = {NULL, 0, ab32};
+    const size_t es = ab32 ? sizeof(float) : sizeof(uint16_t);
     int64_t rows = upd_tile_rows(O, K, N, omp_get_max_threads());
     if (update && (!c->grad_ws || c->grad_ws_len < (size_t)(rows * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
@@ -157,27 +168,33 @@ static int weight_grad16(fr_kernel_call *c, const uint16_t *dyp, const uint16_t 
     for (int64_t o0 = 0; o0 < O; o0 += rows) {
         int64_t r = O - o0 < rows ? O - o0 : rows;
         float *g = update ? c->grad_ws : dw + o0 * K;
-        int st = fr_gemm16(c->ctx, 1, 0, r, K, N, dyp + o0, O, xp, K, update ? 0.0f : beta, g, K,
-                           c->gemm_ws, c->gemm_ws_len);
+        int st = fr_gemm16_epi(c->ctx, 1, 0, r, K, N, (const char *)dyp + (size_t)o0 * es, O, xp, K,
+                               update ? 0.0f : beta, g, K, &e, c->gemm_ws, c->gemm_ws_len);
         if (st) return st;
         if (update) sgd_tile(dw + o0 * K, g, r * K, c->node->attr.lr, c->node->attr.wd);
     }
     return FR_OK;
 }
 
-size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads) {
-    if (!backward) {
-        size_t a = fr_gemm16_ws(0, 1, N, O, K, K, K, 0.0f, O),
-               b = fr_gemm16_ws(0, 1, N, O, K, K, K, 1.0f, O);
-        return a > b ? a : b;
-    }
+size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads, int ab32) {
     size_t most = 0;
+    if (!backward) { /* with a bias or not, y f32 or bf16 (fr_k_linear) */
+        static const float one = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            fr_gemm16_out e = {k & 1 ? &one : NULL, k >> 1 && !ab32, ab32};
+            size_t a = fr_gemm16_epi_ws(0, 1, N, O, K, K, K, 0.0f, O, &e);
+            if (a > most) most = a;
+        }
+        return most;
+    }
+    const fr_gemm16_out e = {NULL, 0, ab32};
     for (int beta = 0; beta < 2; beta++) {
-        size_t dx = fr_gemm16_ws(0, 0, N, K, O, O, K, (float)beta, K);
+        size_t dx = fr_gemm16_epi_ws(0, 0, N, K, O, O, K, (float)beta, K, &e);
         if (dx > most) most = dx;
+        if (ab32) continue; /* an f32 weight gradient is OpenBLAS's (fr_k_linear_bwd) */
         int64_t rows = upd_tile_rows(O, K, N, threads), last = O % rows ? O % rows : rows;
-        size_t full = fr_gemm16_ws(1, 0, rows, K, N, O, K, (float)beta, K),
-               tail = fr_gemm16_ws(1, 0, last, K, N, O, K, (float)beta, K);
+        size_t full = fr_gemm16_epi_ws(1, 0, rows, K, N, O, K, (float)beta, K, &e),
+               tail = fr_gemm16_epi_ws(1, 0, last, K, N, O, K, (float)beta, K, &e);
         if (full > most) most = full;
         if (tail > most) most = tail;
     }
@@ -224,13 +241,19 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     if (h < 0) return FR_ERR_ARG;
     const float *dyp = fr_f32(dy);
     const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
+    const int d32 = !h && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
-        } else if (h) {
-            st = fr_gemm16(c->ctx, 0, 0, N, K, O, dyh, O, w->data, K, acc_bit(c, 0) ? 1.0f : 0.0f,
-                           dx, K, c->gemm_ws, c->gemm_ws_len);
-            if (st) return st;
+        } else if (h || d32) {
+            const fr_gemm16_out e = {NULL, 0, d32};
+            st = fr_gemm16_epi(c->ctx, 0, 0, N, K, O, dy->data, O, w->data, K,
+                               acc_bit(c, 0) ? 1.0f : 0.0f, dx, K, &e, c->gemm_ws, c->gemm_ws_len);
+            if (st == FR_GEMM16_DECLINE) /* no scratch planned: OpenBLAS */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
+                            dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx,
+                            (int)K);
+            else if (st) return st;
         } else {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
                         dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
@@ -240,7 +263,10 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
         int update = (c->node->update & 2u) != 0;
         float beta = acc_bit(c, 1) ? 1.0f : 0.0f;
         if (N > 0) {
-            st = h ? weight_grad16(c, dyh, x->data, dw, N, O, K, update, beta)
+            /* f32: OpenBLAS's one-thread tiles even where oneDNN runs x W^T
+             * and dy W (a oneDNN call per tile costs tens of microseconds:
+             * at batch 32 the seed MLP's 125 tiles a step ran 3x slower) */
+            st = h ? weight_grad_dnnl(c, dy->data, x->data, dw, N, O, K, update, beta, 0)
                    : weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, beta);
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {

@@ -10,6 +10,7 @@
 #include "backend/kcheck.h"
 
 #define NORM_PAR_MIN 16384
+#define LN_CHUNK 256 /* LayerNorm's 16-bit y: values rounded from the stack at a time */
 
 /* Sum of (p[i] - m)^2 in double, in the order of sum_f64 (reduce.h). */
 static double sumsq_dev_f64(const float *p, int64_t n, double m) {
@@ -183,23 +184,32 @@ int fr_k_layernorm(fr_kernel_call *c) {
     const fr_tensor *gt = &c->in[1];
     if (D == 0) return FR_OK;
     const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(gt), *beta = fr_f32(&c->in[2]);
-    float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *srstd = fr_f32(&c->out[2]);
+    float *smean = fr_f32(&c->out[1]), *srstd = fr_f32(&c->out[2]);
+    const int out16 = c->out[0].dtype != FR_F32; /* y rounded, LN_CHUNK values at a time */
+    if (out16 && c->in[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "layernorm: x must be f32");
     const double eps = c->node->attr.eps;
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xp = x + n * D;
-        float *yp = y + n * D;
         double mean = sum_f64(xp, D) / (double)D;
         double rstd = 1.0 / sqrt(sumsq_dev_f64(xp, D, mean) / (double)D + eps);
         if (smean) smean[n] = (float)mean;
         if (srstd) srstd[n] = (float)rstd;
         /* the mean split in two floats keeps x - mean accurate when var << mean^2 */
         const float m_hi = (float)mean, m_lo = (float)(mean - m_hi), r = (float)rstd;
-        for (int64_t d = 0; d < D; d++) {
-            float v = ((xp[d] - m_hi) - m_lo) * r;
-            if (gamma) v *= gamma[d];
-            if (beta) v += beta[d];
-            yp[d] = v;
+        for (int64_t d0 = 0; d0 < D; d0 += LN_CHUNK) {
+            float buf[LN_CHUNK];
+            const int64_t w = D - d0 < LN_CHUNK ? D - d0 : LN_CHUNK;
+            float *yp = out16 ? buf : fr_f32(&c->out[0]) + n * D + d0;
+            for (int64_t j = 0; j < w; j++) {
+                const int64_t d = d0 + j;
+                float v = ((xp[d] - m_hi) - m_lo) * r;
+                if (gamma) v *= gamma[d];
+                if (beta) v += beta[d];
+                yp[j] = v;
+            }
+            if (out16) out_store(&c->out[0], n * D + d0, buf, w);
         }
     }
     return FR_OK;
@@ -212,8 +222,12 @@ int fr_k_layernorm_bwd(fr_kernel_call *c) {
     int64_t N, D;
     int st = fr_kcheck_ln_rows(c, "layernorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &D);
     if (st) return st;
-    const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *gamma = fr_f32(&c->in[2]);
+    const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
     const float *smean = fr_f32(&c->in[3]), *srstd = fr_f32(&c->in[4]);
+    const fr_tensor *xt = &c->in[1]; /* f32, or 16 bits widened a row at a time */
+    if (xt->dtype != FR_F32 && D > FR_HALF_PLANE_MAX)
+        return fr_fail(c->ctx, FR_ERR_ARG, "layernorm_bwd: a 16-bit x has rows over %d values",
+                       FR_HALF_PLANE_MAX);
     float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
     if (D == 0) return FR_OK;
     if (!smean || !srstd)
@@ -223,7 +237,8 @@ int fr_k_layernorm_bwd(fr_kernel_call *c) {
     if (dx) {
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
         for (int64_t n = 0; n < N; n++) {
-            const float *xp = x + n * D, *dyp = dy + n * D;
+            float row[FR_HALF_PLANE_MAX];
+            const float *xp = in_f32(xt, n * D, D, row), *dyp = dy + n * D;
             float *dxp = dx + n * D;
             const float m = smean[n], r = srstd[n];
             double sg = 0.0, sgx = 0.0; /* sum g, sum g xhat */
@@ -248,8 +263,9 @@ int fr_k_layernorm_bwd(fr_kernel_call *c) {
         for (int64_t bi = 0; bi < nblk; bi++) {
             double sg[BLK] = {0}, sb[BLK] = {0};
             const int64_t d0 = bi * BLK, w = D - d0 < BLK ? D - d0 : BLK;
+            float xb[BLK];
             for (int64_t n = 0; n < N; n++) {
-                const float *xp = x + n * D + d0, *dyp = dy + n * D + d0;
+                const float *xp = in_f32(xt, n * D + d0, w, xb), *dyp = dy + n * D + d0;
                 const float m = smean[n], r = srstd[n];
                 for (int64_t j = 0; j < w; j++) {
                     sb[j] += dyp[j];

@@ -21,15 +21,19 @@ static const fr_kernel_fn cpu_kernels[FR_OP_COUNT] = {FR_OPS(FR_CPU_ROW)};
 #undef FR_CPU_ROW
 
 /* j = -1: the step's GEMM scratch, oneDNN's scratchpad for a linear layer
- * on bf16 operands (gemm16.h), in floats */
+ * on bf16 operands, or on f32 ones where fr_gemm32_onednn() (gemm16.h), in
+ * floats */
 static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
     int bwd = n->op == FR_OP_LINEAR_BWD;
-    if ((n->op != FR_OP_LINEAR && !bwd) || g->vals[n->in[bwd]].dtype != FR_BF16) return 0;
+    if (n->op != FR_OP_LINEAR && !bwd) return 0;
+    fr_dtype dt = g->vals[n->in[bwd]].dtype;
+    int ab32 = dt == FR_F32 && fr_gemm32_onednn();
+    if (dt != FR_BF16 && !ab32) return 0;
     const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
     int64_t O = w->d[0], K = w->ndim == 2 ? w->d[1] : 0;
     if (O < 1 || K < 1) return 0;
     int64_t N = fr_shape_numel(&g->vals[n->in[bwd]].shape) / K;
-    size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx));
+    size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx), ab32);
     return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
 }
 
@@ -45,9 +49,12 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
                                   f->attr.pad, n->op == FR_OP_CONV2D_BWD);
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD:
+        /* sized at graph time, before the mixed-precision pass picks dtypes:
+         * room for 16-bit qkv and y (the widened tiles), as convolutions
+         * plan the most of their image's dtypes */
         if (j != 2 || f->attr.heads < 1) return 0;
-        return (int64_t)fr_attention_ws_floats((int)x->d[1], (int)(x->d[2] / 3 / f->attr.heads),
-                                               fr_get_threads(g->ctx));
+        return (int64_t)fr_attention_ws_floats_io((int)x->d[1], (int)(x->d[2] / 3 / f->attr.heads),
+                                                  fr_get_threads(g->ctx), 1);
     case FR_OP_ATTENTION_KV:
         if (j != 1 || n->attr.heads < 1) return 0;
         return fr_attention_kv_ws((int)x->d[1], n->attr.heads, (int)g->vals[n->in[1]].shape.d[2],

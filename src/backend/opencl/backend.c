@@ -277,7 +277,12 @@ static void cl_event_times(void *event, double *start_us, double *end_us) {
 /* The device's kernels take 16 bits more widely than the CPU's (reduce.c's
  * pooling and BatchNorm at any plane size, gemm.c's im2col, though not its
  * direct 1x1 path); answering as the CPU does keeps a device step's plan,
- * values and memory those of the host's step (tests/test_golden.sh). */
+ * values and memory those of the host's step (tests/test_golden.sh). Except
+ * where the CPU's kernels do what the device's do not: a bf16 GEMM's 16-bit
+ * y (no bf16 GEMM here), LayerNorm's 16-bit y and its backward's 16-bit x,
+ * GELU's 16-bit x (elementwise.cl reads an f32 x), attention's 16-bit qkv
+ * and y; the values are the same
+ * (a CAST does the rounding or widening), the memory a little more. */
 /* The fused SGD step's weight gradient, whole (opencl/gemm.c). */
 static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
     (void)ctx, (void)rows;
@@ -285,7 +290,15 @@ static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
 }
 
 static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
-    return fr_cpu_backend.half_io(g, n, j);
+    switch (n->op) {
+    case FR_OP_LINEAR:
+    case FR_OP_ATTENTION:
+    case FR_OP_ATTENTION_BWD:
+    case FR_OP_LAYERNORM:
+    case FR_OP_LAYERNORM_BWD:
+    case FR_OP_GELU: return 0;
+    default: return fr_cpu_backend.half_io(g, n, j);
+    }
 }
 
 const fr_backend fr_cl_backend = {
