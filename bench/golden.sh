@@ -18,12 +18,9 @@ data=/usr/share/datasets/fashion-mnist
 text=/usr/share/games/fortunes
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# FRUGAL_CONV=gemm: the record (taken at 15e47f5) predates oneDNN's
-# convolutions, which became the default later (issue 23) and give other
-# bits; the record's runs keep the GEMM path that made it (test_conv_dnnl
-# checks the oneDNN path against float64 and for determinism).
-# FRUGAL_GEMM=openblas: the default, named so that an environment which
-# opts into oneDNN's f32 matmul for linear layers does not change the runs.
+# FRUGAL_CONV=gemm FRUGAL_GEMM=openblas: the defaults, named so that an
+# environment which opts into oneDNN's convolutions or its f32 matmul for
+# linear layers (issue 23; other bits) does not change the record's runs.
 export FRUGAL_CONV=gemm FRUGAL_GEMM=openblas
 export OMP_NUM_THREADS=2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp
 

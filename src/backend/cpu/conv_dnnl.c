@@ -24,13 +24,16 @@
 static int g_on;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* On by default where the build has oneDNN: on a quiet 2-core AMD EPYC
- * (bench/out/conv_dnnl.txt) its steps take 0.90x (CNN), 0.82x (ResNet) and
- * 0.70x (CNN, bf16-mixed) of the GEMM path's. FRUGAL_CONV=gemm keeps
- * im2col / shifted GEMMs (the reference, and the golden record's path). */
+/* Opt-in (FRUGAL_CONV=dnnl). On a quiet 2-core AMD EPYC it is faster than
+ * the GEMM path (bench/out/conv_dnnl.txt: CNN 0.90x, ResNet 0.82x, CNN
+ * bf16-mixed 0.70x of its step) but the process's peak RSS grows by about
+ * 11 MiB (CNN 71.8 -> 82.5 MiB, ResNet 119.3 -> 130.8 MiB: oneDNN's
+ * JIT-compiled kernels and reorder copies, bench/out/compare-issue23b.md),
+ * memory the planner cannot see or budget; FRUGAL_CONV=gemm or unset keeps
+ * im2col / shifted GEMMs. */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
-    g_on = fr_dnnl_engine() != NULL && !(env && strcmp(env, "gemm") == 0);
+    g_on = fr_dnnl_engine() != NULL && env && strcmp(env, "dnnl") == 0;
 }
 
 int fr_conv_dnnl_on(void) {

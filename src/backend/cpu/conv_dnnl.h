@@ -1,9 +1,9 @@
 /* conv_dnnl.h — CONV2D and CONV2D_BWD through oneDNN's convolution
- * primitives (forward, backward-data, backward-weights), the default where
- * the build has oneDNN; FRUGAL_CONV=gemm in the environment turns them off
- * (read once; bench/out/conv_dnnl.txt compares the paths). conv.c owns the
- * ops and dispatches here; im2col + GEMM there stays the fallback and the
- * reference.
+ * primitives (forward, backward-data, backward-weights), opt-in with
+ * FRUGAL_CONV=dnnl in the environment (read once; bench/out/conv_dnnl.txt
+ * compares the paths' time, conv_dnnl.c says why it is not the default).
+ * conv.c owns the ops and dispatches here; im2col + GEMM there stays the
+ * default, the fallback and the reference.
  *
  * The primitives are f32, except for a bf16 image (bf16-mixed) where the
  * CPU has bf16 kernels (fr_gemm16_native: AVX512_BF16 or AMX): their
@@ -32,7 +32,7 @@
 #include "backend/kcheck.h"
 
 /* 1 when convolutions go to oneDNN: built with it, its engine made, and
- * FRUGAL_CONV is not "gemm". Decided once per process. */
+ * FRUGAL_CONV=dnnl. Decided once per process. */
 int fr_conv_dnnl_on(void);
 
 /* 1 when the build has oneDNN and its CPU engine was made (the path can

@@ -28,8 +28,8 @@ const char *fr_cpu_gemm_bf16(char *buf, size_t n);
  * (fr_gemm32_onednn) or "OpenBLAS" (their weight gradients always do). */
 const char *fr_cpu_linear32(char *buf, size_t n);
 
-/* The convolutions' path: "oneDNN avx512_core_bf16" (conv_dnnl.c, the
- * default), or "im2col/shifted GEMMs" (FRUGAL_CONV=gemm, or no oneDNN). */
+/* The convolutions' path: "im2col/shifted GEMMs" (the default), or
+ * "oneDNN avx512_core_bf16" (FRUGAL_CONV=dnnl, conv_dnnl.c). */
 const char *fr_cpu_conv(char *buf, size_t n);
 
 /* One line for people (no newline at the end), and a JSON object's text
