@@ -385,6 +385,97 @@ static void test_accumulation(void) {
     free(ref);
 }
 
+/* A frozen linear layer keeps nothing for its own backward (issue 24: the
+ * base under adapters): dx = dy W and db need no x. fc0 -> LayerNorm ->
+ * fc2 (frozen) -> ReLU -> fc4: LayerNorm's output is read in backward only
+ * by fc2's weight gradient. Trainable, fp32 remakes it before backward (the
+ * cheap recomputation) and bf16-mixed keeps it in 16 bits (N x 32 x 2
+ * bytes, counted by hand); frozen, neither happens. The trainable layers'
+ * gradients are bit for bit those of the same step with fc2 trainable. */
+static fr_model *ln_sandwich(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 16, 1, 1);
+    fr_model_linear(m, 32, 1);
+    fr_model_layernorm(m);
+    fr_model_linear(m, 32, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+static void test_frozen_saves_no_x(void) {
+    const int N = 8;
+    for (int q = 0; q < 2; q++) {
+        fr_precision prec = q ? FR_PREC_BF16_MIXED : FR_PREC_FP32;
+        size_t saved[2] = {0, 0};
+        int remade[2] = {0, 0};
+        float *grads[2] = {NULL, NULL};
+        size_t n = 0;
+        for (int fz = 0; fz < 2; fz++) {
+            fr_ctx *ctx = fr_ctx_new();
+            fr_model *m = ln_sandwich(ctx);
+            fr_model_init(m, 3);
+            if (fz) CHECK(fr_model_freeze(m, "2") == FR_OK, "%s", fr_last_error(ctx));
+            fr_step_opts o = {.batch = N,
+                              .training = 1,
+                              .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                              .seed = 1,
+                              .precision = prec,
+                              .keep_grads = 1};
+            o.optim.zero_grad_to_none = 0; /* the gradients are compared after the step */
+            fr_step *s = fr_step_compile(m, &o);
+            CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+            if (!s) return;
+            for (size_t v = 0; v < s->g.n_vals; v++) /* kept for backward */
+                if (s->g.vals[v].saved && s->g.vals[v].kind == FR_VAL_STEP)
+                    saved[fz] += fr_value_bytes(&s->g.vals[v]);
+            int no_x = 0;
+            for (size_t i = (size_t)s->g.n_forward; i < s->g.n_nodes; i++) {
+                const fr_node *nd = &s->g.nodes[i];
+                if (nd->op == FR_OP_LINEAR_BWD && nd->layer == 2) no_x = nd->in[1] < 0;
+                remade[fz] += nd->op == FR_OP_LAYERNORM; /* a clone before backward */
+            }
+            CHECK(no_x == fz, "%s: fc2's backward reads x: %d (frozen %d)", fr_precision_name(prec),
+                  !no_x, fz);
+            batch_data b = make_batch(N, 16);
+            fr_batch fb = {N, b.x, b.y, NULL, NULL};
+            float loss;
+            CHECK(fr_step_run(s, &fb, &loss, NULL) == FR_OK, "run: %s", fr_last_error(ctx));
+            n = 0; /* the trainable layers' gradients: fc0, LayerNorm, fc4 */
+            for (size_t i = 0; i < m->n_params; i++)
+                if (m->params[i].layer != 2) n += (size_t)fr_shape_numel(&m->params[i].shape);
+            grads[fz] = malloc(n * sizeof(float));
+            n = 0;
+            for (size_t i = 0; i < m->n_params; i++) {
+                if (m->params[i].layer == 2) continue;
+                size_t k = (size_t)fr_shape_numel(&m->params[i].shape);
+                const float *gp = fr_grad32(m, &m->params[i]);
+                CHECK(gp != NULL, "param %zu has an f32 gradient", i);
+                if (gp) memcpy(grads[fz] + n, gp, k * sizeof(float));
+                n += k;
+            }
+            free(b.x);
+            free(b.y);
+            fr_step_free(s);
+            fr_model_free(m);
+            fr_ctx_free(ctx);
+        }
+        const char *pn = fr_precision_name(prec);
+        if (q == 0)
+            CHECK(remade[0] == 1 && remade[1] == 0 && saved[0] == saved[1],
+                  "fp32: LayerNorm remade before backward %d times trainable, %d frozen (want 1, "
+                  "0); saved %zu and %zu bytes (want equal)",
+                  remade[0], remade[1], saved[0], saved[1]);
+        else
+            CHECK(saved[0] - saved[1] == (size_t)N * 32 * 2,
+                  "%s: frozen fc2: %zu bytes saved, trainable %zu: want %d fewer", pn, saved[1],
+                  saved[0], N * 32 * 2);
+        CHECK(memcmp(grads[0], grads[1], n * sizeof(float)) == 0,
+              "%s: freezing fc2 changed the other layers' gradients", pn);
+        free(grads[0]);
+        free(grads[1]);
+    }
+}
+
 static void test_freeze(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = chain(ctx, 4, 16);
@@ -761,6 +852,7 @@ int main(void) {
     test_bit_identical();
     test_accumulation();
     test_freeze();
+    test_frozen_saves_no_x();
     test_names_do_not_matter();
     test_budget_sweep();
     test_refusals();

@@ -24,9 +24,12 @@ static int emit(fr_graph *g, int node, fr_op op, const int *in, int n_in, const 
     return 0;
 }
 
+/* x is read only for dW: a layer whose weight gets no gradient (frozen, or
+ * the base under adapters) passes none, so nothing is saved for its own
+ * backward (dx = dy W and db = sum dy need no x) */
 int fr_bw_linear(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
     const fr_node *f = &g->nodes[node];
-    int in[3] = {dout[0], f->in[0], f->in[1]};
+    int in[3] = {dout[0], need[1] ? f->in[0] : -1, f->in[1]};
     return emit(g, node, FR_OP_LINEAR_BWD, in, 3, need, din);
 }
 

@@ -26,6 +26,18 @@ int fr_kcheck_linear(fr_kernel_call *c, fr_linear_dims *d) {
 
 int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1];
+    if (!x->data && !x->buf) { /* no x (the weight gets no gradient): rows from dy */
+        const fr_tensor *w = &c->in[2];
+        d->K = w->shape.d[1], d->O = w->shape.d[0];
+        d->N = d->O > 0 ? fr_shape_numel(&dy->shape) / d->O : 0;
+        if (c->out[1].data || c->out[1].buf)
+            return fr_fail(c->ctx, FR_ERR_ARG, "linear_bwd: dW is wanted but x is not given");
+        if (d->N * d->O != fr_shape_numel(&dy->shape))
+            return fr_fail(c->ctx, FR_ERR_SHAPE,
+                           "linear_bwd: dy has %lld elements, not rows of O = %lld",
+                           (long long)fr_shape_numel(&dy->shape), (long long)d->O);
+        return FR_OK;
+    }
     linear_dims(x, &c->in[2], d);
     if (d->N * d->K != fr_shape_numel(&x->shape) || fr_shape_numel(&dy->shape) != d->N * d->O)
         return fr_fail(c->ctx, FR_ERR_SHAPE,

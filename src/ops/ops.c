@@ -314,6 +314,8 @@ static double fl_linear(const fr_graph *g, const fr_node *n) {
     return 2.0 * NUMEL(0) * (double)V(1)->shape.d[0];
 }
 static double fl_linear_bwd(const fr_graph *g, const fr_node *n) {
+    if (n->in[1] < 0) /* no x: dx = dy W alone */
+        return 2.0 * NUMEL(0) * (double)V(2)->shape.d[1];
     return 4.0 * NUMEL(1) * (double)V(2)->shape.d[0];
 }
 static double fl_conv2d(const fr_graph *g, const fr_node *n) {

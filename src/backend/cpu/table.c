@@ -26,13 +26,15 @@ static const fr_kernel_fn cpu_kernels[FR_OP_COUNT] = {FR_OPS(FR_CPU_ROW)};
 static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
     int bwd = n->op == FR_OP_LINEAR_BWD;
     if (n->op != FR_OP_LINEAR && !bwd) return 0;
-    fr_dtype dt = g->vals[n->in[bwd]].dtype;
+    /* the GEMM's operands' dtype: x's, or dy's in a backward without x */
+    fr_dtype dt = g->vals[n->in[bwd] >= 0 ? n->in[bwd] : n->in[0]].dtype;
     int ab32 = dt == FR_F32 && fr_gemm32_onednn();
     if (dt != FR_BF16 && !ab32) return 0;
     const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
     int64_t O = w->d[0], K = w->ndim == 2 ? w->d[1] : 0;
     if (O < 1 || K < 1) return 0;
-    int64_t N = fr_shape_numel(&g->vals[n->in[bwd]].shape) / K;
+    int64_t N = n->in[bwd] >= 0 ? fr_shape_numel(&g->vals[n->in[bwd]].shape) / K
+                                : fr_shape_numel(&g->vals[n->in[0]].shape) / O;
     size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx), ab32);
     return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
 }
