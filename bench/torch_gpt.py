@@ -5,7 +5,7 @@ PyTorch 1.13, trained on bytes of a text, timed and weighed.
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \\
     /usr/bin/python3 bench/torch_gpt.py --data FILE|DIR [--layers 6] [--heads 6] \\
         [--dim 384] [--ctx 256] [--batch 8] [--steps 8] [--warmup 2] [--threads 2] \\
-        [--gemm-share] [--json]
+        [--gemm-share] [--autocast bf16] [--json]
     ... bench/torch_gpt.py --data FILE|DIR --sweep 256,512,1024,2048 [--tokens 2048] \\
         [--out bench/out/torch_gpt_sweep.json] [--json]
 
@@ -284,11 +284,16 @@ def run_one(o):
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
     batches = Batches(data, o.batch, o.ctx, o.seed)
 
+    import contextlib
+    mixed = (torch.autocast("cpu", dtype=torch.bfloat16) if o.autocast == "bf16"
+             else contextlib.nullcontext())
+
     def step():
         x, y = batches.next()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with mixed:  # --autocast bf16: PyTorch's own mixed precision (forward under autocast)
+            loss = model(x, y)
         loss.backward()
         opt.step()
         v = loss.item()
@@ -305,7 +310,7 @@ def run_one(o):
     x, y = batches.next()
     saved, saved_tt, saved_n = saved_for_backward(model, x, y, o.batch, o.heads, o.ctx)
     res = {
-        "impl": "torch", "model": f"gpt L{o.layers} H{o.heads} D{o.dim}", "layers": o.layers,
+        "impl": "torch", "autocast": o.autocast, "model": f"gpt L{o.layers} H{o.heads} D{o.dim}", "layers": o.layers,
         "heads": o.heads, "dim": o.dim, "ctx": o.ctx, "vocab": 256, "batch": o.batch, "seq": o.ctx,
         "tokens": o.batch * o.ctx, "optimizer": "adamw", "lr": o.lr, "weight_decay": o.weight_decay,
         "threads": torch.get_num_threads(), "steps": o.steps, "warmup": o.warmup, "params": params,
@@ -383,6 +388,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--gemm-share", action="store_true", help="profile one more step")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--sweep", help="comma-separated context lengths, each at B = --tokens // T")
     ap.add_argument("--tokens", type=int, default=2048, help="B x T of every --sweep point")
     ap.add_argument("--out", help="also write the result(s) to this JSON file")
