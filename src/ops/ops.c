@@ -397,13 +397,16 @@ enum { FR_OPS(FR_OP_ARITY) };
 #undef FR_OP_ARITY
 
 #define ROW(op, nm, sh, bw, inpl, view, fl) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, NULL, NULL}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, NULL, NULL, 0}
 /* the same, for an op whose kernel reads some inputs in 16 bits itself */
 #define ROWH(op, nm, sh, bw, inpl, view, fl, half) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, NULL}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, NULL, 0}
 /* the same, for an op whose kernel may also write out[0] in 16 bits */
 #define ROWHO(op, nm, sh, bw, inpl, view, fl, half, ho) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho}
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho, 0}
+/* a loss's backward (fr_op_info.loss_bwd) */
+#define ROWLB(op, nm, sh, bw, inpl, view, fl, half, ho) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho, 1}
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
@@ -438,9 +441,9 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(CAST, "cast", sh_cast, NULL, -1, 0, fl_none),
     ROW(VIEW, "view", sh_view, fr_bw_view, -1, 1, fl_none),
     ROW(CROSS_ENTROPY, "cross_entropy", sh_loss, fr_bw_loss, -1, 0, fl_loss),
-    ROWHO(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, NULL, -1, 0, fl_loss, NULL, ho_any),
+    ROWLB(CROSS_ENTROPY_BWD, "cross_entropy_bwd", sh_grads, NULL, -1, 0, fl_loss, NULL, ho_any),
     ROW(MSE, "mse", sh_loss, fr_bw_loss, -1, 0, fl_elem),
-    ROW(MSE_BWD, "mse_bwd", sh_grads, NULL, -1, 0, fl_elem),
+    ROWLB(MSE_BWD, "mse_bwd", sh_grads, NULL, -1, 0, fl_elem, NULL, NULL),
     ROW(OPTIM_STEP, "optim_step", sh_optim_step, NULL, -1, 0, fl_none),
     ROW(EMBEDDING, "embedding", sh_embedding, fr_bw_embedding, -1, 0, fl_out),
     ROW(EMBEDDING_BWD, "embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),

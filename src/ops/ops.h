@@ -123,6 +123,8 @@ typedef struct fr_op_info {
     fr_flops_fn flops;
     fr_half_in_fn half_in;   /* NULL: every input must be f32 (or its own dtype) */
     fr_half_out_fn half_out; /* NULL: out[0] is f32 */
+    int loss_bwd; /* a loss's backward: attr.scale is the step's loss scale (micro-batches,
+                     the scaler), its input gradient the start of backward */
 } fr_op_info;
 
 extern const fr_op_info fr_op_table[FR_OP_COUNT];

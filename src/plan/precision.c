@@ -8,7 +8,7 @@ static int is_forward(const fr_graph *g, int i, int n_nodes0) {
     return i < g->n_forward || (i >= n_nodes0 && g->nodes[i].attr.recompute);
 }
 
-static int is_loss_bwd(fr_op op) { return op == FR_OP_CROSS_ENTROPY_BWD || op == FR_OP_MSE_BWD; }
+static int is_loss_bwd(fr_op op) { return fr_op_get(op)->loss_bwd; }
 
 /* Whether forward reader `op` reads its input j rounded to 16 bits: matmuls
  * and convolutions (as a 16-bit GEMM would), max pooling (so that its

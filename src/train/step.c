@@ -374,7 +374,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
-    keep[s->g.loss] = keep[s->g.logits] = 1;
+    keep[s->g.loss] = 1;
+    if (s->g.logits >= 0) keep[s->g.logits] = 1; /* a head fused with its loss makes none */
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
     if ((st = plan_fused_updates(s))) goto fail;
     plan_gemm_scratch(s);
@@ -456,8 +457,7 @@ static int64_t rows_per_sample(const fr_step *s) {
 void fr_step_set_loss_scale(fr_step *s, float scale) {
     fr_graph *g = &s->g;
     for (size_t i = 0; i < g->n_nodes; i++) {
-        fr_op op = g->nodes[i].op;
-        if (op == FR_OP_CROSS_ENTROPY_BWD || op == FR_OP_MSE_BWD) g->nodes[i].attr.scale = scale;
+        if (fr_op_get(g->nodes[i].op)->loss_bwd) g->nodes[i].attr.scale = scale;
     }
 }
 
