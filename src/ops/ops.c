@@ -310,6 +310,15 @@ static int sh_attention_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, 
 
 /* ---- FLOP estimates (a multiply-add is 2) ---- */
 
+int64_t fr_op_linear_rows(const fr_graph *g, const fr_node *n) {
+    const int bwd = n->op == FR_OP_LINEAR_BWD;
+    if (n->op != FR_OP_LINEAR && !bwd) return 0;
+    const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
+    if (w->ndim != 2 || w->d[0] < 1 || w->d[1] < 1) return 0;
+    return n->in[bwd] >= 0 ? fr_shape_numel(&g->vals[n->in[bwd]].shape) / w->d[1]
+                           : fr_shape_numel(&g->vals[n->in[0]].shape) / w->d[0];
+}
+
 static double fl_linear(const fr_graph *g, const fr_node *n) {
     return 2.0 * NUMEL(0) * (double)V(1)->shape.d[0];
 }

@@ -131,4 +131,10 @@ extern const fr_op_info fr_op_table[FR_OP_COUNT];
 
 static inline const fr_op_info *fr_op_get(fr_op op) { return &fr_op_table[op]; }
 
+/* The rows of a LINEAR or LINEAR_BWD node's GEMMs (samples times
+ * positions): x's rows of K values, or, in a backward without x (its
+ * weight gets no gradient), dy's rows of O; 0 for any other node or a W
+ * that is not (O, K) with O, K >= 1. */
+int64_t fr_op_linear_rows(const struct fr_graph *g, const struct fr_node *n);
+
 #endif

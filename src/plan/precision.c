@@ -8,8 +8,6 @@ static int is_forward(const fr_graph *g, int i, int n_nodes0) {
     return i < g->n_forward || (i >= n_nodes0 && g->nodes[i].attr.recompute);
 }
 
-static int is_loss_bwd(fr_op op) { return fr_op_get(op)->loss_bwd; }
-
 /* Whether forward reader `op` reads its input j rounded to 16 bits: matmuls
  * and convolutions (as a 16-bit GEMM would), max pooling (so that its
  * backward, comparing rounded values, finds the same maximum), GELU (as it
@@ -120,7 +118,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         for (int j = 0; j < nd->n_in; j++) {
             int x = nd->in[j];
             if (x < 0) continue;
-            if (is_loss_bwd(nd->op)) cast[origin[x]] = 0;
+            if (fr_op_get(nd->op)->loss_bwd) cast[origin[x]] = 0;
             read_back[origin[x]] = 1;
             if (g->vals[x].alias_of >= 0) { /* read through a view (flatten) */
                 int r = g->vals[x].alias_of;

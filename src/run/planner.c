@@ -124,17 +124,7 @@ static const char *offload_name(int offload) {
 #define SPLIT_NODE_FLOPS 2.0e5
 
 static double gemm_rows(const fr_graph *g, const fr_node *nd) {
-    int x, w;
-    if (nd->op == FR_OP_LINEAR) x = nd->in[0], w = nd->in[1];
-    else if (nd->op == FR_OP_LINEAR_BWD) x = nd->in[1], w = nd->in[2];
-    else return 0;
-    if (w < 0 || g->vals[w].shape.d[1] <= 0) return 0;
-    if (x < 0) /* a backward without x (no dW): rows of dy */
-        return nd->op == FR_OP_LINEAR_BWD && g->vals[w].shape.d[0] > 0
-                   ? (double)fr_shape_numel(&g->vals[nd->in[0]].shape) /
-                         (double)g->vals[w].shape.d[0]
-                   : 0;
-    return (double)fr_shape_numel(&g->vals[x].shape) / (double)g->vals[w].shape.d[1];
+    return (double)fr_op_linear_rows(g, nd);
 }
 
 static double node_time(double flops, double rows) {

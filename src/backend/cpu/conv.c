@@ -1,11 +1,11 @@
 /* conv.c — 2-D convolution, forward and backward. Where the build has
  * oneDNN and FRUGAL_CONV=dnnl asks for them, its convolution primitives
  * run them (conv_dnnl.c: opt-in, faster here but with memory the planner
- * cannot see); otherwise, or where oneDNN declines a geometry, GEMMs do, and they stay the reference: "same"
- * convolutions (stride 1, 2P = K - 1) with 8 or more input channels by one
- * GEMM per kernel tap over zero-padded planes (see "shifted GEMMs" below: no
- * unroll at all, 1.3-1.6x faster on the ResNet's layers), the rest by
- * im2col + GEMM. It owns
+ * cannot see); otherwise, or where oneDNN declines a geometry, GEMMs do,
+ * and they stay the reference: "same" convolutions (stride 1, 2P = K - 1)
+ * with 8 or more input channels by one GEMM per kernel tap over zero-padded
+ * planes (see "shifted GEMMs" below: no unroll at all, 1.3-1.6x faster on
+ * the ResNet's layers), the rest by im2col + GEMM. It owns
  * CONV2D, CONV2D_BWD and the size of their workspace (fr_conv2d_ws_elems);
  * the planner allocates that workspace, this file only uses it.
  *

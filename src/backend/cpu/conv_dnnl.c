@@ -27,7 +27,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* Opt-in (FRUGAL_CONV=dnnl). On a quiet 2-core AMD EPYC it is faster than
  * the GEMM path (bench/out/conv_dnnl.txt: CNN 0.90x, ResNet 0.82x, CNN
  * bf16-mixed 0.70x of its step) but the process's peak RSS grows by about
- * 11 MiB (CNN 71.8 -> 82.5 MiB, ResNet 119.3 -> 130.8 MiB: oneDNN's
+ * 11 MiB (CNN 71.6 -> 82.5 MiB, ResNet 119.3 -> 130.7 MiB: oneDNN's
  * JIT-compiled kernels and reorder copies, bench/out/compare-issue23b.md),
  * memory the planner cannot see or budget; FRUGAL_CONV=gemm or unset keeps
  * im2col / shifted GEMMs. */

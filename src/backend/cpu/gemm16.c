@@ -17,8 +17,25 @@ static dnnl_stream_t g_stream;
 static int g_native; /* bf16 runs on a kernel other than oneDNN's reference loops */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   float beta, int64_t ldc, const fr_gemm16_out *e, dnnl_primitive_desc_t *pd);
+/* A matmul call's shape and epilogue: what its primitive is made from, and
+ * (with the thread count oneDNN splits its work for) the primitive cache's
+ * key. */
+typedef struct mm_key {
+    int ta, tb, c16, ab32, bias, threads;
+    int64_t M, N, K, lda, ldb, ldc;
+    float beta;
+} mm_key;
+
+static mm_key key_of(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                     float beta, int64_t ldc, const fr_gemm16_out *e) {
+    mm_key k;
+    memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding bytes */
+    k.ta = ta, k.tb = tb, k.c16 = e && e->c16, k.ab32 = e && e->ab32, k.bias = e && e->bias;
+    k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.beta = beta;
+    return k;
+}
+
+static int make_pd(const mm_key *k, dnnl_primitive_desc_t *pd);
 
 static void init_once(void) {
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
@@ -33,7 +50,8 @@ static void init_once(void) {
     const char *env = getenv("FRUGAL_GEMM16");
     if (env && strcmp(env, "0") == 0) return;
     dnnl_primitive_desc_t pd;
-    if (make_pd(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, NULL, &pd)) return;
+    const mm_key probe = key_of(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, NULL);
+    if (make_pd(&probe, &pd)) return;
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
         g_native = strncmp(impl, "ref", 3) != 0;
@@ -57,30 +75,29 @@ int fr_gemm16_native(fr_dtype dt) {
 }
 
 /* 2-D memory descriptors of op(A) (M,K), op(B) (K,N), C (M,N) by strides
- * and the bias (1,N); e NULL: no bias, C f32 */
-static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   float beta, int64_t ldc, const fr_gemm16_out *e, dnnl_primitive_desc_t *pd) {
+ * and the bias (1,N), as k says */
+static int make_pd(const mm_key *k, dnnl_primitive_desc_t *pd) {
+    const int64_t M = k->M, N = k->N, K = k->K;
     dnnl_memory_desc_t a, b, c, bias;
     dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N}, biasd = {1, N};
-    dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, bs = {tb ? 1 : ldb, tb ? ldb : 1}, cs = {ldc, 1},
-                biass = {N, 1};
-    int c16 = e && e->c16, has_bias = e && e->bias;
-    dnnl_data_type_t ab = e && e->ab32 ? dnnl_f32 : dnnl_bf16;
+    dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1},
+                bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1}, cs = {k->ldc, 1}, biass = {N, 1};
+    dnnl_data_type_t ab = k->ab32 ? dnnl_f32 : dnnl_bf16;
     if (dnnl_memory_desc_init_by_strides(&a, 2, ad, ab, as) ||
         dnnl_memory_desc_init_by_strides(&b, 2, bd, ab, bs) ||
-        dnnl_memory_desc_init_by_strides(&c, 2, cd, c16 ? dnnl_bf16 : dnnl_f32, cs) ||
-        (has_bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass)))
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, k->c16 ? dnnl_bf16 : dnnl_f32, cs) ||
+        (k->bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass)))
         return -1;
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &a, &b, has_bias ? &bias : NULL, &c)) return -1;
+    if (dnnl_matmul_desc_init(&md, &a, &b, k->bias ? &bias : NULL, &c)) return -1;
     dnnl_primitive_attr_t at;
     if (dnnl_primitive_attr_create(&at)) return -1;
     int bad = dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user) != 0;
-    if (!bad && beta != 0.0f) { /* C = A B + beta C: oneDNN's sum post-op */
+    if (!bad && k->beta != 0.0f) { /* C = A B + beta C: oneDNN's sum post-op */
         dnnl_post_ops_t po;
         bad = dnnl_post_ops_create(&po) != 0;
         if (!bad) {
-            bad = dnnl_post_ops_append_sum(po, beta) || dnnl_primitive_attr_set_post_ops(at, po);
+            bad = dnnl_post_ops_append_sum(po, k->beta) || dnnl_primitive_attr_set_post_ops(at, po);
             dnnl_post_ops_destroy(po);
         }
     }
@@ -91,19 +108,12 @@ static int make_pd(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
 
 /* ---- the matmul primitives, made once per call shape ---- */
 
-/* Making a matmul's primitive descriptor and primitive costs far more than
- * running a small one (the seed MLP's step at batch 32 took 2.7x as long
- * with them made per call), so they are kept for the process by the call's
- * shape, epilogue and thread count (oneDNN sizes its scratch and splits its
- * work by the threads it will run on). Past MM_CACHE_MAX shapes a primitive
- * is made for its call only. */
+/* The primitives are kept for the process by the call's shape, epilogue
+ * and thread count (oneDNN sizes its scratch and splits its work by the
+ * threads it will run on), so a step's calls after the first only look one
+ * up and run it. Past MM_CACHE_MAX shapes a primitive is made for its call
+ * only. */
 #define MM_CACHE_MAX 256
-
-typedef struct mm_key {
-    int ta, tb, c16, ab32, bias, threads;
-    int64_t M, N, K, lda, ldb, ldc;
-    float beta;
-} mm_key;
 
 typedef struct mm_entry {
     mm_key key;
@@ -118,9 +128,7 @@ static pthread_mutex_t g_mm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The entry for key (made and kept, or made into *own when the cache is
  * full); NULL when oneDNN has no matmul for it. */
-static mm_entry *mm_get(const mm_key *key, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                        int64_t lda, int64_t ldb, float beta, int64_t ldc, const fr_gemm16_out *e,
-                        mm_entry *own) {
+static mm_entry *mm_get(const mm_key *key, mm_entry *own) {
     pthread_mutex_lock(&g_mm_lock);
     for (int i = 0; i < g_nmm; i++)
         if (memcmp(&g_mm[i].key, key, sizeof *key) == 0) {
@@ -131,7 +139,7 @@ static mm_entry *mm_get(const mm_key *key, int ta, int tb, int64_t M, int64_t N,
     memset(en, 0, sizeof *en);
     en->key = *key;
     dnnl_primitive_desc_t pd;
-    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, e, &pd);
+    int bad = make_pd(key, &pd);
     if (!bad) {
         const dnnl_memory_desc_t *sp =
             dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -181,8 +189,9 @@ size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t
      * asked now), so a step compiled on fewer threads still runs */
     int now = omp_get_max_threads(), most = omp_get_num_procs() > now ? omp_get_num_procs() : now;
     dnnl_primitive_desc_t pd;
+    const mm_key key = key_of(ta, tb, M, N, K, lda, ldb, beta, ldc, e);
     omp_set_num_threads(most);
-    int bad = make_pd(ta, tb, M, N, K, lda, ldb, beta, ldc, e, &pd);
+    int bad = make_pd(&key, &pd);
     omp_set_num_threads(now);
     if (bad) return 0;
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -212,12 +221,9 @@ int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, 
         return FR_OK;
     }
     if (K <= 0) return fr_fail(ctx, FR_ERR_ARG, "gemm16: an empty sum with a bias or a 16-bit C");
-    mm_key key;
-    memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
-    key.ta = ta, key.tb = tb, key.c16 = e && e->c16, key.ab32 = e && e->ab32;
-    key.bias = e && e->bias, key.threads = omp_get_max_threads();
-    key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.beta = beta;
-    mm_entry own, *en = mm_get(&key, ta, tb, M, N, K, lda, ldb, beta, ldc, e, &own);
+    mm_key key = key_of(ta, tb, M, N, K, lda, ldb, beta, ldc, e);
+    key.threads = omp_get_max_threads();
+    mm_entry own, *en = mm_get(&key, &own);
     if (!en)
         return fr_fail(ctx, FR_ERR_ARG, "gemm16: oneDNN has no %s matmul for %lld x %lld x %lld",
                        e && e->ab32 ? "f32" : "bf16", (long long)M, (long long)N, (long long)K);

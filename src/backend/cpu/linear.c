@@ -153,13 +153,10 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
     return FR_OK;
 }
 
-/* weight_grad on oneDNN's matmul, of bf16 dy and x (ab32 0) or f32 ones
- * (ab32 1, unused: see fr_k_linear_bwd): the same tiles, one after another,
- * each a GEMM on all the threads (into grad_ws's first slot when updating). */
-static int weight_grad_dnnl(fr_kernel_call *c, const void *dyp, const void *xp, float *dw,
-                            int64_t N, int64_t O, int64_t K, int update, float beta, int ab32) {
-    const fr_gemm16_out e = {NULL, 0, ab32};
-    const size_t es = ab32 ? sizeof(float) : sizeof(uint16_t);
+/* weight_grad of bf16 dy and x: the same tiles, one after another, each a
+ * 16-bit GEMM on all the threads (into grad_ws's first slot when updating). */
+static int weight_grad16(fr_kernel_call *c, const uint16_t *dyp, const uint16_t *xp, float *dw,
+                         int64_t N, int64_t O, int64_t K, int update, float beta) {
     int64_t rows = upd_tile_rows(O, K, N, omp_get_max_threads());
     if (update && (!c->grad_ws || c->grad_ws_len < (size_t)(rows * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
@@ -168,8 +165,8 @@ static int weight_grad_dnnl(fr_kernel_call *c, const void *dyp, const void *xp, 
     for (int64_t o0 = 0; o0 < O; o0 += rows) {
         int64_t r = O - o0 < rows ? O - o0 : rows;
         float *g = update ? c->grad_ws : dw + o0 * K;
-        int st = fr_gemm16_epi(c->ctx, 1, 0, r, K, N, (const char *)dyp + (size_t)o0 * es, O, xp, K,
-                               update ? 0.0f : beta, g, K, &e, c->gemm_ws, c->gemm_ws_len);
+        int st = fr_gemm16(c->ctx, 1, 0, r, K, N, dyp + o0, O, xp, K, update ? 0.0f : beta, g, K,
+                           c->gemm_ws, c->gemm_ws_len);
         if (st) return st;
         if (update) sgd_tile(dw + o0 * K, g, r * K, c->node->attr.lr, c->node->attr.wd);
     }
@@ -178,10 +175,10 @@ static int weight_grad_dnnl(fr_kernel_call *c, const void *dyp, const void *xp, 
 
 size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads, int ab32) {
     size_t most = 0;
-    if (!backward) { /* with a bias or not, y f32 or bf16 (fr_k_linear) */
-        static const float one = 0.0f;
+    if (!backward) {                         /* with a bias or not, y f32 or bf16 (fr_k_linear) */
+        static const float some_bias = 0.0f; /* any non-NULL bias: only its presence counts */
         for (int k = 0; k < 4; k++) {
-            fr_gemm16_out e = {k & 1 ? &one : NULL, k >> 1 && !ab32, ab32};
+            fr_gemm16_out e = {k & 1 ? &some_bias : NULL, k >> 1 && !ab32, ab32};
             size_t a = fr_gemm16_epi_ws(0, 1, N, O, K, K, K, 0.0f, O, &e);
             if (a > most) most = a;
         }
@@ -245,18 +242,20 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
-        } else if (h || d32) {
-            const fr_gemm16_out e = {NULL, 0, d32};
-            st = fr_gemm16_epi(c->ctx, 0, 0, N, K, O, dy->data, O, w->data, K,
-                               acc_bit(c, 0) ? 1.0f : 0.0f, dx, K, &e, c->gemm_ws, c->gemm_ws_len);
-            if (st == FR_GEMM16_DECLINE) /* no scratch planned: OpenBLAS */
+        } else { /* oneDNN's matmul where it runs the operands, else (or declining: no
+                  * scratch planned) OpenBLAS */
+            st = FR_GEMM16_DECLINE;
+            if (h || d32) {
+                const fr_gemm16_out e = {NULL, 0, d32};
+                st = fr_gemm16_epi(c->ctx, 0, 0, N, K, O, dy->data, O, w->data, K,
+                                   acc_bit(c, 0) ? 1.0f : 0.0f, dx, K, &e, c->gemm_ws,
+                                   c->gemm_ws_len);
+                if (st && st != FR_GEMM16_DECLINE) return st;
+            }
+            if (st == FR_GEMM16_DECLINE)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
                             dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx,
                             (int)K);
-            else if (st) return st;
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
-                        dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx, (int)K);
         }
     }
     if (dw && O * K > 0) {
@@ -266,7 +265,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
             /* f32: OpenBLAS's one-thread tiles even where oneDNN runs x W^T
              * and dy W (a oneDNN call per tile costs tens of microseconds:
              * at batch 32 the seed MLP's 125 tiles a step ran 3x slower) */
-            st = h ? weight_grad_dnnl(c, dy->data, x->data, dw, N, O, K, update, beta, 0)
+            st = h ? weight_grad16(c, dyh, x->data, dw, N, O, K, update, beta)
                    : weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, beta);
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {

@@ -31,10 +31,9 @@ static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
     int ab32 = dt == FR_F32 && fr_gemm32_onednn();
     if (dt != FR_BF16 && !ab32) return 0;
     const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
-    int64_t O = w->d[0], K = w->ndim == 2 ? w->d[1] : 0;
-    if (O < 1 || K < 1) return 0;
-    int64_t N = n->in[bwd] >= 0 ? fr_shape_numel(&g->vals[n->in[bwd]].shape) / K
-                                : fr_shape_numel(&g->vals[n->in[0]].shape) / O;
+    int64_t N = fr_op_linear_rows(g, n);
+    if (N < 1) return 0;
+    int64_t O = w->d[0], K = w->d[1];
     size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx), ab32);
     return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
 }

@@ -491,9 +491,7 @@ int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n) {
         const fr_shape *w = &g->vals[n->in[1 + bwd]].shape;
         if (w->ndim != 2 || w->d[1] <= 0 || w->d[0] <= 0) return 0;
         /* rows: of x, or of dy in a backward without x (no dW) */
-        const int64_t O = w->d[0], K = w->d[1],
-                      N = n->in[bwd] >= 0 ? fr_shape_numel(&g->vals[n->in[bwd]].shape) / K
-                                          : fr_shape_numel(&g->vals[n->in[0]].shape) / O;
+        const int64_t O = w->d[0], K = w->d[1], N = fr_op_linear_rows(g, n);
         cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));
         if (n->op == FR_OP_LINEAR) {
             bytes = plan_temp(q, 0, 1, N, O, K, K, K, O);
