@@ -6,13 +6,16 @@
 #define FR_TEST_OP_CASES_H
 
 #include "ops/ops.h"
+#include "quant/quant.h"
 
 typedef struct gcase {
     fr_op op;
     int n_in;
     fr_shape in[5];
     int is_int[5];  /* i32 inputs, not differentiated: 1 labels (cross-entropy, below the
-                        logits' last dimension); k > 1 ids below k (embedding), an input */
+                        logits' last dimension); k > 1 ids below k (embedding), an input;
+                        OP_QUANT(fmt): a frozen quantized weight (QLINEAR), in[i]'s (O, K)
+                        random values quantized by fr_quantize, u8 bytes */
     int no_grad[5]; /* inputs not differentiated (BatchNorm running stats) */
     fr_attr attr;
     int positive[5]; /* keep away from kinks: |x| >= 0.1 */
@@ -20,6 +23,8 @@ typedef struct gcase {
 } gcase;
 
 #define OP_CASES_MAX 64
+#define OP_QUANT(fmt) (-1 - (int)(fmt)) /* is_int of a quantized weight */
+#define OP_QFMT(is_int) ((fr_qfmt)(-1 - (is_int)))
 
 /* Fills cases (OP_CASES_MAX) and returns how many. */
 static inline int op_cases(gcase *out) {
@@ -32,6 +37,9 @@ static inline int op_cases(gcase *out) {
     fr_attr ce = {.scale = 1.0f};
     fr_attr gelu_tanh = {.approx = 1};
     fr_attr attn2 = {.heads = 2, .causal = 1};
+    fr_attr q_int8 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_INT8};
+    fr_attr q_nf4 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_NF4};
+    fr_attr q_bf16 = {.shape = fr_shape2(4, 5), .qfmt = FR_QFMT_BF16};
     gcase cases[] = {
         {FR_OP_LINEAR,
          3,
@@ -57,6 +65,30 @@ static inline int op_cases(gcase *out) {
          none,
          {0},
          "linear (B,T,K)"},
+        {FR_OP_QLINEAR,
+         3,
+         {fr_shape3(2, 3, 70), fr_shape2(6, 70), fr_shape1(6)},
+         {0, OP_QUANT(FR_QFMT_INT8)},
+         {0, 0, 1},
+         q_int8,
+         {0},
+         "qlinear int8 (B,T,K)"},
+        {FR_OP_QLINEAR,
+         3,
+         {fr_shape2(3, 70), fr_shape2(6, 70), {0}},
+         {0, OP_QUANT(FR_QFMT_NF4)},
+         {0},
+         q_nf4,
+         {0},
+         "qlinear nf4 (no bias)"},
+        {FR_OP_QLINEAR,
+         3,
+         {fr_shape2(3, 5), fr_shape2(4, 5), fr_shape1(4)},
+         {0, OP_QUANT(FR_QFMT_BF16)},
+         {0, 0, 1},
+         q_bf16,
+         {0},
+         "qlinear bf16"},
         {FR_OP_CONV2D,
          3,
          {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)},

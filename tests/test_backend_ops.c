@@ -87,12 +87,26 @@ typedef struct side {
     void *gemm_ws; /* on the CPU: the 16-bit GEMMs' scratch (gemm16.h) */
 } side;
 
-static void make_data(const gcase *c, data *d) {
+static void make_data(fr_ctx *ctx, const gcase *c, data *d) {
     fr_rng r = fr_rng_make(42, (uint64_t)c->op);
     memset(d, 0, sizeof *d);
     for (int i = 0; i < c->n_in; i++) {
         if (c->in[i].ndim == 0) continue;
         size_t n = (size_t)fr_shape_numel(&c->in[i]);
+        if (c->is_int[i] < 0) { /* random (O, K) values quantized: the weight's bytes */
+            float *w = malloc(n * sizeof *w);
+            for (size_t k = 0; k < n; k++) w[k] = frand(&r);
+            fr_qweight q;
+            CHECK(fr_quantize(ctx, OP_QFMT(c->is_int[i]), w, c->in[i].d[0], c->in[i].d[1], &q) ==
+                      FR_OK,
+                  "%s: %s", c->what, fr_last_error(ctx));
+            d->bytes[i] = fr_quant_bytes(q.fmt, c->in[i].d[0], c->in[i].d[1]);
+            d->in[i] = malloc(d->bytes[i]);
+            memcpy(d->in[i], q.block, d->bytes[i]);
+            fr_quant_free(ctx, &q);
+            free(w);
+            continue;
+        }
         if (c->is_int[i]) {
             uint64_t below =
                 c->is_int[i] > 1 ? (uint64_t)c->is_int[i] : (uint64_t)c->in[0].d[c->in[0].ndim - 1];
@@ -157,6 +171,11 @@ static int build(side *s, const gcase *c, const data *d) {
     s->target_val = -1;
     for (int i = 0; i < c->n_in; i++) {
         if (c->in[i].ndim == 0) continue;
+        if (c->is_int[i] < 0) { /* a frozen quantized weight: its bytes */
+            s->in_val[i] =
+                fr_graph_value(&s->g, FR_VAL_BUFFER, FR_U8, fr_shape1((int64_t)d->bytes[i]));
+            continue;
+        }
         int lab = c->is_int[i] == 1, ids = c->is_int[i] > 1;
         s->in_val[i] = fr_graph_value(&s->g,
                                       lab   ? FR_VAL_LABEL
@@ -169,7 +188,6 @@ static int build(side *s, const gcase *c, const data *d) {
             grad_of[s->in_val[i]] = s->grad_val[i];
         }
     }
-    (void)d;
     int out[FR_MAX_OUT], op_in[5];
     memcpy(op_in, s->in_val, sizeof op_in);
     if (s->half != FR_F32 && s->grad_val[0] >= 0) { /* x0 as a step value: h = x0 + x0 */
@@ -309,7 +327,7 @@ static uint8_t ran_on_device[FR_OP_COUNT];
 
 static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c, fr_dtype half) {
     data d;
-    make_data(c, &d);
+    make_data(cpu, c, &d);
     side a = {.ctx = cpu, .half = half}, b = {.ctx = dev, .half = half},
          b2 = {.ctx = dev, .half = half};
     g_tol = half == FR_F16 ? 2e-3 : half == FR_BF16 ? 1.6e-2 : 1e-4;
@@ -351,9 +369,11 @@ static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c, fr_dtype half) 
         int n16 = 0; /* values the pass stored in 16 bits */
         for (size_t v = 0; v < b.g.n_vals; v++)
             n16 += b.g.vals[v].dtype == FR_F16 || b.g.vals[v].dtype == FR_BF16;
-        /* a loss's logits and a view of a leaf stay f32 (precision.c); any other op's
-         * input or saved value is stored in 16 bits */
-        int f32_only = c->op == FR_OP_VIEW || c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE;
+        /* a loss's logits and a view of a leaf stay f32 (precision.c), a quantized
+         * linear layer saves nothing; any other op's input or saved value is stored
+         * in 16 bits */
+        int f32_only = c->op == FR_OP_VIEW || c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE ||
+                       c->op == FR_OP_QLINEAR;
         CHECK(half == FR_F32 || f32_only || n16 > 0, "%s: nothing was stored in 16 bits", what);
         printf("%-24s device vs cpu: worst %.2e of the largest value%s\n", what, worst,
                half == FR_F32 ? ""

@@ -26,6 +26,7 @@ typedef struct harness {
     int in_val[5], grad_val[5];
     float *data[5], *grad[5];
     int32_t *ints[5]; /* i32 inputs: labels or ids */
+    void *blob[5];    /* quantized weights' bytes */
     float *target;
     int out, target_val, loss, main_out;
     size_t n[5];
@@ -34,7 +35,9 @@ typedef struct harness {
 static double run_loss(harness *h, int with_backward) {
     for (int i = 0; i < 5; i++) {
         if (h->in_val[i] < 0) continue;
-        h->ex.ptr[h->in_val[i]] = h->data[i] ? (void *)h->data[i] : (void *)h->ints[i];
+        h->ex.ptr[h->in_val[i]] = h->data[i]   ? (void *)h->data[i]
+                                  : h->blob[i] ? h->blob[i]
+                                               : (void *)h->ints[i];
         if (h->grad_val[i] >= 0) {
             h->ex.ptr[h->grad_val[i]] = h->grad[i];
             h->ex.written[h->grad_val[i]] = 0;
@@ -71,6 +74,21 @@ static void run_case(const gcase *c) {
     for (int i = 0; i < 5; i++) h.in_val[i] = h.grad_val[i] = -1;
     for (int i = 0; i < c->n_in; i++) {
         if (c->in[i].ndim == 0) continue; /* absent optional input */
+        if (c->is_int[i] < 0) {           /* random (O, K) values, quantized: a frozen buffer */
+            const int64_t O = c->in[i].d[0], K = c->in[i].d[1];
+            float *w = malloc((size_t)(O * K) * sizeof(float));
+            for (int64_t k = 0; k < O * K; k++) w[k] = frand(&r);
+            fr_qweight q;
+            CHECK(fr_quantize(h.ctx, OP_QFMT(c->is_int[i]), w, O, K, &q) == FR_OK, "%s: %s",
+                  c->what, fr_last_error(h.ctx));
+            h.n[i] = fr_quant_bytes(q.fmt, O, K);
+            h.blob[i] = malloc(h.n[i]);
+            memcpy(h.blob[i], q.block, h.n[i]);
+            fr_quant_free(h.ctx, &q);
+            free(w);
+            h.in_val[i] = fr_graph_value(&h.g, FR_VAL_BUFFER, FR_U8, fr_shape1((int64_t)h.n[i]));
+            continue;
+        }
         int lab = c->is_int[i] == 1, ids = c->is_int[i] > 1;
         h.in_val[i] = fr_graph_value(&h.g,
                                      lab   ? FR_VAL_LABEL
@@ -198,6 +216,7 @@ cleanup:
         free(h.data[i]);
         free(h.grad[i]);
         free(h.ints[i]);
+        free(h.blob[i]);
     }
     free(h.target);
     fr_mem_stats st;

@@ -630,8 +630,57 @@ static void test_bad_input(void) {
           "%s", fr_last_error(g_ctx));
 }
 
+/* bf16: the stored values are w rounded to nearest even (by hand here, in
+ * integers, for finite w), widened exactly; fr_quantize_into fills a
+ * caller's block with the bytes fr_quantize makes, for every format;
+ * fr_quant_view refuses a block that is not 4-byte aligned. */
+static void test_bf16_into_view(void) {
+    enum { O = 7, K = 45 };
+    float w[O * K], out[O * K];
+    fr_rng r = fr_rng_make(5, 9);
+    for (int i = 0; i < O * K; i++)
+        w[i] = (2.0f * fr_rng_next_uniform(&r) - 1.0f) * (i % 3 ? 1e-3f : 7.0f);
+    w[3] = 0x1.0101p0f; /* above halfway: up */
+    w[4] = 0x1.01p0f;   /* halfway, even below: down */
+    w[5] = 0x1.03p0f;   /* halfway, odd below: up */
+    fr_qweight q;
+    CHECK(fr_quantize(g_ctx, FR_QFMT_BF16, w, O, K, &q) == FR_OK, "%s", fr_last_error(g_ctx));
+    CHECK(fr_dequantize_rows(g_ctx, &q, 0, O, out) == FR_OK, "%s", fr_last_error(g_ctx));
+    int bad = 0;
+    for (int i = 0; i < O * K; i++) {
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        float ref;
+        memcpy(&ref, &u, 4);
+        bad += memcmp(&ref, &out[i], 4) != 0;
+    }
+    CHECK(bad == 0, "bf16: %d values are not w rounded to nearest even", bad);
+    CHECK(out[3] == 0x1.02p0f && out[4] == 1.0f && out[5] == 0x1.04p0f, "bf16 ties: %a %a %a",
+          (double)out[3], (double)out[4], (double)out[5]);
+    CHECK(fr_quant_bytes(FR_QFMT_BF16, O, K) == 2 * O * K, "bf16 bytes");
+    fr_quant_free(g_ctx, &q);
+    for (int f = 0; f < FR_QFMT_COUNT; f++) {
+        const size_t n = fr_quant_bytes((fr_qfmt)f, O, K);
+        float *dst = malloc(n + 8);
+        fr_qweight a, b;
+        CHECK(fr_quantize(g_ctx, (fr_qfmt)f, w, O, K, &a) == FR_OK &&
+                  fr_quantize_into(g_ctx, (fr_qfmt)f, w, O, K, dst, &b) == FR_OK,
+              "%s", fr_last_error(g_ctx));
+        CHECK(!memcmp(a.block, dst, n) && b.block == dst, "%s: quantize_into's bytes differ",
+              fr_qfmt_name((fr_qfmt)f));
+        CHECK(fr_quant_view(g_ctx, (fr_qfmt)f, O, K, (char *)dst + 2, &b) == FR_ERR_ARG &&
+                  says("not a quantized block") && b.block == NULL,
+              "%s: a misaligned view: %s", fr_qfmt_name((fr_qfmt)f), fr_last_error(g_ctx));
+        fr_quant_free(g_ctx, &a);
+        free(dst);
+    }
+    CHECK(fr_quant_view(g_ctx, FR_QFMT_COUNT, O, K, w, &q) == FR_ERR_ARG, "a bad format's view");
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
+    test_bf16_into_view();
     fr_set_threads(g_ctx, 2);
     test_nf4_table();
     test_dynamic_map();

@@ -33,6 +33,18 @@ int fr_bw_linear(fr_graph *g, int node, const int *dout, const uint8_t *need, in
     return emit(g, node, FR_OP_LINEAR_BWD, in, 3, need, din);
 }
 
+/* A quantized weight is frozen (a buffer): dx = dy W' alone, nothing saved
+ * but the weight itself. Its bias is frozen with it. */
+int fr_bw_qlinear(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    const fr_node *f = &g->nodes[node];
+    if (need[1] || (f->in[2] >= 0 && need[2]))
+        return fr_fail(g->ctx, FR_ERR_ARG,
+                       "qlinear: a quantized layer is frozen: its weight and bias take no "
+                       "gradient");
+    int in[2] = {dout[0], f->in[1]};
+    return emit(g, node, FR_OP_QLINEAR_BWD, in, 2, need, din);
+}
+
 int fr_bw_conv2d(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
     const fr_node *f = &g->nodes[node];
     int in[3] = {dout[0], f->in[0], f->in[1]};

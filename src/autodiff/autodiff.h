@@ -15,6 +15,7 @@ fr_status fr_autodiff(fr_graph *g, const int *grad_value);
 
 /* The backward rules the op table points at. */
 int fr_bw_linear(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
+int fr_bw_qlinear(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_conv2d(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_maxpool2d(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_avgpool2d(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);

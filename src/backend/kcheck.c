@@ -1,6 +1,7 @@
 /* kcheck.c — the backend-independent checks of a kernel call (kcheck.h):
  * one function per op family, called by the CPU and the OpenCL kernels. */
 #include "backend/kcheck.h"
+#include "quant/quant.h"
 
 /* Rows of x seen as (N, K): N = numel / K, whether x is (N, K), (B, T, K) or
  * an image batch (N, C, H, W) whose sample of K = C H W values is flattened. */
@@ -43,6 +44,32 @@ int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d) {
         return fr_fail(c->ctx, FR_ERR_SHAPE,
                        "linear_bwd: dy has %lld elements, expected %lld x %lld",
                        (long long)fr_shape_numel(&dy->shape), (long long)d->N, (long long)d->O);
+    return FR_OK;
+}
+
+int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, fr_linear_dims *d) {
+    const char *op = bwd ? "qlinear_bwd" : "qlinear";
+    const fr_attr *a = &c->node->attr;
+    const fr_tensor *in = &c->in[0], *wq = &c->in[1], *out = &c->out[0];
+    if (a->shape.ndim != 2 || a->shape.d[0] < 1 || a->shape.d[1] < 1 ||
+        (unsigned)a->qfmt >= FR_QFMT_COUNT)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: the node has no quantized weight's shape", op);
+    d->O = a->shape.d[0], d->K = a->shape.d[1];
+    const size_t bytes = fr_quant_bytes((fr_qfmt)a->qfmt, d->O, d->K);
+    if (wq->dtype != FR_U8 || (size_t)fr_shape_numel(&wq->shape) != bytes)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: the weight has %lld bytes, a (%lld, %lld) %s weight %zu", op,
+                       (long long)fr_shape_numel(&wq->shape), (long long)d->O, (long long)d->K,
+                       fr_qfmt_name((fr_qfmt)a->qfmt), bytes);
+    const int64_t ci = bwd ? d->O : d->K, co = bwd ? d->K : d->O;
+    d->N = fr_shape_numel(&in->shape) / ci;
+    if (in->dtype != FR_F32 || out->dtype != FR_F32 || d->N * ci != fr_shape_numel(&in->shape) ||
+        d->N * co != fr_shape_numel(&out->shape))
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: input of %lld and output of %lld f32 values are not N rows of %lld "
+                       "and %lld",
+                       op, (long long)fr_shape_numel(&in->shape),
+                       (long long)fr_shape_numel(&out->shape), (long long)ci, (long long)co);
     return FR_OK;
 }
 

@@ -57,6 +57,7 @@ typedef struct fr_attr {
     int heads;      /* attention: number of heads NH (divides C) */
     int causal;     /* attention: 1 = query t attends keys 0..t (the only mode) */
     int approx;     /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
+    int qfmt;       /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
 } fr_attr;
 
 typedef struct fr_node {

@@ -4,6 +4,7 @@
  * gradient test picks it up from this table. */
 #include "autodiff/autodiff.h"
 #include "ops/ops.h"
+#include "quant/quant.h"
 
 #define V(i) (&g->vals[n->in[i]])
 #define NUMEL(i) ((double)fr_shape_numel(&V(i)->shape))
@@ -30,6 +31,24 @@ static int sh_linear(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t
     o[0] = *x;
     o[0].d[x->ndim - 1] = w->d[0];
     dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
+/* x (..., K), Wq u8 (fr_quant_bytes(qfmt, O, K)), (O, K) = attr.shape -> y (..., O), ws */
+static int sh_qlinear(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape, *qs = &n->attr.shape;
+    if (qs->ndim != 2 || V(1)->dtype != FR_U8 || w->ndim != 1 ||
+        (size_t)w->d[0] != fr_quant_bytes((fr_qfmt)n->attr.qfmt, qs->d[0], qs->d[1]))
+        return fail_shape(g, n, "the weight is not a quantized (O, K) block of its format");
+    if (x->ndim < 2 || x->d[x->ndim - 1] != qs->d[1])
+        return fail_shape(g, n, "input features do not match the weight");
+    if (n->in[2] >= 0 && fr_shape_numel(&V(2)->shape) != qs->d[0])
+        return fail_shape(g, n, "the bias does not match the weight");
+    o[0] = *x;
+    o[0].d[x->ndim - 1] = qs->d[0];
+    o[1] = fr_shape1(fr_backend_ws(g, n, 1));
+    dt[0] = dt[1] = FR_F32;
     b[0] = V(0)->batched;
     return 0;
 }
@@ -296,6 +315,15 @@ static int sh_conv2d_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uin
     return 0;
 }
 
+/* dy, Wq -> dx, -, -, ws */
+static int sh_qlinear_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    sh_grads(g, n, o, dt, b);
+    o[3] = fr_shape1(fr_backend_ws(g, n, 3));
+    dt[3] = FR_F32;
+    b[3] = 0;
+    return 0;
+}
+
 /* dy, qkv, y, lse -> dqkv (B, T, 3C), D (B, NH, T), ws */
 static int sh_attention_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     sh_grads(g, n, o, dt, b);
@@ -326,6 +354,12 @@ static double fl_linear_bwd(const fr_graph *g, const fr_node *n) {
     if (n->in[1] < 0) /* no x: dx = dy W alone */
         return 2.0 * NUMEL(0) * (double)V(2)->shape.d[1];
     return 4.0 * NUMEL(1) * (double)V(2)->shape.d[0];
+}
+static double fl_qlinear(const fr_graph *g, const fr_node *n) {
+    return 2.0 * NUMEL(0) * (double)n->attr.shape.d[0];
+}
+static double fl_qlinear_bwd(const fr_graph *g, const fr_node *n) {
+    return 2.0 * NUMEL(0) * (double)n->attr.shape.d[1];
 }
 static double fl_conv2d(const fr_graph *g, const fr_node *n) {
     const fr_shape *w = &V(1)->shape;
@@ -419,7 +453,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 43, "fr_op_table has 43 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 45, "fr_op_table has 45 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -466,4 +500,6 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(FETCH, "fetch", sh_move, NULL, -1, 0, fl_none),
     ROW(ATTENTION_KV, "attention_kv", sh_attention_kv, NULL, -1, 0, fl_attention_kv),
     ROW(LAST_ROW, "last_row", sh_last_row, NULL, -1, 0, fl_out),
+    ROW(QLINEAR, "qlinear", sh_qlinear, fr_bw_qlinear, -1, 0, fl_qlinear),
+    ROW(QLINEAR_BWD, "qlinear_bwd", sh_qlinear_bwd, NULL, -1, 0, fl_qlinear_bwd),
 };

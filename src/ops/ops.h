@@ -26,7 +26,13 @@
  *                 executor's step argument): its keys and values written into
  *                 the caches K, V (persistent values, rows pos .. pos+P-1),
  *                 query row t attending positions 0 .. pos+t of the caches
- *   LAST_ROW      x (B,T,...)                      -> y (B,1,...) = x[:, T-1] */
+ *   LAST_ROW      x (B,T,...)                      -> y (B,1,...) = x[:, T-1]
+ * A frozen weight stored in fewer bits (quant/quant.h), attr.qfmt its format
+ * and attr.shape its (O, K):
+ *   QLINEAR       x (..., K), Wq u8 (bytes), b (O) | absent -> y (..., O), ws
+ *                 y = x W'^T + b, W' dequantized a tile at a time into ws
+ *   QLINEAR_BWD   dy (..., O), Wq                  -> dx, -, -, ws
+ *                 dx = dy W' (the weight and its bias get no gradient) */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -71,7 +77,9 @@
     X(OFFLOAD, offload, 1, 1)                       \
     X(FETCH, fetch, 1, 1)                           \
     X(ATTENTION_KV, attention_kv, 3, 2)             \
-    X(LAST_ROW, last_row, 1, 1)
+    X(LAST_ROW, last_row, 1, 1)                     \
+    X(QLINEAR, qlinear, 3, 2)                       \
+    X(QLINEAR_BWD, qlinear_bwd, 2, 4)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,

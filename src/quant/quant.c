@@ -1,4 +1,4 @@
-/* quant.c — the int8 and NF4 weight formats of quant.h: quantizing (once, as
+/* quant.c — the int8, NF4 and bf16 weight formats of quant.h: quantizing (once, as
  * a frozen weight is loaded), dequantizing a range of values, and the tiled
  * GEMMs of a frozen quantized weight (the forward product and the input
  * gradient). It owns no state but the dynamic map, built once.
@@ -20,6 +20,7 @@
  *    breaks a tie toward its last probe, so the two can differ only for a
  *    quotient within an ulp of a midpoint. */
 #include "quant/quant.h"
+#include "core/half.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -128,7 +129,7 @@ static uint8_t dyn_code(double y) {
 /* ---- sizes ---------------------------------------------------------------- */
 
 const char *fr_qfmt_name(fr_qfmt fmt) {
-    static const char *names[FR_QFMT_COUNT] = {"int8", "nf4"};
+    static const char *names[FR_QFMT_COUNT] = {"int8", "nf4", "bf16"};
     return (unsigned)fmt < FR_QFMT_COUNT ? names[fmt] : "?";
 }
 
@@ -143,6 +144,7 @@ size_t fr_quant_bytes(fr_qfmt fmt, int64_t O, int64_t K) {
     if (!shape_ok(O, K)) return 0;
     const int64_t n = O * K; /* below 2^62 */
     if (fmt == FR_QFMT_INT8) return (size_t)n + (size_t)O * sizeof(float);
+    if (fmt == FR_QFMT_BF16) return (size_t)n * sizeof(uint16_t);
     if (fmt != FR_QFMT_NF4) return 0;
     const int64_t nb = cdiv(n, FR_NF4_BLOCK), n2 = cdiv(nb, FR_NF4_DQ_BLOCK);
     return (size_t)(n2 + 1) * sizeof(float) + (size_t)nb + (size_t)cdiv(n, 2);
@@ -152,6 +154,10 @@ size_t fr_quant_bytes(fr_qfmt fmt, int64_t O, int64_t K) {
 static void layout(fr_qweight *w) {
     const int64_t n = w->O * w->K;
     char *p = w->block;
+    if (w->fmt == FR_QFMT_BF16) {
+        w->h = (uint16_t *)p;
+        return;
+    }
     if (w->fmt == FR_QFMT_INT8) {
         w->scale = (float *)p;
         w->q = (int8_t *)(p + (size_t)w->O * sizeof(float));
@@ -247,12 +253,11 @@ static void quantize_nf4_scales(const float *amax, int64_t nb, fr_qweight *q) {
     }
 }
 
-fr_status fr_quantize(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K,
-                      fr_qweight *out) {
-    if (!out) return fr_fail(ctx, FR_ERR_ARG, "quantize: no output weight");
-    memset(out, 0, sizeof *out);
+/* The checks of fr_quantize(_into): 0 or the failure. */
+static fr_status check_quantize(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K) {
     if ((unsigned)fmt >= FR_QFMT_COUNT)
-        return fr_fail(ctx, FR_ERR_ARG, "quantize: unknown format %d (int8 or nf4)", (int)fmt);
+        return fr_fail(ctx, FR_ERR_ARG, "quantize: unknown format %d (int8, nf4 or bf16)",
+                       (int)fmt);
     if (!shape_ok(O, K))
         return fr_fail(ctx, FR_ERR_SHAPE,
                        "quantize: a %s weight of shape (%lld,%lld): each dimension must be 1 to "
@@ -264,25 +269,68 @@ fr_status fr_quantize(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64
         return fr_fail(ctx, FR_ERR_NUMERIC,
                        "quantize: weight (%lld,%lld) is %g: only finite values can be quantized",
                        (long long)(bad / K), (long long)(bad % K), (double)w[bad]);
-    fr_qweight q = {.fmt = fmt, .O = O, .K = K};
-    if (!(q.block = fr_alloc(ctx, fr_quant_bytes(fmt, O, K), FR_MEM_PARAMS))) return FR_ERR_NOMEM;
-    layout(&q);
-    if (fmt == FR_QFMT_INT8) {
-        quantize_int8(w, &q);
+    return FR_OK;
+}
+
+/* Fills q (its block laid out) from w. */
+static fr_status fill(fr_ctx *ctx, const float *w, fr_qweight *q) {
+    const int64_t n = q->O * q->K;
+    if (q->fmt == FR_QFMT_BF16) {
+        fr_f32_to_bf16_n(w, q->h, (size_t)n);
+    } else if (q->fmt == FR_QFMT_INT8) {
+        quantize_int8(w, q);
     } else {
         const int64_t nb = cdiv(n, FR_NF4_BLOCK);
         float *amax = fr_alloc(ctx, (size_t)nb * sizeof(float), FR_MEM_WORKSPACE);
-        if (!amax) {
-            fr_free(ctx, q.block);
-            return FR_ERR_NOMEM;
-        }
+        if (!amax) return FR_ERR_NOMEM;
         pthread_once(&dyn_once, dyn_build);
-        quantize_nf4_codes(w, n, &q, amax);
-        quantize_nf4_scales(amax, nb, &q);
+        quantize_nf4_codes(w, n, q, amax);
+        quantize_nf4_scales(amax, nb, q);
         fr_free(ctx, amax);
+    }
+    return FR_OK;
+}
+
+fr_status fr_quantize(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K,
+                      fr_qweight *out) {
+    if (!out) return fr_fail(ctx, FR_ERR_ARG, "quantize: no output weight");
+    memset(out, 0, sizeof *out);
+    fr_status st = check_quantize(ctx, fmt, w, O, K);
+    if (st) return st;
+    fr_qweight q = {.fmt = fmt, .O = O, .K = K};
+    if (!(q.block = fr_alloc(ctx, fr_quant_bytes(fmt, O, K), FR_MEM_PARAMS))) return FR_ERR_NOMEM;
+    layout(&q);
+    if ((st = fill(ctx, w, &q))) {
+        fr_free(ctx, q.block);
+        return st;
     }
     *out = q;
     return FR_OK;
+}
+
+fr_status fr_quant_view(fr_ctx *ctx, fr_qfmt fmt, int64_t O, int64_t K, void *block,
+                        fr_qweight *out) {
+    if (!out) return fr_fail(ctx, FR_ERR_ARG, "quantized weight: no output view");
+    memset(out, 0, sizeof *out);
+    if ((unsigned)fmt >= FR_QFMT_COUNT || !shape_ok(O, K) || !block || ((uintptr_t)block & 3))
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "quantized weight: format %d, shape (%lld,%lld) at %p: not a quantized "
+                       "block (int8, nf4 or bf16; dimensions 1 to %d; 4-byte aligned)",
+                       (int)fmt, (long long)O, (long long)K, block, INT_MAX);
+    fr_qweight q = {.fmt = fmt, .O = O, .K = K, .block = block};
+    layout(&q);
+    *out = q;
+    return FR_OK;
+}
+
+fr_status fr_quantize_into(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K,
+                           void *dst, fr_qweight *out) {
+    fr_qweight q;
+    fr_status st = check_quantize(ctx, fmt, w, O, K);
+    if (!st) st = fr_quant_view(ctx, fmt, O, K, dst, &q);
+    if (!st) st = fill(ctx, w, &q);
+    if (out) *out = st ? (fr_qweight){0} : q;
+    return st;
 }
 
 void fr_quant_free(fr_ctx *ctx, fr_qweight *q) {
@@ -296,6 +344,10 @@ void fr_quant_free(fr_ctx *ctx, fr_qweight *q) {
 /* out[0 .. cnt) = W'[i0 .. i0 + cnt) of the flattened weight. */
 static void deq_range(const fr_qweight *w, int64_t i0, int64_t cnt, float *out) {
     const int64_t end = i0 + cnt;
+    if (w->fmt == FR_QFMT_BF16) {
+        fr_bf16_to_f32_n_seq(w->h + i0, out, (size_t)cnt);
+        return;
+    }
     if (w->fmt == FR_QFMT_INT8) {
         for (int64_t i = i0; i < end;) {
             const int64_t o = i / w->K, stop = imin64((o + 1) * w->K, end);

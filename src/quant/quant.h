@@ -9,6 +9,9 @@
  *
  * The formats, for W (O,K) row-major, f32, n = O K values:
  *
+ * bf16: W'[o,k] = W[o,k] rounded to bf16 (to nearest, ties to even). Stored:
+ *   the 16-bit values (2n bytes).
+ *
  * int8: s[o] = max_k |W[o,k]| / 127 (an f32 division), q[o,k] =
  *   round-half-to-even(W[o,k] / s[o]) (the quotient exact, in double),
  *   clamped to [-127, 127]; a zero row has s = 0 and q = 0. (Only a row
@@ -50,9 +53,11 @@
 #define FR_NF4_BLOCK 64     /* values per NF4 absmax */
 #define FR_NF4_DQ_BLOCK 256 /* NF4 absmaxes per double-quantization scale */
 
-typedef enum fr_qfmt { FR_QFMT_INT8 = 0, FR_QFMT_NF4, FR_QFMT_COUNT } fr_qfmt;
+/* bf16 is the plain 16-bit storage (round to nearest even; dequantizing
+ * widens exactly): one tiled GEMM serves every frozen-weight format. */
+typedef enum fr_qfmt { FR_QFMT_INT8 = 0, FR_QFMT_NF4, FR_QFMT_BF16, FR_QFMT_COUNT } fr_qfmt;
 
-/* "int8", "nf4"; "?" for anything else. */
+/* "int8", "nf4", "bf16"; "?" for anything else. */
 const char *fr_qfmt_name(fr_qfmt fmt);
 
 /* A quantized (O,K) weight. All arrays point into `block`, one allocation of
@@ -69,6 +74,8 @@ typedef struct fr_qweight {
     float *offset;    /* (1): the mean subtracted from the absmaxes */
     uint8_t *qabsmax; /* (nblocks), nblocks = ceil(O K / 64) */
     uint8_t *codes;   /* (ceil(O K / 2)) */
+    /* bf16 */
+    uint16_t *h; /* (O,K) */
 } fr_qweight;
 
 /* QLoRA's 16 NF4 values, ascending, exactly bitsandbytes' table. */
@@ -88,6 +95,15 @@ size_t fr_quant_bytes(fr_qfmt fmt, int64_t O, int64_t K);
  * that is not finite), FR_ERR_NOMEM (the allocator's message). */
 fr_status fr_quantize(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K,
                       fr_qweight *out);
+/* As fr_quantize, into dst, fr_quant_bytes(fmt, O, K) bytes the caller owns
+ * (aligned to 4 bytes: the block starts with floats); *out views it. */
+fr_status fr_quantize_into(fr_ctx *ctx, fr_qfmt fmt, const float *w, int64_t O, int64_t K,
+                           void *dst, fr_qweight *out);
+/* Views a block of fr_quant_bytes(fmt, O, K) bytes that fr_quantize(_into)
+ * filled (a parameter's bytes, a device's copy): FR_ERR_ARG for a bad fmt,
+ * shape or a block that is NULL or not 4-byte aligned. Allocates nothing. */
+fr_status fr_quant_view(fr_ctx *ctx, fr_qfmt fmt, int64_t O, int64_t K, void *block,
+                        fr_qweight *out);
 /* Gives the block back and zeroes *q; NULL and zeroed weights are ignored. */
 void fr_quant_free(fr_ctx *ctx, fr_qweight *q);
 

@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/ctx.h"
 #include "ops/ops.h"
+#include "quant/quant.h"
 
 /* VIEW has no kernel on any backend: the executor binds its output to its
  * input's storage (fr_op_info.view). Nor has OPTIM_STEP: the executor hands
@@ -56,6 +57,11 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
         if (j != 2 || f->attr.heads < 1) return 0;
         return (int64_t)fr_attention_ws_floats_io((int)x->d[1], (int)(x->d[2] / 3 / f->attr.heads),
                                                   fr_get_threads(g->ctx), 1);
+    case FR_OP_QLINEAR:
+    case FR_OP_QLINEAR_BWD: /* a tile of the dequantized weight per thread */
+        if (j != (n->op == FR_OP_QLINEAR ? 1 : 3) || f->attr.shape.ndim != 2) return 0;
+        return (int64_t)fr_qgemm_ws_floats(f->attr.shape.d[0], f->attr.shape.d[1],
+                                           fr_get_threads(g->ctx));
     case FR_OP_ATTENTION_KV:
         if (j != 1 || n->attr.heads < 1) return 0;
         return fr_attention_kv_ws((int)x->d[1], n->attr.heads, (int)g->vals[n->in[1]].shape.d[2],

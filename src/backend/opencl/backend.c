@@ -32,6 +32,8 @@ static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
     switch (n->op) {
     case FR_OP_CONV2D: return fr_cl_ws_conv2d(g, n, j);
     case FR_OP_CONV2D_BWD: return fr_cl_ws_conv2d_bwd(g, n, j);
+    case FR_OP_QLINEAR:
+    case FR_OP_QLINEAR_BWD: return fr_cl_ws_qlinear(g, n, j);
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD: return j == 2 ? fr_cl_ws_attention(g, n, j) : 0;
     default: return 0;

@@ -276,6 +276,102 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
+/* ---- QLINEAR ---- */
+
+/* A frozen quantized weight (quant.cl) is widened a tile of whole rows at a
+ * time into the node's workspace, about CL_QTILE_FLOATS values, and each
+ * tile multiplied by CLBlast: no f32 copy of the weight exists. */
+#define CL_QTILE_FLOATS ((int64_t)1 << 20) /* 4 MiB */
+
+static int64_t q_tile_rows(int64_t O, int64_t K) {
+    int64_t t = K > 0 ? CL_QTILE_FLOATS / K : 1;
+    if (t < 1) t = 1;
+    return t < O ? t : O;
+}
+
+int64_t fr_cl_ws_qlinear(const fr_graph *g, const fr_node *n, int j) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    const fr_shape *s = &f->attr.shape;
+    if (j != (n->op == FR_OP_QLINEAR ? 1 : 3) || s->ndim != 2 || s->d[0] < 1 || s->d[1] < 1)
+        return 0;
+    return q_tile_rows(s->d[0], s->d[1]) * s->d[1];
+}
+
+/* the workspace ws (its first rows K floats) = W'[o0 : o0 + rows] */
+static int dequant(fr_kernel_call *c, const fr_tensor *wq, const fr_tensor *ws, int64_t o0,
+                   int64_t rows, const fr_linear_dims *d) {
+    fr_cl *cl = fr_cl_of(c->ctx);
+    cl_kernel k = fr_cl_kernel(c->ctx, cl, "quant", "dequant");
+    if (!k) return FR_ERR_ARG;
+    cl_mem wm = fr_cl_mem(wq), tm = fr_cl_mem(ws);
+    cl_ulong wo = wq->off, to = fr_cl_off(ws), uO = (cl_ulong)d->O, uK = (cl_ulong)d->K,
+             i0 = (cl_ulong)(o0 * d->K), un = (cl_ulong)(rows * d->K);
+    cl_int fmt = c->node->attr.qfmt;
+    int st =
+        FR_CL_ARGS(c->ctx, k, sizeof wm, &wm, sizeof wo, &wo, sizeof fmt, &fmt, sizeof uO, &uO,
+                   sizeof uK, &uK, sizeof i0, &i0, sizeof un, &un, sizeof tm, &tm, sizeof to, &to);
+    size_t gsz = (size_t)un;
+    if (!st && gsz) st = fr_cl_run(c->ctx, cl, k, 1, &gsz, NULL);
+    return st;
+}
+
+/* the tile's rows the workspace holds (an error if fewer than the plan's) */
+static int q_tile(fr_kernel_call *c, const char *op, const fr_tensor *ws, const fr_linear_dims *d,
+                  int64_t *T) {
+    *T = q_tile_rows(d->O, d->K);
+    if (!ws->buf || fr_shape_numel(&ws->shape) < *T * d->K)
+        return fr_fail(c->ctx, FR_ERR_ARG, "opencl: %s: a workspace of %lld floats, need %lld", op,
+                       (long long)(ws->buf ? fr_shape_numel(&ws->shape) : 0),
+                       (long long)(*T * d->K));
+    return FR_OK;
+}
+
+// x is (N,K), Wq is W' (O,K) quantized, b is (O) or absent, y is (N,O)
+// y = b (bias_fill), then per tile of T rows y[:, o0:o0+T] = x W'[o0:o0+T]^T + beta y
+int fr_cl_k_qlinear(fr_kernel_call *c) {
+    const fr_tensor *x = &c->in[0], *wq = &c->in[1], *b = &c->in[2], *y = &c->out[0];
+    const fr_tensor *ws = &c->out[1];
+    fr_linear_dims d;
+    int64_t T;
+    int st = fr_kcheck_qlinear(c, 0, &d);
+    if (!st) st = need_f32(c, "qlinear", b, "bias");
+    if (!st) st = q_tile(c, "qlinear", ws, &d, &T);
+    if (st || d.N == 0) return st;
+    const int has_b = b->buf != NULL;
+    if (has_b && (st = bias_fill(c, y, b, d.N * d.O, d.O, 1))) return st;
+    const mat tile = mat_of(ws, (size_t)d.K), ym = mat_of(y, (size_t)d.O);
+    for (int64_t o0 = 0; o0 < d.O && !st; o0 += T) {
+        const int64_t rows = d.O - o0 < T ? d.O - o0 : T;
+        st = dequant(c, wq, ws, o0, rows, &d);
+        if (!st)
+            st = gemm(c, "qlinear", scratch_of(c, 0), 0, 1, (size_t)d.N, (size_t)rows, (size_t)d.K,
+                      mat_of(x, (size_t)d.K), tile, has_b ? 1.0f : 0.0f, mat_at(ym, (size_t)o0));
+    }
+    return st;
+}
+
+// dy is (N,O), Wq is W' (O,K) quantized, dx is (N,K)
+// per tile of T rows dx = dy[:, o0:o0+T] W'[o0:o0+T] + beta dx (beta 1 after the
+// first tile, or with accumulate bit 0)
+int fr_cl_k_qlinear_bwd(fr_kernel_call *c) {
+    const fr_tensor *dy = &c->in[0], *wq = &c->in[1], *dx = &c->out[0], *ws = &c->out[3];
+    fr_linear_dims d;
+    int64_t T;
+    int st = fr_kcheck_qlinear(c, 1, &d);
+    if (!st) st = q_tile(c, "qlinear_bwd", ws, &d, &T);
+    if (st || d.N == 0 || !dx->buf) return st;
+    const mat tile = mat_of(ws, (size_t)d.K), dym = mat_of(dy, (size_t)d.O);
+    for (int64_t o0 = 0; o0 < d.O && !st; o0 += T) {
+        const int64_t rows = d.O - o0 < T ? d.O - o0 : T;
+        st = dequant(c, wq, ws, o0, rows, &d);
+        if (!st)
+            st = gemm(c, "qlinear_bwd", scratch_of(c, 0), 0, 0, (size_t)d.N, (size_t)d.K,
+                      (size_t)rows, mat_at(dym, (size_t)o0), tile,
+                      o0 > 0 || acc_bit(c, 0) ? 1.0f : 0.0f, mat_of(dx, (size_t)d.K));
+    }
+    return st;
+}
+
 /* ---- CONV2D ---- */
 
 typedef fr_conv_dims geom; /* col: floats of one image's unroll (0: direct) */
@@ -499,6 +595,18 @@ int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n) {
             bytes =
                 max_sz(plan_temp(q, 0, 0, N, K, O, O, K, K), plan_temp(q, 1, 0, O, K, N, O, K, K));
         }
+        break;
+    }
+    case FR_OP_QLINEAR:
+    case FR_OP_QLINEAR_BWD: { /* x (N,K) times a tile (T,K)^T; dy's columns (N,T) times it */
+        const fr_shape *s = &f->attr.shape;
+        if (s->ndim != 2 || s->d[0] < 1 || s->d[1] < 1) return 0;
+        const int64_t O = s->d[0], K = s->d[1], T = q_tile_rows(O, K);
+        const int64_t N =
+            fr_shape_numel(&g->vals[n->in[0]].shape) / (n->op == FR_OP_QLINEAR ? K : O);
+        cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));
+        bytes = n->op == FR_OP_QLINEAR ? plan_temp(q, 0, 1, N, T, K, K, K, O)
+                                       : plan_temp(q, 0, 0, N, K, T, O, K, K);
         break;
     }
     case FR_OP_CONV2D:

@@ -15,6 +15,11 @@
 int64_t fr_cl_ws_conv2d(const fr_graph *g, const fr_node *n, int j);
 int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j);
 
+/* Floats of workspace output j of a QLINEAR node (j = 1) or QLINEAR_BWD
+ * node (j = 3): a tile of the dequantized weight's rows (about 4 MiB, at
+ * least one row); 0 for any other j. */
+int64_t fr_cl_ws_qlinear(const fr_graph *g, const fr_node *n, int j);
+
 /* Floats of the step's GEMM scratch node n needs (the backend's ws_elems
  * with j = -1; gemm.c's top comment): the largest temporary buffer CLBlast
  * asks for any of the node's GEMMs at any operand offset, 0 for a node that
