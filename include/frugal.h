@@ -344,6 +344,21 @@ FR_API const char *fr_precision_name(fr_precision p);
  * "fp16-mixed", "auto". */
 FR_API fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out);
 
+/* How frozen linear weights are stored (--base-precision): as loaded (fp32),
+ * or in bf16, int8 (one absmax scale per output row) or NF4 (QLoRA's 4-bit
+ * blocks of 64, double-quantized scales); the layer's GEMMs widen a tile of
+ * rows at a time. Only the weights of frozen linear layers (--freeze, or
+ * the base under --lora) that no other layer shares are stored so. */
+typedef enum fr_base_precision {
+    FR_BASE_FP32 = 0,
+    FR_BASE_BF16,
+    FR_BASE_INT8,
+    FR_BASE_NF4,
+} fr_base_precision;
+FR_API const char *fr_base_precision_name(fr_base_precision b);
+/* "fp32", "bf16", "int8", "nf4" */
+FR_API fr_status fr_base_precision_parse(fr_ctx *ctx, const char *name, fr_base_precision *out);
+
 /* How Adam/AdamW store their two moments (SGD's momentum is always fp32).
  * Tensors too small to fill one int8 block keep fp32. */
 typedef enum fr_optim_state {
@@ -376,8 +391,9 @@ typedef struct fr_step_opts {
     int micro_batch; /* 0: the whole batch; else split it and accumulate gradients */
     size_t budget;   /* bytes for auto planning (0: none) */
     fr_precision precision;
-    fr_optim_state optim_state; /* Adam/AdamW moments */
-    float clip_grad_norm;       /* > 0: clip the global L2 norm (after unscaling) */
+    fr_base_precision base_precision; /* frozen linear weights (fr_base_precision) */
+    fr_optim_state optim_state;       /* Adam/AdamW moments */
+    float clip_grad_norm;             /* > 0: clip the global L2 norm (after unscaling) */
     fr_loss_scaling loss_scaling;
     /* 0: without a loss scaler, clipping or micro-batches, each f32 parameter
      * takes its optimizer step inside backward right after its gradient is

@@ -213,6 +213,7 @@ enum {
     O_MICRO,
     O_FREEZE,
     O_PREC,
+    O_BASEPREC,
     O_OSTATE,
     O_LSCALE,
     O_CLIP,
@@ -401,6 +402,12 @@ static const opt_row opts[] = {
      "fast) | bf16 | fp16 (weights in 16 bits too) | auto (under --budget:\n"
      "bf16-mixed if its step is faster at the host's measured GEMM rates,\n"
      "FRUGAL_GEMM_RATES=F32,BF16 to give them, or a cheaper fit)"},
+    {"base-precision", "F", O_BASEPREC, C_STEP,
+     "fp32 | bf16 | int8 | nf4: store the weights of frozen linear layers\n"
+     "(--freeze, or the base under adapters) in 16 bits, in int8 with one\n"
+     "absmax scale per output row, or in QLoRA's 4-bit NF4 (blocks of 64,\n"
+     "double-quantized scales); their GEMMs widen a tile of rows at a time,\n"
+     "no f32 copy exists. A tied head stays as it is [fp32]"},
     {"optimizer-state", "S", O_OSTATE, C_STEP,
      "fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
      "quantization, tensors under 2048 values keep fp32) [fp32]"},
@@ -746,6 +753,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
                 return bad(
                     cn, "--precision '%s': choose fp32, bf16, fp16, bf16-mixed, fp16-mixed or auto",
                     val);
+            break;
+        case O_BASEPREC:
+            if (fr_base_precision_parse(NULL, val, &c->t.step.base_precision))
+                return bad(cn, "--base-precision '%s': choose fp32, bf16, int8 or nf4", val);
             break;
         case O_OSTATE:
             if (!strcmp(val, "fp32")) c->t.step.optim_state = FR_OPTIM_STATE_FP32;

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "core/flat.h"
 #include "parallel/pshard.h"
+#include "quant/quant.h"
 
 static const char *layer_names[FR_L_COUNT] = {
     "linear",   "conv2d", "maxpool2d", "avgpool2d",     "global_avgpool", "relu",    "gelu",
@@ -695,8 +696,28 @@ fr_status fr_model_freeze(fr_model *m, const char *layers) {
 size_t fr_model_num_params(const fr_model *m) {
     size_t n = 0;
     for (size_t i = 0; i < m->n_params; i++)
-        if (m->params[i].trainable) n += (size_t)fr_shape_numel(&m->params[i].shape);
+        if (m->params[i].trainable) n += (size_t)fr_param_numel(&m->params[i]);
     return n;
+}
+
+int64_t fr_param_numel(const fr_param *p) {
+    return fr_shape_numel(p->quant ? &p->qshape : &p->shape);
+}
+
+fr_status fr_param_read_f32(fr_ctx *ctx, const fr_param *p, float *dst) {
+    const size_t n = (size_t)fr_shape_numel(&p->shape);
+    if (!p->data) return fr_fail(ctx, FR_ERR_ARG, "%s: no values on the host", p->name);
+    if (p->quant) {
+        fr_qweight w;
+        fr_status st = fr_quant_view(ctx, (fr_qfmt)(p->quant - 1), p->qshape.d[0], p->qshape.d[1],
+                                     p->data, &w);
+        return st ? st : fr_dequantize_rows(ctx, &w, 0, w.O, dst);
+    }
+    if (p->dtype == FR_F32) memcpy(dst, p->data, n * sizeof *dst);
+    else if (p->dtype == FR_F16) fr_f16_to_f32_n(p->data, dst, n);
+    else if (p->dtype == FR_BF16) fr_bf16_to_f32_n(p->data, dst, n);
+    else return fr_fail(ctx, FR_ERR_ARG, "%s is %s, not a float", p->name, fr_dtype_name(p->dtype));
+    return FR_OK;
 }
 
 int fr_model_num_classes(const fr_model *m) {
@@ -711,12 +732,23 @@ static fr_dtype dtype_of(const fr_model *m, const fr_dtype *dt, size_t i) {
     return dt ? dt[i] : m->params[i].dtype;
 }
 
+/* The bytes param p takes stored as `to`, and their alignment: a quantized
+ * weight's block (its scales are floats) at 16 bytes. */
+static size_t stored_bytes(const fr_param *p, fr_dtype to, size_t *align) {
+    if (p->quant && to == FR_U8) {
+        *align = 16;
+        return fr_quant_bytes((fr_qfmt)(p->quant - 1), p->qshape.d[0], p->qshape.d[1]);
+    }
+    *align = fr_dtype_size(to);
+    return (size_t)fr_shape_numel(&p->shape) * *align;
+}
+
 size_t fr_model_block_bytes(const fr_model *m, const fr_dtype *dt) {
-    size_t end = 0;
+    size_t end = 0, align;
     for (size_t i = m->n_params; i-- > 0;) {
         if (!in_block(m, i)) continue;
-        size_t es = fr_dtype_size(dtype_of(m, dt, i));
-        fr_flat_place(&end, (size_t)fr_shape_numel(&m->params[i].shape) * es, es);
+        size_t b = stored_bytes(&m->params[i], dtype_of(m, dt, i), &align);
+        fr_flat_place(&end, b, align);
     }
     return end;
 }
@@ -746,11 +778,15 @@ fr_status fr_model_relayout(fr_model *m, const fr_dtype *dt) {
             continue;
         }
         fr_dtype to = dtype_of(m, dt, i);
-        size_t n = (size_t)fr_shape_numel(&p->shape), es = fr_dtype_size(to);
-        size_t at = fr_flat_place(&end, n * es, es);
-        if (p->data && to == p->dtype) memcpy(blk + at, p->data, n * es);
-        else if (p->data && to == FR_F16) fr_f32_to_f16_n(p->data, (uint16_t *)(blk + at), n);
-        else if (p->data) fr_f32_to_bf16_n(p->data, (uint16_t *)(blk + at), n);
+        size_t n = (size_t)fr_shape_numel(&p->shape), align, b = stored_bytes(p, to, &align);
+        size_t at = fr_flat_place(&end, b, align);
+        if (p->data && to == p->dtype) {
+            memcpy(blk + at, p->data, b);
+        } else if (p->data && to == FR_F16) {
+            fr_f32_to_f16_n(p->data, (uint16_t *)(blk + at), n);
+        } else if (p->data) {
+            fr_f32_to_bf16_n(p->data, (uint16_t *)(blk + at), n);
+        }
         if (p->data && !in_old(m, p->data)) fr_free(m->ctx, p->data); /* made on its own */
         p->data = blk + at, p->off = at, p->dtype = to, p->ddata = NULL;
     }
@@ -769,7 +805,7 @@ fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         want[i] = p->dtype;
-        if (!p->trainable || p->dtype == dt) continue;
+        if (!p->trainable || p->dtype == dt || p->quant) continue;
         want[i] = dt, converted = 1;
         if (!m->pblock) p->dtype = dt; /* not allocated yet (planning): fr_model_init stores dt */
     }
@@ -778,6 +814,86 @@ fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt) {
     fr_free(m->ctx, want);
     /* optimizer state follows the weights: made anew */
     if (!st && converted && m->optim_free) m->optim_free(m);
+    return st;
+}
+
+/* Whether param w is read by another layer than its own (a tied head). */
+static int shared(const fr_model *m, size_t w) {
+    for (size_t i = 0; i < m->n_alias; i++)
+        if (m->alias[i].param == (int)w) return 1;
+    for (size_t i = 0; i < m->n_layers; i++)
+        if ((m->layers[i].wparam == (int)w || m->layers[i].bparam == (int)w) &&
+            (int)i != m->params[w].layer)
+            return 1;
+    return 0;
+}
+
+fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
+    static const fr_qfmt fmts[] = {
+        [FR_BASE_BF16] = FR_QFMT_BF16, [FR_BASE_INT8] = FR_QFMT_INT8, [FR_BASE_NF4] = FR_QFMT_NF4};
+    if (b == FR_BASE_FP32) return FR_OK;
+    const char *bn = fr_base_precision_name(b);
+    if ((unsigned)b > FR_BASE_NF4)
+        return fr_fail(m->ctx, FR_ERR_ARG, "--base-precision %d: not a format", (int)b);
+    if (m->shard)
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "--base-precision %s: not with --zero 3 (use --zero 2 or lower: a frozen "
+                       "base has no gradient or state to shard)",
+                       bn);
+    const int q = 1 + (int)fmts[b];
+    int n = 0, have = 0;
+    for (size_t li = 0; li < m->n_layers; li++) {
+        const fr_layer *l = &m->layers[li];
+        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        const fr_param *p = &m->params[l->wparam];
+        if (p->layer != (int)li || shared(m, (size_t)l->wparam)) continue;
+        if (p->quant == q) {
+            have++;
+            continue;
+        }
+        if (p->quant || p->dtype != FR_F32)
+            return fr_fail(m->ctx, FR_ERR_ARG,
+                           "--base-precision %s: %s is stored in %s already: load the model "
+                           "anew",
+                           bn, p->name,
+                           p->quant ? fr_qfmt_name((fr_qfmt)(p->quant - 1))
+                                    : fr_dtype_name(p->dtype));
+        n++;
+    }
+    if (!n && !have)
+        return fr_fail(m->ctx, FR_ERR_ARG,
+                       "--base-precision %s: no frozen linear layer owns its weight (freeze "
+                       "layers with --freeze, or train adapters with --lora; a tied head stays "
+                       "as it is)",
+                       bn);
+    if (!n) return FR_OK;
+    fr_qweight *qw = fr_calloc(m->ctx, (m->n_params + 1) * sizeof *qw, FR_MEM_WORKSPACE);
+    if (!qw) return FR_ERR_NOMEM;
+    fr_status st = FR_OK;
+    for (size_t li = 0; li < m->n_layers && !st; li++) { /* quantized apart: all or nothing */
+        const fr_layer *l = &m->layers[li];
+        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        fr_param *p = &m->params[l->wparam];
+        if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant || !p->data) continue;
+        st = fr_quantize(m->ctx, fmts[b], p->data, p->shape.d[0], p->shape.d[1], &qw[l->wparam]);
+        if (st)
+            fr_fail(m->ctx, st, "--base-precision %s: %s: %s", bn, p->name, fr_last_error(m->ctx));
+    }
+    for (size_t i = 0; i < m->n_params && st; i++) fr_quant_free(m->ctx, &qw[i]);
+    for (size_t li = 0; li < m->n_layers && !st; li++) {
+        const fr_layer *l = &m->layers[li];
+        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        fr_param *p = &m->params[l->wparam];
+        if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant) continue;
+        p->quant = q;
+        p->qshape = p->shape;
+        p->shape = fr_shape1((int64_t)fr_quant_bytes(fmts[b], p->shape.d[0], p->shape.d[1]));
+        p->dtype = FR_U8;
+        if (qw[l->wparam].block) p->data = qw[l->wparam].block; /* relayout moves it */
+    }
+    /* the block anew, the quantized weights copied in (and their own blocks freed) */
+    if (!st && m->pblock) st = fr_model_relayout(m, NULL);
+    fr_free(m->ctx, qw);
     return st;
 }
 
@@ -836,6 +952,15 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
             fr_mem_set_tag(m->ctx, NULL);
             if (!p->data) return FR_ERR_NOMEM;
         }
+        /* a quantized weight: made whole in f32 scratch, then quantized in place */
+        float *wide = NULL;
+        if (p->quant) {
+            n = fr_param_numel(p);
+            fr_mem_set_tag(m->ctx, "initialising a quantized weight");
+            wide = fr_alloc(m->ctx, (size_t)n * sizeof(float), FR_MEM_WORKSPACE);
+            fr_mem_set_tag(m->ctx, NULL);
+            if (!wide) return FR_ERR_NOMEM;
+        }
         fr_rng r = fr_rng_make(seed, i);
         float bound = 1.0f / sqrtf((float)p->fan_in);
         for (int64_t j0 = 0; j0 < n; j0 += 1024) {
@@ -844,7 +969,14 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
                 v[j] = constant ? c
                        : normal ? sd * normal_sample(&r)
                                 : (2.0f * fr_rng_next_uniform(&r) - 1.0f) * bound;
-            init_store(p, j0, v, k);
+            if (wide) memcpy(wide + j0, v, k * sizeof *v);
+            else init_store(p, j0, v, k);
+        }
+        if (wide) {
+            fr_status st = fr_quantize_into(m->ctx, (fr_qfmt)(p->quant - 1), wide, p->qshape.d[0],
+                                            p->qshape.d[1], p->data, NULL);
+            fr_free(m->ctx, wide);
+            if (st) return st;
         }
         if (sharded) {
             fr_pshard_keep(m->shard, (int)i, p->data);
@@ -937,6 +1069,12 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
         case FR_L_LINEAR:
         case FR_L_CONV2D:
             in[0] = src, in[1] = pv[l->wparam], in[2] = l->bparam >= 0 ? pv[l->bparam] : -1;
+            if (l->kind == FR_L_LINEAR && m->params[l->wparam].quant) { /* a quantized base */
+                a.shape = m->params[l->wparam].qshape;
+                a.qfmt = m->params[l->wparam].quant - 1;
+                node = fr_graph_node(g, FR_OP_QLINEAR, in, 3, &a, -1, 0, out);
+                break;
+            }
             node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3, &a,
                                  -1, 0, out);
             break;

@@ -79,6 +79,11 @@ typedef struct fr_param {
      * CPU. Its gradient and optimizer state are the optimizer's
      * (optim/optim.h, model->optim). */
     void *ddata;
+    /* 0, or 1 + fr_qfmt (quant/quant.h): a frozen linear weight stored in
+     * fewer bits (fr_model_quantize_base): dtype FR_U8, shape (its bytes),
+     * qshape the weight's (O, K); its layer runs QLINEAR */
+    int quant;
+    fr_shape qshape;
 } fr_param;
 
 #define FR_RES_MAX_DEPTH 4
@@ -169,6 +174,18 @@ int fr_model_name_width(const fr_model *m, int min);
 fr_shape fr_model_value_shape(const fr_model *m, int v);
 /* model.half(): store weights and biases as dt (FR_F16 or FR_BF16). */
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt);
+/* --base-precision: the weight of every frozen linear layer that owns it
+ * alone (no other layer reads it: a tied head does not) stored in format b
+ * from here on; FR_BASE_FP32 changes nothing. On a model not yet allocated
+ * only the dtype and shape change (planning); an allocated model's values
+ * are quantized into a new block. Refused: no frozen linear layer, a
+ * weight already stored in another format, a model sharded by ZeRO 3. */
+fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b);
+/* The values of param p (fr_shape_numel(&p->shape) of them, or of qshape
+ * when it is quantized) as f32 into dst. */
+fr_status fr_param_read_f32(fr_ctx *ctx, const fr_param *p, float *dst);
+/* Elements of the tensor p stands for: its qshape's when quantized. */
+int64_t fr_param_numel(const fr_param *p);
 const char *fr_layer_kind_name(fr_layer_kind k);
 
 #endif

@@ -175,6 +175,20 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 fr_optim_title(s->o.optim.kind), s->opt.n_fused,
                 fr_human_bytes(kept, b[5], sizeof b[5]));
     }
+    size_t qb = 0, qf = 0; /* a frozen base in fewer bits (--base-precision) */
+    int nq = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->params[i].quant) {
+            nq++;
+            qb += (size_t)fr_shape_numel(&m->params[i].shape);
+            qf += (size_t)fr_param_numel(&m->params[i]) * sizeof(float);
+        }
+    if (nq)
+        fprintf(out,
+                "\nfrozen base: %d linear weights stored in %s, %zu B (%s; %s in f32: %.2fx)\n", nq,
+                fr_base_precision_name(s->o.base_precision), qb,
+                fr_human_bytes(qb, b[5], sizeof b[5]), fr_human_bytes(qf, b[6], sizeof b[6]),
+                (double)qb / (double)qf);
     state_row sr[5];
     size_t tp;
     int ns = state_rows(s, sr, &tp);

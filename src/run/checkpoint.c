@@ -25,6 +25,7 @@
 #include "core/half.h"
 #include "core/names.h"
 #include "parallel/pshard.h"
+#include "quant/quant.h"
 #include "run/checkpoint.h"
 #include "train/place.h"
 
@@ -309,10 +310,36 @@ static void transpose(void *dst, const void *src, int64_t rows, int64_t cols, si
                    (const char *)src + (size_t)(r * cols + c) * size, size);
 }
 
+/* A quantized weight (--base-precision) from a float tensor of its (O, K)
+ * (Conv1D: transposed): read whole into f32 scratch, then quantized into
+ * its place. (A training checkpoint holds the quantized bytes themselves,
+ * read as they are.) Checked only when load is 0. */
+static fr_status quant_in(fr_ctx *ctx, const char *path, const fr_st_file *f, const layout *l,
+                          fr_param *p, int load) {
+    const char *name = file_name(l, p->name);
+    const int conv1d = is_conv1d(l, p->name);
+    fr_shape t = conv1d ? transposed(&p->qshape) : p->qshape;
+    if (!load) return copy_in(ctx, path, f, name, FR_F32, &t, NULL);
+    const size_t n = (size_t)fr_shape_numel(&t);
+    float *a = fr_alloc(ctx, n * sizeof *a + 4, FR_MEM_WORKSPACE);
+    float *b = conv1d ? fr_alloc(ctx, n * sizeof *b + 4, FR_MEM_WORKSPACE) : a;
+    fr_status st = a && b ? copy_in(ctx, path, f, name, FR_F32, &t, a) : FR_ERR_NOMEM;
+    if (!st && conv1d) transpose(b, a, t.d[0], t.d[1], sizeof *a);
+    if (!st)
+        st = fr_quantize_into(ctx, (fr_qfmt)(p->quant - 1), b, p->qshape.d[0], p->qshape.d[1],
+                              p->data, NULL);
+    if (st && st != FR_ERR_NOMEM) fr_fail(ctx, st, "%s: '%s': %s", path, name, fr_last_error(ctx));
+    if (b != a) fr_free(ctx, b);
+    fr_free(ctx, a);
+    return st;
+}
+
 /* Model parameter p from the file: checked only when load is 0. */
 static fr_status param_in(fr_ctx *ctx, const char *path, const fr_st_file *f, const layout *l,
                           fr_param *p, int load) {
     const char *name = file_name(l, p->name);
+    const fr_st_entry *qe = p->quant ? fr_st_find(f, name) : NULL;
+    if (qe && qe->dtype != FR_U8) return quant_in(ctx, path, f, l, p, load);
     if (!is_conv1d(l, p->name) || p->shape.ndim != 2)
         return copy_in(ctx, path, f, name, p->dtype, &p->shape, load ? p->data : NULL);
     fr_shape t = transposed(&p->shape); /* Conv1D: [in, out] */
@@ -459,10 +486,27 @@ fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks)
     }
     for (int64_t q = 0; q < T && mask; q++)
         for (int64_t k = 0; k < T; k++) mask[q * T + k] = k <= q ? 1.0f : 0.0f;
+    /* a quantized base (--base-precision) is written dequantized, in f32: a
+     * state_dict PyTorch loads (the quantized bytes stay in training
+     * checkpoints) */
+    float **wide = fr_calloc(ctx, (m->n_params + 1) * sizeof *wide, FR_MEM_OTHER);
+    st = wide ? FR_OK : FR_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_params && !st; i++) {
+        const fr_param *p = &m->params[i];
+        if (!p->quant) continue;
+        wide[i] = fr_alloc(ctx, (size_t)fr_param_numel(p) * sizeof(float), FR_MEM_WORKSPACE);
+        st = wide[i] ? fr_param_read_f32(ctx, p, wide[i]) : FR_ERR_NOMEM;
+    }
     int n = 0;
-    for (size_t i = 0; i < m->n_params; i++) {
+    for (size_t i = 0; i < m->n_params && !st; i++) {
         const fr_param *p = &m->params[i];
         param_entry(&e[n++], p);
+        if (wide[i]) {
+            e[n - 1].dtype = FR_F32;
+            e[n - 1].shape = p->qshape;
+            e[n - 1].data = wide[i];
+            e[n - 1].nbytes = (size_t)fr_param_numel(p) * sizeof(float);
+        }
         if (blocks && mask_name(p->name, nm, sizeof nm)) {
             snprintf(e[n].name, FR_ST_NAME_MAX, "%s", nm);
             e[n].dtype = FR_F32;
@@ -472,12 +516,14 @@ fr_status fr_ckpt_save_weights(fr_model *m, const char *path, int nanogpt_masks)
             n++;
         }
     }
-    for (size_t i = 0; i < m->n_alias; i++) { /* a tied parameter under its second name */
+    for (size_t i = 0; i < m->n_alias && !st; i++) { /* a tied parameter under its second name */
         param_entry(&e[n], &m->params[m->alias[i].param]);
         snprintf(e[n++].name, FR_ST_NAME_MAX, "%s", m->alias[i].name);
     }
     fr_st_meta meta = {"format", "pt"}; /* what safetensors.torch.save_file's callers write */
-    st = fr_st_write(ctx, path, e, n, &meta, 1);
+    if (!st) st = fr_st_write(ctx, path, e, n, &meta, 1);
+    for (size_t i = 0; wide && i < m->n_params; i++) fr_free(ctx, wide[i]);
+    fr_free(ctx, wide);
     fr_free(ctx, mask);
     fr_free(ctx, e);
     return st;
@@ -694,7 +740,7 @@ typedef struct run_setting {
     char w[128];
 } run_setting;
 
-#define RUN_SETTINGS 15
+#define RUN_SETTINGS 16
 
 /* The frozen parameters (trainable ones of frozen layers) as index ranges
  * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
@@ -744,6 +790,8 @@ static int run_settings(const fr_step *s, run_setting *r) {
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%" PRIu64, s->o.seed);
     RS("precision", "--precision", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", fr_precision_name(s->o.precision));
+    RS("base_precision", "--base-precision", RS_WORD, i, 0);
+    snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", fr_base_precision_name(s->o.base_precision));
     RS("optimizer_state", "--optimizer-state", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s",
              s->o.optim_state >= 0 && s->o.optim_state < 3 ? states[s->o.optim_state] : "?");
