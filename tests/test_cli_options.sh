@@ -67,6 +67,7 @@ add accumulate     tspf  2
 add micro-batch    tspf  2
 add freeze         tspf  0
 add precision      tspf  bf16-mixed
+add base-precision tspf int8
 add optimizer-state tspf int8
 add loss-scale     tspf  none
 add clip-grad-norm tspf  1
