@@ -679,8 +679,10 @@ fr_status fr_model_freeze(fr_model *m, const char *layers) {
         int hit = 0;
         for (size_t i = 0; i < m->n_layers; i++)
             if (freeze_match(&m->layers[i], p, len)) {
-                m->layers[i].frozen = 1;
-                hit += m->layers[i].n_params > 0;
+                fr_layer *l = &m->layers[i];
+                l->frozen = 1;
+                for (int k = 0; k < l->n_params; k++) m->params[l->first_param + k].frozen = 1;
+                hit += l->n_params > 0;
             }
         if (!hit)
             return fr_fail(m->ctx, FR_ERR_ARG,

@@ -65,7 +65,8 @@ typedef struct fr_param {
     fr_shape shape;
     fr_dtype dtype;
     fr_param_role role;
-    int trainable; /* 0 for buffers */
+    int trainable; /* a weight or bias (0 for buffers): its role, not whether it learns */
+    int frozen;    /* no gradient: its layer is under --freeze, or it is a --lora base */
     int layer;
     int64_t fan_in;
     /* Its values on the host: the model's parameter block at byte off
@@ -80,6 +81,9 @@ typedef struct fr_param {
      * (optim/optim.h, model->optim). */
     void *ddata;
 } fr_param;
+
+/* Whether param p gets a gradient and an optimizer update. */
+static inline int fr_param_learns(const fr_param *p) { return p->trainable && !p->frozen; }
 
 #define FR_RES_MAX_DEPTH 4
 

@@ -696,10 +696,10 @@ typedef struct run_setting {
 
 #define RUN_SETTINGS 15
 
-/* The frozen parameters (trainable ones of frozen layers) as index ranges
+/* The frozen parameters (trainable ones that get no gradient) as index ranges
  * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
 static int is_frozen(const fr_model *m, size_t i) {
-    return m->params[i].trainable && m->layers[m->params[i].layer].frozen;
+    return m->params[i].trainable && m->params[i].frozen;
 }
 
 static void frozen_ranges(const fr_model *m, char *out, size_t cap) {
