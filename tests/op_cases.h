@@ -32,6 +32,7 @@ static inline int op_cases(gcase *out) {
     fr_attr ce = {.scale = 1.0f};
     fr_attr gelu_tanh = {.approx = 1};
     fr_attr attn2 = {.heads = 2, .causal = 1};
+    fr_attr lin_half = {.scale = 0.5f};
     gcase cases[] = {
         {FR_OP_LINEAR,
          3,
@@ -57,6 +58,14 @@ static inline int op_cases(gcase *out) {
          none,
          {0},
          "linear (B,T,K)"},
+        {FR_OP_LINEAR,
+         3,
+         {fr_shape2(3, 5), fr_shape2(4, 5), fr_shape1(4)},
+         {0},
+         {0},
+         lin_half,
+         {0},
+         "linear, scale 0.5 (y = 0.5 x W^T + b)"},
         {FR_OP_CONV2D,
          3,
          {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)},
