@@ -66,6 +66,7 @@ add segments       tspf  2
 add accumulate     tspf  2
 add micro-batch    tspf  2
 add freeze         tspf  0
+add lora           tspf  r=2,target=0
 add precision      tspf  bf16-mixed
 add optimizer-state tspf int8
 add loss-scale     tspf  none

@@ -212,6 +212,7 @@ enum {
     O_ACCUM,
     O_MICRO,
     O_FREEZE,
+    O_LORA,
     O_PREC,
     O_OSTATE,
     O_LSCALE,
@@ -392,6 +393,10 @@ static const opt_row opts[] = {
      "no gradients, no optimizer state, nothing saved for these layers:\n"
      "top-level indices or ranges, names, or a range of a repeat's\n"
      "blocks, e.g. 0-3,fc1 or transformer.h.0-3"},
+    {"lora", "SPEC", O_LORA, C_STEP,
+     "LoRA adapters (PEFT's): r=8,alpha=16,dropout=0.05,target=attn.c_attn,\n"
+     "mlp.c_fc (target last: layer names, name suffixes or globs); only\n"
+     "the adapters train, every other parameter is frozen [alpha 8, dropout 0]"},
 
     {"precision:", NULL, O_SECTION, 0, NULL},
     {"precision", "P", O_PREC, C_STEP,
@@ -787,6 +792,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
         case O_MICRO: INT_OPT(1, 1 << 20, c->t.step.micro_batch); break;
         case O_FREEZE: c->t.freeze = val; break;
+        case O_LORA: c->t.lora = val; break;
         case O_TRACE: c->trace = val; break;
         case O_SVG: c->svg = val; break;
         case O_STEPS:
@@ -1117,6 +1123,7 @@ static int cmd_eval(int argc, char **argv) {
 static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
     fr_model *m = fr_model_load(ctx, c->t.model);
     if (m && ((c->t.freeze && fr_model_freeze(m, c->t.freeze)) ||
+              (c->t.lora && fr_model_lora_spec(m, c->t.lora, c->t.step.seed)) ||
               (c->t.seq && fr_model_set_seq(m, c->t.seq)))) {
         fr_model_free(m);
         m = NULL;
@@ -1470,7 +1477,11 @@ static int cmd_estimate(int argc, char **argv) {
         return 1;
     }
     if (!c.t.json) {
-        printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
+        printf("model %s: %zu trainable parameters", c.t.model, fr_model_num_params(m));
+        if (fr_model_lora_rank(m)) /* fr_model_num_params counts the frozen base too */
+            printf(" (%zu trained: the LoRA adapters, r=%d; the base frozen)",
+                   fr_model_num_trained(m), fr_model_lora_rank(m));
+        printf("\n");
     }
     if (c.t.json && (c.ranks > 1 || c.zero >= 0)) estimate_ranks_json(s, &c);
     else {

@@ -813,8 +813,16 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
     if (m->depth)
         return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
     if (fr_model_alloc_params(m)) return FR_ERR_NOMEM;
+    fr_status st = fr_model_init_params(m, seed, 0);
+    if (!st) m->initialised = 1;
+    return st;
+}
+
+/* LoRA's A takes the weights' uniform branch (kaiming_uniform_(a=sqrt(5))
+ * with its fan_in), B is zeros (PEFT's init_lora_weights=True). */
+fr_status fr_model_init_params(fr_model *m, uint64_t seed, size_t first) {
     float v[1024];
-    for (size_t i = 0; i < m->n_params; i++) {
+    for (size_t i = first; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         int64_t n = fr_shape_numel(&p->shape);
         const fr_layer *l = &m->layers[p->layer];
@@ -830,6 +838,7 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
         float sd = l->std > 0.0f ? l->std : 1.0f;
         int normal = (embed || l->std > 0.0f) && p->role == FR_P_WEIGHT;
         if (l->std > 0.0f && p->role == FR_P_BIAS) constant = 1, c = 0.0f;
+        if (p->role == FR_P_LORA_B) constant = 1, c = 0.0f;
         /* ZeRO 3: the whole tensor made in a scratch block, this rank's slice kept */
         int sharded = fr_pshard_holds(m->shard, (int)i);
         if (sharded) {
@@ -854,7 +863,6 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
             p->data = NULL;
         }
     }
-    m->initialised = 1;
     return FR_OK;
 }
 
@@ -941,6 +949,8 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
             in[0] = src, in[1] = pv[l->wparam], in[2] = l->bparam >= 0 ? pv[l->bparam] : -1;
             node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3, &a,
                                  -1, 0, out);
+            if (node >= 0 && l->lora) /* + the adapters' product (lora.c) */
+                node = fr_lora_emit(g, l, (int)li, src, node, pv, training && !ch, out);
             break;
         case FR_L_MAXPOOL2D:
         case FR_L_AVGPOOL2D:

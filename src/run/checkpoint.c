@@ -369,6 +369,13 @@ static int expected(const fr_model *m, const layout *l, const char *nm) {
     return 0;
 }
 
+/* A LoRA adapter the file does not hold (a base model's weights): it keeps
+ * the values it has (A drawn, B zeros), or LoRA could never leave zero. */
+static int adapter_absent(const fr_param *p, const layout *l, const fr_st_file *f) {
+    return (p->role == FR_P_LORA_A || p->role == FR_P_LORA_B) &&
+           !fr_st_find(f, file_name(l, p->name));
+}
+
 static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f) {
     fr_ctx *ctx = m->ctx;
     layout l = file_layout(m, f);
@@ -380,13 +387,28 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
                            "parameter (first is '%s')",
                            path, f->entries[i].name,
                            m->n_params ? file_name(&l, m->params[0].name) : "none");
+    /* Adapters: all in the file (a trained model's), or none (a base's) */
+    size_t n_lora = 0, absent = 0, first_lora = m->n_params, first_absent = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (p->role != FR_P_LORA_A && p->role != FR_P_LORA_B) continue;
+        if (!n_lora++) first_lora = i;
+        if (adapter_absent(p, &l, f) && !absent++) first_absent = i;
+    }
+    if (absent && absent < n_lora)
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: holds %zu of the model's %zu LoRA adapter tensors: '%s' is missing",
+                       path, n_lora - absent, n_lora, m->params[first_absent].name);
     /* Check everything before changing anything: a failed load leaves the model as it was. */
     for (size_t i = 0; i < m->n_params; i++)
-        if ((st = param_in(ctx, path, f, &l, &m->params[i], 0))) return st;
+        if (!adapter_absent(&m->params[i], &l, f) &&
+            (st = param_in(ctx, path, f, &l, &m->params[i], 0)))
+            return st;
     for (size_t i = 0; i < m->n_alias; i++)
         if ((st = check_alias(ctx, path, f, &l, m, &m->alias[i]))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
+        if (adapter_absent(p, &l, f)) continue;
         if (!fr_pshard_holds(m->shard, (int)i)) {
             if ((st = param_in(ctx, path, f, &l, p, 1))) return st;
             continue;
@@ -400,7 +422,11 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
         p->data = NULL;
         if (st) return st;
     }
+    /* a base's weights into a model never initialised: its adapters drawn
+     * (seed 0; the trainer initialises first, with the run's seed) */
+    if (absent && !m->initialised && (st = fr_model_init_params(m, 0, first_lora))) return st;
     m->initialised = 1;
+    m->base_conv1d = l.conv1d;
     return FR_OK;
 }
 
@@ -694,7 +720,7 @@ typedef struct run_setting {
     char w[128];
 } run_setting;
 
-#define RUN_SETTINGS 15
+#define RUN_SETTINGS 16
 
 /* The frozen parameters (trainable ones that get no gradient) as index ranges
  * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
@@ -752,6 +778,11 @@ static int run_settings(const fr_step *s, run_setting *r) {
     RS("clip_grad_norm", "--clip-grad-norm", RS_REAL, r, (double)s->o.clip_grad_norm);
     RS("frozen", "--freeze", RS_WORD, i, 0);
     frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);
+    RS("lora", "--lora", RS_WORD, i, 0); /* which layers: the adapters' names, checked on load */
+    if (s->m->lora.r)
+        snprintf(r[n - 1].w, sizeof r[n - 1].w, "r=%d,alpha=%.17g,dropout=%.17g", s->m->lora.r,
+                 s->m->lora.alpha, s->m->lora.dropout);
+    else snprintf(r[n - 1].w, sizeof r[n - 1].w, "none");
     RS("lr", "--lr", RS_REAL, r, (double)o->lr);
     RS("momentum", "--momentum", RS_REAL, r, (double)o->momentum);
     RS("dampening", "--dampening", RS_REAL, r, (double)o->dampening);

@@ -124,7 +124,8 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "--seed",
         "--precision and --optimizer-state",
         "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
-        "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
+        "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze, "
+        "--lora)"};
     const fr_optim_opts *o = &cfg->step.optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
              (unsigned long long)file_hash(cfg->model));
@@ -151,6 +152,7 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
     files = fnv1a(files, cfg->save ? cfg->save : "", cfg->save ? strlen(cfg->save) : 0);
     files = fnv1a(files, cfg->freeze ? cfg->freeze : "", cfg->freeze ? strlen(cfg->freeze) : 0);
+    files = fnv1a(files, cfg->lora ? cfg->lora : "", cfg->lora ? strlen(cfg->lora) : 0);
     snprintf(mine[8], AGREE_LEN, "epochs %d steps %lld files %016llx", cfg->epochs,
              (long long)cfg->steps, (unsigned long long)files);
     char(*all)[AGREE_ITEMS][AGREE_LEN] = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
@@ -374,7 +376,8 @@ static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_step_opts 
     size_t smallest = 0;
     fr_plan_need need;
     if (m && (!cfg->seq || !fr_model_set_seq(m, cfg->seq)) &&
-        (!cfg->freeze || !fr_model_freeze(m, cfg->freeze))) {
+        (!cfg->freeze || !fr_model_freeze(m, cfg->freeze)) &&
+        (!cfg->lora || !fr_model_lora_spec(m, cfg->lora, cfg->step.seed))) {
         fr_budget_data bd;
         fr_source_budget(src, cfg, &bd);
         fr_step_opts o = *so;
@@ -475,6 +478,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
+    if (cfg->lora && (st = fr_model_lora_spec(m, cfg->lora, cfg->step.seed))) goto done;
     fr_step_opts so = cfg->step;
     so.training = 1;
     so.ranks = ranks;

@@ -38,6 +38,7 @@ typedef struct fr_train_cfg {
     int eval_batch;
     int queue;          /* prefetch depth */
     const char *freeze; /* layers to freeze (fr_model_freeze) */
+    const char *lora;   /* LoRA adapters, "r=8,alpha=16,...,target=..." (fr_model_lora_spec) */
     int batch_auto;     /* the largest batch that fits the budget */
     const char *init;   /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
