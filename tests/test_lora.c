@@ -32,10 +32,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "check.h"
 #include "core/ctx.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "run/adapter.h"
 #include "train/step.h"
 
 #define RTOL 1e-5
@@ -455,6 +458,191 @@ static void test_cnn_head(fr_ctx *ctx) {
     fr_model_free(m);
 }
 
+/* A forward step's logits of model m on the reference batch (an eval step). */
+static float *logits_of(fr_ctx *ctx, const ref *r, fr_model *m) {
+    fr_step_opts so = {.batch = r->batch, .training = 0, .seed = 1};
+    fr_step *s = fr_step_compile(m, &so);
+    CHECK(s != NULL, "eval compile: %s", fr_last_error(ctx));
+    if (!s) return NULL;
+    float loss, *out = NULL;
+    size_t n = (size_t)r->batch * r->T * r->vocab;
+    if (run(ctx, r, s, &loss) && (out = malloc(n * sizeof *out)))
+        memcpy(out, s->ex.ptr[s->g.logits], n * sizeof *out);
+    fr_step_free(s);
+    return out;
+}
+
+static fr_model *base_model(fr_ctx *ctx) {
+    char path[600];
+    path_of(path, sizeof path, "gpt_small.model");
+    fr_model *m = fr_model_load(ctx, path);
+    path_of(path, sizeof path, "gpt_small.safetensors");
+    if (m && fr_model_load_weights(m, path)) {
+        CHECK(0, "base weights: %s", fr_last_error(ctx));
+        fr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* PEFT's files (make_lora_ref.py wrote them as PEFT's save_pretrained names
+ * them): loaded, the forward is PyTorch's; merged, W + (alpha/r) B A within
+ * 1e-6 of a float64 product and the merged model's logits the adapted
+ * model's; saved and loaded back bit for bit; bad files refused by name. */
+static void test_files(fr_ctx *ctx, const ref *r) {
+    char dir[600], tmp[700], path[800];
+    path_of(dir, sizeof dir, "lora_small_adapter");
+    fr_model *m = base_model(ctx);
+    if (!m) return;
+    fr_status st = fr_adapter_apply(m, dir, 1);
+    CHECK(st == FR_OK && m->lora.r == 4 && m->lora.alpha == 8.0, "--adapter %s: %s", dir,
+          st ? fr_last_error(ctx) : "ok");
+    float *lz = st ? NULL : logits_of(ctx, r, m);
+    if (lz) compare(r, "train.logits", lz, (int64_t)r->batch * r->T * r->vocab);
+    /* merged weights against float64 */
+    for (size_t li = 0; !st && li < m->n_layers; li++) {
+        const fr_layer *l = &m->layers[li];
+        if (!l->lora) continue;
+        const fr_param *W = &m->params[l->wparam], *A = &m->params[l->lora_a],
+                       *B = &m->params[l->lora_b];
+        int64_t O = W->shape.d[0], K = W->shape.d[1], R = A->shape.d[0];
+        float *w = malloc((size_t)(O * K) * sizeof *w);
+        if (!w) continue;
+        fr_adapter_merged(m, (int)li, w);
+        double worst = 0;
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t k = 0; k < K; k++) {
+                double v = ((const float *)W->data)[o * K + k];
+                for (int64_t q = 0; q < R; q++)
+                    v += 2.0 * ((const float *)B->data)[o * R + q] *
+                         ((const float *)A->data)[q * K + k];
+                worst = fmax(worst, fabs(v - w[o * K + k]));
+            }
+        CHECK(worst <= 1e-6, "%s merged: off the float64 W + (alpha/r) B A by %.3g", l->name,
+              worst);
+        free(w);
+    }
+    snprintf(tmp, sizeof tmp, "%s/lora_test_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    mkdir(tmp, 0700);
+    snprintf(path, sizeof path, "%s/merged.safetensors", tmp);
+    if (!st) {
+        st = fr_adapter_merge_save(m, path);
+        CHECK(st == FR_OK, "merge: %s", fr_last_error(ctx));
+        char mp[600];
+        path_of(mp, sizeof mp, "gpt_small.model");
+        fr_model *mm = fr_model_load(ctx, mp);
+        if (mm && !st && !(st = fr_model_load_weights(mm, path))) {
+            float *mz = logits_of(ctx, r, mm);
+            double worst = 0, most = 0;
+            for (int64_t i = 0; lz && mz && i < (int64_t)r->batch * r->T * r->vocab; i++)
+                worst = fmax(worst, fabs((double)mz[i] - lz[i])), most = fmax(most, fabs(lz[i]));
+            CHECK(mz && lz && worst <= 1e-5 * most,
+                  "the merged model's logits off the adapted model's by %.3g (largest %.3g)", worst,
+                  most);
+            free(mz);
+        } else {
+            CHECK(0, "the merged file loads into the plain model: %s", fr_last_error(ctx));
+        }
+        fr_model_free(mm);
+    }
+    free(lz);
+    /* saved and loaded back: the same bits */
+    snprintf(path, sizeof path, "%s/saved", tmp);
+    if (!st) st = fr_adapter_save(m, path);
+    CHECK(st == FR_OK, "save: %s", fr_last_error(ctx));
+    fr_model *b = base_model(ctx);
+    if (b && !st) {
+        st = fr_adapter_apply(b, path, 9);
+        CHECK(st == FR_OK && b->n_params == m->n_params, "load the saved: %s",
+              st ? fr_last_error(ctx) : "ok");
+        for (size_t i = 0; !st && i < m->n_params; i++)
+            if (is_adapter(&m->params[i]))
+                CHECK(!memcmp(m->params[i].data, b->params[i].data,
+                              (size_t)fr_shape_numel(&m->params[i].shape) * 4),
+                      "%s saved and loaded differs", m->params[i].name);
+    }
+    fr_model_free(b);
+    /* bad files: a rank, a base dimension, a name, the config's r */
+    snprintf(path, sizeof path, "%s/saved/adapter_model.safetensors", tmp);
+    fr_st_entry e[16];
+    int n = 0;
+    for (size_t i = 0; i < m->n_params && n < 16; i++) {
+        const fr_param *p = &m->params[i];
+        if (!is_adapter(p)) continue;
+        if (snprintf(e[n].name, sizeof e[n].name, "base_model.model.%s", p->name) >=
+            (int)sizeof e[n].name)
+            continue;
+        e[n].dtype = FR_F32, e[n].shape = p->shape, e[n].data = p->data;
+        e[n++].nbytes = (size_t)fr_shape_numel(&p->shape) * 4;
+    }
+    static const struct {
+        int entry, what; /* what: 0 in dim - 1, 1 drop the entry, 2 rename */
+        const char *needle;
+    } bad[] = {{0, 0,
+                "lora_A of transformer.h.0.attn.c_attn is (4, 31): the model's layer takes "
+                "32 inputs"},
+               {3, 1,
+                "lora_B of transformer.h.0.attn.c_proj ('base_model.model.transformer.h.0."
+                "attn.c_proj.lora_B.weight') is missing"},
+               {1, 2,
+                "unexpected tensor 'base_model.model.transformer.h.0.attn.c_attn.lora_X."
+                "weight'"}};
+    for (int t = 0; t < 3 && n == 16; t++) {
+        fr_st_entry v[16];
+        memcpy(v, e, sizeof v);
+        int nv = 16;
+        if (bad[t].what == 0) v[bad[t].entry].shape.d[1] -= 1, v[bad[t].entry].nbytes -= 16;
+        if (bad[t].what == 1) v[bad[t].entry] = v[--nv];
+        if (bad[t].what == 2)
+            snprintf(v[bad[t].entry].name, sizeof v[0].name,
+                     "base_model.model.transformer.h.0.attn.c_attn.lora_X.weight");
+        CHECK(fr_st_write(ctx, path, v, nv, NULL, 0) == FR_OK, "write: %s", fr_last_error(ctx));
+        fr_model *q = base_model(ctx);
+        if (!q) continue;
+        char sdir[800];
+        snprintf(sdir, sizeof sdir, "%s/saved", tmp);
+        fr_status s2 = fr_adapter_apply(q, sdir, 1);
+        CHECK(s2 == FR_ERR_FORMAT && strstr(fr_last_error(ctx), bad[t].needle),
+              "bad adapter file %d: '%s' (wanted '%s')", t, fr_last_error(ctx), bad[t].needle);
+        fr_model_free(q);
+    }
+    /* the config's r against the tensors' rank */
+    snprintf(path, sizeof path, "%s/saved/adapter_config.json", tmp);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"target_modules\": "
+              "[\"c_attn\"]}",
+              fp);
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/saved/adapter_model.safetensors", tmp);
+    CHECK(fr_st_write(ctx, path, e, 2, NULL, 0) == FR_OK, "write: %s", fr_last_error(ctx));
+    fr_model *q = base_model(ctx);
+    if (q) {
+        snprintf(path, sizeof path, "%s/saved", tmp);
+        fr_status s2 = fr_adapter_apply(q, path, 1);
+        CHECK(s2 == FR_ERR_FORMAT &&
+                  strstr(fr_last_error(ctx), "lora_A of transformer.h.0.attn.c_attn is (4, 32): "
+                                             "rank 4, the config's r is 8"),
+              "rank mismatch: '%s'", fr_last_error(ctx));
+        fr_model_free(q);
+    }
+    /* --merge without adapters */
+    q = base_model(ctx);
+    if (q) {
+        fr_status s2 = fr_adapter_merge_save(q, "/nonexistent/x.safetensors");
+        CHECK(s2 == FR_ERR_ARG && strstr(fr_last_error(ctx), "--merge") &&
+                  strstr(fr_last_error(ctx), "no LoRA adapters"),
+              "--merge without adapters: '%s'", fr_last_error(ctx));
+        fr_model_free(q);
+    }
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0, "remove %s", tmp);
+    fr_model_free(m);
+}
+
 int main(void) {
     src_dir = getenv("FR_SOURCE_DIR") ? getenv("FR_SOURCE_DIR") : ".";
     fr_ctx *ctx = fr_ctx_new();
@@ -472,6 +660,7 @@ int main(void) {
             test_against_torch(ctx, &r);
             test_identities(ctx, &r);
             test_init(ctx, &r);
+            test_files(ctx, &r);
         } else {
             CHECK(0, "%s: x, y or train.logits missing", path);
         }

@@ -19,6 +19,7 @@
 #include "infer/generate.h"
 #include "report/report.h"
 #include "report/timeline.h"
+#include "run/adapter.h"
 #include "run/source.h"
 #include "run/trainer.h"
 #ifdef FR_HAVE_OPENCL
@@ -213,6 +214,9 @@ enum {
     O_MICRO,
     O_FREEZE,
     O_LORA,
+    O_ADAPTER,
+    O_SAVE_ADAPTER,
+    O_MERGE,
     O_PREC,
     O_OSTATE,
     O_LSCALE,
@@ -397,6 +401,14 @@ static const opt_row opts[] = {
      "LoRA adapters (PEFT's): r=8,alpha=16,dropout=0.05,target=attn.c_attn,\n"
      "mlp.c_fc (target last: layer names, name suffixes or globs); only\n"
      "the adapters train, every other parameter is frozen [alpha 8, dropout 0]"},
+    {"adapter", "PATH", O_ADAPTER, C_TRAIN | C_EVAL | C_GENERATE,
+     "LoRA adapters as PEFT saves them: a directory with adapter_config.json\n"
+     "and adapter_model.safetensors (or that .safetensors file)"},
+    {"save-adapter", "DIR", O_SAVE_ADAPTER, C_TRAIN,
+     "after training: the adapters as PEFT's pair, in DIR (made if missing)"},
+    {"merge", "FILE", O_MERGE, C_TRAIN | C_EVAL,
+     "after training (eval: after loading): the base with the adapters\n"
+     "merged in, W + (alpha/r) B A, as one weights-only state_dict"},
 
     {"precision:", NULL, O_SECTION, 0, NULL},
     {"precision", "P", O_PREC, C_STEP,
@@ -793,6 +805,9 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_MICRO: INT_OPT(1, 1 << 20, c->t.step.micro_batch); break;
         case O_FREEZE: c->t.freeze = val; break;
         case O_LORA: c->t.lora = val; break;
+        case O_ADAPTER: c->t.adapter = val; break;
+        case O_SAVE_ADAPTER: c->t.save_adapter = val; break;
+        case O_MERGE: c->t.merge = val; break;
         case O_TRACE: c->trace = val; break;
         case O_SVG: c->svg = val; break;
         case O_STEPS:
@@ -1077,6 +1092,8 @@ static int cmd_eval(int argc, char **argv) {
     fr_eval_sums t = {0};
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
+    if (!st && c.t.adapter) st = fr_adapter_apply(m, c.t.adapter, c.t.step.seed);
+    if (!st && c.t.merge) st = fr_adapter_merge_save(m, c.t.merge);
     if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
     src.eval_progress = c.t.progress > 0 && !c.t.json;
     /* train's rule: every test sample of an image set, the first 128
@@ -1551,7 +1568,8 @@ static int cmd_generate(int argc, char **argv) {
                 c.t.model);
         st = FR_ERR_ARG;
     }
-    if (!st && (st = fr_model_load_weights(m, c.weights)))
+    if (!st && ((st = fr_model_load_weights(m, c.weights)) ||
+                (c.t.adapter && (st = fr_adapter_apply(m, c.t.adapter, c.t.step.seed)))))
         fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
     if (!st && !is_ids && vocab != 256) {
         fprintf(stderr,

@@ -776,13 +776,13 @@ static int run_settings(const fr_step *s, run_setting *r) {
     RS("loss_scaling", "--loss-scale", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", s->opt.scaler.enabled ? "dynamic" : "none");
     RS("clip_grad_norm", "--clip-grad-norm", RS_REAL, r, (double)s->o.clip_grad_norm);
-    RS("frozen", "--freeze", RS_WORD, i, 0);
-    frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);
-    RS("lora", "--lora", RS_WORD, i, 0); /* which layers: the adapters' names, checked on load */
+    RS("lora", "--lora", RS_WORD, i, 0); /* before frozen: it freezes the base */
     if (s->m->lora.r)
         snprintf(r[n - 1].w, sizeof r[n - 1].w, "r=%d,alpha=%.17g,dropout=%.17g", s->m->lora.r,
                  s->m->lora.alpha, s->m->lora.dropout);
     else snprintf(r[n - 1].w, sizeof r[n - 1].w, "none");
+    RS("frozen", "--freeze", RS_WORD, i, 0);
+    frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);
     RS("lr", "--lr", RS_REAL, r, (double)o->lr);
     RS("momentum", "--momentum", RS_REAL, r, (double)o->momentum);
     RS("dampening", "--dampening", RS_REAL, r, (double)o->dampening);
