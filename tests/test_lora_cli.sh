@@ -3,7 +3,8 @@
 # and saved, then --init base --lora fine-tuned with --save-adapter (PEFT's
 # pair: Python's json reads adapter_config.json, the safetensors names are
 # PEFT's base_model.model.<layer>.lora_A.weight with (r, in) and (out, r)
-# shapes) and --merge (an ordinary state_dict: the base's names, no adapter);
+# shapes) and --merge (an ordinary state_dict: the base's names, no adapter),
+# the predicted step reservation against the measured peak;
 # eval with --weights base --adapter gives the training run's validation loss
 # bit for bit, the merged file within 1e-6; generate gives the same greedy
 # text both ways; a run stopped and resumed with the same --lora ends with
@@ -53,6 +54,15 @@ for k in names:
     assert h[k]["shape"] == exp and h[k]["dtype"] == "F32", (k, h[k])
 m, b = header(sys.argv[2]), header(sys.argv[3])
 assert sorted(m) == sorted(b) and not any("lora" in k for k in m), sorted(set(m) ^ set(b))
+PY
+
+# the step's predicted reservation against the allocator's peak (the data
+# term beyond the step is small here: test_gpt_cli's bound)
+python3 - "$tmp/lora.json" >"$tmp/py" 2>&1 <<'PY' && ok || no "lora: predicted vs measured: $(cat "$tmp/py")"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+p, m = s["predicted_step_reserved"], s["measured_reserved_peak"]
+assert p <= m <= p * 1.02 + (1 << 20), (p, m)
 PY
 
 expect "eval base + --adapter" "$bin" eval --model "$M" --data "$tmp/text.txt" --weights "$tmp/base.st" --adapter "$tmp/ad" --batch 8 --test-limit 16 --json
