@@ -11,7 +11,6 @@
  *   v  = LINEAR(u, B), attr.scale s (N, O)
  *   y  = ADD(y0, v)
  * which is PEFT's lora.Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling. */
-#include <ctype.h>
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>

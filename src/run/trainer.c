@@ -125,8 +125,8 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "--seed",
         "--precision and --optimizer-state",
         "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
-        "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze, "
-        "--lora)"};
+        ("the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze, "
+         "--lora, --adapter, --save-adapter, --merge)")};
     const fr_optim_opts *o = &cfg->step.optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
              (unsigned long long)file_hash(cfg->model));
@@ -153,7 +153,9 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
     files = fnv1a(files, cfg->save ? cfg->save : "", cfg->save ? strlen(cfg->save) : 0);
     files = fnv1a(files, cfg->freeze ? cfg->freeze : "", cfg->freeze ? strlen(cfg->freeze) : 0);
-    files = fnv1a(files, cfg->lora ? cfg->lora : "", cfg->lora ? strlen(cfg->lora) : 0);
+    const char *more[] = {cfg->lora, cfg->adapter, cfg->save_adapter, cfg->merge};
+    for (int k = 0; k < 4; k++)
+        files = fnv1a(files, more[k] ? more[k] : "", more[k] ? strlen(more[k]) : 0);
     snprintf(mine[8], AGREE_LEN, "epochs %d steps %lld files %016llx", cfg->epochs,
              (long long)cfg->steps, (unsigned long long)files);
     char(*all)[AGREE_ITEMS][AGREE_LEN] = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
