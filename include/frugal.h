@@ -228,6 +228,32 @@ FR_API fr_status fr_model_checkpoint_last(fr_model *m);
  * with ranges ("0-3,fc1"): no gradients, no optimizer state, nothing saved
  * for them, and no backward below the lowest trainable layer. */
 FR_API fr_status fr_model_freeze(fr_model *m, const char *layers);
+/* LoRA (PEFT's LoraConfig, bias "none"): low-rank adapters on linear layers,
+ * y = base(x) + (dropout(x) A^T B^T) alpha / r with A (r, in) drawn as
+ * PyTorch's kaiming_uniform_(a=sqrt(5)) and B (out, r) zeros; every other
+ * parameter is frozen. targets: comma-separated layer names, each matching
+ * a layer named it or ending in "." it, or a glob (fnmatch) on the whole
+ * name. Parsed from "r=8,alpha=16,dropout=0.05,target=a,b" (target last:
+ * it takes the rest). */
+#define FR_LORA_TARGETS_MAX 512
+typedef struct fr_lora_cfg {
+    int r;          /* rank; 0: no adapters */
+    double alpha;   /* lora_alpha (default 8, PEFT's): the scale is alpha / r */
+    double dropout; /* lora_dropout on the adapter's input (default 0) */
+    char targets[FR_LORA_TARGETS_MAX];
+} fr_lora_cfg;
+FR_API fr_status fr_lora_parse(fr_ctx *ctx, const char *spec, fr_lora_cfg *out);
+/* Add adapters to the layers c->targets name (before the first training
+ * step is built; on a model holding values the new A draws from seed's
+ * streams, B is zero). Refused, with the model unchanged, for a target
+ * matching no linear layer or a rank above a matched layer's smaller
+ * dimension. */
+FR_API fr_status fr_model_lora(fr_model *m, const fr_lora_cfg *c, uint64_t seed);
+/* fr_lora_parse(spec) then fr_model_lora. */
+FR_API fr_status fr_model_lora_spec(fr_model *m, const char *spec, uint64_t seed);
+FR_API int fr_model_lora_rank(const fr_model *m); /* 0: no adapters */
+/* Elements of the parameters that get a gradient (not frozen). */
+FR_API size_t fr_model_num_trained(const fr_model *m);
 
 /* ---- the graph-level builder ------------------------------------------
  * A model is a graph of values: the input, and the output of each layer.

@@ -40,6 +40,7 @@ static inline int op_cases(gcase *out) {
     fr_attr q_int8 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_INT8};
     fr_attr q_nf4 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_NF4};
     fr_attr q_bf16 = {.shape = fr_shape2(4, 5), .qfmt = FR_QFMT_BF16};
+    fr_attr lin_half = {.scale = 0.5f};
     gcase cases[] = {
         {FR_OP_LINEAR,
          3,
@@ -89,6 +90,14 @@ static inline int op_cases(gcase *out) {
          q_bf16,
          {0},
          "qlinear bf16"},
+        {FR_OP_LINEAR,
+         3,
+         {fr_shape2(3, 5), fr_shape2(4, 5), fr_shape1(4)},
+         {0},
+         {0},
+         lin_half,
+         {0},
+         "linear, scale 0.5 (y = 0.5 x W^T + b)"},
         {FR_OP_CONV2D,
          3,
          {fr_shape4(2, 3, 5, 6), fr_shape4(4, 3, 3, 3), fr_shape1(4)},

@@ -66,6 +66,10 @@ add segments       tspf  2
 add accumulate     tspf  2
 add micro-batch    tspf  2
 add freeze         tspf  0
+add lora           tspf  r=2,target=0
+add adapter        teg   ad
+add save-adapter   t     ad
+add merge          te    m.safetensors
 add precision      tspf  bf16-mixed
 add base-precision tspf int8
 add optimizer-state tspf int8

@@ -5,7 +5,7 @@
 # what its allocator measured, a checkpoint saved on the device that resumes
 # there bit for bit, mixed precision and 16-bit weights against the CPU's
 # runs, plain SGD stepping inside backward, CLBlast's temporary buffers from
-# the planned GEMM scratch, and clean refusals (a budget below the plan, a
+# the planned GEMM scratch, LoRA adapters, and clean refusals (a budget below the plan, a
 # device that does not exist). Skipped (77) without a device.
 . "$(dirname "$0")/lib.sh"
 
@@ -316,6 +316,31 @@ print("wide MLP: train cpu %.9g device %.9g; device workspace peak %d; predicted
       % (c["train_loss"], d["train_loss"], ws, d["predicted_step_reserved"], d["measured_reserved_peak"]))
 assert abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * c["train_loss"]
 assert ws > 0
+assert d["predicted_step_reserved"] == d["measured_reserved_peak"]
+EOF
+
+# LoRA (--lora) on the CNN's two linear layers, adapter dropout 0.1, AdamW
+# with the gradients kept: the device's losses are the CPU's within the fp32
+# bound (the dropout masks are the same counter-based draws), only the
+# adapters hold gradients and state: fc1 A (4, 3136) + B (128, 4), fc2 A
+# (4, 128) + B (10, 4) = 13,608 floats, 54,432 bytes of gradients and twice
+# that of AdamW state (by hand); without a test split (no evaluation beside
+# the step) the device's predicted reservation is the measured one.
+lora=(train --model cnn --train-images "$data/train-images-idx3-ubyte.gz"
+    --train-labels "$data/train-labels-idx1-ubyte.gz" --epochs 1 --limit 512 --batch 64 --seed 3
+    --threads 2 --json --optimizer adamw --keep-grads --lora r=4,alpha=8,dropout=0.1,target=fc1,fc2)
+expect "cpu run, lora" "$bin" "${lora[@]}"
+cp "$tmp/out" "$tmp/cpu-lora.json"
+expect "device run, lora" "$bin" "${lora[@]}" --device opencl
+python3 - "$tmp/cpu-lora.json" "$tmp/out" <<'EOF' && ok || no "lora on the device"
+import json, sys
+c, d = ({a: b for l in open(p) for a, b in json.loads(l).items()} for p in sys.argv[1:3])
+pk = d["memory"]["device"]["allocated_peak"]
+print("lora: train cpu %.9g device %.9g; device gradients %d, optimizer %d; predicted %d, measured %d"
+      % (c["train_loss"], d["train_loss"], pk["gradients"], pk["optimizer"],
+         d["predicted_step_reserved"], d["measured_reserved_peak"]))
+assert abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * c["train_loss"]
+assert pk["gradients"] == 54432 and pk["optimizer"] == 2 * 54432, pk
 assert d["predicted_step_reserved"] == d["measured_reserved_peak"]
 EOF
 

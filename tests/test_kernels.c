@@ -245,6 +245,32 @@ static void test_linear(void) {
     k.c.out[2] = tf(NULL, fr_shape1(O));
     expect_ok("linear bwd (dx only) status", fr_k_linear_bwd(&k.c));
     expect_close("linear bwd dx only, overwritten", dx2, gx, N * K, TOL_SUM);
+
+    /* attr.scale 0.5 (LoRA's B product): y = 0.5 x W^T + b; dx and dW halve, db does not */
+    fr_attr half = {.scale = 0.5f};
+    call_init(&k, FR_OP_LINEAR, &half);
+    k.c.in[0] = tf(x, fr_shape2(N, K));
+    k.c.in[1] = tf(w, fr_shape2(O, K));
+    k.c.in[2] = tf(b, fr_shape1(O));
+    k.c.out[0] = tf(y, fr_shape2(N, O));
+    expect_ok("linear fwd (scale 0.5) status", fr_k_linear(&k.c));
+    double *ys = dzeros(N * O), *hx = dzeros(N * K), *hw = dzeros(O * K);
+    ref_linear(&s);
+    for (int64_t i = 0; i < N * O; i++) ys[i] = 0.5 * (s.y[i] - s.b[i % O]) + s.b[i % O];
+    for (int64_t i = 0; i < N * K; i++) hx[i] = 0.5 * gx[i];
+    for (int64_t i = 0; i < O * K; i++) hw[i] = 0.5 * gw[i];
+    expect_close("linear fwd (scale 0.5)", y, ys, N * O, TOL_EW);
+    call_init(&k, FR_OP_LINEAR_BWD, &half);
+    k.c.in[0] = tf(dy, fr_shape2(N, O));
+    k.c.in[1] = tf(x, fr_shape2(N, K));
+    k.c.in[2] = tf(w, fr_shape2(O, K));
+    k.c.out[0] = tf(dx, fr_shape2(N, K));
+    k.c.out[1] = tf(dw, fr_shape2(O, K));
+    k.c.out[2] = tf(db, fr_shape1(O));
+    expect_ok("linear bwd (scale 0.5) status", fr_k_linear_bwd(&k.c));
+    expect_close("linear bwd (scale 0.5) dx", dx, hx, N * K, TOL_SUM);
+    expect_close("linear bwd (scale 0.5) dW", dw, hw, O * K, TOL_SUM);
+    expect_close("linear bwd (scale 0.5) db, unscaled", db, gb, O, TOL_SUM);
     tfree_all();
 }
 

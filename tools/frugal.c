@@ -19,6 +19,7 @@
 #include "infer/generate.h"
 #include "report/report.h"
 #include "report/timeline.h"
+#include "run/adapter.h"
 #include "run/source.h"
 #include "run/trainer.h"
 #ifdef FR_HAVE_OPENCL
@@ -212,6 +213,10 @@ enum {
     O_ACCUM,
     O_MICRO,
     O_FREEZE,
+    O_LORA,
+    O_ADAPTER,
+    O_SAVE_ADAPTER,
+    O_MERGE,
     O_PREC,
     O_BASEPREC,
     O_OSTATE,
@@ -393,6 +398,18 @@ static const opt_row opts[] = {
      "no gradients, no optimizer state, nothing saved for these layers:\n"
      "top-level indices or ranges, names, or a range of a repeat's\n"
      "blocks, e.g. 0-3,fc1 or transformer.h.0-3"},
+    {"lora", "SPEC", O_LORA, C_STEP,
+     "LoRA adapters (PEFT's): r=8,alpha=16,dropout=0.05,target=attn.c_attn,\n"
+     "mlp.c_fc (target last: layer names, name suffixes or globs); only\n"
+     "the adapters train, every other parameter is frozen [alpha 8, dropout 0]"},
+    {"adapter", "PATH", O_ADAPTER, C_TRAIN | C_EVAL | C_GENERATE,
+     "LoRA adapters as PEFT saves them: a directory with adapter_config.json\n"
+     "and adapter_model.safetensors (or that .safetensors file)"},
+    {"save-adapter", "DIR", O_SAVE_ADAPTER, C_TRAIN,
+     "after training: the adapters as PEFT's pair, in DIR (made if missing)"},
+    {"merge", "FILE", O_MERGE, C_TRAIN | C_EVAL,
+     "after training (eval: after loading): the base with the adapters\n"
+     "merged in, W + (alpha/r) B A, as one weights-only state_dict"},
 
     {"precision:", NULL, O_SECTION, 0, NULL},
     {"precision", "P", O_PREC, C_STEP,
@@ -798,6 +815,10 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
         case O_MICRO: INT_OPT(1, 1 << 20, c->t.step.micro_batch); break;
         case O_FREEZE: c->t.freeze = val; break;
+        case O_LORA: c->t.lora = val; break;
+        case O_ADAPTER: c->t.adapter = val; break;
+        case O_SAVE_ADAPTER: c->t.save_adapter = val; break;
+        case O_MERGE: c->t.merge = val; break;
         case O_TRACE: c->trace = val; break;
         case O_SVG: c->svg = val; break;
         case O_STEPS:
@@ -1082,6 +1103,8 @@ static int cmd_eval(int argc, char **argv) {
     fr_eval_sums t = {0};
     double acc = 0, loss = 0;
     fr_status st = m ? fr_model_load_weights(m, c.weights) : FR_ERR_ARG;
+    if (!st && c.t.adapter) st = fr_adapter_apply(m, c.t.adapter, c.t.step.seed);
+    if (!st && c.t.merge) st = fr_adapter_merge_save(m, c.t.merge);
     if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
     src.eval_progress = c.t.progress > 0 && !c.t.json;
     /* train's rule: every test sample of an image set, the first 128
@@ -1128,6 +1151,7 @@ static int cmd_eval(int argc, char **argv) {
 static fr_model *load_for(const char *cmd, fr_ctx *ctx, const cli *c) {
     fr_model *m = fr_model_load(ctx, c->t.model);
     if (m && ((c->t.freeze && fr_model_freeze(m, c->t.freeze)) ||
+              (c->t.lora && fr_model_lora_spec(m, c->t.lora, c->t.step.seed)) ||
               (c->t.seq && fr_model_set_seq(m, c->t.seq)))) {
         fr_model_free(m);
         m = NULL;
@@ -1481,7 +1505,11 @@ static int cmd_estimate(int argc, char **argv) {
         return 1;
     }
     if (!c.t.json) {
-        printf("model %s: %zu trainable parameters\n", c.t.model, fr_model_num_params(m));
+        printf("model %s: %zu trainable parameters", c.t.model, fr_model_num_params(m));
+        if (fr_model_lora_rank(m)) /* fr_model_num_params counts the frozen base too */
+            printf(" (%zu trained: the LoRA adapters, r=%d; the base frozen)",
+                   fr_model_num_trained(m), fr_model_lora_rank(m));
+        printf("\n");
     }
     if (c.t.json && (c.ranks > 1 || c.zero >= 0)) estimate_ranks_json(s, &c);
     else {
@@ -1551,7 +1579,8 @@ static int cmd_generate(int argc, char **argv) {
                 c.t.model);
         st = FR_ERR_ARG;
     }
-    if (!st && (st = fr_model_load_weights(m, c.weights)))
+    if (!st && ((st = fr_model_load_weights(m, c.weights)) ||
+                (c.t.adapter && (st = fr_adapter_apply(m, c.t.adapter, c.t.step.seed)))))
         fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
     if (!st && !is_ids && vocab != 256) {
         fprintf(stderr,

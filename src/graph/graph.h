@@ -47,7 +47,8 @@ typedef struct fr_attr {
         };
     };
     float p;        /* dropout probability */
-    float scale;    /* losses: multiply the gradient (1/K under accumulation) */
+    float scale;    /* losses: multiply the gradient (1/K under accumulation);
+                     * linear: y = scale (x W^T) + b, 0 read as 1 (LoRA's B product) */
     uint32_t salt;  /* dropout: per-node random stream */
     fr_shape shape; /* view: the target shape (batch dim included) */
     int recompute;  /* a rematerialized clone: BatchNorm leaves running stats alone */

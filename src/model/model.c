@@ -680,8 +680,10 @@ fr_status fr_model_freeze(fr_model *m, const char *layers) {
         int hit = 0;
         for (size_t i = 0; i < m->n_layers; i++)
             if (freeze_match(&m->layers[i], p, len)) {
-                m->layers[i].frozen = 1;
-                hit += m->layers[i].n_params > 0;
+                fr_layer *l = &m->layers[i];
+                l->frozen = 1;
+                for (int k = 0; k < l->n_params; k++) m->params[l->first_param + k].frozen = 1;
+                hit += l->n_params > 0;
             }
         if (!hit)
             return fr_fail(m->ctx, FR_ERR_ARG,
@@ -844,7 +846,7 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     int n = 0, have = 0;
     for (size_t li = 0; li < m->n_layers; li++) {
         const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
         const fr_param *p = &m->params[l->wparam];
         if (p->layer != (int)li || shared(m, (size_t)l->wparam)) continue;
         if (p->quant == q) {
@@ -872,7 +874,7 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     fr_status st = FR_OK;
     for (size_t li = 0; li < m->n_layers && !st; li++) { /* quantized apart: all or nothing */
         const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
         fr_param *p = &m->params[l->wparam];
         if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant || !p->data) continue;
         st = fr_quantize(m->ctx, fmts[b], p->data, p->shape.d[0], p->shape.d[1], &qw[l->wparam]);
@@ -882,7 +884,7 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     for (size_t i = 0; i < m->n_params && st; i++) fr_quant_free(m->ctx, &qw[i]);
     for (size_t li = 0; li < m->n_layers && !st; li++) {
         const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || !l->frozen || l->wparam < 0) continue;
+        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
         fr_param *p = &m->params[l->wparam];
         if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant) continue;
         p->quant = q;
@@ -927,8 +929,16 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
     if (m->depth)
         return fr_fail(m->ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
     if (fr_model_alloc_params(m)) return FR_ERR_NOMEM;
+    fr_status st = fr_model_init_params(m, seed, 0);
+    if (!st) m->initialised = 1;
+    return st;
+}
+
+/* LoRA's A takes the weights' uniform branch (kaiming_uniform_(a=sqrt(5))
+ * with its fan_in), B is zeros (PEFT's init_lora_weights=True). */
+fr_status fr_model_init_params(fr_model *m, uint64_t seed, size_t first) {
     float v[1024];
-    for (size_t i = 0; i < m->n_params; i++) {
+    for (size_t i = first; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
         int64_t n = fr_shape_numel(&p->shape);
         const fr_layer *l = &m->layers[p->layer];
@@ -944,6 +954,7 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
         float sd = l->std > 0.0f ? l->std : 1.0f;
         int normal = (embed || l->std > 0.0f) && p->role == FR_P_WEIGHT;
         if (l->std > 0.0f && p->role == FR_P_BIAS) constant = 1, c = 0.0f;
+        if (p->role == FR_P_LORA_B) constant = 1, c = 0.0f;
         /* ZeRO 3: the whole tensor made in a scratch block, this rank's slice kept */
         int sharded = fr_pshard_holds(m->shard, (int)i);
         if (sharded) {
@@ -984,7 +995,6 @@ fr_status fr_model_init(fr_model *m, uint64_t seed) {
             p->data = NULL;
         }
     }
-    m->initialised = 1;
     return FR_OK;
 }
 
@@ -1073,10 +1083,12 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
                 a.shape = m->params[l->wparam].qshape;
                 a.qfmt = m->params[l->wparam].quant - 1;
                 node = fr_graph_node(g, FR_OP_QLINEAR, in, 3, &a, -1, 0, out);
-                break;
+            } else {
+                node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3,
+                                     &a, -1, 0, out);
             }
-            node = fr_graph_node(g, l->kind == FR_L_LINEAR ? FR_OP_LINEAR : FR_OP_CONV2D, in, 3, &a,
-                                 -1, 0, out);
+            if (node >= 0 && l->lora) /* + the adapters' product (lora.c) */
+                node = fr_lora_emit(g, l, (int)li, src, node, pv, training && !ch, out);
             break;
         case FR_L_MAXPOOL2D:
         case FR_L_AVGPOOL2D:

@@ -50,6 +50,10 @@ typedef struct fr_layer {
     int unit;       /* checkpointing unit: a weighted layer or residual block and what follows it */
     int index;      /* top-level nn.Sequential position */
     int checkpoint; /* marked for recomputation (the unit it starts) */
+    /* LoRA (fr_model_lora): its adapters' params A (r, in) and B (out, r),
+     * y = base(x) + lora_scale (dropout(x, lora_p) A^T) B^T; lora 0: none */
+    int lora, lora_a, lora_b;
+    float lora_scale, lora_p;
 } fr_layer;
 
 typedef enum fr_param_role {
@@ -57,7 +61,9 @@ typedef enum fr_param_role {
     FR_P_BIAS,
     FR_P_RUNNING_MEAN,
     FR_P_RUNNING_VAR,
-    FR_P_NUM_BATCHES
+    FR_P_NUM_BATCHES,
+    FR_P_LORA_A, /* a LoRA adapter's down projection (r, in): trained, its layer's base frozen */
+    FR_P_LORA_B  /* and its up projection (out, r), zeros at first */
 } fr_param_role;
 
 typedef struct fr_param {
@@ -65,7 +71,8 @@ typedef struct fr_param {
     fr_shape shape;
     fr_dtype dtype;
     fr_param_role role;
-    int trainable; /* 0 for buffers */
+    int trainable; /* a weight or bias (0 for buffers): its role, not whether it learns */
+    int frozen;    /* no gradient: its layer is under --freeze, or it is a --lora base */
     int layer;
     int64_t fan_in;
     /* Its values on the host: the model's parameter block at byte off
@@ -85,6 +92,9 @@ typedef struct fr_param {
     int quant;
     fr_shape qshape;
 } fr_param;
+
+/* Whether param p gets a gradient and an optimizer update. */
+static inline int fr_param_learns(const fr_param *p) { return p->trainable && !p->frozen; }
 
 #define FR_RES_MAX_DEPTH 4
 
@@ -120,6 +130,8 @@ struct fr_model {
     fr_alias *alias;
     size_t n_alias, cap_alias;
     int initialised;
+    fr_lora_cfg lora; /* the adapters fr_model_lora added (r 0: none) */
+    int base_conv1d;  /* the weights last loaded had Hugging Face's Conv1D layout */
     int n_units;
     int default_batch; /* the model file's `default batch N` (0: none) */
     /* ZeRO 3 (parallel/pshard.h): the trainable weights it holds live as this
@@ -187,5 +199,14 @@ fr_status fr_param_read_f32(fr_ctx *ctx, const fr_param *p, float *dst);
 /* Elements of the tensor p stands for: its qshape's when quantized. */
 int64_t fr_param_numel(const fr_param *p);
 const char *fr_layer_kind_name(fr_layer_kind k);
+/* Initialise params first .. n_params - 1 as fr_model_init does (param i
+ * from stream (seed, i)); the block must hold them. */
+fr_status fr_model_init_params(fr_model *m, uint64_t seed, size_t first);
+/* LoRA's part of layer li's forward (lora.c): out[0] (the output of its
+ * base LINEAR, node base) plus the adapters' product of x, the sum's value
+ * into out[0]; sets every node's layer to li and returns the sum's node
+ * (-1 with g->status set). Dropout only when training. */
+int fr_lora_emit(fr_graph *g, const fr_layer *l, int li, int x, int base, const int *pv,
+                 int training, int *out);
 
 #endif

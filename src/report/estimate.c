@@ -29,7 +29,8 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
         const fr_param *p = &m->params[i];
         size_t b = (size_t)fr_shape_numel(&p->shape) * fr_dtype_size(p->dtype);
         layer_row *r = &rows[p->layer];
-        if (p->role == FR_P_WEIGHT) r->weight += b;
+        if (p->role == FR_P_WEIGHT || p->role == FR_P_LORA_A || p->role == FR_P_LORA_B)
+            r->weight += b; /* a layer's adapters beside its weight */
         else r->other += b;
         if (s->gv[i] >= 0) {
             int kind;

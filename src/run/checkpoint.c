@@ -13,6 +13,7 @@
  * state_dict has it; a Hugging Face GPT-2 checkpoint loads too (see "names"
  * below). Only the tensors the model needs are read from the file. Writes
  * are atomic. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -396,6 +397,13 @@ static int expected(const fr_model *m, const layout *l, const char *nm) {
     return 0;
 }
 
+/* A LoRA adapter the file does not hold (a base model's weights): it keeps
+ * the values it has (A drawn, B zeros), or LoRA could never leave zero. */
+static int adapter_absent(const fr_param *p, const layout *l, const fr_st_file *f) {
+    return (p->role == FR_P_LORA_A || p->role == FR_P_LORA_B) &&
+           !fr_st_find(f, file_name(l, p->name));
+}
+
 static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f) {
     fr_ctx *ctx = m->ctx;
     layout l = file_layout(m, f);
@@ -407,13 +415,28 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
                            "parameter (first is '%s')",
                            path, f->entries[i].name,
                            m->n_params ? file_name(&l, m->params[0].name) : "none");
+    /* Adapters: all in the file (a trained model's), or none (a base's) */
+    size_t n_lora = 0, absent = 0, first_lora = m->n_params, first_absent = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (p->role != FR_P_LORA_A && p->role != FR_P_LORA_B) continue;
+        if (!n_lora++) first_lora = i;
+        if (adapter_absent(p, &l, f) && !absent++) first_absent = i;
+    }
+    if (absent && absent < n_lora)
+        return fr_fail(ctx, FR_ERR_FORMAT,
+                       "%s: holds %zu of the model's %zu LoRA adapter tensors: '%s' is missing",
+                       path, n_lora - absent, n_lora, m->params[first_absent].name);
     /* Check everything before changing anything: a failed load leaves the model as it was. */
     for (size_t i = 0; i < m->n_params; i++)
-        if ((st = param_in(ctx, path, f, &l, &m->params[i], 0))) return st;
+        if (!adapter_absent(&m->params[i], &l, f) &&
+            (st = param_in(ctx, path, f, &l, &m->params[i], 0)))
+            return st;
     for (size_t i = 0; i < m->n_alias; i++)
         if ((st = check_alias(ctx, path, f, &l, m, &m->alias[i]))) return st;
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
+        if (adapter_absent(p, &l, f)) continue;
         if (!fr_pshard_holds(m->shard, (int)i)) {
             if ((st = param_in(ctx, path, f, &l, p, 1))) return st;
             continue;
@@ -427,7 +450,11 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
         p->data = NULL;
         if (st) return st;
     }
+    /* a base's weights into a model never initialised: its adapters drawn
+     * (seed 0; the trainer initialises first, with the run's seed) */
+    if (absent && !m->initialised && (st = fr_model_init_params(m, 0, first_lora))) return st;
     m->initialised = 1;
+    m->base_conv1d = l.conv1d;
     return FR_OK;
 }
 
@@ -740,12 +767,14 @@ typedef struct run_setting {
     char w[128];
 } run_setting;
 
-#define RUN_SETTINGS 16
+/* room for every setting run_settings records (it stops at this many: a
+ * new setting past it trips the assert there, not the stack) */
+#define RUN_SETTINGS 40
 
-/* The frozen parameters (trainable ones of frozen layers) as index ranges
+/* The frozen parameters (trainable ones that get no gradient) as index ranges
  * ("0-1,4"; "none"): the same set whichever --freeze text named it. */
 static int is_frozen(const fr_model *m, size_t i) {
-    return m->params[i].trainable && m->layers[m->params[i].layer].frozen;
+    return m->params[i].trainable && m->params[i].frozen;
 }
 
 static void frozen_ranges(const fr_model *m, char *out, size_t cap) {
@@ -776,6 +805,7 @@ static int run_settings(const fr_step *s, run_setting *r) {
     int n = 0;
 #define RS(k, opt, kind_, field, val)                                 \
     do {                                                              \
+        assert(n < RUN_SETTINGS);                                     \
         r[n] = (run_setting){.key = k, .option = opt, .kind = kind_}; \
         r[n].field = val;                                             \
         n++;                                                          \
@@ -798,6 +828,11 @@ static int run_settings(const fr_step *s, run_setting *r) {
     RS("loss_scaling", "--loss-scale", RS_WORD, i, 0);
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%s", s->opt.scaler.enabled ? "dynamic" : "none");
     RS("clip_grad_norm", "--clip-grad-norm", RS_REAL, r, (double)s->o.clip_grad_norm);
+    RS("lora", "--lora", RS_WORD, i, 0); /* before frozen: it freezes the base */
+    if (s->m->lora.r)
+        snprintf(r[n - 1].w, sizeof r[n - 1].w, "r=%d,alpha=%.17g,dropout=%.17g", s->m->lora.r,
+                 s->m->lora.alpha, s->m->lora.dropout);
+    else snprintf(r[n - 1].w, sizeof r[n - 1].w, "none");
     RS("frozen", "--freeze", RS_WORD, i, 0);
     frozen_ranges(s->m, r[n - 1].w, sizeof r[n - 1].w);
     RS("lr", "--lr", RS_REAL, r, (double)o->lr);

@@ -10,6 +10,7 @@
 #include "parallel/comm.h"
 #include "core/names.h"
 #include "io/safetensors.h"
+#include "run/adapter.h"
 #include "run/checkpoint.h"
 #include "train/feed.h"
 #include "train/place.h"
@@ -124,7 +125,8 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
         "--seed",
         "--precision and --optimizer-state",
         "the data (--data and its sample or token counts, --limit, --test-limit, --seq)",
-        "the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze)"};
+        ("the run's length and files (--epochs, --steps, --resume, --init, --save, --freeze, "
+         "--lora, --adapter, --save-adapter, --merge)")};
     const fr_optim_opts *o = &cfg->step.optim;
     snprintf(mine[0], AGREE_LEN, "%s (%016llx)", cfg->model,
              (unsigned long long)file_hash(cfg->model));
@@ -151,6 +153,9 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     files = fnv1a(files, cfg->init ? cfg->init : "", cfg->init ? strlen(cfg->init) : 0);
     files = fnv1a(files, cfg->save ? cfg->save : "", cfg->save ? strlen(cfg->save) : 0);
     files = fnv1a(files, cfg->freeze ? cfg->freeze : "", cfg->freeze ? strlen(cfg->freeze) : 0);
+    const char *more[] = {cfg->lora, cfg->adapter, cfg->save_adapter, cfg->merge};
+    for (int k = 0; k < 4; k++)
+        files = fnv1a(files, more[k] ? more[k] : "", more[k] ? strlen(more[k]) : 0);
     snprintf(mine[8], AGREE_LEN, "epochs %d steps %lld files %016llx", cfg->epochs,
              (long long)cfg->steps, (unsigned long long)files);
     char(*all)[AGREE_ITEMS][AGREE_LEN] = fr_alloc(ctx, (size_t)n * sizeof *all, FR_MEM_OTHER);
@@ -374,7 +379,9 @@ static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_step_opts 
     size_t smallest = 0;
     fr_plan_need need;
     if (m && (!cfg->seq || !fr_model_set_seq(m, cfg->seq)) &&
-        (!cfg->freeze || !fr_model_freeze(m, cfg->freeze))) {
+        (!cfg->freeze || !fr_model_freeze(m, cfg->freeze)) &&
+        (!cfg->lora || !fr_model_lora_spec(m, cfg->lora, cfg->step.seed)) &&
+        (!cfg->adapter || !fr_adapter_lora(m, cfg->adapter, cfg->step.seed))) {
         fr_budget_data bd;
         fr_source_budget(src, cfg, &bd);
         fr_step_opts o = *so;
@@ -391,6 +398,26 @@ static void device_oom(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_step_opts 
             "%s (%s); the smallest budget that fits is %s (%zu bytes, %s): pass --budget %zu or "
             "more, up to what the device has, and the planner picks a plan that fits",
             msg, what, fr_human_bytes(smallest, b, sizeof b), smallest, how, smallest);
+}
+
+/* --adapter's config made the adapters (not with --lora); --save-adapter
+ * and --merge need adapters and a place to write, checked before training. */
+static fr_status adapters_check(fr_ctx *ctx, const fr_train_cfg *cfg, fr_model *m) {
+    fr_status st;
+    if (cfg->adapter && cfg->lora)
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "--adapter %s: its adapter_config.json sets the adapters: give --lora or "
+                       "--adapter, not both",
+                       cfg->adapter);
+    if (cfg->adapter && (st = fr_adapter_lora(m, cfg->adapter, cfg->step.seed))) return st;
+    const char *opt = cfg->merge ? "--merge" : "--save-adapter";
+    const char *path = cfg->merge ? cfg->merge : cfg->save_adapter;
+    if (path && !fr_model_lora_rank(m))
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "%s %s: the model has no LoRA adapters (give --lora or --adapter)", opt,
+                       path);
+    if (cfg->merge && fr_st_check_writable(ctx, cfg->merge)) return FR_ERR_IO;
+    return FR_OK;
 }
 
 /* The memory the step runs in: a device's when it runs on one. */
@@ -475,6 +502,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;
+    if (cfg->lora && (st = fr_model_lora_spec(m, cfg->lora, cfg->step.seed))) goto done;
+    if ((st = adapters_check(ctx, cfg, m))) goto done;
     fr_step_opts so = cfg->step;
     so.training = 1;
     so.ranks = ranks;
@@ -561,6 +590,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     /* --init: the weights of a state_dict (strict names and shapes, optimizer
      * tensors ignored) over the initialised ones; the optimizer starts fresh. */
     if (cfg->init && (st = fr_model_load_weights(m, cfg->init))) goto done;
+    if (cfg->adapter && (st = fr_adapter_load(m, cfg->adapter))) goto done;
     fr_ckpt_pos pos = {0};
     if (cfg->resume) {
         if ((st = fr_ckpt_resume(s, cfg->resume, cfg->freeze, &pos))) goto done;
@@ -721,6 +751,10 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
             goto done;
         }
     }
+    /* after the last epoch: the adapters as PEFT's pair, the merged model (rank 0) */
+    if (!st && rank == 0 && cfg->save_adapter && (st = fr_adapter_save(s->m, cfg->save_adapter)))
+        goto done;
+    if (!st && rank == 0 && cfg->merge && (st = fr_adapter_merge_save(s->m, cfg->merge))) goto done;
 done:;
     char oom[FR_ERR_LEN], oom_what[320];
     if (st == FR_ERR_NOMEM && ctx->dmem && s &&

@@ -36,10 +36,14 @@ typedef struct fr_train_cfg {
     volatile sig_atomic_t *stop;
     int64_t limit_train, limit_test; /* use only the first N samples (0: all) */
     int eval_batch;
-    int queue;          /* prefetch depth */
-    const char *freeze; /* layers to freeze (fr_model_freeze) */
-    int batch_auto;     /* the largest batch that fits the budget */
-    const char *init;   /* weights-only safetensors to start from, with a fresh optimizer */
+    int queue;           /* prefetch depth */
+    const char *freeze;  /* layers to freeze (fr_model_freeze) */
+    const char *lora;    /* LoRA adapters, "r=8,alpha=16,...,target=..." (fr_model_lora_spec) */
+    const char *adapter; /* PEFT adapter files to start from (run/adapter.h) */
+    const char *save_adapter; /* after training: the adapters as PEFT's pair, in this directory */
+    const char *merge;        /* after training: base + (alpha/r) B A as one state_dict */
+    int batch_auto;           /* the largest batch that fits the budget */
+    const char *init;         /* weights-only safetensors to start from, with a fresh optimizer */
     const char *train_images, *train_labels; /* explicit files instead of data's names */
     const char *test_images, *test_labels;
     int data_default;      /* 1: data is the CLI's default directory, not one the user named: with

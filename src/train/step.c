@@ -312,7 +312,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         for (size_t v = 0; v < s->g.n_vals; v++) grad_of[v] = -1;
         for (size_t i = 0; i < m->n_params; i++) {
             const fr_param *p = &m->params[i];
-            if (!p->trainable || m->layers[p->layer].frozen) continue;
+            if (!fr_param_learns(p)) continue;
             int gvv = fr_graph_value(&s->g, FR_VAL_GRAD, FR_F32, p->shape);
             if (gvv < 0) goto fail;
             s->g.vals[gvv].param = (int)i;

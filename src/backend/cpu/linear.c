@@ -31,6 +31,15 @@ static int operands16(fr_kernel_call *c, const char *op, const fr_tensor *const 
     return -1;
 }
 
+/* A linear node's attr.scale: y = scale (x W^T) + b, 0 read as 1 (LoRA's
+ * B product, alpha / r). OpenBLAS takes it as the GEMM's alpha; the 16-bit
+ * and oneDNN GEMMs have none, so a scaled node stays on OpenBLAS in f32 (the
+ * mixed-precision pass gives it no 16-bit operands: precision.c). */
+static float lin_scale(const fr_kernel_call *c) {
+    float s = c->node ? c->node->attr.scale : 0.0f;
+    return s == 0.0f ? 1.0f : s;
+}
+
 static inline float bf16_at(const uint16_t *p, int64_t i) {
     union {
         uint32_t u;
@@ -40,7 +49,7 @@ static inline float bf16_at(const uint16_t *p, int64_t i) {
 }
 
 // x is (N,K) (N = numel / K: (B,T,K) is B T rows), W is (O,K), b is (O) or absent, y is (N,O)
-// y[n,o] = sum_k x[n,k] W[o,k] + b[o]
+// y[n,o] = s sum_k x[n,k] W[o,k] + b[o]   (s: lin_scale, 1 but for a scaled node)
 int fr_k_linear(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
     fr_linear_dims d;
@@ -52,7 +61,11 @@ int fr_k_linear(fr_kernel_call *c) {
     const fr_tensor *ops[2] = {x, w};
     int h = operands16(c, "linear", ops, 2);
     if (h < 0) return FR_ERR_ARG;
-    const int d32 = !h && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
+    const float s = lin_scale(c);
+    if (h && s != 1.0f)
+        return fr_fail(c->ctx, FR_ERR_ARG, "linear: a scaled GEMM (scale %g) takes f32 operands",
+                       (double)s);
+    const int d32 = !h && s == 1.0f && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
     if ((h || d32) && K > 0) { /* the bias and a 16-bit y are the GEMM's epilogue: no pass */
         if (y->dtype != FR_F32 && (y->dtype != FR_BF16 || d32))
             return fr_fail(c->ctx, FR_ERR_ARG, "linear: a bf16 GEMM writes y in f32 or bf16");
@@ -74,7 +87,7 @@ int fr_k_linear(fr_kernel_call *c) {
         if (!bp) memset(yp, 0, (size_t)(N * O) * sizeof(float));
         return FR_OK;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)K, 1.0f, fr_f32(x),
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)K, s, fr_f32(x),
                 (int)K, fr_f32(w), (int)K, beta, yp, (int)O);
     return FR_OK;
 }
@@ -120,11 +133,12 @@ static void sgd_tile(float *restrict p, const float *restrict g, int64_t len, fl
  * kept gradient and the SGD step inside backward form dW in the same tiles:
  * at the same thread count the step gives the bits of the kept gradient's
  * update.
+ * The tiles are scaled by s (lin_scale).
  * update 0: the tile goes into dw's rows (beta 0, or 1 to accumulate);
  * update 1: into the thread's slot of grad_ws, then W's rows take
  * W = W - lr (g + wd W), lr and wd the node's attr. */
 static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, float *dw, int64_t N,
-                       int64_t O, int64_t K, int update, float beta) {
+                       int64_t O, int64_t K, int update, float beta, float s) {
     int nt = omp_get_max_threads();
     int64_t rows = upd_tile_rows(O, K, N, nt), tile = rows * K, ntiles = (O + rows - 1) / rows;
     if (update) {
@@ -144,7 +158,7 @@ static int weight_grad(fr_kernel_call *c, const float *dyp, const float *xp, flo
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < ntiles; t++) {
             int64_t o0 = t * rows, r = O - o0 < rows ? O - o0 : rows;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, 1.0f,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)K, (int)N, s,
                         dyp + o0, (int)O, xp, (int)K, update ? 0.0f : beta,
                         update ? g : dw + o0 * K, (int)K);
             if (update) sgd_tile(dw + o0 * K, g, r * K, lr, wd);
@@ -218,7 +232,7 @@ FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t
 }
 
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
-// dx (N,K) = dy W;  dW (O,K) = dy^T x;  db (O) = sum_n dy[n,:]
+// dx (N,K) = s dy W;  dW (O,K) = s dy^T x;  db (O) = sum_n dy[n,:]  (s: lin_scale)
 // each added into its output when its accumulate bit (0, 1, 2) is set.
 // With the node's update bit 1 (2) the output is the weight (bias) itself and
 // takes the plain SGD step with its gradient instead, element by element in
@@ -236,9 +250,13 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *ops[3] = {dy, x, w};
     int h = operands16(c, "linear_bwd", ops, 3);
     if (h < 0) return FR_ERR_ARG;
+    const float s = lin_scale(c);
+    if (h && s != 1.0f)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "linear_bwd: a scaled GEMM (scale %g) takes f32 operands", (double)s);
     const float *dyp = fr_f32(dy);
     const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
-    const int d32 = !h && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
+    const int d32 = !h && s == 1.0f && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
@@ -253,7 +271,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
                 if (st && st != FR_GEMM16_DECLINE) return st;
             }
             if (st == FR_GEMM16_DECLINE)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, 1.0f,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, s,
                             dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx,
                             (int)K);
         }
@@ -266,7 +284,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
              * and dy W (a oneDNN call per tile costs tens of microseconds:
              * at batch 32 the seed MLP's 125 tiles a step ran 3x slower) */
             st = h ? weight_grad16(c, dyh, x->data, dw, N, O, K, update, beta)
-                   : weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, beta);
+                   : weight_grad(c, dyp, fr_f32(x), dw, N, O, K, update, beta, s);
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {
             memset(dw, 0, (size_t)(O * K) * sizeof(float));

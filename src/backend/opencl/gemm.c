@@ -95,17 +95,17 @@ static scratch scratch_of(const fr_kernel_call *c, size_t tail_floats) {
     return s;
 }
 
-/* C (m, n) = A' B' + beta C, row-major, A' = A or A^T (ta), B' likewise;
+/* C (m, n) = alpha A' B' + beta C, row-major, A' = A or A^T (ta), B' likewise;
  * CLBlast's temporary buffers from the scratch */
-static int gemm(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, size_t m, size_t n,
-                size_t k, mat a, mat b, float beta, mat cm) {
+static int gemm_alpha(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, size_t m,
+                      size_t n, size_t k, float alpha, mat a, mat b, float beta, mat cm) {
     cl_command_queue q = fr_cl_queue(fr_cl_of(c->ctx));
     const CLBlastTranspose at = ta ? CLBlastTransposeYes : CLBlastTransposeNo,
                            bt = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
     size_t need = temp_bytes(q, ta, tb, m, n, k, a.off, a.ld, b.off, b.ld, cm.off, cm.ld);
     if (need == 0)
         return blast_check(c,
-                           CLBlastSgemm(CLBlastLayoutRowMajor, at, bt, m, n, k, 1.0f, a.m, a.off,
+                           CLBlastSgemm(CLBlastLayoutRowMajor, at, bt, m, n, k, alpha, a.m, a.off,
                                         a.ld, b.m, b.off, b.ld, beta, cm.m, cm.off, cm.ld, &q,
                                         NULL),
                            op);
@@ -115,10 +115,21 @@ static int gemm(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, s
                        "buffers, the planned GEMM scratch holds %zu",
                        op, m, n, k, need, sc.m ? sc.bytes : 0);
     return blast_check(c,
-                       CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, at, bt, m, n, k, 1.0f, a.m,
-                                                  a.off, a.ld, b.m, b.off, b.ld, beta, cm.m, cm.off,
-                                                  cm.ld, &q, NULL, sc.m),
+                       CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, at, bt, m, n, k, alpha,
+                                                  a.m, a.off, a.ld, b.m, b.off, b.ld, beta, cm.m,
+                                                  cm.off, cm.ld, &q, NULL, sc.m),
                        op);
+}
+
+static int gemm(fr_kernel_call *c, const char *op, scratch sc, int ta, int tb, size_t m, size_t n,
+                size_t k, mat a, mat b, float beta, mat cm) {
+    return gemm_alpha(c, op, sc, ta, tb, m, n, k, 1.0f, a, b, beta, cm);
+}
+
+/* A linear node's attr.scale: y = scale (x W^T) + b, 0 read as 1 (the CPU's lin_scale) */
+static float lin_scale(const fr_kernel_call *c) {
+    float s = c->node ? c->node->attr.scale : 0.0f;
+    return s == 0.0f ? 1.0f : s;
 }
 
 /* count GEMMs as above, the i-th on A, B and C advanced by i times their
@@ -183,7 +194,7 @@ static int need_f32(fr_kernel_call *c, const char *op, const fr_tensor *t, const
 /* ---- LINEAR ---- */
 
 // x is (N,K) (N = numel / K), W is (O,K), b is (O) or absent, y is (N,O)
-// y = b (seeded by bias_fill), then y = x W^T + beta y by one GEMM (No, Yes)
+// y = b (seeded by bias_fill), then y = s x W^T + beta y by one GEMM (No, Yes), s lin_scale
 int fr_cl_k_linear(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *y = &c->out[0];
     fr_linear_dims d;
@@ -197,9 +208,9 @@ int fr_cl_k_linear(fr_kernel_call *c) {
     int has_b = b->buf != NULL;
     if (has_b && (st = bias_fill(c, y, b, N * O, O, 1))) return st;
     if (K == 0) return has_b ? FR_OK : zero_tensor(c, y, N * O);
-    return gemm(c, "linear", scratch_of(c, 0), 0, 1, (size_t)N, (size_t)O, (size_t)K,
-                mat_of(x, (size_t)K), mat_of(w, (size_t)K), has_b ? 1.0f : 0.0f,
-                mat_of(y, (size_t)O));
+    return gemm_alpha(c, "linear", scratch_of(c, 0), 0, 1, (size_t)N, (size_t)O, (size_t)K,
+                      lin_scale(c), mat_of(x, (size_t)K), mat_of(w, (size_t)K), has_b ? 1.0f : 0.0f,
+                      mat_of(y, (size_t)O));
 }
 
 /* W (n values from its offset) = W + (-lr)(g + wd W), g the scratch's
@@ -215,8 +226,9 @@ static int sgd_step(fr_kernel_call *c, const fr_tensor *w, cl_mem g, size_t g_of
 }
 
 // dy is (N,O), x is (N,K), W is (O,K)
-// dx (N,K) = dy W       (No, No; beta 1 with accumulate bit 0)
-// dW (O,K) = dy^T x     (Yes, No; beta 1 with accumulate bit 1; with update
+// (s = lin_scale: dx and dW are scaled by it, db is not)
+// dx (N,K) = s dy W     (No, No; beta 1 with accumulate bit 0)
+// dW (O,K) = s dy^T x   (Yes, No; beta 1 with accumulate bit 1; with update
 //                        bit 1 dW is W itself: the gradient goes into the
 //                        scratch's last O*K floats, then W takes the SGD step)
 // db (O)   = sum_n dy   (col_sums, in double; accumulate bit 2, or update bit 2: the SGD step)
@@ -228,6 +240,7 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
     int st = fr_kcheck_linear_bwd(c, &d);
     if (st) return st;
     const int64_t K = d.K, O = d.O, N = d.N;
+    const float s = lin_scale(c);
     const int upd_w = dw->buf && (c->node->update & 2u) && O * K > 0;
     if (upd_w && (!c->grad_ws || c->grad_ws_len < (size_t)(O * K)))
         return fr_fail(c->ctx, FR_ERR_ARG,
@@ -241,24 +254,24 @@ int fr_cl_k_linear_bwd(fr_kernel_call *c) {
         if (O == 0) {
             if (!acc_bit(c, 0) && (st = zero_tensor(c, dx, N * K))) return st;
         } else {
-            st = gemm(c, "linear_bwd", sc, 0, 0, (size_t)N, (size_t)K, (size_t)O,
-                      mat_of(dy, (size_t)O), mat_of(w, (size_t)K), acc_bit(c, 0) ? 1.0f : 0.0f,
-                      mat_of(dx, (size_t)K));
+            st = gemm_alpha(c, "linear_bwd", sc, 0, 0, (size_t)N, (size_t)K, (size_t)O, s,
+                            mat_of(dy, (size_t)O), mat_of(w, (size_t)K),
+                            acc_bit(c, 0) ? 1.0f : 0.0f, mat_of(dx, (size_t)K));
             if (st) return st;
         }
     }
     if (upd_w) { /* no rows (N == 0): no step, as the CPU's */
         const size_t g_off = c->grad_ws_len - (size_t)(O * K);
         const mat gm = {(cl_mem)(void *)c->grad_ws, g_off, (size_t)K};
-        if (N > 0 && ((st = gemm(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
-                                 mat_of(dy, (size_t)O), mat_of(x, (size_t)K), 0.0f, gm)) ||
+        if (N > 0 && ((st = gemm_alpha(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
+                                       s, mat_of(dy, (size_t)O), mat_of(x, (size_t)K), 0.0f, gm)) ||
                       (st = sgd_step(c, dw, gm.m, g_off, O * K))))
             return st;
     } else if (dw->buf && O * K > 0) {
         if (N > 0) {
-            st = gemm(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N,
-                      mat_of(dy, (size_t)O), mat_of(x, (size_t)K), acc_bit(c, 1) ? 1.0f : 0.0f,
-                      mat_of(dw, (size_t)K));
+            st = gemm_alpha(c, "linear_bwd", sc, 1, 0, (size_t)O, (size_t)K, (size_t)N, s,
+                            mat_of(dy, (size_t)O), mat_of(x, (size_t)K),
+                            acc_bit(c, 1) ? 1.0f : 0.0f, mat_of(dw, (size_t)K));
             if (st) return st;
         } else if (!acc_bit(c, 1) && (st = zero_tensor(c, dw, O * K))) {
             return st;
