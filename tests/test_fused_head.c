@@ -60,6 +60,7 @@ typedef struct result {
     size_t plan_peak, plan_act;
     size_t act_peak, reserved_meas, reserved_pred; /* measured, predicted */
     int logits;                                    /* the graph's logits value (-1 fused) */
+    int fused_steps;                               /* parameters stepped inside backward */
 } result;
 
 static void result_free(result *r) {
@@ -108,6 +109,7 @@ static fr_status fill(fr_model *m, const model_case *mc) {
 typedef struct variant {
     int head_rows, micro, training;
     fr_ckpt_mode ckpt;
+    int step_in_backward; /* keep_grads 0: each weight stepped as its gradient is made */
 } variant;
 
 /* STEPS AdamW steps (or one eval batch) of model mc on the device or the CPU */
@@ -143,7 +145,7 @@ static int run_case(int device, const model_case *mc, variant v, result *r) {
                       .seed = 1,
                       .checkpoint = v.ckpt,
                       .micro_batch = v.micro,
-                      .keep_grads = 1,
+                      .keep_grads = !v.step_in_backward,
                       .head_rows = v.head_rows};
     o.optim.lr = 1e-3;
     o.optim.eps = 1e-4;            /* see the top of the file */
@@ -166,6 +168,7 @@ static int run_case(int device, const model_case *mc, variant v, result *r) {
                                   : fr_step_reserved(s) - fr_value_bytes(&s->g.vals[s->g.input]) -
                                         fr_value_bytes(&s->g.vals[s->g.label]);
         r->n_params = m->n_params;
+        r->fused_steps = s->opt.n_fused;
         r->grad = calloc(m->n_params, sizeof *r->grad);
         r->weight = calloc(m->n_params, sizeof *r->weight);
         r->numel = calloc(m->n_params, sizeof *r->numel);
@@ -178,7 +181,8 @@ static int run_case(int device, const model_case *mc, variant v, result *r) {
             fail = fr_step_run(s, &b, &r->loss[k], &hits) != FR_OK;
             CHECK(!fail, "%s: step %d: %s", mc->name, k, fr_last_error(ctx));
             if (k == 0) r->hits = hits;
-            for (size_t i = 0; k == 0 && v.training && !fail && i < m->n_params; i++) {
+            for (size_t i = 0;
+                 k == 0 && v.training && !v.step_in_backward && !fail && i < m->n_params; i++) {
                 const fr_param *p = &m->params[i];
                 const float *gp = p->trainable ? fr_grad32(m, p) : NULL;
                 r->numel[i] = (size_t)fr_shape_numel(&p->shape);
@@ -265,7 +269,7 @@ static void check_model(int device, const model_case *mc) {
     const char *where = device ? "device" : "cpu";
     char what[128];
     result u, f;
-    variant plain = {0, 0, 1, FR_CKPT_NONE}, fused = {mc->rows, 0, 1, FR_CKPT_NONE};
+    variant plain = {0, 0, 1, FR_CKPT_NONE, 0}, fused = {mc->rows, 0, 1, FR_CKPT_NONE, 0};
     if (run_case(device, mc, plain, &u) || run_case(device, mc, fused, &f)) {
         CHECK(0, "%s on the %s: a run failed", mc->name, where);
         result_free(&u), result_free(&f);
@@ -295,7 +299,7 @@ static void check_model(int device, const model_case *mc) {
            f.reserved_meas, u.reserved_pred, f.reserved_pred);
     /* eval */
     result ue, fe;
-    variant ev = {0, 0, 0, FR_CKPT_NONE}, fev = {mc->rows, 0, 0, FR_CKPT_NONE};
+    variant ev = {0, 0, 0, FR_CKPT_NONE, 0}, fev = {mc->rows, 0, 0, FR_CKPT_NONE, 0};
     if (!run_case(device, mc, ev, &ue) && !run_case(device, mc, fev, &fe)) {
         snprintf(what, sizeof what, "%s/%s: eval fused vs unfused", mc->name, where);
         compare(what, &fe, &ue, 0, 0, mc->V);
@@ -305,8 +309,8 @@ static void check_model(int device, const model_case *mc) {
     result_free(&ue), result_free(&fe);
     /* two micro-batches: the loss scale is LINEAR_CE_BWD's too */
     result um, fm;
-    variant uv = {0, mc->batch / 2, 1, FR_CKPT_NONE},
-            fv = {mc->rows, mc->batch / 2, 1, FR_CKPT_NONE};
+    variant uv = {0, mc->batch / 2, 1, FR_CKPT_NONE, 0},
+            fv = {mc->rows, mc->batch / 2, 1, FR_CKPT_NONE, 0};
     if (!run_case(device, mc, uv, &um) && !run_case(device, mc, fv, &fm)) {
         snprintf(what, sizeof what, "%s/%s: 2 micro-batches fused vs unfused", mc->name, where);
         compare(what, &fm, &um, 1, 0, mc->V);
@@ -314,7 +318,7 @@ static void check_model(int device, const model_case *mc) {
     result_free(&um), result_free(&fm);
     /* checkpointing: recomputing the forward changes nothing */
     result fc;
-    variant cv = {mc->rows, 0, 1, FR_CKPT_ALL};
+    variant cv = {mc->rows, 0, 1, FR_CKPT_ALL, 0};
     if (!run_case(device, mc, cv, &fc)) {
         snprintf(what, sizeof what, "%s/%s: fused, checkpoint all vs none", mc->name, where);
         compare(what, &fc, &f, 1, 1, mc->V);
@@ -323,6 +327,22 @@ static void check_model(int device, const model_case *mc) {
               fc.plan_act, fc.reserved_pred);
     }
     result_free(&fc);
+    /* the optimizer step inside backward (no kept gradients): an untied
+     * head's weight is stepped after LINEAR_CE_BWD, its only writer, as the
+     * others are: the weights of keeping every gradient, bit for bit */
+    result fb;
+    variant bv = {mc->rows, 0, 1, FR_CKPT_NONE, 1};
+    if (!run_case(device, mc, bv, &fb)) {
+        snprintf(what, sizeof what, "%s/%s: fused, stepped in backward vs after", mc->name, where);
+        CHECK(fb.fused_steps > 0, "%s: nothing stepped inside backward", what);
+        for (size_t i = 0; i < fb.n_params; i++)
+            if (fb.weight[i] && f.weight[i])
+                CHECK(!memcmp(fb.weight[i], f.weight[i], fb.numel[i] * 4), "%s: %s differs", what,
+                      fb.name[i]);
+        CHECK(!memcmp(fb.loss, f.loss, sizeof fb.loss), "%s: the losses differ", what);
+        printf("  %-44s %d tensors stepped in backward, the same bits\n", what, fb.fused_steps);
+    }
+    result_free(&fb);
     result_free(&u), result_free(&f);
 }
 

@@ -1,6 +1,7 @@
 /* kernels.h — the CPU kernels, one op family per file, declared below in
  * this order: linear.c, conv.c, pool.c, activation.c (ADD too), norm.c,
- * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c,
+ * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c (its row
+ * arithmetic in ce_row.h, shared with linear_ce.c: the head fused with it),
  * embedding.c, attention.c, optim.c (SGD and Adam on flat arrays), grad.c
  * (unscale, sum of squares and scale of a whole gradient) and optim_state.c
  * (Adam over compressed moments). OPTIM_STEP has no kernel (the optimizer
