@@ -456,6 +456,15 @@ typedef struct fr_step_opts {
     int ranks, zero;
     size_t bucket_first_cap, bucket_cap;
     int no_overlap;
+    /* A language model's head fused with its cross-entropy (--fused-head):
+     * 0 stores the N x V logits as a plain Linear then the loss do (the
+     * default); > 0 makes them that many rows at a time, reduced to the loss
+     * at once and made again in backward, so neither the logits nor their
+     * gradient exist (Liger's FusedLinearCrossEntropy, Cut Cross-Entropy);
+     * -1 picks the rows: Liger's rule, next_pow2(ceil(N / ceil(V / C))), or
+     * under a budget the planner's choice. Only where the model ends in a
+     * Linear layer under cross-entropy; elsewhere ignored. */
+    int head_rows;
 } fr_step_opts;
 
 /* The loss scaler's state: current scale and steps skipped for inf/NaN. */

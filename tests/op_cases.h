@@ -13,9 +13,10 @@ typedef struct gcase {
     int n_in;
     fr_shape in[5];
     int is_int[5];  /* i32 inputs, not differentiated: 1 labels (cross-entropy, below the
-                        logits' last dimension); k > 1 ids below k (embedding), an input;
-                        OP_QUANT(fmt): a frozen quantized weight (QLINEAR), in[i]'s (O, K)
-                        random values quantized by fr_quantize, u8 bytes */
+                        logits' last dimension; linear_ce: below W's rows); k > 1 ids below k
+                        (embedding), an input; OP_QUANT(fmt): a frozen quantized weight
+                        (QLINEAR), in[i]'s (O, K) random values quantized by fr_quantize, u8
+                        bytes */
     int no_grad[5]; /* inputs not differentiated (BatchNorm running stats) */
     fr_attr attr;
     int positive[5]; /* keep away from kinks: |x| >= 0.1 */
@@ -35,6 +36,7 @@ static inline int op_cases(gcase *out) {
     fr_attr ln = {.eps = 1e-5f};
     fr_attr drop = {.p = 0.3f, .training = 1, .salt = 5};
     fr_attr ce = {.scale = 1.0f};
+    fr_attr lce = {.scale = 1.0f, .rows = 3}; /* chunks of 3 rows: 10 rows are 3, 3, 3, 1 */
     fr_attr gelu_tanh = {.approx = 1};
     fr_attr attn2 = {.heads = 2, .causal = 1};
     fr_attr q_int8 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_INT8};
@@ -166,6 +168,23 @@ static inline int op_cases(gcase *out) {
          {0},
          "cross_entropy (B,T,V)"},
         {FR_OP_MSE, 2, {fr_shape2(3, 4), fr_shape2(3, 4)}, {0}, {0, 1}, ce, {0}, "mse"},
+        /* the head fused with its loss: labels below W's rows (11 classes) */
+        {FR_OP_LINEAR_CE,
+         4,
+         {fr_shape3(2, 5, 6), fr_shape2(11, 6), fr_shape1(11), fr_shape2(2, 5)},
+         {0, 0, 0, 1},
+         {0},
+         lce,
+         {0},
+         "linear_ce (B,T,C)"},
+        {FR_OP_LINEAR_CE,
+         4,
+         {fr_shape2(10, 6), fr_shape2(11, 6), {0}, fr_shape1(10)},
+         {0, 0, 0, 1},
+         {0},
+         lce,
+         {0},
+         "linear_ce (no bias)"},
         /* ids below 5 over 6 positions: some rows of W repeat, some are never
          * read (their gradient must be 0) */
         {FR_OP_EMBEDDING, 2, {fr_shape2(2, 3), fr_shape2(5, 4)}, {5}, {0}, none, {0}, "embedding"},

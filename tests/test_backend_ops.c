@@ -108,8 +108,10 @@ static void make_data(fr_ctx *ctx, const gcase *c, data *d) {
             continue;
         }
         if (c->is_int[i]) {
-            uint64_t below =
-                c->is_int[i] > 1 ? (uint64_t)c->is_int[i] : (uint64_t)c->in[0].d[c->in[0].ndim - 1];
+            uint64_t below = c->is_int[i] > 1 ? (uint64_t)c->is_int[i]
+                                              : (uint64_t)(c->op == FR_OP_LINEAR_CE
+                                                               ? c->in[1].d[0]
+                                                               : c->in[0].d[c->in[0].ndim - 1]);
             int32_t *x = malloc(n * sizeof *x);
             for (size_t k = 0; k < n; k++) x[k] = (int32_t)fr_rng_below(&r, below);
             d->in[i] = x, d->bytes[i] = n * sizeof *x, d->is_int[i] = 1;
@@ -199,7 +201,7 @@ static int build(side *s, const gcase *c, const data *d) {
     fr_attr attr = c->attr;
     if (fr_graph_node(&s->g, c->op, op_in, c->n_in, &attr, -1, 0, out) < 0) return FR_ERR_ARG;
     s->main_out = out[0];
-    if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE) {
+    if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE || c->op == FR_OP_LINEAR_CE) {
         s->loss = s->g.loss = out[0];
     } else {
         fr_shape os = s->g.vals[out[0]].shape;
@@ -373,7 +375,7 @@ static void check_case(fr_ctx *cpu, fr_ctx *dev, const gcase *c, fr_dtype half) 
          * linear layer saves nothing; any other op's input or saved value is stored
          * in 16 bits */
         int f32_only = c->op == FR_OP_VIEW || c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE ||
-                       c->op == FR_OP_QLINEAR;
+                       c->op == FR_OP_LINEAR_CE || c->op == FR_OP_QLINEAR;
         CHECK(half == FR_F32 || f32_only || n16 > 0, "%s: nothing was stored in 16 bits", what);
         printf("%-24s device vs cpu: worst %.2e of the largest value%s\n", what, worst,
                half == FR_F32 ? ""

@@ -65,6 +65,7 @@ add checkpoint     tspf  sqrt
 add segments       tspf  2
 add accumulate     tspf  2
 add micro-batch    tspf  2
+add fused-head     tespf auto
 add freeze         tspf  0
 add lora           tspf  r=2,target=0
 add adapter        teg   ad
@@ -155,6 +156,8 @@ refuse "--test-images and --test-labels" eval --test-labels b.npy
 refuse "--init or --resume" train --init a.safetensors --resume b.safetensors
 refuse "--accumulate 3 does not divide the batch 128" train --batch 128 --accumulate 3
 refuse "--accumulate 5 does not divide the batch 64" plan --batch 64 --accumulate 5
+refuse "--fused-head 'half': expected off, auto or a number of rows" train --fused-head half
+refuse "--fused-head '0': expected a whole number from 1" estimate --fused-head 0
 
 # Checkpoint modes: the number after ':' is decimal digits too.
 for v in every:+3 "every: 3" every:0x3 revolve:100001; do refuse "--checkpoint '$v'" plan --checkpoint "$v"; done

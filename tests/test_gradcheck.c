@@ -98,7 +98,10 @@ static void run_case(const gcase *c) {
         h.g.vals[h.in_val[i]].batched = i == 0 || lab;
         h.n[i] = (size_t)fr_shape_numel(&c->in[i]);
         if (lab || ids) {
-            uint64_t below = ids ? (uint64_t)c->is_int[i] : (uint64_t)c->in[0].d[c->in[0].ndim - 1];
+            uint64_t below =
+                ids ? (uint64_t)c->is_int[i]
+                    : (uint64_t)(c->op == FR_OP_LINEAR_CE ? c->in[1].d[0]
+                                                          : c->in[0].d[c->in[0].ndim - 1]);
             h.ints[i] = malloc(h.n[i] * sizeof(int32_t));
             for (size_t k = 0; k < h.n[i]; k++) h.ints[i][k] = (int32_t)fr_rng_below(&r, below);
             continue;
@@ -126,7 +129,8 @@ static void run_case(const gcase *c) {
     if (node < 0) goto cleanup;
     h.main_out = out[0];
     h.target_val = -1;
-    if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE) { /* the op is the loss itself */
+    if (c->op == FR_OP_CROSS_ENTROPY || c->op == FR_OP_MSE ||
+        c->op == FR_OP_LINEAR_CE) { /* the op is the loss itself */
         h.loss = h.g.loss = out[0];
         goto differentiate;
     }

@@ -2,7 +2,8 @@
 # test_plan_cli.sh — the planner as a user drives it: `frugal plan` within a
 # budget and its refusals, `frugal train --budget` never exceeding it (the
 # allocator's measured peak), batch splitting and freezing from the command
-# line, `--batch auto`, and `frugal profile` writing a trace and a chart.
+# line, `--batch auto`, `--fused-head auto` weighed under a budget, and
+# `frugal profile` writing a trace and a chart.
 source "$(dirname "$0")/lib.sh"
 run() { "$@" >"$tmp/out" 2>"$tmp/err"; }
 model="$src/tests/data/tiny.model"
@@ -161,6 +162,41 @@ fi
 run "$bin" plan --model cnn --batch 128 --budget 10MiB --threads 2
 grep -q "^extra cost: [0-9.]*% of the whole-batch step's time: 0.0% more FLOPs (recomputed) + [1-9][0-9.]*% from splitting" "$tmp/out" && ok ||
     no "the text names the split's cost: $(head -4 "$tmp/out")"
+
+# --fused-head auto under a budget: the planner weighs the head fused with its
+# loss (chunks of rows) against storing the logits. GPT-2 at batch 2, T 256:
+# its 98 MiB of logits; at 1800 MiB storing them needs recomputed segments
+# (21% more time), fusing the head in chunks of 128 rows fits without (13%:
+# the logits made again, smaller GEMMs), so the fused plan is chosen; with
+# room to keep everything nothing is fused; a refusal names the head's chunk.
+# Liger's chunk by hand: N = 512 rows, ceil(50257 / 768) = 66, ceil(512 / 66)
+# = 8, next power of 2: 8 rows.
+gpt=(--model gpt2 --batch 2 --seq 256)
+run "$bin" plan "${gpt[@]}" --budget 1800MiB --json && cp "$tmp/out" "$tmp/off.json"
+run "$bin" plan "${gpt[@]}" --budget 1800MiB --json --fused-head auto
+python3 - "$tmp/off.json" "$tmp/out" <<'PY' && ok || no "--fused-head auto under 1800 MiB: $(cat "$tmp/out" "$tmp/err")"
+import json, sys
+off, on = (json.load(open(f)) for f in sys.argv[1:3])
+b = 1800 << 20
+assert off["fused_head_rows"] == 0 and on["fused_head_rows"] > 0, (off, on)
+assert off["reserved_bytes"] <= b and on["reserved_bytes"] <= b, (off, on)
+assert on["extra_cost"] < off["extra_cost"], (off["extra_cost"], on["extra_cost"])
+assert on["fused_head_cost"] > 0 and abs(on["extra_cost"] - on["split_cost"] - on["extra_compute"] - on["fused_head_cost"]) < 1e-5, on
+# the logits a micro-batch: 2 x 256 x 50257 x 4 bytes
+assert on["fused_head_logits_bytes"] == 2 * 256 * 50257 * 4, on
+PY
+run "$bin" plan "${gpt[@]}" --budget 3GiB --json --fused-head auto
+python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['fused_head_rows'] == 0 and p['extra_cost'] < 0.01, p" "$tmp/out" && ok ||
+    no "--fused-head auto with room to spare stores the logits: $(cat "$tmp/out")"
+run "$bin" plan "${gpt[@]}" --budget 1800MiB --fused-head auto
+grep -q "^fused head: lm_head and the loss in chunks of [0-9]* rows: its 98.2 MiB of logits" "$tmp/out" && ok ||
+    no "plan names the fused head: $(cat "$tmp/out")"
+run "$bin" plan "${gpt[@]}" --budget 500MiB --fused-head auto
+[ $? -eq 1 ] && grep -q "smallest plan needs .*--fused-head [0-9]" "$tmp/err" && ok ||
+    no "a refusal names the fused head: $(cat "$tmp/err")"
+run "$bin" estimate "${gpt[@]}" --fused-head auto
+grep -q "^fused head: lm_head and the loss in chunks of 8 rows" "$tmp/out" && ok ||
+    no "estimate names Liger's chunk (8 rows): $(grep -i fused "$tmp/out")"
 
 run "$bin" profile --model "$model" --batch 32 --steps 2 --trace "$tmp/t.json" --svg "$tmp/m.svg"
 [ $? -eq 0 ] && ok || no "profile: $(cat "$tmp/err")"

@@ -212,6 +212,7 @@ enum {
     O_SEGMENTS,
     O_ACCUM,
     O_MICRO,
+    O_FUSED_HEAD,
     O_FREEZE,
     O_LORA,
     O_ADAPTER,
@@ -394,6 +395,13 @@ static const opt_row opts[] = {
     {"accumulate", "K", O_ACCUM, C_STEP,
      "split each batch into K micro-batches; gradients accumulate"},
     {"micro-batch", "M", O_MICRO, C_STEP, "the same, by micro-batch size (must divide --batch)"},
+    {"fused-head", "R", O_FUSED_HEAD, C_STEP | C_EVAL,
+     "off | auto | ROWS: a language model's head (its last Linear) and the\n"
+     "cross-entropy run fused, ROWS rows of logits at a time, turned into\n"
+     "the loss and, made again in backward, into the head's gradients at\n"
+     "once: the batch's B x T x V logits and their gradient never exist\n"
+     "(Liger's FusedLinearCrossEntropy). auto: Liger's chunk, about the\n"
+     "head input's size, or the planner's under --budget [off]"},
     {"freeze", "LAYERS", O_FREEZE, C_STEP,
      "no gradients, no optimizer state, nothing saved for these layers:\n"
      "top-level indices or ranges, names, or a range of a repeat's\n"
@@ -814,6 +822,14 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_ACCUM: INT_OPT(1, 1 << 20, c->accumulate); break;
         case O_MICRO: INT_OPT(1, 1 << 20, c->t.step.micro_batch); break;
+        case O_FUSED_HEAD:
+            if (!strcmp(val, "off")) c->t.step.head_rows = 0;
+            else if (!strcmp(val, "auto")) c->t.step.head_rows = -1;
+            else if (strspn(val, "0123456789") != strlen(val) || !*val)
+                return bad(cmd->name, "--fused-head '%s': expected off, auto or a number of rows",
+                           val);
+            else INT_OPT(1, 1 << 24, c->t.step.head_rows);
+            break;
         case O_FREEZE: c->t.freeze = val; break;
         case O_LORA: c->t.lora = val; break;
         case O_ADAPTER: c->t.adapter = val; break;
@@ -1107,6 +1123,7 @@ static int cmd_eval(int argc, char **argv) {
     if (!st && c.t.merge) st = fr_adapter_merge_save(m, c.t.merge);
     if (!st) st = fr_source_open(ctx, &c.t, m, 0, &src);
     src.eval_progress = c.t.progress > 0 && !c.t.json;
+    src.head_rows = c.t.step.head_rows;
     /* train's rule: every test sample of an image set, the first 128
      * windows of a token stream, unless --test-limit says (0: all) */
     if (!st)

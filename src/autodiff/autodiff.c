@@ -127,6 +127,16 @@ int fr_bw_loss(fr_graph *g, int node, const int *dout, const uint8_t *need, int 
     return emit(g, node, (fr_op)(f->op + 1), in, 2, n1, din);
 }
 
+/* The fused head is the root too: nothing saved but its inputs (the chunks'
+ * logits and their logsumexp are made again in backward). */
+int fr_bw_linear_ce(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    (void)dout;
+    const fr_node *f = &g->nodes[node];
+    int in[4] = {f->in[0], f->in[1], f->in[2], f->in[3]};
+    uint8_t n3[4] = {need[0], need[1], need[2], 0};
+    return emit(g, node, FR_OP_LINEAR_CE_BWD, in, 4, n3, din);
+}
+
 /* The table rows' gradient: the ids are integers, never differentiated. */
 int fr_bw_embedding(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
     const fr_node *f = &g->nodes[node];

@@ -30,6 +30,7 @@ int fr_bw_view(fr_graph *g, int node, const int *dout, const uint8_t *need, int 
 int fr_bw_loss(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_embedding(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_pos_embedding(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
+int fr_bw_linear_ce(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_attention(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 
 #endif

@@ -196,6 +196,49 @@ int fr_kcheck_ce_dlogits(fr_kernel_call *c, int64_t N, int64_t C) {
     return FR_OK;
 }
 
+int fr_kcheck_linear_ce(fr_kernel_call *c, const char *op, int ws, int64_t n_mult, int64_t v_mult,
+                        fr_ce_dims *d) {
+    const fr_shape *x = &c->in[0].shape, *w = &c->in[1].shape;
+    char a[64], b[64];
+    fr_shape_str(x, a, sizeof a), fr_shape_str(w, b, sizeof b);
+    if (x->ndim < 2 || w->ndim != 2 || x->d[x->ndim - 1] != w->d[1])
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: input %s does not match the weight %s (vocabulary, features)", op, a,
+                       b);
+    d->C = w->d[1], d->V = w->d[0];
+    d->N = d->C ? fr_shape_numel(x) / d->C : x->d[0];
+    const int64_t r = c->node->attr.rows;
+    d->R = r < 1 || r > d->N ? d->N : r;
+    if (fr_shape_numel(&c->in[3].shape) != d->N || c->in[3].dtype != FR_I32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: input %s needs i32 labels, one per row", op, a);
+    if ((c->in[2].data || c->in[2].buf) && fr_shape_numel(&c->in[2].shape) != d->V)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: the bias has %lld values, the weight %lld rows",
+                       op, (long long)fr_shape_numel(&c->in[2].shape), (long long)d->V);
+    const fr_tensor *o = c->out;
+    if (ws == 4 && (((o[0].data || o[0].buf) && fr_shape_numel(&o[0].shape) != d->N * d->C) ||
+                    ((o[1].data || o[1].buf) && fr_shape_numel(&o[1].shape) != d->V * d->C) ||
+                    ((o[2].data || o[2].buf) && fr_shape_numel(&o[2].shape) != d->V)))
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: a gradient does not match its input", op);
+    const int64_t need = d->R * d->V + n_mult * d->N + v_mult * d->V,
+                  have = fr_shape_numel(&o[ws].shape);
+    if (d->N > 0 && ((!o[ws].data && !o[ws].buf) || have < need))
+        return fr_fail(
+            c->ctx, FR_ERR_ARG, "%s: workspace of %lld floats, a chunk of %lld rows needs %lld", op,
+            (long long)((o[ws].data || o[ws].buf) ? have : 0), (long long)d->R, (long long)need);
+    return FR_OK;
+}
+
+int fr_kcheck_linear_ce_label(fr_kernel_call *c, const char *op, int64_t n, int32_t y, int64_t V) {
+    const fr_shape *x = &c->in[0].shape;
+    const int64_t T = x->ndim > 2 ? x->d[1] : 1; /* rows per sample */
+    if (T <= 1)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: label %d of sample %lld is outside [0, %lld)", op,
+                       (int)y, (long long)n, (long long)V);
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: label %d of sample %lld at position %lld is outside [0, %lld)", op, (int)y,
+                   (long long)(n / T), (long long)(n % T), (long long)V);
+}
+
 int fr_kcheck_mse(fr_kernel_call *c, const char *op, int64_t *n) {
     *n = fr_shape_numel(&c->in[0].shape);
     if (fr_shape_numel(&c->in[1].shape) != *n)

@@ -68,6 +68,20 @@ int fr_kcheck_ce(fr_kernel_call *c, const char *op, int64_t *N, int64_t *C);
 int fr_kcheck_bad_label(fr_kernel_call *c, const char *op, int64_t n, int32_t y, int64_t C);
 /* CROSS_ENTROPY_BWD's dlogits out[0]: N C values. */
 int fr_kcheck_ce_dlogits(fr_kernel_call *c, int64_t N, int64_t C);
+/* LINEAR_CE(_BWD): x in[0] (N, C) or (B, T, C), W in[1] (V, C), b in[2] (V)
+ * or absent, labels in[3] i32 (N); R the rows a chunk (attr.rows clamped to
+ * 1 .. N, as fr_op_ce_chunk_rows); the workspace out[ws] holds at least
+ * R V floats (a chunk's logits) and n_mult N + v_mult V more (the backend's). The backward's dx,
+ * dW, db (out[0..2], where present) have x's, W's, b's sizes. The labels'
+ * values are the backend's to scan (fr_kcheck_bad_label's message). */
+typedef struct fr_ce_dims {
+    int64_t N, C, V, R;
+} fr_ce_dims;
+int fr_kcheck_linear_ce(fr_kernel_call *c, const char *op, int ws, int64_t n_mult, int64_t v_mult,
+                        fr_ce_dims *d);
+/* The message for label y of row n outside [0, V) (rows of x, by sample and
+ * position as fr_kcheck_bad_label words it). */
+int fr_kcheck_linear_ce_label(fr_kernel_call *c, const char *op, int64_t n, int32_t y, int64_t V);
 /* MSE(_BWD): pred in[0] and target in[1] of *n values each. */
 int fr_kcheck_mse(fr_kernel_call *c, const char *op, int64_t *n);
 

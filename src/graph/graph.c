@@ -7,7 +7,7 @@
 void fr_graph_init(fr_graph *g, fr_ctx *ctx) {
     memset(g, 0, sizeof *g);
     g->ctx = ctx;
-    g->input = g->label = g->loss = g->logits = -1;
+    g->input = g->label = g->loss = g->logits = g->hits = -1;
 }
 
 void fr_graph_release(fr_graph *g) {

@@ -9,7 +9,7 @@
 #include "ops/ops.h"
 
 #define FR_MAX_IN 6
-#define FR_MAX_OUT 4
+#define FR_MAX_OUT 5 /* LINEAR_CE_BWD: dx, dW, db, (labels: none), ws */
 
 typedef enum fr_value_kind {
     FR_VAL_INPUT = 0, /* the batch's samples (bound at run time) */
@@ -59,6 +59,7 @@ typedef struct fr_attr {
     int causal;     /* attention: 1 = query t attends keys 0..t (the only mode) */
     int approx;     /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
     int qfmt;       /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
+    int rows;       /* linear_ce: rows of logits a chunk (1 .. N; clamped to N) */
 } fr_attr;
 
 typedef struct fr_node {
@@ -83,7 +84,10 @@ typedef struct fr_graph {
     fr_node *nodes;
     size_t n_nodes, cap_nodes;
     int n_forward; /* nodes [0, n_forward) are the forward pass */
-    int input, label, loss, logits;
+    /* logits: -1 where none is made (a head fused with its loss, LINEAR_CE);
+     * hits: the batch's count of rows whose argmax is the label (i32 (1)),
+     * where the loss op makes it (LINEAR_CE), else -1 */
+    int input, label, loss, logits, hits;
     fr_status status; /* why the last fr_graph_node/fr_graph_value failed */
 } fr_graph;
 

@@ -1029,7 +1029,27 @@ static int chunk_src(fr_graph *g, int v, int past, int *cut, int *n_cut) {
     return row;
 }
 
-static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv,
+int fr_model_fusable_head(const fr_model *m, int64_t *V, int64_t *C) {
+    if (!m->n_layers || m->loss != FR_LOSS_CROSS_ENTROPY) return 0;
+    const fr_layer *l = &m->layers[m->n_layers - 1];
+    /* a head with adapters adds their product to its output, a quantized one
+     * runs QLINEAR: neither is one GEMM LINEAR_CE can make again */
+    if (l->kind != FR_L_LINEAR || l->wparam < 0 || l->lora || m->params[l->wparam].quant) return 0;
+    const fr_shape *w = &m->params[l->wparam].shape;
+    if (w->ndim != 2) return 0;
+    if (V) *V = w->d[0];
+    if (C) *C = w->d[1];
+    return 1;
+}
+
+int fr_model_head_rows_auto(int64_t N, int64_t C, int64_t V) {
+    if (N < 1) return 1;
+    int64_t inc = C > 0 ? (V + C - 1) / C : 1, want = (N + inc - 1) / (inc > 0 ? inc : 1), r = 1;
+    while (r < want) r *= 2;
+    return (int)(r < N ? r : N);
+}
+
+static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int head_rows, int *pv,
                              const fr_chunk_graph *ch) {
     fr_ctx *ctx = m->ctx;
     if (m->depth) return fr_fail(ctx, FR_ERR_ARG, "a residual block is still open (missing end)");
@@ -1061,8 +1081,15 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
 #define SRC(l, k) (ch ? chunk_src(g, RAW(l, k), (int)li > last_attn, cut, &n_cut) : RAW(l, k))
     uint32_t salt = 1;
     fr_status st = FR_OK;
+    /* the head fused with its loss: its layer emits nothing here, LINEAR_CE
+     * takes its input where the loss is made below */
+    const int fuse = head_rows != 0 && !ch && fr_model_fusable_head(m, NULL, NULL);
     for (size_t li = 0; li < m->n_layers && !st; li++) {
         const fr_layer *l = &m->layers[li];
+        if (fuse && li + 1 == m->n_layers) {
+            val[li] = SRC(l, 0);
+            break;
+        }
         const int *P = &pv[l->first_param];
         fr_attr a = {0};
         a.kernel = l->kernel;
@@ -1186,8 +1213,11 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
 #undef RAW
     fr_free(ctx, val);
     if (st) return st;
-    g->logits = x;
-    const fr_shape *z = &g->vals[x].shape;
+    g->logits = fuse ? -1 : x;
+    fr_shape head_out = g->vals[x].shape; /* the fused head's logits, never made */
+    const fr_layer *hl = &m->layers[m->n_layers ? m->n_layers - 1 : 0];
+    if (fuse) head_out.d[head_out.ndim - 1] = m->params[hl->wparam].shape.d[0];
+    const fr_shape *z = fuse ? &head_out : &g->vals[x].shape;
     if (tokens ? z->ndim != 3 : z->ndim != 2)
         return fr_fail(ctx, FR_ERR_SHAPE,
                        tokens ? "a token model must end in (batch, positions, vocabulary) outputs"
@@ -1203,7 +1233,19 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
     g->label = y;
     fr_attr a = {0};
     a.scale = 1.0f;
-    int in[2] = {x, y}, out[FR_MAX_OUT];
+    int in[4] = {x, y}, out[FR_MAX_OUT];
+    if (fuse) { /* loss and hits from LINEAR_CE; the unit and the estimate row are the head's */
+        const int64_t C = m->params[hl->wparam].shape.d[1], V = m->params[hl->wparam].shape.d[0];
+        const int64_t N = fr_shape_numel(&g->vals[x].shape) / C;
+        a.rows = head_rows > 0 ? head_rows : fr_model_head_rows_auto(N, C, V);
+        in[1] = pv[hl->wparam], in[2] = hl->bparam >= 0 ? pv[hl->bparam] : -1, in[3] = y;
+        int node = fr_graph_node(g, FR_OP_LINEAR_CE, in, 4, &a, -1, 0, out);
+        if (node < 0) return g->status;
+        g->nodes[node].layer = (int)m->n_layers - 1;
+        g->loss = out[0];
+        g->hits = out[1];
+        return FR_OK;
+    }
     int node = fr_graph_node(g, m->loss == FR_LOSS_CROSS_ENTROPY ? FR_OP_CROSS_ENTROPY : FR_OP_MSE,
                              in, 2, &a, -1, 0, out);
     if (node < 0) return g->status;
@@ -1212,8 +1254,9 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
     return FR_OK;
 }
 
-fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *pv) {
-    return build_graph(m, g, n, training, pv, NULL);
+fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int head_rows,
+                               int *pv) {
+    return build_graph(m, g, n, training, head_rows, pv, NULL);
 }
 
 fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c, int *pv) {
@@ -1222,5 +1265,5 @@ fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_gr
                        "a chunk of %d positions: the model must read tokens, a chunk 1 .. its "
                        "context",
                        c->P);
-    return build_graph(m, g, 1, 0, pv, c);
+    return build_graph(m, g, 1, 0, 0, pv, c);
 }

@@ -150,10 +150,22 @@ struct fr_model {
     void (*optim_free)(struct fr_model *m);
 };
 
-/* Forward graph for a batch of n: returns the logits value; sets g->input,
- * g->label and g->loss. training selects BatchNorm/Dropout modes. The
- * parameter value of model param i is param_value[i] (length n_params). */
-fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int *param_value);
+/* Forward graph for a batch of n: sets g->input, g->label, g->loss and
+ * g->logits. training selects BatchNorm/Dropout modes. The parameter value
+ * of model param i is param_value[i] (length n_params). head_rows (the step's
+ * fr_step_opts.head_rows): non-zero where the model ends in a Linear layer
+ * under cross-entropy fuses that head with the loss (LINEAR_CE, rows a chunk:
+ * head_rows, or fr_model_head_rows_auto's for -1): g->logits is then -1 and
+ * g->hits the op's count of argmax hits. */
+fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, int head_rows,
+                               int *param_value);
+/* Whether the model's head can be fused with its loss (a last Linear layer
+ * under cross-entropy); *V, *C its vocabulary and features when it can. */
+int fr_model_fusable_head(const fr_model *m, int64_t *V, int64_t *C);
+/* Liger's chunk of rows for N rows of C features over a vocabulary of V:
+ * next_pow2(ceil(N / ceil(V / C))), at most N: transient logits about the
+ * size of the head's input. */
+int fr_model_head_rows_auto(int64_t N, int64_t C, int64_t V);
 /* The forward graph of a chunk of generation (infer/generate.c): P positions
  * of one sequence, eval, no label or loss (g->logits is the last layer's
  * value). An attention layer li runs ATTENTION_KV over its caches, FR_VAL_BUFFER

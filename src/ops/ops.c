@@ -295,6 +295,27 @@ static int sh_last_row(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8
     return 0;
 }
 
+/* x (..., C) of rank 2..3, W (V, C), b (V) or absent, labels i32 of x's
+ * leading shape -> loss (1), hits (1) i32, ws (one chunk of logits, the
+ * backend's) */
+static int sh_linear_ce(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape, *w = &V(1)->shape, *y = &V(3)->shape;
+    if (x->ndim < 2 || x->ndim > 3) return fail_shape(g, n, "input must be (rows, features)");
+    if (w->ndim != 2 || x->d[x->ndim - 1] != w->d[1])
+        return fail_shape(g, n, "input features do not match the weight (vocabulary, features)");
+    if (n->in[2] >= 0 && (V(2)->shape.ndim != 1 || V(2)->shape.d[0] != w->d[0]))
+        return fail_shape(g, n, "the bias does not match the weight's rows");
+    int ok = V(3)->dtype == FR_I32 && y->ndim == x->ndim - 1;
+    for (int k = 0; ok && k < y->ndim; k++) ok = y->d[k] == x->d[k];
+    if (!ok) return fail_shape(g, n, "targets must be i32, one per row of the input");
+    o[0] = o[1] = fr_shape1(1);
+    o[2] = fr_shape1(fr_backend_ws(g, n, 2));
+    dt[0] = dt[2] = FR_F32;
+    dt[1] = FR_I32;
+    b[0] = b[1] = b[2] = 0;
+    return 0;
+}
+
 /* Backward ops: out[i] is the gradient of the forward node's input i. */
 static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_node *f = &g->nodes[n->fwd];
@@ -324,6 +345,15 @@ static int sh_qlinear_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, ui
     return 0;
 }
 
+/* x, W, b, y -> dx, dW, db (their shapes), (y: none), ws */
+static int sh_linear_ce_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    sh_grads(g, n, o, dt, b);
+    o[4] = fr_shape1(fr_backend_ws(g, n, 4));
+    dt[4] = FR_F32;
+    b[4] = 0;
+    return 0;
+}
+
 /* dy, qkv, y, lse -> dqkv (B, T, 3C), D (B, NH, T), ws */
 static int sh_attention_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     sh_grads(g, n, o, dt, b);
@@ -345,6 +375,28 @@ int64_t fr_op_linear_rows(const fr_graph *g, const fr_node *n) {
     if (w->ndim != 2 || w->d[0] < 1 || w->d[1] < 1) return 0;
     return n->in[bwd] >= 0 ? fr_shape_numel(&g->vals[n->in[bwd]].shape) / w->d[1]
                            : fr_shape_numel(&g->vals[n->in[0]].shape) / w->d[0];
+}
+
+int64_t fr_op_ce_chunk_rows(const fr_graph *g, const fr_node *n) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    if (f->op != FR_OP_LINEAR_CE) return 0;
+    const fr_shape *x = &g->vals[f->in[0]].shape, *w = &g->vals[f->in[1]].shape;
+    if (x->ndim < 2 || w->ndim != 2 || w->d[1] < 1) return 0;
+    int64_t N = fr_shape_numel(x) / w->d[1], r = f->attr.rows;
+    return r < 1 || r > N ? N : r;
+}
+
+/* logits N V of C products each; a row's logsumexp, loss and argmax about 8 a logit */
+static double fl_linear_ce(const fr_graph *g, const fr_node *n) {
+    const double V = (double)V(1)->shape.d[0], C = (double)V(1)->shape.d[1];
+    const double N = C > 0 ? NUMEL(0) / C : 0;
+    return 2.0 * N * C * V + 8.0 * N * V;
+}
+/* the logits made again (the forward's GEMM), then dx and dW by one GEMM each */
+static double fl_linear_ce_bwd(const fr_graph *g, const fr_node *n) {
+    const double V = (double)V(1)->shape.d[0], C = (double)V(1)->shape.d[1];
+    const double N = C > 0 ? NUMEL(0) / C : 0;
+    return 2.0 * N * C * V * (1 + (n->out[0] >= 0) + (n->out[1] >= 0)) + 8.0 * N * V;
 }
 
 static double fl_linear(const fr_graph *g, const fr_node *n) {
@@ -453,7 +505,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 45, "fr_op_table has 45 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 47, "fr_op_table has 47 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -502,4 +554,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(LAST_ROW, "last_row", sh_last_row, NULL, -1, 0, fl_out),
     ROW(QLINEAR, "qlinear", sh_qlinear, fr_bw_qlinear, -1, 0, fl_qlinear),
     ROW(QLINEAR_BWD, "qlinear_bwd", sh_qlinear_bwd, NULL, -1, 0, fl_qlinear_bwd),
+    ROW(LINEAR_CE, "linear_ce", sh_linear_ce, fr_bw_linear_ce, -1, 0, fl_linear_ce),
+    ROWLB(LINEAR_CE_BWD, "linear_ce_bwd", sh_linear_ce_bwd, NULL, -1, 0, fl_linear_ce_bwd, NULL,
+          NULL),
 };

@@ -32,7 +32,15 @@
  *   QLINEAR       x (..., K), Wq u8 (bytes), b (O) | absent -> y (..., O), ws
  *                 y = x W'^T + b, W' dequantized a tile at a time into ws
  *   QLINEAR_BWD   dy (..., O), Wq                  -> dx, -, -, ws
- *                 dx = dy W' (the weight and its bias get no gradient) */
+ *                 dx = dy W' (the weight and its bias get no gradient)
+ * The head and its loss fused (a language model's logits never stored):
+ *   LINEAR_CE      x (N,C) or (B,T,C), W (V,C), b (V)|absent, y (N) or (B,T) i32
+ *                  -> loss (1) = mean_n (logsumexp(z_n) - z_n[y_n]), z = x W^T + b,
+ *                     hits (1) i32 (rows whose first argmax is y_n), ws
+ *   LINEAR_CE_BWD  x, W, b, y -> dx, dW, db, (y: -1), ws: each chunk's logits made
+ *                  again, its lse with them, dz = scale (softmax(z) - onehot(y)) / N
+ *                  turned into dx = dz W, dW += dz^T x, db += sum dz at once
+ *   attr.rows logits rows a chunk (ws holds one chunk's logits). */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -79,7 +87,9 @@
     X(ATTENTION_KV, attention_kv, 3, 2)             \
     X(LAST_ROW, last_row, 1, 1)                     \
     X(QLINEAR, qlinear, 3, 2)                       \
-    X(QLINEAR_BWD, qlinear_bwd, 2, 4)
+    X(QLINEAR_BWD, qlinear_bwd, 2, 4)               \
+    X(LINEAR_CE, linear_ce, 4, 3)                   \
+    X(LINEAR_CE_BWD, linear_ce_bwd, 4, 5)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,
@@ -144,5 +154,10 @@ static inline const fr_op_info *fr_op_get(fr_op op) { return &fr_op_table[op]; }
  * weight gets no gradient), dy's rows of O; 0 for any other node or a W
  * that is not (O, K) with O, K >= 1. */
 int64_t fr_op_linear_rows(const struct fr_graph *g, const struct fr_node *n);
+
+/* Rows of logits a chunk of a LINEAR_CE node (or its backward) makes at
+ * once: attr.rows, clamped to 1 .. N (0 or more than N: N, one chunk); 0
+ * for any other node. */
+int64_t fr_op_ce_chunk_rows(const struct fr_graph *g, const struct fr_node *n);
 
 #endif

@@ -47,7 +47,8 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
             int v = n->out[k];
             if (v < 0) continue;
             if (g->vals[v].saved) r->saved += fr_value_bytes(&g->vals[v]);
-            if (k > 0 && n->op == FR_OP_CONV2D) r->workspace += fr_value_bytes(&g->vals[v]);
+            if ((k > 0 && n->op == FR_OP_CONV2D) || (k == 2 && n->op == FR_OP_LINEAR_CE))
+                r->workspace += fr_value_bytes(&g->vals[v]); /* a chunk of logits */
         }
     }
 }
@@ -190,6 +191,19 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 fr_base_precision_name(s->o.base_precision), qb,
                 fr_human_bytes(qb, b[5], sizeof b[5]), fr_human_bytes(qf, b[6], sizeof b[6]),
                 (double)qb / (double)qf);
+    for (size_t i = 0; i < (size_t)s->g.n_forward; i++) { /* --fused-head */
+        const fr_node *n = &s->g.nodes[i];
+        if (n->op != FR_OP_LINEAR_CE) continue;
+        const fr_shape *w = &s->g.vals[n->in[1]].shape;
+        size_t logits =
+            (size_t)(fr_shape_numel(&s->g.vals[n->in[0]].shape) / w->d[1] * w->d[0]) * 4;
+        fprintf(out,
+                "\nfused head: %s and the loss in chunks of %lld rows, a %s workspace: the %s "
+                "of logits\n(and in backward their gradient) are never stored\n",
+                m->layers[n->layer].name, (long long)fr_op_ce_chunk_rows(&s->g, n),
+                fr_human_bytes(fr_value_bytes(&s->g.vals[n->out[2]]), b[5], sizeof b[5]),
+                fr_human_bytes(logits, b[6], sizeof b[6]));
+    }
     state_row sr[5];
     size_t tp;
     int ns = state_rows(s, sr, &tp);

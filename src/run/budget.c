@@ -139,6 +139,7 @@ static fr_status eval_extra(fr_model *m, const fr_step *s, const fr_budget_data 
     fr_step_opts eo = {0};
     eo.batch = eb;
     eo.training = 0;
+    eo.head_rows = s->o.head_rows;
     fr_step *e = fr_step_build(m, &eo);
     if (!e) return FR_ERR_NOMEM; /* (the message is set) */
     size_t need = fr_step_reserved(e) - b->model - data_bytes(m, eb) +

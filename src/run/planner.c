@@ -33,6 +33,7 @@ typedef struct candidate {
     size_t
         fixed; /* reserved less the arena: the same for every schedule at one micro-batch and precision */
     fr_offload offload; /* what the candidate was planned with */
+    int head_rows;      /* its fused head (fr_step_opts.head_rows) */
 } candidate;
 
 /* Bytes an offloaded optimizer copies a step: every trainable weight's
@@ -142,6 +143,28 @@ static double split_cost(const fr_step *s) {
         whole += node_time(k * f, k * r);
     }
     return whole > 0 ? split / whole - 1 : 0.0;
+}
+
+/* The fused head's price (--fused-head) as a share of the step without it:
+ * the chunks' logits made again in backward (one more head GEMM, 2 N C V
+ * FLOPs, in LINEAR_CE_BWD's count but not in the unfused step's) and the
+ * chunks' GEMMs of R rows, which reach R / (R + SPLIT_GEMM_HALF_ROWS) of
+ * the large-GEMM rate (split_cost's model of a GEMM's rows). 0 unfused. */
+static double head_cost(const fr_step *s, double plain) {
+    double again = 0, slow = 0, k = s->sched.accumulate > 0 ? s->sched.accumulate : 1;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if ((nd->op != FR_OP_LINEAR_CE && nd->op != FR_OP_LINEAR_CE_BWD) || nd->attr.recompute)
+            continue;
+        const fr_shape *w = &s->g.vals[nd->in[1]].shape;
+        double C = (double)w->d[1], V = (double)w->d[0],
+               N = C > 0 ? (double)fr_shape_numel(&s->g.vals[nd->in[0]].shape) / C : 0,
+               R = (double)fr_op_ce_chunk_rows(&s->g, nd);
+        if (nd->op == FR_OP_LINEAR_CE_BWD) again += 2 * N * C * V;
+        slow += R > 0 ? fr_op_get(nd->op)->flops(&s->g, nd) * SPLIT_GEMM_HALF_ROWS / R : 0;
+    }
+    double base = plain - k * again;
+    return base > 0 ? k * (again + slow) / base : 0.0;
 }
 
 static int has_batchnorm(const fr_model *m) {
@@ -257,8 +280,9 @@ static int try_candidate(fr_model *m, const fr_step_opts *base, candidate *c, in
     double plain = info.flops - info.extra_flops;
     c->offload = o.offload;
     c->split = split_cost(s);
+    c->head_rows = o.head_rows;
     c->cost = info.extra_flops / (plain > 0 ? plain : 1) + c->split + (k > 1 && bn ? 1.0 : 0.0) +
-              mixed_cost(s, base, c->prec) + offload_cost(s, plain);
+              mixed_cost(s, base, c->prec) + offload_cost(s, plain) + head_cost(s, plain);
     if (flops_to) {
         for (int u = 0; u <= m->n_units; u++) flops_to[u] = 0;
         for (int i = 0; i < s->g.n_forward; i++)
@@ -307,8 +331,8 @@ static void consider(level *lv, const candidate *c) {
 static const candidate *eval(level *lv, int fam, int arg) {
     candidate *c = &lv->memo[(size_t)fam * (lv->n + 1) + arg];
     if (c->reserved) return c;
-    *c = (candidate){fam_mode[fam], arg, lv->micro,        lv->prec, INFINITY, 0,
-                     SIZE_MAX,      0,   lv->opts->offload};
+    *c = (candidate){fam_mode[fam], arg, lv->micro,         lv->prec,           INFINITY, 0,
+                     SIZE_MAX,      0,   lv->opts->offload, lv->opts->head_rows};
     if (!try_candidate(lv->m, lv->opts, c, lv->bn, NULL, NULL, NULL)) {
         if (lv->m->ctx->mem.st.num_ooms > lv->ooms0) lv->oom = 1; /* a real allocation failure */
         c->reserved = SIZE_MAX;
@@ -448,13 +472,14 @@ static int plan_search(fr_model *m, const fr_step_opts *opts, int whole, candida
             /* A budget without an explicit mode lets the planner choose. */
             if (opts->checkpoint != FR_CKPT_AUTO && opts->checkpoint != FR_CKPT_MARKS) {
                 candidate c = {opts->checkpoint, opts->ckpt_arg, micro, lv.prec, 0, 0, 0, 0,
-                               opts->offload};
+                               opts->offload,    opts->head_rows};
                 if (try_candidate(m, opts, &c, lv.bn, NULL, NULL, NULL)) consider(&lv, &c);
                 else if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 found |= lv.found;
                 continue;
             }
-            candidate none = {FR_CKPT_NONE, 0, micro, lv.prec, 0, 0, 0, 0, opts->offload};
+            candidate none = {FR_CKPT_NONE,   0, micro, lv.prec, 0, 0, 0, 0, opts->offload,
+                              opts->head_rows};
             if (!try_candidate(m, opts, &none, lv.bn, lv.flops_to, &lv.plain, &lv.first)) {
                 if (ctx->mem.st.num_ooms > ms0.num_ooms) oom = 1;
                 continue;
@@ -518,11 +543,35 @@ int fr_plan_fits(fr_model *m, const fr_step_opts *opts) {
     return plan_search(m, opts, 1, &best, &smallest) == 1;
 }
 
-fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need *need) {
-    candidate best, smallest;
-    memset(need, 0, sizeof *need);
-    int found = plan_search(m, opts, 0, &best, &smallest);
-    if (found < 0) return NULL;
+/* The fused head's chunks the planner weighs (--fused-head auto under a
+ * budget, a model whose head can be fused, training): unfused, then all
+ * the rows in one chunk and Liger's chunk for the whole batch's rows (a
+ * workspace about the head input's size) times 16, 4, 1 and 1/4, at least
+ * 1 (a larger chunk runs faster GEMMs, head_cost, and holds more); else the
+ * option as given (the builder applies it). Returns how many (<= 6). */
+static int head_choices(const fr_model *m, const fr_step_opts *opts, int out[6]) {
+    int64_t V, C;
+    out[0] = opts->head_rows;
+    if (opts->head_rows != -1 || !opts->training || !fr_model_fusable_head(m, &V, &C)) return 1;
+    int64_t N = (int64_t)opts->batch * (m->in_dtype == FR_I32 ? m->seq : 1);
+    int64_t r = fr_model_head_rows_auto(N, C, V);
+    static const int64_t num[] = {0, 16, 4, 1, 1}, den[] = {1, 1, 1, 1, 4};
+    int n = 1;
+    out[0] = 0;
+    for (int i = 0; i < 5; i++) {
+        int64_t rows = num[i] ? r * num[i] / den[i] : N;
+        rows = rows > N ? N : rows < 1 ? 1 : rows;
+        if (rows != out[n - 1]) out[n++] = (int)rows;
+    }
+    return n;
+}
+
+/* plan_search over the options given, and, on a device without --offload,
+ * with each way of offloading: the cheapest that fits and the smallest. */
+static int search_offload(fr_model *m, const fr_step_opts *opts, candidate *best,
+                          candidate *smallest) {
+    int found = plan_search(m, opts, 0, best, smallest);
+    if (found < 0) return -1;
     /* On a device, unless --offload was given, the optimizer, the saved
      * activations or both may go to the host: the same search with each,
      * the cheapest plan kept (offload_cost against recomputation's FLOPs). */
@@ -534,14 +583,31 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
         o2.offload = ways[w];
         candidate b2, s2;
         int f2 = plan_search(m, &o2, 0, &b2, &s2);
-        if (f2 < 0) return NULL;
-        if (f2 && (!found || b2.cost < best.cost)) best = b2, found = 1;
-        if (s2.reserved < smallest.reserved) smallest = s2;
+        if (f2 < 0) return -1;
+        if (f2 && (!found || b2.cost < best->cost)) *best = b2, found = 1;
+        if (s2.reserved < smallest->reserved) *smallest = s2;
+    }
+    return found;
+}
+
+fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need *need) {
+    candidate best = {.cost = INFINITY}, smallest = {.reserved = SIZE_MAX};
+    memset(need, 0, sizeof *need);
+    int heads[6], nh = head_choices(m, opts, heads), found = 0;
+    for (int h = 0; h < nh; h++) {
+        fr_step_opts oh = *opts;
+        oh.head_rows = heads[h];
+        candidate b, sm;
+        int f = search_offload(m, &oh, &b, &sm);
+        if (f < 0) return NULL;
+        if (f && (!found || b.cost < best.cost)) best = b, found = 1;
+        if (sm.reserved < smallest.reserved) smallest = sm;
     }
     if (!found) {
         if (smallest.reserved != SIZE_MAX)
             *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg,
-                                   smallest.micro,    smallest.prec, smallest.offload};
+                                   smallest.micro,    smallest.prec, smallest.offload,
+                                   smallest.head_rows};
         return NULL;
     }
     fr_step_opts o = *opts;
@@ -550,17 +616,21 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
     o.micro_batch = best.micro;
     o.precision = best.prec;
     o.offload = best.offload;
+    o.head_rows = best.head_rows;
     fr_step *s = fr_step_build(m, &o);
     fr_mem_empty_cache(m->ctx); /* what building freed is not the step's to hold */
     return s;
 }
 
 int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
-    return snprintf(buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s%s",
-                    mode_name(n->mode), n->arg ? " " : "", n->arg, n->micro,
-                    fr_precision_name(n->prec),
-                    n->offload & FR_OFFLOAD_OPTIMIZER ? ", the optimizer on the host" : "",
-                    n->offload & FR_OFFLOAD_ACTIVATIONS ? ", saved activations on the host" : "");
+    char head[48] = "";
+    if (n->head_rows > 0) snprintf(head, sizeof head, ", --fused-head %d", n->head_rows);
+    else if (n->head_rows < 0) snprintf(head, sizeof head, ", --fused-head auto");
+    return snprintf(
+        buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s%s%s", mode_name(n->mode),
+        n->arg ? " " : "", n->arg, n->micro, fr_precision_name(n->prec),
+        n->offload & FR_OFFLOAD_OPTIMIZER ? ", the optimizer on the host" : "",
+        n->offload & FR_OFFLOAD_ACTIVATIONS ? ", saved activations on the host" : "", head);
 }
 
 fr_status fr_plan_refuse(fr_ctx *ctx, const fr_step_opts *opts, const fr_plan_need *need) {
@@ -690,6 +760,24 @@ static void describe_offload(const fr_step *s, double step_flops, int recomputed
                                "at less cost)");
 }
 
+/* The fused head of the plan (--fused-head): its rows a chunk (0: none),
+ * the logits it never stores (B T V 4 bytes a micro-batch), the workspace
+ * of its chunk instead (the larger of the forward's and backward's). */
+static int head_of(const fr_step *s, size_t *logits, size_t *ws) {
+    int rows = 0;
+    *logits = *ws = 0;
+    for (int i = 0; i < s->plan.n_nodes; i++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[i]];
+        if (nd->op != FR_OP_LINEAR_CE && nd->op != FR_OP_LINEAR_CE_BWD) continue;
+        const fr_shape *w = &s->g.vals[nd->in[1]].shape;
+        rows = (int)fr_op_ce_chunk_rows(&s->g, nd);
+        *logits = (size_t)(fr_shape_numel(&s->g.vals[nd->in[0]].shape) / w->d[1] * w->d[0]) * 4;
+        size_t b = fr_value_bytes(&s->g.vals[nd->out[nd->op == FR_OP_LINEAR_CE ? 2 : 4]]);
+        if (b > *ws) *ws = b;
+    }
+    return rows;
+}
+
 /* Whether the plan says how bf16-mixed and fp32 compare: under a budget
  * (where --precision auto chooses), for a training step in either. */
 static int weighs_precision(const fr_step *s) {
@@ -730,6 +818,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
         info.extra_flops / (base > 0 ? base : 1); /* relative to the step without recompute */
     double split = split_cost(s);                 /* relative to the whole-batch step */
     char h[8][32];
+    size_t head_logits, head_ws;
+    const int head_rows = head_of(s, &head_logits, &head_ws);
     if (json) {
         fprintf(out,
                 "{\"batch\": %d, \"precision\": \"%s\", \"micro_batch\": %d, \"accumulate\": %d, "
@@ -740,12 +830,14 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"arena_bytes\": %zu, "
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
-                "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", ",
+                "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", \"fused_head_rows\": %d, "
+                "\"fused_head_logits_bytes\": %zu, \"fused_head_cost\": %.6f, ",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, n_remade, frac,
-                split, frac + split, base, inplace, info.arena, info.reserved, total, s->o.budget,
-                s->opt.n_fused, fused_bytes(s), s->opt.upd_ws_len * sizeof(float),
-                offload_name(s->o.offload));
+                split, frac + split + head_cost(s, base), base, inplace, info.arena, info.reserved,
+                total, s->o.budget, s->opt.n_fused, fused_bytes(s),
+                s->opt.upd_ws_len * sizeof(float), offload_name(s->o.offload), head_rows,
+                head_logits, head_cost(s, base));
         if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
             double bw, fl, w, copy, exposed;
             rates(s, &bw, &fl, &w);
@@ -812,9 +904,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     fprintf(out, " -> %d unit forwards recomputed per micro-batch", info.recomputed_units);
     if (n_remade)
         fprintf(out, "; %d cheap ops' outputs remade before their backward (selective)", n_remade);
+    const double head = head_cost(s, base);
     fprintf(out,
             "\nextra cost: %.1f%% of the whole-batch step's time: %.1f%% more FLOPs (recomputed)",
-            100 * (frac + split), 100 * frac);
+            100 * (frac + split + head), 100 * frac);
+    if (head_rows) fprintf(out, " + %.1f%% for the fused head", 100 * head);
     if (info.accumulate > 1)
         fprintf(out,
                 " + %.1f%% from splitting (every node runs %d times, each linear GEMM with %d "
@@ -849,6 +943,14 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     }
     if (fr_place_second_memory(s->ctx)) /* what offload would move to the host */
         describe_offload(s, base, info.recomputed_units > 0, out);
+    if (head_rows)
+        fprintf(out,
+                "fused head: %s and the loss in chunks of %d rows: its %s of logits a "
+                "micro-batch and their gradient never stored, a %s chunk instead; the logits "
+                "made again in backward and the chunks' GEMMs cost %.1f%% more time\n",
+                m->layers[m->n_layers - 1].name, head_rows,
+                fr_human_bytes(head_logits, h[6], sizeof h[6]),
+                fr_human_bytes(head_ws, h[7], sizeof h[7]), 100 * head_cost(s, base));
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
     if (s->opt.n_fused && !s->opt.upd_ws_len)
         fprintf(out,

@@ -125,6 +125,7 @@ fr_status fr_source_evaluate_sums(fr_source *s, fr_model *m, int batch, int64_t 
     fr_status st = fr_batches_open(s, 0, batch, 0, FR_EVAL_QUEUE, limit, &b);
     if (st) return st;
     fr_step_opts so = {0};
+    so.head_rows = s->head_rows;
     so.batch = b.batch; /* with ranks: the largest slice of it, ceil(batch/ranks) */
     if (s->ranks > 1) so.batch = (b.batch + s->ranks - 1) / s->ranks;
     fr_step *e = fr_step_compile(m, &so);

@@ -20,6 +20,7 @@ typedef struct fr_source {
     size_t handles;    /* bytes the open data holds, measured */
     int rank, ranks;   /* data parallel: the loaders give this rank's slice (0 ranks: all) */
     int eval_progress; /* 1: an evaluation redraws its progress on stderr (a terminal) */
+    int head_rows;     /* the eval step's fused head (fr_step_opts.head_rows) */
 } fr_source;
 
 /* Open what cfg names for model m (a token model reads cfg->data as text,

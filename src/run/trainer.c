@@ -499,6 +499,7 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
         src.rank = rank, src.ranks = ranks;
     }
     src.eval_progress = cfg->progress > 0 && !cfg->json; /* a long evaluation's bar */
+    src.head_rows = cfg->step.head_rows;
     int tokens = src.tokens != NULL;
     res->tokens = tokens;
     if (cfg->freeze && (st = fr_model_freeze(m, cfg->freeze))) goto done;

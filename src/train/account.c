@@ -140,7 +140,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         r += fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->input])) +
              fr_mem_class_bytes(dm, fr_value_bytes(&g->vals[g->label]));
     if (s->plan.arena_bytes) r += fr_mem_class_bytes(dm, s->plan.arena_bytes);
-    if (s->m->loss == FR_LOSS_CROSS_ENTROPY) /* fr_backend.hits' count */
+    if (s->m->loss == FR_LOSS_CROSS_ENTROPY && g->hits < 0) /* fr_backend.hits' count */
         r += fr_mem_class_bytes(dm, FR_HITS_SCRATCH);
     if (fr_place_scratch_floats(s))
         r += fr_mem_class_bytes(dm, fr_place_scratch_floats(s) * sizeof(float));

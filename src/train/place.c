@@ -103,6 +103,12 @@ fr_status fr_step_hits_of(fr_step *s, int n, int *hits) {
     const fr_backend *be = fr_backend_of(s->ctx);
     *hits = 0;
     if (s->m->loss != FR_LOSS_CROSS_ENTROPY) return FR_OK;
+    if (g->hits >= 0) { /* the fused head counted them (over the bound n samples) */
+        int32_t h32 = 0;
+        fr_status st = fr_exec_read(&s->ex, g->hits, 0, &h32, sizeof h32);
+        *hits = (int)h32;
+        return st;
+    }
     fr_tensor z = fr_exec_tensor(&s->ex, g->logits), y = fr_exec_tensor(&s->ex, g->label);
     if (z.dtype != FR_F32 || y.dtype != FR_I32)
         return fr_fail(s->ctx, FR_ERR_ARG,

@@ -303,7 +303,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     s->pv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->pv, FR_MEM_OTHER);
     s->gv = fr_alloc(ctx, (m->n_params + 1) * sizeof *s->gv, FR_MEM_OTHER);
     if (!s->pv || !s->gv) goto fail;
-    if ((st = fr_model_build_graph(m, &s->g, micro, opts->training, s->pv))) goto fail;
+    if ((st = fr_model_build_graph(m, &s->g, micro, opts->training, opts->head_rows, s->pv)))
+        goto fail;
     for (size_t i = 0; i < m->n_params; i++) s->gv[i] = -1;
     int any_trainable = 0;
     if (opts->training) {
@@ -380,6 +381,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
     keep[s->g.loss] = 1;
     if (s->g.logits >= 0) keep[s->g.logits] = 1; /* a head fused with its loss makes none */
+    if (s->g.hits >= 0) keep[s->g.hits] = 1;     /* and counts the hits itself */
     if ((st = fr_plan_build(&s->g, keep, order, n_order, &s->plan))) goto fail;
     if ((st = plan_fused_updates(s))) goto fail;
     plan_gemm_scratch(s);
@@ -452,10 +454,11 @@ void fr_step_scaler(const fr_step *s, float *scale, uint64_t *skipped) {
     if (skipped) *skipped = s->opt.scaler.skipped;
 }
 
-/* Rows of outputs a sample has: 1, or its positions (a token model). */
+/* Rows of outputs (labels) a sample has: 1, or its positions (a token
+ * model); from the labels, as the logits may never be made (a fused head). */
 static int64_t rows_per_sample(const fr_step *s) {
-    const fr_shape *z = &s->g.vals[s->g.logits].shape;
-    return fr_shape_numel(z) / z->d[z->ndim - 1] / z->d[0];
+    const fr_shape *y = &s->g.vals[s->g.label].shape;
+    return y->d[0] ? fr_shape_numel(y) / y->d[0] : 0;
 }
 
 void fr_step_set_loss_scale(fr_step *s, float scale) {

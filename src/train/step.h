@@ -93,6 +93,7 @@ typedef struct fr_plan_need {
     int arg, micro;
     fr_precision prec;
     fr_offload offload;
+    int head_rows; /* the fused head's rows a chunk (fr_step_opts.head_rows) */
 } fr_plan_need;
 /* The planner's choice built but not materialized (nothing of the model
  * allocated); NULL with *need set when nothing fits (no message: the caller

@@ -1,6 +1,7 @@
 /* kernels.h — the CPU kernels, one op family per file, declared below in
  * this order: linear.c, conv.c, pool.c, activation.c (ADD too), norm.c,
- * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c,
+ * dropout.c, copy.c, offload.c (OFFLOAD, FETCH), cast.c, loss.c (its row
+ * arithmetic in ce_row.h, shared with linear_ce.c: the head fused with it),
  * embedding.c, attention.c, optim.c (SGD and Adam on flat arrays), grad.c
  * (unscale, sum of squares and scale of a whole gradient) and optim_state.c
  * (Adam over compressed moments). OPTIM_STEP has no kernel (the optimizer
@@ -171,6 +172,14 @@ int fr_k_mse_bwd(fr_kernel_call *c);
  * maximum (strict >: ties go to the earliest, NaNs are passed over; a row
  * starting with NaN counts as class 0) is at y[n]. */
 int64_t fr_k_argmax_hits(const float *z, const int32_t *y, int64_t rows, int64_t C);
+
+/* linear_ce.c — the head fused with its cross-entropy (ops.h: LINEAR_CE):
+ * LINEAR_CE      in: x (N,C), W (V,C), b (V)|absent, y (N) i32   out: loss (1), hits (1) i32, ws
+ * LINEAR_CE_BWD  in: x, W, b, y          out: dx (N,C), dW (V,C), db (V), (none), ws
+ * R = attr.rows logits rows a chunk; ws floats: R V + 2 N (forward), R V + 2 V (backward). */
+int fr_k_linear_ce(fr_kernel_call *c);
+int fr_k_linear_ce_bwd(fr_kernel_call *c);
+#define FR_K_LINEAR_CE_WS(R, N, V, bwd) ((R) * (V) + 2 * ((bwd) ? (V) : (N)))
 
 /* embedding.c — a GPT's input lookups. Ids outside the table are an
  * FR_ERR_ARG naming the sample and position.

@@ -62,6 +62,14 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
         if (j != (n->op == FR_OP_QLINEAR ? 1 : 3) || f->attr.shape.ndim != 2) return 0;
         return (int64_t)fr_qgemm_ws_floats(f->attr.shape.d[0], f->attr.shape.d[1],
                                            fr_get_threads(g->ctx));
+    case FR_OP_LINEAR_CE:
+    case FR_OP_LINEAR_CE_BWD: {
+        const int bwd = n->op == FR_OP_LINEAR_CE_BWD;
+        const fr_shape *w = &g->vals[f->in[1]].shape;
+        if (j != (bwd ? 4 : 2) || w->ndim != 2 || w->d[1] < 1) return 0;
+        const int64_t N = fr_shape_numel(x) / w->d[1];
+        return FR_K_LINEAR_CE_WS(fr_op_ce_chunk_rows(g, n), N, w->d[0], bwd);
+    }
     case FR_OP_ATTENTION_KV:
         if (j != 1 || n->attr.heads < 1) return 0;
         return fr_attention_kv_ws((int)x->d[1], n->attr.heads, (int)g->vals[n->in[1]].shape.d[2],

@@ -36,6 +36,8 @@ static int64_t cl_ws(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_QLINEAR_BWD: return fr_cl_ws_qlinear(g, n, j);
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD: return j == 2 ? fr_cl_ws_attention(g, n, j) : 0;
+    case FR_OP_LINEAR_CE:
+    case FR_OP_LINEAR_CE_BWD: return fr_cl_ws_linear_ce(g, n, j);
     default: return 0;
     }
 }

@@ -1,5 +1,6 @@
-/* gemm.c (opencl) — LINEAR, LINEAR_BWD, CONV2D and CONV2D_BWD on an OpenCL
- * device: the products by CLBlast's SGEMM on the device's queue, the rest
+/* gemm.c (opencl) — LINEAR, LINEAR_BWD, CONV2D, CONV2D_BWD and the head fused
+ * with its loss (LINEAR_CE, LINEAR_CE_BWD: its chunks' GEMMs here, its rows
+ * by reduce.cl) on an OpenCL device: the products by CLBlast's SGEMM on the device's queue, the rest
  * by gemm.cl (bias seeding, bias gradients, im2col, col2im, the plain SGD
  * step), with the CPU kernels' semantics (linear.c, conv.c): absent outputs
  * skipped, accumulate bits, the same shape errors. It owns the size of the
@@ -637,8 +638,183 @@ int64_t fr_cl_ws_gemm(const fr_graph *g, const fr_node *n) {
         }
         break;
     }
+    case FR_OP_LINEAR_CE:
+    case FR_OP_LINEAR_CE_BWD: { /* a chunk's GEMMs: its logits, then dz W and dz^T x */
+        const fr_shape *w = &g->vals[f->in[1]].shape;
+        if (w->ndim != 2 || w->d[1] <= 0 || w->d[0] <= 0) return 0;
+        const int64_t V = w->d[0], C = w->d[1], R = fr_op_ce_chunk_rows(g, n);
+        const int64_t N = fr_shape_numel(&g->vals[f->in[0]].shape) / C;
+        const int64_t rows[2] = {R, R > 0 && N % R ? N % R : R}; /* a chunk, the last one */
+        cl_command_queue q = fr_cl_queue(fr_cl_of(g->ctx));
+        for (int i = 0; i < 2; i++) {
+            bytes = max_sz(bytes, plan_temp(q, 0, 1, rows[i], V, C, C, C, V));
+            if (n->op == FR_OP_LINEAR_CE_BWD)
+                bytes = max_sz(max_sz(bytes, plan_temp(q, 0, 0, rows[i], C, V, V, C, C)),
+                               plan_temp(q, 1, 0, V, C, rows[i], V, C, C));
+        }
+        break;
+    }
     default: return 0;
     }
     if (bytes == SIZE_MAX) return 0; /* CLBlast cannot size it: the kernel will say so */
     return (int64_t)((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+/* ---- the head fused with its loss: LINEAR_CE, LINEAR_CE_BWD ---- */
+
+/* Workspace (floats; backend.c's cl_ws sizes it with fr_cl_ws_linear_ce):
+ *   forward  [2 N: each row's lse - z[y] (reduce.cl's acc_t) | N: its hit flag | R V: logits]
+ *   backward [2 V: db's column sums (acc_t) | R V: a chunk's logits, then dz] */
+int64_t fr_cl_ws_linear_ce(const fr_graph *g, const fr_node *n, int j) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    const int bwd = n->op == FR_OP_LINEAR_CE_BWD;
+    const fr_shape *w = &g->vals[f->in[1]].shape;
+    if (j != (bwd ? 4 : 2) || w->ndim != 2 || w->d[1] < 1) return 0;
+    const int64_t N = fr_shape_numel(&g->vals[f->in[0]].shape) / w->d[1], V = w->d[0];
+    return fr_op_ce_chunk_rows(g, n) * V + (bwd ? 2 * V : 3 * N);
+}
+
+#define RWG 64 /* reduce.cl's work-group size */
+
+/* reduce.cl's kernel `name` with the arguments set, over `groups` work-groups
+ * of RWG lanes (one_per_item: over n work-items, the implementation's groups) */
+#define LAUNCH_R(c, name, n, one_per_item, ...)                                              \
+    do {                                                                                     \
+        fr_cl *cl_ = fr_cl_of((c)->ctx);                                                     \
+        cl_kernel k_ = fr_cl_kernel((c)->ctx, cl_, "reduce", (name));                        \
+        if (!k_) return FR_ERR_ARG;                                                          \
+        int st_ = FR_CL_ARGS((c)->ctx, k_, __VA_ARGS__);                                     \
+        if (st_) return st_;                                                                 \
+        size_t g_ = (size_t)(n), l_ = RWG;                                                   \
+        if (!(one_per_item)) g_ *= RWG;                                                      \
+        else g_ = (g_ + RWG - 1) / RWG * RWG;                                                \
+        if (g_ && (st_ = fr_cl_run((c)->ctx, cl_, k_, 1, &g_, (one_per_item) ? NULL : &l_))) \
+            return st_;                                                                      \
+    } while (0)
+
+/* the N labels in [0, V), read back a block at a time (this waits for the
+ * queue); the CPU's message for the first one outside */
+static int lce_labels(fr_kernel_call *c, const char *op, int64_t N, int64_t V) {
+    enum { BLK = 1024 };
+    int32_t b[BLK];
+    const fr_tensor *t = &c->in[3];
+    for (int64_t lo = 0; lo < N; lo += BLK) {
+        const int64_t cnt = N - lo < BLK ? N - lo : BLK;
+        int st =
+            fr_cl_read(c->ctx, fr_cl_of(c->ctx), fr_cl_mem(t),
+                       t->off + (size_t)lo * sizeof(int32_t), b, (size_t)cnt * sizeof(int32_t));
+        if (st) return st;
+        for (int64_t i = 0; i < cnt; i++)
+            if (b[i] < 0 || b[i] >= V) return fr_kcheck_linear_ce_label(c, op, lo + i, b[i], V);
+    }
+    return FR_OK;
+}
+
+/* z (r, V) at float offset zoff of the workspace = x[n0 : n0 + r] W^T + b */
+static int lce_logits(fr_kernel_call *c, const char *op, const fr_tensor *ws, size_t zoff,
+                      int64_t n0, int64_t r, int64_t C, int64_t V) {
+    const fr_tensor *x = &c->in[0], *w = &c->in[1], *b = &c->in[2];
+    fr_tensor zt = *ws;
+    zt.off += zoff * sizeof(float);
+    int st;
+    if (b->buf && (st = bias_fill(c, &zt, b, r * V, V, 1))) return st;
+    if (C == 0) return b->buf ? FR_OK : zero_tensor(c, &zt, r * V);
+    return gemm(c, op, scratch_of(c, 0), 0, 1, (size_t)r, (size_t)V, (size_t)C,
+                mat_at(mat_of(x, (size_t)C), (size_t)(n0 * C)), mat_of(w, (size_t)C),
+                b->buf ? 1.0f : 0.0f, mat_of(&zt, (size_t)V));
+}
+
+// x is (N,C) or (B,T,C), W is (V,C), b is (V) or absent, y is (N) i32 (fr_k_linear_ce):
+// per chunk of R rows the logits by CLBlast, lce_rows a row each; lce_sum in the CPU's blocks
+int fr_cl_k_linear_ce(fr_kernel_call *c) {
+    fr_ce_dims d;
+    int st = fr_kcheck_linear_ce(c, "linear_ce", 2, 3, 0, &d);
+    if (st) return st;
+    for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_ce", &c->in[i], "input");
+    if (st || (st = lce_labels(c, "linear_ce", d.N, d.V))) return st;
+    const int64_t N = d.N, C = d.C, V = d.V, R = d.R;
+    const fr_tensor *ws = &c->out[2];
+    cl_mem lm = fr_cl_mem(&c->out[0]), hm = fr_cl_mem(&c->out[1]), wm = fr_cl_mem(ws),
+           ym = fr_cl_mem(&c->in[3]);
+    cl_ulong lo = fr_cl_off(&c->out[0]), ho = hm ? c->out[1].off / sizeof(int32_t) : 0,
+             wo = fr_cl_off(ws), yo = c->in[3].off / sizeof(int32_t);
+    if (N == 0 || V == 0) {
+        if (hm && (st = fr_cl_zero(c->ctx, fr_cl_of(c->ctx), hm, c->out[1].off, 4))) return st;
+        return fr_cl_zero(c->ctx, fr_cl_of(c->ctx), lm, c->out[0].off, sizeof(float));
+    }
+    const size_t zoff = (size_t)(3 * N);
+    cl_long n = N, v = V;
+    for (int64_t n0 = 0; n0 < N; n0 += R) {
+        const int64_t r = N - n0 < R ? N - n0 : R;
+        if ((st = lce_logits(c, "linear_ce", ws, zoff, n0, r, C, V))) return st;
+        cl_ulong zo = wo + zoff;
+        cl_long first = n0;
+        LAUNCH_R(c, "lce_rows", r, 0, sizeof wm, &wm, sizeof zo, &zo, sizeof ym, &ym, sizeof yo,
+                 &yo, sizeof wm, &wm, sizeof wo, &wo, sizeof n, &n, sizeof first, &first, sizeof v,
+                 &v);
+    }
+    LAUNCH_R(c, "lce_sum", 1, 0, sizeof wm, &wm, sizeof wo, &wo, sizeof n, &n, sizeof lm, &lm,
+             sizeof lo, &lo, sizeof hm, &hm, sizeof ho, &ho);
+    return FR_OK;
+}
+
+// the backward of fr_cl_k_linear_ce (fr_k_linear_ce_bwd): per chunk the logits again,
+// dz in place by reduce.cl's cross_entropy_bwd (its divisor N, the chunk's rows),
+// dx = dz W and dW += dz^T x by CLBlast, db's sums in acc_t across the chunks
+int fr_cl_k_linear_ce_bwd(fr_kernel_call *c) {
+    fr_ce_dims d;
+    int st = fr_kcheck_linear_ce(c, "linear_ce_bwd", 4, 0, 2, &d);
+    if (st) return st;
+    for (int i = 0; i < 3 && !st; i++) st = need_f32(c, "linear_ce_bwd", &c->in[i], "input");
+    if (st || (st = lce_labels(c, "linear_ce_bwd", d.N, d.V))) return st;
+    if (c->node->update)
+        return fr_fail(c->ctx, FR_ERR_ARG, "linear_ce_bwd: no optimizer step inside this kernel");
+    const int64_t N = d.N, C = d.C, V = d.V, R = d.R;
+    const fr_tensor *dx = &c->out[0], *dw = &c->out[1], *db = &c->out[2], *ws = &c->out[4];
+    const int ax = acc_bit(c, 0), aw = acc_bit(c, 1), ab = acc_bit(c, 2);
+    if (N == 0 || V == 0) {
+        if (dx->buf && !ax && N * C > 0 && (st = zero_tensor(c, dx, N * C))) return st;
+        if (dw->buf && !aw && V * C > 0 && (st = zero_tensor(c, dw, V * C))) return st;
+        if (db->buf && !ab && V && (st = zero_tensor(c, db, V))) return st;
+        return FR_OK;
+    }
+    const size_t zoff = (size_t)(2 * V);
+    cl_mem wm = fr_cl_mem(ws), ym = fr_cl_mem(&c->in[3]);
+    cl_ulong wo = fr_cl_off(ws), yo = c->in[3].off / sizeof(int32_t), zo = wo + zoff;
+    cl_long n = N, v = V;
+    cl_float scale = c->node->attr.scale;
+    cl_int acc0 = 0;
+    const mat z = {wm, (size_t)zo, (size_t)V};
+    for (int64_t n0 = 0; n0 < N; n0 += R) {
+        const int64_t r = N - n0 < R ? N - n0 : R;
+        if ((st = lce_logits(c, "linear_ce_bwd", ws, zoff, n0, r, C, V))) return st;
+        cl_ulong yo0 = yo + (cl_ulong)n0;
+        LAUNCH_R(c, "cross_entropy_bwd", r, 0, sizeof wm, &wm, sizeof zo, &zo, sizeof ym, &ym,
+                 sizeof yo0, &yo0, sizeof wm, &wm, sizeof zo, &zo, sizeof n, &n, sizeof v, &v,
+                 sizeof scale, &scale, sizeof acc0, &acc0);
+        if (dx->buf && C > 0 &&
+            (st = gemm(c, "linear_ce_bwd", scratch_of(c, 0), 0, 0, (size_t)r, (size_t)C, (size_t)V,
+                       z, mat_of(&c->in[1], (size_t)C), ax ? 1.0f : 0.0f,
+                       mat_at(mat_of(dx, (size_t)C), (size_t)(n0 * C)))))
+            return st;
+        if (dw->buf && C > 0 &&
+            (st = gemm(c, "linear_ce_bwd", scratch_of(c, 0), 1, 0, (size_t)V, (size_t)C, (size_t)r,
+                       z, mat_at(mat_of(&c->in[0], (size_t)C), (size_t)(n0 * C)),
+                       n0 == 0 && !aw ? 0.0f : 1.0f, mat_of(dw, (size_t)C))))
+            return st;
+        if (db->buf) {
+            cl_long rr = r;
+            cl_int first = n0 == 0;
+            LAUNCH_R(c, "lce_db_add", V, 1, sizeof wm, &wm, sizeof zo, &zo, sizeof wm, &wm,
+                     sizeof wo, &wo, sizeof rr, &rr, sizeof v, &v, sizeof first, &first);
+        }
+    }
+    if (db->buf) {
+        cl_mem dbm = fr_cl_mem(db);
+        cl_ulong dbo = fr_cl_off(db);
+        cl_int acc = ab;
+        LAUNCH_R(c, "lce_db_store", V, 1, sizeof wm, &wm, sizeof wo, &wo, sizeof dbm, &dbm,
+                 sizeof dbo, &dbo, sizeof v, &v, sizeof acc, &acc);
+    }
+    return FR_OK;
 }

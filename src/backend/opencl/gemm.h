@@ -19,6 +19,9 @@ int64_t fr_cl_ws_conv2d_bwd(const fr_graph *g, const fr_node *n, int j);
  * node (j = 3): a tile of the dequantized weight's rows (about 4 MiB, at
  * least one row); 0 for any other j. */
 int64_t fr_cl_ws_qlinear(const fr_graph *g, const fr_node *n, int j);
+/* Floats of workspace output j of a LINEAR_CE node (j = 2) or its backward
+ * (j = 4): a chunk's logits and the row or column sums (gemm.c); 0 else. */
+int64_t fr_cl_ws_linear_ce(const fr_graph *g, const fr_node *n, int j);
 
 /* Floats of the step's GEMM scratch node n needs (the backend's ws_elems
  * with j = -1; gemm.c's top comment): the largest temporary buffer CLBlast

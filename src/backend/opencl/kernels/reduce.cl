@@ -295,6 +295,92 @@ cross_entropy_bwd(__global const float *z, ulong z_off, __global const int *lab,
     }
 }
 
+/* ---- the head fused with its loss (LINEAR_CE, gemm.c): a chunk's rows ---- */
+
+/* Row n0 + i of a chunk of logits z (rows of V): term[n0 + i] = logsumexp(z_i)
+ * - z_i[y] (acc_t) and hit[n0 + i] = whether its first argmax (strict >, as
+ * `hits`) is y. One work-group per row. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+lce_rows(__global const float *z, ulong z_off, __global const int *lab, ulong l_off,
+         __global float *ws, ulong ws_off, long N, long n0, long V) {
+    __local acc_t s[WG];
+    __local float sm[WG];
+    __local long si[WG];
+    const long i = get_group_id(0), n = n0 + i;
+    const int l = get_local_id(0);
+    __global const float *zr = z + z_off + i * V;
+    float m = zr[0];
+    for (long j = l; j < V; j += WG)
+        if (zr[j] > m) m = zr[j];
+    const float mx = wg_max(sm, m);
+    acc_t a = 0;
+    for (long j = l; j < V; j += WG) a += exp((acc_t)zr[j] - mx);
+    const acc_t lse = (acc_t)mx + log(wg_sum(s, a));
+    long first = V; /* the first index holding the maximum (a NaN never does) */
+    for (long j = l; j < V && first == V; j += WG)
+        if (zr[j] == mx) first = j;
+    si[l] = first;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = WG / 2; h > 0; h >>= 1) {
+        if (l < h && si[l + h] < si[l]) si[l] = si[l + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (l == 0) {
+        const int y = lab[l_off + n];
+        const long best = zr[0] != zr[0] || si[0] == V ? 0 : si[0];
+        __global acc_t *term = (__global acc_t *)(ws + ws_off);
+        __global int *hit = (__global int *)(ws + ws_off + 2 * N);
+        term[n] = lse - (acc_t)zr[y];
+        hit[n] = best == y;
+    }
+}
+
+/* loss = (1/N) sum of the N terms over the CPU's 64 fixed blocks, in order;
+ * hits = the count of the N flags. One work-group. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+lce_sum(__global float *ws, ulong ws_off, long N, __global float *loss, ulong loss_off,
+        __global int *hits, ulong h_off) {
+    __local acc_t part[WG];
+    __local long cnt[WG];
+    const int b = get_local_id(0);
+    __global const acc_t *term = (__global const acc_t *)(ws + ws_off);
+    __global const int *hit = (__global const int *)(ws + ws_off + 2 * N);
+    acc_t s = 0;
+    long c = 0;
+    for (long n = N * b / WG; n < N * (b + 1) / WG; n++) s += term[n], c += hit[n];
+    part[b] = s;
+    cnt[b] = c;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (b == 0) {
+        acc_t t = 0;
+        long h = 0;
+        for (int i = 0; i < WG; i++) t += part[i], h += cnt[i];
+        loss[loss_off] = (float)(t / (acc_t)N);
+        if (hits) hits[h_off] = (int)h;
+    }
+}
+
+/* sums[j] (acc_t) = (first ? 0 : sums[j]) + the r rows of dz's column j, in
+ * order; one work-item per column */
+__kernel void lce_db_add(__global const float *dz, ulong dz_off, __global float *ws, ulong ws_off,
+                         long r, long V, int first) {
+    const long j = get_global_id(0);
+    if (j >= V) return;
+    __global acc_t *sums = (__global acc_t *)(ws + ws_off);
+    acc_t s = first ? 0 : sums[j];
+    for (long i = 0; i < r; i++) s += dz[dz_off + i * V + j];
+    sums[j] = s;
+}
+
+/* db[j] = sums[j] (or added into db: acc) */
+__kernel void lce_db_store(__global const float *ws, ulong ws_off, __global float *db,
+                           ulong db_off, long V, int acc) {
+    const long j = get_global_id(0);
+    if (j >= V) return;
+    const acc_t s = ((__global const acc_t *)(ws + ws_off))[j];
+    db[db_off + j] = (float)(acc ? (acc_t)db[db_off + j] + s : s);
+}
+
 /* loss = (1/n) sum (p - t)^2 over the CPU's 64 fixed blocks, in order */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 mse(__global const float *p, ulong p_off, __global const float *t, ulong t_off,
