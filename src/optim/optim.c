@@ -60,10 +60,7 @@ struct fr_optim *fr_optim_of(fr_model *m) {
 }
 
 size_t fr_optim_held_bytes(const fr_model *m, size_t i) {
-    const fr_param *p = &m->params[i];
-    size_t n = (size_t)fr_shape_numel(&p->shape);
-    if (p->dtype != FR_F32) return n * fr_dtype_size(p->dtype);
-    return fr_state_bytes((fr_state_kind)fr_optp(m, i)->state_kind, n);
+    return m->optim && m->optim->p[i].state[0] ? m->optim->p[i].state_bytes : 0;
 }
 
 size_t fr_optim_meta_bytes(const fr_model *m, int reserved) {
@@ -150,7 +147,7 @@ fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_m
         if (!b) continue;
         q->state_off =
             fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
-        q->state_kind = kind;
+        q->state_kind = kind, q->state_bytes = b;
         for (int k = 0; k < ns; k++) q->state[k] = o->state[k].buf;
     }
     return st;

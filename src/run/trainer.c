@@ -134,9 +134,10 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     snprintf(mine[3], AGREE_LEN, "%d", cfg->step.micro_batch);
     snprintf(mine[4], AGREE_LEN,
              "kind %s lr %.9g momentum %.9g dampening %.9g nesterov %d wd %.9g betas %.9g,%.9g eps "
-             "%.9g clip %.9g",
+             "%.9g clip %.9g decay %.9g eps2 %.9g d %.9g",
              fr_optim_name(o->kind), o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay,
-             o->beta1, o->beta2, o->eps, (double)cfg->step.clip_grad_norm);
+             o->beta1, o->beta2, o->eps, (double)cfg->step.clip_grad_norm, o->beta2_decay, o->eps2,
+             o->clip_threshold);
     snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->step.seed);
     snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->step.precision,
              (int)cfg->step.optim_state, (int)cfg->step.loss_scaling);

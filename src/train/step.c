@@ -275,6 +275,9 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
                 (int)opts->optim_state, (int)opts->loss_scaling);
         return NULL;
     }
+    if (opts->training &&
+        fr_optim_check(ctx, &opts->optim, opts->optim_state, opts->precision, opts->zero))
+        return NULL;
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
         /* model.half(): weights and biases stored in 16 bits from here on
          * (BatchNorm's running statistics stay f32: they are updated in place

@@ -213,6 +213,11 @@ void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opt
               int first_step);
 void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,
                int64_t step, int decoupled);
+/* adafactor.c — torch.optim.Adafactor's step on p (shape), g and its state
+ * region st (backend/state.h's fr_factored layout; exp_avg after it when
+ * o->beta1 != 0), step 1-based; bits independent of the thread count. */
+void fr_k_adafactor(float *p, const float *g, float *st, const fr_shape *shape,
+                    const fr_optim_opts *o, int64_t step);
 
 /* Adam's scalars for step `step` (1-based), formed as PyTorch forms them
  * from its Python floats (double): 1 - b1, 1 - b2, lr / (1 - b1^t),
