@@ -232,7 +232,7 @@ fr_status fr_optim_check(fr_ctx *ctx, const fr_optim_opts *o, fr_optim_state fmt
         !(o->beta1 >= 0 && o->beta1 < 1))
         return fr_fail(ctx, FR_ERR_ARG,
                        "%s: --clip-threshold %g must be > 0, --eps %g and --eps2 %g >= 0, "
-                       "--decay-rate %g <= 0 and --beta1 %g in [0, 1)",
+                       "--beta2-decay %g <= 0 and --beta1 %g in [0, 1)",
                        name, o->clip_threshold, o->eps, o->eps2, o->beta2_decay, o->beta1);
     return FR_OK;
 }

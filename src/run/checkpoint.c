@@ -762,7 +762,7 @@ static int run_settings(const fr_step *s, run_setting *r) {
     RS("eps", "--eps", RS_REAL, r, (double)o->eps);
     RS("weight_decay", "--weight-decay", RS_REAL, r, (double)o->weight_decay);
     if (o->kind == FR_OPTIM_ADAFACTOR) { /* only its files carry them */
-        RS("beta2_decay", "--decay-rate", RS_REAL, r, o->beta2_decay);
+        RS("beta2_decay", "--beta2-decay", RS_REAL, r, o->beta2_decay);
         RS("eps2", "--eps2", RS_REAL, r, o->eps2);
         RS("clip_threshold", "--clip-threshold", RS_REAL, r, o->clip_threshold);
     }
