@@ -53,18 +53,21 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
 
 /* Optimizer state for the step's trainable weights, for each choice side by
  * side: SGD none, momentum one copy, Adam two, in fp32, bf16 or int8 blocks
- * (tensors under one 2048-value block keep fp32). */
+ * (tensors under one 2048-value block keep fp32), Adafactor's factors (a row
+ * and a column vector a matrix, without its optional first moment). */
 typedef struct state_row {
     const char *name;
     size_t bytes;
 } state_row;
 
 static int state_rows(const fr_step *s, state_row *r, size_t *trainable) {
-    size_t params = 0, b16 = 0, b8 = 0;
+    size_t params = 0, b16 = 0, b8 = 0, af = 0;
+    const fr_optim_opts afo = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
     for (size_t i = 0; i < s->m->n_params; i++) {
         if (s->gv[i] < 0) continue;
         size_t n = (size_t)fr_shape_numel(&s->m->params[i].shape);
         params += n * 4;
+        af += 4 * fr_optim_state_elems(&afo, &s->m->params[i].shape);
         b16 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_BF16, n), n);
         b8 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_INT8, n), n);
     }
@@ -74,7 +77,8 @@ static int state_rows(const fr_step *s, state_row *r, size_t *trainable) {
     r[2] = (state_row){"adam/adamw fp32", 2 * params};
     r[3] = (state_row){"adam/adamw bf16", b16};
     r[4] = (state_row){"adam/adamw int8", b8};
-    return 5;
+    r[5] = (state_row){"adafactor", af};
+    return 6;
 }
 
 void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
@@ -113,7 +117,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         fprintf(out, "\n], \"predicted_peak\": {");
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
-        state_row sr[5];
+        state_row sr[6];
         size_t tp;
         int ns = state_rows(s, sr, &tp);
         fprintf(out,
@@ -175,7 +179,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 fr_optim_title(s->o.optim.kind), s->opt.n_fused,
                 fr_human_bytes(kept, b[5], sizeof b[5]));
     }
-    state_row sr[5];
+    state_row sr[6];
     size_t tp;
     int ns = state_rows(s, sr, &tp);
     fprintf(out, "\noptimizer state for these %s of trainable weights (precision %s):\n",
