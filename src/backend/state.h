@@ -81,6 +81,19 @@ static inline fr_factored fr_factored_of(const fr_shape *s) {
     f.first_at = f.second;
     return f;
 }
+/* A device's scratch for one step of such a parameter: the sums' partials
+ * (8 bytes each: the weights' in blocks of FR_FACTORED_CHUNK, or U^2's in
+ * blocks of it within each slice, the total after them), then the slices'
+ * max(mean_i r_i, eps1) (L floats) from *rden_at bytes. */
+#define FR_FACTORED_CHUNK 2048
+static inline size_t fr_factored_scratch(const fr_factored *f, size_t *rden_at) {
+    int64_t slices = f->factored ? f->L : 1, each = f->factored ? f->R * f->C : f->n;
+    int64_t cps = (each + FR_FACTORED_CHUNK - 1) / FR_FACTORED_CHUNK;
+    int64_t nb = (f->n + FR_FACTORED_CHUNK - 1) / FR_FACTORED_CHUNK;
+    size_t parts = (size_t)(slices * cps > nb ? slices * cps : nb) + 1;
+    if (rden_at) *rden_at = parts * 8;
+    return parts * 8 + (f->factored ? (size_t)f->L * 4 : 0);
+}
 /* The region's floats: the second moment and, with a first moment, exp_avg. */
 static inline size_t fr_factored_floats(const fr_factored *f, int first_moment) {
     return (size_t)(f->second + (first_moment ? f->n : 0));

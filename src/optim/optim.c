@@ -40,6 +40,7 @@ static void optim_free(fr_model *m) {
     block_free(m->ctx, &o->host_grads);
     for (int k = 0; k < 2; k++)
         block_free(m->ctx, &o->state[k]), block_free(m->ctx, &o->host_state[k]);
+    block_free(m->ctx, &o->scratch);
     fr_free(m->ctx, o->p);
     fr_free(m->ctx, o);
     m->optim = NULL;
@@ -153,6 +154,14 @@ fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_m
     return st;
 }
 
+fr_status fr_optim_alloc_scratch(fr_ctx *ctx, const fr_backend *be, fr_model *m, size_t bytes) {
+    struct fr_optim *o = fr_optim_of(m);
+    if (!o) return FR_ERR_NOMEM;
+    if (o->scratch.buf && o->scratch.bytes == bytes && o->scratch.be == be) return FR_OK;
+    block_free(ctx, &o->scratch);
+    return block_take(ctx, be, 0, bytes, FR_MEM_OPTIM, 0, &o->scratch);
+}
+
 void *fr_optim_host_grad(const fr_model *m, size_t i) {
     const struct fr_optim *o = m->optim;
     if (!o || !o->p[i].grad) return NULL;
@@ -206,6 +215,9 @@ fr_status fr_optim_step_param(fr_ctx *ctx, const fr_backend *be, const fr_optim_
     fr_tensor w = weights_t(&m->params[i]), state[2];
     for (int k = 0; k < 2; k++)
         state[k] = view_t(q->state[k], q->state_off, FR_F32, m->params[i].shape);
+    const fr_optim_block *sc = &m->optim->scratch; /* a whole-tensor rule's, on its backend */
+    if (fr_optim_whole_tensor(o) && sc->buf && sc->be == be)
+        state[1] = view_t(sc->buf, 0, FR_F32, fr_shape1((int64_t)(sc->bytes / 4)));
     return (fr_status)be->optim_update(ctx, o, t, &w, g, state, q->state_kind);
 }
 

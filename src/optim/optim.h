@@ -67,6 +67,7 @@ struct fr_optim {
     fr_optim_param *p;
     fr_optim_block grads, host_grads;
     fr_optim_block state[2], host_state[2];
+    fr_optim_block scratch; /* a device's step's scratch (fr_optim_scratch_bytes), or none */
 };
 
 /* The blocks take core/flat.h's layout (fr_flat_place: reverse parameter
@@ -102,6 +103,9 @@ fr_status fr_optim_alloc_host_grads(fr_ctx *ctx, fr_model *m);
 size_t fr_optim_state_block_bytes(const fr_model *m, fr_optim_state_fn size, const void *arg);
 fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m, int ns,
                                fr_optim_state_fn size, const void *arg);
+/* The step's scratch block in be's memory (bytes, category optimizer),
+ * made if absent or of another size; none for 0 bytes. */
+fr_status fr_optim_alloc_scratch(fr_ctx *ctx, const fr_backend *be, fr_model *m, size_t bytes);
 /* A device's blocks to their host copies (made if absent) and back:
  * fr_model_to_host and fr_model_to_device. */
 fr_status fr_optim_state_down(fr_model *m);
@@ -197,6 +201,12 @@ typedef struct fr_state_part {
 size_t fr_optim_state_elems(const fr_optim_opts *o, const fr_shape *s);
 int fr_optim_state_parts(const fr_optim_opts *o, const fr_shape *s,
                          fr_state_part out[FR_STATE_PARTS_MAX]);
+/* The scratch a device's step of a parameter of shape s takes (Adafactor:
+ * its sums' partials and per-slice floors, backend/state.h's
+ * fr_factored_scratch; 0 for an elementwise rule): the optimizer holds one
+ * block of the largest (fr_optim_alloc_scratch) and hands it to the
+ * backend's step as state[1]. */
+size_t fr_optim_scratch_bytes(const fr_optim_opts *o, const fr_shape *s);
 /* 1: the step needs a whole tensor (Adafactor's factored state): no ZeRO
  * shard, f32 weights, f32 state. */
 int fr_optim_whole_tensor(const fr_optim_opts *o);

@@ -176,6 +176,12 @@ size_t fr_optim_state_elems(const fr_optim_opts *o, const fr_shape *s) {
     return r->elems ? r->elems(o, s) : (size_t)fr_shape_numel(s);
 }
 
+size_t fr_optim_scratch_bytes(const fr_optim_opts *o, const fr_shape *s) {
+    if (!fr_optim_whole_tensor(o)) return 0;
+    fr_factored f = fr_factored_of(s);
+    return fr_factored_scratch(&f, NULL);
+}
+
 int fr_optim_state_parts(const fr_optim_opts *o, const fr_shape *s,
                          fr_state_part out[FR_STATE_PARTS_MAX]) {
     const fr_optim_rule *r = rule_of(o->kind);

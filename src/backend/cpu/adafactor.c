@@ -115,57 +115,67 @@ static float af_rden(const af_slice *a, float eps1) {
     return mean > eps1 ? mean : eps1;
 }
 
+fr_adafactor_consts fr_adafactor_setup(const fr_optim_opts *o, int64_t step, double sumsq_p,
+                                       int64_t n) {
+    fr_adafactor_consts c = {0};
+    const double t = (double)step;
+    const double eps1 = o->eps > 0 ? o->eps : 1.1920928955078125e-07; /* finfo(float32).eps */
+    c.w = (float)pow(t, o->beta2_decay), c.eps1 = (float)eps1, c.eps_sq = (float)(eps1 * eps1);
+    const double rho = fmin(o->lr, 1.0 / sqrt(t));
+    const double rms_p = (double)(float)sqrt(sumsq_p) / sqrt((double)n); /* .norm(2).item() */
+    c.alpha = fmax(o->eps2, rms_p) * rho;
+    c.shrink = (float)(1.0 - o->lr * o->weight_decay), c.decay = o->weight_decay != 0.0;
+    c.b1 = (float)o->beta1, c.keep = (float)(1.0 - o->beta1), c.first_moment = o->beta1 != 0.0;
+    return c;
+}
+
+void fr_adafactor_finish(fr_adafactor_consts *c, const fr_optim_opts *o, double sumsq_u,
+                         int64_t n) {
+    const double rms_u = (double)(float)sqrt(sumsq_u) / (sqrt((double)n) * o->clip_threshold);
+    const double denom = fmax(1.0, rms_u);
+    c->fden = (float)denom, c->falpha = (float)c->alpha, c->neg = (float)(-c->alpha / denom);
+}
+
 void fr_k_adafactor(float *p, const float *g, float *st, const fr_shape *shape,
                     const fr_optim_opts *o, int64_t step) {
     const fr_factored f = fr_factored_of(shape);
     if (f.n == 0) return;
-    const double t = (double)step;
-    const double eps1 = o->eps > 0 ? o->eps : 1.1920928955078125e-07; /* finfo(float32).eps */
-    const float w = (float)pow(t, o->beta2_decay), feps1 = (float)eps1;
-    const float eps_sq = (float)(eps1 * eps1);
-    const double rho = fmin(o->lr, 1.0 / sqrt(t));
-    const double rms_p =
-        (double)(float)sqrt(fr_k_grad_sumsq(p, FR_F32, (size_t)f.n)) / sqrt((double)f.n);
-    const double alpha = fmax(o->eps2, rms_p) * rho;
+    fr_adafactor_consts c =
+        fr_adafactor_setup(o, step, fr_k_grad_sumsq(p, FR_F32, (size_t)f.n), f.n);
     /* the second moment, then the sum of U^2 slice by slice */
     double sum_u = 0;
     const int64_t L = f.factored ? f.L : 1;
     for (int64_t l = 0; l < L; l++) {
-        af_slice a = af_slice_of(&f, g, st, l, eps_sq);
+        af_slice a = af_slice_of(&f, g, st, l, c.eps_sq);
         if (f.factored) {
-            af_factors(a.g, st + l * f.R, st + f.L * f.R + l * f.C, f.R, f.C, w);
-            a.rden = af_rden(&a, feps1);
+            af_factors(a.g, st + l * f.R, st + f.L * f.R + l * f.C, f.R, f.C, c.w);
+            a.rden = af_rden(&a, c.eps1);
         } else {
             float *v = st;
 #pragma omp parallel for schedule(static) if (f.n >= AF_PAR_MIN)
-            for (int64_t k = 0; k < f.n; k++) v[k] = lerpf(v[k], g[k] * g[k], w);
+            for (int64_t k = 0; k < f.n; k++) v[k] = lerpf(v[k], g[k] * g[k], c.w);
         }
         sum_u += af_sumsq_u(&a);
     }
-    const double rms_u = (double)(float)sqrt(sum_u) / (sqrt((double)f.n) * o->clip_threshold);
-    const double denom = fmax(1.0, rms_u);
-    const float shrink = (float)(1.0 - o->lr * o->weight_decay);
-    const int decay = o->weight_decay != 0.0;
-    const float fden = (float)denom, falpha = (float)alpha, b1 = (float)o->beta1,
-                keep = (float)(1.0 - o->beta1), neg = (float)(-alpha / denom);
+    fr_adafactor_finish(&c, o, sum_u, f.n);
     for (int64_t l = 0; l < L; l++) {
-        af_slice a = af_slice_of(&f, g, st, l, eps_sq);
-        if (f.factored) a.rden = af_rden(&a, feps1);
+        af_slice a = af_slice_of(&f, g, st, l, c.eps_sq);
+        if (f.factored) a.rden = af_rden(&a, c.eps1);
         float *pl = p + l * a.n;
-        if (o->beta1 != 0.0) { /* HF: u = U / denom * alpha; m = b1 m + (1 - b1) u; p -= m */
+        if (c.first_moment) { /* HF: u = U / denom * alpha; m = b1 m + (1 - b1) u; p -= m */
             float *m = st + f.first_at + l * a.n;
 #pragma omp parallel for schedule(static) if (a.n >= AF_PAR_MIN)
             for (int64_t k = 0; k < a.n; k++) {
-                float u = af_u(&a, k) / fden * falpha;
-                m[k] = m[k] * b1 + keep * u;
-                float pk = decay ? pl[k] * shrink : pl[k];
+                float u = af_u(&a, k) / c.fden * c.falpha;
+                m[k] = m[k] * c.b1 + c.keep * u;
+                float pk = c.decay ? pl[k] * c.shrink : pl[k];
                 pl[k] = pk - m[k];
             }
         } else {
 #pragma omp parallel for schedule(static) if (a.n >= AF_PAR_MIN)
             for (int64_t k = 0; k < a.n; k++) {
-                float pk = decay ? pl[k] * shrink : pl[k];
-                pl[k] = pk + neg * af_u(&a, k);
+                float pk = c.decay ? pl[k] * c.shrink : pl[k];
+                pl[k] = pk + c.neg * af_u(&a, k);
             }
         }
     }
