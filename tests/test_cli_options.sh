@@ -143,6 +143,8 @@ refuse "--beta1 is an Adam, AdamW and Adafactor option, not sgd" train --optimiz
 refuse "--beta2-decay '0.5'" train --optimizer adafactor --beta2-decay 0.5
 refuse "--clip-threshold '0'" train --optimizer adafactor --clip-threshold 0
 refuse "--beta1 '1'" train --optimizer adafactor --beta1 1
+refuse "--zero 1: adafactor's factored state belongs to whole matrices" estimate --optimizer adafactor --ranks 2 --zero 1
+refuse "--zero 2: adafactor's factored state" train --optimizer adafactor --zero 2
 accept train --lr 1e-3 --eps .5 --weight-decay 0
 # Empty values, missing values, unknown and abbreviated options.
 refuse "--freeze ''" train --freeze ''

@@ -899,6 +899,14 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (kind != FR_OPTIM_ADAFACTOR && (c->b2decay_set || c->eps2_set || c->clipth_set))
         return bad(cn, "--beta2-decay, --eps2 and --clip-threshold are Adafactor options, not %s",
                    opt_name);
+    if (fr_optim_whole_tensor(&c->t.step.optim) && c->zero >= 1) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "--zero %d: %s's factored state belongs to whole matrices, which ZeRO shards at "
+                 "any element; use --zero 0",
+                 c->zero, fr_optim_name(kind));
+        return bad(cn, "%s", why);
+    }
     if (kind == FR_OPTIM_SGD && c->beta1_set)
         return bad(cn, "--beta1 is an Adam, AdamW and Adafactor option, not %s", opt_name);
     c->t.step.optim.momentum = c->momentum;

@@ -234,6 +234,7 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     int first = 1;
     for (int k = 0; k <= 3; k++) {
         if (zero >= 0 && k != zero) continue;
+        if (k >= 1 && fr_optim_whole_tensor(&s->o.optim)) continue; /* Adafactor: refused */
         fr_rank_bytes r;
         fr_step_rank_bytes(s, ranks, k, &r);
         if (json)
@@ -249,5 +250,8 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
         first = 0;
     }
     if (json) fprintf(out, "]}\n");
+    else if (fr_optim_whole_tensor(&s->o.optim))
+        fprintf(out, "(%s's factored state is not sharded: stage 0 only)\n",
+                fr_optim_name(s->o.optim.kind));
     else fprintf(out, "(`mpirun -np %d frugal train --zero K` runs each stage)\n", ranks);
 }
