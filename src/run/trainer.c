@@ -481,7 +481,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     so.ranks = ranks;
     so.zero = ranks > 1 ? so.zero : 0;
     fr_rank_step_opts(&so, ranks); /* this rank's step */
-    if (cfg->step.precision == FR_PREC_FP16 && fr_optim_squares(&cfg->step.optim) && cfg->quiet < 2)
+    if (cfg->step.precision == FR_PREC_FP16 && fr_optim_squares(&cfg->step.optim) &&
+        !fr_optim_whole_tensor(&cfg->step.optim) && cfg->quiet < 2) /* (refused: fr_optim_check) */
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
                 "below 2.4e-4 underflow to 0 (smallest subnormal 6e-8) and eps=%g is not "
