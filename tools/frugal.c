@@ -360,13 +360,14 @@ static const opt_row opts[] = {
     {"optimizer:", NULL, O_SECTION, 0, NULL},
     {"optimizer", "NAME", O_OPT, C_STEP, "[adam]"}, /* after the rules' names: print_usage */
     {"lr", "X", O_LR, C_TRAIN | C_PROFILE,
-     "learning rate [sgd 0.01, adam/adamw 0.001; adafactor 0.01, the cap\n"
-     "of its relative step min(lr, 1/sqrt(t)) times max(eps2, RMS(weights))]"},
+     "learning rate [sgd 0.01, adam/adamw 0.001; adafactor 0.01:\n"
+     "the cap of its relative step min(lr, 1/sqrt(t)), which\n"
+     "max(eps2, RMS(weights)) scales]"},
     {"momentum", "X", O_MOM, C_STEP, "SGD momentum (one state tensor per weight) [0]"},
     {"nesterov", NULL, O_NESTEROV, C_TRAIN | C_PROFILE, "SGD Nesterov momentum"},
     {"dampening", "X", O_DAMP, C_TRAIN | C_PROFILE, "SGD dampening [0]"},
     {"weight-decay", "X", O_WD, C_TRAIN | C_PROFILE,
-     "L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]"},
+     "L2 (sgd, adam) or decoupled (adamw, adafactor) [0; adamw 0.01]"},
     {"eps", "X", O_EPS, C_TRAIN | C_PROFILE,
      "Adam/AdamW epsilon [1e-8]; Adafactor's eps1, the floor of the\n"
      "second moment's row mean and (squared) of its estimate [float32's\n"
