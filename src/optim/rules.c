@@ -57,7 +57,7 @@ static int adam_states(const fr_optim_opts *o) {
     return 2;
 }
 
-/* Adafactor (optim.h's fr_factored layout): row_var (..., R, 1) and
+/* Adafactor (backend/state.h's fr_factored layout): row_var (..., R, 1) and
  * col_var (..., 1, C) for a matrix, variance for a vector; exp_avg with a
  * first moment. */
 static int adafactor_parts(const fr_optim_opts *o, const fr_shape *s, fr_state_part *out) {
