@@ -317,6 +317,7 @@ typedef enum fr_optim_kind {
     FR_OPTIM_SGD = 0,
     FR_OPTIM_ADAM,
     FR_OPTIM_ADAMW,
+    FR_OPTIM_ADAFACTOR, /* torch.optim.Adafactor: factored second moment, relative step */
     FR_OPTIM_KIND_COUNT /* the number of rules (src/optim/rules.c has a row for each) */
 } fr_optim_kind;
 
@@ -329,12 +330,14 @@ typedef struct fr_optim_opts {
     double momentum, dampening; /* SGD */
     int nesterov;               /* SGD */
     double weight_decay;        /* SGD/Adam: L2 added to grad; AdamW: decoupled */
-    double beta1, beta2, eps;   /* Adam/AdamW */
-    int zero_grad_to_none;      /* zero_grad(set_to_none=True): release grad buffers */
+    double beta1, beta2, eps;   /* Adam/AdamW; Adafactor: eps is eps1 (0: float32's 2^-23),
+                                   beta1 its optional first moment (0: none) */
+    double beta2_decay, eps2, clip_threshold; /* Adafactor: PyTorch's beta2_decay, eps[1], d */
+    int zero_grad_to_none; /* zero_grad(set_to_none=True): release grad buffers */
 } fr_optim_opts;
 
 FR_API fr_optim_opts fr_optim_defaults(fr_optim_kind kind);
-/* "sgd", "adam" or "adamw", in any letter case. */
+/* "sgd", "adam", "adamw" or "adafactor", in any letter case. */
 FR_API fr_status fr_optim_parse(fr_ctx *ctx, const char *name, fr_optim_kind *out);
 
 /* ---- training steps ---------------------------------------------------- */

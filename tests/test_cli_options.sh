@@ -58,6 +58,10 @@ add nesterov       tf    -
 add dampening      tf    0.1
 add weight-decay   tf    0.1
 add eps            tf    1e-8
+add beta1          tspf  0.9
+add beta2-decay    tf    -0.5
+add eps2           tf    1e-3
+add clip-threshold tf    1
 add zero-grad      tf    zero
 add keep-grads     tspf  -
 add budget         tspf  1MiB
@@ -87,7 +91,7 @@ for cmd in "${commands[@]}"; do
     l=$(letter "$cmd")
     # --help lists exactly the options the command takes (and --help).
     "$bin" "$cmd" --help >"$tmp/help" 2>&1 || no "$cmd --help exits 0"
-    grep -oE '^  --[a-z-]+' "$tmp/help" | sed 's/^  --//' | sort -u >"$tmp/listed"
+    grep -oE '^  --[a-z0-9-]+' "$tmp/help" | sed 's/^  --//' | sort -u >"$tmp/listed"
     { echo help; for o in "${!takes[@]}"; do [[ ${takes[$o]} == *$l* ]] && echo "$o"; done; } | sort -u >"$tmp/want"
     diff "$tmp/want" "$tmp/listed" >"$tmp/diff" && ok || no "$cmd --help lists other options than it takes: $(tr '\n' ' ' <"$tmp/diff")"
     for o in "${!takes[@]}"; do
@@ -139,6 +143,14 @@ refuse "--lr 'inf'" train --lr inf
 refuse "--lr '0x1p-3'" train --lr 0x1p-3
 refuse "--momentum '1e999'" train --optimizer sgd --momentum 1e999
 refuse "--momentum '-0.5'" train --optimizer sgd --momentum -0.5
+refuse "--beta2-decay, --eps2 and --clip-threshold are Adafactor options, not adam" train --eps2 1e-3
+refuse "--beta2-decay, --eps2 and --clip-threshold are Adafactor options, not sgd" train --optimizer sgd --clip-threshold 2
+refuse "--beta1 is an Adam, AdamW and Adafactor option, not sgd" train --optimizer sgd --beta1 0.5
+refuse "--beta2-decay '0.5'" train --optimizer adafactor --beta2-decay 0.5
+refuse "--clip-threshold '0'" train --optimizer adafactor --clip-threshold 0
+refuse "--beta1 '1'" train --optimizer adafactor --beta1 1
+refuse "--zero 1: adafactor's factored state belongs to whole matrices" estimate --optimizer adafactor --ranks 2 --zero 1
+refuse "--zero 2: adafactor's factored state" train --optimizer adafactor --zero 2
 accept train --lr 1e-3 --eps .5 --weight-decay 0
 # Empty values, missing values, unknown and abbreviated options.
 refuse "--freeze ''" train --freeze ''

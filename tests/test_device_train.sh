@@ -4,7 +4,8 @@
 # bits in two device runs, the device's predicted step reservation against
 # what its allocator measured, a checkpoint saved on the device that resumes
 # there bit for bit, mixed precision and 16-bit weights against the CPU's
-# runs, plain SGD stepping inside backward, CLBlast's temporary buffers from
+# runs, plain SGD stepping inside backward, Adafactor (near the CPU's run,
+# predicted = measured, resumed bit for bit), CLBlast's temporary buffers from
 # the planned GEMM scratch, LoRA adapters, and clean refusals (a budget below the plan, a
 # device that does not exist). Skipped (77) without a device.
 . "$(dirname "$0")/lib.sh"
@@ -196,6 +197,37 @@ expect "device: resumed" "$bin" "${two[@]}" --epochs 2 --resume "$tmp/ck.safeten
 a=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][1])' "$tmp/straight.json")
 b=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][0])' "$tmp/out")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "resumed epoch 2 on the device: $b, straight: $a"
+
+# Adafactor on the device: within the CPU run's bound above (its kernels are
+# the CPU's bit for bit, test_opencl_optim; the ops around them are not), the
+# predicted reservation measured exactly (checkpoint all: no evaluation arena
+# beside it; the step's scratch for the sums is an optimizer block), and a
+# checkpoint saved there resumes there bit for bit.
+af=(--optimizer adafactor --beta1 0.9)
+expect "cpu run, adafactor" "$bin" "${run[@]}" "${af[@]}"
+cp "$tmp/out" "$tmp/cpu-af.json"
+expect "device run, adafactor" "$bin" "${run[@]}" "${af[@]}" --device opencl --checkpoint all
+python3 - "$tmp/cpu-af.json" "$tmp/out" <<'EOF' && ok || no "adafactor on the device"
+import json, sys
+def summ(p):
+    out = {}
+    for l in open(p):
+        out.update(json.loads(l))
+    return out
+c, d = summ(sys.argv[1]), summ(sys.argv[2])
+print("adafactor: cpu %.9g device %.9g; device predicted %d measured %d" %
+      (c["train_loss"], d["train_loss"], d["predicted_step_reserved"], d["measured_reserved_peak"]))
+assert abs(c["train_loss"] - d["train_loss"]) <= 1e-3 * abs(c["train_loss"])
+assert abs(c["test_loss"] - d["test_loss"]) <= 1e-3 * abs(c["test_loss"])
+assert d["predicted_step_reserved"] == d["measured_reserved_peak"]
+EOF
+expect "device: adafactor two epochs" "$bin" "${two[@]}" "${af[@]}" --epochs 2
+cp "$tmp/out" "$tmp/af-straight.json"
+expect "device: adafactor one epoch, saved" "$bin" "${two[@]}" "${af[@]}" --epochs 1 --save "$tmp/af.safetensors"
+expect "device: adafactor resumed" "$bin" "${two[@]}" "${af[@]}" --epochs 2 --resume "$tmp/af.safetensors"
+a=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][1])' "$tmp/af-straight.json")
+b=$(python3 -c 'import json,sys; print([json.loads(l).get("train_loss") for l in open(sys.argv[1])][0])' "$tmp/out")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || no "adafactor resumed epoch 2 on the device: $b, straight: $a"
 
 # Mixed precision and 16-bit weights on the device. PoCL has no
 # cl_khr_fp16: f16 and bf16 are stored as 16-bit words and converted in the

@@ -68,6 +68,13 @@ static void test_seed_arithmetic(void) {
     fr_step_predicted(s, pred, &total);
     CHECK(pred[FR_MEM_OPTIM] == 2 * 8088040, "Adam keeps two copies: %zu", pred[FR_MEM_OPTIM]);
     fr_step_free(s);
+    /* Adafactor: a row and a column a matrix, a vector its own:
+     * (2000 + 1000) + 2000 + (10 + 2000) + 10 = 7,020 floats = 28,080 B */
+    o.optim = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
+    s = fr_step_compile(m, &o);
+    fr_step_predicted(s, pred, &total);
+    CHECK(pred[FR_MEM_OPTIM] == 28080, "Adafactor's factors: %zu", pred[FR_MEM_OPTIM]);
+    fr_step_free(s);
     fr_model_free(m);
     fr_ctx_free(ctx);
 }
@@ -75,12 +82,15 @@ static void test_seed_arithmetic(void) {
 /* The executor's accounting of step values must reach exactly the planned
  * peak, and everything must be released at the end. */
 static void test_predicted_equals_measured(void) {
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 4; which++) {
         fr_ctx *ctx = fr_ctx_new();
-        fr_model *m = which ? residual_cnn(ctx) : seed_mlp(ctx);
-        int d = which ? 144 : 1000, n = 16;
-        fr_step_opts o = {
-            .batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+        fr_model *m = which % 2 ? residual_cnn(ctx) : seed_mlp(ctx);
+        int d = which % 2 ? 144 : 1000, n = 16;
+        fr_step_opts o = {.batch = n,
+                          .training = 1,
+                          .optim =
+                              fr_optim_defaults(which < 2 ? FR_OPTIM_ADAM : FR_OPTIM_ADAFACTOR),
+                          .seed = 1};
         fr_step *s = fr_step_compile(m, &o);
         CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
         if (!s) continue;
@@ -103,6 +113,11 @@ static void test_predicted_equals_measured(void) {
         CHECK(after.allocated[FR_MEM_ACTIVATIONS] == 0 && after.allocated[FR_MEM_WORKSPACE] == held,
               "step values released at the end of the step (workspace %zu, the GEMM scratch %zu)",
               after.allocated[FR_MEM_WORKSPACE], held);
+        size_t pred[FR_MEM_CAT_COUNT], total;
+        fr_step_predicted(s, pred, &total);
+        CHECK(after.allocated_peak[FR_MEM_OPTIM] == pred[FR_MEM_OPTIM] && pred[FR_MEM_OPTIM] > 0,
+              "%s: optimizer state measured %zu, predicted %zu", fr_optim_name(o.optim.kind),
+              after.allocated_peak[FR_MEM_OPTIM], pred[FR_MEM_OPTIM]);
         CHECK(after.allocated_peak[FR_MEM_ACTIVATIONS] == s->plan.peak[FR_MEM_ACTIVATIONS],
               "activations: measured %zu, predicted %zu", after.allocated_peak[FR_MEM_ACTIVATIONS],
               s->plan.peak[FR_MEM_ACTIVATIONS]);

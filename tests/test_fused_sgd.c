@@ -9,7 +9,9 @@
  *   - no gradient bytes but one tile of scratch, predicted and measured;
  *   - only where it is safe: momentum, clipping, micro-batches, a loss
  *     scaler or keep_grads turn it off; convolutions keep their gradients;
- *   - a non-finite loss stops the step before any weight moves. */
+ *   - a non-finite loss stops the step before any weight moves;
+ *   - momentum SGD, Adam/AdamW and Adafactor stepped by an OPTIM_STEP node
+ *     right after each gradient: the bits of the step after backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,10 +233,9 @@ static void compare_opts_with_kept(fr_model *(*make)(fr_ctx *), int d, int want_
             const fr_param *pa = &m[0]->params[i], *pb = &m[1]->params[i];
             void *sa = fr_state_of(m[0], pa, k), *sb = fr_state_of(m[1], pb, k);
             if (!sa || !sb) continue;
-            size_t bytes = fr_state_bytes((fr_state_kind)fr_state_kind_of(m[0], pa),
-                                          (size_t)fr_shape_numel(&pa->shape));
-            if (opt->kind == FR_OPTIM_SGD) bytes = (size_t)fr_shape_numel(&pa->shape) * 4;
-            CHECK(fr_state_kind_of(m[0], pa) == fr_state_kind_of(m[1], pb) &&
+            size_t bytes = fr_optim_held_bytes(m[0], i); /* the rule's parts, in its format */
+            CHECK(bytes && bytes == fr_optim_held_bytes(m[1], i) &&
+                      fr_state_kind_of(m[0], pa) == fr_state_kind_of(m[1], pb) &&
                       memcmp(sa, sb, bytes) == 0,
                   "%s: %s state %d differs from the kept-gradient run", what, pa->name, k);
         }
@@ -373,6 +374,17 @@ int main(void) {
     cmp_checkpoint = FR_CKPT_MARKS;
     cmp_precision = FR_PREC_BF16_MIXED;
     compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adamw, bf16-mixed");
+    cmp_precision = FR_PREC_FP32;
+    /* Adafactor: the factored state needs the whole gradient, which an
+     * OPTIM_STEP node has; a convolution's (4, 1, 3, 3) weight is factored
+     * over its 3 x 3 kernel */
+    o = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
+    compare_opts_with_kept(mlp, 50, 4, 16, &o, 0, NULL, 0, "adafactor");
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adafactor");
+    o.beta1 = 0.9, o.weight_decay = 0.01;
+    compare_opts_with_kept(wide, 300, 4, 64, &o, 0, NULL, 0, "wide, adafactor, beta1, wd");
+    cmp_precision = FR_PREC_BF16_MIXED;
+    compare_opts_with_kept(cnn, 64, 4, 16, &o, 0, NULL, 0, "cnn, adafactor, bf16-mixed");
     cmp_precision = FR_PREC_FP32;
     test_only_where_safe();
     test_nonfinite_loss();

@@ -41,6 +41,20 @@ assert p <= m <= p * 1.02 + (1 << 20), (p, m)
 print("val loss", v["val_loss"], "predicted", p, "measured", m)
 PY
 
+# Adafactor learns the same text (its relative step capped at --lr 0.1), stepped
+# inside backward, the predicted step peak the measured one.
+run --steps 60 --lr 0.1 --optimizer adafactor --test-limit 16 >"$tmp/af.json" 2>"$tmp/af.err" || no "adafactor: $(tail -2 "$tmp/af.err")"
+python3 - "$tmp/af.json" >"$tmp/af.out" 2>&1 <<'PY' && ok || no "adafactor learning: $(cat "$tmp/af.out")"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+v = [e for e in ev if e["event"] == "eval"][-1]
+summ = [e for e in ev if e["event"] == "summary"][0]
+assert v["step"] == 60 and v["val_loss"] < 2.5, v
+p, m = summ["predicted_step_reserved"], summ["measured_reserved_peak"]
+assert p <= m <= p * 1.02 + (1 << 20), (p, m)
+print("adafactor val loss", v["val_loss"])
+PY
+
 # ---- --steps stops any model (the CNN here, if Fashion-MNIST is there) ----
 if [ -d "$data" ]; then
     "$bin" train --model cnn --data "$data" --limit 512 --test-limit 64 --batch 64 --steps 3 --json >"$tmp/m.json" 2>&1
@@ -77,6 +91,21 @@ PY
 # ---- GPT-2's estimate ----
 "$bin" estimate --model gpt2 --batch 4 --seq 1024 --optimizer adamw >"$tmp/e.out" 2>&1
 grep -q "124439808 trainable parameters" "$tmp/e.out" && ok || no "gpt2 estimate: $(head -2 "$tmp/e.out")"
+# Adafactor's state for GPT-2 124M: a row and a column vector per matrix, a
+# vector's own size, summed here from GPT-2's shapes (the tied head counted once).
+"$bin" estimate --model gpt2 --batch 1 --seq 64 --optimizer adafactor --json >"$tmp/e.json" 2>&1
+python3 - "$tmp/e.json" <<'PY' && ok || no "gpt2 adafactor state: $(head -c 300 "$tmp/e.json")"
+import json, sys
+d, V, T, L = 768, 50257, 1024, 12
+mats = [(V, d), (T, d)] + L * [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)]
+vecs = L * [d, d, 3 * d, d, d, d, 4 * d, d] + [d, d]
+floats = sum(r + c for r, c in mats) + sum(vecs)
+e = json.loads(open(sys.argv[1]).read())
+assert e["predicted_peak"]["optimizer"] == 4 * floats, (e["predicted_peak"]["optimizer"], 4 * floats)
+assert e["optimizer_state_bytes"]["adafactor"] == 4 * floats
+assert e["optimizer_state_bytes"]["adam/adamw fp32"] == 8 * 124439808
+print("adafactor", 4 * floats, "bytes against adamw's", 8 * 124439808)
+PY
 sed 's/50257/50304/g' "$src/models/gpt2.model" >"$tmp/gpt2p.model"
 "$bin" estimate --model "$tmp/gpt2p.model" --batch 1 --seq 64 >"$tmp/e.out" 2>&1
 grep -q "124475904 trainable parameters" "$tmp/e.out" && ok || no "padded gpt2: $(head -2 "$tmp/e.out")"

@@ -6,7 +6,8 @@
  * with dampening, Nesterov), Adam (with and without L2) and AdamW, f32 and
  * bf16 moments, five steps each with fresh gradients, sizes 7, 13 and
  * 100003, the parameter at a nonzero offset in its buffer; and 16-bit (f16,
- * bf16) weights with their state in their format, gradients f32 or 16-bit.
+ * bf16) weights with their state in their format, gradients f32 or 16-bit;
+ * Adafactor (test_adafactor, its bound there).
  *
  * Bound: bit-identical. The device runs the CPU's float operations in its
  * order (no contraction; fma where the CPU calls fmaf), with / and sqrt in
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include "backend/cpu/optim_state.h"
 #include "core/ctx.h"
+#include "optim/optim.h"
 
 /* The maps' text as kernels/optim.cl holds it, from the CPU's decoder: val
  * (codes 0..255 with absmax 1 decode to the entries exactly) and thr, the
@@ -338,6 +340,85 @@ static void test_half(fr_ctx *ctx) {
                 }
 }
 
+/* Adafactor: five steps of the device's (fr_cl_optim_update) against the
+ * CPU's fr_k_adafactor from the same start and gradients: matrices (one
+ * slice under a sum block, and (300, 200) over 29 blocks), a batched
+ * (3, 4, 5) tensor, a conv-like (6, 2, 3, 3), vectors (11 and 70000 over 35
+ * blocks); defaults, and with the first moment and weight decay; the
+ * weights and the state at nonzero offsets, the scratch
+ * (fr_factored_scratch) its own buffer. Bound: bit-identical with fp64
+ * (the same sums in double in the same order, the same float operations,
+ * / and sqrt correctly rounded); without it each sum is float, whose
+ * relative error over at most 2^17 terms is 2^17 x 2^-24 = 2^-7 at worst
+ * (the CPU's double is exact to 2^-50): RMS(U) and the factors move by that
+ * relatively, and so do alpha / denom and the update, which is at most
+ * lr x max(eps2, RMS(p)) per step: the weights within 5 x 2^-7 x 1e-2 x
+ * max(1e-3, RMS(p)) + 1 ulp a step, the state within 2^-6 relative. */
+static void test_adafactor(fr_ctx *ctx) {
+    const fr_shape shapes[] = {fr_shape2(7, 13),      fr_shape2(300, 200), fr_shape3(3, 4, 5),
+                               fr_shape4(6, 2, 3, 3), fr_shape1(11),       fr_shape1(70000)};
+    fr_cl *cl = fr_cl_of(ctx);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int variant = 0; variant < 2; variant++) {
+            const fr_shape *sh = &shapes[si];
+            fr_optim_opts o = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
+            if (variant) o.beta1 = 0.9, o.weight_decay = 0.05, o.lr = 0.3;
+            const size_t n = (size_t)fr_shape_numel(sh), ns = fr_optim_state_elems(&o, sh);
+            fr_factored f = fr_factored_of(sh);
+            const size_t scratch = fr_factored_scratch(&f, NULL), pad = 192;
+            float *p = malloc(n * 4), *g = malloc(n * 4), *st = calloc(ns, 4);
+            float *dp = malloc(n * 4), *dst = malloc(ns * 4);
+            for (size_t k = 0; k < n; k++) p[k] = urand(si * 2 + 1, k) * 1.5f;
+            if (si == 2) memset(p, 0, n * 4); /* RMS(p) 0: alpha = eps2 rho */
+            cl_mem pm = upload(ctx, p, n * 4, pad), sm = upload(ctx, st, ns * 4, pad), gm = NULL,
+                   scm = NULL;
+            CHECK(fr_cl_alloc(ctx, cl, pad + n * 4, &gm) == FR_OK &&
+                      fr_cl_alloc(ctx, cl, scratch, &scm) == FR_OK,
+                  "%s", fr_last_error(ctx));
+            double rms = 0;
+            for (size_t k = 0; k < n; k++) rms += (double)p[k] * p[k];
+            rms = sqrt(rms / (double)n);
+            for (int t = 1; t <= 5; t++) {
+                for (size_t k = 0; k < n; k++)
+                    g[k] = (k % 7 == 3 && si == 0) ? 0.0f : urand(100 + si * 10 + (uint64_t)t, k);
+                fr_cl_write(ctx, cl, gm, pad, g, n * 4);
+                fr_k_adafactor(p, g, st, sh, &o, t);
+                fr_tensor tp = {FR_F32, *sh, NULL, pm, pad}, tg = {FR_F32, *sh, NULL, gm, pad};
+                fr_tensor ts[2] = {{FR_F32, fr_shape1((int64_t)ns), NULL, sm, pad},
+                                   {FR_F32, fr_shape1((int64_t)(scratch / 4)), NULL, scm, 0}};
+                CHECK(fr_cl_optim_update(ctx, cl, &o, t, &tp, &tg, ts, FR_STATE_F32) == FR_OK,
+                      "adafactor on the device: %s", fr_last_error(ctx));
+            }
+            download(ctx, pm, pad, dp, n * 4);
+            download(ctx, sm, pad, dst, ns * 4);
+            const double step = 5 * 0.0078125 * fmax(o.lr, 1e-2) * fmax(1e-3, rms);
+            size_t bad_p = 0, bad_s = 0;
+            for (size_t k = 0; k < n; k++)
+                bad_p += exact ? memcmp(&p[k], &dp[k], 4) != 0
+                               : !(fabsf(p[k] - dp[k]) <= step + 5 * 1.2e-7f * fabsf(p[k]));
+            for (size_t k = 0; k < ns; k++)
+                bad_s += exact ? memcmp(&st[k], &dst[k], 4) != 0
+                               : !(fabsf(st[k] - dst[k]) <= 0.015625f * fabsf(st[k]) + 1e-30f);
+            char b[64];
+            CHECK(bad_p == 0 && bad_s == 0,
+                  "adafactor %s%s: %zu of %zu weights and %zu of %zu state floats differ",
+                  fr_shape_str(sh, b, sizeof b), variant ? " (beta1, wd)" : "", bad_p, n, bad_s,
+                  ns);
+            fr_cl_release(pm), fr_cl_release(gm), fr_cl_release(sm), fr_cl_release(scm);
+            free(p), free(g), free(st), free(dp), free(dst);
+        }
+    /* refused without its scratch */
+    fr_optim_opts o = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
+    cl_mem m = NULL;
+    fr_cl_alloc(ctx, cl, 4096, &m);
+    fr_tensor tp = {FR_F32, fr_shape2(8, 8), NULL, m, 0},
+              ts[2] = {{FR_F32, fr_shape1(16), NULL, m, 0}, {FR_F32, fr_shape1(1), NULL, NULL, 0}};
+    CHECK(fr_cl_optim_update(ctx, cl, &o, 1, &tp, &tp, ts, FR_STATE_F32) == FR_ERR_ARG &&
+              strstr(fr_last_error(ctx), "scratch"),
+          "adafactor without scratch: %s", fr_last_error(ctx));
+    fr_cl_release(m);
+}
+
 /* An unknown state kind and missing buffers are refused by name; the CPU's own
  * refusals are kept. */
 static void test_errors(fr_ctx *ctx) {
@@ -393,6 +474,7 @@ int main(int argc, char **argv) {
            exact ? "bit-identical expected" : "within 1e-5 relative");
     test_cases(cpu, ctx);
     test_half(ctx);
+    test_adafactor(ctx);
     test_errors(ctx);
     fr_cl_unuse(ctx);
     fr_ctx_free(ctx), fr_ctx_free(cpu);

@@ -367,11 +367,9 @@ static void test_opts(void) {
     const struct {
         const char *name;
         fr_optim_kind kind;
-    } ok[] = {{"sgd", FR_OPTIM_SGD},
-              {"adam", FR_OPTIM_ADAM},
-              {"adamw", FR_OPTIM_ADAMW},
-              {"AdamW", FR_OPTIM_ADAMW},
-              {"SGD", FR_OPTIM_SGD}};
+    } ok[] = {
+        {"sgd", FR_OPTIM_SGD},     {"adam", FR_OPTIM_ADAM},           {"adamw", FR_OPTIM_ADAMW},
+        {"AdamW", FR_OPTIM_ADAMW}, {"Adafactor", FR_OPTIM_ADAFACTOR}, {"SGD", FR_OPTIM_SGD}};
     fr_ctx *ctx = fr_ctx_new();
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         fr_optim_kind k = (fr_optim_kind)-1;
@@ -379,12 +377,13 @@ static void test_opts(void) {
         CHECK(st == FR_OK && k == ok[i].kind && fr_last_error(ctx)[0] == 0, "parse '%s'",
               ok[i].name);
     }
-    const char *bad[] = {"rmsprop", "", "adam ", "adamww", "ada", "sgdx"};
+    const char *bad[] = {"rmsprop", "", "adam ", "adamww", "ada", "sgdx", "adafactorx"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fr_optim_kind k = FR_OPTIM_ADAM;
         char want[128];
         fr_status st = fr_optim_parse(ctx, bad[i], &k);
-        snprintf(want, sizeof want, "unknown optimizer '%s' (choose sgd, adam or adamw)", bad[i]);
+        snprintf(want, sizeof want, "unknown optimizer '%s' (choose sgd, adam, adamw or adafactor)",
+                 bad[i]);
         CHECK(st == FR_ERR_ARG && k == FR_OPTIM_ADAM && !strcmp(fr_last_error(ctx), want),
               "parse '%s': status %d, message '%s'", bad[i], (int)st, fr_last_error(ctx));
     }

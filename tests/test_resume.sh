@@ -70,6 +70,40 @@ expect_fail "resume with another momentum" 1 "--momentum 0.8 differs from the ch
     "$bin" train "${common[@]}" --optimizer sgd --momentum 0.8 --epochs 2 --resume "$tmp/sgd.safetensors"
 expect_fail "resume with nesterov" 1 "--nesterov 1 differs from the checkpoint's 0" \
     "$bin" train "${sgd[@]}" --nesterov --epochs 2 --resume "$tmp/sgd.safetensors"
+# Adafactor (with its optional first moment and weight decay): 1 epoch + resume
+# to 2 equals 2 epochs uninterrupted bit for bit; the state is saved under
+# torch.optim.Adafactor's names and shapes (a conv's (8, 1, 3, 3) weight is
+# factored over its kernel: row_var (8, 1, 3, 1), col_var (8, 1, 1, 3)); its
+# own options are run settings.
+af=("${common[@]}" --optimizer adafactor --beta1 0.9 --weight-decay 0.01)
+expect "adafactor 2 epochs" "$bin" train "${af[@]}" --epochs 2
+grep '"event": "epoch"' "$tmp/out" | sed 's/"seconds": [0-9.]*, //' | tail -1 >"$tmp/af_full"
+expect "adafactor 1 epoch, saved" "$bin" train "${af[@]}" --epochs 1 --save "$tmp/af.safetensors"
+expect "adafactor resumed to 2" "$bin" train "${af[@]}" --epochs 2 --resume "$tmp/af.safetensors"
+grep '"event": "epoch"' "$tmp/out" | sed 's/"seconds": [0-9.]*, //' | tail -1 >"$tmp/af_res"
+[ -s "$tmp/af_res" ] && cmp -s "$tmp/af_full" "$tmp/af_res" && ok ||
+    no "adafactor resume differs: $(cat "$tmp/af_full") vs $(cat "$tmp/af_res")"
+st "$tmp/af.safetensors" <<'PY' && ok || no "adafactor state names and shapes"
+import sys, st
+h, meta, t = st.read(sys.argv[1])
+want = {"optimizer.0.weight.row_var": [8, 1, 3, 1], "optimizer.0.weight.col_var": [8, 1, 1, 3],
+        "optimizer.0.weight.exp_avg": [8, 1, 3, 3], "optimizer.0.bias.variance": [8],
+        "optimizer.6.weight.row_var": [32, 1], "optimizer.6.weight.col_var": [1, 392],
+        "optimizer.8.weight.row_var": [10, 1], "optimizer.8.weight.col_var": [1, 32],
+        "optimizer.8.bias.variance": [10], "optimizer.8.bias.exp_avg": [10]}
+for k, shape in want.items():
+    assert k in h and h[k]["shape"] == shape and h[k]["dtype"] == "F32", (k, h.get(k))
+assert not [k for k in h if k.endswith("exp_avg_sq")], "no Adam state"
+assert meta["optimizer"] == "adafactor" and meta["eps2"] == "0.001", meta
+PY
+expect_fail "adafactor resume with another --eps2" 1 "--eps2 0.01 differs from the checkpoint's 0.001" \
+    "$bin" train "${af[@]}" --epochs 2 --eps2 0.01 --resume "$tmp/af.safetensors"
+expect_fail "adafactor resume with another --clip-threshold" 1 "--clip-threshold 2 differs from the checkpoint's 1" \
+    "$bin" train "${af[@]}" --epochs 2 --clip-threshold 2 --resume "$tmp/af.safetensors"
+expect_fail "adafactor with bf16 state" 1 "--optimizer-state bf16: adafactor's factored state" \
+    "$bin" train "${af[@]}" --epochs 1 --optimizer-state bf16
+expect_fail "adafactor with pure bf16 weights" 1 "--precision bf16 stores the weights in 16 bits, and adafactor" \
+    "$bin" train "${af[@]}" --epochs 1 --precision bf16
 # The same frozen set by another name is the same run.
 expect "freeze 0, saved" "$bin" train "${adam[@]}" --epochs 1 --freeze 0 --save "$tmp/fz0.safetensors"
 expect "resume with --freeze 0-0" "$bin" train "${adam[@]}" --epochs 2 --freeze 0-0 --resume "$tmp/fz0.safetensors"

@@ -205,6 +205,10 @@ enum {
     O_DAMP,
     O_WD,
     O_EPS,
+    O_BETA1,
+    O_B2DECAY,
+    O_EPS2,
+    O_CLIPTH,
     O_ZERO,
     O_KEEPG,
     O_BUDGET,
@@ -362,13 +366,28 @@ static const opt_row opts[] = {
 
     {"optimizer:", NULL, O_SECTION, 0, NULL},
     {"optimizer", "NAME", O_OPT, C_STEP, "[adam]"}, /* after the rules' names: print_usage */
-    {"lr", "X", O_LR, C_TRAIN | C_PROFILE, "learning rate [sgd 0.01, adam/adamw 0.001]"},
+    {"lr", "X", O_LR, C_TRAIN | C_PROFILE,
+     "learning rate [sgd 0.01, adam/adamw 0.001; adafactor 0.01:\n"
+     "the cap of its relative step min(lr, 1/sqrt(t)), which\n"
+     "max(eps2, RMS(weights)) scales]"},
     {"momentum", "X", O_MOM, C_STEP, "SGD momentum (one state tensor per weight) [0]"},
     {"nesterov", NULL, O_NESTEROV, C_TRAIN | C_PROFILE, "SGD Nesterov momentum"},
     {"dampening", "X", O_DAMP, C_TRAIN | C_PROFILE, "SGD dampening [0]"},
     {"weight-decay", "X", O_WD, C_TRAIN | C_PROFILE,
-     "L2 (sgd, adam) or decoupled (adamw) [0; adamw 0.01]"},
-    {"eps", "X", O_EPS, C_TRAIN | C_PROFILE, "Adam/AdamW epsilon [1e-8]"},
+     "L2 (sgd, adam) or decoupled (adamw, adafactor) [0; adamw 0.01]"},
+    {"eps", "X", O_EPS, C_TRAIN | C_PROFILE,
+     "Adam/AdamW epsilon [1e-8]; Adafactor's eps1, the floor of the\n"
+     "second moment's row mean and (squared) of its estimate [float32's\n"
+     "machine epsilon, 2^-23]"},
+    {"beta1", "X", O_BETA1, C_STEP,
+     "Adam/AdamW beta1 [0.9]; Adafactor: keep a first moment (exp_avg,\n"
+     "Hugging Face's form, one more state tensor per weight) [none]"},
+    {"beta2-decay", "X", O_B2DECAY, C_TRAIN | C_PROFILE,
+     "Adafactor: the second moment's decay 1 - t^X at step t [-0.8]"},
+    {"eps2", "X", O_EPS2, C_TRAIN | C_PROFILE,
+     "Adafactor: the floor of the weights' RMS in the relative step [1e-3]"},
+    {"clip-threshold", "D", O_CLIPTH, C_TRAIN | C_PROFILE,
+     "Adafactor: the update's RMS is clipped to D (PyTorch's d) [1.0]"},
     {"zero-grad", "MODE", O_ZERO, C_TRAIN | C_PROFILE,
      "none (release gradient buffers after each step, PyTorch's\n"
      "set_to_none=True) or zero (keep them) [none]"},
@@ -507,6 +526,8 @@ typedef struct cli {
     int device; /* -1: the CPU; N: OpenCL device N */
     double lr, wd, momentum, dampening, eps;
     int eps_set;
+    double beta1, beta2_decay, eps2, clip_threshold; /* set when *_set */
+    int beta1_set, b2decay_set, eps2_set, clipth_set;
     int nesterov, zero_keep;
     int ranks, zero; /* estimate --ranks N; --zero K (-1: not given) */
     int batch_set, model_set, help, window_slide;
@@ -773,6 +794,22 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             REAL_OPT(0, 1, c->eps);
             c->eps_set = 1;
             break;
+        case O_BETA1:
+            REAL_OPT(0, 0.999999, c->beta1);
+            c->beta1_set = 1;
+            break;
+        case O_B2DECAY:
+            REAL_OPT(-1e3, 0, c->beta2_decay);
+            c->b2decay_set = 1;
+            break;
+        case O_EPS2:
+            REAL_OPT(0, 1, c->eps2);
+            c->eps2_set = 1;
+            break;
+        case O_CLIPTH:
+            REAL_OPT(1e-30, 1e30, c->clip_threshold);
+            c->clipth_set = 1;
+            break;
         case O_PREC:
             if (fr_precision_parse(NULL, val, &c->t.step.precision))
                 return bad(
@@ -904,6 +941,23 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     if (c->lr_set) c->t.step.optim.lr = c->lr;
     if (c->wd_set) c->t.step.optim.weight_decay = c->wd;
     if (c->eps_set) c->t.step.optim.eps = c->eps;
+    if (c->beta1_set) c->t.step.optim.beta1 = c->beta1;
+    if (c->b2decay_set) c->t.step.optim.beta2_decay = c->beta2_decay;
+    if (c->eps2_set) c->t.step.optim.eps2 = c->eps2;
+    if (c->clipth_set) c->t.step.optim.clip_threshold = c->clip_threshold;
+    if (kind != FR_OPTIM_ADAFACTOR && (c->b2decay_set || c->eps2_set || c->clipth_set))
+        return bad(cn, "--beta2-decay, --eps2 and --clip-threshold are Adafactor options, not %s",
+                   opt_name);
+    if (fr_optim_whole_tensor(&c->t.step.optim) && c->zero >= 1) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "--zero %d: %s's factored state belongs to whole matrices, which ZeRO shards at "
+                 "any element; use --zero 0",
+                 c->zero, fr_optim_name(kind));
+        return bad(cn, "%s", why);
+    }
+    if (kind == FR_OPTIM_SGD && c->beta1_set)
+        return bad(cn, "--beta1 is an Adam, AdamW and Adafactor option, not %s", opt_name);
     c->t.step.optim.momentum = c->momentum;
     c->t.step.optim.dampening = c->dampening;
     c->t.step.optim.nesterov = c->nesterov;

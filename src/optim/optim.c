@@ -40,6 +40,7 @@ static void optim_free(fr_model *m) {
     block_free(m->ctx, &o->host_grads);
     for (int k = 0; k < 2; k++)
         block_free(m->ctx, &o->state[k]), block_free(m->ctx, &o->host_state[k]);
+    block_free(m->ctx, &o->scratch);
     fr_free(m->ctx, o->p);
     fr_free(m->ctx, o);
     m->optim = NULL;
@@ -60,10 +61,7 @@ struct fr_optim *fr_optim_of(fr_model *m) {
 }
 
 size_t fr_optim_held_bytes(const fr_model *m, size_t i) {
-    const fr_param *p = &m->params[i];
-    size_t n = (size_t)fr_shape_numel(&p->shape);
-    if (p->dtype != FR_F32) return n * fr_dtype_size(p->dtype);
-    return fr_state_bytes((fr_state_kind)fr_optp(m, i)->state_kind, n);
+    return m->optim && m->optim->p[i].state[0] ? m->optim->p[i].state_bytes : 0;
 }
 
 size_t fr_optim_meta_bytes(const fr_model *m, int reserved) {
@@ -150,10 +148,18 @@ fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_m
         if (!b) continue;
         q->state_off =
             fr_flat_place(&end, b, fr_optim_state_align(kind, m->params[i].dtype != FR_F32));
-        q->state_kind = kind;
+        q->state_kind = kind, q->state_bytes = b;
         for (int k = 0; k < ns; k++) q->state[k] = o->state[k].buf;
     }
     return st;
+}
+
+fr_status fr_optim_alloc_scratch(fr_ctx *ctx, const fr_backend *be, fr_model *m, size_t bytes) {
+    struct fr_optim *o = fr_optim_of(m);
+    if (!o) return FR_ERR_NOMEM;
+    if (o->scratch.buf && o->scratch.bytes == bytes && o->scratch.be == be) return FR_OK;
+    block_free(ctx, &o->scratch);
+    return block_take(ctx, be, 0, bytes, FR_MEM_OPTIM, 0, &o->scratch);
 }
 
 void *fr_optim_host_grad(const fr_model *m, size_t i) {
@@ -209,6 +215,9 @@ fr_status fr_optim_step_param(fr_ctx *ctx, const fr_backend *be, const fr_optim_
     fr_tensor w = weights_t(&m->params[i]), state[2];
     for (int k = 0; k < 2; k++)
         state[k] = view_t(q->state[k], q->state_off, FR_F32, m->params[i].shape);
+    const fr_optim_block *sc = &m->optim->scratch; /* a whole-tensor rule's, on its backend */
+    if (fr_optim_whole_tensor(o) && sc->buf && sc->be == be)
+        state[1] = view_t(sc->buf, 0, FR_F32, fr_shape1((int64_t)(sc->bytes / 4)));
     return (fr_status)be->optim_update(ctx, o, t, &w, g, state, q->state_kind);
 }
 

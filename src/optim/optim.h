@@ -1,5 +1,5 @@
 /* optim.h — the optimizer: torch.optim's update rules (SGD with momentum,
- * Nesterov, dampening and weight decay; Adam; AdamW) over a model's
+ * Nesterov, dampening and weight decay; Adam; AdamW; Adafactor) over a model's
  * parameters, with their state formats (fp32; bf16 or int8 for Adam's
  * moments; a 16-bit weight's state in its own format), the loss scaler's
  * unscale with its inf/NaN check, clip_grad_norm_, and the bytes each takes.
@@ -36,14 +36,15 @@
  * buffers with their offsets, as fr_tensor's .buf and .off). The parameter
  * itself keeps its name, shape, role and data (model.h). */
 typedef struct fr_optim_param {
-    void *grad;       /* the gradient block (or, at ZeRO 2 and 3, a bucket's); NULL: none */
-    size_t grad_off;  /* its byte offset there */
-    fr_dtype grad_dt; /* FR_F32, or the weights' 16-bit format (pure half precision) */
-    int grad_valid;   /* 0: the next backward overwrites instead of adding */
-    int grad_view;    /* grad is a transient bucket's (ZeRO 2 and 3), not the flat block */
-    void *state[2];   /* the state blocks (momentum, or exp_avg and exp_avg_sq); NULL: none */
-    size_t state_off; /* the byte offset of this parameter's state in each */
-    int state_kind;   /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
+    void *grad;         /* the gradient block (or, at ZeRO 2 and 3, a bucket's); NULL: none */
+    size_t grad_off;    /* its byte offset there */
+    fr_dtype grad_dt;   /* FR_F32, or the weights' 16-bit format (pure half precision) */
+    int grad_valid;     /* 0: the next backward overwrites instead of adding */
+    int grad_view;      /* grad is a transient bucket's (ZeRO 2 and 3), not the flat block */
+    void *state[2];     /* the state blocks (momentum, or exp_avg and exp_avg_sq); NULL: none */
+    size_t state_off;   /* the byte offset of this parameter's state in each */
+    int state_kind;     /* fr_state_kind of Adam's moments (fp32, bf16, int8) */
+    size_t state_bytes; /* its bytes in each block (the rule's parts: fr_optim_state_parts) */
 } fr_optim_param;
 
 /* One flat block of a backend's memory: every parameter's tensor of one
@@ -66,6 +67,7 @@ struct fr_optim {
     fr_optim_param *p;
     fr_optim_block grads, host_grads;
     fr_optim_block state[2], host_state[2];
+    fr_optim_block scratch; /* a device's step's scratch (fr_optim_scratch_bytes), or none */
 };
 
 /* The blocks take core/flat.h's layout (fr_flat_place: reverse parameter
@@ -101,6 +103,9 @@ fr_status fr_optim_alloc_host_grads(fr_ctx *ctx, fr_model *m);
 size_t fr_optim_state_block_bytes(const fr_model *m, fr_optim_state_fn size, const void *arg);
 fr_status fr_optim_alloc_state(fr_ctx *ctx, const fr_backend *be, int host, fr_model *m, int ns,
                                fr_optim_state_fn size, const void *arg);
+/* The step's scratch block in be's memory (bytes, category optimizer),
+ * made if absent or of another size; none for 0 bytes. */
+fr_status fr_optim_alloc_scratch(fr_ctx *ctx, const fr_backend *be, fr_model *m, size_t bytes);
 /* A device's blocks to their host copies (made if absent) and back:
  * fr_model_to_host and fr_model_to_device. */
 fr_status fr_optim_state_down(fr_model *m);
@@ -142,7 +147,8 @@ static inline int fr_state_kind_of(const fr_model *m, const fr_param *p) {
     return m->optim ? fr_optp(m, fr_param_index(m, p))->state_kind : 0;
 }
 /* Bytes of one state buffer param i holds now, in its format (a 16-bit
- * weight's state in the weight's format). */
+ * weight's state in the weight's format; the rule's elements,
+ * fr_optim_state_elems, on this rank); 0 without state. */
 size_t fr_optim_held_bytes(const fr_model *m, size_t i);
 
 /* The update rules' table (rules.c), one row per fr_optim_kind. */
@@ -154,11 +160,9 @@ const char *fr_optim_title(fr_optim_kind kind);
 /* Every rule's name, in kind order, joined by sep and, before the last, by
  * last ("sgd, adam or adamw"), into out (cap bytes, cut to fit); out. */
 const char *fr_optim_names(char *out, size_t cap, const char *sep, const char *last);
-/* State buffers the rule keeps per parameter under o (SGD 1 with momentum,
- * else 0; Adam and AdamW 2), and buffer k's name in PyTorch's
- * optimizer.state_dict() ("momentum_buffer"; "exp_avg", "exp_avg_sq"). */
+/* State blocks the rule keeps under o (SGD 1 with momentum, else 0; Adam
+ * and AdamW 2; Adafactor 1); what lies in them: fr_optim_state_parts. */
 int fr_optim_states(const fr_optim_opts *o);
-const char *fr_optim_state_name(const fr_optim_opts *o, int k);
 /* 1: the rule's state may be stored bf16 or int8 (--optimizer-state: Adam's
  * moments; SGD's momentum stays f32). */
 int fr_optim_compresses(const fr_optim_opts *o);
@@ -178,6 +182,39 @@ int fr_optim_takes_momentum(fr_optim_kind kind);
  * a 16-bit weight's state takes the weight's format); the kind in *kind. */
 size_t fr_optim_state_bytes(const fr_optim_opts *o, fr_optim_state fmt, const fr_param *p,
                             int *kind);
+/* One named tensor of a parameter's optimizer state, as PyTorch's
+ * optimizer.state_dict() has it: its name, the state block it lies in, its
+ * offset there in floats from the parameter's state_off, and its shape. */
+typedef struct fr_state_part {
+    const char *name;
+    int block;
+    size_t off;
+    fr_shape shape;
+} fr_state_part;
+#define FR_STATE_PARTS_MAX 4
+/* The f32 elements of one parameter of shape s in each state block (an
+ * elementwise rule: numel; Adafactor: its factors, backend/state.h), and
+ * its parts in out (their count: SGD momentum_buffer; Adam exp_avg in block
+ * 0 and exp_avg_sq in block 1, each the parameter's shape at 0; Adafactor
+ * row_var (..., R, 1) and col_var (..., 1, C), or variance, then exp_avg
+ * with a first moment, all in block 0). */
+size_t fr_optim_state_elems(const fr_optim_opts *o, const fr_shape *s);
+int fr_optim_state_parts(const fr_optim_opts *o, const fr_shape *s,
+                         fr_state_part out[FR_STATE_PARTS_MAX]);
+/* The scratch a device's step of a parameter of shape s takes (Adafactor:
+ * its sums' partials and per-slice floors, backend/state.h's
+ * fr_factored_scratch; 0 for an elementwise rule): the optimizer holds one
+ * block of the largest (fr_optim_alloc_scratch) and hands it to the
+ * backend's step as state[1]. */
+size_t fr_optim_scratch_bytes(const fr_optim_opts *o, const fr_shape *s);
+/* 1: the step needs a whole tensor (Adafactor's factored state): no ZeRO
+ * shard, f32 weights, f32 state. */
+int fr_optim_whole_tensor(const fr_optim_opts *o);
+/* The options the rule refuses, with a message naming the option: for a
+ * whole-tensor rule a compressed state format fmt, pure 16-bit weights
+ * (prec), ZeRO stage zero >= 1, and its hyper-parameters out of range. */
+fr_status fr_optim_check(fr_ctx *ctx, const fr_optim_opts *o, fr_optim_state fmt, fr_precision prec,
+                         int zero);
 
 /* optimizer.step() for parameter i of m alone at step t (1-based), from its
  * gradient g as be's kernels see it (.data on the host; .buf and .off on a

@@ -55,18 +55,21 @@ static void fill_rows(const fr_step *s, layer_row *rows) {
 
 /* Optimizer state for the step's trainable weights, for each choice side by
  * side: SGD none, momentum one copy, Adam two, in fp32, bf16 or int8 blocks
- * (tensors under one 2048-value block keep fp32). */
+ * (tensors under one 2048-value block keep fp32), Adafactor's factors (a row
+ * and a column vector a matrix, without its optional first moment). */
 typedef struct state_row {
     const char *name;
     size_t bytes;
 } state_row;
 
 static int state_rows(const fr_step *s, state_row *r, size_t *trainable) {
-    size_t params = 0, b16 = 0, b8 = 0;
+    size_t params = 0, b16 = 0, b8 = 0, af = 0;
+    const fr_optim_opts afo = fr_optim_defaults(FR_OPTIM_ADAFACTOR);
     for (size_t i = 0; i < s->m->n_params; i++) {
         if (s->gv[i] < 0) continue;
         size_t n = (size_t)fr_shape_numel(&s->m->params[i].shape);
         params += n * 4;
+        af += 4 * fr_optim_state_elems(&afo, &s->m->params[i].shape);
         b16 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_BF16, n), n);
         b8 += 2 * fr_state_bytes(fr_state_kind_for(FR_STATE_INT8, n), n);
     }
@@ -76,7 +79,8 @@ static int state_rows(const fr_step *s, state_row *r, size_t *trainable) {
     r[2] = (state_row){"adam/adamw fp32", 2 * params};
     r[3] = (state_row){"adam/adamw bf16", b16};
     r[4] = (state_row){"adam/adamw int8", b8};
-    return 5;
+    r[5] = (state_row){"adafactor", af};
+    return 6;
 }
 
 void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
@@ -115,7 +119,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
         fprintf(out, "\n], \"predicted_peak\": {");
         for (int c = 0; c < FR_MEM_CAT_COUNT; c++)
             fprintf(out, "%s\"%s\": %zu", c ? ", " : "", fr_mem_cat_name(c), pred[c]);
-        state_row sr[5];
+        state_row sr[6];
         size_t tp;
         int ns = state_rows(s, sr, &tp);
         fprintf(out,
@@ -204,7 +208,7 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 fr_human_bytes(fr_value_bytes(&s->g.vals[n->out[2]]), b[5], sizeof b[5]),
                 fr_human_bytes(logits, b[6], sizeof b[6]));
     }
-    state_row sr[5];
+    state_row sr[6];
     size_t tp;
     int ns = state_rows(s, sr, &tp);
     fprintf(out, "\noptimizer state for these %s of trainable weights (precision %s):\n",
@@ -259,6 +263,7 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
     int first = 1;
     for (int k = 0; k <= 3; k++) {
         if (zero >= 0 && k != zero) continue;
+        if (k >= 1 && fr_optim_whole_tensor(&s->o.optim)) continue; /* Adafactor: refused */
         fr_rank_bytes r;
         fr_step_rank_bytes(s, ranks, k, &r);
         if (json)
@@ -274,5 +279,8 @@ void fr_step_ranks_table(const fr_step *s, int ranks, int zero, FILE *out, int j
         first = 0;
     }
     if (json) fprintf(out, "]}\n");
+    else if (fr_optim_whole_tensor(&s->o.optim))
+        fprintf(out, "(%s's factored state is not sharded: stage 0 only)\n",
+                fr_optim_name(s->o.optim.kind));
     else fprintf(out, "(`mpirun -np %d frugal train --zero K` runs each stage)\n", ranks);
 }

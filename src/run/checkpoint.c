@@ -2,8 +2,10 @@
  * state_dict names and layouts (Linear weight [out, in], Conv weight
  * [out, in, kh, kw], BatchNorm running_mean / running_var /
  * num_batches_tracked as int64). Optimizer state goes beside the weights as
- * "optimizer.<param>.<state>", the rule's PyTorch names (optim/rules.c:
- * momentum_buffer for SGD, exp_avg and exp_avg_sq for Adam and AdamW), and
+ * "optimizer.<param>.<state>", the rule's PyTorch names and shapes
+ * (fr_optim_state_parts: momentum_buffer for SGD, exp_avg and exp_avg_sq
+ * for Adam and AdamW, Adafactor's row_var (..., R, 1) and col_var
+ * (..., 1, C) or variance), and
  * the rule's name in the metadata's "optimizer". The metadata holds the
  * step's counters (optimizer.step,
  * runs, scaler), the trainer's position (epoch, batch = batches done in the
@@ -29,12 +31,6 @@
 #include "quant/quant.h"
 #include "run/checkpoint.h"
 #include "train/place.h"
-
-static const char *state_name(const fr_step *s, int k) {
-    return fr_optim_state_name(&s->o.optim, k);
-}
-
-static int n_states(const fr_step *s) { return fr_optim_states(&s->o.optim); }
 
 /* Optimizer state is saved as f32 when its storage is 16-bit (with 16-bit
  * weights, or Adam's moments in bf16): a checkpoint then reads the same in
@@ -82,8 +78,7 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     fr_ctx *ctx = s->ctx;
     fr_status dst = fr_model_to_host(m); /* a device's current values */
     if (dst) return dst;
-    int ns = s->o.training ? n_states(s) : 0;
-    size_t cap = m->n_params * (size_t)(1 + ns) + m->n_alias;
+    size_t cap = m->n_params * (size_t)(1 + (s->o.training ? FR_STATE_PARTS_MAX : 0)) + m->n_alias;
     fr_st_entry *e = fr_calloc(ctx, (cap + 1) * sizeof *e, FR_MEM_OTHER);
     float **tmp = fr_calloc(ctx, (cap + 1) * sizeof *tmp, FR_MEM_OTHER);
     fr_status st = FR_OK;
@@ -101,17 +96,20 @@ fr_status fr_step_save_meta(fr_step *s, const char *path, const fr_st_meta *meta
     }
     for (size_t i = 0; i < m->n_params && s->o.training; i++) {
         const fr_param *p = &m->params[i];
-        for (int k = 0; k < ns; k++) {
+        fr_state_part part[FR_STATE_PARTS_MAX];
+        int np = fr_optim_state_parts(&s->o.optim, &p->shape, part);
+        for (int j = 0; j < np; j++) {
+            int k = part[j].block;
             if (!state_of(m, i, k)) continue;
-            snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s", p->name, state_name(s, k));
+            snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s", p->name, part[j].name);
             e[n].dtype = FR_F32;
-            e[n].shape = p->shape;
-            e[n].data = state_of(m, i, k);
-            e[n].nbytes = (size_t)fr_shape_numel(&p->shape) * 4;
+            e[n].shape = part[j].shape;
+            e[n].data = (float *)state_of(m, i, k) + part[j].off;
+            e[n].nbytes = (size_t)fr_shape_numel(&part[j].shape) * 4;
             if (p->dtype == FR_F32 && kind_of(m, i) == FR_STATE_INT8) {
                 size_t nb = fr_state_bytes(FR_STATE_INT8, (size_t)fr_shape_numel(&p->shape));
                 snprintf(e[n].name, FR_ST_NAME_MAX, "optimizer.%.100s.%s.int8_blockwise", p->name,
-                         state_name(s, k));
+                         part[j].name);
                 e[n].dtype = FR_U8;
                 e[n].shape = fr_shape1((int64_t)nb);
                 e[n].nbytes = nb;
@@ -688,12 +686,16 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
     fr_status st;
     if ((st = check_kind(s, path, f)) || (st = load_weights(m, path, f))) return st;
     if (!s->o.training) return FR_OK;
-    int ns = n_states(s);
     for (size_t i = 0; i < m->n_params; i++) {
         fr_param *p = &m->params[i];
-        for (int k = 0; k < ns && state_of(m, i, k); k++) {
+        fr_state_part part[FR_STATE_PARTS_MAX];
+        int np = fr_optim_state_parts(&s->o.optim, &p->shape, part);
+        for (int j = 0; j < np; j++) {
+            int k = part[j].block;
+            if (!state_of(m, i, k)) continue;
+            float *at = (float *)state_of(m, i, k) + part[j].off;
             char nm[FR_ST_NAME_MAX];
-            snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, state_name(s, k));
+            snprintf(nm, sizeof nm, "optimizer.%.100s.%s", p->name, part[j].name);
             size_t a, b;
             if (s->o.zero >= 1 && fr_step_owned(s, i, &a, &b)) { /* ZeRO: this rank's shard */
                 float *t = fr_alloc(ctx, (size_t)fr_shape_numel(&p->shape) * 4, FR_MEM_WORKSPACE);
@@ -706,8 +708,7 @@ static fr_status load_state(fr_step *s, const char *path, const fr_st_file *f) {
                 continue;
             }
             if (state_is_f32(m, i)) {
-                if ((st = copy_in(ctx, path, f, nm, FR_F32, &p->shape, state_of(m, i, k))))
-                    return st;
+                if ((st = copy_in(ctx, path, f, nm, FR_F32, &part[j].shape, at))) return st;
                 continue;
             }
             if (p->dtype == FR_F32 && kind_of(m, i) == FR_STATE_INT8) {
@@ -843,6 +844,11 @@ static int run_settings(const fr_step *s, run_setting *r) {
     snprintf(r[n - 1].w, sizeof r[n - 1].w, "%.17g,%.17g", (double)o->beta1, (double)o->beta2);
     RS("eps", "--eps", RS_REAL, r, (double)o->eps);
     RS("weight_decay", "--weight-decay", RS_REAL, r, (double)o->weight_decay);
+    if (o->kind == FR_OPTIM_ADAFACTOR) { /* only its files carry them */
+        RS("beta2_decay", "--beta2-decay", RS_REAL, r, o->beta2_decay);
+        RS("eps2", "--eps2", RS_REAL, r, o->eps2);
+        RS("clip_threshold", "--clip-threshold", RS_REAL, r, o->clip_threshold);
+    }
 #undef RS
     return n;
 }

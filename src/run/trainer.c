@@ -136,9 +136,10 @@ static fr_status ranks_agree(fr_ctx *ctx, const fr_comm *c, const fr_train_cfg *
     snprintf(mine[3], AGREE_LEN, "%d", cfg->step.micro_batch);
     snprintf(mine[4], AGREE_LEN,
              "kind %s lr %.9g momentum %.9g dampening %.9g nesterov %d wd %.9g betas %.9g,%.9g eps "
-             "%.9g clip %.9g",
+             "%.9g clip %.9g decay %.9g eps2 %.9g d %.9g",
              fr_optim_name(o->kind), o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay,
-             o->beta1, o->beta2, o->eps, (double)cfg->step.clip_grad_norm);
+             o->beta1, o->beta2, o->eps, (double)cfg->step.clip_grad_norm, o->beta2_decay, o->eps2,
+             o->clip_threshold);
     snprintf(mine[5], AGREE_LEN, "%llu", (unsigned long long)cfg->step.seed);
     snprintf(mine[6], AGREE_LEN, "precision %d state %d loss-scale %d", (int)cfg->step.precision,
              (int)cfg->step.optim_state, (int)cfg->step.loss_scaling);
@@ -510,7 +511,8 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
     so.ranks = ranks;
     so.zero = ranks > 1 ? so.zero : 0;
     fr_rank_step_opts(&so, ranks); /* this rank's step */
-    if (cfg->step.precision == FR_PREC_FP16 && fr_optim_squares(&cfg->step.optim) && cfg->quiet < 2)
+    if (cfg->step.precision == FR_PREC_FP16 && fr_optim_squares(&cfg->step.optim) &&
+        !fr_optim_whole_tensor(&cfg->step.optim) && cfg->quiet < 2) /* (refused: fr_optim_check) */
         fprintf(stderr,
                 "warning: Adam in pure fp16 keeps exp_avg_sq in fp16, where squares of gradients "
                 "below 2.4e-4 underflow to 0 (smallest subnormal 6e-8) and eps=%g is not "

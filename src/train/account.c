@@ -25,6 +25,7 @@ void fr_step_persistent(const fr_step *s, size_t out[FR_MEM_CAT_COUNT]) {
      * of the buckets, counted as the tensors' bytes) */
     out[FR_MEM_GRADS] += s->dp.buckets && s->o.zero >= 2 ? grads : fr_step_grads_block(s);
     out[FR_MEM_OPTIM] += (size_t)fr_optim_states(&s->o.optim) * fr_step_state_block(s);
+    out[FR_MEM_OPTIM] += fr_step_state_scratch(s); /* a device's Adafactor sums */
     if (s->dp.buckets && s->o.zero >= 2) { /* the gradient shard, and the buckets at their worst */
         size_t peak, res;
         fr_step_bucket_peak(s, s->o.zero, &peak, &res);
@@ -134,6 +135,7 @@ size_t fr_dev_step_reserved(const fr_step *s) {
         s->o.training && !(s->o.offload & FR_OFFLOAD_OPTIMIZER) ? fr_step_state_block(s) : 0;
     if (gb) r += fr_mem_class_bytes(dm, gb);
     if (sb) r += (size_t)ns * fr_mem_class_bytes(dm, sb);
+    if (fr_step_state_scratch(s)) r += fr_mem_class_bytes(dm, fr_step_state_scratch(s));
     const fr_graph *g = &s->g;
     if (fr_feed_used(s)) r += fr_feed_reserved(s);
     else

@@ -94,14 +94,25 @@ size_t fr_step_state_block(const fr_step *s) {
     return fr_optim_states(&s->o.optim) ? fr_optim_state_block_bytes(s->m, state_size, s) : 0;
 }
 
+size_t fr_step_state_scratch(const fr_step *s) {
+    size_t most = 0;
+    if (!s->o.training || offloaded(s) || !fr_place_second_memory(s->ctx)) return 0;
+    for (size_t i = 0; i < s->m->n_params; i++) {
+        size_t b = s->gv[i] < 0 ? 0 : fr_optim_scratch_bytes(&s->o.optim, &s->m->params[i].shape);
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
 /* The optimizer's state, one block a buffer, in the optimizer's backend:
  * the step's, or the host's when offloaded (zeros; a device's takes a
  * resumed run's host state, fr_model_to_host's, loaded from a checkpoint). */
 fr_status fr_step_alloc_state(fr_step *s) {
     int off = offloaded(s), host = off || !fr_place_second_memory(s->ctx);
     const fr_backend *be = off ? &fr_cpu_backend : fr_backend_of(s->ctx);
-    return fr_optim_alloc_state(s->ctx, be, host, s->m, fr_optim_states(&s->o.optim), state_size,
-                                s);
+    fr_status st =
+        fr_optim_alloc_state(s->ctx, be, host, s->m, fr_optim_states(&s->o.optim), state_size, s);
+    return st ? st : fr_optim_alloc_scratch(s->ctx, be, s->m, fr_step_state_scratch(s));
 }
 
 /* The step's GEMM scratch: the most any of its nodes asks (the backend's
@@ -275,6 +286,9 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
                 (int)opts->optim_state, (int)opts->loss_scaling);
         return NULL;
     }
+    if (opts->training &&
+        fr_optim_check(ctx, &opts->optim, opts->optim_state, opts->precision, opts->zero))
+        return NULL;
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
         /* model.half(): weights and biases stored in 16 bits from here on
          * (BatchNorm's running statistics stay f32: they are updated in place

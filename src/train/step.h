@@ -121,6 +121,10 @@ size_t fr_step_grad_bytes(const fr_step *s, size_t i);
  * gradients are views of the transient buckets) and one state block. */
 size_t fr_step_grads_block(const fr_step *s);
 size_t fr_step_state_block(const fr_step *s);
+/* The device step's scratch for a whole-tensor rule (Adafactor's sums):
+ * the largest fr_optim_scratch_bytes of a parameter with a gradient; 0 on
+ * the host or with the optimizer offloaded. */
+size_t fr_step_state_scratch(const fr_step *s);
 /* The optimizer's state blocks made (or kept) and the records pointed
  * into them: at materialize, and after a checkpoint's whole-state swap. */
 fr_status fr_step_alloc_state(fr_step *s);

@@ -291,6 +291,8 @@ fr_status fr_step_distribute(fr_step *s, fr_comm *c) {
                        "by blocks of 2048 values that a shard would cut: use --optimizer-state "
                        "bf16 or fp32 with --zero 1 to 3",
                        zero);
+    if (fr_optim_check(s->ctx, &s->o.optim, s->o.optim_state, s->o.precision, zero))
+        return FR_ERR_ARG;
     if (s->dp.buckets || s->ex.ctx)
         return fr_fail(s->ctx, FR_ERR_ARG, "fr_step_distribute after materializing the step");
     if (s->opt.n_fused || fr_place_second_memory(s->ctx))

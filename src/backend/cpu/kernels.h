@@ -224,6 +224,26 @@ void fr_k_sgd(float *p, const float *g, float *buf, size_t n, const fr_optim_opt
               int first_step);
 void fr_k_adam(float *p, const float *g, float *m, float *v, size_t n, const fr_optim_opts *o,
                int64_t step, int decoupled);
+/* adafactor.c — torch.optim.Adafactor's step on p (shape), g and its state
+ * region st (backend/state.h's fr_factored layout; exp_avg after it when
+ * o->beta1 != 0), step 1-based; bits independent of the thread count. */
+void fr_k_adafactor(float *p, const float *g, float *st, const fr_shape *shape,
+                    const fr_optim_opts *o, int64_t step);
+/* Adafactor's scalars at step `step`, formed in double from the options
+ * and rounded once, as PyTorch's Python floats: fr_adafactor_setup from the
+ * weights' sum of squares (fr_k_grad_sumsq's blocks), fr_adafactor_finish
+ * from the update's (U = g rsqrt(max(V, eps1^2)), summed slice by slice).
+ * Every backend steps with these. */
+typedef struct fr_adafactor_consts {
+    float w, eps1, eps_sq;   /* t^beta2_decay; eps1; eps1^2 */
+    double alpha;            /* max(eps2, RMS(p)) min(lr, 1/sqrt(t)) */
+    float neg, fden, falpha; /* -alpha/denom; denom; alpha */
+    float shrink, b1, keep;  /* 1 - lr wd; beta1; 1 - beta1 */
+    int decay, first_moment;
+} fr_adafactor_consts;
+fr_adafactor_consts fr_adafactor_setup(const fr_optim_opts *o, int64_t step, double sumsq_p,
+                                       int64_t n);
+void fr_adafactor_finish(fr_adafactor_consts *c, const fr_optim_opts *o, double sumsq_u, int64_t n);
 
 /* Adam's scalars for step `step` (1-based), formed as PyTorch forms them
  * from its Python floats (double): 1 - b1, 1 - b2, lr / (1 - b1^t),

@@ -21,13 +21,24 @@ static void narrow(const float *src, fr_dtype dt, void *dst, size_t n) {
     else fr_f32_to_bf16_n(src, dst, n);
 }
 
-/* p f32: g f32, the state in state_kind's format (SGD: f32 momentum). p f16
+/* Adafactor: p and g f32, state[0] its f32 region (fr_k_adafactor). p
+ * f32: g f32, the state in state_kind's format (SGD: f32 momentum). p f16
  * or bf16: g f32 or in p's format, the state in p's; Adam then in one fused
  * pass over the 16-bit tensors, SGD in f32 working copies (workspace) whose
  * results are rounded back. */
 int fr_cpu_optim_update(fr_ctx *ctx, const fr_optim_opts *o, int64_t t, fr_tensor *p,
                         const fr_tensor *g, fr_tensor *state, int state_kind) {
     size_t n = (size_t)fr_shape_numel(&p->shape);
+    if (o->kind == FR_OPTIM_ADAFACTOR) { /* f32 weights and gradient, its f32 state region */
+        if (p->dtype != FR_F32 || g->dtype != FR_F32 || !fr_shape_eq(&g->shape, &p->shape) ||
+            !state || !state[0].data)
+            return fr_fail(ctx, FR_ERR_ARG,
+                           "cpu: adafactor steps f32 weights with an f32 gradient of their shape "
+                           "and its state (weights %s, gradient %s)",
+                           fr_dtype_name(p->dtype), fr_dtype_name(g->dtype));
+        fr_k_adafactor(p->data, g->data, state[0].data, &p->shape, o, t);
+        return FR_OK;
+    }
     int half = p->dtype != FR_F32, adamw = o->kind == FR_OPTIM_ADAMW;
     int ns = o->kind == FR_OPTIM_SGD ? o->momentum != 0.0f : 2;
     void *s0 = state ? state[0].data : NULL, *s1 = state ? state[1].data : NULL;

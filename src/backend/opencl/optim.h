@@ -7,7 +7,10 @@
  * in [0], absent when momentum is 0; Adam/AdamW: m in [0], v in [1]), the
  * state from byte state[k].off (a view of the optimizer's flat state block;
  * a multiple of the format's element, 4 for int8) in fr_state_bytes' layout for state_kind (f32, bf16 or
- * int8), or for a 16-bit parameter in its format. */
+ * int8), or for a 16-bit parameter in its format. Adafactor: state[0] its
+ * f32 region (backend/state.h's fr_factored layout), state[1] the
+ * optimizer's scratch from byte 0 (fr_factored_scratch's bytes at least);
+ * it waits for two sums it reads back. */
 #ifndef FR_CL_OPTIM_H
 #define FR_CL_OPTIM_H
 

@@ -392,3 +392,121 @@ __kernel __attribute__((reqd_work_group_size(I8_WG, 1, 1))) void adam_int8(
         if (lid == 0) (w ? vabs : mabs)[blk] = is_bad ? as_float(0x7fc00000u) : amax[w];
     }
 }
+
+/* ---- Adafactor (src/backend/cpu/adafactor.c): the same sums in the same
+ * order (double with cl_khr_fp64), the same float operations ---- */
+#ifdef cl_khr_fp64
+typedef double af_acc_t;
+#else
+typedef float af_acc_t;
+#endif
+#define AF_CHUNK 2048 /* FR_FACTORED_CHUNK */
+
+/* torch.lerp with a scalar weight (ATen's Lerp.h) */
+static float af_lerp(float a, float b, float w) {
+    return fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+/* row_var (L R): r = lerp(r, mean_j g^2, w); a work-item a row, j in order */
+__kernel void adafactor_rows(ulong rows, ulong C, __global const float *g, ulong g_off,
+                             __global float *st, ulong r_off, float w) {
+    const ulong i = get_global_id(0);
+    if (i >= rows) return;
+    __global const float *gi = g + g_off + i * C;
+    af_acc_t s = 0;
+    for (ulong j = 0; j < C; j++) s += (af_acc_t)gi[j] * gi[j];
+    st[r_off + i] = af_lerp(st[r_off + i], (float)(s / (af_acc_t)C), w);
+}
+
+/* col_var (L C): c = lerp(c, mean_i g^2, w); a work-item a column, i in order */
+__kernel void adafactor_cols(ulong L, ulong R, ulong C, __global const float *g, ulong g_off,
+                             __global float *st, ulong c_off, float w) {
+    const ulong q = get_global_id(0);
+    if (q >= L * C) return;
+    __global const float *gl = g + g_off + (q / C) * R * C + q % C;
+    af_acc_t s = 0;
+    for (ulong i = 0; i < R; i++) s += (af_acc_t)gl[i * C] * gl[i * C];
+    st[c_off + q] = af_lerp(st[c_off + q], (float)(s / (af_acc_t)R), w);
+}
+
+/* rden[l] = max(mean_i r_i, eps1) of slice l, i in order */
+__kernel void adafactor_rden(ulong L, ulong R, __global const float *st, ulong r_off,
+                             __global float *rden, ulong d_off, float eps1) {
+    const ulong l = get_global_id(0);
+    if (l >= L) return;
+    af_acc_t s = 0;
+    for (ulong i = 0; i < R; i++) s += st[r_off + l * R + i];
+    const float mean = (float)(s / (af_acc_t)R);
+    rden[d_off + l] = mean > eps1 ? mean : eps1;
+}
+
+/* variance (n): v = lerp(v, g^2, w) */
+__kernel void adafactor_var(ulong n, __global const float *g, ulong g_off, __global float *st,
+                            ulong v_off, float w) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    st[v_off + k] = af_lerp(st[v_off + k], g[g_off + k] * g[g_off + k], w);
+}
+
+/* U = g / sqrt(max(V, eps1^2)) of element kk of slice l (each values):
+ * V = r_i c_j / rden_l factored, the variance otherwise */
+static float af_u(int factored, ulong l, ulong kk, ulong each, ulong R, ulong C,
+                  __global const float *g, ulong g_off, __global const float *st, ulong r_off,
+                  ulong c_off, __global const float *rden, ulong d_off, float eps_sq) {
+    const ulong k = l * each + kk;
+    float var = factored ? div_rn(st[r_off + l * R + kk / C] * st[c_off + l * C + kk % C],
+                                  rden[d_off + l])
+                         : st[r_off + k];
+    return g[g_off + k] * div_rn(1.0f, sqrt_rn(var > eps_sq ? var : eps_sq));
+}
+
+/* part[l cps + b] = the sum of U^2 over block b of slice l, in index order */
+__kernel void adafactor_usq(ulong slices, ulong each, ulong cps, ulong R, ulong C, int factored,
+                            __global const float *g, ulong g_off, __global const float *st,
+                            ulong r_off, ulong c_off, __global const float *rden, ulong d_off,
+                            float eps_sq, __global af_acc_t *part) {
+    const ulong q = get_global_id(0);
+    if (q >= slices * cps) return;
+    const ulong l = q / cps, lo = (q % cps) * AF_CHUNK;
+    const ulong hi = each - lo < AF_CHUNK ? each : lo + AF_CHUNK;
+    af_acc_t s = 0;
+    for (ulong kk = lo; kk < hi; kk++) {
+        const float u = af_u(factored, l, kk, each, R, C, g, g_off, st, r_off, c_off, rden, d_off,
+                             eps_sq);
+        s += (af_acc_t)u * u;
+    }
+    part[q] = s;
+}
+
+/* part[slices cps] = the slices' sums (each its blocks in order) added in order */
+__kernel void adafactor_usq_total(ulong slices, ulong cps, __global af_acc_t *part) {
+    af_acc_t total = 0;
+    for (ulong l = 0; l < slices; l++) {
+        af_acc_t s = 0;
+        for (ulong b = 0; b < cps; b++) s += part[l * cps + b];
+        total += s;
+    }
+    part[slices * cps] = total;
+}
+
+/* p = p (1 - lr wd) + (-alpha / denom) U; with a first moment (Hugging
+ * Face's) m = b1 m + (1 - b1) (U / denom alpha), p = p (1 - lr wd) - m */
+__kernel void adafactor_apply(ulong n, ulong each, ulong R, ulong C, int factored,
+                              __global float *p, ulong p_off, __global const float *g, ulong g_off,
+                              __global float *st, ulong r_off, ulong c_off, ulong m_off,
+                              __global const float *rden, ulong d_off, float eps_sq, float neg,
+                              float fden, float falpha, float shrink, int decay, int first,
+                              float b1, float keep) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const float u = af_u(factored, k / each, k % each, each, R, C, g, g_off, st, r_off, c_off,
+                         rden, d_off, eps_sq);
+    const float pk = decay ? p[p_off + k] * shrink : p[p_off + k];
+    if (first) {
+        const float m = st[m_off + k] * b1 + keep * (div_rn(u, fden) * falpha);
+        st[m_off + k] = m;
+        p[p_off + k] = pk - m;
+    } else {
+        p[p_off + k] = pk + neg * u;
+    }
+}
