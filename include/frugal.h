@@ -383,9 +383,10 @@ typedef enum fr_base_precision {
     FR_BASE_BF16,
     FR_BASE_INT8,
     FR_BASE_NF4,
+    FR_BASE_AUTO, /* under a budget: the most precise of the four whose plan fits */
 } fr_base_precision;
 FR_API const char *fr_base_precision_name(fr_base_precision b);
-/* "fp32", "bf16", "int8", "nf4" */
+/* "fp32", "bf16", "int8", "nf4", "auto" */
 FR_API fr_status fr_base_precision_parse(fr_ctx *ctx, const char *name, fr_base_precision *out);
 
 /* How Adam/AdamW store their two moments (SGD's momentum is always fp32).

@@ -12,6 +12,8 @@
 #    and the parameters' bytes drop by what the format saves.
 #  - A run stopped at step 3 and resumed to 6 gives the straight run's loss
 #    bit for bit (the checkpoint keeps the quantized bytes themselves).
+#  - --base-precision auto under --budget: the most precise format that fits,
+#    at the boundaries each format's own refusal names.
 #  - Bad input: an unknown format, nothing frozen, a resume with another
 #    format: one message naming the option, non-zero exit.
 source "$(dirname "$0")/lib.sh"
@@ -131,8 +133,35 @@ for f in ("int8", "nf4"):
 PY
 fi
 
+# ---- the planner's choice: --base-precision auto under --budget keeps the most
+# precise format whose plan fits. Each format's smallest budget (from its own
+# refusal) must fall fp32 > bf16 > int8 > nf4; auto at each one picks that
+# format (at fp32's: none), one byte below nf4's it refuses naming nf4 ----
+P=(plan --model "$tmp/g.model" --data "$tmp/text.txt" --batch 8 --freeze transformer.h.0-1)
+declare -A least
+for f in fp32 bf16 int8 nf4; do
+    least[$f]=$("$bin" "${P[@]}" --base-precision $f --budget 200KiB 2>&1 |
+        sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p')
+done
+if [ -n "${least[nf4]}" ] && [ "${least[fp32]}" -gt "${least[bf16]}" ] &&
+    [ "${least[bf16]}" -gt "${least[int8]}" ] && [ "${least[int8]}" -gt "${least[nf4]}" ]; then
+    ok
+else
+    no "smallest budgets fp32 ${least[fp32]} bf16 ${least[bf16]} int8 ${least[int8]} nf4 ${least[nf4]}"
+fi
+auto() { "$bin" "${P[@]}" --base-precision auto --budget "$1" 2>&1; }
+auto "${least[fp32]}" | grep -q "frozen base" && no "auto at fp32's budget stored the base in fewer bits" || ok
+for f in bf16 int8 nf4; do
+    auto "${least[$f]}" | grep -q "frozen base: 8 linear weights in $f" && ok ||
+        no "auto at $f's smallest budget ${least[$f]}: $(auto "${least[$f]}" | grep 'frozen base')"
+done
+auto $((least[fp32] - 1)) | grep -q "frozen base: 8 linear weights in bf16" && ok || no "auto below fp32's budget"
+expect_fail "auto below nf4's budget" 1 "--base-precision nf4); the smallest budget that fits is" \
+    "$bin" "${P[@]}" --base-precision auto --budget $((least[nf4] - 1))
+grep -qF "(${least[nf4]} bytes)" "$tmp/err" && ok || no "auto's refusal: $(cat "$tmp/err")"
+
 # ---- bad input ----
-expect_fail "unknown format" 2 "--base-precision 'q4': choose fp32, bf16, int8 or nf4" \
+expect_fail "unknown format" 2 "--base-precision 'q4': choose fp32, bf16, int8, nf4 or auto" \
     run --steps 1 --base-precision q4
 expect_fail "nothing frozen" 1 "--base-precision int8: no frozen linear layer owns its weight" \
     run --steps 1 --base-precision int8

@@ -447,11 +447,12 @@ static const opt_row opts[] = {
      "bf16-mixed if its step is faster at the host's measured GEMM rates,\n"
      "FRUGAL_GEMM_RATES=F32,BF16 to give them, or a cheaper fit)"},
     {"base-precision", "F", O_BASEPREC, C_STEP,
-     "fp32 | bf16 | int8 | nf4: store the weights of frozen linear layers\n"
+     "fp32 | bf16 | int8 | nf4 | auto: store the weights of frozen linear layers\n"
      "(--freeze, or the base under adapters) in 16 bits, in int8 with one\n"
      "absmax scale per output row, or in QLoRA's 4-bit NF4 (blocks of 64,\n"
      "double-quantized scales); their GEMMs widen a tile of rows at a time,\n"
-     "no f32 copy exists. A tied head stays as it is [fp32]"},
+     "no f32 copy exists. A tied head stays as it is. auto (under --budget):\n"
+     "the most precise of the four whose plan fits [fp32]"},
     {"optimizer-state", "S", O_OSTATE, C_STEP,
      "fp32 | bf16 | int8 (Adam/AdamW moments; int8 is block-wise dynamic\n"
      "quantization, tensors under 2048 values keep fp32) [fp32]"},
@@ -818,7 +819,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             break;
         case O_BASEPREC:
             if (fr_base_precision_parse(NULL, val, &c->t.step.base_precision))
-                return bad(cn, "--base-precision '%s': choose fp32, bf16, int8 or nf4", val);
+                return bad(cn, "--base-precision '%s': choose fp32, bf16, int8, nf4 or auto", val);
             break;
         case O_OSTATE:
             if (!strcmp(val, "fp32")) c->t.step.optim_state = FR_OPTIM_STATE_FP32;

@@ -30,6 +30,7 @@ fr_status fr_fail(fr_ctx *ctx, fr_status st, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
         va_end(ap);
+        ctx->err_status = st;
     }
     return st;
 }

@@ -18,7 +18,8 @@
 
 struct fr_ctx {
     char err[FR_ERR_LEN];
-    int threads; /* 0: OpenMP default */
+    fr_status err_status; /* the status fr_fail returned with err */
+    int threads;          /* 0: OpenMP default */
     fr_mem mem;
     const struct fr_backend *be; /* NULL: the CPU (backend/backend.h) */
     void *dev;                   /* the backend's open device, if any */

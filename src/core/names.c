@@ -41,20 +41,20 @@ fr_status fr_precision_parse(fr_ctx *ctx, const char *name, fr_precision *out) {
         name ? name : "");
 }
 
-static const char *base_names[] = {"fp32", "bf16", "int8", "nf4"};
+static const char *base_names[] = {"fp32", "bf16", "int8", "nf4", "auto"};
 
 const char *fr_base_precision_name(fr_base_precision b) {
-    return (unsigned)b <= FR_BASE_NF4 ? base_names[b] : "?";
+    return (unsigned)b <= FR_BASE_AUTO ? base_names[b] : "?";
 }
 
 fr_status fr_base_precision_parse(fr_ctx *ctx, const char *name, fr_base_precision *out) {
-    for (int i = 0; name && i <= FR_BASE_NF4; i++)
+    for (int i = 0; name && i <= FR_BASE_AUTO; i++)
         if (!strcmp(name, base_names[i])) {
             *out = (fr_base_precision)i;
             return FR_OK;
         }
     return fr_fail(ctx, FR_ERR_ARG,
-                   "--base-precision: unknown format '%s' (choose fp32, bf16, int8 or nf4)",
+                   "--base-precision: unknown format '%s' (choose fp32, bf16, int8, nf4 or auto)",
                    name ? name : "");
 }
 

@@ -830,10 +830,29 @@ static int shared(const fr_model *m, size_t w) {
     return 0;
 }
 
+int fr_model_quantizable(const fr_model *m) {
+    int n = 0;
+    for (size_t li = 0; li < m->n_layers; li++) {
+        const fr_layer *l = &m->layers[li];
+        if (l->kind == FR_L_LINEAR && l->wparam >= 0 && m->params[l->wparam].frozen &&
+            m->params[l->wparam].layer == (int)li && !shared(m, (size_t)l->wparam))
+            n++;
+    }
+    return n;
+}
+
 fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     static const fr_qfmt fmts[] = {
         [FR_BASE_BF16] = FR_QFMT_BF16, [FR_BASE_INT8] = FR_QFMT_INT8, [FR_BASE_NF4] = FR_QFMT_NF4};
-    if (b == FR_BASE_FP32) return FR_OK;
+    if (b == FR_BASE_AUTO) return FR_OK; /* the planner's to choose (planner.c) */
+    if (b == FR_BASE_FP32) {
+        for (size_t i = 0; i < m->n_params && !m->pblock; i++) { /* planning: widen back */
+            fr_param *p = &m->params[i];
+            if (!p->quant) continue;
+            p->shape = p->qshape, p->dtype = FR_F32, p->quant = 0;
+        }
+        return FR_OK;
+    }
     const char *bn = fr_base_precision_name(b);
     if ((unsigned)b > FR_BASE_NF4)
         return fr_fail(m->ctx, FR_ERR_ARG, "--base-precision %d: not a format", (int)b);
@@ -852,6 +871,10 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
         if (p->quant == q) {
             have++;
             continue;
+        }
+        if (p->quant && !m->pblock) { /* planning: another format, re-chosen */
+            fr_param *w = &m->params[l->wparam];
+            w->shape = w->qshape, w->dtype = FR_F32, w->quant = 0;
         }
         if (p->quant || p->dtype != FR_F32)
             return fr_fail(m->ctx, FR_ERR_ARG,

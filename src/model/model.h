@@ -200,11 +200,15 @@ fr_shape fr_model_value_shape(const fr_model *m, int v);
 fr_status fr_model_to_dtype(fr_model *m, fr_dtype dt);
 /* --base-precision: the weight of every frozen linear layer that owns it
  * alone (no other layer reads it: a tied head does not) stored in format b
- * from here on; FR_BASE_FP32 changes nothing. On a model not yet allocated
- * only the dtype and shape change (planning); an allocated model's values
+ * from here on. On a model not yet allocated only the dtype and shape
+ * change (planning; FR_BASE_FP32 there widens them back, so the planner can
+ * weigh each format); on an allocated one FR_BASE_FP32 and FR_BASE_AUTO
+ * change nothing, and another format's values
  * are quantized into a new block. Refused: no frozen linear layer, a
  * weight already stored in another format, a model sharded by ZeRO 3. */
 fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b);
+/* The frozen linear weights --base-precision would store in fewer bits. */
+int fr_model_quantizable(const fr_model *m);
 /* The values of param p (fr_shape_numel(&p->shape) of them, or of qshape
  * when it is quantized) as f32 into dst. */
 fr_status fr_param_read_f32(fr_ctx *ctx, const fr_param *p, float *dst);

@@ -42,8 +42,10 @@ static size_t param_blocks(const fr_model *m, fr_precision prec, int allocated_o
     size_t end = 0;
     for (size_t i = m->n_params; i-- > 0;) {
         const fr_param *p = &m->params[i];
-        size_t es = half && p->trainable && p->dtype == FR_F32 ? 2 : fr_dtype_size(p->dtype);
-        fr_flat_place(&end, (size_t)fr_shape_numel(&p->shape) * es, es);
+        size_t es =
+            half && p->trainable && p->dtype == FR_F32 && !p->quant ? 2 : fr_dtype_size(p->dtype);
+        /* a quantized weight's block (floats first) at 16 bytes, as model.c places it */
+        fr_flat_place(&end, (size_t)fr_shape_numel(&p->shape) * es, p->quant ? 16 : es);
     }
     return end ? fr_mem_block_bytes(end) : 0;
 }
@@ -54,7 +56,8 @@ static size_t param_raw(const fr_model *m, fr_precision prec) {
     size_t r = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         const fr_param *p = &m->params[i];
-        size_t es = half && p->trainable && p->dtype == FR_F32 ? 2 : fr_dtype_size(p->dtype);
+        size_t es =
+            half && p->trainable && p->dtype == FR_F32 && !p->quant ? 2 : fr_dtype_size(p->dtype);
         r += (size_t)fr_shape_numel(&p->shape) * es;
     }
     return r;
@@ -320,8 +323,36 @@ static void budget_split(fr_model *m, const fr_step_opts *opts, const fr_budget_
     b->datasets = d->handles + perm_bytes(d);
 }
 
+static fr_step *budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                            int batch_auto, fr_budget *b);
+
+/* The frozen base's format first (its bytes are the parameters' share):
+ * given, the model takes it now (on a model not yet allocated, shapes only);
+ * auto, each from the most precise, fp32, bf16, int8, nf4, until one's plan
+ * fits (the format trades accuracy, not time); the refusal is the last's,
+ * the smallest. */
 fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
                         int batch_auto, fr_budget *b) {
+    static const fr_base_precision order[] = {FR_BASE_FP32, FR_BASE_BF16, FR_BASE_INT8,
+                                              FR_BASE_NF4};
+    const int autob = opts->base_precision == FR_BASE_AUTO;
+    const int n = autob ? (fr_model_quantizable(m) ? 4 : 1) : 1;
+    for (int k = 0; k < n; k++) {
+        fr_step_opts o = *opts;
+        if (autob) o.base_precision = order[k];
+        if (fr_model_quantize_base(m, o.base_precision)) return NULL;
+        fr_mem_stats m0, m1;
+        fr_mem_get_stats(m->ctx, &m0);
+        fr_step *s = budget_plan(m, &o, d, batch_auto, b);
+        fr_mem_get_stats(m->ctx, &m1);
+        if (s || k + 1 == n || m->ctx->err_status != FR_ERR_BUDGET || m1.num_ooms > m0.num_ooms)
+            return s;
+    }
+    return NULL;
+}
+
+static fr_step *budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
+                            int batch_auto, fr_budget *b) {
     fr_ctx *ctx = m->ctx;
     memset(b, 0, sizeof *b);
     budget_split(m, opts, d, b);

@@ -590,27 +590,50 @@ static int search_offload(fr_model *m, const fr_step_opts *opts, candidate *best
     return found;
 }
 
+/* --base-precision auto under a budget: the frozen base's formats from the
+ * most precise, fp32, bf16, int8, nf4; the first whose plans fit wins (the
+ * format trades accuracy, not time: its tiled GEMMs cost about what f32's
+ * do, bench/quant.sh), the cheapest plan of it. A model with no frozen
+ * linear weight has fp32 only. Returns how many (<= 4). */
+static int base_choices(const fr_model *m, const fr_step_opts *opts, fr_base_precision out[4]) {
+    out[0] = opts->base_precision;
+    if (opts->base_precision != FR_BASE_AUTO) return 1;
+    out[0] = FR_BASE_FP32;
+    if (!fr_model_quantizable(m)) return 1;
+    out[1] = FR_BASE_BF16, out[2] = FR_BASE_INT8, out[3] = FR_BASE_NF4;
+    return 4;
+}
+
 fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need *need) {
     candidate best = {.cost = INFINITY}, smallest = {.reserved = SIZE_MAX};
     memset(need, 0, sizeof *need);
-    int heads[6], nh = head_choices(m, opts, heads), found = 0;
-    for (int h = 0; h < nh; h++) {
-        fr_step_opts oh = *opts;
-        oh.head_rows = heads[h];
-        candidate b, sm;
-        int f = search_offload(m, &oh, &b, &sm);
-        if (f < 0) return NULL;
-        if (f && (!found || b.cost < best.cost)) best = b, found = 1;
-        if (sm.reserved < smallest.reserved) smallest = sm;
+    fr_base_precision bases[4], best_base = opts->base_precision, small_base = best_base;
+    int nb = base_choices(m, opts, bases), found = 0;
+    for (int k = 0; k < nb && !found; k++) {
+        fr_step_opts ob = *opts;
+        ob.base_precision = bases[k];
+        if (fr_model_quantize_base(m, bases[k])) return NULL; /* planning: shapes only */
+        int heads[6], nh = head_choices(m, &ob, heads);
+        for (int h = 0; h < nh; h++) {
+            fr_step_opts oh = ob;
+            oh.head_rows = heads[h];
+            candidate b, sm;
+            int f = search_offload(m, &oh, &b, &sm);
+            if (f < 0) return NULL;
+            if (f && (!found || b.cost < best.cost)) best = b, found = 1, best_base = bases[k];
+            if (sm.reserved < smallest.reserved) smallest = sm, small_base = bases[k];
+        }
     }
     if (!found) {
         if (smallest.reserved != SIZE_MAX)
-            *need = (fr_plan_need){smallest.reserved, smallest.mode, smallest.arg,
-                                   smallest.micro,    smallest.prec, smallest.offload,
-                                   smallest.head_rows};
+            *need = (fr_plan_need){smallest.reserved,  smallest.mode, smallest.arg,
+                                   smallest.micro,     smallest.prec, smallest.offload,
+                                   smallest.head_rows, small_base};
         return NULL;
     }
+    /* the loop stopped at best_base's format: the model holds it */
     fr_step_opts o = *opts;
+    o.base_precision = best_base;
     o.checkpoint = best.mode;
     o.ckpt_arg = best.arg;
     o.micro_batch = best.micro;
@@ -623,9 +646,12 @@ fr_step *fr_step_plan_choose(fr_model *m, const fr_step_opts *opts, fr_plan_need
 }
 
 int fr_plan_need_str(const fr_plan_need *n, char *buf, size_t len) {
-    char head[48] = "";
+    char head[96] = "";
     if (n->head_rows > 0) snprintf(head, sizeof head, ", --fused-head %d", n->head_rows);
     else if (n->head_rows < 0) snprintf(head, sizeof head, ", --fused-head auto");
+    if (n->base != FR_BASE_FP32 && n->base != FR_BASE_AUTO)
+        snprintf(head + strlen(head), sizeof head - strlen(head), ", --base-precision %s",
+                 fr_base_precision_name(n->base));
     return snprintf(
         buf, len, "checkpoint %s%s%.0d, micro-batch %d, precision %s%s%s%s", mode_name(n->mode),
         n->arg ? " " : "", n->arg, n->micro, fr_precision_name(n->prec),
@@ -940,6 +966,17 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                     e.from_env ? "FRUGAL_GEMM_RATES gives bf16 0: no native bf16 GEMM"
                                : "no native bf16 GEMM here",
                     100 * e.cast_share);
+    }
+    {
+        size_t qb = 0;
+        int nq = 0;
+        for (size_t i = 0; i < m->n_params; i++)
+            if (m->params[i].quant) nq++, qb += (size_t)fr_shape_numel(&m->params[i].shape);
+        if (nq) {
+            char h[32];
+            fprintf(out, "frozen base: %d linear weights in %s, %s (--base-precision)\n", nq,
+                    fr_base_precision_name(s->o.base_precision), fr_human_bytes(qb, h, sizeof h));
+        }
     }
     if (fr_place_second_memory(s->ctx)) /* what offload would move to the host */
         describe_offload(s, base, info.recomputed_units > 0, out);

@@ -93,7 +93,8 @@ typedef struct fr_plan_need {
     int arg, micro;
     fr_precision prec;
     fr_offload offload;
-    int head_rows; /* the fused head's rows a chunk (fr_step_opts.head_rows) */
+    int head_rows;          /* the fused head's rows a chunk (fr_step_opts.head_rows) */
+    fr_base_precision base; /* the frozen base's format (fr_step_opts.base_precision) */
 } fr_plan_need;
 /* The planner's choice built but not materialized (nothing of the model
  * allocated); NULL with *need set when nothing fits (no message: the caller
