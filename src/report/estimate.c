@@ -195,6 +195,16 @@ void fr_step_estimate_table(const fr_step *s, FILE *out, int json) {
                 fr_base_precision_name(s->o.base_precision), qb,
                 fr_human_bytes(qb, b[5], sizeof b[5]), fr_human_bytes(qf, b[6], sizeof b[6]),
                 (double)qb / (double)qf);
+    size_t ab = 0; /* adapters (--lora): their weights beside the frozen base */
+    int na = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->params[i].role == FR_P_LORA_A || m->params[i].role == FR_P_LORA_B)
+            na++, ab += (size_t)fr_shape_numel(&m->params[i].shape) * sizeof(float);
+    if (na)
+        fprintf(out,
+                "\nadapters: %d LoRA tensors, %zu B (%s) of weights: with their gradients and "
+                "optimizer state\nthe only trained bytes (in each adapted layer's weight column)\n",
+                na, ab, fr_human_bytes(ab, b[5], sizeof b[5]));
     for (size_t i = 0; i < (size_t)s->g.n_forward; i++) { /* --fused-head */
         const fr_node *n = &s->g.nodes[i];
         if (n->op != FR_OP_LINEAR_CE) continue;
