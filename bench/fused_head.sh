@@ -61,6 +61,8 @@ print("# The fused head alone at V = 50257 (bench/fused_head.sh)\n")
 print("GPT-2's wte (50257 x 768) and its tied head, batch 4, T 256 (1024 rows; logits "
       "1024 x 50257 x 4 = %.1f MB), AdamW, 2 threads; ms/step the median over the rounds "
       "of (2+%d steps - 2 steps) / %d.\n" % (1024 * 50257 * 4 / 1e6, n, n))
+print("Load average when written: %s (a shared 2-core machine: ms/step is noisy).\n"
+      % " ".join(open("/proc/loadavg").read().split()[:3]))
 print("| --fused-head | predicted reserved | measured peak | saved vs off (pred / meas) | ms/step | vs off |")
 print("|---|---|---|---|---|---|")
 base = None
