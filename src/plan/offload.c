@@ -149,7 +149,7 @@ fr_status fr_offload_saved(fr_graph *g, int **order_io, int *n_io, size_t min_by
     *order_io = no;
     *n_io = w;
     no = NULL;
-    /* the step keeps the loss and the logits to the end (step.c) */
+    /* the step keeps the loss and the logits (or a fused head's hits) to the end (step.c) */
     uint8_t *keep = fr_calloc(ctx, g->n_vals + 1, FR_MEM_OTHER); /* values the pass added too */
     if (!keep) {
         st = FR_ERR_NOMEM;
@@ -157,6 +157,7 @@ fr_status fr_offload_saved(fr_graph *g, int **order_io, int *n_io, size_t min_by
     }
     if (g->loss >= 0) keep[g->loss] = 1;
     if (g->logits >= 0) keep[g->logits] = 1;
+    if (g->hits >= 0) keep[g->hits] = 1;
     st = fr_offload_prefetch(g, keep, *order_io, *n_io, NULL);
     fr_free(ctx, keep);
 done:
