@@ -328,29 +328,15 @@ static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t 
     return 0;
 }
 
-static int sh_conv2d_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+/* The same, and the backend's workspace in the last output, past the
+ * forward's inputs: CONV2D_BWD's and QLINEAR_BWD's out[3] (dy, Wq -> dx, -,
+ * -, ws), LINEAR_CE_BWD's out[4] (x, W, b, y -> dx, dW, db, -, ws). */
+static int sh_grads_ws(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     sh_grads(g, n, o, dt, b);
-    o[3] = fr_shape1(fr_backend_ws(g, n, 3));
-    dt[3] = FR_F32;
-    b[3] = 0;
-    return 0;
-}
-
-/* dy, Wq -> dx, -, -, ws */
-static int sh_qlinear_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
-    sh_grads(g, n, o, dt, b);
-    o[3] = fr_shape1(fr_backend_ws(g, n, 3));
-    dt[3] = FR_F32;
-    b[3] = 0;
-    return 0;
-}
-
-/* x, W, b, y -> dx, dW, db (their shapes), (y: none), ws */
-static int sh_linear_ce_bwd(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
-    sh_grads(g, n, o, dt, b);
-    o[4] = fr_shape1(fr_backend_ws(g, n, 4));
-    dt[4] = FR_F32;
-    b[4] = 0;
+    const int j = n->n_out - 1;
+    o[j] = fr_shape1(fr_backend_ws(g, n, j));
+    dt[j] = FR_F32;
+    b[j] = 0;
     return 0;
 }
 
@@ -510,7 +496,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
     ROWH(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_backend),
-    ROWH(CONV2D_BWD, "conv2d_bwd", sh_conv2d_bwd, NULL, -1, 0, fl_conv2d_bwd, hi_backend),
+    ROWH(CONV2D_BWD, "conv2d_bwd", sh_grads_ws, NULL, -1, 0, fl_conv2d_bwd, hi_backend),
     ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_backend, ho_backend),
     ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, NULL, -1, 0, fl_pool, hi_backend),
     ROW(AVGPOOL2D, "avgpool2d", sh_pool, fr_bw_avgpool2d, -1, 0, fl_pool),
@@ -553,8 +539,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(ATTENTION_KV, "attention_kv", sh_attention_kv, NULL, -1, 0, fl_attention_kv),
     ROW(LAST_ROW, "last_row", sh_last_row, NULL, -1, 0, fl_out),
     ROW(QLINEAR, "qlinear", sh_qlinear, fr_bw_qlinear, -1, 0, fl_qlinear),
-    ROW(QLINEAR_BWD, "qlinear_bwd", sh_qlinear_bwd, NULL, -1, 0, fl_qlinear_bwd),
+    ROW(QLINEAR_BWD, "qlinear_bwd", sh_grads_ws, NULL, -1, 0, fl_qlinear_bwd),
     ROW(LINEAR_CE, "linear_ce", sh_linear_ce, fr_bw_linear_ce, -1, 0, fl_linear_ce),
-    ROWLB(LINEAR_CE_BWD, "linear_ce_bwd", sh_linear_ce_bwd, NULL, -1, 0, fl_linear_ce_bwd, NULL,
-          NULL),
+    ROWLB(LINEAR_CE_BWD, "linear_ce_bwd", sh_grads_ws, NULL, -1, 0, fl_linear_ce_bwd, NULL, NULL),
 };
