@@ -312,7 +312,9 @@ fr_status fr_quant_view(fr_ctx *ctx, fr_qfmt fmt, int64_t O, int64_t K, void *bl
                         fr_qweight *out) {
     if (!out) return fr_fail(ctx, FR_ERR_ARG, "quantized weight: no output view");
     memset(out, 0, sizeof *out);
-    if ((unsigned)fmt >= FR_QFMT_COUNT || !shape_ok(O, K) || !block || ((uintptr_t)block & 3))
+    uint64_t bits = 0; /* the address's low bits (memcpy, as core/mem.c: no integer cast) */
+    memcpy(&bits, &block, sizeof block < sizeof bits ? sizeof block : sizeof bits);
+    if ((unsigned)fmt >= FR_QFMT_COUNT || !shape_ok(O, K) || !block || (bits & 3))
         return fr_fail(ctx, FR_ERR_ARG,
                        "quantized weight: format %d, shape (%lld,%lld) at %p: not a quantized "
                        "block (int8, nf4 or bf16; dimensions 1 to %d; 4-byte aligned)",
