@@ -329,8 +329,8 @@ static fr_step *budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budg
 /* The frozen base's format first (its bytes are the parameters' share):
  * given, the model takes it now (on a model not yet allocated, shapes only);
  * auto, each from the most precise, fp32, bf16, int8, nf4, until one's plan
- * fits (the format trades accuracy, not time); the refusal is the last's,
- * the smallest. */
+ * fits (accuracy first: the tiled GEMMs' time is not weighed); the refusal
+ * is the last's, the smallest. */
 fr_step *fr_budget_plan(fr_model *m, const fr_step_opts *opts, const fr_budget_data *d,
                         int batch_auto, fr_budget *b) {
     static const fr_base_precision order[] = {FR_BASE_FP32, FR_BASE_BF16, FR_BASE_INT8,

@@ -591,9 +591,9 @@ static int search_offload(fr_model *m, const fr_step_opts *opts, candidate *best
 }
 
 /* --base-precision auto under a budget: the frozen base's formats from the
- * most precise, fp32, bf16, int8, nf4; the first whose plans fit wins (the
- * format trades accuracy, not time: its tiled GEMMs cost about what f32's
- * do, bench/quant.sh), the cheapest plan of it. A model with no frozen
+ * most precise, fp32, bf16, int8, nf4; the first whose plans fit wins
+ * (accuracy first: the tiled GEMMs' time, bench/quant.sh, is not weighed),
+ * the cheapest plan of it. A model with no frozen
  * linear weight has fp32 only. Returns how many (<= 4). */
 static int base_choices(const fr_model *m, const fr_step_opts *opts, fr_base_precision out[4]) {
     out[0] = opts->base_precision;
