@@ -202,5 +202,11 @@ run "$bin" profile --model "$model" --batch 32 --steps 2 --trace "$tmp/t.json" -
 [ $? -eq 0 ] && ok || no "profile: $(cat "$tmp/err")"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); assert any(e.get('ph')=='C' for e in t['traceEvents'])" "$tmp/t.json" && ok || no "trace is Chrome Trace Event JSON with counters"
 grep -q "peak" "$tmp/m.svg" && grep -q "activations" "$tmp/m.svg" && ok || no "the chart marks the peak and names the categories"
+# under a budget the run is bounded by it, the reports written after it are not
+# (they once ran out of the budget's room copying the trace's events)
+run "$bin" profile --model "$src/tests/data/small_gpt.model" --batch 8 --steps 2 --budget 800KiB \
+    --trace "$tmp/tb.json" --svg "$tmp/mb.svg"
+[ $? -eq 0 ] && [ -s "$tmp/tb.json" ] && grep -q "peak reserved 0.[0-9] MiB" "$tmp/out" && ok ||
+    no "profile under --budget: $(tail -2 "$tmp/err")"
 
 finish

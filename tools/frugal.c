@@ -1455,12 +1455,16 @@ static int cmd_profile(int argc, char **argv) {
         }
     }
     t1 = now_seconds();
+    fr_mem_stats ms; /* the run's, before the reports' buffers */
+    fr_mem_get_stats(ctx, &ms);
+    fr_mem_set_limit(ctx, 0); /* --budget bounds the run, not the reports written after it */
     const char *trace = c.trace ? c.trace : "memory-trace.json";
     const char *svg = c.svg ? c.svg : "memory.svg";
     if (fr_timeline_chrome(ctx, trace) || fr_timeline_svg(ctx, svg, c.t.model, c.t.step.budget)) {
         fprintf(stderr, "frugal profile: %s\n", fr_last_error(ctx));
         goto out;
     }
+    if (c.t.step.budget) fr_mem_set_limit(ctx, c.t.step.budget); /* as it ran */
     fr_op_time ops[FR_OP_COUNT];
     int nops = fr_timeline_op_times(ctx, ops, FR_OP_COUNT);
     if (nops < 0) {
@@ -1495,8 +1499,6 @@ static int cmd_profile(int argc, char **argv) {
             printf("  %-22s %8d %12.2f %6.1f%%\n", ops[i].name, ops[i].calls, ops[i].ms / steps,
                    kernel_ms > 0 ? 100.0 * ops[i].ms / kernel_ms : 0.0);
     }
-    fr_mem_stats ms;
-    fr_mem_get_stats(ctx, &ms);
     printf("%d steps: peak allocated %.1f MiB, peak reserved %.1f MiB\nwrote %s (open in Perfetto) "
            "and %s\n",
            steps, ms.allocated_total_peak / 1048576.0, ms.reserved_peak / 1048576.0, trace, svg);
