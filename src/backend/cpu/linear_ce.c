@@ -72,9 +72,9 @@ int fr_k_linear_ce(fr_kernel_call *c) {
         for (int64_t i = 0; i < r; i++) {
             const float *zr = z + i * V;
             float m;
-            const double shift = row_lse(zr, V, &m);
+            const double shift = fr_ce_row_lse(zr, V, &m);
             term[n0 + i] = ((double)m + shift) - (double)zr[y[n0 + i]];
-            h += row_argmax(zr, V) == y[n0 + i];
+            h += fr_ce_row_argmax(zr, V) == y[n0 + i];
         }
     }
     /* loss.c's blocks, each summed in row order, added in block order */
@@ -122,8 +122,8 @@ int fr_k_linear_ce_bwd(fr_kernel_call *c) {
 #pragma omp parallel for schedule(static) if (r * V >= CE_PAR_MIN)
         for (int64_t i = 0; i < r; i++) {
             float m;
-            const float shift = (float)row_lse(z + i * V, V, &m);
-            row_dlogits(z + i * V, z + i * V, V, m, shift, k, y[n0 + i], 0);
+            const float shift = (float)fr_ce_row_lse(z + i * V, V, &m);
+            fr_ce_row_dlogits(z + i * V, z + i * V, V, m, shift, k, y[n0 + i], 0);
         }
         if (dx && C > 0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)r, (int)C, (int)V, 1.0f, z,

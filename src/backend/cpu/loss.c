@@ -45,7 +45,7 @@ int fr_k_cross_entropy(fr_kernel_call *c) {
         double s = 0.0;
         float m;
         for (int64_t n = N * b / LOSS_BLOCKS; n < N * (b + 1) / LOSS_BLOCKS; n++) {
-            const double shift = row_lse(z + n * C, C, &m);
+            const double shift = fr_ce_row_lse(z + n * C, C, &m);
             s += ((double)m + shift) - (double)z[n * C + y[n]];
         }
         part[b] = s;
@@ -76,10 +76,10 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
 #pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
         for (int64_t n = 0; n < N; n++) {
             float m, buf[CE_SPAN];
-            const float shift = (float)row_lse(z + n * C, C, &m);
+            const float shift = (float)fr_ce_row_lse(z + n * C, C, &m);
             for (int64_t c0 = 0; c0 < C; c0 += CE_SPAN) {
                 int64_t len = C - c0 < CE_SPAN ? C - c0 : CE_SPAN;
-                row_dlogits(z + n * C + c0, buf, len, m, shift, k, y[n] - c0, 0);
+                fr_ce_row_dlogits(z + n * C + c0, buf, len, m, shift, k, y[n] - c0, 0);
                 out_store(&c->out[0], n * C + c0, buf, len);
             }
         }
@@ -88,8 +88,8 @@ int fr_k_cross_entropy_bwd(fr_kernel_call *c) {
 #pragma omp parallel for schedule(static) if (N * C >= LOSS_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         float m;
-        const float shift = (float)row_lse(z + n * C, C, &m);
-        row_dlogits(z + n * C, dz + n * C, C, m, shift, k, y[n], acc);
+        const float shift = (float)fr_ce_row_lse(z + n * C, C, &m);
+        fr_ce_row_dlogits(z + n * C, dz + n * C, C, m, shift, k, y[n], acc);
     }
     return FR_OK;
 }
@@ -99,7 +99,7 @@ int64_t fr_k_argmax_hits(const float *z, const int32_t *y, int64_t rows, int64_t
     int64_t hits = 0;
     if (C <= 0) return 0;
 #pragma omp parallel for schedule(static) reduction(+ : hits) if (rows * C >= LOSS_PAR_MIN)
-    for (int64_t n = 0; n < rows; n++) hits += row_argmax(z + n * C, C) == y[n];
+    for (int64_t n = 0; n < rows; n++) hits += fr_ce_row_argmax(z + n * C, C) == y[n];
     return hits;
 }
 
