@@ -48,7 +48,8 @@
 # The budgets leave the process's own pages under the RSS goals (code,
 # libraries, the token file; oneDNN's bf16 kernels and OpenBLAS's buffers:
 # about 30 MiB beside the LoRA step, 67 to 91 MiB beside the full bf16-mixed
-# one, which 960MiB took to 1026 MiB): LORA_BUDGET [480MiB], FULL_BUDGET [896MiB].
+# one, which 960MiB took to 1026 MiB): LORA_BUDGET [480MiB], FULL_BUDGET [896MiB];
+# LORA_EXTRA [none]: more frugal options for the LoRA part (--precision bf16-mixed).
 # Environment: ROUNDS [3], N [4] timed steps, WARMUP [2], THREADS [2],
 # PARTS ["lora full head"], HEAD_OPTS ["--optimizer adamw"],
 # OUT [bench/out/finetune.md] (the table; every run's JSON beside it as
@@ -98,6 +99,8 @@ EOF
 LORA_OPTS=(--lora r=8,alpha=16,dropout=0.05,target=attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj
     --base-precision int8 --fused-head auto --budget "${LORA_BUDGET:-480MiB}")
 FULL_OPTS=(--optimizer adafactor --precision bf16-mixed --fused-head auto --budget "${FULL_BUDGET:-896MiB}")
+read -r -a LORA_EXTRA_ARR <<<"${LORA_EXTRA:-}" # e.g. LORA_EXTRA="--precision bf16-mixed"
+LORA_OPTS+=("${LORA_EXTRA_ARR[@]}")
 read -r -a HEAD_ARR <<<"$HEAD_OPTS"
 COMMON=(--model "$MODEL" --data "$TOKENS" --seq 512 --batch 4 --threads "$THREADS" --test-limit 1)
 
@@ -290,7 +293,7 @@ mkdir -p "$(dirname "$OUT")"
     echo "# bench/finetune.sh: GPT-2 124M (random init, random tokens), batch 4, T 512, $THREADS threads, $ROUNDS alternated rounds of $N steps after $WARMUP, $started"
     echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; frugal $commit, PyTorch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null); ${elapsed}s, load average $load_start -> $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
-    LB=${LORA_BUDGET:-480MiB} FB=${FULL_BUDGET:-896MiB} $PY - "$RUNS" "$skipped" <<'EOF'
+    LB="${LORA_BUDGET:-480MiB}${LORA_EXTRA:+ $LORA_EXTRA}" FB=${FULL_BUDGET:-896MiB} $PY - "$RUNS" "$skipped" <<'EOF'
 import json, os, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 skipped = dict(l.rstrip("\n").split(": ", 1) for l in open(sys.argv[2]) if ": " in l)
