@@ -160,6 +160,14 @@ expect_fail "auto below nf4's budget" 1 "--base-precision nf4); the smallest bud
     "$bin" "${P[@]}" --base-precision auto --budget $((least[nf4] - 1))
 grep -qF "(${least[nf4]} bytes)" "$tmp/err" && ok || no "auto's refusal: $(cat "$tmp/err")"
 
+# ---- with mixed and pure 16-bit precision: the quantized bytes are the op's own
+# (the precision pass once cast them as a 16-bit weight: "cast from u8 to f32") ----
+for p in bf16-mixed bf16; do
+    run --steps 3 --freeze transformer.h.0 --base-precision int8 --precision $p --json \
+        >"$tmp/p.json" 2>"$tmp/p.err" && grep -q '"event": "summary"' "$tmp/p.json" && ok ||
+        no "--base-precision int8 --precision $p: $(tail -1 "$tmp/p.err")"
+done
+
 # ---- bad input ----
 expect_fail "unknown format" 2 "--base-precision 'q4': choose fp32, bf16, int8, nf4 or auto" \
     run --steps 1 --base-precision q4

@@ -245,8 +245,9 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             }
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* 16-bit weights (pure half): f32 copies */
-            int x = g->nodes[i].in[j];
-            if (x < 0 || g->vals[x].kind != FR_VAL_PARAM || g->vals[x].dtype == FR_F32 ||
+            int x = g->nodes[i].in[j]; /* (a quantized base's bytes, u8, are its op's own) */
+            if (x < 0 || g->vals[x].kind != FR_VAL_PARAM ||
+                (g->vals[x].dtype != FR_F16 && g->vals[x].dtype != FR_BF16) ||
                 (gemm16_slot(g16, &g->nodes[i], j) && g->vals[x].dtype == half))
                 continue;
             CAST_INPUT(j, FR_F32, FR_F32);

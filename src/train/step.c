@@ -289,6 +289,10 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (opts->training &&
         fr_optim_check(ctx, &opts->optim, opts->optim_state, opts->precision, opts->zero))
         return NULL;
+    /* --base-precision: frozen linear weights stored in fewer bits, their
+     * layers run QLINEAR (on a model not yet allocated only the dtype and
+     * shape change); first, so that model.half() below leaves them be */
+    if (opts->base_precision && fr_model_quantize_base(m, opts->base_precision)) return NULL;
     if (opts->precision == FR_PREC_FP16 || opts->precision == FR_PREC_BF16) {
         /* model.half(): weights and biases stored in 16 bits from here on
          * (BatchNorm's running statistics stay f32: they are updated in place
@@ -296,10 +300,6 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
          * a model not yet allocated only the dtype changes. */
         if (fr_model_to_dtype(m, opts->precision == FR_PREC_FP16 ? FR_F16 : FR_BF16)) return NULL;
     }
-    /* --base-precision: frozen linear weights stored in fewer bits, their
-     * layers run QLINEAR (on a model not yet allocated only the dtype and
-     * shape change, as above) */
-    if (opts->base_precision && fr_model_quantize_base(m, opts->base_precision)) return NULL;
     fr_mem_stats before;
     fr_mem_get_stats(ctx, &before);
     fr_step *s = fr_calloc(ctx, sizeof *s, FR_MEM_OTHER);
