@@ -830,14 +830,18 @@ static int shared(const fr_model *m, size_t w) {
     return 0;
 }
 
+/* The weight layer li would store in fewer bits (-1: none): a frozen linear
+ * layer's own weight that no other layer reads. */
+static int base_weight(const fr_model *m, size_t li) {
+    const fr_layer *l = &m->layers[li];
+    if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) return -1;
+    if (m->params[l->wparam].layer != (int)li || shared(m, (size_t)l->wparam)) return -1;
+    return l->wparam;
+}
+
 int fr_model_quantizable(const fr_model *m) {
     int n = 0;
-    for (size_t li = 0; li < m->n_layers; li++) {
-        const fr_layer *l = &m->layers[li];
-        if (l->kind == FR_L_LINEAR && l->wparam >= 0 && m->params[l->wparam].frozen &&
-            m->params[l->wparam].layer == (int)li && !shared(m, (size_t)l->wparam))
-            n++;
-    }
+    for (size_t li = 0; li < m->n_layers; li++) n += base_weight(m, li) >= 0;
     return n;
 }
 
@@ -864,17 +868,16 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     const int q = 1 + (int)fmts[b];
     int n = 0, have = 0;
     for (size_t li = 0; li < m->n_layers; li++) {
-        const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
-        const fr_param *p = &m->params[l->wparam];
-        if (p->layer != (int)li || shared(m, (size_t)l->wparam)) continue;
+        const int w = base_weight(m, li);
+        if (w < 0) continue;
+        const fr_param *p = &m->params[w];
         if (p->quant == q) {
             have++;
             continue;
         }
         if (p->quant && !m->pblock) { /* planning: another format, re-chosen */
-            fr_param *w = &m->params[l->wparam];
-            w->shape = w->qshape, w->dtype = FR_F32, w->quant = 0;
+            fr_param *pw = &m->params[w];
+            pw->shape = pw->qshape, pw->dtype = FR_F32, pw->quant = 0;
         }
         if (p->quant || p->dtype != FR_F32)
             return fr_fail(m->ctx, FR_ERR_ARG,
@@ -896,25 +899,23 @@ fr_status fr_model_quantize_base(fr_model *m, fr_base_precision b) {
     if (!qw) return FR_ERR_NOMEM;
     fr_status st = FR_OK;
     for (size_t li = 0; li < m->n_layers && !st; li++) { /* quantized apart: all or nothing */
-        const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
-        fr_param *p = &m->params[l->wparam];
-        if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant || !p->data) continue;
-        st = fr_quantize(m->ctx, fmts[b], p->data, p->shape.d[0], p->shape.d[1], &qw[l->wparam]);
+        const int w = base_weight(m, li);
+        fr_param *p = w >= 0 ? &m->params[w] : NULL;
+        if (!p || p->quant || !p->data) continue;
+        st = fr_quantize(m->ctx, fmts[b], p->data, p->shape.d[0], p->shape.d[1], &qw[w]);
         if (st)
             fr_fail(m->ctx, st, "--base-precision %s: %s: %s", bn, p->name, fr_last_error(m->ctx));
     }
     for (size_t i = 0; i < m->n_params && st; i++) fr_quant_free(m->ctx, &qw[i]);
     for (size_t li = 0; li < m->n_layers && !st; li++) {
-        const fr_layer *l = &m->layers[li];
-        if (l->kind != FR_L_LINEAR || l->wparam < 0 || !m->params[l->wparam].frozen) continue;
-        fr_param *p = &m->params[l->wparam];
-        if (p->layer != (int)li || shared(m, (size_t)l->wparam) || p->quant) continue;
+        const int w = base_weight(m, li);
+        fr_param *p = w >= 0 ? &m->params[w] : NULL;
+        if (!p || p->quant) continue;
         p->quant = q;
         p->qshape = p->shape;
         p->shape = fr_shape1((int64_t)fr_quant_bytes(fmts[b], p->shape.d[0], p->shape.d[1]));
         p->dtype = FR_U8;
-        if (qw[l->wparam].block) p->data = qw[l->wparam].block; /* relayout moves it */
+        if (qw[w].block) p->data = qw[w].block; /* relayout moves it */
     }
     /* the block anew, the quantized weights copied in (and their own blocks freed) */
     if (!st && m->pblock) st = fr_model_relayout(m, NULL);
