@@ -284,6 +284,16 @@ FR_API fr_val fr_pos_embedding(fr_model *m, fr_val x, int positions);
  * dimension (the output of nanoGPT's c_attn), the result is (T, C), heads
  * dividing C. Computed in tiles: nothing T x T is stored. */
 FR_API fr_val fr_attention(fr_model *m, fr_val qkv, int heads);
+/* Grouped-query attention (Llama's num_key_value_heads): qkv (T, (heads + 2
+ * kv_heads) head_dim) holds q's heads, then k's and v's kv_heads; query head
+ * h reads key/value head h / (heads / kv_heads). kv_heads 0 or heads: as
+ * fr_attention. */
+FR_API fr_val fr_attention_gqa(fr_model *m, fr_val qkv, int heads, int kv_heads);
+/* Llama's RMSNorm over the last dimension (dim): x / sqrt(mean(x^2) + eps)
+ * times a weight (dim), in f32 (Hugging Face's LlamaRMSNorm). */
+FR_API fr_val fr_rmsnorm(fr_model *m, fr_val x, int dim, float eps);
+/* silu(gate) * up, gate and up of one shape (Llama's MLP before down_proj). */
+FR_API fr_val fr_swiglu(fr_model *m, fr_val gate, fr_val up);
 /* Initialise the last layer's weight from N(0, std^2) and its bias with 0
  * (GPT-2's initialisation) instead of PyTorch's default. */
 FR_API fr_status fr_model_init_std_last(fr_model *m, float std);
@@ -302,7 +312,9 @@ FR_API fr_status fr_model_set_seq(fr_model *m, int seq);
 FR_API int fr_model_seq(const fr_model *m);     /* 0 for models without token input */
 FR_API int fr_model_context(const fr_model *m); /* 0 for models without token input */
 
-/* Load a model file (see README) or a built-in name ("mlp", "cnn", "resnet"). */
+/* Load a model file (see README), a built-in name ("mlp", "cnn", "resnet",
+ * "gpt-tiny", "gpt2"), or a Hugging Face config.json (LlamaForCausalLM,
+ * MistralForCausalLM, GPT2LMHeadModel; the file or its directory). */
 FR_API fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name);
 /* PyTorch's default initialisation (kaiming_uniform_(a=sqrt(5)), bias
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), BatchNorm weight 1 bias 0), seeded. */
@@ -544,7 +556,10 @@ FR_API void fr_step_estimate_table(const fr_step *s, FILE *out, int json);
 
 FR_API fr_status fr_save(fr_step *s, const char *path); /* weights + optimizer state */
 FR_API fr_status fr_load(fr_step *s, const char *path); /* restores what save wrote */
-FR_API fr_status fr_model_load_weights(fr_model *m, const char *path); /* weights only */
+/* Weights only, strictly (every tensor the model has, no other): path a
+ * safetensors file, a Hugging Face index (model.safetensors.index.json and
+ * its shards), or a directory holding model.safetensors or the index. */
+FR_API fr_status fr_model_load_weights(fr_model *m, const char *path);
 
 #ifdef __cplusplus
 }

@@ -12,11 +12,13 @@
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include "backend/cpu/cpuinfo.h"
 #include "core/names.h"
 #include "data/dataset.h"
 #include "parallel/comm.h"
 #include "infer/generate.h"
+#include "tok/tokenizer.h"
 #include "report/report.h"
 #include "report/timeline.h"
 #include "run/adapter.h"
@@ -149,14 +151,18 @@ static const command commands[] = {
      "free with its op and category: Chrome Trace Event JSON (open it in Perfetto or\n"
      "chrome://tracing) and a self-contained SVG chart, stacked by category over time,\n"
      "with the peak marked (and the budget, if given).\n"},
-    {"generate", C_GENERATE, "generate --model FILE|NAME --weights CKPT --prompt TEXT [options]",
+    {"generate", C_GENERATE,
+     "generate --model FILE|NAME|DIR [--weights CKPT] [--tokenizer T] --prompt TEXT [options]",
      "Streams text from a language model: the prompt's bytes, then --tokens new ones, each\n"
      "sampled from the model's distribution at --temperature among the --top-k likeliest\n"
      "(temperature 0: the argmax, greedy). Keys and values of past positions are kept in a\n"
      "cache (its own memory category), so a new token costs O(T), not O(T^2). A prompt\n"
      "longer than the context keeps its last context tokens, and says so.\n"
-     "A model whose vocabulary is not bytes (256) takes --prompt ids:464,3290 (token ids) and\n"
-     "prints ids separated by spaces.\n"},
+     "With a tokenizer (--tokenizer, or a Hugging Face --model directory's own) the prompt\n"
+     "is encoded (with BOS where the tokenizer adds one) and new tokens are decoded and\n"
+     "streamed as text, stopping at the end-of-sequence token (--stop-at-eos). Without one,\n"
+     "a model whose vocabulary is not bytes (256) takes --prompt ids:464,3290 (token ids)\n"
+     "and prints ids separated by spaces. The summary gives tokens/s and the KV cache's bytes.\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -235,6 +241,10 @@ enum {
     O_TOKENS,
     O_TEMP,
     O_TOPK,
+    O_TOPP,
+    O_STOP_EOS,
+    O_MAXCTX,
+    O_TOKENIZER,
     O_TRACE,
     O_SVG,
     O_JSON,
@@ -262,12 +272,20 @@ typedef struct opt_row {
 /* In --help order; a heading is printed when a command takes an option under it. */
 static const opt_row opts[] = {
     {"model", "FILE|NAME", O_MODEL, C_ALL & ~C_GENERATE,
-     "model file (see models/README.md) or built-in: mlp, cnn, resnet,\n"
-     "gpt-tiny, gpt2 [cnn]"},
+     "model file (see models/README.md), built-in: mlp, cnn, resnet,\n"
+     "gpt-tiny, gpt2, or a Hugging Face model: its config.json or the\n"
+     "directory holding it (Llama, Mistral, GPT-2) [cnn]"},
     {"model", "FILE|NAME", O_MODEL, C_GENERATE,
-     "a language model's file or built-in: gpt-tiny, gpt2 [gpt-tiny]"},
+     "a language model's file, built-in (gpt-tiny, gpt2), or a Hugging\n"
+     "Face model directory or config.json [gpt-tiny]"},
     {"weights", "CKPT", O_WEIGHTS, C_EVAL | C_GENERATE,
-     "the weights (safetensors: frugal's, nanoGPT's or Hugging Face GPT-2's)"},
+     "the weights (safetensors: frugal's, nanoGPT's or Hugging Face's;\n"
+     "a sharded model.safetensors.index.json; or a directory) [a\n"
+     "Hugging Face --model directory's own]"},
+    {"tokenizer", "FILE|DIR", O_TOKENIZER, C_TRAIN | C_EVAL | C_GENERATE,
+     "text <-> token ids: tokenizer.model (SentencePiece), tokenizer.json\n"
+     "or vocab.json + merges.txt (byte-level BPE), or a directory\n"
+     "holding one [a Hugging Face --model directory's own; else bytes]"},
     {"batch", "B", O_BATCH, C_ALL & ~C_GENERATE,
      "samples per step [128, or the model file's `default batch N`:\n"
      "gpt-tiny 8, gpt2 4, models/gpt2-xl.model 1]"},
@@ -358,6 +376,15 @@ static const opt_row opts[] = {
     {"temperature", "X", O_TEMP, C_GENERATE, "0: greedy (argmax); else sample [1.0]"},
     {"seed", "N", O_SEED, C_GENERATE, "seed of the sampling [0]"},
     {"top-k", "K", O_TOPK, C_GENERATE, "sample among the K likeliest (0: all) [0]"},
+    {"top-p", "P", O_TOPP, C_GENERATE,
+     "nucleus sampling: the likeliest tokens whose mass reaches P\n"
+     "(after temperature and top-k, as Hugging Face's) [1: all]"},
+    {"stop-at-eos", "on|off", O_STOP_EOS, C_GENERATE,
+     "stop after the tokenizer's end-of-sequence token [on when the\n"
+     "tokenizer has one]"},
+    {"max-context", "N", O_MAXCTX, C_GENERATE,
+     "hold at most N positions in the KV cache (a config allowing\n"
+     "131072 generates in the memory of N) [the model's context]"},
     {"window", "MODE", O_WINDOW, C_GENERATE,
      "past the context: half (keep the last context/2 tokens, restart\n"
      "positions, go on with the KV cache: cheap) | slide (nanoGPT's\n"
@@ -518,8 +545,9 @@ typedef struct cli {
     fr_train_cfg t;
     int data_set;
     const char *prompt;
-    int tokens, top_k;
-    double temperature;
+    int tokens, top_k, stop_eos, max_context;
+    double temperature, top_p;
+    const char *tokenizer;
     const char *trace, *svg;
     int steps, accumulate;
     const char *weights;
@@ -646,6 +674,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
     c->t.val_fraction = 0.1;
     c->tokens = 256;
     c->temperature = 1.0;
+    c->stop_eos = -1; /* on when the tokenizer has an EOS */
     c->prompt = "\n";
     c->zero = -1;
     const char *opt_name = "adam", *cn = cmd->name;
@@ -725,6 +754,14 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_TOKENS: INT_OPT(0, 1 << 24, c->tokens); break;
         case O_TEMP: REAL_OPT(0, 100, c->temperature); break;
         case O_TOPK: INT_OPT(0, 1 << 24, c->top_k); break;
+        case O_TOPP: REAL_OPT(0, 1, c->top_p); break;
+        case O_MAXCTX: INT_OPT(1, 1 << 24, c->max_context); break;
+        case O_TOKENIZER: c->tokenizer = val; break;
+        case O_STOP_EOS:
+            if (!strcmp(val, "on")) c->stop_eos = 1;
+            else if (!strcmp(val, "off")) c->stop_eos = 0;
+            else return bad(cn, "--stop-at-eos '%s': choose on or off", val);
+            break;
         case O_TRAIN_IMAGES: c->t.train_images = val; break;
         case O_TRAIN_LABELS: c->t.train_labels = val; break;
         case O_TEST_IMAGES: c->t.test_images = val; break;
@@ -1600,16 +1637,33 @@ static int cmd_estimate(int argc, char **argv) {
 /* generate: where each new token goes. A byte-level model (vocabulary 256)
  * prints bytes, a larger one ids separated by spaces. */
 typedef struct gen_out {
-    int bytes;
-    long long n;
+    int bytes;            /* a byte model without a tokenizer: each id is a byte */
+    fr_tok_stream *text;  /* a tokenizer's streaming decoder, or NULL */
+    long long n;          /* ids printed (prompt and new) */
+    long long made;       /* new tokens */
+    fr_status st;         /* a decoding failure */
 } gen_out;
+
+static void gen_print(gen_out *o, int32_t tok) {
+    if (o->text) {
+        char *b = NULL;
+        size_t len = 0;
+        if (!o->st && !(o->st = fr_tok_stream_push(o->text, tok, &b, &len)))
+            fwrite(b, 1, len, stdout);
+        free(b);
+    } else if (o->bytes) {
+        putchar(tok);
+    } else {
+        printf("%s%ld", o->n ? " " : "", (long)tok);
+    }
+    o->n++;
+    fflush(stdout);
+}
 
 static void gen_emit(void *user, int32_t tok) {
     gen_out *o = user;
-    if (o->bytes) putchar(tok);
-    else printf("%s%ld", o->n ? " " : "", (long)tok);
-    o->n++;
-    fflush(stdout);
+    gen_print(o, tok);
+    o->made++;
 }
 
 /* "ids:464,3290" -> ids; 0, or 2 after printing why. */
@@ -1631,6 +1685,45 @@ static int parse_ids(const char *s, int32_t *ids, int *n, int cap) {
     }
 }
 
+static int is_directory(const char *p) {
+    struct stat sb;
+    return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* The tokenizer --tokenizer names, or a Hugging Face --model directory's
+ * own (NULL and *fail 0 when there is none; *fail 1 after printing why). */
+static fr_tokenizer *tokenizer_for(const char *cmd, fr_ctx *ctx, const cli *c, fr_model *m,
+                                   int *fail) {
+    *fail = 0;
+    const char *path = c->tokenizer;
+    if (!path && is_directory(c->t.model)) {
+        static const char *names[] = {"tokenizer.model", "tokenizer.json", "vocab.json"};
+        char f[4096];
+        for (size_t i = 0; i < sizeof names / sizeof *names && !path; i++) {
+            snprintf(f, sizeof f, "%s/%s", c->t.model, names[i]);
+            if (access(f, F_OK) == 0) path = c->t.model;
+        }
+    }
+    if (!path) return NULL;
+    fr_tokenizer *t = fr_tokenizer_load(ctx, path);
+    if (!t) {
+        fprintf(stderr, "frugal %s: --tokenizer %s: %s\n", cmd, path, fr_last_error(ctx));
+        *fail = 1;
+        return NULL;
+    }
+    const int tv = fr_tokenizer_vocab(t), mv = m ? fr_generate_vocab(m) : 0;
+    if (m && tv != mv) {
+        fprintf(stderr,
+                "frugal %s: --tokenizer %s has a vocabulary of %d tokens, the model %s one of %d: "
+                "they do not belong together\n",
+                cmd, path, tv, c->t.model, mv);
+        fr_tokenizer_free(t);
+        *fail = 1;
+        return NULL;
+    }
+    return t;
+}
+
 static int cmd_generate(int argc, char **argv) {
     const command *cmd = NULL;
     for (size_t i = 0; i < N_COMMANDS; i++)
@@ -1638,14 +1731,17 @@ static int cmd_generate(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, cmd, &c);
     if (r) return r < 0 ? 0 : r;
-    if (!c.weights) return bad("generate", "%s", "--weights CKPT is required");
+    const char *weights = c.weights ? c.weights : is_directory(c.t.model) ? c.t.model : NULL;
+    if (!weights)
+        return bad("generate", "%s",
+                   "--weights CKPT is required (a Hugging Face --model directory brings its own)");
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
     if (use_device(ctx, &c, "generate")) return ctx_done(ctx), 1;
     fr_model *m = load_for("generate", ctx, &c);
     int32_t *ids = NULL;
-    int n = 0, rc = 1, vocab = m ? fr_generate_vocab(m) : 0;
+    int n = 0, rc = 1, vocab = m ? fr_generate_vocab(m) : 0, tfail = 0;
     const int is_ids = !strncmp(c.prompt, "ids:", 4);
     fr_status st = m ? FR_OK : FR_ERR_ARG;
     if (m && !fr_model_context(m)) {
@@ -1653,48 +1749,97 @@ static int cmd_generate(int argc, char **argv) {
                 c.t.model);
         st = FR_ERR_ARG;
     }
-    if (!st && ((st = fr_model_load_weights(m, c.weights)) ||
+    fr_tokenizer *tok = st ? NULL : tokenizer_for("generate", ctx, &c, m, &tfail);
+    if (tfail) st = FR_ERR_ARG;
+    if (!st && ((st = fr_model_load_weights(m, weights)) ||
                 (c.t.adapter && (st = fr_adapter_apply(m, c.t.adapter, c.t.step.seed)))))
         fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
-    if (!st && !is_ids && vocab != 256) {
+    if (!st && !is_ids && !tok && vocab != 256) {
         fprintf(stderr,
                 "frugal generate: the vocabulary is %d, not bytes (256), and there is no "
-                "tokenizer: give the prompt as ids, e.g. --prompt ids:464,3290\n",
+                "tokenizer: give one (--tokenizer FILE|DIR), or the prompt as ids, e.g. "
+                "--prompt ids:464,3290\n",
                 vocab);
         st = FR_ERR_ARG;
     }
-    size_t len = strlen(c.prompt);
-    if (!st && !(ids = malloc((len + 1) * sizeof *ids))) {
-        fprintf(stderr, "frugal: out of memory\n");
-        st = FR_ERR_NOMEM;
+    const int eos = tok ? fr_tokenizer_eos(tok) : -1;
+    if (!st && c.stop_eos == 1 && eos < 0) {
+        fprintf(stderr, "frugal generate: --stop-at-eos on: %s has no end-of-sequence token\n",
+                tok ? "the tokenizer" : "without a tokenizer there");
+        st = FR_ERR_ARG;
     }
+    size_t len = strlen(c.prompt);
     if (!st) {
-        if (is_ids) {
-            if (parse_ids(c.prompt + 4, ids, &n, (int)len)) rc = 2, st = FR_ERR_ARG;
+        if (is_ids || !tok) {
+            if (!(ids = malloc((len + 1) * sizeof *ids))) {
+                fprintf(stderr, "frugal: out of memory\n");
+                st = FR_ERR_NOMEM;
+            } else if (is_ids) {
+                if (parse_ids(c.prompt + 4, ids, &n, (int)len)) rc = 2, st = FR_ERR_ARG;
+            } else {
+                for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)c.prompt[i];
+            }
         } else {
-            for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)c.prompt[i];
+            size_t nn = 0;
+            if ((st = fr_tokenizer_encode(tok, c.prompt, len, fr_tokenizer_adds_bos(tok), &ids,
+                                          &nn)))
+                fprintf(stderr, "frugal generate: --prompt: %s\n", fr_last_error(ctx));
+            else if (nn > (size_t)INT32_MAX / 2)
+                st = FR_ERR_ARG;
+            n = (int)nn;
         }
     }
     if (!st) {
-        gen_out out = {vocab == 256, 0};
-        for (int i = 0; i < n; i++) gen_emit(&out, ids[i]); /* the prompt, then the new tokens */
+        gen_out out = {vocab == 256 && !tok, NULL, 0, 0, FR_OK};
+        if (tok && !is_ids) { /* the prompt as given, then the new tokens decoded as they come */
+            fwrite(c.prompt, 1, len, stdout);
+            if (!(out.text = fr_tok_stream_new(tok))) st = FR_ERR_NOMEM;
+            /* the decoder continues from the prompt's tokens (a leading space is kept) */
+            for (int i = 0; i < n && !st; i++) {
+                char *b = NULL;
+                size_t bl = 0;
+                st = fr_tok_stream_push(out.text, ids[i], &b, &bl);
+                free(b);
+            }
+        } else if (tok) {
+            if (!(out.text = fr_tok_stream_new(tok))) st = FR_ERR_NOMEM;
+            for (int i = 0; i < n && !st; i++) gen_print(&out, ids[i]);
+        } else {
+            for (int i = 0; i < n; i++) gen_print(&out, ids[i]); /* the prompt, then new tokens */
+        }
+        const int stop = c.stop_eos == 1 || (c.stop_eos == -1 && eos >= 0);
         fr_gen_opts o = {.tokens = c.tokens,
                          .temperature = c.temperature,
                          .top_k = c.top_k,
+                         .top_p = c.top_p,
+                         .stop = stop,
+                         .stop_token = eos,
+                         .max_context = c.max_context,
                          .window_slide = c.window_slide,
                          .seed = c.t.step.seed,
                          .emit = gen_emit,
                          .user = &out};
         int cropped = 0;
-        if (n > fr_model_context(m))
+        const int T = c.max_context > 0 && c.max_context < fr_model_context(m)
+                          ? c.max_context
+                          : fr_model_context(m);
+        if (n > T)
             fprintf(stderr,
                     "frugal generate: the prompt has %d tokens, the context %d: the first %d are "
                     "dropped\n",
-                    n, fr_model_context(m), n - fr_model_context(m));
+                    n, T, n - T);
         double t0 = now_seconds();
-        st = fr_generate(m, ids, n, &o, &cropped);
+        if (!st) st = fr_generate(m, ids, n, &o, &cropped);
         double dt = now_seconds() - t0;
-        if (!out.bytes || (out.n && c.tokens)) putchar('\n');
+        if (out.text && !st && !out.st) {
+            char *b = NULL;
+            size_t bl = 0;
+            if (!(out.st = fr_tok_stream_flush(out.text, &b, &bl))) fwrite(b, 1, bl, stdout);
+            free(b);
+        }
+        if (!st && out.st) st = out.st;
+        fr_tok_stream_free(out.text);
+        if (out.bytes || out.text ? out.made > 0 : 1) putchar('\n');
         fflush(stdout);
         if (st) {
             fprintf(stderr, "frugal generate: %s\n", fr_last_error(ctx));
@@ -1703,12 +1848,14 @@ static int cmd_generate(int argc, char **argv) {
             fr_mem_get_stats(ctx, &ms);
             char a[32], b[32], w[32], t[32];
             fprintf(stderr,
-                    "%d tokens in %.2f s: %.1f tokens/s (%d threads); memory peak: parameters "
-                    "%s, kv_cache %s (%zu bytes), workspace %s, total %s\n",
-                    c.tokens, dt, dt > 0 ? c.tokens / dt : 0.0, fr_get_threads(ctx),
+                    "%lld tokens%s in %.2f s: %.1f tokens/s (%d threads; prompt %d tokens); "
+                    "memory peak: parameters %s, kv_cache %s (%zu bytes, %d positions), "
+                    "workspace %s, total %s\n",
+                    out.made, stop && out.made < c.tokens ? " (stopped at EOS)" : "", dt,
+                    dt > 0 ? (double)out.made / dt : 0.0, fr_get_threads(ctx), n,
                     fr_human_bytes(ms.allocated_peak[FR_MEM_PARAMS], a, sizeof a),
                     fr_human_bytes(ms.allocated_peak[FR_MEM_KV_CACHE], b, sizeof b),
-                    ms.allocated_peak[FR_MEM_KV_CACHE],
+                    ms.allocated_peak[FR_MEM_KV_CACHE], T,
                     fr_human_bytes(ms.allocated_peak[FR_MEM_WORKSPACE], w, sizeof w),
                     fr_human_bytes(ms.allocated_total_peak, t, sizeof t));
 #ifdef FR_HAVE_OPENCL
@@ -1728,6 +1875,7 @@ static int cmd_generate(int argc, char **argv) {
         }
     }
     free(ids);
+    fr_tokenizer_free(tok);
     fr_model_free(m);
     ctx_done(ctx);
     return rc;

@@ -44,6 +44,11 @@ typedef struct chunk {
     int *pos_rows; /* per layer: the position table's rows the chunk reads (-1: none) */
 } chunk;
 
+typedef struct gen_pid {
+    double p;
+    int id;
+} gen_pid;
+
 typedef struct gen {
     fr_model *m;
     fr_ctx *ctx;
@@ -63,6 +68,8 @@ typedef struct gen {
     float *logits;         /* the last position's, vocab_out */
     int32_t *window;       /* the tokens the cache holds, and one more */
     double *prob, *sorted; /* vocab_out each: the sampler */
+    struct gen_pid *order; /* vocab_out: top-p's ids by probability */
+    int max_context;       /* the options' cap on T (0: none) */
 } gen;
 
 static int is_marker(fr_layer_kind k) {
@@ -71,9 +78,9 @@ static int is_marker(fr_layer_kind k) {
 
 /* The kinds generation runs (markers pass their value on); any other is refused. */
 static const unsigned char runs_kind[FR_L_COUNT] = {
-    [FR_L_EMBEDDING] = 1, [FR_L_POS_EMBEDDING] = 1, [FR_L_LAYERNORM] = 1,
-    [FR_L_LINEAR] = 1,    [FR_L_GELU] = 1,          [FR_L_RELU] = 1,
-    [FR_L_ADD] = 1,       [FR_L_RES_END] = 1,       [FR_L_ATTENTION] = 1};
+    [FR_L_EMBEDDING] = 1, [FR_L_POS_EMBEDDING] = 1, [FR_L_LAYERNORM] = 1, [FR_L_LINEAR] = 1,
+    [FR_L_GELU] = 1,      [FR_L_RELU] = 1,          [FR_L_ADD] = 1,       [FR_L_RES_END] = 1,
+    [FR_L_ATTENTION] = 1, [FR_L_RMSNORM] = 1,       [FR_L_SWIGLU] = 1,    [FR_L_ROPE_QKV] = 1};
 
 /* ---- the backend's memory: a device's buffers, or the host's blocks ---- */
 
@@ -111,6 +118,7 @@ static fr_status check_model(gen *g) {
                            "model turned to 16 bits with .half() is refused)",
                            m->params[p].name, fr_dtype_name(m->params[p].dtype));
     g->T = (int)m->in.d[0];
+    if (g->max_context > 0 && g->max_context < g->T) g->T = g->max_context;
     /* res[li]: the layer whose value li passes on (itself but for markers), or the input */
     int *res = fr_alloc(ctx, m->n_layers * sizeof *res, FR_MEM_OTHER);
     if (!res) return FR_ERR_NOMEM;
@@ -120,13 +128,13 @@ static fr_status check_model(gen *g) {
         if (!runs_kind[l->kind] && !is_marker(l->kind))
             st = fr_fail(ctx, FR_ERR_ARG,
                          "generate: layer %zu (%s, '%s') is a kind generation cannot run (it "
-                         "runs embedding, pos_embedding, layernorm, linear, gelu, relu, add, "
-                         "residual, dropout and attention)",
+                         "runs embedding, pos_embedding, layernorm, rmsnorm, linear, gelu, "
+                         "relu, swiglu, add, residual, dropout, rope_qkv and attention)",
                          li, fr_layer_kind_name(l->kind), l->name);
         else if (l->src[0] == FR_NO_VAL)
             st = fr_fail(ctx, FR_ERR_ARG, "generate: layer %zu reads no value", li);
         /* the token ids feed embeddings only; every other layer reads floats */
-        for (int k = 0; k < 2 && !st; k++) {
+        for (int k = 0; k < 3 && !st; k++) {
             int s = l->src[k], r = s >= 0 ? res[s] : s;
             if (r == FR_MODEL_INPUT && l->kind != FR_L_EMBEDDING && !is_marker(l->kind))
                 st = fr_fail(ctx, FR_ERR_SHAPE,
@@ -177,7 +185,7 @@ static fr_status compile_chunk(gen *g, chunk *c, int P) {
     if (!c->pv) return FR_ERR_NOMEM;
     c->kv = c->pv + m->n_params;
     c->pos_rows = c->kv + m->n_layers;
-    fr_chunk_graph cg = {.P = P, .kv = c->kv, .pos_rows = c->pos_rows};
+    fr_chunk_graph cg = {.P = P, .Tc = g->T, .kv = c->kv, .pos_rows = c->pos_rows};
     fr_status st = fr_model_build_chunk_graph(m, &c->g, &cg, c->pv);
     if (st) return st;
     uint8_t *keep = fr_calloc(g->ctx, c->g.n_vals, FR_MEM_OTHER);
@@ -202,6 +210,7 @@ static fr_status prepare(gen *g, int n0, const fr_gen_opts *o) {
     fr_model *m = g->m;
     g->be = fr_backend_of(g->ctx);
     g->live = -1;
+    g->max_context = o->max_context;
     fr_status st = check_model(g);
     if (st) return st;
     int P[MAX_CHUNKS];
@@ -230,7 +239,8 @@ static fr_status setup(gen *g) {
     g->window = fr_alloc(ctx, ((size_t)g->T + 1) * sizeof(int32_t), FR_MEM_OTHER);
     g->prob = fr_alloc(ctx, 2 * (size_t)g->vocab_out * sizeof(double), FR_MEM_OTHER);
     g->logits = fr_alloc(ctx, (size_t)g->vocab_out * sizeof(float), FR_MEM_OTHER);
-    if (!g->window || !g->prob || !g->logits) return FR_ERR_NOMEM;
+    g->order = fr_alloc(ctx, (size_t)g->vocab_out * sizeof *g->order, FR_MEM_OTHER);
+    if (!g->window || !g->prob || !g->logits || !g->order) return FR_ERR_NOMEM;
     g->sorted = g->prob + g->vocab_out;
     fr_mem_set_tag(ctx, "kv cache");
     if (g->kv_bytes && !(g->kv = mem_take(g, g->kv_bytes, FR_MEM_KV_CACHE))) return FR_ERR_NOMEM;
@@ -258,6 +268,7 @@ static void teardown(gen *g) {
     fr_free(ctx, g->window);
     fr_free(ctx, g->prob);
     fr_free(ctx, g->logits);
+    fr_free(ctx, g->order);
 }
 
 /* The executor of chunk k, its arena held and its persistent values bound:
@@ -324,6 +335,12 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* qsort's order of (probability, id): higher first, the lower id first on a tie */
+static int cmp_prob_desc(const void *a, const void *b) {
+    const gen_pid *x = a, *y = b;
+    return x->p > y->p ? -1 : x->p < y->p ? 1 : (x->id > y->id) - (x->id < y->id);
+}
+
 /* One token from logits z (V): greedy at temperature 0, else a draw. */
 static int32_t sample(gen *g, const float *z, const fr_gen_opts *o, fr_rng *rng) {
     const int V = g->vocab_out;
@@ -346,6 +363,16 @@ static int32_t sample(gen *g, const float *z, const fr_gen_opts *o, fr_rng *rng)
         if (p[i] > mx) mx = p[i];
     double sum = 0.0;
     for (int i = 0; i < V; i++) sum += (p[i] = exp(p[i] - mx));
+    if (o->top_p > 0.0 && o->top_p < 1.0) { /* keep while the mass before is below top_p */
+        gen_pid *o_ = g->order;
+        for (int i = 0; i < V; i++) o_[i].p = p[i], o_[i].id = i;
+        qsort(o_, (size_t)V, sizeof *o_, cmp_prob_desc);
+        double before = 0.0;
+        int i = 0;
+        for (; i < V && before < o->top_p * sum; i++) before += o_[i].p;
+        for (; i < V; i++) p[o_[i].id] = 0.0;
+        sum = before;
+    }
     /* u uniform in [0, sum): the first id whose running sum passes it */
     const double u = (double)(fr_rng_next(rng) >> 11) * 0x1p-53 * sum;
     double acc = 0.0;
@@ -368,11 +395,14 @@ int fr_generate_vocab(const fr_model *m) {
 
 static fr_status check_opts(fr_ctx *ctx, int n_prompt, const fr_gen_opts *o) {
     if (o->tokens < 0 || !(o->temperature >= 0.0 && o->temperature <= 1e6) || o->top_k < 0 ||
-        (o->window_slide != 0 && o->window_slide != 1))
+        (o->window_slide != 0 && o->window_slide != 1) || !(o->top_p >= 0.0 && o->top_p <= 1.0) ||
+        o->max_context < 0)
         return fr_fail(ctx, FR_ERR_ARG,
-                       "generate: tokens %d, temperature %g, top-k %d, window_slide %d: need "
-                       "tokens >= 0, temperature >= 0, top-k >= 0, window_slide 0 or 1",
-                       o->tokens, o->temperature, o->top_k, o->window_slide);
+                       "generate: tokens %d, temperature %g, top-k %d, top-p %g, window_slide "
+                       "%d, max context %d: need tokens >= 0, temperature >= 0, top-k >= 0, "
+                       "top-p in [0, 1], window_slide 0 or 1, max context >= 0",
+                       o->tokens, o->temperature, o->top_k, o->top_p, o->window_slide,
+                       o->max_context);
     if (n_prompt < 1)
         return fr_fail(ctx, FR_ERR_ARG, "generate: the prompt is empty (give at least one token)");
     return FR_OK;
@@ -426,7 +456,7 @@ fr_status fr_generate(fr_model *m, const int32_t *prompt, int n_prompt, const fr
         if (o->logits) o->logits(o->user, g.logits, g.vocab_out);
         const int32_t tok = sample(&g, g.logits, o, &rng);
         if (o->emit) o->emit(o->user, tok);
-        if (i == o->tokens - 1) break;
+        if (i == o->tokens - 1 || (o->stop && tok == o->stop_token)) break;
         if (tok >= g.vocab_in) {
             st = fr_fail(ctx, FR_ERR_ARG,
                          "generate: the model made id %ld, outside its input vocabulary of %d",

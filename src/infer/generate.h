@@ -27,10 +27,17 @@
  *      logits: greedy decoding equals nanoGPT's.
  * A prompt longer than T keeps its last T tokens under both rules.
  *
- * Sampling: logits / temperature, the top_k largest kept (0: all; ties at
- * the k-th value are kept too, as nanoGPT's `logits < v[-1]` mask), softmax
- * in double, one draw from fr_rng(seed) per token: the same seed gives the
- * same tokens. temperature 0 is greedy: the argmax, the lowest id on a tie.
+ * Sampling, in Hugging Face's order of warpers: logits / temperature, the
+ * top_k largest kept (0: all; ties at the k-th value are kept too, as
+ * nanoGPT's `logits < v[-1]` mask), softmax in double, then top_p (nucleus:
+ * the most probable tokens, in order, while the mass before each is below
+ * top_p, as TopPLogitsWarper; 0 or 1: all), one draw from fr_rng(seed) per
+ * token: the same seed gives the same tokens. temperature 0 is greedy: the
+ * argmax, the lowest id on a tie. With stop set, the run ends after it makes
+ * stop_token (the tokenizer's EOS), which is emitted.
+ *
+ * max_context (0: the model's) caps the positions the caches hold: a model
+ * whose config allows 131072 positions generates in the memory of fewer. 
  *
  * Layers run in eval mode: dropout passes its input on. The kinds walked are
  * embedding, pos_embedding, layernorm, linear, gelu, relu, add, residual
@@ -46,6 +53,10 @@ typedef struct fr_gen_opts {
     int tokens;         /* new tokens to make (>= 0) */
     double temperature; /* 0: greedy; else > 0 */
     int top_k;          /* 0: the whole vocabulary */
+    double top_p;       /* nucleus sampling: 0 or 1 keeps all; else in (0, 1) */
+    int stop;           /* 1: stop after making stop_token */
+    int32_t stop_token;
+    int max_context;    /* positions the caches hold: 0 the model's context, else at most it */
     uint64_t seed;
     /* past the context: 0 keeps the last T/2 tokens and restarts positions (a
      * prefill per T/2 tokens); 1 slides the window a token a step as nanoGPT

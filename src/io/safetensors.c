@@ -592,6 +592,11 @@ fail:
 
 fr_status fr_st_load(fr_ctx *ctx, const fr_st_file *f, const fr_st_entry *e, void *dst) {
     if (!e->nbytes) return FR_OK;
+    if (f->parts) {
+        if (e->part < 0 || e->part >= f->n_parts)
+            return fr_fail(ctx, FR_ERR_ARG, "tensor '%s': no shard %d", e->name, e->part);
+        return fr_st_load(ctx, &f->parts[e->part], e, dst);
+    }
     if (e->data) {
         memcpy(dst, e->data, e->nbytes);
         return FR_OK;
@@ -624,6 +629,8 @@ const char *fr_st_meta_get(const fr_st_file *f, const char *key) {
 
 void fr_st_close(fr_ctx *ctx, fr_st_file *f) {
     if (!f) return;
+    for (int i = 0; f->parts && i < f->n_parts; i++) fr_st_close(ctx, &f->parts[i]);
+    fr_free(ctx, f->parts);
     if (f->path) close(f->fd);
     fr_free(ctx, f->path);
     fr_free(ctx, f->entries);

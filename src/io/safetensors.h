@@ -26,6 +26,7 @@ typedef struct fr_st_entry {
                          fr_st_read: NULL (fr_st_load copies the bytes out) */
     size_t nbytes;
     uint64_t offset; /* read: begin of the bytes within the data section */
+    int part;        /* a sharded set (fr_st_open): the file of parts[] holding it */
 } fr_st_entry;
 
 typedef struct fr_st_meta {
@@ -42,6 +43,10 @@ typedef struct fr_st_file {
     char *path;       /* fr_st_read: the file's path (for messages); NULL otherwise */
     int fd;           /* fr_st_read: the open file (valid while path is set) */
     uint64_t data_at; /* fr_st_read: file position of the data section */
+    /* fr_st_open of a sharded set: the shards, each open (fr_st_read), and
+     * entries[] all of theirs, each naming its part */
+    struct fr_st_file *parts;
+    int n_parts;
 } fr_st_file;
 
 fr_status fr_st_write(fr_ctx *ctx, const char *path, const fr_st_entry *e, int n,
@@ -58,6 +63,19 @@ fr_status fr_st_read(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat 
  * tensor and the position. */
 fr_status fr_st_load(fr_ctx *ctx, const fr_st_file *f, const fr_st_entry *e, void *dst);
 const fr_st_entry *fr_st_find(const fr_st_file *f, const char *name);
+
+/* Weights as Hugging Face stores them (shards.c): path a safetensors file
+ * (fr_st_read), an index ("model.safetensors.index.json": {"weight_map":
+ * {tensor: shard file}}, the shards beside it), or a directory holding
+ * model.safetensors or model.safetensors.index.json. A sharded set opens
+ * every shard and checks the index against them: a shard that is missing,
+ * a tensor the index names that its shard lacks, a tensor a shard holds
+ * that the index does not name (or names in another shard), or a tensor in
+ * two shards is refused, naming the files. *resolved (when not NULL) gets
+ * the file that was opened (the index for a set); the caller frees it with
+ * fr_free. */
+fr_status fr_st_open(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat cat,
+                     char **resolved);
 const char *fr_st_meta_get(const fr_st_file *f, const char *key);
 void fr_st_close(fr_ctx *ctx, fr_st_file *f);
 

@@ -16,9 +16,10 @@
 #include "quant/quant.h"
 
 static const char *layer_names[FR_L_COUNT] = {
-    "linear",   "conv2d", "maxpool2d", "avgpool2d",     "global_avgpool", "relu",    "gelu",
-    "sigmoid",  "tanh",   "batchnorm", "layernorm",     "dropout",        "flatten", "residual",
-    "shortcut", "end",    "embedding", "pos_embedding", "attention",      "add"};
+    "linear",    "conv2d",   "maxpool2d", "avgpool2d", "global_avgpool", "relu",
+    "gelu",      "sigmoid",  "tanh",      "batchnorm", "layernorm",      "dropout",
+    "flatten",   "residual", "shortcut",  "end",       "embedding",      "pos_embedding",
+    "attention", "add",      "rmsnorm",   "swiglu",    "rope_qkv"};
 
 const char *fr_layer_kind_name(fr_layer_kind k) {
     return (unsigned)k < FR_L_COUNT ? layer_names[k] : "?";
@@ -164,7 +165,7 @@ static fr_layer *add_layer(fr_model *m, fr_layer_kind kind, fr_shape out) {
     l->out_shape = out;
     l->first_param = (int)m->n_params;
     l->src[0] = m->cur_val;
-    l->src[1] = FR_NO_VAL;
+    l->src[1] = l->src[2] = FR_NO_VAL;
     l->wparam = l->bparam = -1;
     if (kind != FR_L_RES_SHORTCUT && kind != FR_L_RES_END) {
         next_name(m, l->name);
@@ -451,19 +452,96 @@ fr_val fr_pos_embedding(fr_model *m, fr_val x, int positions) {
 }
 
 fr_val fr_attention(fr_model *m, fr_val qkv, int heads) {
+    return fr_attention_gqa(m, qkv, heads, 0);
+}
+
+fr_val fr_attention_gqa(fr_model *m, fr_val qkv, int heads, int kv_heads) {
     char b[64];
     if (!use_value(m, qkv, "attention")) return FR_NO_VAL;
-    int64_t c3 = m->cur.d[m->cur.ndim - 1];
-    if (m->cur.ndim != 2 || c3 % 3 != 0 || heads <= 0 || (c3 / 3) % heads != 0) {
+    const int nkv = kv_heads > 0 ? kv_heads : heads;
+    const int64_t w = m->cur.d[m->cur.ndim - 1], parts = (int64_t)heads + 2 * (int64_t)nkv;
+    if (m->cur.ndim != 2 || heads <= 0 || kv_heads < 0 || heads % nkv != 0 || w % parts != 0) {
         m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
-                            "attention heads=%d: needs a (T, 3C) input of q, k, v with C a "
-                            "multiple of the heads, got %s",
-                            heads, shape_str(&m->cur, b));
+                            "attention heads=%d kv_heads=%d: needs a (T, (heads + 2 kv_heads) "
+                            "head_dim) input of q, k, v, kv_heads dividing heads, got %s",
+                            heads, nkv, shape_str(&m->cur, b));
         return FR_NO_VAL;
     }
-    fr_layer *l = add_layer(m, FR_L_ATTENTION, fr_shape2(m->cur.d[0], c3 / 3));
+    fr_layer *l = add_layer(m, FR_L_ATTENTION, fr_shape2(m->cur.d[0], w / parts * heads));
     if (!l) return FR_NO_VAL;
     l->heads = heads;
+    l->kv_heads = kv_heads == heads ? 0 : kv_heads;
+    return m->cur_val;
+}
+
+fr_val fr_rmsnorm(fr_model *m, fr_val x, int dim, float eps) {
+    char b[64];
+    if (!use_value(m, x, "rmsnorm")) return FR_NO_VAL;
+    if (dim <= 0 || m->cur.d[m->cur.ndim - 1] != dim || !(eps > 0.0f && eps < 1.0f)) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "rmsnorm %d eps=%g: the last dimension of the input %s must be %d "
+                            "and eps in (0, 1)",
+                            dim, (double)eps, shape_str(&m->cur, b), dim);
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_RMSNORM, m->cur);
+    if (!l) return FR_NO_VAL;
+    l->eps = eps;
+    l->wparam = l->first_param;
+    if ((m->status = add_param(m, l, "weight", fr_shape1(dim), FR_P_WEIGHT, 0))) return FR_NO_VAL;
+    return m->cur_val;
+}
+
+fr_val fr_swiglu(fr_model *m, fr_val gate, fr_val up) {
+    char sa[64], sb[64];
+    if (!use_value(m, up, "swiglu") || !use_value(m, gate, "swiglu")) return FR_NO_VAL;
+    fr_shape s = fr_model_value_shape(m, up);
+    if (!fr_shape_eq(&m->cur, &s)) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE, "swiglu: gate %s and up %s differ",
+                            shape_str(&m->cur, sa), shape_str(&s, sb));
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_SWIGLU, m->cur);
+    if (!l) return FR_NO_VAL;
+    l->src[1] = up;
+    return m->cur_val;
+}
+
+fr_val fr_rope_qkv(fr_model *m, fr_val q, fr_val k, fr_val v, int heads, int kv_heads,
+                   const fr_rope *rope) {
+    char sq[64], sk[64], sv[64];
+    if (!use_value(m, v, "rope_qkv") || !use_value(m, k, "rope_qkv") ||
+        !use_value(m, q, "rope_qkv"))
+        return FR_NO_VAL;
+    const fr_shape qs = fr_model_value_shape(m, q), ks = fr_model_value_shape(m, k),
+                   vs = fr_model_value_shape(m, v);
+    const int nkv = kv_heads > 0 ? kv_heads : heads;
+    const int64_t hd = heads > 0 && qs.ndim == 2 ? qs.d[1] / heads : 0;
+    if (qs.ndim != 2 || heads <= 0 || kv_heads < 0 || heads % nkv || hd <= 0 || hd % 2 ||
+        qs.d[1] != hd * heads || !fr_shape_eq(&ks, &vs) || ks.ndim != 2 || ks.d[0] != qs.d[0] ||
+        ks.d[1] != hd * nkv) {
+        m->status = fr_fail(m->ctx, FR_ERR_SHAPE,
+                            "rope_qkv heads=%d kv_heads=%d: needs q (T, heads x head_dim), k and "
+                            "v (T, kv_heads x head_dim), head_dim even, kv_heads dividing heads; "
+                            "got q %s, k %s, v %s",
+                            heads, nkv, shape_str(&qs, sq), shape_str(&ks, sk), shape_str(&vs, sv));
+        return FR_NO_VAL;
+    }
+    if (!rope || !(rope->theta > 0.0f) || rope->type < FR_ROPE_DEFAULT ||
+        rope->type > FR_ROPE_LLAMA3 || (rope->type != FR_ROPE_DEFAULT && !(rope->factor > 0.0f))) {
+        m->status = fr_fail(m->ctx, FR_ERR_ARG,
+                            "rope_qkv: theta must be positive, the scaling default, linear or "
+                            "llama3 with a positive factor");
+        return FR_NO_VAL;
+    }
+    fr_layer *l = add_layer(m, FR_L_ROPE_QKV, fr_shape2(qs.d[0], hd * (heads + 2 * nkv)));
+    if (!l) return FR_NO_VAL;
+    l->src[1] = k;
+    l->src[2] = v;
+    l->heads = heads;
+    l->kv_heads = nkv == heads ? 0 : nkv;
+    l->rope = *rope;
+    l->rope.pos_from_step = 0;
     return m->cur_val;
 }
 
@@ -472,7 +550,7 @@ fr_status fr_model_init_std_last(fr_model *m, float std) {
     fr_layer *l = &m->layers[m->n_layers - 1];
     if (!(std > 0.0f && std < 1e3f))
         return fr_fail(m->ctx, FR_ERR_ARG, "std=%g: must be positive", (double)std);
-    if (l->wparam < 0 || l->kind == FR_L_LAYERNORM)
+    if (l->wparam < 0 || l->kind == FR_L_LAYERNORM || l->kind == FR_L_RMSNORM)
         return fr_fail(m->ctx, FR_ERR_ARG, "std= applies to layers with a weight matrix (%s)",
                        layer_names[l->kind]);
     l->std = std;
@@ -966,7 +1044,8 @@ fr_status fr_model_init_params(fr_model *m, uint64_t seed, size_t first) {
         fr_param *p = &m->params[i];
         int64_t n = fr_shape_numel(&p->shape);
         const fr_layer *l = &m->layers[p->layer];
-        int affine_norm = l->kind == FR_L_BATCHNORM || l->kind == FR_L_LAYERNORM;
+        int affine_norm =
+            l->kind == FR_L_BATCHNORM || l->kind == FR_L_LAYERNORM || l->kind == FR_L_RMSNORM;
         if (p->role == FR_P_NUM_BATCHES) {
             *(int64_t *)p->data = 0;
             continue;
@@ -1166,7 +1245,7 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
             node = fr_graph_node(g, FR_OP_BATCHNORM, in, 5, &a, -1, training ? 0 : 6u, out);
             break;
         case FR_L_LAYERNORM:
-            a.eps = 1e-5f;
+            a.eps = l->eps > 0.0f ? l->eps : 1e-5f;
             in[0] = src, in[1] = P[0], in[2] = P[1];
             node = fr_graph_node(g, FR_OP_LAYERNORM, in, 3, &a, -1, 0, out);
             break;
@@ -1200,11 +1279,14 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
             break;
         case FR_L_ATTENTION:
             a.heads = l->heads;
+            a.kv_heads = l->kv_heads;
             a.causal = 1;
-            if (ch) { /* over the caches: K and V (1, NH, context, HS) */
+            if (ch) { /* over the caches: K and V (1, NKV, context, HS), the grouped heads */
                 const fr_shape *xs = &g->vals[src].shape;
-                int64_t C = xs->ndim == 3 ? xs->d[2] / 3 : 0, nh = l->heads > 0 ? l->heads : 1;
-                fr_shape cs = fr_shape4(1, nh, m->in.d[0], C / nh);
+                const int64_t nh = l->heads > 0 ? l->heads : 1,
+                              nkv = l->kv_heads > 0 ? l->kv_heads : nh;
+                const int64_t HS = xs->ndim == 3 ? xs->d[2] / (nh + 2 * nkv) : 0;
+                fr_shape cs = fr_shape4(1, nkv, ch->Tc > 0 ? ch->Tc : m->in.d[0], HS);
                 in[0] = src;
                 in[1] = ch->kv[li] = fr_graph_value(g, FR_VAL_BUFFER, FR_F32, cs);
                 in[2] = fr_graph_value(g, FR_VAL_BUFFER, FR_F32, cs);
@@ -1221,6 +1303,23 @@ static fr_status build_graph(fr_model *m, fr_graph *g, int n, int training, int 
         case FR_L_ADD:
             in[0] = src, in[1] = SRC(l, 1);
             node = fr_graph_node(g, FR_OP_ADD, in, 2, &a, -1, 0, out);
+            break;
+        case FR_L_RMSNORM:
+            a.eps = l->eps;
+            in[0] = src, in[1] = pv[l->wparam];
+            node = fr_graph_node(g, FR_OP_RMSNORM, in, 2, &a, -1, 0, out);
+            break;
+        case FR_L_SWIGLU:
+            in[0] = src, in[1] = SRC(l, 1);
+            node = fr_graph_node(g, FR_OP_SWIGLU, in, 2, &a, -1, 0, out);
+            break;
+        case FR_L_ROPE_QKV:
+            a.heads = l->heads;
+            a.kv_heads = l->kv_heads;
+            a.rope = l->rope;
+            a.rope.pos_from_step = ch != NULL; /* generation: a chunk from position `step` */
+            in[0] = src, in[1] = SRC(l, 1), in[2] = SRC(l, 2);
+            node = fr_graph_node(g, FR_OP_ROPE_QKV, in, 3, &a, -1, 0, out);
             break;
         case FR_L_RES_BEGIN:
         case FR_L_RES_SHORTCUT:
@@ -1284,7 +1383,8 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
 }
 
 fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c, int *pv) {
-    if (c->P < 1 || m->in_dtype != FR_I32 || c->P > m->in.d[0])
+    if (c->P < 1 || m->in_dtype != FR_I32 || c->P > m->in.d[0] || c->Tc < 0 ||
+        c->Tc > m->in.d[0] || (c->Tc && c->P > c->Tc))
         return fr_fail(m->ctx, FR_ERR_ARG,
                        "a chunk of %d positions: the model must read tokens, a chunk 1 .. its "
                        "context",

@@ -32,14 +32,20 @@ typedef enum fr_layer_kind {
     FR_L_POS_EMBEDDING, /* x + a (positions, dim) table's first T rows */
     FR_L_ATTENTION,     /* causal multi-head self-attention on (T, 3C) q|k|v */
     FR_L_ADD,           /* the sum of two values */
+    FR_L_RMSNORM,       /* Llama's RMSNorm over the last dimension (weight only) */
+    FR_L_SWIGLU,        /* silu(gate) * up of two values (Llama's MLP) */
+    FR_L_ROPE_QKV,      /* q, k, v (three values) rotated and packed for attention */
     FR_L_COUNT
 } fr_layer_kind;
 
 typedef struct fr_layer {
     fr_layer_kind kind;
-    int src[2]; /* the values it reads: a layer's index, FR_MODEL_INPUT, or FR_NO_VAL */
+    int src[3]; /* the values it reads: a layer's index, FR_MODEL_INPUT, or FR_NO_VAL */
     int out, kernel, stride, pad, bias;
     int heads, approx; /* attention heads; GELU's tanh approximation */
+    int kv_heads;      /* attention, rope_qkv: key/value heads (grouped-query); 0: heads */
+    float eps;         /* the norms' epsilon (0: 1e-5) */
+    fr_rope rope;      /* rope_qkv: the rotation's frequencies */
     float p;
     float std;          /* > 0: weights drawn from N(0, std^2), biases 0 (GPT-2's init) */
     int wparam, bparam; /* the weight and bias it reads (a tied weight is another layer's); -1 */
@@ -177,6 +183,7 @@ int fr_model_head_rows_auto(int64_t N, int64_t C, int64_t V);
  * goes through LAST_ROW. Dropout passes its input on. */
 typedef struct fr_chunk_graph {
     int P;         /* positions in the chunk */
+    int Tc;        /* positions the caches hold (0: the model's context) */
     int *kv;       /* [n_layers], filled */
     int *pos_rows; /* [n_layers], filled */
 } fr_chunk_graph;
@@ -222,6 +229,15 @@ fr_status fr_model_init_params(fr_model *m, uint64_t seed, size_t first);
  * base LINEAR, node base) plus the adapters' product of x, the sum's value
  * into out[0]; sets every node's layer to li and returns the sum's node
  * (-1 with g->status set). Dropout only when training. */
+/* The Llama family's layers (the public ones are in frugal.h): q (T, heads
+ * head_dim), k and v (T, kv_heads head_dim) rotated and packed as ATTENTION
+ * reads them (kv_heads 0: heads). */
+fr_val fr_rope_qkv(fr_model *m, fr_val q, fr_val k, fr_val v, int heads, int kv_heads,
+                   const fr_rope *rope);
+/* A Hugging Face model from its config.json (hf.c): path the file or its
+ * directory. */
+fr_model *fr_model_from_hf(fr_ctx *ctx, const char *path);
+
 int fr_lora_emit(fr_graph *g, const fr_layer *l, int li, int x, int base, const int *pv,
                  int training, int *out);
 

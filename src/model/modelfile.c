@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include "core/ctx.h"
 #include "io/file.h"
 #include "model/model.h"
@@ -1017,7 +1018,12 @@ fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name) {
         if (strcmp(file_or_name, mf_builtins[i].name) == 0)
             return fr_model_parse(ctx, mf_builtins[i].file, mf_builtins[i].text,
                                   strlen(mf_builtins[i].text));
-    size_t len = 0;
+    /* a Hugging Face config.json, or a model directory holding one */
+    struct stat sb;
+    size_t len = strlen(file_or_name);
+    if ((len >= 5 && !strcmp(file_or_name + len - 5, ".json")) ||
+        (stat(file_or_name, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return fr_model_from_hf(ctx, file_or_name);
     char *text = mf_read(ctx, file_or_name, &len);
     if (!text) return NULL;
     fr_model *m = fr_model_parse(ctx, file_or_name, text, len);

@@ -459,10 +459,12 @@ static fr_status load_weights(fr_model *m, const char *path, const fr_st_file *f
 fr_status fr_model_load_weights(fr_model *m, const char *path) {
     fr_st_file f;
     fr_status st;
+    char *file = NULL;
     if ((st = fr_model_alloc_params(m))) return st;
-    if ((st = fr_st_read(m->ctx, path, &f, FR_MEM_OTHER))) return st;
-    st = load_weights(m, path, &f);
+    if ((st = fr_st_open(m->ctx, path, &f, FR_MEM_OTHER, &file))) return st;
+    st = load_weights(m, file, &f);
     fr_st_close(m->ctx, &f);
+    fr_free(m->ctx, file);
     return st;
 }
 
