@@ -200,6 +200,25 @@ static inline int op_cases(gcase *out) {
         {FR_OP_ATTENTION, 1, {fr_shape3(2, 5, 12)}, {0}, {0}, attn2, {0}, "attention NH 2"},
         /* past a key tile (32) and a query tile (64): T = 67, C = 8, HS 4 */
         {FR_OP_ATTENTION, 1, {fr_shape3(1, 67, 24)}, {0}, {0}, attn2, {0}, "attention T 67"},
+        /* the Llama family's norm and MLP gate: odd sizes */
+        {FR_OP_RMSNORM, 2, {fr_shape2(3, 5), fr_shape1(5)}, {0}, {0}, ln, {0}, "rmsnorm"},
+        {FR_OP_RMSNORM,
+         2,
+         {fr_shape3(2, 3, 7), fr_shape1(7)},
+         {0},
+         {0},
+         ln,
+         {0},
+         "rmsnorm (B,T,C)"},
+        {FR_OP_SWIGLU, 2, {fr_shape2(3, 5), fr_shape2(3, 5)}, {0}, {0}, none, {0}, "swiglu"},
+        {FR_OP_SWIGLU,
+         2,
+         {fr_shape3(2, 3, 6), fr_shape3(2, 3, 6)},
+         {0},
+         {0},
+         none,
+         {0},
+         "swiglu (B,T,I)"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n && i < OP_CASES_MAX; i++) out[i] = cases[i];

@@ -164,6 +164,20 @@ int fr_bw_attention(fr_graph *g, int node, const int *dout, const uint8_t *need,
     return emit(g, node, FR_OP_ATTENTION_BWD, in, 4, need, din);
 }
 
+/* x and the saved rstd (y is not kept: dx and dw need only x rstd). */
+int fr_bw_rmsnorm(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    const fr_node *f = &g->nodes[node];
+    int in[4] = {dout[0], f->in[0], f->in[1], f->out[1]};
+    return emit(g, node, FR_OP_RMSNORM_BWD, in, 4, need, din);
+}
+
+/* gate and up (silu and its slope are made again from gate). */
+int fr_bw_swiglu(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    const fr_node *f = &g->nodes[node];
+    int in[3] = {dout[0], f->in[0], f->in[1]};
+    return emit(g, node, FR_OP_SWIGLU_BWD, in, 3, need, din);
+}
+
 /* Deliver gradient value v into parameter gradient gv. When v was made by
  * this rule for this input alone, its producer writes gv directly (no copy);
  * a gradient passed through (add, view) is copied or added by a COPY node. */

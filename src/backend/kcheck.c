@@ -315,3 +315,45 @@ int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row) {
     *row = n ? (size_t)(n / (*B * *T)) * fr_dtype_size(c->in[0].dtype) : 0;
     return FR_OK;
 }
+
+int fr_kcheck_rmsnorm(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *w,
+                      const fr_tensor *rstd, int64_t *N, int64_t *C) {
+    const fr_shape *xs = &x->shape;
+    const int64_t nx = fr_shape_numel(xs);
+    *C = xs->ndim ? xs->d[xs->ndim - 1] : 0;
+    *N = *C ? nx / *C : 0;
+    const int64_t nw = w->shape.ndim ? fr_shape_numel(&w->shape) : *C;
+    const int64_t nr = rstd->shape.ndim ? fr_shape_numel(&rstd->shape) : *N;
+    char b[64];
+    if (xs->ndim < 1 || nw != *C || nr != *N)
+        return fr_fail(c->ctx, FR_ERR_SHAPE,
+                       "%s: x %s needs a weight of its last dimension and one rstd a row "
+                       "(weight %lld, rstd %lld)",
+                       op, fr_shape_str(xs, b, sizeof b), (long long)nw, (long long)nr);
+    const fr_tensor *all[] = {x, w, rstd};
+    for (int i = 0; i < 3; i++)
+        if (all[i]->shape.ndim && all[i]->dtype != FR_F32)
+            return fr_fail(c->ctx, FR_ERR_ARG, "%s: %s is %s, not f32", op,
+                           i == 0   ? "x"
+                           : i == 1 ? "the weight"
+                                    : "rstd",
+                           fr_dtype_name(all[i]->dtype));
+    return FR_OK;
+}
+
+int fr_kcheck_swiglu(fr_kernel_call *c, const char *op, int bwd, int64_t *n) {
+    const fr_tensor *t[5] = {&c->in[bwd], &c->in[bwd + 1], &c->out[0], bwd ? &c->out[1] : NULL,
+                             bwd ? &c->in[0] : NULL};
+    static const char *const name[5] = {"gate", "up", "the output", "dup", "dy"};
+    *n = fr_shape_numel(&t[0]->shape);
+    for (int i = 0; i < 5; i++) {
+        if (!t[i] || (i >= 2 && !t[i]->shape.ndim)) continue; /* an absent output */
+        if (fr_shape_numel(&t[i]->shape) != *n || !t[i]->shape.ndim)
+            return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: %s has %lld elements, gate %lld", op, name[i],
+                           (long long)fr_shape_numel(&t[i]->shape), (long long)*n);
+        if (t[i]->dtype != FR_F32)
+            return fr_fail(c->ctx, FR_ERR_ARG, "%s: %s is %s, not f32", op, name[i],
+                           fr_dtype_name(t[i]->dtype));
+    }
+    return FR_OK;
+}

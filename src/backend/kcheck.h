@@ -109,4 +109,12 @@ int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv,
  * bytes of one x[b, t], 0 when x is empty. */
 int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row);
 
+/* RMSNORM(_BWD): x (..., C) is N = numel / C rows of C (its last
+ * dimension), w (C) or absent, rstd (N) or absent, all f32. */
+int fr_kcheck_rmsnorm(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *w,
+                      const fr_tensor *rstd, int64_t *N, int64_t *C);
+/* SWIGLU(_BWD): gate and up (in[0], in[1]; the backward's in[1], in[2]) of
+ * *n values, as every present output and the backward's dy; all f32. */
+int fr_kcheck_swiglu(fr_kernel_call *c, const char *op, int bwd, int64_t *n);
+
 #endif

@@ -168,6 +168,29 @@ static int sh_layernorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
     return 0;
 }
 
+/* x (..., C), w (C) -> y (x's shape), rstd (x's leading shape): RMSNORM
+ * normalises the last dimension only (HF LlamaRMSNorm) */
+static int sh_rmsnorm(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *x = &V(0)->shape;
+    if (n->in[1] < 0) return fail_shape(g, n, "the weight gives the normalised size: add one");
+    const fr_shape *w = &V(1)->shape;
+    if (x->ndim < 2 || w->ndim != 1 || w->d[0] != x->d[x->ndim - 1])
+        return fail_shape(g, n, "the weight (C) must match the input's last dimension");
+    o[0] = *x;
+    o[1].ndim = x->ndim - 1;
+    for (int k = 0; k < x->ndim - 1; k++) o[1].d[k] = x->d[k];
+    dt[0] = dt[1] = FR_F32;
+    b[0] = b[1] = V(0)->batched;
+    return 0;
+}
+
+/* gate, up of one shape -> y (that shape) */
+static int sh_swiglu(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    if (!fr_shape_eq(&V(0)->shape, &V(1)->shape))
+        return fail_shape(g, n, "gate and up must have the same shape");
+    return sh_same(g, n, o, dt, b);
+}
+
 static int sh_dropout(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     o[0] = o[1] = V(0)->shape;
     dt[0] = FR_F32;
@@ -414,6 +437,14 @@ static double fl_pool(const fr_graph *g, const fr_node *n) {
 static double fl_elem(const fr_graph *g, const fr_node *n) { return NUMEL(0); }
 static double fl_norm(const fr_graph *g, const fr_node *n) { return 6.0 * NUMEL(0); }
 static double fl_gelu(const fr_graph *g, const fr_node *n) { return 20.0 * NUMEL(0); }
+/* RMSNORM: x^2 summed, then x rstd w: 4 a value; its backward (x is in[1]):
+ * g = dy w, the row's sum of g xhat, dx, and dw's dy xhat: about 8 */
+static double fl_rmsnorm(const fr_graph *g, const fr_node *n) { return 4.0 * NUMEL(0); }
+static double fl_rmsnorm_bwd(const fr_graph *g, const fr_node *n) { return 8.0 * NUMEL(1); }
+/* SWIGLU: silu (an exp, an add, a division) and a product, as the sigmoid
+ * (fl_gelu's 20) and 2; its backward the sigmoid again and 8 more */
+static double fl_swiglu(const fr_graph *g, const fr_node *n) { return 22.0 * NUMEL(0); }
+static double fl_swiglu_bwd(const fr_graph *g, const fr_node *n) { return 28.0 * NUMEL(0); }
 static double fl_none(const fr_graph *g, const fr_node *n) {
     (void)g;
     (void)n;
@@ -491,7 +522,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 47, "fr_op_table has 47 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 51, "fr_op_table has 51 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -542,4 +573,8 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(QLINEAR_BWD, "qlinear_bwd", sh_grads_ws, NULL, -1, 0, fl_qlinear_bwd),
     ROW(LINEAR_CE, "linear_ce", sh_linear_ce, fr_bw_linear_ce, -1, 0, fl_linear_ce),
     ROWLB(LINEAR_CE_BWD, "linear_ce_bwd", sh_grads_ws, NULL, -1, 0, fl_linear_ce_bwd, NULL, NULL),
+    ROW(RMSNORM, "rmsnorm", sh_rmsnorm, fr_bw_rmsnorm, -1, 0, fl_rmsnorm),
+    ROW(RMSNORM_BWD, "rmsnorm_bwd", sh_grads, NULL, -1, 0, fl_rmsnorm_bwd),
+    ROW(SWIGLU, "swiglu", sh_swiglu, fr_bw_swiglu, 0, 0, fl_swiglu),
+    ROW(SWIGLU_BWD, "swiglu_bwd", sh_grads, NULL, 0, 0, fl_swiglu_bwd),
 };

@@ -40,7 +40,13 @@
  *   LINEAR_CE_BWD  x, W, b, y -> dx, dW, db, (y: -1), ws: each chunk's logits made
  *                  again, its lse with them, dz = scale (softmax(z) - onehot(y)) / N
  *                  turned into dx = dz W, dW += dz^T x, db += sum dz at once
- *   attr.rows logits rows a chunk (ws holds one chunk's logits). */
+ *   attr.rows logits rows a chunk (ws holds one chunk's logits).
+ * The Llama family's norm and MLP gate (f32; backend/cpu/rmsnorm.c, swiglu.c):
+ *   RMSNORM      x (B,T,C) or (N,C), w (C)        -> y (x's shape), rstd (B,T) or (N)
+ *                rstd = 1/sqrt(mean_c x^2 + attr.eps), y = w (x rstd) (HF LlamaRMSNorm)
+ *   RMSNORM_BWD  dy, x, w, rstd                  -> dx, dw
+ *   SWIGLU       gate, up (same shape)           -> y = silu(gate) up, silu(g) = g sigmoid(g)
+ *   SWIGLU_BWD   dy, gate, up                    -> dgate, dup */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -89,7 +95,11 @@
     X(QLINEAR, qlinear, 3, 2)                       \
     X(QLINEAR_BWD, qlinear_bwd, 2, 4)               \
     X(LINEAR_CE, linear_ce, 4, 3)                   \
-    X(LINEAR_CE_BWD, linear_ce_bwd, 4, 5)
+    X(LINEAR_CE_BWD, linear_ce_bwd, 4, 5)           \
+    X(RMSNORM, rmsnorm, 2, 2)                       \
+    X(RMSNORM_BWD, rmsnorm_bwd, 4, 2)               \
+    X(SWIGLU, swiglu, 2, 1)                         \
+    X(SWIGLU_BWD, swiglu_bwd, 3, 2)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,

@@ -262,7 +262,8 @@ done:
 }
 
 static int cheap_op(fr_op op, int half) {
-    return op == FR_OP_GELU || (op == FR_OP_LAYERNORM && !half);
+    return op == FR_OP_GELU ||
+           ((op == FR_OP_LAYERNORM || op == FR_OP_RMSNORM || op == FR_OP_SWIGLU) && !half);
 }
 
 fr_status fr_remat_cheap(fr_graph *g, int **order_io, int *n_io, int **origin_io,

@@ -76,7 +76,9 @@ fr_status fr_remat_apply(fr_graph *g, const int *unit, int n_units, const fr_sch
  * clone would hold the f32 x for itself alone (2 bytes a value more than
  * keeping the output in 16 bits): LayerNorm is not remade. GELU is, its x
  * read rounded by the forward and the clone alike (the mixed pass rounds
- * it, as the 16-bit output of a linear layer under autocast would be). */
+ * it, as the 16-bit output of a linear layer under autocast would be).
+ * The Llama family's RMSNorm and SwiGLU are remade as LayerNorm is (their
+ * inputs x, gate and up are read by their own backward; not under half). */
 fr_status fr_remat_cheap(fr_graph *g, int **order, int *n_order, int **origin, double *extra_flops,
                          int half);
 

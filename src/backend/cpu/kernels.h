@@ -132,6 +132,19 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c);
 int fr_k_layernorm(fr_kernel_call *c);
 int fr_k_layernorm_bwd(fr_kernel_call *c);
 
+/* rmsnorm.c — the Llama family's norm (HF LlamaRMSNorm), f32
+ * RMSNORM     in: x (N, C) or (B,T,C), w (C) or absent (1)   out: y, rstd (N) or (B,T)
+ *             rstd = 1/sqrt(mean_c x^2 + attr.eps), y = w (x rstd)
+ * RMSNORM_BWD in: dy, x, w, rstd                              out: dx|absent, dw|absent */
+int fr_k_rmsnorm(fr_kernel_call *c);
+int fr_k_rmsnorm_bwd(fr_kernel_call *c);
+
+/* swiglu.c — the Llama family's MLP gate, elementwise, f32
+ * SWIGLU     in: gate, up (same numel)  out: y = silu(gate) up (y may alias gate)
+ * SWIGLU_BWD in: dy, gate, up           out: dgate|absent (may alias dy), dup|absent */
+int fr_k_swiglu(fr_kernel_call *c);
+int fr_k_swiglu_bwd(fr_kernel_call *c);
+
 /* dropout.c — attr.p; training: keep element i when
  * fr_rng_uniform(seed, ((uint64_t)step << 32) | attr.salt, i) >= p, scale kept
  * by 1/(1-p); eval (attr.training == 0): y = x, mask absent.
