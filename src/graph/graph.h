@@ -33,6 +33,22 @@ typedef struct fr_value {
     int batched;  /* 1: dim 0 is the batch (rebound when a batch is smaller) */
 } fr_value;
 
+/* Rotary position embeddings (ROPE_QKV), as Hugging Face's Llama: the
+ * inverse frequencies of modeling_rope_utils.py's rope_type "default",
+ * "linear" and "llama3" (backend/cpu/rope.c). */
+#define FR_ROPE_DEFAULT 0
+#define FR_ROPE_LINEAR 1
+#define FR_ROPE_LLAMA3 2
+typedef struct fr_rope {
+    float theta;                             /* rope_theta (10000 for Llama 2); 0: no rotation */
+    int type;                                /* FR_ROPE_DEFAULT, FR_ROPE_LINEAR, FR_ROPE_LLAMA3 */
+    float factor;                            /* linear / llama3: the config's rope_scaling.factor */
+    float low_freq_factor, high_freq_factor; /* llama3 */
+    int orig_context;                        /* llama3: original_max_position_embeddings */
+    int pos_from_step;                       /* 1 in generation's chunk graphs: row t is position
+                          fr_kernel_call.step + t (as ATTENTION_KV); 0: position t */
+} fr_rope;
+
 /* Attributes of every op in one small struct; each op reads what it needs. */
 typedef struct fr_attr {
     int kernel, stride, pad; /* conv and pool */
@@ -56,6 +72,9 @@ typedef struct fr_attr {
     fr_dtype round; /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
     int param;      /* optim_step: the model parameter it updates */
     int heads;      /* attention: number of heads NH (divides C) */
+    int kv_heads;   /* attention, rope_qkv: key/value heads NKV (divides heads; grouped-query
+                       attention); 0 means heads (multi-head) */
+    fr_rope rope;   /* rope_qkv */
     int causal;     /* attention: 1 = query t attends keys 0..t (the only mode) */
     int approx;     /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
     int qfmt;       /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
