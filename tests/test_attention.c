@@ -9,6 +9,12 @@
  * grow with T, and a refused short workspace; 16-bit operands (qkv and out
  * in f16 or bf16, mixed precision's): the bits of the f32 call on the
  * widened values, out rounded from them, at 1 and 3 threads.
+ * Grouped-query attention (NKV key/value heads, query head h reading kv head
+ * h / (NH / NKV)): against the same reference run on k and v with each kv
+ * head repeated for its group, dk and dv the sums of the repeated heads'
+ * gradients, in both layouts, the same bits at 1 and 3 threads; ATTENTION_KV
+ * (generation's op, caches of NKV heads) in two chunks against the
+ * reference's full attention, and its caches against the keys and values.
  * Prints "N passed, M failed".
  *
  * Tolerance: max|got - ref| / max(max|ref|, 1) per tensor. The kernel sums in f32
@@ -24,8 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/exp_poly.h"
+#include "backend/cpu/kernels.h"
 #include "check.h"
 #include "core/half.h"
 #include "frugal.h"
@@ -404,6 +412,222 @@ static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
     for (int r = 0; r < 2; r++) free(lse[r]), free(D[r]), free(g[r]);
 }
 
+/* ---- grouped-query attention ---- */
+
+/* Rows of H heads (B,H,T,HS) x <-> the column block from col0 (H HS wide)
+ * of the fused (B,T,W) matrix m. */
+static void pack_cols(float *m, float *x, size_t col0, size_t W, int B, int H, int T, int HS,
+                      int to_fused) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < HS; j++) {
+                    size_t pi = (((size_t)b * H + h) * T + t) * HS + j;
+                    size_t fi = ((size_t)b * T + t) * W + col0 + (size_t)h * HS + j;
+                    if (to_fused) m[fi] = x[pi];
+                    else x[pi] = m[fi];
+                }
+}
+
+/* A GQA case's inputs and float64 reference: q, dout (B,NH,T,HS), k, v
+ * (B,NKV,T,HS); out, lse, dq and the group sums dk, dv. */
+typedef struct gqa_case {
+    int B, NH, NKV, T, HS;
+    size_t n, nk, nl;
+    float *q, *k, *v, *dout;
+    double *out, *lse, *dq, *dk, *dv;
+} gqa_case;
+
+static gqa_case gqa_make(int B, int NH, int NKV, int T, int HS) {
+    gqa_case c;
+    memset(&c, 0, sizeof c);
+    c.B = B, c.NH = NH, c.NKV = NKV, c.T = T, c.HS = HS;
+    c.n = (size_t)B * NH * T * HS, c.nk = (size_t)B * NKV * T * HS, c.nl = (size_t)B * NH * T;
+    const int G = NH / NKV;
+    const size_t hsz = (size_t)T * HS;
+    c.q = malloc(c.n * sizeof(float)), c.dout = malloc(c.n * sizeof(float));
+    c.k = malloc(c.nk * sizeof(float)), c.v = malloc(c.nk * sizeof(float));
+    for (size_t i = 0; i < c.n; i++) c.q[i] = (float)(3.0 * urand()), c.dout[i] = (float)urand();
+    for (size_t i = 0; i < c.nk; i++) c.k[i] = (float)urand(), c.v[i] = (float)urand();
+    double *qd = malloc(c.n * sizeof(double)), *kd = malloc(c.n * sizeof(double)),
+           *vd = malloc(c.n * sizeof(double)), *dod = malloc(c.n * sizeof(double)),
+           *dke = malloc(c.n * sizeof(double)), *dve = malloc(c.n * sizeof(double));
+    c.out = malloc(c.n * sizeof(double)), c.lse = malloc(c.nl * sizeof(double));
+    c.dq = malloc(c.n * sizeof(double));
+    c.dk = calloc(c.nk, sizeof(double)), c.dv = calloc(c.nk, sizeof(double));
+    /* the kv heads repeated: query head h of batch b gets kv head h / G */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (size_t i = 0; i < hsz; i++) {
+                const size_t e = ((size_t)b * NH + h) * hsz + i;
+                const size_t g = ((size_t)b * NKV + h / G) * hsz + i;
+                qd[e] = c.q[e], dod[e] = c.dout[e], kd[e] = c.k[g], vd[e] = c.v[g];
+            }
+    ref_all(qd, kd, vd, dod, c.out, c.lse, c.dq, dke, dve, B * NH, T, HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (size_t i = 0; i < hsz; i++) {
+                const size_t e = ((size_t)b * NH + h) * hsz + i;
+                const size_t g = ((size_t)b * NKV + h / G) * hsz + i;
+                c.dk[g] += dke[e], c.dv[g] += dve[e];
+            }
+    free(qd), free(kd), free(vd), free(dod), free(dke), free(dve);
+    return c;
+}
+
+static void gqa_free(gqa_case *c) {
+    free(c->q), free(c->k), free(c->v), free(c->dout);
+    free(c->out), free(c->lse), free(c->dq), free(c->dk), free(c->dv);
+}
+
+/* The kernel's results of one GQA case (packed: q, k, v, out, dq, dk, dv
+ * as the case's arrays; fused: read back from qkv (B,T,(NH+2NKV)HS) and
+ * out (B,T,NH HS)) at `threads` threads. */
+typedef struct gqa_res {
+    float *out, *lse, *D, *dq, *dk, *dv;
+} gqa_res;
+
+static gqa_res gqa_run(const gqa_case *c, int fused, int threads) {
+    const int B = c->B, NH = c->NH, NKV = c->NKV, T = c->T, HS = c->HS;
+    gqa_res r;
+    r.out = malloc(c->n * sizeof(float)), r.lse = malloc(c->nl * sizeof(float));
+    r.D = malloc(c->nl * sizeof(float)), r.dq = malloc(c->n * sizeof(float));
+    r.dk = malloc(c->nk * sizeof(float)), r.dv = malloc(c->nk * sizeof(float));
+    size_t wsn = fr_attention_ws_floats(T, HS, 3);
+    float *ws = malloc(wsn * sizeof(float));
+    int saved = omp_get_max_threads(), st;
+    omp_set_num_threads(threads);
+    if (!fused) {
+        fr_attn_layout L = fr_attn_packed_gqa(B, NH, NKV, T, HS);
+        for (size_t i = 0; i < c->n; i++) r.dq[i] = NAN;
+        for (size_t i = 0; i < c->nk; i++) r.dk[i] = r.dv[i] = NAN;
+        st = fr_attention_fwd(&L, c->q, c->k, c->v, r.out, r.lse, ws, wsn);
+        st |= fr_attention_bwd(&L, c->q, c->k, c->v, r.out, c->dout, r.lse, r.D, r.dq, r.dk, r.dv,
+                               ws, wsn);
+    } else {
+        const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS, W = C + 2 * CK;
+        const size_t nq = (size_t)B * T * W;
+        float *qkv = malloc(nq * sizeof(float)), *dqkv = malloc(nq * sizeof(float));
+        float *dout = malloc(c->n * sizeof(float)), *out = malloc(c->n * sizeof(float));
+        pack_cols(qkv, c->q, 0, W, B, NH, T, HS, 1);
+        pack_cols(qkv, c->k, C, W, B, NKV, T, HS, 1);
+        pack_cols(qkv, c->v, C + CK, W, B, NKV, T, HS, 1);
+        pack_cols(dout, c->dout, 0, C, B, NH, T, HS, 1);
+        for (size_t i = 0; i < nq; i++) dqkv[i] = NAN; /* every value must be written */
+        fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, T, HS);
+        st = fr_attention_fwd(&L, qkv, qkv + C, qkv + C + CK, out, r.lse, ws, wsn);
+        st |= fr_attention_bwd(&L, qkv, qkv + C, qkv + C + CK, out, dout, r.lse, r.D, dqkv,
+                               dqkv + C, dqkv + C + CK, ws, wsn);
+        pack_cols(out, r.out, 0, C, B, NH, T, HS, 0);
+        pack_cols(dqkv, r.dq, 0, W, B, NH, T, HS, 0);
+        pack_cols(dqkv, r.dk, C, W, B, NKV, T, HS, 0);
+        pack_cols(dqkv, r.dv, C + CK, W, B, NKV, T, HS, 0);
+        free(qkv), free(dqkv), free(dout), free(out);
+    }
+    omp_set_num_threads(saved);
+    CHECK(st == 0, "gqa %s: returned %d", fused ? "fused" : "packed", st);
+    free(ws);
+    return r;
+}
+
+static void gqa_res_free(gqa_res *r) {
+    free(r->out), free(r->lse), free(r->D), free(r->dq), free(r->dk), free(r->dv);
+}
+
+/* The GQA kernel against the reference in both layouts, and the same bits
+ * at 1 and 3 threads (with B NKV < 3 the backward takes its per-head pass
+ * at 1 thread and its two finer passes at 3). */
+static void check_gqa(int B, int NH, int NKV, int T, int HS) {
+    gqa_case c = gqa_make(B, NH, NKV, T, HS);
+    for (int fused = 0; fused < 2; fused++) {
+        gqa_res r[2] = {gqa_run(&c, fused, 1), gqa_run(&c, fused, 3)};
+        double e[5] = {rel_err(r[0].out, c.out, c.n, 0), rel_err(r[0].lse, c.lse, c.nl, 1),
+                       rel_err(r[0].dq, c.dq, c.n, 2), rel_err(r[0].dk, c.dk, c.nk, 3),
+                       rel_err(r[0].dv, c.dv, c.nk, 4)};
+        for (int i = 0; i < 5; i++)
+            CHECK(e[i] <= TOL, "gqa %s B=%d NH=%d NKV=%d T=%d HS=%d: %s off by %.3g (tol %g)",
+                  fused ? "fused" : "packed", B, NH, NKV, T, HS, g_names[i], e[i], TOL);
+        if (g_verbose)
+            printf("gqa %s B=%d NH=%d NKV=%d T=%3d HS=%2d  out %.2e lse %.2e dq %.2e dk %.2e dv "
+                   "%.2e\n",
+                   fused ? "fused " : "packed", B, NH, NKV, T, HS, e[0], e[1], e[2], e[3], e[4]);
+        const float *a[6] = {r[0].out, r[0].lse, r[0].dq, r[0].dk, r[0].dv, r[0].D};
+        const float *b[6] = {r[1].out, r[1].lse, r[1].dq, r[1].dk, r[1].dv, r[1].D};
+        const size_t len[6] = {c.n, c.nl, c.n, c.nk, c.nk, c.nl};
+        for (int i = 0; i < 6; i++)
+            CHECK(!memcmp(a[i], b[i], len[i] * sizeof(float)),
+                  "gqa %s: %s differs between 1 and 3 threads (B=%d NH=%d NKV=%d T=%d HS=%d)",
+                  fused ? "fused" : "packed", i < 5 ? g_names[i] : "D", B, NH, NKV, T, HS);
+        gqa_res_free(&r[0]), gqa_res_free(&r[1]);
+    }
+    gqa_free(&c);
+}
+
+/* ATTENTION_KV with kv_heads NKV: the T positions in two chunks (P0 from
+ * step 0, the tiled kernel; the rest from step P0, over the caches) into
+ * caches (B,NKV,Tc,HS); y against the reference's full attention, the caches'
+ * rows 0..T-1 against k and v. A cache of NH heads is refused. */
+static void check_gqa_kv(int B, int NH, int NKV, int T, int HS, int P0) {
+    gqa_case c = gqa_make(B, NH, NKV, T, HS);
+    const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS, W = C + 2 * CK;
+    const int Tc = T + 3;
+    fr_ctx *ctx = fr_ctx_new();
+    fr_node node = {.op = FR_OP_ATTENTION_KV};
+    node.attr.heads = NH, node.attr.kv_heads = NKV, node.attr.causal = 1;
+    const size_t ncache = (size_t)B * NKV * Tc * HS;
+    float *K = malloc(ncache * sizeof(float)), *Vc = malloc(ncache * sizeof(float));
+    for (size_t i = 0; i < ncache; i++) K[i] = Vc[i] = NAN;
+    float *y = malloc(c.n * sizeof(float)), *got = malloc(c.n * sizeof(float));
+    float *full = malloc((size_t)B * T * W * sizeof(float));
+    pack_cols(full, c.q, 0, W, B, NH, T, HS, 1);
+    pack_cols(full, c.k, C, W, B, NKV, T, HS, 1);
+    pack_cols(full, c.v, C + CK, W, B, NKV, T, HS, 1);
+    for (int chunk = 0; chunk < 2; chunk++) {
+        const int p0 = chunk ? P0 : 0, P = chunk ? T - P0 : P0;
+        float *qkv = malloc((size_t)B * P * W * sizeof(float));
+        float *yc = malloc((size_t)B * P * C * sizeof(float));
+        for (int b = 0; b < B; b++)
+            memcpy(qkv + (size_t)b * P * W, full + ((size_t)b * T + p0) * W,
+                   (size_t)P * W * sizeof(float));
+        const int64_t wsn = fr_attention_kv_ws(P, NH, Tc, HS, omp_get_max_threads());
+        float *ws = malloc((size_t)wsn * sizeof(float));
+        fr_kernel_call k = {.ctx = ctx, .node = &node, .step = (uint64_t)p0};
+        k.in[0] = (fr_tensor){FR_F32, fr_shape3(B, P, (int64_t)W), qkv, NULL, 0};
+        k.in[1] = (fr_tensor){FR_F32, fr_shape4(B, NKV, Tc, HS), K, NULL, 0};
+        k.in[2] = (fr_tensor){FR_F32, fr_shape4(B, NKV, Tc, HS), Vc, NULL, 0};
+        k.out[0] = (fr_tensor){FR_F32, fr_shape3(B, P, (int64_t)C), yc, NULL, 0};
+        k.out[1] = (fr_tensor){FR_F32, fr_shape1(wsn), ws, NULL, 0};
+        CHECK(fr_k_attention_kv(&k) == FR_OK, "gqa kv chunk %d: %s", chunk, fr_last_error(ctx));
+        for (int b = 0; b < B; b++)
+            memcpy(y + ((size_t)b * T + p0) * C, yc + (size_t)b * P * C,
+                   (size_t)P * C * sizeof(float));
+        if (chunk == 1) { /* caches of NH heads: refused, naming the shapes */
+            fr_shape bad = fr_shape4(B, NH, Tc, HS);
+            k.in[1].shape = k.in[2].shape = bad;
+            CHECK(fr_k_attention_kv(&k) == FR_ERR_SHAPE && strstr(fr_last_error(ctx), "caches"),
+                  "gqa kv: caches of %d heads were taken (%s)", NH, fr_last_error(ctx));
+        }
+        free(qkv), free(yc), free(ws);
+    }
+    pack_cols(y, got, 0, C, B, NH, T, HS, 0);
+    double e = rel_err(got, c.out, c.n, 0);
+    CHECK(e <= TOL, "gqa kv B=%d NH=%d NKV=%d T=%d HS=%d P0=%d: y off by %.3g", B, NH, NKV, T, HS,
+          P0, e);
+    int same = 1;
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < NKV; g++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < HS; j++) {
+                    const size_t ci = (((size_t)b * NKV + g) * Tc + t) * HS + j;
+                    const size_t ki = (((size_t)b * NKV + g) * T + t) * HS + j;
+                    same &= K[ci] == c.k[ki] && Vc[ci] == c.v[ki];
+                }
+    CHECK(same, "gqa kv: the caches do not hold the keys and values");
+    free(K), free(Vc), free(y), free(got), free(full);
+    fr_ctx_free(ctx);
+    gqa_free(&c);
+}
+
 int main(void) {
     const char *vb = getenv("FR_TEST_VERBOSE");
     g_verbose = vb && vb[0] == '1';
@@ -430,6 +654,14 @@ int main(void) {
         check_half(FR_F16, 1, 1, 65, 64, t);
         check_half(FR_BF16, 1, 2, 1, 8, t);
     }
+    /* grouped-query attention: groups of 2 and of 4, tiles crossed */
+    check_gqa(2, 4, 2, 33, 8);
+    check_gqa(1, 4, 1, 130, 16);
+    check_gqa(2, 4, 1, 65, 32);
+    check_gqa(1, 6, 3, 70, 8);
+    check_gqa(1, 4, 4, 40, 8); /* kv_heads = heads: multi-head */
+    check_gqa_kv(2, 4, 2, 20, 8, 12);
+    check_gqa_kv(1, 4, 1, 70, 16, 66);
     printf("worst:");
     for (int i = 0; i < 6; i++) printf(" %s %.2e", g_names[i], g_worst[i]);
     printf("\n");

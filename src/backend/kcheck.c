@@ -296,11 +296,22 @@ int fr_kcheck_add(fr_kernel_call *c, int64_t *n) {
 
 int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_dims *d) {
     const fr_shape *x = &qkv->shape;
-    const int nh = c->node->attr.heads;
-    if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh || c->node->attr.causal != 1)
+    const int nh = c->node->attr.heads, kv = c->node->attr.kv_heads;
+    const int nkv = kv ? kv : nh;
+    if (!kv || kv == nh) {
+        if (x->ndim != 3 || x->d[2] % 3 || nh < 1 || (x->d[2] / 3) % nh ||
+            c->node->attr.causal != 1)
+            return fr_fail(c->ctx, FR_ERR_SHAPE,
+                           "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op,
+                           nh);
+    } else if (x->ndim != 3 || nh < 1 || kv < 1 || nh % kv || x->d[2] % (nh + 2 * kv) ||
+               c->node->attr.causal != 1)
         return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: qkv must be (B,T,3C) with heads dividing C, causal (heads %d)", op, nh);
-    d->B = (int)x->d[0], d->T = (int)x->d[1], d->NH = nh, d->HS = (int)(x->d[2] / 3 / nh);
+                       "%s: qkv must be (B,T,(heads+2 kv_heads) HS) with kv_heads dividing heads, "
+                       "causal (heads %d, kv_heads %d)",
+                       op, nh, kv);
+    d->B = (int)x->d[0], d->T = (int)x->d[1], d->NH = nh, d->NKV = nkv;
+    d->HS = (int)(x->d[2] / (nh + 2 * nkv));
     return FR_OK;
 }
 

@@ -99,9 +99,11 @@ int fr_kcheck_same_numel(fr_kernel_call *c, const char *op, int64_t *n);
 /* ADD: in[0], in[1] and out[0] all of *n elements. */
 int fr_kcheck_add(fr_kernel_call *c, int64_t *n);
 
-/* ATTENTION(_BWD): qkv (B,T,3C) with heads NH dividing C, causal; HS = C / NH. */
+/* ATTENTION(_BWD), ATTENTION_KV: qkv (B,T,(NH+2NKV)HS) with heads NH and
+ * kv_heads NKV dividing NH (0: NH, then qkv is (B,T,3C), C = NH HS), causal. */
 typedef struct fr_attn_dims {
     int B, T, NH, HS;
+    int NKV; /* key/value heads: attr.kv_heads, or NH when 0 */
 } fr_attn_dims;
 int fr_kcheck_attention(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_dims *d);
 

@@ -40,12 +40,12 @@ typedef struct fr_value {
 #define FR_ROPE_LINEAR 1
 #define FR_ROPE_LLAMA3 2
 typedef struct fr_rope {
-    float theta;  /* rope_theta (10000 for Llama 2); 0: no rotation */
-    int type;     /* FR_ROPE_DEFAULT, FR_ROPE_LINEAR, FR_ROPE_LLAMA3 */
-    float factor; /* linear / llama3: the config's rope_scaling.factor */
+    float theta;                             /* rope_theta (10000 for Llama 2); 0: no rotation */
+    int type;                                /* FR_ROPE_DEFAULT, FR_ROPE_LINEAR, FR_ROPE_LLAMA3 */
+    float factor;                            /* linear / llama3: the config's rope_scaling.factor */
     float low_freq_factor, high_freq_factor; /* llama3 */
     int orig_context;                        /* llama3: original_max_position_embeddings */
-    int pos_from_step; /* 1 in generation's chunk graphs: row t is position
+    int pos_from_step;                       /* 1 in generation's chunk graphs: row t is position
                           fr_kernel_call.step + t (as ATTENTION_KV); 0: position t */
 } fr_rope;
 

@@ -257,16 +257,36 @@ static int sh_pos_embedding(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, 
 }
 
 /* qkv (B, T, 3C), causal, with heads dividing C: the checks of ATTENTION
- * and ATTENTION_KV; C in *C */
-static int sh_qkv(fr_graph *g, fr_node *n, const fr_shape *x, int64_t *C) {
-    const int nh = n->attr.heads;
+ * and ATTENTION_KV; C in *C. Grouped-query attention (attr.kv_heads NKV,
+ * 0 or heads: multi-head): qkv (B, T, (NH + 2 NKV) HS) with NKV dividing NH,
+ * C = NH HS; the head size in *HS when HS is given. */
+static int sh_qkv_hs(fr_graph *g, fr_node *n, const fr_shape *x, int64_t *C, int64_t *HS) {
+    const int nh = n->attr.heads, kv = n->attr.kv_heads;
+    if (kv && kv != nh) {
+        if (kv < 0 || nh < 1 || nh % kv)
+            return fail_shape(g, n, "the number of kv heads must divide the number of heads");
+        if (x->ndim != 3 || x->d[2] % (nh + 2 * kv) || x->d[2] == 0)
+            return fail_shape(g, n,
+                              "input must be (batch, positions, (heads + 2 kv heads) x head "
+                              "size): q, k, v heads");
+        if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
+        const int64_t hs = x->d[2] / (nh + 2 * kv);
+        *C = hs * nh;
+        if (HS) *HS = hs;
+        return 0;
+    }
     if (x->ndim != 3 || x->d[2] % 3)
         return fail_shape(g, n, "input must be (batch, positions, 3 x channels): q, k, v");
     if (n->attr.causal != 1) return fail_shape(g, n, "only causal attention is supported");
     *C = x->d[2] / 3;
     if (nh < 1 || *C % nh || *C == 0)
         return fail_shape(g, n, "the number of heads must divide the channels");
+    if (HS) *HS = *C / nh;
     return 0;
+}
+
+static int sh_qkv(fr_graph *g, fr_node *n, const fr_shape *x, int64_t *C) {
+    return sh_qkv_hs(g, n, x, C, NULL);
 }
 
 /* qkv (B, T, 3C) -> y (B, T, C), lse (B, NH, T), ws (a tile per thread) */
@@ -285,19 +305,20 @@ static int sh_attention(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
     return 0;
 }
 
-/* qkv (B, P, 3C), K and V caches (B, NH, Tc, HS) with P <= Tc -> y (B, P, C),
+/* qkv (B, P, 3C), K and V caches (B, NH, Tc, HS) with P <= Tc -> y (B, P, C)
+ * (grouped: qkv (B, P, (NH + 2 NKV) HS), caches (B, NKV, Tc, HS), C = NH HS),
  * ws (the backend's): generation's chunk of P positions */
 static int sh_attention_kv(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_shape *x = &V(0)->shape, *k = &V(1)->shape;
-    const int nh = n->attr.heads;
-    int64_t C;
-    const int st = sh_qkv(g, n, x, &C);
+    const int nkv = n->attr.kv_heads ? n->attr.kv_heads : n->attr.heads;
+    int64_t C, HS;
+    const int st = sh_qkv_hs(g, n, x, &C, &HS);
     if (st) return st;
-    if (k->ndim != 4 || k->d[0] != x->d[0] || k->d[1] != nh || k->d[3] != C / nh ||
+    if (k->ndim != 4 || k->d[0] != x->d[0] || k->d[1] != nkv || k->d[3] != HS ||
         k->d[2] < x->d[1] || !fr_shape_eq(k, &V(2)->shape) || V(1)->dtype != FR_F32 ||
         V(2)->dtype != FR_F32)
         return fail_shape(g, n,
-                          "the caches must be f32 (batch, heads, positions, head size), both "
+                          "the caches must be f32 (batch, kv heads, positions, head size), both "
                           "alike, with room for the chunk");
     o[0] = fr_shape3(x->d[0], x->d[1], C);
     o[1] = fr_shape1(fr_backend_ws(g, n, 1));
@@ -454,22 +475,28 @@ static double fl_loss(const fr_graph *g, const fr_node *n) { return 8.0 * NUMEL(
 static double fl_out(const fr_graph *g, const fr_node *n) {
     return (double)fr_shape_numel(&g->vals[n->out[0]].shape);
 }
+/* the output channels C = NH HS of an attention node's qkv x (grouped or not) */
+static double attn_c(const fr_node *f, const fr_shape *x) {
+    const int nh = f->attr.heads, kv = f->attr.kv_heads ? f->attr.kv_heads : nh;
+    return nh > 0 && kv > 0 && kv != nh ? (double)(x->d[2] / (nh + 2 * kv) * nh)
+                                        : (double)(x->d[2] / 3);
+}
 /* causal: 2 GEMMs (q k^T, P v) of 2 B NH T^2 HS each, half of them masked away */
 static double fl_attention(const fr_graph *g, const fr_node *n) {
     const fr_shape *x = &V(0)->shape;
-    return 2.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * (double)(x->d[2] / 3);
+    return 2.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * attn_c(n, x);
 }
 /* a chunk of P queries at positions pos.. over pos+t+1 keys each: 2 GEMM-like
  * passes of 2 B NH HS per query and key; pos is known only when it runs, so
  * counted as the largest, the cache full (Tc keys for every query) */
 static double fl_attention_kv(const fr_graph *g, const fr_node *n) {
     const fr_shape *x = &V(0)->shape, *k = &V(1)->shape;
-    return 4.0 * (double)x->d[0] * (double)x->d[1] * (double)k->d[2] * (double)(x->d[2] / 3);
+    return 4.0 * (double)x->d[0] * (double)x->d[1] * (double)k->d[2] * attn_c(n, x);
 }
 /* qkv is in[1]: recomputing the scores and four more GEMMs, about 2.5 the forward */
 static double fl_attention_bwd(const fr_graph *g, const fr_node *n) {
     const fr_shape *x = &V(1)->shape;
-    return 5.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * (double)(x->d[2] / 3);
+    return 5.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * attn_c(n, x);
 }
 
 /* ---- 16-bit inputs read directly (the mixed-precision pass, precision.c) ---- */

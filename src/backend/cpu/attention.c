@@ -31,15 +31,39 @@
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-fr_attn_layout fr_attn_packed(int B, int NH, int T, int HS) {
+fr_attn_layout fr_attn_packed_gqa(int B, int NH, int NKV, int T, int HS) {
     const size_t t = (size_t)HS, h = (size_t)T * t, b = (size_t)NH * h;
-    return (fr_attn_layout){B, NH, T, HS, b, h, t, b, h, t};
+    return (fr_attn_layout){B, NH, T, HS, b, h, t, b, h, t, NKV, (size_t)NKV * h, h};
+}
+
+fr_attn_layout fr_attn_packed(int B, int NH, int T, int HS) {
+    return fr_attn_packed_gqa(B, NH, NH, T, HS);
+}
+
+fr_attn_layout fr_attn_fused_gqa(int B, int NH, int NKV, int T, int HS) {
+    const size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    return (fr_attn_layout){B,
+                            NH,
+                            T,
+                            HS,
+                            (size_t)T * W,
+                            (size_t)HS,
+                            W,
+                            (size_t)T * C,
+                            (size_t)HS,
+                            C,
+                            NKV,
+                            (size_t)T * W,
+                            (size_t)HS};
 }
 
 fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS) {
-    const size_t C = (size_t)NH * HS;
-    return (fr_attn_layout){
-        B, NH, T, HS, (size_t)T * 3 * C, (size_t)HS, 3 * C, (size_t)T * C, (size_t)HS, C};
+    return fr_attn_fused_gqa(B, NH, NH, T, HS);
+}
+
+/* Query heads a kv head serves (1: multi-head); 0 when NKV does not divide NH. */
+static int group(const fr_attn_layout *L) {
+    return L->NKV > 0 && L->NH % L->NKV == 0 ? L->NH / L->NKV : 0;
 }
 
 /* A thread's slot: two score tiles (BQ x BK) and two values per query row;
@@ -172,6 +196,10 @@ static size_t qbase(const fr_attn_layout *L, size_t bh) {
 static size_t obase(const fr_attn_layout *L, size_t bh) {
     return bh / (size_t)L->NH * L->ob + bh % (size_t)L->NH * L->oh;
 }
+/* Offset of the first row of the kv head that (batch, query head) bh reads. */
+static size_t kbase(const fr_attn_layout *L, size_t bh) {
+    return bh / (size_t)L->NH * L->kb + bh % (size_t)L->NH / (size_t)group(L) * L->kh;
+}
 
 // q, k, v are (B,NH,T,HS) seen through L's strides, out likewise, lse is (B,NH,T)
 // out[t] = sum_{u<=t} exp(S[t,u] - lse[t]) v[u],  lse[t] = log sum_{u<=t} exp(S[t,u])
@@ -192,6 +220,7 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                         const void *v, void *out, float *lse, float *ws, size_t ws_floats) {
     const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
+    if (!group(L)) return FR_ERR_ARG;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ;
     const long long tasks = (long long)B * NH * nq;
@@ -211,7 +240,8 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
-            const size_t base = qbase(L, bh), oof = obase(L, bh) + (size_t)q0 * ot;
+            const size_t base = qbase(L, bh), kvb = kbase(L, bh);
+            const size_t oof = obase(L, bh) + (size_t)q0 * ot;
             size_t lq, lk, lv, lo = odt == FR_F32 ? ot : (size_t)HS;
             const float *Qi = rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
             /* out's rows are the accumulator: out itself when f32, else b.o */
@@ -222,7 +252,7 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             }
             for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
-                const size_t kof = base + (size_t)k0 * qt;
+                const size_t kof = kvb + (size_t)k0 * qt;
                 const float *Kj = rows_f32(k, qdt, kof, qt, rk, HS, b.k, &lk);
                 const float *Vj = rows_f32(v, qdt, kof, qt, rk, HS, b.v, &lv);
                 scores(S, BK, Qi, lq, Kj, lk, rq, rk, HS, s);
@@ -264,14 +294,16 @@ static void tile_grads(float *P, float *dS, int ld, const float *Qi, size_t lq, 
 // Each row of an output is written by one task, in an order that does not
 // depend on the thread count, so neither do the bits:
 //  0. one task per (b, head, query tile): D of its rows, summed in double;
-//  then, when there are at least as many (b, head) pairs as threads, one task
-//  per (b, head) walks its query tiles i in increasing order and, in each,
-//  its key tiles j in increasing order, recomputing P and dS of tile (i, j)
-//  once and adding to dq_i, dk_j and dv_j;
+//  then, when there are at least as many (b, kv head) pairs as threads, one
+//  task per (b, kv head) walks its group's query heads in increasing order,
+//  in each its query tiles i in increasing order and, in each, its key tiles
+//  j in increasing order, recomputing P and dS of tile (i, j) once and
+//  adding to dq_i, dk_j and dv_j (dk, dv shared by the group's heads);
 //  otherwise (few heads, many threads) two passes split the work finer and
 //  recompute each tile twice:
-//  1. one task per (b, head, key tile j): dk_j, dv_j summed over the query
-//     tiles i that see a key of j, in increasing i;
+//  1. one task per (b, kv head, key tile j): dk_j, dv_j summed over the
+//     group's heads in increasing order and, in each, over the query tiles i
+//     that see a key of j, in increasing i;
 //  2. one task per (b, head, query tile i): dq_i summed over key tiles j in
 //     increasing j.
 // Both ways add the same tile products into each row in the same order, so
@@ -296,10 +328,10 @@ typedef struct attn_bwd_args {
 static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_bufs *b, size_t bh,
                      int q0, int k0, int with_dq) {
     const fr_attn_layout *L = a->L;
-    const size_t qt = L->qt, ot = L->ot, base = qbase(L, bh);
+    const size_t qt = L->qt, ot = L->ot;
     const int T = L->T, HS = L->HS, BK = a->BK;
     const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0);
-    const size_t qof = base + (size_t)q0 * qt, kof = base + (size_t)k0 * qt;
+    const size_t qof = qbase(L, bh) + (size_t)q0 * qt, kof = kbase(L, bh) + (size_t)k0 * qt;
     const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
     size_t lq, lk, lv;
     const float *Qi = rows_f32(a->q, a->qdt, qof, qt, rq, HS, b->q, &lq);
@@ -326,17 +358,18 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
 int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
                         const void *v, const void *out, const float *dout, const float *lse,
                         float *D, float *dq, float *dk, float *dv, float *ws, size_t ws_floats) {
-    const int B = L->B, NH = L->NH, T = L->T, HS = L->HS;
+    const int B = L->B, NH = L->NH, T = L->T, HS = L->HS, G = group(L);
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
+    if (!G) return FR_ERR_ARG;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
     const int nq = (T + BQ - 1) / BQ, nk = (T + BK - 1) / BK;
-    const long long heads = (long long)B * NH;
-    const long long tasks_k = heads * nk, tasks_q = heads * nq;
+    const long long heads = (long long)B * NH, kvheads = (long long)B * L->NKV;
+    const long long tasks_k = kvheads * nk, tasks_q = heads * nq;
     const int half = io->qkv != FR_F32 || io->out != FR_F32;
     const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
     const int nt = team(per, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
-    const int per_head = heads >= nt;
+    const int per_head = kvheads >= nt;
     const attn_bwd_args a = {
         L, q, k, v, io->qkv, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
 #pragma omp parallel num_threads(nt)
@@ -361,25 +394,33 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         }
         if (per_head) {
 #pragma omp for schedule(static)
-            for (long long bh = 0; bh < heads; bh++) {
-                const size_t base = qbase(L, (size_t)bh);
-                zero_rows(dq + base, qt, T, HS);
-                zero_rows(dk + base, qt, T, HS);
-                zero_rows(dv + base, qt, T, HS);
-                for (int q0 = 0; q0 < T; q0 += BQ)
-                    for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
-                        bwd_tile(&a, P, dS, &b, (size_t)bh, q0, k0, 1);
+            for (long long bkv = 0; bkv < kvheads; bkv++) {
+                /* the group's query heads, in increasing order */
+                const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
+                const size_t kvb = kbase(L, bh0);
+                zero_rows(dk + kvb, qt, T, HS);
+                zero_rows(dv + kvb, qt, T, HS);
+                for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++) {
+                    zero_rows(dq + qbase(L, bh), qt, T, HS);
+                    for (int q0 = 0; q0 < T; q0 += BQ)
+                        for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
+                            bwd_tile(&a, P, dS, &b, bh, q0, k0, 1);
+                }
             }
         } else {
 #pragma omp for schedule(static)
             for (long long task = 0; task < tasks_k; task++) {
-                const size_t bh = (size_t)(task / nk), kof = qbase(L, bh);
+                const long long bkv = task / nk;
+                const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
+                const size_t kof = kbase(L, bh0);
                 const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
                 zero_rows(dk + kof + (size_t)k0 * qt, qt, rk, HS);
                 zero_rows(dv + kof + (size_t)k0 * qt, qt, rk, HS);
-                /* from the first query tile with a query >= k0 */
-                for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ)
-                    bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
+                /* the group's heads in increasing order, each from the first
+                 * query tile with a query >= k0 */
+                for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++)
+                    for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ)
+                        bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
             }
 #pragma omp for schedule(static)
             for (long long task = 0; task < tasks_q; task++) {
@@ -393,7 +434,7 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 zero_rows(dq + qof, qt, rq, HS);
                 for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                     const int rk = imin(BK, T - k0);
-                    const size_t kof = qbase(L, bh) + (size_t)k0 * qt;
+                    const size_t kof = kbase(L, bh) + (size_t)k0 * qt;
                     const float *Kj = rows_f32(k, io->qkv, kof, qt, rk, HS, b.k, &lk);
                     const float *Vj = rows_f32(v, io->qkv, kof, qt, rk, HS, b.v, &lv);
                     tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, dout + oof, (int)ot, lse + lof,
@@ -412,7 +453,7 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
 static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, fr_attn_layout *L) {
     fr_attn_dims d;
     int st = fr_kcheck_attention(c, op, qkv, &d);
-    if (!st) *L = fr_attn_fused(d.B, d.NH, d.T, d.HS);
+    if (!st) *L = fr_attn_fused_gqa(d.B, d.NH, d.NKV, d.T, d.HS);
     return st;
 }
 
@@ -429,26 +470,26 @@ static int io_ok(fr_kernel_call *c, const char *op, fr_dtype a, fr_dtype b) {
     return fr_fail(c->ctx, FR_ERR_ARG, "%s: qkv and y must be f32, f16 or bf16", op);
 }
 
-// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T), ws a tile per thread; qkv and y
-// f32 or 16 bits (y rounded from the f32 result)
+// qkv is (B,T,(NH+2NKV)HS) (3C when NKV = NH), y is (B,T,C), C = NH HS, lse is
+// (B,NH,T), ws a tile per thread; qkv and y f32 or 16 bits (y rounded from the f32 result)
 int fr_k_attention(fr_kernel_call *c) {
     fr_attn_layout L;
     int st = attn_dims(c, "attention", &c->in[0], &L);
     if (st || (st = io_ok(c, "attention", c->in[0].dtype, c->out[0].dtype))) return st;
-    const size_t C = (size_t)L.NH * L.HS;
+    const size_t C = (size_t)L.NH * L.HS, CK = (size_t)L.NKV * L.HS;
     const fr_tensor *qkv = &c->in[0];
     const fr_attn_io io = {qkv->dtype, c->out[0].dtype};
     float *ws = fr_f32(&c->out[2]);
     const size_t wsn = (size_t)fr_shape_numel(&c->out[2].shape);
-    if (fr_attention_fwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, 2 * C), c->out[0].data,
+    if (fr_attention_fwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, C + CK), c->out[0].data,
                             fr_f32(&c->out[1]), ws, ws ? wsn : 0))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention: a workspace of %zu floats holds no tile",
                        ws ? wsn : 0);
     return FR_OK;
 }
 
-// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws as the forward's;
-// qkv and y f32 or 16 bits
+// dy, y are (B,T,C), qkv and dqkv (B,T,(NH+2NKV)HS), lse and D (B,NH,T), ws as the
+// forward's; qkv and y f32 or 16 bits
 int fr_k_attention_bwd(fr_kernel_call *c) {
     fr_attn_layout L;
     int st = attn_dims(c, "attention_bwd", &c->in[1], &L);
@@ -460,15 +501,15 @@ int fr_k_attention_bwd(fr_kernel_call *c) {
                        "attention_bwd: dqkv is written whole, it cannot be added into");
     if (c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: dy and dqkv must be f32");
-    const size_t C = (size_t)L.NH * L.HS;
+    const size_t C = (size_t)L.NH * L.HS, CK = (size_t)L.NKV * L.HS;
     const fr_tensor *qkv = &c->in[1];
     const fr_attn_io io = {qkv->dtype, c->in[2].dtype};
     float *ws = fr_f32(&c->out[2]), *D = fr_f32(&c->out[1]);
     const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[2].shape) : 0;
     if (!D || !fr_f32(&c->in[3]))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: the saved lse or D's buffer is missing");
-    if (fr_attention_bwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, 2 * C), c->in[2].data,
-                            fr_f32(&c->in[0]), fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + 2 * C,
+    if (fr_attention_bwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, C + CK), c->in[2].data,
+                            fr_f32(&c->in[0]), fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + C + CK,
                             ws, wsn))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: a workspace of %zu floats holds no tile",
                        wsn);
@@ -509,40 +550,42 @@ static void attend_cached(const float *q, const float *Kh, const float *Vh, int 
     }
 }
 
-// qkv is (B,P,3C), K and V are (B,NH,Tc,HS), y is (B,P,C), ws fr_attention_kv_ws floats;
-// pos = c->step. K[b,h,pos+t] = qkv[b,t,C + h HS ..], V[b,h,pos+t] = qkv[b,t,2C + h HS ..];
-// y[b,t,h HS ..] attends positions 0 .. pos+t of K[b,h], V[b,h].
+// qkv is (B,P,(NH+2NKV)HS), K and V are (B,NKV,Tc,HS), y is (B,P,C), C = NH HS, ws
+// fr_attention_kv_ws floats; pos = c->step, CK = NKV HS.
+// K[b,g,pos+t] = qkv[b,t,C + g HS ..], V[b,g,pos+t] = qkv[b,t,C + CK + g HS ..];
+// y[b,t,h HS ..] attends positions 0 .. pos+t of K[b,g], V[b,g], g = h / (NH / NKV).
 int fr_k_attention_kv(fr_kernel_call *c) {
     fr_attn_dims d;
     int st = fr_kcheck_attention(c, "attention_kv", &c->in[0], &d);
     if (st) return st;
-    const int B = d.B, P = d.T, NH = d.NH, HS = d.HS;
+    const int B = d.B, P = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS, G = NH / NKV;
     const fr_shape *ks = &c->in[1].shape;
-    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NH || ks->d[3] != HS ||
+    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NKV || ks->d[3] != HS ||
         !fr_shape_eq(ks, &c->in[2].shape) || ks->d[2] < P || c->step > (uint64_t)(ks->d[2] - P))
         return fr_fail(c->ctx, FR_ERR_SHAPE,
                        "attention_kv: positions %llu .. %llu do not fit caches of (%d, %d, %lld, "
                        "%d) (batch, heads, positions, head size)",
-                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NH,
+                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NKV,
                        ks->ndim == 4 ? (long long)ks->d[2] : 0LL, HS);
     float *K = fr_f32(&c->in[1]), *Vc = fr_f32(&c->in[2]), *y = fr_f32(&c->out[0]);
     float *ws = fr_f32(&c->out[1]);
     const float *qkv = fr_f32(&c->in[0]);
     if (!K || !Vc || !qkv || !y)
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_kv: a cache, qkv or y is not bound");
-    const size_t C = (size_t)NH * HS, Tc = (size_t)ks->d[2], pos = (size_t)c->step;
+    const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS, W = C + 2 * CK;
+    const size_t Tc = (size_t)ks->d[2], pos = (size_t)c->step;
     const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[1].shape) : 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < P; t++)
-            for (int h = 0; h < NH; h++) {
-                const float *src = qkv + ((size_t)b * P + t) * 3 * C + (size_t)h * HS;
-                const size_t row = (((size_t)b * NH + h) * Tc + pos + t) * HS;
+            for (int g = 0; g < NKV; g++) {
+                const float *src = qkv + ((size_t)b * P + t) * W + (size_t)g * HS;
+                const size_t row = (((size_t)b * NKV + g) * Tc + pos + t) * HS;
                 memcpy(K + row, src + C, (size_t)HS * sizeof(float));
-                memcpy(Vc + row, src + 2 * C, (size_t)HS * sizeof(float));
+                memcpy(Vc + row, src + C + CK, (size_t)HS * sizeof(float));
             }
     if (pos == 0) { /* nothing cached before the chunk: its own q, k, v */
-        fr_attn_layout L = fr_attn_fused(B, NH, P, HS);
-        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + 2 * C, y, NULL, ws, wsn))
+        fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, P, HS);
+        if (fr_attention_fwd(&L, qkv, qkv + C, qkv + C + CK, y, NULL, ws, wsn))
             return fr_fail(c->ctx, FR_ERR_ARG,
                            "attention_kv: a workspace of %zu floats holds no tile", wsn);
         return FR_OK;
@@ -555,11 +598,11 @@ int fr_k_attention_kv(fr_kernel_call *c) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < P; t++) {
             const int n = (int)pos + t + 1;
-            const float *q = qkv + ((size_t)b * P + t) * 3 * C;
+            const float *q = qkv + ((size_t)b * P + t) * W;
             float *yt = y + ((size_t)b * P + t) * C;
 #pragma omp parallel for schedule(static) if ((size_t)NH * n * HS >= 65536)
             for (int h = 0; h < NH; h++) {
-                const size_t kh = ((size_t)b * NH + h) * Tc * HS;
+                const size_t kh = ((size_t)b * NKV + h / G) * Tc * HS;
                 attend_cached(q + (size_t)h * HS, K + kh, Vc + kh, n, HS, scale, ws + h * Tc,
                               yt + (size_t)h * HS);
             }

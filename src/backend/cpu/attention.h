@@ -14,6 +14,9 @@
  *    stride C); dq, dk, dv are the same blocks of dqkv. The GEMMs take the
  *    row strides as leading dimensions: no transposed copies.
  * lse and D are (B, NH, T) f32. scale = 1/sqrt(HS); query t attends keys 0..t.
+ * Grouped-query attention (NKV < NH): k, v, dk, dv have NKV heads, query head
+ * h reads kv head h / (NH / NKV), and dk, dv of a kv head are the sums over
+ * its group's query heads, added in increasing head order.
  * Results do not depend on the thread count: every output row is computed by
  * one task, in a fixed order, with one-thread GEMMs. */
 #ifndef FR_ATTENTION_H
@@ -27,14 +30,24 @@
 
 typedef struct fr_attn_layout {
     int B, NH, T, HS;
-    size_t qb, qh, qt; /* strides of q, k, v (and dq, dk, dv), in floats */
+    size_t qb, qh, qt; /* strides of q (and dq), in floats; qt also k's and v's */
     size_t ob, oh, ot; /* strides of out (and dout) */
+    /* grouped-query attention: NKV key/value heads (dividing NH), query head
+     * h reading kv head h / (NH / NKV); k, v, dk, dv's batch and head strides
+     * (their row stride is qt). NKV = NH: multi-head attention. */
+    int NKV;
+    size_t kb, kh;
 } fr_attn_layout;
 
 /* q, k, v, out each (B, NH, T, HS) */
 fr_attn_layout fr_attn_packed(int B, int NH, int T, int HS);
+/* q, out (B, NH, T, HS), k, v (B, NKV, T, HS) */
+fr_attn_layout fr_attn_packed_gqa(int B, int NH, int NKV, int T, int HS);
 /* q, k, v = qkv + 0, C, 2C of qkv (B, T, 3C); out (B, T, C); C = NH HS */
 fr_attn_layout fr_attn_fused(int B, int NH, int T, int HS);
+/* grouped: q, k, v = qkv + 0, NH HS, (NH + NKV) HS of qkv (B, T, (NH + 2 NKV) HS)
+ * (q heads | k heads | v heads); out (B, T, NH HS) */
+fr_attn_layout fr_attn_fused_gqa(int B, int NH, int NKV, int T, int HS);
 
 /* Floats of workspace for `threads` threads: per thread two score tiles
  * (BQ x BK) and two values per query row (BQ), with BQ = min(T, 64) and
@@ -80,7 +93,7 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
 
 /* ---- generation (ATTENTION_KV, LAST_ROW) ----
  * fr_k_attention_kv: a chunk of P positions from pos (fr_kernel_call.step),
- * qkv (B,P,3C) in the fused layout, the caches K, V (B,NH,Tc,HS): the
+ * qkv (B,P,(NH+2NKV)HS) in the fused layout, the caches K, V (B,NKV,Tc,HS): the
  * chunk's keys and values go to rows pos .. pos+P-1 of the caches, then
  * y (B,P,C) is the causal attention of query row t over positions 0 ..
  * pos+t. At pos 0 the chunk is all there is: fr_attention_fwd on qkv itself
