@@ -660,6 +660,21 @@ static void model_defaults(cli *c, unsigned bit) {
 /* Reads argv (argv[0] is the command) into c. Options are spelled in full,
  * "--name value" or "--name=value"; a value is never empty. Returns 0, 2 on
  * a usage error (with its message printed) or -1 after printing --help. */
+static const char *hf_tok_files[] = {"tokenizer.model", "tokenizer.json", "vocab.json", NULL};
+static const char *hf_weight_files[] = {"model.safetensors", "model.safetensors.index.json", NULL};
+
+/* Whether dir is a directory holding one of names. */
+static int hf_dir_has(const char *dir, const char **names) {
+    struct stat sb;
+    char f[4096];
+    if (!dir || stat(dir, &sb) || !S_ISDIR(sb.st_mode)) return 0;
+    for (; *names; names++) {
+        snprintf(f, sizeof f, "%s/%s", dir, *names);
+        if (access(f, F_OK) == 0) return 1;
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, const command *cmd, cli *c) {
     memset(c, 0, sizeof *c);
     c->t.model = cmd->bit == C_GENERATE ? "gpt-tiny" : "cnn";
@@ -756,7 +771,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_TOPK: INT_OPT(0, 1 << 24, c->top_k); break;
         case O_TOPP: REAL_OPT(0, 1, c->top_p); break;
         case O_MAXCTX: INT_OPT(1, 1 << 24, c->max_context); break;
-        case O_TOKENIZER: c->tokenizer = val; break;
+        case O_TOKENIZER: c->tokenizer = c->t.tokenizer = val; break;
         case O_STOP_EOS:
             if (!strcmp(val, "on")) c->stop_eos = 1;
             else if (!strcmp(val, "off")) c->stop_eos = 0;
@@ -952,6 +967,18 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         return bad(
             cn, "%s",
             "give --init or --resume, not both (--resume restores the weights and the optimizer)");
+    /* a Hugging Face model directory brings its tokenizer (for text data) and,
+     * to train from, its weights */
+    if (hf_dir_has(c->t.model, hf_tok_files) && !c->tokenizer) {
+        c->t.tokenizer = c->t.model;
+        c->t.tokenizer_default = 1;
+    }
+    if (cmd->bit == C_TRAIN && !c->t.init && !c->t.resume &&
+        hf_dir_has(c->t.model, hf_weight_files)) {
+        c->t.init = c->t.model;
+        if (!c->t.quiet)
+            fprintf(stderr, "weights: %s's own (give --init to start elsewhere)\n", c->t.model);
+    }
     if (c->accumulate) {
         char msg[96];
         if (c->t.step.micro_batch)
@@ -1201,7 +1228,10 @@ static int cmd_eval(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, &commands[1], &c);
     if (r) return r < 0 ? 0 : r;
-    if (!c.weights) return bad("eval", "%s", "--weights CKPT is required");
+    if (!c.weights && hf_dir_has(c.t.model, hf_weight_files)) c.weights = c.t.model;
+    if (!c.weights)
+        return bad("eval", "%s",
+                   "--weights CKPT is required (a Hugging Face --model directory brings its own)");
     fr_ctx *ctx = fr_ctx_new();
     if (!ctx) return fprintf(stderr, "frugal: out of memory\n"), 1;
     fr_set_threads(ctx, c.threads);
@@ -1637,11 +1667,11 @@ static int cmd_estimate(int argc, char **argv) {
 /* generate: where each new token goes. A byte-level model (vocabulary 256)
  * prints bytes, a larger one ids separated by spaces. */
 typedef struct gen_out {
-    int bytes;            /* a byte model without a tokenizer: each id is a byte */
-    fr_tok_stream *text;  /* a tokenizer's streaming decoder, or NULL */
-    long long n;          /* ids printed (prompt and new) */
-    long long made;       /* new tokens */
-    fr_status st;         /* a decoding failure */
+    int bytes;           /* a byte model without a tokenizer: each id is a byte */
+    fr_tok_stream *text; /* a tokenizer's streaming decoder, or NULL */
+    long long n;         /* ids printed (prompt and new) */
+    long long made;      /* new tokens */
+    fr_status st;        /* a decoding failure */
 } gen_out;
 
 static void gen_print(gen_out *o, int32_t tok) {
@@ -1685,25 +1715,12 @@ static int parse_ids(const char *s, int32_t *ids, int *n, int cap) {
     }
 }
 
-static int is_directory(const char *p) {
-    struct stat sb;
-    return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 /* The tokenizer --tokenizer names, or a Hugging Face --model directory's
  * own (NULL and *fail 0 when there is none; *fail 1 after printing why). */
 static fr_tokenizer *tokenizer_for(const char *cmd, fr_ctx *ctx, const cli *c, fr_model *m,
                                    int *fail) {
     *fail = 0;
-    const char *path = c->tokenizer;
-    if (!path && is_directory(c->t.model)) {
-        static const char *names[] = {"tokenizer.model", "tokenizer.json", "vocab.json"};
-        char f[4096];
-        for (size_t i = 0; i < sizeof names / sizeof *names && !path; i++) {
-            snprintf(f, sizeof f, "%s/%s", c->t.model, names[i]);
-            if (access(f, F_OK) == 0) path = c->t.model;
-        }
-    }
+    const char *path = c->tokenizer ? c->tokenizer : c->t.tokenizer;
     if (!path) return NULL;
     fr_tokenizer *t = fr_tokenizer_load(ctx, path);
     if (!t) {
@@ -1711,12 +1728,8 @@ static fr_tokenizer *tokenizer_for(const char *cmd, fr_ctx *ctx, const cli *c, f
         *fail = 1;
         return NULL;
     }
-    const int tv = fr_tokenizer_vocab(t), mv = m ? fr_generate_vocab(m) : 0;
-    if (m && tv != mv) {
-        fprintf(stderr,
-                "frugal %s: --tokenizer %s has a vocabulary of %d tokens, the model %s one of %d: "
-                "they do not belong together\n",
-                cmd, path, tv, c->t.model, mv);
+    if (m && fr_tokenizer_check_vocab(ctx, t, fr_generate_vocab(m))) {
+        fprintf(stderr, "frugal %s: --tokenizer: %s\n", cmd, fr_last_error(ctx));
         fr_tokenizer_free(t);
         *fail = 1;
         return NULL;
@@ -1731,7 +1744,9 @@ static int cmd_generate(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, cmd, &c);
     if (r) return r < 0 ? 0 : r;
-    const char *weights = c.weights ? c.weights : is_directory(c.t.model) ? c.t.model : NULL;
+    const char *weights = c.weights                                ? c.weights
+                          : hf_dir_has(c.t.model, hf_weight_files) ? c.t.model
+                                                                   : NULL;
     if (!weights)
         return bad("generate", "%s",
                    "--weights CKPT is required (a Hugging Face --model directory brings its own)");
@@ -1784,8 +1799,7 @@ static int cmd_generate(int argc, char **argv) {
             if ((st = fr_tokenizer_encode(tok, c.prompt, len, fr_tokenizer_adds_bos(tok), &ids,
                                           &nn)))
                 fprintf(stderr, "frugal generate: --prompt: %s\n", fr_last_error(ctx));
-            else if (nn > (size_t)INT32_MAX / 2)
-                st = FR_ERR_ARG;
+            else if (nn > (size_t)INT32_MAX / 2) st = FR_ERR_ARG;
             n = (int)nn;
         }
     }

@@ -56,7 +56,7 @@ typedef struct fr_gen_opts {
     double top_p;       /* nucleus sampling: 0 or 1 keeps all; else in (0, 1) */
     int stop;           /* 1: stop after making stop_token */
     int32_t stop_token;
-    int max_context;    /* positions the caches hold: 0 the model's context, else at most it */
+    int max_context; /* positions the caches hold: 0 the model's context, else at most it */
     uint64_t seed;
     /* past the context: 0 keeps the last T/2 tokens and restarts positions (a
      * prefill per T/2 tokens); 1 slides the window a token a step as nanoGPT

@@ -4,18 +4,34 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <stdlib.h>
 #include "run/source.h"
+#include "run/tokcache.h"
 
 static fr_status open_tokens(fr_ctx *ctx, const fr_train_cfg *cfg, const fr_model *m,
                              fr_source *s) {
     fr_status st;
     s->seq = fr_model_seq(m);
-    if (!(s->tokens = fr_tokens_open(ctx, cfg->data))) return FR_ERR_IO;
     /* the vocabulary: the rows of the first embedding's table */
     int vocab = 0;
     for (size_t i = 0; i < m->n_layers && !vocab; i++)
         if (m->layers[i].kind == FR_L_EMBEDDING)
             vocab = (int)m->params[m->layers[i].wparam].shape.d[0];
+    char *cache = NULL;
+    if (cfg->tokenizer) { /* text through the tokenizer, once, into a cache of ids */
+        fr_tokens *probe = cfg->tokenizer_default ? fr_tokens_open(ctx, cfg->data) : NULL;
+        const int text = !probe || fr_tokens_get_kind(probe) == FR_TOKENS_TEXT;
+        fr_tokens_close(probe);
+        fr_tokenizer *tok = text ? fr_tokenizer_load(ctx, cfg->tokenizer) : NULL;
+        if (text && !tok) return FR_ERR_ARG;
+        st = tok ? fr_tokenizer_check_vocab(ctx, tok, vocab) : FR_OK;
+        if (tok && !st) st = fr_tokenize_cached(ctx, tok, cfg->data, &cache, cfg->quiet);
+        fr_tokenizer_free(tok);
+        if (st) return st;
+    }
+    s->tokens = fr_tokens_open(ctx, cache ? cache : cfg->data);
+    free(cache);
+    if (!s->tokens) return FR_ERR_IO;
     if ((st = fr_tokens_check(ctx, s->tokens, vocab, s->seq))) return st;
     return fr_tokens_split(ctx, s->tokens, cfg->val_fraction, s->seq, &s->split);
 }

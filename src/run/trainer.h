@@ -40,6 +40,11 @@ typedef struct fr_train_cfg {
     const char *freeze;  /* layers to freeze (fr_model_freeze) */
     const char *lora;    /* LoRA adapters, "r=8,alpha=16,...,target=..." (fr_model_lora_spec) */
     const char *adapter; /* PEFT adapter files to start from (run/adapter.h) */
+    /* text data through a tokenizer (tok/tokenizer.h), tokenized once into a
+     * cache (run/tokcache.h); tokenizer_default: it is the --model
+     * directory's own, used only when the data is text */
+    const char *tokenizer;
+    int tokenizer_default;
     const char *save_adapter; /* after training: the adapters as PEFT's pair, in this directory */
     const char *merge;        /* after training: base + (alpha/r) B A as one state_dict */
     int batch_auto;           /* the largest batch that fits the budget */
