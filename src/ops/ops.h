@@ -40,7 +40,15 @@
  *   LINEAR_CE_BWD  x, W, b, y -> dx, dW, db, (y: -1), ws: each chunk's logits made
  *                  again, its lse with them, dz = scale (softmax(z) - onehot(y)) / N
  *                  turned into dx = dz W, dW += dz^T x, db += sum dz at once
- *   attr.rows logits rows a chunk (ws holds one chunk's logits). */
+ *   attr.rows logits rows a chunk (ws holds one chunk's logits).
+ * Grouped-query attention (attr.kv_heads NKV dividing NH; 0: NH): ATTENTION's
+ * qkv is (B,T,(NH+2NKV)HS), [q heads | k heads | v heads], query head h
+ * reading kv head h / (NH/NKV); ATTENTION_KV's caches are (B,NKV,Tc,HS).
+ * Rotary position embeddings (Llama's; backend/cpu/rope.h has the formulas):
+ *   ROPE_QKV      q (B,T,NH*HS), k, v (B,T,NKV*HS) -> qkv (B,T,(NH+2NKV)HS)
+ *                 = [rot(q) | rot(k) | v], attr.heads, attr.kv_heads, attr.rope;
+ *                 row t at position t (attr.rope.pos_from_step: step + t)
+ *   ROPE_QKV_BWD  dqkv -> dq, dk, dv (the inverse rotation; dv copied) */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -89,7 +97,9 @@
     X(QLINEAR, qlinear, 3, 2)                       \
     X(QLINEAR_BWD, qlinear_bwd, 2, 4)               \
     X(LINEAR_CE, linear_ce, 4, 3)                   \
-    X(LINEAR_CE_BWD, linear_ce_bwd, 4, 5)
+    X(LINEAR_CE_BWD, linear_ce_bwd, 4, 5)           \
+    X(ROPE_QKV, rope_qkv, 3, 1)                     \
+    X(ROPE_QKV_BWD, rope_qkv_bwd, 1, 3)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,
