@@ -43,6 +43,14 @@ static inline int op_cases(gcase *out) {
     fr_attr q_nf4 = {.shape = fr_shape2(6, 70), .qfmt = FR_QFMT_NF4};
     fr_attr q_bf16 = {.shape = fr_shape2(4, 5), .qfmt = FR_QFMT_BF16};
     fr_attr lin_half = {.scale = 0.5f};
+    fr_attr attn_g2 = {.heads = 4, .kv_heads = 2, .causal = 1}; /* groups of 2 */
+    fr_attr attn_g4 = {.heads = 4, .kv_heads = 1, .causal = 1}; /* one kv head */
+    fr_attr rope = {.heads = 4, .kv_heads = 2};
+    rope.rope.theta = 10000.0f;
+    /* Llama 3's published scaling: each of its three bands at HS 8 (wavelengths
+     * 6.3, 167 below 2048; 4443 between; 118000 above 8192) */
+    fr_attr rope3 = {.heads = 2, .kv_heads = 1};
+    rope3.rope = (fr_rope){500000.0f, FR_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192, 0};
     gcase cases[] = {
         {FR_OP_LINEAR,
          3,
@@ -219,6 +227,25 @@ static inline int op_cases(gcase *out) {
          none,
          {0},
          "swiglu (B,T,I)"},
+        /* grouped-query: (NH + 2 NKV) HS = (4 + 4) 2 and (4 + 2) 3 */
+        {FR_OP_ATTENTION, 1, {fr_shape3(2, 5, 16)}, {0}, {0}, attn_g2, {0}, "attention GQA 4/2"},
+        {FR_OP_ATTENTION, 1, {fr_shape3(1, 67, 18)}, {0}, {0}, attn_g4, {0}, "attention GQA 4/1"},
+        {FR_OP_ROPE_QKV,
+         3,
+         {fr_shape3(2, 5, 16), fr_shape3(2, 5, 8), fr_shape3(2, 5, 8)},
+         {0},
+         {0},
+         rope,
+         {0},
+         "rope_qkv 4/2"},
+        {FR_OP_ROPE_QKV,
+         3,
+         {fr_shape3(1, 7, 16), fr_shape3(1, 7, 8), fr_shape3(1, 7, 8)},
+         {0},
+         {0},
+         rope3,
+         {0},
+         "rope_qkv llama3"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n && i < OP_CASES_MAX; i++) out[i] = cases[i];

@@ -4,8 +4,9 @@
  * the same inputs: odd sizes (T 7, 13, 33 and 70 cross the device's tiles,
  * 32 rows for small heads, 23 and 15 for HS 64, and the CPU's 64 x 32 ones),
  * head sizes 3 to 64, a GPT-sized case
- * (B 2, T 256, C 384, 6 heads), every tensor at a nonzero offset in its
- * buffer; the backward from the CPU's y and lse.
+ * (B 2, T 256, C 384, 6 heads), grouped-query attention (kv_heads 2 of 4,
+ * 2 of 6, 1 of 4), every tensor at a nonzero offset in its buffer; the
+ * backward from the CPU's y and lse.
  *
  * Bound. Both sides compute the same sums in different orders (the CPU's
  * tile GEMMs, the device a row at a time) with exp and log from different
@@ -18,7 +19,9 @@
  * allow 4 times that: |d| <= 4 (HS + T) 2^-24 max|ref|, and for lse and D
  * (sums of T exps, of HS products) 4 (HS + T) 2^-24 (1 + |ref|).
  * Measured (PoCL) the largest |d| / max|ref| is printed per case.
- * Each device call runs twice: bit-identical. Returns 77 without a device. */
+ * Each device call runs twice: bit-identical. Also generation's ATTENTION_KV
+ * with kv_heads (two chunks, caches of NKV heads) and ROPE_QKV (llama3, from a
+ * step) and its backward, against the CPU's. Returns 77 without a device. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -95,16 +98,18 @@ static void same_bits(int line, const char *tag, const char *what, const float *
     CHECK_AT(line, !memcmp(a, b, n * sizeof *a), "%s %s: two device runs differ", tag, what);
 }
 
-static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
+/* C = NH HS; NKV kv heads (grouped-query attention; NH: multi-head), qkv
+ * (B, T, (NH + 2 NKV) HS) */
+static void attn_case_g(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH, int NKV) {
     char tag[64];
-    snprintf(tag, sizeof tag, "B %d T %d C %d NH %d", B, T, C, NH);
-    const int HS = C / NH;
-    const size_t nqkv = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    snprintf(tag, sizeof tag, "B %d T %d C %d NH %d NKV %d", B, T, C, NH, NKV);
+    const int HS = C / NH, W = (NH + 2 * NKV) * HS;
+    const size_t nqkv = (size_t)B * T * W, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = malloc(nqkv * sizeof *qkv), *dy = malloc(ny * sizeof *dy);
     for (size_t i = 0; i < nqkv; i++) qkv[i] = (float)(4.0 * fr_rng_uniform(3, 1, i) - 2.0);
     for (size_t i = 0; i < ny; i++) dy[i] = (float)(2.0 * fr_rng_uniform(3, 2, i) - 1.0);
     fr_node node = {.op = FR_OP_ATTENTION};
-    node.attr.heads = NH, node.attr.causal = 1;
+    node.attr.heads = NH, node.attr.kv_heads = NKV, node.attr.causal = 1;
     fr_node bnode = node;
     bnode.op = FR_OP_ATTENTION_BWD;
     const double tol = 4.0 * (HS + T) * ldexp(1.0, -24);
@@ -114,7 +119,7 @@ static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
     float *y = calloc(ny, sizeof *y), *lse = calloc(nl, sizeof *lse), *ws = calloc(wsn, 4);
     float *dqkv = calloc(nqkv, sizeof *dqkv), *D = calloc(nl, sizeof *D);
     fr_kernel_call c = {.ctx = cpu, .node = &node};
-    c.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, 3 * C), qkv, NULL, 0};
+    c.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, W), qkv, NULL, 0};
     c.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), y, NULL, 0};
     c.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), lse, NULL, 0};
     c.out[2] = (fr_tensor){FR_F32, fr_shape1((int64_t)wsn), ws, NULL, 0};
@@ -122,7 +127,7 @@ static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
     fr_kernel_call cb = {.ctx = cpu, .node = &bnode};
     cb.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), dy, NULL, 0};
     cb.in[1] = c.in[0], cb.in[2] = c.out[0], cb.in[3] = c.out[1];
-    cb.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, 3 * C), dqkv, NULL, 0};
+    cb.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, W), dqkv, NULL, 0};
     cb.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), D, NULL, 0};
     cb.out[2] = c.out[2];
     CHECK(fr_k_attention_bwd(&cb) == FR_OK, "%s: cpu bwd: %s", tag, fr_last_error(cpu));
@@ -168,6 +173,115 @@ static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
     dev_t_ all[] = {dq, ddy, dyo, dl, dws, ycpu, lcpu, ddq, dD};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) fr_cl_release(all[i].m);
     free(qkv), free(dy), free(y), free(lse), free(ws), free(dqkv), free(D);
+}
+
+static void attn_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int C, int NH) {
+    attn_case_g(cpu, ctx, B, T, C, NH, NH);
+}
+
+/* ATTENTION_KV with kv_heads NKV on the device against the CPU: T positions
+ * in two chunks (P0 from step 0, the rest from step P0) into caches
+ * (B, NKV, Tc, HS); y within attn_case's bound, the caches identical. */
+static void kv_case(fr_ctx *cpu, fr_ctx *ctx, int B, int T, int NH, int NKV, int HS, int P0) {
+    char tag[80];
+    snprintf(tag, sizeof tag, "kv B %d T %d NH %d NKV %d HS %d", B, T, NH, NKV, HS);
+    const int W = (NH + 2 * NKV) * HS, C = NH * HS, Tc = T + 2;
+    const double tol = 4.0 * (HS + T) * ldexp(1.0, -24);
+    fr_node node = {.op = FR_OP_ATTENTION_KV};
+    node.attr.heads = NH, node.attr.kv_heads = NKV, node.attr.causal = 1;
+    const fr_shape cs = fr_shape4(B, NKV, Tc, HS);
+    const size_t nc = (size_t)fr_shape_numel(&cs);
+    float *K = calloc(nc, 4), *V = calloc(nc, 4);
+    dev_t_ dK = dev_new(ctx, cs, NULL), dV = dev_new(ctx, cs, NULL);
+    for (int chunk = 0; chunk < 2; chunk++) {
+        const int p0 = chunk ? P0 : 0, P = chunk ? T - P0 : P0;
+        const size_t nq = (size_t)B * P * W, ny = (size_t)B * P * C;
+        float *qkv = malloc(nq * 4), *y = calloc(ny, 4);
+        for (size_t i = 0; i < nq; i++)
+            qkv[i] = (float)(4.0 * fr_rng_uniform(5, (uint64_t)chunk, i) - 2.0);
+        const int64_t wsn = fr_attention_kv_ws(P, NH, Tc, HS, fr_get_threads(cpu));
+        float *ws = calloc((size_t)wsn, 4);
+        fr_kernel_call c = {.ctx = cpu, .node = &node, .step = (uint64_t)p0};
+        c.in[0] = (fr_tensor){FR_F32, fr_shape3(B, P, W), qkv, NULL, 0};
+        c.in[1] = (fr_tensor){FR_F32, cs, K, NULL, 0};
+        c.in[2] = (fr_tensor){FR_F32, cs, V, NULL, 0};
+        c.out[0] = (fr_tensor){FR_F32, fr_shape3(B, P, C), y, NULL, 0};
+        c.out[1] = (fr_tensor){FR_F32, fr_shape1(wsn), ws, NULL, 0};
+        CHECK(fr_k_attention_kv(&c) == FR_OK, "%s: cpu: %s", tag, fr_last_error(cpu));
+        dev_t_ dq = dev_new(ctx, c.in[0].shape, qkv), dy = dev_new(ctx, c.out[0].shape, NULL);
+        dev_t_ dws = dev_new(ctx, fr_shape1(1), NULL);
+        fr_kernel_call g = {.ctx = ctx, .node = &node, .step = (uint64_t)p0};
+        g.in[0] = dq.t, g.in[1] = dK.t, g.in[2] = dV.t, g.out[0] = dy.t, g.out[1] = dws.t;
+        CHECK(fr_cl_k_attention_kv(&g) == FR_OK, "%s: device: %s", tag, fr_last_error(ctx));
+        float *got = dev_get(ctx, &dy);
+        const double e =
+            compare(__LINE__, chunk ? "y (cached)" : "y (prefill)", tag, got, y, ny, tol, 0);
+        printf("%s chunk %d: max |d| / max|ref| %.2e (bound %.2e)\n", tag, chunk, e, tol);
+        free(got), free(qkv), free(y), free(ws);
+        fr_cl_release(dq.m), fr_cl_release(dy.m), fr_cl_release(dws.m);
+    }
+    float *gk = dev_get(ctx, &dK), *gv = dev_get(ctx, &dV);
+    CHECK(!memcmp(gk, K, nc * 4) && !memcmp(gv, V, nc * 4), "%s: the caches differ", tag);
+    free(gk), free(gv), free(K), free(V);
+    fr_cl_release(dK.m), fr_cl_release(dV.m);
+}
+
+/* ROPE_QKV from a step (pos_from_step) on the device: the CPU's bits up to
+ * the library's cos and sin (4 ulp of the angle's terms: |d| <= 8 (P + 2) 2^-24,
+ * P the largest position, as test_rope.c's bound), and its backward */
+static void rope_case(fr_ctx *cpu, fr_ctx *ctx) {
+    const int B = 2, T = 9, NH = 4, NKV = 2, HS = 16, C = NH * HS, CK = NKV * HS;
+    const int W = C + 2 * CK;
+    const uint64_t step = 500;
+    fr_node node = {.op = FR_OP_ROPE_QKV}, bnode;
+    node.attr.heads = NH, node.attr.kv_heads = NKV;
+    node.attr.rope = (fr_rope){500000.0f, FR_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192, 1};
+    bnode = node, bnode.op = FR_OP_ROPE_QKV_BWD;
+    const size_t nq = (size_t)B * T * C, nk = (size_t)B * T * CK, nw = (size_t)B * T * W;
+    float *x[3] = {malloc(nq * 4), malloc(nk * 4), malloc(nk * 4)};
+    for (int j = 0; j < 3; j++)
+        for (size_t i = 0; i < (j ? nk : nq); i++)
+            x[j][i] = (float)(2.0 * fr_rng_uniform(7, (uint64_t)j, i) - 1.0);
+    const fr_shape sh[3] = {fr_shape3(B, T, C), fr_shape3(B, T, CK), fr_shape3(B, T, CK)};
+    float *y = calloc(nw, 4), *d[3] = {calloc(nq, 4), calloc(nk, 4), calloc(nk, 4)};
+    fr_kernel_call c = {.ctx = cpu, .node = &node, .step = step};
+    for (int j = 0; j < 3; j++) c.in[j] = (fr_tensor){FR_F32, sh[j], x[j], NULL, 0};
+    c.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, W), y, NULL, 0};
+    CHECK(fr_k_rope_qkv(&c) == FR_OK, "rope cpu: %s", fr_last_error(cpu));
+    fr_kernel_call cb = {.ctx = cpu, .node = &bnode, .step = step};
+    cb.in[0] = c.out[0];
+    for (int j = 0; j < 3; j++) cb.out[j] = (fr_tensor){FR_F32, sh[j], d[j], NULL, 0};
+    CHECK(fr_k_rope_qkv_bwd(&cb) == FR_OK, "rope cpu bwd: %s", fr_last_error(cpu));
+    dev_t_ dx[3], dd[3], dy = dev_new(ctx, c.out[0].shape, NULL),
+                         dyc = dev_new(ctx, c.out[0].shape, y);
+    fr_kernel_call g = {.ctx = ctx, .node = &node, .step = step};
+    fr_kernel_call gb = {.ctx = ctx, .node = &bnode, .step = step};
+    for (int j = 0; j < 3; j++) {
+        dx[j] = dev_new(ctx, sh[j], x[j]), dd[j] = dev_new(ctx, sh[j], NULL);
+        g.in[j] = dx[j].t, gb.out[j] = dd[j].t;
+    }
+    g.out[0] = dy.t, gb.in[0] = dyc.t;
+    CHECK(fr_cl_k_rope_qkv(&g) == FR_OK, "rope device: %s", fr_last_error(ctx));
+    CHECK(fr_cl_k_rope_qkv_bwd(&gb) == FR_OK, "rope device bwd: %s", fr_last_error(ctx));
+    const double tol = 8.0 * ((double)step + T + 2) * ldexp(1.0, -24);
+    float *got = dev_get(ctx, &dy);
+    double e = compare(__LINE__, "qkv", "rope llama3 from step 500", got, y, nw, tol, 0);
+    free(got);
+    for (int j = 0; j < 3; j++) {
+        got = dev_get(ctx, &dd[j]);
+        const double ej = compare(__LINE__,
+                                  j == 0   ? "dq"
+                                  : j == 1 ? "dk"
+                                           : "dv",
+                                  "rope llama3 from step 500", got, d[j], j ? nk : nq, tol, 0);
+        if (ej > e) e = ej;
+        free(got);
+        fr_cl_release(dx[j].m), fr_cl_release(dd[j].m);
+        free(x[j]), free(d[j]);
+    }
+    printf("rope llama3 from step 500: max |d| / max|ref| %.2e (bound %.2e)\n", e, tol);
+    fr_cl_release(dy.m), fr_cl_release(dyc.m);
+    free(y);
 }
 
 /* The CPU's refusals, and an absent dqkv leaves everything alone. */
@@ -223,6 +337,14 @@ int main(void) {
     attn_case(cpu, ctx, 1, 37, 128, 2); /* HS 64: tiles of 23 (forward), 15 (backward) rows */
     attn_case(cpu, ctx, 3, 45, 96, 2);  /* HS 48: 31 and 20 */
     attn_case(cpu, ctx, 2, 256, 384, 6);
+    /* grouped-query attention: groups of 2, 3 and 4, tiles crossed */
+    attn_case_g(cpu, ctx, 2, 13, 16, 4, 2);
+    attn_case_g(cpu, ctx, 1, 70, 24, 6, 2);
+    attn_case_g(cpu, ctx, 2, 45, 128, 4, 1); /* HS 32 */
+    kv_case(cpu, ctx, 2, 20, 4, 2, 8, 12);
+    kv_case(cpu, ctx, 1, 40, 6, 2, 16, 33);
+    kv_case(cpu, ctx, 1, 9, 2, 2, 8, 5); /* kv_heads = heads */
+    rope_case(cpu, ctx);
     test_errors(ctx);
     fr_cl_unuse(ctx);
     fr_ctx_free(ctx), fr_ctx_free(cpu);

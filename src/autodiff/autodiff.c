@@ -178,6 +178,12 @@ int fr_bw_swiglu(fr_graph *g, int node, const int *dout, const uint8_t *need, in
     return emit(g, node, FR_OP_SWIGLU_BWD, in, 3, need, din);
 }
 
+/* dq, dk, dv from dqkv alone: the rotation is linear, nothing saved */
+int fr_bw_rope_qkv(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din) {
+    int in[1] = {dout[0]};
+    return emit(g, node, FR_OP_ROPE_QKV_BWD, in, 1, need, din);
+}
+
 /* Deliver gradient value v into parameter gradient gv. When v was made by
  * this rule for this input alone, its producer writes gv directly (no copy);
  * a gradient passed through (add, view) is copied or added by a COPY node. */

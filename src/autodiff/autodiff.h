@@ -34,5 +34,6 @@ int fr_bw_linear_ce(fr_graph *g, int node, const int *dout, const uint8_t *need,
 int fr_bw_attention(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_rmsnorm(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 int fr_bw_swiglu(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
+int fr_bw_rope_qkv(fr_graph *g, int node, const int *dout, const uint8_t *need, int *din);
 
 #endif

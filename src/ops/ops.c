@@ -2,6 +2,7 @@
  * backward rule, in-place/view permission and FLOP estimate. Adding an op is
  * one row here, one X() line in ops.h and one kernel file; the generic
  * gradient test picks it up from this table. */
+#include <math.h>
 #include "autodiff/autodiff.h"
 #include "ops/ops.h"
 #include "quant/quant.h"
@@ -360,6 +361,43 @@ static int sh_linear_ce(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint
     return 0;
 }
 
+/* q (B, T, NH HS), k and v (B, T, NKV HS), HS even -> qkv (B, T, (NH + 2 NKV) HS):
+ * ROPE_QKV's checks, the rope's parameters included */
+static int sh_rope_qkv(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
+    const fr_shape *q = &V(0)->shape, *k = &V(1)->shape, *v = &V(2)->shape;
+    const int nh = n->attr.heads, nkv = n->attr.kv_heads ? n->attr.kv_heads : nh;
+    const fr_rope *r = &n->attr.rope;
+    if (nh < 1 || nkv < 1 || nh % nkv)
+        return fail_shape(g, n, "the number of kv heads must divide the number of heads");
+    if (q->ndim != 3 || q->d[2] % nh || q->d[2] == 0 || (q->d[2] / nh) % 2)
+        return fail_shape(g, n,
+                          "q must be (batch, positions, heads x head size) with an even head size");
+    const int64_t hs = q->d[2] / nh;
+    if (k->ndim != 3 || k->d[0] != q->d[0] || k->d[1] != q->d[1] || k->d[2] != nkv * hs ||
+        !fr_shape_eq(k, v))
+        return fail_shape(g, n,
+                          "k and v must both be (batch, positions, kv heads x head size) of q's "
+                          "batch, positions and head size");
+    if (V(0)->dtype != FR_F32 || V(1)->dtype != FR_F32 || V(2)->dtype != FR_F32)
+        return fail_shape(g, n, "q, k and v must be f32");
+    if (!(r->theta >= 0.0f) || !isfinite(r->theta))
+        return fail_shape(g, n, "rope theta must be finite and >= 0");
+    if (r->type != FR_ROPE_DEFAULT && r->type != FR_ROPE_LINEAR && r->type != FR_ROPE_LLAMA3)
+        return fail_shape(g, n, "unknown rope type (default, linear or llama3)");
+    if (r->type != FR_ROPE_DEFAULT && !(r->factor > 0.0f && isfinite(r->factor)))
+        return fail_shape(g, n, "rope scaling factor must be > 0");
+    if (r->type == FR_ROPE_LLAMA3 &&
+        !(r->low_freq_factor > 0.0f && r->high_freq_factor > r->low_freq_factor &&
+          isfinite(r->high_freq_factor) && r->orig_context > 0))
+        return fail_shape(g, n,
+                          "llama3 rope needs 0 < low_freq_factor < high_freq_factor and "
+                          "original_max_position_embeddings > 0");
+    o[0] = fr_shape3(q->d[0], q->d[1], (nh + 2 * nkv) * hs);
+    dt[0] = FR_F32;
+    b[0] = V(0)->batched;
+    return 0;
+}
+
 /* Backward ops: out[i] is the gradient of the forward node's input i. */
 static int sh_grads(fr_graph *g, fr_node *n, fr_shape *o, fr_dtype *dt, uint8_t *b) {
     const fr_node *f = &g->nodes[n->fwd];
@@ -499,6 +537,14 @@ static double fl_attention_bwd(const fr_graph *g, const fr_node *n) {
     return 5.0 * (double)x->d[0] * (double)x->d[1] * (double)x->d[1] * attn_c(n, x);
 }
 
+/* a rotation of q's and k's elements: 2 multiplies and an add each (the angles
+ * a row's, shared by its heads) */
+static double fl_rope(const fr_graph *g, const fr_node *n) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    return 3.0 * (double)(fr_shape_numel(&g->vals[f->in[0]].shape) +
+                          fr_shape_numel(&g->vals[f->in[1]].shape));
+}
+
 /* ---- 16-bit inputs read directly (the mixed-precision pass, precision.c) ---- */
 
 /* the saved y (or x) of ReLU/GELU/sigmoid/tanh backward */
@@ -549,7 +595,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
-_Static_assert(FR_OP_COUNT == 51, "fr_op_table has 51 rows: add the new op's row, then this count");
+_Static_assert(FR_OP_COUNT == 53, "fr_op_table has 53 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
@@ -604,4 +650,6 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(RMSNORM_BWD, "rmsnorm_bwd", sh_grads, NULL, -1, 0, fl_rmsnorm_bwd),
     ROW(SWIGLU, "swiglu", sh_swiglu, fr_bw_swiglu, 0, 0, fl_swiglu),
     ROW(SWIGLU_BWD, "swiglu_bwd", sh_grads, NULL, 0, 0, fl_swiglu_bwd),
+    ROW(ROPE_QKV, "rope_qkv", sh_rope_qkv, fr_bw_rope_qkv, -1, 0, fl_rope),
+    ROW(ROPE_QKV_BWD, "rope_qkv_bwd", sh_grads, NULL, -1, 0, fl_rope),
 };

@@ -46,7 +46,15 @@
  *                rstd = 1/sqrt(mean_c x^2 + attr.eps), y = w (x rstd) (HF LlamaRMSNorm)
  *   RMSNORM_BWD  dy, x, w, rstd                  -> dx, dw
  *   SWIGLU       gate, up (same shape)           -> y = silu(gate) up, silu(g) = g sigmoid(g)
- *   SWIGLU_BWD   dy, gate, up                    -> dgate, dup */
+ *   SWIGLU_BWD   dy, gate, up                    -> dgate, dup
+ * Grouped-query attention (attr.kv_heads NKV dividing NH; 0: NH): ATTENTION's
+ * qkv is (B,T,(NH+2NKV)HS), [q heads | k heads | v heads], query head h
+ * reading kv head h / (NH/NKV); ATTENTION_KV's caches are (B,NKV,Tc,HS).
+ * Rotary position embeddings (Llama's; backend/cpu/rope.h has the formulas):
+ *   ROPE_QKV      q (B,T,NH*HS), k, v (B,T,NKV*HS) -> qkv (B,T,(NH+2NKV)HS)
+ *                 = [rot(q) | rot(k) | v], attr.heads, attr.kv_heads, attr.rope;
+ *                 row t at position t (attr.rope.pos_from_step: step + t)
+ *   ROPE_QKV_BWD  dqkv -> dq, dk, dv (the inverse rotation; dv copied) */
 /*  NAME, name (its kernels are fr_k_name, fr_cl_k_name, ...), n_in, n_out */
 #define FR_OPS(X)                                   \
     X(LINEAR, linear, 3, 1)                         \
@@ -99,7 +107,9 @@
     X(RMSNORM, rmsnorm, 2, 2)                       \
     X(RMSNORM_BWD, rmsnorm_bwd, 4, 2)               \
     X(SWIGLU, swiglu, 2, 1)                         \
-    X(SWIGLU_BWD, swiglu_bwd, 3, 2)
+    X(SWIGLU_BWD, swiglu_bwd, 3, 2)                 \
+    X(ROPE_QKV, rope_qkv, 3, 1)                     \
+    X(ROPE_QKV_BWD, rope_qkv_bwd, 1, 3)
 
 typedef enum fr_op {
 #define FR_OP_ENUM(NAME, name, nin, nout) FR_OP_##NAME,

@@ -217,6 +217,16 @@ int fr_k_pos_embedding_bwd(fr_kernel_call *c);
 int fr_k_attention(fr_kernel_call *c);
 int fr_k_attention_bwd(fr_kernel_call *c);
 
+/* rope.c — rotary position embeddings (rope.h has the formulas); attr.heads NH,
+ * attr.kv_heads NKV (0: NH), attr.rope; HS even.
+ * ROPE_QKV     in: q (B,T,NH HS), k, v (B,T,NKV HS)
+ *              out: qkv (B,T,(NH+2NKV)HS) = [rot(q) | rot(k) | v], row t at position t,
+ *                   or fr_kernel_call.step + t with attr.rope.pos_from_step
+ * ROPE_QKV_BWD in: dqkv   out: dq, dk (the transposed rotation), dv (a copy), each when
+ *                   wanted, overwritten (accumulating is refused) */
+int fr_k_rope_qkv(fr_kernel_call *c);
+int fr_k_rope_qkv_bwd(fr_kernel_call *c);
+
 /* optim.c — parameter updates on flat arrays, PyTorch's formulas exactly.
  * SGD: d = g + wd p; with momentum: buf = d on the first step, else
  *      buf = momentum buf + (1 - dampening) d; d = nesterov ? d + momentum buf : buf;

@@ -2,7 +2,8 @@
  * backend: shape checks and error messages as the CPU's, then
  * kernels/attention.cl (forward: a work-group per (b, head, query tile),
  * online softmax; backward: D, then dk/dv a key row per work-item and dq a
- * query row per work-item). No workspace. Also generation's ATTENTION_KV
+ * query row per work-item). Grouped-query attention with attr.kv_heads
+ * (the CPU's layout). No workspace. Also generation's ATTENTION_KV
  * (a chunk of positions over the KV caches) and LAST_ROW, as the CPU's
  * (backend/cpu/attention.h). */
 #include "backend/opencl/attention.h"
@@ -21,10 +22,10 @@ int64_t fr_cl_ws_attention(const fr_graph *g, const fr_node *n, int j) {
 }
 
 static int attn_dims(fr_kernel_call *c, const char *op, const fr_tensor *qkv, cl_int *B, cl_int *T,
-                     cl_int *NH, cl_int *HS) {
+                     cl_int *NH, cl_int *HS, cl_int *NKV) {
     fr_attn_dims d;
     int st = fr_kcheck_attention(c, op, qkv, &d);
-    if (!st) *B = d.B, *T = d.T, *NH = d.NH, *HS = d.HS;
+    if (!st) *B = d.B, *T = d.T, *NH = d.NH, *HS = d.HS, *NKV = d.NKV;
     return st;
 }
 
@@ -42,9 +43,10 @@ static int tile_rows(int tile, int HS) {
     return r < ATTN_QT ? r : ATTN_QT;
 }
 
-/* attn_fwd: y (B,T,C) and, when lse is given, lse (B,NH,T) from qkv (B,T,3C). */
+/* attn_fwd: y (B,T,C) and, when lse is given, lse (B,NH,T) from qkv
+ * (B,T,(NH+2NKV)HS). */
 static int run_fwd(fr_kernel_call *c, const fr_tensor *qkv_t, const fr_tensor *y_t,
-                   const fr_tensor *lse_t, cl_int B, cl_int T, cl_int NH, cl_int HS) {
+                   const fr_tensor *lse_t, cl_int B, cl_int T, cl_int NH, cl_int HS, cl_int NKV) {
     int st;
     fr_cl *cl = fr_cl_of(c->ctx);
     cl_kernel k = fr_cl_kernel(c->ctx, cl, "attention", "attn_fwd");
@@ -61,23 +63,25 @@ static int run_fwd(fr_kernel_call *c, const fr_tensor *qkv_t, const fr_tensor *y
     st = FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof y, &y,
                     sizeof y_off, &y_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
                     sizeof has_lse, &has_lse, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS,
-                    sizeof s, &s, sizeof R, &R);
+                    sizeof s, &s, sizeof R, &R, sizeof NKV, &NKV);
     return st ? st : run_rows(c->ctx, cl, k, B, NH, T, R);
 }
 
-// qkv is (B,T,3C), y is (B,T,C), lse is (B,NH,T) (may be absent), ws unused
+// qkv is (B,T,(NH+2NKV)HS) (3C when NKV = NH), y is (B,T,C), lse is (B,NH,T) (may be
+// absent), ws unused
 int fr_cl_k_attention(fr_kernel_call *c) {
-    cl_int B, T, NH, HS;
-    int st = attn_dims(c, "attention", &c->in[0], &B, &T, &NH, &HS);
+    cl_int B, T, NH, HS, NKV;
+    int st = attn_dims(c, "attention", &c->in[0], &B, &T, &NH, &HS, &NKV);
     if (st) return st;
     if (B <= 0 || T <= 0 || HS <= 0) return FR_OK;
-    return run_fwd(c, &c->in[0], &c->out[0], &c->out[1], B, T, NH, HS);
+    return run_fwd(c, &c->in[0], &c->out[0], &c->out[1], B, T, NH, HS, NKV);
 }
 
-// dy, y are (B,T,C), qkv and dqkv (B,T,3C), lse and D (B,NH,T), ws unused
+// dy, y are (B,T,C), qkv and dqkv (B,T,(NH+2NKV)HS), lse and D (B,NH,T), ws unused;
+// dk, dv of a kv head: a work-group per (b, kv head, key tile) over its group's heads
 int fr_cl_k_attention_bwd(fr_kernel_call *c) {
-    cl_int B, T, NH, HS;
-    int st = attn_dims(c, "attention_bwd", &c->in[1], &B, &T, &NH, &HS);
+    cl_int B, T, NH, HS, NKV;
+    int st = attn_dims(c, "attention_bwd", &c->in[1], &B, &T, &NH, &HS, &NKV);
     if (st) return st;
     if (!fr_cl_mem(&c->out[0])) return FR_OK;
     if (acc_bit(c, 0))
@@ -113,30 +117,30 @@ int fr_cl_k_attention_bwd(fr_kernel_call *c) {
                         sizeof qkv_off, &qkv_off, sizeof lse, &lse, sizeof lse_off, &lse_off,
                         sizeof D, &D, sizeof D_off, &D_off, sizeof dqkv, &dqkv, sizeof dqkv_off,
                         &dqkv_off, sizeof T, &T, sizeof NH, &NH, sizeof HS, &HS, sizeof s, &s,
-                        sizeof R, &R);
-        if (!st) st = run_rows(c->ctx, cl, k, B, NH, T, R);
+                        sizeof R, &R, sizeof NKV, &NKV);
+        if (!st) st = run_rows(c->ctx, cl, k, B, i == 0 ? NKV : NH, T, R);
     }
     return st;
 }
 
 /* ---- generation (ops.h: ATTENTION_KV, LAST_ROW) ---- */
 
-// qkv is (B,P,3C), K and V are (B,NH,Tc,HS), y is (B,P,C), ws unused; pos = c->step.
+// qkv is (B,P,(NH+2NKV)HS), K and V are (B,NKV,Tc,HS), y is (B,P,C), ws unused; pos = c->step.
 // attn_kv_store writes the chunk's keys and values at rows pos .. pos+P-1; at
 // pos 0 the chunk attends over itself (attn_fwd, the forward's kernel), past
 // it each row over the caches (attn_kv_fwd).
 int fr_cl_k_attention_kv(fr_kernel_call *c) {
-    cl_int B, P, NH, HS;
-    int st = attn_dims(c, "attention_kv", &c->in[0], &B, &P, &NH, &HS);
+    cl_int B, P, NH, HS, NKV;
+    int st = attn_dims(c, "attention_kv", &c->in[0], &B, &P, &NH, &HS, &NKV);
     if (st) return st;
     const fr_shape *ks = &c->in[1].shape;
-    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NH || ks->d[3] != HS ||
+    if (ks->ndim != 4 || ks->d[0] != B || ks->d[1] != NKV || ks->d[3] != HS ||
         !fr_shape_eq(ks, &c->in[2].shape) || ks->d[2] < P || ks->d[2] > INT32_MAX ||
         c->step > (uint64_t)(ks->d[2] - P))
         return fr_fail(c->ctx, FR_ERR_SHAPE,
                        "attention_kv: positions %llu .. %llu do not fit caches of (%d, %d, %lld, "
                        "%d) (batch, heads, positions, head size)",
-                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NH,
+                       (unsigned long long)c->step, (unsigned long long)c->step + P - 1, B, NKV,
                        ks->ndim == 4 ? (long long)ks->d[2] : 0LL, HS);
     if (!fr_cl_mem(&c->in[1]) || !fr_cl_mem(&c->in[2]) || !fr_cl_mem(&c->in[0]) ||
         !fr_cl_mem(&c->out[0]))
@@ -151,11 +155,12 @@ int fr_cl_k_attention_kv(fr_kernel_call *c) {
     if (!ks_k) return FR_ERR_ARG;
     st = FR_CL_ARGS(c->ctx, ks_k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof K, &K,
                     sizeof k_off, &k_off, sizeof V, &V, sizeof v_off, &v_off, sizeof P, &P,
-                    sizeof NH, &NH, sizeof HS, &HS, sizeof Tc, &Tc, sizeof pos, &pos);
-    const size_t store[2] = {(size_t)B * (size_t)P, (size_t)NH * (size_t)HS};
+                    sizeof NH, &NH, sizeof HS, &HS, sizeof Tc, &Tc, sizeof pos, &pos, sizeof NKV,
+                    &NKV);
+    const size_t store[2] = {(size_t)B * (size_t)P, (size_t)NKV * (size_t)HS};
     if (!st) st = fr_cl_run(c->ctx, cl, ks_k, 2, store, NULL);
     if (st) return st;
-    if (pos == 0) return run_fwd(c, &c->in[0], &c->out[0], NULL, B, P, NH, HS);
+    if (pos == 0) return run_fwd(c, &c->in[0], &c->out[0], NULL, B, P, NH, HS, NKV);
     const cl_int R = tile_rows(ATTN_TILE, HS + 1);
     if (R < 1)
         return fr_fail(c->ctx, FR_ERR_ARG, "opencl: attention_kv: head size %d is over %d", HS,
@@ -168,7 +173,7 @@ int fr_cl_k_attention_kv(fr_kernel_call *c) {
     st = FR_CL_ARGS(c->ctx, k, sizeof qkv, &qkv, sizeof qkv_off, &qkv_off, sizeof K, &K,
                     sizeof k_off, &k_off, sizeof V, &V, sizeof v_off, &v_off, sizeof y, &y,
                     sizeof y_off, &y_off, sizeof P, &P, sizeof NH, &NH, sizeof HS, &HS, sizeof Tc,
-                    &Tc, sizeof pos, &pos, sizeof s, &s, sizeof R, &R);
+                    &Tc, sizeof pos, &pos, sizeof s, &s, sizeof R, &R, sizeof NKV, &NKV);
     return st ? st : run_rows(c->ctx, cl, k, B, NH, P, R);
 }
 
