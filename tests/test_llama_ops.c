@@ -10,7 +10,10 @@
  * and against central finite differences of the float64 forward. Odd sizes
  * (C = 5, 7, 64, 1000; row counts no thread count divides), accumulate bits,
  * absent outputs and weights, in-place calls, 1 and 3 threads giving the
- * same bits, the shape rules' and the kernels' errors; then, where an
+ * same bits, the shape rules' and the kernels' errors, a Llama MLP's
+ * gradients through autodiff, plan and executor with and without the cheap
+ * recomputation of its RMSNorm and SwiGLU outputs (fr_remat_cheap: the same
+ * bits, the clones and their FLOPs as expected); then, where an
  * OpenCL device is found (PoCL here), the device kernels against the CPU's.
  *
  * Bounds. Forward, per element: the kernels round rstd from double and make
@@ -30,7 +33,10 @@
 #include "autodiff/autodiff.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
+#include "core/mem.h"
+#include "exec/exec.h"
 #include "ops/ops.h"
+#include "plan/remat.h"
 
 #define TOL_EW 1e-6
 #define TOL_SUM 2e-5
@@ -554,6 +560,109 @@ static void test_kernel_errors(void) {
 }
 
 /* ======================================================================= */
+/* a Llama MLP through autodiff, plan and exec, with and without fr_remat_cheap */
+
+enum { MB = 2, MT = 3, MC = 7, MI = 5, MP = 5 }; /* params: x, w, W_gate, W_up, W_down */
+
+/* x -> RMSNORM(w) -> h; SWIGLU(h W_gate^T, h W_up^T) W_down^T -> MSE against a
+ * target. cheap: -1 none, else fr_remat_cheap's half. Gradients into grads[]
+ * (talloc'd); *clones, *extra: the clones made and their FLOPs. */
+static void mlp_grads(int cheap, float *const *data, const float *target, float **grads,
+                      int *clones, double *extra) {
+    static const fr_shape shp[MP] = {
+        {3, {MB, MT, MC}}, {1, {MC}}, {2, {MI, MC}}, {2, {MI, MC}}, {2, {MC, MI}}};
+    fr_ctx *ctx = fr_ctx_new();
+    fr_graph g;
+    fr_graph_init(&g, ctx);
+    int pv[MP], gv[MP], gof[64];
+    for (int i = 0; i < 64; i++) gof[i] = -1;
+    for (int i = 0; i < MP; i++) {
+        pv[i] = fr_graph_value(&g, FR_VAL_PARAM, FR_F32, shp[i]);
+        g.vals[pv[i]].batched = i == 0;
+        gv[i] = fr_graph_value(&g, FR_VAL_GRAD, FR_F32, shp[i]);
+        gof[pv[i]] = gv[i];
+    }
+    fr_attr ra = {.eps = 1e-5f}, none = {0}, va = {.shape = fr_shape2(MB, MT * MC)},
+            la = {.scale = 1.0f};
+    int o[FR_MAX_OUT], h, gate, up, m, y, flat, loss;
+    int in[3] = {pv[0], pv[1], -1};
+    fr_graph_node(&g, FR_OP_RMSNORM, in, 2, &ra, -1, 0, o), h = o[0];
+    in[0] = h, in[1] = pv[2];
+    fr_graph_node(&g, FR_OP_LINEAR, in, 3, &none, -1, 0, o), gate = o[0];
+    in[1] = pv[3];
+    fr_graph_node(&g, FR_OP_LINEAR, in, 3, &none, -1, 0, o), up = o[0];
+    in[0] = gate, in[1] = up;
+    fr_graph_node(&g, FR_OP_SWIGLU, in, 2, &none, -1, 0, o), m = o[0];
+    in[0] = m, in[1] = pv[4];
+    fr_graph_node(&g, FR_OP_LINEAR, in, 3, &none, -1, 0, o), y = o[0];
+    fr_graph_node(&g, FR_OP_VIEW, &y, 1, &va, -1, 0, &flat);
+    const int tv = fr_graph_value(&g, FR_VAL_LABEL, FR_F32, va.shape);
+    in[0] = flat, in[1] = tv;
+    fr_graph_node(&g, FR_OP_MSE, in, 2, &la, -1, 0, &loss);
+    g.loss = loss;
+    CHECK(g.status == FR_OK && fr_autodiff(&g, gof) == FR_OK, "mlp graph: %s", fr_last_error(ctx));
+    int n = (int)g.n_nodes, *order = fr_alloc(ctx, (size_t)n * sizeof *order, FR_MEM_OTHER);
+    int *origin = fr_alloc(ctx, (g.n_vals + 1) * sizeof *origin, FR_MEM_OTHER);
+    CHECK(order && origin, "mlp: out of memory");
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (size_t v = 0; v <= g.n_vals; v++) origin[v] = (int)v;
+    *extra = 0;
+    if (cheap >= 0)
+        CHECK(fr_remat_cheap(&g, &order, &n, &origin, extra, cheap) == FR_OK, "remat: %s",
+              fr_last_error(ctx));
+    *clones = 0;
+    for (size_t i = 0; i < g.n_nodes; i++) *clones += g.nodes[i].attr.recompute == FR_REMAT_CHEAP;
+    uint8_t keep[128] = {0};
+    keep[loss] = 1;
+    fr_plan plan;
+    fr_exec ex;
+    CHECK(fr_plan_build(&g, keep, order, n, &plan) == FR_OK, "mlp plan: %s", fr_last_error(ctx));
+    CHECK(fr_exec_init(&ex, &g, &plan) == FR_OK, "mlp exec: %s", fr_last_error(ctx));
+    for (int i = 0; i < MP; i++) {
+        grads[i] = fzeros(fr_shape_numel(&shp[i]));
+        ex.ptr[pv[i]] = data[i];
+        ex.ptr[gv[i]] = grads[i];
+        ex.written[gv[i]] = 0;
+    }
+    ex.ptr[tv] = (void *)target;
+    CHECK(fr_exec_run(&ex, 0, n, MB, 7, 0) == FR_OK, "mlp run: %s", fr_last_error(ctx));
+    fr_exec_finish(&ex);
+    fr_exec_release(&ex);
+    fr_plan_release(&plan);
+    fr_free(ctx, order);
+    fr_free(ctx, origin);
+    fr_graph_release(&g);
+    fr_ctx_free(ctx);
+}
+
+static void test_mlp_remat(void) {
+    static const int64_t sz[MP] = {MB * MT * MC, MC, MI * MC, MI * MC, MC * MI};
+    float *data[MP], *g0[MP], *g1[MP], *g2[MP];
+    for (int i = 0; i < MP; i++) data[i] = frand(sz[i], i == 1 ? 0.5 : -1, i == 1 ? 1.5 : 1);
+    float *target = frand(MB * MT * MC, -1, 1);
+    int c0, c1, c2;
+    double e0, e1, e2;
+    mlp_grads(-1, data, target, g0, &c0, &e0);
+    mlp_grads(0, data, target, g1, &c1, &e1);
+    mlp_grads(1, data, target, g2, &c2, &e2);
+    /* clones of RMSNORM (its h read by the gate and up projections' dW) and
+     * SWIGLU (m read by the down projection's dW); none under 16-bit storage */
+    const double want = 4.0 * MB * MT * MC + 22.0 * MB * MT * MI;
+    CHECK(c0 == 0 && c1 == 2 && c2 == 0, "cheap clones %d %d %d, want 0 2 0", c0, c1, c2);
+    CHECK(e1 == want && e2 == 0, "clones' FLOPs %g %g, want %g 0", e1, e2, want);
+    for (int i = 0; i < MP; i++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "mlp gradient %d recomputed vs kept", i);
+        expect_same(nm, g1[i], g0[i], sz[i]);
+        expect_same(nm, g2[i], g0[i], sz[i]);
+        double mx = 0;
+        for (int64_t k = 0; k < sz[i]; k++) mx = fmax(mx, fabs(g0[i][k]));
+        CHECK(mx > 0, "mlp gradient %d is all zero", i);
+    }
+    tfree_all();
+}
+
+/* ======================================================================= */
 /* the OpenCL kernels against the CPU's                                    */
 
 #ifdef FR_HAVE_OPENCL
@@ -712,6 +821,7 @@ int main(void) {
     test_threads();
     test_graph();
     test_kernel_errors();
+    test_mlp_remat();
     test_device();
     fr_ctx_free(g_ctx);
     return check_done();
