@@ -26,8 +26,9 @@ the weights un-permuted as convert_llama_weights_to_hf.py's permute()
 defines, so the rotate_half convention and the q/k layout are HF's; the
 GPT-2 forward equals one built from torch.nn modules (nn.Linear with the
 Conv1D weights transposed, nn.MultiheadAttention, nn.GELU('tanh'),
-nn.LayerNorm); the float32 logits and gradients are within 1e-6 and 1e-5
-of the tensor's largest of those computed in float64; every
+nn.LayerNorm); the float32 logits and gradients are within 1e-6 and 2e-6
+of the tensor's largest of those computed in float64 (so PyTorch's float32
+is well within the test's 1e-5 of exact arithmetic); every
 greedy step's top-two logit gap is far above the test's tolerance.
 
 Writes, under tests/data/hf/:
@@ -69,7 +70,12 @@ smoothed, divided by the factor); gpt2-tiny (vocab 64, n_embd 32, 2 layers,
 rounded to bf16 and stored BF16, "torch_dtype": "bfloat16"); llama-tiny-
 sharded (llama-tiny's float32 weights in two shards with
 model.safetensors.index.json as save_pretrained writes it).
-Weights: N(0, 0.1^2), norm weights 1 + N(0, 0.1^2), from torch.manual_seed.
+Weights, from a seeded torch.Generator: embeddings and biases N(0, 0.1^2),
+norm weights 1 + N(0, 0.1^2), the layers' matrices N(0, std^2) with std 0.1
+(llama-tiny), 0.2 (llama-tiny-rope3), 0.3 (gpt2-tiny): with 0.1 the tied
+models' greedy continuations repeat one token, and larger ones make
+llama-tiny's float32 gradients stray from float64 by more than the 2e-6
+(of the tensor's largest) that the self-check allows.
 
 Rerun (deterministic: the same bytes each run, torch 1.13 CPU):
     /usr/bin/python3 tests/ref/hf_ref.py
@@ -453,11 +459,12 @@ def gpt2_nn_forward(cfg, P, ids):
 
 # ---- the runs ----------------------------------------------------------------
 
-def init_params(names, seed):
+def init_params(names, seed, std):
     g = torch.Generator().manual_seed(seed)
     P = {}
     for name, shape in names:
-        t = torch.randn(shape, generator=g) * 0.1
+        embedding = "embed" in name or "wte" in name or "wpe" in name
+        t = torch.randn(shape, generator=g) * (std if len(shape) == 2 and not embedding else 0.1)
         if name.endswith("norm.weight") or (".ln_" in name and name.endswith(".weight")):
             t = t + 1.0
         P[name] = t
@@ -484,11 +491,15 @@ def close(a, b, rel, what):
 
 
 def greedy(forward, cfg, P, V, seed):
-    """prompts whose greedy steps all have a top-two gap of 1e-3 or more"""
+    """the first two random prompts whose greedy continuations hold 6 or more
+    distinct tokens (random weights tend to repeat one token) and whose
+    steps all have a top-two logit gap of 1e-3 or more"""
     g = torch.Generator().manual_seed(seed)
     prompts, outs, gaps = [], [], []
     with torch.no_grad():
-        while len(prompts) < 2:
+        for _ in range(1000):
+            if len(prompts) == 2:
+                break
             seq = torch.randint(0, V, (1, PROMPT), generator=g)
             prompt, new, gap = seq[0].clone(), [], 1e9
             for _ in range(NEW):
@@ -498,18 +509,21 @@ def greedy(forward, cfg, P, V, seed):
                 nxt = int(torch.argmax(last))
                 new.append(nxt)
                 seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
-            if gap >= 1e-3:
+            if gap >= 1e-3 and len(set(new)) >= 6:
                 prompts.append(prompt)
                 outs.append(torch.tensor(new))
                 gaps.append(gap)
-    print("  greedy: smallest top-two gaps %s" % ["%.3g" % v for v in gaps])
+    if len(prompts) < 2:
+        raise SystemExit("no two prompts in 1000 continue into 6 distinct tokens")
+    print("  greedy: smallest top-two gaps %s: %s" % (["%.3g" % v for v in gaps],
+                                                     [o.tolist() for o in outs]))
     return torch.stack(prompts).int(), torch.stack(outs).int()
 
 
-def reference(name, cfg, names, forward, seed, adamw=True, check=None):
+def reference(name, cfg, names, forward, seed, std, adamw=True, check=None):
     V = cfg["vocab_size"]
     print(name)
-    P = init_params(names, seed)
+    P = init_params(names, seed, std)
     x, y = batch(V, seed + 1)
     ref = {"x": x.int(), "y": y.int()}
     # float32 forward and gradients
@@ -527,7 +541,7 @@ def reference(name, cfg, names, forward, seed, adamw=True, check=None):
         close(check[0](cfg, {k: v.double() for k, v in P.items()}, x), logits64, check[1],
               "logits vs %s" % check[0].__name__)
     for k, _ in names:
-        close(P32[k].grad, P64[k].grad, 1e-5, "grad %s f32 vs f64" % k)
+        close(P32[k].grad, P64[k].grad, 2e-6, "grad %s f32 vs f64" % k)
         ref["grad." + k] = P32[k].grad.detach()
     if adamw:
         Pa = {k: v.clone().requires_grad_(True) for k, v in P.items()}
@@ -575,7 +589,7 @@ def dump(name, cfg, weights, ref):
 def main():
     torch.manual_seed(0)
     # llama-tiny: untied, default rope
-    P, ref = reference("llama-tiny", LLAMA, llama_names(LLAMA), llama_forward, 1000,
+    P, ref = reference("llama-tiny", LLAMA, llama_names(LLAMA), llama_forward, 1000, 0.1,
                        check=(meta_llama_forward, 1e-6))
     dump("llama-tiny", LLAMA, llama_file(P), ref)
 
@@ -609,12 +623,12 @@ def main():
     write(os.path.join(d, "model.safetensors.index.json"), json.dumps(index, indent=2) + "\n")
 
     # llama-tiny-rope3: tied, llama3 rope scaling; forward and gradients
-    P, ref = reference("llama-tiny-rope3", LLAMA3, llama_names(LLAMA3), llama_forward, 2000,
+    P, ref = reference("llama-tiny-rope3", LLAMA3, llama_names(LLAMA3), llama_forward, 2000, 0.2,
                        adamw=False, check=(meta_llama_forward, 1e-6))
     dump("llama-tiny-rope3", LLAMA3, llama_file(P), ref)
 
     # gpt2-tiny
-    P, ref = reference("gpt2-tiny", GPT2, gpt2_names(GPT2), gpt2_forward, 3000,
+    P, ref = reference("gpt2-tiny", GPT2, gpt2_names(GPT2), gpt2_forward, 3000, 0.3,
                        check=(gpt2_nn_forward, 1e-12))
     dump("gpt2-tiny", GPT2, gpt2_file(GPT2, P), ref)
 
