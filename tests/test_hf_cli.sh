@@ -6,7 +6,7 @@
 # decoding (--temperature 0) of each reference prompt prints the prompt's ids
 # then PyTorch's 10 argmax tokens (gen.prompt, gen.tokens of
 # <name>.ref.safetensors), for llama-tiny, llama-tiny-rope3 (llama3 rope
-# scaling, tied) and gpt2-tiny; the sharded copy of llama-tiny prints the
+# scaling, tied), llama-tiny-linear (linear rope scaling) and gpt2-tiny; the sharded copy of llama-tiny prints the
 # same; a directory without config.json is refused naming it.
 source "$(dirname "$0")/lib.sh"
 
@@ -45,7 +45,7 @@ check() { # reference name, model directory
     done <"$tmp/refs"
 }
 
-for name in llama-tiny llama-tiny-rope3 gpt2-tiny; do check "$name" "$hf/$name"; done
+for name in llama-tiny llama-tiny-rope3 llama-tiny-linear gpt2-tiny; do check "$name" "$hf/$name"; done
 check llama-tiny "$hf/llama-tiny-sharded"
 
 # a directory that is not a Hugging Face model

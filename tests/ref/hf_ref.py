@@ -23,7 +23,8 @@ Self-checks (the script stops if one fails): the Llama forward equals, in
 float64, Meta's reference formulation (llama/model.py: interleaved complex
 rotary pairs via view_as_complex, its own apply_scaling for llama3) run on
 the weights un-permuted as convert_llama_weights_to_hf.py's permute()
-defines, so the rotate_half convention and the q/k layout are HF's; the
+defines, so the rotate_half convention and the q/k layout are HF's (linear
+scaling: Meta's forward at positions t / factor); the
 GPT-2 forward equals one built from torch.nn modules (nn.Linear with the
 Conv1D weights transposed, nn.MultiheadAttention, nn.GELU('tanh'),
 nn.LayerNorm); the float32 logits and gradients are within 1e-6 and 2e-6
@@ -57,15 +58,17 @@ Writes, under tests/data/hf/:
     gen.tokens     I32 (2, 10): greedy continuation of each: 10 tokens, each
                    the argmax of the last position's logits of a full forward
                    over the sequence so far (no cache)
-  (llama-tiny-rope3: the same but for adamw3.*; llama-tiny-bf16: x, y, loss,
-  logits of the bf16 weights widened to float32.)
+  (llama-tiny-rope3: the same but for adamw3.*; llama-tiny-linear: x, y,
+  loss, logits, gen.*; llama-tiny-bf16: x, y, loss, logits of the bf16
+  weights widened to float32.)
 
 Models: llama-tiny (vocab 64, hidden 32, 2 layers, 4 heads, 2 KV heads,
 intermediate 48, rope_theta 10000, rms_norm_eps 1e-6, 32 positions,
 untied); llama-tiny-rope3 (the same with tie_word_embeddings and llama3
 rope_scaling factor 8, low/high_freq_factor 1/4, original context 64, so
 that the head's four frequencies fall in all three of llama3's bands: kept,
-smoothed, divided by the factor); gpt2-tiny (vocab 64, n_embd 32, 2 layers,
+smoothed, divided by the factor); llama-tiny-linear (one layer, tied,
+linear rope_scaling factor 2); gpt2-tiny (vocab 64, n_embd 32, 2 layers,
 4 heads, 32 positions, dropouts 0); llama-tiny-bf16 (llama-tiny's weights
 rounded to bf16 and stored BF16, "torch_dtype": "bfloat16"); llama-tiny-
 sharded (llama-tiny's float32 weights in two shards with
@@ -149,6 +152,8 @@ LLAMA = {
     "use_cache": True,
     "vocab_size": 64,
 }
+LLAMA_LINEAR = dict(LLAMA, num_hidden_layers=1, tie_word_embeddings=True,
+                    rope_scaling={"factor": 2.0, "rope_type": "linear"})
 LLAMA3 = dict(LLAMA, tie_word_embeddings=True,
               rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                             "original_max_position_embeddings": 64, "rope_type": "llama3"})
@@ -255,7 +260,7 @@ def llama_forward(cfg, P, ids):
     return F.linear(h, head)
 
 
-def meta_llama_forward(cfg, P, ids):
+def meta_llama_forward(cfg, P, ids, pos_scale=1.0):
     """Meta's llama/model.py (Transformer.forward) in float64 on HF weights
     un-permuted: a check of the HF forward above, not a reference"""
     C, HS = cfg["hidden_size"], cfg["head_dim"]
@@ -286,7 +291,7 @@ def meta_llama_forward(cfg, P, ids):
     # HF computes inv_freq in float32: Meta's in float64 differs by its rounding
     freqs = freqs.float().double()
     fcis = torch.polar(torch.ones(Tn, HS // 2, dtype=torch.float64),
-                       torch.outer(torch.arange(Tn).double(), freqs))
+                       torch.outer(torch.arange(Tn).double() * pos_scale, freqs))
 
     def rot(x):
         xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
@@ -316,6 +321,14 @@ def meta_llama_forward(cfg, P, ids):
     h = norm(h, D["model.norm.weight"])
     head = D["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
     return h @ head.T
+
+
+def meta_linear_forward(cfg, P, ids):
+    """Meta's forward at positions t / factor: linear scaling as the older
+    LlamaLinearScalingRotaryEmbedding defined it (t = t / scaling_factor),
+    where modeling_rope_utils.py divides inv_freq instead (the same angles)"""
+    f = cfg["rope_scaling"]["factor"]
+    return meta_llama_forward(dict(cfg, rope_scaling=None), P, ids, pos_scale=1.0 / f)
 
 
 # ---- GPT-2, as modeling_gpt2.py ------------------------------------------------
@@ -520,7 +533,7 @@ def greedy(forward, cfg, P, V, seed):
     return torch.stack(prompts).int(), torch.stack(outs).int()
 
 
-def reference(name, cfg, names, forward, seed, std, adamw=True, check=None):
+def reference(name, cfg, names, forward, seed, std, adamw=True, check=None, grads=True):
     V = cfg["vocab_size"]
     print(name)
     P = init_params(names, seed, std)
@@ -542,7 +555,8 @@ def reference(name, cfg, names, forward, seed, std, adamw=True, check=None):
               "logits vs %s" % check[0].__name__)
     for k, _ in names:
         close(P32[k].grad, P64[k].grad, 2e-6, "grad %s f32 vs f64" % k)
-        ref["grad." + k] = P32[k].grad.detach()
+        if grads:
+            ref["grad." + k] = P32[k].grad.detach()
     if adamw:
         Pa = {k: v.clone().requires_grad_(True) for k, v in P.items()}
         opt = torch.optim.AdamW([Pa[k] for k, _ in names], lr=LR, betas=BETAS, eps=EPS,
@@ -626,6 +640,12 @@ def main():
     P, ref = reference("llama-tiny-rope3", LLAMA3, llama_names(LLAMA3), llama_forward, 2000, 0.2,
                        adamw=False, check=(meta_llama_forward, 1e-6))
     dump("llama-tiny-rope3", LLAMA3, llama_file(P), ref)
+
+    # llama-tiny-linear: one layer, tied, linear rope scaling; forward only
+    P, ref = reference("llama-tiny-linear", LLAMA_LINEAR, llama_names(LLAMA_LINEAR),
+                       llama_forward, 4000, 0.2, adamw=False, grads=False,
+                       check=(meta_linear_forward, 1e-6))
+    dump("llama-tiny-linear", LLAMA_LINEAR, llama_file(P), ref)
 
     # gpt2-tiny
     P, ref = reference("gpt2-tiny", GPT2, gpt2_names(GPT2), gpt2_forward, 3000, 0.3,
