@@ -84,6 +84,10 @@ add ranks          sp    2
 add zero           tsp   0
 add bucket-cap-mb  t     1
 add no-overlap     t     -
+add top-p          g     0.9
+add stop-at-eos    g     off
+add max-context    g     16
+add tokenizer      teg   tok.json
 letter() { case $1 in train) echo t ;; eval) echo e ;; estimate) echo s ;; plan) echo p ;; profile) echo f ;; generate) echo g ;; esac; }
 args_of() { if [ "${value[$1]}" = - ]; then echo "--$1"; else echo "--$1 ${value[$1]}"; fi; }
 

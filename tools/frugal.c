@@ -47,6 +47,7 @@ static const char *usage_main =
     "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
     "  generate  stream text from a trained language model (KV cache: O(T) a token)\n"
     "  devices   the CPU (features, GEMM kernels, GFLOP/s) and the OpenCL devices\n"
+    "  tokenize  encode text with a model's tokenizer into llm.c token shards\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
@@ -276,8 +277,8 @@ static const opt_row opts[] = {
      "gpt-tiny, gpt2, or a Hugging Face model: its config.json or the\n"
      "directory holding it (Llama, Mistral, GPT-2) [cnn]"},
     {"model", "FILE|NAME", O_MODEL, C_GENERATE,
-     "a language model's file, built-in (gpt-tiny, gpt2), or a Hugging\n"
-     "Face model directory or config.json [gpt-tiny]"},
+     "a language model's file or built-in (gpt-tiny, gpt2) [gpt-tiny];\n"
+     "or a Hugging Face model directory or its config.json"},
     {"weights", "CKPT", O_WEIGHTS, C_EVAL | C_GENERATE,
      "the weights (safetensors: frugal's, nanoGPT's or Hugging Face's;\n"
      "a sharded model.safetensors.index.json; or a directory) [a\n"
@@ -1744,9 +1745,9 @@ static int cmd_generate(int argc, char **argv) {
     cli c;
     int r = parse(argc, argv, cmd, &c);
     if (r) return r < 0 ? 0 : r;
-    const char *weights = c.weights                                ? c.weights
-                          : hf_dir_has(c.t.model, hf_weight_files) ? c.t.model
-                                                                   : NULL;
+    struct stat msb; /* a model directory: its weights (or a message naming what it lacks) */
+    const int mdir = stat(c.t.model, &msb) == 0 && S_ISDIR(msb.st_mode);
+    const char *weights = c.weights ? c.weights : mdir ? c.t.model : NULL;
     if (!weights)
         return bad("generate", "%s",
                    "--weights CKPT is required (a Hugging Face --model directory brings its own)");
@@ -1863,7 +1864,7 @@ static int cmd_generate(int argc, char **argv) {
             char a[32], b[32], w[32], t[32];
             fprintf(stderr,
                     "%lld tokens%s in %.2f s: %.1f tokens/s (%d threads; prompt %d tokens); "
-                    "memory peak: parameters %s, kv_cache %s (%zu bytes, %d positions), "
+                    "memory peak: parameters %s, kv_cache %s (%zu bytes) for %d positions, "
                     "workspace %s, total %s\n",
                     out.made, stop && out.made < c.tokens ? " (stopped at EOS)" : "", dt,
                     dt > 0 ? (double)out.made / dt : 0.0, fr_get_threads(ctx), n,
@@ -1994,6 +1995,8 @@ static int cmd_devices(int argc, char **argv) {
 #endif
 }
 
+int cmd_tokenize(int argc, char **argv); /* cmd_tokenize.c */
+
 /* OpenMP's idle threads spin briefly, then sleep, unless the user chose:
  * on a shared or loaded host, spinning threads take the cores the working
  * ones need; a spin of about 0.1 ms (GOMP_SPINCOUNT, libgomp's) keeps the
@@ -2027,10 +2030,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     fprintf(
         stderr,
         "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, generate, "
-        "devices, help)\n",
+        "devices, tokenize, help)\n",
         argv[1]);
     return 2;
 }

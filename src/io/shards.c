@@ -224,7 +224,7 @@ fr_status fr_st_open(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat 
             fr_free(ctx, single);
             fr_free(ctx, index);
             return fr_fail(ctx, FR_ERR_IO,
-                           "%s: a directory without weights: it holds neither %s nor %s", path,
+                           "%s: is a directory without weights: it holds neither %s nor %s", path,
                            SINGLE_NAME, INDEX_NAME);
         }
     } else if (!(p = dup_str(ctx, path))) {

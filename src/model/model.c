@@ -1383,8 +1383,8 @@ fr_status fr_model_build_graph(fr_model *m, fr_graph *g, int n, int training, in
 }
 
 fr_status fr_model_build_chunk_graph(fr_model *m, fr_graph *g, const fr_chunk_graph *c, int *pv) {
-    if (c->P < 1 || m->in_dtype != FR_I32 || c->P > m->in.d[0] || c->Tc < 0 ||
-        c->Tc > m->in.d[0] || (c->Tc && c->P > c->Tc))
+    if (c->P < 1 || m->in_dtype != FR_I32 || c->P > m->in.d[0] || c->Tc < 0 || c->Tc > m->in.d[0] ||
+        (c->Tc && c->P > c->Tc))
         return fr_fail(m->ctx, FR_ERR_ARG,
                        "a chunk of %d positions: the model must read tokens, a chunk 1 .. its "
                        "context",

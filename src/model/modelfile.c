@@ -1021,9 +1021,18 @@ fr_model *fr_model_load(fr_ctx *ctx, const char *file_or_name) {
     /* a Hugging Face config.json, or a model directory holding one */
     struct stat sb;
     size_t len = strlen(file_or_name);
-    if ((len >= 5 && !strcmp(file_or_name + len - 5, ".json")) ||
-        (stat(file_or_name, &sb) == 0 && S_ISDIR(sb.st_mode)))
+    if (len >= 5 && !strcmp(file_or_name + len - 5, ".json"))
         return fr_model_from_hf(ctx, file_or_name);
+    if (stat(file_or_name, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", file_or_name);
+        if (access(cfg, F_OK) == 0) return fr_model_from_hf(ctx, file_or_name);
+        fr_fail(ctx, FR_ERR_ARG,
+                "%s: the model file is a directory without config.json (a Hugging Face model "
+                "directory holds one; a model file is a regular file)",
+                file_or_name);
+        return NULL;
+    }
     char *text = mf_read(ctx, file_or_name, &len);
     if (!text) return NULL;
     fr_model *m = fr_model_parse(ctx, file_or_name, text, len);
