@@ -380,4 +380,30 @@ EOF
 expect_fail "a budget below the plan" 1 "budget" "$bin" "${run[@]}" --device opencl --budget 1MiB
 expect_fail "no such device" 1 "there is" "$bin" "${run[@]}" --device opencl:99
 expect_fail "a bad --device" 2 "expected cpu, opencl or opencl:N" "$bin" "${run[@]}" --device gpu
+# A Hugging Face Llama (tests/data/hf/llama-tiny: RMSNorm, rotary positions,
+# grouped-query attention, SwiGLU) trained from its directory's weights: the
+# device's losses are the CPU's (PoCL's kernels add in the CPU's order here),
+# so the weights loaded before the step was placed reached the device (they
+# did not: --init on a device trained the random initialisation).
+python3 - "$tmp/ids64.npy" <<'PY'
+import struct, sys
+n, x, ids = 4096, 12345, []
+for _ in range(n):
+    x = (1103515245 * x + 12345) % 2**31
+    ids.append(x % 64)
+hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }" % n
+hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
+open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() +
+                             struct.pack("<%di" % n, *ids))
+PY
+llama=(train --model "$src/tests/data/hf/llama-tiny" --data "$tmp/ids64.npy" --batch 4 --seq 32
+    --steps 3 --test-limit 4 --threads 2 --optimizer adamw --json)
+expect "llama cpu" "$bin" "${llama[@]}"
+cp "$tmp/out" "$tmp/llama_cpu.json"
+expect "llama device" "$bin" "${llama[@]}" --device opencl
+cp "$tmp/out" "$tmp/llama_dev.json"
+for k in train_loss test_loss; do
+    a=$(json_field "$tmp/llama_cpu.json" $k) b=$(json_field "$tmp/llama_dev.json" $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || no "llama: device $k $b, cpu $a"
+done
 finish

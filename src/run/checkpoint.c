@@ -462,7 +462,10 @@ fr_status fr_model_load_weights(fr_model *m, const char *path) {
     char *file = NULL;
     if ((st = fr_model_alloc_params(m))) return st;
     if ((st = fr_st_open(m->ctx, path, &f, FR_MEM_OTHER, &file))) return st;
-    st = load_weights(m, file, &f);
+    /* on a device (a step compiled there holds the block's copy): the host's
+     * values current first, the loaded ones sent back after; nothing on the CPU */
+    if (!(st = fr_model_to_host(m)) && !(st = load_weights(m, file, &f)))
+        st = fr_model_to_device(m);
     fr_st_close(m->ctx, &f);
     fr_free(m->ctx, file);
     return st;
