@@ -45,6 +45,7 @@ static const char *usage_main =
     "  profile   run a few steps and write the memory timeline (Chrome trace + SVG)\n"
     "  generate  stream text from a trained language model (KV cache: O(T) a token)\n"
     "  devices   the CPU (features, GEMM kernels, GFLOP/s) and the OpenCL devices\n"
+    "  tokenize  encode text with a model's tokenizer into llm.c token shards\n"
     "  help      this text; `frugal <command> --help` for a command's options\n"
     "\n"
     "examples:\n"
@@ -1832,6 +1833,8 @@ static int cmd_devices(int argc, char **argv) {
 #endif
 }
 
+int cmd_tokenize(int argc, char **argv); /* cmd_tokenize.c */
+
 /* OpenMP's idle threads spin briefly, then sleep, unless the user chose:
  * on a shared or loaded host, spinning threads take the cores the working
  * ones need; a spin of about 0.1 ms (GOMP_SPINCOUNT, libgomp's) keeps the
@@ -1865,10 +1868,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     fprintf(
         stderr,
         "frugal: unknown command '%s' (commands: train, eval, estimate, plan, profile, generate, "
-        "devices, help)\n",
+        "devices, tokenize, help)\n",
         argv[1]);
     return 2;
 }
