@@ -217,9 +217,12 @@ static fr_status hold_id(fr_bpe *b, int id) {
     return FR_OK;
 }
 
+/* An integer in [0, MAX_ID) (the range checked before any cast). */
+static int is_id(double v) { return v >= 0 && v < MAX_ID && v == (double)(int)v; }
+
 /* The vocabulary entry tok -> id (where: the file and member, for messages). */
 static fr_status add_vocab(fr_bpe *b, const char *where, const char *tok, double idv) {
-    if (idv != (double)(int)idv || idv < 0 || idv >= MAX_ID)
+    if (!is_id(idv))
         return fr_fail(b->ctx, FR_ERR_FORMAT, "%s: token '%s': id %g is not an integer in [0, %d)",
                        where, tok, idv, MAX_ID);
     int id = (int)idv;
@@ -779,7 +782,7 @@ static fr_status read_tokenizer_json(fr_bpe *b, const fr_json *root) {
     for (size_t i = 0; at && i < at->n; i++) {
         const fr_json *e = &at->items[i], *id = fr_json_get(e, "id"),
                       *c = fr_json_get(e, "content");
-        if (!id || id->kind != FR_JSON_NUMBER || id->number != (double)(int)id->number || !c ||
+        if (!id || id->kind != FR_JSON_NUMBER || !is_id(id->number) || !c ||
             c->kind != FR_JSON_STRING)
             return fr_fail(ctx, FR_ERR_FORMAT,
                            "%s: added_tokens[%zu]: needs an integer \"id\" and a \"content\"", n,
