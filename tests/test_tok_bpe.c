@@ -278,6 +278,34 @@ static void bad_files(fr_ctx *ctx) {
         fclose(f);
         refused(ctx, p, edits[k].n1, edits[k].n2);
     }
+    /* add_prefix_space: "Hello" encodes as " Hello" does without it, at
+     * the start and after a special token; such a text cannot be cut */
+    char *at = strstr(tj, "\"add_prefix_space\": false");
+    CHECK(at && at < strstr(tj, "\"post_processor\""), "the pre-tokenizer's add_prefix_space");
+    if (at) {
+        FILE *f = fopen(p, "wb");
+        fwrite(tj, 1, (size_t)(at - tj), f);
+        fputs("\"add_prefix_space\": true", f);
+        fputs(at + strlen("\"add_prefix_space\": false"), f);
+        fclose(f);
+        fr_tokenizer *ps = fr_tokenizer_load(ctx, p), *plain = fr_tokenizer_load(ctx, good);
+        CHECK(ps && plain, "load: %s", fr_last_error(ctx));
+        if (ps && plain) {
+            static const char a[] = "Hello world<|endoftext|>again",
+                              b[] = " Hello world<|endoftext|> again";
+            int32_t *ia, *ib;
+            size_t na, nb;
+            CHECK(!fr_tokenizer_encode(ps, a, sizeof a - 1, 0, &ia, &na) &&
+                      !fr_tokenizer_encode(plain, b, sizeof b - 1, 0, &ib, &nb) && na == nb &&
+                      !memcmp(ia, ib, na * sizeof *ia),
+                  "add_prefix_space adds a space to each part");
+            free(ia), free(ib);
+            CHECK(!fr_tokenizer_cuttable(ps) && fr_tokenizer_cuttable(plain),
+                  "a prefix space makes a text uncuttable");
+        }
+        fr_tokenizer_free(ps);
+        fr_tokenizer_free(plain);
+    }
     free(tj);
     unlink(p);
     refused(ctx, "/nonexistent/tokenizer.json", "/nonexistent/tokenizer.json", "no such");
@@ -371,6 +399,7 @@ int main(void) {
                   ids[4] == byte_id('y'),
               "%s: BOS, then 'x', the invalid bytes FF FE, 'y' as byte tokens", files[f]);
         free(ids);
+        CHECK(fr_tokenizer_cuttable(t), "%s: GPT-2's pre-tokenizer: a text may be cut", files[f]);
         stream(ctx, t, &cases[0], f == 3 ? "ids_digits" : "ids");
         stream(ctx, t, &cases[1], f == 3 ? "ids_digits" : "ids");
         fr_tokenizer_free(t);

@@ -73,6 +73,7 @@ int main(void) {
                   fr_tokenizer_adds_bos(t) == 1,
               "%s: sentencepiece, 1000 pieces, BOS 1, EOS 2, adds BOS (spm_train's defaults)",
               paths[f]);
+        CHECK(!fr_tokenizer_cuttable(t), "SentencePiece: a text is encoded whole");
         for (int i = 0; i < nc; i++) {
             const tok_list *want = tok_case_list(&cases[i], "ids");
             const tok_list *dec = tok_case_list(&cases[i], "decoded");

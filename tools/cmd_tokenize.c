@@ -5,11 +5,12 @@
  *
  * Each file is one document and starts with the tokenizer's BOS when it has
  * one (GPT-2: <|endoftext|>, as llm.c's data scripts put it; --no-bos: none).
- * A byte-level BPE reads a file in chunks of about 1 MiB, each cut after a
- * newline that an ASCII letter, digit or mark follows: GPT-2's pre-tokenizer
- * never joins across such a cut, so the tokens are those of the whole file.
- * SentencePiece reads each file whole (its dummy-prefix space would make a
- * cut visible). A shard is written beside its final name and renamed once
+ * A byte-level BPE with GPT-2's pre-tokenizer reads a file in chunks of
+ * about 1 MiB, each cut after a newline that an ASCII letter, digit or mark
+ * follows: that pre-tokenizer never joins across such a cut, so the tokens
+ * are those of the whole file (fr_tokenizer_cuttable). SentencePiece (its
+ * dummy-prefix space would make a cut visible), a BPE adding a prefix space
+ * or with its own Split pattern read each file whole. A shard is written beside its final name and renamed once
  * complete: a stopped run leaves no half shard under a shard's name. */
 #include <dirent.h>
 #include <errno.h>
@@ -140,7 +141,7 @@ static size_t cut(const char *t, size_t n) {
 static int do_file(job *j, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return fail("--data %s: %s", path, strerror(errno));
-    int spm = !strcmp(fr_tokenizer_kind(j->tok), "sentencepiece");
+    int whole = !fr_tokenizer_cuttable(j->tok);
     size_t cap = 0, len = 0;
     char *buf = NULL;
     int first = 1, r = 0;
@@ -161,11 +162,14 @@ static int do_file(job *j, const char *path) {
         }
         len += got, bytes += (int64_t)got;
         int eof = got == 0 || feof(f);
-        if (!eof && (spm || len < 2 * CHUNK)) continue;
+        if (!eof && (whole || len < 2 * CHUNK)) continue;
         size_t end = eof ? len : cut(buf, len);
         if (end == len && !eof) continue; /* no cut yet: read on */
         if ((r = encode_put(j, buf, end, first && j->bos))) break;
         first = 0;
+        if (!j->quiet && isatty(2))
+            fprintf(stderr, "\rtokenize: %s: %.1f MB, %" PRId64 " tokens", path,
+                    (double)(bytes - (int64_t)(len - end)) / 1e6, j->total_tokens - before);
         memmove(buf, buf + end, len - end);
         len -= end;
         if (eof) {
@@ -178,8 +182,8 @@ static int do_file(job *j, const char *path) {
     if (r) return r;
     j->files++, j->total_bytes += bytes;
     if (!j->quiet)
-        fprintf(stderr, "tokenize: %s: %" PRId64 " bytes -> %" PRId64 " tokens\n", path, bytes,
-                j->total_tokens - before);
+        fprintf(stderr, "%stokenize: %s: %" PRId64 " bytes -> %" PRId64 " tokens\n",
+                isatty(2) ? "\r\033[K" : "", path, bytes, j->total_tokens - before);
     return 0;
 }
 

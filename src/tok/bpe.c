@@ -139,6 +139,7 @@ struct fr_bpe {
     unsigned char added_first[256];
     int ignore_merges;
     int template_bos;
+    int user_split; /* a tokenizer.json's Split pattern among the steps */
     step steps[MAX_STEPS];
     int nsteps;
     smap cache; /* piece -> offset in cids: [count, ids...] */
@@ -334,6 +335,12 @@ int fr_bpe_lookup(const fr_bpe *b, const char *s) {
 
 int fr_bpe_vocab(const fr_bpe *b) { return b->nvocab; }
 int fr_bpe_template_bos(const fr_bpe *b) { return b->template_bos; }
+
+int fr_bpe_cuttable(const fr_bpe *b) {
+    for (int i = 0; i < b->nsteps; i++)
+        if (b->steps[i].prefix_space) return 0;
+    return !b->user_split;
+}
 
 /* Every byte's symbol must be a token (a byte-level vocabulary). */
 static fr_status finish(fr_bpe *b) {
@@ -699,6 +706,7 @@ static fr_status read_pretok(fr_bpe *b, const char *where, const fr_json *p, int
         if (truthy(p, "invert", 0))
             return fr_fail(b->ctx, FR_ERR_FORMAT, "%s: %s: an inverted Split is not supported",
                            b->name, where);
+        b->user_split = 1;
         return add_step(b, b->name, s->str, strlen(s->str), s == lit, 0);
     }
     return fr_fail(b->ctx, FR_ERR_FORMAT, "%s: %s: pre-tokenizer %s is not supported", b->name,

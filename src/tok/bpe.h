@@ -23,6 +23,10 @@ fr_status fr_bpe_add_special(fr_bpe *b, const char *content, int id);
 /* The id of an added token's content, else of a vocabulary string; -1. */
 int fr_bpe_lookup(const fr_bpe *b, const char *s);
 int fr_bpe_vocab(const fr_bpe *b);
+/* 1 when the pre-tokenizer is GPT-2's regex (after Digits, if any) with
+ * no prefix space: a text cut after a newline that an ASCII non-space
+ * printable byte follows encodes as the whole text. */
+int fr_bpe_cuttable(const fr_bpe *b);
 /* BOS as tokenizer.json's TemplateProcessing puts it first; -1: none. */
 int fr_bpe_template_bos(const fr_bpe *b);
 

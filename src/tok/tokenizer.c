@@ -252,6 +252,7 @@ int fr_tokenizer_bos(const fr_tokenizer *t) { return t->bos; }
 int fr_tokenizer_eos(const fr_tokenizer *t) { return t->eos; }
 int fr_tokenizer_adds_bos(const fr_tokenizer *t) { return t->adds_bos; }
 const char *fr_tokenizer_path(const fr_tokenizer *t) { return t->path; }
+int fr_tokenizer_cuttable(const fr_tokenizer *t) { return t->bpe && fr_bpe_cuttable(t->bpe); }
 
 fr_status fr_tokenizer_check_vocab(fr_ctx *ctx, const fr_tokenizer *t, int model_vocab) {
     if (t->vocab <= model_vocab) return FR_OK;

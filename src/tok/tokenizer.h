@@ -54,6 +54,13 @@ const char *fr_tokenizer_path(const fr_tokenizer *t);
  * sizes otherwise. */
 fr_status fr_tokenizer_check_vocab(fr_ctx *ctx, const fr_tokenizer *t, int model_vocab);
 
+/* 1 when a text may be encoded in parts cut after a newline that an ASCII
+ * non-space printable byte follows, with the ids of the whole text (GPT-2's
+ * pre-tokenizer never joins two pieces across such a cut); 0 for
+ * SentencePiece (a part's dummy-prefix space), a BPE that adds a prefix
+ * space, or one with its own Split pattern. */
+int fr_tokenizer_cuttable(const fr_tokenizer *t);
+
 /* ---- the parsers on memory (fuzz targets, corruption tests) ---------------- */
 
 /* merges.txt's text against a vocabulary given as vocab.json's text; name
