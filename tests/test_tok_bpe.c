@@ -11,6 +11,7 @@
  * malformed file; nothing stays allocated. */
 #include <sys/stat.h>
 #include "check.h"
+#include "fault_sweep.h"
 #include "scratch.h"
 #include "tok/tokenizer.h"
 #include "tok_cases.h"
@@ -366,6 +367,28 @@ static void big_vocab(fr_ctx *ctx) {
     free(head);
 }
 
+/* Load the three forms, encode and decode a text of Unicode and
+ * <|endoftext|> with each (the allocation sweep's scenario). */
+static fr_status load_encode(fr_ctx *ctx, void *arg) {
+    const tok_case *c = arg;
+    const char *files[] = {"bpe/vocab.json", "bpe/tokenizer.json", "bpe_digits/tokenizer.json"};
+    for (int f = 0; f < 3; f++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/tests/data/tok/%s", src_dir(), files[f]);
+        fr_tokenizer *t = fr_tokenizer_load(ctx, p);
+        if (!t) return ctx->err_status;
+        int32_t *ids;
+        char *d;
+        size_t n, dl;
+        fr_status st = fr_tokenizer_encode(t, c->text, c->len, 1, &ids, &n);
+        if (!st) st = fr_tokenizer_decode(t, ids, n, &d, &dl);
+        if (!st) free(ids), free(d);
+        fr_tokenizer_free(t);
+        if (st) return st;
+    }
+    return FR_OK;
+}
+
 int main(void) {
     fr_ctx *ctx = fr_ctx_new();
     char p[700];
@@ -404,6 +427,7 @@ int main(void) {
         stream(ctx, t, &cases[1], f == 3 ? "ids_digits" : "ids");
         fr_tokenizer_free(t);
     }
+    fault_sweep("load, encode, decode", load_encode, &cases[1]);
     bad_files(ctx);
     big_vocab(ctx);
     tok_cases_free(cases, nc);
