@@ -4,10 +4,12 @@
 set -euo pipefail
 # OpenCL (the device backend): headers, the ICD loader, CLBlast, PoCL (a CPU
 # device, so the device tests run anywhere) and clinfo; MPI for many processes;
-# oneDNN for bf16 GEMMs under mixed precision.
+# oneDNN for bf16 GEMMs under mixed precision; tokenizers: libsentencepiece
+# (SentencePiece models), sentencepiece (spm_train, which test_tok_spm runs)
+# and PCRE2 (byte-level BPE's pre-tokenizer).
 need=(build-essential cmake pkg-config libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
       ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
-      openmpi-bin libopenmpi-dev libdnnl-dev "$@")
+      openmpi-bin libopenmpi-dev libdnnl-dev libsentencepiece-dev sentencepiece libpcre2-dev "$@")
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
