@@ -360,9 +360,9 @@ static void check_exp(void) {
  * dq, dk, dv and D given their widened values, bit for bit (widening is
  * exact and the same f32 GEMMs run on the same values). Two thread counts,
  * so that both backward ways are taken. */
-static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
-    const size_t C = (size_t)NH * HS, nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
-                 nl = (size_t)B * NH * T;
+static void check_half_g(fr_dtype dt, int B, int NH, int NKV, int T, int HS, int threads) {
+    const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS, nq = (size_t)B * T * (C + 2 * CK),
+                 no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     uint16_t *qkvh = malloc(nq * 2), *outh = malloc(no * 2);
     float *qkvw = malloc(nq * 4), *dout = malloc(no * 4);
     for (size_t i = 0; i < nq; i++) {
@@ -376,12 +376,12 @@ static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
         lse[r] = malloc(nl * 4), D[r] = malloc(nl * 4), g[r] = malloc(nq * 4);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
-    fr_attn_layout L = fr_attn_fused(B, NH, T, HS);
+    fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, T, HS);
     size_t wsn = fr_attention_ws_floats_io(T, HS, threads, 1);
     float *ws = malloc(wsn * 4);
     const fr_attn_io io = {dt, dt}, io32 = {FR_F32, FR_F32};
-    int st = fr_attention_fwd_io(&L, &io32, qkvw, qkvw + C, qkvw + 2 * C, out, lse[0], ws, wsn);
-    st |= fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, lse[1], ws, wsn);
+    int st = fr_attention_fwd_io(&L, &io32, qkvw, qkvw + C, qkvw + C + CK, out, lse[0], ws, wsn);
+    st |= fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + C + CK, outh, lse[1], ws, wsn);
     CHECK(st == 0, "16-bit attention forward: %d", st);
     size_t bad = 0;
     for (size_t i = 0; i < no; i++) {
@@ -391,25 +391,30 @@ static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
     }
     const char *dn = dt == FR_F16 ? "f16" : "bf16";
     CHECK(bad == 0,
-          "%s out (B=%d NH=%d T=%d HS=%d, %d threads): %zu of %zu values not the f32 out rounded",
-          dn, B, NH, T, HS, threads, bad, no);
+          "%s out (B=%d NH=%d NKV=%d T=%d HS=%d, %d threads): %zu of %zu values not the f32 "
+          "out rounded",
+          dn, B, NH, NKV, T, HS, threads, bad, no);
     CHECK(!memcmp(lse[0], lse[1], nl * 4), "%s lse differs from the f32 call's", dn);
-    st = fr_attention_bwd_io(&L, &io32, qkvw, qkvw + C, qkvw + 2 * C, outw, dout, lse[0], D[0],
-                             g[0], g[0] + C, g[0] + 2 * C, ws, wsn);
-    st |= fr_attention_bwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, dout, lse[0], D[1], g[1],
-                              g[1] + C, g[1] + 2 * C, ws, wsn);
+    st = fr_attention_bwd_io(&L, &io32, qkvw, qkvw + C, qkvw + C + CK, outw, dout, lse[0], D[0],
+                             g[0], g[0] + C, g[0] + C + CK, ws, wsn);
+    st |= fr_attention_bwd_io(&L, &io, qkvh, qkvh + C, qkvh + C + CK, outh, dout, lse[0], D[1],
+                              g[1], g[1] + C, g[1] + C + CK, ws, wsn);
     CHECK(st == 0, "16-bit attention backward: %d", st);
     CHECK(!memcmp(g[0], g[1], nq * 4),
-          "%s dqkv (B=%d NH=%d T=%d HS=%d, %d threads) differs from the f32 call's", dn, B, NH, T,
-          HS, threads);
+          "%s dqkv (B=%d NH=%d NKV=%d T=%d HS=%d, %d threads) differs from the f32 call's", dn, B,
+          NH, NKV, T, HS, threads);
     CHECK(!memcmp(D[0], D[1], nl * 4), "%s D differs from the f32 call's", dn);
-    CHECK(fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + 2 * C, outh, lse[1], ws,
+    CHECK(fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + C + CK, outh, lse[1], ws,
                               fr_attention_ws_floats(T, HS, 1)) != 0 ||
               T * HS <= 0,
           "a 16-bit forward took the f32 workspace of one thread");
     omp_set_num_threads(saved);
     free(qkvh), free(outh), free(qkvw), free(dout), free(out), free(outw), free(ws);
     for (int r = 0; r < 2; r++) free(lse[r]), free(D[r]), free(g[r]);
+}
+
+static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
+    check_half_g(dt, B, NH, NH, T, HS, threads);
 }
 
 /* ---- grouped-query attention ---- */
@@ -653,6 +658,8 @@ int main(void) {
         check_half(FR_BF16, 2, 3, 130, 16, t);
         check_half(FR_F16, 1, 1, 65, 64, t);
         check_half(FR_BF16, 1, 2, 1, 8, t);
+        check_half_g(FR_BF16, 2, 4, 2, 70, 16, t); /* grouped-query */
+        check_half_g(FR_F16, 1, 4, 1, 33, 8, t);
     }
     /* grouped-query attention: groups of 2 and of 4, tiles crossed */
     check_gqa(2, 4, 2, 33, 8);

@@ -14,7 +14,13 @@
  * transposed rotation, dv a copy) against the reference, the reference's
  * backward against its own central finite differences; pos_from_step (a
  * chunk from step s gives the bits of rows s.. of the whole sequence); theta
- * 0 a copy; 1 and 3 threads the same bits; the shape rule's refusals.
+ * 0 a copy; 1 and 3 threads the same bits; the shape rule's refusals. And
+ * against PyTorch (tests/llama_attn_ref.h, made by tests/ref/llama_attn_ref.py
+ * from Hugging Face's Llama attention: its rotary embedding in float32,
+ * repeat_kv, the causal softmax): ROPE_QKV then grouped-query ATTENTION, and
+ * back through ATTENTION_BWD and ROPE_QKV_BWD, default rope at positions 0..
+ * and llama3 at 1000.., within 1e-5 (|want| + max|want|) as test_gpt_ops.c's
+ * PyTorch comparisons (float32 sums in another order).
  *
  * Tolerance: the kernel forms the angle as Hugging Face does, the float
  * product of a float inv_freq and a float position: each rounding is
@@ -28,11 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/rope.h"
 #include "check.h"
 #include "frugal.h"
 #include "graph/graph.h"
+#include "llama_attn_ref.h"
 
 #define U 5.9604644775390625e-08 /* 2^-24 */
 #define FD_H 1e-5
@@ -364,6 +372,72 @@ static void check_refusals(void) {
           "an accumulating rope_qkv_bwd was taken: %s", fr_last_error(g_ctx));
 }
 
+/* ---- against PyTorch (tests/llama_attn_ref.h) ---- */
+
+static void expect_ref(const char *what, const float *got, const float *want, size_t n) {
+    double m = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(want[i]));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        if (!(d <= 1e-5 * (fabs(want[i]) + m))) bad++;
+        if (!(d <= worst)) worst = d;
+    }
+    CHECK(bad == 0, "%s: %d of %zu values off PyTorch's (worst %.3g of max %.3g)", what, bad, n,
+          worst, m);
+    printf("torch %-22s worst %.2e of %.2e\n", what, worst, m);
+}
+
+typedef struct torch_case {
+    const char *name;
+    fr_rope rope;
+    uint64_t step;
+    const float *q, *k, *v, *qkv, *y, *dy, *dq, *dk, *dv;
+} torch_case;
+
+static void check_torch(const torch_case *tc) {
+    enum { B = REF_B, T = REF_T, NH = REF_NH, NKV = REF_NKV, HS = REF_HS };
+    enum { C = NH * HS, CK = NKV * HS, W = C + 2 * CK };
+    rcase c = {B, T, NH, NKV, HS, tc->rope, tc->step};
+    static float qkv[B * T * W], y[B * T * C], lse[B * NH * T], dqkv[B * T * W], D[B * NH * T];
+    static float dq[B * T * C], dk[B * T * CK], dv[B * T * CK];
+    char what[64];
+    CHECK(run_fwd(&c, tc->q, tc->k, tc->v, qkv) == FR_OK, "%s: %s", tc->name, fr_last_error(g_ctx));
+    snprintf(what, sizeof what, "%s qkv", tc->name);
+    expect_ref(what, qkv, tc->qkv, (size_t)B * T * W);
+    const size_t wsn = fr_attention_ws_floats(T, HS, omp_get_max_threads());
+    float *ws = malloc(wsn * sizeof(float));
+    fr_node n;
+    memset(&n, 0, sizeof n);
+    n.op = FR_OP_ATTENTION, n.attr.heads = NH, n.attr.kv_heads = NKV, n.attr.causal = 1;
+    fr_kernel_call a = {.ctx = g_ctx, .node = &n};
+    a.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, W), qkv, NULL, 0};
+    a.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), y, NULL, 0};
+    a.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), lse, NULL, 0};
+    a.out[2] = (fr_tensor){FR_F32, fr_shape1((int64_t)wsn), ws, NULL, 0};
+    CHECK(fr_k_attention(&a) == FR_OK, "%s attention: %s", tc->name, fr_last_error(g_ctx));
+    snprintf(what, sizeof what, "%s y", tc->name);
+    expect_ref(what, y, tc->y, (size_t)B * T * C);
+    fr_node nb = n;
+    nb.op = FR_OP_ATTENTION_BWD;
+    fr_kernel_call ab = {.ctx = g_ctx, .node = &nb};
+    ab.in[0] = (fr_tensor){FR_F32, fr_shape3(B, T, C), (void *)tc->dy, NULL, 0};
+    ab.in[1] = a.in[0], ab.in[2] = a.out[0], ab.in[3] = a.out[1];
+    ab.out[0] = (fr_tensor){FR_F32, fr_shape3(B, T, W), dqkv, NULL, 0};
+    ab.out[1] = (fr_tensor){FR_F32, fr_shape3(B, NH, T), D, NULL, 0};
+    ab.out[2] = a.out[2];
+    CHECK(fr_k_attention_bwd(&ab) == FR_OK, "%s attention_bwd: %s", tc->name, fr_last_error(g_ctx));
+    CHECK(run_bwd(&c, dqkv, dq, dk, dv, 0) == FR_OK, "%s rope_qkv_bwd: %s", tc->name,
+          fr_last_error(g_ctx));
+    snprintf(what, sizeof what, "%s dq", tc->name);
+    expect_ref(what, dq, tc->dq, (size_t)B * T * C);
+    snprintf(what, sizeof what, "%s dk", tc->name);
+    expect_ref(what, dk, tc->dk, (size_t)B * T * CK);
+    snprintf(what, sizeof what, "%s dv", tc->name);
+    expect_ref(what, dv, tc->dv, (size_t)B * T * CK);
+    free(ws);
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
     if (!g_ctx) return 2;
@@ -388,6 +462,16 @@ int main(void) {
     check_positions();
     check_threads();
     check_refusals();
+    const torch_case tdef = {"default",  def,        0,           ref_def_q,
+                             ref_def_k,  ref_def_v,  ref_def_qkv, ref_def_y,
+                             ref_def_dy, ref_def_dq, ref_def_dk,  ref_def_dv};
+    fr_rope l3_step = l3;
+    l3_step.pos_from_step = 1;
+    const torch_case tl3 = {"llama3 from 1000", l3_step,   1000,       ref_l3_q,
+                            ref_l3_k,           ref_l3_v,  ref_l3_qkv, ref_l3_y,
+                            ref_l3_dy,          ref_l3_dq, ref_l3_dk,  ref_l3_dv};
+    check_torch(&tdef);
+    check_torch(&tl3);
     fr_ctx_free(g_ctx);
     return check_done();
 }

@@ -213,7 +213,10 @@ int fr_k_pos_embedding_bwd(fr_kernel_call *c);
  *               out: y (B,T,C) (y[b,t,h HS + j]), lse (B,NH,T), ws (fr_attention_ws_floats)
  * ATTENTION_BWD in: dy (B,T,C), qkv, y, lse
  *               out: dqkv (B,T,3C) (overwritten: accumulating is refused), D (B,NH,T) = rowsum(dy o y)
- *                    per head, ws (the forward's size) */
+ *                    per head, ws (the forward's size)
+ * attr.kv_heads = NKV (0 or NH: the above): grouped-query attention, qkv and dqkv
+ * (B,T,(NH+2NKV)HS) = [q heads | k heads | v heads], query head h reading kv head h/(NH/NKV),
+ * dk and dv summed over a kv head's group; y (B,T,NH HS) */
 int fr_k_attention(fr_kernel_call *c);
 int fr_k_attention_bwd(fr_kernel_call *c);
 
