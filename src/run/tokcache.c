@@ -10,11 +10,12 @@
  * and of the data's bytes, so an edited text or another tokenizer makes a
  * new cache, never a stale one.
  *
- * What: the whole text (the files in the reader's order, concatenated) in
- * pieces of about 1 MiB cut after a newline, each encoded on its own; BOS
- * first when the tokenizer adds one (Llama), else nothing. (SentencePiece
- * starts each piece with its dummy-prefix space, as it does each line a
- * Hugging Face dataset map encodes.) */
+ * What: the whole text (the files in the reader's order, concatenated),
+ * BOS first when the tokenizer adds one (Llama), else nothing. A tokenizer
+ * that may cut (fr_tokenizer_cuttable: GPT-2's pre-tokenizer) encodes it in
+ * parts of about 1 MiB cut after a newline that a printable non-space byte
+ * follows, which gives the ids of the whole; any other (SentencePiece's
+ * dummy prefix) encodes it in one call, as `frugal tokenize` does. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,10 +158,11 @@ fr_status fr_tokenize_cached(fr_ctx *ctx, fr_tokenizer *tok, const char *data, c
                     fr_tokenizer_path(tok));
         goto done;
     }
-    /* pieces of about PIECE_BYTES cut after a newline */
+    /* parts of about PIECE_BYTES, where the tokenizer allows a cut */
+    const int cut = fr_tokenizer_cuttable(tok);
     for (int64_t at = 0; at < len && !st;) {
-        int64_t end = at + PIECE_BYTES < len ? at + PIECE_BYTES : len;
-        while (end < len && text[end - 1] != '\n' && end - at < 4 * (int64_t)PIECE_BYTES) end++;
+        int64_t end = cut && at + PIECE_BYTES < len ? at + PIECE_BYTES : len;
+        while (end < len && !(text[end - 1] == '\n' && text[end] > ' ' && text[end] < 127)) end++;
         int32_t *p = NULL;
         size_t np = 0;
         st = fr_tokenizer_encode(tok, text + at, (size_t)(end - at),
