@@ -21,6 +21,7 @@
 
 #define HF_CONFIG_MAX (1u << 20)
 #define HF_MAX_DIM (1 << 20)
+#define HF_MAX_LAYERS 512 /* Llama 3.1 405B has 126 */
 
 typedef struct hf_cfg {
     fr_ctx *ctx;
@@ -151,7 +152,7 @@ static fr_model *build_llama(hf_cfg *c, int mistral) {
     const int V = cfg_int(c, "vocab_size", -1, 1, 1 << 24);
     const int C = cfg_int(c, "hidden_size", -1, 1, HF_MAX_DIM);
     const int I = cfg_int(c, "intermediate_size", -1, 1, HF_MAX_DIM);
-    const int L = cfg_int(c, "num_hidden_layers", -1, 1, 4096);
+    const int L = cfg_int(c, "num_hidden_layers", -1, 1, HF_MAX_LAYERS);
     const int NH = cfg_int(c, "num_attention_heads", -1, 1, 4096);
     const int NKV = cfg_int(c, "num_key_value_heads", NH, 1, 4096);
     const int HD = cfg_int(c, "head_dim", NH ? C / NH : 1, 1, HF_MAX_DIM);
@@ -236,7 +237,7 @@ static fr_model *build_gpt2(hf_cfg *c) {
     fr_ctx *ctx = c->ctx;
     const int V = cfg_int(c, "vocab_size", -1, 1, 1 << 24);
     const int C = cfg_int(c, "n_embd", -1, 1, HF_MAX_DIM);
-    const int L = cfg_int(c, "n_layer", -1, 1, 4096);
+    const int L = cfg_int(c, "n_layer", -1, 1, HF_MAX_LAYERS);
     const int NH = cfg_int(c, "n_head", -1, 1, 4096);
     const int T = cfg_int(c, "n_positions", 1024, 1, 1 << 24);
     const int I = cfg_int(c, "n_inner", 4LL * (C > 0 ? C : 1), 1, HF_MAX_DIM);
@@ -334,9 +335,14 @@ fr_model *fr_model_from_hf(fr_ctx *ctx, const char *path) {
         return NULL;
     }
     close(fd);
-    fr_json root;
-    fr_status st = fr_json_parse(ctx, file, text, (size_t)size, &root);
+    fr_model *m = fr_model_from_hf_text(ctx, file, text, (size_t)size);
     fr_free(ctx, text);
+    return m;
+}
+
+fr_model *fr_model_from_hf_text(fr_ctx *ctx, const char *file, const char *text, size_t size) {
+    fr_json root;
+    fr_status st = fr_json_parse(ctx, file, text, size, &root);
     if (st) return NULL;
     hf_cfg c = {ctx, file, &root, FR_OK};
     fr_model *m = NULL;

@@ -237,6 +237,8 @@ fr_val fr_rope_qkv(fr_model *m, fr_val q, fr_val k, fr_val v, int heads, int kv_
 /* A Hugging Face model from its config.json (hf.c): path the file or its
  * directory. */
 fr_model *fr_model_from_hf(fr_ctx *ctx, const char *path);
+/* The same from a config's text (file names it in messages). */
+fr_model *fr_model_from_hf_text(fr_ctx *ctx, const char *file, const char *text, size_t len);
 
 int fr_lora_emit(fr_graph *g, const fr_layer *l, int li, int x, int base, const int *pv,
                  int training, int *out);
