@@ -223,9 +223,10 @@ fr_status fr_st_open(fr_ctx *ctx, const char *path, fr_st_file *out, fr_mem_cat 
         } else {
             fr_free(ctx, single);
             fr_free(ctx, index);
-            return fr_fail(ctx, FR_ERR_IO,
-                           "%s: is a directory without weights: it holds neither %s nor %s", path,
-                           SINGLE_NAME, INDEX_NAME);
+            return fr_fail(
+                ctx, FR_ERR_IO,
+                "%s: is a directory, not a regular file, and holds no weights (neither %s nor %s)",
+                path, SINGLE_NAME, INDEX_NAME);
         }
     } else if (!(p = dup_str(ctx, path))) {
         return FR_ERR_NOMEM;
