@@ -397,19 +397,3 @@ fr_status fr_tok_stream_flush(fr_tok_stream *s, char **bytes, size_t *len) {
     s->n = 0, s->emitted = 0;
     return st;
 }
-
-fr_status fr_bpe_check_files(fr_ctx *ctx, const char *vocab_json, size_t vlen,
-                             const char *merges_txt, size_t mlen) {
-    fr_bpe *b;
-    fr_status st = fr_bpe_from_vocab_merges(ctx, "vocab.json", vocab_json, vlen, "merges.txt",
-                                            merges_txt, mlen, &b);
-    if (!st) fr_bpe_free(b);
-    return st;
-}
-
-fr_status fr_bpe_check_tokenizer_json(fr_ctx *ctx, const char *text, size_t len) {
-    fr_bpe *b;
-    fr_status st = fr_bpe_from_tokenizer_json(ctx, "tokenizer.json", text, len, &b);
-    if (!st) fr_bpe_free(b);
-    return st;
-}

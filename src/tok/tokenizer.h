@@ -37,7 +37,10 @@ fr_status fr_tokenizer_encode(fr_tokenizer *t, const char *text, size_t len, int
                               int32_t **ids, size_t *n);
 fr_status fr_tokenizer_decode(fr_tokenizer *t, const int32_t *ids, size_t n, char **text,
                               size_t *len);
-/* Streaming decode for generate: push one id, get the bytes that are final so far. */
+/* Streaming decode for generate: push one id, get the bytes that are final so far.
+ * *bytes is malloc'd (free()), NUL-terminated, possibly empty; the pushes'
+ * bytes and the flush's are decode(all ids). A trailing incomplete UTF-8
+ * character or U+FFFD (byte fallback in progress) waits for the next id. */
 typedef struct fr_tok_stream fr_tok_stream;
 fr_tok_stream *fr_tok_stream_new(fr_tokenizer *t);
 fr_status fr_tok_stream_push(fr_tok_stream *s, int32_t id, char **bytes, size_t *len);
@@ -60,15 +63,5 @@ fr_status fr_tokenizer_check_vocab(fr_ctx *ctx, const fr_tokenizer *t, int model
  * SentencePiece (a part's dummy-prefix space), a BPE that adds a prefix
  * space, or one with its own Split pattern. */
 int fr_tokenizer_cuttable(const fr_tokenizer *t);
-
-/* ---- the parsers on memory (fuzz targets, corruption tests) ---------------- */
-
-/* merges.txt's text against a vocabulary given as vocab.json's text; name
- * the files in messages. FR_OK or FR_ERR_FORMAT. */
-fr_status fr_bpe_check_files(fr_ctx *ctx, const char *vocab_json, size_t vlen,
-                             const char *merges_txt, size_t mlen);
-/* A tokenizer.json's text, read as fr_tokenizer_load reads it (beside-files
- * none). FR_OK or FR_ERR_FORMAT. */
-fr_status fr_bpe_check_tokenizer_json(fr_ctx *ctx, const char *text, size_t len);
 
 #endif
