@@ -141,7 +141,7 @@ if t:
     print("| | value |\n|---|---:|")
     if p and p[0].get("plan"):
         pl = p[0]["plan"]
-        for k in ("predicted_peak_reserved", "predicted_reserved", "reserved"):
+        for k in ("reserved_bytes",):
             if isinstance(pl, dict) and k in pl:
                 print(f"| plan: predicted reserved | {mib(pl[k]):.1f} MiB |")
                 break
