@@ -8,22 +8,10 @@
 #include "backend/opencl/reduce.h"
 #include <string.h>
 #include "backend/kcheck.h"
+#include "backend/opencl/dref.h"
 
 #define WG 64       /* reduce.cl's work-group size for the kernels that reduce */
 #define EMB_ROWS 64 /* vocabulary rows a work-group of embedding_bwd owns (reduce.cl) */
-
-/* A tensor as a kernel takes it: its buffer (NULL when absent) and its
- * offset in elements of its dtype. */
-typedef struct dref {
-    cl_mem m;
-    cl_ulong off;
-} dref;
-
-static dref dref_of(const fr_tensor *t) {
-    return t->buf ? (dref){fr_cl_mem(t), (cl_ulong)fr_cl_off(t)} : (dref){NULL, 0};
-}
-#define TA(t) sizeof(cl_mem), &(t).m, sizeof(cl_ulong), &(t).off
-#define VA(v) sizeof(v), &(v)
 
 static int acc_bit(const fr_kernel_call *c, int i) { return (int)((c->accumulate >> i) & 1u); }
 

@@ -4,21 +4,11 @@
  * backend/kcheck.h's); their OpenCL C is kernels/rmsnorm_swiglu.cl.
  * Kernels are enqueued without waiting. */
 #include "backend/kcheck.h"
+#include "backend/opencl/dref.h"
 #include "backend/opencl/backend.h"
 
 #define PROG "rmsnorm_swiglu"
 #define RMS_WG 64 /* the .cl's WG: lanes of a row's work-group */
-
-typedef struct dref {
-    cl_mem m;
-    cl_ulong off;
-} dref;
-
-static dref dref_of(const fr_tensor *t) {
-    return t->buf ? (dref){fr_cl_mem(t), (cl_ulong)fr_cl_off(t)} : (dref){NULL, 0};
-}
-#define TA(t) sizeof(cl_mem), &(t).m, sizeof(cl_ulong), &(t).off
-#define VA(v) sizeof(v), &(v)
 
 static cl_int acc_bit(const fr_kernel_call *c, int i) {
     return (cl_int)((c->accumulate >> i) & 1u);
