@@ -352,6 +352,15 @@ int fr_kcheck_rmsnorm(fr_kernel_call *c, const char *op, const fr_tensor *x, con
     return FR_OK;
 }
 
+int fr_kcheck_rmsnorm_bwd(fr_kernel_call *c, int64_t *N, int64_t *C) {
+    int st = fr_kcheck_rmsnorm(c, "rmsnorm_bwd", &c->in[1], &c->in[2], &c->in[3], N, C);
+    if (st) return st;
+    if (fr_shape_numel(&c->in[0].shape) != *N * *C || c->in[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "rmsnorm_bwd: dy must be f32 of x's %lld values",
+                       (long long)(*N * *C));
+    return FR_OK;
+}
+
 int fr_kcheck_swiglu(fr_kernel_call *c, const char *op, int bwd, int64_t *n) {
     const fr_tensor *t[5] = {&c->in[bwd], &c->in[bwd + 1], &c->out[0], bwd ? &c->out[1] : NULL,
                              bwd ? &c->in[0] : NULL};

@@ -115,6 +115,8 @@ int fr_kcheck_last_row(fr_kernel_call *c, int64_t *B, int64_t *T, size_t *row);
  * dimension), w (C) or absent, rstd (N) or absent, all f32. */
 int fr_kcheck_rmsnorm(fr_kernel_call *c, const char *op, const fr_tensor *x, const fr_tensor *w,
                       const fr_tensor *rstd, int64_t *N, int64_t *C);
+/* RMSNORM_BWD's inputs (dy, x, w, rstd): fr_kcheck_rmsnorm's checks and dy f32 of x's size. */
+int fr_kcheck_rmsnorm_bwd(fr_kernel_call *c, int64_t *N, int64_t *C);
 /* SWIGLU(_BWD): gate and up (in[0], in[1]; the backward's in[1], in[2]) of
  * *n values, as every present output and the backward's dy; all f32. */
 int fr_kcheck_swiglu(fr_kernel_call *c, const char *op, int bwd, int64_t *n);

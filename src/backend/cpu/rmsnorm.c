@@ -55,11 +55,8 @@ int fr_k_rmsnorm(fr_kernel_call *c) {
 // (d rstd / d x_k = -rstd^3 x_k / C, so the mean-of-g term of LayerNorm's is absent)
 int fr_k_rmsnorm_bwd(fr_kernel_call *c) {
     int64_t N, C;
-    int st = fr_kcheck_rmsnorm(c, "rmsnorm_bwd", &c->in[1], &c->in[2], &c->in[3], &N, &C);
+    int st = fr_kcheck_rmsnorm_bwd(c, &N, &C);
     if (st) return st;
-    if (fr_shape_numel(&c->in[0].shape) != N * C || c->in[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_SHAPE, "rmsnorm_bwd: dy must be f32 of x's %lld values",
-                       (long long)(N * C));
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]), *w = fr_f32(&c->in[2]);
     const float *srstd = fr_f32(&c->in[3]);
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]);
