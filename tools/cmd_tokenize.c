@@ -130,14 +130,6 @@ static int encode_put(job *j, const char *text, size_t len, int bos) {
     return r;
 }
 
-/* The end of the first chunk of t[0..n) at or after CHUNK bytes: after a
- * newline an ASCII non-space printable byte follows; n if none. */
-static size_t cut(const char *t, size_t n) {
-    for (size_t i = CHUNK; i + 1 < n; i++)
-        if (t[i] == '\n' && t[i + 1] > ' ' && t[i + 1] < 127) return i + 1;
-    return n;
-}
-
 static int do_file(job *j, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return fail("--data %s: %s", path, strerror(errno));
@@ -163,7 +155,7 @@ static int do_file(job *j, const char *path) {
         len += got, bytes += (int64_t)got;
         int eof = got == 0 || feof(f);
         if (!eof && (whole || len < 2 * CHUNK)) continue;
-        size_t end = eof ? len : cut(buf, len);
+        size_t end = eof ? len : fr_tokenizer_next_cut(buf, len, CHUNK + 1);
         if (end == len && !eof) continue; /* no cut yet: read on */
         if ((r = encode_put(j, buf, end, first && j->bos))) break;
         first = 0;

@@ -548,7 +548,6 @@ typedef struct cli {
     const char *prompt;
     int tokens, top_k, stop_eos, max_context;
     double temperature, top_p;
-    const char *tokenizer;
     const char *trace, *svg;
     int steps, accumulate;
     const char *weights;
@@ -772,7 +771,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
         case O_TOPK: INT_OPT(0, 1 << 24, c->top_k); break;
         case O_TOPP: REAL_OPT(0, 1, c->top_p); break;
         case O_MAXCTX: INT_OPT(1, 1 << 24, c->max_context); break;
-        case O_TOKENIZER: c->tokenizer = c->t.tokenizer = val; break;
+        case O_TOKENIZER: c->t.tokenizer = val; break;
         case O_STOP_EOS:
             if (!strcmp(val, "on")) c->stop_eos = 1;
             else if (!strcmp(val, "off")) c->stop_eos = 0;
@@ -970,7 +969,7 @@ static int parse(int argc, char **argv, const command *cmd, cli *c) {
             "give --init or --resume, not both (--resume restores the weights and the optimizer)");
     /* a Hugging Face model directory brings its tokenizer (for text data) and,
      * to train from, its weights */
-    if (hf_dir_has(c->t.model, hf_tok_files) && !c->tokenizer) {
+    if (hf_dir_has(c->t.model, hf_tok_files) && !c->t.tokenizer) {
         c->t.tokenizer = c->t.model;
         c->t.tokenizer_default = 1;
     }
@@ -1721,7 +1720,7 @@ static int parse_ids(const char *s, int32_t *ids, int *n, int cap) {
 static fr_tokenizer *tokenizer_for(const char *cmd, fr_ctx *ctx, const cli *c, fr_model *m,
                                    int *fail) {
     *fail = 0;
-    const char *path = c->tokenizer ? c->tokenizer : c->t.tokenizer;
+    const char *path = c->t.tokenizer;
     if (!path) return NULL;
     fr_tokenizer *t = fr_tokenizer_load(ctx, path);
     if (!t) {

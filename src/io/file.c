@@ -61,3 +61,34 @@ int fr_pread_full(int fd, void *buf, size_t n, uint64_t off) {
     }
     return 0;
 }
+
+fr_status fr_read_small(fr_ctx *ctx, const char *path, const char *what, uint64_t max, char **out,
+                        size_t *len) {
+    uint64_t size = 0;
+    *out = NULL;
+    *len = 0;
+    int fd = fr_open_regular(ctx, path, what, &size);
+    if (fd < 0) return FR_ERR_IO;
+    if (size > max) {
+        close(fd);
+        return fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes: more than a %s may have (%llu)", path,
+                       (unsigned long long)size, what, (unsigned long long)max);
+    }
+    char *buf = fr_alloc(ctx, (size_t)size + 1, FR_MEM_OTHER);
+    if (!buf) {
+        close(fd);
+        return FR_ERR_NOMEM;
+    }
+    if (size && fr_pread_full(fd, buf, (size_t)size, 0)) {
+        const int e = errno;
+        close(fd);
+        fr_free(ctx, buf);
+        return fr_fail(ctx, FR_ERR_IO, "%s: cannot read the %s: %s", path, what,
+                       e ? strerror(e) : "it shrank while read");
+    }
+    close(fd);
+    buf[size] = 0;
+    *out = buf;
+    *len = (size_t)size;
+    return FR_OK;
+}

@@ -18,4 +18,12 @@ int fr_open_regular(fr_ctx *ctx, const char *path, const char *what, uint64_t *s
  * loaders' threads use it. */
 int fr_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
+/* The whole of a small regular file (opened as fr_open_regular does), in an
+ * fr_alloc'd buffer (FR_MEM_OTHER) of *len bytes plus a NUL: a file of more
+ * than max bytes is refused before anything is allocated ("<path>: N bytes:
+ * more than a <what> may have (max)"), a short read is an I/O error naming
+ * the path. FR_OK, or the status with the message on ctx. */
+fr_status fr_read_small(fr_ctx *ctx, const char *path, const char *what, uint64_t max, char **out,
+                        size_t *len);
+
 #endif

@@ -58,36 +58,6 @@ static int ends_with(const char *s, const char *tail) {
     return a >= b && strcmp(s + a - b, tail) == 0;
 }
 
-/* The whole of a small file, NUL-terminated. */
-static fr_status read_text(fr_ctx *ctx, const char *path, const char *what, char **out,
-                           size_t *len) {
-    uint64_t size = 0;
-    int fd = fr_open_regular(ctx, path, what, &size);
-    if (fd < 0) return FR_ERR_IO;
-    if (size > INDEX_MAX_BYTES) {
-        close(fd);
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes, more than an index can be (%u)", path,
-                       (unsigned long long)size, INDEX_MAX_BYTES);
-    }
-    char *t = fr_alloc(ctx, (size_t)size + 1, FR_MEM_OTHER);
-    if (!t) {
-        close(fd);
-        return FR_ERR_NOMEM;
-    }
-    if (size && fr_pread_full(fd, t, (size_t)size, 0)) {
-        int err = errno;
-        close(fd);
-        fr_free(ctx, t);
-        return fr_fail(ctx, FR_ERR_IO, "%s: cannot read it: %s", path,
-                       err ? strerror(err) : "it shrank while read");
-    }
-    close(fd);
-    t[size] = 0;
-    *out = t;
-    *len = (size_t)size;
-    return FR_OK;
-}
-
 /* A shard name of the index: a plain file name beside it (no directories,
  * nothing hidden): what save_pretrained writes. */
 static int plain_name(const char *s) {
@@ -100,7 +70,7 @@ static fr_status read_index(fr_ctx *ctx, const char *index, fr_st_file *out, fr_
     fr_json root;
     memset(&root, 0, sizeof root);
     memset(out, 0, sizeof *out);
-    fr_status st = read_text(ctx, index, "weights index", &text, &len);
+    fr_status st = fr_read_small(ctx, index, "weights index", INDEX_MAX_BYTES, &text, &len);
     if (st) return st;
     st = fr_json_parse(ctx, index, text, len, &root);
     fr_free(ctx, text);

@@ -318,24 +318,10 @@ fr_model *fr_model_from_hf(fr_ctx *ctx, const char *path) {
     } else {
         snprintf(file, sizeof file, "%s", path);
     }
-    uint64_t size = 0;
-    int fd = fr_open_regular(ctx, file, "model config", &size);
-    if (fd < 0) return NULL;
-    if (size > HF_CONFIG_MAX) {
-        close(fd);
-        fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes: too large for a config.json", file,
-                (unsigned long long)size);
-        return NULL;
-    }
-    char *text = fr_alloc(ctx, (size_t)size + 1, FR_MEM_OTHER);
-    if (!text || (size && fr_pread_full(fd, text, (size_t)size, 0))) {
-        close(fd);
-        if (text) fr_fail(ctx, FR_ERR_IO, "%s: cannot read it", file);
-        fr_free(ctx, text);
-        return NULL;
-    }
-    close(fd);
-    fr_model *m = fr_model_from_hf_text(ctx, file, text, (size_t)size);
+    char *text = NULL;
+    size_t size = 0;
+    if (fr_read_small(ctx, file, "model config", HF_CONFIG_MAX, &text, &size)) return NULL;
+    fr_model *m = fr_model_from_hf_text(ctx, file, text, size);
     fr_free(ctx, text);
     return m;
 }

@@ -44,33 +44,6 @@ static fr_status pair_paths(fr_ctx *ctx, const char *path, char *config, char *m
     return FR_OK;
 }
 
-/* The whole of a small regular file, NUL-terminated. */
-static fr_status read_text(fr_ctx *ctx, const char *path, char **out, size_t *len) {
-    uint64_t size;
-    int fd = fr_open_regular(ctx, path, "adapter config", &size);
-    if (fd < 0) return FR_ERR_IO;
-    if (size > (1u << 20)) {
-        close(fd);
-        return fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes: an adapter config is under 1 MiB", path,
-                       (unsigned long long)size);
-    }
-    char *buf = fr_alloc(ctx, (size_t)size + 1, FR_MEM_OTHER);
-    if (!buf) {
-        close(fd);
-        return FR_ERR_NOMEM;
-    }
-    if (size && fr_pread_full(fd, buf, (size_t)size, 0) != 0) {
-        int e = errno;
-        close(fd);
-        fr_free(ctx, buf);
-        return fr_fail(ctx, FR_ERR_IO, "%s: cannot read: %s", path, e ? strerror(e) : "short");
-    }
-    close(fd);
-    buf[size] = 0;
-    *out = buf, *len = (size_t)size;
-    return FR_OK;
-}
-
 /* LoraConfig's fields as fr_lora_cfg; what frugal does not do is refused by name. */
 static fr_status config_of(fr_ctx *ctx, const char *path, const fr_json *j, fr_lora_cfg *c) {
     const fr_json *v;
@@ -139,7 +112,7 @@ fr_status fr_adapter_lora(fr_model *m, const char *path, uint64_t seed) {
     fr_json j;
     fr_lora_cfg c;
     fr_status st = pair_paths(ctx, path, config, model);
-    if (st || (st = read_text(ctx, config, &text, &len))) return st;
+    if (st || (st = fr_read_small(ctx, config, "adapter config", 1u << 20, &text, &len))) return st;
     st = fr_json_parse(ctx, config, text, len, &j);
     fr_free(ctx, text);
     if (st) return st;

@@ -36,21 +36,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 static fr_status hash_file(fr_ctx *ctx, const char *path, uint64_t *h) {
-    uint64_t size = 0;
-    int fd = fr_open_regular(ctx, path, "tokenizer", &size);
-    if (fd < 0) return FR_ERR_IO;
-    char buf[1 << 14];
-    for (uint64_t off = 0; off < size;) {
-        size_t n = size - off < sizeof buf ? (size_t)(size - off) : sizeof buf;
-        if (fr_pread_full(fd, buf, n, off)) {
-            close(fd);
-            return fr_fail(ctx, FR_ERR_IO, "%s: cannot read it", path);
-        }
-        *h = fnv(*h, buf, n);
-        off += n;
-    }
-    close(fd);
-    return FR_OK;
+    char *b = NULL;
+    size_t n = 0;
+    fr_status st = fr_read_small(ctx, path, "tokenizer", 2ull << 30, &b, &n);
+    if (!st) *h = fnv(*h, b, n);
+    fr_free(ctx, b);
+    return st;
 }
 
 static int writable_dir(const char *d) { return access(d, W_OK | X_OK) == 0; }
@@ -161,8 +152,9 @@ fr_status fr_tokenize_cached(fr_ctx *ctx, fr_tokenizer *tok, const char *data, c
     /* parts of about PIECE_BYTES, where the tokenizer allows a cut */
     const int cut = fr_tokenizer_cuttable(tok);
     for (int64_t at = 0; at < len && !st;) {
-        int64_t end = cut && at + PIECE_BYTES < len ? at + PIECE_BYTES : len;
-        while (end < len && !(text[end - 1] == '\n' && text[end] > ' ' && text[end] < 127)) end++;
+        const int64_t end =
+            cut ? at + (int64_t)fr_tokenizer_next_cut(text + at, (size_t)(len - at), PIECE_BYTES)
+                : len;
         int32_t *p = NULL;
         size_t np = 0;
         st = fr_tokenizer_encode(tok, text + at, (size_t)(end - at),

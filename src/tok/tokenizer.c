@@ -41,26 +41,8 @@ struct fr_tokenizer {
 
 /* The whole file (accounted, NUL-terminated) or NULL with a message. */
 static char *read_all(fr_ctx *ctx, const char *path, const char *what, size_t *len) {
-    uint64_t size;
-    int fd = fr_open_regular(ctx, path, what, &size);
-    if (fd < 0) return NULL;
-    if (size > MAX_FILE) {
-        close(fd);
-        fr_fail(ctx, FR_ERR_FORMAT, "%s: %llu bytes: over the %llu a tokenizer file may have", path,
-                (unsigned long long)size, MAX_FILE);
-        return NULL;
-    }
-    char *buf = fr_alloc(ctx, (size_t)size + 1, FR_MEM_OTHER);
-    if (buf && fr_pread_full(fd, buf, (size_t)size, 0)) {
-        fr_fail(ctx, FR_ERR_IO, "%s: read failed", path);
-        fr_free(ctx, buf);
-        buf = NULL;
-    }
-    close(fd);
-    if (!buf) return NULL;
-    buf[size] = 0;
-    *len = (size_t)size;
-    return buf;
+    char *buf = NULL;
+    return fr_read_small(ctx, path, what, MAX_FILE, &buf, len) ? NULL : buf;
 }
 
 static int is_file(const char *p) {
@@ -253,6 +235,12 @@ int fr_tokenizer_eos(const fr_tokenizer *t) { return t->eos; }
 int fr_tokenizer_adds_bos(const fr_tokenizer *t) { return t->adds_bos; }
 const char *fr_tokenizer_path(const fr_tokenizer *t) { return t->path; }
 int fr_tokenizer_cuttable(const fr_tokenizer *t) { return t->bpe && fr_bpe_cuttable(t->bpe); }
+
+size_t fr_tokenizer_next_cut(const char *t, size_t n, size_t from) {
+    for (size_t i = from ? from : 1; i < n; i++)
+        if (t[i - 1] == '\n' && t[i] > ' ' && t[i] < 127) return i;
+    return n;
+}
 
 fr_status fr_tokenizer_check_vocab(fr_ctx *ctx, const fr_tokenizer *t, int model_vocab) {
     if (t->vocab <= model_vocab) return FR_OK;

@@ -63,5 +63,9 @@ fr_status fr_tokenizer_check_vocab(fr_ctx *ctx, const fr_tokenizer *t, int model
  * SentencePiece (a part's dummy-prefix space), a BPE that adds a prefix
  * space, or one with its own Split pattern. */
 int fr_tokenizer_cuttable(const fr_tokenizer *t);
+/* The first place at or after `from` in t[0..n) where such a cut may be
+ * made (just after a newline that an ASCII non-space printable byte
+ * follows), or n when there is none. */
+size_t fr_tokenizer_next_cut(const char *t, size_t n, size_t from);
 
 #endif
