@@ -7,7 +7,7 @@ in full with AdamW, timed and weighed (bench/finetune.sh runs it against
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \\
     /usr/bin/python3 bench/torch_finetune.py --mode lora|full [--seq 512] [--batch 4] \\
         [--steps 4] [--warmup 2] [--threads 2] [--rank 8] [--alpha 16] [--dropout 0.05] \\
-        [--target attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj] [--saved] [--json]
+        [--target attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj] [--saved] [--autocast bf16] [--json]
         [--layers 12 --heads 12 --dim 768 --vocab 50257: GPT-2 124M; smaller for a quick check]
 
 The model is bench/torch_gpt.py's (nanoGPT's model.py, imported from it) with
@@ -63,6 +63,7 @@ this configuration's), as torch_gpt.py does:
   is read.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -173,11 +174,15 @@ def run(o):
     batches = RandomTokens(o.batch, o.seq, o.vocab, o.seed)
     rss_model = rss_now()
 
+    mixed = (torch.autocast("cpu", dtype=torch.bfloat16) if o.autocast == "bf16"
+             else contextlib.nullcontext())
+
     def step():
         x, y = batches.next()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with mixed:  # --autocast bf16: PyTorch's own mixed precision (forward under autocast)
+            loss = model(x, y)
         loss.backward()
         opt.step()
         v = loss.item()
@@ -199,7 +204,8 @@ def run(o):
         "layers": o.layers, "heads": o.heads, "dim": o.dim, "ctx": CTX, "vocab": o.vocab,
         "batch": o.batch, "seq": o.seq,
         "tokens": o.batch * o.seq, "optimizer": "adamw", "lr": o.lr, "weight_decay": o.weight_decay,
-        "precision": "fp32", "data": f"random ids below {o.vocab}, seeded", "weights": "random init",
+        "precision": "bf16-autocast" if o.autocast == "bf16" else "fp32", "autocast": o.autocast,
+        "data": f"random ids below {o.vocab}, seeded", "weights": "random init",
         "threads": torch.get_num_threads(), "steps": o.steps, "warmup": o.warmup,
         "params": params, "trainable_params": n_trainable,
         "median_ms": statistics.median(times), "mean_ms": statistics.fmean(times),
@@ -224,7 +230,7 @@ def run(o):
 def describe(r):
     what = (f"LoRA r={r['lora_r']} alpha={r['lora_alpha']:g} dropout={r['lora_dropout']:g} on "
             f"{r['lora_layers']} linears, fp32 base frozen" if r["mode"] == "lora"
-            else "full fine-tune, fp32")
+            else "full fine-tune, fp32") + (", bf16 autocast" if r.get("autocast") == "bf16" else "")
     lines = [
         f"torch {r['torch_version']} {'GPT-2 124M' if r['model'] == 'gpt2' else r['model']} (random init), {what}, AdamW, batch {r['batch']}, "
         f"T {r['seq']}, {r['threads']} threads: {r['params']} parameters, "
@@ -263,6 +269,8 @@ def main():
     ap.add_argument("--target", default=TARGETS, help=f"the linears LoRA wraps [{TARGETS}]")
     ap.add_argument("--saved", action="store_true",
                     help="one more forward: the bytes it saves for the backward")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--json", action="store_true")
     o = ap.parse_args()
     if min(o.steps, o.batch, o.seq, o.layers, o.heads, o.dim, o.vocab) < 1 or o.warmup < 0:

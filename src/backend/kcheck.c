@@ -47,7 +47,7 @@ int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d) {
     return FR_OK;
 }
 
-int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, fr_linear_dims *d) {
+int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, int bf16_in, fr_linear_dims *d) {
     const char *op = bwd ? "qlinear_bwd" : "qlinear";
     const fr_attr *a = &c->node->attr;
     const fr_tensor *in = &c->in[0], *wq = &c->in[1], *out = &c->out[0];
@@ -63,12 +63,12 @@ int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, fr_linear_dims *d) {
                        fr_qfmt_name((fr_qfmt)a->qfmt), bytes);
     const int64_t ci = bwd ? d->O : d->K, co = bwd ? d->K : d->O;
     d->N = fr_shape_numel(&in->shape) / ci;
-    if (in->dtype != FR_F32 || out->dtype != FR_F32 || d->N * ci != fr_shape_numel(&in->shape) ||
-        d->N * co != fr_shape_numel(&out->shape))
+    if ((in->dtype != FR_F32 && (in->dtype != FR_BF16 || !bf16_in)) || out->dtype != FR_F32 ||
+        d->N * ci != fr_shape_numel(&in->shape) || d->N * co != fr_shape_numel(&out->shape))
         return fr_fail(c->ctx, FR_ERR_SHAPE,
-                       "%s: input of %lld and output of %lld f32 values are not N rows of %lld "
-                       "and %lld",
-                       op, (long long)fr_shape_numel(&in->shape),
+                       "%s: input of %lld (%s) and output of %lld (f32) values are not N rows of "
+                       "%lld and %lld",
+                       op, (long long)fr_shape_numel(&in->shape), bf16_in ? "f32 or bf16" : "f32",
                        (long long)fr_shape_numel(&out->shape), (long long)ci, (long long)co);
     return FR_OK;
 }

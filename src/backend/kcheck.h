@@ -20,8 +20,9 @@ int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d); /* also dy (N, O
 
 /* QLINEAR / QLINEAR_BWD: the node's attr.shape (O, K) and attr.qfmt, Wq
  * in[1] of fr_quant_bytes of them, x (QLINEAR) or dy (QLINEAR_BWD) in[0] N
- * rows of K (O) values, y (dx) out[0] N rows of O (K). */
-int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, fr_linear_dims *d);
+ * rows of K (O) values, f32 (or bf16 where the backend's kernel takes it:
+ * bf16_in), y (dx) out[0] N rows of O (K), f32. */
+int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, int bf16_in, fr_linear_dims *d);
 
 /* CONV2D: x (N,C,H,W), W (OC,C,K,K), y (N,OC,OH,OW) at stride S, padding P. */
 typedef struct fr_conv_dims {

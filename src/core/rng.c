@@ -1,19 +1,12 @@
 /* rng.c — counter-based hashing (splitmix64) for reproducible randomness. */
 #include "core/rng.h"
 
-static uint64_t mix(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 uint64_t fr_rng_u64(uint64_t seed, uint64_t stream, uint64_t index) {
-    return mix(mix(mix(seed) ^ stream) ^ index);
+    return fr_rng_mix(fr_rng_base(seed, stream) ^ index);
 }
 
 float fr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    return (float)(fr_rng_u64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+    return fr_rng_uniform_at(fr_rng_base(seed, stream), index);
 }
 
 uint64_t fr_rng_next(fr_rng *r) { return fr_rng_u64(r->seed, r->stream, r->i++); }

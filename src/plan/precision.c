@@ -24,10 +24,13 @@ static int rounded_fwd(fr_op op, int j) {
  * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear
  * layer, and dy too in its backward; not the bias. A scaled linear node
  * (attr.scale, LoRA's B product) is not: the 16-bit GEMM has no alpha, and
- * its inner dimension is the adapter's rank, too small to gain from one. */
+ * its inner dimension is the adapter's rank, too small to gain from one. A
+ * quantized layer's x (dy in its backward) is: its kernel dequantizes the
+ * weight into bf16 panels itself (backend/cpu/qlinear.c). */
 static int gemm16_slot(int g16, const fr_node *n, int j) {
     if (n->attr.scale != 0.0f && n->attr.scale != 1.0f) return 0;
-    return g16 && ((n->op == FR_OP_LINEAR && j < 2) || (n->op == FR_OP_LINEAR_BWD && j < 3));
+    return g16 && ((n->op == FR_OP_LINEAR && j < 2) || (n->op == FR_OP_LINEAR_BWD && j < 3) ||
+                   ((n->op == FR_OP_QLINEAR || n->op == FR_OP_QLINEAR_BWD) && j == 0));
 }
 
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.

@@ -400,6 +400,36 @@ fr_status fr_dequantize_rows(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64
     return FR_OK;
 }
 
+fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows,
+                             int64_t k0, int64_t kc, uint16_t *out, int64_t ld) {
+    fr_status st = check_weight(ctx, "dequantize_bf16", w);
+    if (st) return st;
+    if (o0 < 0 || rows < 0 || o0 > w->O - rows || k0 < 0 || kc < 0 || k0 > w->K - kc ||
+        (rows && kc && (!out || ld < kc)))
+        return fr_fail(ctx, FR_ERR_ARG,
+                       "dequantize_bf16: rows %lld to %lld, columns %lld to %lld (row stride "
+                       "%lld) of a (%lld,%lld) weight",
+                       (long long)o0, (long long)(o0 + rows), (long long)k0, (long long)(k0 + kc),
+                       (long long)ld, (long long)w->O, (long long)w->K);
+    if (w->fmt == FR_QFMT_NF4) pthread_once(&dyn_once, dyn_build);
+#pragma omp parallel for schedule(static) if (rows * kc >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        uint16_t *o = out + r * ld;
+        const int64_t at = (o0 + r) * w->K + k0;
+        if (w->fmt == FR_QFMT_BF16) {
+            memcpy(o, w->h + at, (size_t)kc * sizeof *o);
+            continue;
+        }
+        float buf[256];
+        for (int64_t c = 0; c < kc; c += 256) {
+            const int64_t n = imin64(256, kc - c);
+            deq_range(w, at + c, n, buf);
+            fr_f32_to_bf16_n_seq(buf, o + c, (size_t)n);
+        }
+    }
+    return FR_OK;
+}
+
 /* ---- the GEMMs ---------------------------------------------------------------- */
 
 /* Tiles. The forward product dequantizes TF whole rows of W' (about

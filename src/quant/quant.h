@@ -111,6 +111,14 @@ void fr_quant_free(fr_ctx *ctx, fr_qweight *q);
 fr_status fr_dequantize_rows(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows,
                              float *out);
 
+/* out (rows, kc) = W'[o0 : o0 + rows, k0 : k0 + kc] rounded to bf16 (to
+ * nearest even, as fr_f32_to_bf16: a bf16 weight's values as they are),
+ * row r at out + r ld; rows in parallel on the caller's OpenMP threads.
+ * For a 16-bit GEMM over the weight (backend/cpu/qlinear.c). FR_ERR_ARG for
+ * a range outside W. */
+fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows,
+                             int64_t k0, int64_t kc, uint16_t *out, int64_t ld);
+
 /* The workspace (floats) that fr_qgemm and fr_qgemm_dx need to run on
  * `threads` threads (below 1: one) for a weight of (O,K): a tile per
  * thread. With less (but at least one tile) they run on fewer threads. */

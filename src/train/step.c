@@ -430,7 +430,12 @@ fail:
 
 fr_status fr_step_materialize(fr_step *s) {
     fr_status st;
-    if (!s->m->initialised && (st = fr_model_init(s->m, s->o.seed))) return st;
+    if (!s->m->initialised) {
+        if ((st = fr_model_init(s->m, s->o.seed))) return st;
+        /* what initialising freed (a quantized base's f32 values) is not the
+         * step's to hold: cached, it stayed reserved beside the arena */
+        fr_mem_empty_cache(s->ctx);
+    }
     if (s->o.training && (st = alloc_grads(s))) return st;
     if (s->o.training && offloaded(s) && (st = fr_optim_alloc_host_grads(s->ctx, s->m))) return st;
     if (s->o.training && (st = fr_step_alloc_state(s))) return st;

@@ -32,10 +32,10 @@ int fr_k_dropout(fr_kernel_call *c) {
     if (a->p < 0.0f || a->p > 1.0f)
         return fr_fail(c->ctx, FR_ERR_ARG, "dropout: p = %g is outside [0, 1]", (double)a->p);
     const float p = a->p, scale = keep_scale(p);
-    const uint64_t seed = c->seed, stream = ((uint64_t)c->step << 32) | a->salt;
+    const uint64_t base = fr_rng_base(c->seed, ((uint64_t)c->step << 32) | a->salt);
 #pragma omp parallel for schedule(static) if (n >= DROP_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        int keep = fr_rng_uniform(seed, stream, (uint64_t)i) >= p;
+        int keep = fr_rng_uniform_at(base, (uint64_t)i) >= p; /* fr_rng_uniform's bits */
         y[i] = keep ? x[i] * scale : 0.0f;
         if (mask) mask[i] = (uint8_t)keep;
     }

@@ -63,6 +63,9 @@ int fr_k_linear(fr_kernel_call *c);
 int fr_k_linear_bwd(fr_kernel_call *c);
 int fr_k_qlinear(fr_kernel_call *c); /* qlinear.c */
 int fr_k_qlinear_bwd(fr_kernel_call *c);
+/* QLINEAR's (bwd: QLINEAR_BWD's) GEMM scratch, in bytes, for N rows of a
+ * bf16 input: a bf16 panel of W' and oneDNN's scratch (qlinear.c) */
+size_t fr_k_qlinear16_ws(int64_t N, int64_t O, int64_t K, int bwd);
 size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int64_t N, int threads);
 /* With bf16 operands (all of x, W, and dy for LINEAR_BWD) the GEMMs are
  * 16-bit ones with f32 accumulation (gemm16.h), the weight gradient in the

@@ -25,6 +25,16 @@ static const fr_kernel_fn cpu_kernels[FR_OP_COUNT] = {FR_OPS(FR_CPU_ROW)};
  * on bf16 operands, or on f32 ones where fr_gemm32_onednn() (gemm16.h), in
  * floats */
 static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
+    const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    if ((n->op == FR_OP_QLINEAR || n->op == FR_OP_QLINEAR_BWD) && n->in[0] >= 0 &&
+        g->vals[n->in[0]].dtype == FR_BF16 && f->attr.shape.ndim == 2) {
+        /* a bf16 input (precision.c): a bf16 panel of W' and oneDNN's scratch */
+        const int bwd = n->op == FR_OP_QLINEAR_BWD;
+        const int64_t O = f->attr.shape.d[0], K = f->attr.shape.d[1];
+        const int64_t N = fr_shape_numel(&g->vals[n->in[0]].shape) / (bwd ? O : K);
+        size_t b = fr_k_qlinear16_ws(N, O, K, bwd);
+        return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
+    }
     int bwd = n->op == FR_OP_LINEAR_BWD;
     if (n->op != FR_OP_LINEAR && !bwd) return 0;
     /* the GEMM's operands' dtype: x's, or dy's in a backward without x */

@@ -347,7 +347,7 @@ int fr_cl_k_qlinear(fr_kernel_call *c) {
     const fr_tensor *ws = &c->out[1];
     fr_linear_dims d;
     int64_t T;
-    int st = fr_kcheck_qlinear(c, 0, &d);
+    int st = fr_kcheck_qlinear(c, 0, 0, &d);
     if (!st) st = need_f32(c, "qlinear", b, "bias");
     if (!st) st = q_tile(c, "qlinear", ws, &d, &T);
     if (st || d.N == 0) return st;
@@ -371,7 +371,7 @@ int fr_cl_k_qlinear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *wq = &c->in[1], *dx = &c->out[0], *ws = &c->out[3];
     fr_linear_dims d;
     int64_t T;
-    int st = fr_kcheck_qlinear(c, 1, &d);
+    int st = fr_kcheck_qlinear(c, 1, 0, &d);
     if (!st) st = q_tile(c, "qlinear_bwd", ws, &d, &T);
     if (st || d.N == 0 || !dx->buf) return st;
     const mat tile = mat_of(ws, (size_t)d.K), dym = mat_of(dy, (size_t)d.O);
