@@ -6,11 +6,23 @@
  * vocabularies 256 to 50257, chunks of rows that do not divide N, with and
  * without a bias; the hits against fr_k_argmax_hits on the stored logits
  * (ties, a NaN row), the accumulate bits, the loss scale, bad labels, a
- * workspace too small, and the same bits on a second run. */
+ * workspace too small, and the same bits on a second run.
+ *
+ * With x in bf16 (what the mixed-precision pass gives where the CPU has a
+ * native bf16 GEMM; linear_ce.c then rounds W and dz to bf16 a panel at a
+ * time for oneDNN's bf16 matmul): against a float64 reference of the same
+ * rounded operands, written here (x and W rounded to nearest even by hand,
+ * not by the code under test): the loss within 1e-5, and each element of
+ * dx, dW within 2^-8 of the sum of its terms' magnitudes (the bf16 rounding
+ * of dz, 2^-9 of each term, with room for the f32 sums) plus 1e-6 of the
+ * tensor's largest value; the same bits twice; a GEMM scratch one byte short
+ * refused. Vocabularies that cross several panels of W. Skipped with a line
+ * where the CPU has no native bf16 GEMM. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
 #include "core/rng.h"
@@ -333,6 +345,130 @@ static void check_errors(void) {
     problem_free(&p);
 }
 
+/* bf16 bits of f, to nearest even (by hand, the reference's own) */
+static uint16_t rne16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float wide16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* the fused kernels on a bf16 x; gws: the GEMM scratch's bytes (0: what
+ * fr_k_linear_ce16_ws says) */
+static int fused16(const problem *p, const uint16_t *x16, result *r, size_t short_by) {
+    const int64_t N = p->N, C = p->C, V = p->V;
+    const int64_t R = p->R < 1 || p->R > N ? N : p->R;
+    fr_shape xs = fr_shape2(N, C), ws = fr_shape2(V, C);
+    call k;
+    call_init(&k, FR_OP_LINEAR_CE, (int)p->R, p->scale);
+    size_t gb = fr_k_linear_ce16_ws(N, R, C, V, 0) - short_by;
+    void *g = malloc(gb + 1);
+    float *wsp = falloc((size_t)FR_K_LINEAR_CE_WS(R, N, V, 0));
+    k.c.gemm_ws = g, k.c.gemm_ws_len = gb;
+    k.c.in[0] = (fr_tensor){.dtype = FR_BF16, .shape = xs, .data = (void *)x16};
+    k.c.in[1] = tf(p->w, ws);
+    k.c.in[2] = tf(p->bias ? p->b : NULL, fr_shape1(V));
+    k.c.in[3] = ti(p->y, fr_shape1(N));
+    k.c.out[0] = tf(&r->loss, fr_shape1(1)), k.c.out[1] = ti(&r->hits, fr_shape1(1));
+    k.c.out[2] = tf(wsp, fr_shape1(FR_K_LINEAR_CE_WS(R, N, V, 0)));
+    int st = fr_k_linear_ce(&k.c);
+    free(wsp), free(g);
+    if (st) return st;
+    call_init(&k, FR_OP_LINEAR_CE_BWD, (int)p->R, p->scale);
+    gb = fr_k_linear_ce16_ws(N, R, C, V, 1) - short_by;
+    g = malloc(gb + 1);
+    wsp = falloc((size_t)FR_K_LINEAR_CE_WS(R, N, V, 1));
+    k.c.gemm_ws = g, k.c.gemm_ws_len = gb;
+    k.c.in[0] = (fr_tensor){.dtype = FR_BF16, .shape = xs, .data = (void *)x16};
+    k.c.in[1] = tf(p->w, ws);
+    k.c.in[2] = tf(p->bias ? p->b : NULL, fr_shape1(V));
+    k.c.in[3] = ti(p->y, fr_shape1(N));
+    k.c.out[0] = tf(r->dx, xs), k.c.out[1] = tf(r->dw, ws);
+    k.c.out[2] = tf(p->bias ? r->db : NULL, fr_shape1(V));
+    k.c.out[4] = tf(wsp, fr_shape1(FR_K_LINEAR_CE_WS(R, N, V, 1)));
+    st = fr_k_linear_ce_bwd(&k.c);
+    free(wsp), free(g);
+    return st;
+}
+
+static void check_bf16(int64_t N, int64_t C, int64_t V, int64_t R, int bias) {
+    problem p;
+    problem_make(&p, N, C, V, R, bias, 9);
+    char what[96];
+    snprintf(what, sizeof what, "bf16 N %lld C %lld V %lld R %lld%s", (long long)N, (long long)C,
+             (long long)V, (long long)R, bias ? " bias" : "");
+    uint16_t *x16 = malloc((size_t)(N * C) * 2);
+    for (int64_t i = 0; i < N * C; i++) x16[i] = rne16(p.x[i]);
+    /* the reference's operands: x and W rounded to bf16 (the bias stays f32) */
+    problem q = p;
+    q.x = falloc((size_t)(N * C)), q.w = falloc((size_t)(V * C));
+    for (int64_t i = 0; i < N * C; i++) q.x[i] = wide16(x16[i]);
+    for (int64_t i = 0; i < V * C; i++) q.w[i] = wide16(rne16(p.w[i]));
+    double loss, *dx = malloc((size_t)(N * C) * 8), *dw = malloc((size_t)(V * C) * 8),
+                 *db = malloc((size_t)V * 8), *ax = calloc((size_t)(N * C), 8),
+                 *aw = calloc((size_t)(V * C), 8), *z = malloc((size_t)V * 8);
+    reference(&q, &loss, dx, dw, db);
+    for (int64_t n = 0; n < N; n++) { /* sum |g w| for dx, sum |g x| for dW */
+        double mx = -INFINITY, e = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double a = bias ? q.b[v] : 0;
+            for (int64_t c = 0; c < C; c++) a += (double)q.x[n * C + c] * q.w[v * C + c];
+            z[v] = a, mx = fmax(mx, a);
+        }
+        for (int64_t v = 0; v < V; v++) e += exp(z[v] - mx);
+        for (int64_t v = 0; v < V; v++) {
+            const double g =
+                fabs((double)p.scale * (exp(z[v] - mx) / e - (v == p.y[n])) / (double)N);
+            for (int64_t c = 0; c < C; c++) {
+                ax[n * C + c] += g * fabs(q.w[v * C + c]);
+                aw[v * C + c] += g * fabs(q.x[n * C + c]);
+            }
+        }
+    }
+    result f = {0}, f2 = {0};
+    result_alloc(&f, &p), result_alloc(&f2, &p);
+    CHECK(fused16(&p, x16, &f, 0) == FR_OK, "%s: %s", what, fr_last_error(g_ctx));
+    CHECK(fabs(f.loss - loss) <= 1e-5 * fabs(loss), "%s: loss %.9g, float64 %.9g", what,
+          (double)f.loss, loss);
+    double mdx = 0, mdw = 0;
+    for (int64_t i = 0; i < N * C; i++) mdx = fmax(mdx, fabs(dx[i]));
+    for (int64_t i = 0; i < V * C; i++) mdw = fmax(mdw, fabs(dw[i]));
+    int bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < N * C; i++) {
+        const double e = fabs(f.dx[i] - dx[i]);
+        bad += e > ldexp(ax[i], -8) + 1e-6 * mdx;
+        worst = fmax(worst, e / (ax[i] + 1e-30));
+    }
+    for (int64_t i = 0; i < V * C; i++) {
+        const double e = fabs(f.dw[i] - dw[i]);
+        bad += e > ldexp(aw[i], -8) + 1e-6 * mdw;
+        worst = fmax(worst, e / (aw[i] + 1e-30));
+    }
+    if (bias)
+        for (int64_t v = 0; v < V; v++) bad += fabs(f.db[v] - db[v]) > 1e-4 * fabs(db[v]) + 1e-9;
+    CHECK(bad == 0, "%s: %d gradient values off the float64 reference (worst %.2e of sum |terms|)",
+          what, bad, worst);
+    CHECK(fused16(&p, x16, &f2, 0) == FR_OK && f2.loss == f.loss && f2.hits == f.hits &&
+              !memcmp(f2.dx, f.dx, (size_t)(N * C) * 4) &&
+              !memcmp(f2.dw, f.dw, (size_t)(V * C) * 4),
+          "%s: a second run differs", what);
+    CHECK(fused16(&p, x16, &f2, 1) == FR_ERR_ARG &&
+              strstr(fr_last_error(g_ctx), "bytes of GEMM scratch, the plan gave"),
+          "%s: a short scratch: %s", what, fr_last_error(g_ctx));
+    if (getenv("FR_TEST_VERBOSE"))
+        printf("%-40s worst %.2e of sum |terms|\n", what, worst);
+    result_free(&f), result_free(&f2);
+    free(dx), free(dw), free(db), free(ax), free(aw), free(z), free(x16), free(q.x), free(q.w);
+    problem_free(&p);
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
     if (!g_ctx) return 2;
@@ -346,6 +482,13 @@ int main(void) {
     /* GPT-2's vocabulary: chunks of 7 and 64 rows over 37 and 130 */
     check_problem(37, 16, 50257, 7, 1);
     check_problem(130, 16, 50257, 64, 0);
+    if (!fr_gemm16_native(FR_BF16)) {
+        printf("bf16 x: SKIPPED, this CPU (or build) has no native bf16 GEMM\n");
+    } else {
+        check_bf16(37, 64, 50257, 7, 1); /* 4 panels of W, chunks of 7 rows */
+        check_bf16(20, 16, 1000, 0, 0);  /* one panel, one chunk */
+        check_bf16(9, 100, 30011, 4, 1); /* 3 panels, a last chunk of 1 */
+    }
     check_accumulate();
     check_hits();
     check_errors();

@@ -26,11 +26,14 @@ static int rounded_fwd(fr_op op, int j) {
  * (attr.scale, LoRA's B product) is not: the 16-bit GEMM has no alpha, and
  * its inner dimension is the adapter's rank, too small to gain from one. A
  * quantized layer's x (dy in its backward) is: its kernel dequantizes the
- * weight into bf16 panels itself (backend/cpu/qlinear.c). */
+ * weight into bf16 panels itself (backend/cpu/qlinear.c); so is the fused
+ * head's x, its kernel rounding W a panel at a time (linear_ce.c). */
 static int gemm16_slot(int g16, const fr_node *n, int j) {
     if (n->attr.scale != 0.0f && n->attr.scale != 1.0f) return 0;
     return g16 && ((n->op == FR_OP_LINEAR && j < 2) || (n->op == FR_OP_LINEAR_BWD && j < 3) ||
-                   ((n->op == FR_OP_QLINEAR || n->op == FR_OP_QLINEAR_BWD) && j == 0));
+                   ((n->op == FR_OP_QLINEAR || n->op == FR_OP_QLINEAR_BWD ||
+                     n->op == FR_OP_LINEAR_CE || n->op == FR_OP_LINEAR_CE_BWD) &&
+                    j == 0));
 }
 
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.

@@ -195,6 +195,10 @@ int64_t fr_k_argmax_hits(const float *z, const int32_t *y, int64_t rows, int64_t
  * R = attr.rows logits rows a chunk; ws floats: R V + 2 N (forward), R V + 2 V (backward). */
 int fr_k_linear_ce(fr_kernel_call *c);
 int fr_k_linear_ce_bwd(fr_kernel_call *c);
+/* LINEAR_CE's (bwd: LINEAR_CE_BWD's) GEMM scratch in bytes for N rows of a
+ * bf16 x in chunks of R, C features, V classes: panels of W and dz in bf16
+ * and oneDNN's scratch (linear_ce.c) */
+size_t fr_k_linear_ce16_ws(int64_t N, int64_t R, int64_t C, int64_t V, int bwd);
 #define FR_K_LINEAR_CE_WS(R, N, V, bwd) ((R) * (V) + 2 * ((bwd) ? (V) : (N)))
 
 /* embedding.c — a GPT's input lookups. Ids outside the table are an

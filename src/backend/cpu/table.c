@@ -35,6 +35,16 @@ static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
         size_t b = fr_k_qlinear16_ws(N, O, K, bwd);
         return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
     }
+    if ((n->op == FR_OP_LINEAR_CE || n->op == FR_OP_LINEAR_CE_BWD) && n->in[0] >= 0 &&
+        g->vals[n->in[0]].dtype == FR_BF16) {
+        /* a bf16 x (precision.c): panels of W and dz in bf16, oneDNN's scratch */
+        const fr_shape *w = &g->vals[n->in[1]].shape;
+        if (w->ndim != 2 || w->d[1] < 1) return 0;
+        const int64_t N = fr_shape_numel(&g->vals[n->in[0]].shape) / w->d[1];
+        size_t b = fr_k_linear_ce16_ws(N, fr_op_ce_chunk_rows(g, n), w->d[1], w->d[0],
+                                       n->op == FR_OP_LINEAR_CE_BWD);
+        return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
+    }
     int bwd = n->op == FR_OP_LINEAR_BWD;
     if (n->op != FR_OP_LINEAR && !bwd) return 0;
     /* the GEMM's operands' dtype: x's, or dy's in a backward without x */
