@@ -49,7 +49,12 @@
 # libraries, the token file; oneDNN's bf16 kernels and OpenBLAS's buffers:
 # about 30 MiB beside the LoRA step, 67 to 91 MiB beside the full bf16-mixed
 # one, which 960MiB took to 1026 MiB): LORA_BUDGET [480MiB], FULL_BUDGET [896MiB];
-# LORA_EXTRA [none]: more frugal options for the LoRA part (--precision bf16-mixed).
+# LORA_EXTRA [--precision bf16-mixed]: more frugal options for the LoRA part
+# (LORA_EXTRA=" " for none: frugal's LoRA step in fp32).
+# The LoRA part also times PyTorch's own mixed precision (config lora-ac:
+# torch_finetune.py --mode lora --autocast bf16, alternated with the others)
+# and prints frugal against it beside the fp32 row: the mixed-against-mixed
+# comparison. AUTOCAST=0 leaves it out.
 # Environment: ROUNDS [3], N [4] timed steps, WARMUP [2], THREADS [2],
 # PARTS ["lora full head"], HEAD_OPTS ["--optimizer adamw"],
 # OUT [bench/out/finetune.md] (the table; every run's JSON beside it as
@@ -99,7 +104,8 @@ EOF
 LORA_OPTS=(--lora r=8,alpha=16,dropout=0.05,target=attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj
     --base-precision int8 --fused-head auto --budget "${LORA_BUDGET:-480MiB}")
 FULL_OPTS=(--optimizer adafactor --precision bf16-mixed --fused-head auto --budget "${FULL_BUDGET:-896MiB}")
-read -r -a LORA_EXTRA_ARR <<<"${LORA_EXTRA:-}" # e.g. LORA_EXTRA="--precision bf16-mixed"
+LORA_EXTRA=${LORA_EXTRA:---precision bf16-mixed}
+read -r -a LORA_EXTRA_ARR <<<"$LORA_EXTRA"
 LORA_OPTS+=("${LORA_EXTRA_ARR[@]}")
 read -r -a HEAD_ARR <<<"$HEAD_OPTS"
 COMMON=(--model "$MODEL" --data "$TOKENS" --seq 512 --batch 4 --threads "$THREADS" --test-limit 1)
@@ -186,8 +192,10 @@ EOF
 torch_run() { # config round
     local c=$1 r=$2 line
     echo "round $r/$ROUNDS: $c torch" >&2
+    local ac=()
+    [ "$c" = lora-ac ] && ac=(--autocast bf16)
     if line=$(LD_LIBRARY_PATH="$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" $PY bench/torch_finetune.py \
-        --mode "$c" --seq 512 --batch 4 --steps "$N" --warmup "$WARMUP" --threads "$THREADS" "${TORCH_ARR[@]}" --json | tail -1) &&
+        --mode "${c%-ac}" "${ac[@]}" --seq 512 --batch 4 --steps "$N" --warmup "$WARMUP" --threads "$THREADS" "${TORCH_ARR[@]}" --json | tail -1) &&
         [ -n "$line" ]; then
         echo "{\"config\": \"$c\", \"impl\": \"torch\", \"round\": $r, \"run\": $line}" >>"$RUNS"
     else
@@ -255,12 +263,13 @@ t_start=$SECONDS
 CONFIGS=()
 for p in $PARTS; do
     case $p in
-    lora | full) CONFIGS+=("$p") ;;
+    lora) CONFIGS+=(lora) && [ "${AUTOCAST:-1}" != 0 ] && CONFIGS+=(lora-ac) ;;
+    full) CONFIGS+=("$p") ;;
     head) CONFIGS+=(head-off head-auto) ;;
     *) echo "finetune.sh: PARTS: unknown part '$p' (lora, full, head)" >&2; exit 1 ;;
     esac
 done
-for c in "${CONFIGS[@]}"; do probe "$c"; done
+for c in "${CONFIGS[@]}"; do [ "$c" = lora-ac ] || probe "$c"; done
 # the fused head part needs both sides: one skipped skips the other
 [ -n "${SKIP[head-off]:-}${SKIP[head-auto]:-}" ] && { skip head-off "${SKIP[head-off]:-its partner head-auto is skipped}"; skip head-auto "${SKIP[head-auto]:-its partner head-off is skipped}"; }
 for c in head-off head-auto; do
@@ -272,6 +281,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         [ -n "${SKIP[$c]:-}" ] && continue
         case $c in
         lora | full) order="frugal torch" && [ $((r % 2)) -eq 0 ] && order="torch frugal" ;;
+        lora-ac) order="torch" ;;
         head-off | head-auto) # off then auto in odd rounds, auto then off in even ones
             [ $((r % 2)) -eq 0 ] && c=$([ $c = head-off ] && echo head-auto || echo head-off)
             order="frugal" ;;
@@ -341,6 +351,13 @@ for c in rows:
         met.append(f"time {'yes' if ratio <= t_goal else 'NO'}")
     print(f"| {names[c]} | {f_ms(ft)} | {f_ms(tt)} | {'-' if ratio is None else f'{ratio:.2f}'} | "
           f"{f_mib(fr)} | {f_mib(tr)} | {goal} | {', '.join(met) or '-'} |")
+if "lora" in rows and "lora" not in skipped and cells("lora-ac", "torch"):
+    ft, at = med("lora", "frugal", "median_ms"), med("lora-ac", "torch", "median_ms")
+    fr, ar = med("lora", "frugal", "peak_rss_bytes"), med("lora-ac", "torch", "peak_rss_bytes")
+    ratio = ft / at if ft and at else None
+    print(f"| LoRA, mixed against mixed: the same frugal run against PyTorch's bf16 autocast "
+          f"(torch.autocast('cpu', dtype=torch.bfloat16), fp32 base) | {f_ms(ft)} | {f_ms(at)} | "
+          f"{'-' if ratio is None else f'{ratio:.2f}'} | {f_mib(fr)} | {f_mib(ar)} | (beside the goal) | - |")
 if rows:
     print()
 
@@ -378,7 +395,7 @@ fails = [r for r in runs if r.get("failed")]
 for r in fails:
     print(f"failed: {r['config']} {r['impl']} round {r.get('round')}: {r.get('error', '')}")
 print("Spread of the per-run medians (min-max ms/step) and frugal's reserved peak:")
-for c in ("lora", "full", "head-off", "head-auto"):
+for c in ("lora", "lora-ac", "full", "head-off", "head-auto"):
     parts = []
     for impl in ("frugal", "torch"):
         v = [x["median_ms"] for x in cells(c, impl) if x.get("median_ms") is not None]
