@@ -462,8 +462,7 @@ static void check_bf16(int64_t N, int64_t C, int64_t V, int64_t R, int bias) {
     CHECK(fused16(&p, x16, &f2, 1) == FR_ERR_ARG &&
               strstr(fr_last_error(g_ctx), "bytes of GEMM scratch, the plan gave"),
           "%s: a short scratch: %s", what, fr_last_error(g_ctx));
-    if (getenv("FR_TEST_VERBOSE"))
-        printf("%-40s worst %.2e of sum |terms|\n", what, worst);
+    if (getenv("FR_TEST_VERBOSE")) printf("%-40s worst %.2e of sum |terms|\n", what, worst);
     result_free(&f), result_free(&f2);
     free(dx), free(dw), free(db), free(ax), free(aw), free(z), free(x16), free(q.x), free(q.w);
     problem_free(&p);

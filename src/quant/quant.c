@@ -400,8 +400,8 @@ fr_status fr_dequantize_rows(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64
     return FR_OK;
 }
 
-fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows,
-                             int64_t k0, int64_t kc, uint16_t *out, int64_t ld) {
+fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows, int64_t k0,
+                             int64_t kc, uint16_t *out, int64_t ld) {
     fr_status st = check_weight(ctx, "dequantize_bf16", w);
     if (st) return st;
     if (o0 < 0 || rows < 0 || o0 > w->O - rows || k0 < 0 || kc < 0 || k0 > w->K - kc ||

@@ -116,8 +116,8 @@ fr_status fr_dequantize_rows(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64
  * row r at out + r ld; rows in parallel on the caller's OpenMP threads.
  * For a 16-bit GEMM over the weight (backend/cpu/qlinear.c). FR_ERR_ARG for
  * a range outside W. */
-fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows,
-                             int64_t k0, int64_t kc, uint16_t *out, int64_t ld);
+fr_status fr_dequantize_bf16(fr_ctx *ctx, const fr_qweight *w, int64_t o0, int64_t rows, int64_t k0,
+                             int64_t kc, uint16_t *out, int64_t ld);
 
 /* The workspace (floats) that fr_qgemm and fr_qgemm_dx need to run on
  * `threads` threads (below 1: one) for a weight of (O,K): a tile per
