@@ -9,6 +9,28 @@
 
 #define DROP_PAR_MIN 32768
 
+#define DROP_SPAN 8192
+
+/* Elements i0 .. i0 + n of the forward: the keep decisions from the
+ * stream's base (fr_rng_uniform_at: fr_rng_uniform's bits), cloned for
+ * AVX2 and AVX-512, whose 64-bit lanes take the hash's products (the same
+ * integer operations and an exact conversion: the same bits). */
+FR_V3_CLONES static void drop_span(const float *x, float *y, uint8_t *mask, int64_t i0, int64_t n,
+                                   uint64_t base, float p, float scale) {
+    if (mask) {
+#pragma omp simd
+        for (int64_t i = i0; i < i0 + n; i++) {
+            const int keep = fr_rng_uniform_at(base, (uint64_t)i) >= p;
+            y[i] = keep ? x[i] * scale : 0.0f;
+            mask[i] = (uint8_t)keep;
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = i0; i < i0 + n; i++)
+            y[i] = fr_rng_uniform_at(base, (uint64_t)i) >= p ? x[i] * scale : 0.0f;
+    }
+}
+
 /* The scale applied to kept elements: 1/(1-p); with p >= 1 nothing is kept. */
 static float keep_scale(float p) { return p >= 1.0f ? 0.0f : 1.0f / (1.0f - p); }
 
@@ -33,12 +55,11 @@ int fr_k_dropout(fr_kernel_call *c) {
         return fr_fail(c->ctx, FR_ERR_ARG, "dropout: p = %g is outside [0, 1]", (double)a->p);
     const float p = a->p, scale = keep_scale(p);
     const uint64_t base = fr_rng_base(c->seed, ((uint64_t)c->step << 32) | a->salt);
+    const int64_t spans = (n + DROP_SPAN - 1) / DROP_SPAN;
 #pragma omp parallel for schedule(static) if (n >= DROP_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        int keep = fr_rng_uniform_at(base, (uint64_t)i) >= p; /* fr_rng_uniform's bits */
-        y[i] = keep ? x[i] * scale : 0.0f;
-        if (mask) mask[i] = (uint8_t)keep;
-    }
+    for (int64_t b = 0; b < spans; b++)
+        drop_span(x, y, mask, b * DROP_SPAN,
+                  n - b * DROP_SPAN < DROP_SPAN ? n - b * DROP_SPAN : DROP_SPAN, base, p, scale);
     return FR_OK;
 }
 

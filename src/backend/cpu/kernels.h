@@ -54,7 +54,7 @@
  * load time; one function elsewhere. The IEEE operations are the same in
  * both, so are the bits. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define FR_V3_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define FR_V3_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FR_V3_CLONES
 #endif
