@@ -175,7 +175,7 @@ static UNARY(gelu_tanh, "gelu", 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GE
 // dx = dy * gelu_tanh_grad(x)
 static BINARY_BWD(gelu_tanh_bwd, "gelu_bwd", d * gelu_tanh_grad(v))
 
-/* The tanh GELU on f32 spans, cloned for AVX2 (x86-64-v3): the same IEEE
+/* The tanh GELU on f32 spans, cloned for AVX-512 and AVX2 (FR_V3_CLONES): the same IEEE
  * operations in wider lanes (C11 mode contracts nothing into FMAs), so the
  * same bits as the generic loops above, which serve 16-bit operands. y may
  * be x, dx may be dy (each element is read before it is written). */
