@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "bf16_ref.h"
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optim_state.h"
@@ -270,20 +271,6 @@ static void ref_step(const fr_optim_opts *o, int64_t t, double *p, double g, dou
     *p -= o->lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + o->eps);
 }
 
-/* round to nearest even bf16, and back */
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 enum { NP = 37, STEPS = 2, OFF = 64 };
 
 typedef struct optim_case {
@@ -313,7 +300,7 @@ static int run_optim(const dev *d, const optim_case *c, optim_out *out) {
         float x = val(1, i);
         if (c->pdt == FR_F32) memcpy(p0 + 4 * i, &x, 4);
         else {
-            uint16_t h = to_bf16(x);
+            uint16_t h = ref_bf16(x);
             memcpy(p0 + 2 * i, &h, 2);
         }
     }
@@ -337,7 +324,7 @@ static int run_optim(const dev *d, const optim_case *c, optim_out *out) {
             uint16_t h;
             memcpy(&h, raw + 2 * i, 2);
             if (c->pdt == FR_F32) memcpy(&out->p[i], raw + 4 * i, 4);
-            else out->p[i] = from_bf16(h);
+            else out->p[i] = ref_bf16_value(h);
         }
         memset(out->s, 0, sizeof out->s);
         memset(out->sb, 0, sizeof out->sb);
@@ -346,7 +333,7 @@ static int run_optim(const dev *d, const optim_case *c, optim_out *out) {
             for (int i = 0; i < NP; i++) {
                 uint16_t h;
                 memcpy(&h, out->sb[k] + 2 * i, 2);
-                if (c->pdt != FR_F32) out->s[k][i] = from_bf16(h);
+                if (c->pdt != FR_F32) out->s[k][i] = ref_bf16_value(h);
                 else if (c->kind == FR_STATE_F32) memcpy(&out->s[k][i], out->sb[k] + 4 * i, 4);
             }
         }
@@ -363,7 +350,7 @@ static void host_step(const optim_case *c, optim_out *out) {
     float p[NP], s[2][NP] = {{0}}, w[NP];
     uint16_t p16[NP], s16[2][NP] = {{0}};
     uint8_t sk[2][4 * NP + 64] = {{0}};
-    for (int i = 0; i < NP; i++) p[i] = val(1, i), p16[i] = to_bf16(p[i]);
+    for (int i = 0; i < NP; i++) p[i] = val(1, i), p16[i] = ref_bf16(p[i]);
     for (int64_t t = 1; t <= STEPS; t++) {
         float g[NP];
         for (int i = 0; i < NP; i++) g[i] = val(10 + (uint64_t)t, i);
@@ -387,9 +374,9 @@ static void host_step(const optim_case *c, optim_out *out) {
     }
     memset(out, 0, sizeof *out);
     for (int i = 0; i < NP; i++) {
-        out->p[i] = c->pdt == FR_F32 ? p[i] : from_bf16(p16[i]);
+        out->p[i] = c->pdt == FR_F32 ? p[i] : ref_bf16_value(p16[i]);
         for (int k = 0; k < 2; k++)
-            out->s[k][i] = c->pdt != FR_F32          ? from_bf16(s16[k][i])
+            out->s[k][i] = c->pdt != FR_F32          ? ref_bf16_value(s16[k][i])
                            : c->kind == FR_STATE_F32 ? s[k][i]
                                                      : 0;
     }
@@ -400,7 +387,7 @@ static void host_step(const optim_case *c, optim_out *out) {
  * moments, from the bf16-rounded start for bf16 weights. */
 static void ref_run(const optim_case *c, double p[NP], double s[2][NP]) {
     for (int i = 0; i < NP; i++) {
-        p[i] = c->pdt == FR_F32 ? val(1, i) : from_bf16(to_bf16(val(1, i)));
+        p[i] = c->pdt == FR_F32 ? val(1, i) : ref_bf16_value(ref_bf16(val(1, i)));
         s[0][i] = s[1][i] = 0;
         for (int64_t t = 1; t <= STEPS; t++)
             ref_step(&c->o, t, &p[i], val(10 + (uint64_t)t, i), &s[0][i], &s[1][i]);
@@ -532,12 +519,13 @@ static void test_scaling_cpu(fr_ctx *ctx) {
 
     /* a bf16 gradient: each product rounded to bf16 once */
     uint16_t h[NG];
-    for (int i = 0; i < NG; i++) h[i] = to_bf16(g[i]);
+    for (int i = 0; i < NG; i++) h[i] = ref_bf16(g[i]);
     fr_tensor t = {.dtype = FR_BF16, .shape = fr_shape1(NG), .data = h};
     CHECK(fr_cpu_backend.grad_scale(ctx, &t, 0.3f) == FR_OK, "bf16 scale");
     int bad = -1;
     for (int i = 0; i < NG && bad < 0; i++)
-        if (h[i] != to_bf16((float)((double)from_bf16(to_bf16(g[i])) * (double)0.3f))) bad = i;
+        if (h[i] != ref_bf16((float)((double)ref_bf16_value(ref_bf16(g[i])) * (double)0.3f)))
+            bad = i;
     CHECK(bad < 0, "cpu: bf16 scaled [%d] differs from the product rounded once", bad);
 }
 

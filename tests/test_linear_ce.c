@@ -24,6 +24,7 @@
 #include <string.h>
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
+#include "bf16_ref.h"
 #include "check.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -345,20 +346,6 @@ static void check_errors(void) {
     problem_free(&p);
 }
 
-/* bf16 bits of f, to nearest even (by hand, the reference's own) */
-static uint16_t rne16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float wide16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* the fused kernels on a bf16 x; gws: the GEMM scratch's bytes (0: what
  * fr_k_linear_ce16_ws says) */
 static int fused16(const problem *p, const uint16_t *x16, result *r, size_t short_by) {
@@ -404,12 +391,12 @@ static void check_bf16(int64_t N, int64_t C, int64_t V, int64_t R, int bias) {
     snprintf(what, sizeof what, "bf16 N %lld C %lld V %lld R %lld%s", (long long)N, (long long)C,
              (long long)V, (long long)R, bias ? " bias" : "");
     uint16_t *x16 = malloc((size_t)(N * C) * 2);
-    for (int64_t i = 0; i < N * C; i++) x16[i] = rne16(p.x[i]);
+    for (int64_t i = 0; i < N * C; i++) x16[i] = ref_bf16(p.x[i]);
     /* the reference's operands: x and W rounded to bf16 (the bias stays f32) */
     problem q = p;
     q.x = falloc((size_t)(N * C)), q.w = falloc((size_t)(V * C));
-    for (int64_t i = 0; i < N * C; i++) q.x[i] = wide16(x16[i]);
-    for (int64_t i = 0; i < V * C; i++) q.w[i] = wide16(rne16(p.w[i]));
+    for (int64_t i = 0; i < N * C; i++) q.x[i] = ref_bf16_value(x16[i]);
+    for (int64_t i = 0; i < V * C; i++) q.w[i] = ref_bf16_value(ref_bf16(p.w[i]));
     double loss, *dx = malloc((size_t)(N * C) * 8), *dw = malloc((size_t)(V * C) * 8),
                  *db = malloc((size_t)V * 8), *ax = calloc((size_t)(N * C), 8),
                  *aw = calloc((size_t)(V * C), 8), *z = malloc((size_t)V * 8);

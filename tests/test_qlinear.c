@@ -27,6 +27,7 @@
 #include <string.h>
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
+#include "bf16_ref.h"
 #include "check.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -121,20 +122,6 @@ static void run(fr_qfmt fmt, int64_t N, int64_t O, int64_t K, int bias) {
     free(w), free(wd), free(x), free(dy), free(b), free(blob), free(ws);
 }
 
-/* bf16 bits of f, to nearest even (by hand: the reference's own rounding) */
-static uint16_t rne16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static double wide16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void run16(fr_qfmt fmt, int64_t N, int64_t O, int64_t K, int bias) {
     fr_rng r = fr_rng_make(13, (uint64_t)(fmt * 1000 + O));
     float *w = malloc((size_t)(O * K) * 4), *wd = malloc((size_t)(O * K) * 4);
@@ -142,13 +129,13 @@ static void run16(fr_qfmt fmt, int64_t N, int64_t O, int64_t K, int bias) {
     uint16_t *x = malloc((size_t)(N * K) * 2), *dy = malloc((size_t)(N * O) * 2);
     float *b = malloc((size_t)O * 4);
     for (int64_t i = 0; i < O * K; i++) w[i] = 2.0f * fr_rng_next_uniform(&r) - 1.0f;
-    for (int64_t i = 0; i < N * K; i++) x[i] = rne16(2.0f * fr_rng_next_uniform(&r) - 1.0f);
-    for (int64_t i = 0; i < N * O; i++) dy[i] = rne16(2.0f * fr_rng_next_uniform(&r) - 1.0f);
+    for (int64_t i = 0; i < N * K; i++) x[i] = ref_bf16(2.0f * fr_rng_next_uniform(&r) - 1.0f);
+    for (int64_t i = 0; i < N * O; i++) dy[i] = ref_bf16(2.0f * fr_rng_next_uniform(&r) - 1.0f);
     for (int64_t i = 0; i < O; i++) b[i] = fr_rng_next_uniform(&r);
     fr_qweight q;
     CHECK(fr_quantize(g_ctx, fmt, w, O, K, &q) == FR_OK, "%s", fr_last_error(g_ctx));
     CHECK(fr_dequantize_rows(g_ctx, &q, 0, O, wd) == FR_OK, "%s", fr_last_error(g_ctx));
-    for (int64_t i = 0; i < O * K; i++) w16[i] = rne16(wd[i]);
+    for (int64_t i = 0; i < O * K; i++) w16[i] = ref_bf16(wd[i]);
     /* a block in the middle, row stride wider than the block */
     const int64_t o0 = O / 3, rows = O / 2, k0 = K / 5, kc = K / 2;
     memset(got16, 0, (size_t)(O * K) * 2);
@@ -199,7 +186,8 @@ static void run16(fr_qfmt fmt, int64_t N, int64_t O, int64_t K, int bias) {
         for (int64_t o = 0; o < O; o++) {
             double s = bias ? b[o] : 0, a = 1;
             for (int64_t k = 0; k < K; k++) {
-                double t = wide16(x[n * K + k]) * wide16(w16[o * K + k]);
+                double t =
+                    (double)ref_bf16_value(x[n * K + k]) * (double)ref_bf16_value(w16[o * K + k]);
                 s += t, a += fabs(t);
             }
             double e = fabs(y[0][n * O + o] - s) / a;
@@ -210,7 +198,8 @@ static void run16(fr_qfmt fmt, int64_t N, int64_t O, int64_t K, int bias) {
         for (int64_t k = 0; k < K; k++) {
             double s = 0, a = 1;
             for (int64_t o = 0; o < O; o++) {
-                double t = wide16(dy[n * O + o]) * wide16(w16[o * K + k]);
+                double t =
+                    (double)ref_bf16_value(dy[n * O + o]) * (double)ref_bf16_value(w16[o * K + k]);
                 s += t, a += fabs(t);
             }
             double e = fabs(dx[0][n * K + k] - s) / a;
