@@ -6,7 +6,8 @@
  * rate, and fp32 when bf16 is not native, slower, or too little faster to
  * pay for the casts; a convolutional net (its convolutions gain nothing)
  * keeps fp32; a precision given explicitly is never changed; the plan says
- * why. */
+ * why; a frozen int8 layer's GEMMs (QLINEAR) count in the GEMM share, by
+ * hand. */
 /* open_memstream: POSIX 2008 (the build defines _GNU_SOURCE) */
 #include <math.h>
 #include <stdio.h>
@@ -96,6 +97,44 @@ static void hand_estimate(void) {
     fr_ctx_free(ctx);
 }
 
+/* 64 -> 32 (ReLU) -> 32 (ReLU) -> 10, batch 8, the middle linear layer
+ * frozen and stored in int8 (QLINEAR): its GEMMs are bf16 GEMMs under
+ * bf16-mixed too (its kernel dequantizes into bf16 panels), so they count in
+ * the share. By hand: the trainable layers 6 B (64 32 + 32 10); the frozen
+ * one its forward 2 B 32 32 and its backward dx alone 2 B 32 32 (layer 0
+ * below it trains); ReLUs 2 B 32 each, the loss 16 B 10. */
+static void hand_estimate_quantized(void) {
+    const double B = 8, lin = 6 * B * (64 * 32 + 32 * 10) + 4 * B * 32 * 32;
+    const double other = 2 * 2 * B * 32 + 16 * B * 10, share = lin / (lin + other);
+    setenv("FRUGAL_GEMM_RATES", "100,200", 1);
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = fr_model_new(ctx, 64, 1, 1);
+    fr_model_linear(m, 32, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 32, 1);
+    fr_model_relu(m);
+    fr_model_linear(m, 10, 1);
+    CHECK(fr_model_freeze(m, "2") == FR_OK, "freeze: %s", fr_last_error(ctx));
+    fr_step_opts o = opts(8, FR_PREC_FP32, FR_CKPT_NONE, 0);
+    o.base_precision = FR_BASE_INT8;
+    fr_step *s = fr_step_build(m, &o);
+    CHECK(s != NULL, "build: %s", fr_last_error(ctx));
+    if (s) {
+        int q = 0;
+        for (int i = 0; i < s->plan.n_nodes; i++)
+            q += s->g.nodes[s->plan.order[i]].op == FR_OP_QLINEAR ||
+                 s->g.nodes[s->plan.order[i]].op == FR_OP_QLINEAR_BWD;
+        CHECK(q == 2, "the frozen int8 layer runs QLINEAR and QLINEAR_BWD: %d such nodes", q);
+        fr_mixed_estimate e;
+        fr_plan_mixed_estimate(s, &e);
+        CHECK(fabs(e.linear_share - share) < 1e-12,
+              "quantized layer: linear share %.15g, by hand %.15g", e.linear_share, share);
+        fr_step_free(s);
+    }
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 /* The precision the planner picks at batch 512 under a budget everything
  * fits, with the rates given (at 512 the halved activations outweigh the
  * 16-bit weight copies and the bf16 GEMM scratch: at 64 the wide MLP's
@@ -175,6 +214,7 @@ static void choices(void) {
 
 int main(void) {
     hand_estimate();
+    hand_estimate_quantized();
     choices();
     unsetenv("FRUGAL_GEMM_RATES");
     return check_done();

@@ -227,6 +227,27 @@ static double mixed_floor(const fr_ctx *ctx) {
     return MIXED_CAST_SHARE - (r16 > 0 ? fmax(0.0, 1 - r32 / r16) : 0.0);
 }
 
+/* The FLOPs of node nd (f in all) that bf16-mixed gives a native bf16 GEMM:
+ * the linear layers', the quantized ones' (their kernel dequantizes into bf16
+ * panels) and the fused head's GEMMs, not its row arithmetic (fl_linear_ce's
+ * 8 a logit) */
+static double gemm_flops(const fr_graph *g, const fr_node *nd, double f) {
+    switch (nd->op) {
+    case FR_OP_LINEAR:
+    case FR_OP_LINEAR_BWD:
+    case FR_OP_QLINEAR:
+    case FR_OP_QLINEAR_BWD: return f;
+    case FR_OP_LINEAR_CE:
+    case FR_OP_LINEAR_CE_BWD: {
+        const fr_shape *w = &g->vals[nd->in[1]].shape;
+        if (w->ndim != 2 || w->d[1] < 1) return 0;
+        const double N = (double)fr_shape_numel(&g->vals[nd->in[0]].shape) / (double)w->d[1];
+        return f - 8.0 * N * (double)w->d[0];
+    }
+    default: return 0;
+    }
+}
+
 void fr_plan_mixed_estimate(const fr_step *s, fr_mixed_estimate *e) {
     double all = 0, gemm = 0;
     for (int i = 0; i < s->plan.n_nodes; i++) {
@@ -234,7 +255,7 @@ void fr_plan_mixed_estimate(const fr_step *s, fr_mixed_estimate *e) {
         if (nd->attr.recompute) continue;
         double f = fr_op_get(nd->op)->flops(&s->g, nd);
         all += f;
-        if (nd->op == FR_OP_LINEAR || nd->op == FR_OP_LINEAR_BWD) gemm += f;
+        gemm += gemm_flops(&s->g, nd, f);
     }
     mixed_rates(s->ctx, &e->f32, &e->bf16, &e->from_env);
     e->linear_share = all > 0 ? gemm / all : 0;
