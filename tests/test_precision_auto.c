@@ -108,12 +108,7 @@ static void hand_estimate_quantized(void) {
     const double other = 2 * 2 * B * 32 + 16 * B * 10, share = lin / (lin + other);
     setenv("FRUGAL_GEMM_RATES", "100,200", 1);
     fr_ctx *ctx = fr_ctx_new();
-    fr_model *m = fr_model_new(ctx, 64, 1, 1);
-    fr_model_linear(m, 32, 1);
-    fr_model_relu(m);
-    fr_model_linear(m, 32, 1);
-    fr_model_relu(m);
-    fr_model_linear(m, 10, 1);
+    fr_model *m = mlp(ctx, 64, 32, 2);
     CHECK(fr_model_freeze(m, "2") == FR_OK, "freeze: %s", fr_last_error(ctx));
     fr_step_opts o = opts(8, FR_PREC_FP32, FR_CKPT_NONE, 0);
     o.base_precision = FR_BASE_INT8;
