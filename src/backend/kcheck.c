@@ -73,6 +73,13 @@ int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, int bf16_in, fr_linear_dims *d
     return FR_OK;
 }
 
+int fr_kcheck_gemm_ws(fr_kernel_call *c, const char *op, size_t need) {
+    if (c->gemm_ws && c->gemm_ws_len >= need) return FR_OK;
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: a bf16 input needs %zu bytes of GEMM scratch, the plan gave %zu", op, need,
+                   c->gemm_ws ? c->gemm_ws_len : 0);
+}
+
 int fr_conv_dims_make(fr_conv_dims *g, const fr_shape *x, int64_t oc, int k, int s, int p) {
     if (x->ndim != 4 || k < 1 || s < 1 || p < 0) return -1;
     g->N = x->d[0], g->C = x->d[1], g->H = x->d[2], g->W = x->d[3];

@@ -23,6 +23,9 @@ int fr_kcheck_linear_bwd(fr_kernel_call *c, fr_linear_dims *d); /* also dy (N, O
  * rows of K (O) values, f32 (or bf16 where the backend's kernel takes it:
  * bf16_in), y (dx) out[0] N rows of O (K), f32. */
 int fr_kcheck_qlinear(fr_kernel_call *c, int bwd, int bf16_in, fr_linear_dims *d);
+/* The step's GEMM scratch (c->gemm_ws) holds need bytes: what a kernel that
+ * takes a bf16 input carves its bf16 panels and oneDNN's scratch from. */
+int fr_kcheck_gemm_ws(fr_kernel_call *c, const char *op, size_t need);
 
 /* CONV2D: x (N,C,H,W), W (OC,C,K,K), y (N,OC,OH,OW) at stride S, padding P. */
 typedef struct fr_conv_dims {

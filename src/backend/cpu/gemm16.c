@@ -4,6 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t fr_gemm16_panel(int64_t n, int64_t len, int64_t *last) {
+    if (n < 1) {
+        if (last) *last = 0;
+        return 1;
+    }
+    int64_t most = len > 0 ? FR_GEMM16_PANEL / len : n;
+    if (most < 16) most = 16;
+    const int64_t np = (n + most - 1) / most, each = (n + np - 1) / np;
+    if (last) *last = n - (n - 1) / each * each;
+    return each;
+}
+
+size_t fr_gemm16_round(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 #ifdef FR_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>

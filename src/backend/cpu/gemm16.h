@@ -68,6 +68,17 @@ int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, 
  * process. Weight gradients, convolutions' and attention's GEMMs stay
  * OpenBLAS's. */
 int fr_gemm32_onednn(void);
+
+/* Kernels that round or dequantize a weight into bf16 a panel at a time
+ * for these GEMMs (qlinear.c, linear_ce.c) carve the step's GEMM scratch
+ * into their panels and oneDNN's scratch. n lines of the weight (rows or
+ * columns) of len values each go in balanced panels of at most
+ * FR_GEMM16_PANEL values, at least 16 lines a panel unless n has fewer:
+ * returns the lines a panel, and in *last (may be NULL) the last panel's. */
+#define FR_GEMM16_PANEL (1 << 20) /* bf16 values (2 MiB) */
+int64_t fr_gemm16_panel(int64_t n, int64_t len, int64_t *last);
+/* bytes rounded up to 64 (a cache line): a buffer's share of the scratch */
+size_t fr_gemm16_round(size_t bytes);
 size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                         float beta, int64_t ldc, const fr_gemm16_out *e);
 

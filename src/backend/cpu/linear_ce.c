@@ -57,45 +57,28 @@ static void chunk_logits(const float *x, const float *w, const float *b, float *
 
 /* ---- bf16 GEMMs ------------------------------------------------------------ */
 
-#define CE16_PANEL (1 << 20) /* bf16 values of a panel of W (2 MiB) */
-#define CE16_ALIGN 64
-
-/* vocabulary rows a panel of W holds: balanced, at least 16 */
-static int64_t ce16_rows(int64_t V, int64_t C) {
-    int64_t most = C > 0 ? CE16_PANEL / C : V;
-    if (most < 16) most = 16;
-    const int64_t np = (V + most - 1) / most;
-    return np > 0 ? (V + np - 1) / np : 1;
-}
-
-static size_t up64(size_t b) { return (b + CE16_ALIGN - 1) / CE16_ALIGN * CE16_ALIGN; }
-
 size_t fr_k_linear_ce16_ws(int64_t N, int64_t R, int64_t C, int64_t V, int bwd) {
     if (N < 1 || C < 1 || V < 1) return 0;
     if (R < 1 || R > N) R = N;
-    const int64_t P = ce16_rows(V, C), lastP = V - (V - 1) / P * P;
+    int64_t lastP;
+    const int64_t P = fr_gemm16_panel(V, C, &lastP);
     const int64_t rs[2] = {R, N % R ? N % R : R}, ps[2] = {P, lastP};
     static const float some_bias = 0.0f; /* only the bias's presence counts */
     size_t most = 0;
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
-            for (int k = 0; k < 2; k++) {
-                size_t a;
-                if (!bwd) {
-                    fr_gemm16_out e = {k ? &some_bias : NULL, 0, 0};
-                    a = fr_gemm16_epi_ws(0, 1, rs[i], ps[j], C, C, C, 0.0f, V, &e);
-                } else {
-                    fr_gemm16_out e = {k ? &some_bias : NULL, 0, 0};
-                    a = fr_gemm16_epi_ws(0, 1, rs[i], ps[j], C, C, C, 0.0f, V, &e);
-                    size_t dx = fr_gemm16_ws(0, 0, rs[i], C, ps[j], P, C, (float)k, C);
-                    size_t dw = fr_gemm16_ws(1, 0, ps[j], C, rs[i], P, C, (float)k, C);
-                    if (dx > a) a = dx;
-                    if (dw > a) a = dw;
+            for (int k = 0; k < 2; k++) { /* the logits (with a bias or not); dx, dW (beta k) */
+                fr_gemm16_out e = {k ? &some_bias : NULL, 0, 0};
+                size_t a[3] = {fr_gemm16_epi_ws(0, 1, rs[i], ps[j], C, C, C, 0.0f, V, &e), 0, 0};
+                if (bwd) {
+                    a[1] = fr_gemm16_ws(0, 0, rs[i], C, ps[j], P, C, (float)k, C);
+                    a[2] = fr_gemm16_ws(1, 0, ps[j], C, rs[i], P, C, (float)k, C);
                 }
-                if (a > most) most = a;
+                for (int t = 0; t < 3; t++)
+                    if (a[t] > most) most = a[t];
             }
-    size_t b = up64((size_t)(P * C) * 2) + most;
-    if (bwd) b += up64((size_t)(R * P) * 2); /* a panel of dz in bf16 */
+    size_t b = fr_gemm16_round((size_t)(P * C) * 2) + most;
+    if (bwd) b += fr_gemm16_round((size_t)(R * P) * 2); /* a panel of dz in bf16 */
     return b;
 }
 
@@ -107,17 +90,14 @@ typedef struct ce16 {
 } ce16;
 
 static int ce16_take(fr_kernel_call *c, const char *op, const fr_ce_dims *d, int bwd, ce16 *g) {
-    const size_t need = fr_k_linear_ce16_ws(d->N, d->R, d->C, d->V, bwd);
-    if (!c->gemm_ws || c->gemm_ws_len < need)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "%s: a bf16 input needs %zu bytes of GEMM scratch, the plan gave %zu", op,
-                       need, c->gemm_ws ? c->gemm_ws_len : 0);
-    g->P = ce16_rows(d->V, d->C);
+    int st = fr_kcheck_gemm_ws(c, op, fr_k_linear_ce16_ws(d->N, d->R, d->C, d->V, bwd));
+    if (st) return st;
+    g->P = fr_gemm16_panel(d->V, d->C, NULL);
     char *p = c->gemm_ws;
     g->wp = (uint16_t *)(void *)p;
-    p += up64((size_t)(g->P * d->C) * 2);
+    p += fr_gemm16_round((size_t)(g->P * d->C) * 2);
     g->dzp = bwd ? (uint16_t *)(void *)p : NULL;
-    if (bwd) p += up64((size_t)(d->R * g->P) * 2);
+    if (bwd) p += fr_gemm16_round((size_t)(d->R * g->P) * 2);
     g->ws = p;
     g->ws_bytes = c->gemm_ws_len - (size_t)(p - (char *)c->gemm_ws);
     return FR_OK;
@@ -178,21 +158,18 @@ int fr_k_linear_ce(fr_kernel_call *c) {
         loss[0] = 0.0f;
         return FR_OK;
     }
-    const int x16 = c->in[0].dtype == FR_BF16;
+    const int x16 = c->in[0].dtype == FR_BF16 && C > 0;
     const float *x = x16 ? NULL : fr_f32(&c->in[0]), *w = fr_f32(&c->in[1]), *b = fr_f32(&c->in[2]);
     const int32_t *y = (const int32_t *)c->in[3].data;
     double *term = (double *)(void *)c->out[2].data; /* N doubles, then the chunk */
     float *z = fr_f32(&c->out[2]) + 2 * N;
     ce16 g;
-    if (x16 && C > 0 && (st = ce16_take(c, "linear_ce", &d, 0, &g))) return st;
+    if (x16 && (st = ce16_take(c, "linear_ce", &d, 0, &g))) return st;
     int64_t h = 0;
     for (int64_t n0 = 0; n0 < N; n0 += R) {
         const int64_t r = N - n0 < R ? N - n0 : R;
-        if (x16 && C > 0) {
-            if ((st = chunk_logits16(c, &g, c->in[0].data, w, b, z, n0, r, C, V))) return st;
-        } else {
-            chunk_logits(x, w, b, z, n0, r, C, V);
-        }
+        if (x16 && (st = chunk_logits16(c, &g, c->in[0].data, w, b, z, n0, r, C, V))) return st;
+        if (!x16) chunk_logits(x, w, b, z, n0, r, C, V);
 #pragma omp parallel for schedule(static) reduction(+ : h) if (r * V >= CE_PAR_MIN)
         for (int64_t i = 0; i < r; i++) {
             const float *zr = z + i * V;

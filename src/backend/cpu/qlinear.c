@@ -26,105 +26,80 @@ static int view(fr_kernel_call *c, const fr_linear_dims *d, fr_qweight *w) {
 
 /* ---- the bf16 path ---------------------------------------------------------- */
 
-#define Q16_PANEL (1 << 20) /* bf16 values a panel of W' holds at most (2 MiB) */
-#define Q16_ALIGN 64
-
-/* A panel split of n lines of `len` values each: *each lines a panel (the
- * last one *last), balanced, at least 16 lines unless n is smaller. */
-static void panels(int64_t n, int64_t len, int64_t *each, int64_t *last) {
-    int64_t most = len > 0 ? Q16_PANEL / len : n;
-    if (most < 16) most = 16;
-    const int64_t np = (n + most - 1) / most > 0 ? (n + most - 1) / most : 1;
-    *each = (n + np - 1) / np;
-    *last = n - (np - 1) * *each;
-}
-
-static size_t panel_bytes(int64_t each, int64_t len) {
-    size_t b = (size_t)(each * len) * sizeof(uint16_t);
-    return (b + Q16_ALIGN - 1) / Q16_ALIGN * Q16_ALIGN;
-}
-
 size_t fr_k_qlinear16_ws(int64_t N, int64_t O, int64_t K, int bwd) {
     if (N < 1 || O < 1 || K < 1) return 0;
-    int64_t each, last;
+    int64_t last;
     size_t most = 0;
     if (!bwd) { /* panels of P rows of W': y[:, o0 : o0 + P] = x W'[o0 : o0 + P]^T (+ b) */
-        panels(O, K, &each, &last);
+        const int64_t each = fr_gemm16_panel(O, K, &last);
         static const float some_bias = 0.0f; /* only the bias's presence counts */
         for (int k = 0; k < 4; k++) {
             fr_gemm16_out e = {k & 1 ? &some_bias : NULL, 0, 0};
             size_t a = fr_gemm16_epi_ws(0, 1, N, k & 2 ? last : each, K, K, K, 0.0f, O, &e);
             if (a > most) most = a;
         }
-        return panel_bytes(each, K) + most;
+        return fr_gemm16_round((size_t)(each * K) * sizeof(uint16_t)) + most;
     }
     /* panels of C columns of W': dx[:, k0 : k0 + C] = dy W'[:, k0 : k0 + C] */
-    panels(K, O, &each, &last);
+    const int64_t each = fr_gemm16_panel(K, O, &last);
     for (int k = 0; k < 4; k++) {
         size_t a = fr_gemm16_ws(0, 0, N, k & 2 ? last : each, O, O, each, (float)(k & 1), K);
         if (a > most) most = a;
     }
-    return panel_bytes(each, O) + most;
+    return fr_gemm16_round((size_t)(each * O) * sizeof(uint16_t)) + most;
 }
 
-/* The scratch for a bf16 call: the panel at its start, oneDNN's after it */
-static int scratch(fr_kernel_call *c, const char *op, const fr_linear_dims *d, int bwd,
-                   uint16_t **panel, void **ws, size_t *ws_bytes) {
-    const size_t need = fr_k_qlinear16_ws(d->N, d->O, d->K, bwd);
-    if (!c->gemm_ws || c->gemm_ws_len < need)
-        return fr_fail(c->ctx, FR_ERR_ARG,
-                       "%s: a bf16 input needs %zu bytes of GEMM scratch, the plan gave %zu", op,
-                       need, c->gemm_ws ? c->gemm_ws_len : 0);
-    int64_t each, last;
-    if (bwd) panels(d->K, d->O, &each, &last);
-    else panels(d->O, d->K, &each, &last);
-    const size_t pb = panel_bytes(each, bwd ? d->O : d->K);
-    *panel = c->gemm_ws;
-    *ws = (char *)c->gemm_ws + pb;
-    *ws_bytes = c->gemm_ws_len - pb;
+/* A bf16 call's scratch: the panel (each lines of W') at its start, oneDNN's after it */
+typedef struct q16 {
+    uint16_t *panel;
+    void *ws;
+    size_t ws_bytes;
+    int64_t each;
+} q16;
+
+static int q16_take(fr_kernel_call *c, const char *op, const fr_linear_dims *d, int bwd, q16 *g) {
+    int st = fr_kcheck_gemm_ws(c, op, fr_k_qlinear16_ws(d->N, d->O, d->K, bwd));
+    if (st) return st;
+    const int64_t len = bwd ? d->O : d->K;
+    g->each = fr_gemm16_panel(bwd ? d->K : d->O, len, NULL);
+    const size_t pb = fr_gemm16_round((size_t)(g->each * len) * sizeof(uint16_t));
+    g->panel = c->gemm_ws;
+    g->ws = (char *)c->gemm_ws + pb;
+    g->ws_bytes = c->gemm_ws_len - pb;
     return FR_OK;
 }
 
 static int qlinear16(fr_kernel_call *c, const fr_linear_dims *d, const fr_qweight *w) {
-    uint16_t *panel = NULL;
-    void *ws = NULL;
-    size_t wsb = 0;
-    int st = scratch(c, "qlinear", d, 0, &panel, &ws, &wsb);
+    q16 g;
+    int st = q16_take(c, "qlinear", d, 0, &g);
     if (st) return st;
-    const fr_tensor *b = &c->in[2];
-    const float *bias = b->data ? fr_f32(b) : NULL;
+    const float *bias = c->in[2].data ? fr_f32(&c->in[2]) : NULL;
     const uint16_t *x = c->in[0].data;
     float *y = c->out[0].data;
-    int64_t each, last;
-    panels(d->O, d->K, &each, &last);
-    for (int64_t o0 = 0; o0 < d->O && !st; o0 += each) {
-        const int64_t rows = o0 + each <= d->O ? each : d->O - o0;
-        st = fr_dequantize_bf16(c->ctx, w, o0, rows, 0, d->K, panel, d->K);
+    for (int64_t o0 = 0; o0 < d->O && !st; o0 += g.each) {
+        const int64_t rows = d->O - o0 < g.each ? d->O - o0 : g.each;
         fr_gemm16_out e = {bias ? bias + o0 : NULL, 0, 0};
+        st = fr_dequantize_bf16(c->ctx, w, o0, rows, 0, d->K, g.panel, d->K);
         if (!st)
-            st = fr_gemm16_epi(c->ctx, 0, 1, d->N, rows, d->K, x, d->K, panel, d->K, 0.0f, y + o0,
-                               d->O, &e, ws, wsb);
+            st = fr_gemm16_epi(c->ctx, 0, 1, d->N, rows, d->K, x, d->K, g.panel, d->K, 0.0f, y + o0,
+                               d->O, &e, g.ws, g.ws_bytes);
     }
     return st;
 }
 
 static int qlinear16_bwd(fr_kernel_call *c, const fr_linear_dims *d, const fr_qweight *w) {
-    uint16_t *panel = NULL;
-    void *ws = NULL;
-    size_t wsb = 0;
-    int st = scratch(c, "qlinear_bwd", d, 1, &panel, &ws, &wsb);
+    q16 g;
+    int st = q16_take(c, "qlinear_bwd", d, 1, &g);
     if (st) return st;
     const uint16_t *dy = c->in[0].data;
     float *dx = c->out[0].data;
     const float beta = (c->accumulate & 1) ? 1.0f : 0.0f;
-    int64_t each, last;
-    panels(d->K, d->O, &each, &last);
-    for (int64_t k0 = 0; k0 < d->K && !st; k0 += each) {
-        const int64_t cols = k0 + each <= d->K ? each : d->K - k0;
-        st = fr_dequantize_bf16(c->ctx, w, 0, d->O, k0, cols, panel, each);
+    for (int64_t k0 = 0; k0 < d->K && !st; k0 += g.each) {
+        const int64_t cols = d->K - k0 < g.each ? d->K - k0 : g.each;
+        st = fr_dequantize_bf16(c->ctx, w, 0, d->O, k0, cols, g.panel, g.each);
         if (!st)
-            st = fr_gemm16(c->ctx, 0, 0, d->N, cols, d->O, dy, d->O, panel, each, beta, dx + k0,
-                           d->K, ws, wsb);
+            st = fr_gemm16(c->ctx, 0, 0, d->N, cols, d->O, dy, d->O, g.panel, g.each, beta, dx + k0,
+                           d->K, g.ws, g.ws_bytes);
     }
     return st;
 }
