@@ -21,7 +21,8 @@
 
 #define HF_CONFIG_MAX (1u << 20)
 #define HF_MAX_DIM (1 << 20)
-#define HF_MAX_LAYERS 512 /* Llama 3.1 405B has 126 */
+#define HF_MAX_LAYERS 512        /* Llama 3.1 405B has 126 */
+#define HF_MAX_CONTEXT (1 << 24) /* positions: max_position_embeddings and rope_scaling's */
 
 typedef struct hf_cfg {
     fr_ctx *ctx;
@@ -134,7 +135,15 @@ static void rope_of(hf_cfg *c, fr_rope *r) {
         r->factor = (float)cfg_num(c, s, "factor", 0);
         r->low_freq_factor = (float)cfg_num(c, s, "low_freq_factor", 1.0);
         r->high_freq_factor = (float)cfg_num(c, s, "high_freq_factor", 4.0);
-        r->orig_context = (int)cfg_num(c, s, "original_max_position_embeddings", 8192);
+        const double oc = cfg_num(c, s, "original_max_position_embeddings", 8192);
+        if (!c->st && !(oc >= 1 && oc <= HF_MAX_CONTEXT && oc == floor(oc))) {
+            c->st = fr_fail(c->ctx, FR_ERR_FORMAT,
+                            "%s: rope_scaling's \"original_max_position_embeddings\" must be an "
+                            "integer in [1, %d]",
+                            c->path, HF_MAX_CONTEXT);
+            return;
+        }
+        r->orig_context = (int)oc;
     } else {
         c->st = fr_fail(c->ctx, FR_ERR_FORMAT,
                         "%s: byte %zu: rope_scaling type \"%.40s\" is not supported (supported: "
@@ -156,7 +165,7 @@ static fr_model *build_llama(hf_cfg *c, int mistral) {
     const int NH = cfg_int(c, "num_attention_heads", -1, 1, 4096);
     const int NKV = cfg_int(c, "num_key_value_heads", NH, 1, 4096);
     const int HD = cfg_int(c, "head_dim", NH ? C / NH : 1, 1, HF_MAX_DIM);
-    int T = cfg_int(c, "max_position_embeddings", 2048, 1, 1 << 24);
+    int T = cfg_int(c, "max_position_embeddings", 2048, 1, HF_MAX_CONTEXT);
     const float eps = (float)cfg_num(c, c->root, "rms_norm_eps", 1e-6);
     const float std = (float)cfg_num(c, c->root, "initializer_range", 0.02);
     const int tied = cfg_bool(c, "tie_word_embeddings", 0);
