@@ -32,6 +32,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attn_tiles16.h"
 #include "backend/cpu/exp_poly.h"
 #include "backend/cpu/kernels.h"
 #include "check.h"
@@ -417,6 +418,230 @@ static void check_half(fr_dtype dt, int B, int NH, int T, int HS, int threads) {
     check_half_g(dt, B, NH, NH, T, HS, threads);
 }
 
+/* ---- bf16 tile products (attn_tiles16.h) ---- */
+
+/* One query head against its kv head, in float64, with each value's bound
+ * on what the bf16 tile path's roundings can move it. With q, k, v exact in
+ * bf16 and u = 2^-8 (bf16's unit roundoff, round to nearest even), the path
+ * rounds P (for P v), dout (for dout v^T), P and dout again (for P^T dout)
+ * and dS (for dS k, dS^T q); products are exact, sums f32. To first order:
+ *   out[t,d]: u sum_u P[t,u] |v[u,d]|                        (= u Mo)
+ *   D[t] (from the path's out): eD = u sum_d |dout[t,d]| Mo[t,d]
+ *   dP[t,u]: eP = u sum_d |dout[t,d]| |v[u,d]|
+ *   dS[t,u]: eS = P[t,u] (eP + eD) + u |dS[t,u]|
+ *   dv[u,d]: 2u sum_t P[t,u] |dout[t,d]|
+ *   dk[u,d]: s sum_t eS[t,u] |q[t,d]|;   dq[t,d]: s sum_u eS[t,u] |k[u,d]|
+ * out, lse, dq and the bounds are written; dk, dv and their bounds are added
+ * into (a kv head sums its group's). */
+static void ref_head_t16(const double *q, const double *k, const double *v, const double *dout,
+                         int T, int HS, double *out, double *lse, double *dq, double *dk,
+                         double *dv, double *bo, double *bq, double *bk, double *bv) {
+    const double s = 1.0 / sqrt((double)HS), u = 1.0 / 256;
+    double *P = calloc((size_t)T * T, sizeof(double)), *dS = calloc((size_t)T * T, sizeof(double));
+    double *eS = calloc((size_t)T * T, sizeof(double));
+    for (int t = 0; t < T; t++) {
+        double mx = -INFINITY, l = 0;
+        for (int w = 0; w <= t; w++) {
+            double a = 0;
+            for (int d = 0; d < HS; d++) a += q[t * HS + d] * k[w * HS + d];
+            P[t * T + w] = a * s;
+            if (P[t * T + w] > mx) mx = P[t * T + w];
+        }
+        for (int w = 0; w <= t; w++) l += exp(P[t * T + w] - mx);
+        lse[t] = mx + log(l);
+        for (int w = 0; w <= t; w++) P[t * T + w] = exp(P[t * T + w] - mx) / l;
+        double eD = 0, Dt = 0;
+        for (int d = 0; d < HS; d++) {
+            double a = 0, m = 0;
+            for (int w = 0; w <= t; w++) a += P[t * T + w] * v[w * HS + d], m += P[t * T + w] * fabs(v[w * HS + d]);
+            out[t * HS + d] = a, bo[t * HS + d] = u * m;
+            eD += fabs(dout[t * HS + d]) * u * m;
+            Dt += dout[t * HS + d] * a;
+        }
+        for (int w = 0; w <= t; w++) {
+            double dp = 0, ep = 0;
+            for (int d = 0; d < HS; d++)
+                dp += dout[t * HS + d] * v[w * HS + d], ep += fabs(dout[t * HS + d] * v[w * HS + d]);
+            const double p = P[t * T + w];
+            dS[t * T + w] = p * (dp - Dt);
+            eS[t * T + w] = p * (u * ep + eD) + u * fabs(dS[t * T + w]);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < HS; d++) {
+            double a = 0, b = 0;
+            for (int w = 0; w <= t; w++) a += dS[t * T + w] * k[w * HS + d], b += eS[t * T + w] * fabs(k[w * HS + d]);
+            dq[t * HS + d] = s * a, bq[t * HS + d] = s * b;
+        }
+    for (int w = 0; w < T; w++)
+        for (int d = 0; d < HS; d++) {
+            double a = 0, b = 0, c = 0, e = 0;
+            for (int t = w; t < T; t++) {
+                a += dS[t * T + w] * q[t * HS + d], b += eS[t * T + w] * fabs(q[t * HS + d]);
+                c += P[t * T + w] * dout[t * HS + d], e += P[t * T + w] * fabs(dout[t * HS + d]);
+            }
+            dk[w * HS + d] += s * a, bk[w * HS + d] += s * b;
+            dv[w * HS + d] += c, bv[w * HS + d] += 2 * u * e;
+        }
+    free(P), free(dS), free(eS);
+}
+
+/* max over values of |got - ref| / (1.05 bound + 1e-5 max(max|ref|, 1)):
+ * the rounding bound with room for its second-order terms, plus the f32
+ * sums' error as TOL states it. Above 1 fails. */
+static double t16_ratio(const float *got, const double *ref, const double *bound, size_t n) {
+    double m = 1, r = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)got[i] - ref[i]) / (1.05 * bound[i] + 1e-5 * m);
+        if (!(x <= r)) r = x;
+    }
+    return r;
+}
+
+static double g_t16_worst;
+
+/* A bf16 qkv on the tile products (fused layout, NKV kv heads): out (f32
+ * and bf16), lse, dq, dk, dv against ref_head_t16 within its bounds; the
+ * bf16 out is the f32 out rounded; the path differs from the widening one
+ * (FRUGAL_ATTN=f32) somewhere, so it ran. Returns dqkv, for the threads
+ * comparison. */
+static float *check_t16(int B, int NH, int NKV, int T, int HS, int threads) {
+    const int G = NH / NKV;
+    const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS, W = C + 2 * CK;
+    const size_t nq = (size_t)B * T * W, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    const size_t th = (size_t)T * HS;
+    uint16_t *qkv = malloc(nq * 2), *out16 = malloc(no * 2);
+    float *dout = malloc(no * 4), *out = malloc(no * 4), *lse = malloc(nl * 4), *D = malloc(nl * 4);
+    float *g = malloc(nq * 4), *gw = malloc(nq * 4), *lse16 = malloc(nl * 4);
+    for (size_t i = 0; i < nq; i++) {
+        const size_t col = i % W;
+        qkv[i] = fr_f32_to_bf16((float)((col < C ? 3.0 : 1.0) * urand()));
+    }
+    for (size_t i = 0; i < no; i++) dout[i] = (float)urand();
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    const fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, T, HS);
+    const size_t wsn = fr_attention_ws_floats_io(T, HS, threads, 1);
+    float *ws = malloc(wsn * 4);
+    const fr_attn_io io = {FR_BF16, FR_F32}, io16 = {FR_BF16, FR_BF16};
+    int st = fr_attention_fwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, lse, ws, wsn);
+    st |= fr_attention_fwd_io(&L, &io16, qkv, qkv + C, qkv + C + CK, out16, lse16, ws, wsn);
+    st |= fr_attention_bwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, dout, lse, D, g, g + C,
+                              g + C + CK, ws, wsn);
+    setenv("FRUGAL_ATTN", "f32", 1);
+    st |= fr_attention_bwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, dout, lse, D, gw, gw + C,
+                              gw + C + CK, ws, wsn);
+    unsetenv("FRUGAL_ATTN");
+    omp_set_num_threads(saved);
+    CHECK(st == 0, "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d: returned %d", B, NH, NKV, T, HS, st);
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++) bad += out16[i] != fr_f32_to_bf16(out[i]);
+    CHECK(bad == 0, "bf16 tiles T=%d HS=%d: %zu bf16 outs not the f32 out rounded", T, HS, bad);
+    CHECK(!memcmp(lse, lse16, nl * 4), "bf16 tiles T=%d HS=%d: lse depends on out's dtype", T, HS);
+    CHECK(T < 2 || memcmp(g, gw, nq * 4) != 0,
+          "bf16 tiles T=%d HS=%d: the same dqkv bits as the widening path (did the tiles run?)", T,
+          HS);
+    /* the reference, a (batch, query head) at a time on its kv head */
+    double *in[4];
+    for (int i = 0; i < 4; i++) in[i] = malloc(th * sizeof(double));
+    double *ro = calloc(no, sizeof(double)), *rl = calloc(nl, sizeof(double));
+    double *rg = calloc(nq, sizeof(double)), *rb = calloc(nq, sizeof(double));
+    double *bo = calloc(no, sizeof(double));
+    double *hq = malloc(th * 8), *hk = calloc(th, 8), *hv = calloc(th, 8), *hbq = malloc(th * 8),
+           *hbk = calloc(th, 8), *hbv = calloc(th, 8), *ho = malloc(th * 8), *hbo = malloc(th * 8);
+    for (int b = 0; b < B; b++)
+        for (int kv = 0; kv < NKV; kv++) {
+            memset(hk, 0, th * 8), memset(hv, 0, th * 8), memset(hbk, 0, th * 8),
+                memset(hbv, 0, th * 8);
+            for (int h = kv * G; h < (kv + 1) * G; h++) {
+                for (int t = 0; t < T; t++)
+                    for (int d = 0; d < HS; d++) {
+                        const size_t row = ((size_t)b * T + t) * W;
+                        in[0][t * HS + d] = fr_bf16_to_f32(qkv[row + (size_t)h * HS + d]);
+                        in[1][t * HS + d] = fr_bf16_to_f32(qkv[row + C + (size_t)kv * HS + d]);
+                        in[2][t * HS + d] = fr_bf16_to_f32(qkv[row + C + CK + (size_t)kv * HS + d]);
+                        in[3][t * HS + d] = dout[((size_t)b * T + t) * C + (size_t)h * HS + d];
+                    }
+                ref_head_t16(in[0], in[1], in[2], in[3], T, HS, ho, rl + ((size_t)b * NH + h) * T,
+                             hq, hk, hv, hbo, hbq, hbk, hbv);
+                for (int t = 0; t < T; t++)
+                    for (int d = 0; d < HS; d++) {
+                        const size_t o = ((size_t)b * T + t) * C + (size_t)h * HS + d;
+                        const size_t x = ((size_t)b * T + t) * W + (size_t)h * HS + d;
+                        ro[o] = ho[t * HS + d], bo[o] = hbo[t * HS + d];
+                        rg[x] = hq[t * HS + d], rb[x] = hbq[t * HS + d];
+                    }
+            }
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < HS; d++) {
+                    const size_t x = ((size_t)b * T + t) * W + C + (size_t)kv * HS + d;
+                    rg[x] = hk[t * HS + d], rb[x] = hbk[t * HS + d];
+                    rg[x + CK] = hv[t * HS + d], rb[x + CK] = hbv[t * HS + d];
+                }
+        }
+    /* per block of qkv's columns: q, k, v */
+    double worst[4] = {t16_ratio(out, ro, bo, no), 0, 0, 0};
+    for (int part = 0; part < 3; part++) {
+        const size_t c0 = part == 0 ? 0 : part == 1 ? C : C + CK, w = part == 0 ? C : CK;
+        size_t n = (size_t)B * T * w, j = 0;
+        float *gp = malloc(n * 4);
+        double *rp = malloc(n * 8), *bp = malloc(n * 8);
+        for (size_t row = 0; row < (size_t)B * T; row++)
+            for (size_t c = 0; c < w; c++, j++)
+                gp[j] = g[row * W + c0 + c], rp[j] = rg[row * W + c0 + c],
+                bp[j] = rb[row * W + c0 + c];
+        worst[1 + part] = t16_ratio(gp, rp, bp, n);
+        free(gp), free(rp), free(bp);
+    }
+    double le = 0;
+    for (size_t i = 0; i < nl; i++)
+        if (!(fabs(lse[i] - rl[i]) <= le)) le = fabs(lse[i] - rl[i]);
+    static const char *names[4] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(worst[i] <= 1.0,
+              "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d: %s at %.3g of its rounding bound", B, NH,
+              NKV, T, HS, names[i], worst[i]);
+        if (worst[i] > g_t16_worst) g_t16_worst = worst[i];
+    }
+    /* lse comes from f32 scores of exact products: as the f32 path's */
+    CHECK(le <= TOL * 10, "bf16 tiles T=%d HS=%d: lse off by %.3g", T, HS, le);
+    if (g_verbose)
+        printf("bf16 tiles B=%d NH=%d NKV=%d T=%3d HS=%2d: out %.2f dq %.2f dk %.2f dv %.2f of "
+               "the bound\n",
+               B, NH, NKV, T, HS, worst[0], worst[1], worst[2], worst[3]);
+    for (int i = 0; i < 4; i++) free(in[i]);
+    free(ro), free(rl), free(rg), free(rb), free(bo), free(hq), free(hk), free(hv), free(hbq),
+        free(hbk), free(hbv), free(ho), free(hbo);
+    free(qkv), free(out16), free(dout), free(out), free(lse), free(D), free(gw), free(lse16),
+        free(ws);
+    return g;
+}
+
+/* The tile path at 1 and 3 threads: both backward ways, the same bits. */
+static void check_t16_cases(void) {
+    if (!fr_t16_on()) {
+        printf("bf16 tile products not checked: this CPU has no AVX512_BF16 (or FRUGAL_ATTN=f32)\n");
+        return;
+    }
+    static const int cases[][5] = {{2, 3, 3, 130, 16}, {1, 2, 2, 1, 8},  {1, 1, 1, 65, 64},
+                                   {2, 4, 2, 70, 16},  {1, 2, 1, 33, 8}, {1, 2, 2, 3, 2},
+                                   {1, 2, 2, 130, 128}, {2, 6, 6, 64, 64}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        const size_t nq = (size_t)c[0] * c[3] * (c[1] + 2 * c[2]) * c[4];
+        const unsigned long long seed = g_rng; /* the same inputs twice */
+        float *a = check_t16(c[0], c[1], c[2], c[3], c[4], 1);
+        g_rng = seed;
+        float *b = check_t16(c[0], c[1], c[2], c[3], c[4], 3);
+        CHECK(!memcmp(a, b, nq * 4), "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d: dqkv bits differ "
+              "between 1 and 3 threads", c[0], c[1], c[2], c[3], c[4]);
+        free(a), free(b);
+    }
+    printf("bf16 tile products: worst %.2f of the rounding bound\n", g_t16_worst);
+}
+
 /* ---- grouped-query attention ---- */
 
 /* Rows of H heads (B,H,T,HS) x <-> the column block from col0 (H HS wide)
@@ -654,6 +879,9 @@ int main(void) {
         /* one task: a team of one, GEMMs above OpenBLAS's threading threshold */
         check_threads(1, 1, 64, 256, fused);
     }
+    /* 16-bit operands widened (the bf16 tile products forced off), then an
+     * odd head size, which never takes the tiles */
+    setenv("FRUGAL_ATTN", "f32", 1);
     for (int t = 1; t <= 3; t += 2) {
         check_half(FR_BF16, 2, 3, 130, 16, t);
         check_half(FR_F16, 1, 1, 65, 64, t);
@@ -661,6 +889,9 @@ int main(void) {
         check_half_g(FR_BF16, 2, 4, 2, 70, 16, t); /* grouped-query */
         check_half_g(FR_F16, 1, 4, 1, 33, 8, t);
     }
+    unsetenv("FRUGAL_ATTN");
+    for (int t = 1; t <= 3; t += 2) check_half(FR_BF16, 1, 2, 33, 7, t);
+    check_t16_cases();
     /* grouped-query attention: groups of 2 and of 4, tiles crossed */
     check_gqa(2, 4, 2, 33, 8);
     check_gqa(1, 4, 1, 130, 16);

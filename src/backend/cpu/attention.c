@@ -19,9 +19,11 @@
  * P = exp(S - lse). */
 #include "backend/cpu/attention.h"
 #include <cblas.h>
+#include <stdint.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/attn_tiles16.h"
 #include "backend/cpu/exp_poly.h"
 #include "core/half.h"
 #include "backend/cpu/kernels.h"
@@ -66,12 +68,56 @@ static int group(const fr_attn_layout *L) {
     return L->NKV > 0 && L->NH % L->NKV == 0 ? L->NH / L->NKV : 0;
 }
 
+/* 16 words (64 bytes) rounded up */
+static size_t up16(size_t words) { return (words + 15) / 16 * 16; }
+
+/* The bf16 tile path's buffers (attn_tiles16.h), after a slot's two score
+ * tiles and its m and l: out's f32 rows (BQ x HS); the pair packs of a key
+ * tile's k and v for the products with their transposes (kt, vt), of k (or
+ * v) for dS k (or P v) (kv), of q and dout for dS^T q and P^T dout (qp,
+ * dop); dout (BQ x HS), P and dS (BQ x BK, the pad row and column zero)
+ * rounded to bf16 rows. */
+typedef struct t16_bufs {
+    float *o;
+    uint32_t *kt, *vt, *kv, *qp, *dop;
+    uint16_t *do16, *p16, *ds16;
+    size_t ldt, ldh, ldp; /* words a row of kt/vt, of kv/qp/dop; elements a row of p16/ds16 */
+} t16_bufs;
+
+/* Floats of the bf16 tile buffers; fills *b from base when b is given. */
+static size_t t16_layout(float *base, int BQ, int BK, int HS, t16_bufs *b) {
+    const size_t ldt = fr_t16_ld(BK), ldh = fr_t16_ld(HS), ldp = (size_t)(BK + 1) / 2 * 2;
+    const size_t hp = (size_t)(HS + 1) / 2, qp = (size_t)(BQ + 1) / 2, kp = (size_t)(BK + 1) / 2;
+    const size_t sz[9] = {up16((size_t)BQ * (size_t)HS), up16(hp * ldt), up16(hp * ldt),
+                          up16(kp * ldh), up16(qp * ldh), up16(qp * ldh),
+                          up16((size_t)BQ * hp), up16(qp * ldp), up16(qp * ldp)};
+    size_t off[9], n = 0;
+    for (int i = 0; i < 9; i++) off[i] = n, n += sz[i];
+    if (b) {
+        b->o = base;
+        b->kt = (uint32_t *)(base + off[1]), b->vt = (uint32_t *)(base + off[2]);
+        b->kv = (uint32_t *)(base + off[3]), b->qp = (uint32_t *)(base + off[4]);
+        b->dop = (uint32_t *)(base + off[5]);
+        b->do16 = (uint16_t *)(base + off[6]), b->p16 = (uint16_t *)(base + off[7]);
+        b->ds16 = (uint16_t *)(base + off[8]);
+        b->ldt = ldt, b->ldh = ldh, b->ldp = ldp;
+    }
+    return n;
+}
+
 /* A thread's slot: two score tiles (BQ x BK) and two values per query row;
  * with 16-bit operands (half) also the widened tiles of q (BQ x HS), k and v
- * (BK x HS each) and the f32 accumulator of out's rows (BQ x HS). */
+ * (BK x HS each) and the f32 accumulator of out's rows (BQ x HS), or, where
+ * the CPU has the bf16 tile products, their buffers if larger (either path
+ * fits). */
 static size_t slot_floats(int T, int HS, int half) {
     size_t bq = (size_t)imin(T, FR_ATTN_BQ), bk = (size_t)imin(T, FR_ATTN_BK);
-    return 2 * bq * bk + 2 * bq + (half ? (2 * bq + 2 * bk) * (size_t)(HS > 0 ? HS : 0) : 0);
+    size_t hs = (size_t)(HS > 0 ? HS : 0), extra = half ? (2 * bq + 2 * bk) * hs : 0;
+    if (half && HS > 0 && fr_t16_cpu()) {
+        size_t t = t16_layout(NULL, (int)bq, (int)bk, HS, NULL);
+        if (t > extra) extra = t;
+    }
+    return 2 * bq * bk + 2 * bq + extra;
 }
 
 size_t fr_attention_ws_floats(int T, int HS, int threads) {
@@ -201,6 +247,13 @@ static size_t kbase(const fr_attn_layout *L, size_t bh) {
     return bh / (size_t)L->NH * L->kb + bh % (size_t)L->NH / (size_t)group(L) * L->kh;
 }
 
+/* The bf16 tile products (attn_tiles16.h) run for a bf16 qkv of even head
+ * size (a pair never crosses into the next head) where the CPU has them;
+ * otherwise 16-bit operands are widened to f32 for OpenBLAS. */
+static int tiles16(const fr_attn_io *io, int HS) {
+    return io->qkv == FR_BF16 && HS % 2 == 0 && fr_t16_on();
+}
+
 // q, k, v are (B,NH,T,HS) seen through L's strides, out likewise, lse is (B,NH,T)
 // out[t] = sum_{u<=t} exp(S[t,u] - lse[t]) v[u],  lse[t] = log sum_{u<=t} exp(S[t,u])
 // One task per (b, head, query tile); out's rows are the accumulator. Per key
@@ -230,27 +283,44 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
     const int nt = team(per, ws_floats, tasks);
     if (nt < 1) return FR_ERR_ARG;
     const float s = 1.0f / sqrtf((float)HS);
+    const int t16 = tiles16(io, HS);
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
         float *S = ws + (size_t)omp_get_thread_num() * per;
         float *m = S + 2 * (size_t)BQ * BK, *l = m + BQ;
         const attn_bufs b = slot_bufs(S, BQ, BK, HS);
+        t16_bufs tb;
+        if (t16) t16_layout(m + 2 * (size_t)BQ, BQ, BK, HS, &tb);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
             const size_t base = qbase(L, bh), kvb = kbase(L, bh);
             const size_t oof = obase(L, bh) + (size_t)q0 * ot;
-            size_t lq, lk, lv, lo = odt == FR_F32 ? ot : (size_t)HS;
-            const float *Qi = rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
+            size_t lq = 0, lk, lv, lo = odt == FR_F32 ? ot : (size_t)HS;
             /* out's rows are the accumulator: out itself when f32, else b.o */
-            float *Oi = odt == FR_F32 ? (float *)out + oof : b.o;
+            float *Oi = odt == FR_F32 ? (float *)out + oof : t16 ? tb.o : b.o;
             for (int r = 0; r < rq; r++) {
                 memset(Oi + (size_t)r * lo, 0, (size_t)HS * sizeof(float));
                 m[r] = -INFINITY, l[r] = 0.0f;
             }
-            for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
+            if (t16) { /* bf16 tile products: no widening */
+                const uint16_t *Q16 = (const uint16_t *)q + base + (size_t)q0 * qt;
+                for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
+                    const int rk = imin(BK, T - k0);
+                    const size_t kof = kvb + (size_t)k0 * qt;
+                    fr_t16_pack_pairs((const uint16_t *)k + kof, qt, rk, HS / 2, tb.kt, tb.ldt);
+                    fr_t16_gemm(rq, rk, HS / 2, Q16, qt, FR_T16_ROWS, tb.kt, tb.ldt, s, 0, S, BK);
+                    online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, lo, HS);
+                    fr_t16_round_rows(S, BK, rq, rk, tb.p16, tb.ldp);
+                    fr_t16_pack_rows((const uint16_t *)v + kof, 0, qt, rk, HS, tb.kv, tb.ldh);
+                    fr_t16_gemm(rq, HS, (rk + 1) / 2, tb.p16, tb.ldp, FR_T16_ROWS, tb.kv, tb.ldh,
+                                1.0f, 1, Oi, lo);
+                }
+            }
+            const float *Qi = t16 ? NULL : rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
+            for (int k0 = 0; !t16 && k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
                 const size_t kof = kvb + (size_t)k0 * qt;
                 const float *Kj = rows_f32(k, qdt, kof, qt, rk, HS, b.k, &lk);
@@ -348,6 +418,45 @@ static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_buf
                     (int)lk, 1.0f, a->dq + qof, (int)qt);
 }
 
+/* bwd_tile on the bf16 tile products (a bf16 qkv, attn_tiles16.h): S = s Q
+ * K^T and dP = dO V^T with dO rounded to bf16, then with P and dS rounded
+ * to bf16: dv_j += P^T dO_i and dk_j += s dS^T Q_i (what & 1), dq_i += s
+ * dS K_j (what & 2). */
+static void bwd_tile16(const attn_bwd_args *a, float *P, float *dS, const t16_bufs *tb, size_t bh,
+                       int q0, int k0, int what) {
+    const fr_attn_layout *L = a->L;
+    const size_t qt = L->qt, ot = L->ot;
+    const int T = L->T, HS = L->HS, BK = a->BK, hp = HS / 2;
+    const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0);
+    const size_t qof = qbase(L, bh) + (size_t)q0 * qt, kof = kbase(L, bh) + (size_t)k0 * qt;
+    const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
+    const uint16_t *Q16 = (const uint16_t *)a->q + qof, *K16 = (const uint16_t *)a->k + kof,
+                   *V16 = (const uint16_t *)a->v + kof;
+    const float *dO = a->dout + oof;
+    fr_t16_pack_pairs(K16, qt, rk, hp, tb->kt, tb->ldt);
+    fr_t16_gemm(rq, rk, hp, Q16, qt, FR_T16_ROWS, tb->kt, tb->ldt, a->s, 0, P, BK);
+    fr_t16_round_rows(dO, ot, rq, HS, tb->do16, (size_t)HS);
+    fr_t16_pack_pairs(V16, qt, rk, hp, tb->vt, tb->ldt);
+    fr_t16_gemm(rq, rk, hp, tb->do16, (size_t)HS, FR_T16_ROWS, tb->vt, tb->ldt, 1.0f, 0, dS, BK);
+    probs_and_dscores(P, dS, BK, rq, rk, q0, k0, a->lse + lof, a->D + lof);
+    fr_t16_round_rows(dS, BK, rq, rk, tb->ds16, tb->ldp);
+    if (what & 1) {
+        const int rqp = (rq + 1) / 2;
+        fr_t16_round_rows(P, BK, rq, rk, tb->p16, tb->ldp);
+        fr_t16_pack_rows(dO, 1, ot, rq, HS, tb->dop, tb->ldh);
+        fr_t16_gemm(rk, HS, rqp, tb->p16, tb->ldp, FR_T16_COLS, tb->dop, tb->ldh, 1.0f, 1,
+                    a->dv + kof, qt);
+        fr_t16_pack_rows(Q16, 0, qt, rq, HS, tb->qp, tb->ldh);
+        fr_t16_gemm(rk, HS, rqp, tb->ds16, tb->ldp, FR_T16_COLS, tb->qp, tb->ldh, a->s, 1,
+                    a->dk + kof, qt);
+    }
+    if (what & 2) {
+        fr_t16_pack_rows(K16, 0, qt, rk, HS, tb->kv, tb->ldh);
+        fr_t16_gemm(rq, HS, (rk + 1) / 2, tb->ds16, tb->ldp, FR_T16_ROWS, tb->kv, tb->ldh, a->s, 1,
+                    a->dq + qof, qt);
+    }
+}
+
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats) {
@@ -369,7 +478,7 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
     const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
     const int nt = team(per, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
-    const int per_head = kvheads >= nt;
+    const int per_head = kvheads >= nt, t16 = tiles16(io, HS);
     const attn_bwd_args a = {
         L, q, k, v, io->qkv, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
 #pragma omp parallel num_threads(nt)
@@ -378,6 +487,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         float *P = ws + (size_t)omp_get_thread_num() * per;
         float *dS = P + (size_t)BQ * BK;
         const attn_bufs b = slot_bufs(P, BQ, BK, HS);
+        t16_bufs tb;
+        if (t16) t16_layout(P + 2 * (size_t)BQ * BK + 2 * (size_t)BQ, BQ, BK, HS, &tb);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_q; task++) {
             const size_t bh = (size_t)(task / nq);
@@ -404,7 +515,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                     zero_rows(dq + qbase(L, bh), qt, T, HS);
                     for (int q0 = 0; q0 < T; q0 += BQ)
                         for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
-                            bwd_tile(&a, P, dS, &b, bh, q0, k0, 1);
+                            if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 3);
+                            else bwd_tile(&a, P, dS, &b, bh, q0, k0, 1);
                 }
             }
         } else {
@@ -420,7 +532,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                  * query tile with a query >= k0 */
                 for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++)
                     for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ)
-                        bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
+                        if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 1);
+                        else bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
             }
 #pragma omp for schedule(static)
             for (long long task = 0; task < tasks_q; task++) {
@@ -430,8 +543,13 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 const size_t oof = obase(L, bh) + (size_t)q0 * ot,
                              lof = bh * (size_t)T + (size_t)q0;
                 size_t lq, lk, lv;
-                const float *Qi = rows_f32(q, io->qkv, qof, qt, rq, HS, b.q, &lq);
                 zero_rows(dq + qof, qt, rq, HS);
+                if (t16) {
+                    for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK)
+                        bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 2);
+                    continue;
+                }
+                const float *Qi = rows_f32(q, io->qkv, qof, qt, rq, HS, b.q, &lq);
                 for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
                     const int rk = imin(BK, T - k0);
                     const size_t kof = kbase(L, bh) + (size_t)k0 * qt;
