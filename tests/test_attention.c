@@ -453,7 +453,8 @@ static void ref_head_t16(const double *q, const double *k, const double *v, cons
         double eD = 0, Dt = 0;
         for (int d = 0; d < HS; d++) {
             double a = 0, m = 0;
-            for (int w = 0; w <= t; w++) a += P[t * T + w] * v[w * HS + d], m += P[t * T + w] * fabs(v[w * HS + d]);
+            for (int w = 0; w <= t; w++)
+                a += P[t * T + w] * v[w * HS + d], m += P[t * T + w] * fabs(v[w * HS + d]);
             out[t * HS + d] = a, bo[t * HS + d] = u * m;
             eD += fabs(dout[t * HS + d]) * u * m;
             Dt += dout[t * HS + d] * a;
@@ -461,7 +462,8 @@ static void ref_head_t16(const double *q, const double *k, const double *v, cons
         for (int w = 0; w <= t; w++) {
             double dp = 0, ep = 0;
             for (int d = 0; d < HS; d++)
-                dp += dout[t * HS + d] * v[w * HS + d], ep += fabs(dout[t * HS + d] * v[w * HS + d]);
+                dp += dout[t * HS + d] * v[w * HS + d],
+                    ep += fabs(dout[t * HS + d] * v[w * HS + d]);
             const double p = P[t * T + w];
             dS[t * T + w] = p * (dp - Dt);
             eS[t * T + w] = p * (u * ep + eD) + u * fabs(dS[t * T + w]);
@@ -470,7 +472,8 @@ static void ref_head_t16(const double *q, const double *k, const double *v, cons
     for (int t = 0; t < T; t++)
         for (int d = 0; d < HS; d++) {
             double a = 0, b = 0;
-            for (int w = 0; w <= t; w++) a += dS[t * T + w] * k[w * HS + d], b += eS[t * T + w] * fabs(k[w * HS + d]);
+            for (int w = 0; w <= t; w++)
+                a += dS[t * T + w] * k[w * HS + d], b += eS[t * T + w] * fabs(k[w * HS + d]);
             dq[t * HS + d] = s * a, bq[t * HS + d] = s * b;
         }
     for (int w = 0; w < T; w++)
@@ -622,11 +625,12 @@ static float *check_t16(int B, int NH, int NKV, int T, int HS, int threads) {
 /* The tile path at 1 and 3 threads: both backward ways, the same bits. */
 static void check_t16_cases(void) {
     if (!fr_t16_on()) {
-        printf("bf16 tile products not checked: this CPU has no AVX512_BF16 (or FRUGAL_ATTN=f32)\n");
+        printf(
+            "bf16 tile products not checked: this CPU has no AVX512_BF16 (or FRUGAL_ATTN=f32)\n");
         return;
     }
-    static const int cases[][5] = {{2, 3, 3, 130, 16}, {1, 2, 2, 1, 8},  {1, 1, 1, 65, 64},
-                                   {2, 4, 2, 70, 16},  {1, 2, 1, 33, 8}, {1, 2, 2, 3, 2},
+    static const int cases[][5] = {{2, 3, 3, 130, 16},  {1, 2, 2, 1, 8},  {1, 1, 1, 65, 64},
+                                   {2, 4, 2, 70, 16},   {1, 2, 1, 33, 8}, {1, 2, 2, 3, 2},
                                    {1, 2, 2, 130, 128}, {2, 6, 6, 64, 64}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *c = cases[i];
@@ -635,8 +639,10 @@ static void check_t16_cases(void) {
         float *a = check_t16(c[0], c[1], c[2], c[3], c[4], 1);
         g_rng = seed;
         float *b = check_t16(c[0], c[1], c[2], c[3], c[4], 3);
-        CHECK(!memcmp(a, b, nq * 4), "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d: dqkv bits differ "
-              "between 1 and 3 threads", c[0], c[1], c[2], c[3], c[4]);
+        CHECK(!memcmp(a, b, nq * 4),
+              "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d: dqkv bits differ "
+              "between 1 and 3 threads",
+              c[0], c[1], c[2], c[3], c[4]);
         free(a), free(b);
     }
     printf("bf16 tile products: worst %.2f of the rounding bound\n", g_t16_worst);

@@ -16,8 +16,10 @@
  * chunks of dW as many more. Checked at (n + 4) u sum |terms| (+ 1e-30).
  *
  * The path is chosen once per process by FRUGAL_CONV, so the test runs
- * itself twice, with FRUGAL_CONV=gemm and =dnnl (the second skipped, with a
- * message, where the build has no oneDNN). */
+ * itself three times: FRUGAL_CONV=gemm, unset (bf16 images on oneDNN where
+ * the CPU has native bf16, f32 on the GEMMs) and =dnnl (skipped, with a
+ * message, where the build has no oneDNN). The CNN step's predicted =
+ * measured memory is checked in fp32 and bf16-mixed on each. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -156,9 +158,9 @@ static int run_conv(const geo *g, bufs *B, int bias, int acc, int half, int ws_t
     fr_dtype xdt = half ? FR_BF16 : FR_F32;
     int th = omp_get_max_threads();
     int64_t wf = budget ? fr_conv_dnnl_ws(&d, budget, 0, bias, xdt, th)
-                        : fr_conv2d_ws_elems(&xs, g->OC, g->K, g->S, g->P, 0);
+                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 0);
     int64_t wb = budget ? fr_conv_dnnl_ws(&d, budget, 1, 0, xdt, th)
-                        : fr_conv2d_ws_elems(&xs, g->OC, g->K, g->S, g->P, 1);
+                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 1);
     if (ws_threads) omp_set_num_threads(now);
     float *wsf = malloc((size_t)(wf ? wf : 1) * sizeof(float)),
           *wsb = malloc((size_t)(wb ? wb : 1) * sizeof(float));
@@ -269,7 +271,7 @@ static void test_geometries(void) {
 /* Native bf16 convolutions round W and dy to bf16 (the image is bf16
  * already): each product's operands are each within 2^-8 of their value,
  * so the product within 2 2^-8 + 2^-16 of the exact one; then f32 sums. */
-static int bf16_native(void) { return fr_conv_dnnl_on() && fr_gemm16_native(FR_BF16); }
+static int bf16_native(void) { return fr_conv_dnnl_for(FR_BF16) && fr_gemm16_native(FR_BF16); }
 static double bf16_rel(void) { return bf16_native() ? 2.0 / 256 + 1.0 / 65536 : 0.0; }
 
 /* the image in bf16 (the mixed-precision pass binds it so where the kernel
@@ -279,14 +281,14 @@ static double bf16_rel(void) { return bf16_native() ? 2.0 / 256 + 1.0 / 65536 : 
 static void test_bf16_image(void) {
     geo a = {3, 16, 11, 9, 16, 3, 1, 1}, b = {2, 5, 9, 9, 7, 3, 2, 1};
     check_budget(__LINE__, &a, 0, 0, 1, 0, 0, bf16_rel());
-    if (fr_conv_dnnl_on()) check_budget(__LINE__, &b, 1, 1, 1, 0, 0, bf16_rel());
+    if (fr_conv_dnnl_for(FR_BF16)) check_budget(__LINE__, &b, 1, 1, 1, 0, 0, bf16_rel());
 }
 
 /* oneDNN's bf16 primitives (where the CPU has bf16 kernels): chosen for a
  * bf16 image, and the sweep's strides, paddings, kernels, odd sizes and
  * batch 1 within the bf16 bound */
 static void test_bf16_native(void) {
-    if (!fr_conv_dnnl_on()) return;
+    if (!fr_conv_dnnl_for(FR_BF16)) return;
     if (!bf16_native()) {
         printf("skipped native bf16 convolutions: oneDNN has no bf16 kernels on this CPU\n");
         return;
@@ -346,7 +348,7 @@ static void test_threads_changed(void) {
 
 /* A CNN step compiled on one thread count and run on another: it runs, and
  * the step's measured activations and workspace reach exactly the plan's. */
-static void test_step_threads(int t_compile, int t_run) {
+static void test_step_threads(int t_compile, int t_run, fr_precision prec) {
     fr_ctx *ctx = fr_ctx_new();
     fr_model *m = fr_model_load(ctx, "cnn");
     CHECK(m != NULL, "load cnn: %s", fr_last_error(ctx));
@@ -356,10 +358,29 @@ static void test_step_threads(int t_compile, int t_run) {
     }
     fr_set_threads(ctx, t_compile);
     int n = 8, d = 28 * 28;
-    fr_step_opts o = {
-        .batch = n, .training = 1, .optim = fr_optim_defaults(FR_OPTIM_ADAM), .seed = 1};
+    fr_step_opts o = {.batch = n,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                      .seed = 1,
+                      .precision = prec};
     fr_step *s = fr_step_compile(m, &o);
     CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    if (s && prec == FR_PREC_BF16_MIXED && fr_conv_dnnl_for(FR_BF16)) {
+        /* every convolution reads its image in bf16, so it runs on oneDNN;
+         * but the first, whose image is the batch (f32, not rounded) */
+        int convs = 0, bf16 = 0;
+        for (size_t i = 0; i < s->g.n_nodes; i++) {
+            const fr_node *nd = &s->g.nodes[i];
+            const int x = nd->op == FR_OP_CONV2D       ? nd->in[0]
+                          : nd->op == FR_OP_CONV2D_BWD ? nd->in[1]
+                                                       : -1;
+            if (x < 0 || x == s->g.input) continue;
+            convs++;
+            bf16 += s->g.vals[x].dtype == FR_BF16;
+        }
+        CHECK(convs > 0 && bf16 == convs,
+              "bf16-mixed: %d of %d convolution nodes read a bf16 image", bf16, convs);
+    }
     if (s) {
         fr_set_threads(ctx, t_run);
         float *x = rand_f((int64_t)n * d, 0);
@@ -370,18 +391,19 @@ static void test_step_threads(int t_compile, int t_run) {
         fr_batch b = {n, x, y, NULL, NULL};
         float loss;
         int st = fr_step_run(s, &b, &loss, NULL);
-        CHECK(st == FR_OK, "compiled on %d threads, run on %d: %s", t_compile, t_run,
-              fr_last_error(ctx));
+        CHECK(st == FR_OK, "%s, compiled on %d threads, run on %d: %s", fr_precision_name(prec),
+              t_compile, t_run, fr_last_error(ctx));
         fr_mem_get_stats(ctx, &after);
         CHECK(after.allocated_peak[FR_MEM_ACTIVATIONS] == s->plan.peak[FR_MEM_ACTIVATIONS],
-              "activations: measured %zu, predicted %zu", after.allocated_peak[FR_MEM_ACTIVATIONS],
-              s->plan.peak[FR_MEM_ACTIVATIONS]);
+              "%s: activations: measured %zu, predicted %zu", fr_precision_name(prec),
+              after.allocated_peak[FR_MEM_ACTIVATIONS], s->plan.peak[FR_MEM_ACTIVATIONS]);
         /* the arena's workspace and the step's GEMM scratch (the linear
          * layers' oneDNN matmuls), held beside it */
         size_t held = s->place.scratch ? s->place.gemm_ws * sizeof(float) : 0;
         CHECK(after.allocated_peak[FR_MEM_WORKSPACE] == s->plan.peak[FR_MEM_WORKSPACE] + held,
-              "workspace: measured %zu, predicted %zu + the GEMM scratch %zu",
-              after.allocated_peak[FR_MEM_WORKSPACE], s->plan.peak[FR_MEM_WORKSPACE], held);
+              "%s: workspace: measured %zu, predicted %zu + the GEMM scratch %zu",
+              fr_precision_name(prec), after.allocated_peak[FR_MEM_WORKSPACE],
+              s->plan.peak[FR_MEM_WORKSPACE], held);
         free(x);
         fr_step_free(s);
     }
@@ -396,6 +418,16 @@ static int run_all(const char *mode) {
     int dnnl = fr_conv_dnnl_on();
     CHECK(dnnl == (strcmp(mode, "dnnl") == 0), "FRUGAL_CONV=%s: oneDNN path %s", mode,
           dnnl ? "on" : "off");
+    /* unset: bf16 images on oneDNN where the CPU has native bf16, f32 never */
+    if (strcmp(mode, "auto") == 0) {
+        CHECK(!fr_conv_dnnl_for(FR_F32) && !fr_conv_dnnl_for(FR_F16),
+              "FRUGAL_CONV unset: an f32 or f16 image on oneDNN");
+        CHECK(fr_conv_dnnl_for(FR_BF16) == (fr_conv_dnnl_built() && fr_gemm16_native(FR_BF16)),
+              "FRUGAL_CONV unset: a bf16 image %s oneDNN",
+              fr_conv_dnnl_for(FR_BF16) ? "on" : "off");
+        if (!fr_conv_dnnl_for(FR_BF16))
+            printf("FRUGAL_CONV unset: bf16 images on the GEMMs (no native bf16 here)\n");
+    }
     if (dnnl) { /* oneDNN takes every geometry of the sweep (none falls back) */
         fr_shape xs = fr_shape4(3, 17, 7, 9);
         fr_conv_dims g;
@@ -410,8 +442,10 @@ static int run_all(const char *mode) {
     test_chunks();
     test_determinism();
     test_threads_changed();
-    test_step_threads(1, 2);
-    test_step_threads(2, 1);
+    test_step_threads(1, 2, FR_PREC_FP32);
+    test_step_threads(2, 1, FR_PREC_FP32);
+    test_step_threads(1, 2, FR_PREC_BF16_MIXED);
+    test_step_threads(2, 1, FR_PREC_BF16_MIXED);
     fr_ctx_free(g_ctx);
     return check_done();
 }
@@ -420,7 +454,8 @@ static int run_all(const char *mode) {
 static int child(const char *self, const char *mode) {
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("FRUGAL_CONV", mode, 1);
+        if (strcmp(mode, "auto") == 0) unsetenv("FRUGAL_CONV");
+        else setenv("FRUGAL_CONV", mode, 1);
         execl(self, self, mode, (char *)NULL);
         _exit(127);
     }
@@ -434,6 +469,8 @@ int main(int argc, char **argv) {
     int built = fr_conv_dnnl_built();
     int rg = child(argv[0], "gemm");
     CHECK(rg == 0, "FRUGAL_CONV=gemm: exit status %d", rg);
+    int ra = child(argv[0], "auto");
+    CHECK(ra == 0, "FRUGAL_CONV unset: exit status %d", ra);
     if (built) {
         int rd = child(argv[0], "dnnl");
         CHECK(rd == 0, "FRUGAL_CONV=dnnl: exit status %d", rd);

@@ -211,14 +211,14 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
     const int P = (K - 1) / 2;
     const int64_t nx = N * C * H * W, nw = OC * C * K * K, ny = N * OC * H * W;
     fr_shape xs = fr_shape4(N, C, H, W), wsh = fr_shape4(OC, C, K, K), ys = fr_shape4(N, OC, H, W);
-    CHECK(fr_conv2d_reads_half(&xs, OC, K, 1, P), "conv C=%lld K=%d takes the shifted path",
+    CHECK(fr_conv2d_reads_half(&xs, dt, OC, K, 1, P), "conv C=%lld K=%d takes the shifted path",
           (long long)C, K);
     float *x0 = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1),
           *dy = frand(ny, -1, 1);
     half_in x = make_half(dt, x0, nx);
     fr_attr a = {.kernel = K, .stride = 1, .pad = P};
-    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 0),
-            nwsb = fr_conv2d_ws_elems(&xs, OC, K, 1, P, 1);
+    int64_t nws = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 0),
+            nwsb = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 1);
     float *ws = frand(nws, 0, 1), *wsb = frand(nwsb, 0, 1);
     float *y[2], *dx[2], *dw[2], *db[2];
     for (int r = 0; r < 2; r++) {
@@ -532,9 +532,10 @@ static void test_refusals(void) {
     half_in x = make_half(FR_BF16, v, 8);
     /* a stride-2 convolution takes im2col, which reads f32 only */
     fr_shape xs = fr_shape4(1, 8, 4, 4);
-    CHECK(!fr_conv2d_reads_half(&xs, 4, 3, 2, 1), "stride 2 is not on the shifted path");
+    CHECK(!fr_conv2d_reads_half(&xs, FR_BF16, 4, 3, 2, 1), "stride 2 is not on the shifted path");
     fr_shape x1 = fr_shape4(1, 1, 4, 4);
-    CHECK(!fr_conv2d_reads_half(&x1, 4, 3, 1, 1), "one input channel is not on the shifted path");
+    CHECK(!fr_conv2d_reads_half(&x1, FR_BF16, 4, 3, 1, 1),
+          "one input channel is not on the shifted path");
     float *big = frand(2 * 130 * 130, -1, 1), *out = frand(65 * 65 * 2, 0, 1);
     half_in hb = make_half(FR_BF16, big, 2 * 130 * 130);
     fr_attr a = {.kernel = 2, .stride = 2};

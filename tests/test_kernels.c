@@ -3,8 +3,9 @@
  * test: forward kernels against naive float64 loops, backward kernels against
  * central finite differences of those float64 loops. It also covers the edge
  * cases the kernel spec names: conv stride/padding/non-square/no bias,
- * maxpool ties, BatchNorm running statistics, dropout's determinism rule,
- * cross-entropy with huge logits and bad labels, accumulate bits, absent
+ * maxpool ties (rows of up to 35 windows), BatchNorm running statistics,
+ * dropout's determinism rule, cross-entropy with huge logits and bad
+ * labels, accumulate bits, absent
  * outputs, and outputs aliasing inputs. Prints "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
@@ -338,7 +339,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
              ys = fr_shape4(N, OC, OH, OW);
     fr_attr a = {.kernel = K, .stride = S, .pad = P};
 
-    int64_t nws = fr_conv2d_ws_elems(&xs, OC, K, S, P, 0);
+    int64_t nws = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 0);
     float *wsf = nws ? fnan(nws) : NULL; /* the kernel must not count on a clean workspace */
     call k;
     call_init(&k, FR_OP_CONV2D, &a);
@@ -358,7 +359,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     fd_grad(obj_conv, &s, s.w, nw, gw);
     if (bias) fd_grad(obj_conv, &s, s.b, OC, gb);
 
-    int64_t nwsb = fr_conv2d_ws_elems(&xs, OC, K, S, P, 1);
+    int64_t nwsb = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 1);
     float *wsb = nwsb ? fnan(nwsb) : NULL;
     float *dx = frand(nx, 7, 8), *dw = frand(nw, 7, 8), *db = bias ? frand(OC, 7, 8) : NULL;
     call_init(&k, FR_OP_CONV2D_BWD, &a);
@@ -611,6 +612,9 @@ static void test_maxpool_ties(void) {
     maxpool_ties_random("k2 s2 odd 9x7", 2, 2, 9, 7, 0);
     maxpool_ties_random("k2 s2 odd 9x7 accumulate", 2, 2, 9, 7, 1);
     maxpool_ties_random("k2 s1 overlapping", 2, 1, 6, 5, 0);
+    /* rows of 20 and 35 windows: 16 at a time with AVX-512, then the rest */
+    maxpool_ties_random("k2 s2 wide 6x40", 2, 2, 6, 40, 0);
+    maxpool_ties_random("k2 s2 wide 5x71 accumulate", 2, 2, 5, 71, 1);
 
     /* NaN: the value is NaN and the gradient goes to the last NaN (PyTorch's
      * `val > max || isnan(val)` scan), on the 2x2 path and the general one */

@@ -108,6 +108,10 @@ typedef struct fr_graph {
      * where the loss op makes it (LINEAR_CE), else -1 */
     int input, label, loss, logits, hits;
     fr_status status; /* why the last fr_graph_node/fr_graph_value failed */
+    /* the mixed-precision pass's 16-bit dtype while and after it runs
+     * (fr_precision_apply), for the backend's answers on 16-bit inputs
+     * (fr_backend.half_io); FR_F32 before it or without it */
+    fr_dtype half;
 } fr_graph;
 
 void fr_graph_init(fr_graph *g, fr_ctx *ctx);

@@ -88,9 +88,15 @@ typedef struct t16_bufs {
 static size_t t16_layout(float *base, int BQ, int BK, int HS, t16_bufs *b) {
     const size_t ldt = fr_t16_ld(BK), ldh = fr_t16_ld(HS), ldp = (size_t)(BK + 1) / 2 * 2;
     const size_t hp = (size_t)(HS + 1) / 2, qp = (size_t)(BQ + 1) / 2, kp = (size_t)(BK + 1) / 2;
-    const size_t sz[9] = {up16((size_t)BQ * (size_t)HS), up16(hp * ldt), up16(hp * ldt),
-                          up16(kp * ldh), up16(qp * ldh), up16(qp * ldh),
-                          up16((size_t)BQ * hp), up16(qp * ldp), up16(qp * ldp)};
+    const size_t sz[9] = {up16((size_t)BQ * (size_t)HS),
+                          up16(hp * ldt),
+                          up16(hp * ldt),
+                          up16(kp * ldh),
+                          up16(qp * ldh),
+                          up16(qp * ldh),
+                          up16((size_t)BQ * hp),
+                          up16(qp * ldp),
+                          up16(qp * ldp)};
     size_t off[9], n = 0;
     for (int i = 0; i < 9; i++) off[i] = n, n += sz[i];
     if (b) {
@@ -319,7 +325,8 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                                 1.0f, 1, Oi, lo);
                 }
             }
-            const float *Qi = t16 ? NULL : rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
+            const float *Qi =
+                t16 ? NULL : rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
             for (int k0 = 0; !t16 && k0 <= q0 + rq - 1; k0 += BK) {
                 const int rk = imin(BK, T - k0);
                 const size_t kof = kvb + (size_t)k0 * qt;

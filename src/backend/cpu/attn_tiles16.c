@@ -102,12 +102,12 @@ T16_TGT T16_INLINE void block(const int NV, const int mode, int i0, int mr, int 
     }
 }
 
-#define T16_BLOCKS(MODE)                                                                  \
-    switch (nv) {                                                                         \
-    case 1: block(1, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;   \
-    case 2: block(2, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;   \
-    case 3: block(3, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;   \
-    default: block(4, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;  \
+#define T16_BLOCKS(MODE)                                                                 \
+    switch (nv) {                                                                        \
+    case 1: block(1, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;  \
+    case 2: block(2, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;  \
+    case 3: block(3, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break;  \
+    default: block(4, MODE, i, mr, j, n, kp, a, lda, B, ldb, alpha, acc, C, ldc); break; \
     }
 
 T16_TGT void fr_t16_gemm(int m, int n, int kp, const void *A, size_t lda, int amode,
@@ -156,8 +156,8 @@ T16_TGT T16_INLINE __m256i row16(const void *src, int f32, size_t ld, int r, int
 
 /* element 2i of the result is element i of the low half, 2i + 1 element i
  * of the high half */
-static const uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                        21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+static const uint16_t interleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                         11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 T16_TGT void fr_t16_pack_rows(const void *src, int f32, size_t ld, int k, int n, uint32_t *dst,
@@ -184,10 +184,9 @@ T16_TGT void fr_t16_pack_pairs(const uint16_t *src, size_t ld, int n, int kp, ui
         const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ld));
         const uint16_t *rows = m ? src + (size_t)j * ld : src;
         for (int p = 0; p < kp; p++) {
-            const __m512i w =
-                m ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off,
-                                                (const void *)(rows + 2 * p), 2)
-                  : _mm512_setzero_si512();
+            const __m512i w = m ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off,
+                                                              (const void *)(rows + 2 * p), 2)
+                                : _mm512_setzero_si512();
             _mm512_storeu_si512((void *)(dst + (size_t)p * ldb + j), w);
         }
     }

@@ -53,8 +53,7 @@ void fr_t16_round_rows(const float *src, size_t ld, int rows, int cols, uint16_t
 
 /* B packed from k rows of n values (row stride ld): f32 (rounded) when f32,
  * else bf16. ceil(k / 2) rows of ldb words. */
-void fr_t16_pack_rows(const void *src, int f32, size_t ld, int k, int n, uint32_t *dst,
-                      size_t ldb);
+void fr_t16_pack_rows(const void *src, int f32, size_t ld, int k, int n, uint32_t *dst, size_t ldb);
 
 /* B packed from n rows of 2 kp bf16 values (row stride ld elements, even):
  * word (p, j) = word p of row j, the transpose of the rows' pairs. */

@@ -157,30 +157,27 @@ static int64_t dnnl_budget(const conv_geom *g, int backward) {
     return slot > CONV_DNNL_BUDGET ? slot : CONV_DNNL_BUDGET;
 }
 
-/* The oneDNN path's workspace when it runs this geometry (0 if it does
- * not): the most of its plans with and without a bias and for an f32, bf16
- * or f16 image, the variants a kernel call may bring. */
-static int64_t dnnl_ws(const conv_geom *g, int backward, int threads) {
-    if (!fr_conv_dnnl_on()) return 0;
+/* The oneDNN path's workspace when it runs this geometry on an image of
+ * dtype xdt (0 if it does not): the most of its plans with and without a
+ * bias. */
+static int64_t dnnl_ws(const conv_geom *g, int backward, int threads, fr_dtype xdt) {
+    if (!fr_conv_dnnl_for(xdt)) return 0;
     int64_t most = 0;
-    static const fr_dtype image[3] = {FR_F32, FR_BF16, FR_F16};
-    for (int bias = 0; bias <= !backward; bias++)
-        for (int i = 0; i < 3; i++) {
-            int64_t n =
-                fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, image[i], threads);
-            if (n == 0) return 0;
-            if (n > most) most = n;
-        }
+    for (int bias = 0; bias <= !backward; bias++) {
+        int64_t n = fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, xdt, threads);
+        if (n == 0) return 0;
+        if (n > most) most = n;
+    }
     return most;
 }
 
-int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
-                           int backward) {
+int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
+                           int pad, int backward) {
     conv_geom g;
     if (fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
     /* oneDNN's, or on the shifted-GEMM path the most of both (the GEMMs take
      * a 16-bit image there should oneDNN decline the call) */
-    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads());
+    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads(), xdt);
     if (dnnl > 0 && !shifted(&g)) return dnnl;
     int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
@@ -196,9 +193,11 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int st
     return s * col + (s - 1) * part;
 }
 
-int fr_conv2d_reads_half(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad) {
+int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,
+                         int pad) {
     conv_geom g;
-    return fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && shifted(&g);
+    return fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 &&
+           (shifted(&g) || fr_conv_dnnl_for(half));
 }
 
 /* Slots for the shift path in a workspace of `have` floats (error if none). */
@@ -428,7 +427,7 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
-    if (fr_conv_dnnl_on() && g.C > 0) {
+    if (fr_conv_dnnl_for(x->dtype) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;
     }
@@ -501,7 +500,7 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
-    if (fr_conv_dnnl_on()) {
+    if (fr_conv_dnnl_for(x->dtype)) {
         st = fr_conv_dnnl_bwd(c, &g, dnnl_budget(&g, 1), dx, dw);
         if (st != FR_CONV_DNNL_DECLINE) return st;
     }

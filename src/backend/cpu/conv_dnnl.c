@@ -21,24 +21,35 @@
 
 /* ---- the path, decided once ---------------------------------------------- */
 
-static int g_on;
+enum { PATH_GEMM, PATH_BF16, PATH_ALL };
+static int g_path;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Opt-in (FRUGAL_CONV=dnnl). On a quiet 2-core AMD EPYC it is faster than
- * the GEMM path (bench/out/conv_dnnl.txt: CNN 0.90x, ResNet 0.82x, CNN
- * bf16-mixed 0.70x of its step) but the process's peak RSS grows by about
- * 11 MiB (CNN 71.6 -> 82.5 MiB, ResNet 119.3 -> 130.7 MiB: oneDNN's
- * JIT-compiled kernels and reorder copies, bench/out/compare-issue23b.md),
- * memory the planner cannot see or budget; FRUGAL_CONV=gemm or unset keeps
- * im2col / shifted GEMMs. */
+/* By default bf16 images only. On a quiet 2-core AMD EPYC oneDNN's
+ * convolutions are faster than the GEMM path (bench/out/conv_dnnl.txt: CNN
+ * 0.90x, ResNet 0.82x of its step in f32, CNN 0.70x in bf16-mixed, where
+ * the GEMM path emulates bf16 on f32 GEMMs: item 4 of issue 23 asks for
+ * native bf16 there) but the process's peak RSS grows by about 11 MiB (CNN
+ * 71.6 -> 82.5 MiB, ResNet 119.3 -> 130.7 MiB in f32: oneDNN's JIT-compiled
+ * kernels and its caches, bench/out/compare-issue23b.md), memory the
+ * planner cannot see or budget. f32 images keep the GEMMs, so the default
+ * step's memory stays all accounted; bf16-mixed, asked for speed, takes
+ * the native kernels. FRUGAL_CONV=dnnl sends every image, =gemm none. */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
-    g_on = fr_dnnl_engine() != NULL && env && strcmp(env, "dnnl") == 0;
+    if (fr_dnnl_engine() == NULL || (env && strcmp(env, "gemm") == 0)) g_path = PATH_GEMM;
+    else if (env && strcmp(env, "dnnl") == 0) g_path = PATH_ALL;
+    else g_path = fr_gemm16_native(FR_BF16) ? PATH_BF16 : PATH_GEMM;
 }
 
 int fr_conv_dnnl_on(void) {
     pthread_once(&g_once, decide);
-    return g_on;
+    return g_path == PATH_ALL;
+}
+
+int fr_conv_dnnl_for(fr_dtype xdt) {
+    pthread_once(&g_once, decide);
+    return g_path == PATH_ALL || (g_path == PATH_BF16 && xdt == FR_BF16);
 }
 
 int fr_conv_dnnl_built(void) { return fr_dnnl_engine() != NULL; }
@@ -387,7 +398,7 @@ static int64_t floats_of(size_t bytes) {
 
 int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,
                         int threads) {
-    if (!fr_conv_dnnl_on() || g->N < 1 || g->OC < 1 || g->C < 1) return 0;
+    if (!fr_conv_dnnl_for(xdt) || g->N < 1 || g->OC < 1 || g->C < 1) return 0;
     int own;
     conv_plan *pl = plan_get(g, budget, backward, bias, xdt, threads > 0 ? threads : 1, &own);
     int64_t n = pl ? floats_of(pl->bytes) : 0;
@@ -396,7 +407,7 @@ int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int
 }
 
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
-    if (!fr_conv_dnnl_on()) return "";
+    if (!fr_conv_dnnl_for(xdt)) return "";
     int own;
     conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, xdt, omp_get_max_threads(), &own);
     if (!pl) return "";
@@ -551,6 +562,10 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
 #else /* built without oneDNN: every convolution takes the GEMM path */
 
 int fr_conv_dnnl_on(void) { return 0; }
+int fr_conv_dnnl_for(fr_dtype xdt) {
+    (void)xdt;
+    return 0;
+}
 int fr_conv_dnnl_built(void) { return 0; }
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
     (void)g, (void)xdt;

@@ -1,9 +1,11 @@
 /* conv_dnnl.h — CONV2D and CONV2D_BWD through oneDNN's convolution
- * primitives (forward, backward-data, backward-weights), opt-in with
- * FRUGAL_CONV=dnnl in the environment (read once; bench/out/conv_dnnl.txt
- * compares the paths' time, conv_dnnl.c says why it is not the default).
- * conv.c owns the ops and dispatches here; im2col + GEMM there stays the
- * default, the fallback and the reference.
+ * primitives (forward, backward-data, backward-weights). Which images take
+ * them (FRUGAL_CONV, read once; conv_dnnl.c says why):
+ *  - unset (or "auto"): bf16 images (bf16-mixed) where the CPU has native
+ *    bf16 kernels (AVX512_BF16 or AMX); f32 and f16 ones run as GEMMs;
+ *  - "dnnl": every image; "gemm": none.
+ * bench/out/conv_dnnl.txt compares the paths' time. conv.c owns the ops and
+ * dispatches here; im2col + GEMM there is the fallback and the reference.
  *
  * The primitives are f32, except for a bf16 image (bf16-mixed) where the
  * CPU has bf16 kernels (fr_gemm16_native: AVX512_BF16 or AMX): their
@@ -31,9 +33,14 @@
 #include "backend/cpu/kernels.h"
 #include "backend/kcheck.h"
 
-/* 1 when convolutions go to oneDNN: built with it, its engine made, and
- * FRUGAL_CONV=dnnl. Decided once per process. */
+/* 1 when every convolution goes to oneDNN: built with it, its engine made,
+ * and FRUGAL_CONV=dnnl. Decided once per process. */
 int fr_conv_dnnl_on(void);
+
+/* 1 when a convolution of an image of dtype xdt goes to oneDNN: every image
+ * with FRUGAL_CONV=dnnl; with it unset, a bf16 one where the CPU has native
+ * bf16 kernels (fr_gemm16_native); never with FRUGAL_CONV=gemm. */
+int fr_conv_dnnl_for(fr_dtype xdt);
 
 /* 1 when the build has oneDNN and its CPU engine was made (the path can
  * be turned on), whatever FRUGAL_CONV says. */

@@ -266,12 +266,17 @@ const char *fr_cpu_gemm_bf16(char *buf, size_t n) {
 
 const char *fr_cpu_linear32(char *buf, size_t n) {
     if (fr_gemm32_onednn()) snprintf(buf, n, "oneDNN matmul %.31s", fr_cpu()->onednn_isa);
+    else if (fr_gemm32_onednn_for(1024, 1024, 1024)) /* 2^30: a large layer */
+        snprintf(buf, n, "OpenBLAS, from 2^28 multiply-adds oneDNN matmul %.31s",
+                 fr_cpu()->onednn_isa);
     else snprintf(buf, n, "OpenBLAS");
     return buf;
 }
 
 const char *fr_cpu_conv(char *buf, size_t n) {
     if (fr_conv_dnnl_on()) snprintf(buf, n, "oneDNN %.31s", fr_cpu()->onednn_isa);
+    else if (fr_conv_dnnl_for(FR_BF16))
+        snprintf(buf, n, "im2col/shifted GEMMs, bf16 oneDNN %.31s", fr_cpu()->onednn_isa);
     else snprintf(buf, n, "im2col/shifted GEMMs");
     return buf;
 }

@@ -24,12 +24,17 @@ int fr_cpu_fix_env(void);
 const char *fr_cpu_gemm_f32(char *buf, size_t n);
 const char *fr_cpu_gemm_bf16(char *buf, size_t n);
 
-/* Where the linear layers' f32 GEMMs run: "oneDNN matmul avx512_core"
- * (fr_gemm32_onednn) or "OpenBLAS" (their weight gradients always do). */
+/* Where the linear layers' f32 GEMMs run: "OpenBLAS, from 2^28
+ * multiply-adds oneDNN matmul avx512_core" (the default on AVX-512),
+ * "oneDNN matmul avx512_core" (FRUGAL_GEMM=onednn) or "OpenBLAS" (their
+ * weight gradients always do); fr_gemm32_onednn_for. */
 const char *fr_cpu_linear32(char *buf, size_t n);
 
-/* The convolutions' path: "im2col/shifted GEMMs" (the default), or
- * "oneDNN avx512_core_bf16" (FRUGAL_CONV=dnnl, conv_dnnl.c). */
+/* The convolutions' path: "im2col/shifted GEMMs, bf16 oneDNN
+ * avx512_core_bf16" (the default where the CPU has native bf16: f32 images
+ * on GEMMs, bf16 ones on oneDNN), "im2col/shifted GEMMs" (elsewhere, or
+ * FRUGAL_CONV=gemm), or "oneDNN avx512_core_bf16" (FRUGAL_CONV=dnnl);
+ * conv_dnnl.h. */
 const char *fr_cpu_conv(char *buf, size_t n);
 
 /* One line for people (no newline at the end), and a JSON object's text

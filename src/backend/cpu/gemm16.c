@@ -181,18 +181,34 @@ static int runs(const fr_gemm16_out *e) {
     return e && e->ab32 ? fr_dnnl_engine() != NULL : fr_gemm16_native(FR_BF16);
 }
 
+enum { G32_OPENBLAS, G32_LARGE, G32_ALL };
 static int g32;
 static pthread_once_t g32_once = PTHREAD_ONCE_INIT;
 
+/* oneDNN's effective ISA contains AVX-512 (its ISA values are nested bit
+ * sets) */
+static int isa_avx512(void) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+}
+
 static void decide32(void) {
     const char *env = getenv("FRUGAL_GEMM");
-    if (!fr_dnnl_engine()) return;
-    g32 = env && strcmp(env, "onednn") == 0;
+    if (!fr_dnnl_engine() || (env && strcmp(env, "openblas") == 0)) g32 = G32_OPENBLAS;
+    else if (env && strcmp(env, "onednn") == 0) g32 = G32_ALL;
+    else g32 = isa_avx512() ? G32_LARGE : G32_OPENBLAS;
 }
 
 int fr_gemm32_onednn(void) {
     pthread_once(&g32_once, decide32);
-    return g32;
+    return g32 == G32_ALL;
+}
+
+int fr_gemm32_onednn_for(int64_t M, int64_t N, int64_t K) {
+    pthread_once(&g32_once, decide32);
+    if (g32 == G32_ALL) return 1;
+    return g32 == G32_LARGE && M > 0 && N > 0 && K > 0 &&
+           (double)M * (double)N * (double)K >= FR_GEMM32_ONEDNN_MIN;
 }
 
 size_t fr_gemm16_epi_ws(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -314,5 +330,9 @@ int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, 
 }
 
 int fr_gemm32_onednn(void) { return 0; }
+int fr_gemm32_onednn_for(int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K;
+    return 0;
+}
 
 #endif

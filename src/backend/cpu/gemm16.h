@@ -58,15 +58,22 @@ int fr_gemm16_epi(fr_ctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, 
                   int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc,
                   const fr_gemm16_out *e, void *ws, size_t ws_bytes);
 
-/* Whether the linear layers' f32 GEMMs x W^T and dy W run on oneDNN's f32
- * matmul (its brgemm kernels, scratch planned like the bf16 one's) rather
- * than on OpenBLAS: FRUGAL_GEMM=onednn in the environment (where the build
- * has oneDNN). Opt-in: on this AVX-512 host it is faster
- * (bench/out/gemm_f32_linear.txt), but its scratch, up to a megabyte a
- * layer, raised the smallest budgets small models fit in by a third, and
- * the planner does not yet weigh that against the time. Decided once per
- * process. Weight gradients, convolutions' and attention's GEMMs stay
- * OpenBLAS's. */
+/* Whether the linear layers' f32 GEMMs x W^T and dy W (M x N x K
+ * multiply-adds) run on oneDNN's f32 matmul (its brgemm kernels, scratch
+ * planned like the bf16 one's) rather than on OpenBLAS. FRUGAL_GEMM (read
+ * once per process, where the build has oneDNN):
+ *  - unset (or "auto"): GEMMs of at least FR_GEMM32_ONEDNN_MIN
+ *    multiply-adds where oneDNN runs AVX-512 kernels. On this AVX-512 host
+ *    oneDNN's sgemm is the faster (bench/out/gemm_f32_linear.txt: the seed
+ *    MLP's step at batch 1024 0.94x of OpenBLAS's); a small layer keeps
+ *    OpenBLAS, whose call costs less and needs no scratch (oneDNN's, up to a
+ *    megabyte a layer, raised the smallest budgets small models fit in by a
+ *    third). On AVX2-only hosts it was not measured: OpenBLAS.
+ *  - "onednn": every layer; "openblas": none.
+ * Weight gradients, convolutions' and attention's GEMMs stay OpenBLAS's. */
+#define FR_GEMM32_ONEDNN_MIN 268435456.0 /* 2^28 multiply-adds */
+int fr_gemm32_onednn_for(int64_t M, int64_t N, int64_t K);
+/* FRUGAL_GEMM=onednn: every f32 linear layer on oneDNN */
 int fr_gemm32_onednn(void);
 
 /* Kernels that round or dequantize a weight into bf16 a panel at a time

@@ -39,12 +39,14 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
         return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;
     /* the image of a convolution on the shifted-GEMM path, whose padded
-     * copy widens it (conv.c); the weight (OC,C,K,K) follows the image */
+     * copy widens it (conv.c), or on oneDNN's where it takes the pass's
+     * 16-bit dtype (conv_dnnl.h); the weight (OC,C,K,K) follows the image */
     case FR_OP_CONV2D:
     case FR_OP_CONV2D_BWD: {
         int x = n->op == FR_OP_CONV2D ? 0 : 1;
-        return j == x && fr_conv2d_reads_half(&v[n->in[x]].shape, v[n->in[x + 1]].shape.d[0],
-                                              n->attr.kernel, n->attr.stride, n->attr.pad);
+        return j == x &&
+               fr_conv2d_reads_half(&v[n->in[x]].shape, g->half, v[n->in[x + 1]].shape.d[0],
+                                    n->attr.kernel, n->attr.stride, n->attr.pad);
     }
     /* a linear layer on bf16 operands writes a bf16 y as its GEMM's
      * epilogue (linear.c, gemm16.h) */

@@ -73,7 +73,7 @@ size_t fr_k_linear_upd_ws(int64_t O, int64_t K, int64_t N, int threads);
 /* With bf16 operands (all of x, W, and dy for LINEAR_BWD) the GEMMs are
  * 16-bit ones with f32 accumulation (gemm16.h), the weight gradient in the
  * same tiles as above; with f32 operands they run on oneDNN's f32 matmul
- * where fr_gemm32_onednn() says so (the same tiles, the bias in the
+ * where fr_gemm32_onednn_for() says so (the same tiles, the bias in the
  * forward's epilogue), else on OpenBLAS. oneDNN's scratch, in bytes, for N
  * rows (ab32: f32 operands): */
 size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int threads, int ab32);
@@ -82,11 +82,14 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
  * CONV2D      in: x (N,C,H,W), W (OC,C,K,K), b (OC)|absent   out: y (N,OC,OH,OW), ws (f32 workspace)
  * CONV2D_BWD  in: dy (N,OC,OH,OW), x, W                     out: dx|absent, dW|absent, db|absent, ws
  * OH = (H + 2 pad - K) / stride + 1. The workspace length in floats is
- * fr_conv2d_ws_elems(); the planner sizes it, the kernel only uses it. */
-int64_t fr_conv2d_ws_elems(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad,
-                           int backward);
-/* Whether the kernel takes x in 16 bits (the shifted-GEMM path, see conv.c). */
-int fr_conv2d_reads_half(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad);
+ * fr_conv2d_ws_elems() for an image of dtype xdt (the path depends on it:
+ * conv_dnnl.h); the planner sizes it, the kernel only uses it. */
+int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
+                           int pad, int backward);
+/* Whether the kernel takes x in 16-bit dtype half: on the shifted-GEMM path
+ * (see conv.c), or on oneDNN's where it runs such an image. */
+int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,
+                         int pad);
 int fr_k_conv2d(fr_kernel_call *c);
 int fr_k_conv2d_bwd(fr_kernel_call *c);
 

@@ -65,7 +65,7 @@ int fr_k_linear(fr_kernel_call *c) {
     if (h && s != 1.0f)
         return fr_fail(c->ctx, FR_ERR_ARG, "linear: a scaled GEMM (scale %g) takes f32 operands",
                        (double)s);
-    const int d32 = !h && s == 1.0f && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
+    const int d32 = !h && s == 1.0f && fr_gemm32_onednn_for(N, O, K); /* f32 on oneDNN */
     if ((h || d32) && K > 0) { /* the bias and a 16-bit y are the GEMM's epilogue: no pass */
         if (y->dtype != FR_F32 && (y->dtype != FR_BF16 || d32))
             return fr_fail(c->ctx, FR_ERR_ARG, "linear: a bf16 GEMM writes y in f32 or bf16");
@@ -256,7 +256,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
                        "linear_bwd: a scaled GEMM (scale %g) takes f32 operands", (double)s);
     const float *dyp = fr_f32(dy);
     const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
-    const int d32 = !h && s == 1.0f && fr_gemm32_onednn(); /* f32 operands on oneDNN's matmul */
+    const int d32 = !h && s == 1.0f && fr_gemm32_onednn_for(N, O, K); /* f32 on oneDNN */
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));

@@ -66,6 +66,100 @@ static inline float max2(float a, float b, float c, float d) {
     return isnan(a) | isnan(b) | isnan(c) | isnan(d) ? a + b + c + d : m;
 }
 
+/* 2x2 stride-2 windows with AVX-512: up to 16 windows of a row pair at a
+ * time, the same comparisons as max2 and argmax2 on 16 lanes (so the same
+ * bits); a group holding a NaN returns 0 and goes through the scalar code. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define POOL_AVX512 1
+
+static int pool512_ok(void) { return __builtin_cpu_supports("avx512f") != 0; }
+
+/* the four corners of n <= 16 windows starting at r0, r1 (rows of 2n values) */
+typedef struct corners {
+    __m512 a, b, c, d;
+    __mmask16 k;
+} corners;
+
+__attribute__((target("avx512f"))) static inline corners load_corners(const float *r0,
+                                                                      const float *r1, int n) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const int m2 = 2 * n;
+    const __mmask16 k0 = m2 >= 16 ? 0xffff : (__mmask16)((1u << m2) - 1);
+    const __mmask16 k1 = m2 <= 16 ? 0 : (__mmask16)((1u << (m2 - 16)) - 1);
+    const __m512 x0 = _mm512_maskz_loadu_ps(k0, r0), x1 = _mm512_maskz_loadu_ps(k1, r0 + 16);
+    const __m512 y0 = _mm512_maskz_loadu_ps(k0, r1), y1 = _mm512_maskz_loadu_ps(k1, r1 + 16);
+    corners w = {_mm512_permutex2var_ps(x0, ev, x1), _mm512_permutex2var_ps(x0, od, x1),
+                 _mm512_permutex2var_ps(y0, ev, y1), _mm512_permutex2var_ps(y0, od, y1),
+                 n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1)};
+    return w;
+}
+
+/* m = max2's chain (b > a ? b : a, then c, then d); 0 when a lane holds a NaN */
+__attribute__((target("avx512f"))) static inline int max_corners(const corners *w, __m512 *m) {
+    const __mmask16 nan = _mm512_mask_cmp_ps_mask(w->k, w->a, w->b, _CMP_UNORD_Q) |
+                          _mm512_mask_cmp_ps_mask(w->k, w->c, w->d, _CMP_UNORD_Q);
+    if (nan) return 0;
+    __m512 x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(w->b, w->a, _CMP_GT_OQ), w->a, w->b);
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(w->c, x, _CMP_GT_OQ), x, w->c);
+    *m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(w->d, x, _CMP_GT_OQ), x, w->d);
+    return 1;
+}
+
+__attribute__((target("avx512f"))) static int max16(const float *r0, const float *r1, int n,
+                                                    float *y) {
+    const corners w = load_corners(r0, r1, n);
+    __m512 m;
+    if (!max_corners(&w, &m)) return 0;
+    _mm512_mask_storeu_ps(y, w.k, m);
+    return 1;
+}
+
+/* dx's 2n values of each row from dy's n (g): dy where the window's first
+ * maximum is, +0 elsewhere (argmax2, keep_if); added into dx when acc */
+__attribute__((target("avx512f"))) static int
+grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1, int acc) {
+    const corners w = load_corners(r0, r1, n);
+    __m512 m;
+    if (!max_corners(&w, &m)) return 0;
+    const __mmask16 e0 = _mm512_cmp_ps_mask(w.a, m, _CMP_EQ_OQ);
+    const __mmask16 e1 = _mm512_cmp_ps_mask(w.b, m, _CMP_EQ_OQ) & (__mmask16)~e0;
+    const __mmask16 e2 = _mm512_cmp_ps_mask(w.c, m, _CMP_EQ_OQ) & (__mmask16) ~(e0 | e1);
+    const __mmask16 e3 = (__mmask16) ~(e0 | e1 | e2);
+    const __m512 gv = _mm512_maskz_loadu_ps(w.k, g);
+    const __m512 v0 = _mm512_maskz_mov_ps(e0, gv), v1 = _mm512_maskz_mov_ps(e1, gv);
+    const __m512 v2 = _mm512_maskz_mov_ps(e2, gv), v3 = _mm512_maskz_mov_ps(e3, gv);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const int m2 = 2 * n;
+    const __mmask16 k0 = m2 >= 16 ? 0xffff : (__mmask16)((1u << m2) - 1);
+    const __mmask16 k1 = m2 <= 16 ? 0 : (__mmask16)((1u << (m2 - 16)) - 1);
+    __m512 o[4] = {_mm512_permutex2var_ps(v0, lo, v1), _mm512_permutex2var_ps(v0, hi, v1),
+                   _mm512_permutex2var_ps(v2, lo, v3), _mm512_permutex2var_ps(v2, hi, v3)};
+    float *dst[4] = {d0, d0 + 16, d1, d1 + 16};
+    const __mmask16 ks[4] = {k0, k1, k0, k1};
+    for (int i = 0; i < 4; i++) {
+        if (acc) o[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(ks[i], dst[i]), o[i]);
+        _mm512_mask_storeu_ps(dst[i], ks[i], o[i]);
+    }
+    return 1;
+}
+#else
+#define POOL_AVX512 0
+static int pool512_ok(void) { return 0; }
+static int max16(const float *r0, const float *r1, int n, float *y) {
+    (void)r0, (void)r1, (void)n, (void)y;
+    return 0;
+}
+static int grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1,
+                  int acc) {
+    (void)r0, (void)r1, (void)g, (void)n, (void)d0, (void)d1, (void)acc;
+    return 0;
+}
+#endif
+
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
 int fr_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
@@ -79,6 +173,7 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
                        FR_HALF_OUT_PLANE_MAX, (long long)(g.OH * g.OW));
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
+    const int v512 = pool512_ok();
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
         float buf[FR_HALF_PLANE_MAX], obuf[FR_HALF_OUT_PLANE_MAX];
@@ -91,6 +186,13 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
             float *yr = yp + oh * OW;
             if (K == 2)
                 for (int64_t ow = 0; ow < OW; ow++) {
+                    if (v512 && S == 2 && ow % 16 == 0) { /* 16 windows at once */
+                        const int n = OW - ow < 16 ? (int)(OW - ow) : 16;
+                        if (max16(row + 2 * ow, row + 2 * ow + W, n, yr + ow)) {
+                            ow += n - 1;
+                            continue;
+                        }
+                    }
                     const float *r0 = row + ow * S, *r1 = r0 + W;
                     yr[ow] = max2(r0[0], r0[1], r1[0], r1[1]);
                 }
@@ -114,7 +216,7 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     const float *dy = fr_f32(&c->in[0]);
     float *dx = fr_f32(&c->out[0]);
     if (!dx) return FR_OK;
-    const int acc = acc_bit(c, 0);
+    const int acc = acc_bit(c, 0), v512 = pool512_ok();
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
@@ -127,6 +229,13 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
                 float *d0 = dxp + 2 * oh * W, *d1 = d0 + W;
                 for (int64_t ow = 0; ow < OW; ow++) {
                     const int64_t i = 2 * ow;
+                    if (v512 && ow % 16 == 0) { /* 16 windows at once */
+                        const int n = OW - ow < 16 ? (int)(OW - ow) : 16;
+                        if (grad16(r0 + i, r1 + i, dyr + ow, n, d0 + i, d1 + i, acc)) {
+                            ow += n - 1;
+                            continue;
+                        }
+                    }
                     const int j = argmax2(r0[i], r0[i + 1], r1[i], r1[i + 1]);
                     const float gr = dyr[ow];
                     const float v0 = keep_if(gr, j == 0), v1 = keep_if(gr, j == 1);

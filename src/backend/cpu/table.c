@@ -49,12 +49,12 @@ static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
     if (n->op != FR_OP_LINEAR && !bwd) return 0;
     /* the GEMM's operands' dtype: x's, or dy's in a backward without x */
     fr_dtype dt = g->vals[n->in[bwd] >= 0 ? n->in[bwd] : n->in[0]].dtype;
-    int ab32 = dt == FR_F32 && fr_gemm32_onednn();
-    if (dt != FR_BF16 && !ab32) return 0;
     const fr_shape *w = &g->vals[n->in[bwd + 1]].shape;
     int64_t N = fr_op_linear_rows(g, n);
-    if (N < 1) return 0;
+    if (N < 1 || w->ndim != 2) return 0;
     int64_t O = w->d[0], K = w->d[1];
+    int ab32 = dt == FR_F32 && fr_gemm32_onednn_for(N, O, K);
+    if (dt != FR_BF16 && !ab32) return 0;
     size_t b = fr_k_linear_gemm16_ws(N, O, K, bwd, fr_get_threads(g->ctx), ab32);
     return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
 }
@@ -73,7 +73,11 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_CONV2D:
     case FR_OP_CONV2D_BWD:
         if (j != (n->op == FR_OP_CONV2D ? 1 : 3)) return 0;
-        return fr_conv2d_ws_elems(x, g->vals[f->in[1]].shape.d[0], f->attr.kernel, f->attr.stride,
+        /* the image the kernel reads: its dtype picks the path (conv_dnnl.h);
+         * the mixed-precision pass sizes this again once it is final */
+        const int xi = n->op == FR_OP_CONV2D ? n->in[0] : n->in[1];
+        return fr_conv2d_ws_elems(x, xi >= 0 ? g->vals[xi].dtype : FR_F32,
+                                  g->vals[f->in[1]].shape.d[0], f->attr.kernel, f->attr.stride,
                                   f->attr.pad, n->op == FR_OP_CONV2D_BWD);
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD:
