@@ -4,15 +4,18 @@
  * MLP equals the FLOPs summed by hand from the layer shapes; a GEMM-heavy
  * MLP gets bf16-mixed, smaller and faster, when bf16 GEMMs run twice the f32
  * rate, and fp32 when bf16 is not native, slower, or too little faster to
- * pay for the casts; a convolutional net (its convolutions gain nothing)
- * keeps fp32; a precision given explicitly is never changed; the plan says
- * why; a frozen int8 layer's GEMMs (QLINEAR) count in the GEMM share, by
- * hand. */
+ * pay for the casts; a convolutional net gets bf16-mixed where bf16
+ * convolutions run native here (oneDNN's primitives) and keeps fp32
+ * elsewhere (its linear layer's share is small); its share counts, by hand,
+ * the convolutions whose image is an activation (the batch's stays f32); a
+ * precision given explicitly is never changed; the plan says why; a frozen
+ * int8 layer's GEMMs (QLINEAR) count in the GEMM share, by hand. */
 /* open_memstream: POSIX 2008 (the build defines _GNU_SOURCE) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/conv_dnnl.h"
 #include "check.h"
 #include "run/planner.h"
 #include "train/step.h"
@@ -37,6 +40,16 @@ static fr_model *convnet(fr_ctx *ctx) {
     fr_model_conv2d(m, 16, 3, 1, 1, 0);
     fr_model_relu(m);
     fr_model_maxpool2d(m, 2, 2);
+    fr_model_flatten(m);
+    fr_model_linear(m, 10, 1);
+    return m;
+}
+
+/* (4,8,8) -> conv 8 k3 p1 -> conv 8 k3 p1 -> flatten -> linear 10 */
+static fr_model *two_convs(fr_ctx *ctx) {
+    fr_model *m = fr_model_new(ctx, 4, 8, 8);
+    fr_model_conv2d(m, 8, 3, 1, 1, 0);
+    fr_model_conv2d(m, 8, 3, 1, 1, 0);
     fr_model_flatten(m);
     fr_model_linear(m, 10, 1);
     return m;
@@ -130,6 +143,37 @@ static void hand_estimate_quantized(void) {
     fr_ctx_free(ctx);
 }
 
+/* two_convs at batch B, by the op table's counts: a convolution 2 a
+ * multiply-add forward (out 8 x 64 values an image, 36 and 72 of them each),
+ * its backward 4 (dx counted or not); the linear layer 2 B 512 10 and its
+ * backward twice that; the loss 8 B 10 each way. The share that gains is
+ * the second convolution's (its image an activation) and the linear
+ * layer's where bf16 images run native, the linear layer's alone elsewhere. */
+static void hand_estimate_convs(void) {
+    const double B = 8, c1 = 6 * B * 512 * 36, c2 = 6 * B * 512 * 72, lin = 6 * B * 512 * 10;
+    const double all = c1 + c2 + lin + 16 * B * 10;
+    const int native = fr_conv_dnnl_for(FR_BF16);
+    const double share = ((native ? c2 : 0) + lin) / all;
+    setenv("FRUGAL_GEMM_RATES", "100,200", 1);
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = two_convs(ctx);
+    fr_step *s = fr_step_build(m, &(fr_step_opts){.batch = 8,
+                                                  .training = 1,
+                                                  .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                                                  .checkpoint = FR_CKPT_NONE});
+    CHECK(s != NULL, "build: %s", fr_last_error(ctx));
+    if (s) {
+        fr_mixed_estimate e;
+        fr_plan_mixed_estimate(s, &e);
+        CHECK(fabs(e.linear_share - share) < 1e-12,
+              "two convolutions (%s): share %.15g, by hand %.15g",
+              native ? "native bf16" : "not native", e.linear_share, share);
+        fr_step_free(s);
+    }
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+}
+
 /* The precision the planner picks at batch 512 under a budget everything
  * fits, with the rates given (at 512 the halved activations outweigh the
  * 16-bit weight copies and the bf16 GEMM scratch: at 64 the wide MLP's
@@ -187,9 +231,14 @@ static void choices(void) {
     CHECK(r16 < r32, "bf16-mixed's plan is smaller: %zu against fp32's %zu", r16, r32);
     /* given explicitly, fp32 stays fp32 */
     CHECK(pick(wide_mlp, "100,200", FR_PREC_FP32, NULL, NULL) == FR_PREC_FP32, "fp32 as asked");
-    /* the convolutions' FLOPs gain nothing: the linear layer's share is small */
-    CHECK(pick(convnet, "100,200", FR_PREC_AUTO, NULL, NULL) == FR_PREC_FP32,
-          "convolutional net: fp32");
+    /* the convolutions gain where bf16 images run native (nearly all the
+     * FLOPs), else nothing (the linear layer's share is small) */
+    if (fr_conv_dnnl_for(FR_BF16))
+        CHECK(pick(convnet, "100,200", FR_PREC_AUTO, NULL, NULL) == FR_PREC_BF16_MIXED,
+              "convolutional net, native bf16 convolutions: bf16-mixed");
+    else
+        CHECK(pick(convnet, "100,200", FR_PREC_AUTO, NULL, NULL) == FR_PREC_FP32,
+              "convolutional net, bf16 convolutions emulated: fp32");
 
     /* the plan says why, with the ratio of hand_estimate's model (batch 512
      * here: the shares do not depend on the batch) */
@@ -197,7 +246,7 @@ static void choices(void) {
     const double share = lin / (lin + other);
     char want[160];
     snprintf(want, sizeof want,
-             "%.2fx the step's time: the linear layers' GEMMs (%.1f%% of the FLOPs) at 200 "
+             "%.2fx the step's time: the native bf16 products (%.1f%% of the FLOPs) at 200 "
              "GFLOP/s bf16 against 100 f32 (FRUGAL_GEMM_RATES)",
              1 + CAST_SHARE - share * 0.5, 100 * share);
     CHECK(pick(small_mlp, "100,200", FR_PREC_AUTO, NULL, want) == FR_PREC_BF16_MIXED,
@@ -210,6 +259,7 @@ static void choices(void) {
 int main(void) {
     hand_estimate();
     hand_estimate_quantized();
+    hand_estimate_convs();
     choices();
     unsetenv("FRUGAL_GEMM_RATES");
     return check_done();

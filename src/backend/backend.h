@@ -143,6 +143,12 @@ typedef struct fr_backend {
      * backward, convolution and its backward (the op table's half_in and
      * half_out ask here; ops.c). NULL: never. */
     int (*half_io)(const fr_graph *g, const fr_node *n, int j);
+    /* Whether bf16-mixed runs node n's products natively in bf16 here, for
+     * the ops whose answer depends on the backend beyond its bf16 GEMM
+     * (gemm16): convolutions and attention. Asked of a graph in either
+     * precision (the answer is the bf16-mixed one): --precision auto counts
+     * these FLOPs in the share that gains (planner.c). NULL: never. */
+    int (*native16)(const fr_graph *g, const fr_node *n);
     /* Floats of scratch LINEAR_BWD takes to update an out x in weight inside
      * backward (fr_node.update) over `rows` rows: the CPU's kernel
      * tiles the weight's gradient, a device computes it whole. */

@@ -227,12 +227,18 @@ static double mixed_floor(const fr_ctx *ctx) {
     return MIXED_CAST_SHARE - (r16 > 0 ? fmax(0.0, 1 - r32 / r16) : 0.0);
 }
 
-/* The FLOPs of node nd (f in all) that bf16-mixed gives a native bf16 GEMM:
- * the linear layers', the quantized ones' (their kernel dequantizes into bf16
- * panels) and the fused head's GEMMs, not its row arithmetic (fl_linear_ce's
- * 8 a logit) */
+/* The FLOPs of node nd (f in all) that bf16-mixed gives native bf16
+ * products: the linear layers', the quantized ones' (their kernel
+ * dequantizes into bf16 panels) and the fused head's GEMMs, not its row
+ * arithmetic (fl_linear_ce's 8 a logit); convolutions and attention where
+ * the backend says so (fr_backend.native16) */
 static double gemm_flops(const fr_graph *g, const fr_node *nd, double f) {
+    const fr_backend *be = fr_backend_of(g->ctx);
     switch (nd->op) {
+    case FR_OP_CONV2D:
+    case FR_OP_CONV2D_BWD:
+    case FR_OP_ATTENTION:
+    case FR_OP_ATTENTION_BWD: return be->native16 && be->native16(g, nd) ? f : 0;
     case FR_OP_LINEAR:
     case FR_OP_LINEAR_BWD:
     case FR_OP_QLINEAR:
@@ -967,7 +973,8 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
     const fr_backend *be = fr_backend_of(s->ctx);
     if (s->o.precision == FR_PREC_BF16_MIXED)
         fprintf(out, be->gemm16 && be->gemm16(FR_BF16)
-                         ? " (the linear layers' GEMMs in bf16, oneDNN)\n"
+                         ? " (native bf16 products: linear layers, and convolutions and "
+                           "attention where the backend runs them)\n"
                          : " (GEMMs in f32 on bf16-rounded operands: no native bf16 GEMM here)\n");
     else fputc('\n', out);
     if (weighs_precision(s)) {
@@ -978,7 +985,7 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 1 + e.cost);
         if (e.bf16 > 0)
             fprintf(out,
-                    "the linear layers' GEMMs (%.1f%% of the FLOPs) at %.0f GFLOP/s bf16 against "
+                    "the native bf16 products (%.1f%% of the FLOPs) at %.0f GFLOP/s bf16 against "
                     "%.0f f32 (%s), plus %.0f%% for the casts\n",
                     100 * e.linear_share, e.bf16, e.f32,
                     e.from_env ? "FRUGAL_GEMM_RATES" : "measured", 100 * e.cast_share);

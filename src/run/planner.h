@@ -9,8 +9,9 @@
  *   cost = cast_share - linear_share (1 - f32 / bf16),  0 term when bf16 is 0.
  * The same for a step built in either precision (its FLOPs are the same). */
 typedef struct fr_mixed_estimate {
-    double linear_share; /* the share of the step's FLOPs (clones not counted) in GEMMs that
-                          bf16-mixed runs natively: linear, quantized linear, fused head's */
+    double linear_share; /* the share of the step's FLOPs (clones not counted) in products
+                          bf16-mixed runs natively: linear, quantized linear, fused head's
+                          GEMMs, and convolutions and attention where fr_backend.native16 */
     double f32, bf16;    /* GEMM GFLOP/s weighed; bf16 0: no native bf16 GEMM (none measured) */
     int from_env;        /* 1: the rates are FRUGAL_GEMM_RATES's; 0: fr_gemm_probe's, or none */
     double cast_share;   /* the casts' share of the fp32 step (measured, planner.c) */

@@ -4,6 +4,8 @@
  * for the mixed-precision pass). Not the kernels themselves (pool.c, norm.c,
  * conv.c), nor the ops every backend reads in 16 bits at any size (ops.c). */
 #include "backend/cpu/half_io.h"
+#include "backend/cpu/attn_tiles16.h"
+#include "backend/cpu/conv_dnnl.h"
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/kernels.h"
 
@@ -54,6 +56,26 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         const fr_value *w = &v[n->in[1]];
         return j == -1 && v[n->in[0]].dtype == FR_BF16 && w->dtype == FR_BF16 &&
                w->shape.ndim == 2 && w->shape.d[1] > 0 && fr_gemm16_native(FR_BF16);
+    }
+    default: return 0;
+    }
+}
+
+int fr_cpu_native16(const fr_graph *g, const fr_node *n) {
+    switch (n->op) {
+    case FR_OP_CONV2D:
+    case FR_OP_CONV2D_BWD: {
+        const int x = n->in[n->op == FR_OP_CONV2D ? 0 : 1];
+        return x >= 0 && x != g->input && fr_conv_dnnl_for(FR_BF16);
+    }
+    case FR_OP_ATTENTION:
+    case FR_OP_ATTENTION_BWD: {
+        const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+        const fr_shape *x = &g->vals[f->in[0]].shape;
+        const int nh = f->attr.heads, kv = f->attr.kv_heads > 0 ? f->attr.kv_heads : nh;
+        if (x->ndim != 3 || nh < 1) return 0;
+        const int64_t hs = x->d[2] / (nh + 2 * kv);
+        return hs > 0 && hs % 2 == 0 && fr_t16_on();
     }
     default: return 0;
     }

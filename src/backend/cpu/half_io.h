@@ -6,5 +6,11 @@
 #include "backend/backend.h"
 
 int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j);
+/* fr_backend.native16: a convolution whose image is an activation (the
+ * mixed-precision pass rounds it to bf16; the batch itself stays f32) where
+ * bf16 images go to oneDNN's native primitives (conv_dnnl.h); attention
+ * where its bf16 tile products run (attn_tiles16.h: AVX512_BF16, an even
+ * head size). */
+int fr_cpu_native16(const fr_graph *g, const fr_node *n);
 
 #endif

@@ -149,6 +149,7 @@ const fr_backend fr_cpu_backend = {
     .event_release = fr_cpu_event_release,
     .event_times = fr_cpu_event_times,
     .half_io = fr_cpu_half_io,
+    .native16 = fr_cpu_native16,
     .upd_tile = cpu_upd_tile,
     .mirror = fr_cpu_mirror,
     .mirror_bytes = fr_cpu_mirror_bytes,
