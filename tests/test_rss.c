@@ -37,6 +37,34 @@ static void compare(fr_ctx *ctx, const char *what, size_t base, size_t at_least)
           "%s: RSS growth and engine accounting differ by %.1f MiB", what, diff / 1048576.0);
 }
 
+/* n random rows of d inputs and their labels (of 10 classes) */
+static void make_batch(int n, int d, uint64_t seed, float **x, int32_t **y) {
+    *x = malloc((size_t)n * d * sizeof(float));
+    *y = malloc((size_t)n * sizeof(int32_t));
+    fr_rng r = fr_rng_make(seed, 1);
+    for (int i = 0; i < n * d; i++) (*x)[i] = fr_rng_next_uniform(&r);
+    for (int i = 0; i < n; i++) (*y)[i] = (int32_t)fr_rng_below(&r, 10);
+}
+
+/* Compile m with o, run two steps of the batch (n rows of x, labels y),
+ * compare, and free everything the scenario made. */
+static int run_scenario(fr_ctx *ctx, fr_model *m, const fr_step_opts *o, int n, float *x,
+                        int32_t *y, const char *what, size_t base, size_t at_least) {
+    fr_step *s = m ? fr_step_compile(m, o) : NULL;
+    CHECK(s != NULL, "%s: compile: %s", what, fr_last_error(ctx));
+    fr_batch b = {n, x, y, NULL, NULL};
+    float loss;
+    for (int i = 0; i < 2 && s; i++)
+        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s: %s", what, fr_last_error(ctx));
+    if (s) compare(ctx, what, base, at_least);
+    fr_step_free(s);
+    fr_model_free(m);
+    free(x);
+    free(y);
+    fr_ctx_free(ctx);
+    return check_done();
+}
+
 static int mlp_fp32(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
@@ -52,11 +80,9 @@ static int mlp_fp32(void) {
         free(c);
     }
     int n = 256, d = 2048;
-    float *x = malloc((size_t)n * d * sizeof(float));
-    int32_t *y = malloc((size_t)n * sizeof(int32_t));
-    fr_rng r = fr_rng_make(1, 1);
-    for (int i = 0; i < n * d; i++) x[i] = fr_rng_next_uniform(&r);
-    for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(&r, 10);
+    float *x;
+    int32_t *y;
+    make_batch(n, d, 1, &x, &y);
     size_t base = fr_peak_rss_kib() * 1024;
     fr_model *m = fr_model_new(ctx, d, 1, 1);
     fr_model_linear(m, 4096, 1);
@@ -70,19 +96,7 @@ static int mlp_fp32(void) {
                       .seed = 1,
                       .keep_grads = 1}; /* the tutorial's loop: every gradient stored */
     o.optim.zero_grad_to_none = 0;
-    fr_step *s = fr_step_compile(m, &o);
-    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
-    fr_batch b = {n, x, y, NULL, NULL};
-    float loss;
-    for (int i = 0; i < 2 && s; i++)
-        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
-    if (s) compare(ctx, "MLP, fp32", base, 380u << 20);
-    fr_step_free(s);
-    fr_model_free(m);
-    free(x);
-    free(y);
-    fr_ctx_free(ctx);
-    return check_done();
+    return run_scenario(ctx, m, &o, n, x, y, "MLP, fp32", base, 380u << 20);
 }
 
 /* The CNN at batch 1024 in bf16-mixed, Adam: two steps. */
@@ -90,11 +104,9 @@ static int cnn_bf16(void) {
     fr_ctx *ctx = fr_ctx_new();
     fr_set_threads(ctx, 2);
     const int n = 1024, d = 28 * 28;
-    float *x = malloc((size_t)n * d * sizeof(float));
-    int32_t *y = malloc((size_t)n * sizeof(int32_t));
-    fr_rng r = fr_rng_make(2, 1);
-    for (int i = 0; i < n * d; i++) x[i] = fr_rng_next_uniform(&r);
-    for (int i = 0; i < n; i++) y[i] = (int32_t)fr_rng_below(&r, 10);
+    float *x;
+    int32_t *y;
+    make_batch(n, d, 2, &x, &y);
     size_t base = fr_peak_rss_kib() * 1024;
     fr_model *m = fr_model_load(ctx, "cnn");
     CHECK(m != NULL, "load cnn: %s", fr_last_error(ctx));
@@ -103,19 +115,7 @@ static int cnn_bf16(void) {
                       .optim = fr_optim_defaults(FR_OPTIM_ADAM),
                       .seed = 1,
                       .precision = FR_PREC_BF16_MIXED};
-    fr_step *s = m ? fr_step_compile(m, &o) : NULL;
-    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
-    fr_batch b = {n, x, y, NULL, NULL};
-    float loss;
-    for (int i = 0; i < 2 && s; i++)
-        CHECK(fr_step_run(s, &b, &loss, NULL) == FR_OK, "%s", fr_last_error(ctx));
-    if (s) compare(ctx, "CNN, batch 1024, bf16-mixed", base, 300u << 20);
-    fr_step_free(s);
-    fr_model_free(m);
-    free(x);
-    free(y);
-    fr_ctx_free(ctx);
-    return check_done();
+    return run_scenario(ctx, m, &o, n, x, y, "CNN, batch 1024, bf16-mixed", base, 300u << 20);
 }
 
 /* each scenario in a child of its own: a peak RSS is the process's */
