@@ -304,7 +304,7 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             const int q0 = (int)(task % nq) * BQ, rq = imin(BQ, T - q0);
             const size_t base = qbase(L, bh), kvb = kbase(L, bh);
             const size_t oof = obase(L, bh) + (size_t)q0 * ot;
-            size_t lq = 0, lk, lv, lo = odt == FR_F32 ? ot : (size_t)HS;
+            size_t lo = odt == FR_F32 ? ot : (size_t)HS;
             /* out's rows are the accumulator: out itself when f32, else b.o */
             float *Oi = odt == FR_F32 ? (float *)out + oof : t16 ? tb.o : b.o;
             for (int r = 0; r < rq; r++) {
@@ -324,18 +324,19 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                     fr_t16_gemm(rq, HS, (rk + 1) / 2, tb.p16, tb.ldp, FR_T16_ROWS, tb.kv, tb.ldh,
                                 1.0f, 1, Oi, lo);
                 }
-            }
-            const float *Qi =
-                t16 ? NULL : rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
-            for (int k0 = 0; !t16 && k0 <= q0 + rq - 1; k0 += BK) {
-                const int rk = imin(BK, T - k0);
-                const size_t kof = kvb + (size_t)k0 * qt;
-                const float *Kj = rows_f32(k, qdt, kof, qt, rk, HS, b.k, &lk);
-                const float *Vj = rows_f32(v, qdt, kof, qt, rk, HS, b.v, &lv);
-                scores(S, BK, Qi, lq, Kj, lk, rq, rk, HS, s);
-                online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, lo, HS);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK, Vj,
-                            (int)lv, 1.0f, Oi, (int)lo);
+            } else { /* 16-bit operands widened a tile at a time, OpenBLAS */
+                size_t lq, lk, lv;
+                const float *Qi = rows_f32(q, qdt, base + (size_t)q0 * qt, qt, rq, HS, b.q, &lq);
+                for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
+                    const int rk = imin(BK, T - k0);
+                    const size_t kof = kvb + (size_t)k0 * qt;
+                    const float *Kj = rows_f32(k, qdt, kof, qt, rk, HS, b.k, &lk);
+                    const float *Vj = rows_f32(v, qdt, kof, qt, rk, HS, b.v, &lv);
+                    scores(S, BK, Qi, lq, Kj, lk, rq, rk, HS, s);
+                    online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, lo, HS);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, 1.0f, S, BK,
+                                Vj, (int)lv, 1.0f, Oi, (int)lo);
+                }
             }
             for (int r = 0; r < rq; r++) {
                 float *Or = Oi + (size_t)r * lo;

@@ -6,11 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int forced_f32(void) {
-    const char *e = getenv("FRUGAL_ATTN");
-    return e && strcmp(e, "f32") == 0;
-}
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
@@ -42,7 +37,10 @@ int fr_t16_cpu(void) {
     return g_cpu;
 }
 
-int fr_t16_on(void) { return fr_t16_cpu() && !forced_f32(); }
+int fr_t16_on(void) {
+    const char *e = getenv("FRUGAL_ATTN");
+    return fr_t16_cpu() && !(e && strcmp(e, "f32") == 0);
+}
 
 /* pair (i, p) of A */
 T16_INLINE uint32_t a_pair(const uint16_t *A, size_t lda, int mode, int i, int p) {
@@ -192,10 +190,11 @@ T16_TGT void fr_t16_pack_pairs(const uint16_t *src, size_t ld, int n, int kp, ui
     }
 }
 
-#else /* no x86-64 AVX-512: attention widens its 16-bit operands */
+#else /* no x86-64 AVX-512: attention widens its 16-bit operands (fr_t16_on is 0,
+       * so the functions below are never called) */
 
 int fr_t16_cpu(void) { return 0; }
-int fr_t16_on(void) { return 0 && !forced_f32(); }
+int fr_t16_on(void) { return 0; }
 void fr_t16_gemm(int m, int n, int kp, const void *A, size_t lda, int amode, const uint32_t *B,
                  size_t ldb, float alpha, int acc, float *C, size_t ldc) {
     (void)m, (void)n, (void)kp, (void)A, (void)lda, (void)amode, (void)B, (void)ldb, (void)alpha,

@@ -72,11 +72,15 @@ int fr_cpu_native16(const fr_graph *g, const fr_node *n) {
     case FR_OP_ATTENTION_BWD: {
         const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
         const fr_shape *x = &g->vals[f->in[0]].shape;
-        const int nh = f->attr.heads, kv = f->attr.kv_heads > 0 ? f->attr.kv_heads : nh;
-        if (x->ndim != 3 || nh < 1) return 0;
-        const int64_t hs = x->d[2] / (nh + 2 * kv);
+        if (x->ndim != 3 || f->attr.heads < 1) return 0;
+        const int hs = fr_cpu_attn_hs(f, x);
         return hs > 0 && hs % 2 == 0 && fr_t16_on();
     }
     default: return 0;
     }
+}
+
+int fr_cpu_attn_hs(const fr_node *f, const fr_shape *x) {
+    const int nh = f->attr.heads, kv = f->attr.kv_heads > 0 ? f->attr.kv_heads : nh;
+    return (int)(x->d[2] / (nh + 2 * kv));
 }

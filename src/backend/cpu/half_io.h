@@ -12,5 +12,8 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j);
  * where its bf16 tile products run (attn_tiles16.h: AVX512_BF16, an even
  * head size). */
 int fr_cpu_native16(const fr_graph *g, const fr_node *n);
+/* An attention node's head size: qkv x (B, T, (NH + 2 NKV) HS), NKV =
+ * attr.kv_heads or NH (f: the forward node, whose attributes hold them). */
+int fr_cpu_attn_hs(const fr_node *f, const fr_shape *x);
 
 #endif

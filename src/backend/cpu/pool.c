@@ -71,9 +71,15 @@ static inline float max2(float a, float b, float c, float d) {
  * bits); a group holding a NaN returns 0 and goes through the scalar code. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define POOL_AVX512 1
 
 static int pool512_ok(void) { return __builtin_cpu_supports("avx512f") != 0; }
+
+/* the lanes of the 2n values of a row pair's n windows: the first 16, the rest */
+static inline void row_masks(int n, __mmask16 *k0, __mmask16 *k1) {
+    const int m2 = 2 * n;
+    *k0 = m2 >= 16 ? 0xffff : (__mmask16)((1u << m2) - 1);
+    *k1 = m2 <= 16 ? 0 : (__mmask16)((1u << (m2 - 16)) - 1);
+}
 
 /* the four corners of n <= 16 windows starting at r0, r1 (rows of 2n values) */
 typedef struct corners {
@@ -85,9 +91,8 @@ __attribute__((target("avx512f"))) static inline corners load_corners(const floa
                                                                       const float *r1, int n) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const int m2 = 2 * n;
-    const __mmask16 k0 = m2 >= 16 ? 0xffff : (__mmask16)((1u << m2) - 1);
-    const __mmask16 k1 = m2 <= 16 ? 0 : (__mmask16)((1u << (m2 - 16)) - 1);
+    __mmask16 k0, k1;
+    row_masks(n, &k0, &k1);
     const __m512 x0 = _mm512_maskz_loadu_ps(k0, r0), x1 = _mm512_maskz_loadu_ps(k1, r0 + 16);
     const __m512 y0 = _mm512_maskz_loadu_ps(k0, r1), y1 = _mm512_maskz_loadu_ps(k1, r1 + 16);
     corners w = {_mm512_permutex2var_ps(x0, ev, x1), _mm512_permutex2var_ps(x0, od, x1),
@@ -133,9 +138,8 @@ grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi =
         _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    const int m2 = 2 * n;
-    const __mmask16 k0 = m2 >= 16 ? 0xffff : (__mmask16)((1u << m2) - 1);
-    const __mmask16 k1 = m2 <= 16 ? 0 : (__mmask16)((1u << (m2 - 16)) - 1);
+    __mmask16 k0, k1;
+    row_masks(n, &k0, &k1);
     __m512 o[4] = {_mm512_permutex2var_ps(v0, lo, v1), _mm512_permutex2var_ps(v0, hi, v1),
                    _mm512_permutex2var_ps(v2, lo, v3), _mm512_permutex2var_ps(v2, hi, v3)};
     float *dst[4] = {d0, d0 + 16, d1, d1 + 16};
@@ -146,8 +150,7 @@ grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float
     }
     return 1;
 }
-#else
-#define POOL_AVX512 0
+#else /* no AVX-512 here: the scalar code only (these never run) */
 static int pool512_ok(void) { return 0; }
 static int max16(const float *r0, const float *r1, int n, float *y) {
     (void)r0, (void)r1, (void)n, (void)y;

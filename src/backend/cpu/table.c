@@ -59,12 +59,6 @@ static int64_t gemm16_ws(const fr_graph *g, const fr_node *n) {
     return (int64_t)((b + sizeof(float) - 1) / sizeof(float));
 }
 
-/* An attention node's head size: qkv x (B, T, (NH + 2 NKV) HS), NKV = attr.kv_heads or NH */
-static int attn_hs(const fr_node *f, const fr_shape *x) {
-    const int nh = f->attr.heads, kv = f->attr.kv_heads > 0 ? f->attr.kv_heads : nh;
-    return (int)(x->d[2] / (nh + 2 * kv));
-}
-
 static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     const fr_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
     const fr_shape *x = &g->vals[f->in[0]].shape;
@@ -85,7 +79,7 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
          * room for 16-bit qkv and y (the widened tiles), as convolutions
          * plan the most of their image's dtypes */
         if (j != 2 || f->attr.heads < 1) return 0;
-        return (int64_t)fr_attention_ws_floats_io((int)x->d[1], attn_hs(f, x),
+        return (int64_t)fr_attention_ws_floats_io((int)x->d[1], fr_cpu_attn_hs(f, x),
                                                   fr_get_threads(g->ctx), 1);
     case FR_OP_QLINEAR:
     case FR_OP_QLINEAR_BWD: /* a tile of the dequantized weight per thread */
@@ -103,7 +97,7 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_ATTENTION_KV:
         if (j != 1 || n->attr.heads < 1) return 0;
         return fr_attention_kv_ws((int)x->d[1], n->attr.heads, (int)g->vals[n->in[1]].shape.d[2],
-                                  attn_hs(n, x), fr_get_threads(g->ctx));
+                                  fr_cpu_attn_hs(n, x), fr_get_threads(g->ctx));
     default: return 0;
     }
 }
