@@ -1034,6 +1034,9 @@ static void test_layernorm(void) {
     ln_case("(N,C,H,W)", fr_shape4(3, 2, 3, 5), -1, 3);
     ln_case("(N,D) small variance", fr_shape2(4, 16), 0.95, 1.05); /* eps is 1% of var */
     ln_case("(N,D) large", fr_shape2(64, 600), -1, 3); /* above the parallel threshold */
+    /* rows too wide to widen four side by side (one at a time), and columns in
+     * several spans a thread with a short last one */
+    ln_case("(N,D) wide rows", fr_shape2(5, 4500), -1, 3);
 }
 
 /* ======================================================================= */

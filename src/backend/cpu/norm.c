@@ -3,6 +3,7 @@
  * one sample (LayerNorm) per thread in a fixed order, so results do not
  * depend on scheduling. A missing gamma/beta means the identity affine. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
@@ -173,6 +174,36 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 
+/* LayerNorm's statistics of one row: mean and rstd in double, the sums in
+ * the fixed order of sum_f64 and sumsq_dev_f64 (so the same bits in every
+ * clone: these loops ran on SSE2 alone before they were cloned). */
+FR_V3_CLONES static void ln_stats(const float *xp, int64_t D, double eps, double *mean,
+                                  double *rstd) {
+    double m = sum_f64(xp, D) / (double)D;
+    *mean = m;
+    *rstd = 1.0 / sqrt(sumsq_dev_f64(xp, D, m) / (double)D + eps);
+}
+
+/* y[j] = ((x[j] - m_hi) - m_lo) r gamma[j] + beta[j], j < w (gamma, beta: the
+ * row's slice, or NULL for 1 and 0); a loop per case so that each vectorizes */
+FR_V3_CLONES static void ln_affine(const float *restrict xp, const float *restrict gamma,
+                                   const float *restrict beta, int64_t w, float m_hi, float m_lo,
+                                   float r, float *restrict yp) {
+    if (gamma && beta) {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) yp[j] = ((xp[j] - m_hi) - m_lo) * r * gamma[j] + beta[j];
+    } else if (gamma) {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) yp[j] = ((xp[j] - m_hi) - m_lo) * r * gamma[j];
+    } else if (beta) {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) yp[j] = ((xp[j] - m_hi) - m_lo) * r + beta[j];
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) yp[j] = ((xp[j] - m_hi) - m_lo) * r;
+    }
+}
+
 // x is (N, D...) or (B, T, D), gamma, beta are (D...) (N = numel(x) / numel(gamma) rows),
 // y is x's shape, mean, rstd are (N) (as x's leading dims: (B) or (B,T))
 // mean[n] = E_d x[n,d], var[n] = E_d (x - mean)^2, rstd = 1/sqrt(var + eps)
@@ -192,8 +223,8 @@ int fr_k_layernorm(fr_kernel_call *c) {
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xp = x + n * D;
-        double mean = sum_f64(xp, D) / (double)D;
-        double rstd = 1.0 / sqrt(sumsq_dev_f64(xp, D, mean) / (double)D + eps);
+        double mean, rstd;
+        ln_stats(xp, D, eps, &mean, &rstd);
         if (smean) smean[n] = (float)mean;
         if (srstd) srstd[n] = (float)rstd;
         /* the mean split in two floats keeps x - mean accurate when var << mean^2 */
@@ -202,17 +233,81 @@ int fr_k_layernorm(fr_kernel_call *c) {
             float buf[LN_CHUNK];
             const int64_t w = D - d0 < LN_CHUNK ? D - d0 : LN_CHUNK;
             float *yp = out16 ? buf : fr_f32(&c->out[0]) + n * D + d0;
-            for (int64_t j = 0; j < w; j++) {
-                const int64_t d = d0 + j;
-                float v = ((xp[d] - m_hi) - m_lo) * r;
-                if (gamma) v *= gamma[d];
-                if (beta) v += beta[d];
-                yp[j] = v;
-            }
+            ln_affine(xp + d0, gamma ? gamma + d0 : NULL, beta ? beta + d0 : NULL, w, m_hi, m_lo, r,
+                      yp);
             if (out16) out_store(&c->out[0], n * D + d0, buf, w);
         }
     }
     return FR_OK;
+}
+
+#define LN_ROWS 4 /* rows whose sums LayerNorm's backward runs side by side */
+
+/* For R <= LN_ROWS rows k: sg[k] = sum_d g, sgx[k] = sum_d g xhat in double,
+ * g = dy gamma, xhat = (x - m) r, each over d in order: one row's sums are
+ * two dependent chains of adds, so R rows run side by side (2 R chains
+ * instead of 2) with each row's bits those of the row alone. */
+FR_V3_CLONES static void ln_bwd_sums(const float *const *xp, const float *const *dyp,
+                                     const float *gamma, const float *m, const float *r, int R,
+                                     int64_t D, double *sg, double *sgx) {
+    double a[LN_ROWS] = {0}, b[LN_ROWS] = {0};
+    if (R == LN_ROWS) {
+        for (int64_t d = 0; d < D; d++)
+            for (int k = 0; k < LN_ROWS; k++) {
+                double g = gamma ? (double)dyp[k][d] * gamma[d] : dyp[k][d];
+                a[k] += g;
+                b[k] += g * ((xp[k][d] - m[k]) * r[k]);
+            }
+    } else {
+        for (int k = 0; k < R; k++)
+            for (int64_t d = 0; d < D; d++) {
+                double g = gamma ? (double)dyp[k][d] * gamma[d] : dyp[k][d];
+                a[k] += g;
+                b[k] += g * ((xp[k][d] - m[k]) * r[k]);
+            }
+    }
+    for (int k = 0; k < R; k++) sg[k] = a[k], sgx[k] = b[k];
+}
+
+/* dx[d] (+)= r (g - mg - (x - m) r mgx), g = dy gamma, over one row */
+FR_V3_CLONES static void ln_bwd_dx(const float *restrict xp, const float *restrict dyp,
+                                   const float *restrict gamma, int64_t D, float m, float r,
+                                   float mg, float mgx, int acc, float *restrict dxp) {
+    if (gamma && acc) {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++)
+            dxp[d] += r * (dyp[d] * gamma[d] - mg - (xp[d] - m) * r * mgx);
+    } else if (gamma) {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++)
+            dxp[d] = r * (dyp[d] * gamma[d] - mg - (xp[d] - m) * r * mgx);
+    } else if (acc) {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) dxp[d] += r * (dyp[d] - mg - (xp[d] - m) * r * mgx);
+    } else {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) dxp[d] = r * (dyp[d] - mg - (xp[d] - m) * r * mgx);
+    }
+}
+
+#define LN_SPAN 1024 /* dgamma and dbeta: the widest span of columns a thread sums */
+
+/* sg[j] += dy xhat, sb[j] += dy over the rows in order, for the columns
+ * [d0, d0 + w) of each row (a contiguous stretch, so the rows stream through
+ * the cache); x f32 or 16 bits, widened a span at a time */
+FR_V3_CLONES static void ln_bwd_cols(const fr_tensor *xt, const float *dy, const float *smean,
+                                     const float *srstd, int64_t N, int64_t D, int64_t d0,
+                                     int64_t w, double *sg, double *sb) {
+    float xb[LN_SPAN];
+    for (int64_t n = 0; n < N; n++) {
+        const float *xp = in_f32(xt, n * D + d0, w, xb), *dyp = dy + n * D + d0;
+        const float m = smean[n], r = srstd[n];
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) {
+            sb[j] += dyp[j];
+            sg[j] += (double)dyp[j] * ((xp[j] - m) * r);
+        }
+    }
 }
 
 // dy, x are (N, D...) or (B, T, D), gamma is (D...), mean, rstd are (N) or (B, T)
@@ -235,43 +330,39 @@ int fr_k_layernorm_bwd(fr_kernel_call *c) {
     const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
 
     if (dx) {
+        /* groups of R rows; a 16-bit x widened into one buffer of R rows */
+        const int R = D * LN_ROWS <= FR_HALF_PLANE_MAX ? LN_ROWS : 1;
+        const int64_t groups = (N + R - 1) / R;
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
-        for (int64_t n = 0; n < N; n++) {
-            float row[FR_HALF_PLANE_MAX];
-            const float *xp = in_f32(xt, n * D, D, row), *dyp = dy + n * D;
-            float *dxp = dx + n * D;
-            const float m = smean[n], r = srstd[n];
-            double sg = 0.0, sgx = 0.0; /* sum g, sum g xhat */
-            for (int64_t d = 0; d < D; d++) {
-                double g = gamma ? (double)dyp[d] * gamma[d] : dyp[d];
-                sg += g;
-                sgx += g * ((xp[d] - m) * r);
+        for (int64_t gi = 0; gi < groups; gi++) {
+            float rows[FR_HALF_PLANE_MAX];
+            const int64_t n0 = gi * R;
+            const int nr = N - n0 < R ? (int)(N - n0) : R;
+            const float *xp[LN_ROWS], *dyp[LN_ROWS];
+            for (int k = 0; k < nr; k++) {
+                xp[k] = in_f32(xt, (n0 + k) * D, D, rows + k * D);
+                dyp[k] = dy + (n0 + k) * D;
             }
-            const float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
-            for (int64_t d = 0; d < D; d++) {
-                float g = gamma ? dyp[d] * gamma[d] : dyp[d];
-                float v = r * (g - mg - (xp[d] - m) * r * mgx);
-                dxp[d] = acc_x ? dxp[d] + v : v;
+            double sg[LN_ROWS], sgx[LN_ROWS]; /* sum g, sum g xhat */
+            ln_bwd_sums(xp, dyp, gamma, smean + n0, srstd + n0, nr, D, sg, sgx);
+            for (int k = 0; k < nr; k++) {
+                const float mg = (float)(sg[k] / (double)D), mgx = (float)(sgx[k] / (double)D);
+                ln_bwd_dx(xp[k], dyp[k], gamma, D, smean[n0 + k], srstd[n0 + k], mg, mgx, acc_x,
+                          dx + (n0 + k) * D);
             }
         }
     }
     if (dgamma || dbeta) {
-        /* columns in blocks: one thread owns a block and sums the rows in order */
-        enum { BLK = 64 };
-        const int64_t nblk = (D + BLK - 1) / BLK;
+        /* columns in spans: one thread owns a span and sums the rows in order */
+        const int nt = N * D >= NORM_PAR_MIN ? omp_get_max_threads() : 1;
+        int64_t span = ((D + nt - 1) / nt + 15) / 16 * 16;
+        if (span > LN_SPAN) span = LN_SPAN;
+        const int64_t nblk = (D + span - 1) / span;
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {
-            double sg[BLK] = {0}, sb[BLK] = {0};
-            const int64_t d0 = bi * BLK, w = D - d0 < BLK ? D - d0 : BLK;
-            float xb[BLK];
-            for (int64_t n = 0; n < N; n++) {
-                const float *xp = in_f32(xt, n * D + d0, w, xb), *dyp = dy + n * D + d0;
-                const float m = smean[n], r = srstd[n];
-                for (int64_t j = 0; j < w; j++) {
-                    sb[j] += dyp[j];
-                    sg[j] += (double)dyp[j] * ((xp[j] - m) * r);
-                }
-            }
+            double sg[LN_SPAN] = {0}, sb[LN_SPAN] = {0};
+            const int64_t d0 = bi * span, w = D - d0 < span ? D - d0 : span;
+            ln_bwd_cols(xt, dy, smean, srstd, N, D, d0, w, sg, sb);
             for (int64_t j = 0; j < w; j++) {
                 if (dgamma) dgamma[d0 + j] = (float)(acc_g ? dgamma[d0 + j] + sg[j] : sg[j]);
                 if (dbeta) dbeta[d0 + j] = (float)(acc_b ? dbeta[d0 + j] + sb[j] : sb[j]);
