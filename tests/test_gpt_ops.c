@@ -14,6 +14,7 @@
  * and LINEAR_BWD's, the second added into the first), every parameter's
  * gradient against central differences of the loss.
  * Prints "N passed, M failed". */
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -112,6 +113,38 @@ static void test_gelu_tanh(void) {
     printf("gelu tanh: forward %.2e, backward %.2e, gap to exact %.2e\n", rel_err(y, ry, N), e,
            gap);
     free(x), free(y), free(ye), free(dy), free(dx), free(ry), free(rdx);
+}
+
+/* Every value of the tanh GELU over [-10, 10] against y = x sigma(z) in
+ * double, z = 2 sqrt(2/pi) (x + 0.044715 x^3) (0.5 (1 + tanh(z/2)) =
+ * sigma(z), so this reference has no cancellation where tanh nears -1). The
+ * bound, derived by hand: z is formed in float with at most 5 roundings
+ * (x^3, the product, the sum of like signs, the scale), which moves y by
+ * |x| sigma (1 - sigma) |z| 5 eps; exp's own error (under 1 ulp), 1 + e and
+ * the division add up to 4 eps |y|. Allowed: 6 and 4 eps of each. */
+static void test_gelu_tanh_sweep(void) {
+    enum { N = 20001 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = (float)(-10.0 + 20.0 * i / (N - 1));
+    fr_attr a = {.approx = 1};
+    call k;
+    call_init(&k, FR_OP_GELU, &a);
+    k.c.in[0] = tf(x, fr_shape1(N));
+    k.c.out[0] = tf(y, fr_shape1(N));
+    CHECK(fr_k_gelu(&k.c) == 0, "gelu tanh: %s", fr_last_error(g_ctx));
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        const double v = x[i], z = 2.0 * sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+        const double sg = 1.0 / (1.0 + exp(-z)), ref = v * sg;
+        const double bound =
+            (6.0 * fabs(v) * sg * (1.0 - sg) * fabs(z) + 4.0 * fabs(ref)) * FLT_EPSILON + 1e-45;
+        const double r = fabs((double)y[i] - ref) / bound;
+        CHECK(r <= 1.0, "gelu tanh(%.9g) = %.9g, the reference %.17g (%.2f of the bound)", v,
+              (double)y[i], ref, r);
+        if (r > worst) worst = r;
+    }
+    printf("gelu tanh over [-10, 10]: worst %.2f of the rounding bound\n", worst);
+    free(x), free(y);
 }
 
 /* ---- EMBEDDING ---- */
@@ -735,6 +768,7 @@ static void test_gpt_block(void) {
 int main(void) {
     g_ctx = fr_ctx_new();
     test_gelu_tanh();
+    test_gelu_tanh_sweep();
     test_embedding(2, 5, 7, 3);
     test_embedding(4, 100, 50, 130); /* above the parallel threshold, a partial column block */
     test_embedding_bad_id();

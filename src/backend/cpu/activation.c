@@ -18,48 +18,50 @@
 #define SQRT_2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
 
-/* tanh in plain arithmetic, so `omp simd` loops vectorize it (libm's tanhf
- * is a call per element: most of a GPT step's elementwise time). Cephes'
- * tanhf: for |u| < 0.625 an odd polynomial in u; above, 1 - 2 / (e + 1)
- * with e = exp(2|u|) = 2^n 2^f, n = round(2|u| log2 e) (the 1.5 * 2^23
- * trick, which vector units do), 2^f by its degree-7 Taylor polynomial in
- * f ln 2, 2^n built in the exponent bits; |u| > 9 gives +-1 (tanh 9 rounds
- * to 1 in float). Within 2 ulp of tanh over [-20, 20] (checked against
- * double tanh). Both branches are computed and one is picked, as vector
- * lanes do. */
-static inline float tanh_poly(float u) {
-    float a = u < 0.0f ? -u : u;
-    float z = u * u;
-    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                    1.33314422036e-1f) *
-                       z -
-                   3.33332819422e-1f) *
-                      z * u +
-                  u;
-    float c = a <= 9.0f ? a : 9.0f;    /* NaN too: n stays an integer (no UB), NaN returned below */
-    float y = c * 2.8853900817779268f; /* 2|u| log2(e) */
-    float n = (y + 12582912.0f) - 12582912.0f;
-    float g = (y - n) * 0.69314718055994531f; /* f ln 2, in [-0.35, 0.35] */
-    float p =
-        1.0f +
-        g * (1.0f +
-             g * (0.5f + g * (1.0f / 6 +
-                              g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g / 5040))))));
+/* e^t in plain arithmetic, so `omp simd` loops vectorize it (libm's expf
+ * is a call per element: most of a GPT step's elementwise time): Cephes'
+ * expf. n = round(t log2 e) (the 1.5 * 2^23 trick, which vector units do),
+ * r = t - n ln 2 with ln 2 in two parts (n times the first is exact), e^r by
+ * Cephes' polynomial, 2^n built in the exponent bits. t is clamped to
+ * [-87, 88], where 2^n stays a normal float, and a NaN becomes 88 (n stays
+ * an integer: no UB; the callers multiply by x, which carries the NaN).
+ * Within 2 ulp of exp over the clamp (checked against double exp). */
+static inline float exp_poly(float t) {
+    float c = t < 88.0f ? t : 88.0f;
+    c = c > -87.0f ? c : -87.0f;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                 4.1665795894e-2f) *
+                    r +
+                1.6666665459e-1f) *
+                   r +
+               5.0000001201e-1f) *
+                  (r * r) +
+              r + 1.0f;
     union {
         int32_t i;
         float f;
     } b = {((int32_t)n + 127) * (1 << 23)};
-    float big = 1.0f - 2.0f / (p * b.f + 1.0f);
-    big = u < 0.0f ? -big : big;
-    return a < 0.625f ? small : a == a ? big : u;
+    return p * b.f;
 }
 
-/* d/dx of the tanh GELU, u = sqrt(2/pi) (x + 0.044715 x^3):
- * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 x^2) */
+/* The tanh GELU as x sigma(2u): 0.5 (1 + tanh u) = 1 / (1 + e^-2u), u =
+ * sqrt(2/pi) (x + 0.044715 x^3), so one exponential and one division a
+ * value and no cancellation near u = 0 (tanh's 1 - 2 / (e^2u + 1) needed
+ * a second polynomial there). GELU_K2 = -2 sqrt(2/pi). */
+#define GELU_K2 -1.59576912160573071176f
+static inline float gelu_tanh_f(float v) {
+    const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
+    return v / (1.0f + e);
+}
+
+/* d/dx of the tanh GELU: s + x s (1 - s) 2 u', s = 1 / (1 + e^-2u), 1 - s =
+ * e^-2u s (no cancellation as s nears 1), u' = sqrt(2/pi) (1 + 3 0.044715 x^2) */
 static inline float gelu_tanh_grad(float v) {
-    const float t = tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v));
-    return 0.5f * (1.0f + t) +
-           0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
+    const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
+    const float s = 1.0f / (1.0f + e);
+    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * (e * s));
 }
 
 /* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result
@@ -171,7 +173,7 @@ static BINARY_BWD(gelu_erf_bwd, "gelu_bwd",
                   d * (0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v)))
 
 // y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2's, approximate='tanh')
-static UNARY(gelu_tanh, "gelu", 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v))))
+static UNARY(gelu_tanh, "gelu", gelu_tanh_f(v))
 // dx = dy * gelu_tanh_grad(x)
 static BINARY_BWD(gelu_tanh_bwd, "gelu_bwd", d * gelu_tanh_grad(v))
 
@@ -184,7 +186,7 @@ FR_V3_CLONES static void gelu_tanh_span(const float *x, float *y, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
+        y[i] = gelu_tanh_f(v);
     }
 }
 FR_V3_CLONES static void gelu_tanh_bwd_span(const float *dy, const float *x, float *dx, int64_t n,

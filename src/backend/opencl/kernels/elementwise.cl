@@ -40,36 +40,29 @@ static void store(__global float *p, ulong i, int dt, float v) {
 #define SQRT_2_PI 0.79788456080286535588f
 #define GELU_A 0.044715f
 
-/* activation.c's tanh_poly, the same operations: Cephes' odd polynomial
- * below 0.625, else 1 - 2 / (e + 1) with e = exp(2|u|) = 2^n 2^f */
-static float tanh_poly(float u) {
-    float a = u < 0.0f ? -u : u;
-    float z = u * u;
-    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                    1.33314422036e-1f) *
-                       z -
-                   3.33332819422e-1f) *
-                      z * u +
-                  u;
-    float c = a > 9.0f ? 9.0f : a;
-    float y = c * 2.8853900817779268f;
-    float n = (y + 12582912.0f) - 12582912.0f;
-    float g = (y - n) * 0.69314718055994531f;
-    float p =
-        1.0f +
-        g * (1.0f +
-             g * (0.5f + g * (1.0f / 6 +
-                              g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g / 5040))))));
-    float b = as_float(((int)n + 127) * (1 << 23));
-    float big = 1.0f - 2.0f / (p * b + 1.0f);
-    big = u < 0.0f ? -big : big;
-    return a < 0.625f ? small : big;
+/* activation.c's exp_poly, gelu_tanh_f and gelu_tanh_grad, the same
+ * operations: Cephes' expf over [-87, 88], the tanh GELU as x sigma(2u) */
+#define GELU_K2 -1.59576912160573071176f
+static float exp_poly(float t) {
+    float c = t < 88.0f ? t : 88.0f;
+    c = c > -87.0f ? c : -87.0f;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                 4.1665795894e-2f) *
+                    r +
+                1.6666665459e-1f) *
+                   r +
+               5.0000001201e-1f) *
+                  (r * r) +
+              r + 1.0f;
+    return p * as_float(((int)n + 127) * (1 << 23));
 }
 
 static float gelu_tanh_grad(float v) {
-    const float t = tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v));
-    return 0.5f * (1.0f + t) +
-           0.5f * v * (1.0f - t * t) * SQRT_2_PI * (1.0f + 3.0f * GELU_A * v * v);
+    const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
+    const float s = 1.0f / (1.0f + e);
+    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * (e * s));
 }
 
 /* Each activation's kernels, from its NAME_f(v) and NAME_g(d, v) below: one
@@ -126,9 +119,9 @@ static float gelu_erf_g(float d, float v) {
     return d * (0.5f * (1.0f + erf(v * INV_SQRT2)) + v * INV_SQRT_2PI * exp(-0.5f * v * v));
 }
 
-/* y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with the CPU's tanh */
+/* y = x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))), the CPU's formula */
 static float gelu_tanh_f(float v) {
-    return 0.5f * v * (1.0f + tanh_poly(SQRT_2_PI * (v + GELU_A * v * v * v)));
+    return v / (1.0f + exp_poly(GELU_K2 * (v + GELU_A * v * v * v)));
 }
 static float gelu_tanh_g(float d, float v) { return d * gelu_tanh_grad(v); }
 
