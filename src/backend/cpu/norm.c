@@ -242,6 +242,7 @@ int fr_k_layernorm(fr_kernel_call *c) {
 }
 
 #define LN_ROWS 4 /* rows whose sums LayerNorm's backward runs side by side */
+_Static_assert(LN_ROWS == 4, "ln_bwd_sums names four rows' chains");
 
 /* For R <= LN_ROWS rows k: sg[k] = sum_d g, sgx[k] = sum_d g xhat in double,
  * g = dy gamma, xhat = (x - m) r, each over d in order: one row's sums are
@@ -250,23 +251,47 @@ int fr_k_layernorm(fr_kernel_call *c) {
 FR_V3_CLONES static void ln_bwd_sums(const float *const *xp, const float *const *dyp,
                                      const float *gamma, const float *m, const float *r, int R,
                                      int64_t D, double *sg, double *sgx) {
-    double a[LN_ROWS] = {0}, b[LN_ROWS] = {0};
-    if (R == LN_ROWS) {
-        for (int64_t d = 0; d < D; d++)
-            for (int k = 0; k < LN_ROWS; k++) {
-                double g = gamma ? (double)dyp[k][d] * gamma[d] : dyp[k][d];
-                a[k] += g;
-                b[k] += g * ((xp[k][d] - m[k]) * r[k]);
-            }
-    } else {
-        for (int k = 0; k < R; k++)
-            for (int64_t d = 0; d < D; d++) {
-                double g = gamma ? (double)dyp[k][d] * gamma[d] : dyp[k][d];
-                a[k] += g;
-                b[k] += g * ((xp[k][d] - m[k]) * r[k]);
-            }
+    if (R == LN_ROWS) { /* the chains in named locals, so that they stay in registers */
+        const float *x0 = xp[0], *x1 = xp[1], *x2 = xp[2], *x3 = xp[3];
+        const float *d0 = dyp[0], *d1 = dyp[1], *d2 = dyp[2], *d3 = dyp[3];
+        const float m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
+        const float r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+#define LN_ROW_STEP(k, G)                      \
+    {                                          \
+        const double g = (G);                  \
+        a##k += g;                             \
+        b##k += g * ((x##k[d] - m##k) * r##k); \
     }
-    for (int k = 0; k < R; k++) sg[k] = a[k], sgx[k] = b[k];
+        if (gamma) {
+            for (int64_t d = 0; d < D; d++) {
+                LN_ROW_STEP(0, (double)d0[d] * gamma[d])
+                LN_ROW_STEP(1, (double)d1[d] * gamma[d])
+                LN_ROW_STEP(2, (double)d2[d] * gamma[d])
+                LN_ROW_STEP(3, (double)d3[d] * gamma[d])
+            }
+        } else {
+            for (int64_t d = 0; d < D; d++) {
+                LN_ROW_STEP(0, d0[d])
+                LN_ROW_STEP(1, d1[d])
+                LN_ROW_STEP(2, d2[d])
+                LN_ROW_STEP(3, d3[d])
+            }
+        }
+#undef LN_ROW_STEP
+        sg[0] = a0, sg[1] = a1, sg[2] = a2, sg[3] = a3;
+        sgx[0] = b0, sgx[1] = b1, sgx[2] = b2, sgx[3] = b3;
+        return;
+    }
+    for (int k = 0; k < R; k++) {
+        double a = 0, b = 0;
+        for (int64_t d = 0; d < D; d++) {
+            double g = gamma ? (double)dyp[k][d] * gamma[d] : dyp[k][d];
+            a += g;
+            b += g * ((xp[k][d] - m[k]) * r[k]);
+        }
+        sg[k] = a, sgx[k] = b;
+    }
 }
 
 /* dx[d] (+)= r (g - mg - (x - m) r mgx), g = dy gamma, over one row */
