@@ -14,7 +14,7 @@
 #define LN_CHUNK 256 /* LayerNorm's 16-bit y: values rounded from the stack at a time */
 
 /* Sum of (p[i] - m)^2 in double, in the order of sum_f64 (reduce.h). */
-static double sumsq_dev_f64(const float *p, int64_t n, double m) {
+static inline double sumsq_dev_f64(const float *p, int64_t n, double m) {
     double a[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
