@@ -5,6 +5,7 @@
  * planner runs these in place. */
 #include <math.h>
 #include <stdint.h>
+#include "backend/cpu/exp_poly.h"
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
@@ -18,50 +19,24 @@
 #define SQRT_2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
 
-/* e^t in plain arithmetic, so `omp simd` loops vectorize it (libm's expf
- * is a call per element: most of a GPT step's elementwise time): Cephes'
- * expf. n = round(t log2 e) (the 1.5 * 2^23 trick, which vector units do),
- * r = t - n ln 2 with ln 2 in two parts (n times the first is exact), e^r by
- * Cephes' polynomial, 2^n built in the exponent bits. t is clamped to
- * [-87, 88], where 2^n stays a normal float, and a NaN becomes 88 (n stays
- * an integer: no UB; the callers multiply by x, which carries the NaN).
- * Within 2 ulp of exp over the clamp (checked against double exp). */
-static inline float exp_poly(float t) {
-    float c = t < 88.0f ? t : 88.0f;
-    c = c > -87.0f ? c : -87.0f;
-    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                 4.1665795894e-2f) *
-                    r +
-                1.6666665459e-1f) *
-                   r +
-               5.0000001201e-1f) *
-                  (r * r) +
-              r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } b = {((int32_t)n + 127) * (1 << 23)};
-    return p * b.f;
-}
-
 /* The tanh GELU as x sigma(2u): 0.5 (1 + tanh u) = 1 / (1 + e^-2u), u =
- * sqrt(2/pi) (x + 0.044715 x^3), so one exponential and one division a
- * value and no cancellation near u = 0 (tanh's 1 - 2 / (e^2u + 1) needed
- * a second polynomial there). GELU_K2 = -2 sqrt(2/pi). */
+ * sqrt(2/pi) (x + 0.044715 x^3), so one exponential (fr_exp_poly, which
+ * vectorizes in `omp simd` loops where libm's calls would not) and one
+ * division a value, and no cancellation where tanh nears -1 (tanh's
+ * 1 - 2 / (e^2u + 1) also needed a second polynomial near u = 0). GELU_K2 =
+ * -2 sqrt(2/pi). */
 #define GELU_K2 -1.59576912160573071176f
 static inline float gelu_tanh_f(float v) {
-    const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
-    return v / (1.0f + e);
+    return v / (1.0f + fr_exp_poly(GELU_K2 * (v + GELU_A * v * v * v)));
 }
 
-/* d/dx of the tanh GELU: s + x s (1 - s) 2 u', s = 1 / (1 + e^-2u), 1 - s =
- * e^-2u s (no cancellation as s nears 1), u' = sqrt(2/pi) (1 + 3 0.044715 x^2) */
+/* d/dx of the tanh GELU: s + x s (1 - s) 2 u', s = 1 / (1 + e), e = e^-2u,
+ * u' = sqrt(2/pi) (1 + 3 0.044715 x^2); 1 - s is e s while s > 1/2 (no
+ * cancellation as s nears 1), else 1 - s itself (e may be inf there) */
 static inline float gelu_tanh_grad(float v) {
-    const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
-    const float s = 1.0f / (1.0f + e);
-    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * (e * s));
+    const float e = fr_exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
+    const float s = 1.0f / (1.0f + e), om = e < 1.0f ? e * s : 1.0f - s;
+    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * om);
 }
 
 /* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result

@@ -40,29 +40,13 @@ static void store(__global float *p, ulong i, int dt, float v) {
 #define SQRT_2_PI 0.79788456080286535588f
 #define GELU_A 0.044715f
 
-/* activation.c's exp_poly, gelu_tanh_f and gelu_tanh_grad, the same
- * operations: Cephes' expf over [-87, 88], the tanh GELU as x sigma(2u) */
+/* activation.c's gelu_tanh_f and gelu_tanh_grad, the same operations: the
+ * tanh GELU as x sigma(2u), e^x the prelude's exp_poly (the CPU's) */
 #define GELU_K2 -1.59576912160573071176f
-static float exp_poly(float t) {
-    float c = t < 88.0f ? t : 88.0f;
-    c = c > -87.0f ? c : -87.0f;
-    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                 4.1665795894e-2f) *
-                    r +
-                1.6666665459e-1f) *
-                   r +
-               5.0000001201e-1f) *
-                  (r * r) +
-              r + 1.0f;
-    return p * as_float(((int)n + 127) * (1 << 23));
-}
-
 static float gelu_tanh_grad(float v) {
     const float e = exp_poly(GELU_K2 * (v + GELU_A * v * v * v));
-    const float s = 1.0f / (1.0f + e);
-    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * (e * s));
+    const float s = 1.0f / (1.0f + e), om = e < 1.0f ? e * s : 1.0f - s;
+    return s * (1.0f + 2.0f * SQRT_2_PI * v * (1.0f + 3.0f * GELU_A * v * v) * om);
 }
 
 /* Each activation's kernels, from its NAME_f(v) and NAME_g(d, v) below: one

@@ -3,7 +3,11 @@
  * conversions of src/core/half.c in integer arithmetic, so every kernel that
  * reads or writes f16 or bf16 rounds as the CPU does, bit for bit (nearest
  * even, NaN payloads kept and quieted, subnormals exact), without needing
- * cl_khr_fp16. */
+ * cl_khr_fp16; and the CPU's e^x (fr_exp_poly), for the activations that
+ * must give the CPU's bits (GELU's tanh form, SwiGLU). */
+
+/* no contraction into fma, as on the CPU (every program says so too, after this text) */
+#pragma OPENCL FP_CONTRACT OFF
 
 static ushort f32_to_f16(float f) {
     uint x = as_uint(f);
@@ -64,4 +68,23 @@ static float bf16_to_f32(ushort h) {
     uint x = (uint)h << 16;
     if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
     return as_float(x);
+}
+
+/* e^x as the CPU's fr_exp_poly (src/backend/cpu/exp_poly.h), operation for
+ * operation: the same bits. */
+static float exp_poly(float x) {
+    float c = x >= -87.3f ? x : -87.3f;
+    c = c <= 88.0f ? c : 88.0f;
+    const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float g = (c - n * 0.693359375f) + n * 2.12194440e-4f;
+    const float p = ((((((1.9875691500e-4f * g + 1.3981999507e-3f) * g + 8.3334519073e-3f) * g +
+                        4.1665795894e-2f) *
+                           g +
+                       1.6666665459e-1f) *
+                          g +
+                      5.0000001201e-1f) *
+                     (g * g)) +
+                    g + 1.0f;
+    const float b = as_float(((int)n + 127) * (1 << 23));
+    return x < -87.3f ? 0.0f : x > 88.0f ? INFINITY : x == x ? p * b : x;
 }

@@ -91,25 +91,6 @@ __kernel void rmsnorm_bwd_dw(__global const float *dy, ulong dy_off, __global co
 
 /* ---- SwiGLU: one work-item per value ---- */
 
-/* e^x as the CPU's fr_exp_poly (src/backend/cpu/exp_poly.h), operation for
- * operation: the same bits. */
-static float exp_poly(float x) {
-    float c = x >= -87.3f ? x : -87.3f;
-    c = c <= 88.0f ? c : 88.0f;
-    const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float g = (c - n * 0.693359375f) + n * 2.12194440e-4f;
-    const float p = ((((((1.9875691500e-4f * g + 1.3981999507e-3f) * g + 8.3334519073e-3f) * g +
-                        4.1665795894e-2f) *
-                           g +
-                       1.6666665459e-1f) *
-                          g +
-                      5.0000001201e-1f) *
-                     (g * g)) +
-                    g + 1.0f;
-    const float b = as_float(((int)n + 127) * (1 << 23));
-    return x < -87.3f ? 0.0f : x > 88.0f ? INFINITY : x == x ? p * b : x;
-}
-
 /* y = (g / (1 + e^-g)) u; y may be gate itself */
 __kernel void swiglu(__global const float *gate, ulong g_off, __global const float *up, ulong u_off,
                      __global float *y, ulong y_off, long n) {
