@@ -4,10 +4,13 @@
 # against the same nanoGPT model under torch.autocast('cpu',
 # dtype=torch.bfloat16) (bench/torch_gpt.py --autocast bf16), and both in
 # fp32, alternated in fresh processes over ROUNDS rounds (issue 23's "honest
-# mixed-against-mixed comparison"). frugal's ms/step is the time of 2+N
-# steps less that of 2 (start-up and the first steps off the clock), as
-# bench/step_ab.sh measures it; PyTorch's is torch_gpt.py's median after 2
-# warm-up steps. Prints a table (and writes bench/out/gpt_autocast.md).
+# mixed-against-mixed comparison"). frugal's ms/step is the training
+# loop's time (the JSON summary's seconds) of 2+N steps less that of 2, so
+# start-up and the first steps are off the clock as they are for PyTorch,
+# whose figure is torch_gpt.py's median after 2 warm-up steps. (Until
+# 2026-12 frugal's was the processes' wall times, whose start-up alone
+# moved by tenths of a second on this host: +-80 ms a step.) Prints a
+# table (and writes bench/out/gpt_autocast.md).
 #
 #   bash bench/gpt_autocast.sh [build-dir]     # ROUNDS=3 N=6
 set -uo pipefail
@@ -21,11 +24,13 @@ tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 frugal_ms() { # precision
     local t0 t1
-    t0=$( { /usr/bin/time -f %e "$BUILD/frugal" train --model gpt-tiny --data "$text" --steps 2 --batch 8 \
-        --seq 256 --optimizer adamw --precision "$1" --test-limit 1 --threads 2 --no-progress --quiet >/dev/null; } 2>&1 | tail -1)
-    t1=$( { /usr/bin/time -f %e "$BUILD/frugal" train --model gpt-tiny --data "$text" --steps $((2 + N)) --batch 8 \
-        --seq 256 --optimizer adamw --precision "$1" --test-limit 1 --threads 2 --no-progress --quiet >/dev/null; } 2>&1 | tail -1)
+    t0=$(frugal_s "$1" 2) t1=$(frugal_s "$1" $((2 + N)))
     python3 -c "print(round(1000 * ($t1 - $t0) / $N, 1))"
+}
+frugal_s() { # precision steps: the training loop's seconds (the JSON summary's)
+    "$BUILD/frugal" train --model gpt-tiny --data "$text" --steps "$2" --batch 8 --seq 256 \
+        --optimizer adamw --precision "$1" --test-limit 1 --threads 2 --no-progress --quiet --json |
+        python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "\"summary\"" in l][0]["seconds"])'
 }
 torch_ms() { # none|bf16
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/torch_gpt.py \
