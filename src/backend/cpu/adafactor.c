@@ -12,18 +12,20 @@
  *   p -= (alpha / denom) U
  * With beta1 > 0, Hugging Face's first moment (transformers' Adafactor):
  *   m = beta1 m + (1 - beta1) (U / denom) alpha;  p -= m.
- * Every sum is in double, over blocks fixed by the shape (a row, a block
- * of columns, a fixed chunk of elements), added in block order: the bits
- * do not depend on the thread count. Scalars are formed in double from the
+ * Every sum is in double, over blocks fixed by the shape (a row, a column,
+ * a fixed chunk of elements), added in block order: the bits do not depend
+ * on the thread count. Scalars are formed in double from the
  * options and rounded to float once, as PyTorch's Python floats are. No
  * temporary of the tensor's size: U is recomputed in each pass. */
 #include <math.h>
+#include <omp.h>
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce.h"
 #include "backend/state.h"
 
 #define AF_CHUNK 2048    /* the blocks of the sums over every element */
 #define AF_GROUP 256     /* block sums on the stack, a group at a time */
-#define AF_COLS 64       /* columns summed together, down the rows */
+#define AF_SPAN 1024     /* the widest span of columns summed together, down the rows */
 #define AF_PAR_MIN 16384 /* below this a thread team costs more than it saves */
 
 /* torch.lerp with a scalar weight (ATen's Lerp.h): exact at w = 1. */
@@ -70,8 +72,8 @@ static double af_sumsq_u(const af_slice *a) {
 }
 
 /* The factors' update for one (R, C) slice: each row's mean of g^2 (a
- * row's sum in order), each column's (blocks of AF_COLS columns down the
- * rows in order), lerped into r and c. */
+ * row's sum in order), each column's (down the rows in order, a span of
+ * columns a thread: fr_col_span), lerped into r and c. */
 static void af_factors(const float *g, float *r, float *c, int64_t R, int64_t C, float w) {
     const int par = R * C >= AF_PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
@@ -81,11 +83,12 @@ static void af_factors(const float *g, float *r, float *c, int64_t R, int64_t C,
         for (int64_t j = 0; j < C; j++) s += (double)gi[j] * gi[j];
         r[i] = lerpf(r[i], (float)(s / (double)C), w);
     }
-    const int64_t cb = (C + AF_COLS - 1) / AF_COLS;
+    const int64_t span = fr_col_span(C, par ? omp_get_max_threads() : 1, AF_SPAN);
+    const int64_t cb = (C + span - 1) / span;
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t b = 0; b < cb; b++) {
-        const int64_t j0 = b * AF_COLS, nj = C - j0 < AF_COLS ? C - j0 : AF_COLS;
-        double s[AF_COLS] = {0};
+        const int64_t j0 = b * span, nj = C - j0 < span ? C - j0 : span;
+        double s[AF_SPAN] = {0};
         for (int64_t i = 0; i < R; i++) {
             const float *gi = g + i * C + j0;
             for (int64_t j = 0; j < nj; j++) s[j] += (double)gi[j] * gi[j];

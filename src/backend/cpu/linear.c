@@ -217,9 +217,8 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
 /* s[j] += dy[n, o0 + j] for n = 0 .. N-1 in order, j < m <= COL_SPAN: the
  * bias gradient's sums of one span of columns, dy f32 (dyp) or bf16 (dyh,
  * a row widened first), in double; cloned for AVX-512 and AVX2, the same
- * sums. A span is a contiguous stretch of each row, so the rows stream
- * through the cache (blocks of 64 columns, 128 bytes of a bf16 row a few
- * KiB apart, missed the prefetchers: 25 ms of gpt-tiny's bf16-mixed step). */
+ * sums (fr_col_span's spans: as blocks of 64 columns, this took 22 ms of
+ * gpt-tiny's bf16-mixed step, 9 ms as spans). */
 FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t N, int64_t O,
                                   int64_t o0, int64_t m, double *s) {
     float w[COL_SPAN];
@@ -232,15 +231,6 @@ FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t
 #pragma omp simd
         for (int64_t j = 0; j < m; j++) s[j] += row[j];
     }
-}
-
-/* The width of the bias gradient's spans of O columns: one span a thread at
- * least, a multiple of 16, at most COL_SPAN. Every column's sum runs over the
- * rows in order whatever the width, so the bits do not depend on it. */
-static int64_t col_span(int64_t O, int threads) {
-    int64_t w = (O + threads - 1) / (threads > 0 ? threads : 1);
-    w = (w + 15) / 16 * 16;
-    return w < COL_SPAN ? (w > 0 ? w : 16) : COL_SPAN;
 }
 
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
@@ -307,7 +297,8 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
          * (double accumulators), so the bits do not depend on scheduling. */
         int acc = acc_bit(c, 2), upd = (c->node->update & 4u) != 0;
         const float lr = c->node->attr.lr, wd = c->node->attr.wd;
-        const int64_t span = col_span(O, N * O >= LIN_PAR_MIN ? omp_get_max_threads() : 1);
+        const int64_t span =
+            fr_col_span(O, N * O >= LIN_PAR_MIN ? omp_get_max_threads() : 1, COL_SPAN);
         const int64_t nblk = (O + span - 1) / span;
 #pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {

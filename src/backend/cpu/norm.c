@@ -318,8 +318,8 @@ FR_V3_CLONES static void ln_bwd_dx(const float *restrict xp, const float *restri
 #define LN_SPAN 1024 /* dgamma and dbeta: the widest span of columns a thread sums */
 
 /* sg[j] += dy xhat, sb[j] += dy over the rows in order, for the columns
- * [d0, d0 + w) of each row (a contiguous stretch, so the rows stream through
- * the cache); x f32 or 16 bits, widened a span at a time */
+ * [d0, d0 + w) of each row (fr_col_span's spans); x f32 or 16 bits, widened
+ * a span at a time */
 FR_V3_CLONES static void ln_bwd_cols(const fr_tensor *xt, const float *dy, const float *smean,
                                      const float *srstd, int64_t N, int64_t D, int64_t d0,
                                      int64_t w, double *sg, double *sb) {
@@ -379,9 +379,8 @@ int fr_k_layernorm_bwd(fr_kernel_call *c) {
     }
     if (dgamma || dbeta) {
         /* columns in spans: one thread owns a span and sums the rows in order */
-        const int nt = N * D >= NORM_PAR_MIN ? omp_get_max_threads() : 1;
-        int64_t span = ((D + nt - 1) / nt + 15) / 16 * 16;
-        if (span > LN_SPAN) span = LN_SPAN;
+        const int64_t span =
+            fr_col_span(D, N * D >= NORM_PAR_MIN ? omp_get_max_threads() : 1, LN_SPAN);
         const int64_t nblk = (D + span - 1) / span;
 #pragma omp parallel for schedule(static) if (N * D >= NORM_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {

@@ -34,4 +34,17 @@ static inline float sum_f32(const float *p, int64_t n) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The width of the spans a sum down the rows of a (rows, cols) matrix cuts
+ * its columns into: one span a thread at least, a multiple of 16, at most
+ * `most` (the accumulators a thread holds). A span is a contiguous stretch
+ * of every row, so the rows stream through the cache (blocks of 64 columns,
+ * a few hundred bytes of rows KiB apart, missed the prefetchers). Each
+ * column is still summed over the rows in order, so its bits depend on
+ * neither the width nor the thread count. */
+static inline int64_t fr_col_span(int64_t cols, int threads, int64_t most) {
+    const int64_t t = threads > 0 ? threads : 1;
+    int64_t w = ((cols + t - 1) / t + 15) / 16 * 16;
+    return w < 16 ? 16 : w < most ? w : most;
+}
+
 #endif
