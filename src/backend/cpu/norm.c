@@ -175,8 +175,8 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
 }
 
 /* LayerNorm's statistics of one row: mean and rstd in double, the sums in
- * the fixed order of sum_f64 and sumsq_dev_f64 (so the same bits in every
- * clone: these loops ran on SSE2 alone before they were cloned). */
+ * the fixed order of sum_f64 and sumsq_dev_f64, so every clone (the CPU's
+ * widest vectors) gives the same bits. */
 FR_V3_CLONES static void ln_stats(const float *xp, int64_t D, double eps, double *mean,
                                   double *rstd) {
     double m = sum_f64(xp, D) / (double)D;
