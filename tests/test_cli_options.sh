@@ -197,14 +197,16 @@ done
 "$bin" estimate --model "$tmp/small.model" --freeze fc9 >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && [ "$(grep -c fc9 "$tmp/err")" -eq 1 ] && ok || no "estimate prints a freeze error once: $(cat "$tmp/err")"
 
-# --threads reaches the planner: a convolution's workspace holds one slot per
-# thread, so resnet at batch 16 plans differently with 1 and 16 threads; with
-# OMP_NUM_THREADS=16 in the environment, --threads 1 must give the 1-thread plan.
+# --threads reaches the planner: a convolution's workspace on the GEMM path
+# holds one slot per thread, so resnet at batch 16 plans differently with 1
+# and 16 threads; with OMP_NUM_THREADS=16 in the environment, --threads 1 must
+# give the 1-thread plan. (FRUGAL_LAYOUT=plain keeps the ResNet's
+# convolutions on the GEMMs; blocked, they run on oneDNN with no slots.)
 peak() { python3 -c "import json,sys; print(json.load(sys.stdin)['predicted_peak_total'])"; }
 for cmd in estimate plan; do
-    one=$(OMP_NUM_THREADS=1 "$bin" $cmd --model resnet --batch 16 --json | peak)
-    many=$(OMP_NUM_THREADS=16 "$bin" $cmd --model resnet --batch 16 --json | peak)
-    got=$(OMP_NUM_THREADS=16 "$bin" $cmd --model resnet --batch 16 --threads 1 --json | peak)
+    one=$(FRUGAL_LAYOUT=plain OMP_NUM_THREADS=1 "$bin" $cmd --model resnet --batch 16 --json | peak)
+    many=$(FRUGAL_LAYOUT=plain OMP_NUM_THREADS=16 "$bin" $cmd --model resnet --batch 16 --json | peak)
+    got=$(FRUGAL_LAYOUT=plain OMP_NUM_THREADS=16 "$bin" $cmd --model resnet --batch 16 --threads 1 --json | peak)
     [ -n "$one" ] && [ "$one" != "$many" ] && [ "$got" = "$one" ] && ok ||
         no "$cmd --threads 1: peak $got, want the 1-thread $one (16 threads: $many)"
 done

@@ -157,10 +157,10 @@ static int run_conv(const geo *g, bufs *B, int bias, int acc, int half, int ws_t
     fr_conv_dims_make(&d, &xs, g->OC, g->K, g->S, g->P);
     fr_dtype xdt = half ? FR_BF16 : FR_F32;
     int th = omp_get_max_threads();
-    int64_t wf = budget ? fr_conv_dnnl_ws(&d, budget, 0, bias, xdt, th)
-                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 0);
-    int64_t wb = budget ? fr_conv_dnnl_ws(&d, budget, 1, 0, xdt, th)
-                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 1);
+    int64_t wf = budget ? fr_conv_dnnl_ws(&d, budget, 0, bias, xdt, th, 0)
+                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 0, 0);
+    int64_t wb = budget ? fr_conv_dnnl_ws(&d, budget, 1, 0, xdt, th, 0)
+                        : fr_conv2d_ws_elems(&xs, xdt, g->OC, g->K, g->S, g->P, 1, 0);
     if (ws_threads) omp_set_num_threads(now);
     float *wsf = malloc((size_t)(wf ? wf : 1) * sizeof(float)),
           *wsb = malloc((size_t)(wb ? wb : 1) * sizeof(float));
@@ -433,7 +433,8 @@ static int run_all(const char *mode) {
         fr_conv_dims g;
         fr_conv_dims_make(&g, &xs, 5, 5, 2, 2);
         printf("oneDNN convolution: %s\n", fr_conv_dnnl_impl(&g, FR_F32));
-        CHECK(fr_conv_dnnl_ws(&g, 1 << 20, 1, 0, FR_F32, 1) > 0, "oneDNN declined a 5x5 stride 2");
+        CHECK(fr_conv_dnnl_ws(&g, 1 << 20, 1, 0, FR_F32, 1, 0) > 0,
+              "oneDNN declined a 5x5 stride 2");
     }
     omp_set_num_threads(2);
     test_geometries();

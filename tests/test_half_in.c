@@ -217,8 +217,8 @@ static void test_conv(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, i
           *dy = frand(ny, -1, 1);
     half_in x = make_half(dt, x0, nx);
     fr_attr a = {.kernel = K, .stride = 1, .pad = P};
-    int64_t nws = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 0),
-            nwsb = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 1);
+    int64_t nws = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 0, 0),
+            nwsb = fr_conv2d_ws_elems(&xs, dt, OC, K, 1, P, 1, 0);
     float *ws = frand(nws, 0, 1), *wsb = frand(nwsb, 0, 1);
     float *y[2], *dx[2], *dw[2], *db[2];
     for (int r = 0; r < 2; r++) {

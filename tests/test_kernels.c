@@ -339,7 +339,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
              ys = fr_shape4(N, OC, OH, OW);
     fr_attr a = {.kernel = K, .stride = S, .pad = P};
 
-    int64_t nws = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 0);
+    int64_t nws = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 0, 0);
     float *wsf = nws ? fnan(nws) : NULL; /* the kernel must not count on a clean workspace */
     call k;
     call_init(&k, FR_OP_CONV2D, &a);
@@ -359,7 +359,7 @@ static void conv_case(const char *tag, int64_t N, int64_t C, int64_t H, int64_t 
     fd_grad(obj_conv, &s, s.w, nw, gw);
     if (bias) fd_grad(obj_conv, &s, s.b, OC, gb);
 
-    int64_t nwsb = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 1);
+    int64_t nwsb = fr_conv2d_ws_elems(&xs, FR_F32, OC, K, S, P, 1, 0);
     float *wsb = nwsb ? fnan(nwsb) : NULL;
     float *dx = frand(nx, 7, 8), *dw = frand(nw, 7, 8), *db = bias ? frand(OC, 7, 8) : NULL;
     call_init(&k, FR_OP_CONV2D_BWD, &a);

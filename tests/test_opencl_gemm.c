@@ -530,8 +530,8 @@ static void conv_case(int line, const char *name, conv_shape s, int has_b, uint3
     const int64_t nx = fr_shape_numel(&xs), nw = fr_shape_numel(&ws_), ny = fr_shape_numel(&ys);
     float *x = frand(nx), *w = frand(nw), *b = has_b ? frand(s.OC) : NULL;
     uint16_t *xh = xdt != FR_F32 ? to_half(xdt, x, nx) : NULL;
-    const int64_t cpu_f = fr_conv2d_ws_elems(&xs, FR_F32, s.OC, s.K, s.S, s.P, 0);
-    const int64_t cpu_b = fr_conv2d_ws_elems(&xs, FR_F32, s.OC, s.K, s.S, s.P, 1);
+    const int64_t cpu_f = fr_conv2d_ws_elems(&xs, FR_F32, s.OC, s.K, s.S, s.P, 0, 0);
+    const int64_t cpu_b = fr_conv2d_ws_elems(&xs, FR_F32, s.OC, s.K, s.S, s.P, 1, 0);
     const int64_t dev_f = ws_dev ? ws_dev : dev_ws(&s, 0), dev_b = ws_dev ? ws_dev : dev_ws(&s, 1);
     char nm[160];
 

@@ -149,6 +149,12 @@ typedef struct fr_backend {
      * precision (the answer is the bf16-mixed one): --precision auto counts
      * these FLOPs in the share that gains (planner.c). NULL: never. */
     int (*native16)(const fr_graph *g, const fr_node *n);
+    /* Whether node n's kernel takes its 4-d operand in[j] (j >= 0) or
+     * out[-1-j] (j < 0) in nChw16c (fr_value.blocked): FR_BLK_NO, or
+     * FR_BLK_TIED (in the layout of the node's other TIED operands: an
+     * element-wise op, BatchNorm) or FR_BLK_FREE (either layout, whatever
+     * the others have: a convolution). plan/layout.c asks. NULL: never. */
+    int (*blocked_io)(const fr_graph *g, const fr_node *n, int j);
     /* Floats of scratch LINEAR_BWD takes to update an out x in weight inside
      * backward (fr_node.update) over `rows` rows: the CPU's kernel
      * tiles the weight's gradient, a device computes it whole. */
@@ -163,6 +169,8 @@ typedef struct fr_backend {
     int (*mirror)(fr_ctx *ctx, void **buf, const void *src, size_t n, fr_mem_cat cat);
     size_t (*mirror_bytes)(fr_ctx *ctx, size_t n);
 } fr_backend;
+
+enum { FR_BLK_NO, FR_BLK_TIED, FR_BLK_FREE };
 
 #define FR_HITS_SCRATCH 8 /* the count, as fr_backend.hits keeps it on the device */
 

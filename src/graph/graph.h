@@ -31,6 +31,9 @@ typedef struct fr_value {
     int param;    /* PARAM/BUFFER/GRAD: index into the model's tensors */
     int saved;    /* 1: a forward value read by some backward node */
     int batched;  /* 1: dim 0 is the batch (rebound when a batch is smaller) */
+    int blocked;  /* 1: a 4-d (N,C,H,W) value stored nChw16c, oneDNN's blocked format:
+                     element (n,c,h,w) at ((n C/16 + c/16) H W + h W + w) 16 + c%16
+                     (plan/layout.c); 0: NCHW */
 } fr_value;
 
 /* Rotary position embeddings (ROPE_QKV), as Hugging Face's Llama: the
@@ -62,24 +65,32 @@ typedef struct fr_attr {
             float lr, wd; /* LINEAR_BWD with update bits: plain SGD's rate and weight decay */
         };
     };
-    float p;        /* dropout probability */
-    float scale;    /* losses: multiply the gradient (1/K under accumulation);
+    float p;          /* dropout probability */
+    float scale;      /* losses: multiply the gradient (1/K under accumulation);
                      * linear: y = scale (x W^T) + b, 0 read as 1 (LoRA's B product) */
-    uint32_t salt;  /* dropout: per-node random stream */
-    fr_shape shape; /* view: the target shape (batch dim included) */
-    int recompute;  /* a rematerialized clone: BatchNorm leaves running stats alone */
-    fr_dtype dtype; /* cast: the target dtype */
-    fr_dtype round; /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
-    int param;      /* optim_step: the model parameter it updates */
-    int heads;      /* attention: number of heads NH (divides C) */
-    int kv_heads;   /* attention, rope_qkv: key/value heads NKV (divides heads; grouped-query
+    uint32_t salt;    /* dropout: per-node random stream */
+    fr_shape shape;   /* view: the target shape (batch dim included) */
+    int recompute;    /* a rematerialized clone: BatchNorm leaves running stats alone */
+    fr_dtype dtype;   /* cast: the target dtype */
+    fr_dtype round;   /* cast f32 -> f32: round through this 16-bit format (FR_F32: none) */
+    int param;        /* optim_step: the model parameter it updates */
+    int heads;        /* attention: number of heads NH (divides C) */
+    int kv_heads;     /* attention, rope_qkv: key/value heads NKV (divides heads; grouped-query
                        attention); 0 means heads (multi-head) */
-    fr_rope rope;   /* rope_qkv */
-    int causal;     /* attention: 1 = query t attends keys 0..t (the only mode) */
-    int approx;     /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
-    int qfmt;       /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
-    int rows;       /* linear_ce: rows of logits a chunk (1 .. N; clamped to N) */
+    fr_rope rope;     /* rope_qkv */
+    int causal;       /* attention: 1 = query t attends keys 0..t (the only mode) */
+    int approx;       /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
+    int qfmt;         /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
+    int rows;         /* linear_ce: rows of logits a chunk (1 .. N; clamped to N) */
+    uint32_t blocked; /* bit j: in[j] is nChw16c, bit FR_BLK_OUT + j: out[j] (fr_value.blocked,
+                         set by plan/layout.c for the kernels) */
 } fr_attr;
+
+#define FR_BLK_OUT 8
+static inline int fr_blk_in(const fr_attr *a, int j) { return (a->blocked >> j) & 1u; }
+static inline int fr_blk_out(const fr_attr *a, int j) {
+    return (a->blocked >> (FR_BLK_OUT + j)) & 1u;
+}
 
 typedef struct fr_node {
     fr_op op;

@@ -653,3 +653,12 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(ROPE_QKV, "rope_qkv", sh_rope_qkv, fr_bw_rope_qkv, -1, 0, fl_rope),
     ROW(ROPE_QKV_BWD, "rope_qkv_bwd", sh_grads, NULL, -1, 0, fl_rope),
 };
+
+void fr_ops_resize_ws(fr_graph *g, const int *order, int n) {
+    for (int t = 0; t < n; t++) {
+        const fr_node *nd = &g->nodes[order[t]];
+        const int j = nd->op == FR_OP_CONV2D ? 1 : nd->op == FR_OP_CONV2D_BWD ? 3 : -1;
+        if (j < 0 || nd->out[j] < 0) continue;
+        g->vals[nd->out[j]].shape = fr_shape1(fr_backend_ws(g, nd, j));
+    }
+}

@@ -150,6 +150,12 @@ typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n)
  * includes nothing of the backends. */
 int64_t fr_backend_ws(const struct fr_graph *g, const struct fr_node *n, int j);
 int fr_backend_half_io(const struct fr_graph *g, const struct fr_node *n, int j);
+/* Workspaces are sized when a node is made, for its inputs' dtypes and
+ * layouts then; a convolution's depends on both (the CPU runs a bf16 image
+ * on oneDNN's native kernels, and reorders only NCHW operands), so the
+ * passes that change them (plan/precision.c, plan/layout.c) size the
+ * convolutions of order[0..n) again. */
+void fr_ops_resize_ws(struct fr_graph *g, const int *order, int n);
 
 typedef struct fr_op_info {
     const char *name;

@@ -74,15 +74,6 @@ static int half_output(fr_graph *g, int i, int v, fr_dtype half) {
  * then; a convolution's depends on its image's (the CPU runs a bf16 one on
  * oneDNN's native kernels, conv_dnnl.h), so theirs are sized again for the
  * dtypes this pass gave. */
-static void resize_workspaces(fr_graph *g, const int *order, int n) {
-    for (int t = 0; t < n; t++) {
-        const fr_node *nd = &g->nodes[order[t]];
-        const int j = nd->op == FR_OP_CONV2D ? 1 : nd->op == FR_OP_CONV2D_BWD ? 3 : -1;
-        if (j < 0 || nd->out[j] < 0) continue;
-        g->vals[nd->out[j]].shape = fr_shape1(fr_backend_ws(g, nd, j));
-    }
-}
-
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
@@ -324,6 +315,6 @@ done:
     fr_free(ctx, order);
     *order_io = out;
     *n_io = (int)k;
-    resize_workspaces(g, out, (int)k);
+    fr_ops_resize_ws(g, out, (int)k); /* a convolution's depends on its image's dtype */
     return FR_OK;
 }

@@ -1017,6 +1017,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 fr_human_bytes(head_logits, h[6], sizeof h[6]),
                 fr_human_bytes(head_ws, h[7], sizeof h[7]), 100 * head_cost(s, base));
     fprintf(out, "in place: %d ops write over an input that dies there\n", inplace);
+    if (s->place.n_blocked)
+        fprintf(out,
+                "layout: %d activations stored nChw16c, oneDNN's blocked format: its "
+                "convolutions read and write them without copies (FRUGAL_LAYOUT=plain: NCHW)\n",
+                s->place.n_blocked);
     if (s->opt.n_fused && !s->opt.upd_ws_len)
         fprintf(out,
                 "optimizer step inside backward: %d tensors stepped as their gradient is made, "

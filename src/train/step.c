@@ -19,6 +19,7 @@
 #include "backend/state.h"
 #include "plan/fuse.h"
 #include "plan/insert.h"
+#include "plan/layout.h"
 #include "plan/narrow.h"
 #include "plan/offload.h"
 #include "plan/precision.h"
@@ -391,6 +392,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
                             (opts->loss_scaling == FR_LOSS_SCALE_AUTO &&
                              (prec == FR_PREC_FP16 || prec == FR_PREC_FP16_MIXED));
     if ((st = fuse_optim_steps(s, &order, &n_order))) goto fail;
+    if ((st = fr_layout_apply(&s->g, order, n_order, &s->place.n_blocked))) goto fail;
     st = FR_ERR_NOMEM;
     if (!(keep = fr_calloc(ctx, s->g.n_vals + 1, FR_MEM_OTHER))) goto fail;
     keep[s->g.loss] = 1;

@@ -45,6 +45,7 @@ typedef struct fr_step_place {
     struct fr_feed *feed;   /* or two whole-batch slots uploaded ahead (train/feed.c) */
     int n_offloaded;        /* --offload activations: saved values moved to the host */
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
+    int n_blocked;          /* activations stored nChw16c (plan/layout.c) */
 } fr_step_place;
 
 /* Data parallelism over ranks (train/zero.c). */

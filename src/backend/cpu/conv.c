@@ -160,11 +160,11 @@ static int64_t dnnl_budget(const conv_geom *g, int backward) {
 /* The oneDNN path's workspace when it runs this geometry on an image of
  * dtype xdt (0 if it does not): the most of its plans with and without a
  * bias. */
-static int64_t dnnl_ws(const conv_geom *g, int backward, int threads, fr_dtype xdt) {
-    if (!fr_conv_dnnl_for(xdt)) return 0;
+static int64_t dnnl_ws(const conv_geom *g, int backward, int threads, fr_dtype xdt, int blk) {
+    if (!(blk ? fr_conv_dnnl_allowed() : fr_conv_dnnl_for(xdt))) return 0;
     int64_t most = 0;
     for (int bias = 0; bias <= !backward; bias++) {
-        int64_t n = fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, xdt, threads);
+        int64_t n = fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, xdt, threads, blk);
         if (n == 0) return 0;
         if (n > most) most = n;
     }
@@ -172,13 +172,14 @@ static int64_t dnnl_ws(const conv_geom *g, int backward, int threads, fr_dtype x
 }
 
 int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
-                           int pad, int backward) {
+                           int pad, int backward, int blk) {
     conv_geom g;
     if (fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) != 0 || g.N < 1) return 0;
     /* oneDNN's, or on the shifted-GEMM path the most of both (the GEMMs take
-     * a 16-bit image there should oneDNN decline the call) */
-    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads(), xdt);
-    if (dnnl > 0 && !shifted(&g)) return dnnl;
+     * a 16-bit image there should oneDNN decline the call); blocked
+     * operands never go to the GEMMs */
+    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads(), xdt, blk);
+    if (dnnl > 0 && (!shifted(&g) || blk)) return dnnl;
     int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
@@ -191,6 +192,16 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int 
     int64_t s = slots_fitting(CONV_WS_BUDGET, col, part, cap);
     if (s < 1) s = 1;
     return s * col + (s - 1) * part;
+}
+
+int fr_conv2d_blockable(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
+                        int pad) {
+    conv_geom g;
+    const int all = FR_CONV_BLK_X | FR_CONV_BLK_Y | FR_CONV_BLK_DX;
+    return fr_conv_dnnl_allowed() && (xdt == FR_F32 || xdt == FR_BF16) &&
+           fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && g.N > 0 && g.C > 0 &&
+           g.OC > 0 && dnnl_ws(&g, 0, omp_get_max_threads(), xdt, all) > 0 &&
+           dnnl_ws(&g, 1, omp_get_max_threads(), xdt, all) > 0;
 }
 
 int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,
@@ -418,6 +429,17 @@ static void col2im(const conv_geom *g, float *col, float *dx) {
             }
 }
 
+/* The layout pass asked oneDNN before it blocked an operand
+ * (fr_conv2d_blockable); a decline here is a workspace sized for other
+ * operands, or a plan oneDNN could not make again. */
+static int blocked_declined(fr_kernel_call *c, const char *op) {
+    return fr_fail(c->ctx, FR_ERR_ARG,
+                   "%s: oneDNN declined a convolution on nChw16c operands (its workspace of "
+                   "%lld floats, or no primitive); FRUGAL_LAYOUT=plain runs them NCHW",
+                   op,
+                   (long long)fr_shape_numel(&c->out[c->node->op == FR_OP_CONV2D ? 1 : 3].shape));
+}
+
 // x is (N,C,H,W), W is (OC,C,K,K), b is (OC) or absent, y is (N,OC,OH,OW)
 // y[n,oc,oh,ow] = b[oc] + sum_{c,kh,kw} W[oc,c,kh,kw] x[n,c,oh*S-P+kh,ow*S-P+kw]
 // per image: y_n (OC, OH*OW) = W (OC, C*K*K) @ col_n (C*K*K, OH*OW)
@@ -427,9 +449,11 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
-    if (fr_conv_dnnl_for(x->dtype) && g.C > 0) {
+    const int blk = fr_conv_blk_of(c->node);
+    if ((blk || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;
+        if (blk) return blocked_declined(c, "conv2d");
     }
     if (shifted(&g)) return shift_fwd(c, &g);
     if (x->dtype != FR_F32)
@@ -500,9 +524,11 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
-    if (fr_conv_dnnl_for(x->dtype)) {
+    const int blk = fr_conv_blk_of(c->node);
+    if (blk || fr_conv_dnnl_for(x->dtype)) {
         st = fr_conv_dnnl_bwd(c, &g, dnnl_budget(&g, 1), dx, dw);
         if (st != FR_CONV_DNNL_DECLINE) return st;
+        if (blk) return blocked_declined(c, "conv2d_bwd");
     }
     if (shifted(&g)) return shift_bwd(c, &g, dx, dw);
     if (x->dtype != FR_F32)

@@ -22,7 +22,7 @@
 /* ---- the path, decided once ---------------------------------------------- */
 
 enum { PATH_GEMM, PATH_BF16, PATH_ALL };
-static int g_path;
+static int g_path, g_allowed;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* By default bf16 images only. On a quiet 2-core AMD EPYC oneDNN's
@@ -32,12 +32,17 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
  * native bf16 there) but the process's peak RSS grows by about 11 MiB (CNN
  * 71.6 -> 82.5 MiB, ResNet 119.3 -> 130.7 MiB in f32: oneDNN's JIT-compiled
  * kernels and its caches, bench/out/compare-issue23b.md), memory the
- * planner cannot see or budget. f32 images keep the GEMMs, so the default
- * step's memory stays all accounted; bf16-mixed, asked for speed, takes
- * the native kernels. FRUGAL_CONV=dnnl sends every image, =gemm none. */
+ * planner cannot see or budget. f32 NCHW images keep the GEMMs, so the
+ * default step's memory stays all accounted; bf16-mixed, asked for speed,
+ * takes the native kernels, and so do operands the layout pass stored in
+ * nChw16c (plan/layout.h): with no reordered copies oneDNN's kernels beat
+ * the GEMMs there and the planned peak is no higher (README, "layout").
+ * FRUGAL_CONV=dnnl sends every image, =gemm none (and then
+ * nothing is blocked). */
 static void decide(void) {
     const char *env = getenv("FRUGAL_CONV");
-    if (fr_dnnl_engine() == NULL || (env && strcmp(env, "gemm") == 0)) g_path = PATH_GEMM;
+    g_allowed = fr_dnnl_engine() != NULL && !(env && strcmp(env, "gemm") == 0);
+    if (!g_allowed) g_path = PATH_GEMM;
     else if (env && strcmp(env, "dnnl") == 0) g_path = PATH_ALL;
     else g_path = fr_gemm16_native(FR_BF16) ? PATH_BF16 : PATH_GEMM;
 }
@@ -53,6 +58,19 @@ int fr_conv_dnnl_for(fr_dtype xdt) {
 }
 
 int fr_conv_dnnl_built(void) { return fr_dnnl_engine() != NULL; }
+
+int fr_conv_dnnl_allowed(void) {
+    pthread_once(&g_once, decide);
+    return g_allowed;
+}
+
+int fr_conv_blk_of(const fr_node *n) {
+    const fr_attr *a = &n->attr;
+    if (n->op == FR_OP_CONV2D)
+        return (fr_blk_in(a, 0) ? FR_CONV_BLK_X : 0) | (fr_blk_out(a, 0) ? FR_CONV_BLK_Y : 0);
+    return (fr_blk_in(a, 1) ? FR_CONV_BLK_X : 0) | (fr_blk_in(a, 0) ? FR_CONV_BLK_Y : 0) |
+           (fr_blk_out(a, 0) ? FR_CONV_BLK_DX : 0);
+}
 
 /* ---- one primitive and the reorders around it ---------------------------- */
 
@@ -172,7 +190,7 @@ static const int out_of[3] = {[K_FWD] = T_Y, [K_BWD_W] = T_W, [K_BWD_D] = T_X};
  * the reorders), the results (y, dx, dW) in f32 with f32 sums; otherwise
  * all f32 (a 16-bit image widened by its reorder). */
 static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int bias,
-                     dnnl_data_type_t xdt, int native) {
+                     dnnl_data_type_t xdt, int native, int blk) {
     memset(p, 0, sizeof *p);
     p->kind = kind, p->out_t = out_of[kind];
     dnnl_dims_t xd = {nb, g->C, g->H, g->W}, wd = {g->OC, g->C, g->K, g->K},
@@ -190,10 +208,12 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
         dnnl_memory_desc_init_by_tag(&hx, 4, xd, c, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&hw, 4, wd, c, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&hy, 4, yd, kind == K_FWD ? f : c, dnnl_format_tag_any) ||
-        dnnl_memory_desc_init_by_tag(&p->user[T_X], 4, xd, kind == K_BWD_D ? dnnl_f32 : xdt,
-                                     dnnl_nchw) ||
+        dnnl_memory_desc_init_by_tag(
+            &p->user[T_X], 4, xd, kind == K_BWD_D ? dnnl_f32 : xdt,
+            blk & (kind == K_BWD_D ? FR_CONV_BLK_DX : FR_CONV_BLK_X) ? dnnl_nChw16c : dnnl_nchw) ||
         dnnl_memory_desc_init_by_tag(&p->user[T_W], 4, wd, dnnl_f32, dnnl_oihw) ||
-        dnnl_memory_desc_init_by_tag(&p->user[T_Y], 4, yd, dnnl_f32, dnnl_nchw) ||
+        dnnl_memory_desc_init_by_tag(&p->user[T_Y], 4, yd, dnnl_f32,
+                                     blk & FR_CONV_BLK_Y ? dnnl_nChw16c : dnnl_nchw) ||
         dnnl_memory_desc_init_by_tag(&p->bias, 1, bd, dnnl_f32, dnnl_a))
         return -1;
     dnnl_engine_t e = fr_dnnl_engine();
@@ -253,7 +273,7 @@ fail:
 
 typedef struct plan_key {
     int64_t N, C, H, W, OC, K, S, P, budget;
-    int backward, bias, xdt, threads;
+    int backward, bias, xdt, threads, blk;
 } plan_key;
 
 /* The batch in chunks of nb images, the last of N - (chunks - 1) nb; a[]
@@ -293,9 +313,10 @@ static int prims_make(conv_plan *pl, const plan_key *k, const fr_conv_dims *g, i
     pl->native = native;
     for (int i = 0; i < n && ok; i++) {
         int64_t nb = i ? last : pl->nb;
-        ok = prim_make(&pl->a[i], k->backward ? K_BWD_W : K_FWD, g, nb, k->bias, xdt, native) == 0;
+        ok = prim_make(&pl->a[i], k->backward ? K_BWD_W : K_FWD, g, nb, k->bias, xdt, native,
+                       k->blk) == 0;
         if (ok && k->backward) {
-            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt, native) == 0;
+            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt, native, k->blk) == 0;
             if (!ok) prim_free(&pl->a[i]);
         }
         if (!ok)
@@ -326,14 +347,19 @@ static conv_plan *plan_make(const plan_key *k, const fr_conv_dims *g) {
     }
     size_t scratch = 0, xb = 0, yb = 0, wb = 0, dwb = 0;
     for (int i = 0; i < pl->nprim; i++) {
+        /* a copy in the primitive's format only where the user's differs;
+         * dx's also where it is added into the user's, which a blocked dx
+         * (a step value, never a parameter's gradient) is not */
         const prim *a = &pl->a[i], *b = &pl->b[i];
         scratch = max_sz(scratch, a->scratch);
-        xb = max_sz(xb, md_bytes(&a->md[T_X]));
-        yb = max_sz(yb, md_bytes(&a->md[T_Y]));
+        if (a->in[T_X].p) xb = max_sz(xb, md_bytes(&a->md[T_X]));
+        if (a->in[T_Y].p || (!k->backward && !a->direct_out))
+            yb = max_sz(yb, md_bytes(&a->md[T_Y]));
         if (k->backward) {
             scratch = max_sz(scratch, b->scratch);
-            xb = max_sz(xb, md_bytes(&b->md[T_X]));
-            yb = max_sz(yb, md_bytes(&b->md[T_Y]));
+            if (!(b->direct_out && (k->blk & FR_CONV_BLK_DX)))
+                xb = max_sz(xb, md_bytes(&b->md[T_X]));
+            if (b->in[T_Y].p) yb = max_sz(yb, md_bytes(&b->md[T_Y]));
             dwb = max_sz(dwb, md_bytes(&a->md[T_W]));
             wb = max_sz(wb, md_bytes(&b->md[T_W]));
         } else {
@@ -364,12 +390,12 @@ static struct {
 
 /* The plan for g on `threads` threads; *own: the caller frees it (cache full). */
 static conv_plan *plan_get(const fr_conv_dims *g, int64_t budget, int backward, int bias,
-                           fr_dtype xdt, int threads, int *own) {
+                           fr_dtype xdt, int threads, int blk, int *own) {
     plan_key k;
     memset(&k, 0, sizeof k);
     k.N = g->N, k.C = g->C, k.H = g->H, k.W = g->W, k.OC = g->OC, k.K = g->K, k.S = g->S;
     k.P = g->P, k.budget = budget, k.backward = backward, k.bias = bias, k.xdt = xdt,
-    k.threads = threads;
+    k.threads = threads, k.blk = blk;
     *own = 0;
     pthread_mutex_lock(&g_cache.lock);
     for (int i = 0; i < g_cache.n; i++)
@@ -397,10 +423,12 @@ static int64_t floats_of(size_t bytes) {
 }
 
 int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,
-                        int threads) {
-    if (!fr_conv_dnnl_for(xdt) || g->N < 1 || g->OC < 1 || g->C < 1) return 0;
+                        int threads, int blk) {
+    if (!(blk ? fr_conv_dnnl_allowed() : fr_conv_dnnl_for(xdt)) || g->N < 1 || g->OC < 1 ||
+        g->C < 1)
+        return 0;
     int own;
-    conv_plan *pl = plan_get(g, budget, backward, bias, xdt, threads > 0 ? threads : 1, &own);
+    conv_plan *pl = plan_get(g, budget, backward, bias, xdt, threads > 0 ? threads : 1, blk, &own);
     int64_t n = pl ? floats_of(pl->bytes) : 0;
     if (own) plan_free(pl);
     return n;
@@ -409,7 +437,7 @@ int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
     if (!fr_conv_dnnl_for(xdt)) return "";
     int own;
-    conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, xdt, omp_get_max_threads(), &own);
+    conv_plan *pl = plan_get(g, DNNL_REPORT_BUDGET, 0, 0, xdt, omp_get_max_threads(), 0, &own);
     if (!pl) return "";
     if (own) { /* a full cache: a static copy (a report's, not a kernel's) */
         static char name[64];
@@ -432,11 +460,11 @@ typedef struct run {
 } run;
 
 static int run_begin(run *r, const fr_conv_dims *g, int64_t budget, int backward, int bias,
-                     fr_dtype xdt, const fr_tensor *ws) {
+                     fr_dtype xdt, int blk, const fr_tensor *ws) {
     size_t have = ws->data ? (size_t)fr_shape_numel(&ws->shape) * sizeof(float) : 0;
     r->prev = omp_get_max_threads();
     for (int t = r->prev; t >= 1; t--) {
-        r->pl = plan_get(g, budget, backward, bias, xdt, t, &r->own);
+        r->pl = plan_get(g, budget, backward, bias, xdt, t, blk, &r->own);
         if (!r->pl) return FR_CONV_DNNL_DECLINE;
         if (r->pl->bytes <= have) {
             r->threads = t, r->ws = ws->data;
@@ -473,7 +501,8 @@ int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget) {
     const fr_tensor *x = &c->in[0];
     const void *bias = c->in[2].data;
     run r;
-    int st = run_begin(&r, g, budget, 0, bias != NULL, x->dtype, &c->out[1]);
+    int st =
+        run_begin(&r, g, budget, 0, bias != NULL, x->dtype, fr_conv_blk_of(c->node), &c->out[1]);
     if (st) return st;
     const conv_plan *pl = r.pl;
     char *ws = r.ws, *xb = ws + pl->x_off, *yb = ws + pl->y_off, *wb = ws + pl->w_off;
@@ -507,7 +536,7 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
                      float *dw) {
     const fr_tensor *x = &c->in[1];
     run r;
-    int st = run_begin(&r, g, budget, 1, 0, x->dtype, &c->out[3]);
+    int st = run_begin(&r, g, budget, 1, 0, x->dtype, fr_conv_blk_of(c->node), &c->out[3]);
     if (st) return st;
     const conv_plan *pl = r.pl;
     char *ws = r.ws, *xb = ws + pl->x_off, *yb = ws + pl->y_off, *wb = ws + pl->w_off,
@@ -515,6 +544,10 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
     const size_t xel = x->dtype == FR_F32 ? 4 : 2;
     const float *dyp = fr_f32(&c->in[0]), *wp = fr_f32(&c->in[2]);
     const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
+    if (acc_x && dx && (fr_conv_blk_of(c->node) & FR_CONV_BLK_DX)) {
+        run_end(&r, c, "conv2d_bwd", 0);
+        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: a blocked dx is never added into");
+    }
     const prim *wfor = NULL;
     int bad = 0;
     for (int64_t q = 0; q < pl->chunks && !bad; q++) {
@@ -567,13 +600,18 @@ int fr_conv_dnnl_for(fr_dtype xdt) {
     return 0;
 }
 int fr_conv_dnnl_built(void) { return 0; }
+int fr_conv_dnnl_allowed(void) { return 0; }
+int fr_conv_blk_of(const fr_node *n) {
+    (void)n;
+    return 0;
+}
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
     (void)g, (void)xdt;
     return "";
 }
 int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,
-                        int threads) {
-    (void)g, (void)budget, (void)backward, (void)bias, (void)xdt, (void)threads;
+                        int threads, int blk) {
+    (void)g, (void)budget, (void)backward, (void)bias, (void)xdt, (void)threads, (void)blk;
     return 0;
 }
 int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget) {

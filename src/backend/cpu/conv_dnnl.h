@@ -13,10 +13,11 @@
  * reorders), products exact and summed in f32, y, dx and dW f32. An f16
  * image, or a bf16 one elsewhere, is widened by its reorder.
  *
- * Layout: the user's tensors stay NCHW/OIHW (f32; the image may be bf16);
- * the primitives take the formats oneDNN picks for the CPU (nChw16c on
- * AVX-512), into which x, W and dy are reordered, and out of which y, dx and
- * dW are reordered, all in the node's workspace. The batch is cut into as
+ * Layout: the user's tensors are NCHW/OIHW (f32; the image may be bf16),
+ * or nChw16c where the layout pass blocked them (plan/layout.h); the
+ * primitives take the formats oneDNN picks for the CPU (nChw16c on
+ * AVX-512), into which x, W and dy are reordered where the user's differ,
+ * and out of which y, dx and dW are reordered, in the node's workspace. The batch is cut into as
  * few chunks as the caller's budget for the reordered copies allows (conv.c
  * gives 32 MiB: a batch of 128 small images goes whole); dW sums the chunks
  * in chunk order. oneDNN's scratchpad is user-managed, in the same
@@ -46,6 +47,16 @@ int fr_conv_dnnl_for(fr_dtype xdt);
  * be turned on), whatever FRUGAL_CONV says. */
 int fr_conv_dnnl_built(void);
 
+/* 1 when the path may run: built, and FRUGAL_CONV is not "gemm". A
+ * convolution with a blocked operand (plan/layout.h) runs on it whatever
+ * the image's dtype: the GEMM path takes NCHW only. */
+int fr_conv_dnnl_allowed(void);
+
+/* Which of a CONV2D's or CONV2D_BWD's operands are nChw16c (attr.blocked):
+ * the image x, y (or dy), dx. */
+enum { FR_CONV_BLK_X = 1, FR_CONV_BLK_Y = 2, FR_CONV_BLK_DX = 4 };
+int fr_conv_blk_of(const fr_node *n);
+
 /* The name of oneDNN's implementation for this geometry's forward with an
  * image of dtype xdt, for reports and tests ("jit:avx512_core_bf16" for a
  * native bf16 one); "" when none. */
@@ -55,9 +66,10 @@ const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt);
  * threads (scratchpad and reorder buffers, the batch cut so that the copies
  * of x and y take at most `budget` floats, or one image); 0 when oneDNN has
  * no primitive for it (the GEMM path runs). backward: CONV2D_BWD (both gradients); bias:
- * the forward has one; xdt: the image's dtype (f32 or bf16). */
+ * the forward has one; xdt: the image's dtype (f32 or bf16); blk: the
+ * operands in nChw16c (FR_CONV_BLK_*), which need no copy. */
 int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int bias, fr_dtype xdt,
-                        int threads);
+                        int threads, int blk);
 
 /* The kernels on the oneDNN path. They run on the caller's OpenMP thread
  * count, or on fewer when the planned workspace was sized for fewer (a

@@ -5,6 +5,7 @@
 #include "backend/cpu/cpuinfo.h"
 #include "backend/cpu/conv_dnnl.h"
 #include "core/names.h"
+#include "plan/layout.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -275,8 +276,13 @@ const char *fr_cpu_linear32(char *buf, size_t n) {
 
 const char *fr_cpu_conv(char *buf, size_t n) {
     if (fr_conv_dnnl_on()) snprintf(buf, n, "oneDNN %.31s", fr_cpu()->onednn_isa);
+    else if (fr_conv_dnnl_for(FR_BF16) && fr_conv_dnnl_allowed() && fr_layout_enabled())
+        snprintf(buf, n, "im2col/shifted GEMMs, bf16 and nChw16c oneDNN %.31s",
+                 fr_cpu()->onednn_isa);
     else if (fr_conv_dnnl_for(FR_BF16))
         snprintf(buf, n, "im2col/shifted GEMMs, bf16 oneDNN %.31s", fr_cpu()->onednn_isa);
+    else if (fr_conv_dnnl_allowed() && fr_layout_enabled())
+        snprintf(buf, n, "im2col/shifted GEMMs, nChw16c oneDNN %.31s", fr_cpu()->onednn_isa);
     else snprintf(buf, n, "im2col/shifted GEMMs");
     return buf;
 }

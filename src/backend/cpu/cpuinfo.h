@@ -30,11 +30,12 @@ const char *fr_cpu_gemm_bf16(char *buf, size_t n);
  * weight gradients always do); fr_gemm32_onednn_for. */
 const char *fr_cpu_linear32(char *buf, size_t n);
 
-/* The convolutions' path: "im2col/shifted GEMMs, bf16 oneDNN
- * avx512_core_bf16" (the default where the CPU has native bf16: f32 images
- * on GEMMs, bf16 ones on oneDNN), "im2col/shifted GEMMs" (elsewhere, or
- * FRUGAL_CONV=gemm), or "oneDNN avx512_core_bf16" (FRUGAL_CONV=dnnl);
- * conv_dnnl.h. */
+/* The convolutions' path: "im2col/shifted GEMMs, bf16 and nChw16c oneDNN
+ * avx512_core_bf16" (the default where the CPU has native bf16: f32 NCHW
+ * images on GEMMs, bf16 ones and those the layout pass blocked on oneDNN,
+ * plan/layout.h), "im2col/shifted GEMMs, nChw16c oneDNN ..." (no native
+ * bf16), "im2col/shifted GEMMs" (no oneDNN, or FRUGAL_CONV=gemm), or
+ * "oneDNN avx512_core_bf16" (FRUGAL_CONV=dnnl); conv_dnnl.h. */
 const char *fr_cpu_conv(char *buf, size_t n);
 
 /* One line for people (no newline at the end), and a JSON object's text

@@ -82,10 +82,16 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
  * CONV2D      in: x (N,C,H,W), W (OC,C,K,K), b (OC)|absent   out: y (N,OC,OH,OW), ws (f32 workspace)
  * CONV2D_BWD  in: dy (N,OC,OH,OW), x, W                     out: dx|absent, dW|absent, db|absent, ws
  * OH = (H + 2 pad - K) / stride + 1. The workspace length in floats is
- * fr_conv2d_ws_elems() for an image of dtype xdt (the path depends on it:
- * conv_dnnl.h); the planner sizes it, the kernel only uses it. */
+ * fr_conv2d_ws_elems() for an image of dtype xdt and the operands blocked
+ * (the path depends on both: conv_dnnl.h); the planner sizes it, the kernel
+ * only uses it. A blocked operand (attr.blocked) runs on oneDNN only. */
 int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
-                           int pad, int backward);
+                           int pad, int backward, int blk);
+/* Whether oneDNN runs this geometry, forward and backward, with x, y, dy
+ * and dx in nChw16c (blk in fr_conv2d_ws_elems: FR_CONV_BLK_*, conv_dnnl.h):
+ * the layout pass's question (plan/layout.h). */
+int fr_conv2d_blockable(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
+                        int pad);
 /* Whether the kernel takes x in 16-bit dtype half: on the shifted-GEMM path
  * (see conv.c), or on oneDNN's where it runs such an image. */
 int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,

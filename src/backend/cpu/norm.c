@@ -7,6 +7,7 @@
 #include <string.h>
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/norm_blocked.h"
 #include "backend/cpu/reduce.h"
 #include "backend/kcheck.h"
 
@@ -79,6 +80,7 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     const int64_t cnt = N * HW;
     const int training = a->training;
     if ((st = fr_kcheck_bn_mode(c, N, HW, rmean && rvar))) return st;
+    if (fr_blk_in(a, 0)) return fr_k_batchnorm_blocked(c, N, C, HW);
     const double eps = a->eps, mom = a->momentum;
 
 #pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
@@ -126,6 +128,9 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     int64_t N, C, HW;
     int st = fr_kcheck_bn_dims(c, "batchnorm_bwd", &c->in[1].shape, &N, &C, &HW);
     if (st) return st;
+    if (!fr_f32(&c->in[3]) || !fr_f32(&c->in[4]))
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
+    if (fr_blk_in(&c->node->attr, 1)) return fr_k_batchnorm_bwd_blocked(c, N, C, HW);
     const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
     const fr_tensor *x = &c->in[1]; /* f32, or f16/bf16 widened a plane at a time */
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
@@ -134,8 +139,6 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
                        FR_HALF_PLANE_MAX);
     const float *smean = fr_f32(&c->in[3]), *sinv = fr_f32(&c->in[4]);
     float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
-    if (!smean || !sinv)
-        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
     const int64_t cnt = N * HW;
     const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
 

@@ -326,11 +326,18 @@ int fr_k_global_avgpool(fr_kernel_call *c) {
     const int64_t planes = xs->d[0] * xs->d[1], hw = xs->d[2] * xs->d[3];
     const float *x = fr_f32(&c->in[0]);
     float *y = fr_f32(&c->out[0]);
+    /* nChw16c (attr.blocked): plane p's values 16 apart in its block's run;
+     * each summed in the same order as in NCHW, so the same bits */
+    const int blk = fr_blk_in(&c->node->attr, 0);
+    if (blk && xs->d[1] % 16)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool: nChw16c with C %lld",
+                       (long long)xs->d[1]);
 #pragma omp parallel for schedule(static) if (planes * hw >= POOL_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
-        const float *xp = x + p * hw;
+        const float *xp = blk ? x + (p - p % 16) * hw + p % 16 : x + p * hw;
+        const int64_t step = blk ? 16 : 1;
         double s = 0.0;
-        for (int64_t i = 0; i < hw; i++) s += xp[i];
+        for (int64_t i = 0; i < hw; i++) s += xp[i * step];
         y[p] = hw ? (float)(s / (double)hw) : 0.0f;
     }
     return FR_OK;
@@ -346,13 +353,18 @@ int fr_k_global_avgpool_bwd(fr_kernel_call *c) {
     float *dx = fr_f32(&c->out[0]);
     if (!dx || hw == 0) return FR_OK;
     int acc = acc_bit(c, 0);
+    const int blk = fr_blk_out(&c->node->attr, 0); /* nChw16c, as the forward's x */
+    if (blk && xs->d[1] % 16)
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "global_avgpool_bwd: nChw16c with C %lld",
+                       (long long)xs->d[1]);
+    const int64_t step = blk ? 16 : 1;
 #pragma omp parallel for schedule(static) if (planes * hw >= POOL_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
-        float v = dy[p] / (float)hw, *dxp = dx + p * hw;
+        float v = dy[p] / (float)hw, *dxp = blk ? dx + (p - p % 16) * hw + p % 16 : dx + p * hw;
         if (acc)
-            for (int64_t i = 0; i < hw; i++) dxp[i] += v;
+            for (int64_t i = 0; i < hw; i++) dxp[i * step] += v;
         else
-            for (int64_t i = 0; i < hw; i++) dxp[i] = v;
+            for (int64_t i = 0; i < hw; i++) dxp[i * step] = v;
     }
     return FR_OK;
 }

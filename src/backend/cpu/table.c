@@ -1,6 +1,8 @@
 /* table.c — the CPU backend: its kernel table, its workspace sizes and its
  * fr_backend (every member but the optional wait_copy). */
 #include "backend/cpu/attention.h"
+#include "backend/cpu/blocked_io.h"
+#include "backend/cpu/conv_dnnl.h"
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/half_io.h"
 #include "backend/cpu/host.h"
@@ -72,7 +74,7 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
         const int xi = n->op == FR_OP_CONV2D ? n->in[0] : n->in[1];
         return fr_conv2d_ws_elems(x, xi >= 0 ? g->vals[xi].dtype : FR_F32,
                                   g->vals[f->in[1]].shape.d[0], f->attr.kernel, f->attr.stride,
-                                  f->attr.pad, n->op == FR_OP_CONV2D_BWD);
+                                  f->attr.pad, n->op == FR_OP_CONV2D_BWD, fr_conv_blk_of(n));
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD:
         /* sized at graph time, before the mixed-precision pass picks dtypes:
@@ -144,6 +146,7 @@ const fr_backend fr_cpu_backend = {
     .event_times = fr_cpu_event_times,
     .half_io = fr_cpu_half_io,
     .native16 = fr_cpu_native16,
+    .blocked_io = fr_cpu_blocked_io,
     .upd_tile = cpu_upd_tile,
     .mirror = fr_cpu_mirror,
     .mirror_bytes = fr_cpu_mirror_bytes,

@@ -1,0 +1,219 @@
+/* norm_blocked.c — BatchNorm (2d) forward and backward on nChw16c tensors
+ * (attr.blocked, plan/layout.h): x (N, C/16, H W, 16), a lane per channel.
+ * The per-channel sums are those of norm.c in another order: each image's
+ * plane is summed in f32 (four interleaved partial sums a lane), images are
+ * added in double over 16 fixed chunks of the batch, and the chunks in
+ * order, so the bits depend on neither the thread count nor the schedule
+ * (they differ from the NCHW kernel's in the last places). */
+#include <assert.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/norm_blocked.h"
+#include "backend/cpu/reduce.h"
+#include "backend/kcheck.h"
+#include "plan/layout.h"
+
+#define CH 16     /* channels a block */
+#define CHUNKS 16 /* fixed chunks of the batch for the sums */
+#define MAX_BLK (FR_LAYOUT_MAX_C / CH)
+
+static inline float bf(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float sq(float d) { return d * d; }
+
+/* One image's plane of block b (HW positions of CH lanes at p): per lane
+ * the f32 sum over positions of f(position), four interleaved partial sums
+ * (positions i = 0, 1, 2, 3 mod 4) added as (s0 + s1) + (s2 + s3). */
+#define PLANE_SUMS(out, body)                                                               \
+    do {                                                                                    \
+        float s0[CH] = {0}, s1[CH] = {0}, s2[CH] = {0}, s3[CH] = {0};                       \
+        int64_t i = 0;                                                                      \
+        for (; i + 4 <= HW; i += 4) {                                                       \
+            _Pragma("omp simd") for (int l = 0; l < CH; l++) {                              \
+                s0[l] += body(i, l);                                                        \
+                s1[l] += body(i + 1, l);                                                    \
+                s2[l] += body(i + 2, l);                                                    \
+                s3[l] += body(i + 3, l);                                                    \
+            }                                                                               \
+        }                                                                                   \
+        for (int64_t r = 0; i < HW; i++, r++) {                                             \
+            float *sr = r == 0 ? s0 : r == 1 ? s1 : s2;                                     \
+            _Pragma("omp simd") for (int l = 0; l < CH; l++) sr[l] += body(i, l);           \
+        }                                                                                   \
+        for (int l = 0; l < CH; l++) out[l] += (double)((s0[l] + s1[l]) + (s2[l] + s3[l])); \
+    } while (0)
+
+/* Per lane of block b: part[(b CHUNKS + k) CH + l] = the sums of chunk k
+ * (images N k / CHUNKS ..) of x (kind 0), of ((x - m_hi) - m_lo)^2 (kind
+ * 1), or of dy (kind 2), with part2 the sums of dy (x - m_hi) there. x is
+ * f32, or bf16 (xbf) in kind 2. */
+static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
+                       int64_t HW, const float *m_hi, const float *m_lo, double *part,
+                       double *part2) {
+#pragma omp parallel for schedule(static) if (N * CB * HW * CH >= 16384)
+    for (int64_t it = 0; it < CB * CHUNKS; it++) {
+        const int64_t b = it / CHUNKS, k = it % CHUNKS;
+        double acc[CH] = {0}, acc2[CH] = {0};
+        const float *mh = m_hi ? m_hi + b * CH : NULL, *ml = m_lo ? m_lo + b * CH : NULL;
+        for (int64_t n = N * k / CHUNKS; n < N * (k + 1) / CHUNKS; n++) {
+            const int64_t base = (n * CB + b) * HW * CH;
+            const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
+            const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
+#define X_(i, l) x[(i)*CH + (l)]
+#define DEV2_(i, l) sq(((x[(i)*CH + (l)] - mh[l]) - ml[l]))
+#define DY_(i, l) g[(i)*CH + (l)]
+#define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mh[l]))
+#define DYXH_(i, l) (g[(i)*CH + (l)] * (bf(xh[(i)*CH + (l)]) - mh[l]))
+            if (kind == 0) PLANE_SUMS(acc, X_);
+            else if (kind == 1) PLANE_SUMS(acc, DEV2_);
+            else {
+                PLANE_SUMS(acc, DY_);
+                if (xbf) PLANE_SUMS(acc2, DYXH_);
+                else PLANE_SUMS(acc2, DYX_);
+            }
+#undef X_
+#undef DEV2_
+#undef DY_
+#undef DYX_
+#undef DYXH_
+        }
+        for (int l = 0; l < CH; l++) {
+            part[it * CH + l] = acc[l];
+            if (part2) part2[it * CH + l] = acc2[l];
+        }
+    }
+}
+
+/* The chunks of channel c = b CH + l, in order. */
+static double total(const double *part, int64_t c) {
+    const int64_t b = c / CH, l = c % CH;
+    double s = 0.0;
+    for (int k = 0; k < CHUNKS; k++) s += part[(b * CHUNKS + k) * CH + l];
+    return s;
+}
+
+int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) {
+    const fr_attr *a = &c->node->attr;
+    if (C % CH || C > FR_LAYOUT_MAX_C || c->in[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm: an nChw16c input needs f32 and C a multiple of 16 up to %d",
+                       FR_LAYOUT_MAX_C);
+    const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
+    float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
+    float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
+    const int64_t CB = C / CH, cnt = N * HW;
+    const double eps = a->eps, mom = a->momentum;
+    float m_hi[FR_LAYOUT_MAX_C], m_lo[FR_LAYOUT_MAX_C], scale[FR_LAYOUT_MAX_C],
+        shift[FR_LAYOUT_MAX_C];
+    static_assert(MAX_BLK * CHUNKS * CH <= 8192, "the sums' stack");
+    double part[MAX_BLK * CHUNKS * CH];
+    double mean[FR_LAYOUT_MAX_C], var[FR_LAYOUT_MAX_C];
+    if (a->training) {
+        chunk_sums(0, x, 0, NULL, N, CB, HW, NULL, NULL, part, NULL);
+        for (int64_t ch = 0; ch < C; ch++) {
+            mean[ch] = total(part, ch) / (double)cnt;
+            m_hi[ch] = (float)mean[ch], m_lo[ch] = (float)(mean[ch] - m_hi[ch]);
+        }
+        chunk_sums(1, x, 0, NULL, N, CB, HW, m_hi, m_lo, part, NULL);
+        for (int64_t ch = 0; ch < C; ch++) var[ch] = total(part, ch) / (double)cnt;
+    } else {
+        for (int64_t ch = 0; ch < C; ch++) mean[ch] = rmean[ch], var[ch] = rvar[ch];
+    }
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double invstd = 1.0 / sqrt(var[ch] + eps);
+        if (a->training) {
+            if (smean) smean[ch] = (float)mean[ch];
+            if (sinv) sinv[ch] = (float)invstd;
+            /* a recomputed clone (rematerialization) leaves the running stats alone */
+            if (rmean && !a->recompute)
+                rmean[ch] = (float)((1.0 - mom) * rmean[ch] + mom * mean[ch]);
+            if (rvar && !a->recompute)
+                rvar[ch] = (float)((1.0 - mom) * rvar[ch] +
+                                   mom * var[ch] * (double)cnt / (double)(cnt - 1));
+        }
+        m_hi[ch] = (float)mean[ch], m_lo[ch] = (float)(mean[ch] - m_hi[ch]);
+        scale[ch] = (float)((gamma ? gamma[ch] : 1.0) * invstd);
+        shift[ch] = beta ? beta[ch] : 0.0f;
+    }
+#pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
+    for (int64_t it = 0; it < N * CB; it++) {
+        const int64_t b = it % CB;
+        const float *mh = m_hi + b * CH, *ml = m_lo + b * CH, *sc = scale + b * CH,
+                    *sh = shift + b * CH;
+        const float *xp = x + it * HW * CH;
+        float *yp = y + it * HW * CH;
+        for (int64_t i = 0; i < HW; i++)
+#pragma omp simd
+            for (int l = 0; l < CH; l++)
+                yp[i * CH + l] = ((xp[i * CH + l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+    }
+    return FR_OK;
+}
+
+int fr_k_batchnorm_bwd_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) {
+    const fr_tensor *x = &c->in[1];
+    if (C % CH || C > FR_LAYOUT_MAX_C || (x->dtype != FR_F32 && x->dtype != FR_BF16))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "batchnorm_bwd: an nChw16c input needs f32 or bf16 x and C a multiple "
+                       "of 16 up to %d",
+                       FR_LAYOUT_MAX_C);
+    const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
+    const float *smean = fr_f32(&c->in[3]), *sinv = fr_f32(&c->in[4]);
+    float *dx = fr_f32(&c->out[0]), *dgamma = fr_f32(&c->out[1]), *dbeta = fr_f32(&c->out[2]);
+    const int xbf = x->dtype == FR_BF16;
+    const int64_t CB = C / CH, cnt = N * HW;
+    const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
+    float m[FR_LAYOUT_MAX_C], zero[FR_LAYOUT_MAX_C], k[FR_LAYOUT_MAX_C], mdy[FR_LAYOUT_MAX_C],
+        q[FR_LAYOUT_MAX_C];
+    double part[MAX_BLK * CHUNKS * CH], part2[MAX_BLK * CHUNKS * CH];
+    for (int64_t ch = 0; ch < C; ch++) m[ch] = smean[ch], zero[ch] = 0.0f;
+    chunk_sums(2, x->data, xbf, dy, N, CB, HW, m, zero, part, part2);
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double inv = sinv[ch], sdy = total(part, ch), sdyx = total(part2, ch);
+        const double dg = sdyx * inv; /* sum dy xhat */
+        if (dgamma) dgamma[ch] = (float)(acc_g ? dgamma[ch] + dg : dg);
+        if (dbeta) dbeta[ch] = (float)(acc_b ? dbeta[ch] + sdy : sdy);
+        /* dx = k (dy - mdy - (x - mean) inv^2 mdyx), k = gamma inv */
+        k[ch] = (float)((gamma ? gamma[ch] : 1.0) * inv);
+        mdy[ch] = cnt ? (float)(sdy / (double)cnt) : 0.0f;
+        q[ch] = cnt ? (float)(sdyx / (double)cnt * inv * inv) : 0.0f;
+    }
+    if (!dx || cnt == 0) return FR_OK;
+#pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
+    for (int64_t it = 0; it < N * CB; it++) {
+        const int64_t b = it % CB, o = it * HW * CH;
+        const float *mb = m + b * CH, *kb = k + b * CH, *db = mdy + b * CH, *qb = q + b * CH;
+        const float *xf = xbf ? NULL : (const float *)x->data + o;
+        const uint16_t *xh = xbf ? (const uint16_t *)x->data + o : NULL;
+        const float *dyp = dy + o;
+        float *dxp = dx + o;
+        for (int64_t i = 0; i < HW * CH; i += CH) {
+            float xs[CH], v[CH];
+            if (xbf) {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) xs[l] = bf(xh[i + l]);
+            } else {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) xs[l] = xf[i + l];
+            }
+#pragma omp simd
+            for (int l = 0; l < CH; l++)
+                v[l] = kb[l] * (dyp[i + l] - db[l] - (xs[l] - mb[l]) * qb[l]);
+            if (acc_x) {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) dxp[i + l] += v[l];
+            } else {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) dxp[i + l] = v[l];
+            }
+        }
+    }
+    return FR_OK;
+}

@@ -1,0 +1,579 @@
+/* test_layout.c — activations in nChw16c (plan/layout.h):
+ *  - BatchNorm's blocked kernels (backend/cpu/norm_blocked.c), training and
+ *    eval forward and the backward (f32 and bf16 x, dgamma added into),
+ *    against float64 references computed here from the NCHW values, with
+ *    C 16 and 48, planes of 1, 15 and 49 values (the four-way partial sums'
+ *    tails) and a mean far from 0 (var << mean^2);
+ *  - global average pooling's blocked loops: the same bits as its NCHW
+ *    kernel (the same order of the same double adds), both ways;
+ *  - convolutions on oneDNN with x, y/dy and dx in nChw16c (all, or some):
+ *    the bits of the NCHW call, f32 and bf16 images, strides 1 and 2,
+ *    kernels 1 and 3, and the 1-channel stem;
+ *  - whole ResNet steps (the built-in resnet, batch 6) in child processes,
+ *    with the pass on and with FRUGAL_LAYOUT=plain: the pass blocks values
+ *    only where oneDNN's convolutions run (none with FRUGAL_CONV=gemm), the
+ *    losses and the SGD-updated weights agree, two runs give the same
+ *    bits, and predicted = measured step memory, in fp32 and bf16-mixed.
+ *
+ * Bounds (u = 2^-24). A plane's f32 sum of HW values in four partial sums
+ * errs by at most (HW/4 + 2) u of its terms' absolute sum, the double adds
+ * over images and chunks add nothing at this scale: a statistic's error is
+ * e = (HW/4 + 4) u relative to its absolute sum. y = (x - m) s + b then errs
+ * by e (|x - m| + |m|) |s| through the mean, e |y - b| through s (var is a
+ * sum of squares of (x - m)), plus 8 u |y| + |b| u for the f32 arithmetic;
+ * the checks allow twice that. The backward's dgamma, dbeta: e of their
+ * terms' absolute sums; dx = k (dy - mdy - (x - m) q): each term's
+ * error (k e mean|dy|, k |x - m| e q_abs) plus 8 u of its magnitude.
+ * The step comparison is not a bound on rounding: both runs differ only in
+ * summation orders (the GEMM path against oneDNN's convolutions, NCHW
+ * against blocked BatchNorm sums), about 1e-6 relative; a misplaced lane or
+ * plane changes a weight's update by about itself. Checked: the first SGD
+ * step's update (w1 - w0 = -lr g) within 1e-3 of each tensor's largest, and
+ * the losses of three steps within 1e-4 (later steps' weights drift apart
+ * faster than their gradients: lr 0.05 on a batch of 6). In bf16-mixed a
+ * value that differs in its last f32 bits now and then rounds to the
+ * neighbouring bf16 value, an error of 2^-8 of it, and one backward's
+ * products carry those to a few % of a small tensor's update where its
+ * gradient's terms cancel: checked at 1e-2 of the model's largest update
+ * (measured 1e-3) and 1e-2 of the loss. The layout itself is checked exactly
+ * by the convolutions above (FRUGAL_CONV=dnnl child): on nChw16c operands,
+ * f32 and bf16 images, y, dx and dW are the bits of the NCHW call. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/kernels.h"
+#include "check.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "model/model.h"
+#include "plan/layout.h"
+#include "train/step.h"
+
+static const double U = 1.0 / 16777216.0;
+static uint64_t g_seed = 3;
+static fr_ctx *g_ctx;
+
+static void rand_fill(float *v, int64_t n, float lo, float hi) {
+    fr_rng r = fr_rng_make(g_seed++, 9);
+    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * fr_rng_next_uniform(&r);
+}
+
+/* NCHW (N,C,HW) -> nChw16c: element (n,c,i) at ((n C/16 + c/16) HW + i) 16 + c%16 */
+static int64_t blk_at(int64_t C, int64_t HW, int64_t n, int64_t c, int64_t i) {
+    return ((n * (C / 16) + c / 16) * HW + i) * 16 + c % 16;
+}
+
+static void to_blocked(const float *p, float *b, int64_t N, int64_t C, int64_t HW) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < HW; i++) b[blk_at(C, HW, n, c, i)] = p[(n * C + c) * HW + i];
+}
+
+static fr_tensor tens(fr_dtype dt, fr_shape s, void *data) {
+    fr_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt, t.shape = s, t.data = data;
+    return t;
+}
+
+typedef struct bn_case {
+    int N, C, H, W, training;
+    float offset; /* added to every x: the mean far from 0 */
+} bn_case;
+
+static void test_bn(const bn_case *k, int xbf) {
+    const int64_t N = k->N, C = k->C, HW = (int64_t)k->H * k->W, n_el = N * C * HW;
+    const fr_shape xs = fr_shape4(N, C, k->H, k->W), cs = fr_shape1(C);
+    float *x = malloc(n_el * sizeof *x), *xb = malloc(n_el * sizeof *xb);
+    float *y = malloc(n_el * sizeof *y), *dy = malloc(n_el * sizeof *dy),
+          *dyb = malloc(n_el * sizeof *dyb), *dx = malloc(n_el * sizeof *dx);
+    uint16_t *xh = malloc(n_el * sizeof *xh);
+    float *gam = malloc(C * sizeof *gam), *bet = malloc(C * sizeof *bet),
+          *rm = malloc(C * sizeof *rm), *rv = malloc(C * sizeof *rv), *sm = malloc(C * sizeof *sm),
+          *si = malloc(C * sizeof *si), *dg = malloc(C * sizeof *dg), *db = malloc(C * sizeof *db);
+    rand_fill(x, n_el, k->offset - 1.0f, k->offset + 1.0f);
+    if (xbf) /* the values a bf16 x holds, for the reference too */
+        for (int64_t i = 0; i < n_el; i++) x[i] = fr_bf16_to_f32(fr_f32_to_bf16(x[i]));
+    rand_fill(dy, n_el, -1.0f, 1.0f);
+    rand_fill(gam, C, 0.5f, 1.5f);
+    rand_fill(bet, C, -0.5f, 0.5f);
+    rand_fill(rm, C, -0.2f, 0.2f);
+    rand_fill(rv, C, 0.5f, 2.0f);
+    rand_fill(dg, C, -1.0f, 1.0f); /* dgamma is added into */
+    float *dg0 = malloc(C * sizeof *dg0), *rm0 = malloc(C * sizeof *rm0),
+          *rv0 = malloc(C * sizeof *rv0);
+    memcpy(dg0, dg, C * sizeof *dg), memcpy(rm0, rm, C * sizeof *rm),
+        memcpy(rv0, rv, C * sizeof *rv);
+    to_blocked(x, xb, N, C, HW);
+    to_blocked(dy, dyb, N, C, HW);
+    for (int64_t i = 0; i < n_el; i++) xh[i] = fr_f32_to_bf16(xb[i]);
+
+    fr_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = FR_OP_BATCHNORM, nd.fwd = -1;
+    nd.attr.training = k->training, nd.attr.eps = 1e-5f, nd.attr.momentum = 0.1f;
+    nd.attr.blocked = 1u | (1u << FR_BLK_OUT);
+    fr_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = g_ctx, c.node = &nd;
+    c.in[0] = tens(FR_F32, xs, xb), c.in[1] = tens(FR_F32, cs, gam),
+    c.in[2] = tens(FR_F32, cs, bet), c.in[3] = tens(FR_F32, cs, rm), c.in[4] = tens(FR_F32, cs, rv);
+    c.out[0] = tens(FR_F32, xs, y), c.out[1] = tens(FR_F32, cs, sm),
+    c.out[2] = tens(FR_F32, cs, si);
+    int st = fr_k_batchnorm(&c);
+    CHECK(st == FR_OK, "batchnorm blocked: %s", fr_last_error(g_ctx));
+
+    const double cnt = (double)(N * HW), e = ((double)HW / 4 + 4) * U;
+    double worst = 0.0;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean = 0.0, var = 0.0, abs_sum = 0.0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < HW; i++) {
+                mean += x[(n * C + ch) * HW + i];
+                abs_sum += fabs(x[(n * C + ch) * HW + i]);
+            }
+        mean /= cnt;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < HW; i++) {
+                double d = x[(n * C + ch) * HW + i] - mean;
+                var += d * d;
+            }
+        var /= cnt;
+        double m = k->training ? mean : rm0[ch], v = k->training ? var : rv0[ch];
+        double inv = 1.0 / sqrt(v + 1e-5), s = gam[ch] * inv;
+        if (k->training) {
+            CHECK(fabs(sm[ch] - mean) <= 2 * e * abs_sum / cnt + U * fabs(mean),
+                  "mean[%lld] %.9g, reference %.9g", (long long)ch, sm[ch], mean);
+            CHECK(fabs(si[ch] - inv) <= (2 * e + 4 * U) * inv, "invstd[%lld] %.9g, reference %.9g",
+                  (long long)ch, si[ch], inv);
+            double rm_ref = 0.9 * rm0[ch] + 0.1 * mean,
+                   rv_ref = 0.9 * rv0[ch] + 0.1 * var * cnt / (cnt - 1);
+            CHECK(fabs(rm[ch] - rm_ref) <= 2 * e * abs_sum / cnt + 4 * U * fabs(rm_ref) + 1e-30,
+                  "running_mean[%lld] %.9g, reference %.9g", (long long)ch, rm[ch], rm_ref);
+            CHECK(fabs(rv[ch] - rv_ref) <= 2 * e * rv_ref + 4 * U * rv_ref,
+                  "running_var[%lld] %.9g, reference %.9g", (long long)ch, rv[ch], rv_ref);
+        }
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < HW; i++) {
+                double xv = x[(n * C + ch) * HW + i], ref = (xv - m) * s + bet[ch];
+                double tol = 2 * (k->training ? e * (fabs(xv - m) + fabs(m)) * fabs(s) +
+                                                    e * fabs(ref - bet[ch])
+                                              : 0.0) +
+                             8 * U * (fabs(ref) + fabs(xv - m) * fabs(s)) + U * fabs(bet[ch]);
+                double got = y[blk_at(C, HW, n, ch, i)], err = fabs(got - ref);
+                if (err / tol > worst) worst = err / tol;
+                CHECK(err <= tol, "y[%lld,%lld,%lld] %.9g, reference %.9g (tol %.3g)", (long long)n,
+                      (long long)ch, (long long)i, got, ref, tol);
+            }
+    }
+    printf("batchnorm blocked N %d C %d HW %lld %s offset %g: worst %.3f of the bound\n", k->N,
+           k->C, (long long)HW, k->training ? "train" : "eval", k->offset, worst);
+
+    if (k->training) { /* the backward from the saved statistics */
+        fr_node nb;
+        memset(&nb, 0, sizeof nb);
+        nb.op = FR_OP_BATCHNORM_BWD, nb.fwd = -1;
+        nb.attr.blocked = 1u | 2u | (1u << FR_BLK_OUT);
+        fr_kernel_call b;
+        memset(&b, 0, sizeof b);
+        b.ctx = g_ctx, b.node = &nb, b.accumulate = 2u;
+        b.in[0] = tens(FR_F32, xs, dyb);
+        b.in[1] = xbf ? tens(FR_BF16, xs, xh) : tens(FR_F32, xs, xb);
+        b.in[2] = tens(FR_F32, cs, gam), b.in[3] = tens(FR_F32, cs, sm),
+        b.in[4] = tens(FR_F32, cs, si);
+        b.out[0] = tens(FR_F32, xs, dx), b.out[1] = tens(FR_F32, cs, dg),
+        b.out[2] = tens(FR_F32, cs, db);
+        st = fr_k_batchnorm_bwd(&b);
+        CHECK(st == FR_OK, "batchnorm_bwd blocked: %s", fr_last_error(g_ctx));
+        double bworst = 0.0;
+        for (int64_t ch = 0; ch < C; ch++) {
+            const double m = sm[ch], inv = si[ch]; /* the statistics the kernel was given */
+            double sdy = 0, sdyx = 0, a_dy = 0, a_dyx = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t i = 0; i < HW; i++) {
+                    double g = dy[(n * C + ch) * HW + i], d = x[(n * C + ch) * HW + i] - m;
+                    sdy += g, sdyx += g * d, a_dy += fabs(g), a_dyx += fabs(g * d);
+                }
+            double dg_ref = dg0[ch] + sdyx * inv, db_ref = sdy;
+            CHECK(fabs(dg[ch] - dg_ref) <= 2 * e * a_dyx * inv + 4 * U * fabs(dg_ref) + 1e-30,
+                  "dgamma[%lld] %.9g, reference %.9g", (long long)ch, dg[ch], dg_ref);
+            CHECK(fabs(db[ch] - db_ref) <= 2 * e * a_dy + 4 * U * fabs(db_ref) + 1e-30,
+                  "dbeta[%lld] %.9g, reference %.9g", (long long)ch, db[ch], db_ref);
+            const double kk = gam[ch] * inv, mdy = sdy / cnt, q = sdyx / cnt * inv * inv;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t i = 0; i < HW; i++) {
+                    double g = dy[(n * C + ch) * HW + i], d = x[(n * C + ch) * HW + i] - m;
+                    double ref = kk * (g - mdy - d * q);
+                    double tol =
+                        2 * fabs(kk) * (e * a_dy / cnt + fabs(d) * e * a_dyx / cnt * inv * inv) +
+                        8 * U * fabs(kk) * (fabs(g) + fabs(mdy) + fabs(d * q)) + 1e-30;
+                    double got = dx[blk_at(C, HW, n, ch, i)], err = fabs(got - ref);
+                    if (err / tol > bworst) bworst = err / tol;
+                    CHECK(err <= tol, "dx[%lld,%lld,%lld] %.9g, reference %.9g (tol %.3g)",
+                          (long long)n, (long long)ch, (long long)i, got, ref, tol);
+                }
+        }
+        printf("batchnorm_bwd blocked (%s x): worst %.3f of the bound\n", xbf ? "bf16" : "f32",
+               bworst);
+    }
+    free(x), free(xb), free(y), free(dy), free(dyb), free(dx), free(xh), free(gam), free(bet);
+    free(rm), free(rv), free(sm), free(si), free(dg), free(db), free(dg0), free(rm0), free(rv0);
+}
+
+/* global average pooling: blocked against NCHW, the same bits both ways */
+static void test_gap(int64_t N, int64_t C, int64_t H, int64_t W) {
+    const int64_t HW = H * W, n_el = N * C * HW;
+    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape2(N, C);
+    float *x = malloc(n_el * sizeof *x), *xb = malloc(n_el * sizeof *xb);
+    float *y = malloc(N * C * sizeof *y), *yb = malloc(N * C * sizeof *yb);
+    float *dy = malloc(N * C * sizeof *dy), *dx = malloc(n_el * sizeof *dx),
+          *dxb = malloc(n_el * sizeof *dxb), *dxr = malloc(n_el * sizeof *dxr);
+    rand_fill(x, n_el, -2.0f, 3.0f);
+    rand_fill(dy, N * C, -1.0f, 1.0f);
+    to_blocked(x, xb, N, C, HW);
+    fr_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = FR_OP_GLOBAL_AVGPOOL, nd.fwd = -1;
+    fr_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = g_ctx, c.node = &nd;
+    c.in[0] = tens(FR_F32, xs, x), c.out[0] = tens(FR_F32, ys, y);
+    CHECK(fr_k_global_avgpool(&c) == FR_OK, "global_avgpool: %s", fr_last_error(g_ctx));
+    nd.attr.blocked = 1u;
+    c.in[0] = tens(FR_F32, xs, xb), c.out[0] = tens(FR_F32, ys, yb);
+    CHECK(fr_k_global_avgpool(&c) == FR_OK, "global_avgpool blocked: %s", fr_last_error(g_ctx));
+    CHECK(memcmp(y, yb, N * C * sizeof *y) == 0, "global_avgpool: blocked bits differ");
+    for (int acc = 0; acc <= 1; acc++) {
+        rand_fill(dx, n_el, -1.0f, 1.0f);
+        to_blocked(dx, dxb, N, C, HW);
+        nd.op = FR_OP_GLOBAL_AVGPOOL_BWD, nd.attr.blocked = 0;
+        c.accumulate = (uint32_t)acc;
+        c.in[0] = tens(FR_F32, ys, dy), c.out[0] = tens(FR_F32, xs, dx);
+        CHECK(fr_k_global_avgpool_bwd(&c) == FR_OK, "bwd: %s", fr_last_error(g_ctx));
+        nd.attr.blocked = 1u << FR_BLK_OUT;
+        c.out[0] = tens(FR_F32, xs, dxb);
+        CHECK(fr_k_global_avgpool_bwd(&c) == FR_OK, "bwd blocked: %s", fr_last_error(g_ctx));
+        to_blocked(dx, dxr, N, C, HW);
+        CHECK(memcmp(dxr, dxb, n_el * sizeof *dxr) == 0,
+              "global_avgpool_bwd (accumulate %d): blocked bits differ", acc);
+    }
+    free(x), free(xb), free(y), free(yb), free(dy), free(dx), free(dxb), free(dxr);
+}
+
+/* ---- convolutions on blocked operands --------------------------------------- */
+
+/* nChw16c -> NCHW (C a multiple of 16) */
+static void from_blocked(const float *b, float *p, int64_t N, int64_t C, int64_t HW) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < HW; i++) p[(n * C + c) * HW + i] = b[blk_at(C, HW, n, c, i)];
+}
+
+/* One convolution forward and backward on oneDNN (FRUGAL_CONV=dnnl: the
+ * plain operands there too), x of dtype xdt: with blk = the operands in
+ * nChw16c (FR_CONV_BLK_*), y, dx and dW are the bits of the NCHW call,
+ * oneDNN's reorders being exact copies (bf16 x: the same bf16 values). */
+static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, fr_dtype xdt,
+                      int blk) {
+    const int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW,
+                  nw = (int64_t)OC * C * K * K;
+    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, OC, OH, OW),
+                   wsh = fr_shape4(OC, C, K, K);
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *dy = malloc(ny * sizeof *dy);
+    float *xb = malloc(nx * sizeof *xb), *dyb = malloc(ny * sizeof *dyb);
+    uint16_t *xh = malloc(nx * sizeof *xh), *xbh = malloc(nx * sizeof *xbh);
+    float *y[2] = {0}, *dx[2] = {0}, *dw[2] = {0};
+    rand_fill(x, nx, -1.0f, 1.0f), rand_fill(w, nw, -0.5f, 0.5f), rand_fill(dy, ny, -1.0f, 1.0f);
+    for (int64_t i = 0; i < nx; i++) x[i] = fr_bf16_to_f32(fr_f32_to_bf16(x[i]));
+    if (blk & FR_CONV_BLK_X) to_blocked(x, xb, N, C, (int64_t)H * W);
+    else memcpy(xb, x, nx * sizeof *x);
+    if (blk & FR_CONV_BLK_Y) to_blocked(dy, dyb, N, OC, (int64_t)OH * OW);
+    else memcpy(dyb, dy, ny * sizeof *dy);
+    for (int64_t i = 0; i < nx; i++) xh[i] = fr_f32_to_bf16(x[i]), xbh[i] = fr_f32_to_bf16(xb[i]);
+    int ok = 1;
+    for (int r = 0; r < 2 && ok; r++) { /* r 0: NCHW, 1: blocked */
+        const int b = r ? blk : 0;
+        y[r] = malloc(ny * sizeof(float)), dx[r] = malloc(nx * sizeof(float));
+        dw[r] = malloc(nw * sizeof(float));
+        int64_t wf = fr_conv2d_ws_elems(&xs, xdt, OC, K, S, P, 0, b),
+                wb = fr_conv2d_ws_elems(&xs, xdt, OC, K, S, P, 1, b);
+        float *wsf = malloc((wf ? wf : 1) * sizeof(float)),
+              *wsb = malloc((wb ? wb : 1) * sizeof(float));
+        fr_node nd;
+        memset(&nd, 0, sizeof nd);
+        nd.op = FR_OP_CONV2D, nd.fwd = -1;
+        nd.attr.kernel = K, nd.attr.stride = S, nd.attr.pad = P;
+        nd.attr.blocked =
+            (b & FR_CONV_BLK_X ? 1u : 0u) | (b & FR_CONV_BLK_Y ? 1u << FR_BLK_OUT : 0u);
+        fr_kernel_call c;
+        memset(&c, 0, sizeof c);
+        c.ctx = g_ctx, c.node = &nd;
+        void *xin = xdt == FR_BF16 ? (void *)(r ? xbh : xh) : (void *)(r ? xb : x);
+        c.in[0] = tens(xdt, xs, xin), c.in[1] = tens(FR_F32, wsh, w);
+        c.in[2] = tens(FR_F32, fr_shape1(OC), NULL);
+        c.out[0] = tens(FR_F32, ys, y[r]), c.out[1] = tens(FR_F32, fr_shape1(wf), wsf);
+        int st = fr_k_conv2d(&c);
+        CHECK(st == FR_OK, "conv2d (blk %d): %s", b, fr_last_error(g_ctx));
+        nd.op = FR_OP_CONV2D_BWD;
+        nd.attr.blocked = (b & FR_CONV_BLK_Y ? 1u : 0u) | (b & FR_CONV_BLK_X ? 2u : 0u) |
+                          (b & FR_CONV_BLK_DX ? 1u << FR_BLK_OUT : 0u);
+        memset(&c, 0, sizeof c);
+        c.ctx = g_ctx, c.node = &nd;
+        c.in[0] = tens(FR_F32, ys, r ? dyb : dy), c.in[1] = tens(xdt, xs, xin);
+        c.in[2] = tens(FR_F32, wsh, w);
+        c.out[0] = tens(FR_F32, xs, dx[r]), c.out[1] = tens(FR_F32, wsh, dw[r]);
+        c.out[2] = tens(FR_F32, fr_shape1(OC), NULL), c.out[3] = tens(FR_F32, fr_shape1(wb), wsb);
+        if (st == FR_OK) st = fr_k_conv2d_bwd(&c);
+        CHECK(st == FR_OK, "conv2d_bwd (blk %d): %s", b, fr_last_error(g_ctx));
+        ok = st == FR_OK;
+        if (r == 1 && ok) { /* back to NCHW for the comparison */
+            float *t = malloc((nx > ny ? nx : ny) * sizeof *t);
+            if (blk & FR_CONV_BLK_Y) {
+                from_blocked(y[1], t, N, OC, (int64_t)OH * OW);
+                memcpy(y[1], t, ny * sizeof *t);
+            }
+            if (blk & FR_CONV_BLK_DX) {
+                from_blocked(dx[1], t, N, C, (int64_t)H * W);
+                memcpy(dx[1], t, nx * sizeof *t);
+            }
+            free(t);
+        }
+        free(wsf), free(wsb);
+    }
+    if (ok) {
+        CHECK(memcmp(y[0], y[1], ny * sizeof(float)) == 0,
+              "conv %dx%d C %d OC %d %s blk %d: y differs", H, W, C, OC, fr_dtype_name(xdt), blk);
+        CHECK(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0,
+              "conv %dx%d C %d OC %d %s blk %d: dx differs", H, W, C, OC, fr_dtype_name(xdt), blk);
+        CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0,
+              "conv %dx%d C %d OC %d %s blk %d: dW differs", H, W, C, OC, fr_dtype_name(xdt), blk);
+    }
+    for (int r = 0; r < 2; r++) free(y[r]), free(dx[r]), free(dw[r]);
+    free(x), free(w), free(dy), free(xb), free(dyb), free(xh), free(xbh);
+}
+
+static int child_convs(void) {
+    g_ctx = fr_ctx_new();
+    const int all = FR_CONV_BLK_X | FR_CONV_BLK_Y | FR_CONV_BLK_DX;
+    for (int dt = 0; dt < 2; dt++) {
+        const fr_dtype xdt = dt ? FR_BF16 : FR_F32;
+        conv_bits(3, 16, 9, 7, 32, 3, 1, 1, xdt, all);
+        conv_bits(2, 32, 8, 8, 16, 3, 2, 1, xdt, all);
+        conv_bits(2, 32, 7, 7, 64, 1, 2, 0, xdt, all);
+        conv_bits(2, 16, 5, 6, 16, 3, 1, 1, xdt, FR_CONV_BLK_Y); /* x and dx NCHW */
+        conv_bits(2, 16, 5, 6, 16, 3, 1, 1, xdt, FR_CONV_BLK_X | FR_CONV_BLK_DX);
+    }
+    conv_bits(2, 1, 10, 10, 16, 3, 1, 1, FR_F32, FR_CONV_BLK_Y); /* the stem: a 1-channel batch */
+    fr_ctx_free(g_ctx);
+    return check_done();
+}
+
+/* ---- whole steps in child processes --------------------------------------- */
+
+#define STEPS 3
+#define BATCH 6
+
+/* The model's f32 tensors (num_batches_tracked, i64, left out), in order. */
+static void dump_params(const fr_model *m, FILE *f) {
+    for (size_t i = 0; i < m->n_params; i++) {
+        const fr_param *p = &m->params[i];
+        if (p->dtype == FR_F32)
+            fwrite(p->data, sizeof(float), (size_t)fr_shape_numel(&p->shape), f);
+    }
+}
+
+/* Child: STEPS SGD steps of the resnet in precision prec; writes the f32
+ * tensors before and after the first step, then the losses, to path;
+ * checks memory and the blocked count. */
+static int child_steps(const char *mode, fr_precision prec, const char *path) {
+    fr_ctx *ctx = fr_ctx_new();
+    fr_model *m = fr_model_load(ctx, "resnet");
+    CHECK(m != NULL, "load resnet: %s", fr_last_error(ctx));
+    if (!m) return check_done();
+    fr_set_threads(ctx, 2);
+    fr_step_opts o = {.batch = BATCH,
+                      .training = 1,
+                      .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                      .seed = 5,
+                      .precision = prec};
+    o.optim.lr = 0.05f;
+    fr_step *s = fr_step_compile(m, &o);
+    CHECK(s != NULL, "compile: %s", fr_last_error(ctx));
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "open %s", path);
+    if (s && f) {
+        const int want = strcmp(mode, "auto") == 0 && fr_conv_dnnl_allowed();
+        CHECK(want ? s->place.n_blocked > 0 : s->place.n_blocked == 0, "%s %s: %d values blocked",
+              mode, fr_precision_name(prec), s->place.n_blocked);
+        /* the blocked values: 4-d, C a multiple of 16, no input, parameter or gradient */
+        for (size_t v = 0; v < s->g.n_vals; v++) {
+            const fr_value *val = &s->g.vals[v];
+            if (!val->blocked) continue;
+            CHECK(val->shape.ndim == 4 && val->shape.d[1] % 16 == 0 && val->kind == FR_VAL_STEP,
+                  "value %zu blocked: ndim %d, C %lld, kind %d", v, val->shape.ndim,
+                  (long long)val->shape.d[1], (int)val->kind);
+        }
+        float *x = malloc((size_t)BATCH * 28 * 28 * sizeof *x);
+        int32_t y[BATCH];
+        rand_fill(x, (int64_t)BATCH * 28 * 28, 0.0f, 1.0f);
+        for (int i = 0; i < BATCH; i++) y[i] = (i * 7) % 10;
+        fr_mem_reset_peak(ctx);
+        float losses[STEPS] = {0};
+        for (int t = 0; t < STEPS; t++) {
+            fr_batch b = {BATCH, x, y, NULL, NULL};
+            if (t < 2) dump_params(m, f); /* before and after the first step */
+            int st = fr_step_run(s, &b, &losses[t], NULL);
+            CHECK(st == FR_OK, "step %d: %s", t, fr_last_error(ctx));
+        }
+        fwrite(losses, sizeof *losses, STEPS, f);
+        fr_mem_stats after;
+        fr_mem_get_stats(ctx, &after);
+        CHECK(after.allocated_peak[FR_MEM_ACTIVATIONS] == s->plan.peak[FR_MEM_ACTIVATIONS],
+              "%s %s: activations: measured %zu, predicted %zu", mode, fr_precision_name(prec),
+              after.allocated_peak[FR_MEM_ACTIVATIONS], s->plan.peak[FR_MEM_ACTIVATIONS]);
+        size_t held = s->place.scratch ? s->place.gemm_ws * sizeof(float) : 0;
+        CHECK(after.allocated_peak[FR_MEM_WORKSPACE] == s->plan.peak[FR_MEM_WORKSPACE] + held,
+              "%s %s: workspace: measured %zu, predicted %zu + %zu", mode, fr_precision_name(prec),
+              after.allocated_peak[FR_MEM_WORKSPACE], s->plan.peak[FR_MEM_WORKSPACE], held);
+        free(x);
+    }
+    if (f) fclose(f);
+    if (s) fr_step_free(s);
+    fr_model_free(m);
+    fr_ctx_free(ctx);
+    return check_done();
+}
+
+static int run_child(const char *self, const char *layout, const char *conv, fr_precision prec,
+                     const char *path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FRUGAL_LAYOUT", layout, 1);
+        if (conv) setenv("FRUGAL_CONV", conv, 1);
+        else unsetenv("FRUGAL_CONV");
+        execl(self, self, "child", layout, fr_precision_name(prec), path, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static float *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *v = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(v, 1, len > 0 ? (size_t)len : 0, f) / sizeof(float);
+    fclose(f);
+    return v;
+}
+
+static void test_steps(const char *self, fr_precision prec) {
+    char pa[64], pb[64], pc[64];
+    snprintf(pa, sizeof pa, "/tmp/test_layout_%d_plain", (int)getpid());
+    snprintf(pb, sizeof pb, "/tmp/test_layout_%d_auto", (int)getpid());
+    snprintf(pc, sizeof pc, "/tmp/test_layout_%d_again", (int)getpid());
+    const char *pn = fr_precision_name(prec);
+    CHECK(run_child(self, "plain", NULL, prec, pa) == 0, "%s: the plain run failed", pn);
+    CHECK(run_child(self, "auto", NULL, prec, pb) == 0, "%s: the blocked run failed", pn);
+    CHECK(run_child(self, "auto", NULL, prec, pc) == 0, "%s: the second blocked run failed", pn);
+    size_t na = 0, nb = 0, nc = 0;
+    float *a = slurp(pa, &na), *b = slurp(pb, &nb), *c = slurp(pc, &nc);
+    CHECK(a && b && c && na == nb && nb == nc && na > STEPS, "%s: outputs %zu, %zu, %zu", pn, na,
+          nb, nc);
+    if (a && b && c && na == nb && nb == nc && na > STEPS) {
+        CHECK(memcmp(b, c, nb * sizeof *b) == 0, "%s: two blocked runs differ", pn);
+        const float *la = a + na - STEPS, *lb = b + nb - STEPS;
+        /* bf16-mixed: see the header */
+        const int half = prec == FR_PREC_BF16_MIXED;
+        const float tl = half ? 1e-2f : 1e-4f;
+        const double tu = half ? 1e-2 : 1e-3;
+        for (int t = 0; t < STEPS; t++)
+            CHECK(fabsf(la[t] - lb[t]) <= tl * fabsf(la[t]), "%s: loss %d plain %.9g blocked %.9g",
+                  pn, t, la[t], lb[t]);
+        /* the first step's update w1 - w0 = -lr g of each tensor: the
+         * blocked run's against the plain run's, from the same w0 */
+        const size_t np = (na - STEPS) / 2;
+        CHECK(memcmp(a, b, np * sizeof *a) == 0, "%s: the initial weights differ", pn);
+        fr_ctx *ctx = fr_ctx_new();
+        fr_model *m = fr_model_load(ctx, "resnet");
+        size_t off = 0;
+        double worst = 0.0, gbig = 0.0; /* gbig: the largest update of the model */
+        for (size_t j = 0; j < np; j++) gbig = fmax(gbig, fabs((double)a[np + j] - a[j]));
+        for (size_t i = 0; m && i < m->n_params; i++) {
+            if (m->params[i].dtype != FR_F32) continue;
+            size_t n = (size_t)fr_shape_numel(&m->params[i].shape);
+            if (off + n > np) break;
+            double big = 0.0, diff = 0.0;
+            for (size_t j = 0; j < n; j++) {
+                big = fmax(big, fabs((double)a[np + off + j] - a[off + j]));
+                diff = fmax(diff, fabs((double)a[np + off + j] - b[np + off + j]));
+            }
+            const double ref = half ? gbig : big;
+            CHECK(diff <= tu * ref + 1e-9,
+                  "%s: %s's first update differs by %.3g (largest update %.3g, the model's %.3g)",
+                  pn, m->params[i].name, diff, big, gbig);
+            if (ref > 0 && diff / ref > worst) worst = diff / ref;
+            off += n;
+        }
+        CHECK(m && off == np, "%s: parameters end at %zu of %zu floats", pn, off, np);
+        printf("%s resnet, %d SGD steps: losses %.7g %.7g %.7g (plain) / %.7g %.7g %.7g "
+               "(blocked); first updates differ by %.2g of the largest at most\n",
+               pn, STEPS, la[0], la[1], la[2], lb[0], lb[1], lb[2], worst);
+        fr_model_free(m);
+        fr_ctx_free(ctx);
+    }
+    free(a), free(b), free(c);
+    unlink(pa), unlink(pb), unlink(pc);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "convs") == 0) return child_convs();
+    if (argc == 5 && strcmp(argv[1], "child") == 0) {
+        fr_precision prec = strcmp(argv[3], "bf16-mixed") == 0 ? FR_PREC_BF16_MIXED : FR_PREC_FP32;
+        return child_steps(argv[2], prec, argv[4]);
+    }
+    g_ctx = fr_ctx_new();
+    const bn_case cases[] = {
+        {5, 32, 3, 5, 1, 0.0f}, {3, 16, 7, 7, 1, 4.0f},   {7, 48, 1, 1, 1, -3.0f},
+        {2, 16, 4, 4, 0, 0.5f}, {4, 16, 2, 3, 1, 100.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        test_bn(&cases[i], 0);
+        if (cases[i].training) test_bn(&cases[i], 1);
+    }
+    test_gap(3, 32, 5, 3);
+    test_gap(1, 16, 1, 1);
+    if (!fr_conv_dnnl_built()) {
+        printf("skipped the ResNet steps: built without oneDNN (nothing is blocked)\n");
+    } else {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("FRUGAL_CONV", "dnnl", 1);
+            execl(argv[0], argv[0], "convs", (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0,
+              "the convolutions on blocked operands (FRUGAL_CONV=dnnl child) failed");
+        test_steps(argv[0], FR_PREC_FP32);
+        test_steps(argv[0], FR_PREC_BF16_MIXED);
+        /* FRUGAL_CONV=gemm: no convolution on oneDNN, nothing blocked */
+        char p[64];
+        snprintf(p, sizeof p, "/tmp/test_layout_%d_gemm", (int)getpid());
+        CHECK(run_child(argv[0], "auto", "gemm", FR_PREC_FP32, p) == 0,
+              "FRUGAL_CONV=gemm: the run failed (or blocked values)");
+        unlink(p);
+    }
+    fr_ctx_free(g_ctx);
+    return check_done();
+}
