@@ -197,11 +197,8 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int 
 int fr_conv2d_blockable(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
                         int pad) {
     conv_geom g;
-    const int all = FR_CONV_BLK_X | FR_CONV_BLK_Y | FR_CONV_BLK_DX;
-    return fr_conv_dnnl_allowed() && (xdt == FR_F32 || xdt == FR_BF16) &&
-           fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && g.N > 0 && g.C > 0 &&
-           g.OC > 0 && dnnl_ws(&g, 0, omp_get_max_threads(), xdt, all) > 0 &&
-           dnnl_ws(&g, 1, omp_get_max_threads(), xdt, all) > 0;
+    return (xdt == FR_F32 || xdt == FR_BF16) &&
+           fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && fr_conv_dnnl_can(&g, xdt);
 }
 
 int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,

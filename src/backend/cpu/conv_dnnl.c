@@ -190,7 +190,7 @@ static const int out_of[3] = {[K_FWD] = T_Y, [K_BWD_W] = T_W, [K_BWD_D] = T_X};
  * the reorders), the results (y, dx, dW) in f32 with f32 sums; otherwise
  * all f32 (a 16-bit image widened by its reorder). */
 static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int bias,
-                     dnnl_data_type_t xdt, int native, int blk) {
+                     dnnl_data_type_t xdt, int native, int blk, int probe) {
     memset(p, 0, sizeof *p);
     p->kind = kind, p->out_t = out_of[kind];
     dnnl_dims_t xd = {nb, g->C, g->H, g->W}, wd = {g->OC, g->C, g->K, g->K},
@@ -240,9 +240,9 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
     if (bad) return -1;
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-        !impl || strncmp(impl, "ref", 3) == 0) {
+        !impl || strncmp(impl, "ref", 3) == 0 || probe) {
         dnnl_primitive_desc_destroy(pd);
-        return -1;
+        return probe && impl && strncmp(impl, "ref", 3) != 0 ? 0 : -1;
     }
     for (int t = 0; t < T_COUNT; t++)
         p->md[t] = *dnnl_primitive_desc_query_md(pd, md_query[kind][t], 0);
@@ -314,9 +314,9 @@ static int prims_make(conv_plan *pl, const plan_key *k, const fr_conv_dims *g, i
     for (int i = 0; i < n && ok; i++) {
         int64_t nb = i ? last : pl->nb;
         ok = prim_make(&pl->a[i], k->backward ? K_BWD_W : K_FWD, g, nb, k->bias, xdt, native,
-                       k->blk) == 0;
+                       k->blk, 0) == 0;
         if (ok && k->backward) {
-            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt, native, k->blk) == 0;
+            ok = prim_make(&pl->b[i], K_BWD_D, g, nb, 0, xdt, native, k->blk, 0) == 0;
             if (!ok) prim_free(&pl->a[i]);
         }
         if (!ok)
@@ -432,6 +432,21 @@ int64_t fr_conv_dnnl_ws(const fr_conv_dims *g, int64_t budget, int backward, int
     int64_t n = pl ? floats_of(pl->bytes) : 0;
     if (own) plan_free(pl);
     return n;
+}
+
+int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt) {
+    if (!fr_conv_dnnl_allowed() || g->N < 1 || g->OC < 1 || g->C < 1) return 0;
+    const dnnl_data_type_t dt = xdt == FR_BF16 ? dnnl_bf16 : xdt == FR_F16 ? dnnl_f16 : dnnl_f32;
+    const int tries = xdt == FR_BF16 && fr_gemm16_native(FR_BF16) ? 2 : 1;
+    for (int t = 0; t < tries; t++) { /* native bf16 kernels, else f32 ones (plan_make) */
+        const int native = tries == 2 && t == 0;
+        prim p;
+        if (prim_make(&p, K_FWD, g, g->N, 0, dt, native, 0, 1) == 0 &&
+            prim_make(&p, K_BWD_W, g, g->N, 0, dt, native, 0, 1) == 0 &&
+            prim_make(&p, K_BWD_D, g, g->N, 0, dt, native, 0, 1) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {
@@ -601,6 +616,10 @@ int fr_conv_dnnl_for(fr_dtype xdt) {
 }
 int fr_conv_dnnl_built(void) { return 0; }
 int fr_conv_dnnl_allowed(void) { return 0; }
+int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt) {
+    (void)g, (void)xdt;
+    return 0;
+}
 int fr_conv_blk_of(const fr_node *n) {
     (void)n;
     return 0;

@@ -52,6 +52,11 @@ int fr_conv_dnnl_built(void);
  * the image's dtype: the GEMM path takes NCHW only. */
 int fr_conv_dnnl_allowed(void);
 
+/* 1 when the path may run and oneDNN has kernels (not its reference
+ * loops) for this geometry's three primitives with an image of dtype xdt:
+ * asked of primitive descriptors only, nothing compiled or kept. */
+int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt);
+
 /* Which of a CONV2D's or CONV2D_BWD's operands are nChw16c (attr.blocked):
  * the image x, y (or dy), dx. */
 enum { FR_CONV_BLK_X = 1, FR_CONV_BLK_Y = 2, FR_CONV_BLK_DX = 4 };
