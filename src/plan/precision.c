@@ -70,10 +70,6 @@ static int half_output(fr_graph *g, int i, int v, fr_dtype half) {
     return h;
 }
 
-/* Workspaces are sized when a node is made, for the dtypes its inputs had
- * then; a convolution's depends on its image's (the CPU runs a bf16 one on
- * oneDNN's native kernels, conv_dnnl.h), so theirs are sized again for the
- * dtypes this pass gave. */
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
