@@ -161,26 +161,26 @@ EOF
 expect_fail "offload without a device" 2 "--offload needs --device" "$bin" "${run[@]}" --offload optimizer
 
 # Under --budget on a device the planner may offload the optimizer: at
-# 41.5 MiB the step on the device (44,696,064 bytes = 42.6 MiB reserved with
+# 39.5 MiB the step on the device (42,345,984 bytes = 40.4 MiB reserved with
 # the step inside backward) does not fit whole and the offloaded one (its
-# state, 3.2 MiB, on the host: 40.5 MiB) does; recomputation costs more;
+# state, 3.2 MiB, on the host: 38.8 MiB planned) does; recomputation costs more;
 # micro-batching, its other way in, costs more with BatchNorm (the planner's
 # cost: 1 + 0.03 log2 k against the copies' fraction of the step). The plan
 # says so and the run stays within the budget on the device.
-"$bin" plan --model cnn --batch 64 --threads 2 --device opencl --budget 41.5MiB --json >"$tmp/plan.json" 2>"$tmp/err" &&
+"$bin" plan --model cnn --batch 64 --threads 2 --device opencl --budget 39.5MiB --json >"$tmp/plan.json" 2>"$tmp/err" &&
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["offload"]=="optimizer" and d["micro_batch"]==64 else 1)' "$tmp/plan.json" &&
-    ok || no "plan under 41.5MiB: $(cut -c1-300 "$tmp/plan.json") $(head -2 "$tmp/err")"
-expect "device run under a 41.5 MiB budget" "$bin" "${run[@]}" --device opencl --budget 41.5MiB
+    ok || no "plan under 39.5MiB: $(cut -c1-300 "$tmp/plan.json") $(head -2 "$tmp/err")"
+expect "device run under a 39.5 MiB budget" "$bin" "${run[@]}" --device opencl --budget 39.5MiB
 python3 - "$tmp/out" <<'EOF' && ok || no "the budgeted device run: optimizer on the host, within the budget"
 import json, sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
     if d.get("event") == "summary":
         dev = d["memory"]["device"]
-        print("41.5 MiB budget: device reserved peak %d, optimizer on the device %d, on the host %d" %
+        print("39.5 MiB budget: device reserved peak %d, optimizer on the device %d, on the host %d" %
               (dev["reserved_peak"], dev["allocated_peak"]["optimizer"],
                d["memory"]["allocated_peak"]["optimizer"]))
-        assert dev["reserved_peak"] <= 41.5 * 2**20 and dev["allocated_peak"]["optimizer"] == 0
+        assert dev["reserved_peak"] <= 39.5 * 2**20 and dev["allocated_peak"]["optimizer"] == 0
         assert d["memory"]["allocated_peak"]["optimizer"] > 0
         sys.exit(0)
 sys.exit(1)

@@ -1,5 +1,6 @@
 /* test_engine.c — the engine as a whole through the C API: the seed's byte
- * arithmetic, predicted versus measured step memory, eval with no backward
+ * arithmetic, predicted versus measured step memory, the arena's placement
+ * (values live together never share bytes), eval with no backward
  * state, determinism, allocation failure at every point of a training step,
  * and a non-finite loss refused before the weights change. */
 #include <math.h>
@@ -8,6 +9,7 @@
 #include "check.h"
 #include "fault_sweep.h"
 #include "core/rng.h"
+#include "plan/plan.h"
 #include "train/step.h"
 
 static fr_model *seed_mlp(fr_ctx *ctx) {
@@ -141,6 +143,99 @@ static void test_predicted_equals_measured(void) {
     }
 }
 
+/* The arena's placement (plan.c: in-order best fit, or greedy by size
+ * where that needs less): any two step values live at the same time have
+ * disjoint bytes, except a value and the one an op writes over it in place
+ * (which takes its storage at the node where it dies). Lifetimes here from
+ * the plan's order alone: a value is live from its producer's position to
+ * the last reader of it or of a view of it (the kept loss, logits and hits
+ * to the end), both inclusive. */
+static int root_val(const fr_graph *g, int v) {
+    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
+    return v;
+}
+
+static void check_disjoint(const fr_step *s, const char *what) {
+    const fr_graph *g = &s->g;
+    const fr_plan *p = &s->plan;
+    const int nv = (int)g->n_vals, n = p->n_nodes;
+    int *start = malloc((size_t)nv * sizeof *start), *end = malloc((size_t)nv * sizeof *end);
+    for (int v = 0; v < nv; v++) start[v] = -1, end[v] = -1;
+    for (int i = 0; i < n; i++) {
+        const fr_node *nd = &g->nodes[p->order[i]];
+        for (int k = 0; k < nd->n_out; k++) {
+            int o = nd->out[k];
+            if (o >= 0 && g->vals[o].producer == p->order[i] && start[o] < 0) start[o] = end[o] = i;
+        }
+        for (int j = 0; j < nd->n_in; j++)
+            if (nd->in[j] >= 0) {
+                int r = root_val(g, nd->in[j]);
+                if (end[r] < i) end[r] = i;
+            }
+    }
+    const int kept[3] = {g->loss, g->logits, g->hits};
+    for (int k = 0; k < 3; k++)
+        if (kept[k] >= 0) end[root_val(g, kept[k])] = n;
+    long long pairs = 0, bad = 0;
+    for (int u = 0; u < nv; u++) {
+        const fr_value *a = &g->vals[u];
+        if (a->kind != FR_VAL_STEP || a->alias_of >= 0 || p->offset[u] < 0 || start[u] < 0)
+            continue;
+        const int64_t ua = p->offset[u], uz = ua + (int64_t)fr_value_bytes(a);
+        for (int v = u + 1; v < nv; v++) {
+            const fr_value *b = &g->vals[v];
+            if (b->kind != FR_VAL_STEP || b->alias_of >= 0 || p->offset[v] < 0 || start[v] < 0)
+                continue;
+            if (start[u] > end[v] || start[v] > end[u]) continue;
+            pairs++;
+            const int64_t va = p->offset[v], vz = va + (int64_t)fr_value_bytes(b);
+            if (ua >= vz || va >= uz || ua == uz || va == vz) continue;
+            /* in place: the later one made where the earlier dies, by a reader of it */
+            int first = start[u] <= start[v] ? u : v, second = first == u ? v : u;
+            const fr_node *pn = &g->nodes[g->vals[second].producer];
+            int reads = 0;
+            for (int j = 0; j < pn->n_in; j++)
+                reads |= pn->in[j] >= 0 && root_val(g, pn->in[j]) == first;
+            if (end[first] == start[second] && reads && p->offset[first] == p->offset[second])
+                continue;
+            if (bad++ < 3)
+                CHECK(0, "%s: values %d [%d, %d] and %d [%d, %d] share bytes", what, u, start[u],
+                      end[u], v, start[v], end[v]);
+        }
+    }
+    CHECK(bad == 0 && pairs > 0, "%s: %lld of %lld pairs live together overlap", what, bad, pairs);
+    free(start), free(end);
+}
+
+static void test_plan_disjoint(void) {
+    const char *models[] = {"cnn", "resnet", "gpt-tiny", "mlp"};
+    for (int k = 0; k < 4; k++)
+        for (int prec = 0; prec < 2; prec++) {
+            fr_ctx *ctx = fr_ctx_new();
+            fr_model *m = fr_model_load(ctx, models[k]);
+            CHECK(m != NULL, "load %s: %s", models[k], fr_last_error(ctx));
+            if (!m) {
+                fr_ctx_free(ctx);
+                continue;
+            }
+            fr_step_opts o = {.batch = k == 2 ? 2 : 16,
+                              .training = 1,
+                              .optim = fr_optim_defaults(FR_OPTIM_ADAM),
+                              .seed = 1,
+                              .precision = prec ? FR_PREC_BF16_MIXED : FR_PREC_FP32};
+            fr_step *s = fr_step_compile(m, &o);
+            CHECK(s != NULL, "compile %s: %s", models[k], fr_last_error(ctx));
+            if (s) {
+                char what[64];
+                snprintf(what, sizeof what, "%s %s", models[k], prec ? "bf16-mixed" : "fp32");
+                check_disjoint(s, what);
+                fr_step_free(s);
+            }
+            fr_model_free(m);
+            fr_ctx_free(ctx);
+        }
+}
+
 /* Eval: no backward nodes, no gradients, no optimizer state, nothing saved. */
 static void test_eval_has_no_backward_state(void) {
     fr_ctx *ctx = fr_ctx_new();
@@ -268,6 +363,7 @@ static void test_shape_errors(void) {
 int main(void) {
     test_seed_arithmetic();
     test_predicted_equals_measured();
+    test_plan_disjoint();
     test_eval_has_no_backward_state();
     test_determinism();
     test_nonfinite_loss();

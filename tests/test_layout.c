@@ -1,6 +1,7 @@
 /* test_layout.c — activations in nChw16c (plan/layout.h):
- *  - BatchNorm's blocked kernels (backend/cpu/norm_blocked.c), training and
- *    eval forward and the backward (f32 and bf16 x, dgamma added into),
+ *  - BatchNorm's blocked kernels (backend/cpu/norm_blocked.c), and the NCHW
+ *    ones (norm.c) alike, training and eval forward and the backward, f32 and
+ *    bf16 x (mixed precision's rounded conv output), dgamma added into,
  *    against float64 references computed here from the NCHW values, with
  *    C 16 and 48, planes of 1, 15 and 49 values (the four-way partial sums'
  *    tails) and a mean far from 0 (var << mean^2);
@@ -8,7 +9,8 @@
  *    kernel (the same order of the same double adds), both ways;
  *  - convolutions on oneDNN with x, y/dy and dx in nChw16c (all, or some):
  *    the bits of the NCHW call, f32 and bf16 images, strides 1 and 2,
- *    kernels 1 and 3, and the 1-channel stem;
+ *    kernels 1 and 3, and the 1-channel stem; a bf16 y (bf16-mixed's
+ *    stored output): the f32 y rounded to nearest even;
  *  - whole ResNet steps (the built-in resnet, batch 6) in child processes,
  *    with the pass on and with FRUGAL_LAYOUT=plain: the pass blocks values
  *    only where oneDNN's convolutions run (none with FRUGAL_CONV=gemm), the
@@ -86,7 +88,7 @@ typedef struct bn_case {
     float offset; /* added to every x: the mean far from 0 */
 } bn_case;
 
-static void test_bn(const bn_case *k, int xbf) {
+static void test_bn(const bn_case *k, int xbf, int blocked) {
     const int64_t N = k->N, C = k->C, HW = (int64_t)k->H * k->W, n_el = N * C * HW;
     const fr_shape xs = fr_shape4(N, C, k->H, k->W), cs = fr_shape1(C);
     float *x = malloc(n_el * sizeof *x), *xb = malloc(n_el * sizeof *xb);
@@ -111,18 +113,21 @@ static void test_bn(const bn_case *k, int xbf) {
         memcpy(rv0, rv, C * sizeof *rv);
     to_blocked(x, xb, N, C, HW);
     to_blocked(dy, dyb, N, C, HW);
+    if (!blocked) memcpy(xb, x, n_el * sizeof *x), memcpy(dyb, dy, n_el * sizeof *dy);
     for (int64_t i = 0; i < n_el; i++) xh[i] = fr_f32_to_bf16(xb[i]);
+#define AT(n, ch, i) (blocked ? blk_at(C, HW, (n), (ch), (i)) : ((n)*C + (ch)) * HW + (i))
 
     fr_node nd;
     memset(&nd, 0, sizeof nd);
     nd.op = FR_OP_BATCHNORM, nd.fwd = -1;
     nd.attr.training = k->training, nd.attr.eps = 1e-5f, nd.attr.momentum = 0.1f;
-    nd.attr.blocked = 1u | (1u << FR_BLK_OUT);
+    nd.attr.blocked = blocked ? 1u | (1u << FR_BLK_OUT) : 0u;
     fr_kernel_call c;
     memset(&c, 0, sizeof c);
     c.ctx = g_ctx, c.node = &nd;
-    c.in[0] = tens(FR_F32, xs, xb), c.in[1] = tens(FR_F32, cs, gam),
-    c.in[2] = tens(FR_F32, cs, bet), c.in[3] = tens(FR_F32, cs, rm), c.in[4] = tens(FR_F32, cs, rv);
+    c.in[0] = xbf ? tens(FR_BF16, xs, xh) : tens(FR_F32, xs, xb);
+    c.in[1] = tens(FR_F32, cs, gam), c.in[2] = tens(FR_F32, cs, bet),
+    c.in[3] = tens(FR_F32, cs, rm), c.in[4] = tens(FR_F32, cs, rv);
     c.out[0] = tens(FR_F32, xs, y), c.out[1] = tens(FR_F32, cs, sm),
     c.out[2] = tens(FR_F32, cs, si);
     int st = fr_k_batchnorm(&c);
@@ -165,20 +170,21 @@ static void test_bn(const bn_case *k, int xbf) {
                                                     e * fabs(ref - bet[ch])
                                               : 0.0) +
                              8 * U * (fabs(ref) + fabs(xv - m) * fabs(s)) + U * fabs(bet[ch]);
-                double got = y[blk_at(C, HW, n, ch, i)], err = fabs(got - ref);
+                double got = y[AT(n, ch, i)], err = fabs(got - ref);
                 if (err / tol > worst) worst = err / tol;
                 CHECK(err <= tol, "y[%lld,%lld,%lld] %.9g, reference %.9g (tol %.3g)", (long long)n,
                       (long long)ch, (long long)i, got, ref, tol);
             }
     }
-    printf("batchnorm blocked N %d C %d HW %lld %s offset %g: worst %.3f of the bound\n", k->N,
-           k->C, (long long)HW, k->training ? "train" : "eval", k->offset, worst);
+    printf("batchnorm %s N %d C %d HW %lld %s offset %g, %s x: worst %.3f of the bound\n",
+           blocked ? "nChw16c" : "NCHW", k->N, k->C, (long long)HW, k->training ? "train" : "eval",
+           k->offset, xbf ? "bf16" : "f32", worst);
 
     if (k->training) { /* the backward from the saved statistics */
         fr_node nb;
         memset(&nb, 0, sizeof nb);
         nb.op = FR_OP_BATCHNORM_BWD, nb.fwd = -1;
-        nb.attr.blocked = 1u | 2u | (1u << FR_BLK_OUT);
+        nb.attr.blocked = blocked ? 1u | 2u | (1u << FR_BLK_OUT) : 0u;
         fr_kernel_call b;
         memset(&b, 0, sizeof b);
         b.ctx = g_ctx, b.node = &nb, b.accumulate = 2u;
@@ -212,15 +218,16 @@ static void test_bn(const bn_case *k, int xbf) {
                     double tol =
                         2 * fabs(kk) * (e * a_dy / cnt + fabs(d) * e * a_dyx / cnt * inv * inv) +
                         8 * U * fabs(kk) * (fabs(g) + fabs(mdy) + fabs(d * q)) + 1e-30;
-                    double got = dx[blk_at(C, HW, n, ch, i)], err = fabs(got - ref);
+                    double got = dx[AT(n, ch, i)], err = fabs(got - ref);
                     if (err / tol > bworst) bworst = err / tol;
                     CHECK(err <= tol, "dx[%lld,%lld,%lld] %.9g, reference %.9g (tol %.3g)",
                           (long long)n, (long long)ch, (long long)i, got, ref, tol);
                 }
         }
-        printf("batchnorm_bwd blocked (%s x): worst %.3f of the bound\n", xbf ? "bf16" : "f32",
-               bworst);
+        printf("batchnorm_bwd %s (%s x): worst %.3f of the bound\n", blocked ? "nChw16c" : "NCHW",
+               xbf ? "bf16" : "f32", bworst);
     }
+#undef AT
     free(x), free(xb), free(y), free(dy), free(dyb), free(dx), free(xh), free(gam), free(bet);
     free(rm), free(rv), free(sm), free(si), free(dg), free(db), free(dg0), free(rm0), free(rv0);
 }
@@ -358,6 +365,47 @@ static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, f
     free(x), free(w), free(dy), free(xb), free(dyb), free(xh), free(xbh);
 }
 
+/* A bf16 y (bf16-mixed's stored conv output, FR_CONV_Y16): the f32 y of the
+ * same call rounded to nearest even, NCHW or nChw16c. */
+static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, int blk_y) {
+    const int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW,
+                  nw = (int64_t)OC * C * K * K;
+    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, OC, OH, OW),
+                   wsh = fr_shape4(OC, C, K, K);
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *y = malloc(ny * sizeof *y);
+    uint16_t *xh = malloc(nx * sizeof *xh), *yh = malloc(ny * sizeof *yh);
+    rand_fill(x, nx, -1.0f, 1.0f), rand_fill(w, nw, -0.5f, 0.5f);
+    for (int64_t i = 0; i < nx; i++) xh[i] = fr_f32_to_bf16(x[i]);
+    int st = FR_OK;
+    for (int r = 0; r < 2 && st == FR_OK; r++) { /* r 0: f32 y, 1: bf16 y */
+        const int flags = (blk_y ? FR_CONV_BLK_Y : 0) | (r ? FR_CONV_Y16 : 0);
+        int64_t wf = fr_conv2d_ws_elems(&xs, FR_BF16, OC, K, S, P, 0, flags);
+        float *ws = malloc((wf ? wf : 1) * sizeof(float));
+        fr_node nd;
+        memset(&nd, 0, sizeof nd);
+        nd.op = FR_OP_CONV2D, nd.fwd = -1;
+        nd.attr.kernel = K, nd.attr.stride = S, nd.attr.pad = P;
+        nd.attr.blocked = blk_y ? 1u << FR_BLK_OUT : 0u;
+        fr_kernel_call c;
+        memset(&c, 0, sizeof c);
+        c.ctx = g_ctx, c.node = &nd;
+        c.in[0] = tens(FR_BF16, xs, xh), c.in[1] = tens(FR_F32, wsh, w);
+        c.in[2] = tens(FR_F32, fr_shape1(OC), NULL);
+        c.out[0] = r ? tens(FR_BF16, ys, yh) : tens(FR_F32, ys, y);
+        c.out[1] = tens(FR_F32, fr_shape1(wf), ws);
+        st = fr_k_conv2d(&c);
+        CHECK(st == FR_OK, "conv2d with a %s y: %s", r ? "bf16" : "f32", fr_last_error(g_ctx));
+        free(ws);
+    }
+    int64_t off = 0;
+    for (int64_t i = 0; st == FR_OK && i < ny; i++) off += yh[i] != fr_f32_to_bf16(y[i]);
+    CHECK(st == FR_OK && off == 0,
+          "conv %dx%d C %d OC %d%s: %lld of %lld bf16 y are not the f32 y rounded", H, W, C, OC,
+          blk_y ? " (nChw16c y)" : "", (long long)off, (long long)ny);
+    free(x), free(w), free(y), free(xh), free(yh);
+}
+
 static int child_convs(void) {
     g_ctx = fr_ctx_new();
     const int all = FR_CONV_BLK_X | FR_CONV_BLK_Y | FR_CONV_BLK_DX;
@@ -370,6 +418,10 @@ static int child_convs(void) {
         conv_bits(2, 16, 5, 6, 16, 3, 1, 1, xdt, FR_CONV_BLK_X | FR_CONV_BLK_DX);
     }
     conv_bits(2, 1, 10, 10, 16, 3, 1, 1, FR_F32, FR_CONV_BLK_Y); /* the stem: a 1-channel batch */
+    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 0);
+    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 1);
+    conv_y16(2, 32, 8, 8, 16, 3, 2, 1, 1);
+    conv_y16(2, 3, 11, 5, 5, 3, 1, 0, 0); /* odd channels */
     fr_ctx_free(g_ctx);
     return check_done();
 }
@@ -548,8 +600,8 @@ int main(int argc, char **argv) {
         {2, 16, 4, 4, 0, 0.5f}, {4, 16, 2, 3, 1, 100.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        test_bn(&cases[i], 0);
-        if (cases[i].training) test_bn(&cases[i], 1);
+        for (int blocked = 0; blocked <= 1; blocked++)
+            for (int xbf = 0; xbf <= 1; xbf++) test_bn(&cases[i], xbf, blocked);
     }
     test_gap(3, 32, 5, 3);
     test_gap(1, 16, 1, 1);

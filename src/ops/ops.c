@@ -553,7 +553,8 @@ static int hi_act_bwd(const fr_graph *g, const fr_node *n, int j) {
     return j == 1;
 }
 
-/* max pooling's x and y, BatchNorm backward's x and a convolution's image:
+/* max pooling's x and y, BatchNorm's x (both ways), a convolution's image
+ * and y:
  * where the context's backend says its kernel takes them, a limit of the
  * kernel (fr_backend.half_io; j = -1: out[0]) */
 static int hi_backend(const fr_graph *g, const fr_node *n, int j) {
@@ -599,7 +600,7 @@ _Static_assert(FR_OP_COUNT == 53, "fr_op_table has 53 rows: add the new op's row
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
     ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
-    ROWH(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_backend),
+    ROWHO(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_backend, ho_backend),
     ROWH(CONV2D_BWD, "conv2d_bwd", sh_grads_ws, NULL, -1, 0, fl_conv2d_bwd, hi_backend),
     ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_backend, ho_backend),
     ROWH(MAXPOOL2D_BWD, "maxpool2d_bwd", sh_grads, NULL, -1, 0, fl_pool, hi_backend),
@@ -615,7 +616,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(TANH, "tanh", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(TANH_BWD, "tanh_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROW(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm),
+    ROWH(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm, hi_backend),
     ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),
     ROWHO(LAYERNORM, "layernorm", sh_layernorm, fr_bw_layernorm, -1, 0, fl_norm, NULL, ho_backend),
     ROWH(LAYERNORM_BWD, "layernorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),

@@ -4,6 +4,8 @@
  *
  * Complexity: O(V + E) for liveness, O(V * F) for placement where F is the
  * number of free blocks at a time (small: a step has few holes). */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "plan/plan.h"
 
@@ -73,6 +75,107 @@ static int give(fr_ctx *ctx, arena_sim *a, size_t off, size_t size) {
     return 0;
 }
 
+/* The storage blocks of the in-order placement: grp[v] the block value v
+ * lives in (its first owner's id; in-place successors share it, -1 where v
+ * took none), and per block its size and the positions in the order where it
+ * is taken and given back (both inclusive: inputs dying at a node are still
+ * live while it writes its outputs). */
+typedef struct lifetimes {
+    int *grp, *start, *end;
+    size_t *size;
+} lifetimes;
+
+static int lifetimes_init(fr_ctx *ctx, lifetimes *lt, int nv) {
+    lt->grp = fr_alloc(ctx, (size_t)nv * sizeof *lt->grp, FR_MEM_OTHER);
+    lt->start = fr_calloc(ctx, (size_t)nv * sizeof *lt->start, FR_MEM_OTHER);
+    lt->end = fr_calloc(ctx, (size_t)nv * sizeof *lt->end, FR_MEM_OTHER);
+    lt->size = fr_calloc(ctx, (size_t)nv * sizeof *lt->size, FR_MEM_OTHER);
+    if (!lt->grp || !lt->start || !lt->end || !lt->size) return -1;
+    for (int v = 0; v < nv; v++) lt->grp[v] = -1;
+    return 0;
+}
+
+static void lifetimes_free(fr_ctx *ctx, lifetimes *lt) {
+    fr_free(ctx, lt->grp), fr_free(ctx, lt->start), fr_free(ctx, lt->end), fr_free(ctx, lt->size);
+}
+
+/* Greedy by size (TFLite's arena planner's "greedy by size"): the blocks
+ * placed largest first, each in the smallest gap left by the placed blocks
+ * whose lifetimes meet its own, else above them. The in-order best fit
+ * leaves holes where a short-lived block (a workspace) splits a long gap;
+ * this order fills big gaps with big blocks. Kept when it needs a smaller
+ * arena; the live bytes, and so every peak, are the same either way. Up to
+ * BY_SIZE_MAX blocks (quadratic in them). */
+#define BY_SIZE_MAX 16384
+
+typedef struct size_key {
+    size_t size;
+    int start, id;
+} size_key;
+
+/* larger first; then earlier; then the lower id (a total order: the same plan every time) */
+static int by_size_cmp(const void *a, const void *b) {
+    const size_key *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int is_step(const fr_graph *g, int v);
+
+static fr_status by_size(fr_ctx *ctx, fr_graph *g, fr_plan *p, const lifetimes *lt) {
+    const int nv = p->n_vals;
+    int nb = 0;
+    for (int v = 0; v < nv; v++) nb += lt->grp[v] == v;
+    if (nb < 2 || nb > BY_SIZE_MAX) return FR_OK;
+    size_key *blk = fr_alloc(ctx, (size_t)nb * sizeof *blk, FR_MEM_OTHER);
+    int *placed = fr_alloc(ctx, (size_t)nb * sizeof *placed, FR_MEM_OTHER); /* by offset */
+    size_t *off = fr_alloc(ctx, (size_t)nv * sizeof *off, FR_MEM_OTHER);
+    if (!blk || !placed || !off) {
+        fr_free(ctx, blk), fr_free(ctx, placed), fr_free(ctx, off);
+        return FR_ERR_NOMEM;
+    }
+    nb = 0;
+    for (int v = 0; v < nv; v++)
+        if (lt->grp[v] == v) blk[nb++] = (size_key){lt->size[v], lt->start[v], v};
+    qsort(blk, (size_t)nb, sizeof *blk, by_size_cmp);
+    size_t top = 0;
+    int np = 0;
+    for (int k = 0; k < nb; k++) {
+        const int b = blk[k].id;
+        const size_t need = lt->size[b];
+        size_t prev = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+        for (int q = 0; q < np; q++) {
+            const int o = placed[q];
+            if (lt->start[o] > lt->end[b] || lt->start[b] > lt->end[o]) continue;
+            if (off[o] >= prev && off[o] - prev >= need && off[o] - prev < best_gap)
+                best = prev, best_gap = off[o] - prev;
+            if (off[o] + lt->size[o] > prev) prev = off[o] + lt->size[o];
+        }
+        off[b] = best != SIZE_MAX ? best : prev;
+        if (off[b] + need > top) top = off[b] + need;
+        int q = np++;
+        while (q > 0 && off[placed[q - 1]] > off[b]) placed[q] = placed[q - 1], q--;
+        placed[q] = b;
+    }
+    if (top < p->arena_bytes) {
+        for (int v = 0; v < nv; v++)
+            if (lt->grp[v] >= 0) p->offset[v] = (int64_t)off[lt->grp[v]];
+        for (int i = 0; i < p->n_nodes; i++) { /* views share their input's storage */
+            const fr_node *n = &g->nodes[p->order[i]];
+            if (!fr_op_get(n->op)->view) continue;
+            for (int k = 0; k < n->n_out; k++) {
+                const int o = n->out[k];
+                if (is_step(g, o) && g->vals[o].producer == p->order[i])
+                    p->offset[o] = p->offset[n->in[0]];
+            }
+        }
+        p->arena_bytes = top;
+    }
+    fr_free(ctx, blk), fr_free(ctx, placed), fr_free(ctx, off);
+    return FR_OK;
+}
+
 static int root_of(const fr_graph *g, int v) {
     while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
     return v;
@@ -106,6 +209,7 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
     for (int i = 0; i < nn; i++) p->order[i] = order ? order[i] : i;
     int *last = fr_alloc(ctx, (size_t)nv * sizeof *last, FR_MEM_OTHER);
     int *slot = fr_alloc(ctx, (size_t)nv * sizeof *slot, FR_MEM_OTHER); /* storage owner */
+    lifetimes lt = {0};
     uint8_t *dead = fr_calloc(ctx, (size_t)nv, FR_MEM_OTHER);
     p->offset = fr_alloc(ctx, (size_t)nv * sizeof *p->offset, FR_MEM_OTHER);
     p->cat = fr_calloc(ctx, (size_t)nv * sizeof *p->cat, FR_MEM_OTHER);
@@ -113,7 +217,8 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
     size_t cap_ev = 0, n_ev = 0;
     arena_sim a = {0};
     fr_status st = FR_OK;
-    if (!last || !slot || !dead || !p->offset || !p->cat || !p->ev_start) {
+    if (!last || !slot || !dead || !p->offset || !p->cat || !p->ev_start ||
+        lifetimes_init(ctx, &lt, nv)) {
         st = FR_ERR_NOMEM;
         goto done;
     }
@@ -176,6 +281,7 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
                 if (slot[v] == v && !dead[v] && last[v] == nn) {
                     dead[v] = 1;
                     EVENT(-(v + 1));
+                    lt.end[lt.grp[v]] = nn;
                 }
             break;
         }
@@ -197,6 +303,7 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
                     /* Run in place: o takes r's storage; r dies here. */
                     p->offset[o] = p->offset[r];
                     slot[o] = o;
+                    lt.grp[o] = lt.grp[r];
                     dead[r] = 1;
                     EVENT(-(r + 1));
                     EVENT(o + 1);
@@ -207,6 +314,7 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
             take(ctx, &a, aligned(fr_value_bytes(&g->vals[o])), &off);
             p->offset[o] = (int64_t)off;
             slot[o] = o;
+            lt.grp[o] = o, lt.start[o] = i, lt.size[o] = aligned(fr_value_bytes(&g->vals[o]));
             EVENT(o + 1);
         }
         /* Free what dies here: inputs at their last use and outputs nobody reads. */
@@ -220,6 +328,7 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
             if (slot[r] != r || dead[r] || last[r] != i) continue;
             dead[r] = 1;
             EVENT(-(r + 1));
+            lt.end[lt.grp[r]] = i;
             if (give(ctx, &a, (size_t)p->offset[r], aligned(fr_value_bytes(&g->vals[r])))) {
                 st = FR_ERR_NOMEM;
                 goto done;
@@ -228,8 +337,10 @@ fr_status fr_plan_build(fr_graph *g, const uint8_t *keep, const int *order, int 
     }
     p->ev_start[nn + 1] = (int)n_ev;
     p->arena_bytes = a.top;
+    if ((st = by_size(ctx, g, p, &lt))) goto done;
 #undef EVENT
 done:
+    lifetimes_free(ctx, &lt);
     fr_free(ctx, a.free);
     fr_free(ctx, last);
     fr_free(ctx, slot);

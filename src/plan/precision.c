@@ -15,10 +15,13 @@ static int is_forward(const fr_graph *g, int i, int n_nodes0) {
  * before backward, fr_remat_cheap, reads the saved 16-bit x as the forward
  * did and the f32 x is not held for it), attention's qkv (its products are
  * matmuls, in 16 bits under autocast; the qkv its backward reads is then
- * the one its forward read, and no f32 qkv is held or made for either). */
+ * the one its forward read, and no f32 qkv is held or made for either),
+ * BatchNorm's x (autocast's convolution writes a 16-bit output, which its
+ * BatchNorm reads; the x its backward reads is the one its forward read,
+ * and the convolution may write the 16-bit value itself). */
 static int rounded_fwd(fr_op op, int j) {
     return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D ||
-                      op == FR_OP_GELU || op == FR_OP_ATTENTION);
+                      op == FR_OP_GELU || op == FR_OP_ATTENTION || op == FR_OP_BATCHNORM);
 }
 /* Whether input j of node n is an operand of its GEMM that the backend
  * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear

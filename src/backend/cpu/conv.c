@@ -426,13 +426,15 @@ static void col2im(const conv_geom *g, float *col, float *dx) {
             }
 }
 
-/* The layout pass asked oneDNN before it blocked an operand
+/* The layout pass asked oneDNN before it blocked an operand, and the
+ * mixed-precision pass before it gave a convolution a bf16 y
  * (fr_conv2d_blockable); a decline here is a workspace sized for other
  * operands, or a plan oneDNN could not make again. */
 static int blocked_declined(fr_kernel_call *c, const char *op) {
     return fr_fail(c->ctx, FR_ERR_ARG,
-                   "%s: oneDNN declined a convolution on nChw16c operands (its workspace of "
-                   "%lld floats, or no primitive); FRUGAL_LAYOUT=plain runs them NCHW",
+                   "%s: oneDNN declined a convolution on nChw16c operands or with a bf16 y "
+                   "(its workspace of %lld floats, or no primitive); FRUGAL_LAYOUT=plain runs "
+                   "them NCHW",
                    op,
                    (long long)fr_shape_numel(&c->out[c->node->op == FR_OP_CONV2D ? 1 : 3].shape));
 }
@@ -446,7 +448,8 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
-    const int blk = fr_conv_blk_of(c->node);
+    /* a blocked operand or a bf16 y: oneDNN's alone */
+    const int blk = fr_conv_blk_of(c->node) | (c->out[0].dtype == FR_BF16 ? FR_CONV_Y16 : 0);
     if ((blk || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;

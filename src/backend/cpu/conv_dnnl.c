@@ -196,11 +196,14 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
     dnnl_dims_t xd = {nb, g->C, g->H, g->W}, wd = {g->OC, g->C, g->K, g->K},
                 yd = {nb, g->OC, g->OH, g->OW}, bd = {g->OC};
     dnnl_dims_t st = {g->S, g->S}, pad = {g->P, g->P};
-    /* each tensor's type: an operand's is c, a result's f32; the forward
-     * desc of a backward primitive (its hint) has c throughout */
+    /* each tensor's type: an operand's is c, a result's f32 (a bf16 y
+     * where the user's is, FR_CONV_Y16: rounded from the f32 sums as it is
+     * stored); the forward desc of a backward primitive (its hint) has c
+     * throughout */
     const dnnl_data_type_t c = native ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
+    const dnnl_data_type_t fy = blk & FR_CONV_Y16 ? c : f;
     const dnnl_data_type_t ty[3][T_COUNT] = {
-        [K_FWD] = {c, c, f}, [K_BWD_W] = {c, f, c}, [K_BWD_D] = {f, c, c}};
+        [K_FWD] = {c, c, fy}, [K_BWD_W] = {c, f, c}, [K_BWD_D] = {f, c, c}};
     dnnl_memory_desc_t x, w, y, hx, hw, hy;
     if (dnnl_memory_desc_init_by_tag(&x, 4, xd, ty[kind][T_X], dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&w, 4, wd, ty[kind][T_W], dnnl_format_tag_any) ||
@@ -212,7 +215,8 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
             &p->user[T_X], 4, xd, kind == K_BWD_D ? dnnl_f32 : xdt,
             blk & (kind == K_BWD_D ? FR_CONV_BLK_DX : FR_CONV_BLK_X) ? dnnl_nChw16c : dnnl_nchw) ||
         dnnl_memory_desc_init_by_tag(&p->user[T_W], 4, wd, dnnl_f32, dnnl_oihw) ||
-        dnnl_memory_desc_init_by_tag(&p->user[T_Y], 4, yd, dnnl_f32,
+        dnnl_memory_desc_init_by_tag(&p->user[T_Y], 4, yd,
+                                     kind == K_FWD && (blk & FR_CONV_Y16) ? dnnl_bf16 : dnnl_f32,
                                      blk & FR_CONV_BLK_Y ? dnnl_nChw16c : dnnl_nchw) ||
         dnnl_memory_desc_init_by_tag(&p->bias, 1, bd, dnnl_f32, dnnl_a))
         return -1;
@@ -516,14 +520,15 @@ int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget) {
     const fr_tensor *x = &c->in[0];
     const void *bias = c->in[2].data;
     run r;
-    int st =
-        run_begin(&r, g, budget, 0, bias != NULL, x->dtype, fr_conv_blk_of(c->node), &c->out[1]);
+    const int blk = fr_conv_blk_of(c->node) | (c->out[0].dtype == FR_BF16 ? FR_CONV_Y16 : 0);
+    int st = run_begin(&r, g, budget, 0, bias != NULL, x->dtype, blk, &c->out[1]);
     if (st) return st;
     const conv_plan *pl = r.pl;
     char *ws = r.ws, *xb = ws + pl->x_off, *yb = ws + pl->y_off, *wb = ws + pl->w_off;
     const size_t xel = x->dtype == FR_F32 ? 4 : 2;
     const float *wp = fr_f32(&c->in[1]);
-    float *yp = fr_f32(&c->out[0]);
+    char *yp = c->out[0].data;
+    const size_t yel = c->out[0].dtype == FR_F32 ? 4 : 2;
     const prim *wfor = NULL; /* whose format wb holds */
     int bad = 0;
     for (int64_t q = 0; q < pl->chunks && !bad; q++) {
@@ -536,7 +541,7 @@ int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget) {
                 bad |= reorder_run(&p->in[T_W], &p->user[T_W], wp, &p->md[T_W], wb, ws);
             wfor = p, w = wb;
         }
-        float *yu = yp + n0 * g->OC * g->ohw;
+        char *yu = yp + n0 * g->OC * g->ohw * yel;
         void *y = p->direct_out ? (void *)yu : yb;
         const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
         const dnnl_memory_desc_t *md[4] = {&p->md[T_X], &p->md[T_W], &p->md[T_Y], &p->bias};

@@ -58,8 +58,9 @@ int fr_conv_dnnl_allowed(void);
 int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt);
 
 /* Which of a CONV2D's or CONV2D_BWD's operands are nChw16c (attr.blocked):
- * the image x, y (or dy), dx. */
-enum { FR_CONV_BLK_X = 1, FR_CONV_BLK_Y = 2, FR_CONV_BLK_DX = 4 };
+ * the image x, y (or dy), dx; and, in the same flags (blk below), whether a
+ * CONV2D writes a bf16 y (bf16-mixed's stored output, FR_CONV_Y16). */
+enum { FR_CONV_BLK_X = 1, FR_CONV_BLK_Y = 2, FR_CONV_BLK_DX = 4, FR_CONV_Y16 = 8 };
 int fr_conv_blk_of(const fr_node *n);
 
 /* The name of oneDNN's implementation for this geometry's forward with an

@@ -37,6 +37,9 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         int64_t D = gm->ndim ? fr_shape_numel(gm) : (x->ndim ? x->d[x->ndim - 1] : 0);
         return j == 1 && D <= FR_HALF_PLANE_MAX;
     }
+    /* BatchNorm widens a plane of a 16-bit x on its stack (norm.c), or reads
+     * a blocked bf16 one in its loops (norm_blocked.c) */
+    case FR_OP_BATCHNORM: return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
     case FR_OP_MAXPOOL2D_BWD: /* dy, x, y: x */
     case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
         return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;
@@ -46,6 +49,13 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_CONV2D:
     case FR_OP_CONV2D_BWD: {
         int x = n->op == FR_OP_CONV2D ? 0 : 1;
+        /* and y in bf16 from oneDNN's native bf16 primitive, whose sums are
+         * f32 (as autocast's convolution writes its output) */
+        if (j == -1)
+            return n->op == FR_OP_CONV2D && g->half == FR_BF16 && v[n->in[0]].dtype == FR_BF16 &&
+                   fr_gemm16_native(FR_BF16) && fr_conv_dnnl_for(FR_BF16) &&
+                   fr_conv2d_blockable(&v[n->in[0]].shape, FR_BF16, v[n->in[1]].shape.d[0],
+                                       n->attr.kernel, n->attr.stride, n->attr.pad);
         return j == x &&
                fr_conv2d_reads_half(&v[n->in[x]].shape, g->half, v[n->in[x + 1]].shape.d[0],
                                     n->attr.kernel, n->attr.stride, n->attr.pad);

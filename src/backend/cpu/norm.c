@@ -74,25 +74,33 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     int64_t N, C, HW;
     int st = fr_kcheck_bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
     if (st) return st;
-    const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
+    /* x f32, or f16/bf16 (mixed precision's rounded conv output) widened a
+     * plane at a time */
+    const fr_tensor *x = &c->in[0];
+    const float *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
     const int64_t cnt = N * HW;
     const int training = a->training;
     if ((st = fr_kcheck_bn_mode(c, N, HW, rmean && rvar))) return st;
     if (fr_blk_in(a, 0)) return fr_k_batchnorm_blocked(c, N, C, HW);
+    if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: a 16-bit input with planes over %d values",
+                       FR_HALF_PLANE_MAX);
     const double eps = a->eps, mom = a->momentum;
 
 #pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
     for (int64_t ch = 0; ch < C; ch++) {
+        float buf[FR_HALF_PLANE_MAX];
         double mean, invstd;
         if (training) {
             double s = 0.0, q = 0.0;
-            for (int64_t n = 0; n < N; n++) s += plane_sum(x + (n * C + ch) * HW, HW);
+            for (int64_t n = 0; n < N; n++)
+                s += plane_sum(in_f32(x, (n * C + ch) * HW, HW, buf), HW);
             mean = s / (double)cnt;
             const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
             for (int64_t n = 0; n < N; n++)
-                q += plane_sumsq_dev(x + (n * C + ch) * HW, HW, m_hi, m_lo);
+                q += plane_sumsq_dev(in_f32(x, (n * C + ch) * HW, HW, buf), HW, m_hi, m_lo);
             double var = q / (double)cnt;
             invstd = 1.0 / sqrt(var + eps);
             if (smean) smean[ch] = (float)mean;
@@ -112,7 +120,7 @@ int fr_k_batchnorm(fr_kernel_call *c) {
         const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
         const float scale = (float)(g * invstd), b = beta ? beta[ch] : 0.0f;
         for (int64_t n = 0; n < N; n++) {
-            const float *xp = x + (n * C + ch) * HW;
+            const float *xp = in_f32(x, (n * C + ch) * HW, HW, buf);
             float *yp = y + (n * C + ch) * HW;
 #pragma omp simd
             for (int64_t i = 0; i < HW; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;

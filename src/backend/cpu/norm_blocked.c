@@ -53,7 +53,7 @@ static inline float sq(float d) { return d * d; }
 /* Per lane of block b: part[(b CHUNKS + k) CH + l] = the sums of chunk k
  * (images N k / CHUNKS ..) of x (kind 0), of ((x - m_hi) - m_lo)^2 (kind
  * 1), or of dy (kind 2), with part2 the sums of dy (x - m_hi) there. x is
- * f32, or bf16 (xbf) in kind 2. */
+ * f32, or bf16 (xbf). */
 static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
                        int64_t HW, const float *m_hi, const float *m_lo, double *part,
                        double *part2) {
@@ -67,11 +67,15 @@ static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64
             const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
             const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
 #define X_(i, l) x[(i)*CH + (l)]
+#define XH_(i, l) bf(xh[(i)*CH + (l)])
 #define DEV2_(i, l) sq(((x[(i)*CH + (l)] - mh[l]) - ml[l]))
+#define DEV2H_(i, l) sq(((bf(xh[(i)*CH + (l)]) - mh[l]) - ml[l]))
 #define DY_(i, l) g[(i)*CH + (l)]
 #define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mh[l]))
 #define DYXH_(i, l) (g[(i)*CH + (l)] * (bf(xh[(i)*CH + (l)]) - mh[l]))
-            if (kind == 0) PLANE_SUMS(acc, X_);
+            if (kind == 0 && xbf) PLANE_SUMS(acc, XH_);
+            else if (kind == 0) PLANE_SUMS(acc, X_);
+            else if (kind == 1 && xbf) PLANE_SUMS(acc, DEV2H_);
             else if (kind == 1) PLANE_SUMS(acc, DEV2_);
             else {
                 PLANE_SUMS(acc, DY_);
@@ -79,7 +83,9 @@ static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64
                 else PLANE_SUMS(acc2, DYX_);
             }
 #undef X_
+#undef XH_
 #undef DEV2_
+#undef DEV2H_
 #undef DY_
 #undef DYX_
 #undef DYXH_
@@ -101,11 +107,14 @@ static double total(const double *part, int64_t c) {
 
 int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) {
     const fr_attr *a = &c->node->attr;
-    if (C % CH || C > FR_LAYOUT_MAX_C || c->in[0].dtype != FR_F32)
+    const int xbf = c->in[0].dtype == FR_BF16;
+    if (C % CH || C > FR_LAYOUT_MAX_C || (c->in[0].dtype != FR_F32 && !xbf))
         return fr_fail(c->ctx, FR_ERR_ARG,
-                       "batchnorm: an nChw16c input needs f32 and C a multiple of 16 up to %d",
+                       "batchnorm: an nChw16c input needs f32 or bf16 and C a multiple of 16 up "
+                       "to %d",
                        FR_LAYOUT_MAX_C);
-    const float *x = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
+    const void *x = c->in[0].data;
+    const float *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
     const int64_t CB = C / CH, cnt = N * HW;
@@ -116,12 +125,12 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
     double part[MAX_BLK * CHUNKS * CH];
     double mean[FR_LAYOUT_MAX_C], var[FR_LAYOUT_MAX_C];
     if (a->training) {
-        chunk_sums(0, x, 0, NULL, N, CB, HW, NULL, NULL, part, NULL);
+        chunk_sums(0, x, xbf, NULL, N, CB, HW, NULL, NULL, part, NULL);
         for (int64_t ch = 0; ch < C; ch++) {
             mean[ch] = total(part, ch) / (double)cnt;
             m_hi[ch] = (float)mean[ch], m_lo[ch] = (float)(mean[ch] - m_hi[ch]);
         }
-        chunk_sums(1, x, 0, NULL, N, CB, HW, m_hi, m_lo, part, NULL);
+        chunk_sums(1, x, xbf, NULL, N, CB, HW, m_hi, m_lo, part, NULL);
         for (int64_t ch = 0; ch < C; ch++) var[ch] = total(part, ch) / (double)cnt;
     } else {
         for (int64_t ch = 0; ch < C; ch++) mean[ch] = rmean[ch], var[ch] = rvar[ch];
@@ -147,12 +156,21 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
         const int64_t b = it % CB;
         const float *mh = m_hi + b * CH, *ml = m_lo + b * CH, *sc = scale + b * CH,
                     *sh = shift + b * CH;
-        const float *xp = x + it * HW * CH;
+        const float *xp = xbf ? NULL : (const float *)x + it * HW * CH;
+        const uint16_t *xq = xbf ? (const uint16_t *)x + it * HW * CH : NULL;
         float *yp = y + it * HW * CH;
-        for (int64_t i = 0; i < HW; i++)
+        for (int64_t i = 0; i < HW; i++) {
+            float xs[CH];
+            if (xbf) {
 #pragma omp simd
-            for (int l = 0; l < CH; l++)
-                yp[i * CH + l] = ((xp[i * CH + l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+                for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
+            } else {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
+            }
+#pragma omp simd
+            for (int l = 0; l < CH; l++) yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+        }
     }
     return FR_OK;
 }

@@ -285,7 +285,8 @@ static void cl_event_times(void *event, double *start_us, double *end_us) {
  * where the CPU's kernels do what the device's do not: a bf16 GEMM's 16-bit
  * y (no bf16 GEMM here), LayerNorm's 16-bit y and its backward's 16-bit x,
  * GELU's 16-bit x (elementwise.cl reads an f32 x), attention's 16-bit qkv
- * and y; the values are the same
+ * and y, BatchNorm's 16-bit x and a convolution's 16-bit y; the values are
+ * the same
  * (a CAST does the rounding or widening), the memory a little more. */
 /* The fused SGD step's weight gradient, whole (opencl/gemm.c). */
 static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
@@ -300,7 +301,9 @@ static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_ATTENTION_BWD:
     case FR_OP_LAYERNORM:
     case FR_OP_LAYERNORM_BWD:
-    case FR_OP_GELU: return 0;
+    case FR_OP_GELU:
+    case FR_OP_BATCHNORM: return 0;
+    case FR_OP_CONV2D: return j == -1 ? 0 : fr_cpu_backend.half_io(g, n, j);
     default: return fr_cpu_backend.half_io(g, n, j);
     }
 }
