@@ -285,17 +285,32 @@ static void from_blocked(const float *b, float *p, int64_t N, int64_t C, int64_t
             for (int64_t i = 0; i < HW; i++) p[(n * C + c) * HW + i] = b[blk_at(C, HW, n, c, i)];
 }
 
+/* A convolution's sizes: output plane, element counts, shapes. */
+typedef struct conv_geo {
+    int OH, OW;
+    int64_t nx, ny, nw;
+    fr_shape xs, ys, wsh;
+} conv_geo;
+
+static conv_geo conv_geo_make(int N, int C, int H, int W, int OC, int K, int S, int P) {
+    conv_geo g;
+    g.OH = (H + 2 * P - K) / S + 1, g.OW = (W + 2 * P - K) / S + 1;
+    g.nx = (int64_t)N * C * H * W, g.ny = (int64_t)N * OC * g.OH * g.OW;
+    g.nw = (int64_t)OC * C * K * K;
+    g.xs = fr_shape4(N, C, H, W), g.ys = fr_shape4(N, OC, g.OH, g.OW);
+    g.wsh = fr_shape4(OC, C, K, K);
+    return g;
+}
+
 /* One convolution forward and backward on oneDNN (FRUGAL_CONV=dnnl: the
  * plain operands there too), x of dtype xdt: with blk = the operands in
  * nChw16c (FR_CONV_BLK_*), y, dx and dW are the bits of the NCHW call,
  * oneDNN's reorders being exact copies (bf16 x: the same bf16 values). */
 static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, fr_dtype xdt,
                       int blk) {
-    const int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
-    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW,
-                  nw = (int64_t)OC * C * K * K;
-    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, OC, OH, OW),
-                   wsh = fr_shape4(OC, C, K, K);
+    const conv_geo g = conv_geo_make(N, C, H, W, OC, K, S, P);
+    const int64_t nx = g.nx, ny = g.ny, nw = g.nw;
+    const fr_shape xs = g.xs, ys = g.ys, wsh = g.wsh;
     float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *dy = malloc(ny * sizeof *dy);
     float *xb = malloc(nx * sizeof *xb), *dyb = malloc(ny * sizeof *dyb);
     uint16_t *xh = malloc(nx * sizeof *xh), *xbh = malloc(nx * sizeof *xbh);
@@ -304,7 +319,7 @@ static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, f
     for (int64_t i = 0; i < nx; i++) x[i] = fr_bf16_to_f32(fr_f32_to_bf16(x[i]));
     if (blk & FR_CONV_BLK_X) to_blocked(x, xb, N, C, (int64_t)H * W);
     else memcpy(xb, x, nx * sizeof *x);
-    if (blk & FR_CONV_BLK_Y) to_blocked(dy, dyb, N, OC, (int64_t)OH * OW);
+    if (blk & FR_CONV_BLK_Y) to_blocked(dy, dyb, N, OC, (int64_t)g.OH * g.OW);
     else memcpy(dyb, dy, ny * sizeof *dy);
     for (int64_t i = 0; i < nx; i++) xh[i] = fr_f32_to_bf16(x[i]), xbh[i] = fr_f32_to_bf16(xb[i]);
     int ok = 1;
@@ -346,7 +361,7 @@ static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, f
         if (r == 1 && ok) { /* back to NCHW for the comparison */
             float *t = malloc((nx > ny ? nx : ny) * sizeof *t);
             if (blk & FR_CONV_BLK_Y) {
-                from_blocked(y[1], t, N, OC, (int64_t)OH * OW);
+                from_blocked(y[1], t, N, OC, (int64_t)g.OH * g.OW);
                 memcpy(y[1], t, ny * sizeof *t);
             }
             if (blk & FR_CONV_BLK_DX) {
@@ -372,11 +387,9 @@ static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, f
 /* A bf16 y (bf16-mixed's stored conv output, FR_CONV_Y16): the f32 y of the
  * same call rounded to nearest even, NCHW or nChw16c. */
 static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, int blk_y) {
-    const int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
-    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW,
-                  nw = (int64_t)OC * C * K * K;
-    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, OC, OH, OW),
-                   wsh = fr_shape4(OC, C, K, K);
+    const conv_geo g = conv_geo_make(N, C, H, W, OC, K, S, P);
+    const int64_t nx = g.nx, ny = g.ny, nw = g.nw;
+    const fr_shape xs = g.xs, ys = g.ys, wsh = g.wsh;
     float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *y = malloc(ny * sizeof *y);
     uint16_t *xh = malloc(nx * sizeof *xh), *yh = malloc(ny * sizeof *yh);
     rand_fill(x, nx, -1.0f, 1.0f), rand_fill(w, nw, -0.5f, 0.5f);
