@@ -36,15 +36,14 @@
  * value that differs in its last f32 bits now and then rounds to the
  * neighbouring bf16 value, an error of 2^-8 of it, and one backward's
  * products carry those to a few % of a small tensor's update where its
- * gradient's terms cancel: checked at 3e-2 of the model's largest update
- * (1e-3 to 3e-3 measured in an optimized build, 8e-3 to 1.1e-2 in the
- * sanitizers' debug build, whose NCHW BatchNorm sums in another order) and
- * the first two losses at 1e-2; the third, after two steps of lr 0.05 on
- * six images have carried those flips through the weights (1.3% apart in
- * the debug build), is not compared in bf16-mixed. The layout itself is
- * checked exactly
- * by the convolutions above (FRUGAL_CONV=dnnl child): on nChw16c operands,
- * f32 and bf16 images, y, dx and dW are the bits of the NCHW call. */
+ * gradient's terms cancel, more in the sanitizers' debug build (whose NCHW
+ * BatchNorm sums in another order): checked at 3e-2 of the model's largest
+ * update and the first two losses at 1e-2; the third, after two steps of
+ * lr 0.05 on six images have carried those flips through the weights, is
+ * not compared in bf16-mixed (the commits give the measured figures). The
+ * layout itself is checked exactly by the convolutions above
+ * (FRUGAL_CONV=dnnl child): on nChw16c operands, f32 and bf16 images, y, dx
+ * and dW are the bits of the NCHW call. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
