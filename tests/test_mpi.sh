@@ -157,8 +157,8 @@ if [ -n "$victim" ]; then
         no "checkpoint after kill -9: $(head -2 "$tmp/err")"
     fi
 else
-    no "kill -9: no rank found under mpirun $mp"
-    kill $mp
+    kill $mp 2>/dev/null
     wait $mp
+    no "kill -9: no rank found under mpirun $mp (it exited $?; k.st $([ -s "$tmp/k.st" ] && echo saved || echo missing)): $(head -3 "$tmp/kerr") $(tail -2 "$tmp/kout")"
 fi
 finish
