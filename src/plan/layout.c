@@ -75,7 +75,7 @@ fr_status fr_layout_apply(fr_graph *g, const int *order, int n_order, int *n_blo
     int count = 0;
     for (size_t v = 0; v < nv; v++) {
         const uint8_t f = flag[root(up, (int)v)];
-        g->vals[v].blocked = g->vals[v].shape.ndim == 4 && f == 2;
+        g->vals[v].blocked = f == 2; /* not refused (eligible: 4-d, ...), a conv's */
         count += g->vals[v].blocked;
     }
     for (int t = 0; t < n_order; t++) {

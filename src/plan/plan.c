@@ -2,8 +2,9 @@
  * approach of ggml's graph allocator and TFLite's arena planner). Values are
  * freed by liveness, never by name: x0..x6 or one reused x make one plan.
  *
- * Complexity: O(V + E) for liveness, O(V * F) for placement where F is the
- * number of free blocks at a time (small: a step has few holes). */
+ * Complexity: O(V + E) for liveness, O(V * F) for the in-order placement
+ * where F is the number of free blocks at a time (small: a step has few
+ * holes), O(B^2) for the greedy-by-size one over B blocks (by_size). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,15 @@ static void lifetimes_free(fr_ctx *ctx, lifetimes *lt) {
     fr_free(ctx, lt->grp), fr_free(ctx, lt->start), fr_free(ctx, lt->end), fr_free(ctx, lt->size);
 }
 
+static int root_of(const fr_graph *g, int v) {
+    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
+    return v;
+}
+
+static int is_step(const fr_graph *g, int v) {
+    return v >= 0 && g->vals[v].kind == FR_VAL_STEP && g->vals[v].producer >= 0;
+}
+
 /* Greedy by size (TFLite's arena planner's "greedy by size"): the blocks
  * placed largest first, each in the smallest gap left by the placed blocks
  * whose lifetimes meet its own, else above them. The in-order best fit
@@ -120,8 +130,6 @@ static int by_size_cmp(const void *a, const void *b) {
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
-
-static int is_step(const fr_graph *g, int v);
 
 static fr_status by_size(fr_ctx *ctx, fr_graph *g, fr_plan *p, const lifetimes *lt) {
     const int nv = p->n_vals;
@@ -174,15 +182,6 @@ static fr_status by_size(fr_ctx *ctx, fr_graph *g, fr_plan *p, const lifetimes *
     }
     fr_free(ctx, blk), fr_free(ctx, placed), fr_free(ctx, off);
     return FR_OK;
-}
-
-static int root_of(const fr_graph *g, int v) {
-    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
-    return v;
-}
-
-static int is_step(const fr_graph *g, int v) {
-    return v >= 0 && g->vals[v].kind == FR_VAL_STEP && g->vals[v].producer >= 0;
 }
 
 void fr_plan_release(fr_plan *p) {

@@ -161,7 +161,6 @@ static int64_t dnnl_budget(const conv_geom *g, int backward) {
  * dtype xdt (0 if it does not): the most of its plans with and without a
  * bias. */
 static int64_t dnnl_ws(const conv_geom *g, int backward, int threads, fr_dtype xdt, int blk) {
-    if (!(blk ? fr_conv_dnnl_allowed() : fr_conv_dnnl_for(xdt))) return 0;
     int64_t most = 0;
     for (int bias = 0; bias <= !backward; bias++) {
         int64_t n = fr_conv_dnnl_ws(g, dnnl_budget(g, backward), backward, bias, xdt, threads, blk);
@@ -449,7 +448,7 @@ int fr_k_conv2d(fr_kernel_call *c) {
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
     /* a blocked operand or a bf16 y: oneDNN's alone */
-    const int blk = fr_conv_blk_of(c->node) | (c->out[0].dtype == FR_BF16 ? FR_CONV_Y16 : 0);
+    const int blk = fr_conv_flags(c->node, c->out[0].dtype);
     if ((blk || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;
@@ -524,7 +523,7 @@ int fr_k_conv2d_bwd(fr_kernel_call *c) {
         return FR_OK;
     }
 
-    const int blk = fr_conv_blk_of(c->node);
+    const int blk = fr_conv_flags(c->node, FR_F32);
     if (blk || fr_conv_dnnl_for(x->dtype)) {
         st = fr_conv_dnnl_bwd(c, &g, dnnl_budget(&g, 1), dx, dw);
         if (st != FR_CONV_DNNL_DECLINE) return st;

@@ -7,6 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+int fr_conv_flags(const fr_node *n, fr_dtype ydt) {
+    const fr_attr *a = &n->attr;
+    if (n->op == FR_OP_CONV2D)
+        return (fr_blk_in(a, 0) ? FR_CONV_BLK_X : 0) | (fr_blk_out(a, 0) ? FR_CONV_BLK_Y : 0) |
+               (ydt == FR_BF16 ? FR_CONV_Y16 : 0);
+    return (fr_blk_in(a, 1) ? FR_CONV_BLK_X : 0) | (fr_blk_in(a, 0) ? FR_CONV_BLK_Y : 0) |
+           (fr_blk_out(a, 0) ? FR_CONV_BLK_DX : 0);
+}
+
 #ifdef FR_HAVE_ONEDNN
 #include <omp.h>
 #include <pthread.h>
@@ -62,14 +71,6 @@ int fr_conv_dnnl_built(void) { return fr_dnnl_engine() != NULL; }
 int fr_conv_dnnl_allowed(void) {
     pthread_once(&g_once, decide);
     return g_allowed;
-}
-
-int fr_conv_blk_of(const fr_node *n) {
-    const fr_attr *a = &n->attr;
-    if (n->op == FR_OP_CONV2D)
-        return (fr_blk_in(a, 0) ? FR_CONV_BLK_X : 0) | (fr_blk_out(a, 0) ? FR_CONV_BLK_Y : 0);
-    return (fr_blk_in(a, 1) ? FR_CONV_BLK_X : 0) | (fr_blk_in(a, 0) ? FR_CONV_BLK_Y : 0) |
-           (fr_blk_out(a, 0) ? FR_CONV_BLK_DX : 0);
 }
 
 /* ---- one primitive and the reorders around it ---------------------------- */
@@ -520,8 +521,8 @@ int fr_conv_dnnl_fwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget) {
     const fr_tensor *x = &c->in[0];
     const void *bias = c->in[2].data;
     run r;
-    const int blk = fr_conv_blk_of(c->node) | (c->out[0].dtype == FR_BF16 ? FR_CONV_Y16 : 0);
-    int st = run_begin(&r, g, budget, 0, bias != NULL, x->dtype, blk, &c->out[1]);
+    int st = run_begin(&r, g, budget, 0, bias != NULL, x->dtype,
+                       fr_conv_flags(c->node, c->out[0].dtype), &c->out[1]);
     if (st) return st;
     const conv_plan *pl = r.pl;
     char *ws = r.ws, *xb = ws + pl->x_off, *yb = ws + pl->y_off, *wb = ws + pl->w_off;
@@ -556,7 +557,8 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
                      float *dw) {
     const fr_tensor *x = &c->in[1];
     run r;
-    int st = run_begin(&r, g, budget, 1, 0, x->dtype, fr_conv_blk_of(c->node), &c->out[3]);
+    const int blk = fr_conv_flags(c->node, FR_F32);
+    int st = run_begin(&r, g, budget, 1, 0, x->dtype, blk, &c->out[3]);
     if (st) return st;
     const conv_plan *pl = r.pl;
     char *ws = r.ws, *xb = ws + pl->x_off, *yb = ws + pl->y_off, *wb = ws + pl->w_off,
@@ -564,7 +566,7 @@ int fr_conv_dnnl_bwd(fr_kernel_call *c, const fr_conv_dims *g, int64_t budget, f
     const size_t xel = x->dtype == FR_F32 ? 4 : 2;
     const float *dyp = fr_f32(&c->in[0]), *wp = fr_f32(&c->in[2]);
     const int acc_w = acc_bit(c, 1), acc_x = acc_bit(c, 0);
-    if (acc_x && dx && (fr_conv_blk_of(c->node) & FR_CONV_BLK_DX)) {
+    if (acc_x && dx && (blk & FR_CONV_BLK_DX)) {
         run_end(&r, c, "conv2d_bwd", 0);
         return fr_fail(c->ctx, FR_ERR_ARG, "conv2d_bwd: a blocked dx is never added into");
     }
@@ -623,10 +625,6 @@ int fr_conv_dnnl_built(void) { return 0; }
 int fr_conv_dnnl_allowed(void) { return 0; }
 int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt) {
     (void)g, (void)xdt;
-    return 0;
-}
-int fr_conv_blk_of(const fr_node *n) {
-    (void)n;
     return 0;
 }
 const char *fr_conv_dnnl_impl(const fr_conv_dims *g, fr_dtype xdt) {

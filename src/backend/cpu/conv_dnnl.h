@@ -57,11 +57,11 @@ int fr_conv_dnnl_allowed(void);
  * asked of primitive descriptors only, nothing compiled or kept. */
 int fr_conv_dnnl_can(const fr_conv_dims *g, fr_dtype xdt);
 
-/* Which of a CONV2D's or CONV2D_BWD's operands are nChw16c (attr.blocked):
- * the image x, y (or dy), dx; and, in the same flags (blk below), whether a
- * CONV2D writes a bf16 y (bf16-mixed's stored output, FR_CONV_Y16). */
+/* The operand flags of a CONV2D or CONV2D_BWD node (blk below): which
+ * operands are nChw16c (attr.blocked: the image x, y or dy, dx) and whether
+ * a CONV2D writes a bf16 y (its y's dtype ydt: bf16-mixed's stored output). */
 enum { FR_CONV_BLK_X = 1, FR_CONV_BLK_Y = 2, FR_CONV_BLK_DX = 4, FR_CONV_Y16 = 8 };
-int fr_conv_blk_of(const fr_node *n);
+int fr_conv_flags(const fr_node *n, fr_dtype ydt);
 
 /* The name of oneDNN's implementation for this geometry's forward with an
  * image of dtype xdt, for reports and tests ("jit:avx512_core_bf16" for a

@@ -72,13 +72,10 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
         /* the image the kernel reads: its dtype picks the path (conv_dnnl.h);
          * the mixed-precision pass sizes this again once it is final */
         const int xi = n->op == FR_OP_CONV2D ? n->in[0] : n->in[1];
-        return fr_conv2d_ws_elems(x, xi >= 0 ? g->vals[xi].dtype : FR_F32,
-                                  g->vals[f->in[1]].shape.d[0], f->attr.kernel, f->attr.stride,
-                                  f->attr.pad, n->op == FR_OP_CONV2D_BWD,
-                                  fr_conv_blk_of(n) | (n->op == FR_OP_CONV2D && n->out[0] >= 0 &&
-                                                               g->vals[n->out[0]].dtype == FR_BF16
-                                                           ? FR_CONV_Y16
-                                                           : 0));
+        return fr_conv2d_ws_elems(
+            x, xi >= 0 ? g->vals[xi].dtype : FR_F32, g->vals[f->in[1]].shape.d[0], f->attr.kernel,
+            f->attr.stride, f->attr.pad, n->op == FR_OP_CONV2D_BWD,
+            fr_conv_flags(n, n->out[0] >= 0 ? g->vals[n->out[0]].dtype : FR_F32));
     case FR_OP_ATTENTION:
     case FR_OP_ATTENTION_BWD:
         /* sized at graph time, before the mixed-precision pass picks dtypes:
