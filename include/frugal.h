@@ -132,10 +132,11 @@ FR_API void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, 
  * OpenBLAS (a DYNAMIC_ARCH build, as Debian's) picks its kernels by CPU model
  * when it is loaded; on a model it does not know it falls back to generic
  * SSE3 kernels (its "Prescott" core), at a third or less of an AVX-512
- * CPU's speed, and only OPENBLAS_CORETYPE in the environment at start-up
- * changes that. So a program that links frugal calls fr_cpu_setup(argv)
- * first thing in main (frugal's CLI does): if OpenBLAS fell back on a CPU
- * that can do better, it sets OPENBLAS_CORETYPE to the core the CPU's
+ * CPU's speed, or it takes a newer CPU for an older one (AVX2 kernels on an
+ * AVX-512 CPU: half the speed where the FMA units are 512 bits wide), and
+ * only OPENBLAS_CORETYPE in the environment at start-up changes that. So a program that links frugal calls fr_cpu_setup(argv)
+ * first thing in main (frugal's CLI does): if OpenBLAS runs narrower
+ * vectors than the CPU has, it sets OPENBLAS_CORETYPE to the core the CPU's
  * features call for (SkylakeX for AVX-512, Haswell for AVX2) and starts the
  * program again, once.
  * FRUGAL_BLAS_FIX=0 in the environment keeps the core OpenBLAS chose. */
@@ -159,9 +160,10 @@ typedef struct fr_cpu_info {
     char blas[32];         /* "OpenBLAS 0.3.21" */
     char blas_core[32];    /* the kernels it runs: "SkylakeX", "Haswell", "Prescott" */
     int blas_dynamic;      /* built with DYNAMIC_ARCH: OPENBLAS_CORETYPE chooses the core */
-    int blas_generic;      /* blas_core is a generic fallback on a CPU that can do more */
+    int blas_narrow;       /* blas_core's vectors are narrower than the CPU's: a generic
+                            * fallback, or AVX2 kernels on an AVX-512 CPU */
     const char *best_core; /* the core for the CPU's features; NULL: none better than SSE */
-    char fell_back[32];    /* the generic core fr_cpu_setup restarted away from, or "" */
+    char fell_back[32];    /* the narrow core fr_cpu_setup restarted away from, or "" */
     char onednn_isa[32];   /* oneDNN's instruction set: "avx512_core_bf16"; "" without it */
     int bf16_native;       /* bf16 GEMMs run on oneDNN, not as f32 GEMMs of rounded operands */
 } fr_cpu_info;
@@ -174,8 +176,8 @@ FR_API const char *fr_cpu_feature_name(fr_cpu_feature f);
  * the restart); otherwise restarts the program (execv of /proc/self/exe with
  * argv, the environment changed as above) and returns -1 only if that failed. */
 FR_API int fr_cpu_setup(char **argv);
-/* One line saying what to set or install when OpenBLAS still runs a generic
- * core on a CPU that can do better, or NULL; the CLI prints it on stderr. */
+/* One line saying what to set or install when OpenBLAS still runs a
+ * narrower core than the CPU can (generic SSE3, or AVX2 on AVX-512), or NULL; the CLI prints it on stderr. */
 FR_API const char *fr_cpu_warning(void);
 
 /* GFLOP/s of an n x n x n GEMM (n 512; the best of a few runs, about 0.2 s in

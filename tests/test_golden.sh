@@ -5,8 +5,10 @@
 # AdamW, OpenCL with and without offload, 2 and 3 ranks at ZeRO 0-3, greedy
 # generate) must print exactly the losses and weight hashes recorded in
 # tests/data/golden.txt. Floating-point bits depend on the CPU's kernels
-# (OpenBLAS and oneDNN pick them by its features), so the file is keyed by
-# the host: model name and the vector extensions that choose kernels. On a
+# (OpenBLAS and oneDNN pick them by its model, features and caches), so the
+# file is keyed by the host: model name, cpuid family and model (Zen 4 and
+# Zen 5 EPYCs share a name and these features, not their bits), and the
+# vector extensions that choose kernels. On a
 # host with no record the test still checks that two runs of the first
 # entry agree bit for bit, and says that the comparison was not made.
 # The optimized build only: a sanitizer build runs other code (skipped, 77).
@@ -17,7 +19,8 @@ if [ -n "${LSAN_OPTIONS:-}${ASAN_OPTIONS:-}" ]; then
 fi
 [ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
 key() {
-    printf '%s |' "$(lscpu | sed -n 's/^Model name: *//p')"
+    printf '%s (family %s model %s) |' "$(lscpu | sed -n 's/^Model name: *//p')" \
+        "$(lscpu | sed -n 's/^CPU family: *//p')" "$(lscpu | sed -n 's/^Model: *//p')"
     grep -o -w 'avx2\|avx512f\|avx512_bf16\|avx512_fp16\|amx_tile\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
 }
 host=$(key)

@@ -2008,12 +2008,12 @@ static int passive_wait(void) {
 int main(int argc, char **argv) {
     /* libgomp and OpenBLAS read their environment once, when they are
      * loaded: what either needs (the wait policy; the BLAS core when
-     * OpenBLAS fell back to a generic one, fr_cpu_fix_env) is set and the
+     * OpenBLAS runs narrower vectors than the CPU has, fr_cpu_fix_env) is set and the
      * program started again, once; if that fails it runs on as it is. */
     int again = passive_wait();
     if (fr_cpu_fix_env()) again = 1;
     if (again) execv("/proc/self/exe", argv);
-    const char *warn = fr_cpu_warning(); /* a generic BLAS core that could not be fixed */
+    const char *warn = fr_cpu_warning(); /* a narrow BLAS core that could not be fixed */
     if (warn && argc >= 2 && strcmp(argv[1], "help") && argv[1][0] != '-')
         fprintf(stderr, "%s\n", warn);
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||

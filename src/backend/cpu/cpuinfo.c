@@ -60,10 +60,14 @@ static const struct {
  * gemm_providers.txt), and SkylakeX does not need AVX512_BF16. */
 static const char *const best_for_level[] = {NULL, NULL, "Sandybridge", "Haswell", "SkylakeX"};
 
+/* what a level's kernels are called in the warning: "generic Prescott",
+ * "AVX2 Haswell" */
+static const char *const level_word[] = {"", "generic", "AVX", "AVX2", "AVX-512"};
+
 static int core_level(const char *name) {
     for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
         if (!strcasecmp(name, cores[i].name)) return cores[i].level;
-    return 0; /* a core this table does not know: never called generic */
+    return 0; /* a core this table does not know: never called narrow */
 }
 
 static int cpu_level(unsigned f) {
@@ -160,7 +164,13 @@ static void blas_describe(fr_cpu_info *c) {
     c->blas_dynamic = config && strstr(config, "DYNAMIC_ARCH") != NULL;
     int have = cpu_level(c->features), level = core_level(c->blas_core);
     c->best_core = best_for_level[have];
-    c->blas_generic = level > 0 && level < 3 && have >= 3;
+    /* a core below the CPU's level: the generic SSE3 fallback on a model
+     * OpenBLAS does not know, or AVX2 kernels on an AVX-512 CPU it takes
+     * for an older one (0.3.21 on AMD family 26, Zen 5, picks Haswell).
+     * SkylakeX against AVX2 kernels on an AVX-512 CPU: no slower where the
+     * FMA units are 256 bits wide (Zen 4 runs 512-bit vectors in two
+     * halves), faster where they are 512 (bench/out/gemm_providers.txt). */
+    c->blas_narrow = level > 0 && level < have && have >= 3;
     const char *fell = getenv(FELL_BACK_ENV);
     if (fell) copy(c->fell_back, sizeof c->fell_back, fell);
 }
@@ -192,24 +202,25 @@ static void onednn_describe(fr_cpu_info *c) {
 }
 
 static void warning_describe(const fr_cpu_info *c) {
-    if (!c->blas_generic) return;
-    const char *want = c->best_core, *feat = cpu_level(c->features) == 4 ? "AVX-512" : "AVX2";
+    if (!c->blas_narrow) return;
+    const char *want = c->best_core, *feat = cpu_level(c->features) == 4 ? "AVX-512" : "AVX2",
+               *kind = level_word[core_level(c->blas_core)];
     if (!c->blas_dynamic)
         snprintf(g_warning, sizeof g_warning,
-                 "frugal: warning: %s was built for %s kernels only, generic on this %s CPU: "
+                 "frugal: warning: %s was built for %s %s kernels only, on this %s CPU: "
                  "install an OpenBLAS built with DYNAMIC_ARCH (Debian's libopenblas0-openmp)",
-                 c->blas, c->blas_core, feat);
+                 c->blas, kind, c->blas_core, feat);
     else if (c->fell_back[0])
         snprintf(g_warning, sizeof g_warning,
-                 "frugal: warning: %s kept its generic %s kernels with OPENBLAS_CORETYPE=%s on "
+                 "frugal: warning: %s kept its %s %s kernels with OPENBLAS_CORETYPE=%s on "
                  "this %s CPU: install an OpenBLAS that has that core (Debian's "
                  "libopenblas0-openmp)",
-                 c->blas, c->blas_core, want, feat);
+                 c->blas, kind, c->blas_core, want, feat);
     else
         snprintf(g_warning, sizeof g_warning,
-                 "frugal: warning: %s runs its generic %s kernels on this %s CPU: set "
+                 "frugal: warning: %s runs its %s %s kernels on this %s CPU: set "
                  "OPENBLAS_CORETYPE=%s before the program starts",
-                 c->blas, c->blas_core, feat, want);
+                 c->blas, kind, c->blas_core, feat, want);
 }
 
 static void describe_once(void) {
@@ -232,12 +243,12 @@ const char *fr_cpu_feature_name(fr_cpu_feature f) {
     return NULL;
 }
 
-const char *fr_cpu_warning(void) { return fr_cpu()->blas_generic ? g_warning : NULL; }
+const char *fr_cpu_warning(void) { return fr_cpu()->blas_narrow ? g_warning : NULL; }
 
 int fr_cpu_fix_env(void) {
     const fr_cpu_info *c = fr_cpu();
     const char *fix = getenv("FRUGAL_BLAS_FIX");
-    if (!c->blas_generic || !c->blas_dynamic || !c->best_core || c->fell_back[0] ||
+    if (!c->blas_narrow || !c->blas_dynamic || !c->best_core || c->fell_back[0] ||
         (fix && !strcmp(fix, "0")))
         return 0;
     if (setenv(FELL_BACK_ENV, c->blas_core, 1) || setenv("OPENBLAS_CORETYPE", c->best_core, 1))
@@ -395,7 +406,7 @@ void fr_cpu_line(FILE *f, const fr_gemm_rates *r) {
         if (c->features & features[i].bit) fprintf(f, " %s", features[i].name);
     fprintf(f, "; GEMM f32 %s", fr_cpu_gemm_f32(g32, sizeof g32));
     if (c->fell_back[0]) fprintf(f, " (OpenBLAS chose %s: restarted)", c->fell_back);
-    else if (c->blas_generic) fprintf(f, " (generic)");
+    else if (c->blas_narrow) fprintf(f, " (%s kernels)", level_word[core_level(c->blas_core)]);
     if (r) {
         fprintf(f, " %.0f GFLOP/s", r->blas_f32);
         if (r->onednn_f32 > 0) fprintf(f, " (oneDNN sgemm %.0f)", r->onednn_f32);
@@ -421,8 +432,8 @@ void fr_cpu_json(FILE *f, const fr_gemm_rates *r) {
     fr_json_str(f, c->blas);
     fputs(", \"blas_core\": ", f);
     fr_json_str(f, c->blas_core);
-    fprintf(f, ", \"blas_dynamic\": %s, \"blas_generic\": %s, \"best_core\": ",
-            c->blas_dynamic ? "true" : "false", c->blas_generic ? "true" : "false");
+    fprintf(f, ", \"blas_dynamic\": %s, \"blas_narrow\": %s, \"best_core\": ",
+            c->blas_dynamic ? "true" : "false", c->blas_narrow ? "true" : "false");
     if (c->best_core) fr_json_str(f, c->best_core);
     else fputs("null", f);
     fputs(", \"fell_back_from\": ", f);

@@ -1,7 +1,7 @@
 /* cpuinfo.h — what the CPU can do and which GEMM kernels run on it: cpuid's
  * feature bits and brand string, OpenBLAS's core and build, whether that core
- * is a generic fallback, oneDNN's instruction set; the restart that makes
- * OpenBLAS use the right core; a short GEMM probe per provider. The public
+ * is narrower than the CPU (a generic fallback, AVX2 on AVX-512), oneDNN's
+ * instruction set; the restart that makes OpenBLAS use the right core; a short GEMM probe per provider. The public
  * half (fr_cpu, fr_cpu_setup, fr_cpu_warning, fr_gemm_probe) is declared in
  * frugal.h; this header adds what the CLI prints. It does not route GEMMs:
  * fp32 GEMMs call OpenBLAS where they are (linear.c, conv.c, attention.c). */
@@ -12,9 +12,9 @@
 
 #include "frugal.h"
 
-/* When OpenBLAS runs a generic core on a CPU that can do better, set
+/* When OpenBLAS runs a narrower core than the CPU can, set
  * OPENBLAS_CORETYPE to the right core (and FRUGAL_BLAS_FELL_BACK to the
- * generic one, the marker that stops a second restart) and return 1: the
+ * narrow one, the marker that stops a second restart) and return 1: the
  * caller then starts the program again. 0: nothing to change, or
  * FRUGAL_BLAS_FIX=0 in the environment, or this process is the restart. */
 int fr_cpu_fix_env(void);
