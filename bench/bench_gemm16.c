@@ -47,6 +47,7 @@ static double best(int h, int ta, int tb, int M, int N, int K, const float *A, c
 }
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* OpenBLAS on the core the CPU calls for (frugal.h) */
     int reps = 10, threads = 0, rows = 2048;
     static const struct option lo[] = {{"reps", required_argument, 0, 'r'},
                                        {"threads", required_argument, 0, 't'},

@@ -74,6 +74,7 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* OpenBLAS on the core the CPU calls for (frugal.h) */
     const char *name = argc > 1 ? argv[1] : "gpt-tiny";
     int threads = argc > 2 ? atoi(argv[2]) : 1, reps = argc > 3 ? atoi(argv[3]) : 5;
     fr_ctx *ctx = fr_ctx_new();

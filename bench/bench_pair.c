@@ -188,6 +188,7 @@ static void side_json(const side *sd, const char *key, double median) {
 }
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* OpenBLAS on the core the CPU calls for (frugal.h) */
     pair_opts o;
     side a = {0}, b = {0};
     if (parse_args(argc, argv, &o, &a, &b)) return 2;

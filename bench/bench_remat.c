@@ -997,6 +997,7 @@ static const char *usage =
     "                   [--plan-only] [--quick]\n";
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* OpenBLAS on the core the CPU calls for (frugal.h) */
     static const struct option longs[] = {{"steps", required_argument, 0, 'n'},
                                           {"warmup", required_argument, 0, 'w'},
                                           {"threads", required_argument, 0, 't'},

@@ -110,6 +110,7 @@ static void json_num(char *buf, size_t n, float v) {
 }
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* OpenBLAS on the core the CPU calls for (frugal.h) */
     bench_opts o;
     if (parse_args(argc, argv, &o)) return 2;
     fr_optim_kind kind;

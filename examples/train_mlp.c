@@ -7,6 +7,7 @@
 #include <frugal.h>
 
 int main(int argc, char **argv) {
+    fr_cpu_setup(argv); /* first: OpenBLAS on the kernels this CPU calls for (a restart, once) */
     enum { N = 32, D = 1000 };
     const int steps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 300;
     fr_ctx *ctx = fr_ctx_new();
