@@ -14,7 +14,9 @@
 # Environment: ROUNDS [3], THREADS [2], BUILD [/tmp/build-bench],
 # RESULTS [/tmp/frugal-bench.jsonl] (every run's JSON line), STEPS_SCALE [1]
 # (multiplies the steps of every configuration), ONLY [all] (an extended
-# regular expression: only the configurations whose name matches).
+# regular expression: only the configurations whose name matches),
+# TORCH_CORETYPE [unset] (OPENBLAS_CORETYPE for PyTorch's runs: the peer on
+# the core frugal restarts on, where OpenBLAS picks a narrower one itself).
 set -euo pipefail
 # Both engines use OpenMP; passive waiting keeps idle threads from spinning on
 # this shared 2-core machine (spinning made step times vary 10x here).
@@ -55,14 +57,14 @@ if [ ! -e "$OPENBLAS_OMP/libblas.so.3" ]; then
 fi
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target bench_step >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target bench_step frugal_cli >/dev/null
 
 run_frugal() { # model batch optimizer steps
     OMP_NUM_THREADS=$THREADS "$BUILD/bench_step" --model "$1" --batch "$2" --optimizer "$3" \
         --steps "$4" --threads "$THREADS" --json
 }
 run_torch() {
-    OMP_NUM_THREADS=$THREADS LD_LIBRARY_PATH="$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    OMP_NUM_THREADS=$THREADS ${TORCH_CORETYPE:+OPENBLAS_CORETYPE=$TORCH_CORETYPE} LD_LIBRARY_PATH="$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         "$PY" bench/torch_step.py --model "$1" --batch "$2" --optimizer "$3" --steps "$4" \
         --threads "$THREADS" --json
 }
@@ -72,6 +74,11 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "$(git status --porcelain -- src include models 2>/dev/null)" ] && commit="$commit+dirty"
 : >"$RESULTS"
+# what runs on this host, for the table's header: the CPU, frugal's GEMM
+# and convolution providers and their probe (after frugal's BLAS restart)
+cpu_json=$(mktemp)
+trap 'rm -f "$cpu_json"' EXIT
+OMP_NUM_THREADS=$THREADS "$BUILD/frugal" devices --json >"$cpu_json" 2>/dev/null || echo '{}' >"$cpu_json"
 t_start=$SECONDS
 for ((r = 0; r < ROUNDS; r++)); do
     for cfg in "${CONFIGS[@]}"; do
@@ -96,10 +103,24 @@ echo
 echo "frugal vs PyTorch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null), $THREADS threads," \
     "$ROUNDS alternating rounds; measured $started ($commit), ${elapsed}s," \
     "load average $load_start -> $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-"$PY" - "$RESULTS" <<'EOF'
+"$PY" - "$RESULTS" "$cpu_json" <<'EOF'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
+cpu = json.load(open(sys.argv[2])).get("cpu")
+if cpu:
+    p = cpu["probe"]
+    fell = " (OpenBLAS chose %s: restarted)" % cpu["fell_back_from"] if cpu["fell_back_from"] else ""
+    print("CPU: %s (family %d model %d): %s" % (cpu["model"], cpu["family"], cpu["model_id"],
+                                               " ".join(cpu["features"])))
+    print("frugal: GEMM f32 %s%s %.0f GFLOP/s (oneDNN sgemm %.0f), bf16 %s %.0f GFLOP/s at %d^3; "
+          "conv %s; linear f32 %s" % (cpu["gemm_f32"], fell, p["gflops_blas_f32"],
+                                       p["gflops_onednn_f32"], cpu["gemm_bf16"], p["gflops_bf16"],
+                                       p["n"], cpu["conv"], cpu["linear_f32"]))
+tr = [x for r in runs if r["run"].get("impl") == "torch" and not r["run"].get("failed")
+      for x in [r["run"]]]
+if tr:
+    print("PyTorch: OpenBLAS %s, %s" % (tr[0].get("blas_core"), tr[0].get("cpu_capability")))
+print()
 order, cells = [], {}
 for r in runs:
     c = r["config"]
@@ -125,7 +146,8 @@ for c in order:
     rratio = f"{fr / tr:.3f}" if fr and tr else "-"
     print(f"| {c} | {fmt(ft, ms)} | {fmt(tt, ms)} | {tratio} | {fmt(fr, mib)} | {fmt(tr, mib)} | {rratio} |")
 print()
-print("time ratio = frugal / torch (goal <= 1); RSS ratio = frugal / torch (goal <= 0.25).")
+print("time ratio = frugal / torch (issue 23's goals: cnn and resnet <= 0.6, mlp-b1024 <= 0.9, the "
+      "others <= 0.8); RSS ratio = frugal / torch (<= 0.25).")
 print("Spread of the per-run medians (min-max ms/step):")
 for c in order:
     parts = []

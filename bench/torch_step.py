@@ -27,6 +27,7 @@ bench_step, and rss_after_import_bytes is the peak RSS before the model exists.
 """
 import argparse
 import json
+import re
 import os
 import resource
 import statistics
@@ -167,6 +168,27 @@ def parse_model(path):
 
 # ---- the benchmark ----------------------------------------------------------
 
+def blas_core(libs):
+    """The kernels the process's OpenBLAS runs (openblas_get_corename), or None."""
+    import ctypes
+    for path in libs:
+        try:
+            f = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        f.restype = ctypes.c_char_p
+        return f().decode()
+    return None
+
+
+def cpu_capability():
+    """ATen's vector kernels and oneDNN's version, from torch.__config__.show()."""
+    cfg = torch.__config__.show()
+    cap = re.search(r"CPU capability usage: (\S+)", cfg)
+    dnn = re.search(r"MKL-DNN v([0-9.]+)", cfg)
+    return "ATen %s, oneDNN %s" % (cap.group(1) if cap else "?", dnn.group(1) if dnn else "?")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="mlp")
@@ -227,6 +249,7 @@ def main():
         "peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_rss_bytes": rss,
         "rss_after_import_bytes": RSS_AFTER_IMPORT, "torch_version": torch.__version__,
         "blas_libraries": libs, "matmul_1024_gflops": round(gflops, 2), "blas_ok": blas_ok,
+        "blas_core": blas_core(libs), "cpu_capability": cpu_capability(),
     }
     if o.json:
         print(json.dumps(res))
