@@ -9,6 +9,17 @@
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
 
+/* a bf16 value as f32 by its bits (h << 16): exact, for loops that read
+ * bf16 directly (a signalling NaN stays one until arithmetic quiets it, as
+ * widening first would have done) */
+static inline float fr_bf16_bits(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
 /* values [off, off + n) of t as f32 (buf: n floats, used only for 16 bits) */
 static inline const float *in_f32(const fr_tensor *t, int64_t off, int64_t n, float *buf) {
     if (t->dtype == FR_F32) return (const float *)t->data + off;

@@ -64,6 +64,38 @@ static void plane_sum_dy_dyx(const float *restrict dy, const float *restrict x, 
     *sdy = a, *sdyx = b;
 }
 
+/* The same three on a bf16 x read in the loop (fr_bf16_bits): simdlen(4)
+ * keeps the lanes of the f32 loops above on the baseline ISA (without it
+ * the 16-bit loads make the vectorizer take 8), so the sums are those of
+ * the widened plane bit for bit, without widening it into a buffer first. */
+static float plane_sum_bf(const uint16_t *restrict p, int64_t n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s) simdlen(4)
+    for (int64_t i = 0; i < n; i++) s += fr_bf16_bits(p[i]);
+    return s;
+}
+
+static float plane_sumsq_dev_bf(const uint16_t *restrict p, int64_t n, float m_hi, float m_lo) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s) simdlen(4)
+    for (int64_t i = 0; i < n; i++) {
+        float d = (fr_bf16_bits(p[i]) - m_hi) - m_lo;
+        s += d * d;
+    }
+    return s;
+}
+
+static void plane_sum_dy_dyx_bf(const float *restrict dy, const uint16_t *restrict x, int64_t n,
+                                float m, float *sdy, float *sdyx) {
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b) simdlen(4)
+    for (int64_t i = 0; i < n; i++) {
+        a += dy[i];
+        b += dy[i] * ((fr_bf16_bits(x[i]) - m) - 0.0f);
+    }
+    *sdy = a, *sdyx = b;
+}
+
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C); y is x's shape
 // training: mean[c] = E[x], var[c] = E[(x - mean)^2] over (N,H,W); invstd = 1/sqrt(var + eps)
 //   y = (x - mean) invstd gamma + beta; saves mean, invstd (C);
@@ -74,12 +106,15 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     int64_t N, C, HW;
     int st = fr_kcheck_bn_dims(c, "batchnorm", &c->in[0].shape, &N, &C, &HW);
     if (st) return st;
-    /* x f32, or f16/bf16 (mixed precision's rounded conv output) widened a
-     * plane at a time */
+    /* x f32, bf16 read in the loops, or f16 widened a plane at a time
+     * (mixed precision's rounded conv output); y f32, or f16/bf16 rounded a
+     * plane at a time (what a rounding reader, ReLU, takes: precision.c) */
     const fr_tensor *x = &c->in[0];
+    const uint16_t *xh = x->dtype == FR_BF16 ? (const uint16_t *)x->data : NULL;
     const float *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
+    const int y16 = c->out[0].dtype != FR_F32;
     const int64_t cnt = N * HW;
     const int training = a->training;
     if ((st = fr_kcheck_bn_mode(c, N, HW, rmean && rvar))) return st;
@@ -87,6 +122,9 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
         return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: a 16-bit input with planes over %d values",
                        FR_HALF_PLANE_MAX);
+    if (y16 && HW > FR_HALF_OUT_PLANE_MAX)
+        return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm: a 16-bit output with planes over %d values",
+                       FR_HALF_OUT_PLANE_MAX);
     const double eps = a->eps, mom = a->momentum;
 
 #pragma omp parallel for schedule(static) if (N * C * HW >= NORM_PAR_MIN)
@@ -95,12 +133,17 @@ int fr_k_batchnorm(fr_kernel_call *c) {
         double mean, invstd;
         if (training) {
             double s = 0.0, q = 0.0;
-            for (int64_t n = 0; n < N; n++)
-                s += plane_sum(in_f32(x, (n * C + ch) * HW, HW, buf), HW);
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t o = (n * C + ch) * HW;
+                s += xh ? plane_sum_bf(xh + o, HW) : plane_sum(in_f32(x, o, HW, buf), HW);
+            }
             mean = s / (double)cnt;
             const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
-            for (int64_t n = 0; n < N; n++)
-                q += plane_sumsq_dev(in_f32(x, (n * C + ch) * HW, HW, buf), HW, m_hi, m_lo);
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t o = (n * C + ch) * HW;
+                q += xh ? plane_sumsq_dev_bf(xh + o, HW, m_hi, m_lo)
+                        : plane_sumsq_dev(in_f32(x, o, HW, buf), HW, m_hi, m_lo);
+            }
             double var = q / (double)cnt;
             invstd = 1.0 / sqrt(var + eps);
             if (smean) smean[ch] = (float)mean;
@@ -120,10 +163,20 @@ int fr_k_batchnorm(fr_kernel_call *c) {
         const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
         const float scale = (float)(g * invstd), b = beta ? beta[ch] : 0.0f;
         for (int64_t n = 0; n < N; n++) {
-            const float *xp = in_f32(x, (n * C + ch) * HW, HW, buf);
-            float *yp = y + (n * C + ch) * HW;
+            const int64_t o = (n * C + ch) * HW;
+            float ybuf[FR_HALF_OUT_PLANE_MAX];
+            float *yp = y16 ? ybuf : y + o;
+            if (xh) {
+                const uint16_t *xp = xh + o;
 #pragma omp simd
-            for (int64_t i = 0; i < HW; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
+                for (int64_t i = 0; i < HW; i++)
+                    yp[i] = ((fr_bf16_bits(xp[i]) - m_hi) - m_lo) * scale + b;
+            } else {
+                const float *xp = in_f32(x, o, HW, buf);
+#pragma omp simd
+                for (int64_t i = 0; i < HW; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
+            }
+            if (y16) out_store(&c->out[0], o, ybuf, HW);
         }
     }
     return FR_OK;
@@ -140,7 +193,8 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         return fr_fail(c->ctx, FR_ERR_ARG, "batchnorm_bwd: the saved mean and invstd are missing");
     if (fr_blk_in(&c->node->attr, 1)) return fr_k_batchnorm_bwd_blocked(c, N, C, HW);
     const float *dy = fr_f32(&c->in[0]), *gamma = fr_f32(&c->in[2]);
-    const fr_tensor *x = &c->in[1]; /* f32, or f16/bf16 widened a plane at a time */
+    const fr_tensor *x = &c->in[1]; /* f32, bf16 read in the loops, or f16 widened a plane */
+    const uint16_t *xh = x->dtype == FR_BF16 ? (const uint16_t *)x->data : NULL;
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "batchnorm_bwd: a 16-bit input with planes over %d values",
@@ -157,9 +211,10 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         const float m = smean[ch];
         double sdy = 0.0, sdyx = 0.0; /* sum dy, sum dy (x - mean) */
         for (int64_t n = 0; n < N; n++) {
+            const int64_t o = (n * C + ch) * HW;
             float a, b;
-            plane_sum_dy_dyx(dy + (n * C + ch) * HW, in_f32(x, (n * C + ch) * HW, HW, buf), HW, m,
-                             0.0f, &a, &b);
+            if (xh) plane_sum_dy_dyx_bf(dy + o, xh + o, HW, m, &a, &b);
+            else plane_sum_dy_dyx(dy + o, in_f32(x, o, HW, buf), HW, m, 0.0f, &a, &b);
             sdy += a, sdyx += b;
         }
         const double dg = sdyx * inv; /* sum dy xhat */
@@ -171,8 +226,23 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         const float k = (float)(g * inv), mdy = (float)(sdy / (double)cnt),
                     q = (float)(sdyx / (double)cnt * inv * inv);
         for (int64_t n = 0; n < N; n++) {
-            const float *xp = in_f32(x, (n * C + ch) * HW, HW, buf), *dyp = dy + (n * C + ch) * HW;
-            float *dxp = dx + (n * C + ch) * HW;
+            const int64_t o = (n * C + ch) * HW;
+            const float *dyp = dy + o;
+            float *dxp = dx + o;
+            if (xh) {
+                const uint16_t *xp = xh + o;
+                if (acc_x) {
+#pragma omp simd
+                    for (int64_t i = 0; i < HW; i++)
+                        dxp[i] += k * (dyp[i] - mdy - (fr_bf16_bits(xp[i]) - m) * q);
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < HW; i++)
+                        dxp[i] = k * (dyp[i] - mdy - (fr_bf16_bits(xp[i]) - m) * q);
+                }
+                continue;
+            }
+            const float *xp = in_f32(x, o, HW, buf);
             if (acc_x) {
 #pragma omp simd
                 for (int64_t i = 0; i < HW; i++) dxp[i] += k * (dyp[i] - mdy - (xp[i] - m) * q);

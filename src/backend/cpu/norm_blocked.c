@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/norm_blocked.h"
 #include "backend/cpu/reduce.h"
@@ -19,12 +20,7 @@
 #define CHUNKS 16 /* fixed chunks of the batch for the sums */
 #define MAX_BLK (FR_LAYOUT_MAX_C / CH)
 
-static inline float bf(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+#define bf fr_bf16_bits
 
 static inline float sq(float d) { return d * d; }
 
