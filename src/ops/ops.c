@@ -553,8 +553,8 @@ static int hi_act_bwd(const fr_graph *g, const fr_node *n, int j) {
     return j == 1;
 }
 
-/* max pooling's x and y, BatchNorm's x (both ways), a convolution's image
- * and y:
+/* max pooling's x and y, BatchNorm's x (both ways) and y, ReLU's x, a
+ * convolution's image and y:
  * where the context's backend says its kernel takes them, a limit of the
  * kernel (fr_backend.half_io; j = -1: out[0]) */
 static int hi_backend(const fr_graph *g, const fr_node *n, int j) {
@@ -608,7 +608,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_bw_global_avgpool, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, NULL, -1, 0, fl_elem),
-    ROWHO(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, NULL, ho_any),
+    ROWHO(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, hi_backend, ho_any),
     ROWH(RELU_BWD, "relu_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(GELU, "gelu", sh_same, fr_bw_by_input, -1, 0, fl_gelu, hi_backend, ho_any),
     ROWHO(GELU_BWD, "gelu_bwd", sh_grads, NULL, 0, 0, fl_gelu, hi_act_bwd, ho_gelu_bwd),
@@ -616,7 +616,8 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWH(SIGMOID_BWD, "sigmoid_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(TANH, "tanh", sh_same, fr_bw_by_output, 0, 0, fl_gelu, NULL, ho_any),
     ROWH(TANH_BWD, "tanh_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
-    ROWH(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm, hi_backend),
+    ROWHO(BATCHNORM, "batchnorm", sh_batchnorm, fr_bw_batchnorm, -1, 0, fl_norm, hi_backend,
+          ho_backend),
     ROWH(BATCHNORM_BWD, "batchnorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),
     ROWHO(LAYERNORM, "layernorm", sh_layernorm, fr_bw_layernorm, -1, 0, fl_norm, NULL, ho_backend),
     ROWH(LAYERNORM_BWD, "layernorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),

@@ -23,6 +23,19 @@ static int rounded_fwd(fr_op op, int j) {
     return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D ||
                       op == FR_OP_GELU || op == FR_OP_ATTENTION || op == FR_OP_BATCHNORM);
 }
+/* Whether forward node n reads input j rounded because what it makes is:
+ * ReLU, where its y is stored in 16 bits and no forward reader takes y in
+ * f32 (half_only, set below), reads a 16-bit x (max(round x, 0) is
+ * round(max(x, 0)) bit for bit), so that what feeds it, BatchNorm's y in a
+ * CNN, is made in 16 bits and not in f32 first; only where the backend's
+ * ReLU takes a 16-bit x. */
+static int rounds_through(const fr_graph *g, const fr_node *n, int j, const uint8_t *half_only,
+                          const int *origin) {
+    if (j != 0 || n->op != FR_OP_RELU || n->out[0] < 0) return 0;
+    const fr_op_info *info = fr_op_get(n->op);
+    return half_only[origin[n->out[0]]] && info->half_in && info->half_in(g, n, 0);
+}
+
 /* Whether input j of node n is an operand of its GEMM that the backend
  * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear
  * layer, and dy too in its backward; not the bias. A scaled linear node
@@ -85,7 +98,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     int n = *n_io, *order = *order_io;
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER), *f32_read = NULL; /* cast: store in half */
-    uint8_t *g16_only = NULL;
+    uint8_t *g16_only = NULL, *read_back = NULL, *half_only = NULL, *castable = NULL;
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
@@ -111,23 +124,20 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                   val->alias_of < 0 && p >= 0 && p < g->n_forward && g->nodes[p].out[0] == (int)v &&
                   g->nodes[p].op != FR_OP_VIEW;
     }
-    uint8_t *read_back = fr_calloc(ctx, nv0, FR_MEM_OTHER);
-    f32_read = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* some forward reader reads the f32 value */
-    if (!read_back || !f32_read) {
-        fr_free(ctx, read_back);
+    read_back = fr_calloc(ctx, nv0, FR_MEM_OTHER);
+    f32_read = fr_calloc(ctx, nv0, FR_MEM_OTHER);  /* some forward reader reads the f32 value */
+    half_only = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* stored in half, no f32 forward reader */
+    castable = fr_alloc(ctx, nv0, FR_MEM_OTHER);
+    if (!read_back || !f32_read || !half_only || !castable) {
         st = FR_ERR_NOMEM;
         goto done;
     }
+    memcpy(castable, cast, nv0);
     for (size_t v = 0; v < nv0; v++) /* a view shares the f32 storage */
         if (g->vals[v].alias_of >= 0) f32_read[origin[g->vals[v].alias_of]] = 1;
     for (size_t i = 0; i < nn0; i++) {
         const fr_node *nd = &g->nodes[i];
-        if (is_forward(g, (int)i, n_nodes0)) {
-            if ((int)i >= g->n_forward) continue; /* clones read what their originals read */
-            for (int j = 0; j < nd->n_in; j++)
-                if (nd->in[j] >= 0 && !rounded_fwd(nd->op, j)) f32_read[origin[nd->in[j]]] = 1;
-            continue;
-        }
+        if (is_forward(g, (int)i, n_nodes0)) continue;
         for (int j = 0; j < nd->n_in; j++) {
             int x = nd->in[j];
             if (x < 0) continue;
@@ -145,7 +155,26 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }
     }
     for (size_t v = 0; v < nv0; v++) cast[v] &= read_back[v] & store_half;
-    fr_free(ctx, read_back);
+    /* The forward readers, last first (a value's readers come after its
+     * producer), so that whether a ReLU's y has an f32 reader is known when
+     * the ReLU is reached (clones read what their originals read). A value
+     * a rounding-through reader takes is stored in half even where backward
+     * does not read it. */
+    for (int i = g->n_forward - 1; i >= 0; i--) {
+        const fr_node *nd = &g->nodes[i];
+        const int v = nd->out[0]; /* its readers all seen */
+        if (v >= 0 && (size_t)v < nv0 && origin[v] == v && cast[v] && !f32_read[v])
+            half_only[v] = 1;
+        for (int j = 0; j < nd->n_in; j++) {
+            const int x = nd->in[j];
+            if (x < 0 || rounded_fwd(nd->op, j)) continue;
+            if (store_half && rounds_through(g, nd, j, half_only, origin) && castable[origin[x]]) {
+                cast[origin[x]] = 1;
+                continue;
+            }
+            f32_read[origin[x]] = 1;
+        }
+    }
     /* g16: backward values (dy) whose every reader takes them as a 16-bit
      * GEMM operand, read directly (no view): their producer may write the
      * 16-bit value itself (the op table's half_out), no f32 copy is made */
@@ -194,7 +223,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                  * rounded values, finds the same maximum. */
                 fr_op op = g->nodes[i].op;
                 if (x < 0 || (size_t)x >= nv0 ||
-                    (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j)) ||
+                    (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j) &&
+                     !rounds_through(g, &g->nodes[i], j, half_only, origin)) ||
                     gemm16_slot(g16, &g->nodes[i], j))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
@@ -285,7 +315,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                     st = g->status;
                     goto done;
                 }
-                g->vals[hv[v]].saved = 1;
+                g->vals[hv[v]].saved = read_back[origin[v]];
                 g->vals[v].saved = 0;
             } else if (v >= 0 && (size_t)v < nv0 && cast[origin[v]]) {
                 int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
@@ -294,7 +324,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                     goto done;
                 }
                 hv[v] = h;
-                g->vals[h].saved = 1;
+                g->vals[h].saved = read_back[origin[v]];
                 g->vals[v].saved = 0;
                 EMIT(c);
             }
@@ -305,6 +335,9 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
 done:
     fr_free(ctx, cast);
     fr_free(ctx, f32_read);
+    fr_free(ctx, read_back);
+    fr_free(ctx, half_only);
+    fr_free(ctx, castable);
     fr_free(ctx, g16_only);
     fr_free(ctx, hv);
     if (st) {

@@ -134,7 +134,48 @@ static inline float gelu_tanh_grad(float v) {
 // clang-format on
 
 // y = max(x, 0)
-UNARY(fr_k_relu, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
+static UNARY(relu_f32, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
+
+    /* ReLU on a 16-bit x (the mixed-precision pass makes ReLU read its input
+ * rounded where every reader of y reads y rounded: max(round x, 0) is
+ * round(max(x, 0)) bit for bit, rounding being monotone with round(0) = 0):
+ * on the bits, a negative value (above -0, up to -inf) becomes +0 and a
+ * NaN is quieted, as rounding the f32 result would; y 16-bit of x's
+ * format, or f32. y may be x. */
+    static int relu_half(fr_kernel_call *c, int64_t n) {
+    const uint16_t *x = c->in[0].data;
+    const int f16 = c->in[0].dtype == FR_F16;
+    const uint16_t ninf = f16 ? 0xfc00u : 0xff80u, quiet = f16 ? 0x0200u : 0x0040u;
+    if (c->out[0].dtype == c->in[0].dtype) {
+        uint16_t *y = c->out[0].data;
+#pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = x[i], mag = h & 0x7fffu;
+            y[i] = h > 0x8000u && h <= ninf ? 0 : mag > (ninf & 0x7fffu) ? h | quiet : h;
+        }
+        return FR_OK;
+    }
+    if (c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "relu: a %s x with a %s y",
+                       fr_dtype_name(c->in[0].dtype), fr_dtype_name(c->out[0].dtype));
+    float *y = fr_f32(&c->out[0]);
+    const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t b = 0; b < nch; b++) {
+        const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
+        fr_half_to_f32_n_seq(x + o, y + o, (size_t)m, f16);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) y[o + i] = y[o + i] < 0.0f ? 0.0f : y[o + i];
+    }
+    return FR_OK;
+}
+
+int fr_k_relu(fr_kernel_call *c) {
+    if (c->in[0].dtype == FR_F32) return relu_f32(c);
+    int64_t n;
+    int st = fr_kcheck_same_numel(c, "relu", &n);
+    return st ? st : relu_half(c, n);
+}
 // dx = dy where y > 0, else 0
 BINARY_BWD(fr_k_relu_bwd, "relu_bwd", v > 0.0f ? d : 0.0f)
 

@@ -31,10 +31,11 @@ int fr_cpu_blocked_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_ADD:
     case FR_OP_COPY:
     case FR_OP_CAST: return FR_BLK_TIED;
-    /* x and y; dy, x and dx: the per-channel loops of norm.c (x f32 or bf16) */
+    /* x and y; dy, x and dx: the per-channel loops of norm_blocked.c (x f32
+     * or bf16; y f32 or 16-bit) */
     case FR_OP_BATCHNORM:
         if (j == 0) return dt == FR_F32 || dt == FR_BF16 ? FR_BLK_TIED : FR_BLK_NO;
-        return j == -1 && dt == FR_F32 ? FR_BLK_TIED : FR_BLK_NO;
+        return j == -1 ? FR_BLK_TIED : FR_BLK_NO;
     case FR_OP_BATCHNORM_BWD:
         if (j == 1) return dt == FR_F32 || dt == FR_BF16 ? FR_BLK_TIED : FR_BLK_NO;
         return (j == 0 || j == -1) && dt == FR_F32 ? FR_BLK_TIED : FR_BLK_NO;

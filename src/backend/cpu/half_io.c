@@ -37,9 +37,15 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         int64_t D = gm->ndim ? fr_shape_numel(gm) : (x->ndim ? x->d[x->ndim - 1] : 0);
         return j == 1 && D <= FR_HALF_PLANE_MAX;
     }
-    /* BatchNorm widens a plane of a 16-bit x on its stack (norm.c), or reads
-     * a blocked bf16 one in its loops (norm_blocked.c) */
-    case FR_OP_BATCHNORM: return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
+    /* BatchNorm reads a bf16 x in its loops (NCHW or blocked: norm.c,
+     * norm_blocked.c) or widens a plane of an f16 one on its stack, and
+     * rounds a plane of a 16-bit y there (NCHW; blocked, a run of
+     * positions) */
+    case FR_OP_BATCHNORM:
+        if (j == -1) return plane_of(&v[n->out[0]].shape) <= FR_HALF_OUT_PLANE_MAX;
+        return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
+    /* ReLU on a 16-bit x's bits (activation.c) */
+    case FR_OP_RELU: return j == 0;
     case FR_OP_MAXPOOL2D_BWD: /* dy, x, y: x */
     case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
         return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;

@@ -4,7 +4,8 @@
  * plane is summed in f32 (four interleaved partial sums a lane), images are
  * added in double over 16 fixed chunks of the batch, and the chunks in
  * order, so the bits depend on neither the thread count nor the schedule
- * (they differ from the NCHW kernel's in the last places). */
+ * (they differ from the NCHW kernel's in the last places). x f32 or bf16;
+ * y f32, or f16/bf16 rounded from the stack. */
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
@@ -19,6 +20,7 @@
 #define CH 16     /* channels a block */
 #define CHUNKS 16 /* fixed chunks of the batch for the sums */
 #define MAX_BLK (FR_LAYOUT_MAX_C / CH)
+#define Y_RUN 64 /* positions of a 16-bit y made in f32 on the stack, then rounded */
 
 #define bf fr_bf16_bits
 
@@ -113,6 +115,7 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
     const float *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
+    const int y16 = c->out[0].dtype != FR_F32; /* rounded Y_RUN positions at a time */
     const int64_t CB = C / CH, cnt = N * HW;
     const double eps = a->eps, mom = a->momentum;
     float m_hi[FR_LAYOUT_MAX_C], m_lo[FR_LAYOUT_MAX_C], scale[FR_LAYOUT_MAX_C],
@@ -154,18 +157,24 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
                     *sh = shift + b * CH;
         const float *xp = xbf ? NULL : (const float *)x + it * HW * CH;
         const uint16_t *xq = xbf ? (const uint16_t *)x + it * HW * CH : NULL;
-        float *yp = y + it * HW * CH;
-        for (int64_t i = 0; i < HW; i++) {
-            float xs[CH];
-            if (xbf) {
+        float yb[Y_RUN * CH];
+        for (int64_t i0 = 0; i0 < HW; i0 += Y_RUN) {
+            const int64_t i1 = i0 + Y_RUN < HW ? i0 + Y_RUN : HW;
+            float *yp = y16 ? yb - i0 * CH : y + it * HW * CH;
+            for (int64_t i = i0; i < i1; i++) {
+                float xs[CH];
+                if (xbf) {
 #pragma omp simd
-                for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
-            } else {
+                    for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
+                } else {
 #pragma omp simd
-                for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
+                    for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
+                }
+#pragma omp simd
+                for (int l = 0; l < CH; l++)
+                    yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
             }
-#pragma omp simd
-            for (int l = 0; l < CH; l++) yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+            if (y16) out_store(&c->out[0], (it * HW + i0) * CH, yb, (i1 - i0) * CH);
         }
     }
     return FR_OK;

@@ -302,6 +302,7 @@ static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_LAYERNORM:
     case FR_OP_LAYERNORM_BWD:
     case FR_OP_GELU:
+    case FR_OP_RELU:
     case FR_OP_BATCHNORM: return 0;
     case FR_OP_CONV2D: return j == -1 ? 0 : fr_cpu_backend.half_io(g, n, j);
     default: return fr_cpu_backend.half_io(g, n, j);
