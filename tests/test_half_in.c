@@ -8,7 +8,8 @@
  * that write a 16-bit output (the activations, max pooling) give the f32
  * call's result rounded, bit for bit. Added for issue 23: the tanh GELU's
  * 16-bit x, LayerNorm's 16-bit y and its backward's 16-bit x, a bf16 linear
- * layer's bias and bf16 y as its GEMM's epilogue. */
+ * layer's bias and bf16 y as its GEMM's epilogue; ReLU's 16-bit x (every
+ * pattern). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -439,6 +440,45 @@ static void test_act_out(fr_dtype dt, fr_op op, const char *name, int64_t n, int
     free(yh);
 }
 
+/* ReLU reading a 16-bit x (precision.c's rounding-through reader): over
+ * every 16-bit pattern (NaNs, infinities, subnormals, both zeros), a 16-bit
+ * y of the same format is the f32 call's y on the widened x rounded, bit for
+ * bit, in a separate buffer and in place; an f32 y is that call's y. */
+static void test_relu_in(fr_dtype dt) {
+    const int64_t n = 65536; /* above ACT_PAR_MIN: the thread team */
+    uint16_t *xh = malloc((size_t)n * 2), *yh = malloc((size_t)n * 2), *ip = malloc((size_t)n * 2);
+    float *xw = malloc((size_t)n * 4), *y32 = malloc((size_t)n * 4), *yw = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        xh[i] = ip[i] = (uint16_t)i;
+        xw[i] = dt == FR_F16 ? fr_f16_to_f32(xh[i]) : fr_bf16_to_f32(xh[i]);
+    }
+    fr_shape sh = fr_shape1(n);
+    call k;
+    call_init(&k, FR_OP_RELU, NULL);
+    k.c.in[0] = tf(xw, sh);
+    k.c.out[0] = tf(y32, sh);
+    CHECK(fr_k_relu(&k.c) == FR_OK, "relu f32");
+    const fr_tensor x16 = {.dtype = dt, .shape = sh, .data = xh};
+    k.c.in[0] = x16;
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = yh};
+    CHECK(fr_k_relu(&k.c) == FR_OK, "relu 16-bit x: %s", fr_last_error(g_ctx));
+    same_rounded(dt == FR_F16 ? "relu f16 x, every pattern" : "relu bf16 x, every pattern", dt, y32,
+                 yh, n);
+    k.c.in[0] = k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = ip};
+    CHECK(fr_k_relu(&k.c) == FR_OK, "relu 16-bit in place");
+    CHECK(memcmp(ip, yh, (size_t)n * 2) == 0, "relu 16-bit in place: other bits");
+    k.c.in[0] = x16;
+    k.c.out[0] = tf(yw, sh);
+    CHECK(fr_k_relu(&k.c) == FR_OK, "relu 16-bit x, f32 y");
+    CHECK(memcmp(yw, y32, (size_t)n * 4) == 0, "relu 16-bit x, f32 y: not the f32 call's bits");
+    call_init(&k, FR_OP_RELU, NULL);
+    fr_graph g0;
+    memset(&g0, 0, sizeof g0);
+    CHECK(fr_cpu_backend.half_io(&g0, &k.node, 0) && !fr_cpu_backend.half_io(&g0, &k.node, 1),
+          "relu offers its 16-bit x (and nothing else) on the CPU");
+    free(xh), free(yh), free(ip), free(xw), free(y32), free(yw);
+}
+
 /* The tanh GELU's backward writing a 16-bit dx (the dy of a bf16 GEMM), from
  * an f32 or a 16-bit saved x: the f32 call's dx rounded; adding into a
  * 16-bit dx is refused. */
@@ -571,6 +611,7 @@ int main(void) {
             test_act_out(dt, FR_OP_SIGMOID, "sigmoid", n, 0);
             test_act_out(dt, FR_OP_TANH, "tanh", n, 0);
         }
+        test_relu_in(dt);
         test_maxpool(dt, 7, 9, 2, 2);
         test_maxpool(dt, 8, 8, 2, 2);
         test_maxpool(dt, 9, 7, 3, 2);

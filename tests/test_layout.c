@@ -4,7 +4,8 @@
  *    bf16 x (mixed precision's rounded conv output), dgamma added into,
  *    against float64 references computed here from the NCHW values, with
  *    C 16 and 48, planes of 1, 15 and 49 values (the four-way partial sums'
- *    tails) and a mean far from 0 (var << mean^2);
+ *    tails) and a mean far from 0 (var << mean^2); a bf16 y (what ReLU
+ *    reads rounded in bf16-mixed): the f32 y rounded to nearest even;
  *  - global average pooling's blocked loops: the same bits as its NCHW
  *    kernel (the same order of the same double adds), both ways;
  *  - convolutions on oneDNN with x, y/dy and dx in nChw16c (all, or some):
@@ -15,7 +16,9 @@
  *    with the pass on and with FRUGAL_LAYOUT=plain: the pass blocks values
  *    only where oneDNN's convolutions run (none with FRUGAL_CONV=gemm), the
  *    losses and the SGD-updated weights agree, two runs give the same
- *    bits, and predicted = measured step memory, in fp32 and bf16-mixed.
+ *    bits, and predicted = measured step memory, in fp32 and bf16-mixed;
+ *    in bf16-mixed, the ReLUs whose y only convolutions read take a bf16 x
+ *    from their BatchNorm (precision.c), the others f32 (a hand count).
  *
  * Bounds (u = 2^-24). A plane's f32 sum of HW values in four partial sums
  * errs by at most (HW/4 + 2) u of its terms' absolute sum, the double adds
@@ -183,6 +186,19 @@ static void test_bn(const bn_case *k, int xbf, int blocked) {
            blocked ? "nChw16c" : "NCHW", k->N, k->C, (long long)HW, k->training ? "train" : "eval",
            k->offset, xbf ? "bf16" : "f32", worst);
 
+    { /* a bf16 y (bf16-mixed, where ReLU reads y rounded): the f32 y rounded */
+        uint16_t *yh = malloc(n_el * sizeof *yh);
+        float *sm2 = malloc(C * sizeof *sm2), *si2 = malloc(C * sizeof *si2);
+        c.out[0] = tens(FR_BF16, xs, yh), c.out[1] = tens(FR_F32, cs, sm2),
+        c.out[2] = tens(FR_F32, cs, si2);
+        st = fr_k_batchnorm(&c);
+        CHECK(st == FR_OK, "batchnorm, bf16 y: %s", fr_last_error(g_ctx));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n_el; i++) bad += yh[i] != fr_f32_to_bf16(y[i]);
+        CHECK(bad == 0, "batchnorm %s, bf16 y: %lld values are not the f32 y rounded",
+              blocked ? "nChw16c" : "NCHW", (long long)bad);
+        free(yh), free(sm2), free(si2);
+    }
     if (k->training) { /* the backward from the saved statistics */
         fr_node nb;
         memset(&nb, 0, sizeof nb);
@@ -486,6 +502,35 @@ static int child_steps(const char *mode, fr_precision prec, const char *path) {
             CHECK(val->shape.ndim == 4 && val->shape.d[1] % 16 == 0 && val->kind == FR_VAL_STEP,
                   "value %zu blocked: ndim %d, C %lld, kind %d", v, val->shape.ndim,
                   (long long)val->shape.d[1], (int)val->kind);
+        }
+        if (prec == FR_PREC_BF16_MIXED && fr_conv_dnnl_for(FR_BF16)) {
+            /* ReLU reads its x rounded where only convolutions read its y
+             * (precision.c): each residual block's inner ReLU (6 blocks),
+             * whose BatchNorm then writes a bf16 y, and the two after an add
+             * whose y feeds a block with a downsampling convolution (the
+             * add's y rounded by a cast); the stem's ReLU and those whose y
+             * the next shortcut adds in f32 read f32 */
+            int bf_in = 0, f32_in = 0, bn_bf = 0;
+            for (int i = 0; i < s->g.n_forward; i++) {
+                const fr_node *nd = &s->g.nodes[i];
+                if (nd->op != FR_OP_RELU) continue;
+                int conv_only = 1;
+                for (int r = 0; r < s->g.n_forward; r++)
+                    for (int j = 0; j < s->g.nodes[r].n_in; j++)
+                        if (s->g.nodes[r].in[j] == nd->out[0] && s->g.nodes[r].op != FR_OP_CONV2D)
+                            conv_only = 0;
+                const fr_value *xin = &s->g.vals[nd->in[0]];
+                const int p = xin->producer;
+                if (xin->dtype == FR_BF16) bf_in++;
+                if (xin->dtype == FR_F32) f32_in++;
+                if (p >= 0 && s->g.nodes[p].op == FR_OP_BATCHNORM && xin->dtype == FR_BF16) bn_bf++;
+                CHECK(conv_only == (xin->dtype == FR_BF16),
+                      "relu node %d: y read by convolutions only %d, x %s", i, conv_only,
+                      fr_dtype_name(xin->dtype));
+            }
+            CHECK(bf_in == 8 && bn_bf == 6 && f32_in == 5,
+                  "ReLUs reading bf16 %d (from BatchNorm %d), f32 %d: want 8, 6 and 5", bf_in,
+                  bn_bf, f32_in);
         }
         float *x = malloc((size_t)BATCH * 28 * 28 * sizeof *x);
         int32_t y[BATCH];

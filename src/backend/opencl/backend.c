@@ -284,10 +284,10 @@ static void cl_event_times(void *event, double *start_us, double *end_us) {
  * values and memory those of the host's step (tests/test_golden.sh). Except
  * where the CPU's kernels do what the device's do not: a bf16 GEMM's 16-bit
  * y (no bf16 GEMM here), LayerNorm's 16-bit y and its backward's 16-bit x,
- * GELU's 16-bit x (elementwise.cl reads an f32 x), attention's 16-bit qkv
- * and y, BatchNorm's 16-bit x and a convolution's 16-bit y; the values are
- * the same
- * (a CAST does the rounding or widening), the memory a little more. */
+ * GELU's and ReLU's 16-bit x (elementwise.cl reads an f32 x), attention's
+ * 16-bit qkv and y, BatchNorm's 16-bit x and y and a convolution's 16-bit
+ * y; the values are the same (a CAST does the rounding or widening), the
+ * memory a little more. */
 /* The fused SGD step's weight gradient, whole (opencl/gemm.c). */
 static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
     (void)ctx, (void)rows;
