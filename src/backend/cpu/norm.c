@@ -96,6 +96,39 @@ static void plane_sum_dy_dyx_bf(const float *restrict dy, const uint16_t *restri
     *sdy = a, *sdyx = b;
 }
 
+/* A plane of y = ((x - m_hi) - m_lo) scale + b, x f32 (xp) or bf16 (xh);
+ * element-wise, so cloned for the CPU's widest vectors with the same bits. */
+FR_V3_CLONES static void plane_affine(const float *restrict xp, const uint16_t *restrict xh,
+                                      int64_t n, float m_hi, float m_lo, float scale, float b,
+                                      float *restrict yp) {
+    if (xh) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) yp[i] = ((fr_bf16_bits(xh[i]) - m_hi) - m_lo) * scale + b;
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
+    }
+}
+
+/* A plane of dx = k (dy - mdy - (x - m) q), or added into dx (acc) */
+FR_V3_CLONES static void plane_dx(const float *restrict xp, const uint16_t *restrict xh,
+                                  const float *restrict dy, float *restrict dx, int64_t n, float k,
+                                  float mdy, float m, float q, int acc) {
+    if (xh && acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += k * (dy[i] - mdy - (fr_bf16_bits(xh[i]) - m) * q);
+    } else if (xh) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = k * (dy[i] - mdy - (fr_bf16_bits(xh[i]) - m) * q);
+    } else if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += k * (dy[i] - mdy - (xp[i] - m) * q);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = k * (dy[i] - mdy - (xp[i] - m) * q);
+    }
+}
+
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C); y is x's shape
 // training: mean[c] = E[x], var[c] = E[(x - mean)^2] over (N,H,W); invstd = 1/sqrt(var + eps)
 //   y = (x - mean) invstd gamma + beta; saves mean, invstd (C);
@@ -166,16 +199,8 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             const int64_t o = (n * C + ch) * HW;
             float ybuf[FR_HALF_OUT_PLANE_MAX];
             float *yp = y16 ? ybuf : y + o;
-            if (xh) {
-                const uint16_t *xp = xh + o;
-#pragma omp simd
-                for (int64_t i = 0; i < HW; i++)
-                    yp[i] = ((fr_bf16_bits(xp[i]) - m_hi) - m_lo) * scale + b;
-            } else {
-                const float *xp = in_f32(x, o, HW, buf);
-#pragma omp simd
-                for (int64_t i = 0; i < HW; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
-            }
+            plane_affine(xh ? NULL : in_f32(x, o, HW, buf), xh ? xh + o : NULL, HW, m_hi, m_lo,
+                         scale, b, yp);
             if (y16) out_store(&c->out[0], o, ybuf, HW);
         }
     }
@@ -227,29 +252,8 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
                     q = (float)(sdyx / (double)cnt * inv * inv);
         for (int64_t n = 0; n < N; n++) {
             const int64_t o = (n * C + ch) * HW;
-            const float *dyp = dy + o;
-            float *dxp = dx + o;
-            if (xh) {
-                const uint16_t *xp = xh + o;
-                if (acc_x) {
-#pragma omp simd
-                    for (int64_t i = 0; i < HW; i++)
-                        dxp[i] += k * (dyp[i] - mdy - (fr_bf16_bits(xp[i]) - m) * q);
-                } else {
-#pragma omp simd
-                    for (int64_t i = 0; i < HW; i++)
-                        dxp[i] = k * (dyp[i] - mdy - (fr_bf16_bits(xp[i]) - m) * q);
-                }
-                continue;
-            }
-            const float *xp = in_f32(x, o, HW, buf);
-            if (acc_x) {
-#pragma omp simd
-                for (int64_t i = 0; i < HW; i++) dxp[i] += k * (dyp[i] - mdy - (xp[i] - m) * q);
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < HW; i++) dxp[i] = k * (dyp[i] - mdy - (xp[i] - m) * q);
-            }
+            plane_dx(xh ? NULL : in_f32(x, o, HW, buf), xh ? xh + o : NULL, dy + o, dx + o, HW, k,
+                     mdy, m, q, acc_x);
         }
     }
     return FR_OK;

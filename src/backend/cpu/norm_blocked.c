@@ -51,19 +51,20 @@ static inline float sq(float d) { return d * d; }
 /* Per lane of block b: part[(b CHUNKS + k) CH + l] = the sums of chunk k
  * (images N k / CHUNKS ..) of x (kind 0), of ((x - m_hi) - m_lo)^2 (kind
  * 1), or of dy (kind 2), with part2 the sums of dy (x - m_hi) there. x is
- * f32, or bf16 (xbf). */
-static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
-                       int64_t HW, const float *m_hi, const float *m_lo, double *part,
-                       double *part2) {
-#pragma omp parallel for schedule(static) if (N * CB * HW * CH >= 16384)
-    for (int64_t it = 0; it < CB * CHUNKS; it++) {
-        const int64_t b = it / CHUNKS, k = it % CHUNKS;
-        double acc[CH] = {0}, acc2[CH] = {0};
-        const float *mh = m_hi ? m_hi + b * CH : NULL, *ml = m_lo ? m_lo + b * CH : NULL;
-        for (int64_t n = N * k / CHUNKS; n < N * (k + 1) / CHUNKS; n++) {
-            const int64_t base = (n * CB + b) * HW * CH;
-            const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
-            const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
+ * f32, or bf16 (xbf). chunk_one makes item it = b CHUNKS + k; it and the
+ * loops below are cloned for the CPU's widest vectors (FR_V3_CLONES): every
+ * sum runs along one lane in a fixed order, so each clone gives the same
+ * bits. */
+FR_V3_CLONES static void chunk_one(int kind, const void *xv, int xbf, const float *dy, int64_t N,
+                                   int64_t CB, int64_t HW, const float *m_hi, const float *m_lo,
+                                   int64_t it, double *part, double *part2) {
+    const int64_t b = it / CHUNKS, k = it % CHUNKS;
+    double acc[CH] = {0}, acc2[CH] = {0};
+    const float *mh = m_hi ? m_hi + b * CH : NULL, *ml = m_lo ? m_lo + b * CH : NULL;
+    for (int64_t n = N * k / CHUNKS; n < N * (k + 1) / CHUNKS; n++) {
+        const int64_t base = (n * CB + b) * HW * CH;
+        const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
+        const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
 #define X_(i, l) x[(i)*CH + (l)]
 #define XH_(i, l) bf(xh[(i)*CH + (l)])
 #define DEV2_(i, l) sq(((x[(i)*CH + (l)] - mh[l]) - ml[l]))
@@ -71,15 +72,15 @@ static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64
 #define DY_(i, l) g[(i)*CH + (l)]
 #define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mh[l]))
 #define DYXH_(i, l) (g[(i)*CH + (l)] * (bf(xh[(i)*CH + (l)]) - mh[l]))
-            if (kind == 0 && xbf) PLANE_SUMS(acc, XH_);
-            else if (kind == 0) PLANE_SUMS(acc, X_);
-            else if (kind == 1 && xbf) PLANE_SUMS(acc, DEV2H_);
-            else if (kind == 1) PLANE_SUMS(acc, DEV2_);
-            else {
-                PLANE_SUMS(acc, DY_);
-                if (xbf) PLANE_SUMS(acc2, DYXH_);
-                else PLANE_SUMS(acc2, DYX_);
-            }
+        if (kind == 0 && xbf) PLANE_SUMS(acc, XH_);
+        else if (kind == 0) PLANE_SUMS(acc, X_);
+        else if (kind == 1 && xbf) PLANE_SUMS(acc, DEV2H_);
+        else if (kind == 1) PLANE_SUMS(acc, DEV2_);
+        else {
+            PLANE_SUMS(acc, DY_);
+            if (xbf) PLANE_SUMS(acc2, DYXH_);
+            else PLANE_SUMS(acc2, DYX_);
+        }
 #undef X_
 #undef XH_
 #undef DEV2_
@@ -87,12 +88,19 @@ static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64
 #undef DY_
 #undef DYX_
 #undef DYXH_
-        }
-        for (int l = 0; l < CH; l++) {
-            part[it * CH + l] = acc[l];
-            if (part2) part2[it * CH + l] = acc2[l];
-        }
     }
+    for (int l = 0; l < CH; l++) {
+        part[it * CH + l] = acc[l];
+        if (part2) part2[it * CH + l] = acc2[l];
+    }
+}
+
+static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
+                       int64_t HW, const float *m_hi, const float *m_lo, double *part,
+                       double *part2) {
+#pragma omp parallel for schedule(static) if (N * CB * HW * CH >= 16384)
+    for (int64_t it = 0; it < CB * CHUNKS; it++)
+        chunk_one(kind, xv, xbf, dy, N, CB, HW, m_hi, m_lo, it, part, part2);
 }
 
 /* The chunks of channel c = b CH + l, in order. */
@@ -101,6 +109,34 @@ static double total(const double *part, int64_t c) {
     double s = 0.0;
     for (int k = 0; k < CHUNKS; k++) s += part[(b * CHUNKS + k) * CH + l];
     return s;
+}
+
+/* y of image and block it = n CB + b: ((x - m_hi) - m_lo) scale + shift */
+FR_V3_CLONES static void bn_y_block(fr_kernel_call *c, const void *x, int xbf, float *y, int y16,
+                                    int64_t HW, int64_t it, int64_t b, const float *m_hi,
+                                    const float *m_lo, const float *scale, const float *shift) {
+    const float *mh = m_hi + b * CH, *ml = m_lo + b * CH, *sc = scale + b * CH,
+                *sh = shift + b * CH;
+    const float *xp = xbf ? NULL : (const float *)x + it * HW * CH;
+    const uint16_t *xq = xbf ? (const uint16_t *)x + it * HW * CH : NULL;
+    float yb[Y_RUN * CH];
+    for (int64_t i0 = 0; i0 < HW; i0 += Y_RUN) {
+        const int64_t i1 = i0 + Y_RUN < HW ? i0 + Y_RUN : HW;
+        float *yp = y16 ? yb - i0 * CH : y + it * HW * CH;
+        for (int64_t i = i0; i < i1; i++) {
+            float xs[CH];
+            if (xbf) {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
+            } else {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
+            }
+#pragma omp simd
+            for (int l = 0; l < CH; l++) yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+        }
+        if (y16) out_store(&c->out[0], (it * HW + i0) * CH, yb, (i1 - i0) * CH);
+    }
 }
 
 int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) {
@@ -151,33 +187,40 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
         shift[ch] = beta ? beta[ch] : 0.0f;
     }
 #pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
-    for (int64_t it = 0; it < N * CB; it++) {
-        const int64_t b = it % CB;
-        const float *mh = m_hi + b * CH, *ml = m_lo + b * CH, *sc = scale + b * CH,
-                    *sh = shift + b * CH;
-        const float *xp = xbf ? NULL : (const float *)x + it * HW * CH;
-        const uint16_t *xq = xbf ? (const uint16_t *)x + it * HW * CH : NULL;
-        float yb[Y_RUN * CH];
-        for (int64_t i0 = 0; i0 < HW; i0 += Y_RUN) {
-            const int64_t i1 = i0 + Y_RUN < HW ? i0 + Y_RUN : HW;
-            float *yp = y16 ? yb - i0 * CH : y + it * HW * CH;
-            for (int64_t i = i0; i < i1; i++) {
-                float xs[CH];
-                if (xbf) {
+    for (int64_t it = 0; it < N * CB; it++)
+        bn_y_block(c, x, xbf, y, y16, HW, it, it % CB, m_hi, m_lo, scale, shift);
+    return FR_OK;
+}
+
+/* dx of image and block it = n CB + b: k (dy - mdy - (x - m) q), or added */
+FR_V3_CLONES static void bn_dx_block(const fr_tensor *x, int xbf, const float *dy, float *dx,
+                                     int acc_x, int64_t HW, int64_t it, int64_t b, const float *m,
+                                     const float *k, const float *mdy, const float *q) {
+    const int64_t o = it * HW * CH;
+    const float *mb = m + b * CH, *kb = k + b * CH, *db = mdy + b * CH, *qb = q + b * CH;
+    const float *xf = xbf ? NULL : (const float *)x->data + o;
+    const uint16_t *xh = xbf ? (const uint16_t *)x->data + o : NULL;
+    const float *dyp = dy + o;
+    float *dxp = dx + o;
+    for (int64_t i = 0; i < HW * CH; i += CH) {
+        float xs[CH], v[CH];
+        if (xbf) {
 #pragma omp simd
-                    for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
-                } else {
+            for (int l = 0; l < CH; l++) xs[l] = bf(xh[i + l]);
+        } else {
 #pragma omp simd
-                    for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
-                }
+            for (int l = 0; l < CH; l++) xs[l] = xf[i + l];
+        }
 #pragma omp simd
-                for (int l = 0; l < CH; l++)
-                    yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
-            }
-            if (y16) out_store(&c->out[0], (it * HW + i0) * CH, yb, (i1 - i0) * CH);
+        for (int l = 0; l < CH; l++) v[l] = kb[l] * (dyp[i + l] - db[l] - (xs[l] - mb[l]) * qb[l]);
+        if (acc_x) {
+#pragma omp simd
+            for (int l = 0; l < CH; l++) dxp[i + l] += v[l];
+        } else {
+#pragma omp simd
+            for (int l = 0; l < CH; l++) dxp[i + l] = v[l];
         }
     }
-    return FR_OK;
 }
 
 int fr_k_batchnorm_bwd_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) {
@@ -210,33 +253,7 @@ int fr_k_batchnorm_bwd_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t 
     }
     if (!dx || cnt == 0) return FR_OK;
 #pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
-    for (int64_t it = 0; it < N * CB; it++) {
-        const int64_t b = it % CB, o = it * HW * CH;
-        const float *mb = m + b * CH, *kb = k + b * CH, *db = mdy + b * CH, *qb = q + b * CH;
-        const float *xf = xbf ? NULL : (const float *)x->data + o;
-        const uint16_t *xh = xbf ? (const uint16_t *)x->data + o : NULL;
-        const float *dyp = dy + o;
-        float *dxp = dx + o;
-        for (int64_t i = 0; i < HW * CH; i += CH) {
-            float xs[CH], v[CH];
-            if (xbf) {
-#pragma omp simd
-                for (int l = 0; l < CH; l++) xs[l] = bf(xh[i + l]);
-            } else {
-#pragma omp simd
-                for (int l = 0; l < CH; l++) xs[l] = xf[i + l];
-            }
-#pragma omp simd
-            for (int l = 0; l < CH; l++)
-                v[l] = kb[l] * (dyp[i + l] - db[l] - (xs[l] - mb[l]) * qb[l]);
-            if (acc_x) {
-#pragma omp simd
-                for (int l = 0; l < CH; l++) dxp[i + l] += v[l];
-            } else {
-#pragma omp simd
-                for (int l = 0; l < CH; l++) dxp[i + l] = v[l];
-            }
-        }
-    }
+    for (int64_t it = 0; it < N * CB; it++)
+        bn_dx_block(x, xbf, dy, dx, acc_x, HW, it, it % CB, m, k, mdy, q);
     return FR_OK;
 }
