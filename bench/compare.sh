@@ -64,7 +64,7 @@ run_frugal() { # model batch optimizer steps
         --steps "$4" --threads "$THREADS" --json
 }
 run_torch() {
-    OMP_NUM_THREADS=$THREADS ${TORCH_CORETYPE:+OPENBLAS_CORETYPE=$TORCH_CORETYPE} LD_LIBRARY_PATH="$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    env OMP_NUM_THREADS="$THREADS" ${TORCH_CORETYPE:+OPENBLAS_CORETYPE=$TORCH_CORETYPE} LD_LIBRARY_PATH="$OPENBLAS_OMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         "$PY" bench/torch_step.py --model "$1" --batch "$2" --optimizer "$3" --steps "$4" \
         --threads "$THREADS" --json
 }
