@@ -46,7 +46,8 @@ done
 med() { awk -v k="$1" '$1 == k {print $2}' "$tmp" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 {
     echo "# bench/gpt_autocast.sh: gpt-tiny, batch 8, T 256, AdamW, 2 threads, $ROUNDS rounds, $(date -u +%Y-%m-%d)"
-    echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; $(git rev-parse --short HEAD)"
+    echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p')), $(nproc) cores; $(git rev-parse --short HEAD)"
+    echo "# frugal: $("$BUILD/frugal" devices 2>/dev/null | head -1 | sed 's/^cpu *//; s/^[^;]*; //')"
     echo
     echo "| precision | frugal ms/step | PyTorch 1.13 ms/step | frugal / PyTorch |"
     echo "|---|---:|---:|---:|"
