@@ -101,6 +101,31 @@ __attribute__((target("avx512f"))) static inline corners load_corners(const floa
     return w;
 }
 
+/* the same from a bf16 plane's rows (read as their exact f32 values,
+ * fr_bf16_bits: x << 16), so that a bf16 x is not widened a plane first */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline corners
+load_corners_bf(const uint16_t *r0, const uint16_t *r1, int n) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __mmask16 k0, k1;
+    row_masks(n, &k0, &k1);
+#define WIDEN_(k, p)     \
+    _mm512_castsi512_ps( \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((k), (p))), 16))
+    const __m512 x0 = WIDEN_(k0, r0), x1 = WIDEN_(k1, r0 + 16);
+    const __m512 y0 = WIDEN_(k0, r1), y1 = WIDEN_(k1, r1 + 16);
+#undef WIDEN_
+    corners w = {_mm512_permutex2var_ps(x0, ev, x1), _mm512_permutex2var_ps(x0, od, x1),
+                 _mm512_permutex2var_ps(y0, ev, y1), _mm512_permutex2var_ps(y0, od, y1),
+                 n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1)};
+    return w;
+}
+
+/* AVX512BW and VL too, for load_corners_bf's 16-bit masked loads */
+static int pool512bw_ok(void) {
+    return pool512_ok() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
 /* m = max2's chain (b > a ? b : a, then c, then d); 0 when a lane holds a NaN */
 __attribute__((target("avx512f"))) static inline int max_corners(const corners *w, __m512 *m) {
     const __mmask16 nan = _mm512_mask_cmp_ps_mask(w->k, w->a, w->b, _CMP_UNORD_Q) |
@@ -112,20 +137,26 @@ __attribute__((target("avx512f"))) static inline int max_corners(const corners *
     return 1;
 }
 
-__attribute__((target("avx512f"))) static int max16(const float *r0, const float *r1, int n,
-                                                    float *y) {
-    const corners w = load_corners(r0, r1, n);
+/* y of n <= 16 windows from their corners (load_corners or load_corners_bf) */
+__attribute__((target("avx512f"), always_inline)) static inline int max16w(corners w, float *y) {
     __m512 m;
     if (!max_corners(&w, &m)) return 0;
     _mm512_mask_storeu_ps(y, w.k, m);
     return 1;
 }
+__attribute__((target("avx512f"))) static int max16(const float *r0, const float *r1, int n,
+                                                    float *y) {
+    return max16w(load_corners(r0, r1, n), y);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static int
+max16_bf(const uint16_t *r0, const uint16_t *r1, int n, float *y) {
+    return max16w(load_corners_bf(r0, r1, n), y);
+}
 
 /* dx's 2n values of each row from dy's n (g): dy where the window's first
  * maximum is, +0 elsewhere (argmax2, keep_if); added into dx when acc */
-__attribute__((target("avx512f"))) static int
-grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1, int acc) {
-    const corners w = load_corners(r0, r1, n);
+__attribute__((target("avx512f"), always_inline)) static inline int
+grad16w(corners w, const float *g, int n, float *d0, float *d1, int acc) {
     __m512 m;
     if (!max_corners(&w, &m)) return 0;
     const __mmask16 e0 = _mm512_cmp_ps_mask(w.a, m, _CMP_EQ_OQ);
@@ -150,9 +181,18 @@ grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float
     }
     return 1;
 }
+__attribute__((target("avx512f"))) static int
+grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1, int acc) {
+    return grad16w(load_corners(r0, r1, n), g, n, d0, d1, acc);
+}
 #else /* no AVX-512 here: the scalar code only (these never run) */
 static int pool512_ok(void) { return 0; }
+static int pool512bw_ok(void) { return 0; }
 static int max16(const float *r0, const float *r1, int n, float *y) {
+    (void)r0, (void)r1, (void)n, (void)y;
+    return 0;
+}
+static int max16_bf(const uint16_t *r0, const uint16_t *r1, int n, float *y) {
     (void)r0, (void)r1, (void)n, (void)y;
     return 0;
 }
@@ -177,9 +217,35 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
     const int v512 = pool512_ok();
+    /* a bf16 x of 2x2 stride-2 windows is read as it is (load_corners_bf) */
+    const uint16_t *xbf = c->in[0].dtype == FR_BF16 && K == 2 && S == 2 && pool512bw_ok()
+                              ? (const uint16_t *)c->in[0].data
+                              : NULL;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
         float buf[FR_HALF_PLANE_MAX], obuf[FR_HALF_OUT_PLANE_MAX];
+        if (xbf) { /* 16 windows at once; a group with a NaN or the row's tail by max2 */
+            const uint16_t *xq = xbf + p * H * W;
+            float *yp = half_out ? obuf : y + p * OH * OW;
+            for (int64_t oh = 0; oh < OH; oh++) {
+                const uint16_t *q0 = xq + 2 * oh * W, *q1 = q0 + W;
+                float *yr = yp + oh * OW;
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    if (ow % 16 == 0) {
+                        const int n = OW - ow < 16 ? (int)(OW - ow) : 16;
+                        if (max16_bf(q0 + 2 * ow, q1 + 2 * ow, n, yr + ow)) {
+                            ow += n - 1;
+                            continue;
+                        }
+                    }
+                    const int64_t i = 2 * ow;
+                    yr[ow] = max2(fr_bf16_bits(q0[i]), fr_bf16_bits(q0[i + 1]), fr_bf16_bits(q1[i]),
+                                  fr_bf16_bits(q1[i + 1]));
+                }
+            }
+            if (half_out) out_store(&c->out[0], p * OH * OW, obuf, OH * OW);
+            continue;
+        }
         const float *xp = in_f32(&c->in[0], p * H * W, H * W, buf);
         /* a 16-bit output plane is made in f32 and rounded: each value is
          * one of the inputs, so exact when they are 16-bit too */
