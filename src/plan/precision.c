@@ -23,17 +23,22 @@ static int rounded_fwd(fr_op op, int j) {
     return j == 0 && (op == FR_OP_MAXPOOL2D || op == FR_OP_LINEAR || op == FR_OP_CONV2D ||
                       op == FR_OP_GELU || op == FR_OP_ATTENTION || op == FR_OP_BATCHNORM);
 }
-/* Whether forward node n reads input j rounded because what it makes is:
+/* Whether forward node n may read input j rounded because what it makes is:
  * ReLU, where its y is stored in 16 bits and no forward reader takes y in
  * f32 (half_only, set below), reads a 16-bit x (max(round x, 0) is
  * round(max(x, 0)) bit for bit), so that what feeds it, BatchNorm's y in a
  * CNN, is made in 16 bits and not in f32 first; only where the backend's
- * ReLU takes a 16-bit x. */
+ * ReLU takes a 16-bit x and x's producer writes 16 bits itself (else a CAST
+ * would round it: one pass more, not less). Decided once, on the graph
+ * before the pass (through[], by ReLU's y: a recomputed clone does what
+ * its original does). */
 static int rounds_through(const fr_graph *g, const fr_node *n, int j, const uint8_t *half_only,
                           const int *origin) {
-    if (j != 0 || n->op != FR_OP_RELU || n->out[0] < 0) return 0;
-    const fr_op_info *info = fr_op_get(n->op);
-    return half_only[origin[n->out[0]]] && info->half_in && info->half_in(g, n, 0);
+    if (j != 0 || n->op != FR_OP_RELU || n->out[0] < 0 || n->in[0] < 0) return 0;
+    const int p = g->vals[n->in[0]].producer;
+    const fr_op_info *info = fr_op_get(n->op), *pi = p >= 0 ? fr_op_get(g->nodes[p].op) : NULL;
+    return half_only[origin[n->out[0]]] && info->half_in && info->half_in(g, n, 0) && pi &&
+           pi->half_out && pi->half_out(g, &g->nodes[p]);
 }
 
 /* Whether input j of node n is an operand of its GEMM that the backend
@@ -99,6 +104,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     size_t nv0 = g->n_vals, nn0 = g->n_nodes;
     uint8_t *cast = fr_calloc(ctx, nv0, FR_MEM_OTHER), *f32_read = NULL; /* cast: store in half */
     uint8_t *g16_only = NULL, *read_back = NULL, *half_only = NULL, *castable = NULL;
+    uint8_t *through = NULL; /* by a ReLU's y: that ReLU reads its x rounded */
     int *hv = fr_alloc(ctx, nv0 * sizeof *hv, FR_MEM_OTHER);
     size_t cap = (size_t)n * 3 + 16, k = 0;
     int *out = fr_alloc(ctx, cap * sizeof *out, FR_MEM_OTHER);
@@ -128,7 +134,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     f32_read = fr_calloc(ctx, nv0, FR_MEM_OTHER);  /* some forward reader reads the f32 value */
     half_only = fr_calloc(ctx, nv0, FR_MEM_OTHER); /* stored in half, no f32 forward reader */
     castable = fr_alloc(ctx, nv0, FR_MEM_OTHER);
-    if (!read_back || !f32_read || !half_only || !castable) {
+    through = fr_calloc(ctx, nv0, FR_MEM_OTHER);
+    if (!read_back || !f32_read || !half_only || !castable || !through) {
         st = FR_ERR_NOMEM;
         goto done;
     }
@@ -170,6 +177,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             if (x < 0 || rounded_fwd(nd->op, j)) continue;
             if (store_half && rounds_through(g, nd, j, half_only, origin) && castable[origin[x]]) {
                 cast[origin[x]] = 1;
+                through[v] = 1;
                 continue;
             }
             f32_read[origin[x]] = 1;
@@ -224,7 +232,8 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 fr_op op = g->nodes[i].op;
                 if (x < 0 || (size_t)x >= nv0 ||
                     (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j) &&
-                     !rounds_through(g, &g->nodes[i], j, half_only, origin)) ||
+                     !(op == FR_OP_RELU && j == 0 && (size_t)g->nodes[i].out[0] < nv0 &&
+                       through[origin[g->nodes[i].out[0]]])) ||
                     gemm16_slot(g16, &g->nodes[i], j))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
@@ -338,6 +347,7 @@ done:
     fr_free(ctx, read_back);
     fr_free(ctx, half_only);
     fr_free(ctx, castable);
+    fr_free(ctx, through);
     fr_free(ctx, g16_only);
     fr_free(ctx, hv);
     if (st) {
