@@ -134,8 +134,9 @@ FR_API void fr_mem_ranks_summary(int ranks, const size_t *lo, const size_t *hi, 
  * SSE3 kernels (its "Prescott" core), at a third or less of an AVX-512
  * CPU's speed, or it takes a newer CPU for an older one (AVX2 kernels on an
  * AVX-512 CPU: half the speed where the FMA units are 512 bits wide), and
- * only OPENBLAS_CORETYPE in the environment at start-up changes that. So a program that links frugal calls fr_cpu_setup(argv)
- * first thing in main (frugal's CLI does): if OpenBLAS runs narrower
+ * only OPENBLAS_CORETYPE in the environment at start-up changes that. So a
+ * program that links frugal calls fr_cpu_setup(argv) first thing in main
+ * (frugal's CLI does): if OpenBLAS runs narrower
  * vectors than the CPU has, it sets OPENBLAS_CORETYPE to the core the CPU's
  * features call for (SkylakeX for AVX-512, Haswell for AVX2) and starts the
  * program again, once.
@@ -177,7 +178,8 @@ FR_API const char *fr_cpu_feature_name(fr_cpu_feature f);
  * argv, the environment changed as above) and returns -1 only if that failed. */
 FR_API int fr_cpu_setup(char **argv);
 /* One line saying what to set or install when OpenBLAS still runs a
- * narrower core than the CPU can (generic SSE3, or AVX2 on AVX-512), or NULL; the CLI prints it on stderr. */
+ * narrower core than the CPU can (generic SSE3, or AVX2 on AVX-512), or
+ * NULL; the CLI prints it on stderr. */
 FR_API const char *fr_cpu_warning(void);
 
 /* GFLOP/s of an n x n x n GEMM (n 512; the best of a few runs, about 0.2 s in

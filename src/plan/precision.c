@@ -41,6 +41,12 @@ static int rounds_through(const fr_graph *g, const fr_node *n, int j, const uint
            pi->half_out && pi->half_out(g, &g->nodes[p]);
 }
 
+/* Whether ReLU node n was found (through[], by its y) to read its x rounded */
+static int passes_through(const fr_node *n, const uint8_t *through, const int *origin, size_t nv0) {
+    return n->op == FR_OP_RELU && n->out[0] >= 0 && (size_t)n->out[0] < nv0 &&
+           through[origin[n->out[0]]];
+}
+
 /* Whether input j of node n is an operand of its GEMM that the backend
  * takes in 16 bits (g16: it has a native 16-bit GEMM): x and W of a linear
  * layer, and dy too in its backward; not the bias. A scaled linear node
@@ -232,8 +238,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 fr_op op = g->nodes[i].op;
                 if (x < 0 || (size_t)x >= nv0 ||
                     (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j) &&
-                     !(op == FR_OP_RELU && j == 0 && (size_t)g->nodes[i].out[0] < nv0 &&
-                       through[origin[g->nodes[i].out[0]]])) ||
+                     !(j == 0 && passes_through(&g->nodes[i], through, origin, nv0))) ||
                     gemm16_slot(g16, &g->nodes[i], j))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */

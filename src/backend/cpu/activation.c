@@ -133,55 +133,15 @@ static inline float gelu_tanh_grad(float v) {
 
 // clang-format on
 
-// y = max(x, 0)
-static UNARY(relu_f32, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
-
-    /* ReLU on a 16-bit x (the mixed-precision pass makes ReLU read its input
- * rounded where every reader of y reads y rounded: max(round x, 0) is
- * round(max(x, 0)) bit for bit, rounding being monotone with round(0) = 0):
- * on the bits, a negative value (above -0, up to -inf) becomes +0 and a
- * NaN is quieted, as rounding the f32 result would; y 16-bit of x's
- * format, or f32. y may be x. */
-    static int relu_half(fr_kernel_call *c, int64_t n) {
-    const uint16_t *x = c->in[0].data;
-    const int f16 = c->in[0].dtype == FR_F16;
-    const uint16_t ninf = f16 ? 0xfc00u : 0xff80u, quiet = f16 ? 0x0200u : 0x0040u;
-    if (c->out[0].dtype == c->in[0].dtype) {
-        uint16_t *y = c->out[0].data;
-#pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t h = x[i], mag = h & 0x7fffu;
-            y[i] = h > 0x8000u && h <= ninf ? 0 : mag > (ninf & 0x7fffu) ? h | quiet : h;
-        }
-        return FR_OK;
-    }
-    if (c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG, "relu: a %s x with a %s y",
-                       fr_dtype_name(c->in[0].dtype), fr_dtype_name(c->out[0].dtype));
-    float *y = fr_f32(&c->out[0]);
-    const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
-    for (int64_t b = 0; b < nch; b++) {
-        const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-        fr_half_to_f32_n_seq(x + o, y + o, (size_t)m, f16);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) y[o + i] = y[o + i] < 0.0f ? 0.0f : y[o + i];
-    }
-    return FR_OK;
-}
-
-int fr_k_relu(fr_kernel_call *c) {
-    if (c->in[0].dtype == FR_F32) return relu_f32(c);
-    int64_t n;
-    int st = fr_kcheck_same_numel(c, "relu", &n);
-    return st ? st : relu_half(c, n);
-}
 // dx = dy where y > 0, else 0
 BINARY_BWD(fr_k_relu_bwd, "relu_bwd", v > 0.0f ? d : 0.0f)
 
-/* static: the two formulas sit behind fr_k_gelu (clang-format misreads a
- * macro after static) */
+/* static: the formulas sit behind fr_k_relu and fr_k_gelu (clang-format
+ * misreads a macro after static) */
 // clang-format off
+// y = max(x, 0)
+static UNARY(relu_f32, "relu", v < 0.0f ? 0.0f : v) /* a NaN passes through */
+
 // y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (exact GELU, PyTorch approximate='none')
 static UNARY(gelu_erf, "gelu", 0.5f * v * (1.0f + erff(v * INV_SQRT2)))
 // dx = dy * (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
@@ -292,6 +252,48 @@ int fr_k_gelu_bwd(fr_kernel_call *c) {
     return FR_OK;
 }
 // clang-format on
+
+/* ReLU on a 16-bit x (the mixed-precision pass makes ReLU read its input
+ * rounded where every reader of y reads y rounded: max(round x, 0) is
+ * round(max(x, 0)) bit for bit, rounding being monotone with round(0) = 0):
+ * on the bits, a negative value (above -0, up to -inf) becomes +0 and a
+ * NaN is quieted, as rounding the f32 result would; y 16-bit of x's
+ * format, or f32. y may be x. */
+static int relu_half(fr_kernel_call *c, int64_t n) {
+    const uint16_t *x = c->in[0].data;
+    const int f16 = c->in[0].dtype == FR_F16;
+    const uint16_t ninf = f16 ? 0xfc00u : 0xff80u, quiet = f16 ? 0x0200u : 0x0040u;
+    if (c->out[0].dtype == c->in[0].dtype) {
+        uint16_t *y = c->out[0].data;
+#pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = x[i], mag = h & 0x7fffu;
+            y[i] = h > 0x8000u && h <= ninf ? 0 : mag > (ninf & 0x7fffu) ? h | quiet : h;
+        }
+        return FR_OK;
+    }
+    if (c->out[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "relu: a %s x with a %s y",
+                       fr_dtype_name(c->in[0].dtype), fr_dtype_name(c->out[0].dtype));
+    float *y = fr_f32(&c->out[0]);
+    const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t b = 0; b < nch; b++) {
+        const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
+        fr_half_to_f32_n_seq(x + o, y + o, (size_t)m, f16);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) y[o + i] = y[o + i] < 0.0f ? 0.0f : y[o + i];
+    }
+    return FR_OK;
+}
+
+// y = max(x, 0): relu_f32, or relu_half for a 16-bit x
+int fr_k_relu(fr_kernel_call *c) {
+    if (c->in[0].dtype == FR_F32) return relu_f32(c);
+    int64_t n;
+    int st = fr_kcheck_same_numel(c, "relu", &n);
+    return st ? st : relu_half(c, n);
+}
 
 // y = 1 / (1 + exp(-x))
 UNARY(fr_k_sigmoid, "sigmoid", 1.0f / (1.0f + expf(-v)))

@@ -1,8 +1,8 @@
 /* cpuinfo.h — what the CPU can do and which GEMM kernels run on it: cpuid's
  * feature bits and brand string, OpenBLAS's core and build, whether that core
  * is narrower than the CPU (a generic fallback, AVX2 on AVX-512), oneDNN's
- * instruction set; the restart that makes OpenBLAS use the right core; a short GEMM probe per provider. The public
- * half (fr_cpu, fr_cpu_setup, fr_cpu_warning, fr_gemm_probe) is declared in
+ * instruction set; the restart that makes OpenBLAS use the right core; a
+ * short GEMM probe per provider. The public half (fr_cpu, fr_cpu_setup, fr_cpu_warning, fr_gemm_probe) is declared in
  * frugal.h; this header adds what the CLI prints. It does not route GEMMs:
  * fp32 GEMMs call OpenBLAS where they are (linear.c, conv.c, attention.c). */
 #ifndef FR_CPUINFO_H

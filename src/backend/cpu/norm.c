@@ -282,6 +282,7 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     const fr_tensor *x = &c->in[1]; /* f32, bf16 read in the loops, or f16 widened a plane */
     const uint16_t *xh = x->dtype == FR_BF16 ? (const uint16_t *)x->data : NULL;
     const float *xf = x->dtype == FR_F32 ? (const float *)x->data : NULL;
+    const int x4 = xh || xf; /* four planes at a time (not an f16 x, widened a plane) */
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "batchnorm_bwd: a 16-bit input with planes over %d values",
@@ -298,7 +299,7 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         const float m = smean[ch];
         double sdy = 0.0, sdyx = 0.0; /* sum dy, sum dy (x - mean) */
         int64_t n = 0;
-        for (; (xh || xf) && n + 4 <= N; n += 4) {
+        for (; x4 && n + 4 <= N; n += 4) {
             const int64_t o = (n * C + ch) * HW;
             float t[8];
             if (xh) planes4_bf(xh + o, dy + o, C * HW, HW, m, 0.0f, 2, t);

@@ -22,8 +22,6 @@
 #define MAX_BLK (FR_LAYOUT_MAX_C / CH)
 #define Y_RUN 64 /* positions of a 16-bit y made in f32 on the stack, then rounded */
 
-#define bf fr_bf16_bits
-
 static inline float sq(float d) { return d * d; }
 
 /* One image's plane of block b (HW positions of CH lanes at p): per lane
@@ -66,12 +64,12 @@ FR_V3_CLONES static void chunk_one(int kind, const void *xv, int xbf, const floa
         const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
         const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
 #define X_(i, l) x[(i)*CH + (l)]
-#define XH_(i, l) bf(xh[(i)*CH + (l)])
+#define XH_(i, l) fr_bf16_bits(xh[(i)*CH + (l)])
 #define DEV2_(i, l) sq(((x[(i)*CH + (l)] - mh[l]) - ml[l]))
-#define DEV2H_(i, l) sq(((bf(xh[(i)*CH + (l)]) - mh[l]) - ml[l]))
+#define DEV2H_(i, l) sq(((fr_bf16_bits(xh[(i)*CH + (l)]) - mh[l]) - ml[l]))
 #define DY_(i, l) g[(i)*CH + (l)]
 #define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mh[l]))
-#define DYXH_(i, l) (g[(i)*CH + (l)] * (bf(xh[(i)*CH + (l)]) - mh[l]))
+#define DYXH_(i, l) (g[(i)*CH + (l)] * (fr_bf16_bits(xh[(i)*CH + (l)]) - mh[l]))
         if (kind == 0 && xbf) PLANE_SUMS(acc, XH_);
         else if (kind == 0) PLANE_SUMS(acc, X_);
         else if (kind == 1 && xbf) PLANE_SUMS(acc, DEV2H_);
@@ -122,18 +120,20 @@ FR_V3_CLONES static void bn_y_block(fr_kernel_call *c, const void *x, int xbf, f
     float yb[Y_RUN * CH];
     for (int64_t i0 = 0; i0 < HW; i0 += Y_RUN) {
         const int64_t i1 = i0 + Y_RUN < HW ? i0 + Y_RUN : HW;
-        float *yp = y16 ? yb - i0 * CH : y + it * HW * CH;
+        /* position i's lanes at yp + (i - i0) CH: the run's stack, or y itself */
+        float *yp = y16 ? yb : y + (it * HW + i0) * CH;
         for (int64_t i = i0; i < i1; i++) {
             float xs[CH];
             if (xbf) {
 #pragma omp simd
-                for (int l = 0; l < CH; l++) xs[l] = bf(xq[i * CH + l]);
+                for (int l = 0; l < CH; l++) xs[l] = fr_bf16_bits(xq[i * CH + l]);
             } else {
 #pragma omp simd
                 for (int l = 0; l < CH; l++) xs[l] = xp[i * CH + l];
             }
 #pragma omp simd
-            for (int l = 0; l < CH; l++) yp[i * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+            for (int l = 0; l < CH; l++)
+                yp[(i - i0) * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
         }
         if (y16) out_store(&c->out[0], (it * HW + i0) * CH, yb, (i1 - i0) * CH);
     }
@@ -206,7 +206,7 @@ FR_V3_CLONES static void bn_dx_block(const fr_tensor *x, int xbf, const float *d
         float xs[CH], v[CH];
         if (xbf) {
 #pragma omp simd
-            for (int l = 0; l < CH; l++) xs[l] = bf(xh[i + l]);
+            for (int l = 0; l < CH; l++) xs[l] = fr_bf16_bits(xh[i + l]);
         } else {
 #pragma omp simd
             for (int l = 0; l < CH; l++) xs[l] = xf[i + l];
