@@ -116,15 +116,28 @@ static dnnl_primitive_attr_t user_scratch_attr(float sum) {
     return at;
 }
 
+/* A reorder of at most this many bytes (a layer's weights) runs on one
+ * thread: oneDNN fixes a primitive's thread count when it makes it, and
+ * waking a sleeping team (OMP_WAIT_POLICY=passive) costs a 3x3 kernel's
+ * reorder 30-200 us where one thread copies it in about 1 us. */
+#define DNNL_REORDER_ONE_THREAD ((size_t)256 << 10)
+
 static int reorder_make(op *o, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
                         float sum) {
     dnnl_primitive_attr_t at = user_scratch_attr(sum);
     if (!at) return -1;
     dnnl_primitive_desc_t pd;
     dnnl_engine_t e = fr_dnnl_engine();
+    const size_t bytes = dnnl_memory_desc_get_size(from) > dnnl_memory_desc_get_size(to)
+                             ? dnnl_memory_desc_get_size(from)
+                             : dnnl_memory_desc_get_size(to);
+    const int prev = omp_get_max_threads(), one = bytes <= DNNL_REORDER_ONE_THREAD && prev > 1;
+    if (one) omp_set_num_threads(1);
     int bad = dnnl_reorder_primitive_desc_create(&pd, from, e, to, e, at) != dnnl_success;
     dnnl_primitive_attr_destroy(at);
-    return bad ? -1 : op_make(o, pd);
+    bad = bad ? -1 : op_make(o, pd);
+    if (one) omp_set_num_threads(prev);
+    return bad;
 }
 
 /* Runs o on n (argument, descriptor, data) triples and its scratchpad. */
