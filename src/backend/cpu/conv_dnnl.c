@@ -118,8 +118,8 @@ static dnnl_primitive_attr_t user_scratch_attr(float sum) {
 
 /* A reorder of at most this many bytes (a layer's weights) runs on one
  * thread: oneDNN fixes a primitive's thread count when it makes it, and
- * waking a sleeping team (OMP_WAIT_POLICY=passive) costs a 3x3 kernel's
- * reorder 30-200 us where one thread copies it in about 1 us. */
+ * waking a sleeping team (OMP_WAIT_POLICY=passive) for every call costs
+ * many times the copy of a 3x3 kernel's weights on one thread. */
 #define DNNL_REORDER_ONE_THREAD ((size_t)256 << 10)
 
 static int reorder_make(op *o, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
