@@ -400,8 +400,11 @@ static void conv_bits(int N, int C, int H, int W, int OC, int K, int S, int P, f
 }
 
 /* A bf16 y (bf16-mixed's stored conv output, FR_CONV_Y16): the f32 y of the
- * same call rounded to nearest even, NCHW or nChw16c. */
-static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, int blk_y) {
+ * same call rounded to nearest even, NCHW or nChw16c; from a bf16 x
+ * (oneDNN's native kernels) or an f32 x (the model's input: the im2col
+ * GEMMs' y rounded per image, conv.c). */
+static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, int blk_y,
+                     fr_dtype xdt) {
     const conv_geo g = conv_geo_make(N, C, H, W, OC, K, S, P);
     const int64_t nx = g.nx, ny = g.ny, nw = g.nw;
     const fr_shape xs = g.xs, ys = g.ys, wsh = g.wsh;
@@ -412,7 +415,7 @@ static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, in
     int st = FR_OK;
     for (int r = 0; r < 2 && st == FR_OK; r++) { /* r 0: f32 y, 1: bf16 y */
         const int flags = (blk_y ? FR_CONV_BLK_Y : 0) | (r ? FR_CONV_Y16 : 0);
-        int64_t wf = fr_conv2d_ws_elems(&xs, FR_BF16, OC, K, S, P, 0, flags);
+        int64_t wf = fr_conv2d_ws_elems(&xs, xdt, OC, K, S, P, 0, flags);
         float *ws = malloc((wf ? wf : 1) * sizeof(float));
         fr_node nd;
         memset(&nd, 0, sizeof nd);
@@ -422,8 +425,8 @@ static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, in
         fr_kernel_call c;
         memset(&c, 0, sizeof c);
         c.ctx = g_ctx, c.node = &nd;
-        c.in[0] = tens(FR_BF16, xs, xh), c.in[1] = tens(FR_F32, wsh, w);
-        c.in[2] = tens(FR_F32, fr_shape1(OC), NULL);
+        c.in[0] = xdt == FR_BF16 ? tens(FR_BF16, xs, xh) : tens(FR_F32, xs, x);
+        c.in[1] = tens(FR_F32, wsh, w), c.in[2] = tens(FR_F32, fr_shape1(OC), NULL);
         c.out[0] = r ? tens(FR_BF16, ys, yh) : tens(FR_F32, ys, y);
         c.out[1] = tens(FR_F32, fr_shape1(wf), ws);
         st = fr_k_conv2d(&c);
@@ -433,8 +436,8 @@ static void conv_y16(int N, int C, int H, int W, int OC, int K, int S, int P, in
     int64_t off = 0;
     for (int64_t i = 0; st == FR_OK && i < ny; i++) off += yh[i] != fr_f32_to_bf16(y[i]);
     CHECK(st == FR_OK && off == 0,
-          "conv %dx%d C %d OC %d%s: %lld of %lld bf16 y are not the f32 y rounded", H, W, C, OC,
-          blk_y ? " (nChw16c y)" : "", (long long)off, (long long)ny);
+          "conv %dx%d C %d OC %d %s x%s: %lld of %lld bf16 y are not the f32 y rounded", H, W, C,
+          OC, fr_dtype_name(xdt), blk_y ? " (nChw16c y)" : "", (long long)off, (long long)ny);
     free(x), free(w), free(y), free(xh), free(yh);
 }
 
@@ -450,10 +453,11 @@ static int child_convs(void) {
         conv_bits(2, 16, 5, 6, 16, 3, 1, 1, xdt, FR_CONV_BLK_X | FR_CONV_BLK_DX);
     }
     conv_bits(2, 1, 10, 10, 16, 3, 1, 1, FR_F32, FR_CONV_BLK_Y); /* the stem: a 1-channel batch */
-    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 0);
-    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 1);
-    conv_y16(2, 32, 8, 8, 16, 3, 2, 1, 1);
-    conv_y16(2, 3, 11, 5, 5, 3, 1, 0, 0); /* odd channels */
+    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 0, FR_BF16);
+    conv_y16(3, 16, 9, 7, 32, 3, 1, 1, 1, FR_BF16);
+    conv_y16(2, 32, 8, 8, 16, 3, 2, 1, 1, FR_BF16);
+    conv_y16(2, 3, 11, 5, 5, 3, 1, 0, 0, FR_BF16);  /* odd channels */
+    conv_y16(3, 1, 10, 10, 16, 3, 1, 1, 0, FR_F32); /* the stem's f32 x, on oneDNN here */
     fr_ctx_free(g_ctx);
     return check_done();
 }
@@ -510,9 +514,16 @@ static int child_steps(const char *mode, fr_precision prec, const char *path) {
              * writes a bf16 y; not the stem's and the blocks' last ReLUs
              * (the next shortcut adds their y in f32, or it feeds a
              * downsampling block but comes from an add, which writes f32) */
-            int bf_in = 0, f32_in = 0, bn_bf = 0;
+            int bf_in = 0, f32_in = 0, bn_bf = 0, stems = 0;
             for (int i = 0; i < s->g.n_forward; i++) {
                 const fr_node *nd = &s->g.nodes[i];
+                if (nd->op == FR_OP_CONV2D && nd->in[0] == s->g.input) {
+                    /* the stem reads the f32 batch and writes its bf16 y
+                     * itself (the im2col GEMMs' y rounded), no CAST after */
+                    stems++;
+                    CHECK(s->g.vals[nd->out[0]].dtype == FR_BF16, "the stem convolution writes %s",
+                          fr_dtype_name(s->g.vals[nd->out[0]].dtype));
+                }
                 if (nd->op != FR_OP_RELU) continue;
                 int conv_only = 1;
                 for (int r = 0; r < s->g.n_forward; r++)
@@ -532,6 +543,7 @@ static int child_steps(const char *mode, fr_precision prec, const char *path) {
             CHECK(bf_in == 6 && bn_bf == 6 && f32_in == 7,
                   "ReLUs reading bf16 %d (from BatchNorm %d), f32 %d: want 6, 6 and 7", bf_in,
                   bn_bf, f32_in);
+            CHECK(stems == 1, "%d convolutions read the batch, want 1 (the stem)", stems);
         }
         float *x = malloc((size_t)BATCH * 28 * 28 * sizeof *x);
         int32_t y[BATCH];
@@ -667,6 +679,15 @@ int main(int argc, char **argv) {
     }
     test_gap(3, 32, 5, 3);
     test_gap(1, 16, 1, 1);
+    /* an f32 x (the model's input) with a bf16 y on the im2col GEMMs (f32
+     * NCHW images stay off oneDNN here): the 1-channel stem, three channels
+     * with a stride, a 1x1 */
+    CHECK(fr_conv2d_rounds_y(&(fr_shape){4, {3, 1, 10, 10}}, 16, 3, 1, 1) &&
+              !fr_conv2d_rounds_y(&(fr_shape){4, {3, 16, 10, 10}}, 16, 3, 1, 1),
+          "the im2col path rounds y (C 1), the shifted GEMMs do not (C 16)");
+    conv_y16(3, 1, 10, 10, 16, 3, 1, 1, 0, FR_F32);
+    conv_y16(2, 3, 11, 9, 5, 3, 2, 1, 0, FR_F32);
+    conv_y16(2, 4, 6, 7, 8, 1, 1, 0, 0, FR_F32);
     if (!fr_conv_dnnl_built()) {
         printf("skipped the ResNet steps: built without oneDNN (nothing is blocked)\n");
     } else {

@@ -177,9 +177,12 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int 
     /* oneDNN's, or on the shifted-GEMM path the most of both (the GEMMs take
      * a 16-bit image there should oneDNN decline the call); blocked
      * operands never go to the GEMMs */
-    int64_t dnnl = dnnl_ws(&g, backward, omp_get_max_threads(), xdt, blk);
+    int64_t dnnl = (blk & ~FR_CONV_Y16) || fr_conv_dnnl_for(xdt)
+                       ? dnnl_ws(&g, backward, omp_get_max_threads(), xdt, blk)
+                       : 0;
     if (dnnl > 0 && (!shifted(&g) || blk)) return dnnl;
-    int64_t col = col_elems(&g), part = backward ? g.OC * g.ckk : 0;
+    int64_t col = col_elems(&g) + (!backward && (blk & FR_CONV_Y16) ? g.OC * g.ohw : 0);
+    int64_t part = backward ? g.OC * g.ckk : 0;
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
     if (shifted(&g)) {
@@ -198,6 +201,11 @@ int fr_conv2d_blockable(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int ker
     conv_geom g;
     return (xdt == FR_F32 || xdt == FR_BF16) &&
            fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && fr_conv_dnnl_can(&g, xdt);
+}
+
+int fr_conv2d_rounds_y(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad) {
+    conv_geom g;
+    return fr_conv_dims_make(&g, x, out_ch, kernel, stride, pad) == 0 && !shifted(&g);
 }
 
 int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,
@@ -447,17 +455,21 @@ int fr_k_conv2d(fr_kernel_call *c) {
     int st = fr_kcheck_conv2d(c, "conv2d", &g, x, w, &c->out[0].shape);
     if (st) return st;
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
-    /* a blocked operand or a bf16 y: oneDNN's alone */
-    const int blk = fr_conv_flags(c->node, c->out[0].dtype);
-    if ((blk || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
+    /* a blocked operand: oneDNN's alone; a bf16 y of a 16-bit image too,
+     * where oneDNN runs such images */
+    const int blk = fr_conv_flags(c->node, c->out[0].dtype), y16 = c->out[0].dtype != FR_F32;
+    if (((blk & ~FR_CONV_Y16) || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;
-        if (blk) return blocked_declined(c, "conv2d");
+        if (blk & ~FR_CONV_Y16) return blocked_declined(c, "conv2d");
     }
-    if (shifted(&g)) return shift_fwd(c, &g);
-    if (x->dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: a 16-bit input only on the shifted-GEMM path");
-    const int64_t col = col_elems(&g);
+    if (shifted(&g) && !y16) return shift_fwd(c, &g);
+    if (x->dtype != FR_F32 || (y16 && c->out[0].dtype != FR_BF16))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       y16 ? "conv2d: a 16-bit output only as bf16 from an f32 input off oneDNN"
+                           : "conv2d: a 16-bit input only on the shifted-GEMM path");
+    /* a bf16 y is each image's f32 y, made after col in the slot, rounded */
+    const int64_t col = col_elems(&g) + (y16 ? g.OC * g.ohw : 0);
     int64_t cap = omp_get_max_threads();
     if (cap > g.N) cap = g.N;
     int64_t have = ws->data ? fr_shape_numel(&ws->shape) : 0;
@@ -466,14 +478,14 @@ int fr_k_conv2d(fr_kernel_call *c) {
         return fr_fail(c->ctx, FR_ERR_ARG, "conv2d: workspace of %lld floats, need at least %lld",
                        (long long)have, (long long)col);
     const float *xp = fr_f32(x), *wp = fr_f32(w), *bp = fr_f32(&c->in[2]);
-    float *yp = fr_f32(&c->out[0]), *wsp = fr_f32(ws);
+    float *yp = y16 ? NULL : fr_f32(&c->out[0]), *wsp = fr_f32(ws);
 
 #pragma omp parallel for schedule(static) num_threads((int)S) if (S > 1)
     for (int64_t s = 0; s < S; s++) {
         float *colp = col ? wsp + s * col : NULL;
         for (int64_t n = g.N * s / S; n < g.N * (s + 1) / S; n++) {
             const float *xn = xp + n * g.C * g.H * g.W;
-            float *yn = yp + n * g.OC * g.ohw;
+            float *yn = y16 ? colp + col_elems(&g) : yp + n * g.OC * g.ohw;
             const float *b_mat = xn;
             if (!g.direct) {
                 im2col(&g, xn, colp);
@@ -484,11 +496,12 @@ int fr_k_conv2d(fr_kernel_call *c) {
                     for (int64_t i = 0; i < g.ohw; i++) yn[oc * g.ohw + i] = bp[oc];
             if (g.ckk == 0) {
                 if (!bp) memset(yn, 0, (size_t)(g.OC * g.ohw) * sizeof(float));
-                continue;
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.OC, (int)g.ohw,
+                            (int)g.ckk, 1.0f, wp, (int)g.ckk, b_mat, (int)g.ohw, bp ? 1.0f : 0.0f,
+                            yn, (int)g.ohw);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.OC, (int)g.ohw,
-                        (int)g.ckk, 1.0f, wp, (int)g.ckk, b_mat, (int)g.ohw, bp ? 1.0f : 0.0f, yn,
-                        (int)g.ohw);
+            if (y16) out_store(&c->out[0], n * g.OC * g.ohw, yn, g.OC * g.ohw);
         }
     }
     return FR_OK;

@@ -56,12 +56,20 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_CONV2D_BWD: {
         int x = n->op == FR_OP_CONV2D ? 0 : 1;
         /* and y in bf16 from oneDNN's native bf16 primitive, whose sums are
-         * f32 (as autocast's convolution writes its output) */
-        if (j == -1)
-            return n->op == FR_OP_CONV2D && g->half == FR_BF16 && v[n->in[0]].dtype == FR_BF16 &&
-                   fr_gemm16_native(FR_BF16) && fr_conv_dnnl_for(FR_BF16) &&
-                   fr_conv2d_blockable(&v[n->in[0]].shape, FR_BF16, v[n->in[1]].shape.d[0],
-                                       n->attr.kernel, n->attr.stride, n->attr.pad);
+         * f32 (as autocast's convolution writes its output); or, for an f32
+         * x (the model's input, which stays f32), from the im2col GEMMs'
+         * f32 y, rounded as the CAST after it would */
+        if (j == -1) {
+            const fr_value *x = &v[n->in[0]];
+            const int64_t oc = v[n->in[1]].shape.d[0];
+            if (n->op != FR_OP_CONV2D || g->half != FR_BF16) return 0;
+            if (x->dtype == FR_F32)
+                return fr_conv2d_rounds_y(&x->shape, oc, n->attr.kernel, n->attr.stride,
+                                          n->attr.pad);
+            return x->dtype == FR_BF16 && fr_gemm16_native(FR_BF16) && fr_conv_dnnl_for(FR_BF16) &&
+                   fr_conv2d_blockable(&x->shape, FR_BF16, oc, n->attr.kernel, n->attr.stride,
+                                       n->attr.pad);
+        }
         return j == x &&
                fr_conv2d_reads_half(&v[n->in[x]].shape, g->half, v[n->in[x + 1]].shape.d[0],
                                     n->attr.kernel, n->attr.stride, n->attr.pad);

@@ -92,6 +92,10 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int 
  * the layout pass's question (plan/layout.h). */
 int fr_conv2d_blockable(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int kernel, int stride,
                         int pad);
+/* Whether the kernel writes a bf16 y for an f32 x (the model's input) off
+ * oneDNN: on the im2col path, each image's f32 y rounded from the slot
+ * (the shifted-GEMM path crops its wide rows into y itself). */
+int fr_conv2d_rounds_y(const fr_shape *x, int64_t out_ch, int kernel, int stride, int pad);
 /* Whether the kernel takes x in 16-bit dtype half: on the shifted-GEMM path
  * (see conv.c), or on oneDNN's where it runs such an image. */
 int fr_conv2d_reads_half(const fr_shape *x, fr_dtype half, int64_t out_ch, int kernel, int stride,
