@@ -15,6 +15,7 @@
 #include "backend/cpu/kernels.h"
 #include "ops/ops.h"
 #include "check.h"
+#include "core/half.h"
 #include "core/rng.h"
 
 /* Tolerances, as |got - ref| <= tol (|ref| + max|ref|) per element.
@@ -571,6 +572,56 @@ static void maxpool_ties_random(const char *tag, int64_t K, int64_t S, int64_t H
     tfree_all();
 }
 
+/* Max pooling's backward with ReLU's folded in (attr.masked, plan/fold.h):
+ * bit for bit relu_bwd(maxpool2d_bwd(dy, x), x), the pair it replaces, each
+ * kernel run as it is (both checked against references above). x from
+ * {-1, -0, +0, 0.5, 1} (ties, and windows whose maximum is 0) and NaN in
+ * some windows, f32 or bf16 (the saved 16-bit y of bf16-mixed); dy has -0
+ * values; odd planes (floor mode), rows of over 16 windows (AVX-512 and
+ * the rest), overlapping and wider windows. */
+static void maxpool_masked(int64_t K, int64_t S, int64_t H, int64_t W, fr_dtype xdt) {
+    char name[160];
+    const int64_t N = 2, C = 3, OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const int64_t nx = N * C * H * W, ny = N * C * OH * OW;
+    const float vals[] = {-1.0f, -0.0f, 0.0f, 0.5f, 1.0f};
+    float *x = fzeros(nx), *dy = frand(ny, -1, 1), *tmp = fzeros(nx);
+    float *want = frand(nx, 5, 6), *got = frand(nx, 7, 8);
+    uint16_t *xh = talloc((size_t)nx * sizeof *xh);
+    for (int64_t i = 0; i < nx; i++) {
+        x[i] = urand() < 0.02 ? NAN : vals[(int)(urand() * 5.0)];
+        xh[i] = fr_f32_to_bf16(x[i]);
+    }
+    for (int64_t i = 0; i < ny; i += 7) dy[i] = -0.0f;
+    const fr_tensor xt =
+        xdt == FR_BF16 ? (fr_tensor){.dtype = FR_BF16, .shape = fr_shape4(N, C, H, W), .data = xh}
+                       : tf(x, fr_shape4(N, C, H, W));
+    fr_attr a = {.kernel = (int)K, .stride = (int)S};
+    call k;
+    call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW)), k.c.in[1] = xt;
+    k.c.out[0] = tf(tmp, fr_shape4(N, C, H, W));
+    snprintf(name, sizeof name, "maxpool bwd then relu bwd k%lld s%lld %lldx%lld %s", (long long)K,
+             (long long)S, (long long)H, (long long)W, fr_dtype_name(xdt));
+    expect_ok(name, fr_k_maxpool2d_bwd(&k.c));
+    call_init(&k, FR_OP_RELU_BWD, NULL);
+    k.c.in[0] = tf(tmp, fr_shape4(N, C, H, W)), k.c.in[1] = xt;
+    k.c.out[0] = tf(want, fr_shape4(N, C, H, W));
+    expect_ok(name, fr_k_relu_bwd(&k.c));
+    a.masked = 1;
+    call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
+    k.c.in[0] = tf(dy, fr_shape4(N, C, OH, OW)), k.c.in[1] = xt;
+    k.c.out[0] = tf(got, fr_shape4(N, C, H, W));
+    expect_ok(name, fr_k_maxpool2d_bwd(&k.c));
+    int64_t off = 0, kept = 0;
+    for (int64_t i = 0; i < nx; i++) {
+        off += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        kept += want[i] != 0.0f;
+    }
+    CHECK(off == 0 && kept > 0, "%s, masked: %lld of %lld values differ (%lld nonzero)", name,
+          (long long)off, (long long)nx, (long long)kept);
+    tfree_all();
+}
+
 /* maxpool with many ties: the gradient goes to the first maximum of each
  * window in row-major order, and overlapping windows add. */
 static void test_maxpool_ties(void) {
@@ -666,6 +717,13 @@ static void test_pool(void) {
     pool_case("k2 s2 7x5 (floor)", 0, 2, 3, 7, 5, 2, 2);
     pool_case("k3 s1 overlapping", 0, 2, 2, 6, 7, 3, 1);
     test_maxpool_ties();
+    for (int b = 0; b < 2; b++) {
+        const fr_dtype xdt = b ? FR_BF16 : FR_F32;
+        maxpool_masked(2, 2, 8, 8, xdt);
+        maxpool_masked(2, 2, 9, 71, xdt); /* floor mode, 35 windows a row */
+        maxpool_masked(3, 2, 9, 8, xdt);  /* overlapping */
+        maxpool_masked(3, 3, 10, 11, xdt);
+    }
 
     const int64_t N = 3, C = 4, H = 5, W = 6, nx = N * C * H * W;
     float *x = frand(nx, -1, 1), *y = fzeros(N * C), *dy = frand(N * C, -1, 1), *dx = fzeros(nx);

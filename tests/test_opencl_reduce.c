@@ -446,6 +446,13 @@ static void test_pool(int64_t N, int64_t C, int64_t H, int64_t W, int K, int S, 
         name, FR_OP_MAXPOOL2D_BWD, a, 3, 1, {T32(ys, dy), T32(xs, x), NONE}, {T32(xs, dx0)}, acc, 0,
         0};
     run_case(&kb);
+    if (!acc) { /* ReLU's backward folded in (plan/fold.h): the CPU's bits */
+        kcase km = kb;
+        km.a.masked = 1;
+        snprintf(name, sizeof name, "maxpool2d_bwd masked %lldx%lld k%d s%d%s", (long long)H,
+                 (long long)W, K, S, nan ? " NaN" : "");
+        run_case(&km);
+    }
     if (H * W <= 16384) { /* 16-bit x (both ops), 16-bit y (the forward) */
         uint16_t *xh = malloc((size_t)n * sizeof *xh);
         for (int half = 0; half < 2; half++) {

@@ -267,8 +267,20 @@ static void test_mixed_grads(fr_precision p, double unit) {
         halves += b.s->g.vals[v].saved &&
                   b.s->g.vals[v].dtype == (p == FR_PREC_FP16_MIXED ? FR_F16 : FR_BF16);
     CHECK(halves >= 6, "saved activations in 16 bits: %d", halves);
-    /* Kernels that read 16 bits themselves get the saved half, not a widened copy. */
-    const fr_op direct[] = {FR_OP_RELU_BWD, FR_OP_GELU_BWD, FR_OP_MAXPOOL2D, FR_OP_MAXPOOL2D_BWD,
+    /* Kernels that read 16 bits themselves get the saved half, not a widened
+     * copy. The ReLU's backward is folded into max pooling's (plan/fold.h),
+     * which reads the ReLU's saved 16-bit y for both. */
+    int relu_bwd = 0, masked = 0;
+    for (int k = 0; k < b.s->plan.n_nodes; k++) {
+        const fr_node *nd = &b.s->g.nodes[b.s->plan.order[k]];
+        relu_bwd += nd->op == FR_OP_RELU_BWD;
+        masked += nd->op == FR_OP_MAXPOOL2D_BWD && nd->attr.masked &&
+                  b.s->g.vals[nd->in[1]].dtype != FR_F32;
+    }
+    CHECK(b.s->place.n_folded == 1 && relu_bwd == 0 && masked == 1,
+          "%s: %d folded, %d relu_bwd left, %d masked maxpool2d_bwd on a 16-bit x",
+          fr_precision_name(p), b.s->place.n_folded, relu_bwd, masked);
+    const fr_op direct[] = {FR_OP_GELU_BWD, FR_OP_MAXPOOL2D, FR_OP_MAXPOOL2D_BWD,
                             FR_OP_BATCHNORM_BWD};
     for (size_t d = 0; d < sizeof direct / sizeof direct[0]; d++)
         CHECK(half_reads(b.s, direct[d]) >= 1, "%s: %s reads a 16-bit input directly",

@@ -1022,6 +1022,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "layout: %d activations stored nChw16c, oneDNN's blocked format: its "
                 "convolutions read and write them without copies (FRUGAL_LAYOUT=plain: NCHW)\n",
                 s->place.n_blocked);
+    if (s->place.n_folded)
+        fprintf(out,
+                "folded: %d ReLU backward passes into max pooling's backward (it writes "
+                "their dx itself: one pass over memory less)\n",
+                s->place.n_folded);
     if (s->opt.n_fused && !s->opt.upd_ws_len)
         fprintf(out,
                 "optimizer step inside backward: %d tensors stepped as their gradient is made, "

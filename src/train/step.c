@@ -17,6 +17,7 @@
 #include "parallel/pshard.h"
 #include "parallel/shard.h"
 #include "backend/state.h"
+#include "plan/fold.h"
 #include "plan/fuse.h"
 #include "plan/insert.h"
 #include "plan/layout.h"
@@ -371,6 +372,7 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (opts->training &&
         (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->sched.extra_flops, store16)))
         goto fail;
+    if (opts->training) fr_fold_relu_into_pool(&s->g, order, &n_order, &s->place.n_folded);
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
         half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;

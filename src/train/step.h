@@ -46,6 +46,7 @@ typedef struct fr_step_place {
     int n_offloaded;        /* --offload activations: saved values moved to the host */
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
     int n_blocked;          /* activations stored nChw16c (plan/layout.c) */
+    int n_folded;           /* ReLU backward passes folded into max pooling's (plan/fold.h) */
 } fr_step_place;
 
 /* Data parallelism over ranks (train/zero.c). */

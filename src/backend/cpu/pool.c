@@ -156,14 +156,17 @@ max16_bf(const uint16_t *r0, const uint16_t *r1, int n, float *y) {
 /* dx's 2n values of each row from dy's n (g): dy where the window's first
  * maximum is, +0 elsewhere (argmax2, keep_if); added into dx when acc */
 __attribute__((target("avx512f"), always_inline)) static inline int
-grad16w(corners w, const float *g, int n, float *d0, float *d1, int acc) {
+grad16w(corners w, const float *g, int n, float *d0, float *d1, int acc, int masked) {
     __m512 m;
     if (!max_corners(&w, &m)) return 0;
     const __mmask16 e0 = _mm512_cmp_ps_mask(w.a, m, _CMP_EQ_OQ);
     const __mmask16 e1 = _mm512_cmp_ps_mask(w.b, m, _CMP_EQ_OQ) & (__mmask16)~e0;
     const __mmask16 e2 = _mm512_cmp_ps_mask(w.c, m, _CMP_EQ_OQ) & (__mmask16) ~(e0 | e1);
     const __mmask16 e3 = (__mmask16) ~(e0 | e1 | e2);
-    const __m512 gv = _mm512_maskz_loadu_ps(w.k, g);
+    /* masked: +0 for a window whose maximum is not above 0 */
+    const __mmask16 kg =
+        masked ? _mm512_mask_cmp_ps_mask(w.k, m, _mm512_setzero_ps(), _CMP_GT_OQ) : w.k;
+    const __m512 gv = _mm512_maskz_loadu_ps(kg, g);
     const __m512 v0 = _mm512_maskz_mov_ps(e0, gv), v1 = _mm512_maskz_mov_ps(e1, gv);
     const __m512 v2 = _mm512_maskz_mov_ps(e2, gv), v3 = _mm512_maskz_mov_ps(e3, gv);
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -181,9 +184,10 @@ grad16w(corners w, const float *g, int n, float *d0, float *d1, int acc) {
     }
     return 1;
 }
-__attribute__((target("avx512f"))) static int
-grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1, int acc) {
-    return grad16w(load_corners(r0, r1, n), g, n, d0, d1, acc);
+__attribute__((target("avx512f"))) static int grad16(const float *r0, const float *r1,
+                                                     const float *g, int n, float *d0, float *d1,
+                                                     int acc, int masked) {
+    return grad16w(load_corners(r0, r1, n), g, n, d0, d1, acc, masked);
 }
 #else /* no AVX-512 here: the scalar code only (these never run) */
 static int pool512_ok(void) { return 0; }
@@ -197,8 +201,8 @@ static int max16_bf(const uint16_t *r0, const uint16_t *r1, int n, float *y) {
     return 0;
 }
 static int grad16(const float *r0, const float *r1, const float *g, int n, float *d0, float *d1,
-                  int acc) {
-    (void)r0, (void)r1, (void)g, (void)n, (void)d0, (void)d1, (void)acc;
+                  int acc, int masked) {
+    (void)r0, (void)r1, (void)g, (void)n, (void)d0, (void)d1, (void)acc, (void)masked;
     return 0;
 }
 #endif
@@ -277,7 +281,9 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
 }
 
 // dy is (N,C,OH,OW), x is (N,C,H,W) (the max is found again in x), dx is (N,C,H,W)
-// dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w)
+// dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w);
+// attr.masked: and 0 where x[n,c,h,w] <= 0 (or NaN), ReLU's backward after
+// it (x = ReLU's y: relu_bwd's v > 0 ? d : 0 on this dx), in the same bits
 int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = fr_kcheck_pool(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
@@ -285,7 +291,7 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     const float *dy = fr_f32(&c->in[0]);
     float *dx = fr_f32(&c->out[0]);
     if (!dx) return FR_OK;
-    const int acc = acc_bit(c, 0), v512 = pool512_ok();
+    const int acc = acc_bit(c, 0), v512 = pool512_ok(), masked = c->node && c->node->attr.masked;
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
@@ -300,13 +306,14 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
                     const int64_t i = 2 * ow;
                     if (v512 && ow % 16 == 0) { /* 16 windows at once */
                         const int n = OW - ow < 16 ? (int)(OW - ow) : 16;
-                        if (grad16(r0 + i, r1 + i, dyr + ow, n, d0 + i, d1 + i, acc)) {
+                        if (grad16(r0 + i, r1 + i, dyr + ow, n, d0 + i, d1 + i, acc, masked)) {
                             ow += n - 1;
                             continue;
                         }
                     }
                     const int j = argmax2(r0[i], r0[i + 1], r1[i], r1[i + 1]);
-                    const float gr = dyr[ow];
+                    const float xm = j < 2 ? r0[i + j] : r1[i + j - 2];
+                    const float gr = masked && !(xm > 0.0f) ? 0.0f : dyr[ow];
                     const float v0 = keep_if(gr, j == 0), v1 = keep_if(gr, j == 1);
                     const float v2 = keep_if(gr, j == 2), v3 = keep_if(gr, j == 3);
                     if (acc) d0[i] += v0, d0[i + 1] += v1, d1[i] += v2, d1[i + 1] += v3;
@@ -324,8 +331,8 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
             const int64_t base = oh * S * W;
             const float *dyr = dyp + oh * OW;
             for (int64_t ow = 0; ow < OW; ow++) {
-                const int64_t b = base + ow * S;
-                dxp[b + window_argmax(xp + b, W, K)] += dyr[ow];
+                const int64_t b = base + ow * S, at = b + window_argmax(xp + b, W, K);
+                dxp[at] += masked && !(xp[at] > 0.0f) ? 0.0f : dyr[ow];
             }
         }
     }

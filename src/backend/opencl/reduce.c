@@ -290,7 +290,8 @@ int fr_cl_k_maxpool2d_bwd(fr_kernel_call *c) {
     if ((st = kernel(c->ctx, cl, tiles ? "maxpool2d_bwd_tiles" : "maxpool2d_bwd", &k))) return st;
     dref dy = dref_of(&c->in[0]), x = dref_of(&c->in[1]), dx = dref_of(&c->out[0]);
     cl_int xdt = dcode(c->in[1].dtype), acc = acc_bit(c, 0);
-    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc));
+    cl_int masked = c->node && c->node->attr.masked;
+    st = FR_CL_ARGS(c->ctx, k, TA(dy), TA(x), TA(dx), GEOM(g), VA(xdt), VA(acc), VA(masked));
     if (st) return st;
     return tiles ? run_3d(c->ctx, cl, k, g.OW, g.OH, g.planes)
                  : run_3d(c->ctx, cl, k, g.W, g.H, g.planes);

@@ -449,12 +449,18 @@ __kernel void maxpool2d(__global const float *x, ulong x_off, __global float *y,
 
 /* one work-item per dx value, global (W, H, planes): dy of the windows
  * holding (h,w) whose first maximum it is, added in window order (the
- * CPU's order of addition) */
+ * CPU's order of addition); masked: 0 where x <= 0 (ReLU's backward folded
+ * in, plan/fold.h: its y > 0 ? d : 0) */
 __kernel void maxpool2d_bwd(__global const float *dy, ulong dy_off, __global const float *x,
                             ulong x_off, __global float *dx, ulong dx_off, long planes, long H,
-                            long W, long K, long S, long OH, long OW, int xdt, int acc) {
+                            long W, long K, long S, long OH, long OW, int xdt, int acc,
+                            int masked) {
     const long w = get_global_id(0), h = get_global_id(1), p = get_global_id(2);
     const long i = (p * H + h) * W + w;
+    if (masked && !(ld(x, x_off + i, xdt) > 0.0f)) {
+        dx[dx_off + i] = acc ? dx[dx_off + i] + 0.0f : 0.0f;
+        return;
+    }
     const long oh0 = h >= K ? (h - K) / S + 1 : 0, ow0 = w >= K ? (w - K) / S + 1 : 0;
     const long oh1 = min(h / S, OH - 1), ow1 = min(w / S, OW - 1);
     /* 2x2 stride 2 on the CPU writes a window's values whole (a -0 stays -0) */
@@ -480,12 +486,15 @@ __kernel void maxpool2d_bwd(__global const float *dy, ulong dy_off, __global con
 __kernel void maxpool2d_bwd_tiles(__global const float *dy, ulong dy_off, __global const float *x,
                                   ulong x_off, __global float *dx, ulong dx_off, long planes,
                                   long H, long W, long K, long S, long OH, long OW, int xdt,
-                                  int acc) {
+                                  int acc, int masked) {
     const long ow = get_global_id(0), oh = get_global_id(1), p = get_global_id(2);
     const long h0 = oh * S, w0 = ow * S;
     const long h1 = oh == OH - 1 ? H : h0 + S, w1 = ow == OW - 1 ? W : w0 + S;
     const long b = h0 * W + w0, best = b + window_argmax(x, x_off + p * H * W + b, xdt, W, K);
-    const float g = dy[dy_off + (p * OH + oh) * OW + ow];
+    /* masked (ReLU's backward folded in): +0 where the maximum is not above 0 */
+    const float g = masked && !(ld(x, x_off + p * H * W + best, xdt) > 0.0f)
+                        ? 0.0f
+                        : dy[dy_off + (p * OH + oh) * OW + ow];
     __global float *dxp = dx + dx_off + p * H * W;
     for (long h = h0; h < h1; h++)
         for (long w = w0; w < w1; w++) {
