@@ -19,6 +19,7 @@ void fr_fold_relu_into_pool(fr_graph *g, int *order, int *n_order, int *n_folded
     const int n = *n_order;
     int folded = 0;
     for (int k = 1; k < n; k++) {
+        if (order[k - 1] < 0) continue; /* folded just now: no node before this one */
         fr_node *r = &g->nodes[order[k]], *p = &g->nodes[order[k - 1]];
         const int dy = r->in[0];
         if (r->op != FR_OP_RELU_BWD || p->op != FR_OP_MAXPOOL2D_BWD || dy < 0 || p->out[0] != dy ||
