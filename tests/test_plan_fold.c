@@ -76,7 +76,8 @@ static void expect(int kind, int folds, const char *what) {
     build(&t, kind);
     const int n0 = t.n, d1 = t.g.nodes[t.pool_bwd].out[0];
     int folded = -1;
-    fr_fold_relu_into_pool(&t.g, t.order, &t.n, &folded);
+    CHECK(fr_fold_relu_into_pool(&t.g, t.order, &t.n, &folded) == FR_OK, "%s: %s", what,
+          fr_last_error(g_ctx));
     const fr_node *pb = &t.g.nodes[t.pool_bwd];
     int relu_left = 0;
     for (int k = 0; k < t.n; k++) relu_left += t.order[k] == t.relu_bwd;

@@ -17,7 +17,8 @@
  * the RELU_BWD's y, where nothing else reads or writes that dy and neither
  * node adds into its output. The MAXPOOL2D_BWD gets attr.masked and the
  * RELU_BWD's output; the RELU_BWD leaves the order (its node stays in the
- * graph, unreferenced). *n_folded: how many (may be NULL). */
-void fr_fold_relu_into_pool(fr_graph *g, int *order, int *n_order, int *n_folded);
+ * graph, unreferenced). *n_folded: how many (may be NULL). Fails only out
+ * of memory (the order's uses, fr_order_uses_of), folding nothing. */
+fr_status fr_fold_relu_into_pool(fr_graph *g, int *order, int *n_order, int *n_folded);
 
 #endif

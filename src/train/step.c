@@ -372,7 +372,8 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
     if (opts->training &&
         (st = fr_remat_cheap(&s->g, &order, &n_order, &origin, &s->sched.extra_flops, store16)))
         goto fail;
-    if (opts->training) fr_fold_relu_into_pool(&s->g, order, &n_order, &s->place.n_folded);
+    if (opts->training && (st = fr_fold_relu_into_pool(&s->g, order, &n_order, &s->place.n_folded)))
+        goto fail;
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
         half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;

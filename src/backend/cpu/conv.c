@@ -177,7 +177,8 @@ int64_t fr_conv2d_ws_elems(const fr_shape *x, fr_dtype xdt, int64_t out_ch, int 
     /* oneDNN's, or on the shifted-GEMM path the most of both (the GEMMs take
      * a 16-bit image there should oneDNN decline the call); blocked
      * operands never go to the GEMMs */
-    int64_t dnnl = (blk & ~FR_CONV_Y16) || fr_conv_dnnl_for(xdt)
+    const int layout = blk & ~FR_CONV_Y16; /* blocked operands (a bf16 y is not one) */
+    int64_t dnnl = layout || fr_conv_dnnl_for(xdt)
                        ? dnnl_ws(&g, backward, omp_get_max_threads(), xdt, blk)
                        : 0;
     if (dnnl > 0 && (!shifted(&g) || blk)) return dnnl;
@@ -457,11 +458,12 @@ int fr_k_conv2d(fr_kernel_call *c) {
     if (g.N == 0 || g.OC == 0 || g.ohw == 0) return FR_OK;
     /* a blocked operand: oneDNN's alone; a bf16 y of a 16-bit image too,
      * where oneDNN runs such images */
-    const int blk = fr_conv_flags(c->node, c->out[0].dtype), y16 = c->out[0].dtype != FR_F32;
-    if (((blk & ~FR_CONV_Y16) || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
+    const int layout = fr_conv_flags(c->node, c->out[0].dtype) & ~FR_CONV_Y16;
+    const int y16 = c->out[0].dtype != FR_F32;
+    if ((layout || fr_conv_dnnl_for(x->dtype)) && g.C > 0) {
         st = fr_conv_dnnl_fwd(c, &g, dnnl_budget(&g, 0));
         if (st != FR_CONV_DNNL_DECLINE) return st;
-        if (blk & ~FR_CONV_Y16) return blocked_declined(c, "conv2d");
+        if (layout) return blocked_declined(c, "conv2d");
     }
     if (shifted(&g) && !y16) return shift_fwd(c, &g);
     if (x->dtype != FR_F32 || (y16 && c->out[0].dtype != FR_BF16))

@@ -128,9 +128,8 @@ static int reorder_make(op *o, const dnnl_memory_desc_t *from, const dnnl_memory
     if (!at) return -1;
     dnnl_primitive_desc_t pd;
     dnnl_engine_t e = fr_dnnl_engine();
-    const size_t bytes = dnnl_memory_desc_get_size(from) > dnnl_memory_desc_get_size(to)
-                             ? dnnl_memory_desc_get_size(from)
-                             : dnnl_memory_desc_get_size(to);
+    const size_t fb = dnnl_memory_desc_get_size(from), tb = dnnl_memory_desc_get_size(to);
+    const size_t bytes = fb > tb ? fb : tb;
     const int prev = omp_get_max_threads(), one = bytes <= DNNL_REORDER_ONE_THREAD && prev > 1;
     if (one) omp_set_num_threads(1);
     int bad = dnnl_reorder_primitive_desc_create(&pd, from, e, to, e, at) != dnnl_success;
