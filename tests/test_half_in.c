@@ -143,10 +143,12 @@ static void test_maxpool(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
     CHECK(fr_k_maxpool2d(&k.c) == FR_OK, "maxpool 16-bit: %s", fr_last_error(g_ctx));
     snprintf(what, sizeof what, "maxpool %lldx%lld k%d s%d", (long long)H, (long long)W, K, S);
     same_bits(what, dt_name(dt), y1, y2, ny);
-    for (int acc = 0; acc < 2; acc++) {
+    for (int acc = 0; acc < 4; acc++) { /* accumulate bit 0, attr.masked bit 1 */
         float *d1 = frand(nx, -1, 1), *d2 = fcopy(d1, nx);
-        call_init(&k, FR_OP_MAXPOOL2D_BWD, &a);
-        k.c.accumulate = (uint32_t)acc;
+        fr_attr am = a;
+        am.masked = acc >> 1;
+        call_init(&k, FR_OP_MAXPOOL2D_BWD, &am);
+        k.c.accumulate = (uint32_t)(acc & 1);
         k.c.in[0] = tf(dy, ys);
         k.c.in[1] = tf(x.w, xs);
         k.c.out[0] = tf(d1, xs);
@@ -154,8 +156,8 @@ static void test_maxpool(fr_dtype dt, int64_t H, int64_t W, int K, int S) {
         k.c.in[1] = th(&x, xs);
         k.c.out[0] = tf(d2, xs);
         CHECK(fr_k_maxpool2d_bwd(&k.c) == FR_OK, "maxpool_bwd 16-bit: %s", fr_last_error(g_ctx));
-        snprintf(what, sizeof what, "maxpool_bwd %lldx%lld k%d s%d accumulate=%d", (long long)H,
-                 (long long)W, K, S, acc);
+        snprintf(what, sizeof what, "maxpool_bwd %lldx%lld k%d s%d accumulate=%d masked=%d",
+                 (long long)H, (long long)W, K, S, acc & 1, acc >> 1);
         same_bits(what, dt_name(dt), d1, d2, nx);
         free(d1);
         free(d2);

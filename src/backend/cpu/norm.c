@@ -8,6 +8,7 @@
 #include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/norm_blocked.h"
+#include "backend/cpu/norm_lanes.h"
 #include "backend/cpu/reduce.h"
 #include "backend/kcheck.h"
 
@@ -167,12 +168,24 @@ FR_V3_CLONES static void plane_dx(const float *restrict xp, const uint16_t *rest
     }
 #define F32_(v) (v)
 // clang-format off
-PLANES4(planes4_f32, float, "omp simd reduction(+ : a, b, c, d)",
+PLANES4(planes4_f32_ref, float, "omp simd reduction(+ : a, b, c, d)",
         "omp simd reduction(+ : a, b, c, d, a2, b2, c2, d2)", F32_)
-PLANES4(planes4_bf, uint16_t, "omp simd reduction(+ : a, b, c, d) simdlen(4)",
+PLANES4(planes4_bf_ref, uint16_t, "omp simd reduction(+ : a, b, c, d) simdlen(4)",
         "omp simd reduction(+ : a, b, c, d, a2, b2, c2, d2) simdlen(4)", fr_bf16_bits)
 // clang-format on
 #undef F32_
+
+/* The planes4 loops, on 16 lanes where fr_bn_lanes_on (w): the same bits */
+static void planes4_f32(int w, const float *p, const float *dy, int64_t stride, int64_t n,
+                        float m_hi, float m_lo, int kind, float out[8]) {
+    if (w) fr_bn_lanes_f32(p, dy, stride, n, m_hi, m_lo, kind, out);
+    else planes4_f32_ref(p, dy, stride, n, m_hi, m_lo, kind, out);
+}
+static void planes4_bf(int w, const uint16_t *p, const float *dy, int64_t stride, int64_t n,
+                       float m_hi, float m_lo, int kind, float out[8]) {
+    if (w) fr_bn_lanes_bf(p, dy, stride, n, m_hi, m_lo, kind, out);
+    else planes4_bf_ref(p, dy, stride, n, m_hi, m_lo, kind, out);
+}
 
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C); y is x's shape
 // training: mean[c] = E[x], var[c] = E[(x - mean)^2] over (N,H,W); invstd = 1/sqrt(var + eps)
@@ -191,6 +204,7 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     const uint16_t *xh = x->dtype == FR_BF16 ? (const uint16_t *)x->data : NULL;
     const float *xf = x->dtype == FR_F32 ? (const float *)x->data : NULL;
     const int x4 = xh || xf; /* four planes at a time (not an f16 x, widened a plane) */
+    const int w = x4 && fr_bn_lanes_on();
     const float *gamma = fr_f32(&c->in[1]), *beta = fr_f32(&c->in[2]);
     float *rmean = fr_f32(&c->in[3]), *rvar = fr_f32(&c->in[4]);
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
@@ -217,8 +231,8 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             int64_t n = 0;
             for (; x4 && n + 4 <= N; n += 4) { /* the planes' sums added in order as below */
                 const int64_t o = (n * C + ch) * HW;
-                if (xh) planes4_bf(xh + o, NULL, C * HW, HW, 0.0f, 0.0f, 0, t);
-                else planes4_f32(xf + o, NULL, C * HW, HW, 0.0f, 0.0f, 0, t);
+                if (xh) planes4_bf(w, xh + o, NULL, C * HW, HW, 0.0f, 0.0f, 0, t);
+                else planes4_f32(w, xf + o, NULL, C * HW, HW, 0.0f, 0.0f, 0, t);
                 s += t[0], s += t[1], s += t[2], s += t[3];
             }
             for (; n < N; n++) {
@@ -229,8 +243,8 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
             for (n = 0; x4 && n + 4 <= N; n += 4) {
                 const int64_t o = (n * C + ch) * HW;
-                if (xh) planes4_bf(xh + o, NULL, C * HW, HW, m_hi, m_lo, 1, t);
-                else planes4_f32(xf + o, NULL, C * HW, HW, m_hi, m_lo, 1, t);
+                if (xh) planes4_bf(w, xh + o, NULL, C * HW, HW, m_hi, m_lo, 1, t);
+                else planes4_f32(w, xf + o, NULL, C * HW, HW, m_hi, m_lo, 1, t);
                 q += t[0], q += t[1], q += t[2], q += t[3];
             }
             for (; n < N; n++) {
@@ -283,6 +297,7 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
     const uint16_t *xh = x->dtype == FR_BF16 ? (const uint16_t *)x->data : NULL;
     const float *xf = x->dtype == FR_F32 ? (const float *)x->data : NULL;
     const int x4 = xh || xf; /* four planes at a time (not an f16 x, widened a plane) */
+    const int w = x4 && fr_bn_lanes_on();
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "batchnorm_bwd: a 16-bit input with planes over %d values",
@@ -302,8 +317,8 @@ int fr_k_batchnorm_bwd(fr_kernel_call *c) {
         for (; x4 && n + 4 <= N; n += 4) {
             const int64_t o = (n * C + ch) * HW;
             float t[8];
-            if (xh) planes4_bf(xh + o, dy + o, C * HW, HW, m, 0.0f, 2, t);
-            else planes4_f32(xf + o, dy + o, C * HW, HW, m, 0.0f, 2, t);
+            if (xh) planes4_bf(w, xh + o, dy + o, C * HW, HW, m, 0.0f, 2, t);
+            else planes4_f32(w, xf + o, dy + o, C * HW, HW, m, 0.0f, 2, t);
             for (int k = 0; k < 4; k++) sdy += t[k], sdyx += t[4 + k];
         }
         for (; n < N; n++) {
