@@ -1,5 +1,6 @@
-/* test_plan_fold.c — ReLU's backward folded into max pooling's (plan/fold.h)
- * on graphs built here node by node:
+/* test_plan_fold.c — ReLU's backward folded into max pooling's, and ReLU
+ * into the BatchNorm before it (plan/fold.h), on graphs built here node by
+ * node (the second: expect_bn below). The first:
  *
  *   x (2,16,8,8) -> n0 relu = y -> n1 maxpool2d 2x2 = p
  *   backward: n2 maxpool2d_bwd(dp, y) = d1 -> n3 relu_bwd(d1, y) = dx
@@ -95,8 +96,62 @@ static void expect(int kind, int folds, const char *what) {
     fr_graph_release(&t.g);
 }
 
+/* BatchNorm then ReLU, forward:
+ *   x (2,16,8,8) -> n0 batchnorm = y -> n1 relu = r   (and kind's extra node)
+ * Folds: n0 gets attr.relu and writes r, n1 leaves the order. Does not
+ * fold: another node reading y, relu adding into r, batchnorm adding into y. */
+enum { BN_PLAIN, BN_READ_Y, BN_ACC_RELU, BN_ACC_BN, BN_TWO };
+
+static void expect_bn(int kind, int folds, const char *what) {
+    fr_graph g;
+    fr_graph_init(&g, g_ctx);
+    fr_attr ba = {0};
+    ba.training = 1, ba.eps = 1e-5f, ba.momentum = 0.1f;
+    int x = fr_graph_value(&g, FR_VAL_INPUT, FR_F32, fr_shape4(2, 16, 8, 8)), o[3];
+    int in[5] = {x};
+    for (int j = 1; j < 5; j++) in[j] = fr_graph_value(&g, FR_VAL_INPUT, FR_F32, fr_shape1(16));
+    const int bn = node(&g, FR_OP_BATCHNORM, in, 5, &ba, -1, o), y = o[0];
+    const int relu = node(&g, FR_OP_RELU, (int[]){y}, 1, NULL, -1, o), r = o[0];
+    int order[4] = {bn, relu}, n = 2, extra = -1;
+    if (kind == BN_READ_Y) extra = node(&g, FR_OP_RELU, (int[]){y}, 1, NULL, -1, o);
+    if (kind == BN_TWO) { /* a second batchnorm and relu on r: both pairs fold */
+        in[0] = r;
+        int b2 = node(&g, FR_OP_BATCHNORM, in, 5, &ba, -1, o);
+        order[n++] = b2;
+        extra = node(&g, FR_OP_RELU, (int[]){o[0]}, 1, NULL, -1, o);
+    }
+    if (extra >= 0) order[n++] = extra;
+    if (kind == BN_ACC_RELU) g.nodes[relu].accumulate = 1u;
+    if (kind == BN_ACC_BN) g.nodes[bn].accumulate = 1u;
+    g.n_forward = (int)g.n_nodes;
+    const int n0 = n;
+    int folded = -1, relu_left = 0;
+    CHECK(fr_fold_relu_into_bn(&g, order, &n, &folded) == FR_OK, "%s: %s", what,
+          fr_last_error(g_ctx));
+    for (int k = 0; k < n; k++) relu_left += order[k] == relu;
+    const fr_node *b = &g.nodes[bn];
+    if (folds) {
+        const int want = kind == BN_TWO ? 2 : 1;
+        CHECK(folded == want && n == n0 - want && !relu_left, "%s: folded %d, order %d -> %d", what,
+              folded, n0, n);
+        CHECK(b->attr.relu && b->out[0] == r && g.vals[r].producer == bn &&
+                  g.vals[y].producer == -1,
+              "%s: relu %d, batchnorm writes %d (r %d), r's producer %d", what, b->attr.relu,
+              b->out[0], r, g.vals[r].producer);
+    } else {
+        CHECK(folded == 0 && n == n0 && relu_left == 1 && !b->attr.relu && b->out[0] == y,
+              "%s: folded %d, order %d -> %d, relu %d", what, folded, n0, n, b->attr.relu);
+    }
+    fr_graph_release(&g);
+}
+
 int main(void) {
     g_ctx = fr_ctx_new();
+    expect_bn(BN_PLAIN, 1, "batchnorm then relu");
+    expect_bn(BN_READ_Y, 0, "another node reads batchnorm's y");
+    expect_bn(BN_ACC_RELU, 0, "relu adds into its output");
+    expect_bn(BN_ACC_BN, 0, "batchnorm adds into y");
+    expect_bn(BN_TWO, 1, "two batchnorm-relu pairs in a row");
     expect(PLAIN, 1, "relu then max pooling");
     expect(ACC_RELU, 0, "relu_bwd adds into dx");
     expect(ACC_POOL, 0, "pooling adds into its dx");

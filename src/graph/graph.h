@@ -82,6 +82,7 @@ typedef struct fr_attr {
     int approx;       /* gelu: 0 exact (erf), 1 tanh approximation (GPT-2) */
     int masked;       /* maxpool2d_bwd: dy only where x > 0 (the backward of the ReLU
                          that made x, folded into it: plan/fold.h) */
+    int relu;         /* batchnorm: y = ReLU(y), the ReLU reading y folded into it (plan/fold.h) */
     int qfmt;         /* qlinear: the weight's format (fr_qfmt), attr.shape its (O, K) */
     int rows;         /* linear_ce: rows of logits a chunk (1 .. N; clamped to N) */
     uint32_t blocked; /* bit j: in[j] is nChw16c, bit FR_BLK_OUT + j: out[j] (fr_value.blocked,

@@ -1027,6 +1027,11 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "folded: %d ReLU backward passes into max pooling's backward (it writes "
                 "their dx itself: one pass over memory less)\n",
                 s->place.n_folded);
+    if (s->place.n_folded_bn)
+        fprintf(out,
+                "folded: %d ReLUs into the BatchNorm before them (it writes max(y, 0) itself: "
+                "one pass over memory less)\n",
+                s->place.n_folded_bn);
     if (s->opt.n_fused && !s->opt.upd_ws_len)
         fprintf(out,
                 "optimizer step inside backward: %d tensors stepped as their gradient is made, "

@@ -374,6 +374,9 @@ fr_step *fr_step_build(fr_model *m, const fr_step_opts *opts) {
         goto fail;
     if (opts->training && (st = fr_fold_relu_into_pool(&s->g, order, &n_order, &s->place.n_folded)))
         goto fail;
+    if (opts->training &&
+        (st = fr_fold_relu_into_bn(&s->g, order, &n_order, &s->place.n_folded_bn)))
+        goto fail;
     int half_weights = 0;
     for (size_t i = 0; i < m->n_params; i++)
         half_weights |= m->params[i].dtype == FR_F16 || m->params[i].dtype == FR_BF16;

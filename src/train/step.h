@@ -47,6 +47,7 @@ typedef struct fr_step_place {
     size_t offloaded_bytes; /* and their bytes (plan/offload.c) */
     int n_blocked;          /* activations stored nChw16c (plan/layout.c) */
     int n_folded;           /* ReLU backward passes folded into max pooling's (plan/fold.h) */
+    int n_folded_bn;        /* ReLUs folded into the BatchNorm before them (plan/fold.h) */
 } fr_step_place;
 
 /* Data parallelism over ranks (train/zero.c). */

@@ -256,20 +256,14 @@ int fr_k_gelu_bwd(fr_kernel_call *c) {
 /* ReLU on a 16-bit x (the mixed-precision pass makes ReLU read its input
  * rounded where every reader of y reads y rounded: max(round x, 0) is
  * round(max(x, 0)) bit for bit, rounding being monotone with round(0) = 0):
- * on the bits, a negative value (above -0, up to -inf) becomes +0 and a
- * NaN is quieted, as rounding the f32 result would; y 16-bit of x's
- * format, or f32. y may be x. */
+ * on the bits (fr_relu16); y 16-bit of x's format, or f32. y may be x. */
 static int relu_half(fr_kernel_call *c, int64_t n) {
     const uint16_t *x = c->in[0].data;
     const int f16 = c->in[0].dtype == FR_F16;
-    const uint16_t ninf = f16 ? 0xfc00u : 0xff80u, quiet = f16 ? 0x0200u : 0x0040u;
     if (c->out[0].dtype == c->in[0].dtype) {
         uint16_t *y = c->out[0].data;
 #pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t h = x[i], mag = h & 0x7fffu;
-            y[i] = h > 0x8000u && h <= ninf ? 0 : mag > (ninf & 0x7fffu) ? h | quiet : h;
-        }
+        for (int64_t i = 0; i < n; i++) y[i] = fr_relu16(x[i], f16);
         return FR_OK;
     }
     if (c->out[0].dtype != FR_F32)

@@ -97,17 +97,23 @@ static void plane_sum_dy_dyx_bf(const float *restrict dy, const uint16_t *restri
     *sdy = a, *sdyx = b;
 }
 
-/* A plane of y = ((x - m_hi) - m_lo) scale + b, x f32 (xp) or bf16 (xh);
- * element-wise, so cloned for the CPU's widest vectors with the same bits. */
+/* A plane of y = ((x - m_hi) - m_lo) scale + b, x f32 (xp) or bf16 (xh),
+ * then where relu y = y < lo ? 0 : y (fr_relu_lo: ReLU's bits once y is
+ * rounded to its dtype; a NaN passes); element-wise, so cloned for the
+ * CPU's widest vectors with the same bits. */
 FR_V3_CLONES static void plane_affine(const float *restrict xp, const uint16_t *restrict xh,
                                       int64_t n, float m_hi, float m_lo, float scale, float b,
-                                      float *restrict yp) {
+                                      int relu, float lo, float *restrict yp) {
     if (xh) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) yp[i] = ((fr_bf16_bits(xh[i]) - m_hi) - m_lo) * scale + b;
     } else {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) yp[i] = ((xp[i] - m_hi) - m_lo) * scale + b;
+    }
+    if (relu) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) yp[i] = yp[i] < lo ? 0.0f : yp[i];
     }
 }
 
@@ -192,6 +198,8 @@ static void planes4_bf(int w, const uint16_t *p, const float *dy, int64_t stride
 //   y = (x - mean) invstd gamma + beta; saves mean, invstd (C);
 //   running_mean = (1-m) running_mean + m mean; running_var = (1-m) running_var + m var n/(n-1)
 // eval: y = (x - running_mean) / sqrt(running_var + eps) gamma + beta
+// attr.relu: y = ReLU(y), with the bits of fr_k_relu on y (f32, or rounded
+// to 16 bits: ReLU reading the rounded y)
 int fr_k_batchnorm(fr_kernel_call *c) {
     const fr_attr *a = &c->node->attr;
     int64_t N, C, HW;
@@ -210,7 +218,8 @@ int fr_k_batchnorm(fr_kernel_call *c) {
     float *y = fr_f32(&c->out[0]), *smean = fr_f32(&c->out[1]), *sinv = fr_f32(&c->out[2]);
     const int y16 = c->out[0].dtype != FR_F32;
     const int64_t cnt = N * HW;
-    const int training = a->training;
+    const int training = a->training, relu = a->relu;
+    const float lo = fr_relu_lo(c->out[0].dtype);
     if ((st = fr_kcheck_bn_mode(c, N, HW, rmean && rvar))) return st;
     if (fr_blk_in(a, 0)) return fr_k_batchnorm_blocked(c, N, C, HW);
     if (x->dtype != FR_F32 && HW > FR_HALF_PLANE_MAX)
@@ -275,7 +284,7 @@ int fr_k_batchnorm(fr_kernel_call *c) {
             float ybuf[FR_HALF_OUT_PLANE_MAX];
             float *yp = y16 ? ybuf : y + o;
             plane_affine(xh ? NULL : in_f32(x, o, HW, buf), xh ? xh + o : NULL, HW, m_hi, m_lo,
-                         scale, b, yp);
+                         scale, b, relu, lo, yp);
             if (y16) out_store(&c->out[0], o, ybuf, HW);
         }
     }

@@ -109,10 +109,12 @@ static double total(const double *part, int64_t c) {
     return s;
 }
 
-/* y of image and block it = n CB + b: ((x - m_hi) - m_lo) scale + shift */
+/* y of image and block it = n CB + b: ((x - m_hi) - m_lo) scale + shift,
+ * then where relu y < lo ? 0 : y (norm.c's plane_affine, fr_relu_lo) */
 FR_V3_CLONES static void bn_y_block(fr_kernel_call *c, const void *x, int xbf, float *y, int y16,
-                                    int64_t HW, int64_t it, int64_t b, const float *m_hi,
-                                    const float *m_lo, const float *scale, const float *shift) {
+                                    int relu, float lo, int64_t HW, int64_t it, int64_t b,
+                                    const float *m_hi, const float *m_lo, const float *scale,
+                                    const float *shift) {
     const float *mh = m_hi + b * CH, *ml = m_lo + b * CH, *sc = scale + b * CH,
                 *sh = shift + b * CH;
     const float *xp = xbf ? NULL : (const float *)x + it * HW * CH;
@@ -134,6 +136,13 @@ FR_V3_CLONES static void bn_y_block(fr_kernel_call *c, const void *x, int xbf, f
 #pragma omp simd
             for (int l = 0; l < CH; l++)
                 yp[(i - i0) * CH + l] = ((xs[l] - mh[l]) - ml[l]) * sc[l] + sh[l];
+            if (relu) {
+#pragma omp simd
+                for (int l = 0; l < CH; l++) {
+                    const float v = yp[(i - i0) * CH + l];
+                    yp[(i - i0) * CH + l] = v < lo ? 0.0f : v;
+                }
+            }
         }
         if (y16) out_store(&c->out[0], (it * HW + i0) * CH, yb, (i1 - i0) * CH);
     }
@@ -188,7 +197,8 @@ int fr_k_batchnorm_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t HW) 
     }
 #pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
     for (int64_t it = 0; it < N * CB; it++)
-        bn_y_block(c, x, xbf, y, y16, HW, it, it % CB, m_hi, m_lo, scale, shift);
+        bn_y_block(c, x, xbf, y, y16, a->relu, fr_relu_lo(c->out[0].dtype), HW, it, it % CB, m_hi,
+                   m_lo, scale, shift);
     return FR_OK;
 }
 

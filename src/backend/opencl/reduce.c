@@ -76,7 +76,8 @@ static int first_bad(fr_ctx *ctx, fr_cl *cl, const fr_tensor *t, int64_t n, int6
 
 // x is (N,C) or (N,C,H,W), gamma, beta, running_mean, running_var are (C), y is x's shape,
 // mean, invstd (C): training normalises by the batch's statistics, saves them and moves
-// the running ones by the momentum; eval uses the running ones (fr_k_batchnorm).
+// the running ones by the momentum; eval uses the running ones; attr.relu: y = ReLU(y)
+// (fr_k_batchnorm).
 // One work-group of WG lanes per channel.
 int fr_cl_k_batchnorm(fr_kernel_call *c) {
     const fr_attr *a = &c->node->attr;
@@ -91,10 +92,10 @@ int fr_cl_k_batchnorm(fr_kernel_call *c) {
          rm = dref_of(&c->in[3]), rv = dref_of(&c->in[4]), y = dref_of(&c->out[0]),
          sm = dref_of(&c->out[1]), si = dref_of(&c->out[2]);
     cl_long n = N, ch = C, hw = HW;
-    cl_int training = a->training, recompute = a->recompute;
+    cl_int training = a->training, recompute = a->recompute, relu = a->relu;
     cl_float eps = a->eps, mom = a->momentum;
     st = FR_CL_ARGS(c->ctx, k, TA(x), TA(g), TA(b), TA(rm), TA(rv), TA(y), TA(sm), TA(si), VA(n),
-                    VA(ch), VA(hw), VA(training), VA(recompute), VA(eps), VA(mom));
+                    VA(ch), VA(hw), VA(training), VA(recompute), VA(eps), VA(mom), VA(relu));
     return st ? st : run_groups(c->ctx, cl, k, C);
 }
 

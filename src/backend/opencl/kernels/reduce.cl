@@ -92,13 +92,14 @@ static float wg_max(__local float *s, float v) {
     }
 
 /* x, y (N,C,HW); gamma, beta, rmean, rvar, smean, sinv (C); any of gamma,
- * beta, rmean, rvar, smean, sinv may be absent (NULL). See fr_k_batchnorm. */
+ * beta, rmean, rvar, smean, sinv may be absent (NULL); relu: y = ReLU(y)
+ * (the relu kernel's v < 0 ? 0 : v). See fr_k_batchnorm. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 batchnorm(__global const float *x, ulong x_off, __global const float *gamma, ulong g_off,
           __global const float *beta, ulong b_off, __global float *rmean, ulong rm_off,
           __global float *rvar, ulong rv_off, __global float *y, ulong y_off, __global float *smean,
           ulong sm_off, __global float *sinv, ulong si_off, long N, long C, long HW, int training,
-          int recompute, float eps, float mom) {
+          int recompute, float eps, float mom, int relu) {
     __local acc_t s[WG];
     const long ch = get_group_id(0), cnt = N * HW;
     const int l = get_local_id(0);
@@ -130,7 +131,8 @@ batchnorm(__global const float *x, ulong x_off, __global const float *gamma, ulo
     const acc_t g = gamma ? (acc_t)gamma[g_off + ch] : (acc_t)1;
     const float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
     const float scale = (float)(g * invstd), b = beta ? beta[b_off + ch] : 0.0f;
-    FOR_CHANNEL(N, i, y[y_off + i] = ((x[x_off + i] - m_hi) - m_lo) * scale + b;)
+    FOR_CHANNEL(N, i, const float v = ((x[x_off + i] - m_hi) - m_lo) * scale + b;
+                y[y_off + i] = relu && v < 0.0f ? 0.0f : v;)
 }
 
 /* dy, x, dx (N,C,HW), x of dtype xdt; gamma, mean, invstd, dgamma, dbeta
