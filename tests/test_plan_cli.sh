@@ -153,6 +153,8 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 k, S = p["accumulate"], p["step_flops"]
 assert k > 1 and p["micro_batch"] * k == 128, p
+# both folds of plan/fold.h, each twice: the two stages' ReLU into BatchNorm, their backward into pooling's
+assert p["folded_relu_into_batchnorm"] == 2 and p["folded_relu_bwd_into_pool"] == 2, p
 H, F0, N, G = 8.0, 2e5, 22, 6 * (3136 * 128 + 128 * 10)
 want = (k - 1) * (H * G + N * F0) / (S + H * G + N * F0)
 assert want > 0 and abs(p["split_cost"] - want) <= 1e-5 * want + 1e-6, (p["split_cost"], want)

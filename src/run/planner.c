@@ -884,13 +884,14 @@ void fr_step_describe_plan(const fr_step *s, FILE *out, int json) {
                 "\"reserved_bytes\": %zu, \"predicted_peak_total\": %zu, \"budget\": %zu, "
                 "\"updated_in_backward\": %d, \"gradient_bytes_not_kept\": %zu, "
                 "\"update_scratch_bytes\": %zu, \"offload\": \"%s\", \"fused_head_rows\": %d, "
-                "\"fused_head_logits_bytes\": %zu, \"fused_head_cost\": %.6f, ",
+                "\"fused_head_logits_bytes\": %zu, \"fused_head_cost\": %.6f, "
+                "\"folded_relu_bwd_into_pool\": %d, \"folded_relu_into_batchnorm\": %d, ",
                 s->o.batch, fr_precision_name(s->o.precision), info.micro_batch, info.accumulate,
                 mode_name(info.mode), info.ckpt_arg, n, info.recomputed_units, n_remade, frac,
                 split, frac + split + head_cost(s, base), base, inplace, info.arena, info.reserved,
                 total, s->o.budget, s->opt.n_fused, fused_bytes(s),
                 s->opt.upd_ws_len * sizeof(float), offload_name(s->o.offload), head_rows,
-                head_logits, head_cost(s, base));
+                head_logits, head_cost(s, base), s->place.n_folded, s->place.n_folded_bn);
         if (s->o.offload & FR_OFFLOAD_ACTIVATIONS) {
             double bw, fl, w, copy, exposed;
             rates(s, &bw, &fl, &w);
