@@ -115,8 +115,9 @@ static void test_shape(fr_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W) 
 int main(void) {
     g_ctx = fr_ctx_new();
     if (!fr_bn_lanes_on()) {
-        printf("skipped: no AVX-512 here (or a build whose own loops are wider): the "
-               "reference loops run\n");
+        printf(
+            "skipped: no AVX-512 here, or a build whose own loops are wider or not vectorized: the "
+            "reference loops run\n");
         fr_ctx_free(g_ctx);
         return 77;
     }

@@ -6,7 +6,8 @@
 
 #include "backend/cpu/half_in.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX__) && \
+    defined(FR_SIMD_LOOPS_VECTORIZED)
 #include <immintrin.h>
 #define LANES_TGT __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -93,7 +94,8 @@ LANES_TGT void fr_bn_lanes_f32(const float *p, const float *dy, int64_t stride, 
 }
 #undef F32_
 
-#else /* not x86-64, or a build whose own loops are wider: the reference loops only */
+#else /* not x86-64, a build whose own loops are wider, or one that does not vectorize them
+       * (FR_SIMD_LOOPS_VECTORIZED, CMakeLists.txt): the reference loops only */
 int fr_bn_lanes_on(void) { return 0; }
 void fr_bn_lanes_f32(const float *p, const float *dy, int64_t stride, int64_t n, float m_hi,
                      float m_lo, int kind, float out[8]) {

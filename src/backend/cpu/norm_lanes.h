@@ -14,8 +14,10 @@
 
 #include <stdint.h>
 
-/* Whether fr_bn_lanes_f32/_bf run here: a build for the baseline ISA (whose
- * loops have 4 lanes), AVX512F/BW/VL, and FRUGAL_BN_SUMS not "sse" (which
+/* Whether fr_bn_lanes_f32/_bf run here: an optimized build for the baseline
+ * ISA (whose loops are vectorized in 4 lanes: FR_SIMD_LOOPS_VECTORIZED, set by
+ * CMakeLists.txt; at -O1 they run element by element, another order),
+ * AVX512F/BW/VL, and FRUGAL_BN_SUMS not "sse" (which
  * keeps the reference loops, for tests). Read once per call: a kernel asks
  * once and passes it on. */
 int fr_bn_lanes_on(void);
