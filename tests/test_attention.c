@@ -380,7 +380,7 @@ static void check_half_g(fr_dtype dt, int B, int NH, int NKV, int T, int HS, int
     fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, T, HS);
     size_t wsn = fr_attention_ws_floats_io(T, HS, threads, 1);
     float *ws = malloc(wsn * 4);
-    const fr_attn_io io = {dt, dt}, io32 = {FR_F32, FR_F32};
+    const fr_attn_io io = {dt, dt, FR_F32}, io32 = {FR_F32, FR_F32, FR_F32};
     int st = fr_attention_fwd_io(&L, &io32, qkvw, qkvw + C, qkvw + C + CK, out, lse[0], ws, wsn);
     st |= fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + C + CK, outh, lse[1], ws, wsn);
     CHECK(st == 0, "16-bit attention forward: %d", st);
@@ -405,6 +405,27 @@ static void check_half_g(fr_dtype dt, int B, int NH, int NKV, int T, int HS, int
           "%s dqkv (B=%d NH=%d NKV=%d T=%d HS=%d, %d threads) differs from the f32 call's", dn, B,
           NH, NKV, T, HS, threads);
     CHECK(!memcmp(D[0], D[1], nl * 4), "%s D differs from the f32 call's", dn);
+    /* a 16-bit dqkv: the f32 call's, rounded to nearest even (an independent
+     * rounding, core/half.h's scalar one), on the workspace that sums it */
+    const fr_attn_io iog = {dt, dt, dt};
+    const size_t wsg = fr_attention_bwd_ws_floats(T, HS, threads, 1, 1);
+    float *wsb = malloc(wsg * 4);
+    uint16_t *gh = malloc(nq * 2);
+    st = fr_attention_bwd_io(&L, &iog, qkvh, qkvh + C, qkvh + C + CK, outh, dout, lse[0], D[1], gh,
+                             gh + C, gh + C + CK, wsb, wsg);
+    CHECK(st == 0, "16-bit attention backward, 16-bit dqkv: %d", st);
+    bad = 0;
+    for (size_t i = 0; i < nq; i++)
+        bad += gh[i] != (dt == FR_F16 ? fr_f32_to_f16(g[0][i]) : fr_f32_to_bf16(g[0][i]));
+    CHECK(bad == 0,
+          "%s dqkv in %s (B=%d NH=%d NKV=%d T=%d HS=%d, %d threads): %zu of %zu values not the "
+          "f32 dqkv rounded",
+          dn, dn, B, NH, NKV, T, HS, threads, bad, nq);
+    CHECK(fr_attention_bwd_io(&L, &iog, qkvh, qkvh + C, qkvh + C + CK, outh, dout, lse[0], D[1], gh,
+                              gh + C, gh + C + CK, wsb,
+                              fr_attention_bwd_ws_floats(T, HS, 1, 1, 0)) != 0,
+          "a 16-bit dqkv took a thread's workspace without its sums");
+    free(wsb), free(gh);
     CHECK(fr_attention_fwd_io(&L, &io, qkvh, qkvh + C, qkvh + C + CK, outh, lse[1], ws,
                               fr_attention_ws_floats(T, HS, 1)) != 0 ||
               T * HS <= 0,
@@ -528,11 +549,26 @@ static float *check_t16(int B, int NH, int NKV, int T, int HS, int threads) {
     const fr_attn_layout L = fr_attn_fused_gqa(B, NH, NKV, T, HS);
     const size_t wsn = fr_attention_ws_floats_io(T, HS, threads, 1);
     float *ws = malloc(wsn * 4);
-    const fr_attn_io io = {FR_BF16, FR_F32}, io16 = {FR_BF16, FR_BF16};
+    const fr_attn_io io = {FR_BF16, FR_F32, FR_F32}, io16 = {FR_BF16, FR_BF16, FR_F32};
     int st = fr_attention_fwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, lse, ws, wsn);
     st |= fr_attention_fwd_io(&L, &io16, qkv, qkv + C, qkv + C + CK, out16, lse16, ws, wsn);
     st |= fr_attention_bwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, dout, lse, D, g, g + C,
                               g + C + CK, ws, wsn);
+    /* the same tiles writing a bf16 dqkv: g rounded (core/half.h's scalar
+     * rounding) */
+    const fr_attn_io iog = {FR_BF16, FR_F32, FR_BF16};
+    const size_t wsg = fr_attention_bwd_ws_floats(T, HS, threads, 1, 1);
+    float *wsb = malloc(wsg * 4);
+    uint16_t *gh = malloc(nq * 2);
+    st |= fr_attention_bwd_io(&L, &iog, qkv, qkv + C, qkv + C + CK, out, dout, lse, D, gh, gh + C,
+                              gh + C + CK, wsb, wsg);
+    size_t badg = 0;
+    for (size_t i = 0; i < nq; i++) badg += gh[i] != fr_f32_to_bf16(g[i]);
+    CHECK(badg == 0,
+          "bf16 tiles B=%d NH=%d NKV=%d T=%d HS=%d, %d threads: %zu bf16 dqkv values "
+          "not the f32 dqkv rounded",
+          B, NH, NKV, T, HS, threads, badg);
+    free(wsb), free(gh);
     setenv("FRUGAL_ATTN", "f32", 1);
     st |= fr_attention_bwd_io(&L, &io, qkv, qkv + C, qkv + C + CK, out, dout, lse, D, gw, gw + C,
                               gw + C + CK, ws, wsn);

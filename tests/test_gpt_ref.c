@@ -59,6 +59,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "optim/optim.h"
+#include "backend/cpu/gemm16.h"
 #include "check.h"
 #include "core/ctx.h"
 #include "model/model.h"
@@ -418,6 +419,21 @@ static void test_bf16_against_torch(fr_ctx *ctx, const ref *r) {
         differs |= gs && gf && memcmp(gs, gf, (size_t)fr_shape_numel(&p->shape) * 4);
     }
     CHECK(differs, "%s: bf16-mixed gave fp32's gradients bit for bit: is bf16 in use?", r->name);
+    /* With bf16 GEMMs, attention's backward writes the bf16 dqkv the qkv
+     * projection's backward reads: no CAST after it */
+    int bwd = 0;
+    for (int t = 0; t < s->plan.n_nodes && fr_gemm16_native(FR_BF16); t++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[t]];
+        if (nd->op != FR_OP_ATTENTION_BWD) continue;
+        bwd++;
+        CHECK(s->g.vals[nd->out[0]].dtype == FR_BF16, "%s: attention_bwd writes a %s dqkv",
+              r->name, fr_dtype_name(s->g.vals[nd->out[0]].dtype));
+        for (int u = 0; u < s->plan.n_nodes; u++) {
+            const fr_node *c = &s->g.nodes[s->plan.order[u]];
+            CHECK(c->op != FR_OP_CAST || c->in[0] != nd->out[0], "%s: a CAST reads dqkv", r->name);
+        }
+    }
+    CHECK(bwd > 0 || !fr_gemm16_native(FR_BF16), "%s: no attention_bwd in the order", r->name);
 done:
     teardown(s);
     teardown(f);

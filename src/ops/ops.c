@@ -638,8 +638,8 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROWHO(ATTENTION, "attention", sh_attention, fr_bw_attention, -1, 0, fl_attention, hi_backend,
           ho_backend),
-    ROWH(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, NULL, -1, 0, fl_attention_bwd,
-         hi_backend),
+    ROWHO(ATTENTION_BWD, "attention_bwd", sh_attention_bwd, NULL, -1, 0, fl_attention_bwd,
+          hi_backend, ho_backend),
     ROW(OFFLOAD, "offload", sh_move, NULL, -1, 0, fl_none),
     ROW(FETCH, "fetch", sh_move, NULL, -1, 0, fl_none),
     ROW(ATTENTION_KV, "attention_kv", sh_attention_kv, NULL, -1, 0, fl_attention_kv),
@@ -659,7 +659,10 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
 void fr_ops_resize_ws(fr_graph *g, const int *order, int n) {
     for (int t = 0; t < n; t++) {
         const fr_node *nd = &g->nodes[order[t]];
-        const int j = nd->op == FR_OP_CONV2D ? 1 : nd->op == FR_OP_CONV2D_BWD ? 3 : -1;
+        const int j = nd->op == FR_OP_CONV2D          ? 1
+                      : nd->op == FR_OP_CONV2D_BWD    ? 3
+                      : nd->op == FR_OP_ATTENTION_BWD ? 2
+                                                      : -1;
         if (j < 0 || nd->out[j] < 0) continue;
         g->vals[nd->out[j]].shape = fr_shape1(fr_backend_ws(g, nd, j));
     }

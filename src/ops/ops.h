@@ -154,7 +154,8 @@ int fr_backend_half_io(const struct fr_graph *g, const struct fr_node *n, int j)
  * layouts then; a convolution's depends on both (the CPU runs a bf16 image
  * on oneDNN's native kernels, and reorders only NCHW operands), so the
  * passes that change them (plan/precision.c, plan/layout.c) size the
- * convolutions of order[0..n) again. */
+ * convolutions of order[0..n) again, and attention's backward, which sums
+ * a 16-bit dqkv in f32 in its workspace. */
 void fr_ops_resize_ws(struct fr_graph *g, const int *order, int n);
 
 typedef struct fr_op_info {

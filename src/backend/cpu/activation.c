@@ -255,7 +255,8 @@ int fr_k_gelu_bwd(fr_kernel_call *c) {
 
 /* ReLU on a 16-bit x (the mixed-precision pass makes ReLU read its input
  * rounded where every reader of y reads y rounded: max(round x, 0) is
- * round(max(x, 0)) bit for bit, rounding being monotone with round(0) = 0):
+ * round(max(x, 0)), rounding being monotone with round(0) = 0, bit for bit
+ * but for a negative x that rounds to -0, which stays -0: fr_relu_lo):
  * on the bits (fr_relu16); y 16-bit of x's format, or f32. y may be x. */
 static int relu_half(fr_kernel_call *c, int64_t n) {
     const uint16_t *x = c->in[0].data;

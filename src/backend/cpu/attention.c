@@ -135,6 +135,20 @@ size_t fr_attention_ws_floats_io(int T, int HS, int threads, int half) {
     return slot_floats(T, HS, half) * (size_t)(threads > 0 ? threads : 1);
 }
 
+/* A backward thread's f32 sums of 16-bit gradients: the rows of one query
+ * head's dq and its kv head's dk and dv (T x HS each), rounded into the
+ * outputs when complete. */
+static size_t acc_floats(int T, int HS) { return 3 * up16((size_t)T * (size_t)(HS > 0 ? HS : 0)); }
+
+static size_t bwd_slot_floats(int T, int HS, int half, int grad16) {
+    return slot_floats(T, HS, half) + (grad16 ? acc_floats(T, HS) : 0);
+}
+
+size_t fr_attention_bwd_ws_floats(int T, int HS, int threads, int half, int grad16) {
+    if (T < 1) T = 1;
+    return bwd_slot_floats(T, HS, half, grad16) * (size_t)(threads > 0 ? threads : 1);
+}
+
 /* The thread's widened tiles (a slot's tail, when half). */
 typedef struct attn_bufs {
     float *q, *k, *v, *o;
@@ -271,7 +285,7 @@ static int tiles16(const fr_attn_io *io, int HS) {
 // masked. At the end out /= l and lse = m + log l.
 int fr_attention_fwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      float *out, float *lse, float *ws, size_t ws_floats) {
-    const fr_attn_io io = {FR_F32, FR_F32};
+    const fr_attn_io io = {FR_F32, FR_F32, FR_F32};
     return fr_attention_fwd_io(L, &io, q, k, v, out, lse, ws, ws_floats);
 }
 
@@ -385,7 +399,10 @@ static void tile_grads(float *P, float *dS, int ld, const float *Qi, size_t lq, 
 //  2. one task per (b, head, query tile i): dq_i summed over key tiles j in
 //     increasing j.
 // Both ways add the same tile products into each row in the same order, so
-// they give the same bits.
+// they give the same bits. A 16-bit dq, dk, dv: the task adds its rows into
+// f32 sums in its thread's slot instead (the same adds in the same order)
+// and rounds them into the output once they are complete, so no f32 dqkv
+// exists and no CAST pass follows.
 static void zero_rows(float *x, size_t ld, int rows, int HS) {
     for (int r = 0; r < rows; r++) memset(x + (size_t)r * ld, 0, (size_t)HS * sizeof(float));
 }
@@ -398,13 +415,20 @@ typedef struct attn_bwd_args {
     const void *q, *k, *v;
     fr_dtype qdt;
     const float *dout, *lse, *D;
-    float *dq, *dk, *dv;
     float s;
     int BQ, BK;
 } attn_bwd_args;
 
+/* Where a task's tiles add their gradients: the f32 rows of the query
+ * head's dq and of its kv head's dk and dv, from row 0 of each, ld floats
+ * a row; the outputs themselves (f32) or the thread's sums (16-bit). */
+typedef struct attn_sums {
+    float *dq, *dk, *dv;
+    size_t ld;
+} attn_sums;
+
 static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_bufs *b, size_t bh,
-                     int q0, int k0, int with_dq) {
+                     int q0, int k0, int with_dq, const attn_sums *o) {
     const fr_attn_layout *L = a->L;
     const size_t qt = L->qt, ot = L->ot;
     const int T = L->T, HS = L->HS, BK = a->BK;
@@ -417,13 +441,14 @@ static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_buf
     const float *Vj = rows_f32(a->v, a->qdt, kof, qt, rk, HS, b->v, &lv);
     tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, a->dout + oof, (int)ot, a->lse + lof, a->D + lof,
                q0, k0, rq, rk, HS, a->s);
+    const int ld = (int)o->ld;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, 1.0f, P, BK, a->dout + oof,
-                (int)ot, 1.0f, a->dv + kof, (int)qt);
+                (int)ot, 1.0f, o->dv + (size_t)k0 * o->ld, ld);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rk, HS, rq, a->s, dS, BK, Qi, (int)lq,
-                1.0f, a->dk + kof, (int)qt);
+                1.0f, o->dk + (size_t)k0 * o->ld, ld);
     if (with_dq)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a->s, dS, BK, Kj,
-                    (int)lk, 1.0f, a->dq + qof, (int)qt);
+                    (int)lk, 1.0f, o->dq + (size_t)q0 * o->ld, ld);
 }
 
 /* bwd_tile on the bf16 tile products (a bf16 qkv, attn_tiles16.h): S = s Q
@@ -431,7 +456,7 @@ static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_buf
  * to bf16: dv_j += P^T dO_i and dk_j += s dS^T Q_i (what & 1), dq_i += s
  * dS K_j (what & 2). */
 static void bwd_tile16(const attn_bwd_args *a, float *P, float *dS, const t16_bufs *tb, size_t bh,
-                       int q0, int k0, int what) {
+                       int q0, int k0, int what, const attn_sums *o) {
     const fr_attn_layout *L = a->L;
     const size_t qt = L->qt, ot = L->ot;
     const int T = L->T, HS = L->HS, BK = a->BK, hp = HS / 2;
@@ -453,15 +478,15 @@ static void bwd_tile16(const attn_bwd_args *a, float *P, float *dS, const t16_bu
         fr_t16_round_rows(P, BK, rq, rk, tb->p16, tb->ldp);
         fr_t16_pack_rows(dO, 1, ot, rq, HS, tb->dop, tb->ldh);
         fr_t16_gemm(rk, HS, rqp, tb->p16, tb->ldp, FR_T16_COLS, tb->dop, tb->ldh, 1.0f, 1,
-                    a->dv + kof, qt);
+                    o->dv + (size_t)k0 * o->ld, o->ld);
         fr_t16_pack_rows(Q16, 0, qt, rq, HS, tb->qp, tb->ldh);
         fr_t16_gemm(rk, HS, rqp, tb->ds16, tb->ldp, FR_T16_COLS, tb->qp, tb->ldh, a->s, 1,
-                    a->dk + kof, qt);
+                    o->dk + (size_t)k0 * o->ld, o->ld);
     }
     if (what & 2) {
         fr_t16_pack_rows(K16, 0, qt, rk, HS, tb->kv, tb->ldh);
         fr_t16_gemm(rq, HS, (rk + 1) / 2, tb->ds16, tb->ldp, FR_T16_ROWS, tb->kv, tb->ldh, a->s, 1,
-                    a->dq + qof, qt);
+                    o->dq + (size_t)q0 * o->ld, o->ld);
     }
 }
 
@@ -494,13 +519,22 @@ FR_V3_CLONES static void row_dots(const float *x, size_t ldx, const float *y, si
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats) {
-    const fr_attn_io io = {FR_F32, FR_F32};
+    const fr_attn_io io = {FR_F32, FR_F32, FR_F32};
     return fr_attention_bwd_io(L, &io, q, k, v, out, dout, lse, D, dq, dk, dv, ws, ws_floats);
+}
+
+/* A 16-bit gradient's rows r0 .. r0+n-1 (from element off, row stride ld)
+ * rounded to nearest even from the thread's f32 sums, as a CAST would */
+static void round_rows(const float *sum, size_t lds, void *g, fr_dtype dt, size_t off, size_t ld,
+                       int r0, int n, int HS) {
+    for (int r = r0; r < r0 + n; r++)
+        fr_f32_to_half_n_seq(sum + (size_t)r * lds, (uint16_t *)g + off + (size_t)r * ld,
+                             (size_t)HS, dt == FR_F16);
 }
 
 int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
                         const void *v, const void *out, const float *dout, const float *lse,
-                        float *D, float *dq, float *dk, float *dv, float *ws, size_t ws_floats) {
+                        float *D, void *dq, void *dk, void *dv, float *ws, size_t ws_floats) {
     const int B = L->B, NH = L->NH, T = L->T, HS = L->HS, G = group(L);
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     if (!G) return FR_ERR_ARG;
@@ -509,12 +543,14 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
     const long long heads = (long long)B * NH, kvheads = (long long)B * L->NKV;
     const long long tasks_k = kvheads * nk, tasks_q = heads * nq;
     const int half = io->qkv != FR_F32 || io->out != FR_F32;
-    const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
+    const fr_dtype gdt = io->dqkv;
+    const int g16 = gdt != FR_F32;
+    const size_t slot = slot_floats(T, HS, half), per = bwd_slot_floats(T, HS, half, g16);
+    const size_t qt = L->qt, ot = L->ot, th = up16((size_t)T * HS);
     const int nt = team(per, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
     const int per_head = kvheads >= nt, t16 = tiles16(io, HS);
-    const attn_bwd_args a = {
-        L, q, k, v, io->qkv, dout, lse, D, dq, dk, dv, 1.0f / sqrtf((float)HS), BQ, BK};
+    const attn_bwd_args a = {L, q, k, v, io->qkv, dout, lse, D, 1.0f / sqrtf((float)HS), BQ, BK};
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
@@ -523,6 +559,13 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         const attn_bufs b = slot_bufs(P, BQ, BK, HS);
         t16_bufs tb;
         if (t16) t16_layout(P + 2 * (size_t)BQ * BK + 2 * (size_t)BQ, BQ, BK, HS, &tb);
+        /* a 16-bit gradient's sums: the slot's tail; an f32 one's: itself */
+        float *acc = g16 ? P + slot : NULL;
+        attn_sums o = {acc, acc ? acc + th : NULL, acc ? acc + 2 * th : NULL, (size_t)HS};
+#define SUMS_Q(bh) (o.dq = g16 ? acc : (float *)dq + qbase(L, (bh)))
+#define SUMS_KV(bh)                                        \
+    (o.dk = g16 ? acc + th : (float *)dk + kbase(L, (bh)), \
+     o.dv = g16 ? acc + 2 * th : (float *)dv + kbase(L, (bh)), o.ld = g16 ? (size_t)HS : qt)
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_q; task++) {
             const size_t bh = (size_t)(task / nq);
@@ -537,15 +580,21 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             for (long long bkv = 0; bkv < kvheads; bkv++) {
                 /* the group's query heads, in increasing order */
                 const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
-                const size_t kvb = kbase(L, bh0);
-                zero_rows(dk + kvb, qt, T, HS);
-                zero_rows(dv + kvb, qt, T, HS);
+                SUMS_KV(bh0);
+                zero_rows(o.dk, o.ld, T, HS);
+                zero_rows(o.dv, o.ld, T, HS);
                 for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++) {
-                    zero_rows(dq + qbase(L, bh), qt, T, HS);
+                    SUMS_Q(bh);
+                    zero_rows(o.dq, o.ld, T, HS);
                     for (int q0 = 0; q0 < T; q0 += BQ)
                         for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
-                            if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 3);
-                            else bwd_tile(&a, P, dS, &b, bh, q0, k0, 1);
+                            if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 3, &o);
+                            else bwd_tile(&a, P, dS, &b, bh, q0, k0, 1, &o);
+                    if (g16) round_rows(o.dq, o.ld, dq, gdt, qbase(L, bh), qt, 0, T, HS);
+                }
+                if (g16) {
+                    round_rows(o.dk, o.ld, dk, gdt, kbase(L, bh0), qt, 0, T, HS);
+                    round_rows(o.dv, o.ld, dv, gdt, kbase(L, bh0), qt, 0, T, HS);
                 }
             }
         } else {
@@ -553,16 +602,20 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             for (long long task = 0; task < tasks_k; task++) {
                 const long long bkv = task / nk;
                 const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
-                const size_t kof = kbase(L, bh0);
                 const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
-                zero_rows(dk + kof + (size_t)k0 * qt, qt, rk, HS);
-                zero_rows(dv + kof + (size_t)k0 * qt, qt, rk, HS);
+                SUMS_KV(bh0);
+                zero_rows(o.dk + (size_t)k0 * o.ld, o.ld, rk, HS);
+                zero_rows(o.dv + (size_t)k0 * o.ld, o.ld, rk, HS);
                 /* the group's heads in increasing order, each from the first
                  * query tile with a query >= k0 */
                 for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++)
                     for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ)
-                        if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 1);
-                        else bwd_tile(&a, P, dS, &b, bh, q0, k0, 0);
+                        if (t16) bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 1, &o);
+                        else bwd_tile(&a, P, dS, &b, bh, q0, k0, 0, &o);
+                if (g16) {
+                    round_rows(o.dk, o.ld, dk, gdt, kbase(L, bh0), qt, k0, rk, HS);
+                    round_rows(o.dv, o.ld, dv, gdt, kbase(L, bh0), qt, k0, rk, HS);
+                }
             }
 #pragma omp for schedule(static)
             for (long long task = 0; task < tasks_q; task++) {
@@ -572,25 +625,31 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 const size_t oof = obase(L, bh) + (size_t)q0 * ot,
                              lof = bh * (size_t)T + (size_t)q0;
                 size_t lq, lk, lv;
-                zero_rows(dq + qof, qt, rq, HS);
+                SUMS_Q(bh);
+                o.ld = g16 ? (size_t)HS : qt;
+                float *dqi = o.dq + (size_t)q0 * o.ld;
+                zero_rows(dqi, o.ld, rq, HS);
                 if (t16) {
                     for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK)
-                        bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 2);
-                    continue;
+                        bwd_tile16(&a, P, dS, &tb, bh, q0, k0, 2, &o);
+                } else {
+                    const float *Qi = rows_f32(q, io->qkv, qof, qt, rq, HS, b.q, &lq);
+                    for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
+                        const int rk = imin(BK, T - k0);
+                        const size_t kof = kbase(L, bh) + (size_t)k0 * qt;
+                        const float *Kj = rows_f32(k, io->qkv, kof, qt, rk, HS, b.k, &lk);
+                        const float *Vj = rows_f32(v, io->qkv, kof, qt, rk, HS, b.v, &lv);
+                        tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, dout + oof, (int)ot,
+                                   lse + lof, D + lof, q0, k0, rq, rk, HS, a.s);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a.s, dS,
+                                    BK, Kj, (int)lk, 1.0f, dqi, (int)o.ld);
+                    }
                 }
-                const float *Qi = rows_f32(q, io->qkv, qof, qt, rq, HS, b.q, &lq);
-                for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
-                    const int rk = imin(BK, T - k0);
-                    const size_t kof = kbase(L, bh) + (size_t)k0 * qt;
-                    const float *Kj = rows_f32(k, io->qkv, kof, qt, rk, HS, b.k, &lk);
-                    const float *Vj = rows_f32(v, io->qkv, kof, qt, rk, HS, b.v, &lv);
-                    tile_grads(P, dS, BK, Qi, lq, Kj, lk, Vj, lv, dout + oof, (int)ot, lse + lof,
-                               D + lof, q0, k0, rq, rk, HS, a.s);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rq, HS, rk, a.s, dS, BK,
-                                Kj, (int)lk, 1.0f, dq + qof, (int)qt);
-                }
+                if (g16) round_rows(o.dq, o.ld, dq, gdt, qbase(L, bh), qt, q0, rq, HS);
             }
         }
+#undef SUMS_Q
+#undef SUMS_KV
     }
     return FR_OK;
 }
@@ -625,7 +684,7 @@ int fr_k_attention(fr_kernel_call *c) {
     if (st || (st = io_ok(c, "attention", c->in[0].dtype, c->out[0].dtype))) return st;
     const size_t C = (size_t)L.NH * L.HS, CK = (size_t)L.NKV * L.HS;
     const fr_tensor *qkv = &c->in[0];
-    const fr_attn_io io = {qkv->dtype, c->out[0].dtype};
+    const fr_attn_io io = {qkv->dtype, c->out[0].dtype, FR_F32};
     float *ws = fr_f32(&c->out[2]);
     const size_t wsn = (size_t)fr_shape_numel(&c->out[2].shape);
     if (fr_attention_fwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, C + CK), c->out[0].data,
@@ -635,29 +694,31 @@ int fr_k_attention(fr_kernel_call *c) {
     return FR_OK;
 }
 
-// dy, y are (B,T,C), qkv and dqkv (B,T,(NH+2NKV)HS), lse and D (B,NH,T), ws as the
-// forward's; qkv and y f32 or 16 bits
+// dy, y are (B,T,C), qkv and dqkv (B,T,(NH+2NKV)HS), lse and D (B,NH,T), ws
+// (fr_attention_bwd_ws_floats); qkv, y and dqkv f32 or 16 bits
 int fr_k_attention_bwd(fr_kernel_call *c) {
     fr_attn_layout L;
     int st = attn_dims(c, "attention_bwd", &c->in[1], &L);
     if (st || (st = io_ok(c, "attention_bwd", c->in[1].dtype, c->in[2].dtype))) return st;
-    float *dqkv = fr_f32(&c->out[0]);
-    if (!dqkv) return FR_OK;
+    fr_tensor *dqkv = &c->out[0];
+    if (dqkv->dtype != FR_F32 && dqkv->dtype != FR_BF16 && dqkv->dtype != FR_F16)
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: dqkv must be f32, f16 or bf16");
+    if (!dqkv->data) return FR_OK;
     if (acc_bit(c, 0))
         return fr_fail(c->ctx, FR_ERR_ARG,
                        "attention_bwd: dqkv is written whole, it cannot be added into");
-    if (c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)
-        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: dy and dqkv must be f32");
+    if (c->in[0].dtype != FR_F32)
+        return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: dy must be f32");
     const size_t C = (size_t)L.NH * L.HS, CK = (size_t)L.NKV * L.HS;
     const fr_tensor *qkv = &c->in[1];
-    const fr_attn_io io = {qkv->dtype, c->in[2].dtype};
+    const fr_attn_io io = {qkv->dtype, c->in[2].dtype, dqkv->dtype};
     float *ws = fr_f32(&c->out[2]), *D = fr_f32(&c->out[1]);
     const size_t wsn = ws ? (size_t)fr_shape_numel(&c->out[2].shape) : 0;
     if (!D || !fr_f32(&c->in[3]))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: the saved lse or D's buffer is missing");
     if (fr_attention_bwd_io(&L, &io, col(qkv, 0), col(qkv, C), col(qkv, C + CK), c->in[2].data,
-                            fr_f32(&c->in[0]), fr_f32(&c->in[3]), D, dqkv, dqkv + C, dqkv + C + CK,
-                            ws, wsn))
+                            fr_f32(&c->in[0]), fr_f32(&c->in[3]), D, (void *)col(dqkv, 0),
+                            (void *)col(dqkv, C), (void *)col(dqkv, C + CK), ws, wsn))
         return fr_fail(c->ctx, FR_ERR_ARG, "attention_bwd: a workspace of %zu floats holds no tile",
                        wsn);
     return FR_OK;

@@ -59,14 +59,20 @@ size_t fr_attention_ws_floats(int T, int HS, int threads);
 /* 16-bit operands: q, k and v stored in qkv (f32, f16 or bf16; widened a
  * tile at a time into the workspace, exactly, so the result is the f32
  * call's on the widened values), out in `out` (f32, or 16 bits: the f32
- * result rounded to nearest even, as a CAST would round it). */
+ * result rounded to nearest even, as a CAST would round it); in the
+ * backward, dq, dk and dv of dqkv (f32, or 16 bits: each row summed in f32
+ * as the f32 call sums it, then rounded to nearest even, as a CAST would;
+ * 0 is f32). */
 typedef struct fr_attn_io {
-    int qkv, out; /* fr_dtype */
+    int qkv, out, dqkv; /* fr_dtype */
 } fr_attn_io;
 
 /* The workspace with 16-bit operands (half): per thread also the widened
  * q, k and v tiles and out's f32 rows, (2 BQ + 2 BK) HS floats more. */
 size_t fr_attention_ws_floats_io(int T, int HS, int threads, int half);
+/* The backward's: with 16-bit gradients (grad16) each thread also sums a
+ * query head's dq and its kv head's dk and dv in f32, 3 T HS floats more. */
+size_t fr_attention_bwd_ws_floats(int T, int HS, int threads, int half, int grad16);
 
 /* out = softmax(scale q k^T + causal mask) v, and lse = the log of each
  * softmax's denominator (the max-shifted logsumexp of the row's scores;
@@ -85,11 +91,12 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
 int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, const float *v,
                      const float *out, const float *dout, const float *lse, float *D, float *dq,
                      float *dk, float *dv, float *ws, size_t ws_floats);
-/* the same with io's dtypes (q, k, v of io->qkv, out of io->out; dout and
- * the gradients f32) */
+/* the same with io's dtypes (q, k, v of io->qkv, out of io->out, dq, dk
+ * and dv of io->dqkv; dout f32), on the workspace of
+ * fr_attention_bwd_ws_floats */
 int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const void *q, const void *k,
                         const void *v, const void *out, const float *dout, const float *lse,
-                        float *D, float *dq, float *dk, float *dv, float *ws, size_t ws_floats);
+                        float *D, void *dq, void *dk, void *dv, float *ws, size_t ws_floats);
 
 /* ---- generation (ATTENTION_KV, LAST_ROW) ----
  * fr_k_attention_kv: a chunk of P positions from pos (fr_kernel_call.step),

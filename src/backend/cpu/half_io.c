@@ -24,9 +24,10 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         }
         return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
     /* attention widens 16-bit q, k, v and y a tile at a time and rounds y
-     * from its f32 rows (attention.c) */
+     * from its f32 rows, its backward dqkv from a head's f32 sums
+     * (attention.c) */
     case FR_OP_ATTENTION: return j == -1 || j == 0;
-    case FR_OP_ATTENTION_BWD: return j == 1 || j == 2;
+    case FR_OP_ATTENTION_BWD: return j == -1 || j == 1 || j == 2;
     /* the tanh GELU widens a 16-bit x a chunk at a time (activation.c) */
     case FR_OP_GELU: return j == 0 && n->attr.approx == 1;
     /* LayerNorm rounds y from its stack (any size); its backward widens

@@ -80,10 +80,12 @@ static int64_t cpu_ws(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_ATTENTION_BWD:
         /* sized at graph time, before the mixed-precision pass picks dtypes:
          * room for 16-bit qkv and y (the widened tiles), as convolutions
-         * plan the most of their image's dtypes */
+         * plan the most of their image's dtypes; the backward's sums of a
+         * 16-bit dqkv once the pass has made it 16-bit (fr_ops_resize_ws) */
         if (j != 2 || f->attr.heads < 1) return 0;
-        return (int64_t)fr_attention_ws_floats_io((int)x->d[1], fr_cpu_attn_hs(f, x),
-                                                  fr_get_threads(g->ctx), 1);
+        return (int64_t)fr_attention_bwd_ws_floats(
+            (int)x->d[1], fr_cpu_attn_hs(f, x), fr_get_threads(g->ctx), 1,
+            n->op == FR_OP_ATTENTION_BWD && n->out[0] >= 0 && g->vals[n->out[0]].dtype != FR_F32);
     case FR_OP_QLINEAR:
     case FR_OP_QLINEAR_BWD: /* a tile of the dequantized weight per thread */
         if (j != (n->op == FR_OP_QLINEAR ? 1 : 3) || f->attr.shape.ndim != 2) return 0;
