@@ -665,9 +665,16 @@ static void check_t16_cases(void) {
             "bf16 tile products not checked: this CPU has no AVX512_BF16 (or FRUGAL_ATTN=f32)\n");
         return;
     }
-    static const int cases[][5] = {{2, 3, 3, 130, 16},  {1, 2, 2, 1, 8},  {1, 1, 1, 65, 64},
-                                   {2, 4, 2, 70, 16},   {1, 2, 1, 33, 8}, {1, 2, 2, 3, 2},
-                                   {1, 2, 2, 130, 128}, {2, 6, 6, 64, 64}};
+    static const int cases[][5] = {{2, 3, 3, 130, 16},
+                                   {1, 2, 2, 1, 8},
+                                   {1, 1, 1, 65, 64},
+                                   {2, 4, 2, 70, 16},
+                                   {1, 2, 1, 33, 8},
+                                   {1, 2, 2, 3, 2},
+                                   {1, 2, 2, 130, 128},
+                                   {2, 6, 6, 64, 64},
+                                   /* more key tiles (18) than a thread keeps packed (16) */
+                                   {1, 2, 1, 1100, 8}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *c = cases[i];
         const size_t nq = (size_t)c[0] * c[3] * (c[1] + 2 * c[2]) * c[4];

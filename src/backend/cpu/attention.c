@@ -76,29 +76,44 @@ static size_t up16(size_t words) { return (words + 15) / 16 * 16; }
  * tile's k and v for the products with their transposes (kt, vt), of k (or
  * v) for dS k (or P v) (kv), of q and dout for dS^T q and P^T dout (qp,
  * dop); dout (BQ x HS), P and dS (BQ x BK, the pad row and column zero)
- * rounded to bf16 rows. */
+ * rounded to bf16 rows. The packs of a key tile (kt, vt, kv) are kept for
+ * nkc key tiles, tile j in place j % nkc, and those of a query tile (qp,
+ * dop, do16) for the last one: each with a tag of what it holds (t16_tag),
+ * so that a call packs each tile once where its loops come back to it
+ * (every query tile of a head reads the same key tiles). The tags are
+ * cleared at the start of each call (t16_clear). */
 typedef struct t16_bufs {
     float *o;
     uint32_t *kt, *vt, *kv, *qp, *dop;
     uint16_t *do16, *p16, *ds16;
-    size_t ldt, ldh, ldp; /* words a row of kt/vt, of kv/qp/dop; elements a row of p16/ds16 */
+    size_t ldt, ldh, ldp;      /* words a row of kt/vt, of kv/qp/dop; elements a row of p16/ds16 */
+    size_t kt_words, kv_words; /* a key tile's pack in kt and vt, in kv */
+    uint32_t *tags;            /* kt, vt, kv: nkc each; then qp, dop, do16 */
+    int nkc;
 } t16_bufs;
 
-/* Floats of the bf16 tile buffers; fills *b from base when b is given. */
-static size_t t16_layout(float *base, int BQ, int BK, int HS, t16_bufs *b) {
+/* Key tiles whose packs a thread keeps: a head of up to 16 x 64 keys whole */
+#define T16_KCACHE 16
+
+/* Floats of the bf16 tile buffers for T keys; fills *b from base when b is
+ * given. */
+static size_t t16_layout(float *base, int T, int BQ, int BK, int HS, t16_bufs *b) {
     const size_t ldt = fr_t16_ld(BK), ldh = fr_t16_ld(HS), ldp = (size_t)(BK + 1) / 2 * 2;
     const size_t hp = (size_t)(HS + 1) / 2, qp = (size_t)(BQ + 1) / 2, kp = (size_t)(BK + 1) / 2;
-    const size_t sz[9] = {up16((size_t)BQ * (size_t)HS),
-                          up16(hp * ldt),
-                          up16(hp * ldt),
-                          up16(kp * ldh),
-                          up16(qp * ldh),
-                          up16(qp * ldh),
-                          up16((size_t)BQ * hp),
-                          up16(qp * ldp),
-                          up16(qp * ldp)};
-    size_t off[9], n = 0;
-    for (int i = 0; i < 9; i++) off[i] = n, n += sz[i];
+    const int nk = (T + BK - 1) / BK, nkc = imin(nk > 0 ? nk : 1, T16_KCACHE);
+    const size_t ktw = up16(hp * ldt), kvw = up16(kp * ldh);
+    const size_t sz[10] = {up16((size_t)BQ * (size_t)HS),
+                           ktw * (size_t)nkc,
+                           ktw * (size_t)nkc,
+                           kvw * (size_t)nkc,
+                           up16(qp * ldh),
+                           up16(qp * ldh),
+                           up16((size_t)BQ * hp),
+                           up16(qp * ldp),
+                           up16(qp * ldp),
+                           up16(3 * (size_t)nkc + 3)};
+    size_t off[10], n = 0;
+    for (int i = 0; i < 10; i++) off[i] = n, n += sz[i];
     if (b) {
         b->o = base;
         b->kt = (uint32_t *)(base + off[1]), b->vt = (uint32_t *)(base + off[2]);
@@ -106,9 +121,47 @@ static size_t t16_layout(float *base, int BQ, int BK, int HS, t16_bufs *b) {
         b->dop = (uint32_t *)(base + off[5]);
         b->do16 = (uint16_t *)(base + off[6]), b->p16 = (uint16_t *)(base + off[7]);
         b->ds16 = (uint16_t *)(base + off[8]);
+        b->tags = (uint32_t *)(base + off[9]);
         b->ldt = ldt, b->ldh = ldh, b->ldp = ldp;
+        b->kt_words = ktw, b->kv_words = kvw, b->nkc = nkc;
     }
     return n;
+}
+
+/* No pack held: a call's tiles are other values than the last call's */
+static void t16_clear(t16_bufs *b) {
+    memset(b->tags, 0, (3 * (size_t)b->nkc + 3) * sizeof *b->tags);
+}
+
+/* Which buffer a tag names: a key tile's kt, vt, kv; a query tile's qp, dop, do16 */
+enum { T16_KT, T16_VT, T16_KV, T16_QP, T16_DOP, T16_DO16 };
+
+/* Whether buffer `which` must be packed for `want` (nonzero: what the
+ * caller names the tile by): for a key tile j (T16_KT .. T16_KV) its place
+ * j % nkc, for a query tile the one place; *at is set to the place's
+ * words. The tag then says `want`. */
+static int t16_tag(t16_bufs *b, int which, int j, uint32_t want, uint32_t **at) {
+    uint32_t *tag;
+    if (which <= T16_KV) {
+        const int slot = j % b->nkc;
+        uint32_t *base = which == T16_KT ? b->kt : which == T16_VT ? b->vt : b->kv;
+        *at = base + (size_t)slot * (which == T16_KV ? b->kv_words : b->kt_words);
+        tag = b->tags + (size_t)which * b->nkc + slot;
+    } else {
+        *at = which == T16_QP ? b->qp : which == T16_DOP ? b->dop : (uint32_t *)b->do16;
+        tag = b->tags + 3 * (size_t)b->nkc + (which - T16_QP);
+    }
+    if (want && *tag == want) return 0;
+    *tag = want;
+    return 1;
+}
+
+/* The tag of key tile j of kv head kvh (of nk tiles a head) or of query
+ * tile i of head bh (nq a head): 1 + its index, 0 (pack always) where the
+ * indices would not fit the tags' 32 bits */
+static uint32_t t16_name(size_t head, int j, int per_head, long long heads) {
+    if ((unsigned long long)heads * (unsigned long long)per_head >= 0xffffffffull) return 0;
+    return (uint32_t)(head * (size_t)per_head + (size_t)j + 1);
 }
 
 /* A thread's slot: two score tiles (BQ x BK) and two values per query row;
@@ -120,7 +173,7 @@ static size_t slot_floats(int T, int HS, int half) {
     size_t bq = (size_t)imin(T, FR_ATTN_BQ), bk = (size_t)imin(T, FR_ATTN_BK);
     size_t hs = (size_t)(HS > 0 ? HS : 0), extra = half ? (2 * bq + 2 * bk) * hs : 0;
     if (half && HS > 0 && fr_t16_cpu()) {
-        size_t t = t16_layout(NULL, (int)bq, (int)bk, HS, NULL);
+        size_t t = t16_layout(NULL, T, (int)bq, (int)bk, HS, NULL);
         if (t > extra) extra = t;
     }
     return 2 * bq * bk + 2 * bq + extra;
@@ -266,6 +319,10 @@ static size_t obase(const fr_attn_layout *L, size_t bh) {
 static size_t kbase(const fr_attn_layout *L, size_t bh) {
     return bh / (size_t)L->NH * L->kb + bh % (size_t)L->NH / (size_t)group(L) * L->kh;
 }
+/* The (batch, kv head) index that (batch, query head) bh reads. */
+static size_t kv_head(const fr_attn_layout *L, size_t bh) {
+    return bh / (size_t)L->NH * (size_t)L->NKV + bh % (size_t)L->NH / (size_t)group(L);
+}
 
 /* The bf16 tile products (attn_tiles16.h) run for a bf16 qkv of even head
  * size (a pair never crosses into the next head) where the CPU has them;
@@ -295,8 +352,8 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0) return FR_OK;
     if (!group(L)) return FR_ERR_ARG;
     const int BQ = imin(T, FR_ATTN_BQ), BK = imin(T, FR_ATTN_BK);
-    const int nq = (T + BQ - 1) / BQ;
-    const long long tasks = (long long)B * NH * nq;
+    const int nq = (T + BQ - 1) / BQ, nk = (T + BK - 1) / BK;
+    const long long tasks = (long long)B * NH * nq, kvheads = (long long)B * L->NKV;
     const fr_dtype qdt = io->qkv, odt = io->out;
     const int half = qdt != FR_F32 || odt != FR_F32;
     const size_t per = slot_floats(T, HS, half), qt = L->qt, ot = L->ot;
@@ -311,7 +368,7 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         float *m = S + 2 * (size_t)BQ * BK, *l = m + BQ;
         const attn_bufs b = slot_bufs(S, BQ, BK, HS);
         t16_bufs tb;
-        if (t16) t16_layout(m + 2 * (size_t)BQ, BQ, BK, HS, &tb);
+        if (t16) t16_layout(m + 2 * (size_t)BQ, T, BQ, BK, HS, &tb), t16_clear(&tb);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
@@ -327,16 +384,21 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             }
             if (t16) { /* bf16 tile products: no widening */
                 const uint16_t *Q16 = (const uint16_t *)q + base + (size_t)q0 * qt;
+                const size_t kvh = kv_head(L, bh);
                 for (int k0 = 0; k0 <= q0 + rq - 1; k0 += BK) {
-                    const int rk = imin(BK, T - k0);
+                    const int rk = imin(BK, T - k0), j = k0 / BK;
                     const size_t kof = kvb + (size_t)k0 * qt;
-                    fr_t16_pack_pairs((const uint16_t *)k + kof, qt, rk, HS / 2, tb.kt, tb.ldt);
-                    fr_t16_gemm(rq, rk, HS / 2, Q16, qt, FR_T16_ROWS, tb.kt, tb.ldt, s, 0, S, BK);
+                    const uint32_t name = t16_name(kvh, j, nk, kvheads);
+                    uint32_t *kt, *vr;
+                    if (t16_tag(&tb, T16_KT, j, name, &kt))
+                        fr_t16_pack_pairs((const uint16_t *)k + kof, qt, rk, HS / 2, kt, tb.ldt);
+                    fr_t16_gemm(rq, rk, HS / 2, Q16, qt, FR_T16_ROWS, kt, tb.ldt, s, 0, S, BK);
                     online_softmax(S, BK, rq, rk, q0, k0, m, l, Oi, lo, HS);
                     fr_t16_round_rows(S, BK, rq, rk, tb.p16, tb.ldp);
-                    fr_t16_pack_rows((const uint16_t *)v + kof, 0, qt, rk, HS, tb.kv, tb.ldh);
-                    fr_t16_gemm(rq, HS, (rk + 1) / 2, tb.p16, tb.ldp, FR_T16_ROWS, tb.kv, tb.ldh,
-                                1.0f, 1, Oi, lo);
+                    if (t16_tag(&tb, T16_KV, j, name, &vr))
+                        fr_t16_pack_rows((const uint16_t *)v + kof, 0, qt, rk, HS, vr, tb.ldh);
+                    fr_t16_gemm(rq, HS, (rk + 1) / 2, tb.p16, tb.ldp, FR_T16_ROWS, vr, tb.ldh, 1.0f,
+                                1, Oi, lo);
                 }
             } else { /* 16-bit operands widened a tile at a time, OpenBLAS */
                 size_t lq, lk, lv;
@@ -417,6 +479,8 @@ typedef struct attn_bwd_args {
     const float *dout, *lse, *D;
     float s;
     int BQ, BK;
+    int nq, nk;               /* query and key tiles a head */
+    long long heads, kvheads; /* (batch, head) and (batch, kv head) pairs */
 } attn_bwd_args;
 
 /* Where a task's tiles add their gradients: the f32 rows of the query
@@ -455,37 +519,42 @@ static void bwd_tile(const attn_bwd_args *a, float *P, float *dS, const attn_buf
  * K^T and dP = dO V^T with dO rounded to bf16, then with P and dS rounded
  * to bf16: dv_j += P^T dO_i and dk_j += s dS^T Q_i (what & 1), dq_i += s
  * dS K_j (what & 2). */
-static void bwd_tile16(const attn_bwd_args *a, float *P, float *dS, const t16_bufs *tb, size_t bh,
-                       int q0, int k0, int what, const attn_sums *o) {
+static void bwd_tile16(const attn_bwd_args *a, float *P, float *dS, t16_bufs *tb, size_t bh, int q0,
+                       int k0, int what, const attn_sums *o) {
     const fr_attn_layout *L = a->L;
     const size_t qt = L->qt, ot = L->ot;
     const int T = L->T, HS = L->HS, BK = a->BK, hp = HS / 2;
-    const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0);
+    const int rq = imin(a->BQ, T - q0), rk = imin(BK, T - k0), j = k0 / BK;
     const size_t qof = qbase(L, bh) + (size_t)q0 * qt, kof = kbase(L, bh) + (size_t)k0 * qt;
     const size_t oof = obase(L, bh) + (size_t)q0 * ot, lof = bh * (size_t)T + (size_t)q0;
     const uint16_t *Q16 = (const uint16_t *)a->q + qof, *K16 = (const uint16_t *)a->k + kof,
                    *V16 = (const uint16_t *)a->v + kof;
     const float *dO = a->dout + oof;
-    fr_t16_pack_pairs(K16, qt, rk, hp, tb->kt, tb->ldt);
-    fr_t16_gemm(rq, rk, hp, Q16, qt, FR_T16_ROWS, tb->kt, tb->ldt, a->s, 0, P, BK);
-    fr_t16_round_rows(dO, ot, rq, HS, tb->do16, (size_t)HS);
-    fr_t16_pack_pairs(V16, qt, rk, hp, tb->vt, tb->ldt);
-    fr_t16_gemm(rq, rk, hp, tb->do16, (size_t)HS, FR_T16_ROWS, tb->vt, tb->ldt, 1.0f, 0, dS, BK);
+    /* the packs, each made once for what it holds (t16_tag) */
+    const uint32_t kn = t16_name(kv_head(L, bh), j, a->nk, a->kvheads),
+                   qn = t16_name(bh, q0 / a->BQ, a->nq, a->heads);
+    uint32_t *kt, *vt, *kv, *qp, *dop, *do16w;
+    if (t16_tag(tb, T16_KT, j, kn, &kt)) fr_t16_pack_pairs(K16, qt, rk, hp, kt, tb->ldt);
+    fr_t16_gemm(rq, rk, hp, Q16, qt, FR_T16_ROWS, kt, tb->ldt, a->s, 0, P, BK);
+    if (t16_tag(tb, T16_DO16, 0, qn, &do16w))
+        fr_t16_round_rows(dO, ot, rq, HS, (uint16_t *)do16w, (size_t)HS);
+    if (t16_tag(tb, T16_VT, j, kn, &vt)) fr_t16_pack_pairs(V16, qt, rk, hp, vt, tb->ldt);
+    fr_t16_gemm(rq, rk, hp, do16w, (size_t)HS, FR_T16_ROWS, vt, tb->ldt, 1.0f, 0, dS, BK);
     probs_and_dscores(P, dS, BK, rq, rk, q0, k0, a->lse + lof, a->D + lof);
     fr_t16_round_rows(dS, BK, rq, rk, tb->ds16, tb->ldp);
     if (what & 1) {
         const int rqp = (rq + 1) / 2;
         fr_t16_round_rows(P, BK, rq, rk, tb->p16, tb->ldp);
-        fr_t16_pack_rows(dO, 1, ot, rq, HS, tb->dop, tb->ldh);
-        fr_t16_gemm(rk, HS, rqp, tb->p16, tb->ldp, FR_T16_COLS, tb->dop, tb->ldh, 1.0f, 1,
+        if (t16_tag(tb, T16_DOP, 0, qn, &dop)) fr_t16_pack_rows(dO, 1, ot, rq, HS, dop, tb->ldh);
+        fr_t16_gemm(rk, HS, rqp, tb->p16, tb->ldp, FR_T16_COLS, dop, tb->ldh, 1.0f, 1,
                     o->dv + (size_t)k0 * o->ld, o->ld);
-        fr_t16_pack_rows(Q16, 0, qt, rq, HS, tb->qp, tb->ldh);
-        fr_t16_gemm(rk, HS, rqp, tb->ds16, tb->ldp, FR_T16_COLS, tb->qp, tb->ldh, a->s, 1,
+        if (t16_tag(tb, T16_QP, 0, qn, &qp)) fr_t16_pack_rows(Q16, 0, qt, rq, HS, qp, tb->ldh);
+        fr_t16_gemm(rk, HS, rqp, tb->ds16, tb->ldp, FR_T16_COLS, qp, tb->ldh, a->s, 1,
                     o->dk + (size_t)k0 * o->ld, o->ld);
     }
     if (what & 2) {
-        fr_t16_pack_rows(K16, 0, qt, rk, HS, tb->kv, tb->ldh);
-        fr_t16_gemm(rq, HS, (rk + 1) / 2, tb->ds16, tb->ldp, FR_T16_ROWS, tb->kv, tb->ldh, a->s, 1,
+        if (t16_tag(tb, T16_KV, j, kn, &kv)) fr_t16_pack_rows(K16, 0, qt, rk, HS, kv, tb->ldh);
+        fr_t16_gemm(rq, HS, (rk + 1) / 2, tb->ds16, tb->ldp, FR_T16_ROWS, kv, tb->ldh, a->s, 1,
                     o->dq + (size_t)q0 * o->ld, o->ld);
     }
 }
@@ -550,7 +619,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
     const int nt = team(per, ws_floats, tasks_k > tasks_q ? tasks_k : tasks_q);
     if (nt < 1) return FR_ERR_ARG;
     const int per_head = kvheads >= nt, t16 = tiles16(io, HS);
-    const attn_bwd_args a = {L, q, k, v, io->qkv, dout, lse, D, 1.0f / sqrtf((float)HS), BQ, BK};
+    const attn_bwd_args a = {L,  q,  k,  v,  io->qkv, dout,   lse, D, 1.0f / sqrtf((float)HS),
+                             BQ, BK, nq, nk, heads,   kvheads};
 #pragma omp parallel num_threads(nt)
     {
         omp_set_num_threads(1); /* one-thread GEMMs (see one_thread_gemms) */
@@ -558,7 +628,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         float *dS = P + (size_t)BQ * BK;
         const attn_bufs b = slot_bufs(P, BQ, BK, HS);
         t16_bufs tb;
-        if (t16) t16_layout(P + 2 * (size_t)BQ * BK + 2 * (size_t)BQ, BQ, BK, HS, &tb);
+        if (t16) t16_layout(P + 2 * (size_t)BQ * BK + 2 * (size_t)BQ, T, BQ, BK, HS, &tb);
+        if (t16) t16_clear(&tb);
         /* a 16-bit gradient's sums: the slot's tail; an f32 one's: itself */
         float *acc = g16 ? P + slot : NULL;
         attn_sums o = {acc, acc ? acc + th : NULL, acc ? acc + 2 * th : NULL, (size_t)HS};
