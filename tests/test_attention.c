@@ -674,7 +674,11 @@ static void check_t16_cases(void) {
                                    {1, 2, 2, 130, 128},
                                    {2, 6, 6, 64, 64},
                                    /* more key tiles (18) than a thread keeps packed (16) */
-                                   {1, 2, 1, 1100, 8}};
+                                   {1, 2, 1, 1100, 8},
+                                   /* an odd query tile of wide rows: dout's rounded
+                                    * rows and their zero pad row fill the buffer */
+                                   {1, 2, 2, 3, 128},
+                                   {1, 1, 1, 5, 256}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *c = cases[i];
         const size_t nq = (size_t)c[0] * c[3] * (c[1] + 2 * c[2]) * c[4];

@@ -426,8 +426,8 @@ static void test_bf16_against_torch(fr_ctx *ctx, const ref *r) {
         const fr_node *nd = &s->g.nodes[s->plan.order[t]];
         if (nd->op != FR_OP_ATTENTION_BWD) continue;
         bwd++;
-        CHECK(s->g.vals[nd->out[0]].dtype == FR_BF16, "%s: attention_bwd writes a %s dqkv",
-              r->name, fr_dtype_name(s->g.vals[nd->out[0]].dtype));
+        CHECK(s->g.vals[nd->out[0]].dtype == FR_BF16, "%s: attention_bwd writes a %s dqkv", r->name,
+              fr_dtype_name(s->g.vals[nd->out[0]].dtype));
         for (int u = 0; u < s->plan.n_nodes; u++) {
             const fr_node *c = &s->g.nodes[s->plan.order[u]];
             CHECK(c->op != FR_OP_CAST || c->in[0] != nd->out[0], "%s: a CAST reads dqkv", r->name);

@@ -75,8 +75,8 @@ static size_t up16(size_t words) { return (words + 15) / 16 * 16; }
  * tiles and its m and l: out's f32 rows (BQ x HS); the pair packs of a key
  * tile's k and v for the products with their transposes (kt, vt), of k (or
  * v) for dS k (or P v) (kv), of q and dout for dS^T q and P^T dout (qp,
- * dop); dout (BQ x HS), P and dS (BQ x BK, the pad row and column zero)
- * rounded to bf16 rows. The packs of a key tile (kt, vt, kv) are kept for
+ * dop); dout (BQ x HS, and the zero pad row of an odd BQ), P and dS
+ * (BQ x BK, the pad row and column zero) rounded to bf16 rows. The packs of a key tile (kt, vt, kv) are kept for
  * nkc key tiles, tile j in place j % nkc, and those of a query tile (qp,
  * dop, do16) for the last one: each with a tag of what it holds (t16_tag),
  * so that a call packs each tile once where its loops come back to it
@@ -108,7 +108,7 @@ static size_t t16_layout(float *base, int T, int BQ, int BK, int HS, t16_bufs *b
                            kvw * (size_t)nkc,
                            up16(qp * ldh),
                            up16(qp * ldh),
-                           up16((size_t)BQ * hp),
+                           up16(2 * qp * hp),
                            up16(qp * ldp),
                            up16(qp * ldp),
                            up16(3 * (size_t)nkc + 3)};

@@ -68,7 +68,10 @@ typedef struct fr_attn_io {
 } fr_attn_io;
 
 /* The workspace with 16-bit operands (half): per thread also the widened
- * q, k and v tiles and out's f32 rows, (2 BQ + 2 BK) HS floats more. */
+ * q, k and v tiles and out's f32 rows, (2 BQ + 2 BK) HS floats more, or,
+ * where the CPU has the bf16 tile products, their buffers if larger: the
+ * packs of up to 16 key tiles of a head, so a slot grows with T up to
+ * T = 1024 (attention.c, t16_layout). */
 size_t fr_attention_ws_floats_io(int T, int HS, int threads, int half);
 /* The backward's: with 16-bit gradients (grad16) each thread also sums a
  * query head's dq and its kv head's dk and dv in f32, 3 T HS floats more. */
