@@ -28,9 +28,9 @@ static int rounded_fwd(fr_op op, int j) {
  * f32 (half_only, set below), reads a 16-bit x (max(round x, 0) is
  * round(max(x, 0)) but for the sign of a zero: fr_relu16), so that what
  * feeds it, BatchNorm's y in a CNN, is made in 16 bits and not in f32
- * first; only where the backend's
- * ReLU takes a 16-bit x and x's producer writes 16 bits itself (else a CAST
- * would round it: one pass more, not less). Decided once, on the graph
+ * first; only where the backend's ReLU takes a 16-bit x and x's producer
+ * writes 16 bits itself (else a CAST would round it: one pass more, not
+ * less). Decided once, on the graph
  * before the pass (through[], by ReLU's y: a recomputed clone does what
  * its original does). */
 static int rounds_through(const fr_graph *g, const fr_node *n, int j, const uint8_t *half_only,

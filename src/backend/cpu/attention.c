@@ -75,13 +75,13 @@ static size_t up16(size_t words) { return (words + 15) / 16 * 16; }
  * tiles and its m and l: out's f32 rows (BQ x HS); the pair packs of a key
  * tile's k and v for the products with their transposes (kt, vt), of k (or
  * v) for dS k (or P v) (kv), of q and dout for dS^T q and P^T dout (qp,
- * dop); dout (BQ x HS, and the zero pad row of an odd BQ), P and dS
- * (BQ x BK, the pad row and column zero) rounded to bf16 rows. The packs of a key tile (kt, vt, kv) are kept for
- * nkc key tiles, tile j in place j % nkc, and those of a query tile (qp,
- * dop, do16) for the last one: each with a tag of what it holds (t16_tag),
- * so that a call packs each tile once where its loops come back to it
- * (every query tile of a head reads the same key tiles). The tags are
- * cleared at the start of each call (t16_clear). */
+ * dop); dout (BQ x HS, and the zero pad row of an odd BQ), P and dS (BQ x
+ * BK, the pad row and column zero) rounded to bf16 rows. The packs of a key
+ * tile (kt, vt, kv) are kept for nkc key tiles, tile j in place j % nkc,
+ * and those of a query tile (qp, dop, do16) for the last one: each with a
+ * tag of what it holds (t16_tag), so that a call packs each tile once where
+ * its loops come back to it (every query tile of a head reads the same key
+ * tiles). t16_layout clears the tags, at the start of each call. */
 typedef struct t16_bufs {
     float *o;
     uint32_t *kt, *vt, *kv, *qp, *dop;
@@ -95,8 +95,9 @@ typedef struct t16_bufs {
 /* Key tiles whose packs a thread keeps: a head of up to 16 x 64 keys whole */
 #define T16_KCACHE 16
 
-/* Floats of the bf16 tile buffers for T keys; fills *b from base when b is
- * given. */
+/* Floats of the bf16 tile buffers for T keys; fills *b from base, with no
+ * pack held (a call's tiles are other values than the last call's), when b
+ * is given. */
 static size_t t16_layout(float *base, int T, int BQ, int BK, int HS, t16_bufs *b) {
     const size_t ldt = fr_t16_ld(BK), ldh = fr_t16_ld(HS), ldp = (size_t)(BK + 1) / 2 * 2;
     const size_t hp = (size_t)(HS + 1) / 2, qp = (size_t)(BQ + 1) / 2, kp = (size_t)(BK + 1) / 2;
@@ -124,13 +125,9 @@ static size_t t16_layout(float *base, int T, int BQ, int BK, int HS, t16_bufs *b
         b->tags = (uint32_t *)(base + off[9]);
         b->ldt = ldt, b->ldh = ldh, b->ldp = ldp;
         b->kt_words = ktw, b->kv_words = kvw, b->nkc = nkc;
+        memset(b->tags, 0, (3 * (size_t)nkc + 3) * sizeof *b->tags);
     }
     return n;
-}
-
-/* No pack held: a call's tiles are other values than the last call's */
-static void t16_clear(t16_bufs *b) {
-    memset(b->tags, 0, (3 * (size_t)b->nkc + 3) * sizeof *b->tags);
 }
 
 /* Which buffer a tag names: a key tile's kt, vt, kv; a query tile's qp, dop, do16 */
@@ -368,7 +365,7 @@ int fr_attention_fwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         float *m = S + 2 * (size_t)BQ * BK, *l = m + BQ;
         const attn_bufs b = slot_bufs(S, BQ, BK, HS);
         t16_bufs tb;
-        if (t16) t16_layout(m + 2 * (size_t)BQ, T, BQ, BK, HS, &tb), t16_clear(&tb);
+        if (t16) t16_layout(m + 2 * (size_t)BQ, T, BQ, BK, HS, &tb);
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks; task++) {
             const size_t bh = (size_t)(task / nq);
@@ -592,6 +589,12 @@ int fr_attention_bwd(const fr_attn_layout *L, const float *q, const float *k, co
     return fr_attention_bwd_io(L, &io, q, k, v, out, dout, lse, D, dq, dk, dv, ws, ws_floats);
 }
 
+/* Where rows of a gradient are summed: the thread's sums from float `at`
+ * (acc given: a 16-bit gradient), else the f32 gradient g from element off */
+static float *sums_at(float *acc, size_t at, void *g, size_t off) {
+    return acc ? acc + at : (float *)g + off;
+}
+
 /* A 16-bit gradient's rows r0 .. r0+n-1 (from element off, row stride ld)
  * rounded to nearest even from the thread's f32 sums, as a CAST would */
 static void round_rows(const float *sum, size_t lds, void *g, fr_dtype dt, size_t off, size_t ld,
@@ -629,14 +632,9 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
         const attn_bufs b = slot_bufs(P, BQ, BK, HS);
         t16_bufs tb;
         if (t16) t16_layout(P + 2 * (size_t)BQ * BK + 2 * (size_t)BQ, T, BQ, BK, HS, &tb);
-        if (t16) t16_clear(&tb);
         /* a 16-bit gradient's sums: the slot's tail; an f32 one's: itself */
         float *acc = g16 ? P + slot : NULL;
-        attn_sums o = {acc, acc ? acc + th : NULL, acc ? acc + 2 * th : NULL, (size_t)HS};
-#define SUMS_Q(bh) (o.dq = g16 ? acc : (float *)dq + qbase(L, (bh)))
-#define SUMS_KV(bh)                                        \
-    (o.dk = g16 ? acc + th : (float *)dk + kbase(L, (bh)), \
-     o.dv = g16 ? acc + 2 * th : (float *)dv + kbase(L, (bh)), o.ld = g16 ? (size_t)HS : qt)
+        attn_sums o = {NULL, NULL, NULL, g16 ? (size_t)HS : qt};
 #pragma omp for schedule(static)
         for (long long task = 0; task < tasks_q; task++) {
             const size_t bh = (size_t)(task / nq);
@@ -651,11 +649,12 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
             for (long long bkv = 0; bkv < kvheads; bkv++) {
                 /* the group's query heads, in increasing order */
                 const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
-                SUMS_KV(bh0);
+                o.dk = sums_at(acc, th, dk, kbase(L, bh0));
+                o.dv = sums_at(acc, 2 * th, dv, kbase(L, bh0));
                 zero_rows(o.dk, o.ld, T, HS);
                 zero_rows(o.dv, o.ld, T, HS);
                 for (size_t bh = bh0; bh < bh0 + (size_t)G; bh++) {
-                    SUMS_Q(bh);
+                    o.dq = sums_at(acc, 0, dq, qbase(L, bh));
                     zero_rows(o.dq, o.ld, T, HS);
                     for (int q0 = 0; q0 < T; q0 += BQ)
                         for (int k0 = 0; k0 <= imin(T, q0 + BQ) - 1; k0 += BK)
@@ -674,7 +673,8 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 const long long bkv = task / nk;
                 const size_t bh0 = (size_t)(bkv / L->NKV * NH + bkv % L->NKV * G);
                 const int k0 = (int)(task % nk) * BK, rk = imin(BK, T - k0);
-                SUMS_KV(bh0);
+                o.dk = sums_at(acc, th, dk, kbase(L, bh0));
+                o.dv = sums_at(acc, 2 * th, dv, kbase(L, bh0));
                 zero_rows(o.dk + (size_t)k0 * o.ld, o.ld, rk, HS);
                 zero_rows(o.dv + (size_t)k0 * o.ld, o.ld, rk, HS);
                 /* the group's heads in increasing order, each from the first
@@ -696,8 +696,7 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 const size_t oof = obase(L, bh) + (size_t)q0 * ot,
                              lof = bh * (size_t)T + (size_t)q0;
                 size_t lq, lk, lv;
-                SUMS_Q(bh);
-                o.ld = g16 ? (size_t)HS : qt;
+                o.dq = sums_at(acc, 0, dq, qbase(L, bh));
                 float *dqi = o.dq + (size_t)q0 * o.ld;
                 zero_rows(dqi, o.ld, rq, HS);
                 if (t16) {
@@ -719,8 +718,6 @@ int fr_attention_bwd_io(const fr_attn_layout *L, const fr_attn_io *io, const voi
                 if (g16) round_rows(o.dq, o.ld, dq, gdt, qbase(L, bh), qt, q0, rq, HS);
             }
         }
-#undef SUMS_Q
-#undef SUMS_KV
     }
     return FR_OK;
 }
