@@ -2,7 +2,8 @@
 # test_cpu_provider.sh — frugal says what the CPU can do and which GEMM runs,
 # and does not run OpenBLAS's generic kernels on a CPU that can do better:
 # (a) `devices --json` has a cpu object whose features, model name, family
-#     and model are /proc/cpuinfo's (an independent reader of cpuid);
+#     and model are /proc/cpuinfo's (an independent reader of cpuid), and
+#     bf16 GEMMs run on oneDNN exactly where its flags have AVX512_BF16/AMX;
 # (b) with OPENBLAS_CORETYPE=Prescott forced (what OpenBLAS picks on a CPU
 #     model it does not know), frugal restarts itself on the right core and
 #     says so, and so with Haswell forced on an AVX-512 CPU; with FRUGAL_BLAS_FIX=0 it keeps Prescott and prints one
@@ -33,6 +34,10 @@ if "flags" in info:  # x86: the kernel lists what the CPU has and the OS enables
     if cpu["model"] != info.get("model name"): bad.append("model %r vs %r" % (cpu["model"], info.get("model name")))
     if str(cpu["family"]) != info.get("cpu family"): bad.append("family %r vs %r" % (cpu["family"], info.get("cpu family")))
     if str(cpu["model_id"]) != info.get("model"): bad.append("model id %r vs %r" % (cpu["model_id"], info.get("model")))
+    # bf16 GEMMs on oneDNN only where the silicon has bf16 products (else
+    # oneDNN emulates them on AVX-512, slower than f32 GEMMs of rounded values)
+    hw16 = "avx512_bf16" in flags or "amx_bf16" in flags
+    if cpu["gemm_bf16"].startswith("oneDNN") != hw16: bad.append("gemm_bf16 %r, bf16 in the flags: %s" % (cpu["gemm_bf16"], hw16))
 else:
     print("no x86 flags in /proc/cpuinfo: features not compared")
 if not cpu["gemm_f32"].startswith(cpu["blas"] + " " + cpu["blas_core"]): bad.append("gemm_f32 %r" % cpu["gemm_f32"])

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "backend/cpu/conv_dnnl.h"
 #include "optim/optim.h"
 #include "check.h"
@@ -845,7 +847,27 @@ static void test_budget_plan_faults(void) {
           failed_runs);
 }
 
-int main(void) {
+/* test_frozen_saves_no_x again with the linear layers' 16-bit GEMMs off
+ * (FRUGAL_GEMM16=0, read once per process: a child), so that the f32 GEMMs
+ * of rounded operands are checked on a host with native bf16 too */
+static void frozen_without_gemm16(const char *self) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FRUGAL_GEMM16", "0", 1);
+        execl(self, self, "frozen", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "freezing with FRUGAL_GEMM16=0 (child) failed");
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "frozen") == 0) {
+        test_frozen_saves_no_x();
+        return check_done();
+    }
     test_budget_plan_faults();
     test_plans_allocate_nothing();
     test_revolve();
@@ -853,6 +875,7 @@ int main(void) {
     test_accumulation();
     test_freeze();
     test_frozen_saves_no_x();
+    frozen_without_gemm16(argv[0]);
     test_names_do_not_matter();
     test_budget_sweep();
     test_refusals();

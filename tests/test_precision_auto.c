@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/gemm16.h"
 #include "check.h"
 #include "run/planner.h"
 #include "train/step.h"
@@ -228,7 +229,14 @@ static void choices(void) {
     CHECK(pick(wide_mlp, "100,80", FR_PREC_AUTO, NULL, NULL) == FR_PREC_FP32, "bf16 slower: fp32");
     CHECK(pick(wide_mlp, "100,0", FR_PREC_AUTO, &r32, NULL) == FR_PREC_FP32,
           "bf16 not native: fp32");
-    CHECK(r16 < r32, "bf16-mixed's plan is smaller: %zu against fp32's %zu", r16, r32);
+    /* smaller where the GEMMs take 16-bit copies of the weights; elsewhere
+     * each reader gets a rounded f32 copy, and the wide MLP's weights are
+     * most of its plan */
+    if (fr_gemm16_native(FR_BF16))
+        CHECK(r16 < r32, "bf16-mixed's plan is smaller: %zu against fp32's %zu", r16, r32);
+    else
+        printf("# bf16 GEMMs not native here: bf16-mixed's plan %zu, fp32's %zu (not compared)\n",
+               r16, r32);
     /* given explicitly, fp32 stays fp32 */
     CHECK(pick(wide_mlp, "100,200", FR_PREC_FP32, NULL, NULL) == FR_PREC_FP32, "fp32 as asked");
     /* the convolutions gain where bf16 images run native (nearly all the

@@ -172,8 +172,11 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
     /* The forward readers, last first (a value's readers come after its
      * producer), so that whether a ReLU's y has an f32 reader is known when
      * the ReLU is reached (clones read what their originals read). A value
-     * a rounding-through reader takes is stored in half even where backward
-     * does not read it. */
+     * a rounding reader (rounded_fwd) or a rounding-through reader takes is
+     * stored in half even where backward does not read it: a matmul then
+     * reads its x rounded whether or not x is saved for backward, so that
+     * freezing a layer (or evaluating) does not change what the forward
+     * computes, with 16-bit GEMMs or without them. */
     for (int i = g->n_forward - 1; i >= 0; i--) {
         const fr_node *nd = &g->nodes[i];
         const int v = nd->out[0]; /* its readers all seen */
@@ -181,7 +184,14 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             half_only[v] = 1;
         for (int j = 0; j < nd->n_in; j++) {
             const int x = nd->in[j];
-            if (x < 0 || rounded_fwd(nd->op, j)) continue;
+            if (x < 0) continue;
+            if (rounded_fwd(nd->op, j)) {
+                const int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* a view */
+                if (store_half && g->vals[r].alias_of < 0 && castable[origin[r]] &&
+                    !read_back[origin[r]]) /* (what backward reads is decided above) */
+                    cast[origin[r]] = 1;
+                continue;
+            }
             if (store_half && rounds_through(g, nd, j, half_only, origin) && castable[origin[x]]) {
                 cast[origin[x]] = 1;
                 through[v] = 1;

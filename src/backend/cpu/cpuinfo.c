@@ -223,10 +223,25 @@ static void warning_describe(const fr_cpu_info *c) {
                  c->blas, kind, c->blas_core, feat, want);
 }
 
+/* cpuid's half alone, under its own once: fr_gemm16_native asks for the
+ * feature bits while describe_once runs (onednn_describe). */
+static fr_cpu_info g_id;
+static pthread_once_t g_id_once = PTHREAD_ONCE_INIT;
+
+static void id_once(void) {
+    cpuid_describe(&g_id);
+    if (!g_id.model[0]) proc_model(&g_id);
+}
+
+unsigned fr_cpu_features(void) {
+    pthread_once(&g_id_once, id_once);
+    return g_id.features;
+}
+
 static void describe_once(void) {
     fr_cpu_info *c = &g_cpu;
-    cpuid_describe(c);
-    if (!c->model[0]) proc_model(c);
+    pthread_once(&g_id_once, id_once);
+    *c = g_id;
     blas_describe(c);
     onednn_describe(c);
     warning_describe(c);

@@ -19,6 +19,10 @@
  * FRUGAL_BLAS_FIX=0 in the environment, or this process is the restart. */
 int fr_cpu_fix_env(void);
 
+/* fr_cpu()->features without the rest of fr_cpu (no BLAS or oneDNN
+ * queries): safe to call from what fr_cpu itself calls. */
+unsigned fr_cpu_features(void);
+
 /* "OpenBLAS 0.3.21 SkylakeX"; the bf16 GEMM: "oneDNN matmul avx512_core_bf16",
  * or "f32 GEMM of rounded operands" where oneDNN has no native bf16 kernel. */
 const char *fr_cpu_gemm_f32(char *buf, size_t n);

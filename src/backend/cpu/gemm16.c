@@ -1,5 +1,6 @@
 /* gemm16.c — 16-bit GEMMs through oneDNN's matmul (see gemm16.h). */
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/cpuinfo.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +64,20 @@ static void init_once(void) {
     }
     const char *env = getenv("FRUGAL_GEMM16");
     if (env && strcmp(env, "0") == 0) return;
+    const int forced = env && strcmp(env, "1") == 0;
     dnnl_primitive_desc_t pd;
     const mm_key probe = key_of(0, 1, 64, 64, 64, 64, 64, 0.0f, 64, NULL);
     if (make_pd(&probe, &pd)) return;
     const char *impl = NULL;
+    /* A jit kernel is not enough: on AVX-512 without AVX512_BF16 oneDNN
+     * emulates bf16 products in its jit kernels, far slower than the f32
+     * GEMM of the rounded operands (bench/out/intel_207.md). The CPU's bits
+     * decide, not a timing, so that the path (and the bits it gives) is the
+     * same in every run on a host. FRUGAL_GEMM16=1 takes the jit kernel
+     * whatever the CPU (the tests of the bf16 path, on any AVX-512 host). */
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
-        g_native = strncmp(impl, "ref", 3) != 0;
+        g_native = strncmp(impl, "ref", 3) != 0 &&
+                   (forced || (fr_cpu_features() & (FR_CPU_AVX512_BF16 | FR_CPU_AMX_BF16)) != 0);
     dnnl_primitive_desc_destroy(pd);
 }
 

@@ -17,10 +17,13 @@
 #include "core/ctx.h"
 
 /* Whether this build and this CPU run 16-bit GEMMs of dtype dt natively:
- * bf16 with oneDNN, when its kernel for bf16 is not its reference C loop
- * (a CPU without AVX-512: the mixed-precision pass then keeps f32 GEMMs of
- * rounded operands). FRUGAL_GEMM16=0 in the environment turns it off (to
- * compare the two). Decided once per process. */
+ * bf16 with oneDNN, when the CPU has AVX512_BF16 or AMX-BF16 and oneDNN's
+ * kernel for bf16 is not its reference C loop (elsewhere the mixed-precision
+ * pass keeps f32 GEMMs of rounded operands). FRUGAL_GEMM16=0 in the
+ * environment turns it off (to compare the two); FRUGAL_GEMM16=1 turns it on
+ * wherever oneDNN has a jit bf16 kernel, emulated on AVX-512 without
+ * AVX512_BF16 (slow: for tests of this path on such a host). Decided once
+ * per process. */
 int fr_gemm16_native(fr_dtype dt);
 
 /* C (M,N) = op(A) op(B) + beta C, row-major, beta 0 or 1. op(A) is (M,K): A
