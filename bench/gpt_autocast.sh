@@ -10,7 +10,9 @@
 # whose figure is torch_gpt.py's median after 2 warm-up steps. (Until
 # 2026-12 frugal's was the processes' wall times, whose start-up alone
 # moved by tenths of a second on this host: +-80 ms a step.) Prints a
-# table (and writes bench/out/gpt_autocast.md).
+# table (and writes it to OUT, bench/out/gpt_autocast.md by default).
+# TORCH_CORETYPE [unset]: OPENBLAS_CORETYPE for PyTorch's runs (its OpenBLAS
+# on the core frugal restarts on, where OpenBLAS picks a narrower one).
 #
 #   bash bench/gpt_autocast.sh [build-dir]     # ROUNDS=3 N=6
 set -uo pipefail
@@ -18,6 +20,7 @@ cd "$(dirname "$0")/.."
 BUILD=$(realpath "${1:-build}")
 ROUNDS=${ROUNDS:-3}
 N=${N:-6}
+OUT=${OUT:-bench/out/gpt_autocast.md}
 text=/usr/share/games/fortunes
 export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 tmp=$(mktemp)
@@ -33,7 +36,8 @@ frugal_s() { # precision steps: the training loop's seconds (the JSON summary's)
         python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "\"summary\"" in l][0]["seconds"])'
 }
 torch_ms() { # none|bf16
-    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/torch_gpt.py \
+    env ${TORCH_CORETYPE:+OPENBLAS_CORETYPE=$TORCH_CORETYPE} \
+        LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/torch_gpt.py \
         --data "$text" --batch 8 --ctx 256 --steps "$N" --warmup 2 --threads 2 --autocast "$1" --json |
         tail -1 | python3 -c 'import json,sys; print(round(json.loads(sys.stdin.read())["median_ms"], 1))'
 }
@@ -47,6 +51,7 @@ med() { awk -v k="$1" '$1 == k {print $2}' "$tmp" | sort -n | awk '{v[NR]=$1} EN
 {
     echo "# bench/gpt_autocast.sh: gpt-tiny, batch 8, T 256, AdamW, 2 threads, $ROUNDS rounds, $(date -u +%Y-%m-%d)"
     echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p')), $(nproc) cores; $(git rev-parse --short HEAD)"
+    echo "# PyTorch's OpenBLAS core: ${TORCH_CORETYPE:-its own choice}"
     echo "# frugal: $("$BUILD/frugal" devices 2>/dev/null | head -1 | sed 's/^cpu *//; s/^[^;]*; //')"
     echo
     echo "| precision | frugal ms/step | PyTorch 1.13 ms/step | frugal / PyTorch |"
@@ -57,4 +62,4 @@ med() { awk -v k="$1" '$1 == k {print $2}' "$tmp" | sort -n | awk '{v[NR]=$1} EN
     done
     echo
     echo "runs (name ms): $(tr '\n' ';' < "$tmp")"
-} | tee bench/out/gpt_autocast.md
+} | tee "$OUT"
