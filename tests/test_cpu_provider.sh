@@ -11,7 +11,8 @@
 # (c) the GFLOP/s of the fixed core against the generic one's, a ratio of
 #     rates measured in this test (never a time), with a wide margin;
 # (d) two trainings with the same provider, threads and seed give the same
-#     losses bit for bit, on the default core and on the restarted one.
+#     losses bit for bit, on the default core and on the restarted one;
+# (e) bf16-mixed's training says its GEMMs are f32 where the CPU has no bf16.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "skipped: no python3 to read the JSON"; exit 77; }
 
@@ -149,7 +150,18 @@ if [ -d "$data" ]; then
         [ -s "$tmp/loss1" ] && cmp -s "$tmp/loss1" "$tmp/loss2" && ok ||
             no "same provider (${env:-default core}), threads and seed: the losses differ"
     done
+    # (e) bf16-mixed says when its GEMMs are f32 ones of rounded operands:
+    # exactly where /proc/cpuinfo has neither avx512_bf16 nor amx_bf16
+    "$bin" train --model "$src/tests/data/mlp3.model" --data "$data" --batch 64 --limit 128 \
+        --test-limit 64 --steps 1 --precision bf16-mixed --threads 2 --no-progress \
+        >/dev/null 2>"$tmp/bf16.err"
+    said=0; grep -q "^precision: bf16-mixed on f32 GEMMs" "$tmp/bf16.err" && said=1
+    hw=0; grep -qw 'avx512_bf16\|amx_bf16' <<<"$flags" && hw=1
+    if [ -n "$flags" ]; then
+        [ $((said + hw)) -eq 1 ] && ok ||
+            no "(e) bf16-mixed's note (said $said, bf16 in the flags $hw): $(cat "$tmp/bf16.err")"
+    fi
 else
-    echo "skipped (d): no Fashion-MNIST at $data"
+    echo "skipped (d), (e): no Fashion-MNIST at $data"
 fi
 finish

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include "backend/backend.h"
 #include "data/loader.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
@@ -590,6 +591,16 @@ fr_status fr_train(fr_ctx *ctx, const fr_train_cfg *cfg, fr_train_result *res) {
                 "all stored (--keep-grads to store them)\n",
                 s->opt.n_fused);
     }
+    /* bf16-mixed where the backend has no bf16 GEMM (a CPU without AVX512_BF16
+     * or AMX): memory halves, time does not (the plan's line says it too) */
+    const fr_backend *be = fr_backend_of(ctx);
+    if (!cfg->json && !cfg->quiet && s->o.precision == FR_PREC_BF16_MIXED &&
+        !(be->gemm16 && be->gemm16(FR_BF16)))
+        fprintf(stderr,
+                "precision: bf16-mixed on f32 GEMMs of bf16-rounded operands (no native "
+                "bf16 GEMM here: %s): activations take half the memory, the step is no "
+                "faster than fp32's\n",
+                be->host_memory ? "the CPU has no AVX512_BF16 or AMX" : "the device's backend");
     /* --init: the weights of a state_dict (strict names and shapes, optimizer
      * tensors ignored) over the initialised ones; the optimizer starts fresh. */
     if (cfg->init && (st = fr_model_load_weights(m, cfg->init))) goto done;
