@@ -9,6 +9,12 @@
 # the planned GEMM scratch, LoRA adapters, and clean refusals (a budget below the plan, a
 # device that does not exist). Skipped (77) without a device.
 . "$(dirname "$0")/lib.sh"
+# The CPU runs the device's graph: NCHW throughout, its convolutions on GEMMs
+# (the layout pass would store the CNN's activations in nChw16c for oneDNN's
+# convolutions, other sums, on the CPU only), so that each comparison below,
+# down to pure fp16's loss-scaler decisions at the edge of overflow, is of
+# the device's kernels against the CPU's on the same graph.
+export FRUGAL_LAYOUT=plain
 
 if ! "$bin" devices >/dev/null 2>&1; then
     echo "skipped: no OpenCL device (or built without OpenCL)"

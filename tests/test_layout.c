@@ -8,6 +8,11 @@
  *    reads rounded in bf16-mixed): the f32 y rounded to nearest even;
  *  - global average pooling's blocked loops: the same bits as its NCHW
  *    kernel (the same order of the same double adds), both ways;
+ *  - max pooling with every mix of NCHW and nChw16c operands (x, y; dy, x,
+ *    dx), f32 and bf16 x and y, 2x2 windows of stride 2 (and an odd plane's
+ *    floor mode), 3x3 windows, overlapping 2x2 ones, the backward added
+ *    into or not, with ReLU's backward folded in or not: the bits of the
+ *    all-NCHW call (ties on a coarse grid: the first maximum wins);
  *  - convolutions on oneDNN with x, y/dy and dx in nChw16c (all, or some):
  *    the bits of the NCHW call, f32 and bf16 images, strides 1 and 2,
  *    kernels 1 and 3, and the 1-channel stem; a bf16 y (bf16-mixed's
@@ -18,7 +23,9 @@
  *    losses and the SGD-updated weights agree, two runs give the same
  *    bits, and predicted = measured step memory, in fp32 and bf16-mixed;
  *    in bf16-mixed, the ReLUs whose y only convolutions read take a bf16 x
- *    from their BatchNorm (precision.c), the others f32 (a hand count).
+ *    from their BatchNorm (precision.c), the others f32 (a hand count);
+ *    the same for the built-in CNN in fp32 (blocked through its max
+ *    poolings).
  *
  * Bounds (u = 2^-24). A plane's f32 sum of HW values in four partial sums
  * errs by at most (HW/4 + 2) u of its terms' absolute sum, the double adds
@@ -291,6 +298,94 @@ static void test_gap(int64_t N, int64_t C, int64_t H, int64_t W) {
     free(x), free(xb), free(y), free(yb), free(dy), free(dx), free(dxb), free(dxr);
 }
 
+/* ---- max pooling on blocked operands ---------------------------------------- */
+
+/* an NCHW array of 4-byte (w 4) or 2-byte values in nChw16c, or back (back) */
+static void relayout(const void *src, void *dst, int64_t N, int64_t C, int64_t HW, int w,
+                     int back) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < HW; i++) {
+                const int64_t p = (n * C + c) * HW + i, b = blk_at(C, HW, n, c, i);
+                const int64_t from = back ? b : p, to = back ? p : b;
+                memcpy((char *)dst + to * w, (const char *)src + from * w, (size_t)w);
+            }
+}
+
+/* max pooling forward and backward with every mix of NCHW and nChw16c
+ * operands against the all-NCHW call: the same bits. x on a coarse grid (ties
+ * in windows: the first maximum wins) with negatives (the masked backward);
+ * xdt: x's dtype (bf16: bf16-mixed's rounded ReLU output), ydt: y's. */
+static void test_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int K, int S, fr_dtype xdt,
+                         fr_dtype ydt) {
+    const int64_t OH = (H - K) / S + 1, OW = (W - K) / S + 1, nx = N * C * H * W,
+                  ny = N * C * OH * OW;
+    const int xw = xdt == FR_F32 ? 4 : 2, yw = ydt == FR_F32 ? 4 : 2;
+    const fr_shape xs = fr_shape4(N, C, H, W), ys = fr_shape4(N, C, OH, OW);
+    float *xf = malloc(nx * sizeof *xf), *dy = malloc(ny * sizeof *dy),
+          *dyb = malloc(ny * sizeof *dyb), *dx0 = malloc(nx * sizeof *dx0),
+          *dxr = malloc(nx * sizeof *dxr), *dxb = malloc(nx * sizeof *dxb),
+          *dxc = malloc(nx * sizeof *dxc);
+    void *x = malloc(nx * 4), *xb = malloc(nx * 4), *yr = malloc(ny * 4), *yb = malloc(ny * 4),
+         *yc = malloc(ny * 4);
+    rand_fill(xf, nx, -3.0f, 3.0f);
+    for (int64_t i = 0; i < nx; i++) xf[i] = roundf(xf[i] * 2.0f) / 2.0f; /* ties */
+    for (int64_t i = 0; i < nx; i++) {
+        if (xdt == FR_F32) ((float *)x)[i] = xf[i];
+        else ((uint16_t *)x)[i] = fr_f32_to_bf16(xf[i] * 1.001f); /* rounded */
+    }
+    relayout(x, xb, N, C, H * W, xw, 0);
+    rand_fill(dy, ny, -1.0f, 1.0f);
+    relayout(dy, dyb, N, C, OH * OW, 4, 0);
+    rand_fill(dx0, nx, -1.0f, 1.0f);
+    fr_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = FR_OP_MAXPOOL2D, nd.fwd = -1, nd.attr.kernel = K, nd.attr.stride = S;
+    fr_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = g_ctx, c.node = &nd;
+    c.in[0] = tens(xdt, xs, x), c.out[0] = tens(ydt, ys, yr);
+    CHECK(fr_k_maxpool2d(&c) == FR_OK, "maxpool2d: %s", fr_last_error(g_ctx));
+    for (int m = 1; m < 4; m++) { /* bit 0 x, bit 1 y blocked */
+        nd.attr.blocked = (m & 1 ? 1u : 0u) | (m & 2 ? 1u << FR_BLK_OUT : 0u);
+        c.in[0] = tens(xdt, xs, m & 1 ? xb : x), c.out[0] = tens(ydt, ys, yb);
+        CHECK(fr_k_maxpool2d(&c) == FR_OK, "maxpool2d blocked %d: %s", m, fr_last_error(g_ctx));
+        if (m & 2) relayout(yb, yc, N, C, OH * OW, yw, 1);
+        CHECK(memcmp(m & 2 ? yc : yb, yr, (size_t)(ny * yw)) == 0,
+              "maxpool2d %lldx%lld K %d S %d x %s y %s, blocked x %d y %d: bits differ",
+              (long long)H, (long long)W, K, S, fr_dtype_name(xdt), fr_dtype_name(ydt), m & 1,
+              m >> 1);
+    }
+    if (ydt == FR_F32)                /* the backward reads x and dy (f32), writes dx (f32) */
+        for (int q = 0; q < 4; q++) { /* bit 0 accumulate, bit 1 masked */
+            const int acc = q & 1;
+            nd.op = FR_OP_MAXPOOL2D_BWD, nd.attr.masked = q >> 1, nd.attr.blocked = 0;
+            c.accumulate = (uint32_t)acc;
+            memcpy(dxr, dx0, nx * sizeof *dxr);
+            c.in[0] = tens(FR_F32, ys, dy), c.in[1] = tens(xdt, xs, x);
+            c.out[0] = tens(FR_F32, xs, dxr);
+            CHECK(fr_k_maxpool2d_bwd(&c) == FR_OK, "bwd: %s", fr_last_error(g_ctx));
+            for (int m = 1; m < 8; m++) { /* bit 0 dy, bit 1 x, bit 2 dx blocked */
+                nd.attr.blocked =
+                    (m & 1 ? 1u : 0u) | (m & 2 ? 2u : 0u) | (m & 4 ? 1u << FR_BLK_OUT : 0u);
+                if (m & 4) relayout(dx0, dxb, N, C, H * W, 4, 0);
+                else memcpy(dxb, dx0, nx * sizeof *dxb);
+                c.in[0] = tens(FR_F32, ys, m & 1 ? dyb : dy);
+                c.in[1] = tens(xdt, xs, m & 2 ? xb : x), c.out[0] = tens(FR_F32, xs, dxb);
+                CHECK(fr_k_maxpool2d_bwd(&c) == FR_OK, "bwd blocked %d: %s", m,
+                      fr_last_error(g_ctx));
+                if (m & 4) relayout(dxb, dxc, N, C, H * W, 4, 1);
+                CHECK(memcmp(m & 4 ? dxc : dxb, dxr, nx * sizeof *dxr) == 0,
+                      "maxpool2d_bwd %lldx%lld K %d S %d x %s, accumulate %d masked %d, blocked "
+                      "dy %d x %d dx %d: bits differ",
+                      (long long)H, (long long)W, K, S, fr_dtype_name(xdt), acc, q >> 1, m & 1,
+                      (m >> 1) & 1, m >> 2);
+            }
+        }
+    free(xf), free(dy), free(dyb), free(dx0), free(dxr), free(dxb), free(dxc);
+    free(x), free(xb), free(yr), free(yb), free(yc);
+}
+
 /* ---- convolutions on blocked operands --------------------------------------- */
 
 /* nChw16c -> NCHW (C a multiple of 16) */
@@ -476,13 +571,13 @@ static void dump_params(const fr_model *m, FILE *f) {
     }
 }
 
-/* Child: STEPS SGD steps of the resnet in precision prec; writes the f32
- * tensors before and after the first step, then the losses, to path;
- * checks memory and the blocked count. */
-static int child_steps(const char *mode, fr_precision prec, const char *path) {
+/* Child: STEPS SGD steps of the built-in `model` (resnet, cnn) in precision
+ * prec; writes the f32 tensors before and after the first step, then the
+ * losses, to path; checks memory and the blocked count. */
+static int child_steps(const char *mode, fr_precision prec, const char *path, const char *model) {
     fr_ctx *ctx = fr_ctx_new();
-    fr_model *m = fr_model_load(ctx, "resnet");
-    CHECK(m != NULL, "load resnet: %s", fr_last_error(ctx));
+    fr_model *m = fr_model_load(ctx, model);
+    CHECK(m != NULL, "load %s: %s", model, fr_last_error(ctx));
     if (!m) return check_done();
     fr_set_threads(ctx, 2);
     fr_step_opts o = {.batch = BATCH,
@@ -507,7 +602,7 @@ static int child_steps(const char *mode, fr_precision prec, const char *path) {
                   "value %zu blocked: ndim %d, C %lld, kind %d", v, val->shape.ndim,
                   (long long)val->shape.d[1], (int)val->kind);
         }
-        if (prec == FR_PREC_BF16_MIXED && fr_conv_dnnl_for(FR_BF16)) {
+        if (prec == FR_PREC_BF16_MIXED && fr_conv_dnnl_for(FR_BF16) && !strcmp(model, "resnet")) {
             /* A ReLU that alone reads a BatchNorm's y is folded into it
              * (plan/fold.h): the stem's and each residual block's inner
              * ReLU (1 + 6), whose BatchNorm then writes the bf16 ReLU(y)
@@ -593,13 +688,13 @@ static int child_steps(const char *mode, fr_precision prec, const char *path) {
 }
 
 static int run_child(const char *self, const char *layout, const char *conv, fr_precision prec,
-                     const char *path) {
+                     const char *path, const char *model) {
     pid_t pid = fork();
     if (pid == 0) {
         setenv("FRUGAL_LAYOUT", layout, 1);
         if (conv) setenv("FRUGAL_CONV", conv, 1);
         else unsetenv("FRUGAL_CONV");
-        execl(self, self, "child", layout, fr_precision_name(prec), path, (char *)NULL);
+        execl(self, self, "child", layout, fr_precision_name(prec), path, model, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -619,15 +714,16 @@ static float *slurp(const char *path, size_t *n) {
     return v;
 }
 
-static void test_steps(const char *self, fr_precision prec) {
+static void test_steps(const char *self, fr_precision prec, const char *model) {
     char pa[64], pb[64], pc[64];
     snprintf(pa, sizeof pa, "/tmp/test_layout_%d_plain", (int)getpid());
     snprintf(pb, sizeof pb, "/tmp/test_layout_%d_auto", (int)getpid());
     snprintf(pc, sizeof pc, "/tmp/test_layout_%d_again", (int)getpid());
     const char *pn = fr_precision_name(prec);
-    CHECK(run_child(self, "plain", NULL, prec, pa) == 0, "%s: the plain run failed", pn);
-    CHECK(run_child(self, "auto", NULL, prec, pb) == 0, "%s: the blocked run failed", pn);
-    CHECK(run_child(self, "auto", NULL, prec, pc) == 0, "%s: the second blocked run failed", pn);
+    CHECK(run_child(self, "plain", NULL, prec, pa, model) == 0, "%s: the plain run failed", pn);
+    CHECK(run_child(self, "auto", NULL, prec, pb, model) == 0, "%s: the blocked run failed", pn);
+    CHECK(run_child(self, "auto", NULL, prec, pc, model) == 0, "%s: the second blocked run failed",
+          pn);
     size_t na = 0, nb = 0, nc = 0;
     float *a = slurp(pa, &na), *b = slurp(pb, &nb), *c = slurp(pc, &nc);
     CHECK(a && b && c && na == nb && nb == nc && na > STEPS, "%s: outputs %zu, %zu, %zu", pn, na,
@@ -647,7 +743,7 @@ static void test_steps(const char *self, fr_precision prec) {
         const size_t np = (na - STEPS) / 2;
         CHECK(memcmp(a, b, np * sizeof *a) == 0, "%s: the initial weights differ", pn);
         fr_ctx *ctx = fr_ctx_new();
-        fr_model *m = fr_model_load(ctx, "resnet");
+        fr_model *m = fr_model_load(ctx, model);
         size_t off = 0;
         double worst = 0.0, gbig = 0.0; /* gbig: the largest update of the model */
         for (size_t j = 0; j < np; j++) gbig = fmax(gbig, fabs((double)a[np + j] - a[j]));
@@ -668,9 +764,9 @@ static void test_steps(const char *self, fr_precision prec) {
             off += n;
         }
         CHECK(m && off == np, "%s: parameters end at %zu of %zu floats", pn, off, np);
-        printf("%s resnet, %d SGD steps: losses %.7g %.7g %.7g (plain) / %.7g %.7g %.7g "
+        printf("%s %s, %d SGD steps: losses %.7g %.7g %.7g (plain) / %.7g %.7g %.7g "
                "(blocked); first updates differ by %.2g of the largest at most\n",
-               pn, STEPS, la[0], la[1], la[2], lb[0], lb[1], lb[2], worst);
+               pn, model, STEPS, la[0], la[1], la[2], lb[0], lb[1], lb[2], worst);
         fr_model_free(m);
         fr_ctx_free(ctx);
     }
@@ -680,9 +776,9 @@ static void test_steps(const char *self, fr_precision prec) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "convs") == 0) return child_convs();
-    if (argc == 5 && strcmp(argv[1], "child") == 0) {
+    if (argc == 6 && strcmp(argv[1], "child") == 0) {
         fr_precision prec = strcmp(argv[3], "bf16-mixed") == 0 ? FR_PREC_BF16_MIXED : FR_PREC_FP32;
-        return child_steps(argv[2], prec, argv[4]);
+        return child_steps(argv[2], prec, argv[4], argv[5]);
     }
     g_ctx = fr_ctx_new();
     const bn_case cases[] = {
@@ -701,6 +797,14 @@ int main(int argc, char **argv) {
     CHECK(fr_conv2d_rounds_y(&(fr_shape){4, {3, 1, 10, 10}}, 16, 3, 1, 1) &&
               !fr_conv2d_rounds_y(&(fr_shape){4, {3, 16, 10, 10}}, 16, 3, 1, 1),
           "the im2col path rounds y (C 1), the shifted GEMMs do not (C 16)");
+    for (int xq = 0; xq < 2; xq++) /* x f32, bf16 */
+        for (int yq = 0; yq < 2; yq++) {
+            const fr_dtype xdt = xq ? FR_BF16 : FR_F32, ydt = yq ? FR_BF16 : FR_F32;
+            test_maxpool(2, 32, 7, 7, 2, 2, xdt, ydt); /* floor mode: a row and column left */
+            test_maxpool(1, 16, 8, 10, 2, 2, xdt, ydt);
+            test_maxpool(2, 16, 6, 5, 3, 2, xdt, ydt); /* the window scan */
+            test_maxpool(1, 32, 5, 6, 2, 1, xdt, ydt); /* overlapping 2x2 windows */
+        }
     conv_y16(3, 1, 10, 10, 16, 3, 1, 1, 0, FR_F32);
     conv_y16(2, 3, 11, 9, 5, 3, 2, 1, 0, FR_F32);
     conv_y16(2, 4, 6, 7, 8, 1, 1, 0, 0, FR_F32);
@@ -717,12 +821,13 @@ int main(int argc, char **argv) {
         CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
                   WEXITSTATUS(status) == 0,
               "the convolutions on blocked operands (FRUGAL_CONV=dnnl child) failed");
-        test_steps(argv[0], FR_PREC_FP32);
-        test_steps(argv[0], FR_PREC_BF16_MIXED);
+        test_steps(argv[0], FR_PREC_FP32, "resnet");
+        test_steps(argv[0], FR_PREC_BF16_MIXED, "resnet");
+        test_steps(argv[0], FR_PREC_FP32, "cnn"); /* blocked through its max pooling */
         /* FRUGAL_CONV=gemm: no convolution on oneDNN, nothing blocked */
         char p[64];
         snprintf(p, sizeof p, "/tmp/test_layout_%d_gemm", (int)getpid());
-        CHECK(run_child(argv[0], "auto", "gemm", FR_PREC_FP32, p) == 0,
+        CHECK(run_child(argv[0], "auto", "gemm", FR_PREC_FP32, p, "resnet") == 0,
               "FRUGAL_CONV=gemm: the run failed (or blocked values)");
         unlink(p);
     }

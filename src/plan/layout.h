@@ -5,7 +5,8 @@
  * call (a copy of every activation in and out, and workspace for the
  * copies). The pass keeps the convolutions' neighbours in the blocked
  * format instead, where their kernels take it (the backend's blocked_io:
- * on the CPU BatchNorm, ReLU, add, cast, copy and global average pooling).
+ * on the CPU BatchNorm, ReLU, add, cast, copy, max pooling and global
+ * average pooling).
  *
  * Values tied by a node (the operands of an element-wise op, of BatchNorm)
  * share one layout: a component of tied values is blocked when every value

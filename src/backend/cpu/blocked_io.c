@@ -2,7 +2,8 @@
  * kernels that take a 4-d operand in nChw16c (plan/layout.h). Element-wise
  * kernels index every operand alike, so any layout shared by all of them
  * is theirs; BatchNorm and global average pooling have blocked loops
- * (norm.c, pool.c); a convolution runs such operands on oneDNN
+ * (norm.c, pool.c), max pooling 16 lanes at a time with each operand in
+ * its own layout (pool.c); a convolution runs such operands on oneDNN
  * (conv_dnnl.h), each in its own layout. */
 #include "backend/cpu/blocked_io.h"
 
@@ -39,6 +40,9 @@ int fr_cpu_blocked_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_BATCHNORM_BWD:
         if (j == 1) return dt == FR_F32 || dt == FR_BF16 ? FR_BLK_TIED : FR_BLK_NO;
         return (j == 0 || j == -1) && dt == FR_F32 ? FR_BLK_TIED : FR_BLK_NO;
+    /* x and y; dy, x and dx: each in its own layout (pool.c's lanes) */
+    case FR_OP_MAXPOOL2D: return j == 0 || j == -1 ? FR_BLK_FREE : FR_BLK_NO;
+    case FR_OP_MAXPOOL2D_BWD: return j == 0 || j == 1 || j == -1 ? FR_BLK_FREE : FR_BLK_NO;
     case FR_OP_GLOBAL_AVGPOOL: return j == 0 && dt == FR_F32 ? FR_BLK_TIED : FR_BLK_NO;
     case FR_OP_GLOBAL_AVGPOOL_BWD: return j == -1 && dt == FR_F32 ? FR_BLK_TIED : FR_BLK_NO;
     /* x and y; dy, x and dx (not dy when db is wanted: conv.c sums it by plane) */

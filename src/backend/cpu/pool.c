@@ -207,7 +207,251 @@ static int grad16(const float *r0, const float *r1, const float *g, int n, float
 }
 #endif
 
+/* ---- nChw16c operands (attr.blocked) ----------------------------------------
+ * With any operand blocked, max pooling runs over blocks of 16 channels of
+ * one image, a window position at a time on 16 lanes, each operand read or
+ * written in its own layout: value (n, c, pos) of a blocked tensor of C
+ * channels and hw positions is at ((n C/16 + c/16) hw + pos) 16 + c % 16,
+ * of an NCHW one at (n C + c) hw + pos. Each lane makes the comparisons
+ * of the NCHW loops above (max2, argmax2, the window scan) on the same
+ * values, and 16-bit values are widened and rounded by the same
+ * converters, so the bits are the NCHW call's. */
+typedef struct lanes {
+    const fr_tensor *t;
+    int64_t lane, at; /* lane stride; the block's first value (position 0, lane 0) */
+    int pos;          /* position stride: 16 blocked, 1 NCHW */
+} lanes;
+
+/* operand t (C channels, hw positions) at block b = n C/16 + c/16 */
+static lanes lanes_of(const fr_tensor *t, int blk, int64_t b, int64_t hw) {
+    lanes r = {t, blk ? 1 : hw, blk ? b * hw * 16 : b * 16 * hw, blk ? 16 : 1};
+    return r;
+}
+
+/* the 16 lanes' values at position pos, as f32 */
+static inline void ld16(const lanes *o, int64_t pos, float *v) {
+    const int64_t at = o->at + pos * o->pos;
+    if (o->t->dtype == FR_F32) {
+        const float *s = (const float *)o->t->data + at;
+        for (int l = 0; l < 16; l++) v[l] = s[l * o->lane];
+        return;
+    }
+    uint16_t h[16];
+    const uint16_t *s = (const uint16_t *)o->t->data + at;
+    for (int l = 0; l < 16; l++) h[l] = s[l * o->lane];
+    fr_half_to_f32_n_seq(h, v, 16, o->t->dtype == FR_F16);
+}
+
+/* the 16 lanes' values v at position pos (rounded when 16-bit); add: += (f32) */
+static inline void st16(const lanes *o, int64_t pos, const float *v, int add) {
+    const int64_t at = o->at + pos * o->pos;
+    if (o->t->dtype == FR_F32) {
+        float *d = (float *)o->t->data + at;
+        if (add)
+            for (int l = 0; l < 16; l++) d[l * o->lane] += v[l];
+        else
+            for (int l = 0; l < 16; l++) d[l * o->lane] = v[l];
+        return;
+    }
+    uint16_t h[16];
+    fr_f32_to_half_n_seq(v, h, 16, o->t->dtype == FR_F16);
+    uint16_t *d = (uint16_t *)o->t->data + at;
+    for (int l = 0; l < 16; l++) d[l * o->lane] = h[l];
+}
+
+static int blk_channels(fr_kernel_call *c, const char *op, int64_t C) {
+    return C % 16
+               ? fr_fail(c->ctx, FR_ERR_SHAPE, "%s: nChw16c operands with C %lld", op, (long long)C)
+               : FR_OK;
+}
+
+/* two rows of blocked x from value at (2 W 16 values) as f32: x's own, or
+ * widened into xr */
+static inline const float *x_rows(const fr_tensor *x, int64_t at, int64_t W, float *xr) {
+    if (x->dtype == FR_F32) return (const float *)x->data + at;
+    fr_half_to_f32_n_seq((const uint16_t *)x->data + at, xr, (size_t)(2 * W * 16),
+                         x->dtype == FR_F16);
+    return xr;
+}
+
+/* The common case on its own: 2x2 windows of stride 2, x blocked (f32 or
+ * bf16), a row of windows at a time. Two rows of x (widened into xr when
+ * bf16, 2 W 16 floats) make y's row of OW x 16 lanes (in yr unless y is a
+ * blocked f32 tensor), then stored: rounded by one conversion of the row
+ * when 16-bit, scattered to 16 planes when NCHW. */
+FR_V3_CLONES static void max_rows_2x2(const fr_tensor *x, const fr_tensor *y, int by, int64_t b,
+                                      const pool_geom *g, float *xr, float *yr) {
+    const int64_t W = g->W, H = g->H, OH = g->OH, OW = g->OW;
+    const int64_t xb = b * H * W * 16;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const float *r0 = x_rows(x, xb + 2 * oh * W * 16, W, xr), *r1 = r0 + W * 16;
+        const int direct = by && y->dtype == FR_F32;
+        float *o = direct ? (float *)y->data + (b * OH + oh) * OW * 16 : yr;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            const float *a = r0 + 2 * ow * 16, *c = r1 + 2 * ow * 16;
+            float *d = o + ow * 16;
+#pragma omp simd
+            for (int l = 0; l < 16; l++) d[l] = max2(a[l], a[16 + l], c[l], c[16 + l]);
+        }
+        if (direct) continue;
+        if (by) { /* blocked 16-bit: one row, contiguous */
+            fr_f32_to_half_n_seq(yr, (uint16_t *)y->data + (b * OH + oh) * OW * 16,
+                                 (size_t)(OW * 16), y->dtype == FR_F16);
+            continue;
+        }
+        const int64_t plane = OH * OW, at = b * 16 * plane + oh * OW; /* NCHW: 16 planes */
+        if (y->dtype == FR_F32) {
+            float *yd = (float *)y->data + at;
+            for (int l = 0; l < 16; l++)
+                for (int64_t ow = 0; ow < OW; ow++) yd[l * plane + ow] = yr[ow * 16 + l];
+        } else {
+            uint16_t h[16];
+            uint16_t *yd = (uint16_t *)y->data + at;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                fr_f32_to_half_n_seq(yr + ow * 16, h, 16, y->dtype == FR_F16);
+                for (int l = 0; l < 16; l++) yd[l * plane + ow] = h[l];
+            }
+        }
+    }
+}
+
+static int maxpool_blocked(fr_kernel_call *c, const pool_geom *g, int bx, int by) {
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, K = g->K, S = g->S;
+    const int64_t blocks = g->planes / 16;
+    if (bx && K == 2 && S == 2 && 2 * W * 16 <= FR_HALF_PLANE_MAX &&
+        OW * 16 <= FR_HALF_OUT_PLANE_MAX) {
+#pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
+        for (int64_t b = 0; b < blocks; b++) {
+            float xr[FR_HALF_PLANE_MAX], yr[FR_HALF_OUT_PLANE_MAX];
+            max_rows_2x2(&c->in[0], &c->out[0], by, b, g, xr, yr);
+        }
+        return FR_OK;
+    }
+#pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        const lanes x = lanes_of(&c->in[0], bx, b, H * W), y = lanes_of(&c->out[0], by, b, OH * OW);
+        float m[16], v[16], q[16], r[16];
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t at = oh * S * W + ow * S;
+                ld16(&x, at, m);
+                if (K == 2) { /* max2, as the NCHW loop */
+                    ld16(&x, at + 1, v), ld16(&x, at + W, q), ld16(&x, at + W + 1, r);
+                    for (int l = 0; l < 16; l++) m[l] = max2(m[l], v[l], q[l], r[l]);
+                } else { /* window_argmax's scan */
+                    for (int64_t k = 1; k < K * K; k++) {
+                        ld16(&x, at + (k / K) * W + k % K, v);
+                        for (int l = 0; l < 16; l++)
+                            if (v[l] > m[l] || isnan(v[l])) m[l] = v[l];
+                    }
+                }
+                st16(&y, oh * OW + ow, m, 0);
+            }
+    }
+    return FR_OK;
+}
+
+/* The common case's backward: 2x2 windows of stride 2, x and dx blocked
+ * (x f32 or bf16, widened two rows at a time into xr), dy blocked or NCHW
+ * (its row of OW x 16 lanes gathered into dr); the writes of the NCHW loop,
+ * a window's four values, the positions in no window cleared. */
+FR_V3_CLONES static void grad_rows_2x2(const fr_tensor *dyt, const fr_tensor *x, float *dx, int bdy,
+                                       int64_t b, const pool_geom *g, int acc, int masked,
+                                       float *xr, float *dr) {
+    const int64_t W = g->W, H = g->H, OH = g->OH, OW = g->OW;
+    const int64_t xb = b * H * W * 16;
+    const float *dy = (const float *)dyt->data;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const float *r0 = x_rows(x, xb + 2 * oh * W * 16, W, xr), *r1 = r0 + W * 16, *gy = dr;
+        if (bdy) {
+            gy = dy + (b * OH + oh) * OW * 16;
+        } else {
+            const int64_t plane = OH * OW, at = b * 16 * plane + oh * OW;
+            for (int l = 0; l < 16; l++)
+                for (int64_t ow = 0; ow < OW; ow++) dr[ow * 16 + l] = dy[at + l * plane + ow];
+        }
+        float *d0 = dx + xb + 2 * oh * W * 16, *d1 = d0 + W * 16;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            const float *a = r0 + 2 * ow * 16, *c = r1 + 2 * ow * 16, *gv = gy + ow * 16;
+            float *e0 = d0 + 2 * ow * 16, *e1 = d1 + 2 * ow * 16;
+#pragma omp simd
+            for (int l = 0; l < 16; l++) {
+                const int j = argmax2(a[l], a[16 + l], c[l], c[16 + l]);
+                const float xm = j == 0 ? a[l] : j == 1 ? a[16 + l] : j == 2 ? c[l] : c[16 + l];
+                const float gr = masked && !(xm > 0.0f) ? 0.0f : gv[l];
+                const float v0 = keep_if(gr, j == 0), v1 = keep_if(gr, j == 1);
+                const float v2 = keep_if(gr, j == 2), v3 = keep_if(gr, j == 3);
+                if (acc) e0[l] += v0, e0[16 + l] += v1, e1[l] += v2, e1[16 + l] += v3;
+                else e0[l] = v0, e0[16 + l] = v1, e1[l] = v2, e1[16 + l] = v3;
+            }
+        }
+        if (!acc && W > 2 * OW) /* floor mode: the last column is in no window */
+            for (int64_t w = 2 * OW; w < W; w++)
+                for (int l = 0; l < 16; l++) d0[w * 16 + l] = d1[w * 16 + l] = 0.0f;
+    }
+    if (!acc && H > 2 * OH)
+        memset(dx + xb + 2 * OH * W * 16, 0, (size_t)((H - 2 * OH) * W * 16) * sizeof(float));
+}
+
+static int maxpool_bwd_blocked(fr_kernel_call *c, const pool_geom *g, int bdy, int bx, int bdx,
+                               int acc, int masked) {
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, K = g->K, S = g->S;
+    const int64_t blocks = g->planes / 16;
+    static const float zero[16];
+    if (bx && bdx && K == 2 && S == 2 && 2 * W * 16 <= FR_HALF_PLANE_MAX &&
+        OW * 16 <= FR_HALF_OUT_PLANE_MAX) {
+#pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
+        for (int64_t b = 0; b < blocks; b++) {
+            float xr[FR_HALF_PLANE_MAX], dr[FR_HALF_OUT_PLANE_MAX];
+            grad_rows_2x2(&c->in[0], &c->in[1], fr_f32(&c->out[0]), bdy, b, g, acc, masked, xr, dr);
+        }
+        return FR_OK;
+    }
+#pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        const lanes dy = lanes_of(&c->in[0], bdy, b, OH * OW),
+                    x = lanes_of(&c->in[1], bx, b, H * W), dx = lanes_of(&c->out[0], bdx, b, H * W);
+        float a[4][16], gy[16], d[4][16];
+        const int disjoint = K == 2 && S == 2;
+        if (!acc && (!disjoint || H > 2 * OH || W > 2 * OW)) /* positions in no window */
+            for (int64_t i = 0; i < H * W; i++) st16(&dx, i, zero, 0);
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t at = oh * S * W + ow * S;
+                ld16(&dy, oh * OW + ow, gy);
+                if (disjoint) { /* argmax2 and the four writes, as the NCHW loop */
+                    const int64_t p[4] = {at, at + 1, at + W, at + W + 1};
+                    for (int k = 0; k < 4; k++) ld16(&x, p[k], a[k]);
+                    for (int l = 0; l < 16; l++) {
+                        const int j = argmax2(a[0][l], a[1][l], a[2][l], a[3][l]);
+                        const float gr = masked && !(a[j][l] > 0.0f) ? 0.0f : gy[l];
+                        for (int k = 0; k < 4; k++) d[k][l] = keep_if(gr, j == k);
+                    }
+                    for (int k = 0; k < 4; k++) st16(&dx, p[k], d[k], acc);
+                    continue;
+                }
+                /* window_argmax per lane, then dx at it += dy (or 0, masked) */
+                float best[16];
+                int64_t where[16];
+                ld16(&x, at, best);
+                for (int l = 0; l < 16; l++) where[l] = at;
+                for (int64_t k = 1; k < K * K; k++) {
+                    const int64_t p = at + (k / K) * W + k % K;
+                    ld16(&x, p, a[0]);
+                    for (int l = 0; l < 16; l++)
+                        if (a[0][l] > best[l] || isnan(a[0][l])) best[l] = a[0][l], where[l] = p;
+                }
+                for (int l = 0; l < 16; l++) {
+                    float *o = (float *)dx.t->data + dx.at + where[l] * dx.pos + l * dx.lane;
+                    *o += masked && !(best[l] > 0.0f) ? 0.0f : gy[l];
+                }
+            }
+    }
+    return FR_OK;
+}
+
 // x is (N,C,H,W), y is (N,C,OH,OW); y[n,c,oh,ow] = max_{kh,kw} x[n,c,oh*S+kh,ow*S+kw]
+// (x and y each NCHW or nChw16c: attr.blocked)
 int fr_k_maxpool2d(fr_kernel_call *c) {
     pool_geom g;
     int st = fr_kcheck_pool(c, "maxpool2d", &c->in[0].shape, &c->out[0].shape, &g);
@@ -218,6 +462,12 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
                        "maxpool2d: a 16-bit output needs planes of at most %d "
                        "values, got %lld",
                        FR_HALF_OUT_PLANE_MAX, (long long)(g.OH * g.OW));
+    const int bx = c->node && fr_blk_in(&c->node->attr, 0),
+              by = c->node && fr_blk_out(&c->node->attr, 0);
+    if (bx || by)
+        return (st = blk_channels(c, "maxpool2d", c->out[0].shape.d[1]))
+                   ? st
+                   : maxpool_blocked(c, &g, bx, by);
     float *y = fr_f32(&c->out[0]);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
     const int v512 = pool512_ok();
@@ -284,6 +534,7 @@ int fr_k_maxpool2d(fr_kernel_call *c) {
 // dx[n,c,h,w] = sum of dy over the windows whose first maximum is (h,w);
 // attr.masked: and 0 where x[n,c,h,w] <= 0 (or NaN), ReLU's backward after
 // it (x = ReLU's y: relu_bwd's v > 0 ? d : 0 on this dx), in the same bits
+// (dy, x and dx each NCHW or nChw16c: attr.blocked)
 int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     pool_geom g;
     int st = fr_kcheck_pool(c, "maxpool2d_bwd", &c->in[1].shape, &c->in[0].shape, &g);
@@ -292,6 +543,13 @@ int fr_k_maxpool2d_bwd(fr_kernel_call *c) {
     float *dx = fr_f32(&c->out[0]);
     if (!dx) return FR_OK;
     const int acc = acc_bit(c, 0), v512 = pool512_ok(), masked = c->node && c->node->attr.masked;
+    const int bdy = c->node && fr_blk_in(&c->node->attr, 0),
+              bx = c->node && fr_blk_in(&c->node->attr, 1),
+              bdx = c->node && fr_blk_out(&c->node->attr, 0);
+    if (bdy || bx || bdx)
+        return (st = blk_channels(c, "maxpool2d_bwd", c->out[0].shape.d[1]))
+                   ? st
+                   : maxpool_bwd_blocked(c, &g, bdy, bx, bdx, acc, masked);
     const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, K = g.K, S = g.S;
 #pragma omp parallel for schedule(static) if (g.planes * H * W >= POOL_PAR_MIN)
     for (int64_t p = 0; p < g.planes; p++) {
