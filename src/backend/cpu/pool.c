@@ -274,6 +274,13 @@ static inline const float *x_rows(const fr_tensor *x, int64_t at, int64_t W, flo
     return xr;
 }
 
+/* Whether the row loops below take g: 2x2 windows of stride 2 whose two
+ * rows of x (xr) and row of y or dy (yr, dr) fit their stack buffers */
+static int rows_2x2(const pool_geom *g) {
+    return g->K == 2 && g->S == 2 && 2 * g->W * 16 <= FR_HALF_PLANE_MAX &&
+           g->OW * 16 <= FR_HALF_OUT_PLANE_MAX;
+}
+
 /* The common case on its own: 2x2 windows of stride 2, x blocked (f32 or
  * bf16), a row of windows at a time. Two rows of x (widened into xr when
  * bf16, 2 W 16 floats) make y's row of OW x 16 lanes (in yr unless y is a
@@ -318,8 +325,7 @@ FR_V3_CLONES static void max_rows_2x2(const fr_tensor *x, const fr_tensor *y, in
 static int maxpool_blocked(fr_kernel_call *c, const pool_geom *g, int bx, int by) {
     const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, K = g->K, S = g->S;
     const int64_t blocks = g->planes / 16;
-    if (bx && K == 2 && S == 2 && 2 * W * 16 <= FR_HALF_PLANE_MAX &&
-        OW * 16 <= FR_HALF_OUT_PLANE_MAX) {
+    if (bx && rows_2x2(g)) {
 #pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
         for (int64_t b = 0; b < blocks; b++) {
             float xr[FR_HALF_PLANE_MAX], yr[FR_HALF_OUT_PLANE_MAX];
@@ -398,8 +404,7 @@ static int maxpool_bwd_blocked(fr_kernel_call *c, const pool_geom *g, int bdy, i
     const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, K = g->K, S = g->S;
     const int64_t blocks = g->planes / 16;
     static const float zero[16];
-    if (bx && bdx && K == 2 && S == 2 && 2 * W * 16 <= FR_HALF_PLANE_MAX &&
-        OW * 16 <= FR_HALF_OUT_PLANE_MAX) {
+    if (bx && bdx && rows_2x2(g)) {
 #pragma omp parallel for schedule(static) if (g->planes * H * W >= POOL_PAR_MIN)
         for (int64_t b = 0; b < blocks; b++) {
             float xr[FR_HALF_PLANE_MAX], dr[FR_HALF_OUT_PLANE_MAX];
