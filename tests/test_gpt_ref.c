@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "optim/optim.h"
 #include "backend/cpu/gemm16.h"
@@ -435,6 +436,33 @@ static void test_bf16_against_torch(fr_ctx *ctx, const ref *r) {
         }
     }
     CHECK(bwd > 0 || !native, "%s: no attention_bwd in the order", r->name);
+    /* The residual stream's sums (pos_embedding, add) write the 16-bit x
+     * LayerNorm's backward reads as a second output (fr_op_info.half_copy),
+     * on any CPU: no CAST reads what they make */
+    int copies = 0, lns = 0;
+    for (int t = 0; t < s->plan.n_nodes; t++) {
+        const fr_node *nd = &s->g.nodes[s->plan.order[t]];
+        lns += nd->op == FR_OP_LAYERNORM_BWD;
+        if (nd->op == FR_OP_CAST && s->g.vals[nd->in[0]].producer >= 0) {
+            const fr_op p = s->g.nodes[s->g.vals[nd->in[0]].producer].op;
+            CHECK(p != FR_OP_ADD && p != FR_OP_POS_EMBEDDING, "%s: a CAST reads %s's y", r->name,
+                  fr_op_get(p)->name);
+        }
+        if ((nd->op != FR_OP_ADD && nd->op != FR_OP_POS_EMBEDDING) || nd->n_out != 2) continue;
+        const fr_value *h = &s->g.vals[nd->out[1]];
+        CHECK(h->dtype == FR_BF16 && h->producer == s->plan.order[t] &&
+                  fr_shape_numel(&h->shape) == fr_shape_numel(&s->g.vals[nd->out[0]].shape),
+              "%s: %s's copy is %s", r->name, fr_op_get(nd->op)->name, fr_dtype_name(h->dtype));
+        for (int u = t + 1; u < s->plan.n_nodes; u++) {
+            const fr_node *b = &s->g.nodes[s->plan.order[u]];
+            if (b->op == FR_OP_LAYERNORM_BWD && b->in[1] == nd->out[1]) {
+                copies++;
+                break;
+            }
+        }
+    }
+    CHECK(copies > 0 && copies == lns, "%s: %d of %d LayerNorm backwards read a sum's 16-bit copy",
+          r->name, copies, lns);
 done:
     teardown(s);
     teardown(f);
@@ -670,12 +698,15 @@ done:
     teardown(s);
 }
 
-static void test_model(const char *name) {
+static void test_model(const char *name, int bf16_only) {
     fr_ctx *ctx = fr_ctx_new();
     ref r;
     fr_status st = open_ref(ctx, &r, name);
     CHECK(st == FR_OK, "%s: %s (set FR_SOURCE_DIR to the source tree)", name, fr_last_error(ctx));
-    if (!st) {
+    if (!st && bf16_only) {
+        test_bf16_against_torch(ctx, &r);
+        close_ref(ctx, &r);
+    } else if (!st) {
         test_against_torch(ctx, &r);
         test_bit_identities(ctx, &r);
         test_bf16_against_torch(ctx, &r);
@@ -690,15 +721,36 @@ static void test_model(const char *name) {
     fr_ctx_free(ctx);
 }
 
-int main(void) {
+/* test_bf16_against_torch again in a child with the linear layers' 16-bit
+ * GEMMs the other way (FRUGAL_GEMM16, read once per process): 1 where the
+ * CPU has no native bf16 (oneDNN's emulation, the native graph: dy in 16
+ * bits), 0 where it has (f32 GEMMs of rounded operands), so both graphs
+ * are checked on any host */
+static void bf16_other_graph(const char *self) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FRUGAL_GEMM16", fr_gemm16_native(FR_BF16) ? "0" : "1", 1);
+        execl(self, self, "bf16", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "bf16-mixed with FRUGAL_GEMM16=%d (child) failed", fr_gemm16_native(FR_BF16) ? 0 : 1);
+}
+
+int main(int argc, char **argv) {
+    const int bf16_only = argc > 1 && strcmp(argv[1], "bf16") == 0;
     verbose = getenv("FR_TEST_VERBOSE") != NULL;
     src_dir = getenv("FR_SOURCE_DIR");
     if (!src_dir || !*src_dir) src_dir = ".";
     const char *t = getenv("TMPDIR");
     snprintf(tmp_path, sizeof tmp_path, "%s/frugal-gpt-ref-%ld.safetensors", t && *t ? t : "/tmp",
              (long)getpid());
-    test_model("gpt_small");
-    test_model("gpt_t70");
+    test_model("gpt_small", bf16_only);
+    test_model("gpt_t70", bf16_only);
+    if (bf16_only) return check_done();
+    bf16_other_graph(argv[0]);
     for (int q = 0; q < Q_COUNT; q++)
         printf("%-18s max |frugal - torch| %.3g; most of the tolerance used: %.3g (%s)\n",
                q_name[q], q_worst_abs[q], q_worst_frac[q], q_worst_at[q]);

@@ -10,7 +10,8 @@
  *  - a convolution reads its image in 16 bits on the shifted-GEMM path
  *    only: stride 1, 2 pad = kernel - 1, kernel > 1, at least 8 channels.
  * The OpenCL backend, where built, gives the same answers (bit-identical
- * plans on both); a backend without the member gets f32 everywhere. */
+ * plans on both), but for the 16-bit copy of a sum (a CAST there: the same
+ * bits); a backend without the member gets f32 everywhere. */
 #include <string.h>
 #include "backend/backend.h"
 #include "check.h"
@@ -152,6 +153,31 @@ static void others(fr_ctx *ctx) {
     CHECK(table(&o, 1) && !table(&o, 0), "relu_bwd: the op table takes the saved y only");
 }
 
+/* The 16-bit copy of out[0] (j = -2, fr_op_info.half_copy): the CPU's
+ * residual-stream sums make it (any size: a chunk or a row at a time), no
+ * other op does, and OpenCL's never (a CAST after the sum there) */
+static void copies(fr_ctx *ctx) {
+    one o;
+    fr_shape in[2] = {fr_shape3(2, 300, 5000), fr_shape3(2, 300, 5000)};
+    const fr_op ops[3] = {FR_OP_ADD, FR_OP_POS_EMBEDDING, FR_OP_LAYERNORM};
+    for (int k = 0; k < 3; k++) {
+        if (ops[k] == FR_OP_POS_EMBEDDING) in[1] = fr_shape2(300, 5000);
+        one_make(&o, ops[k], in, 2, in[0], 0, 0, 0);
+        const int want = ops[k] != FR_OP_LAYERNORM;
+        const char *nm = fr_op_get(ops[k])->name;
+        CHECK(fr_cpu_backend.half_io(&o.g, &o.n, -2) == want, "%s: cpu's copy answer is not %d", nm,
+              want);
+        o.g.ctx = ctx;
+        const fr_op_info *info = fr_op_get(ops[k]);
+        CHECK((info->half_copy && info->half_copy(&o.g, &o.n)) == want,
+              "%s: the op table's copy answer (cpu context) is not %d", nm, want);
+        o.g.ctx = NULL;
+#ifdef FR_HAVE_OPENCL
+        CHECK(!fr_cl_backend.half_io(&o.g, &o.n, -2), "%s: opencl says it writes a copy", nm);
+#endif
+    }
+}
+
 /* A backend that answers otherwise is the one asked; one without the
  * member gets f32. */
 static int asked_j = -9;
@@ -188,6 +214,7 @@ int main(void) {
     batchnorm(ctx);
     conv(ctx);
     others(ctx);
+    copies(ctx);
     seam(ctx);
     fr_ctx_free(ctx);
     return check_done();

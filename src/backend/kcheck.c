@@ -298,6 +298,19 @@ int fr_kcheck_add(fr_kernel_call *c, int64_t *n) {
     if (fr_shape_numel(&c->in[1].shape) != *n)
         return fr_fail(c->ctx, FR_ERR_SHAPE, "add: operands have %lld and %lld elements",
                        (long long)*n, (long long)fr_shape_numel(&c->in[1].shape));
+    return fr_kcheck_copy16(c, "add");
+}
+
+int fr_kcheck_copy16(fr_kernel_call *c, const char *op) {
+    const fr_tensor *h = fr_kcopy16(c);
+    if (!h) return FR_OK;
+    if (h->dtype != FR_F16 && h->dtype != FR_BF16)
+        return fr_fail(c->ctx, FR_ERR_ARG, "%s: its 16-bit copy of y is %s", op,
+                       fr_dtype_name(h->dtype));
+    if (fr_shape_numel(&h->shape) != fr_shape_numel(&c->out[0].shape))
+        return fr_fail(c->ctx, FR_ERR_SHAPE, "%s: y has %lld elements, its 16-bit copy %lld", op,
+                       (long long)fr_shape_numel(&c->out[0].shape),
+                       (long long)fr_shape_numel(&h->shape));
     return FR_OK;
 }
 

@@ -100,8 +100,15 @@ int fr_kcheck_bad_id(fr_kernel_call *c, const char *op, const fr_tensor *idx, in
 
 /* Elementwise: out[0] has in[0]'s number of elements, *n. */
 int fr_kcheck_same_numel(fr_kernel_call *c, const char *op, int64_t *n);
-/* ADD: in[0], in[1] and out[0] all of *n elements. */
+/* ADD: in[0], in[1] and out[0] all of *n elements (and out[1] too, where
+ * bound: fr_kcheck_copy16). */
 int fr_kcheck_add(fr_kernel_call *c, int64_t *n);
+/* A 16-bit copy of out[0] (fr_op_info.half_copy) in out[1], where the node
+ * has one: f16 or bf16, out[0]'s number of elements. */
+int fr_kcheck_copy16(fr_kernel_call *c, const char *op);
+static inline const fr_tensor *fr_kcopy16(const fr_kernel_call *c) {
+    return c->node && c->node->n_out > 1 && c->out[1].data ? &c->out[1] : NULL;
+}
 
 /* ATTENTION(_BWD), ATTENTION_KV: qkv (B,T,(NH+2NKV)HS) with heads NH and
  * kv_heads NKV dividing NH (0: NH, then qkv is (B,T,3C), C = NH HS), causal. */

@@ -142,6 +142,12 @@ typedef int (*fr_half_in_fn)(const struct fr_graph *g, const struct fr_node *n, 
  * Where either is a limit of the kernel (a plane on its stack, one path of
  * a convolution), the context's backend answers (fr_backend.half_io). */
 typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n);
+/* (The same type:) whether node n's kernel, writing out[0] in f32, can also
+ * write it rounded to the pass's 16-bit dtype into one more output that the
+ * pass appends (out[n_out], n_out raised by one), so that a value read in
+ * f32 by forward and saved in 16 bits for backward (the residual stream
+ * LayerNorm reads) is written once and not read again by a CAST. Asked of
+ * the backend (fr_backend.half_io, j = -2). */
 /* What the shape rules ask of the context's backend (fr_backend's ws_elems
  * and half_io): the elements of node n's workspace output j (j = -1: the
  * step's GEMM scratch), and whether its kernel takes input j (-1: writes
@@ -149,6 +155,7 @@ typedef int (*fr_half_out_fn)(const struct fr_graph *g, const struct fr_node *n)
  * backend/ (cpu/table.c), which fills this table's kernels: the op table
  * includes nothing of the backends. */
 int64_t fr_backend_ws(const struct fr_graph *g, const struct fr_node *n, int j);
+/* (half_io's j = -2: writes the 16-bit copy of out[0], fr_op_info.half_copy) */
 int fr_backend_half_io(const struct fr_graph *g, const struct fr_node *n, int j);
 /* Workspaces are sized when a node is made, for its inputs' dtypes and
  * layouts then; a convolution's depends on both (the CPU runs a bf16 image
@@ -170,6 +177,7 @@ typedef struct fr_op_info {
     fr_half_out_fn half_out; /* NULL: out[0] is f32 */
     int loss_bwd; /* a loss's backward: attr.scale is the step's loss scale (micro-batches,
                      the scaler), its input gradient the start of backward */
+    fr_half_out_fn half_copy; /* NULL: no 16-bit copy of out[0] */
 } fr_op_info;
 
 extern const fr_op_info fr_op_table[FR_OP_COUNT];

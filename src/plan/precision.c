@@ -98,6 +98,18 @@ static int half_output(fr_graph *g, int i, int v, fr_dtype half) {
     return h;
 }
 
+/* Node i also writes out[0] (value v) rounded to half, as one more output
+ * (fr_op_info.half_copy). Returns the 16-bit value, or -1 with g->status
+ * set. */
+static int copy_output(fr_graph *g, int i, int v, fr_dtype half) {
+    int h = fr_graph_value(g, FR_VAL_STEP, half, g->vals[v].shape);
+    if (h < 0) return -1;
+    g->vals[h].batched = g->vals[v].batched;
+    g->vals[h].producer = i;
+    g->nodes[i].out[g->nodes[i].n_out++] = h;
+    return h;
+}
+
 fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int *origin,
                              int **order_io, int *n_io) {
     int store_half = half != FR_F32; /* FR_F32: only bring 16-bit weights to f32 */
@@ -290,6 +302,23 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 g->nodes[i].in[j] = hv[r]; /* the saved half; a view of it reads alike */
                 continue;
             }
+            /* dy made by a backward sum that f32 readers take too (the
+             * residual stream's gradient): the sum writes its 16-bit copy
+             * as it writes dy (half_copy), one for every such reader */
+            const int p = r == x && (size_t)x < nv0 ? g->vals[x].producer : -1;
+            if (p >= 0 && hv[x] < 0 && !is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == x &&
+                !(g->nodes[p].accumulate & 1u) && g->nodes[p].n_out < FR_MAX_OUT &&
+                fr_op_get(g->nodes[p].op)->half_copy &&
+                fr_op_get(g->nodes[p].op)->half_copy(g, &g->nodes[p])) {
+                if ((hv[x] = copy_output(g, p, x, half)) < 0) {
+                    st = g->status;
+                    goto done;
+                }
+            }
+            if (p >= 0 && hv[x] >= 0 && g->vals[hv[x]].producer == p) {
+                g->nodes[i].in[j] = hv[x];
+                continue;
+            }
             /* a weight, dy, or an input saved in f32: a 16-bit copy for this
              * reader alone (a weight's is made from the master right before) */
             CAST_INPUT(j, half, FR_F32);
@@ -343,15 +372,26 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 g->vals[hv[v]].saved = read_back[origin[v]];
                 g->vals[v].saved = 0;
             } else if (v >= 0 && (size_t)v < nv0 && cast[origin[v]]) {
-                int h, c = cast_node(g, v, half, g->nodes[i].layer, &h);
-                if (c < 0) {
-                    st = g->status;
-                    goto done;
+                /* an f32 forward reader: the producer writes both where its
+                 * kernel can (the residual stream's sums), else a CAST after */
+                int h = -1;
+                if (pi->half_copy && g->nodes[i].n_out < FR_MAX_OUT &&
+                    pi->half_copy(g, &g->nodes[i])) {
+                    if ((h = copy_output(g, i, v, half)) < 0) {
+                        st = g->status;
+                        goto done;
+                    }
+                } else {
+                    int c = cast_node(g, v, half, g->nodes[i].layer, &h);
+                    if (c < 0) {
+                        st = g->status;
+                        goto done;
+                    }
+                    EMIT(c);
                 }
                 hv[v] = h;
                 g->vals[h].saved = read_back[origin[v]];
                 g->vals[v].saved = 0;
-                EMIT(c);
             }
         }
     }

@@ -300,14 +300,28 @@ UNARY(fr_k_tanh, "tanh", tanhf(v))
 // dx = dy * (1 - y^2)
 BINARY_BWD(fr_k_tanh_bwd, "tanh_bwd", d *(1.0f - v * v))
 
-// a, b, y all the same shape; y = a + b (y may alias a or b)
+// a, b, y all the same shape; y = a + b (y may alias a or b); out[1], where
+// the mixed-precision pass binds it (fr_op_info.half_copy), y rounded to
+// 16 bits, a chunk at a time while it is in cache
 int fr_k_add(fr_kernel_call *c) {
     int64_t n;
     int st = fr_kcheck_add(c, &n);
     if (st) return st;
     const float *a = fr_f32(&c->in[0]), *b = fr_f32(&c->in[1]);
     float *y = fr_f32(&c->out[0]);
+    const fr_tensor *h = fr_kcopy16(c);
+    if (!h) {
 #pragma omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+        return FR_OK;
+    }
+    const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+    for (int64_t k = 0; k < nch; k++) {
+        const int64_t o = k * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
+#pragma omp simd
+        for (int64_t i = o; i < o + m; i++) y[i] = a[i] + b[i];
+        out_store(h, o, y + o, m);
+    }
     return FR_OK;
 }

@@ -5,6 +5,7 @@
  * scatters are owned by columns or rows, so no two threads add into one
  * value and the bits do not depend on the thread count. */
 #include <string.h>
+#include "backend/cpu/half_in.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce.h"
 #include "backend/kcheck.h"
@@ -73,20 +74,25 @@ int fr_k_embedding_bwd(fr_kernel_call *c) {
 }
 
 // x is (B,T,C), W is (Tmax,C) with T <= Tmax, y is (B,T,C) (y may alias x)
-// y[b,t,:] = x[b,t,:] + W[t,:]
+// y[b,t,:] = x[b,t,:] + W[t,:]; out[1], where bound (fr_op_info.half_copy),
+// y rounded to 16 bits a row at a time
 int fr_k_pos_embedding(fr_kernel_call *c) {
     const fr_shape *xs = &c->in[0].shape, *ws = &c->in[1].shape;
     if (xs->ndim != 3 || ws->ndim != 2 || ws->d[1] != xs->d[2] || xs->d[1] > ws->d[0])
         return fr_fail(c->ctx, FR_ERR_SHAPE,
                        "pos_embedding: x must be (B,T,C) and W (Tmax,C) with T <= Tmax");
+    int st = fr_kcheck_copy16(c, "pos_embedding");
+    if (st) return st;
     const int64_t B = xs->d[0], T = xs->d[1], C = xs->d[2];
     const float *x = fr_f32(&c->in[0]), *w = fr_f32(&c->in[1]);
     float *y = fr_f32(&c->out[0]);
+    const fr_tensor *h = fr_kcopy16(c);
 #pragma omp parallel for schedule(static) if (B * T * C >= EMB_PAR_MIN)
     for (int64_t r = 0; r < B * T; r++) {
         const float *xr = x + r * C, *wr = w + (r % T) * C;
         float *yr = y + r * C;
         for (int64_t j = 0; j < C; j++) yr[j] = xr[j] + wr[j];
+        if (h) out_store(h, r * C, yr, C);
     }
     return FR_OK;
 }

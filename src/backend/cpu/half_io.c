@@ -1,7 +1,8 @@
 /* half_io.c — the CPU backend's fr_backend.half_io: whether a kernel reads
- * input j (j >= 0) or writes out[0] (j = -1) in f16/bf16 itself, for the ops
- * whose answer is a limit of the kernel (the op table asks here at plan time,
- * for the mixed-precision pass). Not the kernels themselves (pool.c, norm.c,
+ * input j (j >= 0) or writes out[0] (j = -1; j = -2: a 16-bit copy of it as
+ * one more output) in f16/bf16 itself, for the ops whose answer is a limit
+ * of the kernel (the op table asks here at plan time, for the
+ * mixed-precision pass). Not the kernels themselves (pool.c, norm.c,
  * conv.c), nor the ops every backend reads in 16 bits at any size (ops.c). */
 #include "backend/cpu/half_io.h"
 #include "backend/cpu/attn_tiles16.h"
@@ -47,6 +48,10 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
     /* ReLU on a 16-bit x's bits (activation.c) */
     case FR_OP_RELU: return j == 0;
+    /* the residual stream's sums round a chunk (a row) of y as they write
+     * it (activation.c, embedding.c) */
+    case FR_OP_ADD:
+    case FR_OP_POS_EMBEDDING: return j == -2;
     case FR_OP_MAXPOOL2D_BWD: /* dy, x, y: x */
     case FR_OP_BATCHNORM_BWD: /* dy, x, gamma, mean, invstd: x, a plane at a time (norm.c) */
         return j == 1 && plane_of(&v[n->in[1]].shape) <= FR_HALF_PLANE_MAX;

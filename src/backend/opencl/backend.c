@@ -295,6 +295,7 @@ static size_t cl_upd_tile(fr_ctx *ctx, int64_t out, int64_t in, int64_t rows) {
 }
 
 static int cl_half_io(const fr_graph *g, const fr_node *n, int j) {
+    if (j == -2) return 0; /* no 16-bit copies: a CAST makes them */
     switch (n->op) {
     case FR_OP_LINEAR:
     case FR_OP_ATTENTION:
