@@ -782,8 +782,15 @@ int main(int argc, char **argv) {
     }
     g_ctx = fr_ctx_new();
     const bn_case cases[] = {
-        {5, 32, 3, 5, 1, 0.0f}, {3, 16, 7, 7, 1, 4.0f},   {7, 48, 1, 1, 1, -3.0f},
-        {2, 16, 4, 4, 0, 0.5f}, {4, 16, 2, 3, 1, 100.0f},
+        {5, 32, 3, 5, 1, 0.0f},
+        {3, 16, 7, 7, 1, 4.0f},
+        {7, 48, 1, 1, 1, -3.0f},
+        {2, 16, 4, 4, 0, 0.5f},
+        {4, 16, 2, 3, 1, 100.0f},
+        /* batches whose 16 chunks hold several images (the blocked kernel's
+         * chunk means shifted to the batch's) */
+        {64, 16, 5, 5, 1, 100.0f},
+        {37, 32, 3, 4, 1, -2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         for (int blocked = 0; blocked <= 1; blocked++)
