@@ -231,7 +231,11 @@ static void choices(void) {
           "bf16 not native: fp32");
     /* smaller where the GEMMs take 16-bit copies of the weights; elsewhere
      * each reader gets a rounded f32 copy, and the wide MLP's weights are
-     * most of its plan */
+     * most of its plan; and where oneDNN emulates bf16 (FRUGAL_GEMM16=1 on a
+     * CPU without it) its matmul asks a scratchpad of 8 bytes an output for
+     * the forward (2 MiB for the 512x512 layers at batch 512, queried with
+     * fr_k_linear_gemm16_ws; 0 where bf16 is native), which outweighs the
+     * halved activations */
     if (fr_gemm16_native(FR_BF16))
         CHECK(r16 < r32, "bf16-mixed's plan is smaller: %zu against fp32's %zu", r16, r32);
     else
