@@ -152,6 +152,8 @@ typedef enum fr_cpu_feature {
     FR_CPU_AVX512_BF16 = 1 << 5,
     FR_CPU_AMX_TILE = 1 << 6,
     FR_CPU_AMX_BF16 = 1 << 7,
+    FR_CPU_AVX512BW = 1 << 8,
+    FR_CPU_AVX512VL = 1 << 9,
 } fr_cpu_feature;
 
 typedef struct fr_cpu_info {

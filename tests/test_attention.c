@@ -658,6 +658,33 @@ static float *check_t16(int B, int NH, int NKV, int T, int HS, int threads) {
     return g;
 }
 
+/* Whether the tile path's CPU test (fr_t16_cpu: cpuinfo.c's feature bits)
+ * agrees with what the kernel lists in /proc/cpuinfo's flags: avx512f,
+ * avx512bw, avx512vl and avx512_bf16, all four. */
+static void check_t16_cpu(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) {
+        printf("no /proc/cpuinfo: the tile path's CPU test not compared\n");
+        return;
+    }
+    static char line[8192];
+    int flags = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            static const char *need[] = {" avx512f ", " avx512bw ", " avx512vl ", " avx512_bf16 "};
+            line[strcspn(line, "\n")] = ' ';
+            flags = 1;
+            for (int i = 0; i < 4; i++) flags &= strstr(line, need[i]) != NULL;
+            break;
+        }
+    fclose(f);
+    if (flags < 0) {
+        printf("no x86 flags in /proc/cpuinfo: the tile path's CPU test not compared\n");
+        return;
+    }
+    CHECK(fr_t16_cpu() == flags, "fr_t16_cpu %d, /proc/cpuinfo's flags %d", fr_t16_cpu(), flags);
+}
+
 /* The tile path at 1 and 3 threads: both backward ways, the same bits. */
 static void check_t16_cases(void) {
     if (!fr_t16_on()) {
@@ -915,6 +942,7 @@ int main(void) {
     const char *vb = getenv("FR_TEST_VERBOSE");
     g_verbose = vb && vb[0] == '1';
     check_workspace();
+    check_t16_cpu();
     check_exp();
     check_reference_fd(1, 2, 5, 3);
     check_reference_fd(2, 1, 4, 2);

@@ -29,7 +29,7 @@ for line in open("/proc/cpuinfo"):
 bad = []
 if "flags" in info:  # x86: the kernel lists what the CPU has and the OS enables
     flags = set(info["flags"].split())
-    for f in ["sse4_2", "avx", "fma", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]:
+    for f in ["sse4_2", "avx", "fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"]:
         if (f in flags) != (f in cpu["features"]):
             bad.append("%s: /proc/cpuinfo %s, frugal %s" % (f, f in flags, f in cpu["features"]))
     if cpu["model"] != info.get("model name"): bad.append("model %r vs %r" % (cpu["model"], info.get("model name")))

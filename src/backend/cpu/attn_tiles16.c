@@ -2,39 +2,22 @@
  * 4-row x 64-column register block of VDPBF16PS, and the packers that put
  * the operands in its pair layout. */
 #include "backend/cpu/attn_tiles16.h"
+#include "backend/cpu/cpuinfo.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
 
 #define T16_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define T16_INLINE static inline __attribute__((always_inline))
 
-/* AVX512F, BW, VL (leaf 7 EBX bits 16, 30, 31), AVX512_BF16 (leaf 7.1 EAX
- * bit 5), and the OS saving the opmask and ZMM state (XCR0 bits 1, 2, 5-7). */
-static int probe(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;
-    unsigned lo, hi;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0xe6u) != 0xe6u) return 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    if (!((b >> 16) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || a < 1) return 0;
-    __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1;
-}
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_cpu;
-static void init(void) { g_cpu = probe(); }
-
+/* AVX512F, BW, VL and AVX512_BF16, with the OS saving the opmask and ZMM
+ * state (cpuinfo.c's cpuid, asked once) */
 int fr_t16_cpu(void) {
-    pthread_once(&g_once, init);
-    return g_cpu;
+    const unsigned need = FR_CPU_AVX512F | FR_CPU_AVX512BW | FR_CPU_AVX512VL | FR_CPU_AVX512_BF16;
+    return (fr_cpu_features() & need) == need;
 }
 
 int fr_t16_on(void) {

@@ -34,7 +34,8 @@ static const struct {
 } features[] = {
     {FR_CPU_SSE42, "sse4_2"},      {FR_CPU_AVX, "avx"},
     {FR_CPU_FMA, "fma"},           {FR_CPU_AVX2, "avx2"},
-    {FR_CPU_AVX512F, "avx512f"},   {FR_CPU_AVX512_BF16, "avx512_bf16"},
+    {FR_CPU_AVX512F, "avx512f"},   {FR_CPU_AVX512BW, "avx512bw"},
+    {FR_CPU_AVX512VL, "avx512vl"}, {FR_CPU_AVX512_BF16, "avx512_bf16"},
     {FR_CPU_AMX_TILE, "amx_tile"}, {FR_CPU_AMX_BF16, "amx_bf16"},
 };
 #define NFEAT (sizeof features / sizeof features[0])
@@ -110,6 +111,8 @@ static void cpuid_describe(fr_cpu_info *c) {
         unsigned sub = a;
         if (ymm && (b & (1u << 5))) f |= FR_CPU_AVX2;
         if (zmm && (b & (1u << 16))) f |= FR_CPU_AVX512F;
+        if (zmm && (b & (1u << 30))) f |= FR_CPU_AVX512BW;
+        if (zmm && (b & (1u << 31))) f |= FR_CPU_AVX512VL;
         if (tiles && (d & (1u << 24))) f |= FR_CPU_AMX_TILE;
         if (tiles && (d & (1u << 22))) f |= FR_CPU_AMX_BF16;
         if (sub >= 1) {
