@@ -154,16 +154,17 @@ static void others(fr_ctx *ctx) {
 }
 
 /* The 16-bit copy of out[0] (j = -2, fr_op_info.half_copy): the CPU's
- * residual-stream sums make it (any size: a chunk or a row at a time), no
- * other op does, and OpenCL's never (a CAST after the sum there) */
+ * residual-stream sums and ReLU on an f32 x make it (any size: a chunk or a
+ * row at a time), no other op does, and OpenCL's never (a CAST after) */
 static void copies(fr_ctx *ctx) {
     one o;
     fr_shape in[2] = {fr_shape3(2, 300, 5000), fr_shape3(2, 300, 5000)};
-    const fr_op ops[3] = {FR_OP_ADD, FR_OP_POS_EMBEDDING, FR_OP_LAYERNORM};
-    for (int k = 0; k < 3; k++) {
+    const fr_op ops[5] = {FR_OP_ADD, FR_OP_POS_EMBEDDING, FR_OP_LAYERNORM, FR_OP_RELU, FR_OP_RELU};
+    for (int k = 0; k < 5; k++) {
         if (ops[k] == FR_OP_POS_EMBEDDING) in[1] = fr_shape2(300, 5000);
-        one_make(&o, ops[k], in, 2, in[0], 0, 0, 0);
-        const int want = ops[k] != FR_OP_LAYERNORM;
+        one_make(&o, ops[k], in, ops[k] == FR_OP_RELU ? 1 : 2, in[0], 0, 0, 0);
+        if (k == 4) o.v[0].dtype = FR_BF16; /* ReLU reading its x rounded: no copy */
+        const int want = ops[k] != FR_OP_LAYERNORM && k != 4;
         const char *nm = fr_op_get(ops[k])->name;
         CHECK(fr_cpu_backend.half_io(&o.g, &o.n, -2) == want, "%s: cpu's copy answer is not %d", nm,
               want);

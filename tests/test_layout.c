@@ -602,6 +602,37 @@ static int child_steps(const char *mode, fr_precision prec, const char *path, co
                   "value %zu blocked: ndim %d, C %lld, kind %d", v, val->shape.ndim,
                   (long long)val->shape.d[1], (int)val->kind);
         }
+        if (prec == FR_PREC_BF16_MIXED && !strcmp(model, "resnet")) {
+            /* The blocks' last ReLUs, whose y the next block's shortcut adds
+             * (or the pooling reads) in f32 and its convolution or the
+             * ReLU's backward reads rounded, write the bf16 copy themselves
+             * (fr_op_info.half_copy): no CAST narrows a ReLU's f32 y */
+            int copies = 0;
+            for (int t = 0; t < s->plan.n_nodes; t++) {
+                const fr_node *nd = &s->g.nodes[s->plan.order[t]];
+                const int p = nd->op == FR_OP_CAST && s->g.vals[nd->in[0]].dtype == FR_F32
+                                  ? s->g.vals[nd->in[0]].producer
+                                  : -1;
+                CHECK(p < 0 || s->g.nodes[p].op != FR_OP_RELU, "a CAST narrows ReLU node %d's y",
+                      p);
+                if (nd->op != FR_OP_RELU || nd->n_out != 2) continue;
+                int readers16 = 0, f32_reader = 0;
+                for (int u = 0; u < s->plan.n_nodes; u++) {
+                    const fr_node *r = &s->g.nodes[s->plan.order[u]];
+                    for (int j = 0; j < r->n_in; j++) {
+                        readers16 += r->in[j] == nd->out[1];
+                        f32_reader += r->in[j] == nd->out[0] && s->plan.order[u] < s->g.n_forward;
+                    }
+                }
+                copies++;
+                CHECK(s->g.vals[nd->out[1]].dtype == FR_BF16 && readers16 && f32_reader,
+                      "ReLU node %d's copy: %s, %d nodes read it, %d forward nodes its f32 y",
+                      s->plan.order[t], fr_dtype_name(s->g.vals[nd->out[1]].dtype), readers16,
+                      f32_reader);
+            }
+            CHECK(copies >= 4, "%d ReLUs write a bf16 copy of y, want the blocks' last ones",
+                  copies);
+        }
         if (prec == FR_PREC_BF16_MIXED && fr_conv_dnnl_for(FR_BF16) && !strcmp(model, "resnet")) {
             /* A ReLU that alone reads a BatchNorm's y is folded into it
              * (plan/fold.h): the stem's and each residual block's inner

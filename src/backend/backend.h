@@ -143,7 +143,7 @@ typedef struct fr_backend {
      * backward, convolution and its backward (the op table's half_in and
      * half_out ask here; ops.c); or (j = -2) writes, besides its f32
      * out[0], a 16-bit copy of it as one more output (half_copy: add,
-     * pos_embedding). NULL: never. */
+     * pos_embedding, ReLU). NULL: never. */
     int (*half_io)(const fr_graph *g, const fr_node *n, int j);
     /* Whether bf16-mixed runs node n's products natively in bf16 here, for
      * the ops whose answer depends on the backend beyond its bf16 GEMM

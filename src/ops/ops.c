@@ -563,7 +563,7 @@ static int hi_backend(const fr_graph *g, const fr_node *n, int j) {
 
 static int ho_backend(const fr_graph *g, const fr_node *n) { return hi_backend(g, n, -1); }
 
-/* the residual stream's sums (add, pos_embedding) with a 16-bit copy */
+/* the residual stream's sums (add, pos_embedding) and ReLU with a 16-bit copy */
 static int hc_backend(const fr_graph *g, const fr_node *n) { return hi_backend(g, n, -2); }
 
 /* 16-bit outputs: any size for the activations */
@@ -596,6 +596,9 @@ enum { FR_OPS(FR_OP_ARITY) };
 /* a loss's backward (fr_op_info.loss_bwd) */
 #define ROWLB(op, nm, sh, bw, inpl, view, fl, half, ho) \
     [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho, 1, NULL}
+/* the same, and a 16-bit copy of an f32 out[0] (fr_op_info.half_copy) */
+#define ROWHOC(op, nm, sh, bw, inpl, view, fl, half, ho, copy) \
+    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho, 0, copy}
 /* an op whose kernel may also write a 16-bit copy of its f32 out[0] */
 #define ROWC(op, nm, sh, bw, inpl, view, fl, copy) \
     [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, NULL, NULL, 0, copy}
@@ -614,7 +617,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(AVGPOOL2D_BWD, "avgpool2d_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL, "global_avgpool", sh_gap, fr_bw_global_avgpool, -1, 0, fl_elem),
     ROW(GLOBAL_AVGPOOL_BWD, "global_avgpool_bwd", sh_grads, NULL, -1, 0, fl_elem),
-    ROWHO(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, hi_backend, ho_any),
+    ROWHOC(RELU, "relu", sh_same, fr_bw_by_output, 0, 0, fl_elem, hi_backend, ho_any, hc_backend),
     ROWH(RELU_BWD, "relu_bwd", sh_grads, NULL, 0, 0, fl_elem, hi_act_bwd),
     ROWHO(GELU, "gelu", sh_same, fr_bw_by_input, -1, 0, fl_gelu, hi_backend, ho_any),
     ROWHO(GELU_BWD, "gelu_bwd", sh_grads, NULL, 0, 0, fl_gelu, hi_act_bwd, ho_gelu_bwd),

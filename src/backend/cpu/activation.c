@@ -41,7 +41,8 @@ static inline float gelu_tanh_grad(float v) {
 
 /* Elementwise forward: y[i] = F(x[i]); y f32, or f16/bf16 (the f32 result
  * rounded, a chunk at a time: mixed precision's saved output, made here
- * instead of by a CAST after). */
+ * instead of by a CAST after); with an f32 y, out[1] where bound (ReLU's
+ * fr_op_info.half_copy) y rounded, a chunk at a time. */
 /* clang-format cannot lay out the _Pragma lines of these two macros. */
 // clang-format off
 #define UNARY(name, op, F)                                                  \
@@ -67,6 +68,23 @@ static inline float gelu_tanh_grad(float v) {
             return FR_OK;                                                   \
         }                                                                   \
         float *y = fr_f32(&c->out[0]);                                      \
+        const fr_tensor *h = fr_kcopy16(c);                                 \
+        if (h) { /* and y rounded into out[1], a chunk at a time */         \
+            if ((st = fr_kcheck_copy16(c, op))) return st;                  \
+            const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;            \
+            _Pragma("omp parallel for schedule(static) if (n >= ACT_PAR_MIN)") \
+            for (int64_t b = 0; b < nch; b++) {                             \
+                const int64_t o = b * ACT_CHUNK;                            \
+                const int64_t m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;    \
+                _Pragma("omp simd")                                         \
+                for (int64_t i = o; i < o + m; i++) {                       \
+                    float v = x[i];                                         \
+                    y[i] = (F);                                             \
+                }                                                           \
+                out_store(h, o, y + o, m);                                  \
+            }                                                               \
+            return FR_OK;                                                   \
+        }                                                                   \
         _Pragma("omp parallel for simd schedule(static) if (n >= ACT_PAR_MIN)") \
         for (int64_t i = 0; i < n; i++) {                                   \
             float v = x[i];                                                 \
@@ -285,6 +303,9 @@ static int relu_half(fr_kernel_call *c, int64_t n) {
 // y = max(x, 0): relu_f32, or relu_half for a 16-bit x
 int fr_k_relu(fr_kernel_call *c) {
     if (c->in[0].dtype == FR_F32) return relu_f32(c);
+    if (fr_kcopy16(c))
+        return fr_fail(c->ctx, FR_ERR_ARG, "relu: a 16-bit copy of y from a %s x",
+                       fr_dtype_name(c->in[0].dtype));
     int64_t n;
     int st = fr_kcheck_same_numel(c, "relu", &n);
     return st ? st : relu_half(c, n);

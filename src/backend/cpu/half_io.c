@@ -46,8 +46,10 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
     case FR_OP_BATCHNORM:
         if (j == -1) return plane_of(&v[n->out[0]].shape) <= FR_HALF_OUT_PLANE_MAX;
         return j == 0 && plane_of(&v[n->in[0]].shape) <= FR_HALF_PLANE_MAX;
-    /* ReLU on a 16-bit x's bits (activation.c) */
-    case FR_OP_RELU: return j == 0;
+    /* ReLU on a 16-bit x's bits (activation.c); on an f32 x, y and its
+     * 16-bit copy, a chunk at a time (a residual net's block output, which
+     * the shortcut's add reads in f32) */
+    case FR_OP_RELU: return j == 0 || (j == -2 && v[n->in[0]].dtype == FR_F32);
     /* the residual stream's sums round a chunk (a row) of y as they write
      * it (activation.c, embedding.c) */
     case FR_OP_ADD:
