@@ -599,9 +599,6 @@ enum { FR_OPS(FR_OP_ARITY) };
 /* the same, and a 16-bit copy of an f32 out[0] (fr_op_info.half_copy) */
 #define ROWHOC(op, nm, sh, bw, inpl, view, fl, half, ho, copy) \
     [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, half, ho, 0, copy}
-/* an op whose kernel may also write a 16-bit copy of its f32 out[0] */
-#define ROWC(op, nm, sh, bw, inpl, view, fl, copy) \
-    [FR_OP_##op] = {nm, FR_NIN_##op, FR_NOUT_##op, sh, bw, inpl, view, fl, NULL, NULL, 0, copy}
 
 /* As ggml does: the count is written here by hand, so an op added to FR_OPS
  * fails to compile until its row below is written and the count raised. */
@@ -632,7 +629,7 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWH(LAYERNORM_BWD, "layernorm_bwd", sh_grads, NULL, -1, 0, fl_norm, hi_backend),
     ROW(DROPOUT, "dropout", sh_dropout, fr_bw_dropout, -1, 0, fl_elem),
     ROW(DROPOUT_BWD, "dropout_bwd", sh_grads, NULL, 0, 0, fl_elem),
-    ROWC(ADD, "add", sh_add, fr_bw_add, 0, 0, fl_elem, hc_backend),
+    ROWHOC(ADD, "add", sh_add, fr_bw_add, 0, 0, fl_elem, NULL, NULL, hc_backend),
     ROW(COPY, "copy", sh_same, NULL, -1, 0, fl_elem),
     ROW(CAST, "cast", sh_cast, NULL, -1, 0, fl_none),
     ROW(VIEW, "view", sh_view, fr_bw_view, -1, 1, fl_none),
@@ -643,8 +640,8 @@ const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROW(OPTIM_STEP, "optim_step", sh_optim_step, NULL, -1, 0, fl_none),
     ROW(EMBEDDING, "embedding", sh_embedding, fr_bw_embedding, -1, 0, fl_out),
     ROW(EMBEDDING_BWD, "embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
-    ROWC(POS_EMBEDDING, "pos_embedding", sh_pos_embedding, fr_bw_pos_embedding, 0, 0, fl_elem,
-         hc_backend),
+    ROWHOC(POS_EMBEDDING, "pos_embedding", sh_pos_embedding, fr_bw_pos_embedding, 0, 0, fl_elem,
+           NULL, NULL, hc_backend),
     ROW(POS_EMBEDDING_BWD, "pos_embedding_bwd", sh_grads, NULL, -1, 0, fl_elem),
     ROWHO(ATTENTION, "attention", sh_attention, fr_bw_attention, -1, 0, fl_attention, hi_backend,
           ho_backend),

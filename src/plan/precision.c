@@ -98,6 +98,12 @@ static int half_output(fr_graph *g, int i, int v, fr_dtype half) {
     return h;
 }
 
+/* Whether node n can write its out[0] rounded as one more output */
+static int writes_copy(const fr_graph *g, const fr_node *n) {
+    const fr_op_info *info = fr_op_get(n->op);
+    return info->half_copy && n->n_out < FR_MAX_OUT && info->half_copy(g, n);
+}
+
 /* Node i also writes out[0] (value v) rounded to half, as one more output
  * (fr_op_info.half_copy). Returns the 16-bit value, or -1 with g->status
  * set. */
@@ -307,9 +313,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
              * as it writes dy (half_copy), one for every such reader */
             const int p = r == x && (size_t)x < nv0 ? g->vals[x].producer : -1;
             if (p >= 0 && hv[x] < 0 && !is_forward(g, p, n_nodes0) && g->nodes[p].out[0] == x &&
-                !(g->nodes[p].accumulate & 1u) && g->nodes[p].n_out < FR_MAX_OUT &&
-                fr_op_get(g->nodes[p].op)->half_copy &&
-                fr_op_get(g->nodes[p].op)->half_copy(g, &g->nodes[p])) {
+                !(g->nodes[p].accumulate & 1u) && writes_copy(g, &g->nodes[p])) {
                 if ((hv[x] = copy_output(g, p, x, half)) < 0) {
                     st = g->status;
                     goto done;
@@ -375,8 +379,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 /* an f32 forward reader: the producer writes both where its
                  * kernel can (the residual stream's sums), else a CAST after */
                 int h = -1;
-                if (pi->half_copy && g->nodes[i].n_out < FR_MAX_OUT &&
-                    pi->half_copy(g, &g->nodes[i])) {
+                if (writes_copy(g, &g->nodes[i])) {
                     if ((h = copy_output(g, i, v, half)) < 0) {
                         st = g->status;
                         goto done;

@@ -46,53 +46,6 @@ static inline float sq(float d) { return d * d; }
         for (int l = 0; l < CH; l++) out[l] += (double)((s0[l] + s1[l]) + (s2[l] + s3[l])); \
     } while (0)
 
-/* Per lane of block b: part[(b CHUNKS + k) CH + l] = the sums of chunk k
- * (images N k / CHUNKS ..) of x (kind 0), of ((x - m_hi) - m_lo)^2 (kind
- * 1), or of dy (kind 2), with part2 the sums of dy (x - m_hi) there. x is
- * f32, or bf16 (xbf). chunk_one makes item it = b CHUNKS + k; it and the
- * loops below are cloned for the CPU's widest vectors (FR_V3_CLONES): every
- * sum runs along one lane in a fixed order, so each clone gives the same
- * bits. */
-FR_V3_CLONES static void chunk_one(int kind, const void *xv, int xbf, const float *dy, int64_t N,
-                                   int64_t CB, int64_t HW, const float *m_hi, const float *m_lo,
-                                   int64_t it, double *part, double *part2) {
-    const int64_t b = it / CHUNKS, k = it % CHUNKS;
-    double acc[CH] = {0}, acc2[CH] = {0};
-    const float *mh = m_hi ? m_hi + b * CH : NULL, *ml = m_lo ? m_lo + b * CH : NULL;
-    for (int64_t n = N * k / CHUNKS; n < N * (k + 1) / CHUNKS; n++) {
-        const int64_t base = (n * CB + b) * HW * CH;
-        const float *x = xbf ? NULL : (const float *)xv + base, *g = dy ? dy + base : NULL;
-        const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
-#define X_(i, l) x[(i)*CH + (l)]
-#define XH_(i, l) fr_bf16_bits(xh[(i)*CH + (l)])
-#define DEV2_(i, l) sq(((x[(i)*CH + (l)] - mh[l]) - ml[l]))
-#define DEV2H_(i, l) sq(((fr_bf16_bits(xh[(i)*CH + (l)]) - mh[l]) - ml[l]))
-#define DY_(i, l) g[(i)*CH + (l)]
-#define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mh[l]))
-#define DYXH_(i, l) (g[(i)*CH + (l)] * (fr_bf16_bits(xh[(i)*CH + (l)]) - mh[l]))
-        if (kind == 0 && xbf) PLANE_SUMS(acc, XH_);
-        else if (kind == 0) PLANE_SUMS(acc, X_);
-        else if (kind == 1 && xbf) PLANE_SUMS(acc, DEV2H_);
-        else if (kind == 1) PLANE_SUMS(acc, DEV2_);
-        else {
-            PLANE_SUMS(acc, DY_);
-            if (xbf) PLANE_SUMS(acc2, DYXH_);
-            else PLANE_SUMS(acc2, DYX_);
-        }
-#undef X_
-#undef XH_
-#undef DEV2_
-#undef DEV2H_
-#undef DY_
-#undef DYX_
-#undef DYXH_
-    }
-    for (int l = 0; l < CH; l++) {
-        part[it * CH + l] = acc[l];
-        if (part2) part2[it * CH + l] = acc2[l];
-    }
-}
-
 /* Two f32 sums a lane at once, in PLANE_SUMS's order each */
 #define PLANE_SUMS2(outa, bodya, outb, bodyb)                                                 \
     do {                                                                                      \
@@ -118,6 +71,34 @@ FR_V3_CLONES static void chunk_one(int kind, const void *xv, int xbf, const floa
             outb[l] += (double)((b0[l] + b1[l]) + (b2[l] + b3[l]));                           \
         }                                                                                     \
     } while (0)
+
+/* Per lane of block b, the backward's sums over chunk k (images N k /
+ * CHUNKS ..): part[(b CHUNKS + k) CH + l] of dy, part2 there of dy (x - m),
+ * x f32 or bf16 (xbf). chunk_one makes item it = b CHUNKS + k; it and the
+ * loops below are cloned for the CPU's widest vectors (FR_V3_CLONES): every
+ * sum runs along one lane in a fixed order, so each clone gives the same
+ * bits. */
+FR_V3_CLONES static void chunk_one(const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
+                                   int64_t HW, const float *m, int64_t it, double *part,
+                                   double *part2) {
+    const int64_t b = it / CHUNKS, k = it % CHUNKS;
+    double acc[CH] = {0}, acc2[CH] = {0};
+    const float *mb = m + b * CH;
+    for (int64_t n = N * k / CHUNKS; n < N * (k + 1) / CHUNKS; n++) {
+        const int64_t base = (n * CB + b) * HW * CH;
+        const float *x = xbf ? NULL : (const float *)xv + base, *g = dy + base;
+        const uint16_t *xh = xbf ? (const uint16_t *)xv + base : NULL;
+#define DY_(i, l) g[(i)*CH + (l)]
+#define DYX_(i, l) (g[(i)*CH + (l)] * (x[(i)*CH + (l)] - mb[l]))
+#define DYXH_(i, l) (g[(i)*CH + (l)] * (fr_bf16_bits(xh[(i)*CH + (l)]) - mb[l]))
+        if (xbf) PLANE_SUMS2(acc, DY_, acc2, DYXH_);
+        else PLANE_SUMS2(acc, DY_, acc2, DYX_);
+#undef DY_
+#undef DYX_
+#undef DYXH_
+    }
+    for (int l = 0; l < CH; l++) part[it * CH + l] = acc[l], part2[it * CH + l] = acc2[l];
+}
 
 /* the mean of n values of sum s split in two floats, hi + lo */
 static void split_mean(double s, int64_t n, float *hi, float *lo) {
@@ -190,12 +171,11 @@ static void stats(const double *part, const double *part2, const double *part3, 
     *var = cnt ? m2 / (double)cnt : 0.0;
 }
 
-static void chunk_sums(int kind, const void *xv, int xbf, const float *dy, int64_t N, int64_t CB,
-                       int64_t HW, const float *m_hi, const float *m_lo, double *part,
-                       double *part2) {
+static void chunk_sums(const void *xv, int xbf, const float *dy, int64_t N, int64_t CB, int64_t HW,
+                       const float *m, double *part, double *part2) {
 #pragma omp parallel for schedule(static) if (N * CB * HW * CH >= 16384)
     for (int64_t it = 0; it < CB * CHUNKS; it++)
-        chunk_one(kind, xv, xbf, dy, N, CB, HW, m_hi, m_lo, it, part, part2);
+        chunk_one(xv, xbf, dy, N, CB, HW, m, it, part, part2);
 }
 
 /* The chunks of channel c = b CH + l, in order. */
@@ -341,11 +321,9 @@ int fr_k_batchnorm_bwd_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t 
     const int xbf = x->dtype == FR_BF16;
     const int64_t CB = C / CH, cnt = N * HW;
     const int acc_x = acc_bit(c, 0), acc_g = acc_bit(c, 1), acc_b = acc_bit(c, 2);
-    float m[FR_LAYOUT_MAX_C], zero[FR_LAYOUT_MAX_C], k[FR_LAYOUT_MAX_C], mdy[FR_LAYOUT_MAX_C],
-        q[FR_LAYOUT_MAX_C];
+    float k[FR_LAYOUT_MAX_C], mdy[FR_LAYOUT_MAX_C], q[FR_LAYOUT_MAX_C];
     double part[MAX_BLK * CHUNKS * CH], part2[MAX_BLK * CHUNKS * CH];
-    for (int64_t ch = 0; ch < C; ch++) m[ch] = smean[ch], zero[ch] = 0.0f;
-    chunk_sums(2, x->data, xbf, dy, N, CB, HW, m, zero, part, part2);
+    chunk_sums(x->data, xbf, dy, N, CB, HW, smean, part, part2);
     for (int64_t ch = 0; ch < C; ch++) {
         const double inv = sinv[ch], sdy = total(part, ch), sdyx = total(part2, ch);
         const double dg = sdyx * inv; /* sum dy xhat */
@@ -359,6 +337,6 @@ int fr_k_batchnorm_bwd_blocked(fr_kernel_call *c, int64_t N, int64_t C, int64_t 
     if (!dx || cnt == 0) return FR_OK;
 #pragma omp parallel for schedule(static) if (N * C * HW >= 16384)
     for (int64_t it = 0; it < N * CB; it++)
-        bn_dx_block(x, xbf, dy, dx, acc_x, HW, it, it % CB, m, k, mdy, q);
+        bn_dx_block(x, xbf, dy, dx, acc_x, HW, it, it % CB, smean, k, mdy, q);
     return FR_OK;
 }
