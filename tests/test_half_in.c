@@ -289,6 +289,53 @@ static void test_gelu_in(fr_dtype dt, int64_t n) {
     free_half(&x);
 }
 
+/* The tanh GELU and its backward on every 16-bit pattern of dt (each
+ * finite value, the infinities, the NaNs, the subnormals), x in 16 bits
+ * against the f32 calls on the widened x: y f32 and 16-bit, dx set and
+ * added into; the same bits for each value (the 16-bit path looks x up in
+ * tables made by the f32 loops, activation.c) */
+static void test_gelu_every(fr_dtype dt) {
+    const int64_t n = 65536;
+    half_in x = {dt, malloc((size_t)n * 2), malloc((size_t)n * 4)};
+    for (int64_t i = 0; i < n; i++) {
+        x.h[i] = (uint16_t)i;
+        x.w[i] = dt == FR_F16 ? fr_f16_to_f32(x.h[i]) : fr_bf16_to_f32(x.h[i]);
+    }
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *dy = frand(n, -2, 2);
+    uint16_t *yh = malloc((size_t)n * 2);
+    fr_shape sh = fr_shape1(n);
+    fr_attr at = {.approx = 1};
+    call k;
+    call_init(&k, FR_OP_GELU, &at);
+    k.c.in[0] = tf(x.w, sh);
+    k.c.out[0] = tf(a, sh);
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu f32, every pattern");
+    k.c.in[0] = th(&x, sh);
+    k.c.out[0] = tf(b, sh);
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x, every pattern");
+    same_bits("gelu (tanh), every 16-bit x", dt_name(dt), a, b, n);
+    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = yh};
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x and y, every pattern");
+    same_rounded("gelu (tanh), every 16-bit x, 16-bit y", dt, a, yh, n);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
+        call_init(&k, FR_OP_GELU_BWD, &at);
+        k.c.accumulate = (uint32_t)acc;
+        k.c.in[0] = tf(dy, sh);
+        k.c.in[1] = tf(x.w, sh);
+        k.c.out[0] = tf(a, sh);
+        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd f32, every pattern");
+        k.c.in[1] = th(&x, sh);
+        k.c.out[0] = tf(b, sh);
+        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd 16-bit x, every pattern");
+        same_bits(acc ? "gelu_bwd (tanh) added into, every 16-bit x"
+                      : "gelu_bwd (tanh), every 16-bit x",
+                  dt_name(dt), a, b, n);
+    }
+    free(a), free(b), free(dy), free(yh);
+    free_half(&x);
+}
+
 /* LayerNorm writing a 16-bit y (the f32 call's y rounded), and its backward
  * reading a 16-bit x (the bits of the call on the widened x: dx, dgamma and
  * dbeta, both accumulate modes); rows over FR_HALF_PLANE_MAX refused. */
@@ -634,6 +681,7 @@ int main(void) {
         test_conv(dt, 2, 16, 9, 9, 8, 3, 1);
         test_gelu_in(dt, 5003);
         test_gelu_in(dt, 70001);
+        test_gelu_every(dt);
         test_layernorm(dt, 7, 300);  /* two chunks of y a row */
         test_layernorm(dt, 96, 384); /* the thread team */
     }

@@ -4,6 +4,7 @@
  * input exactly (y = x, dx = dy, y = a; vector lanes keep that true): the
  * planner runs these in place. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include "backend/cpu/exp_poly.h"
 #include "backend/cpu/half_in.h"
@@ -200,12 +201,72 @@ static int f32_call(const fr_kernel_call *c, int n_in) {
     return c->out[0].dtype == FR_F32;
 }
 
+/* The tanh GELU of a 16-bit x by table. x takes one of 2^16 values, so
+ * gelu_tanh_span of each (widened exactly, as in_f32 widens) and dy's
+ * factor gelu_tanh_grad(x) are made once per process and format, on first
+ * use, and a call looks them up: the bits of the f32 loops on the widened
+ * x by construction (a 16-bit y is the f32 one rounded by out_store, as
+ * there; dx = dy g is their one multiply), for a load a value instead of an
+ * exponential and a division. 512 KiB a format of the library's static
+ * data, like its code, not the arena's. */
+#define GELU_TAB 65536
+typedef struct gelu_tab {
+    float y[GELU_TAB], g[GELU_TAB];
+} gelu_tab;
+static gelu_tab g_gelu[2]; /* bf16, f16 */
+static pthread_once_t g_gelu_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+
+static void gelu_tab_make(int f16) {
+    gelu_tab *t = &g_gelu[f16];
+    for (int o = 0; o < GELU_TAB; o += ACT_CHUNK) {
+        uint16_t h[ACT_CHUNK];
+        float one[ACT_CHUNK], *x = t->g + o; /* the widened x, then the gradient in place */
+        for (int i = 0; i < ACT_CHUNK; i++) h[i] = (uint16_t)(o + i), one[i] = 1.0f;
+        fr_half_to_f32_n_seq(h, x, ACT_CHUNK, f16);
+        gelu_tanh_span(x, t->y + o, ACT_CHUNK);
+        gelu_tanh_bwd_span(one, x, x, ACT_CHUNK, 0); /* 1 grad(x): grad(x) exactly */
+    }
+}
+static void gelu_tab_bf16(void) { gelu_tab_make(0); }
+static void gelu_tab_f16(void) { gelu_tab_make(1); }
+
+/* The tables of 16-bit format dt */
+static const gelu_tab *gelu_tab_of(fr_dtype dt) {
+    const int f16 = dt == FR_F16;
+    pthread_once(&g_gelu_once[f16], f16 ? gelu_tab_f16 : gelu_tab_bf16);
+    return &g_gelu[f16];
+}
+
+/* y = gelu(x) for a 16-bit x: y f32, or 16 bits (rounded a chunk at a
+ * time, read before written: y may be x) */
+static int gelu_tanh_lookup(fr_kernel_call *c, int64_t n) {
+    const gelu_tab *t = gelu_tab_of(c->in[0].dtype);
+    const uint16_t *x = c->in[0].data;
+    if (c->out[0].dtype == FR_F32) {
+        float *y = fr_f32(&c->out[0]);
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) y[i] = t->y[x[i]];
+    } else {
+        const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
+        for (int64_t b = 0; b < nch; b++) {
+            float buf[ACT_CHUNK];
+            const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
+            for (int64_t i = 0; i < m; i++) buf[i] = t->y[x[o + i]];
+            out_store(&c->out[0], o, buf, m);
+        }
+    }
+    return FR_OK;
+}
+
 /* The same spans for mixed precision, ACT_CHUNK values at a time on the
  * stack: a 16-bit x (a bf16 GEMM's output, or the saved x) widened first,
  * the f32 result rounded into a 16-bit y (the saved output, or the next
- * GEMM's operand); the bits of the generic loops on the widened x, faster. */
+ * GEMM's operand); the bits of the generic loops on the widened x, faster.
+ * A 16-bit x: gelu_tanh_lookup. */
 static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bits */
     const int out16 = c->out[0].dtype != FR_F32;
+    if (c->in[0].dtype != FR_F32) return gelu_tanh_lookup(c, n);
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
@@ -224,12 +285,25 @@ static int gelu_tanh_bwd_half(fr_kernel_call *c, int64_t n) {
     const int acc = acc_bit(c, 0), out16 = c->out[0].dtype != FR_F32;
     if (out16 && acc) return fr_fail(c->ctx, FR_ERR_ARG, "gelu_bwd: a 16-bit dx cannot be added into");
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+    const gelu_tab *t = c->in[1].dtype != FR_F32 ? gelu_tab_of(c->in[1].dtype) : NULL;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
         float buf[ACT_CHUNK], dbuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *dx = out16 ? dbuf : fr_f32(&c->out[0]) + o;
-        gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx, m, acc);
+        if (t) { /* a 16-bit x: its gradient looked up */
+            const uint16_t *x = (const uint16_t *)c->in[1].data + o;
+            const float *d = dy + o;
+            if (acc) {
+#pragma omp simd
+                for (int64_t i = 0; i < m; i++) dx[i] += d[i] * t->g[x[i]];
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < m; i++) dx[i] = d[i] * t->g[x[i]];
+            }
+        } else {
+            gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx, m, acc);
+        }
         if (out16) out_store(&c->out[0], o, dbuf, m);
     }
     return FR_OK;
