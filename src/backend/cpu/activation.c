@@ -237,6 +237,23 @@ static const gelu_tab *gelu_tab_of(fr_dtype dt) {
     return &g_gelu[f16];
 }
 
+/* y[i] = tab[x[i]], and dx[i] (+)= dy[i] g[x[i]]: AVX2 and AVX-512 gathers
+ * where they run (FR_V3_CLONES) */
+FR_V3_CLONES static void lookup_span(const uint16_t *x, const float *tab, float *y, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = tab[x[i]];
+}
+FR_V3_CLONES static void lookup_bwd_span(const float *dy, const uint16_t *x, const float *g,
+                                         float *dx, int64_t n, int acc) {
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * g[x[i]];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * g[x[i]];
+    }
+}
+
 /* y = gelu(x) for a 16-bit x: y f32, or 16 bits (rounded a chunk at a
  * time, read before written: y may be x) */
 static int gelu_tanh_lookup(fr_kernel_call *c, int64_t n) {
@@ -252,7 +269,7 @@ static int gelu_tanh_lookup(fr_kernel_call *c, int64_t n) {
         for (int64_t b = 0; b < nch; b++) {
             float buf[ACT_CHUNK];
             const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-            for (int64_t i = 0; i < m; i++) buf[i] = t->y[x[o + i]];
+            lookup_span(x + o, t->y, buf, m);
             out_store(&c->out[0], o, buf, m);
         }
     }
@@ -291,19 +308,10 @@ static int gelu_tanh_bwd_half(fr_kernel_call *c, int64_t n) {
         float buf[ACT_CHUNK], dbuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *dx = out16 ? dbuf : fr_f32(&c->out[0]) + o;
-        if (t) { /* a 16-bit x: its gradient looked up */
-            const uint16_t *x = (const uint16_t *)c->in[1].data + o;
-            const float *d = dy + o;
-            if (acc) {
-#pragma omp simd
-                for (int64_t i = 0; i < m; i++) dx[i] += d[i] * t->g[x[i]];
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < m; i++) dx[i] = d[i] * t->g[x[i]];
-            }
-        } else {
+        if (t) /* a 16-bit x: its gradient looked up */
+            lookup_bwd_span(dy + o, (const uint16_t *)c->in[1].data + o, t->g, dx, m, acc);
+        else
             gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx, m, acc);
-        }
         if (out16) out_store(&c->out[0], o, dbuf, m);
     }
     return FR_OK;
