@@ -155,22 +155,59 @@ T16_TGT void fr_t16_pack_rows(const void *src, int f32, size_t ld, int k, int n,
         }
 }
 
-/* 16 rows' word p at a time, by a gather (offsets j ld elements, in int32:
- * a tile's 64 rows of a qkv row stride below 2^24 elements) */
+/* r[i] word j becomes r[j] word i: a 16 x 16 transpose of 32-bit words in
+ * four stages (pairs of words, pairs of pairs, then 128-bit lanes twice).
+ * After the second stage b[4i + k] holds, in its 128-bit lane L, rows 4i ..
+ * 4i + 3 of column 4L + k. */
+T16_TGT T16_INLINE void transpose16(__m512i r[16]) {
+    __m512i a[16], b[16], c[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    /* c[4k + q]: lanes (0, 2) (0x88) or (1, 3) (0xdd) of rows 0-3 with 4-7
+     * (q 0, 1), of rows 8-11 with 12-15 (q 2, 3), column k's group */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        c[4 * k] = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88);
+        c[4 * k + 1] = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
+        c[4 * k + 2] = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88);
+        c[4 * k + 3] = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm512_shuffle_i32x4(c[4 * k], c[4 * k + 2], 0x88);
+        r[8 + k] = _mm512_shuffle_i32x4(c[4 * k], c[4 * k + 2], 0xdd);
+        r[4 + k] = _mm512_shuffle_i32x4(c[4 * k + 1], c[4 * k + 3], 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(c[4 * k + 1], c[4 * k + 3], 0xdd);
+    }
+}
+
+/* 16 rows by 16 words at a time: the rows' words loaded (0 past n rows or
+ * kp words), transposed in registers, stored as 16 rows of dst */
 T16_TGT void fr_t16_pack_pairs(const uint16_t *src, size_t ld, int n, int kp, uint32_t *dst,
                                size_t ldb) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int j = 0; j < (int)ldb; j += 16) {
-        const __mmask16 m = cols_mask(n - j);
-        const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ld));
-        const uint16_t *rows = m ? src + (size_t)j * ld : src;
-        for (int p = 0; p < kp; p++) {
-            const __m512i w = m ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off,
-                                                              (const void *)(rows + 2 * p), 2)
-                                : _mm512_setzero_si512();
-            _mm512_storeu_si512((void *)(dst + (size_t)p * ldb + j), w);
+    for (int j = 0; j < (int)ldb; j += 16)
+        for (int w = 0; w < kp; w += 16) {
+            const __mmask16 words = cols_mask(kp - w);
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = j + i < n ? _mm512_maskz_loadu_epi32(
+                                       words, (const void *)(src + (size_t)(j + i) * ld + 2 * w))
+                                 : _mm512_setzero_si512();
+            transpose16(r);
+            for (int p = 0; p < 16 && w + p < kp; p++)
+                _mm512_storeu_si512((void *)(dst + (size_t)(w + p) * ldb + j), r[p]);
         }
-    }
 }
 
 #else /* no x86-64 AVX-512: attention widens its 16-bit operands (fr_t16_on is 0,
