@@ -269,9 +269,7 @@ FR_V3_CLONES static void online_softmax(float *S, int ldS, int rq, int rk, int q
     for (int r = 0; r < rq; r++) {
         float *Sr = S + (size_t)r * ldS;
         const int n = visible(q0 + r, k0, rk);
-        float mx = m[r];
-#pragma omp simd reduction(max : mx)
-        for (int c = 0; c < n; c++) mx = Sr[c] > mx ? Sr[c] : mx;
+        const float mx = max_f32(Sr, n, m[r]);
 #pragma omp simd
         for (int c = 0; c < n; c++) Sr[c] = fr_exp_poly(Sr[c] - mx);
         for (int c = n; c < rk; c++) Sr[c] = 0.0f;

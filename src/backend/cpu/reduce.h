@@ -34,6 +34,25 @@ static inline float sum_f32(const float *p, int64_t n) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The largest of init and p[0 .. n): sixteen running maxima, folded in
+ * halves (GCC's `omp simd reduction(max)` folds its vector through memory
+ * one lane at a time, a chain of 16 dependent steps a call). A maximum does
+ * not depend on the order in which it is taken, but for the sign of a zero
+ * maximum, which no caller's result sees (x - 0 and x + 0 are x, e^0 is 1);
+ * a NaN in p is passed over (p > m is false for it), as the serial loop
+ * passes it, and a NaN init stays. */
+static inline float max_f32(const float *p, int64_t n, float init) {
+    float a[16];
+    for (int j = 0; j < 16; j++) a[j] = init;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) a[j] = p[i + j] > a[j] ? p[i + j] : a[j];
+    for (; i < n; i++) a[0] = p[i] > a[0] ? p[i] : a[0];
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) a[j] = a[j + w] > a[j] ? a[j + w] : a[j];
+    return a[0];
+}
+
 /* The width of the spans a sum down the rows of a (rows, cols) matrix cuts
  * its columns into: one span a thread at least, a multiple of 16, at most
  * `most` (the accumulators a thread holds). A span is a contiguous stretch
