@@ -253,6 +253,36 @@ static void check_arrays(void) {
     free(x), free(y), free(h);
 }
 
+/* The bf16 array form on every top half (sign, exponent, the 7 bits kept:
+ * each class of value, subnormals and NaNs among them) with low halves at
+ * the rounding's edges (0, 1, just below, at and above the tie, all ones)
+ * and one drawn, in one array: where the CPU has AVX512_BF16 its groups go
+ * through VCVTNEPS2BF16, which reads subnormals as zero, and must give the
+ * scalar code's bits all the same. */
+static void check_bf16_array_classes(void) {
+    const uint32_t lows[7] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0};
+    const size_t n = 65536u * 7u;
+    float *x = malloc(n * sizeof *x);
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!x || !h) {
+        CHECK(0, "malloc");
+        free(x), free(h);
+        return;
+    }
+    uint64_t s = 0x2545f4914f6cdd1dULL;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const uint32_t hi = (uint32_t)(i / 7),
+                       lo = i % 7 == 6 ? (uint32_t)(s & 0xffff) : lows[i % 7];
+        x[i] = bitsf(hi << 16 | lo);
+    }
+    fr_f32_to_bf16_n(x, h, n);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != fr_f32_to_bf16(x[i]);
+    CHECK(bad == 0, "bf16 array conversion differs from scalar in %d of %zu places", bad, n);
+    free(x), free(h);
+}
+
 int main(void) {
     build_table(&F16);
     build_table(&BF16);
@@ -272,6 +302,7 @@ int main(void) {
     check_midpoints(&F16);
     check_midpoints(&BF16);
     check_arrays();
+    check_bf16_array_classes();
 
     for (uint64_t i = 0; i < (1ull << 32); i += 97) {
         check_from_f32(&F16, (uint32_t)i);

@@ -244,7 +244,42 @@ FR_HALF_LOOP(bf16_to_f32_loop8, bf16_to_f32_8, uint16_t, float, "avx2")
         if (pairs) loop##16(s, d, pairs);                                                     \
         if (groups > 2 * pairs) loop8(s + 16 * pairs, d + 16 * pairs, groups - 2 * pairs);    \
     }
-FR_HALF_LOOP16(f32_to_bf16_loop, f32_to_bf16_loop8, f32_to_bf16_16, float, uint16_t)
+FR_HALF_LOOP16(f32_to_bf16_loop_int, f32_to_bf16_loop8, f32_to_bf16_16, float, uint16_t)
+
+/* AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5) on top of AVX-512 */
+static int bf16cvt_probe(void) {
+    unsigned a, b, c, d;
+    return simd512_ok() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+}
+static pthread_once_t bf16cvt_once = PTHREAD_ONCE_INIT;
+static int bf16cvt_have;
+static void bf16cvt_init(void) { bf16cvt_have = bf16cvt_probe(); }
+
+/* VCVTNEPS2BF16 rounds to nearest even and makes a NaN its top 16 bits
+ * with the quiet bit set, as the integer arithmetic does, but reads an f32
+ * subnormal as zero (DAZ): 16 values a time by it, and a group holding a
+ * subnormal by the integer code, so that every bit is the same. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
+f32_to_bf16_cvt(const float *s, uint16_t *d, size_t n) {
+    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    for (size_t g = 0; g < n; g++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(s + 16 * g));
+        if (_mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(x, expo), x, mant))
+            f32_to_bf16_16(s + 16 * g, d + 16 * g);
+        else
+            _mm256_storeu_si256((__m256i *)(d + 16 * g),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x)));
+    }
+}
+
+/* groups of 8 values: pairs by VCVTNEPS2BF16 where the CPU has it */
+static void f32_to_bf16_loop(const float *s, uint16_t *d, size_t groups) {
+    pthread_once(&bf16cvt_once, bf16cvt_init);
+    size_t pairs = bf16cvt_have ? groups / 2 : 0;
+    if (pairs) f32_to_bf16_cvt(s, d, pairs);
+    if (groups > 2 * pairs)
+        f32_to_bf16_loop_int(s + 16 * pairs, d + 16 * pairs, groups - 2 * pairs);
+}
 FR_HALF_LOOP16(bf16_to_f32_loop, bf16_to_f32_loop8, bf16_to_f32_16, uint16_t, float)
 #else
 #define FR_HALF_SIMD 0
