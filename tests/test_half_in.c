@@ -92,9 +92,8 @@ static const char *dt_name(fr_dtype dt) { return dt == FR_F16 ? "f16" : "bf16"; 
 
 /* dx (+)= G(dy, s) with s in 16 bits vs s widened; approx: GELU's attr.approx
  * (1: the tanh formula, whose 16-bit paths run its AVX2 spans) */
-static void test_act_bwd(fr_dtype dt, fr_op op, const char *name, int64_t n, int approx) {
-    float *dy = frand(n, -1, 1), *s0 = frand(n, -3, 3);
-    half_in s = make_half(dt, s0, n);
+static void act_bwd_checks(const half_in *s, fr_op op, const char *name, int64_t n, int approx) {
+    float *dy = frand(n, -1, 1);
     fr_shape sh = fr_shape1(n);
     for (int acc = 0; acc < 2; acc++) {
         float *a = frand(n, -1, 1), *b = fcopy(a, n);
@@ -103,20 +102,26 @@ static void test_act_bwd(fr_dtype dt, fr_op op, const char *name, int64_t n, int
         call_init(&k, op, &at);
         k.c.accumulate = (uint32_t)acc;
         k.c.in[0] = tf(dy, sh);
-        k.c.in[1] = tf(s.w, sh);
+        k.c.in[1] = tf(s->w, sh);
         k.c.out[0] = tf(a, sh);
         CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s f32", name);
-        k.c.in[1] = th(&s, sh);
+        k.c.in[1] = th(s, sh);
         k.c.out[0] = tf(b, sh);
         CHECK(fr_cpu_backend.kernels[op](&k.c) == FR_OK, "%s 16-bit: %s", name,
               fr_last_error(g_ctx));
         char what[96];
         snprintf(what, sizeof what, "%s n=%lld accumulate=%d", name, (long long)n, acc);
-        same_bits(what, dt_name(dt), a, b, n);
+        same_bits(what, dt_name(s->dt), a, b, n);
         free(a);
         free(b);
     }
     free(dy);
+}
+
+static void test_act_bwd(fr_dtype dt, fr_op op, const char *name, int64_t n, int approx) {
+    float *s0 = frand(n, -3, 3);
+    half_in s = make_half(dt, s0, n);
+    act_bwd_checks(&s, op, name, n, approx);
     free(s0);
     free_half(&s);
 }
@@ -265,27 +270,33 @@ static void same_rounded(const char *what, fr_dtype dt, const float *y32, const 
 
 /* The tanh GELU reading a 16-bit x (a bf16 GEMM's output): the bits of the
  * call on the widened x, into an f32 y and into a 16-bit y (rounded). */
-static void test_gelu_in(fr_dtype dt, int64_t n) {
-    float *x0 = frand(n, -4, 4), *a = frand(n, 0, 1), *b = frand(n, 0, 1);
-    uint16_t *ah = malloc((size_t)n * 2), *bh = malloc((size_t)n * 2);
-    half_in x = make_half(dt, x0, n);
+static void gelu_x_checks(const half_in *x, int64_t n, const char *what) {
+    float *a = frand(n, 0, 1), *b = frand(n, 0, 1);
+    uint16_t *bh = malloc((size_t)n * 2);
     fr_shape sh = fr_shape1(n);
     call k;
     fr_attr at = {.approx = 1};
     call_init(&k, FR_OP_GELU, &at);
-    k.c.in[0] = tf(x.w, sh);
+    k.c.in[0] = tf(x->w, sh);
     k.c.out[0] = tf(a, sh);
     CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu f32");
-    k.c.in[0] = th(&x, sh);
+    k.c.in[0] = th(x, sh);
     k.c.out[0] = tf(b, sh);
     CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x: %s", fr_last_error(g_ctx));
+    same_bits(what, dt_name(x->dt), a, b, n);
+    k.c.out[0] = (fr_tensor){.dtype = x->dt, .shape = sh, .data = bh};
+    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x, 16-bit y: %s", fr_last_error(g_ctx));
+    same_rounded(what, x->dt, a, bh, n);
+    free(a), free(b), free(bh);
+}
+
+static void test_gelu_in(fr_dtype dt, int64_t n) {
+    float *x0 = frand(n, -4, 4);
+    half_in x = make_half(dt, x0, n);
     char what[64];
     snprintf(what, sizeof what, "gelu (tanh) 16-bit x n=%lld", (long long)n);
-    same_bits(what, dt_name(dt), a, b, n);
-    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = bh};
-    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x, 16-bit y: %s", fr_last_error(g_ctx));
-    same_rounded(what, dt, a, bh, n);
-    free(x0), free(a), free(b), free(ah), free(bh);
+    gelu_x_checks(&x, n, what);
+    free(x0);
     free_half(&x);
 }
 
@@ -301,38 +312,8 @@ static void test_gelu_every(fr_dtype dt) {
         x.h[i] = (uint16_t)i;
         x.w[i] = dt == FR_F16 ? fr_f16_to_f32(x.h[i]) : fr_bf16_to_f32(x.h[i]);
     }
-    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *dy = frand(n, -2, 2);
-    uint16_t *yh = malloc((size_t)n * 2);
-    fr_shape sh = fr_shape1(n);
-    fr_attr at = {.approx = 1};
-    call k;
-    call_init(&k, FR_OP_GELU, &at);
-    k.c.in[0] = tf(x.w, sh);
-    k.c.out[0] = tf(a, sh);
-    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu f32, every pattern");
-    k.c.in[0] = th(&x, sh);
-    k.c.out[0] = tf(b, sh);
-    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x, every pattern");
-    same_bits("gelu (tanh), every 16-bit x", dt_name(dt), a, b, n);
-    k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = yh};
-    CHECK(fr_k_gelu(&k.c) == FR_OK, "gelu 16-bit x and y, every pattern");
-    same_rounded("gelu (tanh), every 16-bit x, 16-bit y", dt, a, yh, n);
-    for (int acc = 0; acc < 2; acc++) {
-        for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
-        call_init(&k, FR_OP_GELU_BWD, &at);
-        k.c.accumulate = (uint32_t)acc;
-        k.c.in[0] = tf(dy, sh);
-        k.c.in[1] = tf(x.w, sh);
-        k.c.out[0] = tf(a, sh);
-        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd f32, every pattern");
-        k.c.in[1] = th(&x, sh);
-        k.c.out[0] = tf(b, sh);
-        CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd 16-bit x, every pattern");
-        same_bits(acc ? "gelu_bwd (tanh) added into, every 16-bit x"
-                      : "gelu_bwd (tanh), every 16-bit x",
-                  dt_name(dt), a, b, n);
-    }
-    free(a), free(b), free(dy), free(yh);
+    gelu_x_checks(&x, n, "gelu (tanh), every 16-bit x");
+    act_bwd_checks(&x, FR_OP_GELU_BWD, "gelu_bwd (tanh), every 16-bit x", n, 1);
     free_half(&x);
 }
 
