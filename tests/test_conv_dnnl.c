@@ -304,6 +304,20 @@ static void test_bf16_native(void) {
                              {2, 8, 11, 11, 16, 3, 2, 0}, {4, 64, 7, 7, 64, 3, 1, 1}};
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
         check_budget(__LINE__, &gs[i], (int)(i % 2), i % 3 == 0, 1, 0, 0, bf16_rel());
+    /* a bf16 y in nChw16c (bf16-mixed's blocked CNN) is written by the
+     * primitive itself, its f32 sums rounded as they are stored: its
+     * workspace holds no f32 copy of y for a reorder to round, as an f32
+     * y's holds none */
+    fr_shape bs = fr_shape4(16, 32, 14, 14);
+    fr_conv_dims e;
+    fr_conv_dims_make(&e, &bs, 64, 3, 1, 1);
+    const int blk = FR_CONV_BLK_X | FR_CONV_BLK_Y;
+    const int64_t ycopy = (int64_t)16 * 64 * 14 * 14;
+    const int64_t w32 = fr_conv_dnnl_ws(&e, (int64_t)1 << 26, 0, 0, FR_BF16, 2, blk),
+                  w16 = fr_conv_dnnl_ws(&e, (int64_t)1 << 26, 0, 0, FR_BF16, 2, blk | FR_CONV_Y16);
+    CHECK(w16 > 0 && w16 < ycopy && w32 < ycopy,
+          "a blocked bf16 y: %lld floats of workspace (f32 y: %lld), an f32 copy of y is %lld",
+          (long long)w16, (long long)w32, (long long)ycopy);
 }
 
 /* a batch whose reordered copies exceed oneDNN's chunk budget (an image's

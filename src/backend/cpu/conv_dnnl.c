@@ -211,8 +211,9 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
     dnnl_dims_t st = {g->S, g->S}, pad = {g->P, g->P};
     /* each tensor's type: an operand's is c, a result's f32 (a bf16 y
      * where the user's is, FR_CONV_Y16: rounded from the f32 sums as it is
-     * stored); the forward desc of a backward primitive (its hint) has c
-     * throughout */
+     * stored, so the forward's own desc takes fy, and no f32 y is made for
+     * a reorder to round); the forward desc of a backward primitive (its
+     * hint) has c throughout */
     const dnnl_data_type_t c = native ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
     const dnnl_data_type_t fy = blk & FR_CONV_Y16 ? c : f;
     const dnnl_data_type_t ty[3][T_COUNT] = {
@@ -223,7 +224,7 @@ static int prim_make(prim *p, int kind, const fr_conv_dims *g, int64_t nb, int b
         dnnl_memory_desc_init_by_tag(&y, 4, yd, ty[kind][T_Y], dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&hx, 4, xd, c, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&hw, 4, wd, c, dnnl_format_tag_any) ||
-        dnnl_memory_desc_init_by_tag(&hy, 4, yd, kind == K_FWD ? f : c, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&hy, 4, yd, kind == K_FWD ? fy : c, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(
             &p->user[T_X], 4, xd, kind == K_BWD_D ? dnnl_f32 : xdt,
             blk & (kind == K_BWD_D ? FR_CONV_BLK_DX : FR_CONV_BLK_X) ? dnnl_nChw16c : dnnl_nchw) ||
