@@ -191,12 +191,24 @@ static int simd512_probe(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return ((b >> 16) & 1) && ((b >> 30) & 1); /* AVX512F, AVX512BW */
 }
+/* AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5), asked with the probe above */
+static int bf16cvt_probe(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+}
 static pthread_once_t simd512_once = PTHREAD_ONCE_INIT;
-static int simd512_have;
-static void simd512_init(void) { simd512_have = simd512_probe(); }
+static int simd512_have, bf16cvt_have; /* written once, under simd512_once */
+static void simd512_init(void) {
+    simd512_have = simd512_probe();
+    bf16cvt_have = simd512_have && bf16cvt_probe();
+}
 static int simd512_ok(void) {
     pthread_once(&simd512_once, simd512_init);
     return simd512_have;
+}
+static int bf16cvt_ok(void) {
+    pthread_once(&simd512_once, simd512_init);
+    return bf16cvt_have;
 }
 
 __attribute__((target("avx512f,avx512bw"))) static void f32_to_bf16_16(const float *s,
@@ -246,15 +258,6 @@ FR_HALF_LOOP(bf16_to_f32_loop8, bf16_to_f32_8, uint16_t, float, "avx2")
     }
 FR_HALF_LOOP16(f32_to_bf16_loop_int, f32_to_bf16_loop8, f32_to_bf16_16, float, uint16_t)
 
-/* AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5) on top of AVX-512 */
-static int bf16cvt_probe(void) {
-    unsigned a, b, c, d;
-    return simd512_ok() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
-}
-static pthread_once_t bf16cvt_once = PTHREAD_ONCE_INIT;
-static int bf16cvt_have;
-static void bf16cvt_init(void) { bf16cvt_have = bf16cvt_probe(); }
-
 /* VCVTNEPS2BF16 rounds to nearest even and makes a NaN its top 16 bits
  * with the quiet bit set, as the integer arithmetic does, but reads an f32
  * subnormal as zero (DAZ): 16 values a time by it, and a group holding a
@@ -274,8 +277,7 @@ f32_to_bf16_cvt(const float *s, uint16_t *d, size_t n) {
 
 /* groups of 8 values: pairs by VCVTNEPS2BF16 where the CPU has it */
 static void f32_to_bf16_loop(const float *s, uint16_t *d, size_t groups) {
-    pthread_once(&bf16cvt_once, bf16cvt_init);
-    size_t pairs = bf16cvt_have ? groups / 2 : 0;
+    size_t pairs = bf16cvt_ok() ? groups / 2 : 0;
     if (pairs) f32_to_bf16_cvt(s, d, pairs);
     if (groups > 2 * pairs)
         f32_to_bf16_loop_int(s + 16 * pairs, d + 16 * pairs, groups - 2 * pairs);

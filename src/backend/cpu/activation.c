@@ -254,43 +254,24 @@ FR_V3_CLONES static void lookup_bwd_span(const float *dy, const uint16_t *x, con
     }
 }
 
-/* y = gelu(x) for a 16-bit x: y f32, or 16 bits (rounded a chunk at a
- * time, read before written: y may be x) */
-static int gelu_tanh_lookup(fr_kernel_call *c, int64_t n) {
-    const gelu_tab *t = gelu_tab_of(c->in[0].dtype);
-    const uint16_t *x = c->in[0].data;
-    if (c->out[0].dtype == FR_F32) {
-        float *y = fr_f32(&c->out[0]);
-#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) y[i] = t->y[x[i]];
-    } else {
-        const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
-        for (int64_t b = 0; b < nch; b++) {
-            float buf[ACT_CHUNK];
-            const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-            lookup_span(x + o, t->y, buf, m);
-            out_store(&c->out[0], o, buf, m);
-        }
-    }
-    return FR_OK;
-}
-
 /* The same spans for mixed precision, ACT_CHUNK values at a time on the
  * stack: a 16-bit x (a bf16 GEMM's output, or the saved x) widened first,
  * the f32 result rounded into a 16-bit y (the saved output, or the next
  * GEMM's operand); the bits of the generic loops on the widened x, faster.
- * A 16-bit x: gelu_tanh_lookup. */
+ * A 16-bit x is looked up instead (gelu_tab). */
 static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bits */
     const int out16 = c->out[0].dtype != FR_F32;
-    if (c->in[0].dtype != FR_F32) return gelu_tanh_lookup(c, n);
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+    const gelu_tab *t = c->in[0].dtype != FR_F32 ? gelu_tab_of(c->in[0].dtype) : NULL;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
         float buf[ACT_CHUNK], ybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *y = out16 ? ybuf : fr_f32(&c->out[0]) + o;
-        gelu_tanh_span(in_f32(&c->in[0], o, m, buf), y, m);
+        if (t) /* a 16-bit x: y looked up (a chunk read before written: y may be x) */
+            lookup_span((const uint16_t *)c->in[0].data + o, t->y, y, m);
+        else
+            gelu_tanh_span(in_f32(&c->in[0], o, m, buf), y, m);
         if (out16) out_store(&c->out[0], o, ybuf, m);
     }
     return FR_OK;
