@@ -69,8 +69,12 @@ d = json.loads(open(sys.argv[1]).read())
 b, s = d["budget_split"], d["per_rank"]["stages"]
 assert b["zero"] == 0 and b["zero_saving"] == 0 and s[0]["zero"] == 0, (b, s)
 ' "$tmp/p0.json" 2>"$tmp/err" && ok || no "stage 0: $(tail -2 "$tmp/err")"
+# (the batch element itself replaced: a pattern substitution over the whole
+# array would also rewrite a temporary directory whose random name holds 64)
+auto=("${plan[@]}")
+auto[4]=auto
 expect_fail "--batch auto with --ranks" 1 "give the global --batch" \
-    "$bin" "${plan[@]/64/auto}" --budget $X --ranks $N
+    "$bin" "${auto[@]}" --budget $X --ranks $N
 
 # ---- the smallest budget a refusal names fits, one byte less does not, and
 # every refusal names the same one (the smallest plan counted with its own
