@@ -207,11 +207,14 @@ static int f32_call(const fr_kernel_call *c, int n_in) {
  * use, and a call looks them up: the bits of the f32 loops on the widened
  * x by construction (a 16-bit y is the f32 one rounded by out_store, as
  * there; dx = dy g is their one multiply), for a load a value instead of an
- * exponential and a division. 512 KiB a format of the library's static
- * data, like its code, not the arena's. */
+ * exponential and a division. A 16-bit y is looked up too, rounded when
+ * the table is made (r: out_store's bits in the low half of 32, the width
+ * a gather loads), so the call neither writes nor rounds an f32 y. 768 KiB
+ * a format of the library's static data, like its code, not the arena's. */
 #define GELU_TAB 65536
 typedef struct gelu_tab {
     float y[GELU_TAB], g[GELU_TAB];
+    uint32_t r[GELU_TAB];
 } gelu_tab;
 static gelu_tab g_gelu[2]; /* bf16, f16 */
 static pthread_once_t g_gelu_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
@@ -225,6 +228,8 @@ static void gelu_tab_make(int f16) {
         fr_half_to_f32_n_seq(h, x, ACT_CHUNK, f16);
         gelu_tanh_span(x, t->y + o, ACT_CHUNK);
         gelu_tanh_bwd_span(one, x, x, ACT_CHUNK, 0); /* 1 grad(x): grad(x) exactly */
+        fr_f32_to_half_n_seq(t->y + o, h, ACT_CHUNK, f16); /* out_store's rounding */
+        for (int i = 0; i < ACT_CHUNK; i++) t->r[o + i] = h[i];
     }
 }
 static void gelu_tab_bf16(void) { gelu_tab_make(0); }
@@ -237,11 +242,16 @@ static const gelu_tab *gelu_tab_of(fr_dtype dt) {
     return &g_gelu[f16];
 }
 
-/* y[i] = tab[x[i]], and dx[i] (+)= dy[i] g[x[i]]: AVX2 and AVX-512 gathers
- * where they run (FR_V3_CLONES) */
+/* y[i] = tab[x[i]] (f32 or 16-bit y), and dx[i] (+)= dy[i] g[x[i]]: AVX2
+ * and AVX-512 gathers where they run (FR_V3_CLONES) */
 FR_V3_CLONES static void lookup_span(const uint16_t *x, const float *tab, float *y, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] = tab[x[i]];
+}
+FR_V3_CLONES static void lookup16_span(const uint16_t *x, const uint32_t *tab, uint16_t *y,
+                                       int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)tab[x[i]];
 }
 FR_V3_CLONES static void lookup_bwd_span(const float *dy, const uint16_t *x, const float *g,
                                          float *dx, int64_t n, int acc) {
@@ -268,8 +278,13 @@ static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bit
         float buf[ACT_CHUNK], ybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *y = out16 ? ybuf : fr_f32(&c->out[0]) + o;
+        const uint16_t *xh = t ? (const uint16_t *)c->in[0].data + o : NULL;
+        if (t && out16) { /* y rounded, looked up (a value read before written: y may be x) */
+            lookup16_span(xh, t->r, (uint16_t *)c->out[0].data + o, m);
+            continue;
+        }
         if (t) /* a 16-bit x: y looked up (a chunk read before written: y may be x) */
-            lookup_span((const uint16_t *)c->in[0].data + o, t->y, y, m);
+            lookup_span(xh, t->y, y, m);
         else
             gelu_tanh_span(in_f32(&c->in[0], o, m, buf), y, m);
         if (out16) out_store(&c->out[0], o, ybuf, m);

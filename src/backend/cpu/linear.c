@@ -216,19 +216,57 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
 
 /* s[j] += dy[n, o0 + j] for n = 0 .. N-1 in order, j < m <= COL_SPAN: the
  * bias gradient's sums of one span of columns, dy f32 (dyp) or bf16 (dyh,
- * a row widened first), in double; cloned for AVX-512 and AVX2, the same
- * sums. The spans are fr_col_span's, so the rows stream through the cache. */
+ * widened exactly as it is added), in double; cloned for AVX-512 and AVX2,
+ * the same sums. The spans are fr_col_span's, so the rows stream through
+ * the cache. */
 FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t N, int64_t O,
-                                  int64_t o0, int64_t m, double *s) {
-    float w[COL_SPAN];
-    for (int64_t n = 0; n < N; n++) {
-        if (dyh) {
+                                  int64_t o0, int64_t m, double *restrict s) {
+    int64_t n = 0;
+    if (dyh) /* four rows a pass over s, each added in turn: the same sums, s loaded once */
+        for (; n + 4 <= N; n += 4) {
+            const uint16_t *r0 = dyh + n * O + o0, *r1 = r0 + O, *r2 = r1 + O, *r3 = r2 + O;
 #pragma omp simd
-            for (int64_t j = 0; j < m; j++) w[j] = bf16_at(dyh, n * O + o0 + j);
+            for (int64_t j = 0; j < m; j++)
+                s[j] =
+                    (((s[j] + bf16_at(r0, j)) + bf16_at(r1, j)) + bf16_at(r2, j)) + bf16_at(r3, j);
         }
-        const float *row = dyh ? w : dyp + n * O + o0;
+    for (; n < N; n++) {
+        if (dyh) {
+            const uint16_t *row = dyh + n * O + o0;
 #pragma omp simd
-        for (int64_t j = 0; j < m; j++) s[j] += row[j];
+            for (int64_t j = 0; j < m; j++) s[j] += bf16_at(row, j);
+        } else {
+            const float *row = dyp + n * O + o0;
+#pragma omp simd
+            for (int64_t j = 0; j < m; j++) s[j] += row[j];
+        }
+    }
+}
+
+/* db (+)= sum_n dy[n, :], or the bias's SGD step with it (update bit 2),
+ * for fr_k_linear_bwd: columns in spans, one thread owning a span and
+ * summing its rows in order (double accumulators), so the bits do not
+ * depend on scheduling. */
+static void bias_grad(const fr_kernel_call *c, const float *dyp, const uint16_t *dyh, float *db,
+                      int64_t N, int64_t O) {
+    int acc = acc_bit(c, 2), upd = (c->node->update & 4u) != 0;
+    const float lr = c->node->attr.lr, wd = c->node->attr.wd;
+    const int64_t span = fr_col_span(O, N * O >= LIN_PAR_MIN ? omp_get_max_threads() : 1, COL_SPAN);
+    const int64_t nblk = (O + span - 1) / span;
+#pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
+    for (int64_t bi = 0; bi < nblk; bi++) {
+        double s[COL_SPAN] = {0};
+        int64_t o0 = bi * span, m = O - o0 < span ? O - o0 : span;
+        col_sums(dyp, dyh, N, O, o0, m, s);
+        if (upd) {
+            for (int64_t j = 0; j < m; j++) {
+                float g = (float)s[j], bj = db[o0 + j];
+                if (wd != 0.0f) g = g + wd * bj;
+                db[o0 + j] = bj + (-lr) * g;
+            }
+        } else {
+            for (int64_t j = 0; j < m; j++) db[o0 + j] = (float)(acc ? db[o0 + j] + s[j] : s[j]);
+        }
     }
 }
 
@@ -240,7 +278,9 @@ FR_V3_CLONES static void col_sums(const float *dyp, const uint16_t *dyh, int64_t
 // the order of fr_k_sgd: p = p + (-lr)(g + wd p), lr and wd the node's attr.
 // The weight's gradient is formed a tile of rows at a time in grad_ws (a GEMM's epilogue would add it to W in
 // pieces, one per block of the batch, and lose what each piece rounds away).
-// dx is computed first, from the weights before the step.
+// db comes first, while dy is still in the cache the op that made it left it
+// in (it reads nothing the GEMMs write), then dx, from the weights before the
+// step, then dW.
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
     float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
@@ -258,6 +298,7 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     const float *dyp = fr_f32(dy);
     const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
     const int d32 = !h && s == 1.0f && fr_gemm32_onednn_for(N, O, K); /* f32 on oneDNN */
+    if (db && O > 0) bias_grad(c, dyp, dyh, db, N, O);
     if (dx && N * K > 0) {
         if (O == 0) {
             if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
@@ -289,31 +330,6 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
             if (st) return st;
         } else if (!update && !acc_bit(c, 1)) {
             memset(dw, 0, (size_t)(O * K) * sizeof(float));
-        }
-    }
-    if (db && O > 0) {
-        /* Columns in spans: one thread owns a span and sums its rows in order
-         * (double accumulators), so the bits do not depend on scheduling. */
-        int acc = acc_bit(c, 2), upd = (c->node->update & 4u) != 0;
-        const float lr = c->node->attr.lr, wd = c->node->attr.wd;
-        const int64_t span =
-            fr_col_span(O, N * O >= LIN_PAR_MIN ? omp_get_max_threads() : 1, COL_SPAN);
-        const int64_t nblk = (O + span - 1) / span;
-#pragma omp parallel for schedule(static) if (N * O >= LIN_PAR_MIN)
-        for (int64_t bi = 0; bi < nblk; bi++) {
-            double s[COL_SPAN] = {0};
-            int64_t o0 = bi * span, m = O - o0 < span ? O - o0 : span;
-            col_sums(dyp, dyh, N, O, o0, m, s);
-            if (upd) {
-                for (int64_t j = 0; j < m; j++) {
-                    float g = (float)s[j], bj = db[o0 + j];
-                    if (wd != 0.0f) g = g + wd * bj;
-                    db[o0 + j] = bj + (-lr) * g;
-                }
-            } else {
-                for (int64_t j = 0; j < m; j++)
-                    db[o0 + j] = (float)(acc ? db[o0 + j] + s[j] : s[j]);
-            }
         }
     }
     return FR_OK;
