@@ -158,6 +158,36 @@ static void check_linear(int64_t B, int64_t T, int64_t K, int64_t O) {
                 s += dyw[n * O + o] * ww[o * K + k], mag += fabs(dyw[n * O + o] * ww[o * K + k]);
             bx += fabs(dx[n * K + k] - s) > 2.0 * (double)O * 0x1p-24 * mag + 1e-30;
         }
+    /* dx in bf16 (the dy of a tanh GELU's backward, plan/precision.c): the
+     * GEMM's f32 sums rounded once more, so within the f32 bound above plus
+     * half a bf16 ulp (8 significant bits: at most 2^-8 |s|); never added
+     * into, and only from bf16 operands */
+    uint16_t *dx16 = malloc((size_t)(N * K) * 2);
+    d.out[0] = (fr_tensor){.dtype = FR_BF16, .shape = xs, .data = dx16};
+    st = fr_k_linear_bwd(&d);
+    CHECK(st == FR_OK, "linear_bwd into a bf16 dx: %s", fr_last_error(g_ctx));
+    int64_t b16 = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0, mag = 0;
+            for (int64_t o = 0; o < O; o++)
+                s += dyw[n * O + o] * ww[o * K + k], mag += fabs(dyw[n * O + o] * ww[o * K + k]);
+            b16 += fabs((double)fr_bf16_to_f32(dx16[n * K + k]) - s) >
+                   2.0 * (double)O * 0x1p-24 * mag + 0x1p-8 * fabs(s) + 1e-30;
+        }
+    CHECK(b16 == 0, "linear_bwd %lldx%lldx%lld: %lld of the bf16 dx off", (long long)N,
+          (long long)O, (long long)K, (long long)b16);
+    d.accumulate = 1u;
+    CHECK(fr_k_linear_bwd(&d) == FR_ERR_ARG, "adding into a bf16 dx is refused");
+    d.accumulate = 0;
+    float *dyf = malloc((size_t)(N * O) * 4), *xf = malloc((size_t)(N * K) * 4);
+    for (int64_t i = 0; i < N * O; i++) dyf[i] = (float)dyw[i];
+    for (int64_t i = 0; i < N * K; i++) xf[i] = (float)xw[i];
+    d.in[0] = t32(dyf, ys), d.in[1] = t32(xf, xs), d.in[2] = t32(wf, ws);
+    CHECK(fr_k_linear_bwd(&d) == FR_ERR_ARG, "a bf16 dx from f32 operands is refused");
+    d.in[0] = t16(dy, ys), d.in[1] = t16(x, xs), d.in[2] = t16(w, ws);
+    d.out[0] = t32(dx, xs);
+    free(dx16), free(dyf), free(xf);
     /* dW's exact sums and their magnitudes sum_n |dy x|, kept for the accumulation below */
     double *dws = malloc((size_t)(O * K) * sizeof(double)),
            *dwm = malloc((size_t)(O * K) * sizeof(double));

@@ -540,6 +540,66 @@ static void test_gelu_bwd_out(fr_dtype dt, int64_t n) {
     free_half(&x);
 }
 
+/* The tanh GELU's backward reading a 16-bit dy (a bf16 GEMM's dx: the
+ * mixed-precision pass's rounded_bwd): the bits of the f32 call on the
+ * widened dy, for an f32 or a 16-bit x, into an f32 dx (set and added into)
+ * and a 16-bit dx (rounded). The CPU offers it for the tanh GELU only; the
+ * erf GELU's and ReLU's backward refuse a 16-bit dy instead of misreading
+ * it. */
+static void test_gelu_bwd_dy16(fr_dtype dt, int64_t n) {
+    float *dy0 = frand(n, -1, 1), *x0 = frand(n, -3, 3);
+    half_in dy = make_half(dt, dy0, n), x = make_half(dt, x0, n);
+    uint16_t *dh = malloc((size_t)n * 2);
+    fr_shape sh = fr_shape1(n);
+    fr_attr at = {.approx = 1};
+    for (int xh = 0; xh < 2; xh++)
+        for (int acc = 0; acc < 2; acc++) {
+            float *a = frand(n, -1, 1), *b = fcopy(a, n);
+            call k;
+            call_init(&k, FR_OP_GELU_BWD, &at);
+            k.c.accumulate = (uint32_t)acc;
+            k.c.in[0] = tf(dy.w, sh);
+            k.c.in[1] = xh ? th(&x, sh) : tf(x.w, sh);
+            k.c.out[0] = tf(a, sh);
+            CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd on the widened dy");
+            k.c.in[0] = th(&dy, sh);
+            k.c.out[0] = tf(b, sh);
+            CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd 16-bit dy: %s", fr_last_error(g_ctx));
+            char what[96];
+            snprintf(what, sizeof what, "gelu_bwd (tanh) 16-bit dy, x %s, n=%lld, accumulate=%d",
+                     xh ? "16-bit" : "f32", (long long)n, acc);
+            same_bits(what, dt_name(dt), a, b, n);
+            if (!acc) {
+                k.c.out[0] = (fr_tensor){.dtype = dt, .shape = sh, .data = dh};
+                CHECK(fr_k_gelu_bwd(&k.c) == FR_OK, "gelu_bwd 16-bit dy and dx: %s",
+                      fr_last_error(g_ctx));
+                same_rounded(what, dt, a, dh, n);
+            }
+            free(a), free(b);
+        }
+    call k;
+    call_init(&k, FR_OP_GELU_BWD, &at);
+    fr_graph g0;
+    memset(&g0, 0, sizeof g0);
+    CHECK(fr_cpu_backend.half_io(&g0, &k.node, 0), "the tanh GELU's backward takes a 16-bit dy");
+    float *dx = malloc((size_t)n * 4);
+    const fr_op ops[2] = {FR_OP_GELU_BWD, FR_OP_RELU_BWD};
+    for (int o = 0; o < 2; o++) {
+        fr_attr erf = {.approx = 0};
+        call_init(&k, ops[o], &erf);
+        CHECK(!fr_cpu_backend.half_io(&g0, &k.node, 0), "%s (erf) offers no 16-bit dy",
+              fr_op_get(ops[o])->name);
+        k.c.in[0] = th(&dy, sh);
+        k.c.in[1] = tf(x.w, sh);
+        k.c.out[0] = tf(dx, sh);
+        CHECK(fr_cpu_backend.kernels[ops[o]](&k.c) == FR_ERR_ARG, "%s refuses a 16-bit dy",
+              fr_op_get(ops[o])->name);
+    }
+    free(dy0), free(x0), free(dh), free(dx);
+    free_half(&dy);
+    free_half(&x);
+}
+
 /* Cross-entropy's dlogits written in 16 bits (for a bf16 GEMM) a span of a
  * row at a time: the f32 call's values rounded, with rows wider than a span
  * (labels in every span) and narrower; adding into a 16-bit dlogits is
@@ -649,6 +709,8 @@ int main(void) {
         test_maxpool(dt, 64, 80, 2, 2); /* the thread team */
         test_gelu_bwd_out(dt, 5003);
         test_gelu_bwd_out(dt, 70001);
+        test_gelu_bwd_dy16(dt, 5003);
+        test_gelu_bwd_dy16(dt, 70001);
         test_ce_bwd_out(dt, 5, 10);
         test_ce_bwd_out(dt, 64, 5003); /* 3 spans a row, the thread team */
         test_maxpool_out(dt, 7, 9, 2, 2);

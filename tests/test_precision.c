@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "optim/optim.h"
+#include "backend/backend.h"
 #include "backend/cpu/gemm16.h"
 #include "check.h"
+#include "model/modelfile.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "train/step.h"
@@ -287,6 +289,75 @@ static void test_mixed_grads(fr_precision p, double unit) {
               fr_precision_name(p), fr_op_get(direct[d])->name);
     stop(&a);
     stop(&b);
+}
+
+/* The tanh GELU's backward reads its dy rounded where the CPU has a native
+ * bf16 GEMM, as autocast hands it the next linear layer's bf16 dx: on a
+ * 48-32-10 net with a tanh GELU, bf16-mixed, that dy is bf16, written by
+ * the linear layer's backward itself (its GEMM's epilogue: no CAST and no
+ * f32 dy), and the gradients stay within 16 u of fp32's. Elsewhere (f32
+ * GEMMs on rounded operands) the GELU's dy stays f32. */
+static void test_gelu_dy16(void) {
+    static const char text[] = "input 48\nlinear 32\ngelu approximate=tanh\nlinear 10\n"
+                               "loss cross_entropy\n";
+    const fr_precision prec[2] = {FR_PREC_FP32, FR_PREC_BF16_MIXED};
+    fr_ctx *ctx[2];
+    fr_model *m[2];
+    fr_step *s[2];
+    float x[8 * 48], loss[2];
+    int32_t y[8];
+    fr_rng g = fr_rng_make(6, 1);
+    for (int i = 0; i < 8 * 48; i++) x[i] = 2 * fr_rng_next_uniform(&g) - 1;
+    for (int i = 0; i < 8; i++) y[i] = (i * 7) % 10;
+    for (int k = 0; k < 2; k++) {
+        ctx[k] = fr_ctx_new();
+        fr_set_threads(ctx[k], 2);
+        m[k] = fr_model_parse(ctx[k], "gelu-mlp", text, sizeof text - 1);
+        CHECK(m[k] != NULL, "parse: %s", fr_last_error(ctx[k]));
+        if (!m[k]) return;
+        fr_model_init(m[k], 3);
+        fr_step_opts o = {.batch = 8,
+                          .training = 1,
+                          .optim = fr_optim_defaults(FR_OPTIM_SGD),
+                          .seed = 2,
+                          .precision = prec[k],
+                          .loss_scaling = FR_LOSS_SCALE_NONE,
+                          .keep_grads = 1};
+        o.optim.lr = 0;
+        o.optim.zero_grad_to_none = 0;
+        s[k] = fr_step_compile(m[k], &o);
+        CHECK(s[k] != NULL, "compile: %s", fr_last_error(ctx[k]));
+        if (!s[k]) return;
+        fr_batch b = {8, x, y, NULL, NULL};
+        CHECK(fr_step_run(s[k], &b, &loss[k], NULL) == FR_OK, "run: %s", fr_last_error(ctx[k]));
+    }
+    const fr_step *b = s[1];
+    const fr_backend *be = fr_backend_of(ctx[1]);
+    const int g16 = be->gemm16 && be->gemm16(FR_BF16);
+    int seen = 0, dy16 = 0, by_linear = 0;
+    for (int k = 0; k < b->plan.n_nodes; k++) {
+        const fr_node *nd = &b->g.nodes[b->plan.order[k]];
+        if (nd->op != FR_OP_GELU_BWD) continue;
+        const fr_value *dy = &b->g.vals[nd->in[0]];
+        seen++;
+        dy16 += dy->dtype == FR_BF16;
+        by_linear += dy->producer >= 0 && b->g.nodes[dy->producer].op == FR_OP_LINEAR_BWD;
+    }
+    CHECK(seen == 1 && dy16 == g16 && by_linear == 1,
+          "gelu_bwd's dy: %d nodes, bf16 %d (want %d: native bf16 GEMM), made by linear_bwd %d",
+          seen, dy16, g16, by_linear);
+    if (!g16) printf("test_gelu_dy16: no native bf16 GEMM here: the GELU's dy stays f32\n");
+    double worst = 0;
+    for (size_t i = 0; i < m[0]->n_params; i++) {
+        const fr_param *pa = &m[0]->params[i];
+        if (!fr_grad32(m[0], pa)) continue;
+        double rel = grad_rel_l2(m[0], pa, m[1], &m[1]->params[i]);
+        if (rel > worst) worst = rel;
+    }
+    CHECK(worst <= 16 * ldexp(1, -9) && fabs(loss[0] - loss[1]) <= 16 * ldexp(1, -9) * loss[0],
+          "gelu net, bf16-mixed against fp32: gradients %g, losses %g and %g", worst, loss[1],
+          loss[0]);
+    for (int k = 0; k < 2; k++) fr_step_free(s[k]), fr_model_free(m[k]), fr_ctx_free(ctx[k]);
 }
 
 /* Mixed precision's matmuls compute with 16-bit-rounded operands: a 48-32-10
@@ -611,6 +682,7 @@ int main(void) {
     test_direct_conv(FR_PREC_BF16_MIXED, ldexp(1, -9));
     test_direct_conv(FR_PREC_FP16_MIXED, ldexp(1, -12));
     test_mixed_rounding(FR_PREC_BF16_MIXED, FR_BF16);
+    test_gelu_dy16();
     test_mixed_rounding(FR_PREC_FP16_MIXED, FR_F16);
     test_scaler_exact();
     test_overflow_skip();

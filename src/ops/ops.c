@@ -605,7 +605,7 @@ enum { FR_OPS(FR_OP_ARITY) };
 _Static_assert(FR_OP_COUNT == 53, "fr_op_table has 53 rows: add the new op's row, then this count");
 const fr_op_info fr_op_table[FR_OP_COUNT] = {
     ROWHO(LINEAR, "linear", sh_linear, fr_bw_linear, -1, 0, fl_linear, NULL, ho_backend),
-    ROW(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd),
+    ROWHO(LINEAR_BWD, "linear_bwd", sh_grads, NULL, -1, 0, fl_linear_bwd, NULL, ho_backend),
     ROWHO(CONV2D, "conv2d", sh_conv2d, fr_bw_conv2d, -1, 0, fl_conv2d, hi_backend, ho_backend),
     ROWH(CONV2D_BWD, "conv2d_bwd", sh_grads_ws, NULL, -1, 0, fl_conv2d_bwd, hi_backend),
     ROWHO(MAXPOOL2D, "maxpool2d", sh_pool, fr_bw_maxpool2d, -1, 0, fl_pool, hi_backend, ho_backend),

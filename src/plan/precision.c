@@ -64,6 +64,23 @@ static int gemm16_slot(int g16, const fr_node *n, int j) {
                     j == 0));
 }
 
+/* Whether input j of backward node n is read rounded to 16 bits as autocast
+ * would hand it over where the backend has a native 16-bit GEMM (g16): the
+ * tanh GELU's dy, which under autocast is the bf16 output of the next
+ * linear layer's backward matmul; only where the backend's kernel widens a
+ * 16-bit dy itself (fr_backend.half_io). Taken as a 16-bit GEMM operand is
+ * (below): the producer writes it in 16 bits (the op table's half_out: the
+ * linear layer's dx as its GEMM's epilogue), else a CAST rounds it. */
+static int rounded_bwd(const fr_graph *g, int g16, const fr_node *n, int j) {
+    return g16 && j == 0 && n->op == FR_OP_GELU_BWD && fr_backend_half_io(g, n, 0);
+}
+
+/* Whether input j of node n is taken in 16 bits as it is (gemm16_slot,
+ * rounded_bwd) */
+static int half_slot(const fr_graph *g, int g16, const fr_node *n, int j) {
+    return gemm16_slot(g16, n, j) || rounded_bwd(g, g16, n, j);
+}
+
 /* Add CAST(src -> dt) for the reader at `layer`; its output in *out.
  * Returns the node id, or -1 with g->status set. */
 static int cast_node(fr_graph *g, int src, fr_dtype dt, int layer, int *out) {
@@ -219,8 +236,9 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }
     }
     /* g16: backward values (dy) whose every reader takes them as a 16-bit
-     * GEMM operand, read directly (no view): their producer may write the
-     * 16-bit value itself (the op table's half_out), no f32 copy is made */
+     * GEMM operand (or rounded as one, rounded_bwd), read directly (no
+     * view): their producer may write the 16-bit value itself (the op
+     * table's half_out), no f32 copy is made */
     if (g16) {
         if (!(g16_only = fr_calloc(ctx, nv0, FR_MEM_OTHER))) {
             st = FR_ERR_NOMEM;
@@ -232,7 +250,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
             for (int j = 0; j < nd->n_in; j++) {
                 int x = nd->in[j];
                 if (x < 0 || (size_t)x >= nv0) continue;
-                if (!gemm16_slot(g16, nd, j)) g16_only[x] = 0;
+                if (!half_slot(g, g16, nd, j)) g16_only[x] = 0;
                 if (g->vals[x].alias_of >= 0) g16_only[g->vals[x].alias_of] = 0;
             }
         }
@@ -268,7 +286,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
                 if (x < 0 || (size_t)x >= nv0 ||
                     (is_forward(g, i, n_nodes0) && !rounded_fwd(op, j) &&
                      !(j == 0 && passes_through(&g->nodes[i], through, origin, nv0))) ||
-                    gemm16_slot(g16, &g->nodes[i], j))
+                    half_slot(g, g16, &g->nodes[i], j))
                     continue;
                 int r = g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x; /* one view deep */
                 if (!cast[origin[r]] || hv[r] < 0) continue;
@@ -300,7 +318,7 @@ fr_status fr_precision_apply(fr_graph *g, fr_dtype half, int n_nodes0, const int
         }
         for (int j = 0; j < g->nodes[i].n_in; j++) { /* a native 16-bit GEMM's operands */
             int x = g->nodes[i].in[j];
-            if (x < 0 || !gemm16_slot(g16, &g->nodes[i], j) ||
+            if (x < 0 || !half_slot(g, g16, &g->nodes[i], j) ||
                 g->vals[x].dtype != FR_F32) /* a 16-bit one is taken as it is */
                 continue;
             int r = (size_t)x < nv0 && g->vals[x].alias_of >= 0 ? g->vals[x].alias_of : x;

@@ -107,6 +107,8 @@ static inline float gelu_tanh_grad(float v) {
         const float *dy = fr_f32(&c->in[0]), *s = fr_f32(&c->in[1]);               \
         float *dx = fr_f32(&c->out[0]);                                            \
         if (!dx) return FR_OK;                                                     \
+        if (c->in[0].dtype != FR_F32 || c->out[0].dtype != FR_F32)                 \
+            return fr_fail(c->ctx, FR_ERR_ARG, "%s: dy and dx must be f32", op);    \
         if (c->in[1].dtype != FR_F32) {                                            \
             const int acc = acc_bit(c, 0);                                         \
             const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;                   \
@@ -291,23 +293,24 @@ static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bit
     }
     return FR_OK;
 }
-/* x f32 or 16 bits (widened), dx f32 or 16 bits (rounded: the dy of a bf16
- * GEMM, never added into) */
+/* dy and x f32 or 16 bits (widened: dy a bf16 GEMM's dx, rounded_bwd in
+ * plan/precision.c), dx f32 or 16 bits (rounded: the dy of a bf16 GEMM,
+ * never added into) */
 static int gelu_tanh_bwd_half(fr_kernel_call *c, int64_t n) {
-    const float *dy = fr_f32(&c->in[0]);
     const int acc = acc_bit(c, 0), out16 = c->out[0].dtype != FR_F32;
     if (out16 && acc) return fr_fail(c->ctx, FR_ERR_ARG, "gelu_bwd: a 16-bit dx cannot be added into");
     const int64_t nch = (n + ACT_CHUNK - 1) / ACT_CHUNK;
     const gelu_tab *t = c->in[1].dtype != FR_F32 ? gelu_tab_of(c->in[1].dtype) : NULL;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
-        float buf[ACT_CHUNK], dbuf[ACT_CHUNK];
+        float buf[ACT_CHUNK], dbuf[ACT_CHUNK], ybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *dx = out16 ? dbuf : fr_f32(&c->out[0]) + o;
+        const float *dy = in_f32(&c->in[0], o, m, ybuf);
         if (t) /* a 16-bit x: its gradient looked up */
-            lookup_bwd_span(dy + o, (const uint16_t *)c->in[1].data + o, t->g, dx, m, acc);
+            lookup_bwd_span(dy, (const uint16_t *)c->in[1].data + o, t->g, dx, m, acc);
         else
-            gelu_tanh_bwd_span(dy + o, in_f32(&c->in[1], o, m, buf), dx, m, acc);
+            gelu_tanh_bwd_span(dy, in_f32(&c->in[1], o, m, buf), dx, m, acc);
         if (out16) out_store(&c->out[0], o, dbuf, m);
     }
     return FR_OK;
@@ -333,9 +336,9 @@ int fr_k_gelu_bwd(fr_kernel_call *c) {
     if (!(c->node && c->node->attr.approx)) return gelu_erf_bwd(c);
     int64_t n;
     if (!fr_f32(&c->out[0]) || fr_kcheck_same_numel(c, "gelu_bwd", &n) ||
-        fr_shape_numel(&c->in[1].shape) != n || c->in[0].dtype != FR_F32)
-        return gelu_tanh_bwd(c);
-    if (c->in[1].dtype != FR_F32 || c->out[0].dtype != FR_F32) return gelu_tanh_bwd_half(c, n);
+        fr_shape_numel(&c->in[1].shape) != n)
+        return gelu_tanh_bwd(c); /* (its errors, or no dx) */
+    if (!f32_call(c, 2)) return gelu_tanh_bwd_half(c, n);
     const float *dy = fr_f32(&c->in[0]), *x = fr_f32(&c->in[1]);
     float *dx = fr_f32(&c->out[0]);
     const int acc = acc_bit(c, 0);

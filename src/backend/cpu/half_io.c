@@ -29,8 +29,10 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
      * (attention.c) */
     case FR_OP_ATTENTION: return j == -1 || j == 0;
     case FR_OP_ATTENTION_BWD: return j == -1 || j == 1 || j == 2;
-    /* the tanh GELU widens a 16-bit x a chunk at a time (activation.c) */
+    /* the tanh GELU widens a 16-bit x a chunk at a time (activation.c); its
+     * backward a 16-bit dy too (its saved x: the op table's, any size) */
     case FR_OP_GELU: return j == 0 && n->attr.approx == 1;
+    case FR_OP_GELU_BWD: return j == 0 && n->attr.approx == 1;
     /* LayerNorm rounds y from its stack (any size); its backward widens
      * x a row at a time there (norm.c) */
     case FR_OP_LAYERNORM: return j == -1;
@@ -88,6 +90,14 @@ int fr_cpu_half_io(const fr_graph *g, const fr_node *n, int j) {
         const fr_value *w = &v[n->in[1]];
         return j == -1 && v[n->in[0]].dtype == FR_BF16 && w->dtype == FR_BF16 &&
                w->shape.ndim == 2 && w->shape.d[1] > 0 && fr_gemm16_native(FR_BF16);
+    }
+    /* and its backward a bf16 dx from bf16 dy and W (the pass asks once it
+     * has bound them) */
+    case FR_OP_LINEAR_BWD: {
+        const fr_value *w = &v[n->in[2]];
+        return j == -1 && v[n->in[0]].dtype == FR_BF16 && w->dtype == FR_BF16 &&
+               (n->in[1] < 0 || v[n->in[1]].dtype == FR_BF16) && w->shape.ndim == 2 &&
+               w->shape.d[0] > 0 && fr_gemm16_native(FR_BF16);
     }
     default: return 0;
     }

@@ -198,10 +198,12 @@ size_t fr_k_linear_gemm16_ws(int64_t N, int64_t O, int64_t K, int backward, int 
         }
         return most;
     }
-    const fr_gemm16_out e = {NULL, 0, ab32};
+    const fr_gemm16_out e = {NULL, 0, ab32}, e16 = {NULL, !ab32, ab32}; /* dx f32, bf16 */
     for (int beta = 0; beta < 2; beta++) {
-        size_t dx = fr_gemm16_epi_ws(0, 0, N, K, O, O, K, (float)beta, K, &e);
+        size_t dx = fr_gemm16_epi_ws(0, 0, N, K, O, O, K, (float)beta, K, &e),
+               dx16 = fr_gemm16_epi_ws(0, 0, N, K, O, O, K, (float)beta, K, &e16);
         if (dx > most) most = dx;
+        if (dx16 > most) most = dx16;
         if (ab32) continue; /* an f32 weight gradient is OpenBLAS's (fr_k_linear_bwd) */
         int64_t rows = upd_tile_rows(O, K, N, threads), last = O % rows ? O % rows : rows;
         size_t full = fr_gemm16_epi_ws(1, 0, rows, K, N, O, K, (float)beta, K, &e),
@@ -273,6 +275,8 @@ static void bias_grad(const fr_kernel_call *c, const float *dyp, const uint16_t 
 // dy is (N,O), x is (N,K), W is (O,K) (N = numel(x) / K rows, as the forward)
 // dx (N,K) = s dy W;  dW (O,K) = s dy^T x;  db (O) = sum_n dy[n,:]  (s: lin_scale)
 // each added into its output when its accumulate bit (0, 1, 2) is set.
+// dx may be bf16 (its f32 sums rounded by the GEMM's epilogue, as the
+// forward's y): on bf16 operands, set, not added into.
 // With the node's update bit 1 (2) the output is the weight (bias) itself and
 // takes the plain SGD step with its gradient instead, element by element in
 // the order of fr_k_sgd: p = p + (-lr)(g + wd p), lr and wd the node's attr.
@@ -283,10 +287,12 @@ static void bias_grad(const fr_kernel_call *c, const float *dyp, const uint16_t 
 // step, then dW.
 int fr_k_linear_bwd(fr_kernel_call *c) {
     const fr_tensor *dy = &c->in[0], *x = &c->in[1], *w = &c->in[2];
-    float *dx = fr_f32(&c->out[0]), *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
+    void *dx = c->out[0].data;
+    float *dw = fr_f32(&c->out[1]), *db = fr_f32(&c->out[2]);
     fr_linear_dims d;
     int st = fr_kcheck_linear_bwd(c, &d);
     if (st) return st;
+    const int dx16 = dx && c->out[0].dtype != FR_F32;
     const int64_t K = d.K, O = d.O, N = d.N;
     const fr_tensor *ops[3] = {dy, x, w};
     int h = operands16(c, "linear_bwd", ops, 3);
@@ -298,20 +304,29 @@ int fr_k_linear_bwd(fr_kernel_call *c) {
     const float *dyp = fr_f32(dy);
     const uint16_t *dyh = h ? (const uint16_t *)dy->data : NULL;
     const int d32 = !h && s == 1.0f && fr_gemm32_onednn_for(N, O, K); /* f32 on oneDNN */
+    if (dx16 && (!h || c->out[0].dtype != FR_BF16 || acc_bit(c, 0)))
+        return fr_fail(c->ctx, FR_ERR_ARG,
+                       "linear_bwd: a 16-bit dx is a bf16 GEMM's (bf16 operands), never added "
+                       "into");
     if (db && O > 0) bias_grad(c, dyp, dyh, db, N, O);
     if (dx && N * K > 0) {
         if (O == 0) {
-            if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * sizeof(float));
+            if (!acc_bit(c, 0)) memset(dx, 0, (size_t)(N * K) * (dx16 ? 2 : sizeof(float)));
         } else { /* oneDNN's matmul where it runs the operands, else (or declining: no
                   * scratch planned) OpenBLAS */
             st = FR_GEMM16_DECLINE;
             if (h || d32) {
-                const fr_gemm16_out e = {NULL, 0, d32};
+                const fr_gemm16_out e = {NULL, dx16, d32};
                 st = fr_gemm16_epi(c->ctx, 0, 0, N, K, O, dy->data, O, w->data, K,
                                    acc_bit(c, 0) ? 1.0f : 0.0f, dx, K, &e, c->gemm_ws,
                                    c->gemm_ws_len);
                 if (st && st != FR_GEMM16_DECLINE) return st;
             }
+            if (st == FR_GEMM16_DECLINE && dx16)
+                return fr_fail(c->ctx, FR_ERR_ARG,
+                               "linear_bwd: a bf16 dx needs the bf16 GEMM (its scratch: %zu "
+                               "bytes given)",
+                               c->gemm_ws_len);
             if (st == FR_GEMM16_DECLINE)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)K, (int)O, s,
                             dyp, (int)O, fr_f32(w), (int)K, acc_bit(c, 0) ? 1.0f : 0.0f, dx,
