@@ -12,6 +12,8 @@
 # the OpenCL runs need a device (skipped, and said, without one), the MPI
 # runs mpirun.
 set -uo pipefail
+# lscpu's labels follow the locale; the header names the model in the C locale's
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-build}")/frugal
 data=/usr/share/datasets/fashion-mnist

@@ -174,7 +174,7 @@ mkdir "$tmp/fifo"
 cp "$tmp/img28/"* "$tmp/fifo/"
 rm "$tmp/fifo/train-images-idx3-ubyte"
 mkfifo "$tmp/fifo/train-images-idx3-ubyte"
-timeout 10 "$bin" train "${run[@]}" --data "$tmp/fifo" >"$tmp/out" 2>"$tmp/err"
+timeout 60 "$bin" train "${run[@]}" --data "$tmp/fifo" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ "$rc" -eq 1 ] && grep -qF "train-images-idx3-ubyte: the images is a FIFO" "$tmp/err"; then ok; else no "fifo: exit $rc (124: hung), stderr: $(head -3 "$tmp/err")"; fi
 

@@ -13,6 +13,8 @@
 # entry agree bit for bit, and says that the comparison was not made.
 # The optimized build only: a sanitizer build runs other code (skipped, 77).
 . "$(dirname "$0")/lib.sh"
+# lscpu's labels and sort's order follow the locale; the records' keys are the C locale's
+export LC_ALL=C
 if [ -n "${LSAN_OPTIONS:-}${ASAN_OPTIONS:-}" ]; then
     echo "skipped: golden bits are those of the optimized build (this one runs under a sanitizer)"
     exit 77

@@ -136,11 +136,11 @@ def npy(path, arr):
 npy(d + "/big_id.npy", big)
 PY
 expect_fail "shard with the wrong magic" 1 "bad_magic.bin" run --data "$tmp/bad_magic.bin" --steps 1
-grep -q "20240521" "$tmp/err" && ok || no "the magic is named: $(head -2 "$tmp/err")"
+grep -qF "magic 20240521 is not llm.c's shard magic 20240520" "$tmp/err" && ok || no "the magic is named: $(head -2 "$tmp/err")"
 expect_fail "count against the size" 1 "bad_count.bin" run --data "$tmp/bad_count.bin" --steps 1
 expect_fail "truncated shard" 1 "cut.bin" run --data "$tmp/cut.bin" --steps 1
 expect_fail "id past the vocabulary (shard)" 1 "big_id.bin" run --data "$tmp/big_id.bin" --steps 1
-grep -q "1234" "$tmp/err" && ok || no "the position of the bad id is named: $(head -2 "$tmp/err")"
+grep -qF "token 1234 (byte 3492), stream position 1234" "$tmp/err" && ok || no "the position of the bad id is named: $(head -2 "$tmp/err")"
 expect_fail "id past the vocabulary (npy)" 1 "big_id.npy" run --data "$tmp/big_id.npy" --steps 1
 expect_fail "no such shards" 1 "nothing_*.bin" run --data "$tmp/nothing_*.bin" --steps 1
 finish
