@@ -64,13 +64,14 @@ static int gemm16_slot(int g16, const fr_node *n, int j) {
                     j == 0));
 }
 
-/* Whether input j of backward node n is read rounded to 16 bits as autocast
- * would hand it over where the backend has a native 16-bit GEMM (g16): the
- * tanh GELU's dy, which under autocast is the bf16 output of the next
- * linear layer's backward matmul; only where the backend's kernel widens a
- * 16-bit dy itself (fr_backend.half_io). Taken as a 16-bit GEMM operand is
- * (below): the producer writes it in 16 bits (the op table's half_out: the
- * linear layer's dx as its GEMM's epilogue), else a CAST rounds it. */
+/* Whether input j of backward node n is read rounded to 16 bits, as
+ * autocast would hand it over, where the backend has a native 16-bit GEMM
+ * (g16): the tanh GELU's dy, which under autocast is the bf16 output of the
+ * next linear layer's backward matmul; only where the backend's kernel
+ * widens a 16-bit dy itself (fr_backend.half_io). Such an input is bound as
+ * a 16-bit GEMM operand is (below): its producer writes it in 16 bits (the
+ * op table's half_out: the linear layer's dx, as its GEMM's epilogue), or
+ * else a CAST rounds it. */
 static int rounded_bwd(const fr_graph *g, int g16, const fr_node *n, int j) {
     return g16 && j == 0 && n->op == FR_OP_GELU_BWD && fr_backend_half_io(g, n, 0);
 }

@@ -279,12 +279,12 @@ static int gelu_tanh_half(fr_kernel_call *c, int64_t n) { /* x, y: f32 or 16 bit
     for (int64_t b = 0; b < nch; b++) {
         float buf[ACT_CHUNK], ybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
-        float *y = out16 ? ybuf : fr_f32(&c->out[0]) + o;
         const uint16_t *xh = t ? (const uint16_t *)c->in[0].data + o : NULL;
         if (t && out16) { /* y rounded, looked up (a value read before written: y may be x) */
             lookup16_span(xh, t->r, (uint16_t *)c->out[0].data + o, m);
             continue;
         }
+        float *y = out16 ? ybuf : fr_f32(&c->out[0]) + o;
         if (t) /* a 16-bit x: y looked up (a chunk read before written: y may be x) */
             lookup_span(xh, t->y, y, m);
         else
@@ -303,10 +303,10 @@ static int gelu_tanh_bwd_half(fr_kernel_call *c, int64_t n) {
     const gelu_tab *t = c->in[1].dtype != FR_F32 ? gelu_tab_of(c->in[1].dtype) : NULL;
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN)
     for (int64_t b = 0; b < nch; b++) {
-        float buf[ACT_CHUNK], dbuf[ACT_CHUNK], ybuf[ACT_CHUNK];
+        float buf[ACT_CHUNK], dbuf[ACT_CHUNK], dybuf[ACT_CHUNK];
         const int64_t o = b * ACT_CHUNK, m = n - o < ACT_CHUNK ? n - o : ACT_CHUNK;
         float *dx = out16 ? dbuf : fr_f32(&c->out[0]) + o;
-        const float *dy = in_f32(&c->in[0], o, m, ybuf);
+        const float *dy = in_f32(&c->in[0], o, m, dybuf);
         if (t) /* a 16-bit x: its gradient looked up */
             lookup_bwd_span(dy, (const uint16_t *)c->in[1].data + o, t->g, dx, m, acc);
         else
